@@ -1,0 +1,594 @@
+"""``Engine``: starts instances, advances them from their journal, sweeps due ones.
+
+The engine imports nothing from fastapi, sqlalchemy, apscheduler or httpx; it reaches
+storage through :class:`app.engine.journal.Journal` and time through
+:class:`app.engine.clock.Clock`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from uuid6 import uuid7
+
+from app.engine.clock import Clock
+from app.engine.context import ExecutionContext
+from app.engine.journal import (
+    Claim,
+    EmittedEvent,
+    InstanceRecord,
+    InstanceState,
+    Journal,
+    NewInstance,
+    Outcome,
+    SignalRecord,
+    StepKind,
+    StepRow,
+)
+from app.engine.runner import (
+    DECISION_KEY,
+    Halt,
+    Run,
+    RunOutcome,
+    _CapabilityTimeout,
+    _Interrupt,
+    _jsonable,
+    _Park,
+)
+from app.errors import (
+    FlowFailure,
+    InputInvalid,
+    InstanceEnded,
+    SignalNotDeclared,
+    StaleFencingToken,
+)
+from app.flows.capability import Capability, CapabilityOptions, RecoveryError
+from app.flows.catalog import Catalog
+from app.flows.plan import AwaitSignalNode, EmitNode, FailNode, Plan, PollNode, Profile, StepNode
+
+__all__ = ["Engine", "EngineConfig", "StartResult", "SweepReport", "request_hash"]
+
+log = logging.getLogger("flowpark.engine")
+
+
+def request_hash(payload: Any) -> str:
+    """Stable hash of a JSON-able request body (sorted keys), for idempotency checks."""
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine settings.
+
+    Attributes:
+        node_id: this node's name (lease owner, logs).
+        lease: how long a claim holds an instance without renewal (default 30 s).
+        sweep_batch: instances claimed per sweep statement (default 100).
+        concurrency: instances advanced at once by this node (default 32).
+    """
+
+    node_id: str = "node-1"
+    lease: timedelta = timedelta(seconds=30)
+    sweep_batch: int = 100
+    concurrency: int = 32
+
+
+@dataclass(frozen=True)
+class StartResult:
+    """A start's answer: the instance after its first advance, and whether it is new."""
+
+    instance: InstanceRecord
+    created: bool
+    result: Any = None
+
+
+@dataclass
+class SweepReport:
+    """What one sweep did."""
+
+    claimed: int = 0
+    advanced: int = 0
+    failed_runs: int = 0
+    not_runnable: int = 0
+    outcomes: list[RunOutcome] = field(default_factory=list)
+
+
+class Engine:
+    """Runs flows durably.
+
+    Args:
+        journal: the store (one implementation: ``app.store.SqlJournal``).
+        catalog: registered plans.
+        clock: the engine clock (``SystemClock``; ``VirtualClock`` in tests).
+        config: :class:`EngineConfig`.
+        id_factory: makes instance/signal/event ids (default uuid7 strings).
+    """
+
+    def __init__(self, journal: Journal, catalog: Catalog, clock: Clock,
+                 config: EngineConfig | None = None,
+                 id_factory: Callable[[], str] | None = None) -> None:
+        self.journal = journal
+        self.catalog = catalog
+        self.clock = clock
+        self.config = config or EngineConfig()
+        self.lease = self.config.lease
+        self.new_id = id_factory or (lambda: str(uuid7()))
+        self._gate = asyncio.Semaphore(self.config.concurrency)
+        self.wake_listeners: list[Callable[[str, datetime], None]] = []
+
+    # -- starting ----------------------------------------------------------------------
+    def validate_input(self, plan: Plan, payload: Any) -> BaseModel:
+        """Validate a start payload. Raises InputInvalid (``input_invalid``)."""
+        try:
+            return plan.input_model.model_validate(payload)
+        except ValidationError as exc:
+            raise InputInvalid(f"input of {plan.name} is invalid",
+                               errors=exc.errors(include_url=False, include_context=False),
+                               flow=plan.name) from None
+
+    async def start(self, plan: Plan, payload: Any, *, idempotency_key: str | None = None,
+                    instance_key: str | None = None) -> StartResult:
+        """Start an instance of ``plan`` and advance it until it parks or ends.
+
+        Args:
+            plan: the flow version to run.
+            payload: the input (validated against ``plan.input_model``).
+            idempotency_key: repeats with the same key and body return the first instance.
+            instance_key: a business id unique among the flow's non-ended instances.
+
+        Returns:
+            :class:`StartResult`; for an ephemeral plan ``result`` holds the output and no
+            row is written (``instance.state`` is final).
+
+        Raises:
+            InputInvalid, IdempotencyKeyReused, InstanceKeyInUse.
+        """
+        model = self.validate_input(plan, payload)
+        data = model.model_dump(mode="json")
+        if plan.profile is Profile.EPHEMERAL:
+            from app.engine.ephemeral import run_ephemeral
+
+            return await run_ephemeral(self, plan, data)
+        now = self.clock.now()
+        new = NewInstance(
+            id=self.new_id(), flow_name=plan.name, flow_version=plan.version, input=data,
+            created_at=now, deadline_at=(now + plan.deadline) if plan.deadline else None,
+            lease_owner=self.config.node_id, lease_expires_at=now + self.lease,
+            idempotency_key=idempotency_key,
+            request_hash=request_hash({"input": data, "instanceKey": instance_key}),
+            instance_key=instance_key,
+        )
+        record, created = await self.journal.create_instance(new)
+        if created:
+            await self.advance(Claim(record.id, record.fencing_token))
+            record = await self.journal.get_instance(record.id)
+        return StartResult(record, created, record.result)
+
+    # -- advancing ---------------------------------------------------------------------
+    async def advance(self, claim: Claim) -> RunOutcome:
+        """Advance a claimed instance until it parks or ends.
+
+        A stale fencing token (another node claimed it meanwhile) stops the run, logged;
+        nothing half-written remains because every write is one transaction.
+        """
+        snapshot = await self.journal.load(claim.instance_id)
+        inst = snapshot.instance
+        plan = self.catalog.find(inst.flow_name, inst.flow_version)
+        if plan is None:
+            log.warning("instance %s: flow %s@%s is not registered on node %s; left parked",
+                        inst.id, inst.flow_name, inst.flow_version, self.config.node_id)
+            await self.journal.release(inst.id, claim.fencing_token, self.clock.now())
+            return RunOutcome(inst.id, InstanceState.SUSPENDED, inst.wake_at, runnable=False)
+        run = Run(self, plan, inst, claim, snapshot.steps, snapshot.signals)
+        try:
+            halt = await self._walk(run)
+        except StaleFencingToken:
+            log.warning("instance %s: fencing token %d is stale on node %s; stopped",
+                        inst.id, claim.fencing_token, self.config.node_id)
+            raise
+        if halt.state is InstanceState.SUSPENDED and halt.wake_at is not None:
+            for listener in self.wake_listeners:
+                listener(inst.id, halt.wake_at)
+        return RunOutcome(inst.id, halt.state, halt.wake_at, run.attempts)
+
+    async def _walk(self, run: Run) -> Halt:
+        try:
+            try:
+                await self._walk_nodes(run)
+                return await self._complete(run)
+            except _Interrupt as stop:
+                if stop.ending is InstanceState.COMPLETED:
+                    return await self._complete(run, stop.result, early=True)
+                return await self._unwind(run, stop.ending, stop.failure)
+        except _Park as parked:
+            return parked.halt
+
+    async def _walk_nodes(self, run: Run) -> None:
+        cursor = 0
+        plan = run.plan
+        while cursor < plan.end:
+            node = plan.nodes[cursor]
+            if isinstance(node, StepNode):
+                cursor = await self._step(run, node)
+            elif isinstance(node, PollNode):
+                cursor = await self._poll(run, node)
+            elif isinstance(node, AwaitSignalNode):
+                cursor = await self._await_signal(run, node)
+            elif isinstance(node, EmitNode):
+                cursor = await self._emit(run, node)
+            elif isinstance(node, FailNode):
+                run.check_interrupts()
+                raise _Interrupt(InstanceState.FAILED, FlowFailure(node.code, node.message,
+                                     {"node": node.index}))
+        run.check_interrupts()
+
+    async def _attempt(self, run: Run, node: StepNode, scope: int, wake_step: int, *,
+                       budget_end: datetime | None = None, accept: str | None = None
+                       ) -> StepRow | None:
+        """Replay or run one try of (node, scope).
+
+        Returns the deciding row (a success or a final failure), or None when the caller
+        must look again: a try failed and the next is pending, or a park was refused because
+        a signal is waiting. Parks (raises) while the next try is not due yet.
+        """
+        rows = run.found(node.index, scope)
+        for row in rows:
+            if row.outcome is Outcome.SUCCESS:
+                run.apply(row)
+                return row
+        if rows and rows[-1].final:
+            return rows[-1]
+        run.check_interrupts()
+        if run.lost_attempt(node, scope):
+            row = await run.record_lost(node, scope)
+            return row if row.final else None
+        if rows and rows[-1].next_try_at is not None:
+            due: datetime | None = rows[-1].next_try_at
+        else:
+            parked, due = run.wake_for(wake_step, scope)
+            due = due if parked else None
+        if due is not None and run.now() < due:
+            wake = min(due, budget_end) if budget_end is not None else due
+            await run.park(wake, wake_step, scope, accept)
+            return None
+        row = await run.execute(node, scope, node.capability)
+        if row.outcome is Outcome.SUCCESS:
+            run.apply(row)
+            return row
+        return row if row.final else None
+
+    def _step_failed(self, node: StepNode, row: StepRow) -> _Interrupt:
+        return _Interrupt(InstanceState.FAILED, FlowFailure(
+            "flow.step_failed",
+            f"{node.capability.id} failed after {row.try_number} tries: "
+            f"{row.error_type}: {row.error_detail}",
+            {"capability_id": node.capability.id, "error_type": row.error_type,
+             "detail": row.error_detail, "node": node.index, "tries": row.try_number},
+        ))
+
+    async def _step(self, run: Run, node: StepNode) -> int:
+        row = None
+        while row is None:
+            row = await self._attempt(run, node, 0, node.index)
+        if row.outcome is Outcome.SUCCESS:
+            run.recovery = None
+            if node.compensation is not None:
+                run.compensations.append((node, 0))
+            run.decided(row)
+            assert node.next is not None
+            return node.next
+        if node.failure_target is not None:
+            run.recovery = RecoveryError(row.error_type or "error", row.error_detail or "",
+                                         row.try_number)
+            return node.failure_target
+        raise self._step_failed(node, row)
+
+    @staticmethod
+    def _timed_out(target: int | None, failure: FlowFailure) -> int:
+        if target is None:
+            raise _Interrupt(InstanceState.FAILED, failure)
+        return target
+
+    @staticmethod
+    def _block_taken(run: Run, start: int | None, stop: int) -> bool:
+        return start is not None and any(i in run.touched_steps for i in range(start, stop))
+
+    async def _poll(self, run: Run, node: PollNode) -> int:
+        body = run.plan.nodes[node.body_index]
+        assert isinstance(body, StepNode)
+        scope = 0
+        while True:  # replay the committed attempts
+            signalled = run.found(node.index, scope, StepKind.SIGNAL)
+            if signalled:
+                run.apply(signalled[0])
+                return node.satisfied_target
+            success = [r for r in run.found(body.index, scope) if r.outcome is Outcome.SUCCESS]
+            if not success:
+                break
+            run.apply(success[0])
+            if node.until(run.view()):
+                return node.satisfied_target
+            scope += 1
+        if self._block_taken(run, node.timeout_target, node.satisfied_target):
+            return node.timeout_target  # type: ignore[return-value]
+
+        def budget_end() -> datetime | None:
+            first = run.found(body.index, 0)
+            return first[0].started_at + node.timeout if first else None
+
+        accept = self._accepts(node)
+        while True:  # the frontier
+            run.check_interrupts()
+            if node.signal is not None:
+                pending = run.pending_signal(node.signal.name)
+                if pending is not None:
+                    await run.take_signal(node.index, scope, pending, node.signal.model)
+                    return node.satisfied_target
+            end = budget_end()
+            if end is not None and run.now() >= end:
+                return self._timed_out(node.timeout_target, FlowFailure(
+                    "flow.poll_not_satisfied",
+                    f"{body.capability.id} was not satisfied within {node.timeout}",
+                    {"node": node.index, "capability_id": body.capability.id,
+                     "attempts": scope},
+                ))
+            row = await self._attempt(run, body, scope, node.index, budget_end=end,
+                                      accept=accept)
+            if row is None:
+                continue
+            if row.outcome is Outcome.FAILURE:
+                raise self._step_failed(body, row)
+            run.decided(row)
+            if node.until(run.view()):
+                return node.satisfied_target
+            end = budget_end()
+            assert end is not None
+            wake_at = min(run.now() + node.interval.delay(scope, run.instance_id), end)
+            scope += 1
+            run.pending_wake = (node.index, scope, wake_at)
+            await run.park(wake_at, node.index, scope, accept)
+
+    @staticmethod
+    def _accepts(node: PollNode | AwaitSignalNode) -> str | None:
+        return node.signal.name if node.signal is not None else None
+
+    async def _await_signal(self, run: Run, node: AwaitSignalNode) -> int:
+        taken = run.found(node.index, 0, StepKind.SIGNAL)
+        if taken:
+            run.apply(taken[0])
+            return node.satisfied_target
+        if self._block_taken(run, node.timeout_target, node.satisfied_target):
+            return node.timeout_target  # type: ignore[return-value]
+        while True:
+            run.check_interrupts()
+            pending = run.pending_signal(node.signal.name)
+            if pending is not None:
+                await run.take_signal(node.index, 0, pending, node.signal.model)
+                return node.satisfied_target
+            parked, wake = run.wake_for(node.index, 0)
+            if not parked:
+                wake = run.now() + node.timeout if node.timeout is not None else None
+            elif wake is not None and run.now() >= wake:
+                return self._timed_out(node.timeout_target, FlowFailure("flow.signal_not_received",
+                                                   f"signal {node.signal.name} did not arrive "
+                                                   f"within {node.timeout}",
+                    {"node": node.index}))
+            run.pending_wake = (node.index, 0, wake)
+            await run.park(wake, node.index, 0, node.signal.name)
+
+    async def _emit(self, run: Run, node: EmitNode) -> int:
+        if run.found(node.index, 0, StepKind.EMIT):
+            return node.next
+        run.check_interrupts()
+        payload = _jsonable(node.factory(run.view()))
+        now = run.now()
+        event = EmittedEvent(self.new_id(), node.name, payload)
+        row = StepRow(run.instance_id, node.index, 0, StepKind.EMIT, node.name,
+                      Outcome.SUCCESS, now, now, values={"event_id": event.id})
+        ack = await run.journal.commit_step(run.token, row, run.lease_until(), events=[event])
+        run.record(row)
+        run.after_ack(ack)
+        return node.next
+
+    async def _complete(self, run: Run, result: Any = None, early: bool = False) -> Halt:
+        if not early:
+            result = _jsonable(run.plan.returns(run.view())) if run.plan.returns else None
+        ack = await run.journal.finish(run.instance_id, run.token, run.now(),
+                                        InstanceState.COMPLETED, result=result)
+        if not ack.applied:
+            return await self._unwind(run, InstanceState.CANCELLED,
+                                      FlowFailure("flow.cancelled", "the instance was cancelled"))
+        return Halt(InstanceState.COMPLETED)
+
+    async def _unwind(self, run: Run, ending: InstanceState, failure: FlowFailure | None
+                      ) -> Halt:
+        """Run compensations of completed steps in reverse order, once each, then end."""
+        if run.instance.ending is None:
+            await run.journal.begin_ending(run.instance_id, run.token, run.now(), ending,
+                                            failure)
+        for node, scope in reversed(run.compensations):
+            assert node.compensation is not None
+            if run.found(node.index, scope, StepKind.COMPENSATION):
+                continue
+            row = await run.execute(node, scope, node.compensation, StepKind.COMPENSATION)
+            if row.outcome is Outcome.FAILURE:
+                log.error("instance %s: compensation %s failed: %s: %s", run.instance_id,
+                          node.compensation.id, row.error_type, row.error_detail)
+        await run.journal.finish(run.instance_id, run.token, run.now(), ending,
+                                  failure=failure)
+        return Halt(ending)
+
+    # -- capability limits ---------------------------------------------------------------
+    async def call_with_limits(self, capability: Capability, ctx: ExecutionContext,
+                               opts: CapabilityOptions, run: Run) -> Any:
+        """Run one try with ``execute_timeout`` (and heartbeat watchdog) on the engine clock;
+        renew the lease meanwhile when the capability does not heartbeat."""
+        task = asyncio.ensure_future(capability.execute(ctx))
+        watchers: list[asyncio.Future[Any]] = []
+        timer = asyncio.ensure_future(self.clock.sleep(opts.execute_timeout))
+        watchers.append(timer)
+        keeper = None
+        if opts.heartbeat_timeout is None:
+            keeper = asyncio.ensure_future(self._keep_lease(run))
+        else:
+            watchers.append(asyncio.ensure_future(self._watch_heartbeats(ctx, opts, run)))
+        try:
+            done, _ = await asyncio.wait({task, *watchers},
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if task in done:
+                return task.result()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            if timer in done:
+                raise _CapabilityTimeout(
+                    "execute_timeout",
+                    f"{capability.id} did not finish within {opts.execute_timeout}")
+            raise _CapabilityTimeout(
+                "heartbeat_timeout",
+                f"{capability.id} recorded no heartbeat for {opts.heartbeat_timeout}")
+        finally:
+            for watcher in watchers:
+                watcher.cancel()
+            if keeper is not None:
+                keeper.cancel()
+            await asyncio.gather(*watchers, *( [keeper] if keeper else []),
+                                 return_exceptions=True)
+
+    async def _keep_lease(self, run: Run) -> None:
+        while True:
+            await self.clock.sleep(self.lease / 3)
+            ack = await run.journal.renew_lease(run.instance_id, run.token, run.lease_until())
+            run.after_ack(ack)
+
+    async def _watch_heartbeats(self, ctx: ExecutionContext, opts: CapabilityOptions,
+                                run: Run) -> None:
+        assert opts.heartbeat_timeout is not None
+        started = run.now()
+        while True:
+            last = ctx.last_heartbeat_at or started
+            remaining = last + opts.heartbeat_timeout - run.now()
+            if remaining <= timedelta(0):
+                return
+            await self.clock.sleep(remaining)
+
+    # -- sweeping ----------------------------------------------------------------------
+    async def sweep(self, *, limit: int | None = None) -> SweepReport:
+        """Claim due instances (parked with ``wake_at <= now``, or running with an expired
+        lease) in batches and advance each, until none is due or ``limit`` were claimed."""
+        report = SweepReport()
+        runnable = self.catalog.runnable()
+        batch = self.config.sweep_batch
+        while limit is None or report.claimed < limit:
+            now = self.clock.now()
+            size = batch if limit is None else min(batch, limit - report.claimed)
+            claims = await self.journal.claim_due(self.config.node_id, now, now + self.lease,
+                                                  size, runnable)
+            if not claims:
+                break
+            report.claimed += len(claims)
+            results = await asyncio.gather(*(self._advance_gated(c) for c in claims),
+                                           return_exceptions=True)
+            for claim, result in zip(claims, results, strict=True):
+                if isinstance(result, BaseException):
+                    report.failed_runs += 1
+                    if not isinstance(result, StaleFencingToken):
+                        log.error("instance %s: run failed on node %s", claim.instance_id,
+                                  self.config.node_id, exc_info=result)
+                else:
+                    report.advanced += 1
+                    report.outcomes.append(result)
+            if len(claims) < size:
+                break
+        report.not_runnable = await self.journal.count_not_runnable(self.clock.now(), runnable)
+        if report.not_runnable:
+            log.warning("%d due instances belong to flows not registered on node %s",
+                        report.not_runnable, self.config.node_id)
+        return report
+
+    async def _advance_gated(self, claim: Claim) -> RunOutcome:
+        async with self._gate:
+            return await self.advance(claim)
+
+    async def wake(self, instance_id: str) -> RunOutcome | None:
+        """Claim one instance now (if nobody holds it) and advance it."""
+        now = self.clock.now()
+        claim = await self.journal.claim(instance_id, self.config.node_id, now, now + self.lease)
+        if claim is None:
+            return None
+        return await self._advance_gated(claim)
+
+    # -- signals and cancel ------------------------------------------------------------
+    async def deliver_signal(self, instance_id: str, name: str, payload: Any,
+                             idempotency_key: str | None = None) -> tuple[SignalRecord, bool]:
+        """Store a signal first, then, if the instance is parked on a wait that accepts it,
+        claim and continue it now.
+
+        Returns:
+            ``(signal, created)``.
+
+        Raises:
+            InstanceNotFound (``instance_not_found``), SignalNotDeclared
+            (``signal_not_declared``), InputInvalid (``input_invalid``), InstanceEnded
+            (``instance_ended``; nothing stored).
+        """
+        inst = await self.journal.get_instance(instance_id)
+        plan = self.catalog.find(inst.flow_name, inst.flow_version)
+        signal = plan.signals.get(name) if plan is not None else None
+        if signal is None:
+            raise SignalNotDeclared(
+                f"flow {inst.flow_name}@{inst.flow_version} declares no signal {name!r}",
+                instance_id=instance_id, signal=name)
+        if inst.state.ended:
+            raise InstanceEnded(f"instance {instance_id} has ended ({inst.state})",
+                                instance_id=instance_id, state=str(inst.state))
+        try:
+            data = signal.model.model_validate(payload).model_dump(mode="json")
+        except ValidationError as exc:
+            raise InputInvalid(f"payload of signal {name} is invalid",
+                               errors=exc.errors(include_url=False, include_context=False),
+                               signal=name) from None
+        record, created = await self.journal.deliver_signal(
+            instance_id, name, data, idempotency_key, self.clock.now(), self.new_id())
+        if created:
+            fresh = await self.journal.get_instance(instance_id)
+            if fresh.state is InstanceState.SUSPENDED and self._waits_for(plan, fresh, name):
+                with contextlib.suppress(StaleFencingToken):
+                    await self.wake(instance_id)
+        return record, created
+
+    @staticmethod
+    def _waits_for(plan: Plan | None, inst: InstanceRecord, name: str) -> bool:
+        if plan is None or inst.wake_step_id is None or inst.wake_step_id >= plan.end:
+            return False
+        node = plan.nodes[inst.wake_step_id]
+        if isinstance(node, PollNode | AwaitSignalNode) and node.signal is not None:
+            return node.signal.name == name
+        return False
+
+    async def cancel(self, instance_id: str) -> InstanceRecord:
+        """Cancel an instance: compensations of completed steps run once, in reverse order,
+        and it ends ``cancelled``. A running instance held by another node is flagged and
+        that node unwinds it at its next write.
+
+        Raises:
+            InstanceNotFound, InstanceEnded (completion won the race).
+        """
+        now = self.clock.now()
+        ack = await self.journal.request_cancel(instance_id, self.config.node_id, now,
+                                                now + self.lease)
+        if ack.claim is not None:
+            await self._advance_gated(ack.claim)
+        return await self.journal.get_instance(instance_id)
+
+
+__all__ += ["DECISION_KEY"]

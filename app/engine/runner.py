@@ -1,0 +1,357 @@
+"""The engine: advances one leased instance from its journal frontier until it parks or ends.
+
+Each run re-walks the plan from node 0 over the committed rows (the frontier scan): a node
+with a committed row is not executed again, its values go back into the bag and completed
+compensable steps go on the stack. The first node without a row is the frontier, where the
+engine executes, takes a signal, parks or ends. So resume, restart on another node and the
+rebuilt compensation stack all come from the same rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel
+
+from app.engine.clock import Clock
+from app.engine.context import BagView, ExecutionContext
+from app.engine.journal import (
+    Ack,
+    Claim,
+    InstanceRecord,
+    InstanceState,
+    Journal,
+    Outcome,
+    SignalRecord,
+    StepKind,
+    StepRow,
+)
+from app.errors import FlowFailure
+from app.flows.capability import Capability, Complete, Fail, RecoveryError, Stream, bag_key
+from app.flows.plan import (
+    Plan,
+    StepNode,
+)
+
+__all__ = ["Halt", "Run", "RunOutcome"]
+
+log = logging.getLogger("flowpark.engine")
+
+DECISION_KEY = "$decision"
+
+
+@dataclass(frozen=True)
+class Halt:
+    """Why a run stopped: the state it left the instance in."""
+
+    state: InstanceState
+    wake_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """The result of advancing one instance."""
+
+    instance_id: str
+    state: InstanceState
+    wake_at: datetime | None = None
+    attempts_made: int = 0
+    runnable: bool = True
+
+
+class _Interrupt(Exception):
+    """Internal: the walk must stop and unwind (fail/cancel) or complete early."""
+
+    def __init__(self, ending: InstanceState, failure: FlowFailure | None = None,
+                 result: Any = None) -> None:
+        super().__init__(ending)
+        self.ending = ending
+        self.failure = failure
+        self.result = result
+
+
+class _Park(Exception):
+    def __init__(self, halt: Halt) -> None:
+        super().__init__(halt.state)
+        self.halt = halt
+
+
+class Run:
+    """One advance of one instance under one claim (internal to the engine)."""
+
+    def __init__(self, engine: Any, plan: Plan, instance: InstanceRecord, claim: Claim,
+                 steps: list[StepRow], signals: list[SignalRecord]) -> None:
+        self.engine = engine
+        self.journal: Journal = engine.journal
+        self.clock: Clock = engine.clock
+        self.plan = plan
+        self.instance = instance
+        self.instance_id = instance.id
+        self.token = claim.fencing_token
+        self.input = plan.input_model.model_validate(instance.input)
+        self.bag: dict[str, Any] = {}
+        self.rows: dict[tuple[int, int, StepKind], list[StepRow]] = {}
+        for row in steps:
+            self.rows.setdefault((row.step_id, row.scope, row.kind), []).append(row)
+        for found in self.rows.values():
+            found.sort(key=lambda r: r.try_number)
+        self.touched_steps = {row.step_id for row in steps}
+        self.signals = list(signals)
+        self.compensations: list[tuple[StepNode, int]] = []
+        # the parked wake this claim found; consumed by the first action of this run
+        self.pending_wake = (
+            (instance.wake_step_id, instance.wake_scope, instance.wake_at)
+            if instance.wake_step_id is not None else None
+        )
+        self.attempts = 0
+        self.cancel_requested = instance.cancel_requested
+        self.recovery: RecoveryError | None = None
+        self.heartbeat_written: tuple[Any, datetime] | None = None
+        self.ephemeral = False
+
+    # -- helpers ---------------------------------------------------------------------
+    def now(self) -> datetime:
+        return self.clock.now()
+
+    def view(self) -> BagView:
+        return BagView(self.instance_id, self.input, self.bag)
+
+    def lease_until(self, seconds: timedelta | None = None) -> datetime:
+        return self.now() + (seconds or self.engine.lease)
+
+    def found(self, step_id: int, scope: int, kind: StepKind = StepKind.STEP) -> list[StepRow]:
+        return self.rows.get((step_id, scope, kind), [])
+
+    def apply(self, row: StepRow) -> None:
+        for key, value in row.values.items():
+            if key != DECISION_KEY:
+                self.bag[key] = value
+
+    def record(self, row: StepRow) -> None:
+        self.rows.setdefault((row.step_id, row.scope, row.kind), []).append(row)
+        self.touched_steps.add(row.step_id)
+        self.pending_wake = None
+
+    def wake_for(self, step_id: int, scope: int) -> tuple[bool, datetime | None]:
+        """Whether this claim found the instance parked at (step_id, scope), and its wake."""
+        if self.pending_wake and self.pending_wake[:2] == (step_id, scope):
+            return True, self.pending_wake[2]
+        return False, None
+
+    def check_interrupts(self) -> None:
+        """At the frontier: a requested cancel or a passed deadline stops the walk."""
+        if self.instance.ending is not None:
+            raise _Interrupt(self.instance.ending, self.instance.failure)
+        if self.cancel_requested:
+            raise _Interrupt(InstanceState.CANCELLED,
+                             FlowFailure("flow.cancelled", "the instance was cancelled"))
+        deadline = self.instance.deadline_at
+        if deadline is not None and self.now() >= deadline:
+            raise _Interrupt(InstanceState.FAILED, FlowFailure(
+                "flow.deadline_exceeded",
+                f"flow {self.plan.name} passed its deadline {deadline.isoformat()}",
+                {"deadline_at": deadline.isoformat()},
+            ))
+
+    def after_ack(self, ack: Ack) -> None:
+        if ack.cancel_requested:
+            self.cancel_requested = True
+
+    async def park(self, wake_at: datetime | None, step_id: int, scope: int,
+                   accept_signal: str | None = None) -> None:
+        """Suspend at (step_id, scope) until ``wake_at`` (capped by the deadline).
+
+        Raises _Park when parked; returns when the park was refused for a waiting signal
+        (or, in an ephemeral run, after sleeping until ``wake_at`` in-process).
+        """
+        if self.ephemeral:
+            if wake_at is not None:
+                await self.clock.sleep(wake_at - self.now())
+            self.pending_wake = None
+            return
+        deadline = self.instance.deadline_at
+        if deadline is not None and (wake_at is None or deadline < wake_at):
+            wake_at = deadline
+        ack = await self.journal.park(self.instance_id, self.token, self.now(), wake_at,
+                                      step_id, scope, accept_signal)
+        if ack.applied:
+            raise _Park(Halt(InstanceState.SUSPENDED, wake_at))
+        if ack.cancel_requested:
+            self.cancel_requested = True
+            self.check_interrupts()
+        if ack.signal_pending:
+            snapshot = await self.journal.load(self.instance_id)
+            self.signals = list(snapshot.signals)
+            return
+        raise RuntimeError("park was refused for no stated reason")  # pragma: no cover
+
+    def pending_signal(self, name: str) -> SignalRecord | None:
+        for signal in self.signals:
+            if signal.name == name and signal.taken_at is None:
+                return signal
+        return None
+
+    async def take_signal(self, node_index: int, scope: int, signal: SignalRecord,
+                          model: type[BaseModel]) -> None:
+        now = self.now()
+        payload = model.model_validate(signal.payload).model_dump(mode="json")
+        row = StepRow(self.instance_id, node_index, scope, StepKind.SIGNAL, signal.name,
+                      Outcome.SUCCESS, now, now, values={bag_key(model): payload})
+        ack = await self.journal.take_signal(self.token, signal.id, row)
+        self.signals = [s for s in self.signals if s.id != signal.id]
+        self.record(row)
+        self.apply(row)
+        self.after_ack(ack)
+
+    # -- capabilities ----------------------------------------------------------------
+    async def heartbeat(self, ctx: ExecutionContext, value: Any) -> None:
+        cap_timeout = ctx.heartbeat_timeout
+        now = self.now()
+        ctx.last_heartbeat_at = now
+        if self.heartbeat_written is not None and cap_timeout is not None:
+            last_value, written_at = self.heartbeat_written
+            if last_value == value and now - written_at < cap_timeout / 3:
+                return
+        lease = cap_timeout or self.engine.lease
+        ack = await self.journal.record_heartbeat(self.instance_id, self.token, value, now,
+                                                  now + lease)
+        self.heartbeat_written = (value, now)
+        self.after_ack(ack)
+
+    async def write_stream(self, stream: Stream, value: BaseModel) -> bool:
+        payload = value.model_dump(mode="json")
+        size = len(value.model_dump_json())
+        return await self.journal.write_stream(self.instance_id, stream.name, payload, size,
+                                               stream.max_bytes, self.now())
+
+    async def execute(self, node: StepNode, scope: int, capability: Capability,
+                      kind: StepKind = StepKind.STEP) -> StepRow:
+        """Run the next try of ``capability`` at (node, scope) and commit its row.
+
+        Returns the committed row (success, or failure with ``final``/``next_try_at``).
+        """
+        previous = self.found(node.index, scope, kind)
+        try_number = len(previous) + 1
+        opts = capability.options
+        hb_timeout = opts.heartbeat_timeout
+        first_start = previous[0].started_at if previous else None
+        checkpoint = None
+        if hb_timeout is not None and kind is StepKind.STEP:
+            beat = await self.journal.last_heartbeat(self.instance_id, node.index, scope)
+            checkpoint = beat.value if beat is not None else None
+            ack = await self.journal.start_attempt(self.instance_id, self.token, node.index,
+                                                   scope, try_number, self.now(),
+                                                   self.now() + hb_timeout)
+            self.after_ack(ack)
+        started = self.now()
+        ctx = ExecutionContext(self, step_id=node.index, scope=scope, attempt=try_number,
+                               recovery_error=self.recovery, checkpoint=checkpoint,
+                               heartbeat_timeout=hb_timeout)
+        self.heartbeat_written = None
+        self.attempts += 1
+        error_type: str | None = None
+        detail = ""
+        decision: Fail | Complete | None = None
+        try:
+            decision = await self.engine.call_with_limits(capability, ctx, opts, self)
+        except asyncio.CancelledError:
+            raise
+        except _CapabilityTimeout as exc:
+            error_type, detail = exc.kind, str(exc)
+        except Exception as exc:  # noqa: BLE001 - any exception is a failed try
+            error_type, detail = type(exc).__name__, str(exc) or repr(exc)
+        now = self.now()
+        if error_type is None:
+            values = dict(ctx.puts)
+            if isinstance(decision, Fail):
+                values[DECISION_KEY] = {"fail": {"code": decision.code,
+                                                 "message": decision.message,
+                                                 "details": decision.details}}
+            elif isinstance(decision, Complete):
+                values[DECISION_KEY] = {"complete": _jsonable(decision.result)}
+            row = StepRow(self.instance_id, node.index, scope, kind, capability.id,
+                          Outcome.SUCCESS, started, now, try_number=try_number, values=values)
+        else:
+            policy = opts.retry if kind is StepKind.STEP else None
+            next_try_at = None
+            if policy is not None:
+                delay = policy.delay_after(try_number)
+                elapsed = (now + delay) - (first_start or started)
+                if policy.allows_another(try_number, error_type, elapsed):
+                    next_try_at = now + delay
+            row = StepRow(self.instance_id, node.index, scope, kind, capability.id,
+                          Outcome.FAILURE, started, now, try_number=try_number,
+                          error_type=error_type, error_detail=detail[:2000],
+                          final=next_try_at is None, next_try_at=next_try_at)
+            log.info("instance %s: %s try %d failed: %s: %s", self.instance_id,
+                     capability.id, try_number, error_type, detail)
+        ack = await self.journal.commit_step(self.token, row, self.lease_until(),
+                                             reviews=ctx.reviews or None)
+        self.record(row)
+        self.after_ack(ack)
+        return row
+
+    def decided(self, row: StepRow) -> None:
+        """Act on a Fail/Complete decision a capability returned (recorded in its row)."""
+        decision = row.values.get(DECISION_KEY)
+        if not decision:
+            return
+        if "fail" in decision:
+            f = decision["fail"]
+            raise _Interrupt(InstanceState.FAILED,
+                             FlowFailure(f["code"], f["message"], f.get("details") or {}))
+        raise _Interrupt(InstanceState.COMPLETED, result=decision["complete"])
+
+    def lost_attempt(self, node: StepNode, scope: int) -> bool:
+        """True when this claim found a heartbeating try at (node, scope) in flight whose
+        holder is gone (its lease expired): it is recorded as failed."""
+        inst = self.instance
+        tries = len(self.found(node.index, scope))
+        return (inst.attempt_step_id == node.index and inst.attempt_scope == scope
+                and inst.attempt_try == tries + 1)
+
+    async def record_lost(self, node: StepNode, scope: int) -> StepRow:
+        capability = node.capability
+        previous = self.found(node.index, scope)
+        try_number = len(previous) + 1
+        started = self.instance.attempt_started_at or self.now()
+        first_start = previous[0].started_at if previous else started
+        now = self.now()
+        policy = capability.options.retry
+        next_try_at = None
+        detail = (f"no heartbeat from try {try_number} since "
+                  f"{(self.instance.heartbeat_at or started).isoformat()}")
+        if policy is not None:
+            delay = policy.delay_after(try_number)
+            if policy.allows_another(try_number, "heartbeat_timeout",
+                                     (now + delay) - first_start):
+                next_try_at = now + delay
+        row = StepRow(self.instance_id, node.index, scope, StepKind.STEP, capability.id,
+                      Outcome.FAILURE, started, now, try_number=try_number,
+                      error_type="heartbeat_timeout", error_detail=detail,
+                      final=next_try_at is None, next_try_at=next_try_at)
+        ack = await self.journal.commit_step(self.token, row, self.lease_until())
+        self.instance = replace(self.instance, attempt_step_id=None, attempt_scope=None,
+                                attempt_try=None)
+        self.record(row)
+        self.after_ack(ack)
+        return row
+
+
+class _CapabilityTimeout(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return value
+
+
+__all__ += ["_CapabilityTimeout", "_Interrupt", "_Park", "DECISION_KEY"]

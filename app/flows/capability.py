@@ -1,0 +1,244 @@
+"""Capabilities: the units of work a flow runs, and what they see while running.
+
+A capability is a class with a stable ``id``; its ``execute`` is async, reads the instance's
+input and state bag through a :class:`StepContext`, and puts typed values (pydantic models)
+back. It returns ``None`` to continue, or a :class:`Decision` (outcomes are data): ``Fail``
+ends the flow with a business error, ``Complete`` ends it early with a result. Raising an
+exception is a *failure* of the call, handled by the capability's retry policy.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, ClassVar, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+from app.flows.durations import RetryPolicy
+
+__all__ = [
+    "Bag",
+    "Capability",
+    "CapabilityOptions",
+    "Complete",
+    "Decision",
+    "Fail",
+    "RecoveryError",
+    "Signal",
+    "StepContext",
+    "Stream",
+    "bag_key",
+]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def bag_key(model: type[BaseModel]) -> str:
+    """The state-bag key of a model type: its ``bag_key`` class attribute, else its name."""
+    return str(getattr(model, "bag_key", None) or model.__name__)
+
+
+@dataclass(frozen=True)
+class CapabilityOptions:
+    """Timeouts and retries of a capability. Every duration is a ``timedelta``.
+
+    Attributes:
+        execute_timeout: bound on one try; the engine cancels the try at this point
+            (error type ``execute_timeout``). Default 30 s.
+        heartbeat_timeout: None (default) for no heartbeats; otherwise at least 10 s. A try
+            that records no heartbeat for this long is declared lost by any node's sweep
+            (error type ``heartbeat_timeout``) and retried from its checkpoint.
+        retry: None (default) for a single try; else the :class:`RetryPolicy`.
+        poll_interval: declared by heartbeating capabilities that loop in-process; used by
+            the rule ``heartbeat.window_too_small``.
+        call_timeout: the capability's own timeout on one outbound call (same rule).
+    """
+
+    execute_timeout: timedelta = timedelta(seconds=30)
+    heartbeat_timeout: timedelta | None = None
+    retry: RetryPolicy | None = None
+    poll_interval: timedelta | None = None
+    call_timeout: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if self.execute_timeout <= timedelta(0):
+            raise ValueError("execute_timeout must be positive")
+        if self.heartbeat_timeout is not None and self.heartbeat_timeout < timedelta(seconds=10):
+            raise ValueError("heartbeat_timeout must be at least 10 seconds")
+
+
+@dataclass(frozen=True)
+class Fail:
+    """Decision: fail the flow now with a business error (no retry).
+
+    Attributes:
+        code: stable error code, e.g. ``job.failed``.
+        message: human-readable sentence.
+    """
+
+    code: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Complete:
+    """Decision: complete the flow now with ``result`` (a JSON-able value or model)."""
+
+    result: Any
+
+
+Decision = Fail | Complete
+
+
+@dataclass(frozen=True)
+class RecoveryError:
+    """What a failure route's capabilities see: the failure that exhausted the retries.
+
+    Attributes:
+        error_type: exception class name, or ``execute_timeout`` / ``heartbeat_timeout``.
+        detail: the error's text.
+        attempt: the try that failed last (1-based).
+    """
+
+    error_type: str
+    detail: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A named, typed message an instance can receive over HTTP.
+
+    Attributes:
+        name: stable name, e.g. ``ocr.completed`` (also the route segment).
+        model: pydantic model the payload must validate against.
+    """
+
+    name: str
+    model: type[BaseModel]
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A best-effort, ordered, size-bounded progress channel of an instance.
+
+    Attributes:
+        name: stream name (route segment), e.g. ``JobProgress``.
+        model: pydantic model of each message.
+        max_bytes: bound on the stream's total JSON size; a write past it is dropped and
+            reported False (the stream is best effort; durable state lives elsewhere).
+    """
+
+    name: str
+    model: type[BaseModel]
+    max_bytes: int = 1 << 20
+
+
+class Bag(Protocol):
+    """Read-only view of an instance: its input and its state bag."""
+
+    @property
+    def input(self) -> Any: ...
+
+    @property
+    def instance_id(self) -> str: ...
+
+    def get(self, model: type[M]) -> M:
+        """The value of ``model``'s type. Raises KeyError when no node put it."""
+        ...
+
+    def find(self, model: type[M]) -> M | None:
+        """The value of ``model``'s type, or None."""
+        ...
+
+
+class StepContext(Bag, Protocol):
+    """What a capability sees while it runs (implemented by the engine)."""
+
+    @property
+    def attempt(self) -> int:
+        """1-based try number under the retry policy."""
+        ...
+
+    @property
+    def scope(self) -> int:
+        """Attempt number inside a poll (0-based); 0 elsewhere."""
+        ...
+
+    @property
+    def now(self) -> datetime:
+        """The engine clock's instant (aware UTC)."""
+        ...
+
+    @property
+    def recovery_error(self) -> RecoveryError | None:
+        """Set inside a failure route; None elsewhere."""
+        ...
+
+    def put(self, value: BaseModel) -> None:
+        """Put ``value`` in the state bag (committed with this step's journal row)."""
+        ...
+
+    def request_review(self, subject: str, reason: str, details: dict[str, Any] | None = None
+                       ) -> None:
+        """Queue an item for human review (committed with this step's journal row)."""
+        ...
+
+    async def heartbeat(self, value: Any = None) -> None:
+        """Record liveness and a checkpoint value; renews the lease."""
+        ...
+
+    def last_heartbeat_value(self, model: type[M]) -> M | None:
+        """The checkpoint the previous try of this step recorded, or None."""
+        ...
+
+    async def write(self, stream: Stream, value: BaseModel) -> bool:
+        """Append a stream message (best effort). Returns False when dropped at the bound."""
+        ...
+
+    async def sleep(self, delay: timedelta) -> None:
+        """Wait on the engine clock (virtual in tests)."""
+        ...
+
+    def fail(self, code: str, message: str, **details: Any) -> Fail:
+        """Build a :class:`Fail` decision to return."""
+        ...
+
+    def complete(self, result: Any) -> Complete:
+        """Build a :class:`Complete` decision to return."""
+        ...
+
+
+class Capability(ABC):
+    """Base class of capabilities.
+
+    Subclasses set the class attributes and implement :meth:`execute`.
+
+    Attributes:
+        id: stable id, e.g. ``ocr.status`` (journal rows carry it).
+        idempotent: True when running it twice has the effect of running it once; a poll's
+            body must be (rule ``poll.body_not_idempotent``).
+        reads: bag types it reads (checked against earlier puts at registration).
+        puts: bag types it puts.
+        options: timeouts and retry policy.
+    """
+
+    id: ClassVar[str] = ""
+    idempotent: ClassVar[bool] = False
+    reads: ClassVar[tuple[type[BaseModel], ...]] = ()
+    puts: ClassVar[tuple[type[BaseModel], ...]] = ()
+    options: ClassVar[CapabilityOptions] = CapabilityOptions()
+
+    @abstractmethod
+    async def execute(self, ctx: StepContext) -> Decision | None:
+        """Run once. Return None to continue, or a Decision.
+
+        Raises:
+            Exception: any exception is a failed try (its class name is the error type).
+        """
+
+    def __repr__(self) -> str:
+        return f"<capability {self.id}>"
