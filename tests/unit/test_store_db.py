@@ -1,0 +1,109 @@
+"""URL normalisation, SQLite connection setup, and the store package's exports."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from sqlalchemy import text
+
+import app.store
+from app.store.db import READ_ONLY, async_url, make_async_engine, sync_url
+
+
+@pytest.mark.parametrize(
+    ("given", "expected_async", "expected_sync"),
+    [
+        ("sqlite:///flowpark.db", "sqlite+aiosqlite:///flowpark.db", "sqlite:///flowpark.db"),
+        ("sqlite+aiosqlite:////tmp/x.db", "sqlite+aiosqlite:////tmp/x.db", "sqlite:////tmp/x.db"),
+        (
+            "postgresql://u:p@db:5432/fp",
+            "postgresql+psycopg://u:p@db:5432/fp",
+            "postgresql+psycopg://u:p@db:5432/fp",
+        ),
+        (
+            "postgres://u@db/fp",
+            "postgresql+psycopg://u@db/fp",
+            "postgresql+psycopg://u@db/fp",
+        ),
+        (
+            "postgresql+asyncpg://u@db/fp",
+            "postgresql+psycopg://u@db/fp",
+            "postgresql+psycopg://u@db/fp",
+        ),
+    ],
+)
+def test_urls_get_flowparks_drivers(given: str, expected_async: str, expected_sync: str) -> None:
+    assert async_url(given) == expected_async
+    assert sync_url(given) == expected_sync
+
+
+def test_other_databases_are_refused() -> None:
+    with pytest.raises(ValueError, match="unsupported"):
+        sync_url("mysql://u@db/fp")
+    with pytest.raises(ValueError, match="in-memory"):
+        make_async_engine("sqlite://")
+
+
+async def test_sqlite_connections_use_wal_and_a_busy_timeout(sqlite_url: str) -> None:
+    engine = make_async_engine(sqlite_url)
+    try:
+        async with engine.connect() as conn:
+            mode = (await conn.execute(text("PRAGMA journal_mode"))).scalar_one()
+            busy = (await conn.execute(text("PRAGMA busy_timeout"))).scalar_one()
+            sync = (await conn.execute(text("PRAGMA synchronous"))).scalar_one()
+    finally:
+        await engine.dispose()
+    assert (mode, busy, sync) == ("wal", 30000, 1)  # 1 = NORMAL
+
+
+def _try_write_lock(path: str) -> bool:
+    """Whether another connection can take SQLite's write lock right now (no waiting)."""
+    probe = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError as exc:
+        assert "locked" in str(exc)
+        return False
+    finally:
+        probe.close()
+
+
+async def test_sqlite_write_transactions_begin_immediate(sqlite_url: str) -> None:
+    """A write transaction holds the write lock from its BEGIN, even before it writes; a
+    read-only transaction (``READ_ONLY``) takes no write lock."""
+    path = sqlite_url.removeprefix("sqlite:///")
+    engine = make_async_engine(sqlite_url)
+    try:
+        async with engine.connect() as reader_conn:
+            reader = await reader_conn.execution_options(**READ_ONLY)
+            await reader.execute(text("SELECT 1"))
+            assert reader.in_transaction()
+            assert _try_write_lock(path)
+            await reader.rollback()
+        async with engine.connect() as writer:
+            await writer.execute(text("SELECT 1"))
+            assert writer.in_transaction()
+            assert not _try_write_lock(path)
+            await writer.rollback()
+        assert _try_write_lock(path)
+    finally:
+        await engine.dispose()
+
+
+def test_store_exports_are_pinned() -> None:
+    assert app.store.__all__ == sorted(app.store.__all__)
+    assert app.store.__all__ == [
+        "JournalConflict",
+        "SqlJournal",
+        "UtcDateTime",
+        "check_schema_at_head",
+        "current_revision",
+        "downgrade",
+        "head_revision",
+        "make_async_engine",
+        "sync_url",
+        "upgrade",
+    ]
