@@ -1,0 +1,267 @@
+"""flowpark's tables (SQLModel definitions; table and column names are public).
+
+Every ``*_at`` column is a :class:`~app.store.types.UtcDateTime` (aware UTC in Python).
+JSON columns store SQL NULL for ``None``. Constraint and index names are explicit so that
+migrations and autogenerate agree on every backend.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+    text,
+)
+from sqlmodel import Field, SQLModel
+
+from app.store.types import UtcDateTime
+
+__all__ = [
+    "ACTIVE_STATES",
+    "FlowHeartbeatRow",
+    "FlowInstanceRow",
+    "FlowSignalRow",
+    "FlowStepRow",
+    "FlowStreamRow",
+    "IdempotencyRecordRow",
+    "OutboxEventRow",
+    "ReviewItemRow",
+    "metadata",
+]
+
+#: Instance states that hold an instance key and may be claimed.
+ACTIVE_STATES = ("running", "suspended")
+
+metadata = SQLModel.metadata
+
+# A 64-bit sequence that is still SQLite's INTEGER PRIMARY KEY (rowid alias, autoincrement).
+Sequence64 = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def _json(name: str, *, nullable: bool = True) -> Any:
+    return Field(default=None, sa_column=Column(name, JSON(none_as_null=True), nullable=nullable))
+
+
+def _instant(name: str, *, nullable: bool = True) -> Any:
+    return Field(default=None, sa_column=Column(name, UtcDateTime(), nullable=nullable))
+
+
+def _str(name: str, *, nullable: bool = True, primary_key: bool = False) -> Any:
+    return Field(
+        default=None,
+        sa_column=Column(name, String(), nullable=nullable, primary_key=primary_key),
+    )
+
+
+def _int(name: str, *, nullable: bool = True) -> Any:
+    return Field(default=None, sa_column=Column(name, Integer(), nullable=nullable))
+
+
+def _sequence() -> Any:
+    return Field(
+        default=None,
+        sa_column=Column("sequence", Sequence64, primary_key=True, autoincrement=True),
+    )
+
+
+class FlowInstanceRow(SQLModel, table=True):
+    """``flow_instance``: one row per instance (see ``InstanceRecord`` for the meaning)."""
+
+    __tablename__ = "flow_instance"
+    __table_args__ = (
+        Index(
+            "ix_flow_instance_wake_suspended",
+            "wake_at",
+            sqlite_where=text("state = 'suspended'"),
+            postgresql_where=text("state = 'suspended'"),
+        ),
+        Index(
+            "ix_flow_instance_lease_running",
+            "lease_expires_at",
+            sqlite_where=text("state = 'running'"),
+            postgresql_where=text("state = 'running'"),
+        ),
+        Index(
+            "uq_flow_instance_active_key",
+            "flow_name",
+            "instance_key",
+            unique=True,
+            sqlite_where=text("instance_key IS NOT NULL AND state IN ('running', 'suspended')"),
+            postgresql_where=text("instance_key IS NOT NULL AND state IN ('running', 'suspended')"),
+        ),
+    )
+
+    id: str = _str("id", nullable=False, primary_key=True)
+    flow_name: str = _str("flow_name", nullable=False)
+    flow_version: str = _str("flow_version", nullable=False)
+    state: str = _str("state", nullable=False)
+    input: dict[str, Any] | None = _json("input")
+    created_at: datetime = _instant("created_at", nullable=False)
+    updated_at: datetime = _instant("updated_at", nullable=False)
+    deadline_at: datetime | None = _instant("deadline_at")
+    wake_at: datetime | None = _instant("wake_at")
+    wake_step_id: int | None = _int("wake_step_id")
+    wake_scope: int | None = _int("wake_scope")
+    lease_owner: str | None = _str("lease_owner")
+    lease_expires_at: datetime | None = _instant("lease_expires_at")
+    fencing_token: int = Field(
+        default=0,
+        sa_column=Column(
+            "fencing_token", BigInteger(), nullable=False, default=0, server_default=text("0")
+        ),
+    )
+    ending: str | None = _str("ending")
+    cancel_requested: bool = Field(
+        default=False,
+        sa_column=Column(
+            "cancel_requested", Boolean(), nullable=False, default=False, server_default=false()
+        ),
+    )
+    result: Any = _json("result")
+    error_code: str | None = _str("error_code")
+    error_message: str | None = Field(default=None, sa_column=Column("error_message", Text()))
+    error_details: dict[str, Any] | None = _json("error_details")
+    instance_key: str | None = _str("instance_key")
+    attempt_step_id: int | None = _int("attempt_step_id")
+    attempt_scope: int | None = _int("attempt_scope")
+    attempt_try: int | None = _int("attempt_try")
+    attempt_started_at: datetime | None = _instant("attempt_started_at")
+    heartbeat_at: datetime | None = _instant("heartbeat_at")
+    heartbeat_value: Any = _json("heartbeat_value")
+
+
+class FlowStepRow(SQLModel, table=True):
+    """``flow_step``: the append-only journal (see ``StepRow``)."""
+
+    __tablename__ = "flow_step"
+    __table_args__ = (
+        UniqueConstraint(
+            "instance_id", "step_id", "scope", "kind", "try_number", name="uq_flow_step_execution"
+        ),
+        Index("ix_flow_step_instance_id", "instance_id"),
+    )
+
+    sequence: int | None = _sequence()
+    instance_id: str = _str("instance_id", nullable=False)
+    step_id: int = _int("step_id", nullable=False)
+    scope: int = _int("scope", nullable=False)
+    kind: str = _str("kind", nullable=False)
+    capability_id: str = _str("capability_id", nullable=False)
+    outcome: str = _str("outcome", nullable=False)
+    try_number: int = _int("try_number", nullable=False)
+    step_values: dict[str, Any] | None = _json("values")
+    error_type: str | None = _str("error_type")
+    error_detail: str | None = Field(default=None, sa_column=Column("error_detail", Text()))
+    final: bool = Field(
+        default=False,
+        sa_column=Column("final", Boolean(), nullable=False, default=False, server_default=false()),
+    )
+    next_try_at: datetime | None = _instant("next_try_at")
+    started_at: datetime = _instant("started_at", nullable=False)
+    committed_at: datetime = _instant("committed_at", nullable=False)
+
+
+class FlowSignalRow(SQLModel, table=True):
+    """``flow_signal``: delivered signals; ``sequence`` is the arrival order."""
+
+    __tablename__ = "flow_signal"
+    __table_args__ = (
+        UniqueConstraint("id", name="uq_flow_signal_id"),
+        UniqueConstraint("instance_id", "idempotency_key", name="uq_flow_signal_idempotency"),
+        Index("ix_flow_signal_instance_id", "instance_id"),
+    )
+
+    sequence: int | None = _sequence()
+    id: str = _str("id", nullable=False)
+    instance_id: str = _str("instance_id", nullable=False)
+    name: str = _str("name", nullable=False)
+    payload: dict[str, Any] | None = _json("payload")
+    idempotency_key: str | None = _str("idempotency_key")
+    received_at: datetime = _instant("received_at", nullable=False)
+    taken_at: datetime | None = _instant("taken_at")
+    taken_step_id: int | None = _int("taken_step_id")
+
+
+class IdempotencyRecordRow(SQLModel, table=True):
+    """``idempotency_record``: which instance a start's idempotency key created."""
+
+    __tablename__ = "idempotency_record"
+    __table_args__ = (PrimaryKeyConstraint("flow_name", "key", name="pk_idempotency_record"),)
+
+    flow_name: str = _str("flow_name", nullable=False)
+    key: str = _str("key", nullable=False)
+    request_hash: str | None = _str("request_hash")
+    instance_id: str = _str("instance_id", nullable=False)
+    created_at: datetime = _instant("created_at", nullable=False)
+
+
+class OutboxEventRow(SQLModel, table=True):
+    """``outbox_event``: domain events written by emit nodes, for a publisher to relay."""
+
+    __tablename__ = "outbox_event"
+    __table_args__ = (UniqueConstraint("id", name="uq_outbox_event_id"),)
+
+    sequence: int | None = _sequence()
+    id: str = _str("id", nullable=False)
+    instance_id: str = _str("instance_id", nullable=False)
+    name: str = _str("name", nullable=False)
+    payload: dict[str, Any] | None = _json("payload")
+    created_at: datetime = _instant("created_at", nullable=False)
+    published_at: datetime | None = _instant("published_at")
+
+
+class ReviewItemRow(SQLModel, table=True):
+    """``review_item``: the human review queue."""
+
+    __tablename__ = "review_item"
+    __table_args__ = (UniqueConstraint("id", name="uq_review_item_id"),)
+
+    sequence: int | None = _sequence()
+    id: str = _str("id", nullable=False)
+    instance_id: str = _str("instance_id", nullable=False)
+    subject: str = _str("subject", nullable=False)
+    reason: str = Field(default=None, sa_column=Column("reason", Text(), nullable=False))
+    details: dict[str, Any] | None = _json("details")
+    created_at: datetime = _instant("created_at", nullable=False)
+
+
+class FlowHeartbeatRow(SQLModel, table=True):
+    """``flow_heartbeat``: the latest checkpoint of each (instance, step, scope)."""
+
+    __tablename__ = "flow_heartbeat"
+    __table_args__ = (
+        PrimaryKeyConstraint("instance_id", "step_id", "scope", name="pk_flow_heartbeat"),
+    )
+
+    instance_id: str = _str("instance_id", nullable=False)
+    step_id: int = _int("step_id", nullable=False)
+    scope: int = _int("scope", nullable=False)
+    try_number: int = _int("try_number", nullable=False)
+    value: Any = _json("value")
+    recorded_at: datetime = _instant("recorded_at", nullable=False)
+
+
+class FlowStreamRow(SQLModel, table=True):
+    """``flow_stream``: best-effort, size-bounded progress messages."""
+
+    __tablename__ = "flow_stream"
+    __table_args__ = (Index("ix_flow_stream_read", "instance_id", "stream", "sequence"),)
+
+    sequence: int | None = _sequence()
+    instance_id: str = _str("instance_id", nullable=False)
+    stream: str = _str("stream", nullable=False)
+    payload: Any = _json("payload")
+    size: int = _int("size", nullable=False)
+    created_at: datetime = _instant("created_at", nullable=False)
