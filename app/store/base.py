@@ -1,0 +1,101 @@
+"""Transactions and driver-error translation shared by the store's repositories."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import datetime
+
+from sqlalchemy import literal
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, StatementError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.elements import ColumnElement
+
+from app.errors import FlowparkError, StoreUnavailable
+from app.store.db import READ_ONLY
+from app.store.types import UtcDateTime
+
+__all__ = ["JournalConflict", "SqlBase", "instant"]
+
+
+class JournalConflict(FlowparkError):
+    """A write contradicts the journal: a duplicate execution row, a signal already taken,
+    a heartbeat with no attempt in flight, or a duplicate id. Nothing was written.
+
+    Code ``store.journal_conflict``; it signals an engine bug, never a user error.
+    """
+
+    code = "store.journal_conflict"
+
+
+def instant(value: datetime) -> ColumnElement[datetime]:
+    """A bound instant usable inside SQL expressions (``CASE``/``COALESCE``), typed UTC."""
+    return literal(value, UtcDateTime())
+
+
+class SqlBase:
+    """Holds the engine and opens the store's transactions.
+
+    Args:
+        engine: an engine from :func:`app.store.db.make_async_engine` (SQLite file or
+            PostgreSQL, migrated to head).
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._dialect = engine.dialect.name
+        read_options: dict[str, object] = dict(READ_ONLY)
+        if self._dialect == "postgresql":
+            # several SELECTs in one read (load) must see one snapshot
+            read_options["isolation_level"] = "REPEATABLE READ"
+        self._read_engine = engine.execution_options(**read_options)
+        # SQLite has one write lock per file: queue this process's writers on an asyncio
+        # lock instead of letting them poll SQLite's busy handler (which sleeps up to 100 ms
+        # between tries). Other processes still wait through busy_timeout.
+        self._write_lock = asyncio.Lock() if self._dialect == "sqlite" else None
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine this store writes through."""
+        return self._engine
+
+    @property
+    def is_postgresql(self) -> bool:
+        """Whether the store is PostgreSQL (claims use ``FOR UPDATE SKIP LOCKED``)."""
+        return self._dialect == "postgresql"
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[AsyncConnection]:
+        """One write transaction (``BEGIN IMMEDIATE`` on SQLite); rolled back on any error.
+
+        Raises:
+            StoreUnavailable: the database could not be reached or stayed locked
+                (code ``store.unavailable``).
+            ValueError: a naive datetime was passed where an instant is required.
+        """
+        try:
+            async with AsyncExitStack() as stack:
+                if self._write_lock is not None:
+                    await stack.enter_async_context(self._write_lock)
+                conn = await stack.enter_async_context(self._engine.begin())
+                yield conn
+        except (OperationalError, InterfaceError) as exc:
+            raise StoreUnavailable(f"database error: {exc.orig}") from exc
+        except StatementError as exc:
+            if not isinstance(exc, DBAPIError) and isinstance(exc.orig, ValueError):
+                raise exc.orig from exc
+            raise
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[AsyncConnection]:
+        """One read-only transaction (one snapshot); same errors as :meth:`_write`."""
+        try:
+            async with self._read_engine.begin() as conn:
+                yield conn
+        except (OperationalError, InterfaceError) as exc:
+            raise StoreUnavailable(f"database error: {exc.orig}") from exc
+        except StatementError as exc:
+            if not isinstance(exc, DBAPIError) and isinstance(exc.orig, ValueError):
+                raise exc.orig from exc
+            raise

@@ -1,0 +1,176 @@
+"""Claims: leasing instances to a node (the sweep, a targeted claim, a cancel request).
+
+Each claim is one guarded ``UPDATE ... RETURNING``: the check and the mark are one statement,
+so two nodes never lease the same instance. A claim increments the fencing token.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, case, func, or_, select, tuple_, update
+from sqlalchemy.sql.elements import ColumnElement
+
+from app.engine.journal import CancelAck, Claim, InstanceState
+from app.errors import InstanceEnded, InstanceNotFound
+from app.store.base import SqlBase
+from app.store.mapping import INSTANCE
+from app.store.tables import ACTIVE_STATES
+
+__all__ = ["SqlClaims", "claim_values", "claimable"]
+
+_RUNNING = InstanceState.RUNNING.value
+_SUSPENDED = InstanceState.SUSPENDED.value
+
+
+def claimable(now: datetime, *, due_only: bool) -> ColumnElement[bool]:
+    """Suspended (with ``wake_at <= now`` when ``due_only``) or running with an expired
+    lease (``lease_expires_at < now``)."""
+    suspended = INSTANCE.c.state == _SUSPENDED
+    if due_only:
+        suspended = and_(suspended, INSTANCE.c.wake_at <= now)
+    expired = and_(INSTANCE.c.state == _RUNNING, INSTANCE.c.lease_expires_at < now)
+    return or_(suspended, expired)
+
+
+def claim_values(owner: str, now: datetime, lease_until: datetime) -> dict[str, Any]:
+    """The columns a claim sets: running, leased to ``owner`` until ``lease_until``, token+1."""
+    return {
+        "state": _RUNNING,
+        "lease_owner": owner,
+        "lease_expires_at": lease_until,
+        "fencing_token": INSTANCE.c.fencing_token + 1,
+        "updated_at": now,
+    }
+
+
+class SqlClaims(SqlBase):
+    """Claim operations of :class:`app.store.sql_journal.SqlJournal`."""
+
+    async def claim(
+        self, instance_id: str, owner: str, now: datetime, lease_until: datetime
+    ) -> Claim | None:
+        """Lease one instance if it is suspended (whatever its ``wake_at``) or running with
+        an expired lease (``lease_expires_at < now``); None otherwise.
+
+        Sets ``state=running``, the owner and expiry, and increments the fencing token.
+        """
+        stmt = (
+            update(INSTANCE)
+            .where(INSTANCE.c.id == instance_id, claimable(now, due_only=False))
+            .values(**claim_values(owner, now, lease_until))
+            .returning(INSTANCE.c.id, INSTANCE.c.fencing_token)
+        )
+        async with self._write() as conn:
+            row = (await conn.execute(stmt)).first()
+        return Claim(row.id, row.fencing_token) if row is not None else None
+
+    async def claim_due(
+        self,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+        runnable: list[tuple[str, str]],
+    ) -> list[Claim]:
+        """Atomically lease up to ``limit`` due instances of runnable flow versions.
+
+        Due: suspended with ``wake_at <= now``, or running with ``lease_expires_at < now``.
+        One ``UPDATE ... WHERE id IN (SELECT ... LIMIT n [FOR UPDATE SKIP LOCKED])
+        RETURNING`` statement, earliest due instant first, so two sweeps never claim the
+        same instance.
+
+        Args:
+            owner: the claiming node.
+            now: the engine clock's instant (aware UTC).
+            lease_until: the new lease expiry.
+            limit: at most this many claims.
+            runnable: ``(flow_name, flow_version)`` pairs this node can run; empty -> [].
+
+        Returns:
+            The claims, earliest wake first.
+        """
+        if not runnable or limit <= 0:
+            return []
+        due_at = case(
+            (INSTANCE.c.state == _SUSPENDED, INSTANCE.c.wake_at), else_=INSTANCE.c.lease_expires_at
+        )
+        pick = (
+            select(INSTANCE.c.id)
+            .where(
+                claimable(now, due_only=True),
+                tuple_(INSTANCE.c.flow_name, INSTANCE.c.flow_version).in_(runnable),
+            )
+            .order_by(due_at, INSTANCE.c.id)
+            .limit(limit)
+        )
+        if self.is_postgresql:
+            pick = pick.with_for_update(skip_locked=True)
+        stmt = (
+            update(INSTANCE)
+            .where(INSTANCE.c.id.in_(pick.scalar_subquery()))
+            .values(**claim_values(owner, now, lease_until))
+            .returning(INSTANCE.c.id, INSTANCE.c.fencing_token, INSTANCE.c.wake_at)
+        )
+        async with self._write() as conn:
+            rows = (await conn.execute(stmt)).all()
+        rows.sort(key=lambda r: (r.wake_at is not None, r.wake_at or now, r.id))
+        return [Claim(r.id, r.fencing_token) for r in rows]
+
+    async def count_not_runnable(self, now: datetime, runnable: list[tuple[str, str]]) -> int:
+        """Count due instances whose ``(flow_name, flow_version)`` is not in ``runnable``."""
+        query = select(func.count()).select_from(INSTANCE).where(claimable(now, due_only=True))
+        if runnable:
+            query = query.where(
+                ~tuple_(INSTANCE.c.flow_name, INSTANCE.c.flow_version).in_(runnable)
+            )
+        async with self._read() as conn:
+            return int((await conn.execute(query)).scalar_one())
+
+    async def request_cancel(
+        self, instance_id: str, owner: str, now: datetime, lease_until: datetime
+    ) -> CancelAck:
+        """Set the cancel flag; claim the instance when nobody holds a live lease.
+
+        A suspended instance, or a running one whose lease expired (``lease_expires_at <
+        now``), is claimed for ``owner`` in the same statement: the caller runs the unwind.
+
+        Returns:
+            ``CancelAck(state=running, claim=Claim)`` when claimed, else
+            ``CancelAck(state=running, claim=None)`` (the lease holder will see the flag).
+
+        Raises:
+            InstanceNotFound: no such instance (code ``instance_not_found``).
+            InstanceEnded: the instance has ended (code ``instance_ended``).
+        """
+        async with self._write() as conn:
+            claimed = (
+                await conn.execute(
+                    update(INSTANCE)
+                    .where(INSTANCE.c.id == instance_id, claimable(now, due_only=False))
+                    .values(cancel_requested=True, **claim_values(owner, now, lease_until))
+                    .returning(INSTANCE.c.fencing_token)
+                )
+            ).first()
+            if claimed is not None:
+                claim = Claim(instance_id, claimed.fencing_token)
+                return CancelAck(state=InstanceState.RUNNING, claim=claim)
+            flagged = (
+                await conn.execute(
+                    update(INSTANCE)
+                    .where(INSTANCE.c.id == instance_id, INSTANCE.c.state.in_(ACTIVE_STATES))
+                    .values(cancel_requested=True, updated_at=now)
+                    .returning(INSTANCE.c.state)
+                )
+            ).first()
+            if flagged is not None:
+                return CancelAck(state=InstanceState(flagged.state))
+            state = (
+                await conn.execute(select(INSTANCE.c.state).where(INSTANCE.c.id == instance_id))
+            ).scalar_one_or_none()
+        if state is None:
+            raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
+        raise InstanceEnded(
+            f"instance {instance_id!r} has ended ({state})", instance_id=instance_id, state=state
+        )

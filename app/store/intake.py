@@ -1,0 +1,257 @@
+"""Writes that come from outside a lease: starts, signal deliveries, stream messages."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, insert, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.engine.journal import InstanceRecord, InstanceState, NewInstance, SignalRecord
+from app.errors import IdempotencyKeyReused, InstanceEnded, InstanceKeyInUse, InstanceNotFound
+from app.store.base import JournalConflict, SqlBase
+from app.store.mapping import (
+    IDEMPOTENCY,
+    INSTANCE,
+    SIGNAL,
+    STREAM,
+    instance_from_row,
+    instance_values,
+    signal_from_row,
+)
+from app.store.tables import ACTIVE_STATES
+
+__all__ = ["SqlIntake"]
+
+_ENDED = tuple(s.value for s in InstanceState if s.ended)
+
+
+class SqlIntake(SqlBase):
+    """Start, signal and stream operations of :class:`app.store.sql_journal.SqlJournal`."""
+
+    async def create_instance(self, new: NewInstance) -> tuple[InstanceRecord, bool]:
+        """Insert a running instance leased to ``new.lease_owner`` (fencing token 1) and its
+        idempotency record; or return the instance the idempotency key made.
+
+        Returns:
+            ``(record, created)``; ``created`` is False for an idempotent repeat.
+
+        Raises:
+            IdempotencyKeyReused: the key was used for this flow with another
+                ``request_hash`` (code ``idempotency_key_reused``).
+            InstanceKeyInUse: a running or suspended instance of the flow holds
+                ``instance_key`` (code ``instance_key_in_use``).
+            JournalConflict: the instance id exists already.
+        """
+        try:
+            async with self._write() as conn:
+                existing = await self._existing_start(conn, new)
+                if existing is not None:
+                    return existing, False
+                await conn.execute(insert(INSTANCE).values(instance_values(new)))
+                if new.idempotency_key is not None:
+                    await conn.execute(
+                        insert(IDEMPOTENCY).values(
+                            flow_name=new.flow_name,
+                            key=new.idempotency_key,
+                            request_hash=new.request_hash,
+                            instance_id=new.id,
+                            created_at=new.created_at,
+                        )
+                    )
+                row = (await conn.execute(select(INSTANCE).where(INSTANCE.c.id == new.id))).one()
+                return instance_from_row(row), True
+        except IntegrityError as exc:
+            # Lost a race with a concurrent start: judge against what the winner wrote.
+            async with self._read() as conn:
+                existing = await self._existing_start(conn, new, cause=exc)
+            if existing is not None:
+                return existing, False
+            raise JournalConflict(
+                f"cannot start instance {new.id!r}: {exc.orig}", instance_id=new.id
+            ) from exc
+
+    async def _existing_start(
+        self, conn: AsyncConnection, new: NewInstance, cause: BaseException | None = None
+    ) -> InstanceRecord | None:
+        """The instance an earlier start made for ``new``'s idempotency key, or None.
+
+        The instance-key holder is read *before* the idempotency record: a start writes
+        both in one transaction, so under READ COMMITTED a holder seen by the first
+        statement guarantees its idempotency record is seen by the second (the other order
+        could report ``InstanceKeyInUse`` for an idempotent repeat racing its original).
+
+        Raises:
+            IdempotencyKeyReused: the key was used with another ``request_hash``.
+            InstanceKeyInUse: an active instance holds the key and the idempotency key does
+                not name it.
+        """
+        holder = None
+        if new.instance_key is not None:
+            holder = (
+                await conn.execute(
+                    select(INSTANCE.c.id).where(
+                        INSTANCE.c.flow_name == new.flow_name,
+                        INSTANCE.c.instance_key == new.instance_key,
+                        INSTANCE.c.state.in_(ACTIVE_STATES),
+                    )
+                )
+            ).first()
+        if new.idempotency_key is not None:
+            record = (
+                await conn.execute(
+                    select(IDEMPOTENCY.c.request_hash, INSTANCE)
+                    .join(INSTANCE, INSTANCE.c.id == IDEMPOTENCY.c.instance_id)
+                    .where(
+                        IDEMPOTENCY.c.flow_name == new.flow_name,
+                        IDEMPOTENCY.c.key == new.idempotency_key,
+                    )
+                )
+            ).first()
+            if record is not None:
+                if record.request_hash != new.request_hash:
+                    raise IdempotencyKeyReused(
+                        f"idempotency key {new.idempotency_key!r} of flow {new.flow_name!r} "
+                        "was used with a different request",
+                        flow=new.flow_name,
+                        idempotency_key=new.idempotency_key,
+                        instance_id=record.id,
+                    ) from cause
+                return instance_from_row(record)
+        if holder is not None:
+            raise InstanceKeyInUse(
+                f"instance key {new.instance_key!r} of flow {new.flow_name!r} is held by "
+                f"instance {holder.id!r}",
+                flow=new.flow_name,
+                instance_key=new.instance_key,
+                instance_id=holder.id,
+            ) from cause
+        return None
+
+    async def deliver_signal(
+        self,
+        instance_id: str,
+        name: str,
+        payload: dict[str, Any],
+        idempotency_key: str | None,
+        now: datetime,
+        signal_id: str,
+    ) -> tuple[SignalRecord, bool]:
+        """Store a signal durably, in arrival order.
+
+        A repeat of ``(instance_id, idempotency_key)`` returns the first record and stores
+        nothing, even once the instance has ended (a retried delivery gets the first answer).
+
+        Returns:
+            ``(record, created)``.
+
+        Raises:
+            InstanceNotFound: no such instance (code ``instance_not_found``).
+            InstanceEnded: the instance has ended; nothing stored (code ``instance_ended``).
+            JournalConflict: ``signal_id`` exists already.
+        """
+        try:
+            async with self._write() as conn:
+                lock = select(INSTANCE.c.state).where(INSTANCE.c.id == instance_id)
+                if self.is_postgresql:
+                    lock = lock.with_for_update(read=True)  # a concurrent finish waits
+                state = (await conn.execute(lock)).scalar_one_or_none()
+                if state is None:
+                    raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
+                first = await self._signal_by_key(conn, instance_id, idempotency_key)
+                if first is not None:
+                    return first, False
+                if state in _ENDED:
+                    raise InstanceEnded(
+                        f"instance {instance_id!r} has ended ({state})",
+                        instance_id=instance_id,
+                        state=state,
+                    )
+                row = (
+                    await conn.execute(
+                        insert(SIGNAL)
+                        .values(
+                            id=signal_id,
+                            instance_id=instance_id,
+                            name=name,
+                            payload=dict(payload),
+                            idempotency_key=idempotency_key,
+                            received_at=now,
+                        )
+                        .returning(*SIGNAL.c)
+                    )
+                ).one()
+                return signal_from_row(row), True
+        except IntegrityError as exc:
+            async with self._read() as conn:
+                first = await self._signal_by_key(conn, instance_id, idempotency_key)
+            if first is not None:
+                return first, False
+            raise JournalConflict(
+                f"signal {signal_id!r} exists already", signal_id=signal_id
+            ) from exc
+
+    async def _signal_by_key(
+        self, conn: AsyncConnection, instance_id: str, idempotency_key: str | None
+    ) -> SignalRecord | None:
+        if idempotency_key is None:
+            return None
+        row = (
+            await conn.execute(
+                select(SIGNAL).where(
+                    SIGNAL.c.instance_id == instance_id,
+                    SIGNAL.c.idempotency_key == idempotency_key,
+                )
+            )
+        ).first()
+        return signal_from_row(row) if row is not None else None
+
+    async def write_stream(
+        self,
+        instance_id: str,
+        stream: str,
+        payload: Any,
+        size: int,
+        max_bytes: int,
+        now: datetime,
+    ) -> bool:
+        """Append a stream message unless the stream's total ``size`` would pass
+        ``max_bytes``.
+
+        Args:
+            size: the message's size in bytes (as the caller measured it).
+            max_bytes: the bound on the sum of ``size`` over the stream.
+
+        Returns:
+            Whether the message was stored.
+
+        Raises:
+            InstanceNotFound: no such instance.
+        """
+        async with self._write() as conn:
+            lock = select(INSTANCE.c.id).where(INSTANCE.c.id == instance_id)
+            if self.is_postgresql:
+                lock = lock.with_for_update()  # serialise writers of one instance's streams
+            if (await conn.execute(lock)).first() is None:
+                raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
+            used = (
+                await conn.execute(
+                    select(func.coalesce(func.sum(STREAM.c.size), 0)).where(
+                        STREAM.c.instance_id == instance_id, STREAM.c.stream == stream
+                    )
+                )
+            ).scalar_one()
+            if int(used) + size > max_bytes:
+                return False
+            await conn.execute(
+                insert(STREAM).values(
+                    instance_id=instance_id,
+                    stream=stream,
+                    payload=payload,
+                    size=size,
+                    created_at=now,
+                )
+            )
+        return True

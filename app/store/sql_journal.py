@@ -1,0 +1,477 @@
+"""``SqlJournal``: the SQL implementation of the engine's ``Journal`` protocol.
+
+Each method is one transaction. Every instant comes from the caller (the engine clock, aware
+UTC); the database's own ``now()`` is never used. Writes for an instance are fenced: the
+``flow_instance`` row is updated first, guarded by ``id``, the caller's fencing token and
+``state = 'running'``; when that guard matches nothing the method raises
+:class:`~app.errors.StaleFencingToken` and the transaction rolls back, so nothing is written.
+
+The operations live in mixins by concern: claims (:mod:`app.store.claims`), starts, signals
+and streams (:mod:`app.store.intake`), reads (:mod:`app.store.reads`), and the fenced writes
+of the lease holder (here).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, and_, case, exists, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.engine.journal import (
+    Ack,
+    EmittedEvent,
+    InstanceState,
+    ReviewRequest,
+    StepKind,
+    StepRow,
+)
+from app.errors import FlowFailure, InstanceNotFound, StaleFencingToken
+from app.store.base import JournalConflict, instant
+from app.store.claims import SqlClaims
+from app.store.intake import SqlIntake
+from app.store.mapping import (
+    EVENT,
+    HEARTBEAT,
+    INSTANCE,
+    REVIEW,
+    SIGNAL,
+    STEP,
+    failure_columns,
+    step_values,
+)
+from app.store.reads import SqlReads
+
+__all__ = ["SqlJournal"]
+
+_RUNNING = InstanceState.RUNNING.value
+_SUSPENDED = InstanceState.SUSPENDED.value
+_NO_ATTEMPT: dict[str, Any] = {
+    "attempt_step_id": None,
+    "attempt_scope": None,
+    "attempt_try": None,
+    "attempt_started_at": None,
+    "heartbeat_at": None,
+    "heartbeat_value": None,
+}
+_NO_LEASE: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
+
+
+class _Undo(Exception):  # control flow only: never escapes this module
+    """Roll the transaction back and answer ``ack`` instead."""
+
+    def __init__(self, ack: Ack) -> None:
+        super().__init__(ack)
+        self.ack = ack
+
+
+class SqlJournal(SqlClaims, SqlIntake, SqlReads):
+    """The journal repository: every SQL statement flowpark runs lives in ``app.store``.
+
+    Implements :class:`app.engine.journal.Journal`, plus read-side listings for the HTTP
+    API (:meth:`list_reviews`, :meth:`list_events`, :meth:`list_signals`,
+    :meth:`count_instances`, :meth:`ping`).
+
+    Args:
+        engine: an engine from :func:`app.store.db.make_async_engine`, migrated to head.
+    """
+
+    async def _fenced(
+        self,
+        conn: AsyncConnection,
+        instance_id: str,
+        token: int,
+        values: dict[str, Any],
+        *,
+        unless_cancelled: bool = False,
+        returning: tuple[str, ...] = (),
+    ) -> Row[Any] | None:
+        """Apply ``values`` to the instance if ``token`` is current and it is running.
+
+        Returns:
+            The row of ``cancel_requested`` plus ``returning`` columns; None when
+            ``unless_cancelled`` and a cancel was requested (nothing changed).
+
+        Raises:
+            InstanceNotFound: no such instance.
+            StaleFencingToken: the token is not the current one, or the instance is no
+                longer running (parked, ended or released).
+        """
+        guard = [INSTANCE.c.id == instance_id, INSTANCE.c.fencing_token == token]
+        guard.append(INSTANCE.c.state == _RUNNING)
+        if unless_cancelled:
+            guard.append(INSTANCE.c.cancel_requested.is_(False))
+        cols = [INSTANCE.c.cancel_requested, *(INSTANCE.c[name] for name in returning)]
+        stmt = update(INSTANCE).where(*guard).values(**values).returning(*cols)
+        row = (await conn.execute(stmt)).first()
+        if row is not None:
+            return row
+        current = (
+            await conn.execute(
+                select(
+                    INSTANCE.c.fencing_token, INSTANCE.c.state, INSTANCE.c.cancel_requested
+                ).where(INSTANCE.c.id == instance_id)
+            )
+        ).first()
+        if current is None:
+            raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
+        if current.fencing_token != token or current.state != _RUNNING:
+            raise StaleFencingToken(
+                f"instance {instance_id!r}: fencing token {token} refused "
+                f"(current {current.fencing_token}, state {current.state})",
+                instance_id=instance_id,
+                token=token,
+                current_token=current.fencing_token,
+                state=current.state,
+            )
+        return None  # unless_cancelled and the cancel flag is set
+
+    async def _insert_step(
+        self,
+        conn: AsyncConnection,
+        row: StepRow,
+        events: list[EmittedEvent] | None = None,
+        reviews: list[ReviewRequest] | None = None,
+    ) -> None:
+        """Insert a journal row with its outbox events and review items.
+
+        Raises:
+            JournalConflict: the execution row, an event id or a review id exists already
+                (the caller's transaction then rolls back).
+        """
+        try:
+            await conn.execute(insert(STEP).values(step_values(row)))
+            for event in events or ():
+                await conn.execute(
+                    insert(EVENT).values(
+                        id=event.id,
+                        instance_id=row.instance_id,
+                        name=event.name,
+                        payload=dict(event.payload),
+                        created_at=row.committed_at,
+                    )
+                )
+            for review in reviews or ():
+                await conn.execute(
+                    insert(REVIEW).values(
+                        id=review.id,
+                        instance_id=row.instance_id,
+                        subject=review.subject,
+                        reason=review.reason,
+                        details=dict(review.details),
+                        created_at=row.committed_at,
+                    )
+                )
+        except IntegrityError as exc:
+            raise JournalConflict(
+                f"instance {row.instance_id!r}: step {row.step_id} scope {row.scope} "
+                f"{row.kind} try {row.try_number} conflicts with the journal: {exc.orig}",
+                instance_id=row.instance_id,
+                step_id=row.step_id,
+                scope=row.scope,
+            ) from exc
+
+    async def renew_lease(self, instance_id: str, token: int, lease_until: datetime) -> Ack:
+        """Extend the lease to ``lease_until``.
+
+        Raises:
+            StaleFencingToken: the token is stale or the instance no longer runs
+                (code ``lease.stale_token``).
+            InstanceNotFound: no such instance.
+        """
+        async with self._write() as conn:
+            row = await self._fenced(conn, instance_id, token, {"lease_expires_at": lease_until})
+        assert row is not None
+        return Ack(applied=True, cancel_requested=row.cancel_requested)
+
+    async def commit_step(
+        self,
+        token: int,
+        row: StepRow,
+        lease_until: datetime,
+        events: list[EmittedEvent] | None = None,
+        reviews: list[ReviewRequest] | None = None,
+    ) -> Ack:
+        """Append ``row`` with its outbox events and review items, renew the lease and clear
+        the attempt in flight, in one transaction.
+
+        Returns:
+            ``Ack(applied=True, cancel_requested=<the instance's flag>)``.
+
+        Raises:
+            StaleFencingToken: the token is stale (code ``lease.stale_token``); nothing
+                written.
+            InstanceNotFound: no such instance.
+            JournalConflict: the execution row (or an event or review id) exists already;
+                nothing written.
+        """
+        values = {"lease_expires_at": lease_until, "updated_at": row.committed_at, **_NO_ATTEMPT}
+        async with self._write() as conn:
+            fence = await self._fenced(conn, row.instance_id, token, values)
+            assert fence is not None
+            await self._insert_step(conn, row, events, reviews)
+        return Ack(applied=True, cancel_requested=fence.cancel_requested)
+
+    async def take_signal(self, token: int, signal_id: str, row: StepRow) -> Ack:
+        """Mark ``signal_id`` taken (at ``row.committed_at`` by ``row.step_id``) and append
+        ``row`` (kind ``signal``), in one transaction.
+
+        Raises:
+            StaleFencingToken: the token is stale; nothing written.
+            InstanceNotFound: no such instance.
+            JournalConflict: the signal is not the instance's, is already taken, or the row
+                exists already; nothing written.
+        """
+        if row.kind != StepKind.SIGNAL:
+            raise ValueError(f"take_signal needs a row of kind 'signal', got {row.kind!r}")
+        async with self._write() as conn:
+            fence = await self._fenced(
+                conn, row.instance_id, token, {"updated_at": row.committed_at}
+            )
+            assert fence is not None
+            taken = await conn.execute(
+                update(SIGNAL)
+                .where(
+                    SIGNAL.c.id == signal_id,
+                    SIGNAL.c.instance_id == row.instance_id,
+                    SIGNAL.c.taken_at.is_(None),
+                )
+                .values(taken_at=row.committed_at, taken_step_id=row.step_id)
+            )
+            if taken.rowcount != 1:
+                raise JournalConflict(
+                    f"signal {signal_id!r} of instance {row.instance_id!r} is unknown or "
+                    "already taken",
+                    instance_id=row.instance_id,
+                    signal_id=signal_id,
+                )
+            await self._insert_step(conn, row)
+        return Ack(applied=True, cancel_requested=fence.cancel_requested)
+
+    async def park(
+        self,
+        instance_id: str,
+        token: int,
+        now: datetime,
+        wake_at: datetime | None,
+        wake_step_id: int,
+        wake_scope: int,
+        accept_signal: str | None = None,
+    ) -> Ack:
+        """Suspend the instance until ``wake_at`` and release the lease.
+
+        Args:
+            wake_at: when the sweep should resume it; None parks it until a signal is
+                delivered (the deliverer claims it) or a cancel is requested.
+            wake_step_id / wake_scope: the node and scope to resume at.
+            accept_signal: the name of the signal the parked node waits for; when such a
+                signal is already in the mailbox, untaken, the park is not applied.
+
+        Returns:
+            ``Ack(applied=False, cancel_requested=True)`` when a cancel was requested;
+            ``Ack(applied=False, signal_pending=True)`` when ``accept_signal`` is waiting
+            (the engine takes it instead); nothing changed in both cases. ``Ack()`` once
+            parked.
+
+        Raises:
+            StaleFencingToken: the token is stale (code ``lease.stale_token``).
+            InstanceNotFound: no such instance.
+        """
+        values = {
+            "state": _SUSPENDED,
+            "wake_at": wake_at,
+            "wake_step_id": wake_step_id,
+            "wake_scope": wake_scope,
+            "updated_at": now,
+            **_NO_LEASE,
+            **_NO_ATTEMPT,
+        }
+        try:
+            async with self._write() as conn:
+                row = await self._fenced(conn, instance_id, token, values, unless_cancelled=True)
+                if row is None:
+                    return Ack(applied=False, cancel_requested=True)
+                # Checked *after* the UPDATE holds the instance row: a delivery (which holds
+                # the row FOR SHARE until it commits) is either seen here or comes after the
+                # park, and then finds the instance suspended and claims it.
+                if accept_signal is not None and await self._signal_waiting(
+                    conn, instance_id, accept_signal
+                ):
+                    raise _Undo(Ack(applied=False, signal_pending=True))
+        except _Undo as undo:
+            return undo.ack
+        return Ack(applied=True, cancel_requested=False)
+
+    async def _signal_waiting(self, conn: AsyncConnection, instance_id: str, name: str) -> bool:
+        waiting = select(
+            exists().where(
+                SIGNAL.c.instance_id == instance_id,
+                SIGNAL.c.name == name,
+                SIGNAL.c.taken_at.is_(None),
+            )
+        )
+        return bool((await conn.execute(waiting)).scalar_one())
+
+    async def begin_ending(
+        self,
+        instance_id: str,
+        token: int,
+        now: datetime,
+        ending: InstanceState,
+        failure: FlowFailure | None,
+    ) -> Ack:
+        """Record that the instance unwinds towards ``ending`` (FAILED or CANCELLED), with
+        its failure (``error_*`` columns) when given.
+
+        Raises:
+            ValueError: ``ending`` is not FAILED or CANCELLED.
+            StaleFencingToken: the token is stale (code ``lease.stale_token``).
+            InstanceNotFound: no such instance.
+        """
+        ending = InstanceState(ending)
+        if ending not in (InstanceState.FAILED, InstanceState.CANCELLED):
+            raise ValueError(f"an instance can only end towards failed or cancelled: {ending}")
+        values = {"ending": ending.value, "updated_at": now, **failure_columns(failure)}
+        async with self._write() as conn:
+            row = await self._fenced(conn, instance_id, token, values)
+        assert row is not None
+        return Ack(applied=True, cancel_requested=row.cancel_requested)
+
+    async def finish(
+        self,
+        instance_id: str,
+        token: int,
+        now: datetime,
+        state: InstanceState,
+        result: Any = None,
+        failure: FlowFailure | None = None,
+    ) -> Ack:
+        """Write a final state, ``result`` (COMPLETED) or ``failure``; clear the wake, the
+        lease, the attempt and ``ending``.
+
+        Returns:
+            For COMPLETED, ``Ack(applied=False, cancel_requested=True)`` and nothing changed
+            when a cancel was requested. FAILED and CANCELLED always apply.
+
+        Raises:
+            ValueError: ``state`` is not a final state.
+            StaleFencingToken: the token is stale (code ``lease.stale_token``).
+            InstanceNotFound: no such instance.
+        """
+        state = InstanceState(state)
+        if not state.ended:
+            raise ValueError(f"finish needs a final state, got {state}")
+        values: dict[str, Any] = {
+            "state": state.value,
+            "updated_at": now,
+            "ending": None,
+            "wake_at": None,
+            "wake_step_id": None,
+            "wake_scope": None,
+            **_NO_LEASE,
+            **_NO_ATTEMPT,
+            **failure_columns(failure),
+        }
+        completed = state == InstanceState.COMPLETED
+        if completed:
+            values["result"] = result
+        async with self._write() as conn:
+            row = await self._fenced(conn, instance_id, token, values, unless_cancelled=completed)
+        if row is None:
+            return Ack(applied=False, cancel_requested=True)
+        return Ack(applied=True, cancel_requested=row.cancel_requested)
+
+    async def release(self, instance_id: str, token: int, now: datetime) -> None:
+        """Give up the lease: state back to suspended, wake unchanged.
+
+        An instance with no wake, or with a cancel requested, is made due at ``now`` so the
+        sweep picks it up again rather than leaving it parked forever.
+
+        Raises:
+            StaleFencingToken: the token is stale (code ``lease.stale_token``).
+            InstanceNotFound: no such instance.
+        """
+        wake = case(
+            (or_(INSTANCE.c.wake_at.is_(None), INSTANCE.c.cancel_requested), instant(now)),
+            else_=INSTANCE.c.wake_at,
+        )
+        values = {"state": _SUSPENDED, "wake_at": wake, "updated_at": now, **_NO_LEASE}
+        async with self._write() as conn:
+            await self._fenced(conn, instance_id, token, values)
+
+    async def start_attempt(
+        self,
+        instance_id: str,
+        token: int,
+        step_id: int,
+        scope: int,
+        try_number: int,
+        now: datetime,
+        lease_until: datetime,
+    ) -> Ack:
+        """Mark an attempt in flight (``attempt_*`` columns) and renew the lease.
+
+        Raises:
+            StaleFencingToken: the token is stale (code ``lease.stale_token``).
+            InstanceNotFound: no such instance.
+        """
+        values = {
+            **_NO_ATTEMPT,
+            "attempt_step_id": step_id,
+            "attempt_scope": scope,
+            "attempt_try": try_number,
+            "attempt_started_at": now,
+            "lease_expires_at": lease_until,
+            "updated_at": now,
+        }
+        async with self._write() as conn:
+            row = await self._fenced(conn, instance_id, token, values)
+        assert row is not None
+        return Ack(applied=True, cancel_requested=row.cancel_requested)
+
+    async def record_heartbeat(
+        self, instance_id: str, token: int, value: Any, now: datetime, lease_until: datetime
+    ) -> Ack:
+        """Persist ``value`` as the checkpoint of the attempt in flight (on the instance and
+        in ``flow_heartbeat``) and renew the lease.
+
+        Raises:
+            StaleFencingToken: the token is stale (code ``lease.stale_token``).
+            InstanceNotFound: no such instance.
+            JournalConflict: no attempt is in flight (``start_attempt`` was not called).
+        """
+        values = {
+            "heartbeat_at": now,
+            "heartbeat_value": value,
+            "lease_expires_at": lease_until,
+            "updated_at": now,
+        }
+        attempt = ("attempt_step_id", "attempt_scope", "attempt_try")
+        async with self._write() as conn:
+            row = await self._fenced(conn, instance_id, token, values, returning=attempt)
+            assert row is not None
+            if row.attempt_step_id is None:
+                raise JournalConflict(
+                    f"instance {instance_id!r} has no attempt in flight to heartbeat",
+                    instance_id=instance_id,
+                )
+            key = and_(
+                HEARTBEAT.c.instance_id == instance_id,
+                HEARTBEAT.c.step_id == row.attempt_step_id,
+                HEARTBEAT.c.scope == row.attempt_scope,
+            )
+            checkpoint = {"try_number": row.attempt_try, "value": value, "recorded_at": now}
+            # the fenced UPDATE above holds the instance row: no concurrent insert can race
+            updated = await conn.execute(update(HEARTBEAT).where(key).values(**checkpoint))
+            if updated.rowcount == 0:
+                await conn.execute(
+                    insert(HEARTBEAT).values(
+                        instance_id=instance_id,
+                        step_id=row.attempt_step_id,
+                        scope=row.attempt_scope,
+                        **checkpoint,
+                    )
+                )
+        return Ack(applied=True, cancel_requested=row.cancel_requested)

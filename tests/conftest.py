@@ -1,0 +1,118 @@
+"""Shared fixtures: fresh, migrated databases of each kind, and a SqlJournal over them.
+
+* ``sqlite_url``: a SQLite file in the test's tmp dir (not migrated).
+* ``pg_url``: a freshly created, uniquely named PostgreSQL database (not migrated), dropped
+  afterwards. The server is ``FLOWPARK_TEST_PG_URL`` (an admin URL, default
+  ``postgresql://postgres@127.0.0.1:5432/postgres``); when it is unreachable the test FAILS.
+* ``store_url``: parametrized ``sqlite`` / ``postgres`` (marked ``postgres``): a fresh
+  database migrated to head with Alembic (copied from a template migrated once a session).
+* ``sql_engine`` / ``sql_journal``: an async engine and a :class:`SqlJournal` on ``store_url``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.store.db import make_async_engine, sync_url
+from app.store.migrate import upgrade
+from app.store.sql_journal import SqlJournal
+
+DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def pg_admin_url() -> str:
+    """The PostgreSQL server tests create their databases on."""
+    return os.environ.get("FLOWPARK_TEST_PG_URL", DEFAULT_PG_ADMIN_URL)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """URL of a new SQLite file (no schema)."""
+    return f"sqlite:///{tmp_path}/flowpark.db"
+
+
+@contextmanager
+def _pg_database(template: str | None = None) -> Iterator[str]:
+    """Create a uniquely named database (optionally from ``template``); drop it afterwards."""
+    admin_url = pg_admin_url()
+    admin = create_engine(sync_url(admin_url), isolation_level="AUTOCOMMIT")
+    name = f"flowpark_test_{uuid.uuid4().hex[:12]}"
+    create = f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(create))
+    except OperationalError as exc:
+        admin.dispose()
+        pytest.fail(
+            f"PostgreSQL is unreachable at {make_url(admin_url).render_as_string()} "
+            f"(set FLOWPARK_TEST_PG_URL or start the server): {exc.orig}",
+            pytrace=False,
+        )
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """URL of a new, empty PostgreSQL database, dropped after the test."""
+    with _pg_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def _pg_template() -> Iterator[str]:
+    """A PostgreSQL database migrated to head once per session, cloned by ``store_url``."""
+    with _pg_database() as url:
+        upgrade(url)
+        yield str(make_url(url).database)
+
+
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to head once per session, copied by ``store_url``."""
+    path = tmp_path_factory.mktemp("template") / "flowpark.db"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database of each kind, migrated to head (a copy of a per-session template)."""
+    if request.param == "sqlite":
+        path = tmp_path / "flowpark.db"
+        shutil.copyfile(request.getfixturevalue("_sqlite_template"), path)
+        yield f"sqlite:///{path}"
+    else:
+        with _pg_database(template=request.getfixturevalue("_pg_template")) as url:
+            yield url
+
+
+@pytest.fixture
+async def sql_engine(store_url: str) -> AsyncIterator[AsyncEngine]:
+    """The service's async engine on ``store_url``; disposed after the test."""
+    engine = make_async_engine(store_url)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+def sql_journal(sql_engine: AsyncEngine) -> SqlJournal:
+    """A :class:`SqlJournal` on a fresh migrated database (SQLite and PostgreSQL)."""
+    return SqlJournal(sql_engine)

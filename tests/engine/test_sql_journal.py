@@ -1,0 +1,637 @@
+"""SqlJournal on real stores (a migrated SQLite file and a PostgreSQL database)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy.exc import IntegrityError
+
+from app.engine.journal import (
+    Ack,
+    CancelAck,
+    EmittedEvent,
+    InstanceState,
+    NewInstance,
+    Outcome,
+    ReviewRequest,
+    StepKind,
+    StepRow,
+)
+from app.errors import (
+    FlowFailure,
+    IdempotencyKeyReused,
+    InstanceEnded,
+    InstanceKeyInUse,
+    InstanceNotFound,
+    StaleFencingToken,
+)
+from app.store import JournalConflict, SqlJournal
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+LEASE = timedelta(seconds=30)
+FLOW = ("document.process", "1.0.0")
+RUNNABLE = [FLOW]
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def new_instance(**changes: Any) -> NewInstance:
+    base = NewInstance(
+        id=str(uuid.uuid4()),
+        flow_name=FLOW[0],
+        flow_version=FLOW[1],
+        input={"document": "d-1"},
+        created_at=T0,
+        deadline_at=at(3600),
+        lease_owner="node-a",
+        lease_expires_at=T0 + LEASE,
+    )
+    return replace(base, **changes)
+
+
+def step(instance_id: str, step_id: int = 0, scope: int = 0, **changes: Any) -> StepRow:
+    base = StepRow(
+        instance_id=instance_id,
+        step_id=step_id,
+        scope=scope,
+        kind=StepKind.STEP,
+        capability_id="ocr.submit",
+        outcome=Outcome.SUCCESS,
+        started_at=at(1),
+        committed_at=at(2),
+        values={"job": {"id": "j-1"}},
+    )
+    return replace(base, **changes)
+
+
+async def started(journal: SqlJournal, **changes: Any) -> str:
+    record, created = await journal.create_instance(new_instance(**changes))
+    assert created
+    return record.id
+
+
+async def parked(journal: SqlJournal, wake_at: datetime, **changes: Any) -> str:
+    instance_id = await started(journal, **changes)
+    ack = await journal.park(instance_id, 1, T0, wake_at, 3, 0)
+    assert ack == Ack(applied=True, cancel_requested=False)
+    return instance_id
+
+
+# ------------------------------------------------------------------------- create
+
+
+async def test_create_instance_is_running_and_leased(sql_journal: SqlJournal) -> None:
+    new = new_instance(instance_key="doc-1")
+    record, created = await sql_journal.create_instance(new)
+    assert created
+    assert record.id == new.id
+    assert record.state is InstanceState.RUNNING
+    assert (record.lease_owner, record.lease_expires_at) == ("node-a", T0 + LEASE)
+    assert record.fencing_token == 1
+    assert record.input == {"document": "d-1"}
+    assert (record.created_at, record.updated_at, record.deadline_at) == (T0, T0, at(3600))
+    assert record.instance_key == "doc-1"
+    assert not record.cancel_requested and record.failure is None
+    assert await sql_journal.get_instance(new.id) == record
+    snapshot = await sql_journal.load(new.id)
+    assert (snapshot.instance, snapshot.steps, snapshot.signals) == (record, [], [])
+
+
+async def test_unknown_instance_is_not_found(sql_journal: SqlJournal) -> None:
+    with pytest.raises(InstanceNotFound) as info:
+        await sql_journal.load("nope")
+    assert info.value.code == "instance_not_found"
+    with pytest.raises(InstanceNotFound):
+        await sql_journal.get_instance("nope")
+
+
+async def test_idempotent_start_returns_the_first_instance(sql_journal: SqlJournal) -> None:
+    first, created = await sql_journal.create_instance(
+        new_instance(idempotency_key="k-1", request_hash="h-1")
+    )
+    assert created
+    again, created_again = await sql_journal.create_instance(
+        new_instance(idempotency_key="k-1", request_hash="h-1")
+    )
+    assert (again, created_again) == (first, False)
+    with pytest.raises(IdempotencyKeyReused) as info:
+        await sql_journal.create_instance(new_instance(idempotency_key="k-1", request_hash="h-2"))
+    assert info.value.code == "idempotency_key_reused"
+    assert info.value.fields["instance_id"] == first.id
+    # keys are per flow
+    _, other_flow = await sql_journal.create_instance(
+        new_instance(flow_name="other.flow", idempotency_key="k-1", request_hash="h-2")
+    )
+    assert other_flow
+    assert await sql_journal.count_instances() == 2
+
+
+async def test_instance_key_is_held_while_the_instance_is_active(sql_journal: SqlJournal) -> None:
+    holder, _ = await sql_journal.create_instance(
+        new_instance(instance_key="doc-7", idempotency_key="k-7", request_hash="h")
+    )
+    with pytest.raises(InstanceKeyInUse) as info:
+        await sql_journal.create_instance(new_instance(instance_key="doc-7"))
+    assert info.value.code == "instance_key_in_use"
+    assert info.value.fields["instance_id"] == holder.id
+    # the idempotent repeat of the holder's own start is not a conflict
+    again, created = await sql_journal.create_instance(
+        new_instance(instance_key="doc-7", idempotency_key="k-7", request_hash="h")
+    )
+    assert (again.id, created) == (holder.id, False)
+    # parked still holds it; another flow may use the same key
+    await sql_journal.park(holder.id, 1, T0, at(60), 1, 0)
+    with pytest.raises(InstanceKeyInUse):
+        await sql_journal.create_instance(new_instance(instance_key="doc-7"))
+    await started(sql_journal, flow_name="other.flow", instance_key="doc-7")
+    # once ended, the key is free again
+    claim = await sql_journal.claim(holder.id, "node-a", at(1), at(31))
+    assert claim is not None
+    await sql_journal.finish(holder.id, claim.fencing_token, at(2), InstanceState.COMPLETED, 1)
+    await started(sql_journal, instance_key="doc-7")
+
+
+async def test_start_race_translates_the_integrity_error(
+    sql_journal: SqlJournal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start that passed its checks before a concurrent start committed gets the domain
+    error (driver error kept as the cause), or the winner's instance for a repeat."""
+    winner, _ = await sql_journal.create_instance(
+        new_instance(idempotency_key="k", request_hash="h", instance_key="doc")
+    )
+    real = SqlJournal._existing_start
+    calls = {"n": 0}
+
+    async def blind_first_check(self: SqlJournal, conn: Any, new: Any, cause: Any = None) -> Any:
+        calls["n"] += 1
+        if cause is None:
+            return None  # as if the winner had not committed yet
+        return await real(self, conn, new, cause)
+
+    monkeypatch.setattr(SqlJournal, "_existing_start", blind_first_check)
+    with pytest.raises(IdempotencyKeyReused) as reused:
+        await sql_journal.create_instance(new_instance(idempotency_key="k", request_hash="other"))
+    assert isinstance(reused.value.__cause__, IntegrityError)
+    with pytest.raises(InstanceKeyInUse) as in_use:
+        await sql_journal.create_instance(new_instance(instance_key="doc"))
+    assert isinstance(in_use.value.__cause__, IntegrityError)
+    repeat, created = await sql_journal.create_instance(
+        new_instance(idempotency_key="k", request_hash="h", instance_key="doc")
+    )
+    assert (repeat.id, created) == (winner.id, False)
+    with pytest.raises(JournalConflict):
+        await sql_journal.create_instance(new_instance(id=winner.id))
+    assert calls["n"] == 8
+    assert await sql_journal.count_instances() == 1
+
+
+async def test_hundred_concurrent_starts(sql_journal: SqlJournal) -> None:
+    results = await asyncio.gather(
+        *(sql_journal.create_instance(new_instance()) for _ in range(100))
+    )
+    assert all(created for _, created in results)
+    assert len({r.id for r, _ in results}) == 100
+    assert await sql_journal.count_instances(InstanceState.RUNNING) == 100
+
+
+async def test_hundred_concurrent_identical_starts_make_one_instance(
+    sql_journal: SqlJournal,
+) -> None:
+    results = await asyncio.gather(
+        *(
+            sql_journal.create_instance(
+                new_instance(idempotency_key="same", request_hash="h", instance_key="doc")
+            )
+            for _ in range(100)
+        )
+    )
+    assert sum(created for _, created in results) == 1
+    assert len({r.id for r, _ in results}) == 1
+    assert await sql_journal.count_instances() == 1
+
+
+# ------------------------------------------------------------------------- claims
+
+
+async def test_claim_due_takes_due_instances_oldest_wake_first(sql_journal: SqlJournal) -> None:
+    late = await parked(sql_journal, at(50))
+    early = await parked(sql_journal, at(10))
+    middle = await parked(sql_journal, at(30))
+    await parked(sql_journal, at(500))  # not due
+    await parked(sql_journal, at(5), flow_version="0.9.0")  # not runnable here
+    claims = await sql_journal.claim_due("node-b", at(60), at(90), 2, RUNNABLE)
+    assert [c.instance_id for c in claims] == [early, middle]
+    assert all(c.fencing_token == 2 for c in claims)
+    rest = await sql_journal.claim_due("node-b", at(60), at(90), 10, RUNNABLE)
+    assert [c.instance_id for c in rest] == [late]
+    assert await sql_journal.claim_due("node-c", at(61), at(91), 10, RUNNABLE) == []
+    assert await sql_journal.claim_due("node-c", at(61), at(91), 10, []) == []
+    assert await sql_journal.count_not_runnable(at(61), RUNNABLE) == 1
+    assert await sql_journal.count_not_runnable(at(61), []) == 1
+    record = await sql_journal.get_instance(early)
+    assert record.state is InstanceState.RUNNING
+    assert (record.lease_owner, record.lease_expires_at, record.updated_at) == (
+        "node-b",
+        at(90),
+        at(60),
+    )
+    assert (record.wake_at, record.wake_step_id, record.wake_scope) == (at(10), 3, 0)
+
+
+async def test_claim_due_takes_over_expired_leases(sql_journal: SqlJournal) -> None:
+    crashed = await started(sql_journal)  # lease until T0+30s, never renewed
+    assert await sql_journal.claim_due("node-b", at(30), at(60), 10, RUNNABLE) == []
+    claims = await sql_journal.claim_due("node-b", at(31), at(61), 10, RUNNABLE)
+    assert [(c.instance_id, c.fencing_token) for c in claims] == [(crashed, 2)]
+
+
+async def test_concurrent_sweeps_never_claim_an_instance_twice(sql_journal: SqlJournal) -> None:
+    ids = set()
+    for i in range(30):
+        ids.add(await parked(sql_journal, at(i)))
+    batches = await asyncio.gather(
+        *(sql_journal.claim_due(f"node-{n}", at(100), at(130), 4, RUNNABLE) for n in range(12))
+    )
+    claimed = [c.instance_id for batch in batches for c in batch]
+    assert len(claimed) == len(set(claimed))
+    assert set(claimed) <= ids
+    leftovers = await sql_journal.claim_due("node-z", at(100), at(130), 100, RUNNABLE)
+    assert set(claimed) | {c.instance_id for c in leftovers} == ids
+    assert not set(claimed) & {c.instance_id for c in leftovers}
+
+
+async def test_claim_one_instance(sql_journal: SqlJournal) -> None:
+    running = await started(sql_journal)
+    assert await sql_journal.claim(running, "node-b", at(1), at(31)) is None  # live lease
+    sleeping = await parked(sql_journal, at(3600))
+    claim = await sql_journal.claim(sleeping, "node-b", at(1), at(31))  # whatever its wake
+    assert claim is not None and (claim.instance_id, claim.fencing_token) == (sleeping, 2)
+    assert await sql_journal.claim("nope", "node-b", at(1), at(31)) is None
+
+
+# ------------------------------------------------------------------------- fencing
+
+
+async def test_stale_token_writes_nothing(sql_journal: SqlJournal) -> None:
+    instance_id = await started(sql_journal)
+    # node-a's lease expires; node-b takes over with token 2
+    claims = await sql_journal.claim_due("node-b", at(31), at(61), 10, RUNNABLE)
+    assert claims[0].fencing_token == 2
+    before = await sql_journal.load(instance_id)
+    event = EmittedEvent("e-1", "document.read", {"n": 1})
+    review = ReviewRequest("r-1", "document d-1", "low confidence")
+    with pytest.raises(StaleFencingToken) as info:
+        await sql_journal.commit_step(1, step(instance_id), at(99), [event], [review])
+    assert info.value.code == "lease.stale_token"
+    assert info.value.fields["current_token"] == 2
+    for write in (
+        sql_journal.renew_lease(instance_id, 1, at(99)),
+        sql_journal.park(instance_id, 1, at(40), at(99), 1, 0),
+        sql_journal.finish(instance_id, 1, at(40), InstanceState.COMPLETED, "r"),
+        sql_journal.begin_ending(instance_id, 1, at(40), InstanceState.FAILED, None),
+        sql_journal.start_attempt(instance_id, 1, 1, 0, 1, at(40), at(99)),
+        sql_journal.record_heartbeat(instance_id, 1, {"pct": 5}, at(40), at(99)),
+        sql_journal.release(instance_id, 1, at(40)),
+    ):
+        with pytest.raises(StaleFencingToken):
+            await write
+    assert await sql_journal.load(instance_id) == before
+    assert await sql_journal.list_events() == [] and await sql_journal.list_reviews() == []
+    with pytest.raises(InstanceNotFound):
+        await sql_journal.renew_lease("nope", 1, at(99))
+
+
+async def test_writes_after_park_are_stale(sql_journal: SqlJournal) -> None:
+    instance_id = await parked(sql_journal, at(60))
+    with pytest.raises(StaleFencingToken):
+        await sql_journal.renew_lease(instance_id, 1, at(99))
+    with pytest.raises(StaleFencingToken):
+        await sql_journal.commit_step(1, step(instance_id), at(99))
+
+
+# ------------------------------------------------------------------------- journal writes
+
+
+async def test_commit_step_appends_row_events_and_reviews(sql_journal: SqlJournal) -> None:
+    instance_id = await started(sql_journal)
+    await sql_journal.start_attempt(instance_id, 1, 0, 0, 1, at(1), at(20))
+    row = step(instance_id, error_type=None)
+    event = EmittedEvent("e-1", "document.read", {"pages": 3})
+    review = ReviewRequest("r-1", "document d-1", "low confidence", {"score": 0.4})
+    ack = await sql_journal.commit_step(1, row, at(40), [event], [review])
+    assert ack == Ack(applied=True, cancel_requested=False)
+    failed = step(
+        instance_id,
+        step_id=1,
+        outcome=Outcome.FAILURE,
+        values={},
+        error_type="HTTPStatusError",
+        error_detail="503",
+        next_try_at=at(10),
+    )
+    await sql_journal.commit_step(1, failed, at(45))
+    snapshot = await sql_journal.load(instance_id)
+    assert [replace(s, sequence=None) for s in snapshot.steps] == [row, failed]
+    assert snapshot.steps[0].sequence is not None and snapshot.steps[1].sequence is not None
+    assert snapshot.steps[0].sequence < snapshot.steps[1].sequence
+    instance = snapshot.instance
+    assert (instance.lease_expires_at, instance.updated_at) == (at(45), at(2))
+    assert instance.attempt_step_id is None and instance.attempt_started_at is None
+    events = await sql_journal.list_events()
+    assert [(e["id"], e["name"], e["payload"], e["instance_id"]) for e in events] == [
+        ("e-1", "document.read", {"pages": 3}, instance_id)
+    ]
+    assert events[0]["created_at"] == at(2) and events[0]["published_at"] is None
+    assert await sql_journal.list_events(after_sequence=events[0]["sequence"]) == []
+    reviews = await sql_journal.list_reviews()
+    assert [(r["id"], r["subject"], r["reason"], r["details"]) for r in reviews] == [
+        ("r-1", "document d-1", "low confidence", {"score": 0.4})
+    ]
+
+
+async def test_duplicate_step_row_is_a_conflict_and_writes_nothing(
+    sql_journal: SqlJournal,
+) -> None:
+    instance_id = await started(sql_journal)
+    await sql_journal.commit_step(1, step(instance_id), at(40))
+    with pytest.raises(JournalConflict) as info:
+        await sql_journal.commit_step(1, step(instance_id), at(99), [EmittedEvent("e-9", "x", {})])
+    assert info.value.code == "store.journal_conflict"
+    assert await sql_journal.list_events() == []
+    record = await sql_journal.get_instance(instance_id)
+    assert record.lease_expires_at == at(40)
+
+
+async def test_ack_reports_the_cancel_flag(sql_journal: SqlJournal) -> None:
+    instance_id = await started(sql_journal)
+    cancel = await sql_journal.request_cancel(instance_id, "api", at(1), at(31))
+    assert cancel == CancelAck(state=InstanceState.RUNNING, claim=None)  # node-a holds it
+    assert await sql_journal.commit_step(1, step(instance_id), at(40)) == Ack(True, True)
+    assert await sql_journal.renew_lease(instance_id, 1, at(50)) == Ack(True, True)
+
+
+# ------------------------------------------------------------------------- lifecycle
+
+
+async def test_park_suspends_and_releases_the_lease(sql_journal: SqlJournal) -> None:
+    instance_id = await started(sql_journal)
+    await sql_journal.start_attempt(instance_id, 1, 2, 0, 1, at(1), at(20))
+    assert await sql_journal.park(instance_id, 1, at(5), at(65), 2, 1) == Ack(True, False)
+    record = await sql_journal.get_instance(instance_id)
+    assert record.state is InstanceState.SUSPENDED
+    assert (record.wake_at, record.wake_step_id, record.wake_scope) == (at(65), 2, 1)
+    assert (record.lease_owner, record.lease_expires_at) == (None, None)
+    assert record.attempt_step_id is None
+    assert (record.fencing_token, record.updated_at) == (1, at(5))
+
+
+async def test_park_is_refused_while_the_awaited_signal_waits(sql_journal: SqlJournal) -> None:
+    instance_id = await started(sql_journal)
+    await sql_journal.deliver_signal(instance_id, "approved", {}, None, at(1), "s-1")
+    before = await sql_journal.get_instance(instance_id)
+    ack = await sql_journal.park(instance_id, 1, at(2), None, 4, 0, accept_signal="approved")
+    assert ack == Ack(applied=False, cancel_requested=False, signal_pending=True)
+    assert await sql_journal.get_instance(instance_id) == before
+    # another signal name does not hold the park
+    ack = await sql_journal.park(instance_id, 1, at(2), None, 4, 0, accept_signal="rejected")
+    assert ack == Ack(applied=True)
+    assert (await sql_journal.get_instance(instance_id)).state is InstanceState.SUSPENDED
+
+
+async def test_parked_without_a_wake_only_a_claim_or_cancel_wakes_it(
+    sql_journal: SqlJournal,
+) -> None:
+    waiting = await started(sql_journal)
+    await sql_journal.park(waiting, 1, at(1), None, 2, 0, accept_signal="approved")
+    record = await sql_journal.get_instance(waiting)
+    assert (record.state, record.wake_at, record.wake_step_id) == (
+        InstanceState.SUSPENDED,
+        None,
+        2,
+    )
+    far = at(10**8)
+    assert await sql_journal.claim_due("node-b", far, far + LEASE, 10, RUNNABLE) == []
+    assert await sql_journal.count_not_runnable(far, []) == 0
+    # a signal's deliverer claims it directly
+    await sql_journal.deliver_signal(waiting, "approved", {}, None, at(2), "s-1")
+    claim = await sql_journal.claim(waiting, "node-b", at(2), at(32))
+    assert claim is not None and claim.fencing_token == 2
+
+
+async def test_park_and_completion_are_refused_after_a_cancel(sql_journal: SqlJournal) -> None:
+    instance_id = await started(sql_journal)
+    await sql_journal.request_cancel(instance_id, "api", at(1), at(31))
+    before = await sql_journal.get_instance(instance_id)
+    assert before.cancel_requested
+    assert await sql_journal.park(instance_id, 1, at(2), at(60), 1, 0) == Ack(False, True)
+    assert await sql_journal.finish(
+        instance_id, 1, at(2), InstanceState.COMPLETED, {"ok": True}
+    ) == Ack(False, True)
+    assert await sql_journal.get_instance(instance_id) == before
+    failure = FlowFailure("flow.cancelled", "the instance was cancelled", {"by": "api"})
+    assert await sql_journal.begin_ending(
+        instance_id, 1, at(3), InstanceState.CANCELLED, failure
+    ) == Ack(True, True)
+    ending = await sql_journal.get_instance(instance_id)
+    assert (ending.ending, ending.failure, ending.state) == (
+        InstanceState.CANCELLED,
+        failure,
+        InstanceState.RUNNING,
+    )
+    assert await sql_journal.finish(instance_id, 1, at(4), InstanceState.CANCELLED) == Ack(
+        True, True
+    )
+    final = await sql_journal.get_instance(instance_id)
+    assert final.state is InstanceState.CANCELLED
+    assert final.failure == failure and final.ending is None
+    assert (final.lease_owner, final.lease_expires_at, final.wake_at) == (None, None, None)
+
+
+async def test_finish_writes_the_result_or_the_failure(sql_journal: SqlJournal) -> None:
+    done = await started(sql_journal)
+    ack = await sql_journal.finish(done, 1, at(9), InstanceState.COMPLETED, {"pages": 3})
+    assert ack == Ack(True, False)
+    record = await sql_journal.get_instance(done)
+    assert (record.state, record.result, record.failure) == (
+        InstanceState.COMPLETED,
+        {"pages": 3},
+        None,
+    )
+    assert record.updated_at == at(9)
+    failed = await started(sql_journal)
+    failure = FlowFailure("document.not_read_in_time", "no text after 1h", {"node": 4})
+    await sql_journal.finish(failed, 1, at(9), InstanceState.FAILED, failure=failure)
+    assert (await sql_journal.get_instance(failed)).failure == failure
+    with pytest.raises(ValueError):
+        await sql_journal.finish(failed, 1, at(9), InstanceState.RUNNING)
+    assert await sql_journal.count_instances("completed") == 1
+    assert await sql_journal.count_instances(InstanceState.FAILED) == 1
+
+
+async def test_release_keeps_the_wake(sql_journal: SqlJournal) -> None:
+    instance_id = await parked(sql_journal, at(600))
+    claim = await sql_journal.claim(instance_id, "node-b", at(1), at(31))
+    assert claim is not None
+    await sql_journal.release(instance_id, claim.fencing_token, at(2))
+    record = await sql_journal.get_instance(instance_id)
+    assert (record.state, record.wake_at, record.lease_owner) == (
+        InstanceState.SUSPENDED,
+        at(600),
+        None,
+    )
+    # an instance released before it ever parked becomes due at once
+    fresh = await started(sql_journal)
+    await sql_journal.release(fresh, 1, at(3))
+    assert (await sql_journal.get_instance(fresh)).wake_at == at(3)
+
+
+# ------------------------------------------------------------------------- heartbeats
+
+
+async def test_heartbeats_keep_the_latest_checkpoint(sql_journal: SqlJournal) -> None:
+    instance_id = await started(sql_journal)
+    with pytest.raises(JournalConflict):  # no attempt in flight
+        await sql_journal.record_heartbeat(instance_id, 1, {"pct": 1}, at(1), at(20))
+    assert await sql_journal.start_attempt(instance_id, 1, 4, 0, 1, at(1), at(20)) == Ack()
+    await sql_journal.record_heartbeat(instance_id, 1, {"pct": 10}, at(2), at(21))
+    await sql_journal.record_heartbeat(instance_id, 1, {"pct": 40}, at(3), at(22))
+    record = await sql_journal.get_instance(instance_id)
+    assert (record.attempt_step_id, record.attempt_scope, record.attempt_try) == (4, 0, 1)
+    assert (record.attempt_started_at, record.heartbeat_at) == (at(1), at(3))
+    assert (record.heartbeat_value, record.lease_expires_at) == ({"pct": 40}, at(22))
+    beat = await sql_journal.last_heartbeat(instance_id, 4, 0)
+    assert beat is not None
+    assert (beat.try_number, beat.value, beat.recorded_at) == (1, {"pct": 40}, at(3))
+    # the node crashes; another node retries from the checkpoint
+    claim = await sql_journal.claim(instance_id, "node-b", at(30), at(60))
+    assert claim is not None
+    await sql_journal.start_attempt(instance_id, claim.fencing_token, 4, 0, 2, at(30), at(50))
+    assert (await sql_journal.get_instance(instance_id)).heartbeat_value is None
+    await sql_journal.record_heartbeat(
+        instance_id, claim.fencing_token, {"pct": 70}, at(31), at(51)
+    )
+    beat = await sql_journal.last_heartbeat(instance_id, 4, 0)
+    assert beat is not None and (beat.try_number, beat.value) == (2, {"pct": 70})
+    assert await sql_journal.last_heartbeat(instance_id, 4, 1) is None
+
+
+# ------------------------------------------------------------------------- signals
+
+
+async def test_deliver_signal_rules(sql_journal: SqlJournal) -> None:
+    with pytest.raises(InstanceNotFound):
+        await sql_journal.deliver_signal("nope", "approved", {}, None, at(1), "s-0")
+    instance_id = await started(sql_journal)
+    first, created = await sql_journal.deliver_signal(
+        instance_id, "approved", {"by": "ana"}, "idem-1", at(1), "s-1"
+    )
+    assert created
+    assert (first.name, first.payload, first.received_at, first.taken_at) == (
+        "approved",
+        {"by": "ana"},
+        at(1),
+        None,
+    )
+    repeat, created = await sql_journal.deliver_signal(
+        instance_id, "approved", {"by": "bob"}, "idem-1", at(2), "s-2"
+    )
+    assert (repeat, created) == (first, False)
+    second, _ = await sql_journal.deliver_signal(instance_id, "note", {}, None, at(3), "s-3")
+    assert second.sequence > first.sequence
+    assert [s.id for s in (await sql_journal.load(instance_id)).signals] == ["s-1", "s-3"]
+    await sql_journal.finish(instance_id, 1, at(4), InstanceState.COMPLETED)
+    with pytest.raises(InstanceEnded) as info:
+        await sql_journal.deliver_signal(instance_id, "late", {}, "idem-2", at(5), "s-4")
+    assert info.value.code == "instance_ended"
+    # a retried delivery still gets its first answer
+    assert await sql_journal.deliver_signal(
+        instance_id, "approved", {}, "idem-1", at(6), "s-5"
+    ) == (first, False)
+    assert [s.id for s in await sql_journal.list_signals(instance_id)] == ["s-1", "s-3"]
+
+
+async def test_concurrent_repeats_of_a_signal_store_it_once(sql_journal: SqlJournal) -> None:
+    instance_id = await started(sql_journal)
+    results = await asyncio.gather(
+        *(
+            sql_journal.deliver_signal(instance_id, "approved", {}, "idem", at(1), f"s-{n}")
+            for n in range(20)
+        )
+    )
+    assert sum(created for _, created in results) == 1
+    assert len({record.id for record, _ in results}) == 1
+    assert len(await sql_journal.list_signals(instance_id)) == 1
+
+
+async def test_take_signal_marks_it_and_journals_it(sql_journal: SqlJournal) -> None:
+    instance_id = await started(sql_journal)
+    await sql_journal.deliver_signal(instance_id, "approved", {"by": "ana"}, None, at(1), "s-1")
+    row = step(
+        instance_id,
+        step_id=5,
+        kind=StepKind.SIGNAL,
+        capability_id="approved",
+        values={"Approved": {"by": "ana"}},
+    )
+    assert await sql_journal.take_signal(1, "s-1", row) == Ack(True, False)
+    snapshot = await sql_journal.load(instance_id)
+    assert snapshot.signals == []
+    assert [replace(s, sequence=None) for s in snapshot.steps] == [row]
+    (taken,) = await sql_journal.list_signals(instance_id)
+    assert (taken.taken_at, taken.taken_step_id) == (row.committed_at, 5)
+    with pytest.raises(JournalConflict):
+        await sql_journal.take_signal(1, "s-1", replace(row, step_id=6))
+    with pytest.raises(StaleFencingToken):
+        await sql_journal.take_signal(7, "s-1", replace(row, step_id=6))
+    assert len((await sql_journal.load(instance_id)).steps) == 1
+
+
+# ------------------------------------------------------------------------- cancel
+
+
+async def test_request_cancel_claims_unleased_instances(sql_journal: SqlJournal) -> None:
+    with pytest.raises(InstanceNotFound):
+        await sql_journal.request_cancel("nope", "api", at(1), at(31))
+    sleeping = await parked(sql_journal, at(3600))
+    ack = await sql_journal.request_cancel(sleeping, "node-b", at(1), at(31))
+    assert ack.state is InstanceState.RUNNING
+    assert ack.claim is not None and ack.claim.fencing_token == 2
+    record = await sql_journal.get_instance(sleeping)
+    assert record.cancel_requested and record.lease_owner == "node-b"
+    crashed = await started(sql_journal)
+    ack = await sql_journal.request_cancel(crashed, "node-b", at(31), at(61))
+    assert ack.claim is not None and ack.claim.instance_id == crashed
+    await sql_journal.finish(crashed, 2, at(32), InstanceState.CANCELLED)
+    with pytest.raises(InstanceEnded):
+        await sql_journal.request_cancel(crashed, "node-b", at(33), at(63))
+
+
+# ------------------------------------------------------------------------- streams
+
+
+async def test_streams_are_ordered_and_bounded(sql_journal: SqlJournal) -> None:
+    instance_id = await started(sql_journal)
+    assert await sql_journal.write_stream(instance_id, "progress", {"pct": 10}, 40, 100, at(1))
+    assert await sql_journal.write_stream(instance_id, "progress", {"pct": 50}, 60, 100, at(2))
+    assert not await sql_journal.write_stream(instance_id, "progress", {"pct": 90}, 1, 100, at(3))
+    assert await sql_journal.write_stream(instance_id, "log", "other stream", 100, 100, at(3))
+    messages = await sql_journal.read_stream(instance_id, "progress")
+    assert [(m.payload, m.created_at) for m in messages] == [
+        ({"pct": 10}, at(1)),
+        ({"pct": 50}, at(2)),
+    ]
+    after = await sql_journal.read_stream(instance_id, "progress", after=messages[0].sequence)
+    assert [m.payload for m in after] == [{"pct": 50}]
+    with pytest.raises(InstanceNotFound):
+        await sql_journal.write_stream("nope", "progress", {}, 1, 100, at(1))
+
+
+async def test_ping(sql_journal: SqlJournal) -> None:
+    await sql_journal.ping()
