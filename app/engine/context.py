@@ -91,7 +91,7 @@ class ExecutionContext(BagView):
 
     def put(self, value: BaseModel) -> None:
         key = bag_key(type(value))
-        data = value.model_dump(mode="json")
+        data = value.model_dump(mode="json", by_alias=True)
         self.puts[key] = data
         self._bag[key] = data
 
@@ -103,7 +103,7 @@ class ExecutionContext(BagView):
 
     async def heartbeat(self, value: Any = None) -> None:
         if isinstance(value, BaseModel):
-            value = value.model_dump(mode="json")
+            value = value.model_dump(mode="json", by_alias=True)
         self._checkpoint = value
         await self._run.heartbeat(self, value)
 

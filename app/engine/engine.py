@@ -154,7 +154,7 @@ class Engine:
             InputInvalid, IdempotencyKeyReused, InstanceKeyInUse.
         """
         model = self.validate_input(plan, payload)
-        data = model.model_dump(mode="json")
+        data = model.model_dump(mode="json", by_alias=True)
         if plan.profile is Profile.EPHEMERAL:
             from app.engine.ephemeral import run_ephemeral
 
@@ -552,7 +552,7 @@ class Engine:
             raise InstanceEnded(f"instance {instance_id} has ended ({inst.state})",
                                 instance_id=instance_id, state=str(inst.state))
         try:
-            data = signal.model.model_validate(payload).model_dump(mode="json")
+            data = signal.model.model_validate(payload).model_dump(mode="json", by_alias=True)
         except ValidationError as exc:
             raise InputInvalid(f"payload of signal {name} is invalid",
                                errors=exc.errors(include_url=False, include_context=False),

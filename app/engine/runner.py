@@ -198,7 +198,7 @@ class Run:
     async def take_signal(self, node_index: int, scope: int, signal: SignalRecord,
                           model: type[BaseModel]) -> None:
         now = self.now()
-        payload = model.model_validate(signal.payload).model_dump(mode="json")
+        payload = model.model_validate(signal.payload).model_dump(mode="json", by_alias=True)
         row = StepRow(self.instance_id, node_index, scope, StepKind.SIGNAL, signal.name,
                       Outcome.SUCCESS, now, now, values={bag_key(model): payload})
         ack = await self.journal.take_signal(self.token, signal.id, row)
@@ -223,7 +223,7 @@ class Run:
         self.after_ack(ack)
 
     async def write_stream(self, stream: Stream, value: BaseModel) -> bool:
-        payload = value.model_dump(mode="json")
+        payload = value.model_dump(mode="json", by_alias=True)
         size = len(value.model_dump_json())
         return await self.journal.write_stream(self.instance_id, stream.name, payload, size,
                                                stream.max_bytes, self.now())
@@ -350,7 +350,7 @@ class _CapabilityTimeout(Exception):
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
+        return value.model_dump(mode="json", by_alias=True)
     return value
 
 

@@ -1,0 +1,91 @@
+"""JSON shapes of the API (camelCase), built from engine records."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from app.engine.journal import InstanceRecord, SignalRecord, StepKind, StepRow, StreamMessage
+from app.flows.plan import AwaitSignalNode, Plan, PollNode
+
+__all__ = ["awaiting", "instance_view", "signal_view", "stream_view"]
+
+API = "/api/v1"
+
+
+def _at(instant: datetime | None) -> str | None:
+    return instant.isoformat().replace("+00:00", "Z") if instant is not None else None
+
+
+def step_view(row: StepRow) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "sequence": row.sequence, "stepId": row.step_id, "scope": row.scope,
+        "kind": str(row.kind), "capabilityId": row.capability_id, "outcome": str(row.outcome),
+        "try": row.try_number, "startedAt": _at(row.started_at),
+        "committedAt": _at(row.committed_at),
+    }
+    if row.error_type is not None:
+        view.update(errorType=row.error_type, errorDetail=row.error_detail, final=row.final,
+                    nextTryAt=_at(row.next_try_at))
+    return view
+
+
+def signal_view(signal: SignalRecord) -> dict[str, Any]:
+    return {"signalId": signal.id, "sequence": signal.sequence, "name": signal.name,
+            "payload": signal.payload, "receivedAt": _at(signal.received_at),
+            "takenAt": _at(signal.taken_at), "takenStepId": signal.taken_step_id}
+
+
+def stream_view(message: StreamMessage) -> dict[str, Any]:
+    return {"sequence": message.sequence, "stream": message.stream,
+            "createdAt": _at(message.created_at), "value": message.payload}
+
+
+def awaiting(plan: Plan | None, inst: InstanceRecord) -> list[dict[str, str]]:
+    """The signals a caller can deliver to continue ``inst`` now (empty when none)."""
+    if plan is None or inst.state.ended or inst.wake_step_id is None:
+        return []
+    if inst.wake_step_id >= plan.end:
+        return []
+    node = plan.nodes[inst.wake_step_id]
+    if not isinstance(node, PollNode | AwaitSignalNode) or node.signal is None:
+        return []
+    base = plan.trigger.route if plan.trigger is not None else f"{API}/instances"
+    return [{"signal": node.signal.name,
+             "href": f"{base}/{inst.id}/signals/{node.signal.name}"}]
+
+
+def instance_view(inst: InstanceRecord, steps: list[StepRow],
+                  signals: list[SignalRecord] | None = None,
+                  plan: Plan | None = None) -> dict[str, Any]:
+    """The full view of one instance (``GET /api/v1/instances/{id}``)."""
+    attempts = sum(1 for r in steps if r.kind is StepKind.STEP)
+    live_lease = inst.lease_owner is not None and not inst.state.ended
+    view: dict[str, Any] = {
+        "instanceId": inst.id,
+        "flow": inst.flow_name,
+        "version": inst.flow_version,
+        "state": str(inst.state),
+        "createdAt": _at(inst.created_at),
+        "updatedAt": _at(inst.updated_at),
+        "deadlineAt": _at(inst.deadline_at),
+        "wakeAt": _at(inst.wake_at),
+        "wakeStepId": inst.wake_step_id,
+        "wakeScope": inst.wake_scope,
+        "instanceKey": inst.instance_key,
+        "attempts": attempts,
+        "cancelRequested": inst.cancel_requested,
+        "lease": ({"owner": inst.lease_owner, "expiresAt": _at(inst.lease_expires_at),
+                   "fencingToken": inst.fencing_token} if live_lease else None),
+        "input": inst.input,
+        "result": inst.result,
+        "error": ({"code": inst.failure.code, "message": inst.failure.message,
+                   "details": inst.failure.details} if inst.failure is not None else None),
+        "journal": [step_view(r) for r in steps],
+    }
+    if signals is not None:
+        view["signals"] = [signal_view(s) for s in signals]
+    waits = awaiting(plan, inst)
+    if waits:
+        view["awaiting"] = waits
+    return view

@@ -1,0 +1,111 @@
+"""Wiring: ``create_app(settings)`` builds the database engine, the flowpark engine, the
+HTTP client and the sweep scheduler in the lifespan, never at import time."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+import httpx
+from fastapi import FastAPI
+
+from app.api.problems import install_problem_handlers
+from app.api.routes import add_trigger_routes, build_router
+from app.engine.clock import Clock, SystemClock
+from app.engine.engine import Engine, EngineConfig
+from app.fakes import FakeJobService, FakeOcrService, create_jobs_router, create_ocr_router
+from app.flows import Catalog
+from app.runtime.scheduler import Sweeper
+from app.settings import DEFAULT_API_TOKEN, Settings
+from app.store import SqlJournal, check_schema_at_head, make_async_engine
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("flowpark.runtime")
+
+CatalogFactory = Callable[[Catalog, httpx.AsyncClient, Settings], None]
+
+
+def _default_catalog(catalog: Catalog, http: httpx.AsyncClient, settings: Settings) -> None:
+    from samples.registry import register_samples
+
+    register_samples(catalog, http, settings)
+
+
+def create_app(settings: Settings | None = None, *, clock: Clock | None = None,
+               register: CatalogFactory | None = None) -> FastAPI:
+    """Build the flowpark ASGI app.
+
+    Args:
+        settings: :class:`Settings` (default: read from ``FLOWPARK_*``).
+        clock: the engine clock (default the system clock).
+        register: registers flows on the catalog (default: the samples).
+
+    The app refuses to start (``SchemaBehindHead``, code ``store.schema_behind_head``) on a
+    database whose schema is behind the migrations' head: run ``flowpark db upgrade``.
+    """
+    settings = settings or Settings()
+    clock = clock or SystemClock()
+    register = register or _default_catalog
+    catalog = Catalog()
+    # One pooled client for every outbound call of this app (closed by the lifespan);
+    # each call still passes its own timeout.
+    http = httpx.AsyncClient(
+        timeout=settings.http_timeout_seconds,
+        limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+    )
+    register(catalog, http, settings)
+
+    ocr = FakeOcrService(per_page=timedelta(seconds=settings.sample_ocr_per_page),
+                         callback_token=next(iter(sorted(settings.tokens)), None))
+    jobs = FakeJobService(queued_for=timedelta(seconds=settings.job_queued_seconds),
+                          succeed_after=timedelta(seconds=settings.job_succeed_seconds))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db = make_async_engine(settings.database_url, pool_size=settings.db_pool_size)
+        sweeper: Sweeper | None = None
+        try:
+            await check_schema_at_head(db)
+            if settings.tokens == {DEFAULT_API_TOKEN}:
+                log.warning("FLOWPARK_API_TOKENS is the default %r: set your own tokens",
+                            DEFAULT_API_TOKEN)
+            engine = Engine(SqlJournal(db), catalog, clock, EngineConfig(
+                node_id=settings.node_id, lease=timedelta(seconds=settings.lease_seconds),
+                sweep_batch=settings.sweep_batch, concurrency=settings.concurrency))
+            app.state.engine = engine
+            app.state.db = db
+            if settings.run_sweeper:
+                sweeper = Sweeper(engine, settings.timer_scan_interval)
+                sweeper.start()
+            app.state.sweeper = sweeper
+            log.info("flowpark node %s ready on %s", settings.node_id, settings.self_url)
+            yield
+        finally:
+            if sweeper is not None:
+                await sweeper.stop()
+            await ocr.drain()
+            await ocr.close()
+            await http.aclose()
+            await db.dispose()
+
+    app = FastAPI(title="flowpark", version="0.1.0", lifespan=lifespan,
+                  description="Durable flows that wait on external systems.")
+    app.state.settings = settings
+    app.state.catalog = catalog
+    app.state.fake_ocr = ocr
+    app.state.fake_jobs = jobs
+    install_problem_handlers(app)
+    app.include_router(build_router())
+    add_trigger_routes(app, catalog.plans())
+    app.include_router(create_ocr_router(ocr), tags=["fake services"])
+    app.include_router(create_jobs_router(jobs), tags=["fake services"])
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz() -> dict[str, str]:
+        """Liveness: the node is up."""
+        return {"status": "ok", "node": settings.node_id}
+
+    return app

@@ -1,0 +1,50 @@
+"""``flowpark worker``: a node that sweeps but serves no HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from datetime import timedelta
+
+import httpx
+
+from app.engine.clock import SystemClock
+from app.engine.engine import Engine, EngineConfig
+from app.flows import Catalog
+from app.runtime.scheduler import Sweeper
+from app.settings import Settings
+from app.store import SqlJournal, check_schema_at_head, make_async_engine
+
+__all__ = ["run_worker"]
+
+log = logging.getLogger("flowpark.worker")
+
+
+async def run_worker(settings: Settings | None = None) -> None:
+    """Sweep until SIGINT/SIGTERM. Flows are the samples (same catalog as ``serve``)."""
+    from samples.registry import register_samples
+
+    settings = settings or Settings()
+    db = make_async_engine(settings.database_url, pool_size=settings.db_pool_size)
+    http = httpx.AsyncClient(timeout=settings.http_timeout_seconds)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await check_schema_at_head(db)
+        catalog = Catalog()
+        register_samples(catalog, http, settings)
+        engine = Engine(SqlJournal(db), catalog, SystemClock(), EngineConfig(
+            node_id=settings.node_id, lease=timedelta(seconds=settings.lease_seconds),
+            sweep_batch=settings.sweep_batch, concurrency=settings.concurrency))
+        sweeper = Sweeper(engine, settings.timer_scan_interval)
+        sweeper.start()
+        log.info("flowpark worker %s sweeping every %.1fs", settings.node_id,
+                 settings.timer_scan_interval)
+        await stop.wait()
+        await sweeper.stop()
+    finally:
+        await http.aclose()
+        await db.dispose()

@@ -1,0 +1,81 @@
+"""flowpark's settings, read from ``FLOWPARK_*`` environment variables (pydantic-settings).
+
+``create_app(settings)`` takes a :class:`Settings` object; nothing reads the environment at
+import time.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from functools import cached_property
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["DEFAULT_API_TOKEN", "Settings"]
+
+DEFAULT_API_TOKEN = "dev-token"
+
+
+def _default_node_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Settings(BaseSettings):
+    """Every setting, with its environment variable ``FLOWPARK_<NAME>``.
+
+    Durations are seconds (floats) and named ``*_seconds`` or ``*_interval``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="FLOWPARK_", extra="ignore")
+
+    database_url: str = Field(
+        default="sqlite:///flowpark.db",
+        description="SQLAlchemy-style URL: sqlite:///file.db or postgresql://user@host/db.",
+    )
+    api_tokens: str = Field(
+        default=DEFAULT_API_TOKEN,
+        description="Comma-separated bearer tokens accepted on /api routes. The default "
+        "'dev-token' is for local trials only: set your own in any shared deployment.",
+    )
+    timer_scan_interval: float = Field(
+        default=10.0, gt=0, description="Seconds between sweeps (jittered by up to 10%)."
+    )
+    sample_ocr_per_page: float = Field(
+        default=5.0, ge=0, description="Seconds the fake OCR takes per page."
+    )
+    ocr_base_url: str | None = Field(
+        default=None, description="Base URL of the OCR provider; default: this server."
+    )
+    public_base_url: str | None = Field(
+        default=None, description="This server's base URL for webhooks; default: self_url."
+    )
+    ocr_callbacks: bool = Field(
+        default=True, description="Ask the OCR provider to call the ocr.completed webhook."
+    )
+    self_url: str = Field(
+        default="http://127.0.0.1:8000", description="How this node reaches itself over HTTP."
+    )
+    lease_seconds: float = Field(default=30.0, gt=0, description="Lease duration.")
+    sweep_batch: int = Field(default=100, ge=1, description="Instances claimed per statement.")
+    concurrency: int = Field(default=32, ge=1, description="Instances advanced at once.")
+    db_pool_size: int = Field(default=10, ge=1, description="Database connections per node.")
+    node_id: str = Field(default_factory=_default_node_id, description="This node's name.")
+    run_sweeper: bool = Field(default=True, description="Run the sweep job in this process.")
+    http_timeout_seconds: float = Field(default=10.0, gt=0, description="Outbound call timeout.")
+    job_queued_seconds: float = Field(default=2.0, ge=0, description="Fake job: QUEUED time.")
+    job_succeed_seconds: float = Field(default=6.0, ge=0, description="Fake job: run time.")
+
+    @cached_property
+    def tokens(self) -> frozenset[str]:
+        """The accepted bearer tokens."""
+        return frozenset(t.strip() for t in self.api_tokens.split(",") if t.strip())
+
+    @property
+    def ocr_url(self) -> str:
+        return self.ocr_base_url or self.self_url
+
+    @property
+    def callback_url(self) -> str:
+        return self.public_base_url or self.self_url
