@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
 
-from sqlalchemy import literal
+from sqlalchemy import String, literal
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
@@ -16,7 +16,7 @@ from app.errors import FlowparkError, StoreUnavailable
 from app.store.db import READ_ONLY
 from app.store.types import UtcDateTime
 
-__all__ = ["JournalConflict", "SqlBase", "instant"]
+__all__ = ["JournalConflict", "SqlBase", "const", "instant"]
 
 
 class JournalConflict(FlowparkError):
@@ -32,6 +32,16 @@ class JournalConflict(FlowparkError):
 def instant(value: datetime) -> ColumnElement[datetime]:
     """A bound instant usable inside SQL expressions (``CASE``/``COALESCE``), typed UTC."""
     return literal(value, UtcDateTime())
+
+
+def const(value: str) -> ColumnElement[str]:
+    """A constant rendered inline in the SQL text, not bound.
+
+    Used for the state names the partial indexes are defined on: a planner can only use
+    ``... WHERE state = 'suspended'`` when it sees the constant (PostgreSQL's generic plans
+    for prepared statements do not see bound values).
+    """
+    return literal(value, String(), literal_execute=True)
 
 
 class SqlBase:

@@ -14,7 +14,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from app.engine.journal import CancelAck, Claim, InstanceState
 from app.errors import InstanceEnded, InstanceNotFound
-from app.store.base import SqlBase
+from app.store.base import SqlBase, const
 from app.store.mapping import INSTANCE
 from app.store.tables import ACTIVE_STATES
 
@@ -27,10 +27,10 @@ _SUSPENDED = InstanceState.SUSPENDED.value
 def claimable(now: datetime, *, due_only: bool) -> ColumnElement[bool]:
     """Suspended (with ``wake_at <= now`` when ``due_only``) or running with an expired
     lease (``lease_expires_at < now``)."""
-    suspended = INSTANCE.c.state == _SUSPENDED
+    suspended = INSTANCE.c.state == const(_SUSPENDED)
     if due_only:
         suspended = and_(suspended, INSTANCE.c.wake_at <= now)
-    expired = and_(INSTANCE.c.state == _RUNNING, INSTANCE.c.lease_expires_at < now)
+    expired = and_(INSTANCE.c.state == const(_RUNNING), INSTANCE.c.lease_expires_at < now)
     return or_(suspended, expired)
 
 
@@ -94,7 +94,8 @@ class SqlClaims(SqlBase):
         if not runnable or limit <= 0:
             return []
         due_at = case(
-            (INSTANCE.c.state == _SUSPENDED, INSTANCE.c.wake_at), else_=INSTANCE.c.lease_expires_at
+            (INSTANCE.c.state == const(_SUSPENDED), INSTANCE.c.wake_at),
+            else_=INSTANCE.c.lease_expires_at,
         )
         pick = (
             select(INSTANCE.c.id)
@@ -115,8 +116,9 @@ class SqlClaims(SqlBase):
         )
         async with self._write() as conn:
             rows = (await conn.execute(stmt)).all()
-        rows.sort(key=lambda r: (r.wake_at is not None, r.wake_at or now, r.id))
-        return [Claim(r.id, r.fencing_token) for r in rows]
+        # RETURNING has no order: restore the pick's (expired leases without a wake first)
+        ordered = sorted(rows, key=lambda r: (r.wake_at is not None, r.wake_at or now, r.id))
+        return [Claim(r.id, r.fencing_token) for r in ordered]
 
     async def count_not_runnable(self, now: datetime, runnable: list[tuple[str, str]]) -> int:
         """Count due instances whose ``(flow_name, flow_version)`` is not in ``runnable``."""
@@ -159,7 +161,10 @@ class SqlClaims(SqlBase):
             flagged = (
                 await conn.execute(
                     update(INSTANCE)
-                    .where(INSTANCE.c.id == instance_id, INSTANCE.c.state.in_(ACTIVE_STATES))
+                    .where(
+                        INSTANCE.c.id == instance_id,
+                        INSTANCE.c.state.in_([const(s) for s in ACTIVE_STATES]),
+                    )
                     .values(cancel_requested=True, updated_at=now)
                     .returning(INSTANCE.c.state)
                 )

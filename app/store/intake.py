@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.engine.journal import InstanceRecord, InstanceState, NewInstance, SignalRecord
 from app.errors import IdempotencyKeyReused, InstanceEnded, InstanceKeyInUse, InstanceNotFound
-from app.store.base import JournalConflict, SqlBase
+from app.store.base import JournalConflict, SqlBase, const
 from app.store.mapping import (
     IDEMPOTENCY,
     INSTANCE,
@@ -95,7 +95,7 @@ class SqlIntake(SqlBase):
                     select(INSTANCE.c.id).where(
                         INSTANCE.c.flow_name == new.flow_name,
                         INSTANCE.c.instance_key == new.instance_key,
-                        INSTANCE.c.state.in_(ACTIVE_STATES),
+                        INSTANCE.c.state.in_([const(s) for s in ACTIVE_STATES]),
                     )
                 )
             ).first()
