@@ -162,6 +162,15 @@ class SqlReads(SqlBase):
         async with self._read() as conn:
             return int((await conn.execute(query)).scalar_one())
 
+    async def next_wake(self) -> Any:
+        """The earliest ``wake_at`` among suspended instances (aware UTC), or None."""
+        query = (select(INSTANCE.c.wake_at)
+                 .where(INSTANCE.c.state == InstanceState.SUSPENDED.value,
+                        INSTANCE.c.wake_at.is_not(None))
+                 .order_by(INSTANCE.c.wake_at).limit(1))
+        async with self._read() as conn:
+            return (await conn.execute(query)).scalar_one_or_none()
+
     async def ping(self) -> None:
         """Check the database answers.
 
