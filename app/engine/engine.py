@@ -47,7 +47,6 @@ from app.engine.runner import (
 from app.errors import (
     FlowFailure,
     InputInvalid,
-    InstanceEnded,
     SignalNotDeclared,
     StaleFencingToken,
 )
@@ -548,15 +547,14 @@ class Engine:
             raise SignalNotDeclared(
                 f"flow {inst.flow_name}@{inst.flow_version} declares no signal {name!r}",
                 instance_id=instance_id, signal=name)
-        if inst.state.ended:
-            raise InstanceEnded(f"instance {instance_id} has ended ({inst.state})",
-                                instance_id=instance_id, state=str(inst.state))
         try:
             data = signal.model.model_validate(payload).model_dump(mode="json", by_alias=True)
         except ValidationError as exc:
             raise InputInvalid(f"payload of signal {name} is invalid",
                                errors=exc.errors(include_url=False, include_context=False),
                                signal=name) from None
+        # the store decides "ended" atomically with the insert; a repeated key gets the
+        # first answer even after the instance ended
         record, created = await self.journal.deliver_signal(
             instance_id, name, data, idempotency_key, self.clock.now(), self.new_id())
         if created:
