@@ -633,5 +633,14 @@ async def test_streams_are_ordered_and_bounded(sql_journal: SqlJournal) -> None:
         await sql_journal.write_stream("nope", "progress", {}, 1, 100, at(1))
 
 
+async def test_naive_instants_are_refused(sql_journal: SqlJournal) -> None:
+    naive = datetime(2026, 1, 1)
+    with pytest.raises(ValueError, match="aware"):
+        await sql_journal.claim_due("node-a", naive, at(30), 10, RUNNABLE)
+    with pytest.raises(ValueError, match="aware"):
+        await sql_journal.create_instance(new_instance(created_at=naive))
+    assert await sql_journal.count_instances() == 0
+
+
 async def test_ping(sql_journal: SqlJournal) -> None:
     await sql_journal.ping()

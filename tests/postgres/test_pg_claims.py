@@ -1,0 +1,56 @@
+"""PostgreSQL specifics: sweeps skip rows another node holds (FOR UPDATE SKIP LOCKED)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+
+from app.engine.journal import NewInstance
+from app.store import SqlJournal, make_async_engine, upgrade
+
+pytestmark = pytest.mark.postgres
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+RUNNABLE = [("document.process", "1.0.0")]
+
+
+async def test_claim_due_skips_locked_rows_without_waiting(pg_url: str) -> None:
+    upgrade(pg_url)
+    engine = make_async_engine(pg_url)
+    journal = SqlJournal(engine)
+    try:
+        ids = []
+        for n in range(3):
+            record, _ = await journal.create_instance(
+                NewInstance(
+                    id=f"i-{n}",
+                    flow_name="document.process",
+                    flow_version="1.0.0",
+                    input={},
+                    created_at=T0,
+                    deadline_at=None,
+                    lease_owner="node-a",
+                    lease_expires_at=T0 + timedelta(seconds=30),
+                )
+            )
+            await journal.park(record.id, 1, T0, T0 + timedelta(seconds=n), 1, 0)
+            ids.append(record.id)
+        async with engine.connect() as other_node:
+            # another node's claim is in flight on the oldest instance
+            await other_node.execute(
+                text("SELECT id FROM flow_instance WHERE id = :id FOR UPDATE"), {"id": ids[0]}
+            )
+            now = T0 + timedelta(minutes=1)
+            claims = await asyncio.wait_for(
+                journal.claim_due("node-b", now, now + timedelta(seconds=30), 10, RUNNABLE),
+                timeout=10,
+            )
+            assert [c.instance_id for c in claims] == ids[1:]
+            await other_node.rollback()
+        claims = await journal.claim_due("node-b", now, now + timedelta(seconds=30), 10, RUNNABLE)
+        assert [c.instance_id for c in claims] == ids[:1]
+    finally:
+        await engine.dispose()
