@@ -315,7 +315,7 @@ class Engine:
             if not success:
                 break
             run.apply(success[0])
-            if node.until(run.view()):
+            if _satisfied(node, run):
                 return node.satisfied_target
             scope += 1
         if self._block_taken(run, node.timeout_target, node.satisfied_target):
@@ -326,6 +326,8 @@ class Engine:
             return first[0].started_at + node.timeout if first else None
 
         accept = self._accepts(node)
+        if node.signal is not None:
+            await run.refresh_mailbox()
         while True:  # the frontier
             run.check_interrupts()
             if node.signal is not None:
@@ -348,7 +350,7 @@ class Engine:
             if row.outcome is Outcome.FAILURE:
                 raise self._step_failed(body, row)
             run.decided(row)
-            if node.until(run.view()):
+            if _satisfied(node, run):
                 return node.satisfied_target
             end = budget_end()
             assert end is not None
@@ -368,6 +370,7 @@ class Engine:
             return node.satisfied_target
         if self._block_taken(run, node.timeout_target, node.satisfied_target):
             return node.timeout_target  # type: ignore[return-value]
+        await run.refresh_mailbox()
         while True:
             run.check_interrupts()
             pending = run.pending_signal(node.signal.name)
@@ -389,7 +392,7 @@ class Engine:
         if run.found(node.index, 0, StepKind.EMIT):
             return node.next
         run.check_interrupts()
-        payload = _jsonable(node.factory(run.view()))
+        payload = _jsonable(_evaluate(f"emit {node.name}", lambda: node.factory(run.view())))
         now = run.now()
         event = EmittedEvent(self.new_id(), node.name, payload)
         row = StepRow(run.instance_id, node.index, 0, StepKind.EMIT, node.name,
@@ -401,7 +404,9 @@ class Engine:
 
     async def _complete(self, run: Run, result: Any = None, early: bool = False) -> Halt:
         if not early:
-            result = _jsonable(run.plan.returns(run.view())) if run.plan.returns else None
+            returns = run.plan.returns
+            result = _jsonable(_evaluate("returns", lambda: returns(run.view()))
+                               ) if returns else None
         ack = await run.journal.finish(run.instance_id, run.token, run.now(),
                                         InstanceState.COMPLETED, result=result)
         if not ack.applied:
@@ -587,6 +592,21 @@ class Engine:
         if ack.claim is not None:
             await self._advance_gated(ack.claim)
         return await self.journal.get_instance(instance_id)
+
+
+def _evaluate(what: str, expression: Callable[[], Any]) -> Any:
+    """Run a flow expression (``until``, an emit factory, ``returns``); an exception in it
+    fails the flow with ``flow.expression_failed`` instead of wedging the instance."""
+    try:
+        return expression()
+    except Exception as exc:  # noqa: BLE001 - user code
+        raise _Interrupt(InstanceState.FAILED, FlowFailure(
+            "flow.expression_failed", f"{what} raised {type(exc).__name__}: {exc}",
+            {"expression": what, "error_type": type(exc).__name__})) from exc
+
+
+def _satisfied(node: PollNode, run: Run) -> bool:
+    return bool(_evaluate("until", lambda: node.until(run.view())))
 
 
 __all__ += ["DECISION_KEY"]

@@ -286,6 +286,10 @@ class Journal(Protocol):
         """
         ...
 
+    async def pending_signals(self, instance_id: str) -> list[SignalRecord]:
+        """Untaken signals of the instance, in arrival order."""
+        ...
+
     async def get_instance(self, instance_id: str) -> InstanceRecord:
         """Read the instance row only. Raises InstanceNotFound."""
         ...

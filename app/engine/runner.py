@@ -189,6 +189,12 @@ class Run:
             return
         raise RuntimeError("park was refused for no stated reason")  # pragma: no cover
 
+    async def refresh_mailbox(self) -> None:
+        """Re-read untaken signals when this run has worked since it loaded them (a signal
+        may have arrived meanwhile); a fresh claim's snapshot is current already."""
+        if self.attempts or self.pending_wake is None:
+            self.signals = await self.journal.pending_signals(self.instance_id)
+
     def pending_signal(self, name: str) -> SignalRecord | None:
         for signal in self.signals:
             if signal.name == name and signal.taken_at is None:

@@ -107,6 +107,16 @@ class SqlReads(SqlBase):
             rows = await conn.execute(query.order_by(STREAM.c.sequence))
             return [stream_from_row(r) for r in rows]
 
+    async def pending_signals(self, instance_id: str) -> list[SignalRecord]:
+        """Untaken signals of the instance, in arrival order."""
+        async with self._read() as conn:
+            rows = await conn.execute(
+                select(SIGNAL)
+                .where(SIGNAL.c.instance_id == instance_id, SIGNAL.c.taken_at.is_(None))
+                .order_by(SIGNAL.c.sequence)
+            )
+            return [signal_from_row(r) for r in rows]
+
     async def list_signals(self, instance_id: str) -> list[SignalRecord]:
         """Every signal delivered to the instance, taken or not, in arrival order.
 

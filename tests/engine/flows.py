@@ -129,7 +129,7 @@ def poll_flow(
     elif on_timeout == "rejoin":
         flow.on_timeout(lambda b: b.step(Escalate()))
     flow.step(After())
-    flow.returns(lambda bag: {"done": bag.get(Status).done}, reads=(Status,))
+    flow.returns(lambda bag: {"done": (bag.find(Status) or Status()).done})
     return flow
 
 
