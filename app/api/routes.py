@@ -14,7 +14,14 @@ from fastapi.responses import JSONResponse
 
 from app.api.auth import require_token
 from app.api.problems import ApiProblem
-from app.api.views import API, awaiting, instance_view, signal_view
+from app.api.views import (
+    API,
+    awaiting,
+    event_view,
+    instance_view,
+    review_view,
+    signal_view,
+)
 from app.engine.engine import Engine
 from app.engine.journal import InstanceState
 from app.errors import InputInvalid
@@ -117,18 +124,19 @@ def add_trigger_routes(app: FastAPI, plans: list[Plan]) -> None:
                 "application/json": {"schema": schema}}}},
         )
         for signal in plan.signals.values():
-            def make(sig_name: str):  # type: ignore[no-untyped-def]
+            def make(sig_name: str, flow_name: str):  # type: ignore[no-untyped-def]
                 async def deliver(request: Request, instance_id: str,
                                   idempotency_key: str | None = Header(
                                       default=None, alias="Idempotency-Key"),
                                   _: str = Depends(require_token)) -> JSONResponse:
                     return await _deliver(request, instance_id, sig_name, idempotency_key)
                 deliver.__doc__ = (f"Deliver the `{sig_name}` signal to an instance of "
-                                   f"`{plan.name}`. Stored before anything else happens; "
+                                   f"`{flow_name}`. Stored before anything else happens; "
                                    "idempotent by `Idempotency-Key`.")
                 return deliver
             app.add_api_route(
-                f"{trigger.route}/{{instance_id}}/signals/{signal.name}", make(signal.name),
+                f"{trigger.route}/{{instance_id}}/signals/{signal.name}",
+                make(signal.name, plan.name),
                 methods=["POST"], tags=["signals"], status_code=202,
                 name=f"signal {signal.name} ({plan.name}@{plan.version})",
                 openapi_extra={"requestBody": {"content": {"application/json": {
@@ -175,7 +183,7 @@ def build_router() -> APIRouter:
                       ) -> JSONResponse:
         """The human review queue, oldest first."""
         items = await _engine(request).journal.list_reviews(limit)  # type: ignore[attr-defined]
-        return JSONResponse(_jsonify(items))
+        return JSONResponse([review_view(i) for i in items])
 
     @router.get("/events", tags=["events"])
     async def events(request: Request, limit: int = Query(100, ge=1, le=1000),
@@ -183,7 +191,7 @@ def build_router() -> APIRouter:
         """The outbox of emitted events, in commit order (``after``: a sequence)."""
         journal = _engine(request).journal
         items = await journal.list_events(limit, after)  # type: ignore[attr-defined]
-        return JSONResponse(_jsonify(items))
+        return JSONResponse([event_view(i) for i in items])
 
     @router.get("/flows", tags=["flows"])
     async def flows(request: Request) -> JSONResponse:
@@ -197,12 +205,3 @@ def build_router() -> APIRouter:
 
     return router
 
-
-def _jsonify(items: Any) -> Any:
-    return json.loads(json.dumps(items, default=_default))
-
-
-def _default(value: Any) -> Any:
-    if hasattr(value, "isoformat"):
-        return value.isoformat().replace("+00:00", "Z")
-    return str(value)
