@@ -1,0 +1,1 @@
+"""Test helpers shared by the API and end-to-end tests (live servers, waiting)."""

@@ -1,0 +1,62 @@
+"""``eventually``: the one way tests wait for behaviour.
+
+Tests never sleep for timing. They state what must become true and poll it::
+
+    view = await eventually(lambda: completed(client, instance_id), timeout=20)
+
+``check`` is a callable (sync or async). It *passes* when it returns without raising
+``AssertionError`` and its value is not ``False``; the value is returned. Any other exception
+propagates at once (a bug is not a reason to wait).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+__all__ = ["eventually"]
+
+T = TypeVar("T")
+
+
+async def eventually(check: Callable[[], T | Awaitable[T]], *, timeout: float = 10.0,
+                     interval: float = 0.05, what: str | None = None) -> T:
+    """Call ``check`` every ``interval`` seconds until it passes or ``timeout`` elapses.
+
+    Args:
+        check: sync or async callable; fails by raising ``AssertionError`` or returning
+            ``False``.
+        timeout: seconds before giving up (monotonic clock).
+        interval: seconds between calls.
+        what: a description for the failure message.
+
+    Returns:
+        The value of the first passing call.
+
+    Raises:
+        AssertionError: still failing after ``timeout``; chained to the last failure.
+    """
+    deadline = time.monotonic() + timeout
+    calls = 0
+    last: AssertionError | None = None
+    while True:
+        calls += 1
+        try:
+            value = check()
+            if inspect.isawaitable(value):
+                value = await value
+            if value is not False:
+                return value  # type: ignore[return-value]
+            last = AssertionError(f"{what or 'check'} returned False")
+        except AssertionError as exc:
+            last = exc
+        if time.monotonic() >= deadline:
+            label = what or getattr(check, "__name__", "check")
+            raise AssertionError(
+                f"{label} still failing after {timeout}s ({calls} calls): {last}"
+            ) from last
+        await asyncio.sleep(interval)
+

@@ -1,0 +1,229 @@
+"""Real flowpark servers for tests: uvicorn on loopback, in a thread or a subprocess.
+
+Capabilities reach the fake OCR over real HTTP at ``settings.self_url``, so API tests need a
+real listening server, not an ASGI transport.
+
+* :func:`live_server` - ``create_app(settings)`` served by ``uvicorn.Server`` (lifespan on)
+  in a background thread with its own event loop, on a socket bound before start-up so the
+  port (and ``self_url``) is known up front. Usable from sync or async tests and from
+  session-scoped fixtures; stops cleanly (lifespan shutdown) on exit.
+* :func:`serve_subprocess` - ``flowpark serve`` in a child process with the environment
+  given (e.g. ``TZ=Asia/Tokyo``), output captured to a file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+from app.runtime.app import create_app
+from app.settings import Settings
+
+__all__ = [
+    "TOKEN",
+    "LiveServer",
+    "ServerStartFailed",
+    "SubprocessServer",
+    "free_port",
+    "live_server",
+    "serve_subprocess",
+    "server_settings",
+]
+
+#: The bearer token test servers accept.
+TOKEN = "test-token"
+STARTUP_TIMEOUT = 30.0
+SHUTDOWN_TIMEOUT = 30.0
+
+
+class ServerStartFailed(RuntimeError):
+    """The server stopped before it was serving (e.g. the lifespan raised)."""
+
+
+def free_port() -> int:
+    """A loopback port free right now (for subprocesses, which bind it themselves)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def server_settings(database_url: str, base_url: str, **overrides: Any) -> Settings:
+    """Settings for a test server: fast fake OCR and sweep, the test token.
+
+    Defaults: ``sample_ocr_per_page=0.05``, ``timer_scan_interval=0.2``, no OCR webhook
+    (``ocr_callbacks=False``: the poll alone finishes documents), ``self_url=base_url``.
+    """
+    values: dict[str, Any] = {
+        "database_url": database_url,
+        "self_url": base_url,
+        "api_tokens": TOKEN,
+        "sample_ocr_per_page": 0.05,
+        "timer_scan_interval": 0.2,
+        "ocr_callbacks": False,
+        "node_id": f"test-{base_url.rsplit(':', 1)[-1]}",
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@dataclass
+class LiveServer:
+    """A running server: its base URL, settings and app."""
+
+    base_url: str
+    settings: Settings
+    app: FastAPI
+    token: str = TOKEN
+    server: uvicorn.Server | None = field(default=None, repr=False)
+
+    @property
+    def database_url(self) -> str:
+        return self.settings.database_url
+
+    def client(self, *, token: str | None = TOKEN, timeout: float = 30.0,
+               **kwargs: Any) -> httpx.AsyncClient:
+        """An HTTP client on the server (with ``Authorization: Bearer <token>`` unless
+        ``token`` is None)."""
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        return httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout,
+                                 **kwargs)
+
+
+@contextmanager
+def live_server(database_url: str, *, app_factory: Callable[[Settings], FastAPI] = create_app,
+                **overrides: Any) -> Iterator[LiveServer]:
+    """Serve ``app_factory(settings)`` with uvicorn on 127.0.0.1 in a background thread.
+
+    Args:
+        database_url: the (normally migrated) database.
+        app_factory: builds the app (default :func:`create_app`).
+        **overrides: :class:`Settings` fields over :func:`server_settings`' defaults.
+
+    Yields:
+        :class:`LiveServer` once ``server.started`` (lifespan done, socket listening).
+
+    Raises:
+        ServerStartFailed: the server exited before serving (the lifespan failed); the
+            cause is chained when uvicorn raised one.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = int(sock.getsockname()[1])
+    base_url = f"http://127.0.0.1:{port}"
+    settings = server_settings(database_url, base_url, **overrides)
+    app = app_factory(settings)
+    # log_config=None: uvicorn's loggers propagate to the root logger (caplog sees them).
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on",
+                                           log_level="warning", log_config=None))
+    outcome: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            server.run(sockets=[sock])
+        except BaseException as exc:  # SystemExit on start-up failure, or a crash
+            outcome.append(exc)
+
+    thread = threading.Thread(target=serve, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while not server.started:
+            thread.join(0.02)
+            if not thread.is_alive():
+                cause = outcome[0] if outcome else None
+                raise ServerStartFailed(
+                    f"server on {base_url} exited before serving ({cause!r})") from cause
+            if time.monotonic() > deadline:
+                raise ServerStartFailed(f"server on {base_url} not started after "
+                                        f"{STARTUP_TIMEOUT}s")
+        yield LiveServer(base_url, settings, app, server=server)
+    finally:
+        server.should_exit = True
+        thread.join(SHUTDOWN_TIMEOUT)
+        sock.close()
+        if thread.is_alive():
+            raise RuntimeError(f"server on {base_url} did not stop in {SHUTDOWN_TIMEOUT}s")
+    if outcome:
+        raise RuntimeError(f"server on {base_url} crashed: {outcome[0]!r}") from outcome[0]
+
+
+@dataclass
+class SubprocessServer:
+    """``flowpark serve`` in a child process."""
+
+    base_url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def output(self) -> str:
+        """Everything the process wrote so far (stdout and stderr)."""
+        return self.log_path.read_text(errors="replace")
+
+    def client(self, *, token: str = TOKEN, timeout: float = 30.0) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.base_url, timeout=timeout,
+                                 headers={"Authorization": f"Bearer {token}"})
+
+
+def flowpark_command() -> list[str]:
+    """The ``flowpark`` console script of the running interpreter's environment."""
+    script = Path(sys.executable).with_name("flowpark")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "from app.cli import main; main()"]
+
+
+@contextmanager
+def serve_subprocess(database_url: str, log_path: Path, *, env: dict[str, str] | None = None,
+                     **settings_env: str) -> Iterator[SubprocessServer]:
+    """Run ``flowpark serve --host 127.0.0.1 --port <free>`` in a child process.
+
+    Args:
+        database_url: ``FLOWPARK_DATABASE_URL`` (must be migrated).
+        log_path: where the child's output goes.
+        env: extra environment (e.g. ``{"TZ": "Asia/Tokyo"}``).
+        **settings_env: ``FLOWPARK_<NAME>`` values by lower-case name
+            (``sample_ocr_per_page="1"``).
+
+    Yields:
+        :class:`SubprocessServer` (not yet known to be up: wait for ``/healthz``).
+    """
+    port = free_port()
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWPARK_")}
+    child_env.update({
+        "FLOWPARK_DATABASE_URL": database_url,
+        "FLOWPARK_API_TOKENS": TOKEN,
+        "FLOWPARK_SELF_URL": f"http://127.0.0.1:{port}",
+        "PYTHONUNBUFFERED": "1",
+    })
+    child_env.update({f"FLOWPARK_{k.upper()}": v for k, v in settings_env.items()})
+    child_env.update(env or {})
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [*flowpark_command(), "serve", "--host", "127.0.0.1", "--port", str(port),
+             "--log-level", "warning"],
+            env=child_env, stdout=log, stderr=subprocess.STDOUT,
+        )
+    try:
+        yield SubprocessServer(f"http://127.0.0.1:{port}", process, log_path)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(SHUTDOWN_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
