@@ -8,7 +8,8 @@ from typing import Any
 from app.engine.journal import InstanceRecord, SignalRecord, StepKind, StepRow, StreamMessage
 from app.flows.plan import AwaitSignalNode, Plan, PollNode
 
-__all__ = ["awaiting", "instance_view", "signal_view", "stream_view"]
+__all__ = ["awaiting", "event_view", "instance_view", "review_view", "signal_view",
+           "stream_view"]
 
 API = "/api/v1"
 
@@ -39,6 +40,22 @@ def signal_view(signal: SignalRecord) -> dict[str, Any]:
 def stream_view(message: StreamMessage) -> dict[str, Any]:
     return {"sequence": message.sequence, "stream": message.stream,
             "createdAt": _at(message.created_at), "value": message.payload}
+
+
+def event_view(event: dict[str, Any]) -> dict[str, Any]:
+    """One outbox event (``GET /api/v1/events``) from the store's read dict."""
+    return {"sequence": event["sequence"], "id": event["id"],
+            "instanceId": event["instance_id"], "name": event["name"],
+            "payload": event["payload"], "createdAt": _at(event["created_at"]),
+            "publishedAt": _at(event.get("published_at"))}
+
+
+def review_view(item: dict[str, Any]) -> dict[str, Any]:
+    """One review-queue item (``GET /api/v1/reviews``) from the store's read dict."""
+    return {"sequence": item["sequence"], "id": item["id"],
+            "instanceId": item["instance_id"], "subject": item["subject"],
+            "reason": item["reason"], "details": item["details"],
+            "createdAt": _at(item["created_at"])}
 
 
 def awaiting(plan: Plan | None, inst: InstanceRecord) -> list[dict[str, str]]:
