@@ -84,3 +84,7 @@ def demo(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Definition rules: each bad shape gives its stable code, naming the flow and the node."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.errors import DefinitionError
+from app.flows import Catalog, Severity, check_flow, compile_flow
+from app.flows.plan import Plan
+from samples.document_processing import OcrClient, build_document_flow
+from tests.unit.bad_flows import BAD, WARNINGS
+
+BAD_FILE = Path(__file__).with_name("bad_flows.py")
+
+
+@pytest.mark.parametrize("code", sorted(BAD))
+def test_each_bad_shape_reports_its_rule_code(code: str) -> None:
+    flow = BAD[code]
+    findings = check_flow(flow)
+    matching = [f for f in findings if f.code == code]
+    assert matching, findings
+    expected = Severity.WARNING if code in WARNINGS else Severity.ERROR
+    assert matching[0].severity is expected
+    assert flow.name in matching[0].flow and matching[0].node
+
+
+@pytest.mark.parametrize("code", sorted(set(BAD) - WARNINGS))
+def test_registration_refuses_a_flow_with_an_error(code: str) -> None:
+    with pytest.raises(DefinitionError) as caught:
+        Catalog().register(BAD[code])
+    assert caught.value.code == "flow.definition_invalid"
+    assert code in str(caught.value) and BAD[code].name in str(caught.value)
+
+
+def test_warnings_do_not_stop_registration() -> None:
+    catalog = Catalog()
+    findings = catalog.register(BAD["poll.first_interval_exceeds_timeout"])
+    assert [f.code for f in findings] == ["poll.first_interval_exceeds_timeout"]
+
+
+def test_the_sample_compiles_with_every_target_pointing_forward() -> None:
+    plan, findings = compile_flow(build_document_flow(OcrClient(httpx.AsyncClient(), "x")))
+    assert findings == []
+    assert [n.label for n in plan.nodes] == [
+        "ocr.upload", "poll", "ocr.status", "document.escalate",
+        "fail document.not_read_in_time", "document.extract", "emit document.processed"]
+    assert plan.nodes[1].satisfied_target == 5  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="strictly forward"):
+        Plan(name="p", version="1", input_model=plan.input_model, output_model=None,
+             profile=plan.profile, trigger=None, deadline=None,
+             nodes=(type(plan.nodes[0])(0, plan.nodes[0].capability, next=0),))  # type: ignore[call-arg,union-attr]
+
+
+def test_flows_check_prints_every_rule_code_and_exits_1() -> None:
+    done = subprocess.run([sys.executable, "-m", "app.cli", "flows", "check", str(BAD_FILE)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    for code in BAD:
+        assert code in done.stdout
+
+
+def test_flows_check_passes_the_samples() -> None:
+    done = subprocess.run([sys.executable, "-m", "app.cli", "flows", "check"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok: document.process@1.0.0" in done.stdout
