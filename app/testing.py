@@ -38,7 +38,7 @@ from pydantic import BaseModel
 from app.engine.clock import VirtualClock
 from app.engine.engine import Engine, EngineConfig, StartResult, SweepReport
 from app.engine.journal import InstanceRecord, Snapshot, StepKind
-from app.flows.builder import AwaitItem, Block, Flow, Item, PollItem, StepItem
+from app.flows.builder import AwaitItem, Flow, Item, PollItem, StepItem
 from app.flows.capability import Capability, Decision, StepContext
 from app.flows.catalog import Catalog
 from app.store.db import make_async_engine

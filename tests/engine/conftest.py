@@ -27,8 +27,15 @@ async def fake_ocr_server() -> AsyncIterator[tuple[str, FakeOcrService]]:
     ocr = FakeOcrService(per_page=timedelta(days=365))
     jobs = FakeJobService()
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_fakes_app(ocr, jobs), host="127.0.0.1",
-                                           port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_fakes_app(ocr, jobs),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="on",
+        )
+    )
     task = asyncio.create_task(server.serve())
     while not server.started:
         assert not task.done(), "fake server failed to start"
