@@ -10,6 +10,7 @@ rebuilt compensation stack all come from the same rows.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -37,7 +38,7 @@ from app.flows.plan import (
     StepNode,
 )
 
-__all__ = ["Halt", "Run", "RunOutcome"]
+__all__ = ["DECISION_KEY", "Halt", "Run", "RunOutcome"]
 
 log = logging.getLogger("flowpark.engine")
 
@@ -112,6 +113,8 @@ class Run:
         self.recovery: RecoveryError | None = None
         self.heartbeat_written: tuple[Any, datetime] | None = None
         self.ephemeral = False
+        # resolved when a heartbeating try starts: whoever awaits the run may stop waiting
+        self.detach: asyncio.Future[None] | None = None
 
     # -- helpers ---------------------------------------------------------------------
     def now(self) -> datetime:
@@ -229,10 +232,24 @@ class Run:
         self.after_ack(ack)
 
     async def write_stream(self, stream: Stream, value: BaseModel) -> bool:
+        """Append ``value`` to ``stream`` under this run's fencing token (a try whose
+        lease was taken over writes nothing). Returns False when dropped at the bound.
+
+        Raises:
+            KeyError: the flow does not declare ``stream`` (``Flow(streams=...)``).
+            StaleFencingToken: another node holds the instance now.
+        """
+        declared = self.plan.streams.get(stream.name)
+        if declared is None:
+            raise KeyError(f"flow {self.plan.name}@{self.plan.version} declares no stream "
+                           f"{stream.name!r} (Flow(streams=...))")
         payload = value.model_dump(mode="json", by_alias=True)
-        size = len(value.model_dump_json())
+        size = len(json.dumps(payload, separators=(",", ":")).encode())
+        if self.ephemeral:
+            return False
         return await self.journal.write_stream(self.instance_id, stream.name, payload, size,
-                                               stream.max_bytes, self.now())
+                                               declared.max_bytes, self.now(),
+                                               token=self.token)
 
     async def execute(self, node: StepNode, scope: int, capability: Capability,
                       kind: StepKind = StepKind.STEP) -> StepRow:
@@ -253,6 +270,8 @@ class Run:
                                                    scope, try_number, self.now(),
                                                    self.now() + hb_timeout)
             self.after_ack(ack)
+            if self.detach is not None and not self.detach.done():
+                self.detach.set_result(None)  # an in-process wait: the caller need not wait
         started = self.now()
         ctx = ExecutionContext(self, step_id=node.index, scope=scope, attempt=try_number,
                                recovery_error=self.recovery, checkpoint=checkpoint,
@@ -360,4 +379,3 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-__all__ += ["_CapabilityTimeout", "_Interrupt", "_Park", "DECISION_KEY"]

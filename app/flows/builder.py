@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Self, TypeAlias
 
 from pydantic import BaseModel
 
@@ -33,7 +33,7 @@ from app.flows.plan import HttpTrigger, Profile
 
 __all__ = ["Block", "Flow"]
 
-BlockSpec = "Callable[[Block], Block] | Block"
+BlockSpec: TypeAlias = "Callable[[Block], Block] | Block"
 
 
 @dataclass
@@ -98,7 +98,7 @@ class Block:
         self.misuses: list[Misuse] = []
 
     # -- nodes -------------------------------------------------------------------------
-    def step(self, capability: Capability) -> Block:
+    def step(self, capability: Capability) -> Self:
         """Run ``capability`` once (retried by its own policy)."""
         self.items.append(StepItem(capability))
         return self
@@ -111,7 +111,7 @@ class Block:
         interval: Backoff,
         timeout: DurationLike,
         reads: tuple[type[BaseModel], ...] = (),
-    ) -> Block:
+    ) -> Self:
         """Run ``capability`` until ``until`` holds, parking between attempts.
 
         Args:
@@ -126,7 +126,7 @@ class Block:
         )
         return self
 
-    def await_signal(self, signal: Signal, *, timeout: DurationLike | None = None) -> Block:
+    def await_signal(self, signal: Signal, *, timeout: DurationLike | None = None) -> Self:
         """Park until ``signal`` is delivered (its payload goes into the bag), or ``timeout``
         from reaching this node runs out (then ``on_timeout``, else
         ``flow.signal_not_received``)."""
@@ -134,7 +134,7 @@ class Block:
         self.items.append(AwaitItem(signal, limit))
         return self
 
-    def fail(self, code: str, message: str = "") -> Block:
+    def fail(self, code: str, message: str = "") -> Self:
         """End the flow as failed with ``code``; completed steps' compensations unwind."""
         self.items.append(FailItem(code, message or code))
         return self
@@ -145,13 +145,13 @@ class Block:
         factory: Callable[[Bag], BaseModel | dict[str, Any]],
         *,
         reads: tuple[type[BaseModel], ...] = (),
-    ) -> Block:
+    ) -> Self:
         """Write the event ``factory(bag)`` named ``name`` to the outbox, exactly once."""
         self.items.append(EmitItem(name, factory, reads))
         return self
 
     # -- modifiers ---------------------------------------------------------------------
-    def compensate_with(self, capability: Capability) -> Block:
+    def compensate_with(self, capability: Capability) -> Self:
         """Undo the last step with ``capability`` when the flow later fails or is cancelled."""
         last = self.items[-1] if self.items else None
         if isinstance(last, StepItem | PollItem):
@@ -160,7 +160,7 @@ class Block:
             self._misuse("compensate_with", "a step")
         return self
 
-    def on_failure(self, block: BlockSpec) -> Block:
+    def on_failure(self, block: BlockSpec) -> Self:
         """Route the last step's exhausted failure to ``block`` (which sees
         ``ctx.recovery_error``) instead of failing the flow; success skips the block."""
         last = self.items[-1] if self.items else None
@@ -170,7 +170,7 @@ class Block:
             self._misuse("on_failure", "a step")
         return self
 
-    def or_signal(self, signal: Signal) -> Block:
+    def or_signal(self, signal: Signal) -> Self:
         """Let a delivered ``signal`` end the last poll's wait early."""
         last = self.items[-1] if self.items else None
         if isinstance(last, PollItem):
@@ -179,7 +179,7 @@ class Block:
             self._misuse("or_signal", "a poll")
         return self
 
-    def on_timeout(self, block: BlockSpec) -> Block:
+    def on_timeout(self, block: BlockSpec) -> Self:
         """Run ``block`` when the last poll's or await's budget runs out. The block rejoins
         the flow after it unless it ends with ``fail``."""
         last = self.items[-1] if self.items else None

@@ -16,6 +16,7 @@ from app.flows import (
     Backoff,
     Bag,
     Capability,
+    Decision,
     Flow,
     HttpTrigger,
     RetryPolicy,
@@ -181,7 +182,7 @@ class ExtractFields(Capability):
     def __init__(self, ocr: OcrClient) -> None:
         self.ocr = ocr
 
-    async def execute(self, ctx: StepContext) -> object:
+    async def execute(self, ctx: StepContext) -> Decision | None:
         answer = await self.ocr.status(ctx.get(OcrJob).job_id)
         if answer["status"] != "completed":
             return ctx.fail("document.ocr_failed",
