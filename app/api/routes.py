@@ -30,6 +30,10 @@ from app.flows.plan import Plan, Profile
 __all__ = ["add_trigger_routes", "build_router"]
 
 MAX_KEY = 200
+#: Largest sequence a cursor may name (a signed 64-bit column).
+MAX_SEQUENCE = 2**63 - 1
+#: Deepest JSON nesting a body may have (payloads are stored and serialized again).
+MAX_DEPTH = 64
 
 
 async def _json_body(request: Request) -> Any:
@@ -37,9 +41,33 @@ async def _json_body(request: Request) -> Any:
     if not raw:
         return {}
     try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        value = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        # ValueError: JSONDecodeError, UnicodeDecodeError, and integers longer than
+        # Python's int/str digit limit; RecursionError: absurdly deep nesting
         raise InputInvalid(f"the body is not JSON: {exc}") from None
+    if _depth(value) > MAX_DEPTH:
+        raise InputInvalid(f"the body nests deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a parsed JSON value (iterative: any depth is safe to measure)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            break
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _key(value: str | None, *, required: bool) -> str | None:
@@ -187,7 +215,7 @@ def build_router() -> APIRouter:
 
     @router.get("/events", tags=["events"])
     async def events(request: Request, limit: int = Query(100, ge=1, le=1000),
-                     after: int | None = Query(None, ge=0)) -> JSONResponse:
+                     after: int | None = Query(None, ge=0, le=MAX_SEQUENCE)) -> JSONResponse:
         """The outbox of emitted events, in commit order (``after``: a sequence)."""
         journal = _engine(request).journal
         items = await journal.list_events(limit, after)  # type: ignore[attr-defined]
