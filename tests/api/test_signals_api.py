@@ -1,0 +1,103 @@
+"""Signals over real HTTP: the sample's webhook route, the generic route, and the answers."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+
+import httpx
+
+from tests.support.api import assert_problem, start_document, wait_for_state
+from tests.support.eventually import eventually
+from tests.support.server import LiveServer, live_server
+
+NEVER = 10_000  # pages: at 0.05 s/page the job stays pending for the whole test
+
+
+async def _job_id(client: httpx.AsyncClient, instance_id: str) -> str:
+    view = (await client.get(f"/api/v1/instances/{instance_id}")).json()
+    upload = view["journal"][0]
+    assert upload["capabilityId"] == "ocr.upload"
+    jobs = (await client.get("/fake/ocr/jobs")).json()
+    return str(next(j["jobId"] for j in jobs if j["documentId"] == view["input"]["documentId"]))
+
+
+async def test_the_start_lists_the_deliverable_signal_and_a_signal_ends_the_wait(
+    client: httpx.AsyncClient, live: LiveServer,
+) -> None:
+    resp = await start_document(client, pages=NEVER)
+    assert resp.status_code == 202
+    body = resp.json()
+    instance_id = body["instanceId"]
+    assert body["awaiting"] == [{
+        "signal": "ocr.completed",
+        "href": f"/api/v1/documents/{instance_id}/signals/ocr.completed"}]
+    job_id = await _job_id(client, instance_id)
+    await client.post(f"/fake/ocr/jobs/{job_id}/complete")
+    sent = await client.post(body["awaiting"][0]["href"], json={"jobId": job_id},
+                             headers={"Idempotency-Key": f"hook-{job_id}"})
+    assert sent.status_code == 202, sent.text
+    assert sent.json()["created"] is True
+    view = await wait_for_state(client, instance_id, ("completed",), timeout=10)
+    kinds = [(r["kind"], r["capabilityId"]) for r in view["journal"]]
+    assert kinds.count(("step", "ocr.status")) == 1  # no attempt after the signal
+    assert kinds.count(("signal", "ocr.completed")) == 1
+    assert "awaiting" not in view
+    again = await client.post(body["awaiting"][0]["href"], json={"jobId": job_id},
+                              headers={"Idempotency-Key": f"hook-{job_id}"})
+    assert again.status_code == 202 and again.json()["created"] is False
+    assert again.json()["signalId"] == sent.json()["signalId"]
+    signals = (await client.get(f"/api/v1/instances/{instance_id}")).json()["signals"]
+    assert len(signals) == 1
+
+
+async def test_signal_answers_404_409_422_and_store_nothing(client: httpx.AsyncClient) -> None:
+    resp = await start_document(client, pages=NEVER)
+    instance_id = resp.json()["instanceId"]
+    route = f"/api/v1/documents/{instance_id}/signals/ocr.completed"
+    assert_problem(await client.post(f"/api/v1/documents/{uuid.uuid4()}/signals/ocr.completed",
+                                     json={"jobId": "x"}), 404, "instance_not_found")
+    assert_problem(await client.post(f"/api/v1/instances/{instance_id}/signals/nope",
+                                     json={}), 404, "signal_not_declared")
+    assert_problem(await client.post(route, json={"jobId": 7}), 422, "input_invalid")
+    assert_problem(await client.post(route, content=b"{not json"), 422, "input_invalid")
+    cancelled = await client.post(f"/api/v1/instances/{instance_id}/cancel")
+    assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+    assert_problem(await client.post(route, json={"jobId": "x"}), 409, "instance_ended")
+    assert_problem(await client.post(f"/api/v1/instances/{instance_id}/cancel"), 409,
+                   "instance_ended")
+    view = (await client.get(f"/api/v1/instances/{instance_id}")).json()
+    assert view["signals"] == []
+    assert view["error"]["code"] == "flow.cancelled"
+
+
+async def test_the_generic_route_delivers_too(client: httpx.AsyncClient) -> None:
+    instance_id = (await start_document(client, pages=NEVER)).json()["instanceId"]
+    sent = await client.post(f"/api/v1/instances/{instance_id}/signals/ocr.completed",
+                             json={"jobId": "whatever"})
+    assert sent.status_code == 202
+    view = await wait_for_state(client, instance_id, ("completed", "failed"), timeout=10)
+    # the job never finished: the extract step fails the flow with its own code
+    assert view["state"] == "failed"
+    assert view["error"]["code"] == "document.ocr_failed"
+
+
+async def test_the_fake_ocr_webhook_ends_the_wait_at_once(_sqlite_template: Path,
+                                                           tmp_path: Path) -> None:
+    path = tmp_path / "hook.db"
+    shutil.copyfile(_sqlite_template, path)
+    with live_server(f"sqlite:///{path}", ocr_callbacks=True,
+                     timer_scan_interval=3600) as server:
+        async with server.client() as client:
+            instance_id = (await start_document(client, pages=NEVER)).json()["instanceId"]
+            job_id = await _job_id(client, instance_id)
+            await client.post(f"/fake/ocr/jobs/{job_id}/complete")
+            # the sweep runs hourly here: only the webhook can finish the document
+            view = await wait_for_state(client, instance_id, ("completed",), timeout=10)
+            assert view["result"]["fieldCount"] == NEVER
+
+            async def drained() -> None:
+                assert server.app.state.fake_ocr.callback_outcomes["delivered"] == 1
+
+            await eventually(drained, timeout=5)
