@@ -16,6 +16,7 @@ codes to HTTP statuses (RFC 9457 problem bodies).
     ├── InstanceKeyInUse           code "instance_key_in_use"
     ├── InputInvalid               code "input_invalid"
     ├── StaleFencingToken          code "lease.stale_token"
+    ├── JournalConflict            code "store.journal_conflict"
     ├── SchemaBehindHead           code "store.schema_behind_head"
     └── StoreUnavailable           code "store.unavailable"
 
@@ -39,6 +40,7 @@ __all__ = [
     "InstanceEnded",
     "InstanceKeyInUse",
     "InstanceNotFound",
+    "JournalConflict",
     "SchemaBehindHead",
     "SignalNotDeclared",
     "StaleFencingToken",
@@ -125,6 +127,17 @@ class StaleFencingToken(FlowparkError):
     """A write carried a fencing token older than the instance's; it was refused."""
 
     code = "lease.stale_token"
+
+
+class JournalConflict(FlowparkError):
+    """A write contradicts the journal: a duplicate execution row, a signal already taken,
+    a heartbeat with no attempt in flight, or a duplicate id. Nothing was written.
+
+    It signals an engine bug (or a lost race the fencing token did not catch), never a user
+    error.
+    """
+
+    code = "store.journal_conflict"
 
 
 class SchemaBehindHead(FlowparkError):

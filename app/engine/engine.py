@@ -124,6 +124,8 @@ class Engine:
         self.new_id = id_factory or (lambda: str(uuid7()))
         self._gate = asyncio.Semaphore(self.config.concurrency)
         self.wake_listeners: list[Callable[[str, datetime], None]] = []
+        # runs that went on in the background once they reached a heartbeating capability
+        self._background: set[asyncio.Future[RunOutcome]] = set()
 
     # -- starting ----------------------------------------------------------------------
     def validate_input(self, plan: Plan, payload: Any) -> BaseModel:
@@ -169,16 +171,22 @@ class Engine:
         )
         record, created = await self.journal.create_instance(new)
         if created:
-            await self.advance(Claim(record.id, record.fencing_token))
+            await self._advance_detachable(Claim(record.id, record.fencing_token), gated=False)
             record = await self.journal.get_instance(record.id)
         return StartResult(record, created, record.result)
 
     # -- advancing ---------------------------------------------------------------------
-    async def advance(self, claim: Claim) -> RunOutcome:
+    async def advance(self, claim: Claim, *, detach: asyncio.Future[None] | None = None
+                      ) -> RunOutcome:
         """Advance a claimed instance until it parks or ends.
 
         A stale fencing token (another node claimed it meanwhile) stops the run, logged;
         nothing half-written remains because every write is one transaction.
+
+        Args:
+            claim: the lease this node holds.
+            detach: resolved by the run when it starts a try of a heartbeating capability
+                (a wait that may last minutes), so a caller can stop waiting for it.
         """
         snapshot = await self.journal.load(claim.instance_id)
         inst = snapshot.instance
@@ -189,6 +197,7 @@ class Engine:
             await self.journal.release(inst.id, claim.fencing_token, self.clock.now())
             return RunOutcome(inst.id, InstanceState.SUSPENDED, inst.wake_at, runnable=False)
         run = Run(self, plan, inst, claim, snapshot.steps, snapshot.signals)
+        run.detach = detach
         try:
             halt = await self._walk(run)
         except StaleFencingToken:
@@ -461,11 +470,14 @@ class Engine:
                 "heartbeat_timeout",
                 f"{capability.id} recorded no heartbeat for {opts.heartbeat_timeout}")
         finally:
+            # also when this run is cancelled (node shutting down): the try must not go on
+            # polling, heartbeating or writing stream messages without its run
+            task.cancel()
             for watcher in watchers:
                 watcher.cancel()
             if keeper is not None:
                 keeper.cancel()
-            await asyncio.gather(*watchers, *( [keeper] if keeper else []),
+            await asyncio.gather(task, *watchers, *([keeper] if keeper else []),
                                  return_exceptions=True)
 
     async def _keep_lease(self, run: Run) -> None:
@@ -520,8 +532,55 @@ class Engine:
         return report
 
     async def _advance_gated(self, claim: Claim) -> RunOutcome:
-        async with self._gate:
-            return await self.advance(claim)
+        return await self._advance_detachable(claim, gated=True)
+
+    async def _advance_detachable(self, claim: Claim, *, gated: bool) -> RunOutcome:
+        """Advance ``claim`` until it parks or ends, or until it starts a try of a
+        heartbeating capability: then the run goes on in the background (see :meth:`drain`)
+        and the answer is ``RunOutcome(state=running)``, so a start request or a sweep is
+        not held for the length of an in-process wait."""
+        detach: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def run() -> RunOutcome:
+            if not gated:
+                return await self.advance(claim, detach=detach)
+            async with self._gate:
+                return await self.advance(claim, detach=detach)
+
+        task = asyncio.ensure_future(run())
+        try:
+            await asyncio.wait({task, detach}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if task.done():
+            detach.cancel()
+            return task.result()
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+        return RunOutcome(claim.instance_id, InstanceState.RUNNING)
+
+    def _background_done(self, task: asyncio.Future[RunOutcome]) -> None:
+        self._background.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None and not isinstance(error, StaleFencingToken):
+            log.error("background run failed on node %s", self.config.node_id,
+                      exc_info=error)
+
+    async def drain(self) -> None:
+        """Wait until every run this engine continued in the background has parked or
+        ended (their errors are logged, not raised)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Cancel the runs continued in the background (node shutdown). A cancelled try
+        commits nothing: its heartbeat timeout lets any node retry it from its checkpoint."""
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*list(self._background), return_exceptions=True)
 
     async def wake(self, instance_id: str) -> RunOutcome | None:
         """Claim one instance now (if nobody holds it) and advance it."""

@@ -12,21 +12,11 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, Stateme
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
 
-from app.errors import FlowparkError, StoreUnavailable
+from app.errors import JournalConflict, StoreUnavailable
 from app.store.db import READ_ONLY
 from app.store.types import UtcDateTime
 
 __all__ = ["JournalConflict", "SqlBase", "const", "instant"]
-
-
-class JournalConflict(FlowparkError):
-    """A write contradicts the journal: a duplicate execution row, a signal already taken,
-    a heartbeat with no attempt in flight, or a duplicate id. Nothing was written.
-
-    Code ``store.journal_conflict``; it signals an engine bug, never a user error.
-    """
-
-    code = "store.journal_conflict"
 
 
 def instant(value: datetime) -> ColumnElement[datetime]:
