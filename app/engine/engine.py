@@ -171,7 +171,13 @@ class Engine:
         )
         record, created = await self.journal.create_instance(new)
         if created:
-            await self._advance_detachable(Claim(record.id, record.fencing_token), gated=False)
+            try:
+                await self._advance_detachable(Claim(record.id, record.fencing_token),
+                                               gated=False)
+            except Exception:  # noqa: BLE001 - the row is durable; the sweep takes it over
+                log.exception("instance %s: first advance failed on node %s; the sweep "
+                              "resumes it once its lease expires", record.id,
+                              self.config.node_id)
             record = await self.journal.get_instance(record.id)
         return StartResult(record, created, record.result)
 
