@@ -66,6 +66,15 @@ class Settings(BaseSettings):
     http_timeout_seconds: float = Field(default=10.0, gt=0, description="Outbound call timeout.")
     job_queued_seconds: float = Field(default=2.0, ge=0, description="Fake job: QUEUED time.")
     job_succeed_seconds: float = Field(default=6.0, ge=0, description="Fake job: run time.")
+    jobs_base_url: str | None = Field(
+        default=None, description="Base URL of the job service (/fake/jobs below it) the "
+        "job.await sample calls; default: this server."
+    )
+    sample_job_heartbeat_seconds: float = Field(
+        default=60.0, ge=10, description="Heartbeat timeout of the job.await sample's "
+        "job.await capability (seconds, at least 10): how long a crashed node's try goes "
+        "unnoticed before another node retries it."
+    )
 
     @cached_property
     def tokens(self) -> frozenset[str]:
@@ -75,6 +84,10 @@ class Settings(BaseSettings):
     @property
     def ocr_url(self) -> str:
         return self.ocr_base_url or self.self_url
+
+    @property
+    def jobs_url(self) -> str:
+        return self.jobs_base_url or self.self_url
 
     @property
     def callback_url(self) -> str:

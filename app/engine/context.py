@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 from app.engine.journal import ReviewRequest
 from app.flows.capability import Complete, Fail, RecoveryError, Stream, bag_key
@@ -71,7 +72,6 @@ class ExecutionContext(BagView):
         self.puts: dict[str, Any] = {}
         self.reviews: list[ReviewRequest] = []
         self.last_heartbeat_at: datetime | None = None
-        self._last_heartbeat_value: Any = object()
 
     @property
     def attempt(self) -> int:
@@ -80,6 +80,10 @@ class ExecutionContext(BagView):
     @property
     def scope(self) -> int:
         return self._scope
+
+    @property
+    def instance_key(self) -> str | None:
+        return self._run.instance.instance_key
 
     @property
     def now(self) -> datetime:
@@ -104,6 +108,8 @@ class ExecutionContext(BagView):
     async def heartbeat(self, value: Any = None) -> None:
         if isinstance(value, BaseModel):
             value = value.model_dump(mode="json", by_alias=True)
+        else:
+            value = to_jsonable_python(value)  # enums, datetimes ... as the store keeps them
         self._checkpoint = value
         await self._run.heartbeat(self, value)
 

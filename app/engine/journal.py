@@ -256,6 +256,9 @@ class ReviewRequest:
 
 @dataclass(frozen=True)
 class StreamMessage:
+    """One stream message (``flow_stream``); ``sequence`` orders messages and is the
+    cursor a reader resumes after (the SSE event id)."""
+
     sequence: int
     instance_id: str
     stream: str
@@ -429,13 +432,15 @@ class Journal(Protocol):
 
     async def write_stream(
         self, instance_id: str, stream: str, payload: Any, size: int, max_bytes: int,
-        now: datetime,
+        now: datetime, *, token: int | None = None,
     ) -> bool:
         """Append a stream message unless the stream would pass ``max_bytes``; returns
-        whether it was stored."""
+        whether it was stored. With ``token``, the write is fenced like the lease holder's
+        other writes (raises StaleFencingToken when another node holds the instance)."""
         ...
 
     async def read_stream(
         self, instance_id: str, stream: str, after: int | None = None
     ) -> list[StreamMessage]:
+        """Messages of one stream in write order, after the ``after`` sequence if given."""
         ...

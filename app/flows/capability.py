@@ -169,6 +169,12 @@ class StepContext(Bag, Protocol):
         ...
 
     @property
+    def instance_key(self) -> str | None:
+        """The client-chosen business key the instance was started with (``instanceKey``
+        in a start body), or None."""
+        ...
+
+    @property
     def now(self) -> datetime:
         """The engine clock's instant (aware UTC)."""
         ...
@@ -188,15 +194,30 @@ class StepContext(Bag, Protocol):
         ...
 
     async def heartbeat(self, value: Any = None) -> None:
-        """Record liveness and a checkpoint value; renews the lease."""
+        """Record liveness and a checkpoint ``value`` (JSON-able: a model, enum, str ...);
+        renews the lease. An unchanged value is written at most once per third of the
+        heartbeat timeout; a changed one at once.
+
+        Raises:
+            StaleFencingToken: another node took the instance over (the try must stop).
+        """
         ...
 
     def last_heartbeat_value(self, model: type[M]) -> M | None:
-        """The checkpoint the previous try of this step recorded, or None."""
+        """The latest checkpoint recorded for this step (by this try, else by an earlier
+        one), as ``model`` (a pydantic model, or a type such as an enum called on the stored
+        value), or None when none was recorded."""
         ...
 
     async def write(self, stream: Stream, value: BaseModel) -> bool:
-        """Append a stream message (best effort). Returns False when dropped at the bound."""
+        """Append a message to ``stream`` (declared by the flow's ``streams=``). Best effort
+        and bounded: returns False, storing nothing, when the message would take the
+        stream past ``stream.max_bytes``; later smaller messages may still fit.
+
+        Raises:
+            KeyError: the flow does not declare the stream.
+            StaleFencingToken: another node took the instance over.
+        """
         ...
 
     async def sleep(self, delay: timedelta) -> None:

@@ -10,7 +10,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.engine.journal import InstanceRecord, InstanceState, NewInstance, SignalRecord
-from app.errors import IdempotencyKeyReused, InstanceEnded, InstanceKeyInUse, InstanceNotFound
+from app.errors import (
+    IdempotencyKeyReused,
+    InstanceEnded,
+    InstanceKeyInUse,
+    InstanceNotFound,
+    StaleFencingToken,
+)
 from app.store.base import JournalConflict, SqlBase, const
 from app.store.mapping import (
     IDEMPOTENCY,
@@ -216,6 +222,8 @@ class SqlIntake(SqlBase):
         size: int,
         max_bytes: int,
         now: datetime,
+        *,
+        token: int | None = None,
     ) -> bool:
         """Append a stream message unless the stream's total ``size`` would pass
         ``max_bytes``.
@@ -223,19 +231,37 @@ class SqlIntake(SqlBase):
         Args:
             size: the message's size in bytes (as the caller measured it).
             max_bytes: the bound on the sum of ``size`` over the stream.
+            token: the writer's fencing token; when given, the instance must be running
+                under it (a try whose lease another node took over writes nothing).
 
         Returns:
-            Whether the message was stored.
+            Whether the message was stored (False: dropped at the bound).
 
         Raises:
             InstanceNotFound: no such instance.
+            StaleFencingToken: ``token`` is not current or the instance no longer runs
+                (code ``lease.stale_token``); nothing written.
         """
         async with self._write() as conn:
-            lock = select(INSTANCE.c.id).where(INSTANCE.c.id == instance_id)
+            lock = select(INSTANCE.c.fencing_token, INSTANCE.c.state).where(
+                INSTANCE.c.id == instance_id
+            )
             if self.is_postgresql:
                 lock = lock.with_for_update()  # serialise writers of one instance's streams
-            if (await conn.execute(lock)).first() is None:
+            current = (await conn.execute(lock)).first()
+            if current is None:
                 raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
+            if token is not None and (
+                current.fencing_token != token or current.state != InstanceState.RUNNING.value
+            ):
+                raise StaleFencingToken(
+                    f"instance {instance_id!r}: stream write with fencing token {token} "
+                    f"refused (current {current.fencing_token}, state {current.state})",
+                    instance_id=instance_id,
+                    token=token,
+                    current_token=current.fencing_token,
+                    state=current.state,
+                )
             used = (
                 await conn.execute(
                     select(func.coalesce(func.sum(STREAM.c.size), 0)).where(
