@@ -120,7 +120,10 @@ def live_server(database_url: str, *, app_factory: Callable[[Settings], FastAPI]
         ServerStartFailed: the server exited before serving (the lifespan failed); the
             cause is chained when uvicorn raised one.
     """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto is TCP,
+    # and accepted connections inherit it; with proto 0 every keep-alive response waits
+    # ~40 ms for a delayed ACK.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     port = int(sock.getsockname()[1])
     base_url = f"http://127.0.0.1:{port}"
