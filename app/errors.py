@@ -12,6 +12,7 @@ codes to HTTP statuses (RFC 9457 problem bodies).
     ├── InstanceNotFound           code "instance_not_found"
     ├── InstanceEnded              code "instance_ended"
     ├── SignalNotDeclared          code "signal_not_declared"
+    ├── StreamNotDeclared          code "stream_not_declared"
     ├── IdempotencyKeyReused       code "idempotency_key_reused"
     ├── InstanceKeyInUse           code "instance_key_in_use"
     ├── InputInvalid               code "input_invalid"
@@ -45,6 +46,7 @@ __all__ = [
     "SignalNotDeclared",
     "StaleFencingToken",
     "StoreUnavailable",
+    "StreamNotDeclared",
 ]
 
 
@@ -95,6 +97,12 @@ class InstanceEnded(FlowparkError):
 
 class SignalNotDeclared(FlowparkError):
     code = "signal_not_declared"
+
+
+class StreamNotDeclared(FlowparkError):
+    """The instance's flow declares no stream of that name (``Flow(streams=...)``)."""
+
+    code = "stream_not_declared"
 
 
 class IdempotencyKeyReused(FlowparkError):

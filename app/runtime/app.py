@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from app.api.problems import install_problem_handlers
 from app.api.routes import add_trigger_routes, build_router
+from app.api.streams import build_streams_router
 from app.engine.clock import Clock, SystemClock
 from app.engine.engine import Engine, EngineConfig
 from app.fakes import FakeJobService, FakeOcrService, create_jobs_router, create_ocr_router
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None,
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = make_async_engine(settings.database_url, pool_size=settings.db_pool_size)
         sweeper: Sweeper | None = None
+        engine: Engine | None = None
         try:
             await check_schema_at_head(db)
             if settings.tokens == {DEFAULT_API_TOKEN}:
@@ -86,6 +88,8 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None,
         finally:
             if sweeper is not None:
                 await sweeper.stop()
+            if engine is not None:  # in-process waits stop; their heartbeat timeout hands
+                await engine.close()  # them to another node, from their checkpoints
             await ocr.drain()
             await ocr.close()
             await http.aclose()
@@ -99,6 +103,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None,
     app.state.fake_jobs = jobs
     install_problem_handlers(app)
     app.include_router(build_router())
+    app.include_router(build_streams_router())
     add_trigger_routes(app, catalog.plans())
     app.include_router(create_ocr_router(ocr), tags=["fake services"])
     app.include_router(create_jobs_router(jobs), tags=["fake services"])
