@@ -244,7 +244,7 @@ class Run:
             raise KeyError(f"flow {self.plan.name}@{self.plan.version} declares no stream "
                            f"{stream.name!r} (Flow(streams=...))")
         payload = value.model_dump(mode="json", by_alias=True)
-        size = len(json.dumps(payload, separators=(",", ":")).encode())
+        size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
         if self.ephemeral:
             return False
         return await self.journal.write_stream(self.instance_id, stream.name, payload, size,
