@@ -49,6 +49,7 @@ from app.errors import (
     InputInvalid,
     SignalNotDeclared,
     StaleFencingToken,
+    StoreUnavailable,
 )
 from app.flows.capability import Capability, CapabilityOptions, RecoveryError
 from app.flows.catalog import Catalog
@@ -71,9 +72,13 @@ class EngineConfig:
 
     Attributes:
         node_id: this node's name (lease owner, logs).
-        lease: how long a claim holds an instance without renewal (default 30 s).
-        sweep_batch: instances claimed per sweep statement (default 100).
-        concurrency: instances advanced at once by this node (default 32).
+        lease: how long a claim holds an instance without renewal (default 30 s). A run
+            renews it every ``lease / 3`` while a capability works, so node clocks may
+            disagree by up to ``lease - lease / 3`` (20 s by default) without a live lease
+            being taken over.
+        sweep_batch: at most this many instances claimed per sweep statement (default 100).
+        concurrency: instances advanced at once by this node (default 32); a sweep claims
+            no more than its free run slots, so nothing it claimed waits for a slot.
     """
 
     node_id: str = "node-1"
@@ -451,14 +456,22 @@ class Engine:
     async def call_with_limits(self, capability: Capability, ctx: ExecutionContext,
                                opts: CapabilityOptions, run: Run) -> Any:
         """Run one try with ``execute_timeout`` (and heartbeat watchdog) on the engine clock;
-        renew the lease meanwhile when the capability does not heartbeat."""
+        renew the lease meanwhile when the capability does not heartbeat.
+
+        Raises:
+            StaleFencingToken: a renewal was refused (another node claimed the instance
+                after the lease lapsed): the try is cancelled at once and nothing of it is
+                committed.
+        """
         task = asyncio.ensure_future(capability.execute(ctx))
         watchers: list[asyncio.Future[Any]] = []
         timer = asyncio.ensure_future(self.clock.sleep(opts.execute_timeout))
         watchers.append(timer)
         keeper = None
         if opts.heartbeat_timeout is None:
+            # watched like the timers: a refused renewal ends the try at once
             keeper = asyncio.ensure_future(self._keep_lease(run))
+            watchers.append(keeper)
         else:
             watchers.append(asyncio.ensure_future(self._watch_heartbeats(ctx, opts, run)))
         try:
@@ -468,6 +481,8 @@ class Engine:
                 return task.result()
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+            if keeper is not None and keeper in done:
+                keeper.result()  # raises: the lease was lost (StaleFencingToken)
             if timer in done:
                 raise _CapabilityTimeout(
                     "execute_timeout",
@@ -481,15 +496,31 @@ class Engine:
             task.cancel()
             for watcher in watchers:
                 watcher.cancel()
-            if keeper is not None:
-                keeper.cancel()
-            await asyncio.gather(task, *watchers, *([keeper] if keeper else []),
-                                 return_exceptions=True)
+            await asyncio.gather(task, *watchers, return_exceptions=True)
 
     async def _keep_lease(self, run: Run) -> None:
+        """Renew the run's lease every ``lease / 3`` on the engine clock, until cancelled.
+
+        A renewal the store cannot make (database unreachable) is logged and tried again at
+        the next tick; the lease still has two thirds of its length then.
+
+        Raises:
+            StaleFencingToken: the lease was lost; the caller cancels the try.
+        """
         while True:
             await self.clock.sleep(self.lease / 3)
-            ack = await run.journal.renew_lease(run.instance_id, run.token, run.lease_until())
+            try:
+                ack = await run.journal.renew_lease(run.instance_id, run.token,
+                                                    run.lease_until())
+            except StaleFencingToken:
+                log.warning("instance %s: lease renewal refused on node %s (token %d): "
+                            "another node took it over; the try is cancelled",
+                            run.instance_id, self.config.node_id, run.token)
+                raise
+            except StoreUnavailable as exc:
+                log.warning("instance %s: lease renewal failed on node %s: %s",
+                            run.instance_id, self.config.node_id, exc)
+                continue
             run.after_ack(ack)
 
     async def _watch_heartbeats(self, ctx: ExecutionContext, opts: CapabilityOptions,
@@ -506,45 +537,116 @@ class Engine:
     # -- sweeping ----------------------------------------------------------------------
     async def sweep(self, *, limit: int | None = None) -> SweepReport:
         """Claim due instances (parked with ``wake_at <= now``, or running with an expired
-        lease) in batches and advance each, until none is due or ``limit`` were claimed."""
+        lease) and advance each, until none is due or ``limit`` were claimed.
+
+        Back-pressure: a claim asks for at most ``sweep_batch`` instances and never more
+        than this node's free run slots (``concurrency``), so every claimed instance starts
+        at once and no lease runs out in a queue. While every slot is busy the sweep waits
+        for runs to end, then claims again (once a quarter of the slots, or of the batch,
+        is free).
+
+        Returns:
+            :class:`SweepReport`; runs refused on a stale fencing token count as
+            ``failed_runs`` (logged by :meth:`advance`), other run errors are logged here.
+
+        Raises:
+            StoreUnavailable: a claim failed (the runs already started finish first).
+        """
         report = SweepReport()
         runnable = self.catalog.runnable()
         batch = self.config.sweep_batch
-        while limit is None or report.claimed < limit:
-            now = self.clock.now()
-            size = batch if limit is None else min(batch, limit - report.claimed)
-            claims = await self.journal.claim_due(self.config.node_id, now, now + self.lease,
-                                                  size, runnable)
-            if not claims:
-                break
-            report.claimed += len(claims)
-            results = await asyncio.gather(*(self._advance_gated(c) for c in claims),
-                                           return_exceptions=True)
-            for claim, result in zip(claims, results, strict=True):
-                if isinstance(result, BaseException):
-                    report.failed_runs += 1
-                    if not isinstance(result, StaleFencingToken):
-                        log.error("instance %s: run failed on node %s", claim.instance_id,
-                                  self.config.node_id, exc_info=result)
-                else:
-                    report.advanced += 1
-                    report.outcomes.append(result)
-            if len(claims) < size:
-                break
+        refill = max(1, min(batch, self.config.concurrency) // 4)
+        runs: dict[asyncio.Future[RunOutcome], tuple[str, asyncio.Future[RunOutcome]]] = {}
+        more = True
+        failure: BaseException | None = None
+        try:
+            while True:
+                wanted = batch if limit is None else min(batch, limit - report.claimed)
+                if more and wanted > 0 and (
+                        not runs or self.config.concurrency - len(runs) >= refill):
+                    try:
+                        claims, held = await self._claim_with_slots(wanted, runnable,
+                                                                    wait=not runs)
+                    except Exception as exc:  # noqa: BLE001 - re-raised once runs end
+                        failure, more, claims, held = exc, False, [], 0
+                    more = more and len(claims) == held  # fewer claims than slots: none due
+                    report.claimed += len(claims)
+                    for claim in claims:
+                        # the run holds the slot taken for it until it ends, also when it
+                        # goes on in the background
+                        started = self._begin_run(claim, gated=False)
+                        started[0].add_done_callback(lambda _: self._gate.release())
+                        waiter = asyncio.ensure_future(
+                            self._advance_detachable(claim, gated=False, started=started))
+                        runs[waiter] = (claim.instance_id, started[0])
+                if not runs:
+                    break
+                done, _ = await asyncio.wait(runs, return_when=asyncio.FIRST_COMPLETED)
+                for waiter in done:
+                    self._report_run(report, runs.pop(waiter)[0], waiter)
+        except asyncio.CancelledError:
+            for waiter, (_, task) in runs.items():
+                waiter.cancel()
+                task.cancel()
+            await asyncio.gather(*runs, *(task for _, task in runs.values()),
+                                 return_exceptions=True)
+            raise
+        if failure is not None:
+            raise failure
         report.not_runnable = await self.journal.count_not_runnable(self.clock.now(), runnable)
         if report.not_runnable:
             log.warning("%d due instances belong to flows not registered on node %s",
                         report.not_runnable, self.config.node_id)
         return report
 
+    async def _claim_with_slots(self, wanted: int, runnable: list[tuple[str, str]], *,
+                                wait: bool) -> tuple[list[Claim], int]:
+        """Hold up to ``wanted`` free run slots (waiting for one when ``wait``), claim that
+        many due instances, and give back the slots no claim needed.
+
+        Returns:
+            ``(claims, slots held)``; each claim keeps one slot, for its run to release.
+        """
+        held = 0
+        if wait:
+            await self._gate.acquire()
+            held = 1
+        while held < wanted and not self._gate.locked():
+            await self._gate.acquire()  # free: returns without waiting
+            held += 1
+        claims: list[Claim] = []
+        try:
+            if held:
+                now = self.clock.now()
+                claims = await self.journal.claim_due(self.config.node_id, now,
+                                                      now + self.lease, held, runnable)
+        finally:
+            for _ in range(held - len(claims)):
+                self._gate.release()
+        return claims, held
+
+    def _report_run(self, report: SweepReport, instance_id: str,
+                    run: asyncio.Future[RunOutcome]) -> None:
+        error = run.exception() if not run.cancelled() else asyncio.CancelledError()
+        if error is None:
+            report.advanced += 1
+            report.outcomes.append(run.result())
+            return
+        report.failed_runs += 1
+        if not isinstance(error, StaleFencingToken):
+            log.error("instance %s: run failed on node %s", instance_id,
+                      self.config.node_id, exc_info=error)
+
     async def _advance_gated(self, claim: Claim) -> RunOutcome:
         return await self._advance_detachable(claim, gated=True)
 
-    async def _advance_detachable(self, claim: Claim, *, gated: bool) -> RunOutcome:
-        """Advance ``claim`` until it parks or ends, or until it starts a try of a
-        heartbeating capability: then the run goes on in the background (see :meth:`drain`)
-        and the answer is ``RunOutcome(state=running)``, so a start request or a sweep is
-        not held for the length of an in-process wait."""
+    def _begin_run(self, claim: Claim, *, gated: bool
+                   ) -> tuple[asyncio.Future[RunOutcome], asyncio.Future[None]]:
+        """Start advancing ``claim`` in a task (taking a run slot first when ``gated``).
+
+        Returns:
+            ``(the run's task, its detach future)``, see :meth:`_advance_detachable`.
+        """
         detach: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         async def run() -> RunOutcome:
@@ -553,7 +655,18 @@ class Engine:
             async with self._gate:
                 return await self.advance(claim, detach=detach)
 
-        task = asyncio.ensure_future(run())
+        return asyncio.ensure_future(run()), detach
+
+    async def _advance_detachable(
+        self, claim: Claim, *, gated: bool,
+        started: tuple[asyncio.Future[RunOutcome], asyncio.Future[None]] | None = None,
+    ) -> RunOutcome:
+        """Advance ``claim`` until it parks or ends, or until it starts a try of a
+        heartbeating capability: then the run goes on in the background (see :meth:`drain`)
+        and the answer is ``RunOutcome(state=running)``, so a start request or a sweep is
+        not held for the length of an in-process wait. ``started``: a run already begun
+        with :meth:`_begin_run`."""
+        task, detach = started or self._begin_run(claim, gated=gated)
         try:
             await asyncio.wait({task, detach}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:

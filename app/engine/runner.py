@@ -31,7 +31,7 @@ from app.engine.journal import (
     StepKind,
     StepRow,
 )
-from app.errors import FlowFailure
+from app.errors import FlowFailure, StaleFencingToken
 from app.flows.capability import Capability, Complete, Fail, RecoveryError, Stream, bag_key
 from app.flows.plan import (
     Plan,
@@ -283,8 +283,8 @@ class Run:
         decision: Fail | Complete | None = None
         try:
             decision = await self.engine.call_with_limits(capability, ctx, opts, self)
-        except asyncio.CancelledError:
-            raise
+        except (asyncio.CancelledError, StaleFencingToken):
+            raise  # cancelled, or the lease was lost: this try commits nothing
         except _CapabilityTimeout as exc:
             error_type, detail = exc.kind, str(exc)
         except Exception as exc:  # noqa: BLE001 - any exception is a failed try
