@@ -1,5 +1,5 @@
 """The poll contract (DESIGN.md "Poll semantics"), on the virtual clock, through the
-production engine and a real store."""
+production engine and a real store: every test runs on SQLite and PostgreSQL (``store_url``)."""
 
 from __future__ import annotations
 
@@ -26,10 +26,13 @@ def not_yet() -> Status:
     return Status(done=False)
 
 
-async def test_budget_runs_from_attempt_zero_and_the_timeout_path_makes_no_call() -> None:
+async def test_budget_runs_from_attempt_zero_and_the_timeout_path_makes_no_call(
+    store_url: str,
+) -> None:
     check = Scripted(not_yet())
     s = subs(check)
-    async with FlowHarness.open([poll_flow()], substitutes=s) as h:
+    async with FlowHarness.open([poll_flow()], database_url=store_url, migrate=False,
+                                substitutes=s) as h:
         inst = (await h.start("t.poll", ORDER)).instance
         t0 = (await h.snapshot(inst.id)).steps[1].started_at
         final = await h.wait_until(lambda i: i.state.ended, inst.id)
@@ -46,9 +49,10 @@ async def test_budget_runs_from_attempt_zero_and_the_timeout_path_makes_no_call(
         assert scopes == list(range(10))
 
 
-async def test_an_on_timeout_block_without_fail_rejoins_the_flow() -> None:
+async def test_an_on_timeout_block_without_fail_rejoins_the_flow(store_url: str) -> None:
     s = subs(Scripted(not_yet()))
-    async with FlowHarness.open([poll_flow(on_timeout="rejoin")], substitutes=s) as h:
+    async with FlowHarness.open([poll_flow(on_timeout="rejoin")], database_url=store_url,
+                                migrate=False, substitutes=s) as h:
         inst = (await h.start("t.poll", ORDER)).instance
         final = await h.wait_until(lambda i: i.state.ended, inst.id)
         assert final.state is InstanceState.COMPLETED
@@ -56,9 +60,12 @@ async def test_an_on_timeout_block_without_fail_rejoins_the_flow() -> None:
         assert (s["t.escalate"].calls, s["t.after"].calls, s["t.undo"].calls) == (1, 1, 0)
 
 
-async def test_a_poll_without_on_timeout_fails_not_satisfied_and_compensates() -> None:
+async def test_a_poll_without_on_timeout_fails_not_satisfied_and_compensates(
+    store_url: str,
+) -> None:
     s = subs(Scripted(not_yet()))
-    async with FlowHarness.open([poll_flow(on_timeout="none")], substitutes=s) as h:
+    async with FlowHarness.open([poll_flow(on_timeout="none")], database_url=store_url,
+                                migrate=False, substitutes=s) as h:
         inst = (await h.start("t.poll", ORDER)).instance
         final = await h.wait_until(lambda i: i.state.ended, inst.id)
         assert final.state is InstanceState.FAILED
@@ -68,10 +75,11 @@ async def test_a_poll_without_on_timeout_fails_not_satisfied_and_compensates() -
         assert await h.calls(inst.id, "t.undo", StepKind.COMPENSATION) == 1
 
 
-async def test_a_late_wake_past_the_budget_times_out_without_another_call() -> None:
+async def test_a_late_wake_past_the_budget_times_out_without_another_call(store_url: str) -> None:
     check = Scripted(not_yet())
     s = subs(check)
-    async with FlowHarness.open([poll_flow()], substitutes=s) as h:
+    async with FlowHarness.open([poll_flow()], database_url=store_url, migrate=False,
+                                substitutes=s) as h:
         inst = (await h.start("t.poll", ORDER)).instance
         await h.advance(timedelta(hours=3))  # the node was paused far past the budget
         final = await h.instance(inst.id)
@@ -80,9 +88,12 @@ async def test_a_late_wake_past_the_budget_times_out_without_another_call() -> N
         assert s["t.escalate"].calls == 1
 
 
-async def test_after_downtime_of_six_intervals_each_due_instance_is_attempted_once() -> None:
+async def test_after_downtime_of_six_intervals_each_due_instance_is_attempted_once(
+    store_url: str,
+) -> None:
     check = Scripted(not_yet())
-    async with FlowHarness.open([poll_flow()], substitutes=subs(check)) as h:
+    async with FlowHarness.open([poll_flow()], database_url=store_url, migrate=False,
+                                substitutes=subs(check)) as h:
         ids = [(await h.start("t.poll", {"order_id": f"o-{i}"})).instance.id
                for i in range(20)]
         assert check.calls == 20
@@ -95,10 +106,13 @@ async def test_after_downtime_of_six_intervals_each_due_instance_is_attempted_on
             assert inst.wake_at is not None and inst.wake_at > h.clock.now()
 
 
-async def test_a_delivered_signal_ends_the_wait_with_one_row_and_no_further_attempt() -> None:
+async def test_a_delivered_signal_ends_the_wait_with_one_row_and_no_further_attempt(
+    store_url: str,
+) -> None:
     check = Scripted(not_yet())
     s = subs(check)
-    async with FlowHarness.open([poll_flow()], substitutes=s) as h:
+    async with FlowHarness.open([poll_flow()], database_url=store_url, migrate=False,
+                                substitutes=s) as h:
         inst = (await h.start("t.poll", ORDER)).instance
         record, created = await h.engine.deliver_signal(inst.id, "t.ready", {"job_id": "j"},
                                                         "hook-1")
@@ -116,11 +130,12 @@ async def test_a_delivered_signal_ends_the_wait_with_one_row_and_no_further_atte
 
 
 @pytest.mark.parametrize("fails", [1, 3])
-async def test_failed_tries_park_durably_between_retries(fails: int) -> None:
+async def test_failed_tries_park_durably_between_retries(fails: int, store_url: str) -> None:
     boom = [ConnectionError("status endpoint refused")] * fails
     check = Scripted(*boom, Status(done=True))
     s = subs(check)
-    async with FlowHarness.open([poll_flow(retry=True)], substitutes=s) as h:
+    async with FlowHarness.open([poll_flow(retry=True)], database_url=store_url, migrate=False,
+                                substitutes=s) as h:
         inst = (await h.start("t.poll", ORDER)).instance
         parked = await h.instance(inst.id)
         assert parked.state is InstanceState.SUSPENDED and not await h.holds_lease(inst.id)
@@ -133,10 +148,11 @@ async def test_failed_tries_park_durably_between_retries(fails: int) -> None:
         assert gaps == [timedelta(seconds=10 * 2**k) for k in range(fails)]
 
 
-async def test_an_attempt_whose_retries_are_exhausted_fails_the_flow() -> None:
+async def test_an_attempt_whose_retries_are_exhausted_fails_the_flow(store_url: str) -> None:
     check = Scripted(not_yet(), ConnectionError("refused"))
     s = subs(check)
-    async with FlowHarness.open([poll_flow(retry=True)], substitutes=s) as h:
+    async with FlowHarness.open([poll_flow(retry=True)], database_url=store_url, migrate=False,
+                                substitutes=s) as h:
         inst = (await h.start("t.poll", ORDER)).instance
         final = await h.wait_until(lambda i: i.state.ended, inst.id)
         assert final.state is InstanceState.FAILED
@@ -148,11 +164,14 @@ async def test_an_attempt_whose_retries_are_exhausted_fails_the_flow() -> None:
         assert s["t.undo"].calls == 1 and s["t.escalate"].calls == 0
 
 
-async def test_a_budget_that_ends_during_retries_escalates_once_and_compensates_once() -> None:
+async def test_a_budget_that_ends_during_retries_escalates_once_and_compensates_once(
+    store_url: str,
+) -> None:
     check = Scripted(not_yet(), ConnectionError("refused"))
     s = subs(check)
     flow = poll_flow(retry=True, budget=timedelta(seconds=75))
-    async with FlowHarness.open([flow], substitutes=s) as h:
+    async with FlowHarness.open([flow], database_url=store_url, migrate=False,
+                                substitutes=s) as h:
         inst = (await h.start("t.poll", ORDER)).instance
         final = await h.wait_until(lambda i: i.state.ended, inst.id)
         assert final.state is InstanceState.FAILED
@@ -165,10 +184,13 @@ async def test_a_budget_that_ends_during_retries_escalates_once_and_compensates_
             (0, Outcome.SUCCESS), (1, Outcome.FAILURE), (1, Outcome.FAILURE)]
 
 
-async def test_the_deadline_wakes_a_parked_instance_and_fails_it_with_compensation() -> None:
+async def test_the_deadline_wakes_a_parked_instance_and_fails_it_with_compensation(
+    store_url: str,
+) -> None:
     s = subs(Scripted(not_yet()))
     flow = poll_flow(deadline=timedelta(minutes=5), interval=Backoff.fixed("PT4M"))
-    async with FlowHarness.open([flow], substitutes=s) as h:
+    async with FlowHarness.open([flow], database_url=store_url, migrate=False,
+                                substitutes=s) as h:
         inst = (await h.start("t.poll", ORDER)).instance
         await h.advance_to_next_wake(inst.id)  # attempt 1 at 4 min; next wake capped at 5 min
         parked = await h.instance(inst.id)
@@ -180,9 +202,10 @@ async def test_the_deadline_wakes_a_parked_instance_and_fails_it_with_compensati
         assert s["t.undo"].calls == 1 and s["t.check"].calls == 2
 
 
-async def test_any_node_resumes_an_instance_from_its_rows() -> None:
+async def test_any_node_resumes_an_instance_from_its_rows(store_url: str) -> None:
     check = Scripted(not_yet(), not_yet(), Status(done=True))
-    async with FlowHarness.open([poll_flow()], substitutes=subs(check)) as h:
+    async with FlowHarness.open([poll_flow()], database_url=store_url, migrate=False,
+                                substitutes=subs(check)) as h:
         inst = (await h.start("t.poll", ORDER)).instance
         other = h.with_engine(node_id="node-b")
         h.clock.set((await h.instance(inst.id)).wake_at)  # type: ignore[arg-type]
@@ -194,10 +217,11 @@ async def test_any_node_resumes_an_instance_from_its_rows() -> None:
         assert check.calls == 3
 
 
-async def test_cancel_runs_compensations_once_in_reverse_order() -> None:
+async def test_cancel_runs_compensations_once_in_reverse_order(store_url: str) -> None:
     order: list[str] = []
     s = subs(Scripted(not_yet()), t_undo=Scripted(lambda ctx: order.append("undo")))
-    async with FlowHarness.open([poll_flow()], substitutes=s) as h:
+    async with FlowHarness.open([poll_flow()], database_url=store_url, migrate=False,
+                                substitutes=s) as h:
         inst = (await h.start("t.poll", ORDER)).instance
         cancelled = await h.engine.cancel(inst.id)
         assert cancelled.state is InstanceState.CANCELLED
