@@ -218,18 +218,31 @@ class Run:
 
     # -- capabilities ----------------------------------------------------------------
     async def heartbeat(self, ctx: ExecutionContext, value: Any) -> None:
+        """Record a heartbeat of the try ``ctx`` runs: the checkpoint ``value`` and a lease
+        renewed by the heartbeat timeout, in one write; an unchanged value at most once per
+        third of the timeout. A try with no heartbeat timeout (or a compensation) records
+        it in memory only.
+
+        Raises:
+            _CancelRequested: the write learned that a cancel was requested; the try stops
+                and the instance unwinds (nothing of the try is committed).
+            StaleFencingToken: another node took the instance over.
+        """
         cap_timeout = ctx.heartbeat_timeout
         now = self.now()
         ctx.last_heartbeat_at = now
-        if self.heartbeat_written is not None and cap_timeout is not None:
+        if cap_timeout is None:
+            return
+        if self.heartbeat_written is not None:
             last_value, written_at = self.heartbeat_written
             if last_value == value and now - written_at < cap_timeout / 3:
                 return
-        lease = cap_timeout or self.engine.lease
         ack = await self.journal.record_heartbeat(self.instance_id, self.token, value, now,
-                                                  now + lease)
+                                                  now + cap_timeout)
         self.heartbeat_written = (value, now)
         self.after_ack(ack)
+        if self.cancel_requested:
+            raise _CancelRequested(self.instance_id)
 
     async def write_stream(self, stream: Stream, value: BaseModel) -> bool:
         """Append ``value`` to ``stream`` under this run's fencing token (a try whose
@@ -275,7 +288,7 @@ class Run:
         started = self.now()
         ctx = ExecutionContext(self, step_id=node.index, scope=scope, attempt=try_number,
                                recovery_error=self.recovery, checkpoint=checkpoint,
-                               heartbeat_timeout=hb_timeout)
+                               heartbeat_timeout=hb_timeout if kind is StepKind.STEP else None)
         self.heartbeat_written = None
         self.attempts += 1
         error_type: str | None = None
@@ -287,6 +300,10 @@ class Run:
             raise  # cancelled, or the lease was lost: this try commits nothing
         except _CapabilityTimeout as exc:
             error_type, detail = exc.kind, str(exc)
+        except _CancelRequested:  # learned from a heartbeat: stop the try and unwind
+            raise _Interrupt(InstanceState.CANCELLED,
+                             FlowFailure("flow.cancelled", "the instance was cancelled")
+                             ) from None
         except Exception as exc:  # noqa: BLE001 - any exception is a failed try
             error_type, detail = type(exc).__name__, str(exc) or repr(exc)
         now = self.now()
@@ -365,6 +382,10 @@ class Run:
         self.record(row)
         self.after_ack(ack)
         return row
+
+
+class _CancelRequested(Exception):
+    """Internal: raised out of ``ctx.heartbeat`` when the instance is to be cancelled."""
 
 
 class _CapabilityTimeout(Exception):

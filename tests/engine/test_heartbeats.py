@@ -279,3 +279,58 @@ async def test_a_stream_write_under_a_stale_token_is_refused(sql_journal: SqlJou
         await sql_journal.write_stream(inst.id, "Log", {"n": 4}, 7, 100, T0,
                                        token=claim.fencing_token)
     assert [m.payload["n"] for m in await sql_journal.read_stream(inst.id, "Log")] == [1, 3]
+
+
+async def test_a_cancel_stops_a_heartbeating_try_at_its_next_heartbeat_write() -> None:
+    reached, go = asyncio.Event(), asyncio.Event()
+    rounds: list[float] = []
+
+    async def body(ctx: StepContext) -> None:
+        while True:  # a wait that never ends by itself
+            rounds.append((ctx.now - t0).total_seconds())
+            await ctx.heartbeat("waiting")
+            if len(rounds) == 2:
+                reached.set()
+                await go.wait()
+            await ctx.sleep(EVERY)
+
+    compensated: list[str] = []
+
+    async def undo(ctx: StepContext) -> None:
+        compensated.append(ctx.instance_id)
+
+    built = flow(Script("prepare", lambda ctx: asyncio.sleep(0)), name="hb.cancel")
+    built.compensate_with(Script("prepare.undo", undo))
+    built.step(Paced(Script("work", body, beating())))
+    async with FlowHarness.open([built]) as h:
+        built.items[1].capability.clock = h.clock  # type: ignore[attr-defined]
+        t0 = h.clock.now()
+        inst_id = (await h.start("hb.cancel", {})).instance.id
+        await reached.wait()
+        flagged = await h.engine.cancel(inst_id)  # held by this node's try: flagged only
+        assert flagged.state is InstanceState.RUNNING and flagged.cancel_requested
+        go.set()
+        await h.engine.drain()
+        inst = await h.instance(inst_id)
+        assert inst.state is InstanceState.CANCELLED
+        assert inst.failure is not None and inst.failure.code == "flow.cancelled"
+        assert compensated == [inst_id]
+        # heartbeats at 0 s (written) ... 10 s (written: a third of 30 s): that write
+        # learned of the cancel; the try committed nothing
+        assert rounds == [0, 2, 4, 6, 8, 10]
+        assert await rows(h, inst_id, "work") == []
+        assert inst.attempt_try is None and inst.lease_owner is None
+
+
+async def test_a_heartbeat_without_a_heartbeat_timeout_is_kept_in_memory_only() -> None:
+    seen: list[str | None] = []
+
+    async def body(ctx: StepContext) -> None:
+        await ctx.heartbeat("local")
+        seen.append(ctx.last_heartbeat_value(str))
+
+    async with FlowHarness.open([flow(Script("plain", body))]) as h:
+        inst = (await h.start("hb.test", {})).instance
+        assert inst.state is InstanceState.COMPLETED, inst.failure
+        assert seen == ["local"]
+        assert await h.journal.last_heartbeat(inst.id, 0, 0) is None
