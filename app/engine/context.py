@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["BagView", "ExecutionContext"]
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 class BagView:
@@ -113,7 +114,7 @@ class ExecutionContext(BagView):
         self._checkpoint = value
         await self._run.heartbeat(self, value)
 
-    def last_heartbeat_value(self, model: type[M]) -> M | None:
+    def last_heartbeat_value(self, model: type[T]) -> T | None:
         if self._checkpoint is None:
             return None
         if isinstance(model, type) and issubclass(model, BaseModel):

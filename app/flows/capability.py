@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 def bag_key(model: type[BaseModel]) -> str:
@@ -196,14 +197,17 @@ class StepContext(Bag, Protocol):
     async def heartbeat(self, value: Any = None) -> None:
         """Record liveness and a checkpoint ``value`` (JSON-able: a model, enum, str ...);
         renews the lease. An unchanged value is written at most once per third of the
-        heartbeat timeout; a changed one at once.
+        heartbeat timeout; a changed one at once. Without a ``heartbeat_timeout`` the
+        checkpoint is kept for this try only.
 
         Raises:
             StaleFencingToken: another node took the instance over (the try must stop).
+            Exception: an internal signal when the write learns that the instance is to
+                be cancelled: let it propagate; the try stops and the instance unwinds.
         """
         ...
 
-    def last_heartbeat_value(self, model: type[M]) -> M | None:
+    def last_heartbeat_value(self, model: type[T]) -> T | None:
         """The latest checkpoint recorded for this step (by this try, else by an earlier
         one), as ``model`` (a pydantic model, or a type such as an enum called on the stored
         value), or None when none was recorded."""
