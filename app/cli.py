@@ -21,6 +21,8 @@ app.add_typer(flows_app, name="flows")
 def _logging(level: str) -> None:
     logging.basicConfig(level=level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # one line per sweep run is noise at info level; flowpark logs what a sweep did
+    logging.getLogger("apscheduler").setLevel(max(logging.WARNING, logging.root.level))
 
 
 @db_app.command("upgrade")

@@ -29,6 +29,8 @@ STATUS_BY_CODE: dict[str, int] = {
     "instance_key_in_use": 409,
     "idempotency_key_reused": 422,
     "idempotency_key_missing": 400,
+    "idempotency_key_invalid": 400,
+    "store.journal_conflict": 409,
     "input_invalid": 422,
     "unauthorized": 401,
     "lease.stale_token": 409,
