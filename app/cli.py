@@ -1,9 +1,8 @@
-"""The ``flowpark`` command: serve, worker, db upgrade, flows check, demo."""
+"""The ``flowpark`` command: serve, worker, fakes, db upgrade, flows check, demo."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 
 import typer
@@ -19,10 +18,10 @@ app.add_typer(flows_app, name="flows")
 
 
 def _logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # one line per sweep run is noise at info level; flowpark logs what a sweep did
-    logging.getLogger("apscheduler").setLevel(max(logging.WARNING, logging.root.level))
+    """Every log line carries the node id (``[node]``): see :mod:`app.runtime.logs`."""
+    from app.runtime.logs import configure_logging
+
+    configure_logging(level)
 
 
 @db_app.command("upgrade")
@@ -42,22 +41,50 @@ def db_upgrade(url: str = typer.Option(None, help="Database URL (default: "
 def serve(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
           workers: int = typer.Option(1, help="uvicorn worker processes (each sweeps)"),
           log_level: str = typer.Option("info")) -> None:
-    """Run the HTTP server with the sweep (every node sweeps)."""
+    """Run a node with the HTTP API and the sweep (every node sweeps)."""
     import uvicorn
+
+    from app.runtime.logs import log_config
 
     os.environ.setdefault("FLOWPARK_SELF_URL", f"http://{host}:{port}")
     _logging(log_level)
     uvicorn.run("app.runtime.app:create_app", host=host, port=port, workers=workers,
-                log_level=log_level, factory=True)
+                log_level=log_level, factory=True, log_config=log_config(log_level))
 
 
 @app.command()
 def worker(log_level: str = typer.Option("info")) -> None:
-    """Run the sweep only (no HTTP): another node of the same database."""
+    """Run a node that only sweeps (no HTTP): another node of the same database."""
     from app.runtime.worker import run_worker
 
     _logging(log_level)
     asyncio.run(run_worker())
+
+
+@app.command()
+def fakes(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8100),
+          per_page: float = typer.Option(
+              None, min=0, help="Seconds the fake OCR takes per page "
+              "(default: FLOWPARK_SAMPLE_OCR_PER_PAGE)."),
+          callback_token: str = typer.Option(
+              None, help="Bearer token on OCR callbacks (default: the first of "
+              "FLOWPARK_API_TOKENS)."),
+          log_level: str = typer.Option("info")) -> None:
+    """Serve the fake OCR and job services alone, in their own process.
+
+    With several nodes, point every node's FLOWPARK_OCR_BASE_URL (and
+    FLOWPARK_JOBS_BASE_URL) at this server: a job uploaded through one node is read by
+    whichever node sweeps the instance next.
+    """
+    import uvicorn
+
+    from app.runtime.fakes import create_fakes_server
+    from app.runtime.logs import log_config, set_node_id
+
+    set_node_id(f"fakes-{port}")
+    _logging(log_level)
+    uvicorn.run(create_fakes_server(per_page=per_page, callback_token=callback_token),
+                host=host, port=port, log_level=log_level, log_config=log_config(log_level))
 
 
 @flows_app.command("check")

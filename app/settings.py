@@ -57,11 +57,28 @@ class Settings(BaseSettings):
     self_url: str = Field(
         default="http://127.0.0.1:8000", description="How this node reaches itself over HTTP."
     )
-    lease_seconds: float = Field(default=30.0, gt=0, description="Lease duration.")
-    sweep_batch: int = Field(default=100, ge=1, description="Instances claimed per statement.")
-    concurrency: int = Field(default=32, ge=1, description="Instances advanced at once.")
-    db_pool_size: int = Field(default=10, ge=1, description="Database connections per node.")
-    node_id: str = Field(default_factory=_default_node_id, description="This node's name.")
+    lease_seconds: float = Field(
+        default=30.0, gt=0,
+        description="Lease duration: how long a node holds a claimed instance without "
+        "renewing it; renewed every third of it while a capability runs. A dead node's "
+        "instances are taken over within lease + scan interval. Node clocks may differ by "
+        "less than two thirds of it (20 s at the default) without a live lease being taken.",
+    )
+    sweep_batch: int = Field(
+        default=100, ge=1,
+        description="Most instances one claim statement takes (never more than free slots).",
+    )
+    concurrency: int = Field(
+        default=32, ge=1,
+        description="Instances a node advances at once; a sweep claims no more than the free "
+        "slots (back-pressure).",
+    )
+    db_pool_size: int = Field(
+        default=10, ge=1,
+        description="Database connections per node (as many again in overflow).",
+    )
+    node_id: str = Field(default_factory=_default_node_id,
+                         description="This node's name (lease owner, in every log line).")
     run_sweeper: bool = Field(default=True, description="Run the sweep job in this process.")
     http_timeout_seconds: float = Field(default=10.0, gt=0, description="Outbound call timeout.")
     job_queued_seconds: float = Field(default=2.0, ge=0, description="Fake job: QUEUED time.")

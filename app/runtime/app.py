@@ -18,6 +18,7 @@ from app.engine.clock import Clock, SystemClock
 from app.engine.engine import Engine, EngineConfig
 from app.fakes import FakeJobService, FakeOcrService, create_jobs_router, create_ocr_router
 from app.flows import Catalog
+from app.runtime.logs import set_node_id
 from app.runtime.scheduler import Sweeper
 from app.settings import DEFAULT_API_TOKEN, Settings
 from app.store import SqlJournal, check_schema_at_head, make_async_engine
@@ -48,6 +49,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None,
     database whose schema is behind the migrations' head: run ``flowpark db upgrade``.
     """
     settings = settings or Settings()
+    set_node_id(settings.node_id)  # every log line of this process names the node
     clock = clock or SystemClock()
     register = register or _default_catalog
     catalog = Catalog()

@@ -12,6 +12,7 @@ import httpx
 from app.engine.clock import SystemClock
 from app.engine.engine import Engine, EngineConfig
 from app.flows import Catalog
+from app.runtime.logs import set_node_id
 from app.runtime.scheduler import Sweeper
 from app.settings import Settings
 from app.store import SqlJournal, check_schema_at_head, make_async_engine
@@ -26,6 +27,7 @@ async def run_worker(settings: Settings | None = None) -> None:
     from samples.registry import register_samples
 
     settings = settings or Settings()
+    set_node_id(settings.node_id)
     db = make_async_engine(settings.database_url, pool_size=settings.db_pool_size)
     http = httpx.AsyncClient(timeout=settings.http_timeout_seconds)
     stop = asyncio.Event()
@@ -45,6 +47,7 @@ async def run_worker(settings: Settings | None = None) -> None:
                  settings.timer_scan_interval)
         await stop.wait()
         await sweeper.stop()
+        await engine.close()  # in-process waits stop; another node resumes them
     finally:
         await http.aclose()
         await db.dispose()

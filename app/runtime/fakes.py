@@ -1,0 +1,50 @@
+"""``flowpark fakes``: the fake OCR and job services in a process of their own.
+
+Several flowpark nodes must share one fake provider (a job uploaded through one node is read
+by whichever node sweeps the instance next), so multi-node setups run this server and point
+``FLOWPARK_OCR_BASE_URL`` / ``FLOWPARK_JOBS_BASE_URL`` of every node at it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fastapi import FastAPI
+
+from app.fakes import FakeJobService, FakeOcrService, create_fakes_app
+from app.settings import Settings
+
+__all__ = ["create_fakes_server"]
+
+
+def create_fakes_server(settings: Settings | None = None, *, per_page: float | None = None,
+                        callback_token: str | None = None) -> FastAPI:
+    """Build the standalone fakes app (``/fake/ocr``, ``/fake/jobs``, ``GET /healthz``).
+
+    Args:
+        settings: read for defaults (``sample_ocr_per_page``, ``api_tokens``,
+            ``job_queued_seconds``, ``job_succeed_seconds``); default from ``FLOWPARK_*``.
+        per_page: seconds the fake OCR takes per page (default
+            ``settings.sample_ocr_per_page``).
+        callback_token: bearer token the OCR sends on ``ocr.completed`` callbacks
+            (default: the first of ``settings.tokens``, sorted).
+
+    Returns:
+        A FastAPI app whose lifespan drains pending OCR callbacks on shutdown.
+    """
+    settings = settings or Settings()
+    seconds = settings.sample_ocr_per_page if per_page is None else per_page
+    token = callback_token or next(iter(sorted(settings.tokens)), None)
+    ocr = FakeOcrService(per_page=timedelta(seconds=seconds), callback_token=token)
+    jobs = FakeJobService(queued_for=timedelta(seconds=settings.job_queued_seconds),
+                          succeed_after=timedelta(seconds=settings.job_succeed_seconds))
+    app = create_fakes_app(ocr, jobs)
+    app.state.fake_ocr = ocr
+    app.state.fake_jobs = jobs
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz() -> dict[str, str]:
+        """Liveness: the fakes server is up."""
+        return {"status": "ok", "node": "fakes"}
+
+    return app
