@@ -1,5 +1,6 @@
-"""job.await on the virtual clock: the production engine and store, the sample's real
-capabilities, and the fake job service over (in-process) HTTP on the same clock.
+"""job.await on the virtual clock: the production engine and store (SQLite and PostgreSQL),
+the sample's real capabilities, and the fake job service over (in-process) HTTP on the same
+clock.
 
 The fake job is QUEUED for 2 s, RUNNING until 6 s after its start, then SUCCEEDED (unless a
 test says otherwise). ``job.await`` polls every 2 s; :class:`~tests.engine.pacing.Paced`
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -55,6 +57,12 @@ def flow(world: JobWorld) -> object:
     return build_job_flow(JobClient(world.http, JobWorld.BASE_URL))
 
 
+def open_harness(store_url: str, world: JobWorld, paced: Paced) -> Any:
+    """The harness on ``store_url`` (SQLite, and PostgreSQL under the postgres marker)."""
+    return FlowHarness.open([flow(world)], substitutes={"job.await": paced},
+                            database_url=store_url, migrate=False)
+
+
 async def progress(h: FlowHarness, instance_id: str) -> list[str]:
     return [m.payload["state"] for m in await h.journal.read_stream(instance_id, "JobProgress")]
 
@@ -65,9 +73,9 @@ async def rows(h: FlowHarness, instance_id: str, capability_id: str) -> list[Ste
 
 
 async def test_job_completes_with_its_result_and_reports_each_state_once(
-        world: JobWorld) -> None:
+        world: JobWorld, store_url: str) -> None:
     paced = paced_await(world)
-    async with FlowHarness.open([flow(world)], substitutes={"job.await": paced}) as h:
+    async with open_harness(store_url, world, paced) as h:
         world.clock = paced.clock = h.clock
         t0 = h.clock.now()
         started = await h.start("job.await", {}, instance_key=JOB)
@@ -91,9 +99,9 @@ async def test_job_completes_with_its_result_and_reports_each_state_once(
 
 
 async def test_a_failed_job_fails_the_flow_without_retries_or_the_failure_route(
-        world: JobWorld) -> None:
+        world: JobWorld, store_url: str) -> None:
     paced = paced_await(world)
-    async with FlowHarness.open([flow(world)], substitutes={"job.await": paced}) as h:
+    async with open_harness(store_url, world, paced) as h:
         world.clock = paced.clock = h.clock
         world.service.start(JOB)
         world.service.fail(JOB, "disk full")
@@ -109,10 +117,10 @@ async def test_a_failed_job_fails_the_flow_without_retries_or_the_failure_route(
 
 
 async def test_a_job_that_never_ends_spends_its_tries_then_the_failure_route_runs_once(
-        world: JobWorld) -> None:
+        world: JobWorld, store_url: str) -> None:
     world.service.succeed_after = NEVER
     paced = paced_await(world, execute_timeout=timedelta(seconds=20))
-    async with FlowHarness.open([flow(world)], substitutes={"job.await": paced}) as h:
+    async with open_harness(store_url, world, paced) as h:
         world.clock = paced.clock = h.clock
         t0 = h.clock.now()
         inst_id = (await h.start("job.await", {}, instance_key=JOB)).instance.id
@@ -145,10 +153,10 @@ async def test_a_job_that_never_ends_spends_its_tries_then_the_failure_route_run
 
 
 async def test_the_samples_ten_minute_wait_leaves_no_time_for_a_retry(
-        world: JobWorld) -> None:
+        world: JobWorld, store_url: str) -> None:
     world.service.succeed_after = NEVER
     paced = paced_await(world)
-    async with FlowHarness.open([flow(world)], substitutes={"job.await": paced}) as h:
+    async with open_harness(store_url, world, paced) as h:
         world.clock = paced.clock = h.clock
         t0 = h.clock.now()
         inst_id = (await h.start("job.await", {}, instance_key=JOB)).instance.id
@@ -166,12 +174,12 @@ async def test_the_samples_ten_minute_wait_leaves_no_time_for_a_retry(
 
 
 async def test_a_try_lost_with_its_node_is_retried_from_the_checkpoint_on_another_node(
-        world: JobWorld) -> None:
+        world: JobWorld, store_url: str) -> None:
     world.service.succeed_after = timedelta(minutes=2)
     # node a's try gets stuck right after reporting RUNNING (its 2nd sleep, at 2 s)
     paced = paced_await(world)
     paced.hold = lambda ctx, sleeps: ctx.attempt == 1 and sleeps == 2
-    async with FlowHarness.open([flow(world)], substitutes={"job.await": paced}) as h:
+    async with open_harness(store_url, world, paced) as h:
         world.clock = paced.clock = h.clock
         t0 = h.clock.now()
         inst_id = (await h.start("job.await", {}, instance_key=JOB)).instance.id
@@ -212,9 +220,9 @@ async def test_a_try_lost_with_its_node_is_retried_from_the_checkpoint_on_anothe
 
 
 async def test_instance_keys_are_unique_among_running_instances_and_reusable_after(
-        world: JobWorld) -> None:
+        world: JobWorld, store_url: str) -> None:
     paced = paced_await(world)
-    async with FlowHarness.open([flow(world)], substitutes={"job.await": paced}) as h:
+    async with open_harness(store_url, world, paced) as h:
         world.clock = paced.clock = h.clock
         first = await h.start("job.await", {}, instance_key=JOB, idempotency_key="k1")
         assert first.created and first.instance.state is InstanceState.RUNNING
