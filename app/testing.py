@@ -227,7 +227,10 @@ class FlowHarness:
     async def start(self, flow: str, payload: Any, *, version: str | None = None,
                     idempotency_key: str | None = None,
                     instance_key: str | None = None) -> StartResult:
-        """Start ``flow`` (latest version unless given) and advance it until it parks."""
+        """Start ``flow`` (latest version unless given) and advance it until it parks or
+        ends, or until it starts a try of a heartbeating capability: that run goes on in the
+        background (``await h.engine.drain()`` waits for it; the try's ``ctx.sleep`` waits
+        on the virtual clock)."""
         plan = (self.catalog.get(flow, version) if version else self.catalog.latest(flow))
         return await self.engine.start(plan, payload, idempotency_key=idempotency_key,
                                        instance_key=instance_key)
