@@ -1,0 +1,103 @@
+"""Short waits do not wait for the sweep (issue 7, item 7): a node that parks an instance
+due before its next scan wakes it in-process through the same atomic claim; a restarted
+node sweeps at once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from app.engine.clock import SystemClock
+from app.engine.engine import Engine, EngineConfig
+from app.flows import Backoff, Capability, Catalog, Flow, StepContext
+from app.runtime.scheduler import Sweeper
+from app.store import SqlJournal, make_async_engine, upgrade
+
+
+class Key(BaseModel):
+    key: str
+
+
+class Polls(BaseModel):
+    polls: int
+
+
+class Count(Capability):
+    id = "test.count"
+    idempotent = True
+    puts = (Polls,)
+
+    async def execute(self, ctx: StepContext) -> None:
+        ctx.put(Polls(polls=ctx.scope + 1))
+
+
+def _flow(wait: timedelta) -> Flow:
+    return Flow("test.short", "1.0.0", input=Key).poll_until(
+        Count(), until=lambda bag: bag.get(Polls).polls >= 3, interval=Backoff.fixed(wait),
+        timeout=timedelta(minutes=5), reads=(Polls,))
+
+
+async def _wait_state(journal: SqlJournal, instance_id: str, state: str,
+                      within: float) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < within:
+        if (await journal.get_instance(instance_id)).state == state:
+            return time.monotonic() - t0
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{instance_id} not {state} within {within}s")
+
+
+async def test_a_short_wait_is_woken_in_process_long_before_the_next_scan(
+        tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/flowpark.db"
+    upgrade(url)
+    db = make_async_engine(url)
+    catalog = Catalog()
+    catalog.register(_flow(timedelta(milliseconds=200)))
+    journal = SqlJournal(db)
+    engine = Engine(journal, catalog, SystemClock(), EngineConfig(node_id="n1"))
+    sweeper = Sweeper(engine, interval_seconds=600)
+    sweeper.start()
+    try:
+        started = await engine.start(catalog.latest("test.short"), {"key": "a"})
+        assert started.instance.state == "suspended"
+        # two 200 ms waits: done in well under a second, with the next scan 10 min away
+        await _wait_state(journal, started.instance.id, "completed", within=5)
+        assert sweeper.wakes_scheduled >= 2
+    finally:
+        await sweeper.stop()
+        await db.dispose()
+
+
+async def test_no_in_process_wake_when_disabled_and_a_restarted_node_sweeps_at_once(
+        tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/flowpark.db"
+    upgrade(url)
+    db = make_async_engine(url)
+    catalog = Catalog()
+    catalog.register(_flow(timedelta(milliseconds=100)))
+    journal = SqlJournal(db)
+    engine = Engine(journal, catalog, SystemClock(), EngineConfig(node_id="n1"))
+    try:
+        # a node without a sweeper parks it (then "dies"): the row is all there is
+        started = await engine.start(catalog.latest("test.short"), {"key": "b"})
+        await asyncio.sleep(0.3)
+        assert (await journal.get_instance(started.instance.id)).state == "suspended"
+        # the next node sweeps at start-up, then (short wakes off) only every 10 minutes
+        sweeper = Sweeper(engine, interval_seconds=600, short_wakes=False)
+        sweeper.start()
+        try:
+            await asyncio.sleep(1.0)
+            inst = await journal.get_instance(started.instance.id)
+            assert inst.state == "suspended", "the second wake must wait for a scan"
+            assert sweeper.wakes_scheduled == 0
+        finally:
+            await sweeper.stop()
+        snapshot = await journal.load(started.instance.id)
+        assert [r.scope for r in snapshot.steps] == [0, 1]  # attempt 1 ran at start-up
+    finally:
+        await db.dispose()
