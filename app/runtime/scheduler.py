@@ -13,9 +13,11 @@ instances: no per-instance timer or task exists while an instance is parked.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
@@ -27,6 +29,8 @@ log = logging.getLogger("flowpark.sweep")
 
 #: in-process wakes due within the same slot share one job (fired at the slot's end)
 WAKE_GRANULARITY = timedelta(milliseconds=10)
+#: how long stopping waits for an in-flight sweep before cancelling it
+STOP_GRACE_SECONDS = 30.0
 
 
 def _slot(instant: datetime) -> datetime:
@@ -52,13 +56,20 @@ class Sweeper:
         self.scheduler = AsyncIOScheduler(timezone="UTC")
         self._slots: set[datetime] = set()
         self.wakes_scheduled = 0
+        self._running: set[asyncio.Task[Any]] = set()
 
     async def run_once(self) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._running.add(task)
         try:
             report = await self.engine.sweep()
         except Exception:
             log.exception("sweep failed on node %s", self.engine.config.node_id)
             return
+        finally:
+            if task is not None:
+                self._running.discard(task)
         if report.claimed:
             log.info("sweep on %s: claimed %d, advanced %d, failed %d",
                      self.engine.config.node_id, report.claimed, report.advanced,
@@ -95,8 +106,18 @@ class Sweeper:
             self.engine.wake_listeners.append(self._parked)
         self.scheduler.start()
 
-    async def stop(self) -> None:
+    async def stop(self, grace_seconds: float = STOP_GRACE_SECONDS) -> None:
+        """Stop sweeping. Runs no new sweep, lets an in-flight one finish (up to
+        ``grace_seconds``, then cancels it) and returns only when none is running: the
+        lifespan disposes the database and closes the HTTP client right after."""
         if self._parked in self.engine.wake_listeners:
             self.engine.wake_listeners.remove(self._parked)
-        self.scheduler.shutdown(wait=False)
+        if self.scheduler.running:
+            self.scheduler.pause()
+        running = [t for t in self._running if t is not asyncio.current_task()]
+        if running:
+            await asyncio.wait(running, timeout=grace_seconds)
+        self.scheduler.shutdown(wait=False)  # cancels whatever outlived the grace
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
         self._slots.clear()

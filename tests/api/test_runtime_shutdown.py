@@ -1,0 +1,84 @@
+"""Shutdown of the runtime: when the lifespan stops the sweeper, no sweep may still be
+running (the lifespan disposes the database and closes the HTTP client right after), and
+stopping is not an error worth a traceback in the log."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from app.engine.engine import SweepReport
+from app.runtime.scheduler import Sweeper
+from tests.support.eventually import eventually
+
+
+class BlockingEngine:
+    """Stands in for the engine: its sweep blocks until released."""
+
+    def __init__(self) -> None:
+        self.config = SimpleNamespace(node_id="test-node")
+        self.wake_listeners: list[Any] = []
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.running = 0
+        self.outcomes: list[str] = []
+
+    async def sweep(self, **_: Any) -> SweepReport:
+        self.running += 1
+        self.entered.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.outcomes.append("cancelled")
+            raise
+        finally:
+            self.running -= 1
+        self.outcomes.append("finished")
+        return SweepReport()
+
+
+async def test_stop_returns_only_when_no_sweep_is_running(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    engine = BlockingEngine()
+    sweeper = Sweeper(engine, 0.05)  # type: ignore[arg-type]
+    sweeper.start()
+    await eventually(engine.entered.is_set, timeout=5, what="a sweep started")
+    # the in-flight sweep would finish shortly; stop may wait for it or cancel it
+    asyncio.get_running_loop().call_later(0.1, engine.release.set)
+
+    await sweeper.stop()
+
+    assert engine.running == 0, "a sweep is still running after Sweeper.stop() returned"
+    assert engine.outcomes, engine.outcomes
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, errors
+
+
+async def test_stop_cancels_a_sweep_that_outlives_the_grace() -> None:
+    engine = BlockingEngine()  # never released
+    sweeper = Sweeper(engine, 0.05)  # type: ignore[arg-type]
+    sweeper.start()
+    await eventually(engine.entered.is_set, timeout=5, what="a sweep started")
+
+    await sweeper.stop(grace_seconds=0.05)
+
+    assert engine.running == 0
+    assert engine.outcomes == ["cancelled"]
+
+
+async def test_stop_lets_an_in_flight_sweep_finish_within_the_grace() -> None:
+    engine = BlockingEngine()
+    sweeper = Sweeper(engine, 0.05)  # type: ignore[arg-type]
+    sweeper.start()
+    await eventually(engine.entered.is_set, timeout=5, what="a sweep started")
+    asyncio.get_running_loop().call_later(0.05, engine.release.set)
+
+    await sweeper.stop(grace_seconds=10)
+
+    assert engine.outcomes[-1] == "finished"
+    assert "cancelled" not in engine.outcomes
