@@ -191,13 +191,14 @@ def flowpark_command() -> list[str]:
 
 @contextmanager
 def serve_subprocess(database_url: str, log_path: Path, *, env: dict[str, str] | None = None,
-                     **settings_env: str) -> Iterator[SubprocessServer]:
+                     workers: int = 1, **settings_env: str) -> Iterator[SubprocessServer]:
     """Run ``flowpark serve --host 127.0.0.1 --port <free>`` in a child process.
 
     Args:
         database_url: ``FLOWPARK_DATABASE_URL`` (must be migrated).
         log_path: where the child's output goes.
         env: extra environment (e.g. ``{"TZ": "Asia/Tokyo"}``).
+        workers: uvicorn worker processes (each one sweeps).
         **settings_env: ``FLOWPARK_<NAME>`` values by lower-case name
             (``sample_ocr_per_page="1"``).
 
@@ -217,7 +218,7 @@ def serve_subprocess(database_url: str, log_path: Path, *, env: dict[str, str] |
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [*flowpark_command(), "serve", "--host", "127.0.0.1", "--port", str(port),
-             "--log-level", "warning"],
+             "--workers", str(workers), "--log-level", "warning"],
             env=child_env, stdout=log, stderr=subprocess.STDOUT,
         )
     try:
