@@ -1,0 +1,73 @@
+"""``python -m bench <scenario> --store sqlite|postgres --n N [--json]``.
+
+Scenarios: park, sweep, start, lateness, signal, peers (see BENCHMARKS.md). Each run makes
+a fresh database (PostgreSQL: ``flowpark_bench_<random>`` on ``FLOWPARK_BENCH_PG_URL``,
+default the local server; SQLite: a temporary file), runs, prints a table, and with
+``--json`` prints one JSON object on stdout (the table then goes to stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import sys
+
+from bench.common import bench_store, err_console, machine
+
+SCENARIOS = {
+    # name: (module, default N)
+    "park": ("bench.park", 10_000),
+    "sweep": ("bench.sweep", 2_000),
+    "start": ("bench.start", 3_000),
+    "lateness": ("bench.lateness", 1_000),
+    "signal": ("bench.signal", 1_000),
+    "peers": ("bench.peers", 2_000),
+}
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--n", type=int, default=None, help="instances (default per scenario)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument("--via", choices=["engine", "http"], default="engine",
+                        help="park: start through the engine API or over HTTP")
+    parser.add_argument("--concurrency", type=int, default=32, help="client concurrency")
+    parser.add_argument("--polls", type=int, default=3, help="sweep/peers: polls per flow")
+    parser.add_argument("--scan-interval", type=float, default=None,
+                        help="lateness/peers: seconds between sweeps")
+    parser.add_argument("--overdue", type=int, default=500,
+                        help="peers: parked flows left overdue by the SIGKILLed node")
+    parser.add_argument("--interval", type=float, default=None,
+                        help="lateness/peers: seconds of durable wait between polls")
+    parser.add_argument("--rate", type=float, default=None,
+                        help="lateness: starts per second (default 25)")
+    parser.add_argument("--no-short-wakes", dest="short_wakes", action="store_false",
+                        help="lateness/peers: no in-process wake, the periodic sweep only")
+    parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    module_name, default_n = SCENARIOS[args.scenario]
+    module = importlib.import_module(module_name)
+    n = args.n or default_n
+    options = {k: v for k, v in vars(args).items()
+               if k not in ("scenario", "store", "n", "json", "keep") and v is not None}
+    with bench_store(args.store, keep=args.keep) as store:
+        err_console.print(f"[bold]{args.scenario}[/bold] on {args.store}, n={n}")
+        result = asyncio.run(module.run(store, n, **options))
+        result.machine = machine(store)
+    result.emit(as_json=args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

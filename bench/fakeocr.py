@@ -1,0 +1,38 @@
+"""The fake OCR provider of ``app.fakes`` as the benchmarks run it: in its own process
+(``python -m bench.serve --fake-ocr``, uvicorn on loopback).
+
+The provider is a third party: running it in its own process keeps its in-memory jobs out
+of the flowpark node's RSS and its CPU out of the node's event loop.
+
+With ``--pending-reads K`` a job takes zero time per page but answers ``pending`` to its
+first K status reads and ``completed`` from then on, so a flow needs exactly K+1 status
+polls. Without it, jobs stay pending until the ``complete`` route is called.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+
+from app.fakes import FakeOcrService
+from app.fakes.ocr import OcrJobView
+
+__all__ = ["CountingOcr"]
+
+
+class CountingOcr(FakeOcrService):
+    """A fake OCR whose jobs complete on their (K+1)-th status read."""
+
+    def __init__(self, pending_reads: int | None) -> None:
+        super().__init__(per_page=timedelta(days=3650))
+        self.pending_reads = pending_reads
+        self.reads: Counter[str] = Counter()
+
+    def get(self, job_id: str) -> OcrJobView:
+        if self.pending_reads is not None:
+            self.reads[job_id] += 1
+            if self.reads[job_id] > self.pending_reads:
+                job = self._settled(job_id)
+                if job.status == "pending":
+                    self._mark_completed(job)
+        return super().get(job_id)

@@ -1,0 +1,103 @@
+"""``python -m bench.node MODE --url URL ...``: a flowpark node for the ``peers`` bench, in
+its own process (so its RSS is its own and it can be SIGKILLed).
+
+The node is what ``create_app``/``flowpark worker`` run: an ``Engine`` on the store with
+the ``SystemClock`` and the production ``Sweeper`` (periodic sweep + in-process wakes),
+with the ``bench.peers`` flow registered.
+
+Modes:
+* ``drive``: start N flows (``--concurrency`` at a time) and wait until all completed;
+  print one JSON line with the start window, wake instants and lags, and peak RSS.
+* ``park``: start N flows with no sweeper and print ``parked`` (then wait to be killed).
+* ``serve``: sweep until SIGTERM; print ``ready <epoch seconds>`` once the sweeper runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import signal
+import sys
+import time
+import uuid
+from datetime import timedelta
+
+from sqlalchemy import text
+
+from app.runtime.scheduler import Sweeper
+from bench.common import run_concurrently
+from bench.flows import Probe, build_peers_flow, node_engine
+
+
+async def _count(engine, state: str) -> int:  # type: ignore[no-untyped-def]
+    async with engine.journal.engine.connect() as conn:
+        return int((await conn.execute(
+            text("SELECT count(*) FROM flow_instance WHERE state = :s"), {"s": state})
+        ).scalar_one())
+
+
+async def main(args: argparse.Namespace) -> None:
+    probe = Probe()
+    flow = build_peers_flow(probe, polls=args.polls, wait=timedelta(seconds=args.wait))
+    async with node_engine(args.url, flows=[flow], pool_size=args.pool_size,
+                           node_id=f"bench-{args.mode}-{uuid.uuid4().hex[:4]}") as engine:
+        engine.wake_listeners.append(probe.on_park)
+        plan = engine.catalog.latest("bench.peers")
+        sweeper = None
+        if args.mode in ("drive", "serve"):
+            sweeper = Sweeper(engine, args.scan_interval, short_wakes=args.short_wakes)
+            sweeper.start()
+        if args.mode == "serve":
+            print(f"ready {time.time():.6f}", flush=True)
+            stop = asyncio.Event()
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+            await stop.wait()
+            await sweeper.stop()  # type: ignore[union-attr]
+            return
+        run_id = uuid.uuid4().hex[:6]
+
+        async def start(i: int) -> None:
+            await engine.start(plan, {"key": f"{run_id}-{i}"})
+
+        t0 = time.perf_counter()
+        await run_concurrently(args.n, args.concurrency, start, label=f"{args.mode}: start")
+        t1 = time.perf_counter()
+        if args.mode == "park":
+            print("parked", flush=True)
+            await asyncio.Event().wait()  # until killed
+        while await _count(engine, "completed") < args.n:
+            await asyncio.sleep(0.05)
+        t2 = time.perf_counter()
+        await sweeper.stop()  # type: ignore[union-attr]
+    report = {
+        "start_span_s": t1 - t0,
+        "wake_span_s": (max(probe.wake_times) - min(probe.wake_times))
+        if probe.wake_times else 0.0,
+        "wakes": len(probe.lags),
+        "lags_s": probe.lags,
+        "all_done_s": t2 - t0,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "wake_jobs_scheduled": sweeper.wakes_scheduled if sweeper else 0,
+    }
+    print(json.dumps(report), flush=True)
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("mode", choices=["drive", "park", "serve"])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--n", type=int, default=0)
+    parser.add_argument("--polls", type=int, default=3)
+    parser.add_argument("--wait", type=float, default=1.0)
+    parser.add_argument("--scan-interval", type=float, default=10.0)
+    parser.add_argument("--no-short-wakes", dest="short_wakes", action="store_false")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--pool-size", type=int, default=10)
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse()))
+    sys.exit(0)

@@ -1,0 +1,146 @@
+"""``peers``: the shape other durable-flow systems are measured in.
+
+Phase 1: one node (its own process, :mod:`bench.node`) starts N=2000 ``bench.peers``
+flows: three polls of a trivial in-process status check (no HTTP), a 1 s durable wait
+between polls (parked: one row, woken by the node's in-process wake or its sweep).
+Reports starts/s (N / the start phase), wakes/s (wakes / first-to-last wake), completions/s
+(N / first start to last completion), wake lag p50/p99 (attempt start minus ``wake_at``)
+and the node's peak RSS.
+
+Phase 2 (crash): a node parks ``--overdue`` 500 flows and is SIGKILLed; once every one of
+them is overdue a new node process is spawned. Reports seconds from the spawn (and from
+the node's ``ready``) to the first and to the last of the 500 resumed (the start of its
+attempt 1, from the journal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from bench.common import REPO, BenchStore, Result, err_console, percentiles, sql
+
+__all__ = ["run"]
+
+
+def _node(mode: str, store: BenchStore, **opts: Any) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "bench.node", mode, "--url", store.url]
+    for key, value in opts.items():
+        if value is False:
+            cmd.append(f"--no-{key.replace('_', '-')}")
+        elif value is not True:
+            cmd += [f"--{key.replace('_', '-')}", str(value)]
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "BENCH_PROGRESS": os.environ.get(
+                                "BENCH_PROGRESS", "")})
+
+
+async def _line(proc: subprocess.Popen[str], timeout: float) -> str:
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), timeout)
+    if not line:
+        raise RuntimeError(f"node exited with {proc.wait()}")
+    return line.strip()
+
+
+async def _phase_drive(store: BenchStore, n: int, opts: dict[str, Any]) -> dict[str, Any]:
+    err_console.print(f"peers: {n} flows on one node")
+    proc = _node("drive", store, n=n, **opts)
+    report = json.loads(await _line(proc, timeout=600))
+    proc.wait(timeout=60)
+    times = sql(store, "SELECT min(created_at), max(updated_at) FROM flow_instance "
+                "WHERE state = 'completed'")[0]
+    report["completion_span_s"] = (times[1] - times[0]).total_seconds()
+    return report
+
+
+async def _phase_crash(store: BenchStore, overdue: int, opts: dict[str, Any]
+                       ) -> dict[str, Any]:
+    err_console.print(f"peers: SIGKILL a node holding {overdue} parked flows, restart")
+    sql(store, "DELETE FROM flow_step")
+    sql(store, "DELETE FROM flow_instance")
+    parker = _node("park", store, n=overdue, **{**opts, "wait": 1.0})
+    if await _line(parker, timeout=600) != "parked":
+        raise RuntimeError("park node did not report")
+    parker.send_signal(signal.SIGKILL)
+    parker.wait()
+    last_wake = sql(store, "SELECT max(wake_at), count(*) FROM flow_instance "
+                    "WHERE state = 'suspended'")[0]
+    if last_wake[1] != overdue:
+        raise RuntimeError(f"expected {overdue} parked flows, found {last_wake[1]}")
+    while datetime.now(UTC) <= last_wake[0]:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.1)
+    spawned = time.time()
+    node = _node("serve", store, **opts)
+    try:
+        ready = float((await _line(node, timeout=60)).split()[1])
+        deadline = time.time() + 120
+        while True:
+            resumed = sql(store, "SELECT min(started_at), max(started_at), count(*) "
+                          "FROM flow_step WHERE scope = 1")[0]
+            if resumed[2] >= overdue or time.time() > deadline:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        node.send_signal(signal.SIGTERM)
+        try:
+            node.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            node.kill()
+    if resumed[2] < overdue:
+        raise RuntimeError(f"only {resumed[2]} of {overdue} resumed")
+    first, last = resumed[0].timestamp(), resumed[1].timestamp()
+    return {"first_from_spawn_s": first - spawned, "last_from_spawn_s": last - spawned,
+            "first_from_ready_s": first - ready, "last_from_ready_s": last - ready,
+            "node_boot_s": ready - spawned}
+
+
+async def run(store: BenchStore, n: int, *, polls: int = 3, interval: float | None = None,
+              scan_interval: float | None = None, short_wakes: bool = True,
+              concurrency: int = 32, overdue: int = 500, **_: Any) -> Result:
+    opts: dict[str, Any] = {"polls": polls, "wait": interval or 1.0,
+                            "scan_interval": scan_interval or 10.0,
+                            "concurrency": concurrency}
+    if not short_wakes:
+        opts["short_wakes"] = False
+    drive = await _phase_drive(store, n, opts)
+    crash = await _phase_crash(store, overdue, opts)
+    lags = percentiles([x * 1000 for x in drive["lags_s"]], (50, 99))
+    figures = {
+        "starts_per_s": round(n / drive["start_span_s"], 1),
+        "wakes_per_s": round(drive["wakes"] / max(drive["wake_span_s"], 1e-9), 1),
+        "completions_per_s": round(n / drive["completion_span_s"], 1),
+        "wake_lag_p50_ms": round(lags["p50"], 1),
+        "wake_lag_p99_ms": round(lags["p99"], 1),
+        "peak_rss_mb": round(drive["peak_rss_mb"], 1),
+        "restart_first_resumed_s": round(crash["first_from_spawn_s"], 3),
+        "restart_last_resumed_s": round(crash["last_from_spawn_s"], 3),
+        "ready_last_resumed_s": round(crash["last_from_ready_s"], 3),
+    }
+    pg = store.kind == "postgres"
+    targets = {}
+    if pg:
+        targets = {
+            "starts_per_s": (">= 1000 (PostgreSQL)", figures["starts_per_s"] >= 1000),
+            "wakes_per_s": (">= 1000 (PostgreSQL)", figures["wakes_per_s"] >= 1000),
+            "wake_lag_p99_ms": ("< 100 (PostgreSQL)", figures["wake_lag_p99_ms"] < 100),
+            "restart_last_resumed_s": ("<= 1 s after restart (PostgreSQL)",
+                                       figures["restart_last_resumed_s"] <= 1.0),
+        }
+    return Result("peers", store.kind, n, figures,
+                  {**opts, "short_wakes": short_wakes, "overdue": overdue},
+                  targets=targets,
+                  details={"wakes": drive["wakes"],
+                           "start_span_s": round(drive["start_span_s"], 2),
+                           "wake_span_s": round(drive["wake_span_s"], 2),
+                           "completion_span_s": round(drive["completion_span_s"], 2),
+                           "wake_jobs_scheduled": drive["wake_jobs_scheduled"],
+                           "restart": {k: round(v, 3) for k, v in crash.items()}})

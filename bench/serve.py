@@ -1,0 +1,52 @@
+"""``python -m bench.serve --port P (--app | --fake-ocr [--pending-reads K])``: uvicorn on
+loopback for the benchmarks, on a socket bound with ``IPPROTO_TCP``.
+
+asyncio sets ``TCP_NODELAY`` only on sockets whose protocol is ``IPPROTO_TCP``; uvicorn's
+own ``--host/--port`` binding makes a protocol-0 socket, so every keep-alive response
+written in two pieces waits for the client's delayed ACK (~40 ms) under Nagle's algorithm.
+Binding the socket here keeps that artefact out of the figures.
+
+``--app`` serves ``app.runtime.app:create_app`` (settings from ``FLOWPARK_*``);
+``--fake-ocr`` serves the fake OCR (see :mod:`bench.fakeocr`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+
+import uvicorn
+
+
+def bound_socket(port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--app", action="store_true")
+    what.add_argument("--fake-ocr", action="store_true")
+    parser.add_argument("--pending-reads", type=int, default=None)
+    args = parser.parse_args()
+    if args.app:
+        from app.runtime.app import create_app
+
+        app = create_app()
+    else:
+        from app.fakes import FakeJobService, create_fakes_app
+        from bench.fakeocr import CountingOcr
+
+        app = create_fakes_app(CountingOcr(args.pending_reads), FakeJobService())
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    uvicorn.Server(config).run(sockets=[bound_socket(args.port)])
+
+
+if __name__ == "__main__":
+    main()
