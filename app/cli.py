@@ -47,6 +47,10 @@ def serve(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
     from app.runtime.logs import log_config
 
     os.environ.setdefault("FLOWPARK_SELF_URL", f"http://{host}:{port}")
+    if workers > 1 and not os.environ.get("FLOWPARK_OCR_BASE_URL"):
+        typer.echo("warning: with --workers > 1 each worker has its own in-memory fake OCR; "
+                   "run `flowpark fakes` and set FLOWPARK_OCR_BASE_URL (and "
+                   "FLOWPARK_JOBS_BASE_URL) so every worker sees the same provider", err=True)
     _logging(log_level)
     uvicorn.run("app.runtime.app:create_app", host=host, port=port, workers=workers,
                 log_level=log_level, factory=True, log_config=log_config(log_level))
