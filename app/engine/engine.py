@@ -736,6 +736,9 @@ class Engine:
             raise InputInvalid(f"payload of signal {name} is invalid",
                                errors=exc.errors(include_url=False, include_context=False),
                                signal=name) from None
+        except (ValueError, RecursionError) as exc:  # e.g. nesting too deep to serialise
+            raise InputInvalid(f"payload of signal {name} cannot be stored: {exc}",
+                               signal=name) from None
         # the store decides "ended" atomically with the insert; a repeated key gets the
         # first answer even after the instance ended
         record, created = await self.journal.deliver_signal(
