@@ -179,6 +179,8 @@ class Engine:
             try:
                 await self._advance_detachable(Claim(record.id, record.fencing_token),
                                                gated=False)
+            except StaleFencingToken:
+                pass  # logged by advance: the node that took the lease over goes on
             except Exception:  # noqa: BLE001 - the row is durable; the sweep takes it over
                 log.exception("instance %s: first advance failed on node %s; the sweep "
                               "resumes it once its lease expires", record.id,
@@ -458,11 +460,17 @@ class Engine:
         """Run one try with ``execute_timeout`` (and heartbeat watchdog) on the engine clock;
         renew the lease meanwhile when the capability does not heartbeat.
 
+        A try starts only on a lease with at least two thirds of its length left: when the
+        run's last lease write is older than a third of the lease (time spent waiting for a
+        connection or a busy event loop before the call), the lease is renewed first.
+
         Raises:
             StaleFencingToken: a renewal was refused (another node claimed the instance
-                after the lease lapsed): the try is cancelled at once and nothing of it is
-                committed.
+                after the lease lapsed): the try is not started, or is cancelled at once,
+                and nothing of it is committed.
         """
+        if opts.heartbeat_timeout is None and self._lease_left(run) < self.lease * 2 / 3:
+            await self._renew_lease(run)
         task = asyncio.ensure_future(capability.execute(ctx))
         watchers: list[asyncio.Future[Any]] = []
         timer = asyncio.ensure_future(self.clock.sleep(opts.execute_timeout))
@@ -498,30 +506,51 @@ class Engine:
                 watcher.cancel()
             await asyncio.gather(task, *watchers, return_exceptions=True)
 
-    async def _keep_lease(self, run: Run) -> None:
-        """Renew the run's lease every ``lease / 3`` on the engine clock, until cancelled.
+    def _lease_left(self, run: Run) -> timedelta:
+        """Lease time left by the run's last lease write known here (its claim's, or the
+        keeper's); zero when unknown. Writes that renew the lease on the side (a step
+        commit) are not counted, so this errs on the short side."""
+        if run.lease_expires_at is None:
+            return timedelta(0)
+        return run.lease_expires_at - run.now()
 
-        A renewal the store cannot make (database unreachable) is logged and tried again at
-        the next tick; the lease still has two thirds of its length then.
+    async def _renew_lease(self, run: Run) -> bool:
+        """Renew the run's lease (fenced). Returns False when the store could not be
+        reached (logged; the caller tries again later).
+
+        Raises:
+            StaleFencingToken: the lease was lost to another node (logged).
+        """
+        until = run.now() + self.lease
+        try:
+            ack = await run.journal.renew_lease(run.instance_id, run.token, until)
+        except StaleFencingToken:
+            log.warning("instance %s: lease renewal refused on node %s (token %d): "
+                        "another node took it over; this node stops the run",
+                        run.instance_id, self.config.node_id, run.token)
+            raise
+        except StoreUnavailable as exc:
+            log.warning("instance %s: lease renewal failed on node %s: %s",
+                        run.instance_id, self.config.node_id, exc)
+            return False
+        run.lease_expires_at = until
+        run.after_ack(ack)
+        return True
+
+    async def _keep_lease(self, run: Run) -> None:
+        """Renew the run's lease whenever two thirds of it are left (every ``lease / 3``
+        on the engine clock), until cancelled.
+
+        A renewal the store cannot make (database unreachable) is logged and tried again
+        after a tenth of the lease.
 
         Raises:
             StaleFencingToken: the lease was lost; the caller cancels the try.
         """
         while True:
-            await self.clock.sleep(self.lease / 3)
-            try:
-                ack = await run.journal.renew_lease(run.instance_id, run.token,
-                                                    run.lease_until())
-            except StaleFencingToken:
-                log.warning("instance %s: lease renewal refused on node %s (token %d): "
-                            "another node took it over; the try is cancelled",
-                            run.instance_id, self.config.node_id, run.token)
-                raise
-            except StoreUnavailable as exc:
-                log.warning("instance %s: lease renewal failed on node %s: %s",
-                            run.instance_id, self.config.node_id, exc)
-                continue
-            run.after_ack(ack)
+            await self.clock.sleep(self._lease_left(run) - self.lease * 2 / 3)
+            if not await self._renew_lease(run):
+                await self.clock.sleep(self.lease / 10)
 
     async def _watch_heartbeats(self, ctx: ExecutionContext, opts: CapabilityOptions,
                                 run: Run) -> None:

@@ -115,6 +115,8 @@ class Run:
         self.ephemeral = False
         # resolved when a heartbeating try starts: whoever awaits the run may stop waiting
         self.detach: asyncio.Future[None] | None = None
+        # the lease expiry this node last wrote: its claim's, then each keeper renewal's
+        self.lease_expires_at: datetime | None = instance.lease_expires_at
 
     # -- helpers ---------------------------------------------------------------------
     def now(self) -> datetime:

@@ -1,6 +1,7 @@
 """Leases between nodes: a lapsed lease is taken over and the old holder's writes are
-refused by the fencing token; the lease keeper stops a try whose lease was lost; clock skew
-between nodes within the documented bound steals no live lease and delays no takeover.
+refused by the fencing token; the lease keeper stops a try whose lease was lost; a try does
+not start on a lease that lapsed before the call; clock skew between nodes within the
+documented bound steals no live lease and delays no takeover.
 
 Each node is an engine with its own virtual clock on one store (SQLite and PostgreSQL).
 """
@@ -9,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from app.engine.clock import VirtualClock
-from app.engine.engine import EngineConfig
+from app.engine.engine import Engine, EngineConfig, SweepReport
 from app.engine.journal import InstanceState
 from app.testing import FlowHarness
 from tests.engine.flows import Status
@@ -139,3 +143,46 @@ async def test_clock_skew_steals_no_live_lease_and_a_dead_nodes_work_is_taken_ov
         assert subs["t.slow"].calls == 3
         assert await count_rows(h, "t.slow", scope=1) == 1
         assert await duplicate_executions(h) == []
+
+
+class _SlowLoad:
+    """A node's journal whose ``load`` is slow: ``stall`` runs after the read, before the
+    node goes on (as a node waiting for a connection or a busy event loop would)."""
+
+    def __init__(self, journal: Any, stall: Callable[[], Awaitable[None]]) -> None:
+        self._journal = journal
+        self._stall = stall
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._journal, name)
+
+    async def load(self, instance_id: str) -> Any:
+        snapshot = await self._journal.load(instance_id)
+        await self._stall()
+        return snapshot
+
+
+async def test_a_try_does_not_start_on_a_lease_that_lapsed_before_the_call(
+    store_url: str,
+) -> None:
+    subs = slow_subs(Status(done=False), Status(done=True))
+    async with FlowHarness.open([slow_flow()], database_url=store_url, migrate=False,
+                                substitutes=subs) as h:
+        inst = (await h.start("t.slow", {"order_id": "o-1"})).instance
+        assert inst.wake_at is not None
+        h.clock.set(inst.wake_at)
+        b = h.with_engine(node_id="node-b")
+        taken: list[SweepReport] = []
+
+        async def stall() -> None:  # A's lease lapses meanwhile and B takes the instance
+            h.clock.advance(LEASE + SCAN)
+            taken.append(await b.sweep())
+
+        a = Engine(_SlowLoad(h.journal, stall), h.catalog, h.clock,
+                   replace(h.engine.config, node_id="node-a"))
+        report = await a.sweep()
+        assert (report.claimed, report.failed_runs) == (1, 1)
+        assert [(r.claimed, r.advanced) for r in taken] == [(1, 1)]
+        assert subs["t.slow"].calls == 2  # attempt 0, then B's attempt 1: A made no call
+        assert (await h.instance(inst.id)).state is InstanceState.COMPLETED
+        assert await count_rows(h, "t.slow", scope=1) == 1
