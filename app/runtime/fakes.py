@@ -19,7 +19,8 @@ __all__ = ["create_fakes_server"]
 
 def create_fakes_server(settings: Settings | None = None, *, per_page: float | None = None,
                         callback_token: str | None = None) -> FastAPI:
-    """Build the standalone fakes app (``/fake/ocr``, ``/fake/jobs``, ``GET /healthz``).
+    """Build the standalone fakes app (``/fake/ocr``, ``/fake/jobs``, ``GET /fake/stats``,
+    ``GET /healthz``).
 
     Args:
         settings: read for defaults (``sample_ocr_per_page``, ``api_tokens``,
@@ -30,7 +31,8 @@ def create_fakes_server(settings: Settings | None = None, *, per_page: float | N
             (default: the first of ``settings.tokens``, sorted).
 
     Returns:
-        A FastAPI app whose lifespan drains pending OCR callbacks on shutdown.
+        A FastAPI app (``GET /fake/stats`` counts the requests served) whose lifespan
+        drains pending OCR callbacks on shutdown.
     """
     settings = settings or Settings()
     seconds = settings.sample_ocr_per_page if per_page is None else per_page
@@ -46,5 +48,11 @@ def create_fakes_server(settings: Settings | None = None, *, per_page: float | N
     async def healthz() -> dict[str, str]:
         """Liveness: the fakes server is up."""
         return {"status": "ok", "node": "fakes"}
+
+    @app.get("/fake/stats", tags=["ops"])
+    async def stats() -> dict[str, dict[str, int]]:
+        """Requests served so far, by route name: ``{"ocr": {"upload": n, "status": n,
+        ...}, "jobs": {...}}`` (what a test compares with the journal)."""
+        return {"ocr": dict(ocr.calls), "jobs": dict(jobs.calls)}
 
     return app

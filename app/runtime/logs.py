@@ -50,8 +50,8 @@ class NodeFilter(logging.Filter):
 
 def log_config(level: str = "info") -> dict[str, Any]:
     """A :func:`logging.config.dictConfig` dict: one stderr handler on the root logger with
-    :data:`LOG_FORMAT`; uvicorn's loggers propagate to it; APScheduler's per-run lines and
-    Alembic's set-up lines are kept at warning.
+    :data:`LOG_FORMAT`; uvicorn's loggers propagate to it; APScheduler's per-run lines,
+    Alembic's set-up lines and httpx's per-request lines are kept at warning.
 
     Args:
         level: the root level name (``debug``, ``info``, ``warning`` ...; default info).
@@ -75,6 +75,8 @@ def log_config(level: str = "info") -> dict[str, Any]:
             "apscheduler": {"level": quiet},
             # the schema check at start-up would log Alembic's plugin set-up
             "alembic": {"level": quiet},
+            # one line per outbound request
+            "httpx": {"level": quiet},
         },
     }
 
