@@ -131,6 +131,7 @@ class Engine:
         self.wake_listeners: list[Callable[[str, datetime], None]] = []
         # runs that went on in the background once they reached a heartbeating capability
         self._background: set[asyncio.Future[RunOutcome]] = set()
+        self._claiming = True  # False once the node shuts down: sweeps claim nothing more
 
     # -- starting ----------------------------------------------------------------------
     def validate_input(self, plan: Plan, payload: Any) -> BaseModel:
@@ -591,7 +592,7 @@ class Engine:
         try:
             while True:
                 wanted = batch if limit is None else min(batch, limit - report.claimed)
-                if more and wanted > 0 and (
+                if more and self._claiming and wanted > 0 and (
                         not runs or self.config.concurrency - len(runs) >= refill):
                     try:
                         claims, held = await self._claim_with_slots(wanted, runnable,
@@ -628,6 +629,12 @@ class Engine:
                         report.not_runnable, self.config.node_id)
         return report
 
+    def stop_claiming(self) -> None:
+        """Node shutdown: sweeps claim no more instances; a sweep in progress finishes the
+        runs it started and returns, so a stopping node does not keep taking new work
+        during its grace period. Starts, signals and cancels still work."""
+        self._claiming = False
+
     async def _claim_with_slots(self, wanted: int, runnable: list[tuple[str, str]], *,
                                 wait: bool) -> tuple[list[Claim], int]:
         """Hold up to ``wanted`` free run slots (waiting for one when ``wait``), claim that
@@ -645,7 +652,7 @@ class Engine:
             held += 1
         claims: list[Claim] = []
         try:
-            if held:
+            if held and self._claiming:
                 now = self.clock.now()
                 claims = await self.journal.claim_due(self.config.node_id, now,
                                                       now + self.lease, held, runnable)

@@ -114,6 +114,7 @@ class Sweeper:
             self.engine.wake_listeners.remove(self._parked)
         if self.scheduler.running:
             self.scheduler.pause()
+        self.engine.stop_claiming()  # a sweep in flight finishes what it started, no more
         running = [t for t in self._running if t is not asyncio.current_task()]
         if running:
             await asyncio.wait(running, timeout=grace_seconds)

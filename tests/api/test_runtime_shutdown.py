@@ -26,6 +26,10 @@ class BlockingEngine:
         self.release = asyncio.Event()
         self.running = 0
         self.outcomes: list[str] = []
+        self.claiming = True
+
+    def stop_claiming(self) -> None:
+        self.claiming = False
 
     async def sweep(self, **_: Any) -> SweepReport:
         self.running += 1
@@ -54,6 +58,7 @@ async def test_stop_returns_only_when_no_sweep_is_running(
     await sweeper.stop()
 
     assert engine.running == 0, "a sweep is still running after Sweeper.stop() returned"
+    assert not engine.claiming, "a stopping node must claim no more instances"
     assert engine.outcomes, engine.outcomes
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, errors

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from app.engine.engine import EngineConfig
+from app.engine.engine import Engine, EngineConfig
 from app.engine.journal import InstanceState
 from app.testing import FlowHarness, Scripted
 from tests.engine.flows import Job, Status, poll_flow
@@ -121,3 +121,29 @@ async def test_a_restarted_node_does_not_adopt_an_instance_another_node_holds(
         assert subs["t.slow"].calls == 2
         assert await count_rows(h, "t.slow", scope=1) == 1
         assert await duplicate_executions(h) == []
+
+
+async def test_a_stopping_node_claims_nothing_more_and_leaves_due_work_to_others(
+    store_url: str,
+) -> None:
+    config = EngineConfig(node_id="node-a", sweep_batch=2, concurrency=2)
+    stopping: list[Engine] = []
+
+    def not_done_then_stop(ctx: object) -> Status:
+        if stopping and check.calls == 23:  # the third call of node A's sweep
+            stopping[0].stop_claiming()
+        return Status(done=False)
+
+    check = Scripted(not_done_then_stop)
+    async with FlowHarness.open([poll_flow()], database_url=store_url, migrate=False,
+                                substitutes=poll_subs(check), config=config) as h:
+        for n in range(20):
+            await h.start("t.poll", {"order_id": f"o-{n}"})
+        h.clock.advance(INTERVAL)
+        stopping.append(h.engine)
+        report = await h.sweep()
+        assert report.claimed <= 4 and report.advanced == report.claimed
+        other = await h.with_engine(node_id="node-b").sweep()
+        assert other.claimed == 20 - report.claimed
+        assert check.calls == 40
+        assert (await h.sweep()).claimed == 0  # node A stays stopped
