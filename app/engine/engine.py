@@ -606,9 +606,9 @@ class Engine:
                         # goes on in the background
                         started = self._begin_run(claim, gated=False)
                         started[0].add_done_callback(lambda _: self._gate.release())
-                        waiter = asyncio.ensure_future(
+                        waiting: asyncio.Future[RunOutcome] = asyncio.ensure_future(
                             self._advance_detachable(claim, gated=False, started=started))
-                        runs[waiter] = (claim.instance_id, started[0])
+                        runs[waiting] = (claim.instance_id, started[0])
                 if not runs:
                     break
                 done, _ = await asyncio.wait(runs, return_when=asyncio.FIRST_COMPLETED)
@@ -704,7 +704,8 @@ class Engine:
         with :meth:`_begin_run`."""
         task, detach = started or self._begin_run(claim, gated=gated)
         try:
-            await asyncio.wait({task, detach}, return_when=asyncio.FIRST_COMPLETED)
+            pending: set[asyncio.Future[Any]] = {task, detach}
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             task.cancel()
             raise

@@ -48,16 +48,24 @@ class NodeFilter(logging.Filter):
         return True
 
 
+def _at_least(floor: int, level: str) -> str:
+    """The name of ``level`` or of ``floor``, whichever is higher; ``level`` itself when it
+    is DEBUG (everything is wanted then)."""
+    number = logging.getLevelName(level)
+    return level if number <= logging.DEBUG else str(logging.getLevelName(max(floor, number)))
+
+
 def log_config(level: str = "info") -> dict[str, Any]:
     """A :func:`logging.config.dictConfig` dict: one stderr handler on the root logger with
-    :data:`LOG_FORMAT`; uvicorn's loggers propagate to it; APScheduler's per-run lines,
-    Alembic's set-up lines and httpx's per-request lines are kept at warning.
+    :data:`LOG_FORMAT`; uvicorn's loggers propagate to it; Alembic's set-up lines and
+    httpx's per-request lines are kept at warning, APScheduler's per-run lines and
+    skipped-tick warnings at error.
 
     Args:
         level: the root level name (``debug``, ``info``, ``warning`` ...; default info).
     """
     root_level = level.upper()
-    quiet = logging.getLevelName(max(logging.WARNING, logging.getLevelName(root_level)))
+    quiet = _at_least(logging.WARNING, root_level)
     return {
         "version": 1,
         "disable_existing_loggers": False,
@@ -71,8 +79,9 @@ def log_config(level: str = "info") -> dict[str, Any]:
         "loggers": {
             **{name: {"handlers": [], "propagate": True}
                for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
-            # one line per sweep run is noise at info level; flowpark logs what a sweep did
-            "apscheduler": {"level": quiet},
+            # one line per sweep run, and a warning for each tick skipped while the sweep
+            # still works through due instances: flowpark logs what a sweep did instead
+            "apscheduler": {"level": _at_least(logging.ERROR, root_level)},
             # the schema check at start-up would log Alembic's plugin set-up
             "alembic": {"level": quiet},
             # one line per outbound request

@@ -30,6 +30,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -124,8 +125,9 @@ class Cluster:
                                     "--per-page", str(per_page), "--log-level", "warning"],
                           self._env(api_tokens=TOKEN), self.folder / "fakes.log", port).start()
         self.procs.append(self.fakes)
-        await eventually(lambda: healthy(self.fakes), timeout=30, what="fakes up")  # type: ignore[arg-type]
-        return self.fakes
+        fakes = self.fakes
+        await eventually(lambda: healthy(fakes), timeout=30, what="fakes up")
+        return fakes
 
     async def start_nodes(self, *names: str, role: str = "serve") -> list[Proc]:
         """Start nodes (``serve`` on a free loopback port, or ``worker``); wait until up."""
@@ -147,12 +149,8 @@ class Cluster:
             self.procs.append(node)
             nodes.append(node)
         for node in nodes:
-            if node.port is not None:
-                await eventually(lambda n=node: healthy(n), timeout=60,  # type: ignore[misc]
-                                 what=f"{node.name} up")
-            else:
-                await eventually(lambda n=node: worker_ready(n), timeout=60,  # type: ignore[misc]
-                                 what=f"{node.name} sweeping")
+            await eventually(partial(healthy if node.port is not None else worker_ready, node),
+                             timeout=60, what=f"{node.name} up")
         return nodes
 
     def stop_all(self) -> None:
@@ -179,7 +177,7 @@ async def healthy(proc: Proc) -> None:
             raise AssertionError(f"{proc.name} not up: {exc}") from exc
 
 
-def worker_ready(proc: Proc) -> None:
+async def worker_ready(proc: Proc) -> None:
     assert proc.alive(), f"{proc.name} exited:\n{proc.output()[-3000:]}"
     assert f"flowpark worker {proc.name} sweeping" in proc.output()
 

@@ -36,7 +36,7 @@ SCAN = timedelta(seconds=1)
 
 
 async def _held_by_a(h: FlowHarness, held: Held, clock_a: VirtualClock
-                     ) -> tuple[str, asyncio.Task]:  # type: ignore[type-arg]
+                     ) -> tuple[str, asyncio.Task[SweepReport]]:
     """Start a ``t.slow`` instance and let node A's sweep claim attempt 1, held mid-call."""
     inst = (await h.start("t.slow", {"order_id": "o-1"})).instance
     assert inst.wake_at is not None
