@@ -50,6 +50,14 @@ class SqlBase:
             # several SELECTs in one read (load) must see one snapshot
             read_options["isolation_level"] = "REPEATABLE READ"
         self._read_engine = engine.execution_options(**read_options)
+        # One-statement work on PostgreSQL runs in autocommit: the statement is atomic and
+        # sees one snapshot by itself, and BEGIN and COMMIT would cost two round trips more
+        # than the statement (the hot paths: get_instance after a start, claims, counts).
+        if self._dialect == "postgresql":
+            self._single_engine: AsyncEngine | None = engine.execution_options(
+                isolation_level="AUTOCOMMIT", **READ_ONLY)
+        else:
+            self._single_engine = None
         # SQLite has one write lock per file: queue this process's writers on an asyncio
         # lock instead of letting them poll SQLite's busy handler (which sleeps up to 100 ms
         # between tries). Other processes still wait through busy_timeout.
@@ -79,6 +87,25 @@ class SqlBase:
                 if self._write_lock is not None:
                     await stack.enter_async_context(self._write_lock)
                 conn = await stack.enter_async_context(self._engine.begin())
+                yield conn
+        except (OperationalError, InterfaceError) as exc:
+            raise StoreUnavailable(f"database error: {exc.orig}") from exc
+        except StatementError as exc:
+            if not isinstance(exc, DBAPIError) and isinstance(exc.orig, ValueError):
+                raise exc.orig from exc
+            raise
+
+    @asynccontextmanager
+    async def _single(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
+        """A connection for exactly one statement: autocommit on PostgreSQL (no BEGIN or
+        COMMIT round trips; the statement alone is atomic), else :meth:`_write` /
+        :meth:`_read`. Same errors as :meth:`_write`."""
+        if self._single_engine is None:
+            async with (self._write() if write else self._read()) as conn:
+                yield conn
+            return
+        try:
+            async with self._single_engine.connect() as conn:
                 yield conn
         except (OperationalError, InterfaceError) as exc:
             raise StoreUnavailable(f"database error: {exc.orig}") from exc

@@ -62,7 +62,7 @@ class SqlClaims(SqlBase):
             .values(**claim_values(owner, now, lease_until))
             .returning(INSTANCE.c.id, INSTANCE.c.fencing_token)
         )
-        async with self._write() as conn:
+        async with self._single(write=True) as conn:  # one atomic UPDATE ... RETURNING
             row = (await conn.execute(stmt)).first()
         return Claim(row.id, row.fencing_token) if row is not None else None
 
@@ -114,7 +114,7 @@ class SqlClaims(SqlBase):
             .values(**claim_values(owner, now, lease_until))
             .returning(INSTANCE.c.id, INSTANCE.c.fencing_token, INSTANCE.c.wake_at)
         )
-        async with self._write() as conn:
+        async with self._single(write=True) as conn:  # one atomic UPDATE ... RETURNING
             rows = (await conn.execute(stmt)).all()
         # RETURNING has no order: restore the pick's (expired leases without a wake first)
         ordered = sorted(rows, key=lambda r: (r.wake_at is not None, r.wake_at or now, r.id))
@@ -127,7 +127,7 @@ class SqlClaims(SqlBase):
             query = query.where(
                 ~tuple_(INSTANCE.c.flow_name, INSTANCE.c.flow_version).in_(runnable)
             )
-        async with self._read() as conn:
+        async with self._single(write=False) as conn:
             return int((await conn.execute(query)).scalar_one())
 
     async def request_cancel(

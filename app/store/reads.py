@@ -73,7 +73,7 @@ class SqlReads(SqlBase):
         Raises:
             InstanceNotFound: no such instance (code ``instance_not_found``).
         """
-        async with self._read() as conn:
+        async with self._single(write=False) as conn:
             return await self._instance(conn, instance_id)
 
     async def last_heartbeat(self, instance_id: str, step_id: int, scope: int) -> Heartbeat | None:
