@@ -4,14 +4,16 @@ and routes - and odd inputs never produce a 5xx."""
 
 from __future__ import annotations
 
+import shutil
 import uuid
+from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.support.api import DOCUMENTS, assert_problem, start_document
 from tests.support.db import count_instances
-from tests.support.server import LiveServer
+from tests.support.server import LiveServer, live_server
 
 PROTECTED = [
     ("POST", DOCUMENTS),
@@ -40,6 +42,32 @@ async def test_missing_or_wrong_token_is_401(anonymous: httpx.AsyncClient, metho
 
     assert_problem(resp, 401, "unauthorized")
     assert resp.headers.get("www-authenticate", "").lower().startswith("bearer")
+
+
+@pytest.mark.parametrize("authorization", [b"Bearer d\xc3\xa9v-token", b"Bearer \xff",
+                                           b"Bearer test-token\xa0", b"Bearer \xc3\xa9",
+                                           b"\xff test-token"],
+                         ids=["utf8", "latin1", "nbsp", "e-acute", "odd-scheme"])
+async def test_non_ascii_token_bytes_are_401_not_500(anonymous: httpx.AsyncClient,
+                                                     authorization: bytes) -> None:
+    resp = await anonymous.get("/api/v1/flows", headers={"Authorization": authorization})
+
+    assert_problem(resp, 401, "unauthorized")
+
+
+async def test_a_non_ascii_token_matches_its_utf8_bytes(_sqlite_template: Path,
+                                                        tmp_path: Path) -> None:
+    path = tmp_path / "token.db"
+    shutil.copyfile(_sqlite_template, path)
+    with live_server(f"sqlite:///{path}", api_tokens="d\u00e9v-token") as server:
+        async with server.client(token=None) as http:
+            ok = await http.get("/api/v1/flows",
+                                headers={"Authorization": b"Bearer d\xc3\xa9v-token"})
+            latin1 = await http.get("/api/v1/flows",
+                                    headers={"Authorization": b"Bearer d\xe9v-token"})
+
+    assert ok.status_code == 200, ok.text
+    assert_problem(latin1, 401, "unauthorized")
 
 
 async def test_401_comes_before_the_missing_key_and_starts_nothing(
