@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Row, Table
@@ -42,7 +43,9 @@ __all__ = [
     "heartbeat_from_row",
     "instance_from_row",
     "instance_values",
+    "signal_from_json",
     "signal_from_row",
+    "step_from_json",
     "step_from_row",
     "step_values",
     "stream_from_row",
@@ -171,6 +174,54 @@ def step_from_row(row: Row[Any]) -> StepRow:
         final=bool(m["final"]),
         next_try_at=m["next_try_at"],
         sequence=m["sequence"],
+    )
+
+
+def _instant(value: str | None) -> datetime | None:
+    """An instant from PostgreSQL's JSON text of a ``timestamptz`` (aware UTC)."""
+    if value is None:
+        return None
+    return datetime.fromisoformat(value).astimezone(UTC)
+
+
+def step_from_json(m: dict[str, Any]) -> StepRow:
+    """Build a :class:`StepRow` from a ``flow_step`` row aggregated as JSON (PostgreSQL)."""
+    started_at = _instant(m["started_at"])
+    committed_at = _instant(m["committed_at"])
+    assert started_at is not None and committed_at is not None
+    return StepRow(
+        instance_id=m["instance_id"],
+        step_id=m["step_id"],
+        scope=m["scope"],
+        kind=StepKind(m["kind"]),
+        capability_id=m["capability_id"],
+        outcome=Outcome(m["outcome"]),
+        started_at=started_at,
+        committed_at=committed_at,
+        try_number=m["try_number"],
+        values=m["values"] or {},
+        error_type=m["error_type"],
+        error_detail=m["error_detail"],
+        final=bool(m["final"]),
+        next_try_at=_instant(m["next_try_at"]),
+        sequence=m["sequence"],
+    )
+
+
+def signal_from_json(m: dict[str, Any]) -> SignalRecord:
+    """Build a :class:`SignalRecord` from a ``flow_signal`` row aggregated as JSON."""
+    received_at = _instant(m["received_at"])
+    assert received_at is not None
+    return SignalRecord(
+        id=m["id"],
+        sequence=m["sequence"],
+        instance_id=m["instance_id"],
+        name=m["name"],
+        payload=m["payload"] or {},
+        received_at=received_at,
+        idempotency_key=m["idempotency_key"],
+        taken_at=_instant(m["taken_at"]),
+        taken_step_id=m["taken_step_id"],
     )
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import JSON, func, select, text
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.engine.journal import (
@@ -27,7 +28,9 @@ from app.store.mapping import (
     STREAM,
     heartbeat_from_row,
     instance_from_row,
+    signal_from_json,
     signal_from_row,
+    step_from_json,
     step_from_row,
     stream_from_row,
 )
@@ -51,6 +54,8 @@ class SqlReads(SqlBase):
         Raises:
             InstanceNotFound: no such instance (code ``instance_not_found``).
         """
+        if self.is_postgresql:
+            return await self._load_one_statement(instance_id)
         async with self._read() as conn:
             instance = await self._instance(conn, instance_id)
             steps = await conn.execute(
@@ -66,6 +71,34 @@ class SqlReads(SqlBase):
                 steps=[step_from_row(r) for r in steps],
                 signals=[signal_from_row(r) for r in signals],
             )
+
+    async def _load_one_statement(self, instance_id: str) -> Snapshot:
+        """PostgreSQL: the snapshot in one statement (autocommit, one round trip): the
+        instance row with its journal and untaken signals aggregated as JSON arrays."""
+        s, g = STEP.alias("s"), SIGNAL.alias("g")
+        steps = (
+            select(func.json_agg(aggregate_order_by(s.table_valued(), s.c.sequence),
+                                 type_=JSON))
+            .where(s.c.instance_id == INSTANCE.c.id)
+            .scalar_subquery()
+        )
+        signals = (
+            select(func.json_agg(aggregate_order_by(g.table_valued(), g.c.sequence),
+                                 type_=JSON))
+            .where(g.c.instance_id == INSTANCE.c.id, g.c.taken_at.is_(None))
+            .scalar_subquery()
+        )
+        query = select(INSTANCE, steps.label("j_steps"), signals.label("j_signals")).where(
+            INSTANCE.c.id == instance_id)
+        async with self._single(write=False) as conn:
+            row = (await conn.execute(query)).first()
+        if row is None:
+            raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
+        return Snapshot(
+            instance=instance_from_row(row),
+            steps=[step_from_json(d) for d in row.j_steps or ()],
+            signals=[signal_from_json(d) for d in row.j_signals or ()],
+        )
 
     async def get_instance(self, instance_id: str) -> InstanceRecord:
         """Read the instance row only.
