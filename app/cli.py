@@ -1,13 +1,24 @@
-"""The ``flowpark`` command: serve, worker, fakes, db upgrade, flows check, demo."""
+"""The ``flowpark`` command: serve, worker, fakes, db upgrade, flows check, demo.
+
+``serve`` and ``worker`` check the database before they start: a database they cannot use
+(unreachable, or not migrated to head) is one line ``error: <code>: <message>`` on stderr
+and exit code :data:`EXIT_STORE`, never a traceback.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 import typer
 
-__all__ = ["app", "main"]
+__all__ = ["EXIT_STORE", "app", "main"]
+
+#: Exit code of ``serve``, ``worker`` and ``db upgrade`` when the database cannot be used.
+EXIT_STORE = 3
+#: Seconds the start-up database check waits for the database to answer.
+DB_CHECK_TIMEOUT = 20.0
 
 app = typer.Typer(help="flowpark: durable flows that wait on external systems.",
                   no_args_is_help=True)
@@ -24,16 +35,103 @@ def _logging(level: str) -> None:
     configure_logging(level)
 
 
+def _one_line(value: object) -> str:
+    return " ".join(str(value).split())
+
+
+def _refuse(exc: Exception) -> typer.Exit:
+    """Print ``error: <code>: <message>`` (one line) and return the exit to raise."""
+    from app.errors import FlowparkError
+
+    code = exc.code if isinstance(exc, FlowparkError) else "store.unavailable"
+    typer.echo(f"error: {code}: {_one_line(exc)}", err=True)
+    return typer.Exit(EXIT_STORE)
+
+
+def _check_database(url: str) -> None:
+    """Refuse a database the service cannot run on, before anything starts.
+
+    A SQLite file that does not exist is not created (the service would otherwise leave
+    an empty file behind).
+
+    Raises:
+        SchemaBehindHead: not migrated to head (or a SQLite file that does not exist).
+        StoreUnavailable: an invalid URL, or the database cannot be reached.
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    from app.errors import FlowparkError, SchemaBehindHead, StoreUnavailable
+    from app.store import check_schema_at_head, head_revision, make_async_engine
+    from app.store.db import is_sqlite
+
+    try:
+        parsed = make_url(url)
+        sqlite = is_sqlite(parsed)
+    except (ValueError, SQLAlchemyError) as exc:
+        raise StoreUnavailable(f"invalid FLOWPARK_DATABASE_URL: {exc}") from exc
+    shown = parsed.render_as_string(hide_password=True)
+    if sqlite and parsed.database and parsed.database != ":memory:":
+        path = Path(parsed.database)
+        if not path.parent.is_dir():
+            raise StoreUnavailable(
+                f"cannot open the SQLite database {path}: directory {path.parent} does "
+                "not exist")
+        if not path.exists():
+            raise SchemaBehindHead(
+                f"the SQLite database {path} does not exist; run `flowpark db upgrade` to "
+                "create it and migrate it to head", current=None, head=head_revision())
+
+    async def check() -> None:
+        engine = make_async_engine(url, pool_size=1)
+        try:
+            await asyncio.wait_for(check_schema_at_head(engine), DB_CHECK_TIMEOUT)
+        finally:
+            await engine.dispose()
+
+    try:
+        asyncio.run(check())
+    except FlowparkError:
+        raise
+    except ValueError as exc:  # an in-memory SQLite database, an unsupported backend
+        raise StoreUnavailable(f"invalid FLOWPARK_DATABASE_URL {shown}: {exc}") from exc
+    except TimeoutError as exc:
+        raise StoreUnavailable(f"the database at {shown} did not answer within "
+                               f"{DB_CHECK_TIMEOUT:.0f} s") from exc
+    except DBAPIError as exc:
+        raise StoreUnavailable(f"cannot use the database at {shown}: {exc.orig}") from exc
+    except (OSError, SQLAlchemyError) as exc:
+        raise StoreUnavailable(f"cannot use the database at {shown}: {exc}") from exc
+
+
+def _database_or_exit(url: str) -> None:
+    from app.errors import FlowparkError
+
+    try:
+        _check_database(url)
+    except FlowparkError as exc:
+        raise _refuse(exc) from None
+
+
 @db_app.command("upgrade")
 def db_upgrade(url: str = typer.Option(None, help="Database URL (default: "
                                        "FLOWPARK_DATABASE_URL or sqlite:///flowpark.db)")
                ) -> None:
     """Migrate the database to the latest schema (Alembic upgrade head)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError
+
+    from app.errors import StoreUnavailable
     from app.settings import Settings
     from app.store.migrate import upgrade
 
     target = url or Settings().database_url
-    upgrade(target)
+    try:
+        upgrade(target)
+    except DBAPIError as exc:  # unreachable: one line, no traceback
+        shown = make_url(target).render_as_string(hide_password=True)
+        raise _refuse(StoreUnavailable(
+            f"cannot migrate the database at {shown}: {exc.orig}")) from None
     typer.echo(f"database at head: {target}")
 
 
@@ -41,11 +139,17 @@ def db_upgrade(url: str = typer.Option(None, help="Database URL (default: "
 def serve(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
           workers: int = typer.Option(1, help="uvicorn worker processes (each sweeps)"),
           log_level: str = typer.Option("info")) -> None:
-    """Run a node with the HTTP API and the sweep (every node sweeps)."""
+    """Run a node with the HTTP API and the sweep (every node sweeps).
+
+    Exits 3 (``error: <code>: ...``) when the database is unreachable or not migrated
+    (run ``flowpark db upgrade``).
+    """
     import uvicorn
 
     from app.runtime.logs import log_config
+    from app.settings import Settings
 
+    _database_or_exit(Settings().database_url)
     os.environ.setdefault("FLOWPARK_SELF_URL", f"http://{host}:{port}")
     if workers > 1 and not os.environ.get("FLOWPARK_OCR_BASE_URL"):
         typer.echo("warning: with --workers > 1 each worker has its own in-memory fake OCR; "
@@ -58,9 +162,15 @@ def serve(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
 
 @app.command()
 def worker(log_level: str = typer.Option("info")) -> None:
-    """Run a node that only sweeps (no HTTP): another node of the same database."""
-    from app.runtime.worker import run_worker
+    """Run a node that only sweeps (no HTTP): another node of the same database.
 
+    Exits 3 (``error: <code>: ...``) when the database is unreachable or not migrated
+    (run ``flowpark db upgrade``).
+    """
+    from app.runtime.worker import run_worker
+    from app.settings import Settings
+
+    _database_or_exit(Settings().database_url)
     _logging(log_level)
     asyncio.run(run_worker())
 

@@ -1,0 +1,85 @@
+"""``flowpark serve`` / ``worker`` refuse a database they cannot run on with one line
+``error: <code>: <message>`` and exit code 3: no traceback, no empty SQLite file left."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from app.cli import EXIT_STORE
+from tests.support.server import flowpark_command, free_port
+
+COMMANDS = [["serve", "--port", "9"], ["worker"]]  # port 9: never reached
+
+
+def _run(args: list[str], database_url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWPARK_")}
+    env["FLOWPARK_DATABASE_URL"] = database_url
+    return subprocess.run([*flowpark_command(), *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=60)
+
+
+def _refused(done: subprocess.CompletedProcess[str], code: str) -> str:
+    output = done.stdout + done.stderr
+    assert done.returncode == EXIT_STORE, output
+    assert "Traceback" not in output, output
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, output
+    assert lines[0].startswith(f"error: {code}: "), output
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_a_missing_sqlite_file_is_refused_and_not_created(command: list[str],
+                                                           tmp_path: Path) -> None:
+    path = tmp_path / "flowpark.db"
+    line = _refused(_run(command, f"sqlite:///{path}", tmp_path), "store.schema_behind_head")
+    assert "flowpark db upgrade" in line and str(path) in line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_an_unmigrated_sqlite_file_is_refused(command: list[str], tmp_path: Path) -> None:
+    path = tmp_path / "flowpark.db"
+    path.touch()
+    line = _refused(_run(command, f"sqlite:///{path}", tmp_path), "store.schema_behind_head")
+    assert "flowpark db upgrade" in line
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_a_sqlite_file_in_a_missing_directory_is_unavailable(command: list[str],
+                                                             tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/missing/flowpark.db"
+    line = _refused(_run(command, url, tmp_path), "store.unavailable")
+    assert f"{tmp_path}/missing" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_postgresql_on_a_closed_port_is_unavailable(command: list[str],
+                                                    tmp_path: Path) -> None:
+    url = f"postgresql://flowpark:s3cret@127.0.0.1:{free_port()}/flowpark"
+    line = _refused(_run(command, url, tmp_path), "store.unavailable")
+    assert "s3cret" not in line and "127.0.0.1" in line
+
+
+def test_an_unsupported_url_is_refused(tmp_path: Path) -> None:
+    _refused(_run(["worker"], "mysql://x@127.0.0.1/db", tmp_path), "store.unavailable")
+
+
+def test_db_upgrade_on_an_unreachable_database_is_one_line(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/missing/flowpark.db"
+    line = _refused(_run(["db", "upgrade"], url, tmp_path), "store.unavailable")
+    assert "cannot migrate" in line
+
+
+def test_a_migrated_database_passes_the_check(_sqlite_template: Path, tmp_path: Path) -> None:
+    from app.cli import _check_database
+
+    path = tmp_path / "flowpark.db"
+    shutil.copyfile(_sqlite_template, path)
+    _check_database(f"sqlite:///{path}")  # no exception
