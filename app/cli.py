@@ -9,6 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import typer
@@ -19,6 +26,8 @@ __all__ = ["EXIT_STORE", "app", "main"]
 EXIT_STORE = 3
 #: Seconds the start-up database check waits for the database to answer.
 DB_CHECK_TIMEOUT = 20.0
+#: Seconds ``serve`` waits for the ``flowpark fakes`` process it starts to answer.
+FAKES_START_TIMEOUT = 30.0
 
 app = typer.Typer(help="flowpark: durable flows that wait on external systems.",
                   no_args_is_help=True)
@@ -135,9 +144,79 @@ def db_upgrade(url: str = typer.Option(None, help="Database URL (default: "
     typer.echo(f"database at head: {target}")
 
 
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: the child gets SIGTERM when ``serve`` dies, even by SIGKILL."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _answers(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextmanager
+def _shared_fakes(log_level: str) -> Iterator[str]:
+    """Run ``flowpark fakes`` on a free loopback port until the block ends; yields its URL.
+
+    The child inherits this environment (``FLOWPARK_SAMPLE_OCR_PER_PAGE``,
+    ``FLOWPARK_API_TOKENS`` for the callback token, the fake job timings). It runs in a
+    session of its own, so a Ctrl-C stops the uvicorn workers first and the fakes only
+    once they are gone.
+    """
+    port = _free_loopback_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "app.cli", "fakes", "--host", "127.0.0.1",
+               "--port", str(port),
+               # the provider's per-request lines would double the access log
+               "--log-level", log_level if log_level.lower() == "debug" else "warning"]
+    per_page = os.environ.get("FLOWPARK_SAMPLE_OCR_PER_PAGE")
+    if per_page:
+        command += ["--per-page", per_page]
+    process = subprocess.Popen(
+        command, start_new_session=True,
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    try:
+        deadline = time.monotonic() + FAKES_START_TIMEOUT
+        while not _answers(url):
+            if process.poll() is not None:
+                typer.echo(f"error: fakes.start_failed: flowpark fakes exited with code "
+                           f"{process.returncode} before answering on {url}", err=True)
+                raise typer.Exit(1)
+            if time.monotonic() > deadline:
+                typer.echo(f"error: fakes.start_failed: flowpark fakes did not answer on "
+                           f"{url} within {FAKES_START_TIMEOUT:.0f} s", err=True)
+                raise typer.Exit(1)
+            time.sleep(0.1)
+        yield url
+    finally:
+        if process.poll() is None:
+            process.terminate()  # uvicorn shuts down cleanly on SIGTERM
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
 @app.command()
 def serve(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
-          workers: int = typer.Option(1, help="uvicorn worker processes (each sweeps)"),
+          workers: int = typer.Option(
+              1, help="uvicorn worker processes (each sweeps). With more than one and "
+              "neither FLOWPARK_OCR_BASE_URL nor FLOWPARK_JOBS_BASE_URL set, serve also "
+              "runs `flowpark fakes` on a free loopback port for all of them."),
           log_level: str = typer.Option("info")) -> None:
     """Run a node with the HTTP API and the sweep (every node sweeps).
 
@@ -151,13 +230,27 @@ def serve(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
 
     _database_or_exit(Settings().database_url)
     os.environ.setdefault("FLOWPARK_SELF_URL", f"http://{host}:{port}")
-    if workers > 1 and not os.environ.get("FLOWPARK_OCR_BASE_URL"):
-        typer.echo("warning: with --workers > 1 each worker has its own in-memory fake OCR; "
-                   "run `flowpark fakes` and set FLOWPARK_OCR_BASE_URL (and "
-                   "FLOWPARK_JOBS_BASE_URL) so every worker sees the same provider", err=True)
-    _logging(log_level)
-    uvicorn.run("app.runtime.app:create_app", host=host, port=port, workers=workers,
-                log_level=log_level, factory=True, log_config=log_config(log_level))
+    ocr_set = bool(os.environ.get("FLOWPARK_OCR_BASE_URL"))
+    jobs_set = bool(os.environ.get("FLOWPARK_JOBS_BASE_URL"))
+    with ExitStack() as stack:
+        if workers > 1 and not ocr_set and not jobs_set:
+            fakes_url = stack.enter_context(_shared_fakes(log_level))
+            # every worker process inherits these: one provider for all of them, which
+            # calls the webhook back on the serve URL
+            os.environ["FLOWPARK_OCR_BASE_URL"] = fakes_url
+            os.environ["FLOWPARK_JOBS_BASE_URL"] = fakes_url
+            os.environ.setdefault("FLOWPARK_PUBLIC_BASE_URL", os.environ["FLOWPARK_SELF_URL"])
+            typer.echo(f"info: --workers {workers}: the fake OCR and job services run in one "
+                       f"`flowpark fakes` process for all workers, on {fakes_url} (stopped "
+                       "with serve)", err=True)
+        elif workers > 1 and ocr_set != jobs_set:
+            unset = "FLOWPARK_JOBS_BASE_URL" if ocr_set else "FLOWPARK_OCR_BASE_URL"
+            typer.echo(f"warning: {unset} is not set: with --workers > 1 each worker serves "
+                       "its own in-memory fake for it; point it at the same provider",
+                       err=True)
+        _logging(log_level)
+        uvicorn.run("app.runtime.app:create_app", host=host, port=port, workers=workers,
+                    log_level=log_level, factory=True, log_config=log_config(log_level))
 
 
 @app.command()
