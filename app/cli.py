@@ -38,7 +38,14 @@ app.add_typer(flows_app, name="flows")
 
 
 def _logging(level: str) -> None:
-    """Every log line carries the node id (``[node]``): see :mod:`app.runtime.logs`."""
+    """Every log line carries the node id (``[node]``): see :mod:`app.runtime.logs`.
+
+    :func:`app.runtime.logs.log_config` (applied here, and handed to uvicorn so each worker
+    process applies it too) keeps the ``apscheduler`` logger at ERROR below ``debug``: its
+    "Execution of job ... skipped: maximum number of running instances reached (1)"
+    warning comes about once a scan interval whenever a sweep outlasts the interval, which
+    is normal under load (the sweep keeps working through due instances).
+    """
     from app.runtime.logs import configure_logging
 
     configure_logging(level)
