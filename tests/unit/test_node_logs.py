@@ -53,3 +53,15 @@ def test_the_default_node_id_is_the_settings_default(monkeypatch: pytest.MonkeyP
     assert logs.node_id() == Settings().node_id
     monkeypatch.setenv("FLOWPARK_NODE_ID", "worker-7")
     assert logs.node_id() == Settings().node_id == "worker-7"
+
+
+def test_apschedulers_skipped_tick_warning_is_dropped_below_debug(
+        captured: io.StringIO) -> None:
+    # a sweep that outlasts the scan interval is normal under load: APScheduler would warn
+    # about the skipped tick once an interval
+    logging.getLogger("apscheduler.executors.default").warning(
+        'Execution of job "sweep" skipped: maximum number of running instances reached (1)')
+    logging.getLogger("apscheduler.executors.default").error("Job raised an exception")
+    lines = captured.getvalue().splitlines()
+    assert len(lines) == 1 and "Job raised" in lines[0], lines
+    assert logs.log_config("debug")["loggers"]["apscheduler"]["level"] == "DEBUG"
