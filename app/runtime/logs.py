@@ -77,7 +77,7 @@ def log_config(level: str = "info") -> dict[str, Any]:
         },
         "root": {"level": root_level, "handlers": ["stderr"]},
         "loggers": {
-            **{name: {"handlers": [], "propagate": True}
+            **{name: {"level": root_level, "handlers": [], "propagate": True}
                for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
             # one line per sweep run, and a warning for each tick skipped while the sweep
             # still works through due instances: flowpark logs what a sweep did instead
