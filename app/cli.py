@@ -304,7 +304,14 @@ def fakes(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8100),
 @flows_app.command("check")
 def flows_check(target: str = typer.Argument(
         "samples.registry", help="module (or path to a .py file) defining flows")) -> None:
-    """Check flow definitions; prints every finding and exits 1 on any error."""
+    """Check flow definitions; prints every finding (errors and warnings).
+
+    Exit codes:
+    0: no error (warnings allowed);
+    1: at least one rule error;
+    2: cannot load (the target fails to import, building a flow raised, e.g. on a
+    negative duration, or it defines no flows).
+    """
     from app.flows.check import check_target
 
     code = check_target(target, typer.echo)

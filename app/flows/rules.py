@@ -2,32 +2,44 @@
 
 Rule codes are stable (users match on them; ``flowpark flows check`` prints them):
 
-=====================================  ========  ================================================
-code                                   severity  rule
-=====================================  ========  ================================================
-``poll.requires_durable``              error     a poll parks, so its flow must be durable
-``wait.requires_durable``              error     any wait (await_signal) needs the durable profile
-``poll.body_not_single_capability``    error     a poll's body is exactly one capability
-``poll.body_not_idempotent``           error     the body repeats after every success
-``poll.body_has_compensation``         error     an unbounded compensation stack is refused
-``poll.timeout_not_positive``          error     the budget must be > 0
-``poll.first_interval_exceeds_timeout`` warning  one call, then escalation: likely a mistake
-``capability.missing_id``              error     every capability has a stable id
-``capability.duplicate_id``            error     two different capabilities share an id
-``value.read_before_put``              error     a declared read that no earlier node puts
-``on_timeout.falls_through_to_end``    warning   the block neither fails nor rejoins anything
-``node.unreachable``                   error     nodes after ``fail`` in the same block
-``builder.modifier_misplaced``         error     compensate_with/on_failure/... after the wrong node
-``signal.conflicting_model``           error     one signal name with two payload models
-``heartbeat.window_too_small``         warning   poll_interval + call_timeout > heartbeat - 10 s
-``failure_route.unbounded_retry``      warning   a failure route whose retries never end
-``flow.deadline_not_positive``         error     a deadline must be > 0
-``trigger.route_invalid``              error     trigger routes start with ``/``
-=====================================  ========  ================================================
+=======================================  ========  ==============================================
+code                                     severity  rule
+=======================================  ========  ==============================================
+``poll.requires_durable``                error     a poll parks, so its flow must be durable
+``wait.requires_durable``                error     any wait (await_signal) needs the durable
+                                                   profile
+``poll.body_not_single_capability``      error     a poll's body is exactly one capability
+``poll.body_not_idempotent``             error     the body repeats after every success
+``poll.body_has_compensation``           error     an unbounded compensation stack is refused
+``poll.timeout_not_positive``            error     the budget must be > 0
+``poll.first_interval_exceeds_timeout``  warning   one call, then escalation: likely a mistake
+``poll.timeout_exceeds_deadline``        warning   the flow deadline ends the instance before
+                                                   the poll's budget runs out (its
+                                                   ``on_timeout`` never runs)
+``capability.missing_id``                error     every capability has a stable id
+``capability.duplicate_id``              error     two different capabilities share an id
+``capability.execute_not_async``         error     ``execute`` must be ``async def`` (the engine
+                                                   awaits it)
+``value.read_before_put``                error     a declared read that no earlier node puts
+``on_timeout.falls_through_to_end``      warning   the block neither fails nor rejoins anything
+``node.unreachable``                     error     nodes after ``fail`` in the same block
+``builder.modifier_misplaced``           error     compensate_with/on_failure/... after the
+                                                   wrong node
+``signal.conflicting_model``             error     one signal name with two payload models
+``heartbeat.window_too_small``           warning   poll_interval + call_timeout > heartbeat - 10 s
+``failure_route.unbounded_retry``        warning   a failure route whose retries never end
+``flow.deadline_not_positive``           error     a deadline must be > 0
+``trigger.route_invalid``                error     trigger routes start with ``/``
+``flow.duplicate_version``               error     two flows with one name and version (only
+                                                   ``flowpark flows check``, which sees several
+                                                   flows; ``Catalog.register`` refuses the
+                                                   second with ``ValueError``)
+=======================================  ========  ==============================================
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -100,6 +112,10 @@ class _Checker:
                 "capability.duplicate_id", where,
                 f"id {cap.id!r} is declared by {seen.__name__} and {type(cap).__name__}",
             )
+        if not inspect.iscoroutinefunction(getattr(cap, "execute", None)):
+            self.error("capability.execute_not_async", where,
+                       f"{type(cap).__name__}.execute must be `async def` (the engine "
+                       "awaits it)")
         opts = cap.options
         hb = opts.heartbeat_timeout
         declared = hb is not None and opts.poll_interval is not None and opts.call_timeout
@@ -184,10 +200,17 @@ class _Checker:
                        "a poll body runs an unbounded number of times and cannot be compensated")
         if item.timeout <= timedelta(0):
             self.error("poll.timeout_not_positive", label, "timeout must be positive")
-        elif item.interval.base_delay(0) > item.timeout:
-            self.warn("poll.first_interval_exceeds_timeout", label,
-                      f"first interval {item.interval.base_delay(0)} exceeds timeout "
-                      f"{item.timeout}: one call, then the timeout path")
+        else:
+            if item.interval.base_delay(0) > item.timeout:
+                self.warn("poll.first_interval_exceeds_timeout", label,
+                          f"first interval {item.interval.base_delay(0)} exceeds timeout "
+                          f"{item.timeout}: one call, then the timeout path")
+            deadline = self.flow.deadline
+            if deadline is not None and timedelta(0) < deadline < item.timeout:
+                self.warn("poll.timeout_exceeds_deadline", label,
+                          f"timeout {item.timeout} exceeds the flow deadline {deadline}: the "
+                          "deadline fails the instance (flow.deadline_exceeded) before the "
+                          "budget runs out, so the timeout path never runs")
         self.reads(body.reads, have, label)
         after_body = have | {bag_key(m) for m in body.puts}
         self.reads(item.reads, after_body, f"{label} until")

@@ -1,5 +1,5 @@
 """One flow per definition rule, each broken in exactly that way (used by the rules tests
-and by `flowpark flows check`)."""
+and by `flowpark flows check`); ``flow.duplicate_version`` takes two (DUPLICATE_VERSION)."""
 
 from __future__ import annotations
 
@@ -74,6 +74,13 @@ class Forever(_Cap):
     options = CapabilityOptions(retry=RetryPolicy())
 
 
+class NotAsync(Capability):
+    id = "c.not_async"
+
+    def execute(self, ctx: StepContext) -> None:  # type: ignore[override]  # the mistake
+        return None
+
+
 FIVE = Backoff.fixed("PT5S")
 
 
@@ -115,11 +122,19 @@ BAD = {
     "flow.deadline_not_positive": _f("bad.deadline", deadline=timedelta(0)).step(Undo()),
     "trigger.route_invalid": _f("bad.route", trigger=HttpTrigger("POST", "no-slash"))
     .step(Undo()),
+    "capability.execute_not_async": _f("bad.not_async").step(NotAsync()),
+    "poll.timeout_exceeds_deadline": _f("warn.past_deadline", deadline=timedelta(minutes=30))
+    .poll_until(Good(), until=_seen, interval=FIVE, timeout="PT1H").step(Undo()),
 }
 
 WARNINGS = {"poll.first_interval_exceeds_timeout", "on_timeout.falls_through_to_end",
-            "heartbeat.window_too_small", "failure_route.unbounded_retry"}
+            "heartbeat.window_too_small", "failure_route.unbounded_retry",
+            "poll.timeout_exceeds_deadline"}
+
+#: ``flow.duplicate_version``: two flows, each valid alone, with one name and version (a
+#: rule of ``flowpark flows check``, which sees every flow of the module).
+DUPLICATE_VERSION = (_f("bad.twice").step(Undo()), _f("bad.twice").step(Good()))
 
 
 def flows() -> list[Flow]:
-    return list(BAD.values())
+    return [*BAD.values(), *DUPLICATE_VERSION]
