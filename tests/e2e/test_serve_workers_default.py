@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -19,9 +20,18 @@ import pytest
 
 from tests.support.api import start_document, wait_for_state
 from tests.support.eventually import eventually
-from tests.support.server import serve_subprocess
+from tests.support.server import SubprocessServer, serve_subprocess
 
 DOCUMENTS = 30
+
+
+async def _healthy(server: SubprocessServer, client: httpx.AsyncClient) -> None:
+    assert server.process.poll() is None, server.output()
+    try:
+        resp = await client.get("/healthz")
+    except httpx.TransportError as exc:
+        raise AssertionError(f"not up yet: {exc!r}") from exc
+    assert resp.status_code == 200
 
 
 @pytest.mark.slow
@@ -36,15 +46,8 @@ async def test_serve_with_two_workers_shares_one_fakes_process(_sqlite_template:
                           sample_ocr_per_page="0.5", timer_scan_interval="0.2",
                           ocr_callbacks=callbacks) as server:
         async with server.client() as client:
-            async def healthy() -> None:
-                assert server.process.poll() is None, server.output()
-                try:
-                    resp = await client.get("/healthz")
-                except httpx.TransportError as exc:
-                    raise AssertionError(f"not up yet: {exc!r}") from exc
-                assert resp.status_code == 200
-
-            await eventually(healthy, timeout=30, interval=0.1, what="two workers are up")
+            await eventually(partial(_healthy, server, client), timeout=30, interval=0.1,
+                             what="two workers are up")
             # 3 pages x 0.5 s: each document parks after attempt 0; its job completes
             # before the first wake (5 s at most), so either a callback or a sweep ends it
             started = await asyncio.gather(*(start_document(client, f"d-{i}", pages=3)
