@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
-from sqlalchemy import JSON, func, select, text
+from sqlalchemy import JSON, bindparam, func, select, text
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -38,11 +39,32 @@ from app.store.mapping import (
 __all__ = ["SqlReads"]
 
 
+_INSTANCE_BY_ID = select(INSTANCE).where(INSTANCE.c.id == bindparam("id"))
+
+
+@cache
+def _load_statement() -> Any:
+    """PostgreSQL ``load`` as one statement, built once (bound parameter ``id``)."""
+    s, g = STEP.alias("s"), SIGNAL.alias("g")
+    steps = (
+        select(func.json_agg(aggregate_order_by(s.table_valued(), s.c.sequence), type_=JSON))
+        .where(s.c.instance_id == INSTANCE.c.id)
+        .scalar_subquery()
+    )
+    signals = (
+        select(func.json_agg(aggregate_order_by(g.table_valued(), g.c.sequence), type_=JSON))
+        .where(g.c.instance_id == INSTANCE.c.id, g.c.taken_at.is_(None))
+        .scalar_subquery()
+    )
+    return select(INSTANCE, steps.label("j_steps"), signals.label("j_signals")).where(
+        INSTANCE.c.id == bindparam("id"))
+
+
 class SqlReads(SqlBase):
     """The store's read-only operations (each one read transaction, one snapshot)."""
 
     async def _instance(self, conn: AsyncConnection, instance_id: str) -> InstanceRecord:
-        row = (await conn.execute(select(INSTANCE).where(INSTANCE.c.id == instance_id))).first()
+        row = (await conn.execute(_INSTANCE_BY_ID, {"id": instance_id})).first()
         if row is None:
             raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
         return instance_from_row(row)
@@ -75,23 +97,8 @@ class SqlReads(SqlBase):
     async def _load_one_statement(self, instance_id: str) -> Snapshot:
         """PostgreSQL: the snapshot in one statement (autocommit, one round trip): the
         instance row with its journal and untaken signals aggregated as JSON arrays."""
-        s, g = STEP.alias("s"), SIGNAL.alias("g")
-        steps = (
-            select(func.json_agg(aggregate_order_by(s.table_valued(), s.c.sequence),
-                                 type_=JSON))
-            .where(s.c.instance_id == INSTANCE.c.id)
-            .scalar_subquery()
-        )
-        signals = (
-            select(func.json_agg(aggregate_order_by(g.table_valued(), g.c.sequence),
-                                 type_=JSON))
-            .where(g.c.instance_id == INSTANCE.c.id, g.c.taken_at.is_(None))
-            .scalar_subquery()
-        )
-        query = select(INSTANCE, steps.label("j_steps"), signals.label("j_signals")).where(
-            INSTANCE.c.id == instance_id)
         async with self._single(write=False) as conn:
-            row = (await conn.execute(query)).first()
+            row = (await conn.execute(_load_statement(), {"id": instance_id})).first()
         if row is None:
             raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
         return Snapshot(

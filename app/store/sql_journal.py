@@ -14,11 +14,25 @@ of the lease holder (here).
 from __future__ import annotations
 
 from datetime import datetime
+from functools import cache, lru_cache
 from typing import Any
 
-from sqlalchemy import Row, and_, case, exists, insert, or_, select, update
+from sqlalchemy import (
+    Row,
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    insert,
+    null,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.elements import ClauseElement
 
 from app.engine.journal import (
     Ack,
@@ -57,6 +71,48 @@ _NO_ATTEMPT: dict[str, Any] = {
     "heartbeat_value": None,
 }
 _NO_LEASE: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
+
+
+@lru_cache(maxsize=256)
+def _fenced_statement(keys: tuple[str, ...], unless_cancelled: bool,
+                      returning: tuple[str, ...]) -> Any:
+    """The fenced ``UPDATE flow_instance`` setting ``keys``, built once per shape (bound
+    parameters ``f_id``, ``f_token`` and ``v_<column>``): building a statement costs more
+    CPU than the round trip it saves."""
+    guard = [INSTANCE.c.id == bindparam("f_id"), INSTANCE.c.fencing_token == bindparam("f_token"),
+             INSTANCE.c.state == _RUNNING]
+    if unless_cancelled:
+        guard.append(INSTANCE.c.cancel_requested.is_(False))
+    cols = [INSTANCE.c.cancel_requested, *(INSTANCE.c[name] for name in returning)]
+    values = {k: bindparam(f"v_{k}", type_=INSTANCE.c[k].type) for k in keys}
+    return update(INSTANCE).where(*guard).values(**values).returning(*cols)
+
+
+@cache
+def _commit_step_statement() -> Any:
+    """``commit_step`` as one PostgreSQL statement, built once (bound parameters ``f_*`` for
+    the fence, ``s_*`` for the journal row's columns)."""
+    fence = (
+        update(INSTANCE)
+        .where(INSTANCE.c.id == bindparam("f_id"),
+               INSTANCE.c.fencing_token == bindparam("f_token"),
+               INSTANCE.c.state == _RUNNING)
+        .values(lease_expires_at=bindparam("f_lease", type_=INSTANCE.c.lease_expires_at.type),
+                updated_at=bindparam("f_updated", type_=INSTANCE.c.updated_at.type),
+                **{k: null() for k in _NO_ATTEMPT})
+        .returning(INSTANCE.c.cancel_requested)
+        .cte("fence")
+    )
+    names = [c.name for c in STEP.columns if c.name != "sequence"]
+    source = select(*(bindparam(f"s_{n}", type_=STEP.c[n].type) for n in names))
+    inserted = (
+        insert(STEP)
+        .from_select(names, source.select_from(fence))
+        .returning(STEP.c.sequence)
+        .cte("ins")
+    )
+    return select(fence.c.cancel_requested,
+                  select(func.count()).select_from(inserted).scalar_subquery())
 
 
 class _Undo(Exception):  # control flow only: never escapes this module
@@ -99,13 +155,19 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads):
             StaleFencingToken: the token is not the current one, or the instance is no
                 longer running (parked, ended or released).
         """
-        guard = [INSTANCE.c.id == instance_id, INSTANCE.c.fencing_token == token]
-        guard.append(INSTANCE.c.state == _RUNNING)
-        if unless_cancelled:
-            guard.append(INSTANCE.c.cancel_requested.is_(False))
-        cols = [INSTANCE.c.cancel_requested, *(INSTANCE.c[name] for name in returning)]
-        stmt = update(INSTANCE).where(*guard).values(**values).returning(*cols)
-        row = (await conn.execute(stmt)).first()
+        if all(not isinstance(v, ClauseElement) for v in values.values()):
+            stmt = _fenced_statement(tuple(values), unless_cancelled, returning)
+            params = {f"v_{k}": v for k, v in values.items()}
+            params.update(f_id=instance_id, f_token=token)
+            row = (await conn.execute(stmt, params)).first()
+        else:
+            guard = [INSTANCE.c.id == instance_id, INSTANCE.c.fencing_token == token]
+            guard.append(INSTANCE.c.state == _RUNNING)
+            if unless_cancelled:
+                guard.append(INSTANCE.c.cancel_requested.is_(False))
+            cols = [INSTANCE.c.cancel_requested, *(INSTANCE.c[name] for name in returning)]
+            stmt = update(INSTANCE).where(*guard).values(**values).returning(*cols)
+            row = (await conn.execute(stmt)).first()
         if row is not None:
             return row
         current = (
@@ -181,7 +243,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads):
                 (code ``lease.stale_token``).
             InstanceNotFound: no such instance.
         """
-        async with self._write() as conn:
+        async with self._single(write=True) as conn:  # one UPDATE
             row = await self._fenced(conn, instance_id, token, {"lease_expires_at": lease_until})
         assert row is not None
         return Ack(applied=True, cancel_requested=row.cancel_requested)
@@ -208,11 +270,38 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads):
                 nothing written.
         """
         values = {"lease_expires_at": lease_until, "updated_at": row.committed_at, **_NO_ATTEMPT}
+        if self.is_postgresql and not events and not reviews:
+            return await self._commit_step_one_statement(token, row, values)
         async with self._write() as conn:
             fence = await self._fenced(conn, row.instance_id, token, values)
             assert fence is not None
             await self._insert_step(conn, row, events, reviews)
         return Ack(applied=True, cancel_requested=fence.cancel_requested)
+
+    async def _commit_step_one_statement(self, token: int, row: StepRow,
+                                         values: dict[str, Any]) -> Ack:
+        """PostgreSQL: the fenced UPDATE and the journal INSERT as one statement
+        (``WITH fence AS (UPDATE ... RETURNING), ins AS (INSERT ... SELECT ... FROM fence)``)
+        in autocommit: atomic, one round trip. No fence row: nothing inserted, and the
+        usual diagnosis (stale token or no instance) follows."""
+        params = {f"s_{k}": v for k, v in step_values(row).items()}
+        params.update(f_id=row.instance_id, f_token=token,
+                      f_lease=values["lease_expires_at"], f_updated=values["updated_at"])
+        try:
+            async with self._single(write=True) as conn:
+                found = (await conn.execute(_commit_step_statement(), params)).first()
+                if found is None:
+                    # stale token or no instance (a token never becomes current again)
+                    await self._fenced(conn, row.instance_id, token,
+                                       {"updated_at": row.committed_at})
+                    raise AssertionError("fenced write matched nothing")  # pragma: no cover
+        except IntegrityError as exc:
+            raise JournalConflict(
+                f"instance {row.instance_id!r}: step {row.step_id} scope {row.scope} "
+                f"{row.kind} try {row.try_number} conflicts with the journal: {exc.orig}",
+                instance_id=row.instance_id, step_id=row.step_id, scope=row.scope,
+            ) from exc
+        return Ack(applied=True, cancel_requested=found.cancel_requested)
 
     async def take_signal(self, token: int, signal_id: str, row: StepRow) -> Ack:
         """Mark ``signal_id`` taken (at ``row.committed_at`` by ``row.step_id``) and append
@@ -288,6 +377,12 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads):
             **_NO_LEASE,
             **_NO_ATTEMPT,
         }
+        if accept_signal is None:  # one UPDATE
+            async with self._single(write=True) as conn:
+                row = await self._fenced(conn, instance_id, token, values, unless_cancelled=True)
+            if row is None:
+                return Ack(applied=False, cancel_requested=True)
+            return Ack(applied=True, cancel_requested=False)
         try:
             async with self._write() as conn:
                 row = await self._fenced(conn, instance_id, token, values, unless_cancelled=True)
@@ -334,7 +429,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads):
         if ending not in (InstanceState.FAILED, InstanceState.CANCELLED):
             raise ValueError(f"an instance can only end towards failed or cancelled: {ending}")
         values = {"ending": ending.value, "updated_at": now, **failure_columns(failure)}
-        async with self._write() as conn:
+        async with self._single(write=True) as conn:  # one UPDATE
             row = await self._fenced(conn, instance_id, token, values)
         assert row is not None
         return Ack(applied=True, cancel_requested=row.cancel_requested)
@@ -377,7 +472,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads):
         completed = state == InstanceState.COMPLETED
         if completed:
             values["result"] = result
-        async with self._write() as conn:
+        async with self._single(write=True) as conn:  # one UPDATE
             row = await self._fenced(conn, instance_id, token, values, unless_cancelled=completed)
         if row is None:
             return Ack(applied=False, cancel_requested=True)
@@ -398,7 +493,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads):
             else_=INSTANCE.c.wake_at,
         )
         values = {"state": _SUSPENDED, "wake_at": wake, "updated_at": now, **_NO_LEASE}
-        async with self._write() as conn:
+        async with self._single(write=True) as conn:  # one UPDATE
             await self._fenced(conn, instance_id, token, values)
 
     async def start_attempt(
@@ -426,7 +521,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads):
             "lease_expires_at": lease_until,
             "updated_at": now,
         }
-        async with self._write() as conn:
+        async with self._single(write=True) as conn:  # one UPDATE
             row = await self._fenced(conn, instance_id, token, values)
         assert row is not None
         return Ack(applied=True, cancel_requested=row.cancel_requested)
