@@ -81,6 +81,11 @@ class Settings(BaseSettings):
                          description="This node's name (lease owner, in every log line).")
     run_sweeper: bool = Field(default=True, description="Run the sweep job in this process.")
     http_timeout_seconds: float = Field(default=10.0, gt=0, description="Outbound call timeout.")
+    max_body_bytes: int = Field(
+        default=1 << 20, ge=1,
+        description="Largest request body accepted (bytes, default 1 MiB); a larger one "
+        "(by Content-Length or as read) is answered 413 body_too_large.",
+    )
     job_queued_seconds: float = Field(default=2.0, ge=0, description="Fake job: QUEUED time.")
     job_succeed_seconds: float = Field(default=6.0, ge=0, description="Fake job: run time.")
     jobs_base_url: str | None = Field(

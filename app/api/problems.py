@@ -32,6 +32,8 @@ STATUS_BY_CODE: dict[str, int] = {
     "idempotency_key_invalid": 400,
     "store.journal_conflict": 409,
     "input_invalid": 422,
+    "body_too_large": 413,
+    "unsupported_media_type": 415,
     "unauthorized": 401,
     "lease.stale_token": 409,
     "store.schema_behind_head": 503,

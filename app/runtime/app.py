@@ -10,8 +10,9 @@ from datetime import timedelta
 
 import httpx
 from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.problems import install_problem_handlers
+from app.api.problems import install_problem_handlers, problem
 from app.api.routes import add_trigger_routes, build_router
 from app.api.streams import build_streams_router
 from app.engine.clock import Clock, SystemClock
@@ -23,7 +24,7 @@ from app.runtime.scheduler import Sweeper
 from app.settings import DEFAULT_API_TOKEN, Settings
 from app.store import SqlJournal, check_schema_at_head, make_async_engine
 
-__all__ = ["create_app"]
+__all__ = ["BodyLimit", "create_app"]
 
 log = logging.getLogger("flowpark.runtime")
 
@@ -34,6 +35,78 @@ def _default_catalog(catalog: Catalog, http: httpx.AsyncClient, settings: Settin
     from samples.registry import register_samples
 
     register_samples(catalog, http, settings)
+
+
+class BodyLimit:
+    """ASGI middleware: a request body larger than ``max_bytes`` is answered 413
+    ``body_too_large`` (problem+json) before any route sees it - at once when its
+    ``Content-Length`` says so, else once that many bytes were read (chunked bodies).
+
+    A body within the bound is read whole first (at most ``max_bytes`` in memory) and handed
+    on unchanged; later ``receive`` calls (a client's disconnect, which event streams wait
+    for) go to the server. The refused rest of a body is discarded by the server, which
+    keeps the connection, so a client still sending it reads the 413.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_bytes:
+            await self._refuse(scope, receive, send, f"Content-Length is {declared} bytes")
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                await self.app(scope, _replay([message], receive), send)
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(scope, receive, send, f"more than {self.max_bytes} bytes "
+                                   "were sent")
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body: Message = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        await self.app(scope, _replay([body], receive), send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, why: str) -> None:
+        response = problem(413, "body_too_large",
+                           f"the request body is larger than {self.max_bytes} bytes "
+                           f"(FLOWPARK_MAX_BODY_BYTES): {why}", maxBodyBytes=self.max_bytes)
+        await response(scope, receive, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    """The declared ``Content-Length`` (None when absent or unreadable: the server's
+    HTTP parser has refused a malformed one already)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    pending = list(messages)
+
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replayed
 
 
 def create_app(settings: Settings | None = None, *, clock: Clock | None = None,
@@ -104,6 +177,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None,
     app.state.fake_ocr = ocr
     app.state.fake_jobs = jobs
     install_problem_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(build_router())
     app.include_router(build_streams_router())
     add_trigger_routes(app, catalog.plans())
@@ -112,7 +186,10 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None,
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, str]:
-        """Liveness: the node is up."""
+        """Liveness: the node is up (``HEAD`` answers the same, without a body)."""
         return {"status": "ok", "node": settings.node_id}
+
+    # HEAD as its own route: one operation id per method in the OpenAPI document
+    app.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=False)
 
     return app
