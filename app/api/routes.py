@@ -2,15 +2,30 @@
 
 Routes are thin: they authenticate, parse, call the engine or the store's read side, and
 shape JSON. Every error leaves as problem+json (see ``app.api.problems``).
+
+Bodies (start and signal routes) are JSON: a non-empty body must be sent as
+``application/json`` or ``application/*+json`` (any parameters, e.g. ``charset``, are
+ignored: JSON is UTF-8), else 415 ``unsupported_media_type``; a body sent without any
+``Content-Type`` is read as JSON too. A body larger than ``max_body_bytes`` is 413
+``body_too_large`` (``app.runtime.app``). A body that is not JSON, nests deeper than
+``MAX_DEPTH`` or holds a string (or key) with U+0000 or a lone surrogate - which no store
+can keep - is 422 ``input_invalid``.
+
+An instance id in a path that cannot name an instance (longer than ``MAX_INSTANCE_ID``, or
+holding a control character or a surrogate) is 404 ``instance_not_found`` without a
+look-up.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import unicodedata
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 
 from app.api.auth import require_token
 from app.api.problems import ApiProblem
@@ -23,51 +38,142 @@ from app.api.views import (
     signal_view,
 )
 from app.engine.engine import Engine
-from app.engine.journal import InstanceState
-from app.errors import InputInvalid
+from app.engine.journal import InstanceState, SignalRecord
+from app.errors import IdempotencyKeyReused, InputInvalid, InstanceNotFound
 from app.flows.plan import Plan, Profile
 
-__all__ = ["add_trigger_routes", "build_router"]
+__all__ = ["add_trigger_routes", "build_router", "check_instance_id", "well_formed"]
 
 MAX_KEY = 200
 #: Largest sequence a cursor may name (a signed 64-bit column).
 MAX_SEQUENCE = 2**63 - 1
 #: Deepest JSON nesting a body may have (payloads are stored and serialized again).
 MAX_DEPTH = 64
+#: Longest instance id a path may name (ids are UUIDs: a longer one names nothing).
+MAX_INSTANCE_ID = 100
+#: Unicode categories no id or name may hold: control characters and surrogates.
+_ILL_FORMED = frozenset({"Cc", "Cs"})
+
+
+def well_formed(value: str, limit: int = MAX_INSTANCE_ID) -> bool:
+    """``value`` could be an id or a name: at most ``limit`` characters, no control
+    character (U+0000-U+001F, U+007F-U+009F) and no surrogate."""
+    return len(value) <= limit and not any(
+        unicodedata.category(c) in _ILL_FORMED for c in value)
+
+
+def check_instance_id(instance_id: str) -> None:
+    """Refuse, without a look-up, a path id that cannot name an instance (a NUL would
+    even break the PostgreSQL query).
+
+    Raises:
+        InstanceNotFound: ``instance_not_found``.
+    """
+    if not well_formed(instance_id):
+        shown = instance_id if len(instance_id) <= MAX_INSTANCE_ID else (
+            instance_id[:MAX_INSTANCE_ID] + "...")
+        raise InstanceNotFound(f"no instance {shown!r}", instance_id=shown)
+
+
+def _json_media_type(content_type: str | None) -> bool:
+    """A body's ``Content-Type`` is JSON: ``application/json``, ``application/*+json``, or
+    absent or empty (a hand-made request that names no type: read as JSON, as before).
+
+    ``curl -d`` without a header sends ``application/x-www-form-urlencoded``: refused, and
+    the 415 says how to send JSON."""
+    if content_type is None or not content_type.strip():
+        return True
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/")
+                                           and media.endswith("+json"))
 
 
 async def _json_body(request: Request) -> Any:
+    """The request's JSON body (``{}`` when empty).
+
+    Raises:
+        ApiProblem: 415 ``unsupported_media_type``: a non-empty body that is not JSON by
+            its ``Content-Type``.
+        InputInvalid: 422: not JSON, too deep, or a string no store can keep.
+    """
     raw = await request.body()
     if not raw:
         return {}
+    content_type = request.headers.get("content-type")
+    if not _json_media_type(content_type):
+        raise ApiProblem(415, "unsupported_media_type",
+                         f"the body must be JSON, sent with Content-Type: application/json "
+                         f"(curl: --json, or -H 'Content-Type: application/json'), not "
+                         f"{content_type!r}")
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, parse_float=_finite, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
-        # ValueError: JSONDecodeError, UnicodeDecodeError, and integers longer than
-        # Python's int/str digit limit; RecursionError: absurdly deep nesting
+        # ValueError: JSONDecodeError, UnicodeDecodeError, integers longer than Python's
+        # int/str digit limit, NaN/Infinity; RecursionError: absurdly deep nesting
         raise InputInvalid(f"the body is not JSON: {exc}") from None
-    if _depth(value) > MAX_DEPTH:
-        raise InputInvalid(f"the body nests deeper than {MAX_DEPTH} levels")
+    _inspect(value)
     return value
 
 
-def _depth(value: Any) -> int:
-    """Nesting depth of a parsed JSON value (iterative: any depth is safe to measure)."""
-    deepest = 0
-    stack = [(value, 1)]
+def _finite(text: str) -> float:
+    """A JSON number with a fraction or exponent; one out of a double's range (``1e999``)
+    would silently become ``null`` when stored, so it is refused."""
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return number
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _inspect(value: Any) -> None:
+    """Check a parsed body (iteratively: any depth is safe to walk).
+
+    Raises:
+        InputInvalid: it nests deeper than ``MAX_DEPTH``, or a string or key holds U+0000
+            (PostgreSQL's text and jsonb refuse it) or a lone surrogate (not UTF-8).
+    """
+    stack: list[tuple[Any, int, tuple[str, ...]]] = [(value, 1, ("body",))]
     while stack:
-        item, depth = stack.pop()
+        item, depth, loc = stack.pop()
+        if isinstance(item, str):
+            _check_text(item, loc)
+            continue
         if isinstance(item, dict):
-            children: Any = item.values()
+            for key in item:
+                _check_text(key, (*loc, key))
+            children: Any = ((v, (*loc, k)) for k, v in item.items())
         elif isinstance(item, list):
-            children = item
+            children = ((v, (*loc, str(i))) for i, v in enumerate(item))
         else:
             continue
-        deepest = max(deepest, depth)
-        if deepest > MAX_DEPTH:
-            break
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
+        if depth > MAX_DEPTH:
+            raise InputInvalid(f"the body nests deeper than {MAX_DEPTH} levels")
+        stack.extend((child, depth + 1, where) for child, where in children)
+
+
+def _check_text(text: str, loc: tuple[str, ...]) -> None:
+    if "\x00" in text:
+        problem = "contains U+0000 (NUL), which cannot be stored"
+    else:
+        try:
+            text.encode("utf-8")
+            return
+        except UnicodeEncodeError:
+            problem = "contains a lone surrogate (not valid Unicode)"
+    shown = [part if well_formed(part) else repr(part)[:MAX_INSTANCE_ID] for part in loc]
+    raise InputInvalid(f"a string in the body {problem}",
+                       errors=[{"loc": shown, "msg": f"the string {problem}",
+                                "type": "string_unstorable"}])
+
+
+#: The body rules every start and signal route states in its docstring (OpenAPI).
+_BODY_DOC = (" The body is JSON: sent as `application/json` (or `application/*+json`, or "
+             "with no `Content-Type` at all: read as JSON), else 415 "
+             "`unsupported_media_type`; at most `max_body_bytes` (default 1 MiB), else 413 "
+             "`body_too_large`; a string holding U+0000 is 422 `input_invalid`.")
 
 
 def _key(value: str | None, *, required: bool) -> str | None:
@@ -121,20 +227,71 @@ def _start_handler(plan: Plan):  # type: ignore[no-untyped-def]
     start.__doc__ = (f"Start `{plan.name}` {plan.version}. Requires a bearer token"
                      + (" and an `Idempotency-Key` header" if plan.trigger
                         and plan.trigger.idempotent else "")
-                     + ". Answers 202 with the instance id once it parks or ends.")
+                     + ". Answers 202 with the instance id once it parks or ends."
+                     + _BODY_DOC)
     return start
 
 
 async def _deliver(request: Request, instance_id: str, name: str, key: str | None
                    ) -> JSONResponse:
+    """Deliver a signal; a repeat of its ``Idempotency-Key`` answers the first signal
+    (``created: false``) when it is the same signal - same name, same validated payload -
+    and 422 ``idempotency_key_reused`` otherwise (as the start routes do)."""
     engine = _engine(request)
+    check_instance_id(instance_id)
+    idempotency_key = _key(key, required=False)
     body = await _json_body(request)
-    record, created = await engine.deliver_signal(instance_id, name, body, _key(key,
-                                                                                required=False))
+    record, created = await engine.deliver_signal(instance_id, name, body, idempotency_key)
     inst = await engine.journal.get_instance(instance_id)
+    if not created and not _same_signal(engine, inst.flow_name, inst.flow_version, record,
+                                        name, body):
+        raise IdempotencyKeyReused(
+            f"idempotency key {idempotency_key!r} of instance {instance_id!r} was used with "
+            "a different signal", idempotency_key=idempotency_key, instance_id=instance_id,
+            signal_id=record.id)
+    # the delivery may have woken the instance, which took the signal: answer as stored now
+    signals: list[SignalRecord] = await engine.journal.list_signals(  # type: ignore[attr-defined]
+        instance_id)
+    record = next((s for s in signals if s.id == record.id), record)
     view = signal_view(record)
     view.update(instanceId=instance_id, created=created, state=str(inst.state))
     return JSONResponse(view, status_code=202)
+
+
+def _same_signal(engine: Engine, flow_name: str, flow_version: str, first: SignalRecord,
+                 name: str, body: Any) -> bool:
+    """``body`` as signal ``name`` is what ``first`` stored: the same name, and the same
+    payload once validated by the signal's model, as the engine stores it."""
+    if first.name != name:
+        return False
+    plan = engine.catalog.find(flow_name, flow_version)
+    signal = plan.signals.get(name) if plan is not None else None
+    if signal is None:  # the engine refuses such a delivery before the store is asked
+        return False
+    # the body came as JSON: validated in JSON mode (strict fields read ISO strings), as
+    # the engine stores it; it validated this very body already, so this succeeds
+    try:
+        payload = signal.model.model_validate_json(json.dumps(body)).model_dump(
+            mode="json", by_alias=True)
+    except (ValidationError, ValueError):  # pragma: no cover - the engine refused it first
+        payload = body
+    return _same_json(first.payload, payload)
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Equal JSON values; unlike ``==``, ``true`` is not ``1`` (while ``1`` is ``1.0``, as
+    a store may give a number back either way)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict):
+        return (isinstance(b, dict) and a.keys() == b.keys()
+                and all(_same_json(v, b[k]) for k, v in a.items()))
+    if isinstance(a, list):
+        return (isinstance(b, list) and len(a) == len(b)
+                and all(_same_json(x, y) for x, y in zip(a, b, strict=True)))
+    if isinstance(b, dict | list):
+        return False
+    return bool(a == b)
 
 
 def add_trigger_routes(app: FastAPI, plans: list[Plan]) -> None:
@@ -160,7 +317,10 @@ def add_trigger_routes(app: FastAPI, plans: list[Plan]) -> None:
                     return await _deliver(request, instance_id, sig_name, idempotency_key)
                 deliver.__doc__ = (f"Deliver the `{sig_name}` signal to an instance of "
                                    f"`{flow_name}`. Stored before anything else happens; "
-                                   "idempotent by `Idempotency-Key`.")
+                                   "idempotent by `Idempotency-Key` (the same key with "
+                                   "another payload: 422 `idempotency_key_reused`). The "
+                                   "answer shows the signal as stored after delivery "
+                                   "(`takenAt` once the instance took it)." + _BODY_DOC)
                 return deliver
             app.add_api_route(
                 f"{trigger.route}/{{instance_id}}/signals/{signal.name}",
@@ -180,6 +340,7 @@ def build_router() -> APIRouter:
     async def get_instance(request: Request, instance_id: str) -> JSONResponse:
         """One instance: state, wake (``wakeAt``, ``wakeStepId``, ``wakeScope``), attempts,
         result or error (``code``, ``message``), lease and journal rows."""
+        check_instance_id(instance_id)
         engine = _engine(request)
         snap = await engine.journal.load(instance_id)
         signals = await engine.journal.list_signals(instance_id)  # type: ignore[attr-defined]
@@ -191,6 +352,7 @@ def build_router() -> APIRouter:
         """Cancel: compensations of completed steps run once, in reverse order, and the
         instance ends ``cancelled`` (202 while another node finishes the unwind). 409
         ``instance_ended`` when it had already ended."""
+        check_instance_id(instance_id)
         inst = await _engine(request).cancel(instance_id)
         status = 200 if inst.state.ended else 202
         return JSONResponse({"instanceId": inst.id, "state": str(inst.state)},
@@ -203,7 +365,12 @@ def build_router() -> APIRouter:
                                                                    alias="Idempotency-Key")
                               ) -> JSONResponse:
         """Deliver signal ``name``: 404 ``instance_not_found`` / ``signal_not_declared``,
-        409 ``instance_ended`` (nothing stored), 422 ``input_invalid``."""
+        409 ``instance_ended`` (nothing stored), 422 ``input_invalid``, 422
+        ``idempotency_key_reused`` (the same ``Idempotency-Key`` with another payload).
+
+        The body is JSON: ``Content-Type: application/json`` (or ``application/*+json``, or
+        no ``Content-Type`` at all), else 415 ``unsupported_media_type``; at most
+        ``max_body_bytes``, else 413 ``body_too_large``; no string with U+0000, else 422."""
         return await _deliver(request, instance_id, name, idempotency_key)
 
     @router.get("/reviews", tags=["reviews"])

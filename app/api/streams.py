@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.auth import require_token
+from app.api.routes import check_instance_id, well_formed
 from app.api.views import API, stream_view
 from app.engine.engine import Engine
 from app.engine.journal import InstanceRecord
@@ -33,6 +34,8 @@ STREAM_POLL_SECONDS = 0.25
 #: Keep-alive comment interval on an idle event stream.
 SSE_PING_SECONDS = 15
 MAX_SEQUENCE = 2**63 - 1
+#: Longest stream name looked up (longer ones are not declared anywhere).
+MAX_NAME = 200
 EVENT_STREAM = "text/event-stream"
 
 
@@ -55,16 +58,21 @@ async def _instance_with_stream(engine: Engine, instance_id: str, name: str
     """The instance, once its flow is known to declare stream ``name``.
 
     Raises:
-        InstanceNotFound: no such instance (``instance_not_found``).
-        StreamNotDeclared: its flow declares no such stream (``stream_not_declared``).
+        InstanceNotFound: no such instance, or an id that cannot name one
+            (``instance_not_found``).
+        StreamNotDeclared: its flow declares no such stream, or the name cannot be one
+            (``stream_not_declared``).
     """
+    check_instance_id(instance_id)
     inst = await engine.journal.get_instance(instance_id)
     plan = engine.catalog.find(inst.flow_name, inst.flow_version)
-    # a flow version this node does not run: its stored messages are served as they are
-    if plan is not None and name not in plan.streams:
+    # a flow version this node does not run: its stored messages are served as they are,
+    # for any name that could be a stream's (a NUL would break the PostgreSQL query)
+    if (plan is not None and name not in plan.streams) or not well_formed(name, MAX_NAME):
         raise StreamNotDeclared(
-            f"flow {inst.flow_name}@{inst.flow_version} declares no stream {name!r}",
-            instance_id=instance_id, stream=name, streams=sorted(plan.streams))
+            f"flow {inst.flow_name}@{inst.flow_version} declares no stream {name[:MAX_NAME]!r}",
+            instance_id=instance_id, stream=name[:MAX_NAME],
+            streams=sorted(plan.streams) if plan is not None else None)
     return inst
 
 
