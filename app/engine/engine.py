@@ -543,14 +543,23 @@ class Engine:
         on the engine clock), until cancelled.
 
         A renewal the store cannot make (database unreachable) is logged and tried again
-        after a tenth of the lease.
+        after a tenth of the lease. Cancelled (the try ended), the keeper first lets a
+        renewal in flight finish.
 
         Raises:
             StaleFencingToken: the lease was lost; the caller cancels the try.
         """
         while True:
             await self.clock.sleep(self._lease_left(run) - self.lease * 2 / 3)
-            if not await self._renew_lease(run):
+            renewal = asyncio.ensure_future(self._renew_lease(run))
+            try:
+                renewed = await asyncio.shield(renewal)
+            except asyncio.CancelledError:
+                # the try ended meanwhile: let the statement finish, since one cut off
+                # mid-way leaves its pooled connection unreturned
+                await asyncio.gather(renewal, return_exceptions=True)
+                raise
+            if not renewed:
                 await self.clock.sleep(self.lease / 10)
 
     async def _watch_heartbeats(self, ctx: ExecutionContext, opts: CapabilityOptions,
