@@ -48,7 +48,8 @@ def _cursor(last_event_id: str | None, after: int | None) -> int | None:
     if last_event_id is None or not last_event_id.strip():
         return after
     value = last_event_id.strip()
-    if not value.isdigit() or int(value) > MAX_SEQUENCE:
+    # ASCII digits only: str.isdigit() also holds for "²" or "١", which int() refuses
+    if not (value.isascii() and value.isdigit()) or int(value) > MAX_SEQUENCE:
         raise InputInvalid(f"Last-Event-ID must be a message sequence, got {value!r}")
     return int(value)
 

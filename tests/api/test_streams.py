@@ -157,8 +157,12 @@ async def test_unknown_instances_and_undeclared_streams_are_404_problems(
     await client.post(f"/fake/jobs/{job_id}/complete")
 
 
-@pytest.mark.parametrize("cursor", ["abc", "-1", "1.5", str(2**63)])
-async def test_a_bad_last_event_id_is_422(client: httpx.AsyncClient, cursor: str) -> None:
+@pytest.mark.parametrize("cursor", ["abc", "-1", "1.5", str(2**63), b"\xb2", b"\xb9",
+                                    "\u0661".encode(), b"\xff"],
+                         ids=["word", "negative", "fraction", "too-big", "superscript-two",
+                              "superscript-one", "arabic-indic-one", "latin1"])
+async def test_a_bad_last_event_id_is_422(client: httpx.AsyncClient,
+                                          cursor: str | bytes) -> None:
     job_id, instance_id = await start_job(client)
     resp = await client.get(url(instance_id), headers={**SSE, "Last-Event-ID": cursor})
     assert_problem(resp, 422, "input_invalid")
