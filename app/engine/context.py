@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
-from pydantic_core import to_jsonable_python
+from pydantic_core import to_json, to_jsonable_python
 
 from app.engine.journal import ReviewRequest
 from app.flows.capability import Complete, Fail, RecoveryError, Stream, bag_key
@@ -14,10 +14,16 @@ from app.flows.capability import Complete, Fail, RecoveryError, Stream, bag_key
 if TYPE_CHECKING:
     from app.engine.runner import Run
 
-__all__ = ["BagView", "ExecutionContext"]
+__all__ = ["BagView", "ExecutionContext", "revive"]
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
+
+
+def revive(model: type[M], data: Any) -> M:
+    """Validate stored JSON data back into ``model`` in JSON mode, so models with strict
+    fields (a strict ``datetime`` stored as an ISO string) read back what they wrote."""
+    return model.model_validate_json(to_json(data))
 
 
 class BagView:
@@ -41,11 +47,11 @@ class BagView:
         key = bag_key(model)
         if key not in self._bag:
             raise KeyError(f"no {key} in the state bag of {self._instance_id}")
-        return model.model_validate(self._bag[key])
+        return revive(model, self._bag[key])
 
     def find(self, model: type[M]) -> M | None:
         key = bag_key(model)
-        return model.model_validate(self._bag[key]) if key in self._bag else None
+        return revive(model, self._bag[key]) if key in self._bag else None
 
 
 class ExecutionContext(BagView):
@@ -118,7 +124,7 @@ class ExecutionContext(BagView):
         if self._checkpoint is None:
             return None
         if isinstance(model, type) and issubclass(model, BaseModel):
-            return model.model_validate(self._checkpoint)
+            return revive(model, self._checkpoint)
         return model(self._checkpoint)  # type: ignore[call-arg]
 
     async def write(self, stream: Stream, value: BaseModel) -> bool:

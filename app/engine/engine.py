@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from uuid6 import uuid7
 
 from app.engine.clock import Clock
-from app.engine.context import ExecutionContext
+from app.engine.context import ExecutionContext, revive
 from app.engine.journal import (
     Claim,
     EmittedEvent,
@@ -46,6 +46,7 @@ from app.engine.runner import (
 )
 from app.errors import (
     FlowFailure,
+    FlowparkError,
     InputInvalid,
     SignalNotDeclared,
     StaleFencingToken,
@@ -137,10 +138,13 @@ class Engine:
     def validate_input(self, plan: Plan, payload: Any) -> BaseModel:
         """Validate a start payload. Raises InputInvalid (``input_invalid``)."""
         try:
-            return plan.input_model.model_validate(payload)
+            return revive(plan.input_model, payload)
         except ValidationError as exc:
             raise InputInvalid(f"input of {plan.name} is invalid",
                                errors=exc.errors(include_url=False, include_context=False),
+                               flow=plan.name) from None
+        except (ValueError, RecursionError) as exc:  # not JSON-able, or nested too deep
+            raise InputInvalid(f"input of {plan.name} cannot be read: {exc}",
                                flow=plan.name) from None
 
     async def start(self, plan: Plan, payload: Any, *, idempotency_key: str | None = None,
@@ -210,7 +214,10 @@ class Engine:
                         inst.id, inst.flow_name, inst.flow_version, self.config.node_id)
             await self.journal.release(inst.id, claim.fencing_token, self.clock.now())
             return RunOutcome(inst.id, InstanceState.SUSPENDED, inst.wake_at, runnable=False)
-        run = Run(self, plan, inst, claim, snapshot.steps, snapshot.signals)
+        try:
+            run = Run(self, plan, inst, claim, snapshot.steps, snapshot.signals)
+        except Exception as exc:  # noqa: BLE001 - stored input no longer fits its model
+            return await self._fail_unreadable(inst, claim, exc)
         run.detach = detach
         try:
             halt = await self._walk(run)
@@ -218,10 +225,36 @@ class Engine:
             log.warning("instance %s: fencing token %d is stale on node %s; stopped",
                         inst.id, claim.fencing_token, self.config.node_id)
             raise
+        except (FlowparkError, asyncio.CancelledError):
+            raise  # a lost race, the store unreachable, shutdown: a later claim retries
+        except Exception as exc:  # noqa: BLE001 - never re-claim a broken run forever
+            halt = await self._fail_broken(run, exc)
         if halt.state is InstanceState.SUSPENDED and halt.wake_at is not None:
             for listener in self.wake_listeners:
                 listener(inst.id, halt.wake_at)
         return RunOutcome(inst.id, halt.state, halt.wake_at, run.attempts)
+
+    async def _fail_broken(self, run: Run, exc: Exception) -> Halt:
+        """An error outside any capability call (a value the store cannot hold, a bug):
+        fail the instance with ``flow.internal_error`` and unwind, instead of leaving it
+        running to be re-claimed and fail again after every lease."""
+        log.error("instance %s: run failed on node %s; failing it", run.instance_id,
+                  self.config.node_id, exc_info=exc)
+        failure = FlowFailure("flow.internal_error", f"{type(exc).__name__}: {exc}"[:2000],
+                              {"error_type": type(exc).__name__})
+        return await self._unwind(run, InstanceState.FAILED, failure)
+
+    async def _fail_unreadable(self, inst: InstanceRecord, claim: Claim, exc: Exception
+                               ) -> RunOutcome:
+        log.error("instance %s: its stored input does not validate on node %s; failing it",
+                  inst.id, self.config.node_id, exc_info=exc)
+        now = self.clock.now()
+        failure = FlowFailure("flow.internal_error",
+                              f"stored input is unreadable: {type(exc).__name__}: {exc}"[:2000],
+                              {"error_type": type(exc).__name__})
+        await self.journal.finish(inst.id, claim.fencing_token, now, InstanceState.FAILED,
+                                  failure=failure)
+        return RunOutcome(inst.id, InstanceState.FAILED)
 
     async def _walk(self, run: Run) -> Halt:
         try:
@@ -415,7 +448,7 @@ class Engine:
         if run.found(node.index, 0, StepKind.EMIT):
             return node.next
         run.check_interrupts()
-        payload = _jsonable(_evaluate(f"emit {node.name}", lambda: node.factory(run.view())))
+        payload = _evaluate(f"emit {node.name}", lambda: _jsonable(node.factory(run.view())))
         now = run.now()
         event = EmittedEvent(self.new_id(), node.name, payload)
         row = StepRow(run.instance_id, node.index, 0, StepKind.EMIT, node.name,
@@ -428,7 +461,7 @@ class Engine:
     async def _complete(self, run: Run, result: Any = None, early: bool = False) -> Halt:
         if not early:
             returns = run.plan.returns
-            result = _jsonable(_evaluate("returns", lambda: returns(run.view()))
+            result = _evaluate("returns", lambda: _jsonable(returns(run.view()))
                                ) if returns else None
         ack = await run.journal.finish(run.instance_id, run.token, run.now(),
                                         InstanceState.COMPLETED, result=result)
@@ -682,9 +715,6 @@ class Engine:
             log.error("instance %s: run failed on node %s", instance_id,
                       self.config.node_id, exc_info=error)
 
-    async def _advance_gated(self, claim: Claim) -> RunOutcome:
-        return await self._advance_detachable(claim, gated=True)
-
     def _begin_run(self, claim: Claim, *, gated: bool
                    ) -> tuple[asyncio.Future[RunOutcome], asyncio.Future[None]]:
         """Start advancing ``claim`` in a task (taking a run slot first when ``gated``).
@@ -753,7 +783,9 @@ class Engine:
         claim = await self.journal.claim(instance_id, self.config.node_id, now, now + self.lease)
         if claim is None:
             return None
-        return await self._advance_gated(claim)
+        # a request (signal, cancel) runs its own work: the run-slot gate bounds the
+        # sweep's background work, and a claim must never wait in a queue unrenewed
+        return await self._advance_detachable(claim, gated=False)
 
     # -- signals and cancel ------------------------------------------------------------
     async def deliver_signal(self, instance_id: str, name: str, payload: Any,
@@ -777,7 +809,7 @@ class Engine:
                 f"flow {inst.flow_name}@{inst.flow_version} declares no signal {name!r}",
                 instance_id=instance_id, signal=name)
         try:
-            data = signal.model.model_validate(payload).model_dump(mode="json", by_alias=True)
+            data = revive(signal.model, payload).model_dump(mode="json", by_alias=True)
         except ValidationError as exc:
             raise InputInvalid(f"payload of signal {name} is invalid",
                                errors=exc.errors(include_url=False, include_context=False),
@@ -817,7 +849,7 @@ class Engine:
         ack = await self.journal.request_cancel(instance_id, self.config.node_id, now,
                                                 now + self.lease)
         if ack.claim is not None:
-            await self._advance_gated(ack.claim)
+            await self._advance_detachable(ack.claim, gated=False)
         return await self.journal.get_instance(instance_id)
 
 

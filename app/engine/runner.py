@@ -17,9 +17,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 from app.engine.clock import Clock
-from app.engine.context import BagView, ExecutionContext
+from app.engine.context import BagView, ExecutionContext, revive
 from app.engine.journal import (
     Ack,
     Claim,
@@ -93,7 +94,7 @@ class Run:
         self.instance = instance
         self.instance_id = instance.id
         self.token = claim.fencing_token
-        self.input = plan.input_model.model_validate(instance.input)
+        self.input = revive(plan.input_model, instance.input)
         self.bag: dict[str, Any] = {}
         self.rows: dict[tuple[int, int, StepKind], list[StepRow]] = {}
         for row in steps:
@@ -209,7 +210,7 @@ class Run:
     async def take_signal(self, node_index: int, scope: int, signal: SignalRecord,
                           model: type[BaseModel]) -> None:
         now = self.now()
-        payload = model.model_validate(signal.payload).model_dump(mode="json", by_alias=True)
+        payload = revive(model, signal.payload).model_dump(mode="json", by_alias=True)
         row = StepRow(self.instance_id, node_index, scope, StepKind.SIGNAL, signal.name,
                       Outcome.SUCCESS, now, now, values={bag_key(model): payload})
         ack = await self.journal.take_signal(self.token, signal.id, row)
@@ -397,8 +398,13 @@ class _CapabilityTimeout(Exception):
 
 
 def _jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data (models by alias, datetimes as ISO strings ...).
+
+    Raises:
+        pydantic_core.PydanticSerializationError: a value JSON cannot hold.
+    """
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json", by_alias=True)
-    return value
+    return to_jsonable_python(value, by_alias=True)
 
 
