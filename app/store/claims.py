@@ -78,8 +78,9 @@ class SqlClaims(SqlBase):
 
         Due: suspended with ``wake_at <= now``, or running with ``lease_expires_at < now``.
         One ``UPDATE ... WHERE id IN (SELECT ... LIMIT n [FOR UPDATE SKIP LOCKED])
-        RETURNING`` statement, earliest due instant first, so two sweeps never claim the
-        same instance.
+        RETURNING`` statement, so two sweeps never claim the same instance. Expired leases
+        come first (a dead node's work is taken over within lease + scan interval even
+        behind a backlog), then the earliest due instant.
 
         Args:
             owner: the claiming node.
@@ -89,7 +90,7 @@ class SqlClaims(SqlBase):
             runnable: ``(flow_name, flow_version)`` pairs this node can run; empty -> [].
 
         Returns:
-            The claims, earliest wake first.
+            The claims, expired leases first, then earliest wake first.
         """
         if not runnable or limit <= 0:
             return []
@@ -97,13 +98,16 @@ class SqlClaims(SqlBase):
             (INSTANCE.c.state == const(_SUSPENDED), INSTANCE.c.wake_at),
             else_=INSTANCE.c.lease_expires_at,
         )
+        # a dead node's instances first: they were already being advanced, and a backlog of
+        # overdue wakes must not delay their takeover beyond lease + scan interval
+        taken_over_first = case((INSTANCE.c.state == const(_RUNNING), 0), else_=1)
         pick = (
             select(INSTANCE.c.id)
             .where(
                 claimable(now, due_only=True),
                 tuple_(INSTANCE.c.flow_name, INSTANCE.c.flow_version).in_(runnable),
             )
-            .order_by(due_at, INSTANCE.c.id)
+            .order_by(taken_over_first, due_at, INSTANCE.c.id)
             .limit(limit)
         )
         if self.is_postgresql:

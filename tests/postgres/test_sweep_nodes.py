@@ -147,3 +147,28 @@ async def test_a_stopping_node_claims_nothing_more_and_leaves_due_work_to_others
         assert other.claimed == 20 - report.claimed
         assert check.calls == 40
         assert (await h.sweep()).claimed == 0  # node A stays stopped
+
+
+async def test_a_dead_nodes_instance_is_taken_over_before_a_backlog_of_overdue_wakes(
+    store_url: str,
+) -> None:
+    subs = {**poll_subs(Scripted(Status(done=False))),
+            "t.slow": Scripted(Status(done=False), Status(done=True))}
+    async with FlowHarness.open([poll_flow(), slow_flow()], database_url=store_url,
+                                migrate=False, substitutes=subs) as h:
+        backlog = [(await h.start("t.poll", {"order_id": f"o-{n}"})).instance.id
+                   for n in range(10)]
+        held = (await h.start("t.slow", {"order_id": "x"})).instance
+        assert held.wake_at is not None
+        h.clock.set(held.wake_at)
+        # node A claims it, then dies: its lease ends after every backlog wake
+        claim = await h.journal.claim(held.id, "node-a", h.clock.now(),
+                                      h.clock.now() + timedelta(seconds=30))
+        assert claim is not None
+        h.clock.advance(timedelta(seconds=31))
+        b = h.with_engine(node_id="node-b")
+        report = await b.sweep(limit=1)
+        assert [o.instance_id for o in report.outcomes] == [held.id]
+        assert (await h.instance(held.id)).state is InstanceState.COMPLETED
+        for instance_id in backlog:  # still parked, overdue: the next sweeps take them
+            assert (await h.instance(instance_id)).state is InstanceState.SUSPENDED
