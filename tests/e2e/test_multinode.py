@@ -376,17 +376,27 @@ async def test_a_killed_node_loses_nothing_and_its_leases_are_taken_over_in_one_
 ) -> None:
     fakes = await cluster.start_fakes()
     nodes = await cluster.start_nodes("node-1", "node-2", "node-3")
-    victim = nodes[2]
     began = time.monotonic()
     halfway = asyncio.Event()
     starts = Starts([n.url for n in nodes])
     starting = asyncio.create_task(starts.run(documents(N_VARIANT, "kill"), halfway,
                                               at=N_VARIANT // 2))
     await asyncio.wait_for(halfway.wait(), 120)
+
+    async def busiest() -> Proc:
+        """A node advancing several instances right now (holding their leases)."""
+        owners = await rows(db, "SELECT lease_owner, count(*) AS n FROM flow_instance "
+                                "WHERE state = 'running' GROUP BY lease_owner "
+                                "ORDER BY n DESC LIMIT 1")
+        assert owners and owners[0].n >= 2, owners
+        return next(n for n in nodes if n.name == owners[0].lease_owner)
+
+    victim = await eventually(busiest, timeout=60, interval=0.01, what="a busy node")
     victim.kill()
     killed_at = time.monotonic()
     held = await rows(db, "SELECT id FROM flow_instance WHERE state = 'running' "
                           "AND lease_owner = :node", node=victim.name)
+    assert held, "the killed node held no lease: nothing to take over"
 
     async def taken_over() -> None:
         still = await scalar(db, "SELECT count(*) FROM flow_instance WHERE state = 'running' "
@@ -407,7 +417,8 @@ async def test_a_killed_node_loses_nothing_and_its_leases_are_taken_over_in_one_
     # a call the dead node made for an instance it held may have no row: at most one each
     assert journal <= attempts <= journal + len(held), (attempts, journal, len(held))
     assert takeover <= LEASE + SCAN + SLACK, takeover
-    report("one node SIGKILLed", documents=N_VARIANT, held_at_kill=len(held),
+    report("one node SIGKILLed", victim=victim.name, documents=N_VARIANT,
+           held_at_kill=len(held),
            takeover_s=takeover, completed_s=took, starts_retried=dict(starts.errors),
            attempts=attempts, rows=journal)
 
