@@ -22,8 +22,9 @@ from tests.support.server import LiveServer, live_server
 
 BURST = 100
 SEEDED = 40
-#: 0.5 s of fake OCR: every document parks after attempt 0 and is finished by the sweep
-PAGES = 50
+#: 2 s of fake OCR: every document parks after attempt 0 (even when 40 starts queue on
+#: SQLite for a second) and is finished by the sweep at attempt 1 (due 2.5-5 s later)
+PAGES = 200
 
 
 @pytest.fixture
@@ -56,11 +57,14 @@ async def test_100_parallel_starts_while_the_sweep_runs(
         assert [r.status_code for r in seeded] == [202] * SEEDED, [r.text for r in seeded]
         seeded_ids = [r.json()["instanceId"] for r in seeded]
         views = [(await client.get(f"/api/v1/instances/{i}")).json() for i in seeded_ids]
-        assert {v["state"] for v in views} == {"suspended"}
-        wakes = [instant(v["wakeAt"]) for v in views]
-        first_due = min(wakes)
-        await eventually(lambda: datetime.now(UTC) >= first_due, timeout=10,
-                         what="the first seeded document is due")
+        # on a loaded machine an early one may already be resuming: none may have failed
+        assert {v["state"] for v in views} <= {"suspended", "running", "completed"}
+        wakes = sorted(instant(v["wakeAt"]) for v in views if v["wakeAt"])
+        assert wakes, [(v["state"], v["journal"][-1:]) for v in views][:3]
+        # start the burst once half of them are due: the rest fall due during it
+        half_due = wakes[len(wakes) // 2]
+        await eventually(lambda: datetime.now(UTC) >= half_due, timeout=10,
+                         what="half of the seeded documents are due")
 
         prefix = f"burst-{uuid.uuid4().hex[:6]}"
         burst_started = datetime.now(UTC)
