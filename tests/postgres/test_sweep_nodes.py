@@ -1,6 +1,8 @@
 """Several engines ("nodes") sweeping one store: each due instance is claimed by exactly one
-node, a parked instance wakes at its own ``wake_at`` and not at some lease's expiry, and a
-(re)started node never adopts an instance another node holds with a live lease.
+node, a parked instance wakes at its own ``wake_at`` and not at some lease's expiry, a
+(re)started node never adopts an instance another node holds with a live lease, a node
+claims no more than its free run slots, a stopping node claims nothing more, and a dead
+node's instances come before a backlog of overdue wakes.
 
 Each test runs on SQLite and PostgreSQL (``store_url``); the production engine and
 ``SqlJournal`` with virtual clocks.
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+
+from sqlalchemy import text
 
 from app.engine.engine import Engine, EngineConfig
 from app.engine.journal import InstanceState
@@ -24,6 +28,7 @@ from tests.postgres.nodes import (
     slow_flow,
     slow_subs,
 )
+from tests.support.eventually import eventually
 
 DUE = 300
 
@@ -172,3 +177,34 @@ async def test_a_dead_nodes_instance_is_taken_over_before_a_backlog_of_overdue_w
         assert (await h.instance(held.id)).state is InstanceState.COMPLETED
         for instance_id in backlog:  # still parked, overdue: the next sweeps take them
             assert (await h.instance(instance_id)).state is InstanceState.SUSPENDED
+
+
+async def test_a_node_claims_no_more_than_its_free_run_slots(store_url: str) -> None:
+    release = asyncio.Event()
+    in_flight: list[int] = []
+
+    async def held_check(ctx: object) -> Status:
+        in_flight.append(1)
+        await release.wait()
+        return Status(done=False)
+
+    check = Scripted(Status(done=False))
+    config = EngineConfig(node_id="node-a", sweep_batch=10, concurrency=4)
+    async with FlowHarness.open([poll_flow()], database_url=store_url, migrate=False,
+                                substitutes=poll_subs(check), config=config) as h:
+        for n in range(40):
+            await h.start("t.poll", {"order_id": f"o-{n}"})
+        check.outcomes = [held_check]  # attempt 1 of each is held until released
+        h.clock.advance(INTERVAL)
+        sweep = asyncio.create_task(h.sweep())
+        await eventually(lambda: len(in_flight) == 4, timeout=10, what="4 runs in flight")
+        # nothing claimed waits for a slot: exactly the runs in flight hold leases
+        async with h.journal.engine.connect() as conn:
+            leased = (await conn.execute(text(
+                "SELECT count(*) FROM flow_instance WHERE lease_owner = 'node-a'"
+            ))).scalar_one()
+        assert leased == 4
+        release.set()
+        report = await asyncio.wait_for(sweep, 30)
+        assert (report.claimed, report.advanced) == (40, 40)
+        assert await count_rows(h, "t.check", scope=1) == 40
