@@ -2,12 +2,13 @@
 atomic claim in the database, never from only one process sweeping.
 
 Short waits do not wait for the next scan: when this node parks an instance whose
-``wake_at`` comes before the sweep's next run, it also schedules an in-process wake (an
+``wake_at`` comes before the sweep's run after next (an instance due just after the next
+run would wait for the one after it), it also schedules an in-process wake (an
 APScheduler ``date`` job at that instant) that runs the same sweep, i.e. the same atomic
 claim of due rows. The database stays the only truth: a wake job that finds nothing due
 claims nothing, and a node that dies with wake jobs pending loses nothing (the next sweep,
 on any node, finds the rows). Wakes are coalesced per :data:`WAKE_GRANULARITY` slot, so a
-node holds at most ``interval / granularity`` wake jobs whatever the number of parked
+node holds at most ``2.1 * interval / granularity`` wake jobs whatever the number of parked
 instances: no per-instance timer or task exists while an instance is parked.
 """
 
@@ -80,13 +81,16 @@ class Sweeper:
         await self.run_once()
 
     def _parked(self, instance_id: str, wake_at: datetime) -> None:
-        """Engine wake listener: schedule an in-process wake when ``wake_at`` comes before
-        the next periodic sweep."""
+        """Engine wake listener: schedule an in-process wake unless a periodic sweep at or
+        after ``wake_at`` is near: an instance due just after the next scan would
+        otherwise wait for the scan after it, so wakes before the scan after next (next
+        scan + the interval with its jitter) are scheduled too."""
         if not self.scheduler.running:
             return
         job = self.scheduler.get_job("flowpark.sweep")
         next_scan = job.next_run_time if job is not None else None
-        if next_scan is not None and next_scan > datetime.now(UTC) and wake_at >= next_scan:
+        if (next_scan is not None and next_scan > datetime.now(UTC)
+                and wake_at >= next_scan + timedelta(seconds=self.interval * 1.1)):
             return
         slot = _slot(wake_at)
         if slot in self._slots:
