@@ -40,6 +40,11 @@ __all__ = ["SqlReads"]
 
 
 _INSTANCE_BY_ID = select(INSTANCE).where(INSTANCE.c.id == bindparam("id"))
+_PENDING_SIGNALS = (
+    select(SIGNAL)
+    .where(SIGNAL.c.instance_id == bindparam("id"), SIGNAL.c.taken_at.is_(None))
+    .order_by(SIGNAL.c.sequence)
+)
 
 
 @cache
@@ -148,13 +153,9 @@ class SqlReads(SqlBase):
             return [stream_from_row(r) for r in rows]
 
     async def pending_signals(self, instance_id: str) -> list[SignalRecord]:
-        """Untaken signals of the instance, in arrival order."""
-        async with self._read() as conn:
-            rows = await conn.execute(
-                select(SIGNAL)
-                .where(SIGNAL.c.instance_id == instance_id, SIGNAL.c.taken_at.is_(None))
-                .order_by(SIGNAL.c.sequence)
-            )
+        """Untaken signals of the instance, in arrival order (one statement)."""
+        async with self._single(write=False) as conn:
+            rows = await conn.execute(_PENDING_SIGNALS, {"id": instance_id})
             return [signal_from_row(r) for r in rows]
 
     async def list_signals(self, instance_id: str) -> list[SignalRecord]:
