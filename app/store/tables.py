@@ -87,9 +87,11 @@ class FlowInstanceRow(SQLModel, table=True):
             sqlite_where=text("state = 'suspended'"),
             postgresql_where=text("state = 'suspended'"),
         ),
+        # Running instances are the few in flight: indexed by id, not by lease expiry, so
+        # a lease renewal changes no indexed column (a HOT update on PostgreSQL).
         Index(
             "ix_flow_instance_lease_running",
-            "lease_expires_at",
+            "id",
             sqlite_where=text("state = 'running'"),
             postgresql_where=text("state = 'running'"),
         ),
@@ -150,7 +152,7 @@ class FlowStepRow(SQLModel, table=True):
         UniqueConstraint(
             "instance_id", "step_id", "scope", "kind", "try_number", name="uq_flow_step_execution"
         ),
-        Index("ix_flow_step_instance_id", "instance_id"),
+        # no index of its own on instance_id: uq_flow_step_execution leads with it
     )
 
     sequence: int | None = _sequence()
