@@ -38,6 +38,9 @@ EXPORTS = {
                   "Signal", "StepContext", "Stream", "bag_key", "check_flow", "compile_flow",
                   "to_timedelta"],
     "app.testing": ["FlowHarness", "Scripted", "substitute"],
+    "app.engine": ["Clock", "Engine", "EngineConfig", "InstanceRecord", "InstanceState",
+                   "Journal", "RunOutcome", "Snapshot", "StartResult", "StepRow", "SweepReport",
+                   "SystemClock", "VirtualClock", "request_hash"],
 }
 
 
