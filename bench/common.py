@@ -410,55 +410,35 @@ async def run_concurrently(n: int, concurrency: int, job: Any, *, label: str,
 
 
 class CpuMeter:
-    """CPU seconds spent by this process, the given helper processes, and the PostgreSQL
-    backends serving ``database`` (measured between :meth:`start` and :meth:`stop`)."""
+    """CPU seconds spent by this process and the given helper processes (the server, the
+    fake OCR) between :meth:`start` and :meth:`stop`. PostgreSQL's backends are not
+    counted (their per-process accounting did not add up under the pool)."""
 
     def __init__(self, store: BenchStore, helpers: dict[str, int] | None = None) -> None:
         self.store = store
         self.helpers = {"bench": os.getpid(), **(helpers or {})}
         self._t0: dict[str, float] = {}
         self.used: dict[str, float] = {}
-
-    def _backends(self) -> list[int]:
-        if self.store.kind != "postgres":
-            return []
-        name = make_url(self.store.url).database
-        rows = sql(self.store, "SELECT pid FROM pg_stat_activity WHERE datname = :d "
-                   "AND pid <> pg_backend_pid()", {"d": name})
-        return [r[0] for r in rows]
+        self.wall = 0.0
 
     @staticmethod
-    def _cpu(pids: list[int]) -> float:
-        total = 0.0
-        for pid in pids:
-            with contextlib.suppress(psutil.Error):
-                t = psutil.Process(pid).cpu_times()
-                total += t.user + t.system
-        return total
+    def _cpu(pid: int) -> float:
+        with contextlib.suppress(psutil.Error):
+            t = psutil.Process(pid).cpu_times()
+            return t.user + t.system
+        return 0.0
 
     def snapshot(self) -> dict[str, float]:
-        out = {name: self._cpu([pid]) for name, pid in self.helpers.items()}
-        self._pg: dict[int, float] = {}
-        for pid in self._backends():
-            self._pg[pid] = self._cpu([pid])
-        out["postgres"] = sum(self._pg.values())
-        return out
+        return {name: self._cpu(pid) for name, pid in self.helpers.items()}
 
     def start(self) -> None:
         self._t0 = self.snapshot()
-        self._pg0 = dict(self._pg)
         self._wall0 = time.perf_counter()
 
     def stop(self) -> dict[str, float]:
         end = self.snapshot()
-        used = {k: end[k] - self._t0.get(k, 0.0) for k in end if k != "postgres"}
-        # backends that appeared meanwhile count from 0
-        used["postgres"] = sum(v - self._pg0.get(pid, 0.0) for pid, v in self._pg.items())
+        self.used = {k: end[k] - self._t0.get(k, 0.0) for k in end}
         self.wall = time.perf_counter() - self._wall0
-        self.used = used
-        return used
+        return self.used
 
-    def per(self, count: int, unit: str = "ms") -> dict[str, float]:
-        scale = 1000.0 if unit == "ms" else 1.0
-        return {f"{k}_cpu_{unit}": round(v * scale / max(count, 1), 3)
-                for k, v in self.used.items()}
+
