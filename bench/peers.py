@@ -30,6 +30,14 @@ from bench.common import REPO, BenchStore, Result, err_console, percentiles, sql
 __all__ = ["run"]
 
 
+def _instant(value: Any) -> datetime:
+    """A timestamp read with plain SQL: aware datetime (PostgreSQL) or naive UTC text
+    (SQLite)."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
 def _node(mode: str, store: BenchStore, **opts: Any) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "bench.node", mode, "--url", store.url]
     for key, value in opts.items():
@@ -57,7 +65,7 @@ async def _phase_drive(store: BenchStore, n: int, opts: dict[str, Any]) -> dict[
     proc.wait(timeout=60)
     times = sql(store, "SELECT min(created_at), max(updated_at) FROM flow_instance "
                 "WHERE state = 'completed'")[0]
-    report["completion_span_s"] = (times[1] - times[0]).total_seconds()
+    report["completion_span_s"] = (_instant(times[1]) - _instant(times[0])).total_seconds()
     return report
 
 
@@ -75,7 +83,7 @@ async def _phase_crash(store: BenchStore, overdue: int, opts: dict[str, Any]
                     "WHERE state = 'suspended'")[0]
     if last_wake[1] != overdue:
         raise RuntimeError(f"expected {overdue} parked flows, found {last_wake[1]}")
-    while datetime.now(UTC) <= last_wake[0]:
+    while datetime.now(UTC) <= _instant(last_wake[0]):
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.1)
     spawned = time.time()
@@ -97,7 +105,7 @@ async def _phase_crash(store: BenchStore, overdue: int, opts: dict[str, Any]
             node.kill()
     if resumed[2] < overdue:
         raise RuntimeError(f"only {resumed[2]} of {overdue} resumed")
-    first, last = resumed[0].timestamp(), resumed[1].timestamp()
+    first, last = _instant(resumed[0]).timestamp(), _instant(resumed[1]).timestamp()
     return {"first_from_spawn_s": first - spawned, "last_from_spawn_s": last - spawned,
             "first_from_ready_s": first - ready, "last_from_ready_s": last - ready,
             "node_boot_s": ready - spawned}
