@@ -256,8 +256,40 @@ def serve(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
                        "its own in-memory fake for it; point it at the same provider",
                        err=True)
         _logging(log_level)
-        uvicorn.run("app.runtime.app:create_app", host=host, port=port, workers=workers,
-                    log_level=log_level, factory=True, log_config=log_config(log_level))
+        config = uvicorn.Config("app.runtime.app:create_app", host=host, port=port,
+                                workers=workers, log_level=log_level, factory=True,
+                                log_config=log_config(log_level))
+        sock = _tcp_socket(host, port)
+        if workers > 1:
+            from uvicorn.supervisors import Multiprocess
+
+            Multiprocess(config, sockets=[sock]).run()
+            return
+        server = uvicorn.Server(config)
+        server.run(sockets=[sock])
+        if not server.started:
+            raise typer.Exit(3)
+
+
+def _tcp_socket(host: str, port: int) -> socket.socket:
+    """A listening socket created with ``IPPROTO_TCP``.
+
+    asyncio turns ``TCP_NODELAY`` on only for sockets whose protocol is ``IPPROTO_TCP``;
+    the protocol-0 socket uvicorn binds from ``--host/--port`` leaves Nagle's algorithm on,
+    and a keep-alive client then waits ~40 ms (delayed ACK) for every response.
+    """
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror}", err=True)
+        raise typer.Exit(1) from None
+    sock.set_inheritable(True)  # the worker processes serve the same socket
+    return sock
 
 
 @app.command()
