@@ -27,6 +27,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from app.engine.clock import ensure_utc
+
 __all__ = [
     "DEFAULT_FAIL_REASON",
     "FakeJobService",
@@ -48,12 +50,6 @@ DEFAULT_FAIL_REASON = "job failed"
 
 def _system_utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def _as_utc(instant: datetime) -> datetime:
-    if instant.tzinfo is None:
-        return instant.replace(tzinfo=UTC)
-    return instant.astimezone(UTC)
 
 
 def job_output(job_id: str) -> dict[str, Any]:
@@ -162,7 +158,7 @@ class FakeJobService:
 
     def now(self) -> datetime:
         """Return the service clock's current instant (aware UTC)."""
-        return _as_utc(self._now())
+        return ensure_utc(self._now())
 
     def start(self, job_id: str, input: Any = None) -> tuple[JobView, bool]:
         """Start ``job_id`` unless it exists (idempotent).

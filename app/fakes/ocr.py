@@ -34,6 +34,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from app.engine.clock import ensure_utc
+
 __all__ = [
     "MAX_PAGES",
     "FakeOcrService",
@@ -61,12 +63,6 @@ _RETRYABLE_STATUSES = frozenset({408, 425, 429})
 
 def _system_utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def _as_utc(instant: datetime) -> datetime:
-    if instant.tzinfo is None:
-        return instant.replace(tzinfo=UTC)
-    return instant.astimezone(UTC)
 
 
 def _default_callback_client() -> httpx.AsyncClient:
@@ -253,7 +249,7 @@ class FakeOcrService:
 
     def now(self) -> datetime:
         """Return the service clock's current instant (aware UTC)."""
-        return _as_utc(self._now())
+        return ensure_utc(self._now())
 
     # -- operations (the routes call these) ------------------------------------------------
 

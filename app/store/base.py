@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
+from typing import NoReturn
 
 from sqlalchemy import String, literal
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, StatementError
@@ -32,6 +33,17 @@ def const(value: str) -> ColumnElement[str]:
     for prepared statements do not see bound values).
     """
     return literal(value, String(), literal_execute=True)
+
+
+def _reraise(exc: StatementError) -> NoReturn:
+    """The store's edge: a connection fault becomes StoreUnavailable (``store.unavailable``);
+    a ValueError raised while binding a parameter (a naive datetime) is raised as itself;
+    any other driver error is raised unchanged."""
+    if isinstance(exc, OperationalError | InterfaceError):
+        raise StoreUnavailable(f"database error: {exc.orig}") from exc
+    if not isinstance(exc, DBAPIError) and isinstance(exc.orig, ValueError):
+        raise exc.orig from exc
+    raise exc
 
 
 class SqlBase:
@@ -88,12 +100,8 @@ class SqlBase:
                     await stack.enter_async_context(self._write_lock)
                 conn = await stack.enter_async_context(self._engine.begin())
                 yield conn
-        except (OperationalError, InterfaceError) as exc:
-            raise StoreUnavailable(f"database error: {exc.orig}") from exc
         except StatementError as exc:
-            if not isinstance(exc, DBAPIError) and isinstance(exc.orig, ValueError):
-                raise exc.orig from exc
-            raise
+            _reraise(exc)
 
     @asynccontextmanager
     async def _single(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
@@ -107,12 +115,8 @@ class SqlBase:
         try:
             async with self._single_engine.connect() as conn:
                 yield conn
-        except (OperationalError, InterfaceError) as exc:
-            raise StoreUnavailable(f"database error: {exc.orig}") from exc
         except StatementError as exc:
-            if not isinstance(exc, DBAPIError) and isinstance(exc.orig, ValueError):
-                raise exc.orig from exc
-            raise
+            _reraise(exc)
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
@@ -120,9 +124,5 @@ class SqlBase:
         try:
             async with self._read_engine.begin() as conn:
                 yield conn
-        except (OperationalError, InterfaceError) as exc:
-            raise StoreUnavailable(f"database error: {exc.orig}") from exc
         except StatementError as exc:
-            if not isinstance(exc, DBAPIError) and isinstance(exc.orig, ValueError):
-                raise exc.orig from exc
-            raise
+            _reraise(exc)
