@@ -29,6 +29,7 @@ from app.engine.journal import (
     Journal,
     NewInstance,
     SignalRecord,
+    Snapshot,
 )
 from app.engine.limits import Limits
 from app.engine.runner import (
@@ -172,16 +173,22 @@ class Engine(Walker, Limits):
         )
         record, created = await self.journal.create_instance(new)
         if created:
+            # a new instance has no journal and no mailbox yet (a signal sent meanwhile is
+            # read by the walk before it waits): nothing to load
+            claim = Claim(record.id, record.fencing_token, Snapshot(record, [], []))
+            outcome = None
             try:
-                await self._advance_detachable(Claim(record.id, record.fencing_token),
-                                               gated=False)
+                outcome = await self._advance_detachable(claim, gated=False)
             except StaleFencingToken:
                 pass  # logged by advance: the node that took the lease over goes on
             except Exception:  # noqa: BLE001 - the row is durable; the sweep takes it over
                 log.exception("instance %s: first advance failed on node %s; the sweep "
                               "resumes it once its lease expires", record.id,
                               self.config.node_id)
-            record = await self.journal.get_instance(record.id)
+            if outcome is not None and outcome.instance is not None:
+                record = outcome.instance  # as the run left it: no read back
+            else:
+                record = await self.journal.get_instance(record.id)
         return StartResult(record, created, record.result)
 
     # -- advancing ---------------------------------------------------------------------
@@ -197,7 +204,7 @@ class Engine(Walker, Limits):
             detach: resolved by the run when it starts a try of a heartbeating capability
                 (a wait that may last minutes), so a caller can stop waiting for it.
         """
-        snapshot = await self.journal.load(claim.instance_id)
+        snapshot = claim.snapshot or await self.journal.load(claim.instance_id)
         inst = snapshot.instance
         plan = self.catalog.find(inst.flow_name, inst.flow_version)
         if plan is None:
@@ -223,7 +230,8 @@ class Engine(Walker, Limits):
         if halt.state is InstanceState.SUSPENDED and halt.wake_at is not None:
             for listener in self.wake_listeners:
                 listener(inst.id, halt.wake_at)
-        return RunOutcome(inst.id, halt.state, halt.wake_at, run.attempts)
+        return RunOutcome(inst.id, halt.state, halt.wake_at, run.attempts,
+                          instance=run.instance if run.instance.state is halt.state else None)
 
     async def _fail_broken(self, run: Run, exc: Exception) -> Halt:
         """An error outside any capability call (a value the store cannot hold, a bug):

@@ -201,10 +201,17 @@ class NewInstance:
 
 @dataclass(frozen=True)
 class Claim:
-    """A claim's result: the instance now leased to the caller, with its fencing token."""
+    """A claim's result: the instance now leased to the caller, with its fencing token.
+
+    Attributes:
+        snapshot: the instance as claimed, with its journal and untaken signals, when the
+            store read them with the claim (then the engine does not load them again);
+            None: the engine loads them.
+    """
 
     instance_id: str
     fencing_token: int
+    snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -333,8 +340,19 @@ class Journal(Protocol):
         events: list[EmittedEvent] | None = None,
         reviews: list[ReviewRequest] | None = None,
     ) -> Ack:
-        """Append ``row`` (plus its outbox events and review items) and renew the lease, in
-        one transaction; clears the attempt-in-flight marker. Raises StaleFencingToken."""
+        """Append ``row`` (plus its outbox events and review items) in one transaction;
+        clears the attempt-in-flight marker (renewing the lease then). Raises
+        StaleFencingToken."""
+        ...
+
+    async def commit_and_park(
+        self, token: int, row: StepRow, lease_until: datetime, *, owner: str,
+        wake_at: datetime | None, wake_step_id: int, wake_scope: int,
+        accept_signal: str | None = None,
+    ) -> Ack:
+        """``commit_step(row)`` then ``park(...)`` at ``row.committed_at`` as one write where
+        the store can. The row is committed whenever this returns; the Ack is the park's.
+        Raises StaleFencingToken (nothing written)."""
         ...
 
     async def take_signal(self, token: int, signal_id: str, row: StepRow) -> Ack:

@@ -63,6 +63,7 @@ class RunOutcome:
     wake_at: datetime | None = None
     attempts_made: int = 0
     runnable: bool = True
+    instance: InstanceRecord | None = None  # as the run left it (state == ``state``)
 
 
 class _Interrupt(Exception):
@@ -118,6 +119,8 @@ class Run:
         self.detach: asyncio.Future[None] | None = None
         # the lease expiry this node last wrote: its claim's, then each keeper renewal's
         self.lease_expires_at: datetime | None = instance.lease_expires_at
+        # a journal row executed but not yet written: the next write carries it (see flush)
+        self.unflushed: StepRow | None = None
 
     # -- helpers ---------------------------------------------------------------------
     def now(self) -> datetime:
@@ -175,6 +178,7 @@ class Run:
         (or, in an ephemeral run, after sleeping until ``wake_at`` in-process).
         """
         if self.ephemeral:
+            await self.flush()
             if wake_at is not None:
                 await self.clock.sleep(wake_at - self.now())
             self.pending_wake = None
@@ -182,9 +186,18 @@ class Run:
         deadline = self.instance.deadline_at
         if deadline is not None and (wake_at is None or deadline < wake_at):
             wake_at = deadline
-        ack = await self.journal.park(self.instance_id, self.token, self.now(), wake_at,
-                                      step_id, scope, accept_signal)
+        row, self.unflushed = self.unflushed, None
+        if row is not None:  # the attempt's row and the park: one write
+            ack = await self.journal.commit_and_park(
+                self.token, row, self.lease_until(), owner=self.engine.config.node_id,
+                wake_at=wake_at, wake_step_id=step_id, wake_scope=scope,
+                accept_signal=accept_signal)
+        else:
+            ack = await self.journal.park(self.instance_id, self.token, self.now(), wake_at,
+                                          step_id, scope, accept_signal)
         if ack.applied:
+            self.settle(state=InstanceState.SUSPENDED, wake_at=wake_at, wake_step_id=step_id,
+                        wake_scope=scope, lease_owner=None, lease_expires_at=None)
             raise _Park(Halt(InstanceState.SUSPENDED, wake_at))
         if ack.cancel_requested:
             self.cancel_requested = True
@@ -194,6 +207,21 @@ class Run:
             self.signals = list(snapshot.signals)
             return
         raise RuntimeError("park was refused for no stated reason")  # pragma: no cover
+
+    async def flush(self) -> None:
+        """Commit the journal row :meth:`execute` deferred, if any. Every other write of
+        the run calls this first, so a row is durable before anything that follows it."""
+        row, self.unflushed = self.unflushed, None
+        if row is not None:
+            ack = await self.journal.commit_step(self.token, row, self.lease_until())
+            self.after_ack(ack)
+
+    def settle(self, **changes: Any) -> None:
+        """Keep :attr:`instance` as the run last wrote it (a start answers with it)."""
+        self.instance = replace(self.instance, updated_at=self.now(), attempt_step_id=None,
+                                attempt_scope=None, attempt_try=None,
+                                attempt_started_at=None, heartbeat_at=None,
+                                heartbeat_value=None, **changes)
 
     async def refresh_mailbox(self) -> None:
         """Re-read untaken signals when this run has worked since it loaded them (a signal
@@ -209,6 +237,7 @@ class Run:
 
     async def take_signal(self, node_index: int, scope: int, signal: SignalRecord,
                           model: type[BaseModel]) -> None:
+        await self.flush()
         now = self.now()
         payload = revive(model, signal.payload).model_dump(mode="json", by_alias=True)
         row = StepRow(self.instance_id, node_index, scope, StepKind.SIGNAL, signal.name,
@@ -268,11 +297,15 @@ class Run:
                                                token=self.token)
 
     async def execute(self, node: StepNode, scope: int, capability: Capability,
-                      kind: StepKind = StepKind.STEP) -> StepRow:
+                      kind: StepKind = StepKind.STEP, *, defer: bool = False) -> StepRow:
         """Run the next try of ``capability`` at (node, scope) and commit its row.
 
-        Returns the committed row (success, or failure with ``final``/``next_try_at``).
+        With ``defer`` the row is kept as :attr:`unflushed` instead: the run's next write
+        carries it (a park writes it in the same statement), before anything else happens.
+
+        Returns the row (success, or failure with ``final``/``next_try_at``).
         """
+        await self.flush()
         previous = self.found(node.index, scope, kind)
         try_number = len(previous) + 1
         opts = capability.options
@@ -334,6 +367,10 @@ class Run:
                           final=next_try_at is None, next_try_at=next_try_at)
             log.info("instance %s: %s try %d failed: %s: %s", self.instance_id,
                      capability.id, try_number, error_type, detail)
+        if defer and not ctx.reviews:
+            self.unflushed = row
+            self.record(row)
+            return row
         ack = await self.journal.commit_step(self.token, row, self.lease_until(),
                                              reviews=ctx.reviews or None)
         self.record(row)
@@ -360,6 +397,7 @@ class Run:
                 and inst.attempt_try == tries + 1)
 
     async def record_lost(self, node: StepNode, scope: int) -> StepRow:
+        await self.flush()
         capability = node.capability
         previous = self.found(node.index, scope)
         try_number = len(previous) + 1

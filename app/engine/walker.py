@@ -103,7 +103,7 @@ class Walker:
             wake = min(due, budget_end) if budget_end is not None else due
             await run.park(wake, wake_step, scope, accept)
             return None
-        row = await run.execute(node, scope, node.capability)
+        row = await run.execute(node, scope, node.capability, defer=True)
         if row.outcome is Outcome.SUCCESS:
             run.apply(row)
             return row
@@ -235,6 +235,7 @@ class Walker:
         if run.found(node.index, 0, StepKind.EMIT):
             return node.next
         run.check_interrupts()
+        await run.flush()
         payload = _evaluate(f"emit {node.name}", lambda: _jsonable(node.factory(run.view())))
         now = run.now()
         event = EmittedEvent(self.new_id(), node.name, payload)
@@ -250,16 +251,20 @@ class Walker:
             returns = run.plan.returns
             result = _evaluate("returns", lambda: _jsonable(returns(run.view()))
                                ) if returns else None
+        await run.flush()
         ack = await run.journal.finish(run.instance_id, run.token, run.now(),
                                         InstanceState.COMPLETED, result=result)
         if not ack.applied:
             return await self._unwind(run, InstanceState.CANCELLED,
                                       FlowFailure("flow.cancelled", "the instance was cancelled"))
+        run.settle(state=InstanceState.COMPLETED, result=result, ending=None, wake_at=None,
+                   wake_step_id=None, wake_scope=None, lease_owner=None, lease_expires_at=None)
         return Halt(InstanceState.COMPLETED)
 
     async def _unwind(self, run: Run, ending: InstanceState, failure: FlowFailure | None
                       ) -> Halt:
         """Run compensations of completed steps in reverse order, once each, then end."""
+        await run.flush()
         if run.instance.ending is None:
             await run.journal.begin_ending(run.instance_id, run.token, run.now(), ending,
                                             failure)
@@ -273,6 +278,8 @@ class Walker:
                           node.compensation.id, row.error_type, row.error_detail)
         await run.journal.finish(run.instance_id, run.token, run.now(), ending,
                                   failure=failure)
+        run.settle(state=ending, failure=failure, ending=None, wake_at=None,
+                   wake_step_id=None, wake_scope=None, lease_owner=None, lease_expires_at=None)
         return Halt(ending)
 
 

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from sqlalchemy import String, literal
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, StatementError
@@ -15,6 +15,9 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from app.errors import JournalConflict, StoreUnavailable
 from app.store.db import READ_ONLY
+
+if TYPE_CHECKING:
+    from app.store.batched import Lanes
 from app.store.types import UtcDateTime
 
 __all__ = ["JournalConflict", "SqlBase", "const", "instant"]
@@ -74,6 +77,8 @@ class SqlBase:
         # lock instead of letting them poll SQLite's busy handler (which sleeps up to 100 ms
         # between tries). Other processes still wait through busy_timeout.
         self._write_lock = asyncio.Lock() if self._dialect == "sqlite" else None
+        # PostgreSQL group commit (app.store.batched); None on SQLite (one writer at a time)
+        self._lanes: Lanes | None = None
 
     @property
     def engine(self) -> AsyncEngine:

@@ -15,7 +15,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from app.engine.journal import CancelAck, Claim, InstanceState
 from app.errors import InstanceEnded, InstanceNotFound
 from app.store.base import SqlBase, const
-from app.store.mapping import INSTANCE
+from app.store.mapping import INSTANCE, journal_aggregates, snapshot_from_row
 from app.store.tables import ACTIVE_STATES
 
 __all__ = ["SqlClaims", "claim_values", "claimable"]
@@ -116,13 +116,22 @@ class SqlClaims(SqlBase):
             update(INSTANCE)
             .where(INSTANCE.c.id.in_(pick.scalar_subquery()))
             .values(**claim_values(owner, now, lease_until))
-            .returning(INSTANCE.c.id, INSTANCE.c.fencing_token, INSTANCE.c.wake_at)
         )
+        if self.is_postgresql:
+            # the claimed rows come back whole, with their journals and mailboxes: the runs
+            # need no load of their own (the lease keeps the journal as read)
+            steps, signals = journal_aggregates()
+            stmt = stmt.returning(*INSTANCE.c, steps.label("j_steps"),
+                                  signals.label("j_signals"))
+        else:
+            stmt = stmt.returning(INSTANCE.c.id, INSTANCE.c.fencing_token, INSTANCE.c.wake_at)
         async with self._single(write=True) as conn:  # one atomic UPDATE ... RETURNING
             rows = (await conn.execute(stmt)).all()
         # RETURNING has no order: restore the pick's (expired leases without a wake first)
         ordered = sorted(rows, key=lambda r: (r.wake_at is not None, r.wake_at or now, r.id))
-        return [Claim(r.id, r.fencing_token) for r in ordered]
+        if not self.is_postgresql:
+            return [Claim(r.id, r.fencing_token) for r in ordered]
+        return [Claim(r.id, r.fencing_token, snapshot_from_row(r)) for r in ordered]
 
     async def count_not_runnable(self, now: datetime, runnable: list[tuple[str, str]]) -> int:
         """Count due instances whose ``(flow_name, flow_version)`` is not in ``runnable``."""

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, insert, select
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -18,11 +19,12 @@ from app.errors import (
     StaleFencingToken,
 )
 from app.store.base import JournalConflict, SqlBase, const
+from app.store.batched import require_aware
 from app.store.mapping import (
-    IDEMPOTENCY,
     INSTANCE,
     SIGNAL,
     STREAM,
+    instance_from_new,
     instance_from_row,
     instance_values,
     signal_from_row,
@@ -38,11 +40,16 @@ class SqlIntake(SqlBase):
     """Start, signal and stream operations of :class:`app.store.sql_journal.SqlJournal`."""
 
     async def create_instance(self, new: NewInstance) -> tuple[InstanceRecord, bool]:
-        """Insert a running instance leased to ``new.lease_owner`` (fencing token 1) and its
-        idempotency record; or return the instance the idempotency key made.
+        """Insert a running instance leased to ``new.lease_owner`` (fencing token 1) with its
+        idempotency and instance keys; or return the instance the idempotency key made.
+
+        One INSERT (``ON CONFLICT DO NOTHING``); on PostgreSQL concurrent starts share one
+        statement (:mod:`app.store.lanes`). Only a start that conflicts reads what holds
+        its key.
 
         Returns:
-            ``(record, created)``; ``created`` is False for an idempotent repeat.
+            ``(record, created)``; ``created`` is False for an idempotent repeat. A created
+            record is built from ``new`` (what the INSERT wrote), not read back.
 
         Raises:
             IdempotencyKeyReused: the key was used for this flow with another
@@ -51,33 +58,28 @@ class SqlIntake(SqlBase):
                 ``instance_key`` (code ``instance_key_in_use``).
             JournalConflict: the instance id exists already.
         """
-        try:
-            async with self._write() as conn:
+        for _ in range(3):  # a key holder that ended between the INSERT and the read: again
+            if self._lanes is not None:
+                require_aware(new.created_at, new.deadline_at, new.lease_expires_at)
+                created = await self._lanes.create.submit(new)
+            else:
+                async with self._write() as conn:
+                    inserted = await conn.execute(
+                        sqlite_insert(INSTANCE).values(instance_values(new))
+                        .on_conflict_do_nothing())
+                    created = inserted.rowcount == 1
+            if created:
+                return instance_from_new(new), True
+            async with self._read() as conn:
                 existing = await self._existing_start(conn, new)
                 if existing is not None:
                     return existing, False
-                await conn.execute(insert(INSTANCE).values(instance_values(new)))
-                if new.idempotency_key is not None:
-                    await conn.execute(
-                        insert(IDEMPOTENCY).values(
-                            flow_name=new.flow_name,
-                            key=new.idempotency_key,
-                            request_hash=new.request_hash,
-                            instance_id=new.id,
-                            created_at=new.created_at,
-                        )
-                    )
-                row = (await conn.execute(select(INSTANCE).where(INSTANCE.c.id == new.id))).one()
-                return instance_from_row(row), True
-        except IntegrityError as exc:
-            # Lost a race with a concurrent start: judge against what the winner wrote.
-            async with self._read() as conn:
-                existing = await self._existing_start(conn, new, cause=exc)
-            if existing is not None:
-                return existing, False
-            raise JournalConflict(
-                f"cannot start instance {new.id!r}: {exc.orig}", instance_id=new.id
-            ) from exc
+                taken = (await conn.execute(
+                    select(INSTANCE.c.id).where(INSTANCE.c.id == new.id))).first()
+            if taken is not None:
+                break
+        raise JournalConflict(f"cannot start instance {new.id!r}: its id, idempotency key "
+                              "or instance key conflicts", instance_id=new.id)
 
     async def _existing_start(
         self, conn: AsyncConnection, new: NewInstance, cause: BaseException | None = None
@@ -108,11 +110,9 @@ class SqlIntake(SqlBase):
         if new.idempotency_key is not None:
             record = (
                 await conn.execute(
-                    select(IDEMPOTENCY.c.request_hash, INSTANCE)
-                    .join(INSTANCE, INSTANCE.c.id == IDEMPOTENCY.c.instance_id)
-                    .where(
-                        IDEMPOTENCY.c.flow_name == new.flow_name,
-                        IDEMPOTENCY.c.key == new.idempotency_key,
+                    select(INSTANCE).where(
+                        INSTANCE.c.flow_name == new.flow_name,
+                        INSTANCE.c.idempotency_key == new.idempotency_key,
                     )
                 )
             ).first()

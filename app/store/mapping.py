@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Row, Table
+from sqlalchemy import JSON, Row, Table, func, select
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from app.engine.journal import (
     Heartbeat,
@@ -14,6 +16,7 @@ from app.engine.journal import (
     NewInstance,
     Outcome,
     SignalRecord,
+    Snapshot,
     StepKind,
     StepRow,
     StreamMessage,
@@ -25,7 +28,6 @@ from app.store.tables import (
     FlowSignalRow,
     FlowStepRow,
     FlowStreamRow,
-    IdempotencyRecordRow,
     OutboxEventRow,
     ReviewItemRow,
 )
@@ -33,7 +35,6 @@ from app.store.tables import (
 __all__ = [
     "EVENT",
     "HEARTBEAT",
-    "IDEMPOTENCY",
     "INSTANCE",
     "REVIEW",
     "SIGNAL",
@@ -41,10 +42,13 @@ __all__ = [
     "STREAM",
     "failure_columns",
     "heartbeat_from_row",
+    "instance_from_new",
     "instance_from_row",
     "instance_values",
+    "journal_aggregates",
     "signal_from_json",
     "signal_from_row",
+    "snapshot_from_row",
     "step_from_json",
     "step_from_row",
     "step_values",
@@ -59,7 +63,6 @@ def _table(model: Any) -> Table:
 INSTANCE = _table(FlowInstanceRow)
 STEP = _table(FlowStepRow)
 SIGNAL = _table(FlowSignalRow)
-IDEMPOTENCY = _table(IdempotencyRecordRow)
 EVENT = _table(OutboxEventRow)
 REVIEW = _table(ReviewItemRow)
 HEARTBEAT = _table(FlowHeartbeatRow)
@@ -82,7 +85,20 @@ def instance_values(new: NewInstance) -> dict[str, Any]:
         "fencing_token": 1,
         "cancel_requested": False,
         "instance_key": new.instance_key,
+        "idempotency_key": new.idempotency_key,
+        "request_hash": new.request_hash,
     }
+
+
+def instance_from_new(new: NewInstance) -> InstanceRecord:
+    """The record of the row :func:`instance_values` inserts (without reading it back)."""
+    return InstanceRecord(
+        id=new.id, flow_name=new.flow_name, flow_version=new.flow_version,
+        state=InstanceState.RUNNING, input=new.input, created_at=new.created_at,
+        updated_at=new.created_at, deadline_at=new.deadline_at, lease_owner=new.lease_owner,
+        lease_expires_at=new.lease_expires_at, fencing_token=1,
+        instance_key=new.instance_key,
+    )
 
 
 def failure_columns(failure: FlowFailure | None) -> dict[str, Any]:
@@ -182,6 +198,34 @@ def _instant(value: str | None) -> datetime | None:
     if value is None:
         return None
     return datetime.fromisoformat(value).astimezone(UTC)
+
+
+@cache
+def journal_aggregates() -> tuple[Any, Any]:
+    """PostgreSQL scalar subqueries of a ``flow_instance`` row's journal (commit order)
+    and untaken signals (arrival order), each as a JSON array (built once)."""
+    s, g = STEP.alias("s"), SIGNAL.alias("g")
+    steps = (
+        select(func.json_agg(aggregate_order_by(s.table_valued(), s.c.sequence), type_=JSON))
+        .where(s.c.instance_id == INSTANCE.c.id)
+        .scalar_subquery()
+    )
+    signals = (
+        select(func.json_agg(aggregate_order_by(g.table_valued(), g.c.sequence), type_=JSON))
+        .where(g.c.instance_id == INSTANCE.c.id, g.c.taken_at.is_(None))
+        .scalar_subquery()
+    )
+    return steps, signals
+
+
+def snapshot_from_row(row: Row[Any]) -> Snapshot:
+    """A :class:`Snapshot` from a ``flow_instance`` row with the ``j_steps`` and
+    ``j_signals`` columns of :func:`journal_aggregates`."""
+    return Snapshot(
+        instance=instance_from_row(row),
+        steps=[step_from_json(d) for d in row.j_steps or ()],
+        signals=[signal_from_json(d) for d in row.j_signals or ()],
+    )
 
 
 def step_from_json(m: dict[str, Any]) -> StepRow:

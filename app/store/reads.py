@@ -5,8 +5,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from sqlalchemy import JSON, bindparam, func, select, text
-from sqlalchemy.dialects.postgresql import aggregate_order_by
+from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.engine.journal import (
@@ -29,9 +28,9 @@ from app.store.mapping import (
     STREAM,
     heartbeat_from_row,
     instance_from_row,
-    signal_from_json,
+    journal_aggregates,
     signal_from_row,
-    step_from_json,
+    snapshot_from_row,
     step_from_row,
     stream_from_row,
 )
@@ -50,17 +49,7 @@ _PENDING_SIGNALS = (
 @cache
 def _load_statement() -> Any:
     """PostgreSQL ``load`` as one statement, built once (bound parameter ``id``)."""
-    s, g = STEP.alias("s"), SIGNAL.alias("g")
-    steps = (
-        select(func.json_agg(aggregate_order_by(s.table_valued(), s.c.sequence), type_=JSON))
-        .where(s.c.instance_id == INSTANCE.c.id)
-        .scalar_subquery()
-    )
-    signals = (
-        select(func.json_agg(aggregate_order_by(g.table_valued(), g.c.sequence), type_=JSON))
-        .where(g.c.instance_id == INSTANCE.c.id, g.c.taken_at.is_(None))
-        .scalar_subquery()
-    )
+    steps, signals = journal_aggregates()
     return select(INSTANCE, steps.label("j_steps"), signals.label("j_signals")).where(
         INSTANCE.c.id == bindparam("id"))
 
@@ -106,11 +95,7 @@ class SqlReads(SqlBase):
             row = (await conn.execute(_load_statement(), {"id": instance_id})).first()
         if row is None:
             raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
-        return Snapshot(
-            instance=instance_from_row(row),
-            steps=[step_from_json(d) for d in row.j_steps or ()],
-            signals=[signal_from_json(d) for d in row.j_signals or ()],
-        )
+        return snapshot_from_row(row)
 
     async def get_instance(self, instance_id: str) -> InstanceRecord:
         """Read the instance row only.

@@ -31,7 +31,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ClauseElement
 
 from app.engine.journal import (
@@ -44,6 +44,7 @@ from app.engine.journal import (
 )
 from app.errors import FlowFailure, InstanceNotFound, StaleFencingToken
 from app.store.base import JournalConflict, instant
+from app.store.batched import CommitItem, FinishItem, PgBatches, require_aware
 from app.store.claims import SqlClaims
 from app.store.intake import SqlIntake
 from app.store.mapping import (
@@ -88,6 +89,17 @@ def _fenced_statement(keys: tuple[str, ...], unless_cancelled: bool,
     return update(INSTANCE).where(*guard).values(**values).returning(*cols)
 
 
+def _after_commit(lease_until: Any, committed_at: Any) -> dict[str, Any]:
+    """What a journal commit changes on the instance row: a heartbeating attempt in flight
+    is cleared, and then the lease is renewed (from the attempt's heartbeat timeout back to
+    a lease); a row with no attempt in flight changes nothing (a plain commit only fences,
+    see :mod:`app.store.batched`)."""
+    busy = INSTANCE.c.attempt_step_id.is_not(None)
+    return {"lease_expires_at": case((busy, lease_until), else_=INSTANCE.c.lease_expires_at),
+            "updated_at": case((busy, committed_at), else_=INSTANCE.c.updated_at),
+            **{k: null() for k in _NO_ATTEMPT}}
+
+
 @cache
 def _commit_step_statement() -> Any:
     """``commit_step`` as one PostgreSQL statement, built once (bound parameters ``f_*`` for
@@ -97,9 +109,9 @@ def _commit_step_statement() -> Any:
         .where(INSTANCE.c.id == bindparam("f_id"),
                INSTANCE.c.fencing_token == bindparam("f_token"),
                INSTANCE.c.state == _RUNNING)
-        .values(lease_expires_at=bindparam("f_lease", type_=INSTANCE.c.lease_expires_at.type),
-                updated_at=bindparam("f_updated", type_=INSTANCE.c.updated_at.type),
-                **{k: null() for k in _NO_ATTEMPT})
+        .values(**_after_commit(
+                    bindparam("f_lease", type_=INSTANCE.c.lease_expires_at.type),
+                    bindparam("f_updated", type_=INSTANCE.c.updated_at.type)))
         .returning(INSTANCE.c.cancel_requested)
         .cte("fence")
     )
@@ -123,7 +135,7 @@ class _Undo(Exception):  # control flow only: never escapes this module
         self.ack = ack
 
 
-class SqlJournal(SqlClaims, SqlIntake, SqlReads):
+class SqlJournal(SqlClaims, SqlIntake, SqlReads, PgBatches):
     """The journal repository: every SQL statement flowpark runs lives in ``app.store``.
 
     Implements :class:`app.engine.journal.Journal`, plus read-side listings for the HTTP
@@ -132,7 +144,15 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads):
 
     Args:
         engine: an engine from :func:`app.store.db.make_async_engine`, migrated to head.
+
+    On PostgreSQL, concurrent starts, journal commits, parks and completions are grouped
+    into one statement per batch (:mod:`app.store.batched`); each keeps its own fence.
     """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        super().__init__(engine)
+        if self.is_postgresql:
+            self._lanes = self._make_lanes()
 
     async def _fenced(
         self,
@@ -256,8 +276,11 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads):
         events: list[EmittedEvent] | None = None,
         reviews: list[ReviewRequest] | None = None,
     ) -> Ack:
-        """Append ``row`` with its outbox events and review items, renew the lease and clear
-        the attempt in flight, in one transaction.
+        """Append ``row`` with its outbox events and review items, in one transaction,
+        fenced by ``token``. A heartbeating attempt in flight is cleared and the lease
+        renewed to ``lease_until``; otherwise the instance row is unchanged (on
+        PostgreSQL the fence is a ``FOR SHARE`` lock, and concurrent commits share one
+        statement). The lease keeper, not the commits, keeps a long run's lease.
 
         Returns:
             ``Ack(applied=True, cancel_requested=<the instance's flag>)``.
@@ -269,9 +292,14 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads):
             JournalConflict: the execution row (or an event or review id) exists already;
                 nothing written.
         """
-        values = {"lease_expires_at": lease_until, "updated_at": row.committed_at, **_NO_ATTEMPT}
+        values = _after_commit(instant(lease_until), instant(row.committed_at))
+        if self._lanes is not None and not events and not reviews:
+            require_aware(row.started_at, row.committed_at, row.next_try_at, lease_until)
+            answer = await self._lanes.commit.submit(CommitItem(token, row, lease_until))
+            if answer is not None:
+                return Ack(applied=True, cancel_requested=answer.cancel_requested)
         if self.is_postgresql and not events and not reviews:
-            return await self._commit_step_one_statement(token, row, values)
+            return await self._commit_step_one_statement(token, row, lease_until)
         async with self._write() as conn:
             fence = await self._fenced(conn, row.instance_id, token, values)
             assert fence is not None
@@ -279,14 +307,14 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads):
         return Ack(applied=True, cancel_requested=fence.cancel_requested)
 
     async def _commit_step_one_statement(self, token: int, row: StepRow,
-                                         values: dict[str, Any]) -> Ack:
+                                         lease_until: datetime) -> Ack:
         """PostgreSQL: the fenced UPDATE and the journal INSERT as one statement
         (``WITH fence AS (UPDATE ... RETURNING), ins AS (INSERT ... SELECT ... FROM fence)``)
         in autocommit: atomic, one round trip. No fence row: nothing inserted, and the
         usual diagnosis (stale token or no instance) follows."""
         params = {f"s_{k}": v for k, v in step_values(row).items()}
-        params.update(f_id=row.instance_id, f_token=token,
-                      f_lease=values["lease_expires_at"], f_updated=values["updated_at"])
+        params.update(f_id=row.instance_id, f_token=token, f_lease=lease_until,
+                      f_updated=row.committed_at)
         try:
             async with self._single(write=True) as conn:
                 found = (await conn.execute(_commit_step_statement(), params)).first()
@@ -302,6 +330,50 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads):
                 instance_id=row.instance_id, step_id=row.step_id, scope=row.scope,
             ) from exc
         return Ack(applied=True, cancel_requested=found.cancel_requested)
+
+    async def commit_and_park(
+        self,
+        token: int,
+        row: StepRow,
+        lease_until: datetime,
+        *,
+        owner: str,
+        wake_at: datetime | None,
+        wake_step_id: int,
+        wake_scope: int,
+        accept_signal: str | None = None,
+    ) -> Ack:
+        """:meth:`commit_step` of ``row`` then :meth:`park` at ``row.committed_at``, as one
+        write where the store can (PostgreSQL: one statement per batch, one new version of
+        the instance row).
+
+        Args:
+            owner: this node (the lease is given back to it when the park is refused).
+            wake_at / wake_step_id / wake_scope / accept_signal: as for :meth:`park`.
+
+        Returns:
+            The row is committed in every case. ``Ack(applied=True)`` once parked;
+            ``Ack(applied=False, cancel_requested=True)`` when a cancel was requested and
+            ``Ack(applied=False, signal_pending=True)`` when an accepted signal waits: the
+            instance stays running under this lease, nothing else changed.
+
+        Raises:
+            StaleFencingToken, InstanceNotFound, JournalConflict: as :meth:`commit_step`
+            (nothing written).
+        """
+        if self._lanes is not None:
+            require_aware(row.started_at, row.committed_at, row.next_try_at, lease_until,
+                          wake_at)
+            park = (row.committed_at, wake_at, wake_step_id, wake_scope, accept_signal, owner)
+            answer = await self._lanes.park.submit(CommitItem(token, row, lease_until, park))
+            if answer is not None:
+                return Ack(applied=answer.parked, cancel_requested=answer.cancel_requested,
+                           signal_pending=answer.signal_pending)
+        ack = await self.commit_step(token, row, lease_until)
+        if ack.cancel_requested:
+            return Ack(applied=False, cancel_requested=True)
+        return await self.park(row.instance_id, token, row.committed_at, wake_at,
+                               wake_step_id, wake_scope, accept_signal)
 
     async def take_signal(self, token: int, signal_id: str, row: StepRow) -> Ack:
         """Mark ``signal_id`` taken (at ``row.committed_at`` by ``row.step_id``) and append
@@ -470,6 +542,11 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads):
             **failure_columns(failure),
         }
         completed = state == InstanceState.COMPLETED
+        if completed and failure is None and self._lanes is not None:
+            require_aware(now)
+            done = await self._lanes.finish.submit(FinishItem(instance_id, token, now, result))
+            if done:
+                return Ack(applied=True, cancel_requested=False)
         if completed:
             values["result"] = result
         async with self._single(write=True) as conn:  # one UPDATE

@@ -35,7 +35,6 @@ __all__ = [
     "FlowSignalRow",
     "FlowStepRow",
     "FlowStreamRow",
-    "IdempotencyRecordRow",
     "OutboxEventRow",
     "ReviewItemRow",
     "metadata",
@@ -103,6 +102,15 @@ class FlowInstanceRow(SQLModel, table=True):
             sqlite_where=text("instance_key IS NOT NULL AND state IN ('running', 'suspended')"),
             postgresql_where=text("instance_key IS NOT NULL AND state IN ('running', 'suspended')"),
         ),
+        # a start's idempotency key: a repeat is a conflict of the start's one INSERT
+        Index(
+            "uq_flow_instance_idempotency",
+            "flow_name",
+            "idempotency_key",
+            unique=True,
+            sqlite_where=text("idempotency_key IS NOT NULL"),
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+        ),
     )
 
     id: str = _str("id", nullable=False, primary_key=True)
@@ -142,6 +150,8 @@ class FlowInstanceRow(SQLModel, table=True):
     attempt_started_at: datetime | None = _instant("attempt_started_at")
     heartbeat_at: datetime | None = _instant("heartbeat_at")
     heartbeat_value: Any = _json("heartbeat_value")
+    idempotency_key: str | None = _str("idempotency_key")
+    request_hash: str | None = _str("request_hash")
 
 
 class FlowStepRow(SQLModel, table=True):
@@ -194,19 +204,6 @@ class FlowSignalRow(SQLModel, table=True):
     received_at: datetime = _instant("received_at", nullable=False)
     taken_at: datetime | None = _instant("taken_at")
     taken_step_id: int | None = _int("taken_step_id")
-
-
-class IdempotencyRecordRow(SQLModel, table=True):
-    """``idempotency_record``: which instance a start's idempotency key created."""
-
-    __tablename__ = "idempotency_record"
-    __table_args__ = (PrimaryKeyConstraint("flow_name", "key", name="pk_idempotency_record"),)
-
-    flow_name: str = _str("flow_name", nullable=False)
-    key: str = _str("key", nullable=False)
-    request_hash: str | None = _str("request_hash")
-    instance_id: str = _str("instance_id", nullable=False)
-    created_at: datetime = _instant("created_at", nullable=False)
 
 
 class OutboxEventRow(SQLModel, table=True):

@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy.exc import IntegrityError
 
 from app.engine.journal import (
     Ack,
@@ -158,38 +157,47 @@ async def test_instance_key_is_held_while_the_instance_is_active(sql_journal: Sq
     await started(sql_journal, instance_key="doc-7")
 
 
-async def test_start_race_translates_the_integrity_error(
-    sql_journal: SqlJournal, monkeypatch: pytest.MonkeyPatch
+async def test_a_start_that_conflicts_gets_the_domain_error_or_the_first_instance(
+    sql_journal: SqlJournal,
 ) -> None:
-    """A start that passed its checks before a concurrent start committed gets the domain
-    error (driver error kept as the cause), or the winner's instance for a repeat."""
+    """The start's one INSERT is the check: a conflicting start reads what holds the key
+    and gets the domain error, or the first instance for a repeat; nothing is written."""
     winner, _ = await sql_journal.create_instance(
         new_instance(idempotency_key="k", request_hash="h", instance_key="doc")
     )
-    real = SqlJournal._existing_start
-    calls = {"n": 0}
-
-    async def blind_first_check(self: SqlJournal, conn: Any, new: Any, cause: Any = None) -> Any:
-        calls["n"] += 1
-        if cause is None:
-            return None  # as if the winner had not committed yet
-        return await real(self, conn, new, cause)
-
-    monkeypatch.setattr(SqlJournal, "_existing_start", blind_first_check)
-    with pytest.raises(IdempotencyKeyReused) as reused:
+    with pytest.raises(IdempotencyKeyReused):
         await sql_journal.create_instance(new_instance(idempotency_key="k", request_hash="other"))
-    assert isinstance(reused.value.__cause__, IntegrityError)
-    with pytest.raises(InstanceKeyInUse) as in_use:
+    with pytest.raises(InstanceKeyInUse):
         await sql_journal.create_instance(new_instance(instance_key="doc"))
-    assert isinstance(in_use.value.__cause__, IntegrityError)
     repeat, created = await sql_journal.create_instance(
         new_instance(idempotency_key="k", request_hash="h", instance_key="doc")
     )
     assert (repeat.id, created) == (winner.id, False)
     with pytest.raises(JournalConflict):
         await sql_journal.create_instance(new_instance(id=winner.id))
-    assert calls["n"] == 8
     assert await sql_journal.count_instances() == 1
+
+
+async def test_a_key_holder_that_ends_during_a_conflicting_start_lets_it_in(
+    sql_journal: SqlJournal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The INSERT met a holder of the instance key that ended before the start could read
+    it: the start tries its INSERT again instead of failing."""
+    holder, _ = await sql_journal.create_instance(new_instance(instance_key="doc"))
+    real = SqlJournal._existing_start
+    calls = {"n": 0}
+
+    async def holder_ends_first(self: SqlJournal, conn: Any, new: Any, cause: Any = None) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            await self.finish(holder.id, 1, at(2), InstanceState.COMPLETED, 1)
+            return None
+        return await real(self, conn, new, cause)
+
+    monkeypatch.setattr(SqlJournal, "_existing_start", holder_ends_first)
+    record, created = await sql_journal.create_instance(new_instance(instance_key="doc"))
+    assert created and record.id != holder.id and calls["n"] == 1
+    assert await sql_journal.count_instances(InstanceState.RUNNING) == 1
 
 
 async def test_hundred_concurrent_starts(sql_journal: SqlJournal) -> None:
@@ -342,7 +350,9 @@ async def test_commit_step_appends_row_events_and_reviews(sql_journal: SqlJourna
     assert snapshot.steps[0].sequence is not None and snapshot.steps[1].sequence is not None
     assert snapshot.steps[0].sequence < snapshot.steps[1].sequence
     instance = snapshot.instance
-    assert (instance.lease_expires_at, instance.updated_at) == (at(45), at(2))
+    # the first commit cleared the attempt in flight and renewed the lease; the second,
+    # with no attempt in flight, only fenced: the row is as the first left it
+    assert (instance.lease_expires_at, instance.updated_at) == (at(40), at(2))
     assert instance.attempt_step_id is None and instance.attempt_started_at is None
     events = await sql_journal.list_events()
     assert [(e["id"], e["name"], e["payload"], e["instance_id"]) for e in events] == [
@@ -366,7 +376,7 @@ async def test_duplicate_step_row_is_a_conflict_and_writes_nothing(
     assert info.value.code == "store.journal_conflict"
     assert await sql_journal.list_events() == []
     record = await sql_journal.get_instance(instance_id)
-    assert record.lease_expires_at == at(40)
+    assert record.lease_expires_at == T0 + LEASE  # nothing of the refused commit
 
 
 async def test_ack_reports_the_cancel_flag(sql_journal: SqlJournal) -> None:

@@ -26,7 +26,6 @@ TABLES = {
     "flow_instance",
     "flow_step",
     "flow_signal",
-    "idempotency_record",
     "outbox_event",
     "review_item",
     "flow_heartbeat",

@@ -145,9 +145,10 @@ async def test_clock_skew_steals_no_live_lease_and_a_dead_nodes_work_is_taken_ov
         assert await duplicate_executions(h) == []
 
 
-class _SlowLoad:
-    """A node's journal whose ``load`` is slow: ``stall`` runs after the read, before the
-    node goes on (as a node waiting for a connection or a busy event loop would)."""
+class _SlowClaim:
+    """A node's journal that is slow after a claim: ``stall`` runs once the claim (and, on
+    PostgreSQL, the snapshot read with it) returned, before the node goes on (as a node
+    waiting for a connection or a busy event loop would)."""
 
     def __init__(self, journal: Any, stall: Callable[[], Awaitable[None]]) -> None:
         self._journal = journal
@@ -156,10 +157,11 @@ class _SlowLoad:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._journal, name)
 
-    async def load(self, instance_id: str) -> Any:
-        snapshot = await self._journal.load(instance_id)
-        await self._stall()
-        return snapshot
+    async def claim_due(self, *args: Any, **kwargs: Any) -> Any:
+        claims = await self._journal.claim_due(*args, **kwargs)
+        if claims:
+            await self._stall()
+        return claims
 
 
 async def test_a_try_does_not_start_on_a_lease_that_lapsed_before_the_call(
@@ -178,7 +180,7 @@ async def test_a_try_does_not_start_on_a_lease_that_lapsed_before_the_call(
             h.clock.advance(LEASE + SCAN)
             taken.append(await b.sweep())
 
-        a = Engine(_SlowLoad(h.journal, stall), h.catalog, h.clock,
+        a = Engine(_SlowClaim(h.journal, stall), h.catalog, h.clock,
                    replace(h.engine.config, node_id="node-a"))
         report = await a.sweep()
         assert (report.claimed, report.failed_runs) == (1, 1)

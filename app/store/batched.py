@@ -1,0 +1,302 @@
+"""PostgreSQL group commit: the hot writes of many instances as one statement per batch.
+
+Starts, journal commits, parks and completions of concurrent runs go through
+:class:`~app.store.lanes.Lane` s; each batch is one statement over arrays (``unnest``), in
+autocommit, or one short transaction where a park must look at the mailbox after it holds
+the instance rows. Every item keeps its own fence (instance id, fencing token, ``state =
+'running'``): an item whose fence matches nothing, or a batch the database refuses (a
+journal row that exists already), is answered ``None`` and the caller takes the
+one-at-a-time path, which says precisely why (stale token, no instance, conflict).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from app.engine.journal import NewInstance, StepRow
+from app.store.lanes import Lane
+from app.store.mapping import step_values
+
+__all__ = ["CommitAnswer", "CommitItem", "FinishItem", "Lanes", "PgBatches", "require_aware"]
+
+_STEP_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("instance_id", "text"), ("step_id", "int"), ("scope", "int"), ("kind", "text"),
+    ("capability_id", "text"), ("outcome", "text"), ("try_number", "int"),
+    ("values", "json"), ("error_type", "text"), ("error_detail", "text"), ("final", "bool"),
+    ("next_try_at", "timestamptz"), ("started_at", "timestamptz"),
+    ("committed_at", "timestamptz"),
+)
+_STEP_NAMES = ", ".join(f'"{name}"' for name, _ in _STEP_COLUMNS)
+_STEP_FROM_T = ", ".join(f't."{name}"' for name, _ in _STEP_COLUMNS)
+_JSON_COLUMNS = frozenset({"values", "input", "result"})
+_CLEAR_ATTEMPT = ("attempt_step_id = NULL, attempt_scope = NULL, attempt_try = NULL, "
+                  "attempt_started_at = NULL, heartbeat_at = NULL, heartbeat_value = NULL")
+
+
+def require_aware(*instants: datetime | None) -> None:
+    """Refuse naive instants before they join a batch (one caller's bad value must not
+    fail the others' statement); the same rule :class:`~app.store.types.UtcDateTime`
+    applies on the one-at-a-time path.
+
+    Raises:
+        ValueError: an instant is naive.
+    """
+    for value in instants:
+        if value is not None and (value.tzinfo is None or value.utcoffset() is None):
+            raise ValueError(f"UtcDateTime expects an aware datetime, got naive {value!r}")
+
+
+def _unnest(columns: Sequence[tuple[str, str]]) -> str:
+    args = ", ".join(f"%({name})s::{kind}[]" for name, kind in columns)
+    names = ", ".join(f'"{name}"' for name, _ in columns)
+    return f"unnest({args}) AS t({names})"
+
+
+def _arrays(columns: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]]
+            ) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {name: [] for name, _ in columns}
+    for row in rows:
+        for name, _ in columns:
+            value = row[name]
+            if name in _JSON_COLUMNS and value is not None:
+                value = json.dumps(value)
+            out[name].append(value)
+    return out
+
+
+_CREATE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("id", "text"), ("flow_name", "text"), ("flow_version", "text"), ("input", "json"),
+    ("created_at", "timestamptz"), ("deadline_at", "timestamptz"), ("lease_owner", "text"),
+    ("lease_expires_at", "timestamptz"), ("instance_key", "text"),
+    ("idempotency_key", "text"), ("request_hash", "text"),
+)
+# ON CONFLICT DO NOTHING: a repeated idempotency key, an instance key in use (or an id that
+# exists) skips that row only; its caller then reads what holds the key
+_CREATE_SQL = (
+    "INSERT INTO flow_instance (id, flow_name, flow_version, state, input, created_at, "
+    "updated_at, deadline_at, lease_owner, lease_expires_at, fencing_token, "
+    "cancel_requested, instance_key, idempotency_key, request_hash) "
+    "SELECT t.id, t.flow_name, t.flow_version, 'running', t.input, t.created_at, "
+    "t.created_at, t.deadline_at, t.lease_owner, t.lease_expires_at, 1, false, "
+    "t.instance_key, t.idempotency_key, t.request_hash "
+    f"FROM {_unnest(_CREATE_COLUMNS)} ON CONFLICT DO NOTHING RETURNING id"
+)
+
+_FENCE_COLUMNS: tuple[tuple[str, str], ...] = (("token", "bigint"), ("lease_until", "timestamptz"))
+_COMMIT_COLUMNS = _STEP_COLUMNS + _FENCE_COLUMNS
+# The fence locks the instance row FOR SHARE (a concurrent claim waits, and one that
+# committed first makes the token mismatch): no new row version for a plain commit. A row
+# with a heartbeating attempt in flight has it cleared (and its lease renewed).
+_COMMIT_SQL = (
+    f"WITH t AS (SELECT * FROM {_unnest(_COMMIT_COLUMNS)}), "
+    "fence AS (SELECT i.id, t.token, i.cancel_requested, "
+    "i.attempt_step_id IS NOT NULL AS busy FROM flow_instance i "
+    "JOIN t ON i.id = t.instance_id AND i.fencing_token = t.token "
+    "WHERE i.state = 'running' FOR SHARE OF i), "
+    f"cleared AS (UPDATE flow_instance i SET {_CLEAR_ATTEMPT}, "
+    "lease_expires_at = t.lease_until, updated_at = t.committed_at "
+    "FROM t, fence WHERE fence.busy AND i.id = fence.id AND t.instance_id = fence.id "
+    "AND t.token = fence.token RETURNING i.id), "
+    f"ins AS (INSERT INTO flow_step ({_STEP_NAMES}) SELECT {_STEP_FROM_T} FROM t "
+    "JOIN fence ON fence.id = t.instance_id AND fence.token = t.token RETURNING 1) "
+    "SELECT fence.id, fence.token, fence.cancel_requested, "
+    "(SELECT count(*) FROM ins) AS inserted, (SELECT count(*) FROM cleared) AS cleared "
+    "FROM fence"
+)
+
+_PARK_COLUMNS = _COMMIT_COLUMNS + (
+    ("now", "timestamptz"), ("wake_at", "timestamptz"), ("wake_step_id", "int"),
+    ("wake_scope", "int"), ("accept", "text"), ("owner", "text"),
+)
+# One UPDATE per instance parks it (or, when a cancel was requested, only clears the
+# attempt and keeps it running: the run unwinds) and the journal row goes in with it.
+_PARK_SQL = (
+    f"WITH t AS (SELECT * FROM {_unnest(_PARK_COLUMNS)}), "
+    "parked AS (UPDATE flow_instance i SET "
+    "state = CASE WHEN i.cancel_requested THEN i.state ELSE 'suspended' END, "
+    "wake_at = CASE WHEN i.cancel_requested THEN i.wake_at ELSE t.wake_at END, "
+    "wake_step_id = CASE WHEN i.cancel_requested THEN i.wake_step_id "
+    "ELSE t.wake_step_id END, "
+    "wake_scope = CASE WHEN i.cancel_requested THEN i.wake_scope ELSE t.wake_scope END, "
+    "lease_owner = CASE WHEN i.cancel_requested THEN i.lease_owner END, "
+    "lease_expires_at = CASE WHEN i.cancel_requested THEN t.lease_until END, "
+    f"{_CLEAR_ATTEMPT}, updated_at = t.now "
+    "FROM t WHERE i.id = t.instance_id AND i.fencing_token = t.token "
+    "AND i.state = 'running' "
+    "RETURNING i.id, t.token, i.cancel_requested, t.accept, t.owner, t.lease_until), "
+    f"ins AS (INSERT INTO flow_step ({_STEP_NAMES}) SELECT {_STEP_FROM_T} FROM t "
+    "JOIN parked p ON p.id = t.instance_id AND p.token = t.token RETURNING 1) "
+    "SELECT p.id, p.token, p.cancel_requested, p.accept, p.owner, p.lease_until, "
+    "(SELECT count(*) FROM ins) AS inserted FROM parked p"
+)
+# Second statement of a park batch that accepts signals, in the same transaction: it runs
+# after the first holds the instance rows, so it sees every delivery committed before them
+# (a delivery holds the row FOR SHARE until it commits); those parks are undone (running
+# again, leased as before) and the run takes the signal instead.
+_UNPARK_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("id", "text"), ("token", "bigint"), ("accept", "text"), ("owner", "text"),
+    ("lease_until", "timestamptz"),
+)
+_UNPARK_SQL = (
+    "UPDATE flow_instance i SET state = 'running', lease_owner = t.owner, "
+    f"lease_expires_at = t.lease_until FROM {_unnest(_UNPARK_COLUMNS)} "
+    "WHERE i.id = t.id AND i.fencing_token = t.token AND i.state = 'suspended' "
+    "AND EXISTS (SELECT 1 FROM flow_signal s WHERE s.instance_id = i.id "
+    "AND s.name = t.accept AND s.taken_at IS NULL) RETURNING i.id"
+)
+
+_FINISH_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("id", "text"), ("token", "bigint"), ("now", "timestamptz"), ("result", "json"),
+)
+_FINISH_SQL = (
+    "UPDATE flow_instance i SET state = 'completed', updated_at = t.now, ending = NULL, "
+    "wake_at = NULL, wake_step_id = NULL, wake_scope = NULL, lease_owner = NULL, "
+    f"lease_expires_at = NULL, {_CLEAR_ATTEMPT}, result = t.result "
+    f"FROM {_unnest(_FINISH_COLUMNS)} "
+    "WHERE i.id = t.id AND i.fencing_token = t.token AND i.state = 'running' "
+    "AND NOT i.cancel_requested RETURNING i.id, t.token"
+)
+
+
+@dataclass(frozen=True)
+class CommitItem:
+    """A journal row to commit under ``token``, optionally parking the instance with it.
+
+    Attributes:
+        park: ``(now, wake_at, wake_step_id, wake_scope, accept_signal, owner)`` or None.
+    """
+
+    token: int
+    row: StepRow
+    lease_until: datetime
+    park: tuple[datetime, datetime | None, int, int, str | None, str] | None = None
+
+
+@dataclass(frozen=True)
+class CommitAnswer:
+    """What a batched commit did: the row is in; ``parked`` unless a cancel was requested
+    (``cancel_requested``) or an accepted signal waits (``signal_pending``)."""
+
+    cancel_requested: bool
+    parked: bool = False
+    signal_pending: bool = False
+
+
+@dataclass(frozen=True)
+class FinishItem:
+    """Complete the instance ``id`` under ``token`` with ``result`` at ``now``."""
+
+    id: str
+    token: int
+    now: datetime
+    result: Any
+
+
+@dataclass(frozen=True)
+class Lanes:
+    """The PostgreSQL store's group-commit lanes (see :class:`PgBatches`)."""
+
+    create: Lane[NewInstance, bool]
+    commit: Lane[CommitItem, CommitAnswer | None]
+    park: Lane[CommitItem, CommitAnswer | None]
+    finish: Lane[FinishItem, bool | None]
+
+
+class PgBatches:
+    """The batch bodies of :class:`app.store.sql_journal.SqlJournal`'s PostgreSQL lanes.
+
+    Each takes the items of one batch and answers per item; ``None`` sends that item to
+    the one-at-a-time path (which raises the precise error, or applies it).
+    """
+
+    _single: Any
+    _write: Any
+
+    def _make_lanes(self) -> Lanes:
+        return Lanes(create=Lane(self._batch_create), commit=Lane(self._batch_commit),
+                     park=Lane(self._batch_park), finish=Lane(self._batch_finish))
+
+    async def _batch_create(self, items: Sequence[NewInstance]) -> list[bool]:
+        """Insert the instances; per item, whether it was inserted (False: a key or id
+        conflict, for the caller to judge)."""
+        rows = [{"id": n.id, "flow_name": n.flow_name, "flow_version": n.flow_version,
+                 "input": n.input, "created_at": n.created_at, "deadline_at": n.deadline_at,
+                 "lease_owner": n.lease_owner, "lease_expires_at": n.lease_expires_at,
+                 "instance_key": n.instance_key, "idempotency_key": n.idempotency_key,
+                 "request_hash": n.request_hash} for n in items]
+        async with self._single(write=True) as conn:
+            result = await conn.exec_driver_sql(_CREATE_SQL, _arrays(_CREATE_COLUMNS, rows))
+            created = {r[0] for r in result}
+        return [n.id in created for n in items]
+
+    async def _batch_commit(self, items: Sequence[CommitItem]
+                            ) -> list[CommitAnswer | None]:
+        """Commit plain journal rows (no park); None: fence matched nothing or conflict."""
+        rows = []
+        for item in items:
+            values = step_values(item.row)
+            values["token"], values["lease_until"] = item.token, item.lease_until
+            rows.append(values)
+        try:
+            async with self._single(write=True) as conn:
+                result = (await conn.exec_driver_sql(
+                    _COMMIT_SQL, _arrays(_COMMIT_COLUMNS, rows))).all()
+        except IntegrityError:
+            return [None] * len(items)  # one row exists already: each goes alone
+        fenced = {(r.id, r.token): bool(r.cancel_requested) for r in result}
+        return [CommitAnswer(fenced[key]) if (key := (i.row.instance_id, i.token)) in fenced
+                else None for i in items]
+
+    async def _batch_park(self, items: Sequence[CommitItem]) -> list[CommitAnswer | None]:
+        """Commit journal rows and park their instances; None: fence matched nothing or
+        conflict."""
+        rows = []
+        for item in items:
+            assert item.park is not None
+            values = step_values(item.row)
+            now, wake_at, step_id, scope, accept, owner = item.park
+            values.update(token=item.token, lease_until=item.lease_until, now=now,
+                          wake_at=wake_at, wake_step_id=step_id, wake_scope=scope,
+                          accept=accept, owner=owner)
+            rows.append(values)
+        accepting = any(item.park is not None and item.park[4] is not None for item in items)
+        try:
+            async with (self._write() if accepting else self._single(write=True)) as conn:
+                result = (await conn.exec_driver_sql(
+                    _PARK_SQL, _arrays(_PARK_COLUMNS, rows))).all()
+                undo = [{"id": r.id, "token": r.token, "accept": r.accept, "owner": r.owner,
+                         "lease_until": r.lease_until}
+                        for r in result if r.accept is not None and not r.cancel_requested]
+                unparked: set[str] = set()
+                if undo:
+                    unparked = {r[0] for r in await conn.exec_driver_sql(
+                        _UNPARK_SQL, _arrays(_UNPARK_COLUMNS, undo))}
+        except IntegrityError:
+            return [None] * len(items)
+        done = {(r.id, r.token): bool(r.cancel_requested) for r in result}
+        answers: list[CommitAnswer | None] = []
+        for item in items:
+            key = (item.row.instance_id, item.token)
+            if key not in done:
+                answers.append(None)
+            elif done[key]:
+                answers.append(CommitAnswer(cancel_requested=True))
+            elif key[0] in unparked:
+                answers.append(CommitAnswer(cancel_requested=False, signal_pending=True))
+            else:
+                answers.append(CommitAnswer(cancel_requested=False, parked=True))
+        return answers
+
+    async def _batch_finish(self, items: Sequence[FinishItem]) -> list[bool | None]:
+        """Complete instances; None: not applied (a cancel was requested, a stale token)."""
+        rows = [{"id": i.id, "token": i.token, "now": i.now, "result": i.result} for i in items]
+        async with self._single(write=True) as conn:
+            result = await conn.exec_driver_sql(_FINISH_SQL, _arrays(_FINISH_COLUMNS, rows))
+            done = {(r.id, r.token) for r in result}
+        return [True if (i.id, i.token) in done else None for i in items]
