@@ -45,7 +45,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=None,
                         help="lateness/peers: seconds of durable wait between polls")
     parser.add_argument("--rate", type=float, default=None,
-                        help="lateness: starts per second (default 25)")
+                        help="lateness: starts per second (default 25); peers: starts per "
+                        "second of the lag phase (default 1000)")
+    parser.add_argument("--engine-concurrency", type=int, default=None,
+                        help="peers: runs the node advances at once (default 100, "
+                        "FLOWPARK_CONCURRENCY)")
     parser.add_argument("--no-short-wakes", dest="short_wakes", action="store_false",
                         help="lateness/peers: no in-process wake, the periodic sweep only")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")

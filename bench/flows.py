@@ -17,14 +17,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-import httpx
 from pydantic import BaseModel
 
 from app.engine.clock import SystemClock
 from app.engine.engine import Engine, EngineConfig
 from app.flows import Backoff, Capability, Catalog, Flow, StepContext
 from app.store import SqlJournal, make_async_engine
-from samples.document_processing import OcrClient, build_document_flow
 
 __all__ = ["PeersInput", "Probe", "ProbeCheck", "build_peers_flow", "node_engine"]
 
@@ -94,10 +92,16 @@ async def node_engine(url: str, *, ocr_url: str | None = None, flows: list[Flow]
     ``document.process`` sample bound to the OCR at ``ocr_url`` (when given) and ``flows``.
     """
     db = make_async_engine(url, pool_size=pool_size)
-    http = httpx.AsyncClient(timeout=10, limits=httpx.Limits(max_connections=200,
-                                                             max_keepalive_connections=50))
     catalog = Catalog()
+    http = None
     if ocr_url is not None:
+        # imported here: a node without the OCR starts faster (see the peers restart)
+        import httpx
+
+        from samples.document_processing import OcrClient, build_document_flow
+
+        http = httpx.AsyncClient(timeout=10, limits=httpx.Limits(
+            max_connections=200, max_keepalive_connections=50))
         catalog.register(build_document_flow(OcrClient(http, ocr_url)))
     for flow in flows or ():
         catalog.register(flow)
@@ -106,7 +110,8 @@ async def node_engine(url: str, *, ocr_url: str | None = None, flows: list[Flow]
     try:
         yield engine
     finally:
-        await http.aclose()
+        if http is not None:
+            await http.aclose()
         await db.dispose()
 
 

@@ -6,7 +6,8 @@ the ``SystemClock`` and the production ``Sweeper`` (periodic sweep + in-process 
 with the ``bench.peers`` flow registered.
 
 Modes:
-* ``drive``: start N flows (``--concurrency`` at a time) and wait until all completed;
+* ``drive``: start N flows (``--concurrency`` at a time, at most ``--rate`` per second when
+  given) and wait until all completed;
   print one JSON line with the start window, wake instants and lags, and peak RSS.
 * ``park``: start N flows with no sweeper and print ``parked`` (then wait to be killed).
 * ``serve``: sweep until SIGTERM; print ``ready <epoch seconds>`` once the sweeper runs.
@@ -27,7 +28,6 @@ from datetime import timedelta
 from sqlalchemy import text
 
 from app.runtime.scheduler import Sweeper
-from bench.common import run_concurrently
 from bench.flows import Probe, build_peers_flow, node_engine
 
 
@@ -42,6 +42,7 @@ async def main(args: argparse.Namespace) -> None:
     probe = Probe()
     flow = build_peers_flow(probe, polls=args.polls, wait=timedelta(seconds=args.wait))
     async with node_engine(args.url, flows=[flow], pool_size=args.pool_size,
+                           concurrency=args.engine_concurrency,
                            node_id=f"bench-{args.mode}-{uuid.uuid4().hex[:4]}") as engine:
         engine.wake_listeners.append(probe.on_park)
         plan = engine.catalog.latest("bench.peers")
@@ -56,13 +57,16 @@ async def main(args: argparse.Namespace) -> None:
             await stop.wait()
             await sweeper.stop()  # type: ignore[union-attr]
             return
+        from bench.common import run_concurrently  # not at import: a serving node boots faster
+
         run_id = uuid.uuid4().hex[:6]
 
         async def start(i: int) -> None:
             await engine.start(plan, {"key": f"{run_id}-{i}"})
 
         t0 = time.perf_counter()
-        await run_concurrently(args.n, args.concurrency, start, label=f"{args.mode}: start")
+        await run_concurrently(args.n, args.concurrency, start, label=f"{args.mode}: start",
+                               rate=args.rate)
         t1 = time.perf_counter()
         if args.mode == "park":
             print("parked", flush=True)
@@ -95,6 +99,10 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--no-short-wakes", dest="short_wakes", action="store_false")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--pool-size", type=int, default=10)
+    parser.add_argument("--engine-concurrency", type=int, default=32,
+                        help="runs the node advances at once (FLOWPARK_CONCURRENCY)")
+    parser.add_argument("--rate", type=float, default=None,
+                        help="starts begun per second (default: as fast as they go)")
     return parser.parse_args()
 
 

@@ -1,11 +1,15 @@
 """``peers``: the shape other durable-flow systems are measured in.
 
-Phase 1: one node (its own process, :mod:`bench.node`) starts N=2000 ``bench.peers``
-flows: three polls of a trivial in-process status check (no HTTP), a 1 s durable wait
-between polls (parked: one row, woken by the node's in-process wake or its sweep).
-Reports starts/s (N / the start phase), wakes/s (wakes / first-to-last wake), completions/s
-(N / first start to last completion), wake lag p50/p99 (attempt start minus ``wake_at``)
-and the node's peak RSS.
+Phase 1 (throughput): one node (its own process, :mod:`bench.node`) starts N=2000
+``bench.peers`` flows as fast as they go (32 at a time): three polls of a trivial in-process
+status check (no HTTP), a 1 s durable wait between polls (parked: one row, woken by the
+node's in-process wake or its sweep). Reports starts/s (N / the start phase), wakes/s
+(wakes / first-to-last wake), completions/s (N / first start to last completion) and the
+node's peak RSS. Its wake lag is reported as ``saturated_wake_lag_*``: wakes arrive as fast
+as the starts went, faster than one node can serve them, so they queue.
+
+Phase 1b (lag): the same N flows started at ``--rate`` per second (default 1,000): the wake
+lag p50/p99 (attempt start minus ``wake_at``) at that offered load.
 
 Phase 2 (crash): a node parks ``--overdue`` 500 flows and is SIGKILLed; once every one of
 them is overdue a new node process is spawned. Reports seconds from the spawn (and from
@@ -58,9 +62,13 @@ async def _line(proc: subprocess.Popen[str], timeout: float) -> str:
     return line.strip()
 
 
-async def _phase_drive(store: BenchStore, n: int, opts: dict[str, Any]) -> dict[str, Any]:
-    err_console.print(f"peers: {n} flows on one node")
-    proc = _node("drive", store, n=n, **opts)
+async def _phase_drive(store: BenchStore, n: int, opts: dict[str, Any],
+                       rate: float | None = None) -> dict[str, Any]:
+    paced = f", {rate:g} starts/s" if rate else ", starts as fast as they go"
+    err_console.print(f"peers: {n} flows on one node{paced}")
+    sql(store, "DELETE FROM flow_step")
+    sql(store, "DELETE FROM flow_instance")
+    proc = _node("drive", store, n=n, **opts, **({"rate": rate} if rate else {}))
     report = json.loads(await _line(proc, timeout=600))
     proc.wait(timeout=60)
     times = sql(store, "SELECT min(created_at), max(updated_at) FROM flow_instance "
@@ -113,21 +121,30 @@ async def _phase_crash(store: BenchStore, overdue: int, opts: dict[str, Any]
 
 async def run(store: BenchStore, n: int, *, polls: int = 3, interval: float | None = None,
               scan_interval: float | None = None, short_wakes: bool = True,
-              concurrency: int = 32, overdue: int = 500, **_: Any) -> Result:
+              concurrency: int = 32, overdue: int = 500, rate: float | None = None,
+              engine_concurrency: int = 100, **_: Any) -> Result:
     opts: dict[str, Any] = {"polls": polls, "wait": interval or 1.0,
                             "scan_interval": scan_interval or 10.0,
-                            "concurrency": concurrency}
+                            "concurrency": concurrency,
+                            "engine_concurrency": engine_concurrency}
     if not short_wakes:
         opts["short_wakes"] = False
+    pace = rate or 1000.0
     drive = await _phase_drive(store, n, opts)
+    paced = await _phase_drive(store, n, opts, rate=pace)
     crash = await _phase_crash(store, overdue, opts)
-    lags = percentiles([x * 1000 for x in drive["lags_s"]], (50, 99))
+    saturated = percentiles([x * 1000 for x in drive["lags_s"]], (50, 99))
+    lags = percentiles([x * 1000 for x in paced["lags_s"]], (50, 99))
     figures = {
         "starts_per_s": round(n / drive["start_span_s"], 1),
         "wakes_per_s": round(drive["wakes"] / max(drive["wake_span_s"], 1e-9), 1),
         "completions_per_s": round(n / drive["completion_span_s"], 1),
         "wake_lag_p50_ms": round(lags["p50"], 1),
         "wake_lag_p99_ms": round(lags["p99"], 1),
+        "paced_starts_per_s": round(n / paced["start_span_s"], 1),
+        "paced_wakes_per_s": round(paced["wakes"] / max(paced["wake_span_s"], 1e-9), 1),
+        "saturated_wake_lag_p50_ms": round(saturated["p50"], 1),
+        "saturated_wake_lag_p99_ms": round(saturated["p99"], 1),
         "peak_rss_mb": round(drive["peak_rss_mb"], 1),
         "restart_first_resumed_s": round(crash["first_from_spawn_s"], 3),
         "restart_last_resumed_s": round(crash["last_from_spawn_s"], 3),
@@ -139,12 +156,13 @@ async def run(store: BenchStore, n: int, *, polls: int = 3, interval: float | No
         targets = {
             "starts_per_s": (">= 1000 (PostgreSQL)", figures["starts_per_s"] >= 1000),
             "wakes_per_s": (">= 1000 (PostgreSQL)", figures["wakes_per_s"] >= 1000),
-            "wake_lag_p99_ms": ("< 100 (PostgreSQL)", figures["wake_lag_p99_ms"] < 100),
+            "wake_lag_p99_ms": (f"< 100 at {pace:g} starts/s (PostgreSQL)",
+                                figures["wake_lag_p99_ms"] < 100),
             "restart_last_resumed_s": ("<= 1 s after restart (PostgreSQL)",
                                        figures["restart_last_resumed_s"] <= 1.0),
         }
     return Result("peers", store.kind, n, figures,
-                  {**opts, "short_wakes": short_wakes, "overdue": overdue},
+                  {**opts, "short_wakes": short_wakes, "overdue": overdue, "rate": pace},
                   targets=targets,
                   details={"wakes": drive["wakes"],
                            "start_span_s": round(drive["start_span_s"], 2),

@@ -49,6 +49,11 @@ class CountingJournal(SqlJournal):
         CountingJournal.committed += 1
         return ack
 
+    async def commit_and_park(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        ack = await SqlJournal.commit_and_park(self, *args, **kwargs)
+        CountingJournal.committed += 1
+        return ack
+
 
 async def baseline_tps(url: str, *, concurrency: int = 32, pool_size: int = 10,
                        seconds: float = BASELINE_SECONDS) -> float:

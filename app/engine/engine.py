@@ -256,7 +256,8 @@ class Engine(Walker, Limits):
         return RunOutcome(inst.id, InstanceState.FAILED)
 
     # -- sweeping ----------------------------------------------------------------------
-    async def sweep(self, *, limit: int | None = None) -> SweepReport:
+    async def sweep(self, *, limit: int | None = None,
+                    again: Callable[[], bool] | None = None) -> SweepReport:
         """Claim due instances (parked with ``wake_at <= now``, or running with an expired
         lease) and advance each, until none is due or ``limit`` were claimed.
 
@@ -265,6 +266,12 @@ class Engine(Walker, Limits):
         at once and no lease runs out in a queue. While every slot is busy the sweep waits
         for runs to end, then claims again (once a quarter of the slots, or of the batch,
         is free).
+
+        Args:
+            limit: claim at most this many instances in all.
+            again: asked whenever this sweep found nothing more due: True means more may
+                be due now (an in-process wake fired meanwhile), so it claims again
+                instead of returning (one sweep per node keeps all its run slots).
 
         Returns:
             :class:`SweepReport`; runs refused on a stale fencing token count as
@@ -300,6 +307,10 @@ class Engine(Walker, Limits):
                         waiting: asyncio.Future[RunOutcome] = asyncio.ensure_future(
                             self._advance_detachable(claim, gated=False, started=started))
                         runs[waiting] = (claim.instance_id, started[0])
+                if not more and failure is None and again is not None and again():
+                    more = True
+                    if not runs:
+                        continue
                 if not runs:
                     break
                 done, _ = await asyncio.wait(runs, return_when=asyncio.FIRST_COMPLETED)

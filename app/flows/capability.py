@@ -38,7 +38,14 @@ T = TypeVar("T")
 
 def bag_key(model: type[BaseModel]) -> str:
     """The state-bag key of a model type: its ``bag_key`` class attribute, else its name."""
-    return str(getattr(model, "bag_key", None) or model.__name__)
+    key = _BAG_KEYS.get(model)
+    if key is None:
+        key = _BAG_KEYS[model] = str(getattr(model, "bag_key", None) or model.__name__)
+    return key
+
+
+# model type -> bag key (a pydantic class answers a missing attribute slowly, by raising)
+_BAG_KEYS: dict[type[BaseModel], str] = {}
 
 
 @dataclass(frozen=True)

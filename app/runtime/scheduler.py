@@ -58,23 +58,38 @@ class Sweeper:
         self._slots: set[datetime] = set()
         self.wakes_scheduled = 0
         self._running: set[asyncio.Task[Any]] = set()
+        self._sweeping = False  # a sweep of this node is in flight
+        self._again = False  # a wake came while it was: it claims again before returning
 
     async def run_once(self) -> None:
+        """Sweep now. While a sweep of this node is in flight, a second one is not started
+        (two would split the node's run slots into small claims): the one in flight is
+        asked to claim again when it finds nothing more due."""
+        if self._sweeping:
+            self._again = True
+            return
+        self._sweeping = True
         task = asyncio.current_task()
         if task is not None:
             self._running.add(task)
         try:
-            report = await self.engine.sweep()
+            self._again = True
+            while self._take_again():  # a wake that came as the sweep ended: again
+                report = await self.engine.sweep(again=self._take_again)
+                if report.claimed:
+                    log.info("sweep on %s: claimed %d, advanced %d, failed %d",
+                             self.engine.config.node_id, report.claimed, report.advanced,
+                             report.failed_runs)
         except Exception:
             log.exception("sweep failed on node %s", self.engine.config.node_id)
-            return
         finally:
+            self._sweeping = False
             if task is not None:
                 self._running.discard(task)
-        if report.claimed:
-            log.info("sweep on %s: claimed %d, advanced %d, failed %d",
-                     self.engine.config.node_id, report.claimed, report.advanced,
-                     report.failed_runs)
+
+    def _take_again(self) -> bool:
+        again, self._again = self._again, False
+        return again
 
     async def _wake(self, slot: datetime) -> None:
         self._slots.discard(slot)

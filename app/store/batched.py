@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DataError, IntegrityError
 
 from app.engine.journal import NewInstance, StepRow
 from app.store.lanes import Lane
@@ -34,7 +34,6 @@ _STEP_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 _STEP_NAMES = ", ".join(f'"{name}"' for name, _ in _STEP_COLUMNS)
 _STEP_FROM_T = ", ".join(f't."{name}"' for name, _ in _STEP_COLUMNS)
-_JSON_COLUMNS = frozenset({"values", "input", "result"})
 _CLEAR_ATTEMPT = ("attempt_step_id = NULL, attempt_scope = NULL, attempt_try = NULL, "
                   "attempt_started_at = NULL, heartbeat_at = NULL, heartbeat_value = NULL")
 
@@ -52,22 +51,25 @@ def require_aware(*instants: datetime | None) -> None:
             raise ValueError(f"UtcDateTime expects an aware datetime, got naive {value!r}")
 
 
-def _unnest(columns: Sequence[tuple[str, str]]) -> str:
-    args = ", ".join(f"%({name})s::{kind}[]" for name, kind in columns)
-    names = ", ".join(f'"{name}"' for name, _ in columns)
-    return f"unnest({args}) AS t({names})"
+def _recordset(columns: Sequence[tuple[str, str]]) -> str:
+    """The batch's rows as a relation ``t``: one JSON parameter (``rows``), typed columns."""
+    defs = ", ".join(f'"{name}" {kind}' for name, kind in columns)
+    return f"json_to_recordset(%(rows)s::json) AS t({defs})"
 
 
-def _arrays(columns: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]]
-            ) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {name: [] for name, _ in columns}
-    for row in rows:
-        for name, _ in columns:
-            value = row[name]
-            if name in _JSON_COLUMNS and value is not None:
-                value = json.dumps(value)
-            out[name].append(value)
-    return out
+def _instant_text(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _rows(columns: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]]
+          ) -> dict[str, str]:
+    """The ``rows`` parameter: the batch as one JSON array (one parameter to send and
+    parse, however many rows), instants as ISO-8601 text with their offset."""
+    names = [name for name, _ in columns]
+    return {"rows": json.dumps([{name: row[name] for name in names} for row in rows],
+                               separators=(",", ":"), default=_instant_text)}
 
 
 _CREATE_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -85,7 +87,7 @@ _CREATE_SQL = (
     "SELECT t.id, t.flow_name, t.flow_version, 'running', t.input, t.created_at, "
     "t.created_at, t.deadline_at, t.lease_owner, t.lease_expires_at, 1, false, "
     "t.instance_key, t.idempotency_key, t.request_hash "
-    f"FROM {_unnest(_CREATE_COLUMNS)} ON CONFLICT DO NOTHING RETURNING id"
+    f"FROM {_recordset(_CREATE_COLUMNS)} ON CONFLICT DO NOTHING RETURNING id"
 )
 
 _FENCE_COLUMNS: tuple[tuple[str, str], ...] = (("token", "bigint"), ("lease_until", "timestamptz"))
@@ -94,7 +96,7 @@ _COMMIT_COLUMNS = _STEP_COLUMNS + _FENCE_COLUMNS
 # committed first makes the token mismatch): no new row version for a plain commit. A row
 # with a heartbeating attempt in flight has it cleared (and its lease renewed).
 _COMMIT_SQL = (
-    f"WITH t AS (SELECT * FROM {_unnest(_COMMIT_COLUMNS)}), "
+    f"WITH t AS (SELECT * FROM {_recordset(_COMMIT_COLUMNS)}), "
     "fence AS (SELECT i.id, t.token, i.cancel_requested, "
     "i.attempt_step_id IS NOT NULL AS busy FROM flow_instance i "
     "JOIN t ON i.id = t.instance_id AND i.fencing_token = t.token "
@@ -117,7 +119,7 @@ _PARK_COLUMNS = _COMMIT_COLUMNS + (
 # One UPDATE per instance parks it (or, when a cancel was requested, only clears the
 # attempt and keeps it running: the run unwinds) and the journal row goes in with it.
 _PARK_SQL = (
-    f"WITH t AS (SELECT * FROM {_unnest(_PARK_COLUMNS)}), "
+    f"WITH t AS (SELECT * FROM {_recordset(_PARK_COLUMNS)}), "
     "parked AS (UPDATE flow_instance i SET "
     "state = CASE WHEN i.cancel_requested THEN i.state ELSE 'suspended' END, "
     "wake_at = CASE WHEN i.cancel_requested THEN i.wake_at ELSE t.wake_at END, "
@@ -145,7 +147,7 @@ _UNPARK_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 _UNPARK_SQL = (
     "UPDATE flow_instance i SET state = 'running', lease_owner = t.owner, "
-    f"lease_expires_at = t.lease_until FROM {_unnest(_UNPARK_COLUMNS)} "
+    f"lease_expires_at = t.lease_until FROM {_recordset(_UNPARK_COLUMNS)} "
     "WHERE i.id = t.id AND i.fencing_token = t.token AND i.state = 'suspended' "
     "AND EXISTS (SELECT 1 FROM flow_signal s WHERE s.instance_id = i.id "
     "AND s.name = t.accept AND s.taken_at IS NULL) RETURNING i.id"
@@ -158,7 +160,7 @@ _FINISH_SQL = (
     "UPDATE flow_instance i SET state = 'completed', updated_at = t.now, ending = NULL, "
     "wake_at = NULL, wake_step_id = NULL, wake_scope = NULL, lease_owner = NULL, "
     f"lease_expires_at = NULL, {_CLEAR_ATTEMPT}, result = t.result "
-    f"FROM {_unnest(_FINISH_COLUMNS)} "
+    f"FROM {_recordset(_FINISH_COLUMNS)} "
     "WHERE i.id = t.id AND i.fencing_token = t.token AND i.state = 'running' "
     "AND NOT i.cancel_requested RETURNING i.id, t.token"
 )
@@ -202,7 +204,7 @@ class FinishItem:
 class Lanes:
     """The PostgreSQL store's group-commit lanes (see :class:`PgBatches`)."""
 
-    create: Lane[NewInstance, bool]
+    create: Lane[NewInstance, bool | None]
     commit: Lane[CommitItem, CommitAnswer | None]
     park: Lane[CommitItem, CommitAnswer | None]
     finish: Lane[FinishItem, bool | None]
@@ -222,18 +224,25 @@ class PgBatches:
         return Lanes(create=Lane(self._batch_create), commit=Lane(self._batch_commit),
                      park=Lane(self._batch_park), finish=Lane(self._batch_finish))
 
-    async def _batch_create(self, items: Sequence[NewInstance]) -> list[bool]:
+    async def _batch_create(self, items: Sequence[NewInstance]) -> list[bool | None]:
         """Insert the instances; per item, whether it was inserted (False: a key or id
-        conflict, for the caller to judge)."""
+        conflict, for the caller to judge; None: the batch was refused, insert alone)."""
         rows = [{"id": n.id, "flow_name": n.flow_name, "flow_version": n.flow_version,
                  "input": n.input, "created_at": n.created_at, "deadline_at": n.deadline_at,
                  "lease_owner": n.lease_owner, "lease_expires_at": n.lease_expires_at,
                  "instance_key": n.instance_key, "idempotency_key": n.idempotency_key,
                  "request_hash": n.request_hash} for n in items]
-        async with self._single(write=True) as conn:
-            result = await conn.exec_driver_sql(_CREATE_SQL, _arrays(_CREATE_COLUMNS, rows))
-            created = {r[0] for r in result}
-        return [n.id in created for n in items]
+        try:
+            async with self._single(write=True) as conn:
+                result = await conn.exec_driver_sql(_CREATE_SQL, _rows(_CREATE_COLUMNS, rows))
+                created = {r[0] for r in result}
+        except DataError:  # one value the database refuses: each start alone says which
+            return [None] * len(items)
+        answers: list[bool | None] = []
+        for n in items:  # an id twice in one batch was inserted once: the first has it
+            answers.append(n.id in created)
+            created.discard(n.id)
+        return answers
 
     async def _batch_commit(self, items: Sequence[CommitItem]
                             ) -> list[CommitAnswer | None]:
@@ -246,8 +255,8 @@ class PgBatches:
         try:
             async with self._single(write=True) as conn:
                 result = (await conn.exec_driver_sql(
-                    _COMMIT_SQL, _arrays(_COMMIT_COLUMNS, rows))).all()
-        except IntegrityError:
+                    _COMMIT_SQL, _rows(_COMMIT_COLUMNS, rows))).all()
+        except (IntegrityError, DataError):
             return [None] * len(items)  # one row exists already: each goes alone
         fenced = {(r.id, r.token): bool(r.cancel_requested) for r in result}
         return [CommitAnswer(fenced[key]) if (key := (i.row.instance_id, i.token)) in fenced
@@ -269,15 +278,15 @@ class PgBatches:
         try:
             async with (self._write() if accepting else self._single(write=True)) as conn:
                 result = (await conn.exec_driver_sql(
-                    _PARK_SQL, _arrays(_PARK_COLUMNS, rows))).all()
+                    _PARK_SQL, _rows(_PARK_COLUMNS, rows))).all()
                 undo = [{"id": r.id, "token": r.token, "accept": r.accept, "owner": r.owner,
                          "lease_until": r.lease_until}
                         for r in result if r.accept is not None and not r.cancel_requested]
                 unparked: set[str] = set()
                 if undo:
                     unparked = {r[0] for r in await conn.exec_driver_sql(
-                        _UNPARK_SQL, _arrays(_UNPARK_COLUMNS, undo))}
-        except IntegrityError:
+                        _UNPARK_SQL, _rows(_UNPARK_COLUMNS, undo))}
+        except (IntegrityError, DataError):
             return [None] * len(items)
         done = {(r.id, r.token): bool(r.cancel_requested) for r in result}
         answers: list[CommitAnswer | None] = []
@@ -296,7 +305,10 @@ class PgBatches:
     async def _batch_finish(self, items: Sequence[FinishItem]) -> list[bool | None]:
         """Complete instances; None: not applied (a cancel was requested, a stale token)."""
         rows = [{"id": i.id, "token": i.token, "now": i.now, "result": i.result} for i in items]
-        async with self._single(write=True) as conn:
-            result = await conn.exec_driver_sql(_FINISH_SQL, _arrays(_FINISH_COLUMNS, rows))
-            done = {(r.id, r.token) for r in result}
+        try:
+            async with self._single(write=True) as conn:
+                result = await conn.exec_driver_sql(_FINISH_SQL, _rows(_FINISH_COLUMNS, rows))
+                done = {(r.id, r.token) for r in result}
+        except DataError:
+            return [None] * len(items)
         return [True if (i.id, i.token) in done else None for i in items]

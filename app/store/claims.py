@@ -7,9 +7,21 @@ so two nodes never lease the same instance. A claim increments the fencing token
 from __future__ import annotations
 
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import and_, case, func, or_, select, tuple_, update
+from sqlalchemy import (
+    Integer,
+    String,
+    and_,
+    bindparam,
+    case,
+    func,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.engine.journal import CancelAck, Claim, InstanceState
@@ -17,6 +29,7 @@ from app.errors import InstanceEnded, InstanceNotFound
 from app.store.base import SqlBase, const
 from app.store.mapping import INSTANCE, journal_aggregates, snapshot_from_row
 from app.store.tables import ACTIVE_STATES
+from app.store.types import UtcDateTime
 
 __all__ = ["SqlClaims", "claim_values", "claimable"]
 
@@ -24,7 +37,7 @@ _RUNNING = InstanceState.RUNNING.value
 _SUSPENDED = InstanceState.SUSPENDED.value
 
 
-def claimable(now: datetime, *, due_only: bool) -> ColumnElement[bool]:
+def claimable(now: Any, *, due_only: bool) -> ColumnElement[bool]:
     """Suspended (with ``wake_at <= now`` when ``due_only``) or running with an expired
     lease (``lease_expires_at < now``)."""
     suspended = INSTANCE.c.state == const(_SUSPENDED)
@@ -34,7 +47,7 @@ def claimable(now: datetime, *, due_only: bool) -> ColumnElement[bool]:
     return or_(suspended, expired)
 
 
-def claim_values(owner: str, now: datetime, lease_until: datetime) -> dict[str, Any]:
+def claim_values(owner: Any, now: Any, lease_until: Any) -> dict[str, Any]:
     """The columns a claim sets: running, leased to ``owner`` until ``lease_until``, token+1."""
     return {
         "state": _RUNNING,
@@ -43,6 +56,44 @@ def claim_values(owner: str, now: datetime, lease_until: datetime) -> dict[str, 
         "fencing_token": INSTANCE.c.fencing_token + 1,
         "updated_at": now,
     }
+
+
+@cache
+def _claim_due_statement(postgresql: bool) -> Any:
+    """``claim_due`` as one statement, built once per dialect (bound parameters
+    ``c_owner``, ``c_now``, ``c_lease``, ``c_limit`` and the expanding ``c_runnable``)."""
+    now = bindparam("c_now", type_=UtcDateTime())
+    due_at = case(
+        (INSTANCE.c.state == const(_SUSPENDED), INSTANCE.c.wake_at),
+        else_=INSTANCE.c.lease_expires_at,
+    )
+    # a dead node's instances first: they were already being advanced, and a backlog of
+    # overdue wakes must not delay their takeover beyond lease + scan interval
+    taken_over_first = case((INSTANCE.c.state == const(_RUNNING), 0), else_=1)
+    pick = (
+        select(INSTANCE.c.id)
+        .where(
+            claimable(now, due_only=True),
+            tuple_(INSTANCE.c.flow_name, INSTANCE.c.flow_version).in_(
+                bindparam("c_runnable", expanding=True)),
+        )
+        .order_by(taken_over_first, due_at, INSTANCE.c.id)
+        .limit(bindparam("c_limit", type_=Integer()))
+    )
+    if postgresql:
+        pick = pick.with_for_update(skip_locked=True)
+    stmt = (
+        update(INSTANCE)
+        .where(INSTANCE.c.id.in_(pick.scalar_subquery()))
+        .values(**claim_values(bindparam("c_owner", type_=String()), now,
+                               bindparam("c_lease", type_=UtcDateTime())))
+    )
+    if postgresql:
+        # the claimed rows come back whole, with their journals and mailboxes: the runs
+        # need no load of their own (the lease keeps the journal as read)
+        steps, signals = journal_aggregates()
+        return stmt.returning(*INSTANCE.c, steps.label("j_steps"), signals.label("j_signals"))
+    return stmt.returning(INSTANCE.c.id, INSTANCE.c.fencing_token, INSTANCE.c.wake_at)
 
 
 class SqlClaims(SqlBase):
@@ -94,39 +145,11 @@ class SqlClaims(SqlBase):
         """
         if not runnable or limit <= 0:
             return []
-        due_at = case(
-            (INSTANCE.c.state == const(_SUSPENDED), INSTANCE.c.wake_at),
-            else_=INSTANCE.c.lease_expires_at,
-        )
-        # a dead node's instances first: they were already being advanced, and a backlog of
-        # overdue wakes must not delay their takeover beyond lease + scan interval
-        taken_over_first = case((INSTANCE.c.state == const(_RUNNING), 0), else_=1)
-        pick = (
-            select(INSTANCE.c.id)
-            .where(
-                claimable(now, due_only=True),
-                tuple_(INSTANCE.c.flow_name, INSTANCE.c.flow_version).in_(runnable),
-            )
-            .order_by(taken_over_first, due_at, INSTANCE.c.id)
-            .limit(limit)
-        )
-        if self.is_postgresql:
-            pick = pick.with_for_update(skip_locked=True)
-        stmt = (
-            update(INSTANCE)
-            .where(INSTANCE.c.id.in_(pick.scalar_subquery()))
-            .values(**claim_values(owner, now, lease_until))
-        )
-        if self.is_postgresql:
-            # the claimed rows come back whole, with their journals and mailboxes: the runs
-            # need no load of their own (the lease keeps the journal as read)
-            steps, signals = journal_aggregates()
-            stmt = stmt.returning(*INSTANCE.c, steps.label("j_steps"),
-                                  signals.label("j_signals"))
-        else:
-            stmt = stmt.returning(INSTANCE.c.id, INSTANCE.c.fencing_token, INSTANCE.c.wake_at)
+        stmt = _claim_due_statement(self.is_postgresql)
+        params = {"c_owner": owner, "c_now": now, "c_lease": lease_until, "c_limit": limit,
+                  "c_runnable": list(runnable)}
         async with self._single(write=True) as conn:  # one atomic UPDATE ... RETURNING
-            rows = (await conn.execute(stmt)).all()
+            rows = (await conn.execute(stmt, params)).all()
         # RETURNING has no order: restore the pick's (expired leases without a wake first)
         ordered = sorted(rows, key=lambda r: (r.wake_at is not None, r.wake_at or now, r.id))
         if not self.is_postgresql:

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, insert, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -59,15 +60,17 @@ class SqlIntake(SqlBase):
             JournalConflict: the instance id exists already.
         """
         for _ in range(3):  # a key holder that ended between the INSERT and the read: again
+            created = None
             if self._lanes is not None:
                 require_aware(new.created_at, new.deadline_at, new.lease_expires_at)
                 created = await self._lanes.create.submit(new)
-            else:
-                async with self._write() as conn:
+            if created is None:
+                insert_ = pg_insert if self.is_postgresql else sqlite_insert
+                async with self._write() as conn:  # RETURNING: psycopg's rowcount is -1
                     inserted = await conn.execute(
-                        sqlite_insert(INSTANCE).values(instance_values(new))
-                        .on_conflict_do_nothing())
-                    created = inserted.rowcount == 1
+                        insert_(INSTANCE).values(instance_values(new))
+                        .on_conflict_do_nothing().returning(INSTANCE.c.id))
+                    created = inserted.first() is not None
             if created:
                 return instance_from_new(new), True
             async with self._read() as conn:

@@ -60,10 +60,10 @@ class Lane(Generic[T, R]):
             task = asyncio.ensure_future(self._flush())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        # the batch runs in its own task: a cancelled caller does not cut a statement that
-        # carries other callers' work (its own item may still be applied, as a statement
-        # in flight would be)
-        return await asyncio.shield(future)
+        # the batch runs in its own task: a cancelled caller (its future cancelled) does
+        # not cut a statement that carries other callers' work; its own item may still be
+        # applied, as a statement in flight would be
+        return await future
 
     async def _flush(self) -> None:
         try:
@@ -94,6 +94,13 @@ class Lane(Generic[T, R]):
                         future.set_result(answer)
         finally:
             self._flushers -= 1
+            if self._queue and self._flushers < self._parallel:
+                # this flusher was cancelled with items queued behind its batch: they get
+                # a flusher of their own instead of waiting for the next submit
+                self._flushers += 1
+                task = asyncio.ensure_future(self._flush())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
 
 def _retrieve(future: asyncio.Future[object]) -> None:

@@ -292,7 +292,6 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads, PgBatches):
             JournalConflict: the execution row (or an event or review id) exists already;
                 nothing written.
         """
-        values = _after_commit(instant(lease_until), instant(row.committed_at))
         if self._lanes is not None and not events and not reviews:
             require_aware(row.started_at, row.committed_at, row.next_try_at, lease_until)
             answer = await self._lanes.commit.submit(CommitItem(token, row, lease_until))
@@ -300,6 +299,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads, PgBatches):
                 return Ack(applied=True, cancel_requested=answer.cancel_requested)
         if self.is_postgresql and not events and not reviews:
             return await self._commit_step_one_statement(token, row, lease_until)
+        values = _after_commit(instant(lease_until), instant(row.committed_at))
         async with self._write() as conn:
             fence = await self._fenced(conn, row.instance_id, token, values)
             assert fence is not None
@@ -355,7 +355,9 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads, PgBatches):
             The row is committed in every case. ``Ack(applied=True)`` once parked;
             ``Ack(applied=False, cancel_requested=True)`` when a cancel was requested and
             ``Ack(applied=False, signal_pending=True)`` when an accepted signal waits: the
-            instance stays running under this lease, nothing else changed.
+            instance stays running, leased to ``owner`` until ``lease_until`` (on
+            PostgreSQL the refused park's ``wake_*`` are kept: where it would have waited;
+            the run takes the signal there).
 
         Raises:
             StaleFencingToken, InstanceNotFound, JournalConflict: as :meth:`commit_step`

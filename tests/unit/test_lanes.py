@@ -340,10 +340,6 @@ async def test_a_caller_cancelled_while_queued_still_has_its_item_run() -> None:
     assert run.batches == [[0], [1, 2, 3]]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Lane._flush re-raises CancelledError without starting a flusher for the queue it "
-    "leaves: with parallel=1, a caller queued behind a cancelled batch waits (lane._flushers "
-    "== 0, its item still in lane._queue) until some unrelated submit starts a new flusher"))
 async def test_a_cancelled_batch_cancels_its_callers_and_serves_those_queued_behind() -> None:
     """``run`` cancelled (its flusher task cancelled, e.g. by a shutdown that spares the
     callers): that batch's callers are cancelled; callers queued behind it must still get
