@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -15,11 +14,9 @@ from app.engine.journal import (
     CancelAck,
     EmittedEvent,
     InstanceState,
-    NewInstance,
     Outcome,
     ReviewRequest,
     StepKind,
-    StepRow,
 )
 from app.errors import (
     FlowFailure,
@@ -30,44 +27,9 @@ from app.errors import (
     StaleFencingToken,
 )
 from app.store import JournalConflict, SqlJournal
+from tests.support.journal import FLOW, LEASE, T0, at, new_instance, step
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-LEASE = timedelta(seconds=30)
-FLOW = ("document.process", "1.0.0")
 RUNNABLE = [FLOW]
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-def new_instance(**changes: Any) -> NewInstance:
-    base = NewInstance(
-        id=str(uuid.uuid4()),
-        flow_name=FLOW[0],
-        flow_version=FLOW[1],
-        input={"document": "d-1"},
-        created_at=T0,
-        deadline_at=at(3600),
-        lease_owner="node-a",
-        lease_expires_at=T0 + LEASE,
-    )
-    return replace(base, **changes)
-
-
-def step(instance_id: str, step_id: int = 0, scope: int = 0, **changes: Any) -> StepRow:
-    base = StepRow(
-        instance_id=instance_id,
-        step_id=step_id,
-        scope=scope,
-        kind=StepKind.STEP,
-        capability_id="ocr.submit",
-        outcome=Outcome.SUCCESS,
-        started_at=at(1),
-        committed_at=at(2),
-        values={"job": {"id": "j-1"}},
-    )
-    return replace(base, **changes)
 
 
 async def started(journal: SqlJournal, **changes: Any) -> str:

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-import uuid
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 
-from app.engine.journal import Ack, InstanceState, NewInstance, Outcome, StepKind, StepRow
+from app.engine.journal import Ack, InstanceState, StepKind, StepRow
 from app.errors import (
     IdempotencyKeyReused,
     InstanceKeyInUse,
@@ -24,48 +22,18 @@ from app.errors import (
 from app.store import JournalConflict, SqlJournal
 from app.store.batched import Lanes
 from app.store.lanes import Lane
+from tests.support.journal import LEASE, T0, at, new_instance
+from tests.support.journal import step as journal_step
 
 pytestmark = [
     pytest.mark.postgres,
     pytest.mark.parametrize("store_url", ["postgres"], indirect=True),
 ]
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-LEASE = timedelta(seconds=30)
-FLOW = ("document.process", "1.0.0")
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-def new_instance(**changes: Any) -> NewInstance:
-    base = NewInstance(
-        id=str(uuid.uuid4()),
-        flow_name=FLOW[0],
-        flow_version=FLOW[1],
-        input={"document": "d-1"},
-        created_at=T0,
-        deadline_at=at(3600),
-        lease_owner="node-a",
-        lease_expires_at=T0 + LEASE,
-    )
-    return replace(base, **changes)
-
-
 def step(instance_id: str, step_id: int = 0, scope: int = 0, **changes: Any) -> StepRow:
-    base = StepRow(
-        instance_id=instance_id,
-        step_id=step_id,
-        scope=scope,
-        kind=StepKind.STEP,
-        capability_id="ocr.submit",
-        outcome=Outcome.SUCCESS,
-        started_at=at(1),
-        committed_at=at(2),
-        values={"job": {"id": f"j-{instance_id[:8]}", "step": step_id}},
-    )
-    return replace(base, **changes)
+    """A journal row whose values name its instance (rows of one batch differ)."""
+    values = {"job": {"id": f"j-{instance_id[:8]}", "step": step_id}}
+    return journal_step(instance_id, step_id, scope, **{"values": values, **changes})
 
 
 @pytest.fixture

@@ -1,0 +1,52 @@
+"""Records for journal tests: instants from a fixed T0, a new instance, a journal row."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from app.engine.journal import NewInstance, Outcome, StepKind, StepRow
+
+__all__ = ["FLOW", "LEASE", "T0", "at", "new_instance", "step"]
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+LEASE = timedelta(seconds=30)
+FLOW = ("document.process", "1.0.0")
+
+
+def at(seconds: float) -> datetime:
+    """``T0`` plus ``seconds`` (aware UTC)."""
+    return T0 + timedelta(seconds=seconds)
+
+
+def new_instance(**changes: Any) -> NewInstance:
+    """A start of ``FLOW`` at ``T0`` leased to ``node-a`` for ``LEASE`` (fields overridable)."""
+    base = NewInstance(
+        id=str(uuid.uuid4()),
+        flow_name=FLOW[0],
+        flow_version=FLOW[1],
+        input={"document": "d-1"},
+        created_at=T0,
+        deadline_at=at(3600),
+        lease_owner="node-a",
+        lease_expires_at=T0 + LEASE,
+    )
+    return replace(base, **changes)
+
+
+def step(instance_id: str, step_id: int = 0, scope: int = 0, **changes: Any) -> StepRow:
+    """A successful ``ocr.submit`` row of (step_id, scope), started at 1 s, committed at 2 s."""
+    base = StepRow(
+        instance_id=instance_id,
+        step_id=step_id,
+        scope=scope,
+        kind=StepKind.STEP,
+        capability_id="ocr.submit",
+        outcome=Outcome.SUCCESS,
+        started_at=at(1),
+        committed_at=at(2),
+        values={"job": {"id": "j-1"}},
+    )
+    return replace(base, **changes)
