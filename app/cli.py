@@ -304,7 +304,9 @@ def worker(log_level: str = typer.Option("info")) -> None:
 
     _database_or_exit(Settings().database_url)
     _logging(log_level)
-    asyncio.run(run_worker())
+    from app.runtime.loop import run
+
+    run(run_worker())
 
 
 @app.command()

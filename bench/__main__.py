@@ -9,11 +9,11 @@ default the local server; SQLite: a temporary file), runs, prints a table, and w
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import logging
 import sys
 
+from app.runtime.loop import run
 from bench.common import bench_store, err_console, machine
 
 SCENARIOS = {
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                if k not in ("scenario", "store", "n", "json", "keep") and v is not None}
     with bench_store(args.store, keep=args.keep) as store:
         err_console.print(f"[bold]{args.scenario}[/bold] on {args.store}, n={n}")
-        result = asyncio.run(module.run(store, n, **options))
+        result = run(module.run(store, n, **options))
         result.machine = machine(store)
     result.emit(as_json=args.json)
     return 0

@@ -27,6 +27,7 @@ from datetime import timedelta
 
 from sqlalchemy import text
 
+from app.runtime.loop import run
 from app.runtime.scheduler import Sweeper
 from bench.flows import Probe, build_peers_flow, node_engine
 
@@ -107,5 +108,5 @@ def parse() -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(parse()))
+    run(main(parse()))
     sys.exit(0)

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy.exc import DataError, IntegrityError
 
-from app.engine.journal import NewInstance, StepRow
+from app.engine.journal import EmittedEvent, NewInstance, StepRow
 from app.store.lanes import Lane
 from app.store.mapping import step_values
 
@@ -51,10 +51,11 @@ def require_aware(*instants: datetime | None) -> None:
             raise ValueError(f"UtcDateTime expects an aware datetime, got naive {value!r}")
 
 
-def _recordset(columns: Sequence[tuple[str, str]]) -> str:
-    """The batch's rows as a relation ``t``: one JSON parameter (``rows``), typed columns."""
+def _recordset(columns: Sequence[tuple[str, str]], *, param: str = "rows",
+               alias: str = "t") -> str:
+    """The batch's rows as a relation ``alias``: one JSON parameter, typed columns."""
     defs = ", ".join(f'"{name}" {kind}' for name, kind in columns)
-    return f"json_to_recordset(%(rows)s::json) AS t({defs})"
+    return f"json_to_recordset(%({param})s::json) AS {alias}({defs})"
 
 
 def _instant_text(value: Any) -> str:
@@ -63,13 +64,13 @@ def _instant_text(value: Any) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def _rows(columns: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]]
-          ) -> dict[str, str]:
-    """The ``rows`` parameter: the batch as one JSON array (one parameter to send and
+def _rows(columns: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]], *,
+          param: str = "rows") -> dict[str, str]:
+    """The ``param`` parameter: the batch as one JSON array (one parameter to send and
     parse, however many rows), instants as ISO-8601 text with their offset."""
     names = [name for name, _ in columns]
-    return {"rows": json.dumps([{name: row[name] for name in names} for row in rows],
-                               separators=(",", ":"), default=_instant_text)}
+    return {param: json.dumps([{name: row[name] for name in names} for row in rows],
+                              separators=(",", ":"), default=_instant_text)}
 
 
 _CREATE_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -95,7 +96,7 @@ _COMMIT_COLUMNS = _STEP_COLUMNS + _FENCE_COLUMNS
 # The fence locks the instance row FOR SHARE (a concurrent claim waits, and one that
 # committed first makes the token mismatch): no new row version for a plain commit. A row
 # with a heartbeating attempt in flight has it cleared (and its lease renewed).
-_COMMIT_SQL = (
+_COMMIT_WITH = (
     f"WITH t AS (SELECT * FROM {_recordset(_COMMIT_COLUMNS)}), "
     "fence AS (SELECT i.id, t.token, i.cancel_requested, "
     "i.attempt_step_id IS NOT NULL AS busy FROM flow_instance i "
@@ -106,9 +107,25 @@ _COMMIT_SQL = (
     "FROM t, fence WHERE fence.busy AND i.id = fence.id AND t.instance_id = fence.id "
     "AND t.token = fence.token RETURNING i.id), "
     f"ins AS (INSERT INTO flow_step ({_STEP_NAMES}) SELECT {_STEP_FROM_T} FROM t "
-    "JOIN fence ON fence.id = t.instance_id AND fence.token = t.token RETURNING 1) "
-    "SELECT fence.id, fence.token, fence.cancel_requested, "
+    "JOIN fence ON fence.id = t.instance_id AND fence.token = t.token RETURNING 1)"
+)
+_COMMIT_SQL = (
+    f"{_COMMIT_WITH} SELECT fence.id, fence.token, fence.cancel_requested, "
     "(SELECT count(*) FROM ins) AS inserted, (SELECT count(*) FROM cleared) AS cleared "
+    "FROM fence"
+)
+# An emit's commit: its outbox events go in with the journal rows, for fenced items only.
+_EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("id", "text"), ("instance_id", dict(_STEP_COLUMNS)["instance_id"]), ("token", "bigint"),
+    ("name", "text"), ("payload", "json"), ("created_at", "timestamptz"),
+)
+_COMMIT_EVENTS_SQL = (
+    f"{_COMMIT_WITH}, ev AS (INSERT INTO outbox_event (id, instance_id, name, payload, "
+    "created_at) SELECT e.id, e.instance_id, e.name, e.payload, e.created_at FROM "
+    f"{_recordset(_EVENT_COLUMNS, param='events', alias='e')} "
+    "JOIN fence ON fence.id = e.instance_id AND fence.token = e.token RETURNING 1) "
+    "SELECT fence.id, fence.token, fence.cancel_requested, "
+    "(SELECT count(*) FROM ins) AS inserted, (SELECT count(*) FROM ev) AS events "
     "FROM fence"
 )
 
@@ -172,12 +189,14 @@ class CommitItem:
 
     Attributes:
         park: ``(now, wake_at, wake_step_id, wake_scope, accept_signal, owner)`` or None.
+        events: outbox events written with the row (an emit's commit; not with ``park``).
     """
 
     token: int
     row: StepRow
     lease_until: datetime
     park: tuple[datetime, datetime | None, int, int, str | None, str] | None = None
+    events: tuple[EmittedEvent, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -246,16 +265,24 @@ class PgBatches:
 
     async def _batch_commit(self, items: Sequence[CommitItem]
                             ) -> list[CommitAnswer | None]:
-        """Commit plain journal rows (no park); None: fence matched nothing or conflict."""
+        """Commit journal rows (no park) with their outbox events; None: the fence matched
+        nothing, or the batch was refused (a row or an event id exists already)."""
         rows = []
+        events = []
         for item in items:
             values = step_values(item.row)
             values["token"], values["lease_until"] = item.token, item.lease_until
             rows.append(values)
+            events.extend({"id": e.id, "instance_id": item.row.instance_id,
+                           "token": item.token, "name": e.name, "payload": dict(e.payload),
+                           "created_at": item.row.committed_at} for e in item.events)
+        params = _rows(_COMMIT_COLUMNS, rows)
+        if events:
+            params.update(_rows(_EVENT_COLUMNS, events, param="events"))
         try:
             async with self._single(write=True) as conn:
                 result = (await conn.exec_driver_sql(
-                    _COMMIT_SQL, _rows(_COMMIT_COLUMNS, rows))).all()
+                    _COMMIT_EVENTS_SQL if events else _COMMIT_SQL, params)).all()
         except (IntegrityError, DataError):
             return [None] * len(items)  # one row exists already: each goes alone
         fenced = {(r.id, r.token): bool(r.cancel_requested) for r in result}

@@ -279,8 +279,9 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads, PgBatches):
         """Append ``row`` with its outbox events and review items, in one transaction,
         fenced by ``token``. A heartbeating attempt in flight is cleared and the lease
         renewed to ``lease_until``; otherwise the instance row is unchanged (on
-        PostgreSQL the fence is a ``FOR SHARE`` lock, and concurrent commits share one
-        statement). The lease keeper, not the commits, keeps a long run's lease.
+        PostgreSQL the fence is a ``FOR SHARE`` lock, and concurrent commits, outbox
+        events included, share one statement; review items take a transaction of their
+        own). The lease keeper, not the commits, keeps a long run's lease.
 
         Returns:
             ``Ack(applied=True, cancel_requested=<the instance's flag>)``.
@@ -292,9 +293,10 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads, PgBatches):
             JournalConflict: the execution row (or an event or review id) exists already;
                 nothing written.
         """
-        if self._lanes is not None and not events and not reviews:
+        if self._lanes is not None and not reviews:
             require_aware(row.started_at, row.committed_at, row.next_try_at, lease_until)
-            answer = await self._lanes.commit.submit(CommitItem(token, row, lease_until))
+            answer = await self._lanes.commit.submit(
+                CommitItem(token, row, lease_until, events=tuple(events or ())))
             if answer is not None:
                 return Ack(applied=True, cancel_requested=answer.cancel_requested)
         if self.is_postgresql and not events and not reviews:

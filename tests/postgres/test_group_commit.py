@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from app.engine.journal import Ack, InstanceState, StepKind, StepRow
+from app.engine.journal import Ack, EmittedEvent, InstanceState, StepKind, StepRow
 from app.errors import (
     IdempotencyKeyReused,
     InstanceKeyInUse,
@@ -399,6 +399,60 @@ async def test_a_stale_token_in_a_commit_batch_fails_only_its_caller(
     assert isinstance(results[3], StaleFencingToken)
     assert [r for n, r in enumerate(results) if n != 3] == [Ack(True, False)] * 7
     assert await journal.load(stale) == before
+
+
+async def outbox(journal: SqlJournal) -> dict[str, tuple[str, str, Any]]:
+    """Outbox events by id: (instance id, name, payload)."""
+    return {e["id"]: (e["instance_id"], e["name"], e["payload"])
+            for e in await journal.list_events(limit=1000)}
+
+
+def emitted(instance_id: str) -> EmittedEvent:
+    return EmittedEvent(f"ev-{instance_id}", "document.processed", {"doc": instance_id[:8]})
+
+
+def emit_row(instance_id: str) -> StepRow:
+    return step(instance_id, step_id=4, kind=StepKind.EMIT, capability_id="document.processed",
+                values={"event_id": f"ev-{instance_id}"})
+
+
+async def test_emit_commits_share_a_batch_with_plain_ones_and_a_stale_one_writes_no_event(
+    journal: SqlJournal,
+) -> None:
+    ids = await started(journal, 10)
+    stale = ids[0]
+    await make_stale(journal, stale)
+    emits, plain = ids[:6], ids[6:]
+    results = await asyncio.gather(
+        *(journal.commit_step(1, emit_row(i), at(40), events=[emitted(i)]) for i in emits),
+        *(journal.commit_step(1, step(i), at(40)) for i in plain),
+        return_exceptions=True)
+
+    assert counts(lanes(journal).commit) == (1, 10)
+    assert isinstance(results[0], StaleFencingToken)
+    assert results[1:] == [Ack(True, False)] * 9
+    assert await outbox(journal) == {
+        f"ev-{i}": (i, "document.processed", {"doc": i[:8]}) for i in emits[1:]}
+    for i in emits[1:]:
+        assert journal_rows((await journal.load(i)).steps) == [emit_row(i)]
+    assert (await journal.load(stale)).steps == []
+
+
+async def test_an_event_id_that_exists_fails_only_its_own_commit(journal: SqlJournal) -> None:
+    ids = await started(journal, 6)
+    first, twin = ids[0], ids[1]
+    taken = emitted(first)
+    assert await journal.commit_step(1, emit_row(first), at(40), events=[taken]) == Ack(
+        True, False)
+    results = await asyncio.gather(
+        journal.commit_step(1, emit_row(twin), at(40), events=[taken]),
+        *(journal.commit_step(1, emit_row(i), at(40), events=[emitted(i)]) for i in ids[2:]),
+        return_exceptions=True)
+
+    assert isinstance(results[0], JournalConflict), results[0]
+    assert results[1:] == [Ack(True, False)] * 4
+    assert (await journal.load(twin)).steps == []
+    assert set(await outbox(journal)) == {f"ev-{i}" for i in [first, *ids[2:]]}
 
 
 async def test_a_commit_waits_for_a_claim_in_flight_and_is_refused_once_it_commits(
