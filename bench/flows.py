@@ -96,12 +96,10 @@ async def node_engine(url: str, *, ocr_url: str | None = None, flows: list[Flow]
     http = None
     if ocr_url is not None:
         # imported here: a node without the OCR starts faster (see the peers restart)
-        import httpx
-
+        from app.runtime.http import outbound_client
         from samples.document_processing import OcrClient, build_document_flow
 
-        http = httpx.AsyncClient(timeout=10, limits=httpx.Limits(
-            max_connections=200, max_keepalive_connections=50))
+        http = outbound_client(10)
         catalog.register(build_document_flow(OcrClient(http, ocr_url)))
     for flow in flows or ():
         catalog.register(flow)

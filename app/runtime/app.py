@@ -19,6 +19,7 @@ from app.engine.clock import Clock, SystemClock
 from app.engine.engine import Engine, EngineConfig
 from app.fakes import FakeJobService, FakeOcrService, create_jobs_router, create_ocr_router
 from app.flows import Catalog
+from app.runtime.http import outbound_client
 from app.runtime.logs import set_node_id
 from app.runtime.scheduler import Sweeper
 from app.settings import DEFAULT_API_TOKEN, Settings
@@ -128,10 +129,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None,
     catalog = Catalog()
     # One pooled client for every outbound call of this app (closed by the lifespan);
     # each call still passes its own timeout.
-    http = httpx.AsyncClient(
-        timeout=settings.http_timeout_seconds,
-        limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
-    )
+    http = outbound_client(settings.http_timeout_seconds)
     register(catalog, http, settings)
 
     ocr = FakeOcrService(per_page=timedelta(seconds=settings.sample_ocr_per_page),

@@ -7,11 +7,10 @@ import logging
 import signal
 from datetime import timedelta
 
-import httpx
-
 from app.engine.clock import SystemClock
 from app.engine.engine import Engine, EngineConfig
 from app.flows import Catalog
+from app.runtime.http import outbound_client
 from app.runtime.logs import set_node_id
 from app.runtime.scheduler import Sweeper
 from app.settings import Settings
@@ -29,7 +28,7 @@ async def run_worker(settings: Settings | None = None) -> None:
     settings = settings or Settings()
     set_node_id(settings.node_id)
     db = make_async_engine(settings.database_url, pool_size=settings.db_pool_size)
-    http = httpx.AsyncClient(timeout=settings.http_timeout_seconds)
+    http = outbound_client(settings.http_timeout_seconds)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -1,0 +1,92 @@
+"""The node's outbound client (app.runtime.http): httpx's API over aiohttp, real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from app.runtime.http import outbound_client
+
+
+@pytest.fixture
+async def silent_server() -> AsyncIterator[str]:
+    """A TCP server on loopback that reads requests and never answers."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def accept(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.fixture
+async def echo_server() -> AsyncIterator[str]:
+    """A one-route HTTP/1.1 server: answers every request with its method, path and body."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode().split("\r\n")
+            method, path, _ = lines[0].split(" ")
+            length = next((int(v) for k, _, v in (h.partition(": ") for h in lines[1:])
+                           if k.lower() == "content-length"), 0)
+            body = await reader.readexactly(length)
+            payload = json.dumps({"method": method, "path": path,
+                                  "body": body.decode()}).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                         b"content-length: %d\r\n\r\n%s" % (len(payload), payload))
+            await writer.drain()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.close()
+
+
+async def test_requests_and_answers_are_httpx_ones(echo_server: str) -> None:
+    client = outbound_client(5)
+    try:
+        assert isinstance(client, httpx.AsyncClient)
+        resp = await client.post(f"{echo_server}/jobs", json={"pages": 3})
+        assert isinstance(resp, httpx.Response) and resp.status_code == 200
+        assert resp.json() == {"method": "POST", "path": "/jobs", "body": '{"pages":3}'}
+        # the pooled connection is reused: a second call on the same socket
+        assert (await client.get(f"{echo_server}/jobs/1")).json()["path"] == "/jobs/1"
+    finally:
+        await client.aclose()
+
+
+async def test_a_call_that_gets_no_answer_times_out(silent_server: str) -> None:
+    client = outbound_client(30)
+    try:
+        with pytest.raises(httpx.TimeoutException):
+            await client.get(f"{silent_server}/jobs/1", timeout=0.2)
+    finally:
+        await client.aclose()
+
+
+async def test_a_refused_connection_is_a_transport_error() -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = outbound_client(5)
+    try:
+        with pytest.raises(httpx.TransportError):
+            await client.get(f"http://127.0.0.1:{port}/")
+    finally:
+        await client.aclose()
