@@ -74,8 +74,8 @@ class Settings(BaseSettings):
         "slots (back-pressure).",
     )
     db_pool_size: int = Field(
-        default=10, ge=1,
-        description="Database connections per node (as many again in overflow).",
+        default=20, ge=1,
+        description="Database connections per node, each kept open once opened (no overflow).",
     )
     node_id: str = Field(default_factory=_default_node_id,
                          description="This node's name (lease owner, in every log line).")

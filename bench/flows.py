@@ -86,7 +86,7 @@ def build_peers_flow(probe: Probe, *, polls: int = 3, wait: timedelta = timedelt
 
 @asynccontextmanager
 async def node_engine(url: str, *, ocr_url: str | None = None, flows: list[Flow] | None = None,
-                      pool_size: int = 10, concurrency: int = 32, sweep_batch: int = 100,
+                      pool_size: int = 20, concurrency: int = 32, sweep_batch: int = 100,
                       node_id: str = "bench-node") -> AsyncIterator[Engine]:
     """An engine on ``url`` with the SystemClock (like ``create_app`` builds one): the
     ``document.process`` sample bound to the OCR at ``ocr_url`` (when given) and ``flows``.

@@ -99,7 +99,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--scan-interval", type=float, default=10.0)
     parser.add_argument("--no-short-wakes", dest="short_wakes", action="store_false")
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--pool-size", type=int, default=10)
+    parser.add_argument("--pool-size", type=int, default=20)
     parser.add_argument("--engine-concurrency", type=int, default=32,
                         help="runs the node advances at once (FLOWPARK_CONCURRENCY)")
     parser.add_argument("--rate", type=float, default=None,

@@ -55,7 +55,7 @@ class CountingJournal(SqlJournal):
         return ack
 
 
-async def baseline_tps(url: str, *, concurrency: int = 32, pool_size: int = 10,
+async def baseline_tps(url: str, *, concurrency: int = 32, pool_size: int = 20,
                        seconds: float = BASELINE_SECONDS) -> float:
     """Single-row UPDATE commits per second, ``concurrency`` writers, one row each."""
     db = make_async_engine(url, pool_size=pool_size)
@@ -155,7 +155,7 @@ async def run(store: BenchStore, n: int, *, polls: int = 3, concurrency: int = 3
         targets["ratio"] = (">= 0.30 of baseline (PostgreSQL)", ratio >= 0.30)
     return Result("sweep", store.kind, n, figures,
                   {"polls": polls, "sweep_batch": engine.config.sweep_batch,
-                   "engine_concurrency": engine.config.concurrency, "pool_size": 10,
+                   "engine_concurrency": engine.config.concurrency, "pool_size": 20,
                    "baseline_writers": 32},
                   targets=targets,
                   details={"rounds": rounds,

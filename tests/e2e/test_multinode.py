@@ -53,7 +53,7 @@ SCAN = 0.5  # seconds between sweeps
 PER_PAGE = 0.5  # seconds the fake OCR takes per page
 SLACK = 2.0  # seconds of scheduling noise allowed on a loaded machine
 CLIENTS = 24  # start requests in flight at once
-POOL = 4  # database connections per node (as many again in overflow): the server is shared
+POOL = 8  # database connections per node (no overflow): the server is shared
 CONCURRENCY = 8  # runs per node: no more than its connections
 DOCUMENTS = "/api/v1/documents"
 
