@@ -75,7 +75,8 @@ class Settings(BaseSettings):
     )
     db_pool_size: int = Field(
         default=10, ge=1,
-        description="Database connections per node (as many again in overflow).",
+        description="Database connections per node: up to twice this many are opened on "
+        "demand, and kept open once opened.",
     )
     node_id: str = Field(default_factory=_default_node_id,
                          description="This node's name (lease owner, in every log line).")
