@@ -156,7 +156,7 @@ _PARK_SQL = (
 )
 # Second statement of a park batch that accepts signals, in the same transaction: it runs
 # after the first holds the instance rows, so it sees every delivery committed before them
-# (a delivery holds the row FOR SHARE until it commits); those parks are undone (running
+# (a delivery locks the row until it commits); those parks are undone (running
 # again, leased as before) and the run takes the signal instead.
 _UNPARK_COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "text"), ("token", "bigint"), ("accept", "text"), ("owner", "text"),

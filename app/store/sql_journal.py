@@ -437,9 +437,9 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
                 row = await self._fenced(conn, instance_id, token, values, unless_cancelled=True)
                 if row is None:
                     return Ack(applied=False, cancel_requested=True)
-                # Checked *after* the UPDATE holds the instance row: a delivery (which holds
-                # the row FOR SHARE until it commits) is either seen here or comes after the
-                # park, and then finds the instance suspended and claims it.
+                # Checked *after* the UPDATE holds the instance row: a delivery (which locks
+                # the row FOR NO KEY UPDATE until it commits) is either seen here or comes
+                # after the park, and then finds the instance suspended and claims it.
                 if accept_signal is not None and await self._signal_waiting(
                     conn, instance_id, accept_signal
                 ):
