@@ -17,8 +17,10 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Integer,
     String,
     and_,
+    any_,
     bindparam,
     exists,
     func,
@@ -28,6 +30,7 @@ from sqlalchemy import (
     true,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -71,11 +74,17 @@ def _ended(instance_id: str, state: str) -> InstanceEnded:
                          instance_id=instance_id, state=state)
 
 
+def _inline(state: str) -> Any:
+    """A state name written into the SQL text when the statement is compiled (``const``
+    renders at every execution, a cost this statement's CTE columns gain nothing from)."""
+    return literal_column(f"'{state}'", String())
+
+
 @cache
 def _deliver_statement() -> Any:
     """PostgreSQL delivery (and claim) as one statement, built once (bound parameters
     ``d_id``, ``d_key``, ``d_signal``, ``d_name``, ``d_payload``, ``d_now``, ``d_owner``,
-    ``d_lease`` and the expanding ``d_steps``).
+    ``d_lease`` and ``d_steps``, an array).
 
     The instance row is locked ``FOR NO KEY UPDATE`` first (``inst``): under READ
     COMMITTED that waits for a park or a claim in flight and then reads the row as they
@@ -106,7 +115,7 @@ def _deliver_statement() -> Any:
     source = (select(bindparam("d_signal", type_=String()), inst.c.id,
                      bindparam("d_name", type_=String()),
                      bindparam("d_payload", type_=SIGNAL.c.payload.type), key, now)
-              .where(inst.c.state.not_in([const(s) for s in _ENDED]),
+              .where(inst.c.state.not_in([_inline(s) for s in _ENDED]),
                      ~select(first.c.id).exists()))
     ins = (pg_insert(SIGNAL)
            .from_select(["id", "instance_id", "name", "payload", "idempotency_key",
@@ -119,8 +128,9 @@ def _deliver_statement() -> Any:
     # statement's snapshot sees, which a park committed during the wait has replaced
     claimed = (update(INSTANCE)
                .where(INSTANCE.c.id == inst.c.id,
-                      inst.c.state == const(InstanceState.SUSPENDED.value),
-                      inst.c.wake_step_id.in_(bindparam("d_steps", expanding=True)),
+                      inst.c.state == _inline(InstanceState.SUSPENDED.value),
+                      inst.c.wake_step_id == any_(bindparam("d_steps",
+                                                           type_=ARRAY(Integer()))),
                       select(ins.c.id).exists())
                .values(**claim_values(bindparam("d_owner", type_=String()), now,
                                       bindparam("d_lease", type_=UtcDateTime())))
