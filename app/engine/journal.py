@@ -361,10 +361,13 @@ class Journal(Protocol):
         lease_until: datetime,
         events: list[EmittedEvent] | None = None,
         reviews: list[ReviewRequest] | None = None,
+        *,
+        deferred: StepRow | None = None,
     ) -> Ack:
         """Append ``row`` (plus its outbox events and review items) in one transaction;
-        clears the attempt-in-flight marker (renewing the lease then). Raises
-        StaleFencingToken."""
+        clears the attempt-in-flight marker (renewing the lease then). ``deferred``: a row
+        of the same instance the run executed but did not write yet, appended first in
+        the same transaction. Raises StaleFencingToken."""
         ...
 
     async def commit_and_park(

@@ -213,7 +213,8 @@ class Run:
 
     async def flush(self) -> None:
         """Commit the journal row :meth:`execute` deferred, if any. Every other write of
-        the run calls this first, so a row is durable before anything that follows it."""
+        the run calls this first (or carries the row itself: a park, an emit's commit), so
+        a row is durable before anything that follows it."""
         row, self.unflushed = self.unflushed, None
         if row is not None:
             ack = await self.journal.commit_step(self.token, row, self.lease_until())

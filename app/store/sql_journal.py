@@ -284,6 +284,8 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
         lease_until: datetime,
         events: list[EmittedEvent] | None = None,
         reviews: list[ReviewRequest] | None = None,
+        *,
+        deferred: StepRow | None = None,
     ) -> Ack:
         """Append ``row`` with its outbox events and review items, in one transaction,
         fenced by ``token``. A heartbeating attempt in flight is cleared and the lease
@@ -291,6 +293,11 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
         PostgreSQL the fence is a ``FOR SHARE`` lock, and concurrent commits, outbox
         events included, share one statement; review items take a transaction of their
         own). The lease keeper, not the commits, keeps a long run's lease.
+
+        Args:
+            deferred: a row of the same instance that the run executed but did not write
+                yet (:attr:`app.engine.runner.Run.unflushed`): appended before ``row``, in
+                the same write (an emit's commit carries the step before it).
 
         Returns:
             ``Ack(applied=True, cancel_requested=<the instance's flag>)``.
@@ -302,18 +309,26 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
             JournalConflict: the execution row (or an event or review id) exists already;
                 nothing written.
         """
+        if deferred is not None and deferred.instance_id != row.instance_id:
+            raise ValueError("a deferred row must belong to the row's instance")
         if self._lanes is not None and not reviews:
             require_aware(row.started_at, row.committed_at, row.next_try_at, lease_until)
+            if deferred is not None:
+                require_aware(deferred.started_at, deferred.committed_at,
+                              deferred.next_try_at)
             answer = await self._lanes.commit.submit(
-                CommitItem(token, row, lease_until, events=tuple(events or ())))
+                CommitItem(token, row, lease_until, events=tuple(events or ()),
+                           deferred=deferred))
             if answer is not None:
                 return Ack(applied=True, cancel_requested=answer.cancel_requested)
-        if self.is_postgresql and not events and not reviews:
+        if self.is_postgresql and not events and not reviews and deferred is None:
             return await self._commit_step_one_statement(token, row, lease_until)
         values = _after_commit(instant(lease_until), instant(row.committed_at))
         async with self._write() as conn:
             fence = await self._fenced(conn, row.instance_id, token, values)
             assert fence is not None
+            if deferred is not None:
+                await self._insert_step(conn, deferred)
             await self._insert_step(conn, row, events, reviews)
         return Ack(applied=True, cancel_requested=fence.cancel_requested)
 

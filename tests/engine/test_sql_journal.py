@@ -328,6 +328,37 @@ async def test_commit_step_appends_row_events_and_reviews(sql_journal: SqlJourna
     ]
 
 
+async def test_a_commit_carries_the_deferred_row_before_its_own(
+    sql_journal: SqlJournal,
+) -> None:
+    instance_id = await started(sql_journal)
+    await sql_journal.start_attempt(instance_id, 1, 3, 0, 1, at(1), at(20))
+    extracted = step(instance_id, step_id=3, committed_at=at(2))
+    emitted = step(instance_id, step_id=4, kind=StepKind.EMIT, capability_id="done",
+                   committed_at=at(3), values={"event_id": "e-1"})
+    event = EmittedEvent("e-1", "done", {"n": 1})
+    ack = await sql_journal.commit_step(1, emitted, at(40), [event], deferred=extracted)
+    assert ack == Ack(applied=True, cancel_requested=False)
+    snapshot = await sql_journal.load(instance_id)
+    assert [replace(r, sequence=None) for r in snapshot.steps] == [extracted, emitted]
+    assert [e["id"] for e in await sql_journal.list_events()] == ["e-1"]
+    # the attempt in flight is cleared as by the row's own commit
+    assert (snapshot.instance.attempt_step_id, snapshot.instance.updated_at) == (None, at(3))
+    # a deferred row that exists already: nothing of the write, event included
+    again = replace(emitted, step_id=5, values={"event_id": "e-2"})
+    with pytest.raises(JournalConflict):
+        await sql_journal.commit_step(1, again, at(40), [EmittedEvent("e-2", "done", {})],
+                                      deferred=extracted)
+    with pytest.raises(StaleFencingToken):
+        await sql_journal.commit_step(7, again, at(40), [EmittedEvent("e-2", "done", {})],
+                                      deferred=replace(extracted, step_id=6))
+    assert len((await sql_journal.load(instance_id)).steps) == 2
+    assert [e["id"] for e in await sql_journal.list_events()] == ["e-1"]
+    with pytest.raises(ValueError):
+        await sql_journal.commit_step(1, again, at(40), deferred=replace(extracted,
+                                                                          instance_id="other"))
+
+
 async def test_duplicate_step_row_is_a_conflict_and_writes_nothing(
     sql_journal: SqlJournal,
 ) -> None:
