@@ -241,20 +241,18 @@ async def _deliver(request: Request, instance_id: str, name: str, key: str | Non
     check_instance_id(instance_id)
     idempotency_key = _key(key, required=False)
     body = await _json_body(request)
-    record, created = await engine.deliver_signal(instance_id, name, body, idempotency_key)
-    inst = await engine.journal.get_instance(instance_id)
-    if not created and not _same_signal(engine, inst.flow_name, inst.flow_version, record,
-                                        name, body):
+    # the answer comes from the delivery: the signal as the run it started left it (taken
+    # when the instance took it) and the state after that run, with nothing read back
+    delivery = await engine.deliver(instance_id, name, body, idempotency_key)
+    record = delivery.signal
+    if not delivery.created and not _same_signal(engine, delivery.flow_name,
+                                                 delivery.flow_version, record, name, body):
         raise IdempotencyKeyReused(
             f"idempotency key {idempotency_key!r} of instance {instance_id!r} was used with "
             "a different signal", idempotency_key=idempotency_key, instance_id=instance_id,
             signal_id=record.id)
-    # the delivery may have woken the instance, which took the signal: answer as stored now
-    signals: list[SignalRecord] = await engine.journal.list_signals(  # type: ignore[attr-defined]
-        instance_id)
-    record = next((s for s in signals if s.id == record.id), record)
     view = signal_view(record)
-    view.update(instanceId=instance_id, created=created, state=str(inst.state))
+    view.update(instanceId=instance_id, created=delivery.created, state=str(delivery.state))
     return JSONResponse(view, status_code=202)
 
 

@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -48,9 +48,17 @@ from app.errors import (
 from app.flows.catalog import Catalog
 from app.flows.plan import AwaitSignalNode, Plan, PollNode, Profile
 
-__all__ = ["Engine", "EngineConfig", "StartResult", "SweepReport", "request_hash"]
+__all__ = ["Engine", "EngineConfig", "SignalDelivery", "StartResult", "SweepReport",
+           "request_hash"]
 
 log = logging.getLogger("flowpark.engine")
+
+
+def _accepting(plan: Plan, name: str) -> tuple[int, ...]:
+    """The nodes of ``plan`` whose wait a signal ``name`` ends (polls and awaits)."""
+    return tuple(node.index for node in plan.nodes
+                 if isinstance(node, PollNode | AwaitSignalNode) and node.signal is not None
+                 and node.signal.name == name)
 
 
 def request_hash(payload: Any) -> str:
@@ -87,6 +95,26 @@ class StartResult:
     instance: InstanceRecord
     created: bool
     result: Any = None
+
+
+@dataclass(frozen=True)
+class SignalDelivery:
+    """A signal delivery's answer (:meth:`Engine.deliver`).
+
+    Attributes:
+        signal: the signal as it stands once the delivery returns: taken (``taken_at``,
+            ``taken_step_id``) when the run the delivery started took it; for a repeat of
+            its idempotency key, the first signal as stored.
+        created: False for a repeat (nothing stored).
+        state: the instance's state once the delivery returns (after the run it started).
+        flow_name / flow_version: the instance's flow.
+    """
+
+    signal: SignalRecord
+    created: bool
+    state: InstanceState
+    flow_name: str
+    flow_version: str
 
 
 @dataclass
@@ -231,7 +259,8 @@ class Engine(Walker, Limits):
             for listener in self.wake_listeners:
                 listener(inst.id, halt.wake_at)
         return RunOutcome(inst.id, halt.state, halt.wake_at, run.attempts,
-                          instance=run.instance if run.instance.state is halt.state else None)
+                          instance=run.instance if run.instance.state is halt.state else None,
+                          signals_taken=tuple(run.taken))
 
     async def _fail_broken(self, run: Run, exc: Exception) -> Halt:
         """An error outside any capability call (a value the store cannot hold, a bug):
@@ -448,13 +477,16 @@ class Engine(Walker, Limits):
         return await self._advance_detachable(claim, gated=False)
 
     # -- signals and cancel ------------------------------------------------------------
-    async def deliver_signal(self, instance_id: str, name: str, payload: Any,
-                             idempotency_key: str | None = None) -> tuple[SignalRecord, bool]:
-        """Store a signal first, then, if the instance is parked on a wait that accepts it,
-        claim and continue it now.
+    async def deliver(self, instance_id: str, name: str, payload: Any,
+                      idempotency_key: str | None = None) -> SignalDelivery:
+        """Store a signal first; if the instance is parked on a wait that accepts it, the
+        same store transaction claims it, and the instance is continued now (until it
+        parks or ends, or goes on in the background at a heartbeating capability).
 
         Returns:
-            ``(signal, created)``.
+            :class:`SignalDelivery`: the signal and the instance's state as they stand
+            once this returns (from what the run knows, not read back), and whether the
+            signal is new (a repeat of ``idempotency_key`` answers the first signal).
 
         Raises:
             InstanceNotFound (``instance_not_found``), SignalNotDeclared
@@ -464,7 +496,7 @@ class Engine(Walker, Limits):
         inst = await self.journal.get_instance(instance_id)
         plan = self.catalog.find(inst.flow_name, inst.flow_version)
         signal = plan.signals.get(name) if plan is not None else None
-        if signal is None:
+        if plan is None or signal is None:
             raise SignalNotDeclared(
                 f"flow {inst.flow_name}@{inst.flow_version} declares no signal {name!r}",
                 instance_id=instance_id, signal=name)
@@ -479,23 +511,38 @@ class Engine(Walker, Limits):
                                signal=name) from None
         # the store decides "ended" atomically with the insert; a repeated key gets the
         # first answer even after the instance ended
-        record, created = await self.journal.deliver_signal(
-            instance_id, name, data, idempotency_key, self.clock.now(), self.new_id())
-        if created:
-            fresh = await self.journal.get_instance(instance_id)
-            if fresh.state is InstanceState.SUSPENDED and self._waits_for(plan, fresh, name):
-                with contextlib.suppress(StaleFencingToken):
-                    await self.wake(instance_id)
-        return record, created
+        now = self.clock.now()
+        delivered = await self.journal.deliver_and_claim(
+            instance_id, name, data, idempotency_key, now, self.new_id(),
+            owner=self.config.node_id, lease_until=now + self.lease,
+            wake_steps=_accepting(plan, name))
+        answer = SignalDelivery(delivered.signal, delivered.created, delivered.state,
+                                inst.flow_name, inst.flow_version)
+        if delivered.claim is None:
+            return answer
+        outcome = None
+        # a request runs its own work: the run-slot gate bounds the sweep's background
+        # work, and a claim must never wait in a queue unrenewed
+        with contextlib.suppress(StaleFencingToken):  # logged by advance
+            outcome = await self._advance_detachable(delivered.claim, gated=False)
+        if outcome is None or outcome.instance is None:
+            # another node holds it, or the run goes on in the background: read back
+            now_signal = await self.journal.get_signal(instance_id, delivered.signal.id)
+            state = (await self.journal.get_instance(instance_id)).state
+            return replace(answer, signal=now_signal or delivered.signal, state=state)
+        taken = next((s for s in outcome.signals_taken if s.id == delivered.signal.id),
+                     delivered.signal)
+        return replace(answer, signal=taken, state=outcome.state)
 
-    @staticmethod
-    def _waits_for(plan: Plan | None, inst: InstanceRecord, name: str) -> bool:
-        if plan is None or inst.wake_step_id is None or inst.wake_step_id >= plan.end:
-            return False
-        node = plan.nodes[inst.wake_step_id]
-        if isinstance(node, PollNode | AwaitSignalNode) and node.signal is not None:
-            return node.signal.name == name
-        return False
+    async def deliver_signal(self, instance_id: str, name: str, payload: Any,
+                             idempotency_key: str | None = None) -> tuple[SignalRecord, bool]:
+        """:meth:`deliver`, answering ``(signal, created)`` only.
+
+        Raises:
+            As :meth:`deliver`.
+        """
+        delivery = await self.deliver(instance_id, name, payload, idempotency_key)
+        return delivery.signal, delivery.created
 
     async def cancel(self, instance_id: str) -> InstanceRecord:
         """Cancel an instance: compensations of completed steps run once, in reverse order,

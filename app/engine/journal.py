@@ -10,6 +10,7 @@ and writes nothing (each method is one transaction).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -21,6 +22,7 @@ __all__ = [
     "Ack",
     "CancelAck",
     "Claim",
+    "Delivery",
     "EmittedEvent",
     "Heartbeat",
     "InstanceRecord",
@@ -215,6 +217,26 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Delivery:
+    """A signal delivery's answer (:meth:`Journal.deliver_and_claim`).
+
+    Attributes:
+        signal: the stored signal; for a repeat of its idempotency key, the first signal as
+            the store holds it now (``taken_at`` set once an instance took it).
+        created: False for a repeat (nothing stored).
+        state: the instance's state as the delivery found it (before its own claim).
+        claim: set when the delivery also claimed the instance (it was suspended on a wait
+            that accepts the signal): the caller advances it. Its snapshot, when the store
+            reads one with the claim, already holds the new signal in the mailbox.
+    """
+
+    signal: SignalRecord
+    created: bool
+    state: InstanceState
+    claim: Claim | None = None
+
+
+@dataclass(frozen=True)
 class Ack:
     """A write's answer.
 
@@ -339,10 +361,13 @@ class Journal(Protocol):
         lease_until: datetime,
         events: list[EmittedEvent] | None = None,
         reviews: list[ReviewRequest] | None = None,
+        *,
+        deferred: StepRow | None = None,
     ) -> Ack:
         """Append ``row`` (plus its outbox events and review items) in one transaction;
-        clears the attempt-in-flight marker (renewing the lease then). Raises
-        StaleFencingToken."""
+        clears the attempt-in-flight marker (renewing the lease then). ``deferred``: a row
+        of the same instance the run executed but did not write yet, appended first in
+        the same transaction. Raises StaleFencingToken."""
         ...
 
     async def commit_and_park(
@@ -436,6 +461,32 @@ class Journal(Protocol):
             InstanceNotFound: no such instance.
             InstanceEnded: the instance has ended (nothing stored).
         """
+        ...
+
+    async def deliver_and_claim(
+        self,
+        instance_id: str,
+        name: str,
+        payload: dict[str, Any],
+        idempotency_key: str | None,
+        now: datetime,
+        signal_id: str,
+        *,
+        owner: str,
+        lease_until: datetime,
+        wake_steps: Sequence[int],
+    ) -> Delivery:
+        """:meth:`deliver_signal`, and in the same transaction, when the signal is new and
+        the instance is suspended at one of ``wake_steps`` (the waits that accept it),
+        claim it for ``owner`` until ``lease_until`` (as :meth:`claim` does).
+
+        Raises:
+            InstanceNotFound, InstanceEnded: as :meth:`deliver_signal` (nothing stored).
+        """
+        ...
+
+    async def get_signal(self, instance_id: str, signal_id: str) -> SignalRecord | None:
+        """The signal ``signal_id`` of the instance as stored now, or None."""
         ...
 
     async def request_cancel(

@@ -64,6 +64,8 @@ class RunOutcome:
     attempts_made: int = 0
     runnable: bool = True
     instance: InstanceRecord | None = None  # as the run left it (state == ``state``)
+    # the signals this run took, as it marked them (``taken_at``, ``taken_step_id``)
+    signals_taken: tuple[SignalRecord, ...] = ()
 
 
 class _Interrupt(Exception):
@@ -104,6 +106,7 @@ class Run:
             found.sort(key=lambda r: r.try_number)
         self.touched_steps = {row.step_id for row in steps}
         self.signals = list(signals)
+        self.taken: list[SignalRecord] = []  # signals this run took, as it marked them
         self.compensations: list[tuple[StepNode, int]] = []
         # the parked wake this claim found; consumed by the first action of this run
         self.pending_wake = (
@@ -210,7 +213,8 @@ class Run:
 
     async def flush(self) -> None:
         """Commit the journal row :meth:`execute` deferred, if any. Every other write of
-        the run calls this first, so a row is durable before anything that follows it."""
+        the run calls this first (or carries the row itself: a park, an emit's commit), so
+        a row is durable before anything that follows it."""
         row, self.unflushed = self.unflushed, None
         if row is not None:
             ack = await self.journal.commit_step(self.token, row, self.lease_until())
@@ -244,6 +248,7 @@ class Run:
                       Outcome.SUCCESS, now, now, values={bag_key(model): payload})
         ack = await self.journal.take_signal(self.token, signal.id, row)
         self.signals = [s for s in self.signals if s.id != signal.id]
+        self.taken.append(replace(signal, taken_at=now, taken_step_id=node_index))
         self.record(row)
         self.apply(row)
         self.after_ack(ack)

@@ -235,13 +235,15 @@ class Walker:
         if run.found(node.index, 0, StepKind.EMIT):
             return node.next
         run.check_interrupts()
-        await run.flush()
         payload = _evaluate(f"emit {node.name}", lambda: _jsonable(node.factory(run.view())))
         now = run.now()
         event = EmittedEvent(self.new_id(), node.name, payload)
         row = StepRow(run.instance_id, node.index, 0, StepKind.EMIT, node.name,
                       Outcome.SUCCESS, now, now, values={"event_id": event.id})
-        ack = await run.journal.commit_step(run.token, row, run.lease_until(), events=[event])
+        # the step the run executed before (not written yet) goes first, in the same write
+        deferred, run.unflushed = run.unflushed, None
+        ack = await run.journal.commit_step(run.token, row, run.lease_until(), events=[event],
+                                            deferred=deferred)
         run.record(row)
         run.after_ack(ack)
         return node.next

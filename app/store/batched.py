@@ -92,22 +92,25 @@ _CREATE_SQL = (
 )
 
 _FENCE_COLUMNS: tuple[tuple[str, str], ...] = (("token", "bigint"), ("lease_until", "timestamptz"))
-_COMMIT_COLUMNS = _STEP_COLUMNS + _FENCE_COLUMNS
+# ``main``: the item's own row (false: the deferred row an item carries before it)
+_COMMIT_COLUMNS = _STEP_COLUMNS + _FENCE_COLUMNS + (("main", "bool"),)
 # The fence locks the instance row FOR SHARE (a concurrent claim waits, and one that
 # committed first makes the token mismatch): no new row version for a plain commit. A row
-# with a heartbeating attempt in flight has it cleared (and its lease renewed).
+# with a heartbeating attempt in flight has it cleared (and its lease renewed). An item's
+# deferred row is inserted with it, first (the rows go in ordered by ``main``).
 _COMMIT_WITH = (
     f"WITH t AS (SELECT * FROM {_recordset(_COMMIT_COLUMNS)}), "
     "fence AS (SELECT i.id, t.token, i.cancel_requested, "
     "i.attempt_step_id IS NOT NULL AS busy FROM flow_instance i "
-    "JOIN t ON i.id = t.instance_id AND i.fencing_token = t.token "
+    "JOIN t ON i.id = t.instance_id AND i.fencing_token = t.token AND t.main "
     "WHERE i.state = 'running' FOR SHARE OF i), "
     f"cleared AS (UPDATE flow_instance i SET {_CLEAR_ATTEMPT}, "
     "lease_expires_at = t.lease_until, updated_at = t.committed_at "
     "FROM t, fence WHERE fence.busy AND i.id = fence.id AND t.instance_id = fence.id "
-    "AND t.token = fence.token RETURNING i.id), "
+    "AND t.token = fence.token AND t.main RETURNING i.id), "
     f"ins AS (INSERT INTO flow_step ({_STEP_NAMES}) SELECT {_STEP_FROM_T} FROM t "
-    "JOIN fence ON fence.id = t.instance_id AND fence.token = t.token RETURNING 1)"
+    "JOIN fence ON fence.id = t.instance_id AND fence.token = t.token ORDER BY t.main "
+    "RETURNING 1)"
 )
 _COMMIT_SQL = (
     f"{_COMMIT_WITH} SELECT fence.id, fence.token, fence.cancel_requested, "
@@ -129,7 +132,7 @@ _COMMIT_EVENTS_SQL = (
     "FROM fence"
 )
 
-_PARK_COLUMNS = _COMMIT_COLUMNS + (
+_PARK_COLUMNS = _STEP_COLUMNS + _FENCE_COLUMNS + (
     ("now", "timestamptz"), ("wake_at", "timestamptz"), ("wake_step_id", "int"),
     ("wake_scope", "int"), ("accept", "text"), ("owner", "text"),
 )
@@ -156,7 +159,7 @@ _PARK_SQL = (
 )
 # Second statement of a park batch that accepts signals, in the same transaction: it runs
 # after the first holds the instance rows, so it sees every delivery committed before them
-# (a delivery holds the row FOR SHARE until it commits); those parks are undone (running
+# (a delivery locks the row until it commits); those parks are undone (running
 # again, leased as before) and the run takes the signal instead.
 _UNPARK_COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "text"), ("token", "bigint"), ("accept", "text"), ("owner", "text"),
@@ -190,6 +193,8 @@ class CommitItem:
     Attributes:
         park: ``(now, wake_at, wake_step_id, wake_scope, accept_signal, owner)`` or None.
         events: outbox events written with the row (an emit's commit; not with ``park``).
+        deferred: a row of the same instance committed before ``row``, with it (not with
+            ``park``).
     """
 
     token: int
@@ -197,6 +202,7 @@ class CommitItem:
     lease_until: datetime
     park: tuple[datetime, datetime | None, int, int, str | None, str] | None = None
     events: tuple[EmittedEvent, ...] = ()
+    deferred: StepRow | None = None
 
 
 @dataclass(frozen=True)
@@ -265,14 +271,17 @@ class PgBatches:
 
     async def _batch_commit(self, items: Sequence[CommitItem]
                             ) -> list[CommitAnswer | None]:
-        """Commit journal rows (no park) with their outbox events; None: the fence matched
-        nothing, or the batch was refused (a row or an event id exists already)."""
+        """Commit journal rows (no park) with their deferred rows and outbox events; None:
+        the fence matched nothing, or the batch was refused (a row or an event id exists
+        already)."""
         rows = []
         events = []
         for item in items:
-            values = step_values(item.row)
-            values["token"], values["lease_until"] = item.token, item.lease_until
-            rows.append(values)
+            for row, main in ((item.deferred, False), (item.row, True)):
+                if row is not None:
+                    values = step_values(row)
+                    values.update(token=item.token, lease_until=item.lease_until, main=main)
+                    rows.append(values)
             events.extend({"id": e.id, "instance_id": item.row.instance_id,
                            "token": item.token, "name": e.name, "payload": dict(e.payload),
                            "created_at": item.row.committed_at} for e in item.events)
@@ -294,7 +303,7 @@ class PgBatches:
         conflict."""
         rows = []
         for item in items:
-            assert item.park is not None
+            assert item.park is not None and item.deferred is None
             values = step_values(item.row)
             now, wake_at, step_id, scope, accept, owner = item.park
             values.update(token=item.token, lease_until=item.lease_until, now=now,

@@ -1,20 +1,27 @@
-"""Writes that come from outside a lease: starts, signal deliveries, stream messages."""
+"""Writes that come from outside a lease: starts and stream messages (signal deliveries:
+:mod:`app.store.signals`)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import (
+    func,
+    insert,
+    select,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.engine.journal import InstanceRecord, InstanceState, NewInstance, SignalRecord
+from app.engine.journal import (
+    InstanceRecord,
+    InstanceState,
+    NewInstance,
+)
 from app.errors import (
     IdempotencyKeyReused,
-    InstanceEnded,
     InstanceKeyInUse,
     InstanceNotFound,
     StaleFencingToken,
@@ -23,22 +30,17 @@ from app.store.base import JournalConflict, SqlBase, const
 from app.store.batched import require_aware
 from app.store.mapping import (
     INSTANCE,
-    SIGNAL,
     STREAM,
     instance_from_new,
     instance_from_row,
     instance_values,
-    signal_from_row,
 )
 from app.store.tables import ACTIVE_STATES
 
 __all__ = ["SqlIntake"]
 
-_ENDED = tuple(s.value for s in InstanceState if s.ended)
-
-
 class SqlIntake(SqlBase):
-    """Start, signal and stream operations of :class:`app.store.sql_journal.SqlJournal`."""
+    """Start and stream operations of :class:`app.store.sql_journal.SqlJournal`."""
 
     async def create_instance(self, new: NewInstance) -> tuple[InstanceRecord, bool]:
         """Insert a running instance leased to ``new.lease_owner`` (fencing token 1) with its
@@ -138,84 +140,6 @@ class SqlIntake(SqlBase):
                 instance_id=holder.id,
             ) from cause
         return None
-
-    async def deliver_signal(
-        self,
-        instance_id: str,
-        name: str,
-        payload: dict[str, Any],
-        idempotency_key: str | None,
-        now: datetime,
-        signal_id: str,
-    ) -> tuple[SignalRecord, bool]:
-        """Store a signal durably, in arrival order.
-
-        A repeat of ``(instance_id, idempotency_key)`` returns the first record and stores
-        nothing, even once the instance has ended (a retried delivery gets the first answer).
-
-        Returns:
-            ``(record, created)``.
-
-        Raises:
-            InstanceNotFound: no such instance (code ``instance_not_found``).
-            InstanceEnded: the instance has ended; nothing stored (code ``instance_ended``).
-            JournalConflict: ``signal_id`` exists already.
-        """
-        try:
-            async with self._write() as conn:
-                lock = select(INSTANCE.c.state).where(INSTANCE.c.id == instance_id)
-                if self.is_postgresql:
-                    lock = lock.with_for_update(read=True)  # a concurrent finish waits
-                state = (await conn.execute(lock)).scalar_one_or_none()
-                if state is None:
-                    raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
-                first = await self._signal_by_key(conn, instance_id, idempotency_key)
-                if first is not None:
-                    return first, False
-                if state in _ENDED:
-                    raise InstanceEnded(
-                        f"instance {instance_id!r} has ended ({state})",
-                        instance_id=instance_id,
-                        state=state,
-                    )
-                row = (
-                    await conn.execute(
-                        insert(SIGNAL)
-                        .values(
-                            id=signal_id,
-                            instance_id=instance_id,
-                            name=name,
-                            payload=dict(payload),
-                            idempotency_key=idempotency_key,
-                            received_at=now,
-                        )
-                        .returning(*SIGNAL.c)
-                    )
-                ).one()
-                return signal_from_row(row), True
-        except IntegrityError as exc:
-            async with self._read() as conn:
-                first = await self._signal_by_key(conn, instance_id, idempotency_key)
-            if first is not None:
-                return first, False
-            raise JournalConflict(
-                f"signal {signal_id!r} exists already", signal_id=signal_id
-            ) from exc
-
-    async def _signal_by_key(
-        self, conn: AsyncConnection, instance_id: str, idempotency_key: str | None
-    ) -> SignalRecord | None:
-        if idempotency_key is None:
-            return None
-        row = (
-            await conn.execute(
-                select(SIGNAL).where(
-                    SIGNAL.c.instance_id == instance_id,
-                    SIGNAL.c.idempotency_key == idempotency_key,
-                )
-            )
-        ).first()
-        return signal_from_row(row) if row is not None else None
 
     async def write_stream(
         self,

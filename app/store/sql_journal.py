@@ -6,9 +6,9 @@ UTC); the database's own ``now()`` is never used. Writes for an instance are fen
 ``state = 'running'``; when that guard matches nothing the method raises
 :class:`~app.errors.StaleFencingToken` and the transaction rolls back, so nothing is written.
 
-The operations live in mixins by concern: claims (:mod:`app.store.claims`), starts, signals
-and streams (:mod:`app.store.intake`), reads (:mod:`app.store.reads`), and the fenced writes
-of the lease holder (here).
+The operations live in mixins by concern: claims (:mod:`app.store.claims`), starts and
+streams (:mod:`app.store.intake`), signals (:mod:`app.store.signals`), reads
+(:mod:`app.store.reads`), and the fenced writes of the lease holder (here).
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from app.engine.journal import (
     EmittedEvent,
     InstanceState,
     ReviewRequest,
-    StepKind,
     StepRow,
 )
 from app.errors import FlowFailure, InstanceNotFound, StaleFencingToken
@@ -58,6 +57,7 @@ from app.store.mapping import (
     step_values,
 )
 from app.store.reads import SqlReads
+from app.store.signals import SqlSignals
 
 __all__ = ["SqlJournal"]
 
@@ -135,7 +135,7 @@ class _Undo(Exception):  # control flow only: never escapes this module
         self.ack = ack
 
 
-class SqlJournal(SqlClaims, SqlIntake, SqlReads, PgBatches):
+class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
     """The journal repository: every SQL statement flowpark runs lives in ``app.store``.
 
     Implements :class:`app.engine.journal.Journal`, plus read-side listings for the HTTP
@@ -190,11 +190,21 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads, PgBatches):
             row = (await conn.execute(stmt)).first()
         if row is not None:
             return row
+        await self._why(conn, instance_id, token)
+        return None  # unless_cancelled and the cancel flag is set
+
+    async def _why(self, conn: AsyncConnection, instance_id: str, token: int) -> None:
+        """After a fenced write matched nothing: raise when the fence itself failed.
+
+        Raises:
+            InstanceNotFound: no such instance.
+            StaleFencingToken: ``token`` is not the current one, or the instance is not
+                running; returns when it is (something else kept the write out).
+        """
         current = (
             await conn.execute(
-                select(
-                    INSTANCE.c.fencing_token, INSTANCE.c.state, INSTANCE.c.cancel_requested
-                ).where(INSTANCE.c.id == instance_id)
+                select(INSTANCE.c.fencing_token, INSTANCE.c.state)
+                .where(INSTANCE.c.id == instance_id)
             )
         ).first()
         if current is None:
@@ -208,7 +218,6 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads, PgBatches):
                 current_token=current.fencing_token,
                 state=current.state,
             )
-        return None  # unless_cancelled and the cancel flag is set
 
     async def _insert_step(
         self,
@@ -275,6 +284,8 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads, PgBatches):
         lease_until: datetime,
         events: list[EmittedEvent] | None = None,
         reviews: list[ReviewRequest] | None = None,
+        *,
+        deferred: StepRow | None = None,
     ) -> Ack:
         """Append ``row`` with its outbox events and review items, in one transaction,
         fenced by ``token``. A heartbeating attempt in flight is cleared and the lease
@@ -282,6 +293,11 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads, PgBatches):
         PostgreSQL the fence is a ``FOR SHARE`` lock, and concurrent commits, outbox
         events included, share one statement; review items take a transaction of their
         own). The lease keeper, not the commits, keeps a long run's lease.
+
+        Args:
+            deferred: a row of the same instance that the run executed but did not write
+                yet (:attr:`app.engine.runner.Run.unflushed`): appended before ``row``, in
+                the same write (an emit's commit carries the step before it).
 
         Returns:
             ``Ack(applied=True, cancel_requested=<the instance's flag>)``.
@@ -293,18 +309,26 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads, PgBatches):
             JournalConflict: the execution row (or an event or review id) exists already;
                 nothing written.
         """
+        if deferred is not None and deferred.instance_id != row.instance_id:
+            raise ValueError("a deferred row must belong to the row's instance")
         if self._lanes is not None and not reviews:
             require_aware(row.started_at, row.committed_at, row.next_try_at, lease_until)
+            if deferred is not None:
+                require_aware(deferred.started_at, deferred.committed_at,
+                              deferred.next_try_at)
             answer = await self._lanes.commit.submit(
-                CommitItem(token, row, lease_until, events=tuple(events or ())))
+                CommitItem(token, row, lease_until, events=tuple(events or ()),
+                           deferred=deferred))
             if answer is not None:
                 return Ack(applied=True, cancel_requested=answer.cancel_requested)
-        if self.is_postgresql and not events and not reviews:
+        if self.is_postgresql and not events and not reviews and deferred is None:
             return await self._commit_step_one_statement(token, row, lease_until)
         values = _after_commit(instant(lease_until), instant(row.committed_at))
         async with self._write() as conn:
             fence = await self._fenced(conn, row.instance_id, token, values)
             assert fence is not None
+            if deferred is not None:
+                await self._insert_step(conn, deferred)
             await self._insert_step(conn, row, events, reviews)
         return Ack(applied=True, cancel_requested=fence.cancel_requested)
 
@@ -379,42 +403,6 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads, PgBatches):
         return await self.park(row.instance_id, token, row.committed_at, wake_at,
                                wake_step_id, wake_scope, accept_signal)
 
-    async def take_signal(self, token: int, signal_id: str, row: StepRow) -> Ack:
-        """Mark ``signal_id`` taken (at ``row.committed_at`` by ``row.step_id``) and append
-        ``row`` (kind ``signal``), in one transaction.
-
-        Raises:
-            StaleFencingToken: the token is stale; nothing written.
-            InstanceNotFound: no such instance.
-            JournalConflict: the signal is not the instance's, is already taken, or the row
-                exists already; nothing written.
-        """
-        if row.kind != StepKind.SIGNAL:
-            raise ValueError(f"take_signal needs a row of kind 'signal', got {row.kind!r}")
-        async with self._write() as conn:
-            fence = await self._fenced(
-                conn, row.instance_id, token, {"updated_at": row.committed_at}
-            )
-            assert fence is not None
-            taken = await conn.execute(
-                update(SIGNAL)
-                .where(
-                    SIGNAL.c.id == signal_id,
-                    SIGNAL.c.instance_id == row.instance_id,
-                    SIGNAL.c.taken_at.is_(None),
-                )
-                .values(taken_at=row.committed_at, taken_step_id=row.step_id)
-            )
-            if taken.rowcount != 1:
-                raise JournalConflict(
-                    f"signal {signal_id!r} of instance {row.instance_id!r} is unknown or "
-                    "already taken",
-                    instance_id=row.instance_id,
-                    signal_id=signal_id,
-                )
-            await self._insert_step(conn, row)
-        return Ack(applied=True, cancel_requested=fence.cancel_requested)
-
     async def park(
         self,
         instance_id: str,
@@ -464,9 +452,9 @@ class SqlJournal(SqlClaims, SqlIntake, SqlReads, PgBatches):
                 row = await self._fenced(conn, instance_id, token, values, unless_cancelled=True)
                 if row is None:
                     return Ack(applied=False, cancel_requested=True)
-                # Checked *after* the UPDATE holds the instance row: a delivery (which holds
-                # the row FOR SHARE until it commits) is either seen here or comes after the
-                # park, and then finds the instance suspended and claims it.
+                # Checked *after* the UPDATE holds the instance row: a delivery (which locks
+                # the row FOR NO KEY UPDATE until it commits) is either seen here or comes
+                # after the park, and then finds the instance suspended and claims it.
                 if accept_signal is not None and await self._signal_waiting(
                     conn, instance_id, accept_signal
                 ):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import httpx
 
-from app.engine.journal import InstanceState, StepKind
+from app.engine.journal import Ack, InstanceState, StepKind, StepRow
 from app.testing import FlowHarness, Scripted
 from samples.document_processing import (
     NOT_READ_IN_TIME,
@@ -73,6 +74,31 @@ async def test_each_wake_makes_exactly_one_attempt_then_completes() -> None:
         assert status_rows == [(2, 0), (2, 1), (2, 2)]
         events = await h.journal.list_events()
         assert [e["name"] for e in events] == ["document.processed"]
+
+
+async def test_the_emit_writes_the_extract_row_with_its_own(store_url: str) -> None:
+    status = Scripted(pending(), done())
+    async with FlowHarness.open([_flow()], database_url=store_url, migrate=False,
+                                substitutes=scripted(status)) as h:
+        inst = (await h.start("document.process", DOC)).instance
+        commits: list[tuple[str, str | None]] = []
+        commit_step = h.journal.commit_step
+
+        async def spied(token: int, row: StepRow, *args: Any, **kwargs: Any) -> Ack:
+            deferred = kwargs.get("deferred")
+            commits.append((row.capability_id, deferred and deferred.capability_id))
+            return await commit_step(token, row, *args, **kwargs)
+
+        h.journal.commit_step = spied  # type: ignore[method-assign]
+        await h.advance_to_next_wake(inst.id)
+        assert (await h.instance(inst.id)).state is InstanceState.COMPLETED
+        # the status row before the extract runs, then the emit with the extract row
+        assert commits == [("ocr.status", None), ("document.processed", "document.extract")]
+        steps = (await h.snapshot(inst.id)).steps
+        assert [r.capability_id for r in steps][-3:] == [
+            "ocr.status", "document.extract", "document.processed"]
+        assert [r.sequence for r in steps] == sorted(r.sequence for r in steps)  # type: ignore[type-var]
+        assert [e["name"] for e in await h.journal.list_events()] == ["document.processed"]
 
 
 async def test_waits_follow_the_jittered_backoff_and_never_pass_the_budget() -> None:

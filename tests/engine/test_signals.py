@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 
 from app.engine.journal import InstanceState, StepKind
 from app.errors import InputInvalid, InstanceEnded, InstanceNotFound, SignalNotDeclared
+from app.flows import Capability, CapabilityOptions, Flow, StepContext
 from app.testing import FlowHarness, Scripted
-from tests.engine.flows import Job, Status, await_flow, poll_flow
+from tests.engine.flows import READY, Job, Order, Start, Status, await_flow, poll_flow
 
 ORDER = {"order_id": "o-1"}
 
@@ -125,3 +127,96 @@ async def test_a_signal_and_a_due_sweep_race_to_exactly_one_continuation(store_u
             assert len(keys) == len(set(keys))
             assert sum(1 for r in snap.steps if r.kind is StepKind.SIGNAL) <= 1
             assert sum(1 for r in snap.steps if r.capability_id == "t.after") == 1
+
+
+def counting(journal: object, *names: str) -> dict[str, int]:
+    """Count calls of the journal's ``names`` methods (wrapped on the instance)."""
+    calls = dict.fromkeys(names, 0)
+    for name in names:
+        method = getattr(journal, name)
+
+        async def counted(*args: object, _name: str = name, _method: object = method,
+                          **kwargs: object) -> object:
+            calls[_name] += 1
+            return await _method(*args, **kwargs)  # type: ignore[operator]
+
+        setattr(journal, name, counted)
+    return calls
+
+
+async def test_a_delivery_answers_from_the_run_it_started_without_reading_back(
+    store_url: str,
+) -> None:
+    check = Scripted(Status(done=False))
+    async with FlowHarness.open([poll_flow()], database_url=store_url, migrate=False,
+                                substitutes=subs(check)) as h:
+        inst = (await h.start("t.poll", ORDER)).instance
+        assert inst.state is InstanceState.SUSPENDED
+        calls = counting(h.journal, "get_instance", "load", "pending_signals", "get_signal",
+                         "claim")
+        delivery = await h.engine.deliver(inst.id, "t.ready", {"job_id": "j"}, "hook")
+        # one read to find the flow; the store delivers and claims in one go, with the
+        # journal; the answer is what the run left (no read back)
+        assert calls == {"get_instance": 1, "load": 0, "pending_signals": 0,
+                         "get_signal": 0, "claim": 0}
+        assert (delivery.created, delivery.state) == (True, InstanceState.COMPLETED)
+        assert (delivery.flow_name, delivery.flow_version) == ("t.poll", "1.0.0")
+        (stored,) = await h.journal.list_signals(inst.id)
+        assert delivery.signal == stored
+        assert stored.taken_at is not None and stored.taken_step_id == 1
+        assert check.calls == 1
+        # a repeat answers the first signal as stored, taken, and the state now
+        again = await h.engine.deliver(inst.id, "t.ready", {"job_id": "j"}, "hook")
+        assert (again.signal, again.created, again.state) == (
+            stored, False, InstanceState.COMPLETED)
+
+
+async def test_a_signal_that_waits_in_the_mailbox_is_answered_untaken(store_url: str) -> None:
+    async with FlowHarness.open([poll_flow()], database_url=store_url, migrate=False,
+                                substitutes=subs(Scripted(Status(done=False)))) as h:
+        inst = (await h.start("t.poll", ORDER)).instance
+        # the instance holds a live lease elsewhere: the signal waits for that run
+        claim = await h.journal.claim(inst.id, "node-b", h.clock.now(),
+                                      h.clock.now() + timedelta(seconds=30))
+        assert claim is not None
+        delivery = await h.engine.deliver(inst.id, "t.ready", {"job_id": "j"})
+        assert (delivery.created, delivery.state) == (True, InstanceState.RUNNING)
+        assert delivery.signal.taken_at is None
+        assert [s.id for s in await h.journal.pending_signals(inst.id)] == [delivery.signal.id]
+
+
+async def test_a_run_that_goes_on_in_the_background_is_answered_as_stored(
+    store_url: str,
+) -> None:
+    release = asyncio.Event()
+
+    async def long_wait(ctx: StepContext) -> None:
+        await release.wait()
+
+    flow = Flow("t.hook_then_wait", "1.0.0", input=Order)
+    flow.step(Start())
+    flow.await_signal(READY)
+    flow.step(Watch())
+    substitutes = {"t.start": Scripted(Job(job_id="j")), "t.watch": Scripted(long_wait)}
+    async with FlowHarness.open([flow], database_url=store_url, migrate=False,
+                                substitutes=substitutes) as h:
+        inst = (await h.start("t.hook_then_wait", ORDER)).instance
+        assert inst.state is InstanceState.SUSPENDED
+        delivery = await h.engine.deliver(inst.id, "t.ready", {"job_id": "j"})
+        # the run took the signal, then went on in the background at the heartbeating step
+        assert (delivery.created, delivery.state) == (True, InstanceState.RUNNING)
+        assert delivery.signal.taken_at is not None and delivery.signal.taken_step_id == 1
+        assert delivery.signal == (await h.journal.list_signals(inst.id))[0]
+        release.set()
+        await h.engine.drain()
+        assert (await h.instance(inst.id)).state is InstanceState.COMPLETED
+
+
+class Watch(Capability):
+    id = "t.watch"
+    idempotent = True
+    options = CapabilityOptions(execute_timeout=timedelta(hours=1),
+                                heartbeat_timeout=timedelta(seconds=30))
+
+    async def execute(self, ctx: StepContext) -> None:
+        return None

@@ -328,6 +328,37 @@ async def test_commit_step_appends_row_events_and_reviews(sql_journal: SqlJourna
     ]
 
 
+async def test_a_commit_carries_the_deferred_row_before_its_own(
+    sql_journal: SqlJournal,
+) -> None:
+    instance_id = await started(sql_journal)
+    await sql_journal.start_attempt(instance_id, 1, 3, 0, 1, at(1), at(20))
+    extracted = step(instance_id, step_id=3, committed_at=at(2))
+    emitted = step(instance_id, step_id=4, kind=StepKind.EMIT, capability_id="done",
+                   committed_at=at(3), values={"event_id": "e-1"})
+    event = EmittedEvent("e-1", "done", {"n": 1})
+    ack = await sql_journal.commit_step(1, emitted, at(40), [event], deferred=extracted)
+    assert ack == Ack(applied=True, cancel_requested=False)
+    snapshot = await sql_journal.load(instance_id)
+    assert [replace(r, sequence=None) for r in snapshot.steps] == [extracted, emitted]
+    assert [e["id"] for e in await sql_journal.list_events()] == ["e-1"]
+    # the attempt in flight is cleared as by the row's own commit
+    assert (snapshot.instance.attempt_step_id, snapshot.instance.updated_at) == (None, at(3))
+    # a deferred row that exists already: nothing of the write, event included
+    again = replace(emitted, step_id=5, values={"event_id": "e-2"})
+    with pytest.raises(JournalConflict):
+        await sql_journal.commit_step(1, again, at(40), [EmittedEvent("e-2", "done", {})],
+                                      deferred=extracted)
+    with pytest.raises(StaleFencingToken):
+        await sql_journal.commit_step(7, again, at(40), [EmittedEvent("e-2", "done", {})],
+                                      deferred=replace(extracted, step_id=6))
+    assert len((await sql_journal.load(instance_id)).steps) == 2
+    assert [e["id"] for e in await sql_journal.list_events()] == ["e-1"]
+    with pytest.raises(ValueError):
+        await sql_journal.commit_step(1, again, at(40), deferred=replace(extracted,
+                                                                          instance_id="other"))
+
+
 async def test_duplicate_step_row_is_a_conflict_and_writes_nothing(
     sql_journal: SqlJournal,
 ) -> None:
@@ -563,6 +594,97 @@ async def test_take_signal_marks_it_and_journals_it(sql_journal: SqlJournal) -> 
     with pytest.raises(StaleFencingToken):
         await sql_journal.take_signal(7, "s-1", replace(row, step_id=6))
     assert len((await sql_journal.load(instance_id)).steps) == 1
+
+
+async def test_a_refused_take_writes_nothing(sql_journal: SqlJournal) -> None:
+    instance_id = await started(sql_journal)
+    await sql_journal.deliver_signal(instance_id, "approved", {}, None, at(1), "s-1")
+    row = step(instance_id, step_id=5, kind=StepKind.SIGNAL, capability_id="approved")
+    await sql_journal.commit_step(1, row, at(40))
+    before = await sql_journal.get_instance(instance_id)
+    with pytest.raises(JournalConflict):  # not this instance's signal
+        await sql_journal.take_signal(1, "s-unknown", replace(row, step_id=6))
+    with pytest.raises(JournalConflict):  # the journal row exists: the signal stays untaken
+        await sql_journal.take_signal(1, "s-1", replace(row, committed_at=at(3)))
+    assert await sql_journal.get_instance(instance_id) == before
+    assert len((await sql_journal.load(instance_id)).steps) == 1
+    assert [s.id for s in await sql_journal.pending_signals(instance_id)] == ["s-1"]
+    with pytest.raises(InstanceNotFound):
+        await sql_journal.take_signal(1, "s-1", replace(row, instance_id="nope"))
+
+
+async def test_a_delivery_claims_an_instance_parked_on_a_wait_that_accepts_it(
+    sql_journal: SqlJournal,
+) -> None:
+    instance_id = await started(sql_journal)
+    await sql_journal.commit_step(1, step(instance_id), at(40))
+    await sql_journal.deliver_signal(instance_id, "note", {"n": 1}, None, at(2), "s-0")
+    await sql_journal.park(instance_id, 1, at(3), None, 4, 0)
+    delivery = await sql_journal.deliver_and_claim(
+        instance_id, "approved", {"by": "ana"}, "hook-1", at(5), "s-1",
+        owner="node-b", lease_until=at(35), wake_steps=(2, 4))
+    assert (delivery.created, delivery.state) == (True, InstanceState.SUSPENDED)
+    assert (delivery.signal.id, delivery.signal.payload, delivery.signal.taken_at) == (
+        "s-1", {"by": "ana"}, None)
+    claim = delivery.claim
+    assert claim is not None and (claim.instance_id, claim.fencing_token) == (instance_id, 2)
+    record = await sql_journal.get_instance(instance_id)
+    assert (record.state, record.lease_owner, record.lease_expires_at) == (
+        InstanceState.RUNNING, "node-b", at(35))
+    assert (record.fencing_token, record.updated_at, record.wake_step_id) == (2, at(5), 4)
+    # the claim's snapshot (when the store read one) is what a load reads now
+    if claim.snapshot is not None:
+        assert claim.snapshot == await sql_journal.load(instance_id)
+        assert [s.id for s in claim.snapshot.signals] == ["s-0", "s-1"]
+    # a repeat claims nothing and answers the first signal
+    repeat = await sql_journal.deliver_and_claim(
+        instance_id, "approved", {"by": "bob"}, "hook-1", at(6), "s-2",
+        owner="node-c", lease_until=at(36), wake_steps=(2, 4))
+    assert (repeat.signal, repeat.created, repeat.state, repeat.claim) == (
+        delivery.signal, False, InstanceState.RUNNING, None)
+    assert (await sql_journal.get_instance(instance_id)).fencing_token == 2
+
+
+async def test_a_delivery_claims_nothing_that_does_not_wait_for_it(
+    sql_journal: SqlJournal,
+) -> None:
+    running = await started(sql_journal)
+    delivery = await sql_journal.deliver_and_claim(
+        running, "approved", {}, None, at(1), "s-1", owner="node-b", lease_until=at(31),
+        wake_steps=(4,))
+    assert (delivery.created, delivery.state, delivery.claim) == (
+        True, InstanceState.RUNNING, None)
+    elsewhere = await parked(sql_journal, at(3600))  # parked at step 3
+    delivery = await sql_journal.deliver_and_claim(
+        elsewhere, "approved", {}, None, at(1), "s-2", owner="node-b", lease_until=at(31),
+        wake_steps=(4,))
+    assert (delivery.created, delivery.state, delivery.claim) == (
+        True, InstanceState.SUSPENDED, None)
+    record = await sql_journal.get_instance(elsewhere)
+    assert (record.state, record.fencing_token) == (InstanceState.SUSPENDED, 1)
+    await sql_journal.finish(running, 1, at(2), InstanceState.COMPLETED)
+    with pytest.raises(InstanceEnded):
+        await sql_journal.deliver_and_claim(
+            running, "approved", {}, None, at(3), "s-3", owner="node-b",
+            lease_until=at(33), wake_steps=(4,))
+    assert [s.id for s in await sql_journal.list_signals(running)] == ["s-1"]
+    with pytest.raises(InstanceNotFound):
+        await sql_journal.deliver_and_claim(
+            "nope", "approved", {}, None, at(1), "s-4", owner="node-b", lease_until=at(31),
+            wake_steps=(3,))
+
+
+async def test_get_signal_reads_one_signal_as_stored(sql_journal: SqlJournal) -> None:
+    instance_id = await started(sql_journal)
+    first, _ = await sql_journal.deliver_signal(instance_id, "approved", {"x": 1}, "k",
+                                                at(1), "s-1")
+    assert await sql_journal.get_signal(instance_id, "s-1") == first
+    assert await sql_journal.get_signal(instance_id, "s-2") is None
+    assert await sql_journal.get_signal("other", "s-1") is None
+    row = step(instance_id, step_id=5, kind=StepKind.SIGNAL, capability_id="approved")
+    await sql_journal.take_signal(1, "s-1", row)
+    taken = await sql_journal.get_signal(instance_id, "s-1")
+    assert taken is not None and (taken.taken_at, taken.taken_step_id) == (at(2), 5)
 
 
 # ------------------------------------------------------------------------- cancel

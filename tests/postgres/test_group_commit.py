@@ -438,6 +438,48 @@ async def test_emit_commits_share_a_batch_with_plain_ones_and_a_stale_one_writes
     assert (await journal.load(stale)).steps == []
 
 
+async def test_emit_commits_carrying_deferred_rows_share_a_batch(journal: SqlJournal) -> None:
+    ids = await started(journal, 8)
+    busy = ids[0]
+    await journal.start_attempt(busy, 1, 3, 0, 1, at(1), at(20))
+    stale = ids[1]
+    await make_stale(journal, stale)
+    carrying, plain = ids[:5], ids[5:]
+    extracted = {i: step(i, step_id=3, committed_at=at(1.5)) for i in carrying}
+    alone: list[str] = []  # rows written on the one-at-a-time path (a refused batch)
+    insert_step = journal._insert_step
+
+    async def spied(conn: Any, row: StepRow, *args: Any) -> None:
+        alone.append(row.instance_id)
+        await insert_step(conn, row, *args)
+
+    journal._insert_step = spied  # type: ignore[method-assign]
+    results = await asyncio.gather(
+        *(journal.commit_step(1, emit_row(i), at(40), events=[emitted(i)],
+                              deferred=extracted[i]) for i in carrying),
+        *(journal.commit_step(1, step(i), at(40)) for i in plain),
+        return_exceptions=True)
+
+    assert counts(lanes(journal).commit) == (1, 8)
+    assert isinstance(results[1], StaleFencingToken)
+    assert [r for n, r in enumerate(results) if n != 1] == [Ack(True, False)] * 7
+    assert alone == []  # the batch took them all (the stale one fails its fence alone)
+    for i in carrying:
+        steps = (await journal.load(i)).steps
+        if i == stale:
+            assert steps == []
+            continue
+        # the deferred row first (commit order), then the emit's own row, once each
+        assert journal_rows(steps) == [extracted[i], emit_row(i)]
+        assert steps[0].sequence < steps[1].sequence  # type: ignore[operator]
+    for i in plain:
+        assert journal_rows((await journal.load(i)).steps) == [step(i)]
+    assert set(await outbox(journal)) == {f"ev-{i}" for i in carrying if i != stale}
+    inst = await journal.get_instance(busy)  # its attempt cleared at the emit's instant
+    assert (inst.attempt_step_id, inst.lease_expires_at, inst.updated_at) == (None, at(40),
+                                                                              at(2))
+
+
 async def test_an_event_id_that_exists_fails_only_its_own_commit(journal: SqlJournal) -> None:
     ids = await started(journal, 6)
     first, twin = ids[0], ids[1]

@@ -7,7 +7,7 @@ import inspect
 import sqlite3
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 import app.store
 from app.engine.journal import Journal
@@ -94,6 +94,34 @@ async def test_sqlite_write_transactions_begin_immediate(sqlite_url: str) -> Non
             assert not _try_write_lock(path)
             await writer.rollback()
         assert _try_write_lock(path)
+    finally:
+        await engine.dispose()
+
+
+async def test_connections_opened_for_a_burst_stay_open(sqlite_url: str) -> None:
+    """Up to twice ``pool_size`` connections, and none closed at check-in: a node whose load
+    hovers above ``pool_size`` must not open and close connections all the time."""
+    engine = make_async_engine(sqlite_url, pool_size=3)
+    pool = engine.sync_engine.pool
+    opened = 0
+
+    def count(*_: object) -> None:
+        nonlocal opened
+        opened += 1
+
+    event.listen(engine.sync_engine, "connect", count)
+    try:
+        for _ in range(3):  # three bursts of 6 connections at once
+            conns = [await engine.connect() for _ in range(6)]
+            for conn in conns:
+                await conn.close()
+        assert opened == 6
+        assert pool.checkedin() == 6  # type: ignore[attr-defined]
+        held = [await engine.connect() for _ in range(6)]
+        with pytest.raises(TimeoutError):  # a seventh waits: the cap is 2 x pool_size
+            await asyncio.wait_for(engine.connect(), timeout=0.2)
+        for conn in held:
+            await conn.close()
     finally:
         await engine.dispose()
 

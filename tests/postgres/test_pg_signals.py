@@ -1,0 +1,127 @@
+"""PostgreSQL signal delivery in one statement (deliver, and claim the instance when it is
+parked on a wait that accepts the signal): races with a park, with other deliveries and
+with repeats of one idempotency key."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from app.engine.journal import InstanceState, StepKind
+from app.store import SqlJournal
+from tests.support.journal import at, new_instance, step
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.parametrize("store_url", ["postgres"], indirect=True),
+]
+
+WAIT = 4  # the node index of the wait that accepts "approved"
+
+
+async def started(journal: SqlJournal) -> str:
+    record, created = await journal.create_instance(new_instance())
+    assert created
+    return record.id
+
+
+def deliver(journal: SqlJournal, instance_id: str, signal_id: str, key: str | None = None,
+            **changes: Any) -> Any:
+    return journal.deliver_and_claim(
+        instance_id, "approved", {"by": signal_id}, key, at(5), signal_id,
+        owner=changes.get("owner", "node-b"), lease_until=at(35), wake_steps=(WAIT,))
+
+
+async def test_a_park_committed_while_the_delivery_waits_is_seen_and_claimed(
+    sql_journal: SqlJournal,
+) -> None:
+    """The lost-wake-up race: the run parks (its last row with it) while the delivery waits
+    for the row; the park's own mailbox check ran before the signal existed, so the
+    delivery must see the park and claim, and its journal must hold the park's row."""
+    instance_id = await started(sql_journal)
+    last = step(instance_id, step_id=3)
+    async with sql_journal.engine.connect() as node_a:
+        await node_a.execute(text(
+            "UPDATE flow_instance SET state = 'suspended', wake_step_id = :wait, "
+            "wake_scope = 0, lease_owner = NULL, lease_expires_at = NULL WHERE id = :id"),
+            {"id": instance_id, "wait": WAIT})
+        await node_a.execute(text(
+            "INSERT INTO flow_step (instance_id, step_id, scope, kind, capability_id, "
+            "outcome, try_number, final, started_at, committed_at) VALUES (:id, 3, 0, "
+            "'step', 'ocr.submit', 'success', 1, false, :at, :at)"),
+            {"id": instance_id, "at": last.committed_at})
+        delivery = asyncio.ensure_future(deliver(sql_journal, instance_id, "s-1"))
+        await asyncio.sleep(0.3)
+        assert not delivery.done()  # it waits for the row the park holds
+        await node_a.commit()
+    answer = await asyncio.wait_for(delivery, timeout=10)
+    assert (answer.created, answer.state) == (True, InstanceState.SUSPENDED)
+    assert answer.claim is not None and answer.claim.fencing_token == 2
+    # its statement began before the park's row existed: the engine must load the journal
+    assert answer.claim.snapshot is None
+    snapshot = await sql_journal.load(instance_id)
+    assert [(r.step_id, r.kind) for r in snapshot.steps] == [(3, StepKind.STEP)]
+    assert [s.id for s in snapshot.signals] == ["s-1"]
+    assert snapshot.instance.state is InstanceState.RUNNING
+
+
+async def test_a_delivery_waits_for_a_batched_park_and_then_claims(
+    sql_journal: SqlJournal,
+) -> None:
+    """The same race through the store's own park (the group-commit statement)."""
+    instance_id = await started(sql_journal)
+    deliveries = []
+
+    async def park() -> None:
+        await sql_journal.commit_and_park(1, step(instance_id, step_id=3), at(40),
+                                          owner="node-a", wake_at=None, wake_step_id=WAIT,
+                                          wake_scope=0, accept_signal="approved")
+
+    async def signal() -> None:
+        deliveries.append(await deliver(sql_journal, instance_id, "s-1"))
+
+    await asyncio.gather(park(), signal())
+    (answer,) = deliveries
+    record = await sql_journal.get_instance(instance_id)
+    if answer.claim is None:  # the delivery came first: the park saw it and stayed running
+        assert record.state is InstanceState.RUNNING and record.fencing_token == 1
+    else:  # the park came first: the delivery claimed the instance
+        assert record.state is InstanceState.RUNNING and record.fencing_token == 2
+        assert answer.claim.fencing_token == 2
+    snapshot = await sql_journal.load(instance_id)
+    assert [s.id for s in snapshot.signals] == ["s-1"]
+    assert [r.step_id for r in snapshot.steps] == [3]
+
+
+async def test_concurrent_deliveries_claim_a_parked_instance_once(
+    sql_journal: SqlJournal,
+) -> None:
+    instance_id = await started(sql_journal)
+    await sql_journal.park(instance_id, 1, at(1), None, WAIT, 0)
+    answers = await asyncio.wait_for(asyncio.gather(
+        *(deliver(sql_journal, instance_id, f"s-{n}", owner=f"node-{n}") for n in range(10))),
+        timeout=20)
+    assert all(a.created for a in answers)
+    claims = [a for a in answers if a.claim is not None]
+    assert len(claims) == 1
+    record = await sql_journal.get_instance(instance_id)
+    assert record.fencing_token == 2 and record.state is InstanceState.RUNNING
+    assert len(await sql_journal.pending_signals(instance_id)) == 10
+
+
+async def test_concurrent_repeats_of_one_key_store_and_claim_once(
+    sql_journal: SqlJournal,
+) -> None:
+    instance_id = await started(sql_journal)
+    await sql_journal.park(instance_id, 1, at(1), None, WAIT, 0)
+    answers = await asyncio.wait_for(asyncio.gather(
+        *(deliver(sql_journal, instance_id, f"s-{n}", key="hook") for n in range(20))),
+        timeout=20)
+    assert sum(a.created for a in answers) == 1
+    assert len({a.signal.id for a in answers}) == 1
+    assert sum(a.claim is not None for a in answers) == 1
+    assert len(await sql_journal.list_signals(instance_id)) == 1
+    assert (await sql_journal.get_instance(instance_id)).fencing_token == 2
