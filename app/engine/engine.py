@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,15 +46,9 @@ from app.errors import (
 from app.flows.catalog import Catalog
 from app.flows.plan import AwaitSignalNode, Plan, PollNode, Profile
 
-__all__ = ["Engine", "EngineConfig", "StartResult", "SweepReport", "request_hash"]
+__all__ = ["Engine", "EngineConfig", "StartResult", "SweepReport"]
 
 log = logging.getLogger("flowpark.engine")
-
-
-def request_hash(payload: Any) -> str:
-    """Stable hash of a JSON-able request body (sorted keys), for idempotency checks."""
-    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -167,9 +159,7 @@ class Engine(Walker, Limits):
             id=self.new_id(), flow_name=plan.name, flow_version=plan.version, input=data,
             created_at=now, deadline_at=(now + plan.deadline) if plan.deadline else None,
             lease_owner=self.config.node_id, lease_expires_at=now + self.lease,
-            idempotency_key=idempotency_key,
-            request_hash=request_hash({"input": data, "instanceKey": instance_key}),
-            instance_key=instance_key,
+            idempotency_key=idempotency_key, instance_key=instance_key,
         )
         record, created = await self.journal.create_instance(new)
         if created:

@@ -76,17 +76,17 @@ _CREATE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "text"), ("flow_name", "text"), ("flow_version", "text"), ("input", "json"),
     ("created_at", "timestamptz"), ("deadline_at", "timestamptz"), ("lease_owner", "text"),
     ("lease_expires_at", "timestamptz"), ("instance_key", "text"),
-    ("idempotency_key", "text"), ("request_hash", "text"),
+    ("idempotency_key", "text"),
 )
 # ON CONFLICT DO NOTHING: a repeated idempotency key, an instance key in use (or an id that
 # exists) skips that row only; its caller then reads what holds the key
 _CREATE_SQL = (
     "INSERT INTO flow_instance (id, flow_name, flow_version, state, input, created_at, "
     "updated_at, deadline_at, lease_owner, lease_expires_at, fencing_token, "
-    "cancel_requested, instance_key, idempotency_key, request_hash) "
+    "cancel_requested, instance_key, idempotency_key) "
     "SELECT t.id, t.flow_name, t.flow_version, 'running', t.input, t.created_at, "
     "t.created_at, t.deadline_at, t.lease_owner, t.lease_expires_at, 1, false, "
-    "t.instance_key, t.idempotency_key, t.request_hash "
+    "t.instance_key, t.idempotency_key "
     f"FROM {_recordset(_CREATE_COLUMNS)} ON CONFLICT DO NOTHING RETURNING id"
 )
 
@@ -230,8 +230,8 @@ class PgBatches:
         rows = [{"id": n.id, "flow_name": n.flow_name, "flow_version": n.flow_version,
                  "input": n.input, "created_at": n.created_at, "deadline_at": n.deadline_at,
                  "lease_owner": n.lease_owner, "lease_expires_at": n.lease_expires_at,
-                 "instance_key": n.instance_key, "idempotency_key": n.idempotency_key,
-                 "request_hash": n.request_hash} for n in items]
+                 "instance_key": n.instance_key, "idempotency_key": n.idempotency_key}
+                for n in items]
         try:
             async with self._single(write=True) as conn:
                 result = await conn.exec_driver_sql(_CREATE_SQL, _rows(_CREATE_COLUMNS, rows))

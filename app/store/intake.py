@@ -53,8 +53,9 @@ class SqlIntake(SqlBase):
             record is built from ``new`` (what the INSERT wrote), not read back.
 
         Raises:
-            IdempotencyKeyReused: the key was used for this flow with another
-                ``request_hash`` (code ``idempotency_key_reused``).
+            IdempotencyKeyReused: the key was used for this flow with another request:
+                another input or instance key (:meth:`NewInstance.repeats`; code
+                ``idempotency_key_reused``).
             InstanceKeyInUse: a running or suspended instance of the flow holds
                 ``instance_key`` (code ``instance_key_in_use``).
             JournalConflict: the instance id exists already.
@@ -95,7 +96,8 @@ class SqlIntake(SqlBase):
         could report ``InstanceKeyInUse`` for an idempotent repeat racing its original).
 
         Raises:
-            IdempotencyKeyReused: the key was used with another ``request_hash``.
+            IdempotencyKeyReused: the key was used with another input or instance key
+                (the stored row's ``input`` and ``instance_key`` are the request).
             InstanceKeyInUse: an active instance holds the key and the idempotency key does
                 not name it.
         """
@@ -120,7 +122,7 @@ class SqlIntake(SqlBase):
                 )
             ).first()
             if record is not None:
-                if record.request_hash != new.request_hash:
+                if not new.repeats(record.input, record.instance_key):
                     raise IdempotencyKeyReused(
                         f"idempotency key {new.idempotency_key!r} of flow {new.flow_name!r} "
                         "was used with a different request",

@@ -150,8 +150,8 @@ class FlowInstanceRow(SQLModel, table=True):
     attempt_started_at: datetime | None = _instant("attempt_started_at")
     heartbeat_at: datetime | None = _instant("heartbeat_at")
     heartbeat_value: Any = _json("heartbeat_value")
+    # the request of a start with this key is the row's input and instance_key
     idempotency_key: str | None = _str("idempotency_key")
-    request_hash: str | None = _str("request_hash")
 
 
 class FlowStepRow(SQLModel, table=True):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Index, MetaData, create_engine, inspect
+from sqlalchemy import Index, MetaData, create_engine, inspect, text
 from sqlalchemy.engine import Engine
 
 from app.errors import SchemaBehindHead
@@ -124,3 +127,48 @@ async def test_service_refuses_a_schema_behind_head(empty_url: str) -> None:
         await check_schema_at_head(engine)
     finally:
         await engine.dispose()
+
+
+def _request_hash(input_: Any, instance_key: str | None) -> str:
+    """The request hash revision 0003's code stored (sha256 of the start's request)."""
+    blob = json.dumps({"input": input_, "instanceKey": instance_key}, sort_keys=True,
+                      separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+_KEYED = [  # (id, input, instance_key, idempotency_key)
+    ("01a22fac-b7c5-7d5a-b879-c2ae65cc796c", {"documentId": "d-1", "pages": 3}, None, "k-1"),
+    ("01a22fac-b7b9-7a11-9f87-f954f4788071", {"b": [1, True], "a": "é"}, "doc-2", "k-2"),
+    ("01a22fac-b7bb-7d24-9288-2510e28dc682", {"documentId": "d-3"}, "doc-3", None),
+]
+
+
+def _insert_0003_instances(engine: Engine) -> None:
+    """Instances as the 0003 code wrote them (request hash on keyed starts)."""
+    with engine.begin() as conn:
+        for id_, input_, instance_key, key in _KEYED:
+            conn.execute(text(
+                "INSERT INTO flow_instance (id, flow_name, flow_version, state, input, "
+                "created_at, updated_at, fencing_token, cancel_requested, instance_key, "
+                "idempotency_key, request_hash) VALUES (:id, 'document.process', '1.0.0', "
+                "'suspended', :input, :at, :at, 1, false, :ik, :key, :hash)"),
+                {"id": id_, "input": json.dumps(input_), "at": datetime(2026, 1, 1, tzinfo=UTC),
+                 "ik": instance_key, "key": key,
+                 "hash": _request_hash(input_, instance_key) if key else None})
+
+
+def test_0004_drops_the_request_hash_and_downgrade_recomputes_it(
+    empty_url: str, sync_engine: Engine
+) -> None:
+    upgrade(empty_url, "0003")
+    _insert_0003_instances(sync_engine)
+    upgrade(empty_url)
+    columns = {c["name"] for c in inspect(sync_engine).get_columns("flow_instance")}
+    assert "request_hash" not in columns and "idempotency_key" in columns
+    downgrade(empty_url, "0003")
+    with sync_engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT id, request_hash FROM flow_instance ORDER BY id")).all()
+    expected = {id_: _request_hash(input_, ik) if key else None
+                for id_, input_, ik, key in _KEYED}
+    assert dict(rows) == expected
