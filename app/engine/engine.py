@@ -100,7 +100,13 @@ class Engine(Walker, Limits):
         catalog: registered plans.
         clock: the engine clock (``SystemClock``; ``VirtualClock`` in tests).
         config: :class:`EngineConfig`.
-        id_factory: makes instance/signal/event ids (default uuid7 strings).
+        id_factory: makes instance, signal, event and review ids (default: uuid7 strings,
+            ``str(uuid6.uuid7())``). Every id it returns must be a UUID string in canonical
+            form (36 characters, lowercase hex, dashed, as ``str(uuid.UUID(...))`` gives):
+            PostgreSQL stores instance ids as ``uuid``, and the store refuses a start with
+            any other id (``ValueError``) and finds no instance by one
+            (``instance_not_found``). Time-ordered UUIDs (uuid7) keep the id indexes
+            compact.
     """
 
     def __init__(self, journal: Journal, catalog: Catalog, clock: Clock,

@@ -31,6 +31,7 @@ from app.store.mapping import (
     signal_from_row,
 )
 from app.store.tables import ACTIVE_STATES
+from app.store.types import is_instance_id
 
 __all__ = ["SqlIntake"]
 
@@ -59,7 +60,11 @@ class SqlIntake(SqlBase):
             InstanceKeyInUse: a running or suspended instance of the flow holds
                 ``instance_key`` (code ``instance_key_in_use``).
             JournalConflict: the instance id exists already.
+            ValueError: ``new.id`` is not a canonical UUID string (see ``Engine``'s
+                ``id_factory``).
         """
+        if not is_instance_id(new.id):
+            raise ValueError(f"instance ids are canonical UUID strings, got {new.id!r}")
         for _ in range(3):  # a key holder that ended between the INSERT and the read: again
             created = None
             if self._lanes is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -71,6 +72,23 @@ async def test_unknown_instance_is_not_found(sql_journal: SqlJournal) -> None:
     assert info.value.code == "instance_not_found"
     with pytest.raises(InstanceNotFound):
         await sql_journal.get_instance("nope")
+
+
+async def test_ids_are_canonical_uuid_strings(sql_journal: SqlJournal) -> None:
+    """Only the canonical spelling names an instance, on both stores (PostgreSQL's uuid
+    input would read the others as the same id); a start needs a canonical id."""
+    instance_id = await started(sql_journal)
+    for spelling in (instance_id.upper(), instance_id.replace("-", ""), f"{{{instance_id}}}"):
+        with pytest.raises(InstanceNotFound):
+            await sql_journal.load(spelling)
+        with pytest.raises(InstanceNotFound):
+            await sql_journal.request_cancel(spelling, "api", at(1), at(31))
+        assert await sql_journal.claim(spelling, "node-b", at(1), at(31)) is None
+    for bad in ("i-1", str(uuid.uuid4()).upper()):
+        with pytest.raises(ValueError, match="canonical UUID"):
+            await sql_journal.create_instance(new_instance(id=bad))
+    assert await sql_journal.count_instances() == 1
+    assert (await sql_journal.get_instance(instance_id)).id == instance_id
 
 
 async def test_idempotent_start_returns_the_first_instance(sql_journal: SqlJournal) -> None:

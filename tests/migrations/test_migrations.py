@@ -143,32 +143,91 @@ _KEYED = [  # (id, input, instance_key, idempotency_key)
 ]
 
 
-def _insert_0003_instances(engine: Engine) -> None:
-    """Instances as the 0003 code wrote them (request hash on keyed starts)."""
+def _insert_0003_rows(engine: Engine, ids: list[str] | None = None) -> None:
+    """Instances as the 0003 code wrote them (request hash on keyed starts), each with a
+    row in every table that names its instance."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    keyed = [(ids[n] if ids else id_, *rest) for n, (id_, *rest) in enumerate(_KEYED)]
     with engine.begin() as conn:
-        for id_, input_, instance_key, key in _KEYED:
+        for n, (id_, input_, instance_key, key) in enumerate(keyed):
             conn.execute(text(
                 "INSERT INTO flow_instance (id, flow_name, flow_version, state, input, "
                 "created_at, updated_at, fencing_token, cancel_requested, instance_key, "
                 "idempotency_key, request_hash) VALUES (:id, 'document.process', '1.0.0', "
                 "'suspended', :input, :at, :at, 1, false, :ik, :key, :hash)"),
-                {"id": id_, "input": json.dumps(input_), "at": datetime(2026, 1, 1, tzinfo=UTC),
-                 "ik": instance_key, "key": key,
-                 "hash": _request_hash(input_, instance_key) if key else None})
+                {"id": id_, "input": json.dumps(input_), "at": at, "ik": instance_key,
+                 "key": key, "hash": _request_hash(input_, instance_key) if key else None})
+            row = {"id": id_, "at": at, "n": str(n)}
+            for sql in (
+                "INSERT INTO flow_step (instance_id, step_id, scope, kind, capability_id, "
+                "outcome, try_number, final, started_at, committed_at) VALUES "
+                "(:id, 0, 0, 'step', 'ocr.upload', 'success', 1, false, :at, :at)",
+                "INSERT INTO flow_signal (id, instance_id, name, received_at) "
+                "VALUES (:n, :id, 'ocr.completed', :at)",
+                "INSERT INTO flow_heartbeat (instance_id, step_id, scope, try_number, "
+                "recorded_at) VALUES (:id, 1, 0, 1, :at)",
+                "INSERT INTO flow_stream (instance_id, stream, size, created_at) "
+                "VALUES (:id, 'progress', 1, :at)",
+                "INSERT INTO outbox_event (id, instance_id, name, created_at) "
+                "VALUES (:n, :id, 'document.processed', :at)",
+                "INSERT INTO review_item (id, instance_id, subject, reason, created_at) "
+                "VALUES (:n, :id, 's', 'r', :at)",
+            ):
+                conn.execute(text(sql), row)
 
 
-def test_0004_drops_the_request_hash_and_downgrade_recomputes_it(
+_ID_COLUMNS = [("flow_instance", "id")] + [
+    (t, "instance_id") for t in ("flow_step", "flow_signal", "flow_heartbeat", "flow_stream",
+                                 "outbox_event", "review_item")]
+
+
+def _ids_and_types(engine: Engine) -> dict[str, tuple[list[str], str]]:
+    """Per table: its instance ids (as text, sorted) and the column's type name."""
+    found = {}
+    with engine.connect() as conn:
+        for table, column in _ID_COLUMNS:
+            ids = conn.execute(text(
+                f"SELECT CAST({column} AS VARCHAR) FROM {table} ORDER BY 1")).scalars().all()
+            kind = next(str(c["type"]) for c in inspect(conn).get_columns(table)
+                        if c["name"] == column)
+            found[table] = (list(ids), kind)
+    return found
+
+
+def test_0004_makes_ids_uuid_on_postgresql_and_drops_the_request_hash(
     empty_url: str, sync_engine: Engine
 ) -> None:
+    """Upgrade keeps every id (``uuid`` on PostgreSQL, text on SQLite) and drops the hash;
+    downgrade turns the ids back into text and recomputes the hashes."""
     upgrade(empty_url, "0003")
-    _insert_0003_instances(sync_engine)
+    _insert_0003_rows(sync_engine)
+    ids = sorted(id_ for id_, *_ in _KEYED)
+    before = _ids_and_types(sync_engine)
+    assert all(found == (ids, "VARCHAR") for found in before.values())
     upgrade(empty_url)
+    postgres = sync_engine.dialect.name == "postgresql"
+    after = _ids_and_types(sync_engine)
+    assert all(found == (ids, "UUID" if postgres else "VARCHAR") for found in after.values())
     columns = {c["name"] for c in inspect(sync_engine).get_columns("flow_instance")}
     assert "request_hash" not in columns and "idempotency_key" in columns
     downgrade(empty_url, "0003")
+    assert _ids_and_types(sync_engine) == before
     with sync_engine.connect() as conn:
         rows = conn.execute(text(
             "SELECT id, request_hash FROM flow_instance ORDER BY id")).all()
     expected = {id_: _request_hash(input_, ik) if key else None
                 for id_, input_, ik, key in _KEYED}
     assert dict(rows) == expected
+    upgrade(empty_url)
+    assert _diff(sync_engine, metadata) == []
+
+
+@pytest.mark.parametrize("bad", ["i-1", _KEYED[0][0].upper()])
+def test_0004_refuses_ids_that_are_not_canonical_uuids(
+    empty_url: str, sync_engine: Engine, bad: str
+) -> None:
+    upgrade(empty_url, "0003")
+    _insert_0003_rows(sync_engine, [_KEYED[0][0], bad, _KEYED[2][0]])
+    with pytest.raises(RuntimeError, match="not a canonical UUID string"):
+        upgrade(empty_url)
+    assert current_revision(empty_url) == "0003"
