@@ -18,6 +18,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Identity,
     Index,
     Integer,
     PrimaryKeyConstraint,
@@ -165,17 +166,26 @@ class FlowInstanceRow(SQLModel, table=True):
 
 
 class FlowStepRow(SQLModel, table=True):
-    """``flow_step``: the append-only journal (see ``StepRow``)."""
+    """``flow_step``: the append-only journal (see ``StepRow``).
+
+    Keyed by the execution's name ``(instance_id, step_id, scope, kind, try_number)``: one
+    row per execution, and the key serves every read (an instance's rows, then ordered by
+    ``sequence``). ``sequence`` is the commit order without an index of its own: an
+    identity column on PostgreSQL; on SQLite the store writes the next rowid into it
+    (``max(rowid) + 1`` inside the file's one write transaction), so it equals the rowid.
+    """
 
     __tablename__ = "flow_step"
     __table_args__ = (
-        UniqueConstraint(
-            "instance_id", "step_id", "scope", "kind", "try_number", name="uq_flow_step_execution"
+        PrimaryKeyConstraint(
+            "instance_id", "step_id", "scope", "kind", "try_number", name="pk_flow_step"
         ),
-        # no index of its own on instance_id: uq_flow_step_execution leads with it
     )
 
-    sequence: int | None = _sequence()
+    sequence: int | None = Field(
+        default=None,
+        sa_column=Column("sequence", Sequence64, Identity(), nullable=False),
+    )
     instance_id: str = _instance_id("instance_id")
     step_id: int = _int("step_id", nullable=False)
     scope: int = _int("scope", nullable=False)

@@ -332,6 +332,25 @@ async def test_writes_after_park_are_stale(sql_journal: SqlJournal) -> None:
 # ------------------------------------------------------------------------- journal writes
 
 
+async def test_journal_sequences_are_the_commit_order_across_instances(
+    sql_journal: SqlJournal,
+) -> None:
+    """``sequence`` has no index of its own (the journal is keyed by execution): it is
+    still unique and grows in commit order across instances, one at a time or batched."""
+    first, second = await started(sql_journal), await started(sql_journal)
+    order = [(first, 0), (second, 0), (first, 1), (second, 1), (second, 2), (first, 2)]
+    for instance_id, step_id in order:
+        await sql_journal.commit_step(1, step(instance_id, step_id), at(40))
+    await asyncio.gather(*(sql_journal.commit_step(1, step(i, 3), at(40))
+                           for i in (first, second)))
+    rows = [r for i in (first, second) for r in (await sql_journal.load(i)).steps]
+    by_sequence = sorted(rows, key=lambda r: r.sequence or 0)
+    assert [(r.instance_id, r.step_id) for r in by_sequence][:6] == order
+    assert len({r.sequence for r in rows}) == len(rows) == 8
+    with pytest.raises(JournalConflict):
+        await sql_journal.commit_step(1, step(first, 1), at(40))
+
+
 async def test_commit_step_appends_row_events_and_reviews(sql_journal: SqlJournal) -> None:
     instance_id = await started(sql_journal)
     await sql_journal.start_attempt(instance_id, 1, 0, 0, 1, at(1), at(20))

@@ -14,6 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Index, MetaData, create_engine, inspect, text
 from sqlalchemy.engine import Engine
 
+from app.engine.journal import Outcome, StepKind, StepRow
 from app.errors import SchemaBehindHead
 from app.store.db import make_async_engine, sync_url
 from app.store.migrate import (
@@ -23,6 +24,7 @@ from app.store.migrate import (
     head_revision,
     upgrade,
 )
+from app.store.sql_journal import SqlJournal
 from app.store.tables import metadata
 
 TABLES = {
@@ -231,3 +233,65 @@ def test_0004_refuses_ids_that_are_not_canonical_uuids(
     with pytest.raises(RuntimeError, match="not a canonical UUID string"):
         upgrade(empty_url)
     assert current_revision(empty_url) == "0003"
+
+
+def _insert_steps(engine: Engine, instance_id: str, steps: list[tuple[int | None, int]]) -> None:
+    """Journal rows ``(sequence or None for the store's default, step_id)``."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    with engine.begin() as conn:
+        for sequence, step_id in steps:
+            conn.execute(text(
+                "INSERT INTO flow_step (" + ("sequence, " if sequence else "") +
+                "instance_id, step_id, scope, kind, capability_id, outcome, try_number, "
+                "final, started_at, committed_at) VALUES (" + (":seq, " if sequence else "") +
+                ":id, :step, 0, 'step', 'c', 'success', 1, false, :at, :at)"),
+                {"seq": sequence, "id": instance_id, "step": step_id, "at": at})
+
+
+def _steps(engine: Engine) -> list[tuple[int, int]]:
+    """``(sequence, step_id)`` of every journal row; on SQLite also checks rowid."""
+    with engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            rows = conn.execute(text(
+                "SELECT rowid, sequence, step_id FROM flow_step ORDER BY sequence")).all()
+            assert all(r[0] == r[1] for r in rows), rows  # the rowid is the sequence
+            return [(r[1], r[2]) for r in rows]
+        return [tuple(r) for r in conn.execute(text(  # type: ignore[misc]
+            "SELECT sequence, step_id FROM flow_step ORDER BY sequence")).all()]
+
+
+async def test_0005_keeps_every_sequence_and_continues_after_the_highest(
+    empty_url: str, sync_engine: Engine
+) -> None:
+    """The journal keyed by execution keeps each row's sequence (SQLite: as its rowid),
+    and new rows continue after the highest, before and after a downgrade."""
+    upgrade(empty_url, "0003")
+    instance_id = _KEYED[0][0]
+    _insert_0003_rows(sync_engine)
+    upgrade(empty_url, "0004")
+    _insert_steps(sync_engine, instance_id, [(5, 10), (9, 11), (7, 12)])  # gaps, any order
+    before = _steps(sync_engine)
+    upgrade(empty_url)
+    assert _steps(sync_engine) == before
+    keys = inspect(sync_engine).get_pk_constraint("flow_step")
+    assert keys["constrained_columns"] == ["instance_id", "step_id", "scope", "kind",
+                                           "try_number"]
+    engine = make_async_engine(empty_url)
+    try:
+        journal = SqlJournal(engine)
+        row = StepRow(instance_id=instance_id, step_id=13, scope=0, kind=StepKind.STEP,
+                      capability_id="c", outcome=Outcome.SUCCESS,
+                      started_at=datetime(2026, 1, 1, tzinfo=UTC),
+                      committed_at=datetime(2026, 1, 1, tzinfo=UTC))
+        await journal.claim(instance_id, "node-a", row.started_at,
+                            datetime(2026, 1, 2, tzinfo=UTC))
+        await journal.commit_step(2, row, datetime(2026, 1, 2, tzinfo=UTC))
+    finally:
+        await engine.dispose()
+    assert _steps(sync_engine)[-1] == (10, 13)
+    downgrade(empty_url, "0004")
+    _insert_steps(sync_engine, instance_id, [(None, 14)])
+    assert _steps(sync_engine) == [*before, (10, 13), (11, 14)]
+    upgrade(empty_url)
+    assert _steps(sync_engine) == [*before, (10, 13), (11, 14)]
+    assert _diff(sync_engine, metadata) == []
