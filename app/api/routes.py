@@ -11,9 +11,11 @@ ignored: JSON is UTF-8), else 415 ``unsupported_media_type``; a body sent withou
 ``MAX_DEPTH`` or holds a string (or key) with U+0000 or a lone surrogate - which no store
 can keep - is 422 ``input_invalid``.
 
-An instance id in a path that cannot name an instance (longer than ``MAX_INSTANCE_ID``, or
-holding a control character or a surrogate) is 404 ``instance_not_found`` without a
-look-up.
+Instance ids are canonical UUID strings (lowercase, dashed). An id in a path that cannot
+name an instance is answered as an unknown id, 404 ``instance_not_found``, on both stores:
+one longer than ``MAX_INSTANCE_ID`` or holding a control character or a surrogate without a
+look-up, any other spelling that is not a canonical UUID (upper case, no dashes, braces, a
+word) by the store, which refuses it as ``InstanceNotFound`` before any look-up.
 """
 
 from __future__ import annotations

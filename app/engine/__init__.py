@@ -2,7 +2,7 @@
 the sweep; leases. Imports nothing from fastapi, sqlalchemy, apscheduler or httpx."""
 
 from app.engine.clock import Clock, SystemClock, VirtualClock
-from app.engine.engine import Engine, EngineConfig, StartResult, SweepReport, request_hash
+from app.engine.engine import Engine, EngineConfig, StartResult, SweepReport
 from app.engine.journal import InstanceRecord, InstanceState, Journal, Snapshot, StepRow
 from app.engine.runner import RunOutcome
 
@@ -20,5 +20,4 @@ __all__ = [
     "SweepReport",
     "SystemClock",
     "VirtualClock",
-    "request_hash",
 ]

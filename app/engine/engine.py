@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -48,8 +46,7 @@ from app.errors import (
 from app.flows.catalog import Catalog
 from app.flows.plan import AwaitSignalNode, Plan, PollNode, Profile
 
-__all__ = ["Engine", "EngineConfig", "SignalDelivery", "StartResult", "SweepReport",
-           "request_hash"]
+__all__ = ["Engine", "EngineConfig", "SignalDelivery", "StartResult", "SweepReport"]
 
 log = logging.getLogger("flowpark.engine")
 
@@ -59,12 +56,6 @@ def _accepting(plan: Plan, name: str) -> tuple[int, ...]:
     return tuple(node.index for node in plan.nodes
                  if isinstance(node, PollNode | AwaitSignalNode) and node.signal is not None
                  and node.signal.name == name)
-
-
-def request_hash(payload: Any) -> str:
-    """Stable hash of a JSON-able request body (sorted keys), for idempotency checks."""
-    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -136,7 +127,13 @@ class Engine(Walker, Limits):
         catalog: registered plans.
         clock: the engine clock (``SystemClock``; ``VirtualClock`` in tests).
         config: :class:`EngineConfig`.
-        id_factory: makes instance/signal/event ids (default uuid7 strings).
+        id_factory: makes instance, signal, event and review ids (default: uuid7 strings,
+            ``str(uuid6.uuid7())``). Every id it returns must be a UUID string in canonical
+            form (36 characters, lowercase hex, dashed, as ``str(uuid.UUID(...))`` gives):
+            PostgreSQL stores instance ids as ``uuid``, and the store refuses a start with
+            any other id (``ValueError``) and finds no instance by one
+            (``instance_not_found``). Time-ordered UUIDs (uuid7) keep the id indexes
+            compact.
     """
 
     def __init__(self, journal: Journal, catalog: Catalog, clock: Clock,
@@ -195,9 +192,7 @@ class Engine(Walker, Limits):
             id=self.new_id(), flow_name=plan.name, flow_version=plan.version, input=data,
             created_at=now, deadline_at=(now + plan.deadline) if plan.deadline else None,
             lease_owner=self.config.node_id, lease_expires_at=now + self.lease,
-            idempotency_key=idempotency_key,
-            request_hash=request_hash({"input": data, "instanceKey": instance_key}),
-            instance_key=instance_key,
+            idempotency_key=idempotency_key, instance_key=instance_key,
         )
         record, created = await self.journal.create_instance(new)
         if created:

@@ -10,6 +10,7 @@ and writes nothing (each method is one transaction).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -182,8 +183,12 @@ class NewInstance:
     """What a start writes: the instance row, plus its idempotency and instance keys.
 
     Attributes:
-        request_hash: hash of the start request body; a repeated idempotency key with a
-            different hash raises :class:`app.errors.IdempotencyKeyReused`.
+        id: the new instance's id, a canonical UUID string (lowercase, dashed).
+        input: the validated input, JSON-able (as the flow's input model dumps it in JSON
+            mode).
+        idempotency_key: a repeat of the key (same flow) is the same start when
+            :meth:`repeats` holds for what the first start stored, else it raises
+            :class:`app.errors.IdempotencyKeyReused`.
         lease_owner / lease_expires_at: the starting node holds the lease from birth, so the
             sweep never races the start.
     """
@@ -197,8 +202,27 @@ class NewInstance:
     lease_owner: str
     lease_expires_at: datetime
     idempotency_key: str | None = None
-    request_hash: str | None = None
     instance_key: str | None = None
+
+    def repeats(self, input: Any, instance_key: str | None) -> bool:
+        """Whether a start stored with ``input`` and ``instance_key`` is this request again.
+
+        The request is the input and the instance key (what a start's body holds): the
+        inputs are compared as canonical JSON (sorted keys, no whitespace), so key order
+        does not matter while ``1`` and ``true`` differ.
+
+        Args:
+            input: the stored instance's input (as read back from its row).
+            instance_key: the stored instance's instance key, or None.
+
+        Returns:
+            True when both are the same as this start's.
+        """
+        return instance_key == self.instance_key and _canonical(input) == _canonical(self.input)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -305,7 +329,8 @@ class Journal(Protocol):
             ``(record, created)``; ``created`` is False for an idempotent repeat.
 
         Raises:
-            IdempotencyKeyReused: same key, different ``request_hash``.
+            IdempotencyKeyReused: same flow and idempotency key, another request (input or
+                instance key: see :meth:`NewInstance.repeats`).
             InstanceKeyInUse: a non-ended instance of the flow holds ``instance_key``.
         """
         ...

@@ -13,7 +13,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, Stateme
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
 
-from app.errors import JournalConflict, StoreUnavailable
+from app.errors import FlowparkError, JournalConflict, StoreUnavailable
 from app.store.db import READ_ONLY
 
 if TYPE_CHECKING:
@@ -40,11 +40,13 @@ def const(value: str) -> ColumnElement[str]:
 
 def _reraise(exc: StatementError) -> NoReturn:
     """The store's edge: a connection fault becomes StoreUnavailable (``store.unavailable``);
-    a ValueError raised while binding a parameter (a naive datetime) is raised as itself;
-    any other driver error is raised unchanged."""
+    an error raised while binding a parameter is raised as itself: a ValueError (a naive
+    datetime) or a flowpark error (an id that cannot name an instance:
+    :class:`~app.store.types.InstanceId` raises ``InstanceNotFound``); any other driver
+    error is raised unchanged."""
     if isinstance(exc, OperationalError | InterfaceError):
         raise StoreUnavailable(f"database error: {exc.orig}") from exc
-    if not isinstance(exc, DBAPIError) and isinstance(exc.orig, ValueError):
+    if not isinstance(exc, DBAPIError) and isinstance(exc.orig, ValueError | FlowparkError):
         raise exc.orig from exc
     raise exc
 

@@ -7,6 +7,11 @@ the instance rows. Every item keeps its own fence (instance id, fencing token, `
 'running'``): an item whose fence matches nothing, or a batch the database refuses (a
 journal row that exists already), is answered ``None`` and the caller takes the
 one-at-a-time path, which says precisely why (stale token, no instance, conflict).
+
+Instance ids are ``uuid`` columns: the recordsets type them ``uuid`` and statements return
+them as text (``id::text``), the canonical strings the engine holds. (A batch with an id
+that is not a UUID is refused as a whole; its items go alone, where
+:class:`~app.store.types.InstanceId` answers ``instance_not_found``.)
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from app.store.mapping import step_values
 __all__ = ["CommitAnswer", "CommitItem", "FinishItem", "Lanes", "PgBatches", "require_aware"]
 
 _STEP_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("instance_id", "text"), ("step_id", "int"), ("scope", "int"), ("kind", "text"),
+    ("instance_id", "uuid"), ("step_id", "int"), ("scope", "int"), ("kind", "text"),
     ("capability_id", "text"), ("outcome", "text"), ("try_number", "int"),
     ("values", "json"), ("error_type", "text"), ("error_detail", "text"), ("final", "bool"),
     ("next_try_at", "timestamptz"), ("started_at", "timestamptz"),
@@ -74,21 +79,21 @@ def _rows(columns: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]], *,
 
 
 _CREATE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("id", "text"), ("flow_name", "text"), ("flow_version", "text"), ("input", "json"),
+    ("id", "uuid"), ("flow_name", "text"), ("flow_version", "text"), ("input", "json"),
     ("created_at", "timestamptz"), ("deadline_at", "timestamptz"), ("lease_owner", "text"),
     ("lease_expires_at", "timestamptz"), ("instance_key", "text"),
-    ("idempotency_key", "text"), ("request_hash", "text"),
+    ("idempotency_key", "text"),
 )
 # ON CONFLICT DO NOTHING: a repeated idempotency key, an instance key in use (or an id that
 # exists) skips that row only; its caller then reads what holds the key
 _CREATE_SQL = (
     "INSERT INTO flow_instance (id, flow_name, flow_version, state, input, created_at, "
     "updated_at, deadline_at, lease_owner, lease_expires_at, fencing_token, "
-    "cancel_requested, instance_key, idempotency_key, request_hash) "
+    "cancel_requested, instance_key, idempotency_key) "
     "SELECT t.id, t.flow_name, t.flow_version, 'running', t.input, t.created_at, "
     "t.created_at, t.deadline_at, t.lease_owner, t.lease_expires_at, 1, false, "
-    "t.instance_key, t.idempotency_key, t.request_hash "
-    f"FROM {_recordset(_CREATE_COLUMNS)} ON CONFLICT DO NOTHING RETURNING id"
+    "t.instance_key, t.idempotency_key "
+    f"FROM {_recordset(_CREATE_COLUMNS)} ON CONFLICT DO NOTHING RETURNING id::text"
 )
 
 _FENCE_COLUMNS: tuple[tuple[str, str], ...] = (("token", "bigint"), ("lease_until", "timestamptz"))
@@ -113,7 +118,7 @@ _COMMIT_WITH = (
     "RETURNING 1)"
 )
 _COMMIT_SQL = (
-    f"{_COMMIT_WITH} SELECT fence.id, fence.token, fence.cancel_requested, "
+    f"{_COMMIT_WITH} SELECT fence.id::text AS id, fence.token, fence.cancel_requested, "
     "(SELECT count(*) FROM ins) AS inserted, (SELECT count(*) FROM cleared) AS cleared "
     "FROM fence"
 )
@@ -127,7 +132,7 @@ _COMMIT_EVENTS_SQL = (
     "created_at) SELECT e.id, e.instance_id, e.name, e.payload, e.created_at FROM "
     f"{_recordset(_EVENT_COLUMNS, param='events', alias='e')} "
     "JOIN fence ON fence.id = e.instance_id AND fence.token = e.token RETURNING 1) "
-    "SELECT fence.id, fence.token, fence.cancel_requested, "
+    "SELECT fence.id::text AS id, fence.token, fence.cancel_requested, "
     "(SELECT count(*) FROM ins) AS inserted, (SELECT count(*) FROM ev) AS events "
     "FROM fence"
 )
@@ -154,7 +159,8 @@ _PARK_SQL = (
     "RETURNING i.id, t.token, i.cancel_requested, t.accept, t.owner, t.lease_until), "
     f"ins AS (INSERT INTO flow_step ({_STEP_NAMES}) SELECT {_STEP_FROM_T} FROM t "
     "JOIN parked p ON p.id = t.instance_id AND p.token = t.token RETURNING 1) "
-    "SELECT p.id, p.token, p.cancel_requested, p.accept, p.owner, p.lease_until, "
+    "SELECT p.id::text AS id, p.token, p.cancel_requested, p.accept, p.owner, "
+    "p.lease_until, "
     "(SELECT count(*) FROM ins) AS inserted FROM parked p"
 )
 # Second statement of a park batch that accepts signals, in the same transaction: it runs
@@ -162,7 +168,7 @@ _PARK_SQL = (
 # (a delivery locks the row until it commits); those parks are undone (running
 # again, leased as before) and the run takes the signal instead.
 _UNPARK_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("id", "text"), ("token", "bigint"), ("accept", "text"), ("owner", "text"),
+    ("id", "uuid"), ("token", "bigint"), ("accept", "text"), ("owner", "text"),
     ("lease_until", "timestamptz"),
 )
 _UNPARK_SQL = (
@@ -170,11 +176,11 @@ _UNPARK_SQL = (
     f"lease_expires_at = t.lease_until FROM {_recordset(_UNPARK_COLUMNS)} "
     "WHERE i.id = t.id AND i.fencing_token = t.token AND i.state = 'suspended' "
     "AND EXISTS (SELECT 1 FROM flow_signal s WHERE s.instance_id = i.id "
-    "AND s.name = t.accept AND s.taken_at IS NULL) RETURNING i.id"
+    "AND s.name = t.accept AND s.taken_at IS NULL) RETURNING i.id::text"
 )
 
 _FINISH_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("id", "text"), ("token", "bigint"), ("now", "timestamptz"), ("result", "json"),
+    ("id", "uuid"), ("token", "bigint"), ("now", "timestamptz"), ("result", "json"),
 )
 _FINISH_SQL = (
     "UPDATE flow_instance i SET state = 'completed', updated_at = t.now, ending = NULL, "
@@ -182,7 +188,7 @@ _FINISH_SQL = (
     f"lease_expires_at = NULL, {_CLEAR_ATTEMPT}, result = t.result "
     f"FROM {_recordset(_FINISH_COLUMNS)} "
     "WHERE i.id = t.id AND i.fencing_token = t.token AND i.state = 'running' "
-    "AND NOT i.cancel_requested RETURNING i.id, t.token"
+    "AND NOT i.cancel_requested RETURNING i.id::text AS id, t.token"
 )
 
 
@@ -255,8 +261,8 @@ class PgBatches:
         rows = [{"id": n.id, "flow_name": n.flow_name, "flow_version": n.flow_version,
                  "input": n.input, "created_at": n.created_at, "deadline_at": n.deadline_at,
                  "lease_owner": n.lease_owner, "lease_expires_at": n.lease_expires_at,
-                 "instance_key": n.instance_key, "idempotency_key": n.idempotency_key,
-                 "request_hash": n.request_hash} for n in items]
+                 "instance_key": n.instance_key, "idempotency_key": n.idempotency_key}
+                for n in items]
         try:
             async with self._single(write=True) as conn:
                 result = await conn.exec_driver_sql(_CREATE_SQL, _rows(_CREATE_COLUMNS, rows))

@@ -29,7 +29,7 @@ from app.errors import InstanceEnded, InstanceNotFound
 from app.store.base import SqlBase, const
 from app.store.mapping import INSTANCE, journal_aggregates, snapshot_from_row
 from app.store.tables import ACTIVE_STATES
-from app.store.types import UtcDateTime
+from app.store.types import UtcDateTime, is_instance_id
 
 __all__ = ["SqlClaims", "claim_values", "claimable"]
 
@@ -103,10 +103,13 @@ class SqlClaims(SqlBase):
         self, instance_id: str, owner: str, now: datetime, lease_until: datetime
     ) -> Claim | None:
         """Lease one instance if it is suspended (whatever its ``wake_at``) or running with
-        an expired lease (``lease_expires_at < now``); None otherwise.
+        an expired lease (``lease_expires_at < now``); None otherwise (also when there is
+        no such instance, or ``instance_id`` cannot name one).
 
         Sets ``state=running``, the owner and expiry, and increments the fencing token.
         """
+        if not is_instance_id(instance_id):
+            return None
         stmt = (
             update(INSTANCE)
             .where(INSTANCE.c.id == instance_id, claimable(now, due_only=False))

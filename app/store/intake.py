@@ -36,6 +36,7 @@ from app.store.mapping import (
     instance_values,
 )
 from app.store.tables import ACTIVE_STATES
+from app.store.types import is_instance_id
 
 __all__ = ["SqlIntake"]
 
@@ -55,12 +56,17 @@ class SqlIntake(SqlBase):
             record is built from ``new`` (what the INSERT wrote), not read back.
 
         Raises:
-            IdempotencyKeyReused: the key was used for this flow with another
-                ``request_hash`` (code ``idempotency_key_reused``).
+            IdempotencyKeyReused: the key was used for this flow with another request:
+                another input or instance key (:meth:`NewInstance.repeats`; code
+                ``idempotency_key_reused``).
             InstanceKeyInUse: a running or suspended instance of the flow holds
                 ``instance_key`` (code ``instance_key_in_use``).
             JournalConflict: the instance id exists already.
+            ValueError: ``new.id`` is not a canonical UUID string (see ``Engine``'s
+                ``id_factory``).
         """
+        if not is_instance_id(new.id):
+            raise ValueError(f"instance ids are canonical UUID strings, got {new.id!r}")
         for _ in range(3):  # a key holder that ended between the INSERT and the read: again
             created = None
             if self._lanes is not None:
@@ -97,7 +103,8 @@ class SqlIntake(SqlBase):
         could report ``InstanceKeyInUse`` for an idempotent repeat racing its original).
 
         Raises:
-            IdempotencyKeyReused: the key was used with another ``request_hash``.
+            IdempotencyKeyReused: the key was used with another input or instance key
+                (the stored row's ``input`` and ``instance_key`` are the request).
             InstanceKeyInUse: an active instance holds the key and the idempotency key does
                 not name it.
         """
@@ -122,7 +129,7 @@ class SqlIntake(SqlBase):
                 )
             ).first()
             if record is not None:
-                if record.request_hash != new.request_hash:
+                if not new.repeats(record.input, record.instance_key):
                     raise IdempotencyKeyReused(
                         f"idempotency key {new.idempotency_key!r} of flow {new.flow_name!r} "
                         "was used with a different request",

@@ -86,7 +86,6 @@ def instance_values(new: NewInstance) -> dict[str, Any]:
         "cancel_requested": False,
         "instance_key": new.instance_key,
         "idempotency_key": new.idempotency_key,
-        "request_hash": new.request_hash,
     }
 
 

@@ -60,7 +60,7 @@ from app.store.mapping import (
     step_from_row,
     step_values,
 )
-from app.store.types import UtcDateTime
+from app.store.types import UtcDateTime, is_instance_id
 
 __all__ = ["SqlSignals"]
 
@@ -99,7 +99,7 @@ def _deliver_statement() -> Any:
     after that snapshot (the locked version is not the one the snapshot sees), and then
     the aggregates may miss rows committed with that change.
     """
-    instance_id = bindparam("d_id", type_=String())
+    instance_id = bindparam("d_id", type_=INSTANCE.c.id.type)
     key = bindparam("d_key", type_=String())
     now = bindparam("d_now", type_=UtcDateTime())
     version = literal_column("flow_instance.xmin::text", type_=String())
@@ -152,7 +152,7 @@ def _take_signal_statement() -> Any:
     and the row inserted only behind it. No result row: nothing was written (a stale
     token, no instance, or the signal is unknown or taken: see :meth:`SqlJournal._why`).
     """
-    instance_id = bindparam("f_id", type_=String())
+    instance_id = bindparam("f_id", type_=INSTANCE.c.id.type)
     signal_id = bindparam("t_signal", type_=String())
     committed_at = bindparam("s_committed_at", type_=STEP.c.committed_at.type)
     step_id = bindparam("s_step_id", type_=STEP.c.step_id.type)
@@ -401,7 +401,10 @@ class SqlSignals(SqlBase):
                         Claim(instance_id, claimed.fencing_token, snapshot))
 
     async def get_signal(self, instance_id: str, signal_id: str) -> SignalRecord | None:
-        """The signal ``signal_id`` of the instance as stored now, or None."""
+        """The signal ``signal_id`` of the instance as stored now, or None (also for an
+        instance id that is not a UUID string: no instance has it)."""
+        if not is_instance_id(instance_id):
+            return None
         async with self._single(write=False) as conn:
             row = (await conn.execute(
                 select(SIGNAL).where(SIGNAL.c.instance_id == instance_id,

@@ -25,6 +25,7 @@ from sqlalchemy import (
     exists,
     func,
     insert,
+    literal_column,
     null,
     or_,
     select,
@@ -125,6 +126,15 @@ def _commit_step_statement() -> Any:
     )
     return select(fence.c.cancel_requested,
                   select(func.count()).select_from(inserted).scalar_subquery())
+
+
+# SQLite: a journal row's sequence is the rowid it gets (max + 1: the file has one writer
+# at a time, so this is the commit order); PostgreSQL fills it from its identity.
+_NEXT_SQLITE_SEQUENCE = (
+    select(func.coalesce(func.max(literal_column("rowid")), 0) + 1)
+    .select_from(STEP)
+    .scalar_subquery()
+)
 
 
 class _Undo(Exception):  # control flow only: never escapes this module
@@ -232,8 +242,11 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
             JournalConflict: the execution row, an event id or a review id exists already
                 (the caller's transaction then rolls back).
         """
+        values = step_values(row)
+        if not self.is_postgresql:
+            values["sequence"] = _NEXT_SQLITE_SEQUENCE
         try:
-            await conn.execute(insert(STEP).values(step_values(row)))
+            await conn.execute(insert(STEP).values(values))
             for event in events or ():
                 await conn.execute(
                     insert(EVENT).values(

@@ -1,6 +1,9 @@
 """flowpark's tables (SQLModel definitions; table and column names are public).
 
 Every ``*_at`` column is a :class:`~app.store.types.UtcDateTime` (aware UTC in Python).
+``flow_instance.id`` and every ``instance_id`` column is an
+:class:`~app.store.types.InstanceId` (a canonical UUID string in Python; ``uuid`` on
+PostgreSQL, text on SQLite). Signal, event and review ids are text.
 JSON columns store SQL NULL for ``None``. Constraint and index names are explicit so that
 migrations and autogenerate agree on every backend.
 """
@@ -15,6 +18,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Identity,
     Index,
     Integer,
     PrimaryKeyConstraint,
@@ -26,7 +30,7 @@ from sqlalchemy import (
 )
 from sqlmodel import Field, SQLModel
 
-from app.store.types import UtcDateTime
+from app.store.types import InstanceId, UtcDateTime
 
 __all__ = [
     "ACTIVE_STATES",
@@ -61,6 +65,13 @@ def _str(name: str, *, nullable: bool = True, primary_key: bool = False) -> Any:
     return Field(
         default=None,
         sa_column=Column(name, String(), nullable=nullable, primary_key=primary_key),
+    )
+
+
+def _instance_id(name: str, *, primary_key: bool = False) -> Any:
+    return Field(
+        default=None,
+        sa_column=Column(name, InstanceId(), nullable=False, primary_key=primary_key),
     )
 
 
@@ -113,7 +124,7 @@ class FlowInstanceRow(SQLModel, table=True):
         ),
     )
 
-    id: str = _str("id", nullable=False, primary_key=True)
+    id: str = _instance_id("id", primary_key=True)
     flow_name: str = _str("flow_name", nullable=False)
     flow_version: str = _str("flow_version", nullable=False)
     state: str = _str("state", nullable=False)
@@ -150,23 +161,32 @@ class FlowInstanceRow(SQLModel, table=True):
     attempt_started_at: datetime | None = _instant("attempt_started_at")
     heartbeat_at: datetime | None = _instant("heartbeat_at")
     heartbeat_value: Any = _json("heartbeat_value")
+    # the request of a start with this key is the row's input and instance_key
     idempotency_key: str | None = _str("idempotency_key")
-    request_hash: str | None = _str("request_hash")
 
 
 class FlowStepRow(SQLModel, table=True):
-    """``flow_step``: the append-only journal (see ``StepRow``)."""
+    """``flow_step``: the append-only journal (see ``StepRow``).
+
+    Keyed by the execution's name ``(instance_id, step_id, scope, kind, try_number)``: one
+    row per execution, and the key serves every read (an instance's rows, then ordered by
+    ``sequence``). ``sequence`` is the commit order without an index of its own: an
+    identity column on PostgreSQL; on SQLite the store writes the next rowid into it
+    (``max(rowid) + 1`` inside the file's one write transaction), so it equals the rowid.
+    """
 
     __tablename__ = "flow_step"
     __table_args__ = (
-        UniqueConstraint(
-            "instance_id", "step_id", "scope", "kind", "try_number", name="uq_flow_step_execution"
+        PrimaryKeyConstraint(
+            "instance_id", "step_id", "scope", "kind", "try_number", name="pk_flow_step"
         ),
-        # no index of its own on instance_id: uq_flow_step_execution leads with it
     )
 
-    sequence: int | None = _sequence()
-    instance_id: str = _str("instance_id", nullable=False)
+    sequence: int | None = Field(
+        default=None,
+        sa_column=Column("sequence", Sequence64, Identity(), nullable=False),
+    )
+    instance_id: str = _instance_id("instance_id")
     step_id: int = _int("step_id", nullable=False)
     scope: int = _int("scope", nullable=False)
     kind: str = _str("kind", nullable=False)
@@ -197,7 +217,7 @@ class FlowSignalRow(SQLModel, table=True):
 
     sequence: int | None = _sequence()
     id: str = _str("id", nullable=False)
-    instance_id: str = _str("instance_id", nullable=False)
+    instance_id: str = _instance_id("instance_id")
     name: str = _str("name", nullable=False)
     payload: dict[str, Any] | None = _json("payload")
     idempotency_key: str | None = _str("idempotency_key")
@@ -214,7 +234,7 @@ class OutboxEventRow(SQLModel, table=True):
 
     sequence: int | None = _sequence()
     id: str = _str("id", nullable=False)
-    instance_id: str = _str("instance_id", nullable=False)
+    instance_id: str = _instance_id("instance_id")
     name: str = _str("name", nullable=False)
     payload: dict[str, Any] | None = _json("payload")
     created_at: datetime = _instant("created_at", nullable=False)
@@ -229,7 +249,7 @@ class ReviewItemRow(SQLModel, table=True):
 
     sequence: int | None = _sequence()
     id: str = _str("id", nullable=False)
-    instance_id: str = _str("instance_id", nullable=False)
+    instance_id: str = _instance_id("instance_id")
     subject: str = _str("subject", nullable=False)
     reason: str = Field(default=None, sa_column=Column("reason", Text(), nullable=False))
     details: dict[str, Any] | None = _json("details")
@@ -244,7 +264,7 @@ class FlowHeartbeatRow(SQLModel, table=True):
         PrimaryKeyConstraint("instance_id", "step_id", "scope", name="pk_flow_heartbeat"),
     )
 
-    instance_id: str = _str("instance_id", nullable=False)
+    instance_id: str = _instance_id("instance_id")
     step_id: int = _int("step_id", nullable=False)
     scope: int = _int("scope", nullable=False)
     try_number: int = _int("try_number", nullable=False)
@@ -259,7 +279,7 @@ class FlowStreamRow(SQLModel, table=True):
     __table_args__ = (Index("ix_flow_stream_read", "instance_id", "stream", "sequence"),)
 
     sequence: int | None = _sequence()
-    instance_id: str = _str("instance_id", nullable=False)
+    instance_id: str = _instance_id("instance_id")
     stream: str = _str("stream", nullable=False)
     payload: Any = _json("payload")
     size: int = _int("size", nullable=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -73,30 +74,71 @@ async def test_unknown_instance_is_not_found(sql_journal: SqlJournal) -> None:
         await sql_journal.get_instance("nope")
 
 
+async def test_ids_are_canonical_uuid_strings(sql_journal: SqlJournal) -> None:
+    """Only the canonical spelling names an instance, on both stores (PostgreSQL's uuid
+    input would read the others as the same id); a start needs a canonical id."""
+    instance_id = await started(sql_journal)
+    for spelling in (instance_id.upper(), instance_id.replace("-", ""), f"{{{instance_id}}}"):
+        with pytest.raises(InstanceNotFound):
+            await sql_journal.load(spelling)
+        with pytest.raises(InstanceNotFound):
+            await sql_journal.request_cancel(spelling, "api", at(1), at(31))
+        assert await sql_journal.claim(spelling, "node-b", at(1), at(31)) is None
+    for bad in ("i-1", str(uuid.uuid4()).upper()):
+        with pytest.raises(ValueError, match="canonical UUID"):
+            await sql_journal.create_instance(new_instance(id=bad))
+    assert await sql_journal.count_instances() == 1
+    assert (await sql_journal.get_instance(instance_id)).id == instance_id
+
+
 async def test_idempotent_start_returns_the_first_instance(sql_journal: SqlJournal) -> None:
     first, created = await sql_journal.create_instance(
-        new_instance(idempotency_key="k-1", request_hash="h-1")
+        new_instance(idempotency_key="k-1", input={"document": "d-1"})
     )
     assert created
     again, created_again = await sql_journal.create_instance(
-        new_instance(idempotency_key="k-1", request_hash="h-1")
+        new_instance(idempotency_key="k-1", input={"document": "d-1"})
     )
     assert (again, created_again) == (first, False)
     with pytest.raises(IdempotencyKeyReused) as info:
-        await sql_journal.create_instance(new_instance(idempotency_key="k-1", request_hash="h-2"))
+        await sql_journal.create_instance(
+            new_instance(idempotency_key="k-1", input={"document": "d-2"}))
     assert info.value.code == "idempotency_key_reused"
     assert info.value.fields["instance_id"] == first.id
     # keys are per flow
     _, other_flow = await sql_journal.create_instance(
-        new_instance(flow_name="other.flow", idempotency_key="k-1", request_hash="h-2")
+        new_instance(flow_name="other.flow", idempotency_key="k-1", input={"document": "d-2"})
     )
     assert other_flow
     assert await sql_journal.count_instances() == 2
 
 
+async def test_a_repeat_is_the_same_input_and_instance_key(sql_journal: SqlJournal) -> None:
+    """The stored row's input and instance key are the request a repeat is judged by: the
+    input as canonical JSON (key order does not matter, ``1`` is not ``true``)."""
+    request = {"document": "d-1", "pages": 1, "tags": {"a": 1, "b": [True, None]}}
+    first, _ = await sql_journal.create_instance(
+        new_instance(idempotency_key="k", input=request, instance_key="doc"))
+    reordered = {"tags": {"b": [True, None], "a": 1}, "pages": 1, "document": "d-1"}
+    again, created = await sql_journal.create_instance(
+        new_instance(idempotency_key="k", input=reordered, instance_key="doc"))
+    assert (again, created) == (first, False)
+    for other in ({**request, "pages": True}, {**request, "pages": 1.5}, {"document": "d-1"},
+                  {**request, "extra": None}):
+        with pytest.raises(IdempotencyKeyReused):
+            await sql_journal.create_instance(
+                new_instance(idempotency_key="k", input=other, instance_key="doc"))
+    for instance_key in (None, "doc-2"):
+        with pytest.raises(IdempotencyKeyReused) as info:
+            await sql_journal.create_instance(
+                new_instance(idempotency_key="k", input=request, instance_key=instance_key))
+        assert info.value.fields["instance_id"] == first.id
+    assert await sql_journal.count_instances() == 1
+
+
 async def test_instance_key_is_held_while_the_instance_is_active(sql_journal: SqlJournal) -> None:
     holder, _ = await sql_journal.create_instance(
-        new_instance(instance_key="doc-7", idempotency_key="k-7", request_hash="h")
+        new_instance(instance_key="doc-7", idempotency_key="k-7")
     )
     with pytest.raises(InstanceKeyInUse) as info:
         await sql_journal.create_instance(new_instance(instance_key="doc-7"))
@@ -104,7 +146,7 @@ async def test_instance_key_is_held_while_the_instance_is_active(sql_journal: Sq
     assert info.value.fields["instance_id"] == holder.id
     # the idempotent repeat of the holder's own start is not a conflict
     again, created = await sql_journal.create_instance(
-        new_instance(instance_key="doc-7", idempotency_key="k-7", request_hash="h")
+        new_instance(instance_key="doc-7", idempotency_key="k-7")
     )
     assert (again.id, created) == (holder.id, False)
     # parked still holds it; another flow may use the same key
@@ -125,14 +167,15 @@ async def test_a_start_that_conflicts_gets_the_domain_error_or_the_first_instanc
     """The start's one INSERT is the check: a conflicting start reads what holds the key
     and gets the domain error, or the first instance for a repeat; nothing is written."""
     winner, _ = await sql_journal.create_instance(
-        new_instance(idempotency_key="k", request_hash="h", instance_key="doc")
+        new_instance(idempotency_key="k", instance_key="doc")
     )
     with pytest.raises(IdempotencyKeyReused):
-        await sql_journal.create_instance(new_instance(idempotency_key="k", request_hash="other"))
+        await sql_journal.create_instance(
+            new_instance(idempotency_key="k", input={"document": "other"}))
     with pytest.raises(InstanceKeyInUse):
         await sql_journal.create_instance(new_instance(instance_key="doc"))
     repeat, created = await sql_journal.create_instance(
-        new_instance(idempotency_key="k", request_hash="h", instance_key="doc")
+        new_instance(idempotency_key="k", instance_key="doc")
     )
     assert (repeat.id, created) == (winner.id, False)
     with pytest.raises(JournalConflict):
@@ -177,7 +220,7 @@ async def test_hundred_concurrent_identical_starts_make_one_instance(
     results = await asyncio.gather(
         *(
             sql_journal.create_instance(
-                new_instance(idempotency_key="same", request_hash="h", instance_key="doc")
+                new_instance(idempotency_key="same", instance_key="doc")
             )
             for _ in range(100)
         )
@@ -287,6 +330,25 @@ async def test_writes_after_park_are_stale(sql_journal: SqlJournal) -> None:
 
 
 # ------------------------------------------------------------------------- journal writes
+
+
+async def test_journal_sequences_are_the_commit_order_across_instances(
+    sql_journal: SqlJournal,
+) -> None:
+    """``sequence`` has no index of its own (the journal is keyed by execution): it is
+    still unique and grows in commit order across instances, one at a time or batched."""
+    first, second = await started(sql_journal), await started(sql_journal)
+    order = [(first, 0), (second, 0), (first, 1), (second, 1), (second, 2), (first, 2)]
+    for instance_id, step_id in order:
+        await sql_journal.commit_step(1, step(instance_id, step_id), at(40))
+    await asyncio.gather(*(sql_journal.commit_step(1, step(i, 3), at(40))
+                           for i in (first, second)))
+    rows = [r for i in (first, second) for r in (await sql_journal.load(i)).steps]
+    by_sequence = sorted(rows, key=lambda r: r.sequence or 0)
+    assert [(r.instance_id, r.step_id) for r in by_sequence][:6] == order
+    assert len({r.sequence for r in rows}) == len(rows) == 8
+    with pytest.raises(JournalConflict):
+        await sql_journal.commit_step(1, step(first, 1), at(40))
 
 
 async def test_commit_step_appends_row_events_and_reviews(sql_journal: SqlJournal) -> None:

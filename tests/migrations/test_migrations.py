@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Index, MetaData, create_engine, inspect
+from sqlalchemy import Index, MetaData, create_engine, inspect, text
 from sqlalchemy.engine import Engine
 
+from app.engine.journal import Outcome, StepKind, StepRow
 from app.errors import SchemaBehindHead
 from app.store.db import make_async_engine, sync_url
 from app.store.migrate import (
@@ -20,6 +24,7 @@ from app.store.migrate import (
     head_revision,
     upgrade,
 )
+from app.store.sql_journal import SqlJournal
 from app.store.tables import metadata
 
 TABLES = {
@@ -124,3 +129,169 @@ async def test_service_refuses_a_schema_behind_head(empty_url: str) -> None:
         await check_schema_at_head(engine)
     finally:
         await engine.dispose()
+
+
+def _request_hash(input_: Any, instance_key: str | None) -> str:
+    """The request hash revision 0003's code stored (sha256 of the start's request)."""
+    blob = json.dumps({"input": input_, "instanceKey": instance_key}, sort_keys=True,
+                      separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+_KEYED = [  # (id, input, instance_key, idempotency_key)
+    ("01a22fac-b7c5-7d5a-b879-c2ae65cc796c", {"documentId": "d-1", "pages": 3}, None, "k-1"),
+    ("01a22fac-b7b9-7a11-9f87-f954f4788071", {"b": [1, True], "a": "é"}, "doc-2", "k-2"),
+    ("01a22fac-b7bb-7d24-9288-2510e28dc682", {"documentId": "d-3"}, "doc-3", None),
+]
+
+
+def _insert_0003_rows(engine: Engine, ids: list[str] | None = None) -> None:
+    """Instances as the 0003 code wrote them (request hash on keyed starts), each with a
+    row in every table that names its instance."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    keyed = [(ids[n] if ids else id_, *rest) for n, (id_, *rest) in enumerate(_KEYED)]
+    with engine.begin() as conn:
+        for n, (id_, input_, instance_key, key) in enumerate(keyed):
+            conn.execute(text(
+                "INSERT INTO flow_instance (id, flow_name, flow_version, state, input, "
+                "created_at, updated_at, fencing_token, cancel_requested, instance_key, "
+                "idempotency_key, request_hash) VALUES (:id, 'document.process', '1.0.0', "
+                "'suspended', :input, :at, :at, 1, false, :ik, :key, :hash)"),
+                {"id": id_, "input": json.dumps(input_), "at": at, "ik": instance_key,
+                 "key": key, "hash": _request_hash(input_, instance_key) if key else None})
+            row = {"id": id_, "at": at, "n": str(n)}
+            for sql in (
+                "INSERT INTO flow_step (instance_id, step_id, scope, kind, capability_id, "
+                "outcome, try_number, final, started_at, committed_at) VALUES "
+                "(:id, 0, 0, 'step', 'ocr.upload', 'success', 1, false, :at, :at)",
+                "INSERT INTO flow_signal (id, instance_id, name, received_at) "
+                "VALUES (:n, :id, 'ocr.completed', :at)",
+                "INSERT INTO flow_heartbeat (instance_id, step_id, scope, try_number, "
+                "recorded_at) VALUES (:id, 1, 0, 1, :at)",
+                "INSERT INTO flow_stream (instance_id, stream, size, created_at) "
+                "VALUES (:id, 'progress', 1, :at)",
+                "INSERT INTO outbox_event (id, instance_id, name, created_at) "
+                "VALUES (:n, :id, 'document.processed', :at)",
+                "INSERT INTO review_item (id, instance_id, subject, reason, created_at) "
+                "VALUES (:n, :id, 's', 'r', :at)",
+            ):
+                conn.execute(text(sql), row)
+
+
+_ID_COLUMNS = [("flow_instance", "id")] + [
+    (t, "instance_id") for t in ("flow_step", "flow_signal", "flow_heartbeat", "flow_stream",
+                                 "outbox_event", "review_item")]
+
+
+def _ids_and_types(engine: Engine) -> dict[str, tuple[list[str], str]]:
+    """Per table: its instance ids (as text, sorted) and the column's type name."""
+    found = {}
+    with engine.connect() as conn:
+        for table, column in _ID_COLUMNS:
+            ids = conn.execute(text(
+                f"SELECT CAST({column} AS VARCHAR) FROM {table} ORDER BY 1")).scalars().all()
+            kind = next(str(c["type"]) for c in inspect(conn).get_columns(table)
+                        if c["name"] == column)
+            found[table] = (list(ids), kind)
+    return found
+
+
+def test_0004_makes_ids_uuid_on_postgresql_and_drops_the_request_hash(
+    empty_url: str, sync_engine: Engine
+) -> None:
+    """Upgrade keeps every id (``uuid`` on PostgreSQL, text on SQLite) and drops the hash;
+    downgrade turns the ids back into text and recomputes the hashes."""
+    upgrade(empty_url, "0003")
+    _insert_0003_rows(sync_engine)
+    ids = sorted(id_ for id_, *_ in _KEYED)
+    before = _ids_and_types(sync_engine)
+    assert all(found == (ids, "VARCHAR") for found in before.values())
+    upgrade(empty_url)
+    postgres = sync_engine.dialect.name == "postgresql"
+    after = _ids_and_types(sync_engine)
+    assert all(found == (ids, "UUID" if postgres else "VARCHAR") for found in after.values())
+    columns = {c["name"] for c in inspect(sync_engine).get_columns("flow_instance")}
+    assert "request_hash" not in columns and "idempotency_key" in columns
+    downgrade(empty_url, "0003")
+    assert _ids_and_types(sync_engine) == before
+    with sync_engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT id, request_hash FROM flow_instance ORDER BY id")).all()
+    expected = {id_: _request_hash(input_, ik) if key else None
+                for id_, input_, ik, key in _KEYED}
+    assert dict(rows) == expected
+    upgrade(empty_url)
+    assert _diff(sync_engine, metadata) == []
+
+
+@pytest.mark.parametrize("bad", ["i-1", _KEYED[0][0].upper()])
+def test_0004_refuses_ids_that_are_not_canonical_uuids(
+    empty_url: str, sync_engine: Engine, bad: str
+) -> None:
+    upgrade(empty_url, "0003")
+    _insert_0003_rows(sync_engine, [_KEYED[0][0], bad, _KEYED[2][0]])
+    with pytest.raises(RuntimeError, match="not a canonical UUID string"):
+        upgrade(empty_url)
+    assert current_revision(empty_url) == "0003"
+
+
+def _insert_steps(engine: Engine, instance_id: str, steps: list[tuple[int | None, int]]) -> None:
+    """Journal rows ``(sequence or None for the store's default, step_id)``."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    with engine.begin() as conn:
+        for sequence, step_id in steps:
+            conn.execute(text(
+                "INSERT INTO flow_step (" + ("sequence, " if sequence else "") +
+                "instance_id, step_id, scope, kind, capability_id, outcome, try_number, "
+                "final, started_at, committed_at) VALUES (" + (":seq, " if sequence else "") +
+                ":id, :step, 0, 'step', 'c', 'success', 1, false, :at, :at)"),
+                {"seq": sequence, "id": instance_id, "step": step_id, "at": at})
+
+
+def _steps(engine: Engine) -> list[tuple[int, int]]:
+    """``(sequence, step_id)`` of every journal row; on SQLite also checks rowid."""
+    with engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            rows = conn.execute(text(
+                "SELECT rowid, sequence, step_id FROM flow_step ORDER BY sequence")).all()
+            assert all(r[0] == r[1] for r in rows), rows  # the rowid is the sequence
+            return [(r[1], r[2]) for r in rows]
+        return [tuple(r) for r in conn.execute(text(  # type: ignore[misc]
+            "SELECT sequence, step_id FROM flow_step ORDER BY sequence")).all()]
+
+
+async def test_0005_keeps_every_sequence_and_continues_after_the_highest(
+    empty_url: str, sync_engine: Engine
+) -> None:
+    """The journal keyed by execution keeps each row's sequence (SQLite: as its rowid),
+    and new rows continue after the highest, before and after a downgrade."""
+    upgrade(empty_url, "0003")
+    instance_id = _KEYED[0][0]
+    _insert_0003_rows(sync_engine)
+    upgrade(empty_url, "0004")
+    _insert_steps(sync_engine, instance_id, [(5, 10), (9, 11), (7, 12)])  # gaps, any order
+    before = _steps(sync_engine)
+    upgrade(empty_url)
+    assert _steps(sync_engine) == before
+    keys = inspect(sync_engine).get_pk_constraint("flow_step")
+    assert keys["constrained_columns"] == ["instance_id", "step_id", "scope", "kind",
+                                           "try_number"]
+    engine = make_async_engine(empty_url)
+    try:
+        journal = SqlJournal(engine)
+        row = StepRow(instance_id=instance_id, step_id=13, scope=0, kind=StepKind.STEP,
+                      capability_id="c", outcome=Outcome.SUCCESS,
+                      started_at=datetime(2026, 1, 1, tzinfo=UTC),
+                      committed_at=datetime(2026, 1, 1, tzinfo=UTC))
+        await journal.claim(instance_id, "node-a", row.started_at,
+                            datetime(2026, 1, 2, tzinfo=UTC))
+        await journal.commit_step(2, row, datetime(2026, 1, 2, tzinfo=UTC))
+    finally:
+        await engine.dispose()
+    assert _steps(sync_engine)[-1] == (10, 13)
+    downgrade(empty_url, "0004")
+    _insert_steps(sync_engine, instance_id, [(None, 14)])
+    assert _steps(sync_engine) == [*before, (10, 13), (11, 14)]
+    upgrade(empty_url)
+    assert _steps(sync_engine) == [*before, (10, 13), (11, 14)]
+    assert _diff(sync_engine, metadata) == []

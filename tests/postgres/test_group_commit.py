@@ -86,12 +86,14 @@ async def test_fifty_concurrent_starts_in_one_batch_each_get_their_own_answer(
 ) -> None:
     plain = [new_instance() for _ in range(30)]
     # one idempotency key: 8 repeats of one request, 2 other requests
-    idem = [new_instance(idempotency_key="k-idem", request_hash="h-1") for _ in range(8)]
-    idem += [new_instance(idempotency_key="k-idem", request_hash="h-2") for _ in range(2)]
+    idem = [new_instance(idempotency_key="k-idem", input={"document": "d-1"})
+            for _ in range(8)]
+    idem += [new_instance(idempotency_key="k-idem", input={"document": "d-2"})
+             for _ in range(2)]
     # one instance key, no idempotency key: one holder, the others refused
     keyed = [new_instance(instance_key="doc-shared") for _ in range(8)]
     # an instance key with an idempotency key: the repeat is the holder's own start
-    both = [new_instance(instance_key="doc-both", idempotency_key="k-both", request_hash="h")
+    both = [new_instance(instance_key="doc-both", idempotency_key="k-both")
             for _ in range(2)]
     news = plain + idem + keyed + both
     random.Random(20260101).shuffle(news)
@@ -113,7 +115,7 @@ async def test_fifty_concurrent_starts_in_one_batch_each_get_their_own_answer(
     for n in idem:
         if n is first_idem:
             continue
-        if n.request_hash == first_idem.request_hash:
+        if n.input == first_idem.input:
             assert answer[n.id] == (holder, False)
         else:
             error = answer[n.id]
@@ -170,7 +172,7 @@ async def test_a_start_batched_with_a_refused_one_is_still_created(journal: SqlJ
 async def test_a_keyed_start_batched_with_a_refused_one_reports_created(
     journal: SqlJournal,
 ) -> None:
-    good = new_instance(idempotency_key="k-good", request_hash="h")
+    good = new_instance(idempotency_key="k-good")
     bad = new_instance(instance_key="doc\x00bad")
     results = await asyncio.gather(journal.create_instance(good), journal.create_instance(bad),
                                    return_exceptions=True)

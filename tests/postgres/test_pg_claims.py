@@ -26,7 +26,7 @@ async def test_claim_due_skips_locked_rows_without_waiting(pg_url: str) -> None:
         for n in range(3):
             record, _ = await journal.create_instance(
                 NewInstance(
-                    id=f"i-{n}",
+                    id=f"00000000-0000-7000-8000-{n:012d}",
                     flow_name="document.process",
                     flow_version="1.0.0",
                     input={},

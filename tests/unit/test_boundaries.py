@@ -40,7 +40,7 @@ EXPORTS = {
     "app.testing": ["FlowHarness", "Scripted", "substitute"],
     "app.engine": ["Clock", "Engine", "EngineConfig", "InstanceRecord", "InstanceState",
                    "Journal", "RunOutcome", "Snapshot", "StartResult", "StepRow", "SweepReport",
-                   "SystemClock", "VirtualClock", "request_hash"],
+                   "SystemClock", "VirtualClock"],
 }
 
 

@@ -1,9 +1,11 @@
-"""UtcDateTime: aware UTC in, aware UTC out, whatever the process time zone."""
+"""UtcDateTime: aware UTC in, aware UTC out, whatever the process time zone. InstanceId:
+canonical UUID strings in and out, ``uuid`` on PostgreSQL, text on SQLite."""
 
 from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -12,8 +14,9 @@ from sqlalchemy import Column, Integer, MetaData, Table, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import StatementError
 
+from app.errors import InstanceNotFound
 from app.store.db import make_async_engine
-from app.store.types import UtcDateTime
+from app.store.types import InstanceId, UtcDateTime, is_instance_id
 
 TOKYO = timezone(timedelta(hours=9))
 metadata = MetaData()
@@ -168,3 +171,58 @@ async def test_postgres_sessions_use_utc(pg_url: str) -> None:
     finally:
         await engine.dispose()
     assert zone == "UTC"
+
+
+# -- InstanceId ---------------------------------------------------------------------------
+ids_table = Table("instance_ids", metadata, Column("id", InstanceId(), primary_key=True))
+AN_ID = "01a22fac-b7c5-7d5a-b879-c2ae65cc796c"
+
+
+@pytest.mark.parametrize("value", [AN_ID, str(uuid.uuid4()), str(uuid.UUID(int=0))])
+def test_canonical_uuid_strings_are_instance_ids(value: str) -> None:
+    assert is_instance_id(value)
+    for dialect in (sqlite.dialect(), postgresql.dialect()):
+        assert InstanceId().process_bind_param(value, dialect) == value
+
+
+@pytest.mark.parametrize("value", [
+    AN_ID.upper(), uuid.UUID(AN_ID).hex, f"{{{AN_ID}}}", f"urn:uuid:{AN_ID}", f" {AN_ID}",
+    f"{AN_ID}\n", AN_ID[:-1], AN_ID[:-1] + "g", "nope", "", "\x00", uuid.UUID(AN_ID), 7,
+])
+def test_anything_else_names_no_instance(value: object) -> None:
+    assert not is_instance_id(value)
+    for dialect in (sqlite.dialect(), postgresql.dialect()):
+        with pytest.raises(InstanceNotFound) as info:
+            InstanceId().process_bind_param(value, dialect)
+        assert info.value.code == "instance_not_found"
+
+
+def test_a_long_refused_id_is_shortened_in_the_error() -> None:
+    with pytest.raises(InstanceNotFound) as info:
+        InstanceId().process_bind_param("x" * 5000, sqlite.dialect())
+    assert len(info.value.fields["instance_id"]) == 103
+
+
+async def test_instance_ids_round_trip_as_canonical_strings(db_url: str) -> None:
+    engine = make_async_engine(db_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(metadata.create_all)
+            await conn.execute(insert(ids_table), [{"id": AN_ID}, {"id": str(uuid.UUID(int=1))}])
+        async with engine.connect() as conn:
+            read = (await conn.execute(select(ids_table.c.id).order_by(ids_table.c.id))
+                    ).scalars().all()
+            found = (await conn.execute(
+                select(ids_table.c.id).where(ids_table.c.id == AN_ID))).scalar_one()
+            kind = (await conn.execute(text(
+                "SELECT data_type FROM information_schema.columns "
+                "WHERE table_name = 'instance_ids'") if engine.dialect.name == "postgresql"
+                else text("SELECT type FROM pragma_table_info('instance_ids')"))).scalar_one()
+            with pytest.raises(StatementError) as info:
+                await conn.execute(select(ids_table.c.id).where(ids_table.c.id == AN_ID.upper()))
+            assert isinstance(info.value.orig, InstanceNotFound)
+    finally:
+        await engine.dispose()
+    assert read == [str(uuid.UUID(int=1)), AN_ID]
+    assert all(type(v) is str for v in read) and found == AN_ID
+    assert kind == ("uuid" if db_url.startswith("postgresql") else "VARCHAR")
