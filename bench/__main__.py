@@ -48,8 +48,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="lateness: starts per second (default 25); peers: starts per "
                         "second of the lag phase (default 1000)")
     parser.add_argument("--engine-concurrency", type=int, default=None,
-                        help="peers: runs the node advances at once (default 100, "
-                        "FLOWPARK_CONCURRENCY)")
+                        help="peers/sweep: runs the node advances at once "
+                        "(FLOWPARK_CONCURRENCY; default 100 for peers, 32 for sweep)")
     parser.add_argument("--no-short-wakes", dest="short_wakes", action="store_false",
                         help="lateness/peers: no in-process wake, the periodic sweep only")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")

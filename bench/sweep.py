@@ -92,10 +92,11 @@ async def baseline_tps(url: str, *, concurrency: int = 32, pool_size: int = 20,
 
 
 async def run(store: BenchStore, n: int, *, polls: int = 3, concurrency: int = 32,
-              **_: Any) -> Result:
+              engine_concurrency: int = 32, **_: Any) -> Result:
     run_id = uuid.uuid4().hex[:6]
     with spawn_fake_ocr(pending_reads=polls) as ocr:
-        async with node_engine(store.url, ocr_url=ocr.base_url) as engine:
+        async with node_engine(store.url, ocr_url=ocr.base_url,
+                               concurrency=engine_concurrency) as engine:
             engine.journal = CountingJournal(engine.journal.engine)
             plan = engine.catalog.latest("document.process")
 
