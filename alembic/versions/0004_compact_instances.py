@@ -6,20 +6,20 @@ Create Date: 2026-12-01 00:00:00
 
 Two changes that shrink a parked instance on PostgreSQL (issue 7: at most 1 KiB), measured
 with ``python -m bench park --store postgres --n 10000`` (a parked ``document.process``:
-one instance row, two journal rows):
+one instance row, two journal rows; two runs each on a quiet machine):
 
 * ``flow_instance.request_hash`` is dropped. A repeated start (same flow and idempotency
   key) was judged by a sha256 of ``{"input": ..., "instanceKey": ...}`` kept as 64 hex
   characters on every keyed instance. The row already holds both: a conflicting start now
   compares its input (as canonical JSON) and instance key with the stored ``input`` and
   ``instance_key`` (``NewInstance.repeats``). 65 bytes less per keyed instance row and per
-  dead version of it: 1,330 -> 1,265 bytes per instance (flow_instance heap 378 -> 315).
+  dead version of it: 1,340 -> 1,261 bytes per instance (flow_instance heap 384 -> 308).
 * ``flow_instance.id`` and every ``instance_id`` column (``flow_step``, ``flow_signal``,
   ``flow_heartbeat``, ``flow_stream``, ``outbox_event``, ``review_item``) become ``uuid``
   on PostgreSQL: 16 bytes instead of 37 in each row and index entry (ids are uuid7
   strings; ``app.store.types.InstanceId`` keeps them canonical strings in Python).
-  1,265 -> 1,121 bytes per instance (flow_instance heap 315 -> 286, its primary key
-  101 -> 58, flow_step heap 438 -> 415, uq_flow_step_execution 169 -> 117). SQLite keeps
+  1,261 -> 1,073 bytes per instance (flow_instance heap 308 -> 263, its primary key
+  103 -> 59, flow_step heap 434 -> 387, uq_flow_step_execution 169 -> 117). SQLite keeps
   its text columns (nothing to rewrite).
 
 Upgrade first checks that every id is a canonical UUID string (lowercase, dashed), on both
