@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import JSON, Row, Table, func, select
+from sqlalchemy import JSON, Row, Table, bindparam, func, insert, select
 from sqlalchemy.dialects.postgresql import aggregate_order_by
+from sqlalchemy.sql.selectable import CTE
 
 from app.engine.journal import (
     Heartbeat,
@@ -46,6 +47,7 @@ __all__ = [
     "instance_from_row",
     "instance_values",
     "journal_aggregates",
+    "journal_insert",
     "signal_from_json",
     "signal_from_row",
     "snapshot_from_row",
@@ -306,3 +308,14 @@ def stream_from_row(row: Row[Any]) -> StreamMessage:
         payload=m["payload"],
         created_at=m["created_at"],
     )
+
+
+def journal_insert(after: CTE, **fixed: Any) -> CTE:
+    """A CTE (``ins``) inserting one journal row whose columns are the bound parameters
+    ``s_<column>`` (or the expressions in ``fixed``), only when ``after`` yields a row;
+    it returns the row's ``sequence``. Used by the one-statement fenced writes."""
+    names = [c.name for c in STEP.columns if c.name != "sequence"]
+    source = select(*(fixed.get(n, bindparam(f"s_{n}", type_=STEP.c[n].type))
+                      for n in names))
+    return (insert(STEP).from_select(names, source.select_from(after))
+            .returning(STEP.c.sequence).cte("ins"))

@@ -54,6 +54,7 @@ from app.store.mapping import (
     STEP,
     instance_from_row,
     journal_aggregates,
+    journal_insert,
     signal_from_json,
     signal_from_row,
     snapshot_from_row,
@@ -175,16 +176,7 @@ def _take_signal_statement() -> Any:
         .returning(SIGNAL.c.id)
         .cte("taken")
     )
-    names = [c.name for c in STEP.columns if c.name != "sequence"]
-    params = {"committed_at": committed_at, "step_id": step_id}
-    source = select(*(params.get(n, bindparam(f"s_{n}", type_=STEP.c[n].type))
-                      for n in names))
-    inserted = (
-        insert(STEP)
-        .from_select(names, source.select_from(taken))
-        .returning(STEP.c.sequence)
-        .cte("ins")
-    )
+    inserted = journal_insert(taken, committed_at=committed_at, step_id=step_id)
     return select(fence.c.cancel_requested,
                   select(func.count()).select_from(inserted).scalar_subquery().label("rows"))
 

@@ -55,6 +55,7 @@ from app.store.mapping import (
     SIGNAL,
     STEP,
     failure_columns,
+    journal_insert,
     step_values,
 )
 from app.store.reads import SqlReads
@@ -116,14 +117,7 @@ def _commit_step_statement() -> Any:
         .returning(INSTANCE.c.cancel_requested)
         .cte("fence")
     )
-    names = [c.name for c in STEP.columns if c.name != "sequence"]
-    source = select(*(bindparam(f"s_{n}", type_=STEP.c[n].type) for n in names))
-    inserted = (
-        insert(STEP)
-        .from_select(names, source.select_from(fence))
-        .returning(STEP.c.sequence)
-        .cte("ins")
-    )
+    inserted = journal_insert(fence)
     return select(fence.c.cancel_requested,
                   select(func.count()).select_from(inserted).scalar_subquery())
 
