@@ -385,12 +385,21 @@ async def test_a_killed_node_loses_nothing_and_its_leases_are_taken_over_in_one_
     await asyncio.wait_for(halfway.wait(), 120)
 
     async def busiest() -> Proc:
-        """A node advancing several instances right now (holding their leases)."""
+        """A node advancing several instances right now (holding their leases), frozen
+        (SIGSTOP) while it holds them, so none is released between the look and the kill."""
         owners = await rows(db, "SELECT lease_owner, count(*) AS n FROM flow_instance "
                                 "WHERE state = 'running' GROUP BY lease_owner "
                                 "ORDER BY n DESC LIMIT 1")
         assert owners and owners[0].n >= 2, owners
-        return next(n for n in nodes if n.name == owners[0].lease_owner)
+        node = next(n for n in nodes if n.name == owners[0].lease_owner)
+        assert node.process is not None
+        node.process.send_signal(signal.SIGSTOP)
+        still = await rows(db, "SELECT id FROM flow_instance WHERE state = 'running' "
+                               "AND lease_owner = :node", node=node.name)
+        if not still:  # it let them go before it stopped: let it run, look again
+            node.process.send_signal(signal.SIGCONT)
+        assert still, f"{node.name} released its leases before it was stopped"
+        return node
 
     victim = await eventually(busiest, timeout=60, interval=0.01, what="a busy node")
     victim.kill()
