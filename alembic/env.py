@@ -16,7 +16,7 @@ from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Connection
 
 from app.store.db import is_sqlite, sync_url
-from app.store.tables import metadata
+from app.store.tables import include_in_compare, metadata
 
 DEFAULT_URL = "sqlite:///flowpark.db"
 
@@ -43,12 +43,14 @@ def _configure(connection: Connection | None = None, url: str | None = None) -> 
         sqlite = is_sqlite(url)
     else:
         sqlite = connection is not None and connection.dialect.name == "sqlite"
+    dialect = "sqlite" if sqlite else "postgresql"
     context.configure(
         connection=connection,
         url=url,
         target_metadata=target_metadata,
         render_as_batch=sqlite,
         compare_type=True,
+        include_object=include_in_compare(dialect),
         literal_binds=url is not None,
         dialect_opts={"paramstyle": "named"} if url is not None else {},
     )

@@ -10,6 +10,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -35,10 +36,12 @@ from app.store.mapping import (
     instance_from_row,
     instance_values,
 )
-from app.store.tables import ACTIVE_STATES
+from app.store.tables import ACTIVE_STATES, IDEMPOTENCY_DIGEST_SQL, idempotency_digest_sql
 from app.store.types import is_instance_id
 
 __all__ = ["SqlIntake"]
+
+_DIGEST_OF_PARAMS = idempotency_digest_sql("CAST(:d_flow AS text)", "CAST(:d_key AS text)")
 
 class SqlIntake(SqlBase):
     """Start and stream operations of :class:`app.store.sql_journal.SqlJournal`."""
@@ -120,14 +123,14 @@ class SqlIntake(SqlBase):
                 )
             ).first()
         if new.idempotency_key is not None:
-            record = (
-                await conn.execute(
-                    select(INSTANCE).where(
-                        INSTANCE.c.flow_name == new.flow_name,
-                        INSTANCE.c.idempotency_key == new.idempotency_key,
-                    )
-                )
-            ).first()
+            stmt = select(INSTANCE).where(
+                INSTANCE.c.flow_name == new.flow_name,
+                INSTANCE.c.idempotency_key == new.idempotency_key,
+            )
+            if self.is_postgresql:  # through the digest index (the texts confirm it)
+                stmt = stmt.where(text(f"{IDEMPOTENCY_DIGEST_SQL} = {_DIGEST_OF_PARAMS}")
+                                  .bindparams(d_flow=new.flow_name, d_key=new.idempotency_key))
+            record = (await conn.execute(stmt)).first()
             if record is not None:
                 if not new.repeats(record.input, record.instance_key):
                     raise IdempotencyKeyReused(

@@ -113,6 +113,31 @@ async def test_idempotent_start_returns_the_first_instance(sql_journal: SqlJourn
     assert await sql_journal.count_instances() == 2
 
 
+# keys a text-to-bytes cast would confuse ("\101" is bytea's escape of "A"), and non-ASCII
+ODD_KEYS = ["a\\101", "aA", "\\x41", "A", "naïve ✓", "naive ✓", "k\\\\", "k\\", "\\"]
+
+
+async def test_keys_that_differ_in_any_character_are_different_keys(
+    sql_journal: SqlJournal,
+) -> None:
+    """On PostgreSQL the key is indexed by a digest of its text (migration 0006): every
+    byte counts, backslashes included, and a repeat of each still finds its instance."""
+    ids = {}
+    for key in ODD_KEYS:
+        record, created = await sql_journal.create_instance(
+            new_instance(idempotency_key=key, input={"key": key}))
+        assert created, key
+        ids[key] = record.id
+    for key in ODD_KEYS:
+        again, created = await sql_journal.create_instance(
+            new_instance(idempotency_key=key, input={"key": key}))
+        assert (again.id, created) == (ids[key], False), key
+        with pytest.raises(IdempotencyKeyReused):
+            await sql_journal.create_instance(
+                new_instance(idempotency_key=key, input={"key": key + "?"}))
+    assert await sql_journal.count_instances() == len(ODD_KEYS)
+
+
 async def test_a_repeat_is_the_same_input_and_instance_key(sql_journal: SqlJournal) -> None:
     """The stored row's input and instance key are the request a repeat is judged by: the
     input as canonical JSON (key order does not matter, ``1`` is not ``true``)."""

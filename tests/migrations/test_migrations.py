@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -25,7 +26,7 @@ from app.store.migrate import (
     upgrade,
 )
 from app.store.sql_journal import SqlJournal
-from app.store.tables import metadata
+from app.store.tables import IDEMPOTENCY_DIGEST_SQL, include_in_compare, metadata
 
 TABLES = {
     "flow_instance",
@@ -55,7 +56,8 @@ def sync_engine(empty_url: str) -> Iterator[Engine]:
 
 def _diff(engine: Engine, target: MetaData) -> list[Any]:
     with engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        context = MigrationContext.configure(conn, opts={
+            "compare_type": True, "include_object": include_in_compare(engine.dialect.name)})
         return list(compare_metadata(context, target))
 
 
@@ -104,6 +106,31 @@ def test_partial_indexes_are_created(empty_url: str, sync_engine: Engine) -> Non
                 "'ix_flow_instance_wake_suspended'"
             ).scalar_one()
     assert "WHERE" in sql.upper() and "suspended" in sql
+
+
+def test_the_idempotency_index_is_a_digest_on_postgresql_and_the_texts_on_sqlite(
+    empty_url: str, sync_engine: Engine,
+) -> None:
+    """The comparison leaves the expression index out (include_in_compare): its definition
+    is checked here, and dropping it would be noticed."""
+    upgrade(empty_url)
+    with sync_engine.connect() as conn:
+        if sync_engine.dialect.name == "sqlite":
+            sql = conn.exec_driver_sql(
+                "SELECT sql FROM sqlite_master WHERE name = 'uq_flow_instance_idempotency'"
+            ).scalar_one()
+            assert "(flow_name, idempotency_key)" in sql and "UNIQUE" in sql.upper()
+        else:
+            sql = conn.exec_driver_sql(
+                "SELECT indexdef FROM pg_indexes WHERE indexname = "
+                "'uq_flow_instance_idempotency'").scalar_one()
+            assert sql.startswith("CREATE UNIQUE INDEX")
+            assert "sha256" in sql and "::uuid" in sql and "idempotency_key IS NOT NULL" in sql
+            # the digest SQL the store queries with is what the index holds
+            row = conn.exec_driver_sql(
+                f"SELECT {IDEMPOTENCY_DIGEST_SQL} FROM (SELECT 'f' AS flow_name, "
+                "'a\\101' AS idempotency_key) AS t").scalar_one()
+            assert str(row) == str(uuid.UUID(bytes=hashlib.sha256(b"f\na\\101").digest()[:16]))
 
 
 def test_downgrade_base_then_upgrade_again(empty_url: str, sync_engine: Engine) -> None:

@@ -54,6 +54,12 @@ def test_migrations_give_the_same_schema_on_sqlite_and_postgresql(
     upgrade(sqlite_url)
     upgrade(pg_url)
     on_sqlite, on_postgres = _schema(sqlite_url), _schema(pg_url)
+    # the one index spelled per backend (migration 0006): the two texts on SQLite, their
+    # digest on PostgreSQL; unique and partial on both
+    digest = on_postgres["flow_instance"]["indexes"].pop("uq_flow_instance_idempotency")
+    texts = on_sqlite["flow_instance"]["indexes"].pop("uq_flow_instance_idempotency")
+    assert texts == (("flow_name", "idempotency_key"), True, True)
+    assert digest[1:] == (True, True)
     assert set(on_sqlite) == set(on_postgres)
     for table in on_sqlite:
         assert on_sqlite[table] == on_postgres[table], table
