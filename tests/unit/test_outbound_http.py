@@ -90,3 +90,43 @@ async def test_a_refused_connection_is_a_transport_error() -> None:
             await client.get(f"http://127.0.0.1:{port}/")
     finally:
         await client.aclose()
+
+
+async def test_the_client_keeps_no_cookies_between_calls() -> None:
+    """One client serves every instance's calls: a cookie set by one answer is not sent on
+    the next call (neither httpx's jar nor aiohttp's keeps it)."""
+    seen: list[str] = []
+    writers: list[asyncio.StreamWriter] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                return
+            cookie = [line for line in head.decode().split("\r\n")
+                      if line.lower().startswith("cookie:")]
+            seen.append(cookie[0] if cookie else "")
+            writer.write(b"HTTP/1.1 200 OK\r\nset-cookie: session=abc; Path=/\r\n"
+                         b"content-length: 2\r\n\r\nok")
+            await writer.drain()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    base = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    client = outbound_client(5)
+    try:
+        for _ in range(2):
+            resp = await client.get(f"{base}/a")
+            assert resp.headers["set-cookie"].startswith("session=abc")
+        own = await client.get(f"{base}/b", headers={"Cookie": "mine=1"})
+        assert own.status_code == 200
+    finally:
+        await client.aclose()
+        for writer in writers:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+    assert seen[:2] == ["", ""]
+    assert seen[2].lower() == "cookie: mine=1"
+    assert not client.cookies
