@@ -309,6 +309,9 @@ class Engine(Walker, Limits):
         batch = self.config.sweep_batch
         refill = max(1, min(batch, self.config.concurrency) // 4)
         runs: dict[asyncio.Future[RunOutcome], tuple[str, asyncio.Future[RunOutcome]]] = {}
+        # runs report here as they end (one callback each, not asyncio.wait's add and remove
+        # of a callback on every run in flight per ended run)
+        ended: asyncio.Queue[asyncio.Future[RunOutcome]] = asyncio.Queue()
         more = True
         failure: BaseException | None = None
         try:
@@ -331,13 +334,16 @@ class Engine(Walker, Limits):
                         waiting: asyncio.Future[RunOutcome] = asyncio.ensure_future(
                             self._advance_detachable(claim, gated=False, started=started))
                         runs[waiting] = (claim.instance_id, started[0])
+                        waiting.add_done_callback(ended.put_nowait)
                 if not more and failure is None and again is not None and again():
                     more = True
                     if not runs:
                         continue
                 if not runs:
                     break
-                done, _ = await asyncio.wait(runs, return_when=asyncio.FIRST_COMPLETED)
+                done = [await ended.get()]
+                while not ended.empty():
+                    done.append(ended.get_nowait())
                 for waiter in done:
                     self._report_run(report, runs.pop(waiter)[0], waiter)
         except asyncio.CancelledError:
