@@ -331,8 +331,7 @@ class Engine(Walker, Limits):
                         # goes on in the background
                         started = self._begin_run(claim, gated=False)
                         started[0].add_done_callback(lambda _: self._gate.release())
-                        waiting: asyncio.Future[RunOutcome] = asyncio.ensure_future(
-                            self._advance_detachable(claim, gated=False, started=started))
+                        waiting = self._outcome(claim, *started)
                         runs[waiting] = (claim.instance_id, started[0])
                         waiting.add_done_callback(ended.put_nowait)
                 if not more and failure is None and again is not None and again():
@@ -433,17 +432,38 @@ class Engine(Walker, Limits):
         with :meth:`_begin_run`."""
         task, detach = started or self._begin_run(claim, gated=gated)
         try:
-            pending: set[asyncio.Future[Any]] = {task, detach}
-            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            return await self._outcome(claim, task, detach)
         except asyncio.CancelledError:
             task.cancel()
             raise
-        if task.done():
+
+    def _outcome(self, claim: Claim, task: asyncio.Future[RunOutcome],
+                 detach: asyncio.Future[None]) -> asyncio.Future[RunOutcome]:
+        """A future with :meth:`_advance_detachable`'s answer for a begun run: the run's
+        result (or error) when it ends first, ``RunOutcome(state=running)`` when it detaches
+        first (the run then goes on in the background). Callbacks, not a task: a sweep
+        makes one per claimed instance. Cancelling it does not cancel the run."""
+        outcome: asyncio.Future[RunOutcome] = asyncio.get_running_loop().create_future()
+
+        def settle(_: asyncio.Future[Any]) -> None:
+            if outcome.done():
+                return
+            if not task.done():  # detached: the run goes on without a waiter
+                self._background.add(task)
+                task.add_done_callback(self._background_done)
+                outcome.set_result(RunOutcome(claim.instance_id, InstanceState.RUNNING))
+                return
             detach.cancel()
-            return task.result()
-        self._background.add(task)
-        task.add_done_callback(self._background_done)
-        return RunOutcome(claim.instance_id, InstanceState.RUNNING)
+            if task.cancelled():
+                outcome.cancel()
+            elif (error := task.exception()) is not None:
+                outcome.set_exception(error)
+            else:
+                outcome.set_result(task.result())
+
+        task.add_done_callback(settle)
+        detach.add_done_callback(settle)
+        return outcome
 
     def _background_done(self, task: asyncio.Future[RunOutcome]) -> None:
         self._background.discard(task)
