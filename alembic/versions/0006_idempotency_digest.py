@@ -36,19 +36,19 @@ _DIGEST = ("(encode(substr(sha256(replace(flow_name || chr(10) || idempotency_ke
            "chr(92) || chr(92))::bytea), 1, 16), 'hex')::uuid)")
 
 
-def upgrade() -> None:
+def _replace(definition: str, suffix: str) -> None:
+    """Build the index anew beside the old one, drop the old one, take its name."""
     if op.get_context().dialect.name != "postgresql":
         return
-    op.execute(f"CREATE UNIQUE INDEX {_NAME}_digest ON flow_instance ({_DIGEST}) "
+    op.execute(f"CREATE UNIQUE INDEX {_NAME}_{suffix} ON flow_instance ({definition}) "
                "WHERE idempotency_key IS NOT NULL")
     op.execute(f"DROP INDEX {_NAME}")
-    op.execute(f"ALTER INDEX {_NAME}_digest RENAME TO {_NAME}")
+    op.execute(f"ALTER INDEX {_NAME}_{suffix} RENAME TO {_NAME}")
+
+
+def upgrade() -> None:
+    _replace(_DIGEST, "digest")
 
 
 def downgrade() -> None:
-    if op.get_context().dialect.name != "postgresql":
-        return
-    op.execute(f"CREATE UNIQUE INDEX {_NAME}_texts ON flow_instance "
-               "(flow_name, idempotency_key) WHERE idempotency_key IS NOT NULL")
-    op.execute(f"DROP INDEX {_NAME}")
-    op.execute(f"ALTER INDEX {_NAME}_texts RENAME TO {_NAME}")
+    _replace("flow_name, idempotency_key", "texts")
