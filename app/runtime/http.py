@@ -31,27 +31,49 @@ __all__ = ["outbound_client"]
 def outbound_client(timeout: float, *, max_connections: int = 200) -> httpx.AsyncClient:
     """A new pooled client for outbound calls (close it with ``await client.aclose()``).
 
+    Proxies and CA bundles come from the environment as with httpx (``HTTP_PROXY``,
+    ``HTTPS_PROXY``, ``NO_PROXY``, ``SSL_CERT_FILE``; ``trust_env``).
+
     Args:
         timeout: default per-call timeout in seconds (connect, read, pool); a call may pass
             its own.
         max_connections: open connections at most, all hosts together.
 
     Returns:
-        An ``httpx.AsyncClient`` (its aiohttp session is opened on first use, in the
+        An ``httpx.AsyncClient`` (its aiohttp sessions are opened on first use, in the
         running loop).
     """
-    limits = httpx.Limits(max_connections=max_connections)
-    tls = httpx.create_ssl_context()
+    client = _CookielessClient(timeout=timeout,
+                               limits=httpx.Limits(max_connections=max_connections))
+    client._cookies = _NoCookies()  # httpx has no switch; its property setter copies a jar
+    return client
 
-    def session() -> aiohttp.ClientSession:  # made on first use, in the running loop
-        connector = aiohttp.TCPConnector(limit=max_connections, ssl=tls,
+
+class _CookielessClient(HttpxAiohttpClient):
+    """httpx-aiohttp's client whose transports (direct, and one per proxy the environment
+    names) open aiohttp sessions without a cookie jar."""
+
+    def _init_transport(self, *args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
+        return _cookieless(super()._init_transport(*args, **kwargs))
+
+    def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
+        return _cookieless(super()._init_proxy_transport(*args, **kwargs))
+
+
+def _cookieless(transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+    """Have an aiohttp transport open its session with the connector it would have made
+    (its limits and TLS context) and aiohttp's ``DummyCookieJar``."""
+    if not isinstance(transport, AiohttpTransport) or transport.client is not None:
+        return transport
+    limits, tls = transport.limits, transport.ssl_context
+
+    def session() -> aiohttp.ClientSession:  # called on the transport's first request
+        connector = aiohttp.TCPConnector(limit=limits.max_connections or 0, ssl=tls,
                                          keepalive_timeout=limits.keepalive_expiry)
         return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
-    client = HttpxAiohttpClient(timeout=timeout, limits=limits,
-                                transport=AiohttpTransport(limits=limits, client=session))
-    client._cookies = _NoCookies()  # httpx has no switch; its property setter copies a jar
-    return client
+    transport.client = session
+    return transport
 
 
 class _NoCookies(httpx.Cookies):

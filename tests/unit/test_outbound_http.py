@@ -130,3 +130,44 @@ async def test_the_client_keeps_no_cookies_between_calls() -> None:
     assert seen[:2] == ["", ""]
     assert seen[2].lower() == "cookie: mine=1"
     assert not client.cookies
+
+
+async def test_a_proxy_named_by_the_environment_is_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """trust_env as with httpx: HTTP_PROXY routes the call through the proxy (here a
+    loopback server that answers for the origin and records the request line)."""
+    lines: list[str] = []
+    cookies: list[str] = []
+    writers: list[asyncio.StreamWriter] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                return
+            lines.append(head.decode().split("\r\n")[0])
+            cookies.extend(h for h in head.decode().split("\r\n") if h.lower().startswith("cookie"))
+            writer.write(b"HTTP/1.1 200 OK\r\nset-cookie: s=1\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+
+    server = await asyncio.start_server(proxy, "127.0.0.1", 0)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    client = outbound_client(5)
+    try:
+        for _ in range(2):
+            resp = await client.get("http://origin.invalid/status")
+            assert resp.text == "ok"
+    finally:
+        await client.aclose()
+        for writer in writers:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+    assert lines == ["GET http://origin.invalid/status HTTP/1.1"] * 2
+    assert cookies == []  # the proxied transport keeps no cookie jar either
+    assert not client.cookies
