@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pydantic_core import to_json
+from pydantic_core import PydanticSerializationError, to_json
 from sqlalchemy.exc import DataError, IntegrityError
 
 from app.engine.journal import EmittedEvent, NewInstance, StepRow
@@ -68,7 +68,13 @@ def _rows(columns: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]], *,
     """The ``param`` parameter: the batch as one JSON array (one parameter to send and
     parse, however many rows), instants as ISO-8601 text with their offset (``Z`` for
     UTC). Serialised by pydantic-core (already a dependency): ~7x less CPU than the
-    standard library's encoder with a ``default`` hook for instants."""
+    standard library's encoder with a ``default`` hook for instants.
+
+    Raises:
+        PydanticSerializationError: a value pydantic-core cannot encode (a lone surrogate,
+            nesting past its depth limit) that the one-at-a-time path may still store: the
+            batch answers every item ``None``, as for a ``DataError``.
+    """
     names = [name for name, _ in columns]
     return {param: to_json([{name: row[name] for name in names} for row in rows]).decode()}
 
@@ -262,7 +268,7 @@ class PgBatches:
             async with self._single(write=True) as conn:
                 result = await conn.exec_driver_sql(_CREATE_SQL, _rows(_CREATE_COLUMNS, rows))
                 created = {r[0] for r in result}
-        except DataError:  # one value the database refuses: each start alone says which
+        except (DataError, PydanticSerializationError):  # one value refused: each alone
             return [None] * len(items)
         answers: list[bool | None] = []
         for n in items:  # an id twice in one batch was inserted once: the first has it
@@ -286,14 +292,14 @@ class PgBatches:
             events.extend({"id": e.id, "instance_id": item.row.instance_id,
                            "token": item.token, "name": e.name, "payload": dict(e.payload),
                            "created_at": item.row.committed_at} for e in item.events)
-        params = _rows(_COMMIT_COLUMNS, rows)
-        if events:
-            params.update(_rows(_EVENT_COLUMNS, events, param="events"))
         try:
+            params = _rows(_COMMIT_COLUMNS, rows)
+            if events:
+                params.update(_rows(_EVENT_COLUMNS, events, param="events"))
             async with self._single(write=True) as conn:
                 result = (await conn.exec_driver_sql(
                     _COMMIT_EVENTS_SQL if events else _COMMIT_SQL, params)).all()
-        except (IntegrityError, DataError):
+        except (IntegrityError, DataError, PydanticSerializationError):
             return [None] * len(items)  # one row exists already: each goes alone
         fenced = {(r.id, r.token): bool(r.cancel_requested) for r in result}
         return [CommitAnswer(fenced[key]) if (key := (i.row.instance_id, i.token)) in fenced
@@ -323,7 +329,7 @@ class PgBatches:
                 if undo:
                     unparked = {r[0] for r in await conn.exec_driver_sql(
                         _UNPARK_SQL, _rows(_UNPARK_COLUMNS, undo))}
-        except (IntegrityError, DataError):
+        except (IntegrityError, DataError, PydanticSerializationError):
             return [None] * len(items)
         done = {(r.id, r.token): bool(r.cancel_requested) for r in result}
         answers: list[CommitAnswer | None] = []
@@ -346,6 +352,6 @@ class PgBatches:
             async with self._single(write=True) as conn:
                 result = await conn.exec_driver_sql(_FINISH_SQL, _rows(_FINISH_COLUMNS, rows))
                 done = {(r.id, r.token) for r in result}
-        except DataError:
+        except (DataError, PydanticSerializationError):
             return [None] * len(items)
         return [True if (i.id, i.token) in done else None for i in items]

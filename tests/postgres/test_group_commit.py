@@ -319,6 +319,43 @@ async def test_a_journal_row_that_exists_fails_only_its_own_park(journal: SqlJou
         assert journal_rows(snap.steps) == [step(instance_id)]
 
 
+async def test_a_value_json_cannot_encode_as_utf8_fails_no_other_item_of_its_batch(
+    journal: SqlJournal,
+) -> None:
+    """A lone surrogate (text a capability decoded with ``surrogateescape``) cannot be
+    encoded by pydantic-core: the batch's JSON is not made, and each item goes alone (as
+    a row the database refuses does). The others' starts, commits and finishes are in; the
+    odd item fares as it does alone."""
+    odd_start = new_instance(input={"name": "scan\udcff.pdf"})
+    results = await asyncio.gather(journal.create_instance(new_instance()),
+                                   journal.create_instance(odd_start), return_exceptions=True)
+    assert [r[1] for r in results if isinstance(r, tuple)] == [True, True], results
+    ids = [record.id for record, _ in results]  # type: ignore[union-attr]
+
+    results = await asyncio.gather(
+        journal.commit_step(1, step(ids[0]), at(40)),
+        journal.commit_step(1, step(ids[1], values={"name": "scan\udcff.pdf"}), at(40)),
+        return_exceptions=True)
+    assert results == [Ack(True, False)] * 2, results
+    assert journal_rows((await journal.load(ids[0])).steps) == [step(ids[0])]
+
+    results = await asyncio.gather(
+        journal.finish(ids[0], 1, at(9), InstanceState.COMPLETED, {"ok": True}),
+        journal.finish(ids[1], 1, at(9), InstanceState.COMPLETED, {"name": "\udcff"}),
+        return_exceptions=True)
+    assert results == [Ack(True, False)] * 2, results
+    assert (await journal.get_instance(ids[0])).result == {"ok": True}
+
+    ids = await started(journal, 2)
+    results = await asyncio.gather(
+        *(journal.commit_and_park(1, step(i, values=v), at(40), owner="node-a",
+                                  wake_at=at(90), wake_step_id=1, wake_scope=0)
+          for i, v in zip(ids, [{"ok": True}, {"name": "\udcff"}], strict=True)),
+        return_exceptions=True)
+    assert results == [Ack(True, False)] * 2, results
+    assert (await journal.get_instance(ids[0])).state is InstanceState.SUSPENDED
+
+
 async def test_two_commits_of_one_instance_in_one_batch_land_once_each(
     journal: SqlJournal,
 ) -> None:
