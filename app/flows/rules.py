@@ -237,6 +237,11 @@ class _Checker:
         flow = self.flow
         for misuse in flow.misuses:
             self.error(misuse.code, "builder", misuse.message)
+        if not flow.name or not flow.name.isprintable() or any(c.isspace() for c in flow.name):
+            # the name is joined with a line feed in the idempotency digest (migration 0006)
+            # and shown in routes and logs
+            self.error("flow.name_invalid", "flow",
+                       f"name {flow.name!r} must be non-empty and printable, without whitespace")
         if flow.deadline is not None and flow.deadline <= timedelta(0):
             self.error("flow.deadline_not_positive", "flow", "deadline must be positive")
         if flow.trigger is not None and not flow.trigger.route.startswith("/"):

@@ -120,6 +120,7 @@ BAD = {
     "failure_route.unbounded_retry": _f("warn.route").step(Forever())
     .on_failure(lambda b: b.fail("x.y")),
     "flow.deadline_not_positive": _f("bad.deadline", deadline=timedelta(0)).step(Undo()),
+    "flow.name_invalid": _f("bad.name\nwith a line feed").step(Undo()),
     "trigger.route_invalid": _f("bad.route", trigger=HttpTrigger("POST", "no-slash"))
     .step(Undo()),
     "capability.execute_not_async": _f("bad.not_async").step(NotAsync()),
