@@ -92,10 +92,11 @@ async def test_a_refused_connection_is_a_transport_error() -> None:
         await client.aclose()
 
 
-async def test_the_client_keeps_no_cookies_between_calls() -> None:
-    """One client serves every instance's calls: a cookie set by one answer is not sent on
-    the next call (neither httpx's jar nor aiohttp's keeps it)."""
-    seen: list[str] = []
+@pytest.fixture
+async def cookie_setter() -> AsyncIterator[tuple[str, list[list[str]]]]:
+    """A loopback HTTP/1.1 server that answers every request ``200 ok`` with a
+    ``Set-Cookie``; yields its base URL and the head lines of each request it read."""
+    heads: list[list[str]] = []
     writers: list[asyncio.StreamWriter] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -105,15 +106,31 @@ async def test_the_client_keeps_no_cookies_between_calls() -> None:
                 head = await reader.readuntil(b"\r\n\r\n")
             except asyncio.IncompleteReadError:
                 return
-            cookie = [line for line in head.decode().split("\r\n")
-                      if line.lower().startswith("cookie:")]
-            seen.append(cookie[0] if cookie else "")
+            heads.append(head.decode().split("\r\n"))
             writer.write(b"HTTP/1.1 200 OK\r\nset-cookie: session=abc; Path=/\r\n"
                          b"content-length: 2\r\n\r\nok")
             await writer.drain()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    base = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", heads
+    finally:
+        for writer in writers:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+def _cookie_lines(head: list[str]) -> list[str]:
+    return [line for line in head if line.lower().startswith("cookie:")]
+
+
+async def test_the_client_keeps_no_cookies_between_calls(
+    cookie_setter: tuple[str, list[list[str]]],
+) -> None:
+    """One client serves every instance's calls: a cookie set by one answer is not sent on
+    the next call (neither httpx's jar nor aiohttp's keeps it)."""
+    base, heads = cookie_setter
     client = outbound_client(5)
     try:
         for _ in range(2):
@@ -123,38 +140,18 @@ async def test_the_client_keeps_no_cookies_between_calls() -> None:
         assert own.status_code == 200
     finally:
         await client.aclose()
-        for writer in writers:
-            writer.close()
-        server.close()
-        await server.wait_closed()
-    assert seen[:2] == ["", ""]
-    assert seen[2].lower() == "cookie: mine=1"
+    assert [_cookie_lines(h) for h in heads[:2]] == [[], []]
+    assert [line.lower() for line in _cookie_lines(heads[2])] == ["cookie: mine=1"]
     assert not client.cookies
 
 
 async def test_a_proxy_named_by_the_environment_is_used(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, cookie_setter: tuple[str, list[list[str]]],
 ) -> None:
-    """trust_env as with httpx: HTTP_PROXY routes the call through the proxy (here a
-    loopback server that answers for the origin and records the request line)."""
-    lines: list[str] = []
-    cookies: list[str] = []
-    writers: list[asyncio.StreamWriter] = []
-
-    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writers.append(writer)
-        while True:
-            try:
-                head = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError:
-                return
-            lines.append(head.decode().split("\r\n")[0])
-            cookies.extend(h for h in head.decode().split("\r\n") if h.lower().startswith("cookie"))
-            writer.write(b"HTTP/1.1 200 OK\r\nset-cookie: s=1\r\ncontent-length: 2\r\n\r\nok")
-            await writer.drain()
-
-    server = await asyncio.start_server(proxy, "127.0.0.1", 0)
-    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    """trust_env as with httpx: HTTP_PROXY routes the call through the proxy (here the
+    loopback server, answering for the origin and recording the request line)."""
+    proxy, heads = cookie_setter
+    monkeypatch.setenv("HTTP_PROXY", proxy)
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
     client = outbound_client(5)
@@ -164,10 +161,6 @@ async def test_a_proxy_named_by_the_environment_is_used(
             assert resp.text == "ok"
     finally:
         await client.aclose()
-        for writer in writers:
-            writer.close()
-        server.close()
-        await server.wait_closed()
-    assert lines == ["GET http://origin.invalid/status HTTP/1.1"] * 2
-    assert cookies == []  # the proxied transport keeps no cookie jar either
+    assert [h[0] for h in heads] == ["GET http://origin.invalid/status HTTP/1.1"] * 2
+    assert [_cookie_lines(h) for h in heads] == [[], []]  # no jar on the proxied transport
     assert not client.cookies
