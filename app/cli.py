@@ -29,8 +29,9 @@ DB_CHECK_TIMEOUT = 20.0
 #: Seconds ``serve`` waits for the ``flowpark fakes`` process it starts to answer.
 FAKES_START_TIMEOUT = 30.0
 
-app = typer.Typer(help="flowpark: durable flows that wait on external systems.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="flowpark: durable flows that wait on external systems.", no_args_is_help=True
+)
 db_app = typer.Typer(help="Database schema commands.", no_args_is_help=True)
 flows_app = typer.Typer(help="Flow definition commands.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
@@ -91,12 +92,15 @@ def _check_database(url: str) -> None:
         path = Path(parsed.database)
         if not path.parent.is_dir():
             raise StoreUnavailable(
-                f"cannot open the SQLite database {path}: directory {path.parent} does "
-                "not exist")
+                f"cannot open the SQLite database {path}: directory {path.parent} does not exist"
+            )
         if not path.exists():
             raise SchemaBehindHead(
                 f"the SQLite database {path} does not exist; run `flowpark db upgrade` to "
-                "create it and migrate it to head", current=None, head=head_revision())
+                "create it and migrate it to head",
+                current=None,
+                head=head_revision(),
+            )
 
     async def check() -> None:
         engine = make_async_engine(url, pool_size=1)
@@ -112,8 +116,9 @@ def _check_database(url: str) -> None:
     except ValueError as exc:  # an in-memory SQLite database, an unsupported backend
         raise StoreUnavailable(f"invalid FLOWPARK_DATABASE_URL {shown}: {exc}") from exc
     except TimeoutError as exc:
-        raise StoreUnavailable(f"the database at {shown} did not answer within "
-                               f"{DB_CHECK_TIMEOUT:.0f} s") from exc
+        raise StoreUnavailable(
+            f"the database at {shown} did not answer within {DB_CHECK_TIMEOUT:.0f} s"
+        ) from exc
     except DBAPIError as exc:
         raise StoreUnavailable(f"cannot use the database at {shown}: {exc.orig}") from exc
     except (OSError, SQLAlchemyError) as exc:
@@ -130,9 +135,11 @@ def _database_or_exit(url: str) -> None:
 
 
 @db_app.command("upgrade")
-def db_upgrade(url: str = typer.Option(None, help="Database URL (default: "
-                                       "FLOWPARK_DATABASE_URL or sqlite:///flowpark.db)")
-               ) -> None:
+def db_upgrade(
+    url: str = typer.Option(
+        None, help="Database URL (default: FLOWPARK_DATABASE_URL or sqlite:///flowpark.db)"
+    ),
+) -> None:
     """Migrate the database to the latest schema (Alembic upgrade head)."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import DBAPIError
@@ -146,8 +153,9 @@ def db_upgrade(url: str = typer.Option(None, help="Database URL (default: "
         upgrade(target)
     except DBAPIError as exc:  # unreachable: one line, no traceback
         shown = make_url(target).render_as_string(hide_password=True)
-        raise _refuse(StoreUnavailable(
-            f"cannot migrate the database at {shown}: {exc.orig}")) from None
+        raise _refuse(
+            StoreUnavailable(f"cannot migrate the database at {shown}: {exc.orig}")
+        ) from None
     typer.echo(f"database at head: {target}")
 
 
@@ -185,26 +193,43 @@ def _shared_fakes(log_level: str) -> Iterator[str]:
     """
     port = _free_loopback_port()
     url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "app.cli", "fakes", "--host", "127.0.0.1",
-               "--port", str(port),
-               # the provider's per-request lines would double the access log
-               "--log-level", log_level if log_level.lower() == "debug" else "warning"]
+    command = [
+        sys.executable,
+        "-m",
+        "app.cli",
+        "fakes",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        # the provider's per-request lines would double the access log
+        "--log-level",
+        log_level if log_level.lower() == "debug" else "warning",
+    ]
     per_page = os.environ.get("FLOWPARK_SAMPLE_OCR_PER_PAGE")
     if per_page:
         command += ["--per-page", per_page]
     process = subprocess.Popen(
-        command, start_new_session=True,
-        preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        command,
+        start_new_session=True,
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+    )
     try:
         deadline = time.monotonic() + FAKES_START_TIMEOUT
         while not _answers(url):
             if process.poll() is not None:
-                typer.echo(f"error: fakes.start_failed: flowpark fakes exited with code "
-                           f"{process.returncode} before answering on {url}", err=True)
+                typer.echo(
+                    f"error: fakes.start_failed: flowpark fakes exited with code "
+                    f"{process.returncode} before answering on {url}",
+                    err=True,
+                )
                 raise typer.Exit(1)
             if time.monotonic() > deadline:
-                typer.echo(f"error: fakes.start_failed: flowpark fakes did not answer on "
-                           f"{url} within {FAKES_START_TIMEOUT:.0f} s", err=True)
+                typer.echo(
+                    f"error: fakes.start_failed: flowpark fakes did not answer on "
+                    f"{url} within {FAKES_START_TIMEOUT:.0f} s",
+                    err=True,
+                )
                 raise typer.Exit(1)
             time.sleep(0.1)
         yield url
@@ -219,12 +244,17 @@ def _shared_fakes(log_level: str) -> Iterator[str]:
 
 
 @app.command()
-def serve(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
-          workers: int = typer.Option(
-              1, help="uvicorn worker processes (each sweeps). With more than one and "
-              "neither FLOWPARK_OCR_BASE_URL nor FLOWPARK_JOBS_BASE_URL set, serve also "
-              "runs `flowpark fakes` on a free loopback port for all of them."),
-          log_level: str = typer.Option("info")) -> None:
+def serve(
+    host: str = typer.Option("127.0.0.1"),
+    port: int = typer.Option(8000),
+    workers: int = typer.Option(
+        1,
+        help="uvicorn worker processes (each sweeps). With more than one and "
+        "neither FLOWPARK_OCR_BASE_URL nor FLOWPARK_JOBS_BASE_URL set, serve also "
+        "runs `flowpark fakes` on a free loopback port for all of them.",
+    ),
+    log_level: str = typer.Option("info"),
+) -> None:
     """Run a node with the HTTP API and the sweep (every node sweeps).
 
     Exits 3 (``error: <code>: ...``) when the database is unreachable or not migrated
@@ -247,18 +277,29 @@ def serve(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
             os.environ["FLOWPARK_OCR_BASE_URL"] = fakes_url
             os.environ["FLOWPARK_JOBS_BASE_URL"] = fakes_url
             os.environ.setdefault("FLOWPARK_PUBLIC_BASE_URL", os.environ["FLOWPARK_SELF_URL"])
-            typer.echo(f"info: --workers {workers}: the fake OCR and job services run in one "
-                       f"`flowpark fakes` process for all workers, on {fakes_url} (stopped "
-                       "with serve)", err=True)
+            typer.echo(
+                f"info: --workers {workers}: the fake OCR and job services run in one "
+                f"`flowpark fakes` process for all workers, on {fakes_url} (stopped "
+                "with serve)",
+                err=True,
+            )
         elif workers > 1 and ocr_set != jobs_set:
             unset = "FLOWPARK_JOBS_BASE_URL" if ocr_set else "FLOWPARK_OCR_BASE_URL"
-            typer.echo(f"warning: {unset} is not set: with --workers > 1 each worker serves "
-                       "its own in-memory fake for it; point it at the same provider",
-                       err=True)
+            typer.echo(
+                f"warning: {unset} is not set: with --workers > 1 each worker serves "
+                "its own in-memory fake for it; point it at the same provider",
+                err=True,
+            )
         _logging(log_level)
-        config = uvicorn.Config("app.runtime.app:create_app", host=host, port=port,
-                                workers=workers, log_level=log_level, factory=True,
-                                log_config=log_config(log_level))
+        config = uvicorn.Config(
+            "app.runtime.app:create_app",
+            host=host,
+            port=port,
+            workers=workers,
+            log_level=log_level,
+            factory=True,
+            log_config=log_config(log_level),
+        )
         sock = _tcp_socket(host, port)
         if workers > 1:
             from uvicorn.supervisors import Multiprocess
@@ -279,7 +320,8 @@ def _tcp_socket(host: str, port: int) -> socket.socket:
     and a keep-alive client then waits ~40 ms (delayed ACK) for every response.
     """
     family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)[0]
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )[0]
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -310,14 +352,19 @@ def worker(log_level: str = typer.Option("info")) -> None:
 
 
 @app.command()
-def fakes(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8100),
-          per_page: float = typer.Option(
-              None, min=0, help="Seconds the fake OCR takes per page "
-              "(default: FLOWPARK_SAMPLE_OCR_PER_PAGE)."),
-          callback_token: str = typer.Option(
-              None, help="Bearer token on OCR callbacks (default: the first of "
-              "FLOWPARK_API_TOKENS)."),
-          log_level: str = typer.Option("info")) -> None:
+def fakes(
+    host: str = typer.Option("127.0.0.1"),
+    port: int = typer.Option(8100),
+    per_page: float = typer.Option(
+        None,
+        min=0,
+        help="Seconds the fake OCR takes per page (default: FLOWPARK_SAMPLE_OCR_PER_PAGE).",
+    ),
+    callback_token: str = typer.Option(
+        None, help="Bearer token on OCR callbacks (default: the first of FLOWPARK_API_TOKENS)."
+    ),
+    log_level: str = typer.Option("info"),
+) -> None:
     """Serve the fake OCR and job services alone, in their own process.
 
     With several nodes, point every node's FLOWPARK_OCR_BASE_URL (and
@@ -331,13 +378,21 @@ def fakes(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8100),
 
     set_node_id(f"fakes-{port}")
     _logging(log_level)
-    uvicorn.run(create_fakes_server(per_page=per_page, callback_token=callback_token),
-                host=host, port=port, log_level=log_level, log_config=log_config(log_level))
+    uvicorn.run(
+        create_fakes_server(per_page=per_page, callback_token=callback_token),
+        host=host,
+        port=port,
+        log_level=log_level,
+        log_config=log_config(log_level),
+    )
 
 
 @flows_app.command("check")
-def flows_check(target: str = typer.Argument(
-        "samples.registry", help="module (or path to a .py file) defining flows")) -> None:
+def flows_check(
+    target: str = typer.Argument(
+        "samples.registry", help="module (or path to a .py file) defining flows"
+    ),
+) -> None:
     """Check flow definitions; prints every finding (errors and warnings).
 
     Exit codes:
@@ -353,17 +408,29 @@ def flows_check(target: str = typer.Argument(
 
 
 @app.command()
-def demo(host: str = typer.Option("127.0.0.1"), port: int = typer.Option(8000),
-         pages: int = typer.Option(12), per_page: float = typer.Option(2.0),
-         scan_interval: float = typer.Option(1.0),
-         database_url: str = typer.Option("sqlite:///flowpark.db")) -> None:
+def demo(
+    host: str = typer.Option("127.0.0.1"),
+    port: int = typer.Option(8000),
+    pages: int = typer.Option(12),
+    per_page: float = typer.Option(2.0),
+    scan_interval: float = typer.Option(1.0),
+    database_url: str = typer.Option("sqlite:///flowpark.db"),
+) -> None:
     """Migrate, start the server with the samples, send a demo document, print its
     progress until it completes, then stop."""
     from app.demo import run_demo
 
     _logging("warning")
-    raise typer.Exit(run_demo(host=host, port=port, pages=pages, per_page=per_page,
-                              scan_interval=scan_interval, database_url=database_url))
+    raise typer.Exit(
+        run_demo(
+            host=host,
+            port=port,
+            pages=pages,
+            per_page=per_page,
+            scan_interval=scan_interval,
+            database_url=database_url,
+        )
+    )
 
 
 def main() -> None:

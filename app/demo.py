@@ -21,26 +21,35 @@ from app.settings import DEFAULT_API_TOKEN, Settings
 __all__ = ["run_demo"]
 
 
-def run_demo(*, host: str, port: int, pages: int, per_page: float, scan_interval: float,
-             database_url: str) -> int:
+def run_demo(
+    *, host: str, port: int, pages: int, per_page: float, scan_interval: float, database_url: str
+) -> int:
     """Run the demo; returns the process exit code (0 when both documents completed)."""
     return asyncio.run(_demo(host, port, pages, per_page, scan_interval, database_url))
 
 
-async def _demo(host: str, port: int, pages: int, per_page: float, scan_interval: float,
-                database_url: str) -> int:
+async def _demo(
+    host: str, port: int, pages: int, per_page: float, scan_interval: float, database_url: str
+) -> int:
     from app.runtime.app import create_app
     from app.store.migrate import upgrade
 
     base = f"http://{host}:{port}"
-    settings = Settings(database_url=database_url, self_url=base,
-                        sample_ocr_per_page=per_page, timer_scan_interval=scan_interval,
-                        api_tokens=os.environ.get("FLOWPARK_API_TOKENS", DEFAULT_API_TOKEN))
+    settings = Settings(
+        database_url=database_url,
+        self_url=base,
+        sample_ocr_per_page=per_page,
+        timer_scan_interval=scan_interval,
+        api_tokens=os.environ.get("FLOWPARK_API_TOKENS", DEFAULT_API_TOKEN),
+    )
     token = sorted(settings.tokens)[0]
     print(f"flowpark demo: migrating {database_url}")
     await asyncio.to_thread(upgrade, database_url)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port,
-                                           log_level="warning", lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings), host=host, port=port, log_level="warning", lifespan="on"
+        )
+    )
     serving = asyncio.create_task(server.serve())
     try:
         while not server.started:
@@ -48,30 +57,35 @@ async def _demo(host: str, port: int, pages: int, per_page: float, scan_interval
                 serving.result()
                 return 1
             await asyncio.sleep(0.05)
-        print(f"flowpark serving on {base} (sweep every {scan_interval}s, fake OCR "
-              f"{per_page}s/page); OpenAPI at {base}/docs")
+        print(
+            f"flowpark serving on {base} (sweep every {scan_interval}s, fake OCR "
+            f"{per_page}s/page); OpenAPI at {base}/docs"
+        )
         headers = {"Authorization": f"Bearer {token}"}
         async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
             ok = await _document(client, pages, per_page, webhook=False)
             ok = await _document(client, pages, per_page, webhook=True) and ok
             events = (await client.get("/api/v1/events")).json()
-            print(f"outbox: {len(events)} event(s): "
-                  + ", ".join(sorted({e['name'] for e in events})))
+            print(
+                f"outbox: {len(events)} event(s): " + ", ".join(sorted({e["name"] for e in events}))
+            )
         return 0 if ok else 1
     finally:
         server.should_exit = True
         await serving
 
 
-async def _document(client: httpx.AsyncClient, pages: int, per_page: float, *,
-                    webhook: bool) -> bool:
+async def _document(
+    client: httpx.AsyncClient, pages: int, per_page: float, *, webhook: bool
+) -> bool:
     doc_id = f"demo-{uuid.uuid4().hex[:8]}"
     path = "webhook (fake OCR completes now)" if webhook else "parked poll"
     print(f"\n== document {doc_id}: {pages} pages, path: {path}")
-    resp = await client.post("/api/v1/documents",
-                             json={"documentId": doc_id, "contentType": "application/pdf",
-                                   "pages": pages},
-                             headers={"Idempotency-Key": f"{doc_id}-key"})
+    resp = await client.post(
+        "/api/v1/documents",
+        json={"documentId": doc_id, "contentType": "application/pdf", "pages": pages},
+        headers={"Idempotency-Key": f"{doc_id}-key"},
+    )
     print(f"POST /api/v1/documents -> {resp.status_code} {resp.json()}")
     if resp.status_code != 202:
         return False
@@ -88,9 +102,11 @@ async def _document(client: httpx.AsyncClient, pages: int, per_page: float, *,
         line = (view["state"], view["wakeAt"], len(view["journal"]))
         if line != last:
             last = line
-            print(f"t+{time.monotonic() - started:5.1f}s state={view['state']:<9} "
-                  f"wakeAt={view['wakeAt']} wakeStep={view['wakeStepId']} "
-                  f"wakeScope={view['wakeScope']} attempts={view['attempts']}")
+            print(
+                f"t+{time.monotonic() - started:5.1f}s state={view['state']:<9} "
+                f"wakeAt={view['wakeAt']} wakeStep={view['wakeStepId']} "
+                f"wakeScope={view['wakeScope']} attempts={view['attempts']}"
+            )
         if view["state"] in ("completed", "failed", "cancelled"):
             break
         if time.monotonic() - started > 120:
@@ -99,8 +115,9 @@ async def _document(client: httpx.AsyncClient, pages: int, per_page: float, *,
         await asyncio.sleep(0.25)
     print("journal:")
     for row in view["journal"]:
-        print(f"  #{row['sequence']:<4} step {row['stepId']} scope {row['scope']:<3} "
-              f"{row['kind']:<12} {row['capabilityId']:<20} {row['outcome']}")
-    print(f"result: {view['result']}  error: {view['error']}  "
-          f"({time.monotonic() - started:.1f}s)")
+        print(
+            f"  #{row['sequence']:<4} step {row['stepId']} scope {row['scope']:<3} "
+            f"{row['kind']:<12} {row['capabilityId']:<20} {row['outcome']}"
+        )
+    print(f"result: {view['result']}  error: {view['error']}  ({time.monotonic() - started:.1f}s)")
     return bool(view["state"] == "completed")

@@ -58,44 +58,54 @@ class Settings(BaseSettings):
         default="http://127.0.0.1:8000", description="How this node reaches itself over HTTP."
     )
     lease_seconds: float = Field(
-        default=30.0, gt=0,
+        default=30.0,
+        gt=0,
         description="Lease duration: how long a node holds a claimed instance without "
         "renewing it; renewed every third of it while a capability runs. A dead node's "
         "instances are taken over within lease + scan interval. Node clocks may differ by "
         "less than two thirds of it (20 s at the default) without a live lease being taken.",
     )
     sweep_batch: int = Field(
-        default=100, ge=1,
+        default=100,
+        ge=1,
         description="Most instances one claim statement takes (never more than free slots).",
     )
     concurrency: int = Field(
-        default=32, ge=1,
+        default=32,
+        ge=1,
         description="Instances a node advances at once; a sweep claims no more than the free "
         "slots (back-pressure).",
     )
     db_pool_size: int = Field(
-        default=20, ge=1,
+        default=20,
+        ge=1,
         description="Database connections per node, each kept open once opened (no overflow).",
     )
-    node_id: str = Field(default_factory=_default_node_id,
-                         description="This node's name (lease owner, in every log line).")
+    node_id: str = Field(
+        default_factory=_default_node_id,
+        description="This node's name (lease owner, in every log line).",
+    )
     run_sweeper: bool = Field(default=True, description="Run the sweep job in this process.")
     http_timeout_seconds: float = Field(default=10.0, gt=0, description="Outbound call timeout.")
     max_body_bytes: int = Field(
-        default=1 << 20, ge=1,
+        default=1 << 20,
+        ge=1,
         description="Largest request body accepted (bytes, default 1 MiB); a larger one "
         "(by Content-Length or as read) is answered 413 body_too_large.",
     )
     job_queued_seconds: float = Field(default=2.0, ge=0, description="Fake job: QUEUED time.")
     job_succeed_seconds: float = Field(default=6.0, ge=0, description="Fake job: run time.")
     jobs_base_url: str | None = Field(
-        default=None, description="Base URL of the job service (/fake/jobs below it) the "
-        "job.await sample calls; default: this server."
+        default=None,
+        description="Base URL of the job service (/fake/jobs below it) the "
+        "job.await sample calls; default: this server.",
     )
     sample_job_heartbeat_seconds: float = Field(
-        default=60.0, ge=10, description="Heartbeat timeout of the job.await sample's "
+        default=60.0,
+        ge=10,
+        description="Heartbeat timeout of the job.await sample's "
         "job.await capability (seconds, at least 10): how long a crashed node's try goes "
-        "unnoticed before another node retries it."
+        "unnoticed before another node retries it.",
     )
 
     @cached_property

@@ -164,8 +164,7 @@ class FlowHarness:
     (:class:`VirtualClock`), ``engine``, ``journal`` (:class:`SqlJournal`), ``catalog``.
     """
 
-    def __init__(self, engine: Engine, journal: SqlJournal, clock: VirtualClock,
-                 db: Any) -> None:
+    def __init__(self, engine: Engine, journal: SqlJournal, clock: VirtualClock, db: Any) -> None:
         self.engine = engine
         self.journal = journal
         self.clock = clock
@@ -205,8 +204,9 @@ class FlowHarness:
         catalog = Catalog()
         for flow in flows:
             if substitutes:
-                substitute(flow, {k: v for k, v in substitutes.items()
-                                  if k in _originals(flow.items)})
+                substitute(
+                    flow, {k: v for k, v in substitutes.items() if k in _originals(flow.items)}
+                )
             catalog.register(flow)
         db = make_async_engine(database_url)
         clock = VirtualClock(start)
@@ -221,19 +221,30 @@ class FlowHarness:
 
     def with_engine(self, *, node_id: str, clock: VirtualClock | None = None) -> Engine:
         """Another engine (another 'node') on the same store and catalog."""
-        return Engine(self.journal, self.catalog, clock or self.clock,
-                      replace(self.engine.config, node_id=node_id))
+        return Engine(
+            self.journal,
+            self.catalog,
+            clock or self.clock,
+            replace(self.engine.config, node_id=node_id),
+        )
 
-    async def start(self, flow: str, payload: Any, *, version: str | None = None,
-                    idempotency_key: str | None = None,
-                    instance_key: str | None = None) -> StartResult:
+    async def start(
+        self,
+        flow: str,
+        payload: Any,
+        *,
+        version: str | None = None,
+        idempotency_key: str | None = None,
+        instance_key: str | None = None,
+    ) -> StartResult:
         """Start ``flow`` (latest version unless given) and advance it until it parks or
         ends, or until it starts a try of a heartbeating capability: that run goes on in the
         background (``await h.engine.drain()`` waits for it; the try's ``ctx.sleep`` waits
         on the virtual clock)."""
-        plan = (self.catalog.get(flow, version) if version else self.catalog.latest(flow))
-        return await self.engine.start(plan, payload, idempotency_key=idempotency_key,
-                                       instance_key=instance_key)
+        plan = self.catalog.get(flow, version) if version else self.catalog.latest(flow)
+        return await self.engine.start(
+            plan, payload, idempotency_key=idempotency_key, instance_key=instance_key
+        )
 
     async def instance(self, instance_id: str) -> InstanceRecord:
         return await self.journal.get_instance(instance_id)
@@ -244,11 +255,15 @@ class FlowHarness:
     async def holds_lease(self, instance_id: str) -> bool:
         """True when any node holds a live lease on the instance."""
         inst = await self.instance(instance_id)
-        return (inst.lease_owner is not None and inst.lease_expires_at is not None
-                and inst.lease_expires_at > self.clock.now())
+        return (
+            inst.lease_owner is not None
+            and inst.lease_expires_at is not None
+            and inst.lease_expires_at > self.clock.now()
+        )
 
-    async def calls(self, instance_id: str, capability_id: str,
-                    kind: StepKind = StepKind.STEP) -> int:
+    async def calls(
+        self, instance_id: str, capability_id: str, kind: StepKind = StepKind.STEP
+    ) -> int:
         """Journal rows of ``capability_id`` (one per try) for the instance."""
         snap = await self.snapshot(instance_id)
         return sum(1 for r in snap.steps if r.capability_id == capability_id and r.kind is kind)
@@ -279,8 +294,9 @@ class FlowHarness:
         self.clock.advance(delta)
         return await self.sweep()
 
-    async def wait_until(self, predicate: Callable[[InstanceRecord], bool], instance_id: str,
-                         *, limit: int = 1000) -> InstanceRecord:
+    async def wait_until(
+        self, predicate: Callable[[InstanceRecord], bool], instance_id: str, *, limit: int = 1000
+    ) -> InstanceRecord:
         """Advance from wake to wake until ``predicate(instance)`` holds (at most ``limit``
         wakes)."""
         for _ in range(limit):

@@ -28,43 +28,77 @@ SCENARIOS = {
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("scenario", choices=sorted(SCENARIOS))
     parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--n", type=int, default=None, help="instances (default per scenario)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    parser.add_argument("--via", choices=["engine", "http"], default="engine",
-                        help="park: start through the engine API or over HTTP")
+    parser.add_argument(
+        "--via",
+        choices=["engine", "http"],
+        default="engine",
+        help="park: start through the engine API or over HTTP",
+    )
     parser.add_argument("--concurrency", type=int, default=32, help="client concurrency")
     parser.add_argument("--polls", type=int, default=3, help="sweep/peers: polls per flow")
-    parser.add_argument("--scan-interval", type=float, default=None,
-                        help="lateness/peers: seconds between sweeps")
-    parser.add_argument("--overdue", type=int, default=500,
-                        help="peers: parked flows left overdue by the SIGKILLed node")
-    parser.add_argument("--interval", type=float, default=None,
-                        help="lateness/peers: seconds of durable wait between polls")
-    parser.add_argument("--rate", type=float, default=None,
-                        help="lateness: starts per second (default 25); peers: starts per "
-                        "second of the lag phase (default 1000)")
-    parser.add_argument("--engine-concurrency", type=int, default=None,
-                        help="peers/sweep: runs the node advances at once "
-                        "(FLOWPARK_CONCURRENCY; default 100 for peers, 32 for sweep)")
-    parser.add_argument("--no-short-wakes", dest="short_wakes", action="store_false",
-                        help="lateness/peers: no in-process wake, the periodic sweep only")
+    parser.add_argument(
+        "--scan-interval", type=float, default=None, help="lateness/peers: seconds between sweeps"
+    )
+    parser.add_argument(
+        "--overdue",
+        type=int,
+        default=500,
+        help="peers: parked flows left overdue by the SIGKILLed node",
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=None,
+        help="lateness/peers: seconds of durable wait between polls",
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="lateness: starts per second (default 25); peers: starts per "
+        "second of the lag phase (default 1000)",
+    )
+    parser.add_argument(
+        "--engine-concurrency",
+        type=int,
+        default=None,
+        help="peers/sweep: runs the node advances at once "
+        "(FLOWPARK_CONCURRENCY; default 100 for peers, 32 for sweep)",
+    )
+    parser.add_argument(
+        "--no-short-wakes",
+        dest="short_wakes",
+        action="store_false",
+        help="lateness/peers: no in-process wake, the periodic sweep only",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     module_name, default_n = SCENARIOS[args.scenario]
     module = importlib.import_module(module_name)
     n = args.n or default_n
-    options = {k: v for k, v in vars(args).items()
-               if k not in ("scenario", "store", "n", "json", "keep") and v is not None}
+    options = {
+        k: v
+        for k, v in vars(args).items()
+        if k not in ("scenario", "store", "n", "json", "keep") and v is not None
+    }
     with bench_store(args.store, keep=args.keep) as store:
         err_console.print(f"[bold]{args.scenario}[/bold] on {args.store}, n={n}")
         result = run(module.run(store, n, **options))

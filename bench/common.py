@@ -141,9 +141,11 @@ def store_size_bytes(store: BenchStore) -> dict[str, int]:
             if store.kind == "postgres":
                 sizes = {}
                 for name in flowpark_tables():
-                    sizes[name] = int(conn.execute(
-                        text("SELECT pg_total_relation_size(CAST(:t AS regclass))"),
-                        {"t": name}).scalar_one())
+                    sizes[name] = int(
+                        conn.execute(
+                            text("SELECT pg_total_relation_size(CAST(:t AS regclass))"), {"t": name}
+                        ).scalar_one()
+                    )
                 return sizes
             conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
@@ -210,8 +212,9 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: floa
             if httpx.get(url, timeout=1).status_code < 500:
                 return
         time.sleep(0.05)
-    raise RuntimeError(f"server at {url} did not answer within {timeout}s:\n"
-                       f"{log.read_text()[-4000:]}")
+    raise RuntimeError(
+        f"server at {url} did not answer within {timeout}s:\n{log.read_text()[-4000:]}"
+    )
 
 
 def _log_file(name: str) -> Path:
@@ -242,26 +245,33 @@ def spawn_fake_ocr(*, pending_reads: int | None = None) -> Iterator[Server]:
 
 
 @contextmanager
-def spawn_server(database_url: str, ocr_url: str, *, sweeper: bool = False,
-                 scan_interval: float = 10.0,
-                 extra_env: dict[str, str] | None = None) -> Iterator[Server]:
+def spawn_server(
+    database_url: str,
+    ocr_url: str,
+    *,
+    sweeper: bool = False,
+    scan_interval: float = 10.0,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[Server]:
     """The flowpark server (``create_app``) under uvicorn in its own process on loopback,
     with the samples, the OCR at ``ocr_url`` and no OCR callbacks; without its sweeper
     unless ``sweeper`` (so parked instances stay parked while a bench measures starts)."""
     port = free_port()
     log = _log_file("server")
     env = dict(os.environ)
-    env.update({
-        "FLOWPARK_DATABASE_URL": database_url,
-        "FLOWPARK_OCR_BASE_URL": ocr_url,
-        "FLOWPARK_OCR_CALLBACKS": "false",
-        "FLOWPARK_API_TOKENS": API_TOKEN,
-        "FLOWPARK_SELF_URL": f"http://127.0.0.1:{port}",
-        "FLOWPARK_TIMER_SCAN_INTERVAL": str(scan_interval),
-        "FLOWPARK_RUN_SWEEPER": "true" if sweeper else "false",
-        "FLOWPARK_NODE_ID": "bench-server",
-        **(extra_env or {}),
-    })
+    env.update(
+        {
+            "FLOWPARK_DATABASE_URL": database_url,
+            "FLOWPARK_OCR_BASE_URL": ocr_url,
+            "FLOWPARK_OCR_CALLBACKS": "false",
+            "FLOWPARK_API_TOKENS": API_TOKEN,
+            "FLOWPARK_SELF_URL": f"http://127.0.0.1:{port}",
+            "FLOWPARK_TIMER_SCAN_INTERVAL": str(scan_interval),
+            "FLOWPARK_RUN_SWEEPER": "true" if sweeper else "false",
+            "FLOWPARK_NODE_ID": "bench-server",
+            **(extra_env or {}),
+        }
+    )
     cmd = [sys.executable, "-m", "bench.serve", "--app", "--port", str(port)]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -277,8 +287,12 @@ def spawn_server(database_url: str, ocr_url: str, *, sweeper: bool = False,
 @asynccontextmanager
 async def api_client(base_url: str, concurrency: int = 32) -> AsyncIterator[httpx.AsyncClient]:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits,
-                                 headers={"Authorization": f"Bearer {API_TOKEN}"}) as client:
+    async with httpx.AsyncClient(
+        base_url=base_url,
+        timeout=60,
+        limits=limits,
+        headers={"Authorization": f"Bearer {API_TOKEN}"},
+    ) as client:
         yield client
 
 
@@ -297,10 +311,16 @@ def percentiles(values: Sequence[float], points: Sequence[float] = (50, 99)) -> 
 
 
 def progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TimeRemainingColumn(), console=err_console,
-                    transient=False, disable=not err_console.is_terminal
-                    and os.environ.get("BENCH_PROGRESS") != "1")
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=False,
+        disable=not err_console.is_terminal and os.environ.get("BENCH_PROGRESS") != "1",
+    )
 
 
 def _cpu_model() -> str:
@@ -352,11 +372,16 @@ class Result:
     details: dict[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
-        return {"scenario": self.scenario, "store": self.store, "n": self.n,
-                **self.figures, "params": self.params, "details": self.details,
-                "machine": self.machine,
-                "targets": {k: {"target": t, "met": met}
-                            for k, (t, met) in self.targets.items()}}
+        return {
+            "scenario": self.scenario,
+            "store": self.store,
+            "n": self.n,
+            **self.figures,
+            "params": self.params,
+            "details": self.details,
+            "machine": self.machine,
+            "targets": {k: {"target": t, "met": met} for k, (t, met) in self.targets.items()},
+        }
 
     def emit(self, *, as_json: bool) -> None:
         table = Table(title=f"flowpark bench: {self.scenario} on {self.store} (n={self.n})")
@@ -365,14 +390,20 @@ class Result:
         table.add_column("target")
         for key, value in self.figures.items():
             target, met = self.targets.get(key, ("", True))
-            shown = f"{value:,.3f}" if isinstance(value, float) else f"{value:,}" \
-                if isinstance(value, int) and not isinstance(value, bool) else str(value)
+            shown = (
+                f"{value:,.3f}"
+                if isinstance(value, float)
+                else f"{value:,}"
+                if isinstance(value, int) and not isinstance(value, bool)
+                else str(value)
+            )
             mark = "" if not target else ("[green]met[/green] " if met else "[red]missed[/red] ")
             table.add_row(key, shown, f"{mark}{target}")
         params = ", ".join(f"{k}={v}" for k, v in self.params.items())
         details = "".join(f"\n{k}: {v}" for k, v in self.details.items())
-        table.caption = (f"{params}{details}\n"
-                         f"{self.machine.get('cpu_model')} x{self.machine.get('cpus')}")
+        table.caption = (
+            f"{params}{details}\n{self.machine.get('cpu_model')} x{self.machine.get('cpus')}"
+        )
         if as_json:
             err_console.print(table)
             sys.stdout.write(json.dumps(self.as_json(), default=str) + "\n")
@@ -381,8 +412,9 @@ class Result:
             Console().print(table)
 
 
-async def run_concurrently(n: int, concurrency: int, job: Any, *, label: str,
-                           start: int = 0, rate: float | None = None) -> list[float]:
+async def run_concurrently(
+    n: int, concurrency: int, job: Any, *, label: str, start: int = 0, rate: float | None = None
+) -> list[float]:
     """Run ``await job(i)`` for i in ``start..start+n-1`` with ``concurrency`` workers and a
     progress bar (at most ``rate`` calls begun per second when given); returns each call's
     latency (seconds), in completion order."""
@@ -440,5 +472,3 @@ class CpuMeter:
         self.used = {k: end[k] - self._t0.get(k, 0.0) for k in end}
         self.wall = time.perf_counter() - self._wall0
         return self.used
-
-

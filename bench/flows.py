@@ -70,24 +70,38 @@ class ProbeCheck(Capability):
         ctx.put(ProbeStatus(polls=ctx.scope + 1))
 
 
-def build_peers_flow(probe: Probe, *, polls: int = 3, wait: timedelta = timedelta(seconds=1),
-                     name: str = "bench.peers") -> Flow:
+def build_peers_flow(
+    probe: Probe,
+    *,
+    polls: int = 3,
+    wait: timedelta = timedelta(seconds=1),
+    name: str = "bench.peers",
+) -> Flow:
     """``polls`` attempts of :class:`ProbeCheck` with a fixed durable ``wait`` between."""
 
     def done(bag: object) -> bool:
         return bag.get(ProbeStatus).polls >= polls  # type: ignore[attr-defined]
 
-    return (
-        Flow(name, "1.0.0", input=PeersInput)
-        .poll_until(ProbeCheck(probe), until=done, interval=Backoff.fixed(wait),
-                    timeout=timedelta(hours=1), reads=(ProbeStatus,))
+    return Flow(name, "1.0.0", input=PeersInput).poll_until(
+        ProbeCheck(probe),
+        until=done,
+        interval=Backoff.fixed(wait),
+        timeout=timedelta(hours=1),
+        reads=(ProbeStatus,),
     )
 
 
 @asynccontextmanager
-async def node_engine(url: str, *, ocr_url: str | None = None, flows: list[Flow] | None = None,
-                      pool_size: int = 20, concurrency: int = 32, sweep_batch: int = 100,
-                      node_id: str = "bench-node") -> AsyncIterator[Engine]:
+async def node_engine(
+    url: str,
+    *,
+    ocr_url: str | None = None,
+    flows: list[Flow] | None = None,
+    pool_size: int = 20,
+    concurrency: int = 32,
+    sweep_batch: int = 100,
+    node_id: str = "bench-node",
+) -> AsyncIterator[Engine]:
     """An engine on ``url`` with the SystemClock (like ``create_app`` builds one): the
     ``document.process`` sample bound to the OCR at ``ocr_url`` (when given) and ``flows``.
     """
@@ -103,8 +117,12 @@ async def node_engine(url: str, *, ocr_url: str | None = None, flows: list[Flow]
         catalog.register(build_document_flow(OcrClient(http, ocr_url)))
     for flow in flows or ():
         catalog.register(flow)
-    engine = Engine(SqlJournal(db), catalog, SystemClock(), EngineConfig(
-        node_id=node_id, sweep_batch=sweep_batch, concurrency=concurrency))
+    engine = Engine(
+        SqlJournal(db),
+        catalog,
+        SystemClock(),
+        EngineConfig(node_id=node_id, sweep_batch=sweep_batch, concurrency=concurrency),
+    )
     try:
         yield engine
     finally:

@@ -32,8 +32,7 @@ async def wait_completed(store: BenchStore, n: int, *, label: str, timeout: floa
     with progress() as bar:
         task = bar.add_task(label, total=n)
         while True:
-            counts = dict(sql(store, "SELECT state, count(*) FROM flow_instance "
-                                     "GROUP BY state"))
+            counts = dict(sql(store, "SELECT state, count(*) FROM flow_instance GROUP BY state"))
             done = counts.get("completed", 0)
             bar.update(task, completed=done)
             if counts.get("failed"):
@@ -45,9 +44,18 @@ async def wait_completed(store: BenchStore, n: int, *, label: str, timeout: floa
             await asyncio.sleep(0.1)
 
 
-async def run(store: BenchStore, n: int, *, polls: int = 3, scan_interval: float = 10.0,
-              interval: float = 2.0, short_wakes: bool = True, concurrency: int = 32,
-              rate: float = 25.0, **_: Any) -> Result:
+async def run(
+    store: BenchStore,
+    n: int,
+    *,
+    polls: int = 3,
+    scan_interval: float = 10.0,
+    interval: float = 2.0,
+    short_wakes: bool = True,
+    concurrency: int = 32,
+    rate: float = 25.0,
+    **_: Any,
+) -> Result:
     probe = Probe()
     flow = build_peers_flow(probe, polls=polls, wait=timedelta(seconds=interval))
     run_id = uuid.uuid4().hex[:6]
@@ -62,8 +70,9 @@ async def run(store: BenchStore, n: int, *, polls: int = 3, scan_interval: float
                 await engine.start(plan, {"key": f"{run_id}-{i}"})
 
             await run_concurrently(n, concurrency, start, label="start", rate=rate)
-            await wait_completed(store, n, label="wakes",
-                                 timeout=scan_interval * polls + interval * polls + 120)
+            await wait_completed(
+                store, n, label="wakes", timeout=scan_interval * polls + interval * polls + 120
+            )
         finally:
             await sweeper.stop()
     lags_ms = [lag * 1000 for lag in probe.lags]
@@ -76,8 +85,18 @@ async def run(store: BenchStore, n: int, *, polls: int = 3, scan_interval: float
         "p99_over_scan_interval": round(stats["p99"] / (scan_interval * 1000), 4),
         "wakes": len(lags_ms),
     }
-    return Result("lateness", store.kind, n, figures,
-                  {"polls": polls, "interval_s": interval, "scan_interval_s": scan_interval,
-                   "short_wakes": short_wakes, "start_rate_per_s": rate,
-                   "offered_wakes_per_s": rate * (polls - 1)},
-                  details={"wake_jobs_scheduled": sweeper.wakes_scheduled})
+    return Result(
+        "lateness",
+        store.kind,
+        n,
+        figures,
+        {
+            "polls": polls,
+            "interval_s": interval,
+            "scan_interval_s": scan_interval,
+            "short_wakes": short_wakes,
+            "start_rate_per_s": rate,
+            "offered_wakes_per_s": rate * (polls - 1),
+        },
+        details={"wake_jobs_scheduled": sweeper.wakes_scheduled},
+    )

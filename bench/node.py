@@ -34,17 +34,25 @@ from bench.flows import Probe, build_peers_flow, node_engine
 
 async def _count(engine, state: str) -> int:  # type: ignore[no-untyped-def]
     async with engine.journal.engine.connect() as conn:
-        return int((await conn.execute(
-            text("SELECT count(*) FROM flow_instance WHERE state = :s"), {"s": state})
-        ).scalar_one())
+        return int(
+            (
+                await conn.execute(
+                    text("SELECT count(*) FROM flow_instance WHERE state = :s"), {"s": state}
+                )
+            ).scalar_one()
+        )
 
 
 async def main(args: argparse.Namespace) -> None:
     probe = Probe()
     flow = build_peers_flow(probe, polls=args.polls, wait=timedelta(seconds=args.wait))
-    async with node_engine(args.url, flows=[flow], pool_size=args.pool_size,
-                           concurrency=args.engine_concurrency,
-                           node_id=f"bench-{args.mode}-{uuid.uuid4().hex[:4]}") as engine:
+    async with node_engine(
+        args.url,
+        flows=[flow],
+        pool_size=args.pool_size,
+        concurrency=args.engine_concurrency,
+        node_id=f"bench-{args.mode}-{uuid.uuid4().hex[:4]}",
+    ) as engine:
         engine.wake_listeners.append(probe.on_park)
         plan = engine.catalog.latest("bench.peers")
         sweeper = None
@@ -66,8 +74,9 @@ async def main(args: argparse.Namespace) -> None:
             await engine.start(plan, {"key": f"{run_id}-{i}"})
 
         t0 = time.perf_counter()
-        await run_concurrently(args.n, args.concurrency, start, label=f"{args.mode}: start",
-                               rate=args.rate)
+        await run_concurrently(
+            args.n, args.concurrency, start, label=f"{args.mode}: start", rate=args.rate
+        )
         t1 = time.perf_counter()
         if args.mode == "park":
             print("parked", flush=True)
@@ -78,8 +87,7 @@ async def main(args: argparse.Namespace) -> None:
         await sweeper.stop()  # type: ignore[union-attr]
     report = {
         "start_span_s": t1 - t0,
-        "wake_span_s": (max(probe.wake_times) - min(probe.wake_times))
-        if probe.wake_times else 0.0,
+        "wake_span_s": (max(probe.wake_times) - min(probe.wake_times)) if probe.wake_times else 0.0,
         "wakes": len(probe.lags),
         "lags_s": probe.lags,
         "all_done_s": t2 - t0,
@@ -100,10 +108,18 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--no-short-wakes", dest="short_wakes", action="store_false")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--pool-size", type=int, default=20)
-    parser.add_argument("--engine-concurrency", type=int, default=32,
-                        help="runs the node advances at once (FLOWPARK_CONCURRENCY)")
-    parser.add_argument("--rate", type=float, default=None,
-                        help="starts begun per second (default: as fast as they go)")
+    parser.add_argument(
+        "--engine-concurrency",
+        type=int,
+        default=32,
+        help="runs the node advances at once (FLOWPARK_CONCURRENCY)",
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="starts begun per second (default: as fast as they go)",
+    )
     return parser.parse_args()
 
 

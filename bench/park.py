@@ -43,15 +43,15 @@ def _warmup(n: int) -> int:
     return min(200, max(n // 50, 1))
 
 
-async def _park_engine(store: BenchStore, n: int, ocr_url: str, concurrency: int
-                       ) -> dict[str, Any]:
+async def _park_engine(store: BenchStore, n: int, ocr_url: str, concurrency: int) -> dict[str, Any]:
     run_id = uuid.uuid4().hex[:6]
     async with node_engine(store.url, ocr_url=ocr_url, concurrency=concurrency) as engine:
         plan = engine.catalog.latest("document.process")
 
         async def start(i: int) -> None:
-            result = await engine.start(plan, document_input(i, run_id),
-                                        idempotency_key=f"{run_id}-{i}")
+            result = await engine.start(
+                plan, document_input(i, run_id), idempotency_key=f"{run_id}-{i}"
+            )
             assert result.instance.state == "suspended", result.instance.state
 
         warm = _warmup(n)
@@ -63,19 +63,27 @@ async def _park_engine(store: BenchStore, n: int, ocr_url: str, concurrency: int
         elapsed = time.perf_counter() - t0
         gc.collect()
         after = rss_mb()
-    return {"rss_before_mb": before, "rss_after_mb": after, "elapsed": elapsed,
-            "timed": n - warm, "warmup": warm, "node": "this process (engine API)"}
+    return {
+        "rss_before_mb": before,
+        "rss_after_mb": after,
+        "elapsed": elapsed,
+        "timed": n - warm,
+        "warmup": warm,
+        "node": "this process (engine API)",
+    }
 
 
-async def _park_http(store: BenchStore, n: int, ocr_url: str, concurrency: int
-                     ) -> dict[str, Any]:
+async def _park_http(store: BenchStore, n: int, ocr_url: str, concurrency: int) -> dict[str, Any]:
     run_id = uuid.uuid4().hex[:6]
     with spawn_server(store.url, ocr_url) as server:
         async with api_client(server.base_url, concurrency) as client:
 
             async def start(i: int) -> None:
-                resp = await client.post("/api/v1/documents", json=document_input(i, run_id),
-                                         headers={"Idempotency-Key": f"{run_id}-{i}"})
+                resp = await client.post(
+                    "/api/v1/documents",
+                    json=document_input(i, run_id),
+                    headers={"Idempotency-Key": f"{run_id}-{i}"},
+                )
                 assert resp.status_code == 202, resp.text
                 assert resp.json()["status"] == "suspended", resp.text
 
@@ -83,17 +91,23 @@ async def _park_http(store: BenchStore, n: int, ocr_url: str, concurrency: int
             await run_concurrently(warm, concurrency, start, label="warm-up")
             before = server.rss_mb()
             t0 = time.perf_counter()
-            await run_concurrently(n - warm, concurrency, start, label="park (http)",
-                                   start=warm)
+            await run_concurrently(n - warm, concurrency, start, label="park (http)", start=warm)
             elapsed = time.perf_counter() - t0
             await asyncio.sleep(1)
             after = server.rss_mb()
-    return {"rss_before_mb": before, "rss_after_mb": after, "elapsed": elapsed,
-            "timed": n - warm, "warmup": warm, "node": "uvicorn server process"}
+    return {
+        "rss_before_mb": before,
+        "rss_after_mb": after,
+        "elapsed": elapsed,
+        "timed": n - warm,
+        "warmup": warm,
+        "node": "uvicorn server process",
+    }
 
 
-async def run(store: BenchStore, n: int, *, via: str = "engine", concurrency: int = 32,
-              **_: Any) -> Result:
+async def run(
+    store: BenchStore, n: int, *, via: str = "engine", concurrency: int = 32, **_: Any
+) -> Result:
     with spawn_fake_ocr() as ocr:
         if via == "http":
             measured = await _park_http(store, n, ocr.base_url, concurrency)
@@ -120,8 +134,17 @@ async def run(store: BenchStore, n: int, *, via: str = "engine", concurrency: in
     if store.kind == "postgres":
         targets["bytes_per_instance"] = ("<= 1024 (PostgreSQL)", per <= KIB)
     targets["rss_growth_per_100k_mb"] = ("< 50 per 100k parked", scaled < 50)
-    details = {"bytes_by_table": {k: v for k, v in sizes.items() if v},
-               "node": measured["node"],
-               "rss_window": f"after {measured['warmup']} warm-up starts -> after {n}"}
-    return Result("park", store.kind, n, figures, {"via": via, "concurrency": concurrency},
-                  targets=targets, details=details)
+    details = {
+        "bytes_by_table": {k: v for k, v in sizes.items() if v},
+        "node": measured["node"],
+        "rss_window": f"after {measured['warmup']} warm-up starts -> after {n}",
+    }
+    return Result(
+        "park",
+        store.kind,
+        n,
+        figures,
+        {"via": via, "concurrency": concurrency},
+        targets=targets,
+        details=details,
+    )

@@ -49,9 +49,13 @@ def _node(mode: str, store: BenchStore, **opts: Any) -> subprocess.Popen[str]:
             cmd.append(f"--no-{key.replace('_', '-')}")
         elif value is not True:
             cmd += [f"--{key.replace('_', '-')}", str(value)]
-    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "BENCH_PROGRESS": os.environ.get(
-                                "BENCH_PROGRESS", "")})
+    return subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "BENCH_PROGRESS": os.environ.get("BENCH_PROGRESS", "")},
+    )
 
 
 async def _line(proc: subprocess.Popen[str], timeout: float) -> str:
@@ -62,8 +66,9 @@ async def _line(proc: subprocess.Popen[str], timeout: float) -> str:
     return line.strip()
 
 
-async def _phase_drive(store: BenchStore, n: int, opts: dict[str, Any],
-                       rate: float | None = None) -> dict[str, Any]:
+async def _phase_drive(
+    store: BenchStore, n: int, opts: dict[str, Any], rate: float | None = None
+) -> dict[str, Any]:
     paced = f", {rate:g} starts/s" if rate else ", starts as fast as they go"
     err_console.print(f"peers: {n} flows on one node{paced}")
     sql(store, "DELETE FROM flow_step")
@@ -71,14 +76,15 @@ async def _phase_drive(store: BenchStore, n: int, opts: dict[str, Any],
     proc = _node("drive", store, n=n, **opts, **({"rate": rate} if rate else {}))
     report = json.loads(await _line(proc, timeout=600))
     proc.wait(timeout=60)
-    times = sql(store, "SELECT min(created_at), max(updated_at) FROM flow_instance "
-                "WHERE state = 'completed'")[0]
+    times = sql(
+        store,
+        "SELECT min(created_at), max(updated_at) FROM flow_instance WHERE state = 'completed'",
+    )[0]
     report["completion_span_s"] = (_instant(times[1]) - _instant(times[0])).total_seconds()
     return report
 
 
-async def _phase_crash(store: BenchStore, overdue: int, opts: dict[str, Any]
-                       ) -> dict[str, Any]:
+async def _phase_crash(store: BenchStore, overdue: int, opts: dict[str, Any]) -> dict[str, Any]:
     err_console.print(f"peers: SIGKILL a node holding {overdue} parked flows, restart")
     sql(store, "DELETE FROM flow_step")
     sql(store, "DELETE FROM flow_instance")
@@ -87,8 +93,9 @@ async def _phase_crash(store: BenchStore, overdue: int, opts: dict[str, Any]
         raise RuntimeError("park node did not report")
     parker.send_signal(signal.SIGKILL)
     parker.wait()
-    last_wake = sql(store, "SELECT max(wake_at), count(*) FROM flow_instance "
-                    "WHERE state = 'suspended'")[0]
+    last_wake = sql(
+        store, "SELECT max(wake_at), count(*) FROM flow_instance WHERE state = 'suspended'"
+    )[0]
     if last_wake[1] != overdue:
         raise RuntimeError(f"expected {overdue} parked flows, found {last_wake[1]}")
     while datetime.now(UTC) <= _instant(last_wake[0]):
@@ -100,8 +107,10 @@ async def _phase_crash(store: BenchStore, overdue: int, opts: dict[str, Any]
         ready = float((await _line(node, timeout=60)).split()[1])
         deadline = time.time() + 120
         while True:
-            resumed = sql(store, "SELECT min(started_at), max(started_at), count(*) "
-                          "FROM flow_step WHERE scope = 1")[0]
+            resumed = sql(
+                store,
+                "SELECT min(started_at), max(started_at), count(*) FROM flow_step WHERE scope = 1",
+            )[0]
             if resumed[2] >= overdue or time.time() > deadline:
                 break
             await asyncio.sleep(0.05)
@@ -114,19 +123,36 @@ async def _phase_crash(store: BenchStore, overdue: int, opts: dict[str, Any]
     if resumed[2] < overdue:
         raise RuntimeError(f"only {resumed[2]} of {overdue} resumed")
     first, last = _instant(resumed[0]).timestamp(), _instant(resumed[1]).timestamp()
-    return {"first_from_spawn_s": first - spawned, "last_from_spawn_s": last - spawned,
-            "first_from_ready_s": first - ready, "last_from_ready_s": last - ready,
-            "node_boot_s": ready - spawned}
+    return {
+        "first_from_spawn_s": first - spawned,
+        "last_from_spawn_s": last - spawned,
+        "first_from_ready_s": first - ready,
+        "last_from_ready_s": last - ready,
+        "node_boot_s": ready - spawned,
+    }
 
 
-async def run(store: BenchStore, n: int, *, polls: int = 3, interval: float | None = None,
-              scan_interval: float | None = None, short_wakes: bool = True,
-              concurrency: int = 32, overdue: int = 500, rate: float | None = None,
-              engine_concurrency: int = 100, **_: Any) -> Result:
-    opts: dict[str, Any] = {"polls": polls, "wait": interval or 1.0,
-                            "scan_interval": scan_interval or 10.0,
-                            "concurrency": concurrency,
-                            "engine_concurrency": engine_concurrency}
+async def run(
+    store: BenchStore,
+    n: int,
+    *,
+    polls: int = 3,
+    interval: float | None = None,
+    scan_interval: float | None = None,
+    short_wakes: bool = True,
+    concurrency: int = 32,
+    overdue: int = 500,
+    rate: float | None = None,
+    engine_concurrency: int = 100,
+    **_: Any,
+) -> Result:
+    opts: dict[str, Any] = {
+        "polls": polls,
+        "wait": interval or 1.0,
+        "scan_interval": scan_interval or 10.0,
+        "concurrency": concurrency,
+        "engine_concurrency": engine_concurrency,
+    }
     if not short_wakes:
         opts["short_wakes"] = False
     pace = rate or 1000.0
@@ -156,17 +182,28 @@ async def run(store: BenchStore, n: int, *, polls: int = 3, interval: float | No
         targets = {
             "starts_per_s": (">= 1000 (PostgreSQL)", figures["starts_per_s"] >= 1000),
             "wakes_per_s": (">= 1000 (PostgreSQL)", figures["wakes_per_s"] >= 1000),
-            "wake_lag_p99_ms": (f"< 100 at {pace:g} starts/s (PostgreSQL)",
-                                figures["wake_lag_p99_ms"] < 100),
-            "restart_last_resumed_s": ("<= 1 s after restart (PostgreSQL)",
-                                       figures["restart_last_resumed_s"] <= 1.0),
+            "wake_lag_p99_ms": (
+                f"< 100 at {pace:g} starts/s (PostgreSQL)",
+                figures["wake_lag_p99_ms"] < 100,
+            ),
+            "restart_last_resumed_s": (
+                "<= 1 s after restart (PostgreSQL)",
+                figures["restart_last_resumed_s"] <= 1.0,
+            ),
         }
-    return Result("peers", store.kind, n, figures,
-                  {**opts, "short_wakes": short_wakes, "overdue": overdue, "rate": pace},
-                  targets=targets,
-                  details={"wakes": drive["wakes"],
-                           "start_span_s": round(drive["start_span_s"], 2),
-                           "wake_span_s": round(drive["wake_span_s"], 2),
-                           "completion_span_s": round(drive["completion_span_s"], 2),
-                           "wake_jobs_scheduled": drive["wake_jobs_scheduled"],
-                           "restart": {k: round(v, 3) for k, v in crash.items()}})
+    return Result(
+        "peers",
+        store.kind,
+        n,
+        figures,
+        {**opts, "short_wakes": short_wakes, "overdue": overdue, "rate": pace},
+        targets=targets,
+        details={
+            "wakes": drive["wakes"],
+            "start_span_s": round(drive["start_span_s"], 2),
+            "wake_span_s": round(drive["wake_span_s"], 2),
+            "completion_span_s": round(drive["completion_span_s"], 2),
+            "wake_jobs_scheduled": drive["wake_jobs_scheduled"],
+            "restart": {k: round(v, 3) for k, v in crash.items()},
+        },
+    )

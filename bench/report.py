@@ -20,11 +20,16 @@ def main(paths: list[str]) -> None:
             if key in SKIP:
                 continue
             target = targets.get(key)
-            mark = "" if target is None else \
-                f"{'met' if target['met'] else '**missed**'}: {target['target']}"
+            mark = (
+                ""
+                if target is None
+                else f"{'met' if target['met'] else '**missed**'}: {target['target']}"
+            )
             shown = f"{value:,}" if isinstance(value, int | float) else str(value)
-            print(f"| {result['scenario']} | {result['store']} | {result['n']:,} | {key} | "
-                  f"{shown} | {mark} |")
+            print(
+                f"| {result['scenario']} | {result['store']} | {result['n']:,} | {key} | "
+                f"{shown} | {mark} |"
+            )
 
 
 if __name__ == "__main__":

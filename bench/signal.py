@@ -37,12 +37,17 @@ async def run(store: BenchStore, n: int, *, concurrency: int = 32, **_: Any) -> 
     run_id = uuid.uuid4().hex[:6]
     ids: dict[int, str] = {}
     with spawn_fake_ocr() as ocr, spawn_server(store.url, ocr.base_url) as server:
-        async with api_client(server.base_url, concurrency) as client, \
-                httpx.AsyncClient(base_url=ocr.base_url, timeout=60) as fake:
+        async with (
+            api_client(server.base_url, concurrency) as client,
+            httpx.AsyncClient(base_url=ocr.base_url, timeout=60) as fake,
+        ):
 
             async def start(i: int) -> None:
-                resp = await client.post("/api/v1/documents", json=document_input(i, run_id),
-                                         headers={"Idempotency-Key": f"{run_id}-{i}"})
+                resp = await client.post(
+                    "/api/v1/documents",
+                    json=document_input(i, run_id),
+                    headers={"Idempotency-Key": f"{run_id}-{i}"},
+                )
                 assert resp.status_code == 202, resp.text
                 ids[i] = resp.json()["instanceId"]
 
@@ -61,7 +66,8 @@ async def run(store: BenchStore, n: int, *, concurrency: int = 32, **_: Any) -> 
                 resp = await client.post(
                     f"/api/v1/documents/{ids[i]}/signals/ocr.completed",
                     json={"jobId": job, "status": "completed"},
-                    headers={"Idempotency-Key": f"ocr-{job}"})
+                    headers={"Idempotency-Key": f"ocr-{job}"},
+                )
                 assert resp.status_code == 202, resp.text
                 state = resp.json()["state"]
                 while state != "completed":
@@ -83,7 +89,11 @@ async def run(store: BenchStore, n: int, *, concurrency: int = 32, **_: Any) -> 
         "max_ms": round(stats["max"], 1),
         "signals_per_s": round(n / elapsed, 1),
     }
-    return Result("signal", store.kind, n, figures,
-                  {"concurrency": concurrency, "client": "httpx", "server": "uvicorn (1 proc)"},
-                  details={"cpu_ms_per_signal": {k: round(v * 1000 / n, 2)
-                                                 for k, v in meter.used.items()}})
+    return Result(
+        "signal",
+        store.kind,
+        n,
+        figures,
+        {"concurrency": concurrency, "client": "httpx", "server": "uvicorn (1 proc)"},
+        details={"cpu_ms_per_signal": {k: round(v * 1000 / n, 2) for k, v in meter.used.items()}},
+    )

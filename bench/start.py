@@ -31,8 +31,11 @@ async def run(store: BenchStore, n: int, *, concurrency: int = 32, **_: Any) -> 
         async with api_client(server.base_url, concurrency) as client:
 
             async def start(i: int) -> None:
-                resp = await client.post("/api/v1/documents", json=document_input(i, run_id),
-                                         headers={"Idempotency-Key": f"{run_id}-{i}"})
+                resp = await client.post(
+                    "/api/v1/documents",
+                    json=document_input(i, run_id),
+                    headers={"Idempotency-Key": f"{run_id}-{i}"},
+                )
                 if resp.status_code != 202:
                     raise RuntimeError(f"start answered {resp.status_code}: {resp.text}")
 
@@ -49,8 +52,16 @@ async def run(store: BenchStore, n: int, *, concurrency: int = 32, **_: Any) -> 
         "p99_ms": round(stats["p99"], 1),
         "max_ms": round(stats["max"], 1),
     }
-    return Result("start", store.kind, n, figures,
-                  {"concurrency": concurrency, "client": "httpx", "server": "uvicorn (1 proc)",
-                   "warmup": warm},
-                  details={"cpu_ms_per_request": {k: round(v * 1000 / n, 2)
-                                                  for k, v in meter.used.items()}})
+    return Result(
+        "start",
+        store.kind,
+        n,
+        figures,
+        {
+            "concurrency": concurrency,
+            "client": "httpx",
+            "server": "uvicorn (1 proc)",
+            "warmup": warm,
+        },
+        details={"cpu_ms_per_request": {k: round(v * 1000 / n, 2) for k, v in meter.used.items()}},
+    )

@@ -55,15 +55,17 @@ class CountingJournal(SqlJournal):
         return ack
 
 
-async def baseline_tps(url: str, *, concurrency: int = 32, pool_size: int = 20,
-                       seconds: float = BASELINE_SECONDS) -> float:
+async def baseline_tps(
+    url: str, *, concurrency: int = 32, pool_size: int = 20, seconds: float = BASELINE_SECONDS
+) -> float:
     """Single-row UPDATE commits per second, ``concurrency`` writers, one row each."""
     db = make_async_engine(url, pool_size=pool_size)
     lock = asyncio.Lock() if db.dialect.name == "sqlite" else None
     try:
         async with db.begin() as conn:
-            await conn.execute(text("CREATE TABLE bench_baseline (id INTEGER PRIMARY KEY, "
-                                    "n INTEGER NOT NULL)"))
+            await conn.execute(
+                text("CREATE TABLE bench_baseline (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)")
+            )
             for i in range(concurrency):
                 await conn.execute(text("INSERT INTO bench_baseline VALUES (:i, 0)"), {"i": i})
         stmt = text("UPDATE bench_baseline SET n = n + 1 WHERE id = :i")
@@ -91,18 +93,27 @@ async def baseline_tps(url: str, *, concurrency: int = 32, pool_size: int = 20,
         await db.dispose()
 
 
-async def run(store: BenchStore, n: int, *, polls: int = 3, concurrency: int = 32,
-              engine_concurrency: int = 32, **_: Any) -> Result:
+async def run(
+    store: BenchStore,
+    n: int,
+    *,
+    polls: int = 3,
+    concurrency: int = 32,
+    engine_concurrency: int = 32,
+    **_: Any,
+) -> Result:
     run_id = uuid.uuid4().hex[:6]
     with spawn_fake_ocr(pending_reads=polls) as ocr:
-        async with node_engine(store.url, ocr_url=ocr.base_url,
-                               concurrency=engine_concurrency) as engine:
+        async with node_engine(
+            store.url, ocr_url=ocr.base_url, concurrency=engine_concurrency
+        ) as engine:
             engine.journal = CountingJournal(engine.journal.engine)
             plan = engine.catalog.latest("document.process")
 
             async def start(i: int) -> None:
-                started = await engine.start(plan, document_input(i, run_id),
-                                             idempotency_key=f"{run_id}-{i}")
+                started = await engine.start(
+                    plan, document_input(i, run_id), idempotency_key=f"{run_id}-{i}"
+                )
                 assert started.instance.state == "suspended"
 
             await run_concurrently(n, concurrency, start, label="setup: start")
@@ -114,9 +125,11 @@ async def run(store: BenchStore, n: int, *, polls: int = 3, concurrency: int = 3
             with progress() as bar:
                 task = bar.add_task("sweep attempts", total=n * polls)
                 for _round in range(polls):
-                    moved = sql(store, "UPDATE flow_instance SET wake_at = :t "
-                                "WHERE state = 'suspended'",
-                                {"t": engine.clock.now().replace(year=2000)})
+                    moved = sql(
+                        store,
+                        "UPDATE flow_instance SET wake_at = :t WHERE state = 'suspended'",
+                        {"t": engine.clock.now().replace(year=2000)},
+                    )
                     CountingJournal.committed = 0
                     done = bar.tasks[task].completed
 
@@ -135,8 +148,14 @@ async def run(store: BenchStore, n: int, *, polls: int = 3, concurrency: int = 3
                     ticker.cancel()
                     elapsed += took
                     attempts += report.advanced
-                    rounds.append({"due": moved, "advanced": report.advanced,
-                                   "failed": report.failed_runs, "seconds": round(took, 2)})
+                    rounds.append(
+                        {
+                            "due": moved,
+                            "advanced": report.advanced,
+                            "failed": report.failed_runs,
+                            "seconds": round(took, 2),
+                        }
+                    )
                     bar.update(task, completed=done + moved)
     completed = sql(store, "SELECT count(*) FROM flow_instance WHERE state = 'completed'")[0][0]
     if completed != n:
@@ -154,11 +173,21 @@ async def run(store: BenchStore, n: int, *, polls: int = 3, concurrency: int = 3
     targets = {}
     if store.kind == "postgres":
         targets["ratio"] = (">= 0.30 of baseline (PostgreSQL)", ratio >= 0.30)
-    return Result("sweep", store.kind, n, figures,
-                  {"polls": polls, "sweep_batch": engine.config.sweep_batch,
-                   "engine_concurrency": engine.config.concurrency, "pool_size": 20,
-                   "baseline_writers": 32},
-                  targets=targets,
-                  details={"rounds": rounds,
-                           "cpu_ms_per_attempt": {k: round(v * 1000 / attempts, 2)
-                                                  for k, v in cpu.items()}})
+    return Result(
+        "sweep",
+        store.kind,
+        n,
+        figures,
+        {
+            "polls": polls,
+            "sweep_batch": engine.config.sweep_batch,
+            "engine_concurrency": engine.config.concurrency,
+            "pool_size": 20,
+            "baseline_writers": 32,
+        },
+        targets=targets,
+        details={
+            "rounds": rounds,
+            "cpu_ms_per_attempt": {k: round(v * 1000 / attempts, 2) for k, v in cpu.items()},
+        },
+    )

@@ -16,8 +16,11 @@ __all__ = ["register_samples"]
 
 def register_samples(catalog: Catalog, http: httpx.AsyncClient, settings: Settings) -> None:
     """Register ``document.process`` and ``job.await`` bound to ``http``."""
-    ocr = OcrClient(http, settings.ocr_url,
-                    callback_base=settings.callback_url if settings.ocr_callbacks else None)
+    ocr = OcrClient(
+        http,
+        settings.ocr_url,
+        callback_base=settings.callback_url if settings.ocr_callbacks else None,
+    )
     catalog.register(build_document_flow(ocr))
     catalog.register(_job_flow(http, settings))
 

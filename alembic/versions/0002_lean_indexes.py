@@ -32,13 +32,18 @@ def _partial(where: str) -> dict[str, sa.TextClause]:
 
 def upgrade() -> None:
     op.drop_index("ix_flow_instance_lease_running", table_name="flow_instance")
-    op.create_index("ix_flow_instance_lease_running", "flow_instance", ["id"],
-                    **_partial("state = 'running'"))
+    op.create_index(
+        "ix_flow_instance_lease_running", "flow_instance", ["id"], **_partial("state = 'running'")
+    )
     op.drop_index("ix_flow_step_instance_id", table_name="flow_step")
 
 
 def downgrade() -> None:
     op.create_index("ix_flow_step_instance_id", "flow_step", ["instance_id"])
     op.drop_index("ix_flow_instance_lease_running", table_name="flow_instance")
-    op.create_index("ix_flow_instance_lease_running", "flow_instance", ["lease_expires_at"],
-                    **_partial("state = 'running'"))
+    op.create_index(
+        "ix_flow_instance_lease_running",
+        "flow_instance",
+        ["lease_expires_at"],
+        **_partial("state = 'running'"),
+    )

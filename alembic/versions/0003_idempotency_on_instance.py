@@ -41,9 +41,14 @@ def upgrade() -> None:
         "WHERE r.instance_id = flow_instance.id) "
         "WHERE id IN (SELECT instance_id FROM idempotency_record)"
     )
-    op.create_index("uq_flow_instance_idempotency", "flow_instance",
-                    ["flow_name", "idempotency_key"], unique=True,
-                    sqlite_where=sa.text(_KEYED), postgresql_where=sa.text(_KEYED))
+    op.create_index(
+        "uq_flow_instance_idempotency",
+        "flow_instance",
+        ["flow_name", "idempotency_key"],
+        unique=True,
+        sqlite_where=sa.text(_KEYED),
+        postgresql_where=sa.text(_KEYED),
+    )
     op.drop_table("idempotency_record")
 
 

@@ -73,15 +73,20 @@ def _refuse_non_canonical_ids() -> None:
     conn = op.get_bind()
     postgres = conn.dialect.name == "postgresql"
     for table, column in ID_COLUMNS:
-        test = (f"{column} !~ '{_PG_CANONICAL}'" if postgres
-                else f"NOT ({column} GLOB '{_SQLITE_CANONICAL}')")
+        test = (
+            f"{column} !~ '{_PG_CANONICAL}'"
+            if postgres
+            else f"NOT ({column} GLOB '{_SQLITE_CANONICAL}')"
+        )
         bad = conn.exec_driver_sql(
-            f"SELECT {column} FROM {table} WHERE {test} LIMIT 1").scalar_one_or_none()
+            f"SELECT {column} FROM {table} WHERE {test} LIMIT 1"
+        ).scalar_one_or_none()
         if bad is not None:
             raise RuntimeError(
                 f"{table}.{column} holds {bad!r}, not a canonical UUID string (lowercase, "
                 "dashed): flowpark 0004 and later need instance ids made by uuid "
-                "(Engine id_factory); migrate those rows first")
+                "(Engine id_factory); migrate those rows first"
+            )
 
 
 def upgrade() -> None:
@@ -90,47 +95,70 @@ def upgrade() -> None:
         batch.drop_column("request_hash")
     if op.get_context().dialect.name == "postgresql":
         for table, column in ID_COLUMNS:
-            op.alter_column(table, column, type_=postgresql.UUID(as_uuid=False),
-                            existing_type=sa.String(), existing_nullable=False,
-                            postgresql_using=f"{column}::uuid")
+            op.alter_column(
+                table,
+                column,
+                type_=postgresql.UUID(as_uuid=False),
+                existing_type=sa.String(),
+                existing_nullable=False,
+                postgresql_using=f"{column}::uuid",
+            )
 
 
 def _request_hash(input_: Any, instance_key: str | None) -> str:
     """Frozen copy of the hash revision 0003's code computes for a start's request."""
-    blob = json.dumps({"input": input_, "instanceKey": instance_key}, sort_keys=True,
-                      separators=(",", ":"), default=str)
+    blob = json.dumps(
+        {"input": input_, "instanceKey": instance_key},
+        sort_keys=True,
+        separators=(",", ":"),
+        default=str,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def _fill_request_hashes() -> None:
     """Recompute ``request_hash`` of every keyed instance, in pages of ``_BATCH`` ids."""
-    instance = sa.table("flow_instance", sa.column("id", sa.String()),
-                        sa.column("input", sa.JSON(none_as_null=True)),
-                        sa.column("instance_key", sa.String()),
-                        sa.column("idempotency_key", sa.String()),
-                        sa.column("request_hash", sa.String()))
+    instance = sa.table(
+        "flow_instance",
+        sa.column("id", sa.String()),
+        sa.column("input", sa.JSON(none_as_null=True)),
+        sa.column("instance_key", sa.String()),
+        sa.column("idempotency_key", sa.String()),
+        sa.column("request_hash", sa.String()),
+    )
     conn = op.get_bind()
-    fill = (sa.update(instance).where(instance.c.id == sa.bindparam("b_id"))
-            .values(request_hash=sa.bindparam("b_hash")))
+    fill = (
+        sa.update(instance)
+        .where(instance.c.id == sa.bindparam("b_id"))
+        .values(request_hash=sa.bindparam("b_hash"))
+    )
     last = ""
     while True:
         rows = conn.execute(
             sa.select(instance.c.id, instance.c.input, instance.c.instance_key)
             .where(instance.c.idempotency_key.is_not(None), instance.c.id > last)
-            .order_by(instance.c.id).limit(_BATCH)).all()
+            .order_by(instance.c.id)
+            .limit(_BATCH)
+        ).all()
         if not rows:
             return
-        conn.execute(fill, [{"b_id": r.id, "b_hash": _request_hash(r.input, r.instance_key)}
-                            for r in rows])
+        conn.execute(
+            fill, [{"b_id": r.id, "b_hash": _request_hash(r.input, r.instance_key)} for r in rows]
+        )
         last = rows[-1].id
 
 
 def downgrade() -> None:
     if op.get_context().dialect.name == "postgresql":
         for table, column in ID_COLUMNS:
-            op.alter_column(table, column, type_=sa.String(),
-                            existing_type=postgresql.UUID(as_uuid=False),
-                            existing_nullable=False, postgresql_using=f"{column}::text")
+            op.alter_column(
+                table,
+                column,
+                type_=sa.String(),
+                existing_type=postgresql.UUID(as_uuid=False),
+                existing_nullable=False,
+                postgresql_using=f"{column}::text",
+            )
     with op.batch_alter_table("flow_instance") as batch:
         batch.add_column(sa.Column("request_hash", sa.String(), nullable=True))
     if not context.is_offline_mode():

@@ -69,8 +69,9 @@ def _rebuild_sqlite(*constraints: sa.Constraint) -> None:
     columns = _sqlite_columns()
     op.create_table("_flow_step_new", *columns, *constraints)
     names = ", ".join(f'"{c.name}"' for c in columns)
-    op.execute(f"INSERT INTO _flow_step_new (rowid, {names}) "
-               f"SELECT sequence, {names} FROM flow_step")
+    op.execute(
+        f"INSERT INTO _flow_step_new (rowid, {names}) SELECT sequence, {names} FROM flow_step"
+    )
     op.drop_table("flow_step")
     op.rename_table("_flow_step_new", "flow_step")
 
@@ -90,8 +91,10 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_context().dialect.name != "postgresql":
-        _rebuild_sqlite(sa.PrimaryKeyConstraint("sequence"),
-                        sa.UniqueConstraint(*EXECUTION, name="uq_flow_step_execution"))
+        _rebuild_sqlite(
+            sa.PrimaryKeyConstraint("sequence"),
+            sa.UniqueConstraint(*EXECUTION, name="uq_flow_step_execution"),
+        )
         return
     op.execute("ALTER TABLE flow_step ALTER COLUMN sequence DROP IDENTITY")
     op.execute(f"CREATE SEQUENCE {_SEQ} OWNED BY flow_step.sequence")

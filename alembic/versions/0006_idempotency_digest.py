@@ -33,16 +33,20 @@ depends_on: str | Sequence[str] | None = None
 
 _NAME = "uq_flow_instance_idempotency"
 # frozen copy of app.store.tables.IDEMPOTENCY_DIGEST_SQL at this revision
-_DIGEST = ("(encode(substr(sha256(replace(flow_name || chr(10) || idempotency_key, chr(92), "
-           "chr(92) || chr(92))::bytea), 1, 16), 'hex')::uuid)")
+_DIGEST = (
+    "(encode(substr(sha256(replace(flow_name || chr(10) || idempotency_key, chr(92), "
+    "chr(92) || chr(92))::bytea), 1, 16), 'hex')::uuid)"
+)
 
 
 def _replace(definition: str, suffix: str) -> None:
     """Build the index anew beside the old one, drop the old one, take its name."""
     if op.get_context().dialect.name != "postgresql":
         return
-    op.execute(f"CREATE UNIQUE INDEX {_NAME}_{suffix} ON flow_instance ({definition}) "
-               "WHERE idempotency_key IS NOT NULL")
+    op.execute(
+        f"CREATE UNIQUE INDEX {_NAME}_{suffix} ON flow_instance ({definition}) "
+        "WHERE idempotency_key IS NOT NULL"
+    )
     op.execute(f"DROP INDEX {_NAME}")
     op.execute(f"ALTER INDEX {_NAME}_{suffix} RENAME TO {_NAME}")
 

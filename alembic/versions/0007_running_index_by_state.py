@@ -32,8 +32,9 @@ _WHERE = sa.text("state = 'running'")
 
 def _recreate(column: str) -> None:
     op.drop_index(_NAME, table_name="flow_instance")
-    op.create_index(_NAME, "flow_instance", [column], unique=False,
-                    sqlite_where=_WHERE, postgresql_where=_WHERE)
+    op.create_index(
+        _NAME, "flow_instance", [column], unique=False, sqlite_where=_WHERE, postgresql_where=_WHERE
+    )
 
 
 def upgrade() -> None:

@@ -53,11 +53,17 @@ class ApiProblem(Exception):
         self.fields = fields
 
 
-def problem(status: int, code: str, detail: str, headers: dict[str, str] | None = None,
-            **fields: Any) -> JSONResponse:
+def problem(
+    status: int, code: str, detail: str, headers: dict[str, str] | None = None, **fields: Any
+) -> JSONResponse:
     """Build a problem+json response."""
-    body = {"type": f"urn:flowpark:problem:{code}", "title": code, "status": status,
-            "detail": detail, "code": code}
+    body = {
+        "type": f"urn:flowpark:problem:{code}",
+        "title": code,
+        "status": status,
+        "detail": detail,
+        "code": code,
+    }
     body.update({k: v for k, v in fields.items() if v is not None})
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
@@ -86,8 +92,12 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return problem(422, "input_invalid", "the request is malformed or ill-typed",
-                       errors=_clean(list(exc.errors())))
+        return problem(
+            422,
+            "input_invalid",
+            "the request is malformed or ill-typed",
+            errors=_clean(list(exc.errors())),
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -104,6 +114,11 @@ def _clean(errors: list[Any]) -> list[dict[str, Any]]:
     out = []
     for err in errors:
         if isinstance(err, dict):
-            out.append({"loc": [str(p) for p in err.get("loc", ())],
-                        "msg": str(err.get("msg", "")), "type": str(err.get("type", ""))})
+            out.append(
+                {
+                    "loc": [str(p) for p in err.get("loc", ())],
+                    "msg": str(err.get("msg", "")),
+                    "type": str(err.get("type", "")),
+                }
+            )
     return out

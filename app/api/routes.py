@@ -60,8 +60,7 @@ _ILL_FORMED = frozenset({"Cc", "Cs"})
 def well_formed(value: str, limit: int = MAX_INSTANCE_ID) -> bool:
     """``value`` could be an id or a name: at most ``limit`` characters, no control
     character (U+0000-U+001F, U+007F-U+009F) and no surrogate."""
-    return len(value) <= limit and not any(
-        unicodedata.category(c) in _ILL_FORMED for c in value)
+    return len(value) <= limit and not any(unicodedata.category(c) in _ILL_FORMED for c in value)
 
 
 def check_instance_id(instance_id: str) -> None:
@@ -72,8 +71,11 @@ def check_instance_id(instance_id: str) -> None:
         InstanceNotFound: ``instance_not_found``.
     """
     if not well_formed(instance_id):
-        shown = instance_id if len(instance_id) <= MAX_INSTANCE_ID else (
-            instance_id[:MAX_INSTANCE_ID] + "...")
+        shown = (
+            instance_id
+            if len(instance_id) <= MAX_INSTANCE_ID
+            else (instance_id[:MAX_INSTANCE_ID] + "...")
+        )
         raise InstanceNotFound(f"no instance {shown!r}", instance_id=shown)
 
 
@@ -86,8 +88,9 @@ def _json_media_type(content_type: str | None) -> bool:
     if content_type is None or not content_type.strip():
         return True
     media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/")
-                                           and media.endswith("+json"))
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
 
 
 async def _json_body(request: Request) -> Any:
@@ -103,10 +106,13 @@ async def _json_body(request: Request) -> Any:
         return {}
     content_type = request.headers.get("content-type")
     if not _json_media_type(content_type):
-        raise ApiProblem(415, "unsupported_media_type",
-                         f"the body must be JSON, sent with Content-Type: application/json "
-                         f"(curl: --json, or -H 'Content-Type: application/json'), not "
-                         f"{content_type!r}")
+        raise ApiProblem(
+            415,
+            "unsupported_media_type",
+            f"the body must be JSON, sent with Content-Type: application/json "
+            f"(curl: --json, or -H 'Content-Type: application/json'), not "
+            f"{content_type!r}",
+        )
     try:
         value = json.loads(raw, parse_float=_finite, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
@@ -166,27 +172,32 @@ def _check_text(text: str, loc: tuple[str, ...]) -> None:
         except UnicodeEncodeError:
             problem = "contains a lone surrogate (not valid Unicode)"
     shown = [part if well_formed(part) else repr(part)[:MAX_INSTANCE_ID] for part in loc]
-    raise InputInvalid(f"a string in the body {problem}",
-                       errors=[{"loc": shown, "msg": f"the string {problem}",
-                                "type": "string_unstorable"}])
+    raise InputInvalid(
+        f"a string in the body {problem}",
+        errors=[{"loc": shown, "msg": f"the string {problem}", "type": "string_unstorable"}],
+    )
 
 
 #: The body rules every start and signal route states in its docstring (OpenAPI).
-_BODY_DOC = (" The body is JSON: sent as `application/json` (or `application/*+json`, or "
-             "with no `Content-Type` at all: read as JSON), else 415 "
-             "`unsupported_media_type`; at most `max_body_bytes` (default 1 MiB), else 413 "
-             "`body_too_large`; a string holding U+0000 is 422 `input_invalid`.")
+_BODY_DOC = (
+    " The body is JSON: sent as `application/json` (or `application/*+json`, or "
+    "with no `Content-Type` at all: read as JSON), else 415 "
+    "`unsupported_media_type`; at most `max_body_bytes` (default 1 MiB), else 413 "
+    "`body_too_large`; a string holding U+0000 is 422 `input_invalid`."
+)
 
 
 def _key(value: str | None, *, required: bool) -> str | None:
     if value is None or not value.strip():
         if required:
-            raise ApiProblem(400, "idempotency_key_missing",
-                             "this route requires an Idempotency-Key header")
+            raise ApiProblem(
+                400, "idempotency_key_missing", "this route requires an Idempotency-Key header"
+            )
         return None
     if len(value) > MAX_KEY:
-        raise ApiProblem(400, "idempotency_key_invalid",
-                         f"Idempotency-Key is longer than {MAX_KEY} characters")
+        raise ApiProblem(
+            400, "idempotency_key_invalid", f"Idempotency-Key is longer than {MAX_KEY} characters"
+        )
     return value.strip()
 
 
@@ -195,9 +206,11 @@ def _engine(request: Request) -> Engine:
 
 
 def _start_handler(plan: Plan):  # type: ignore[no-untyped-def]
-    async def start(request: Request,
-                    idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
-                    _: str = Depends(require_token)) -> JSONResponse:
+    async def start(
+        request: Request,
+        idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
+        _: str = Depends(require_token),
+    ) -> JSONResponse:
         engine = _engine(request)
         key = _key(idempotency_key, required=bool(plan.trigger and plan.trigger.idempotent))
         body = await _json_body(request)
@@ -206,14 +219,17 @@ def _start_handler(plan: Plan):  # type: ignore[no-untyped-def]
             body = dict(body)
             instance_key = body.pop("instanceKey")
             if not isinstance(instance_key, str) or not 0 < len(instance_key) <= MAX_KEY:
-                raise InputInvalid("instanceKey must be a non-empty string of at most "
-                                   f"{MAX_KEY} characters")
-        started = await engine.start(plan, body, idempotency_key=key,
-                                     instance_key=instance_key)
+                raise InputInvalid(
+                    f"instanceKey must be a non-empty string of at most {MAX_KEY} characters"
+                )
+        started = await engine.start(plan, body, idempotency_key=key, instance_key=instance_key)
         inst = started.instance
         if plan.profile is Profile.EPHEMERAL:
-            payload: dict[str, Any] = {"instanceId": inst.id, "status": str(inst.state),
-                                       "result": inst.result}
+            payload: dict[str, Any] = {
+                "instanceId": inst.id,
+                "status": str(inst.state),
+                "result": inst.result,
+            }
             if inst.failure is not None:
                 payload["error"] = {"code": inst.failure.code, "message": inst.failure.message}
             return JSONResponse(payload, status_code=200)
@@ -223,19 +239,20 @@ def _start_handler(plan: Plan):  # type: ignore[no-untyped-def]
         waits = awaiting(plan, inst)
         if waits:
             payload["awaiting"] = waits
-        return JSONResponse(payload, status_code=202,
-                            headers={"Location": f"{API}/instances/{inst.id}"})
+        return JSONResponse(
+            payload, status_code=202, headers={"Location": f"{API}/instances/{inst.id}"}
+        )
 
-    start.__doc__ = (f"Start `{plan.name}` {plan.version}. Requires a bearer token"
-                     + (" and an `Idempotency-Key` header" if plan.trigger
-                        and plan.trigger.idempotent else "")
-                     + ". Answers 202 with the instance id once it parks or ends."
-                     + _BODY_DOC)
+    start.__doc__ = (
+        f"Start `{plan.name}` {plan.version}. Requires a bearer token"
+        + (" and an `Idempotency-Key` header" if plan.trigger and plan.trigger.idempotent else "")
+        + ". Answers 202 with the instance id once it parks or ends."
+        + _BODY_DOC
+    )
     return start
 
 
-async def _deliver(request: Request, instance_id: str, name: str, key: str | None
-                   ) -> JSONResponse:
+async def _deliver(request: Request, instance_id: str, name: str, key: str | None) -> JSONResponse:
     """Deliver a signal; a repeat of its ``Idempotency-Key`` answers the first signal
     (``created: false``) when it is the same signal - same name, same validated payload -
     and 422 ``idempotency_key_reused`` otherwise (as the start routes do)."""
@@ -247,19 +264,24 @@ async def _deliver(request: Request, instance_id: str, name: str, key: str | Non
     # when the instance took it) and the state after that run, with nothing read back
     delivery = await engine.deliver(instance_id, name, body, idempotency_key)
     record = delivery.signal
-    if not delivery.created and not _same_signal(engine, delivery.flow_name,
-                                                 delivery.flow_version, record, name, body):
+    if not delivery.created and not _same_signal(
+        engine, delivery.flow_name, delivery.flow_version, record, name, body
+    ):
         raise IdempotencyKeyReused(
             f"idempotency key {idempotency_key!r} of instance {instance_id!r} was used with "
-            "a different signal", idempotency_key=idempotency_key, instance_id=instance_id,
-            signal_id=record.id)
+            "a different signal",
+            idempotency_key=idempotency_key,
+            instance_id=instance_id,
+            signal_id=record.id,
+        )
     view = signal_view(record)
     view.update(instanceId=instance_id, created=delivery.created, state=str(delivery.state))
     return JSONResponse(view, status_code=202)
 
 
-def _same_signal(engine: Engine, flow_name: str, flow_version: str, first: SignalRecord,
-                 name: str, body: Any) -> bool:
+def _same_signal(
+    engine: Engine, flow_name: str, flow_version: str, first: SignalRecord, name: str, body: Any
+) -> bool:
     """``body`` as signal ``name`` is what ``first`` stored: the same name, and the same
     payload once validated by the signal's model, as the engine stores it."""
     if first.name != name:
@@ -272,7 +294,8 @@ def _same_signal(engine: Engine, flow_name: str, flow_version: str, first: Signa
     # the engine stores it; it validated this very body already, so this succeeds
     try:
         payload = signal.model.model_validate_json(json.dumps(body)).model_dump(
-            mode="json", by_alias=True)
+            mode="json", by_alias=True
+        )
     except (ValidationError, ValueError):  # pragma: no cover - the engine refused it first
         payload = body
     return _same_json(first.payload, payload)
@@ -284,11 +307,17 @@ def _same_json(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, dict):
-        return (isinstance(b, dict) and a.keys() == b.keys()
-                and all(_same_json(v, b[k]) for k, v in a.items()))
+        return (
+            isinstance(b, dict)
+            and a.keys() == b.keys()
+            and all(_same_json(v, b[k]) for k, v in a.items())
+        )
     if isinstance(a, list):
-        return (isinstance(b, list) and len(a) == len(b)
-                and all(_same_json(x, y) for x, y in zip(a, b, strict=True)))
+        return (
+            isinstance(b, list)
+            and len(a) == len(b)
+            and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+        )
     if isinstance(b, dict | list):
         return False
     return bool(a == b)
@@ -303,32 +332,56 @@ def add_trigger_routes(app: FastAPI, plans: list[Plan]) -> None:
             continue
         schema = plan.input_model.model_json_schema(by_alias=True)
         app.add_api_route(
-            trigger.route, _start_handler(plan), methods=[trigger.method.upper()],
-            tags=["flows"], name=f"start {plan.name}@{plan.version}", status_code=202,
-            openapi_extra={"requestBody": {"required": True, "content": {
-                "application/json": {"schema": schema}}}},
+            trigger.route,
+            _start_handler(plan),
+            methods=[trigger.method.upper()],
+            tags=["flows"],
+            name=f"start {plan.name}@{plan.version}",
+            status_code=202,
+            openapi_extra={
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": schema}},
+                }
+            },
         )
         for signal in plan.signals.values():
+
             def make(sig_name: str, flow_name: str):  # type: ignore[no-untyped-def]
-                async def deliver(request: Request, instance_id: str,
-                                  idempotency_key: str | None = Header(
-                                      default=None, alias="Idempotency-Key"),
-                                  _: str = Depends(require_token)) -> JSONResponse:
+                async def deliver(
+                    request: Request,
+                    instance_id: str,
+                    idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
+                    _: str = Depends(require_token),
+                ) -> JSONResponse:
                     return await _deliver(request, instance_id, sig_name, idempotency_key)
-                deliver.__doc__ = (f"Deliver the `{sig_name}` signal to an instance of "
-                                   f"`{flow_name}`. Stored before anything else happens; "
-                                   "idempotent by `Idempotency-Key` (the same key with "
-                                   "another payload: 422 `idempotency_key_reused`). The "
-                                   "answer shows the signal as stored after delivery "
-                                   "(`takenAt` once the instance took it)." + _BODY_DOC)
+
+                deliver.__doc__ = (
+                    f"Deliver the `{sig_name}` signal to an instance of "
+                    f"`{flow_name}`. Stored before anything else happens; "
+                    "idempotent by `Idempotency-Key` (the same key with "
+                    "another payload: 422 `idempotency_key_reused`). The "
+                    "answer shows the signal as stored after delivery "
+                    "(`takenAt` once the instance took it)." + _BODY_DOC
+                )
                 return deliver
+
             app.add_api_route(
                 f"{trigger.route}/{{instance_id}}/signals/{signal.name}",
                 make(signal.name, plan.name),
-                methods=["POST"], tags=["signals"], status_code=202,
+                methods=["POST"],
+                tags=["signals"],
+                status_code=202,
                 name=f"signal {signal.name} ({plan.name}@{plan.version})",
-                openapi_extra={"requestBody": {"content": {"application/json": {
-                    "schema": signal.model.model_json_schema(by_alias=True)}}}},
+                openapi_extra={
+                    "requestBody": {
+                        "content": {
+                            "application/json": {
+                                "schema": signal.model.model_json_schema(by_alias=True)
+                            }
+                        }
+                    }
+                },
             )
 
 
@@ -355,15 +408,15 @@ def build_router() -> APIRouter:
         check_instance_id(instance_id)
         inst = await _engine(request).cancel(instance_id)
         status = 200 if inst.state.ended else 202
-        return JSONResponse({"instanceId": inst.id, "state": str(inst.state)},
-                            status_code=status)
+        return JSONResponse({"instanceId": inst.id, "state": str(inst.state)}, status_code=status)
 
-    @router.post("/instances/{instance_id}/signals/{name}", tags=["signals"],
-                 status_code=202)
-    async def signal_instance(request: Request, instance_id: str, name: str,
-                              idempotency_key: str | None = Header(default=None,
-                                                                   alias="Idempotency-Key")
-                              ) -> JSONResponse:
+    @router.post("/instances/{instance_id}/signals/{name}", tags=["signals"], status_code=202)
+    async def signal_instance(
+        request: Request,
+        instance_id: str,
+        name: str,
+        idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
+    ) -> JSONResponse:
         """Deliver signal ``name``: 404 ``instance_not_found`` / ``signal_not_declared``,
         409 ``instance_ended`` (nothing stored), 422 ``input_invalid``, 422
         ``idempotency_key_reused`` (the same ``Idempotency-Key`` with another payload).
@@ -374,15 +427,17 @@ def build_router() -> APIRouter:
         return await _deliver(request, instance_id, name, idempotency_key)
 
     @router.get("/reviews", tags=["reviews"])
-    async def reviews(request: Request, limit: int = Query(100, ge=1, le=1000)
-                      ) -> JSONResponse:
+    async def reviews(request: Request, limit: int = Query(100, ge=1, le=1000)) -> JSONResponse:
         """The human review queue, oldest first."""
         items = await _engine(request).journal.list_reviews(limit)  # type: ignore[attr-defined]
         return JSONResponse([review_view(i) for i in items])
 
     @router.get("/events", tags=["events"])
-    async def events(request: Request, limit: int = Query(100, ge=1, le=1000),
-                     after: int | None = Query(None, ge=0, le=MAX_SEQUENCE)) -> JSONResponse:
+    async def events(
+        request: Request,
+        limit: int = Query(100, ge=1, le=1000),
+        after: int | None = Query(None, ge=0, le=MAX_SEQUENCE),
+    ) -> JSONResponse:
         """The outbox of emitted events, in commit order (``after``: a sequence)."""
         journal = _engine(request).journal
         items = await journal.list_events(limit, after)  # type: ignore[attr-defined]
@@ -391,12 +446,19 @@ def build_router() -> APIRouter:
     @router.get("/flows", tags=["flows"])
     async def flows(request: Request) -> JSONResponse:
         """Registered flows and versions."""
-        return JSONResponse([
-            {"name": p.name, "version": p.version, "profile": str(p.profile),
-             "route": p.trigger.route if p.trigger else None,
-             "signals": sorted(p.signals), "streams": sorted(p.streams),
-             "deadlineSeconds": p.deadline.total_seconds() if p.deadline else None}
-            for p in _engine(request).catalog.plans()])
+        return JSONResponse(
+            [
+                {
+                    "name": p.name,
+                    "version": p.version,
+                    "profile": str(p.profile),
+                    "route": p.trigger.route if p.trigger else None,
+                    "signals": sorted(p.signals),
+                    "streams": sorted(p.streams),
+                    "deadlineSeconds": p.deadline.total_seconds() if p.deadline else None,
+                }
+                for p in _engine(request).catalog.plans()
+            ]
+        )
 
     return router
-

@@ -54,8 +54,7 @@ def _cursor(last_event_id: str | None, after: int | None) -> int | None:
     return int(value)
 
 
-async def _instance_with_stream(engine: Engine, instance_id: str, name: str
-                                ) -> InstanceRecord:
+async def _instance_with_stream(engine: Engine, instance_id: str, name: str) -> InstanceRecord:
     """The instance, once its flow is known to declare stream ``name``.
 
     Raises:
@@ -72,13 +71,16 @@ async def _instance_with_stream(engine: Engine, instance_id: str, name: str
     if (plan is not None and name not in plan.streams) or not well_formed(name, MAX_NAME):
         raise StreamNotDeclared(
             f"flow {inst.flow_name}@{inst.flow_version} declares no stream {name[:MAX_NAME]!r}",
-            instance_id=instance_id, stream=name[:MAX_NAME],
-            streams=sorted(plan.streams) if plan is not None else None)
+            instance_id=instance_id,
+            stream=name[:MAX_NAME],
+            streams=sorted(plan.streams) if plan is not None else None,
+        )
     return inst
 
 
-async def _events(engine: Engine, instance_id: str, name: str, after: int | None
-                  ) -> AsyncIterator[ServerSentEvent]:
+async def _events(
+    engine: Engine, instance_id: str, name: str, after: int | None
+) -> AsyncIterator[ServerSentEvent]:
     """Messages after ``after`` as they are written; once the instance has ended and every
     message was sent, one ``end`` event (``{"instanceId", "state"}``) and the end."""
     cursor = after
@@ -89,8 +91,9 @@ async def _events(engine: Engine, instance_id: str, name: str, after: int | None
             cursor = message.sequence
             yield ServerSentEvent(data=json.dumps(stream_view(message)), id=str(cursor))
         if state.ended:
-            yield ServerSentEvent(data=json.dumps({"instanceId": instance_id,
-                                                   "state": str(state)}), event="end")
+            yield ServerSentEvent(
+                data=json.dumps({"instanceId": instance_id, "state": str(state)}), event="end"
+            )
             return
         await asyncio.sleep(STREAM_POLL_SECONDS)
 
@@ -100,10 +103,13 @@ def build_streams_router() -> APIRouter:
     router = APIRouter(prefix=API, dependencies=[Depends(require_token)], tags=["streams"])
 
     @router.get(
-        "/instances/{instance_id}/streams/{name}", response_model=None,
+        "/instances/{instance_id}/streams/{name}",
+        response_model=None,
         responses={
-            200: {"description": "The messages (JSON list), or an event stream",
-                  "content": {EVENT_STREAM: {}}},
+            200: {
+                "description": "The messages (JSON list), or an event stream",
+                "content": {EVENT_STREAM: {}},
+            },
             404: {"description": "`instance_not_found` or `stream_not_declared`"},
             422: {"description": "`input_invalid`: a bad `after` or `Last-Event-ID`"},
         },
@@ -112,8 +118,9 @@ def build_streams_router() -> APIRouter:
         request: Request,
         instance_id: str,
         name: str,
-        after: int | None = Query(None, ge=0, le=MAX_SEQUENCE,
-                                  description="only messages with a greater sequence"),
+        after: int | None = Query(
+            None, ge=0, le=MAX_SEQUENCE, description="only messages with a greater sequence"
+        ),
         accept: str | None = Header(default=None),
         last_event_id: str | None = Header(default=None, alias="Last-Event-ID"),
     ) -> JSONResponse | EventSourceResponse:
@@ -134,8 +141,9 @@ def build_streams_router() -> APIRouter:
         await _instance_with_stream(engine, instance_id, name)
         if accept is not None and EVENT_STREAM in accept.lower():
             cursor = _cursor(last_event_id, after)
-            return EventSourceResponse(_events(engine, instance_id, name, cursor),
-                                       ping=SSE_PING_SECONDS)
+            return EventSourceResponse(
+                _events(engine, instance_id, name, cursor), ping=SSE_PING_SECONDS
+            )
         messages = await engine.journal.read_stream(instance_id, name, after=after)
         return JSONResponse([stream_view(m) for m in messages])
 

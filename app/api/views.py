@@ -8,8 +8,7 @@ from typing import Any
 from app.engine.journal import InstanceRecord, SignalRecord, StepKind, StepRow, StreamMessage
 from app.flows.plan import AwaitSignalNode, Plan, PollNode
 
-__all__ = ["awaiting", "event_view", "instance_view", "review_view", "signal_view",
-           "stream_view"]
+__all__ = ["awaiting", "event_view", "instance_view", "review_view", "signal_view", "stream_view"]
 
 API = "/api/v1"
 
@@ -20,42 +19,71 @@ def _at(instant: datetime | None) -> str | None:
 
 def step_view(row: StepRow) -> dict[str, Any]:
     view: dict[str, Any] = {
-        "sequence": row.sequence, "stepId": row.step_id, "scope": row.scope,
-        "kind": str(row.kind), "capabilityId": row.capability_id, "outcome": str(row.outcome),
-        "try": row.try_number, "startedAt": _at(row.started_at),
+        "sequence": row.sequence,
+        "stepId": row.step_id,
+        "scope": row.scope,
+        "kind": str(row.kind),
+        "capabilityId": row.capability_id,
+        "outcome": str(row.outcome),
+        "try": row.try_number,
+        "startedAt": _at(row.started_at),
         "committedAt": _at(row.committed_at),
     }
     if row.error_type is not None:
-        view.update(errorType=row.error_type, errorDetail=row.error_detail, final=row.final,
-                    nextTryAt=_at(row.next_try_at))
+        view.update(
+            errorType=row.error_type,
+            errorDetail=row.error_detail,
+            final=row.final,
+            nextTryAt=_at(row.next_try_at),
+        )
     return view
 
 
 def signal_view(signal: SignalRecord) -> dict[str, Any]:
-    return {"signalId": signal.id, "sequence": signal.sequence, "name": signal.name,
-            "payload": signal.payload, "receivedAt": _at(signal.received_at),
-            "takenAt": _at(signal.taken_at), "takenStepId": signal.taken_step_id}
+    return {
+        "signalId": signal.id,
+        "sequence": signal.sequence,
+        "name": signal.name,
+        "payload": signal.payload,
+        "receivedAt": _at(signal.received_at),
+        "takenAt": _at(signal.taken_at),
+        "takenStepId": signal.taken_step_id,
+    }
 
 
 def stream_view(message: StreamMessage) -> dict[str, Any]:
-    return {"sequence": message.sequence, "stream": message.stream,
-            "createdAt": _at(message.created_at), "value": message.payload}
+    return {
+        "sequence": message.sequence,
+        "stream": message.stream,
+        "createdAt": _at(message.created_at),
+        "value": message.payload,
+    }
 
 
 def event_view(event: dict[str, Any]) -> dict[str, Any]:
     """One outbox event (``GET /api/v1/events``) from the store's read dict."""
-    return {"sequence": event["sequence"], "id": event["id"],
-            "instanceId": event["instance_id"], "name": event["name"],
-            "payload": event["payload"], "createdAt": _at(event["created_at"]),
-            "publishedAt": _at(event.get("published_at"))}
+    return {
+        "sequence": event["sequence"],
+        "id": event["id"],
+        "instanceId": event["instance_id"],
+        "name": event["name"],
+        "payload": event["payload"],
+        "createdAt": _at(event["created_at"]),
+        "publishedAt": _at(event.get("published_at")),
+    }
 
 
 def review_view(item: dict[str, Any]) -> dict[str, Any]:
     """One review-queue item (``GET /api/v1/reviews``) from the store's read dict."""
-    return {"sequence": item["sequence"], "id": item["id"],
-            "instanceId": item["instance_id"], "subject": item["subject"],
-            "reason": item["reason"], "details": item["details"],
-            "createdAt": _at(item["created_at"])}
+    return {
+        "sequence": item["sequence"],
+        "id": item["id"],
+        "instanceId": item["instance_id"],
+        "subject": item["subject"],
+        "reason": item["reason"],
+        "details": item["details"],
+        "createdAt": _at(item["created_at"]),
+    }
 
 
 def awaiting(plan: Plan | None, inst: InstanceRecord) -> list[dict[str, str]]:
@@ -68,13 +96,15 @@ def awaiting(plan: Plan | None, inst: InstanceRecord) -> list[dict[str, str]]:
     if not isinstance(node, PollNode | AwaitSignalNode) or node.signal is None:
         return []
     base = plan.trigger.route if plan.trigger is not None else f"{API}/instances"
-    return [{"signal": node.signal.name,
-             "href": f"{base}/{inst.id}/signals/{node.signal.name}"}]
+    return [{"signal": node.signal.name, "href": f"{base}/{inst.id}/signals/{node.signal.name}"}]
 
 
-def instance_view(inst: InstanceRecord, steps: list[StepRow],
-                  signals: list[SignalRecord] | None = None,
-                  plan: Plan | None = None) -> dict[str, Any]:
+def instance_view(
+    inst: InstanceRecord,
+    steps: list[StepRow],
+    signals: list[SignalRecord] | None = None,
+    plan: Plan | None = None,
+) -> dict[str, Any]:
     """The full view of one instance (``GET /api/v1/instances/{id}``)."""
     attempts = sum(1 for r in steps if r.kind is StepKind.STEP)
     live_lease = inst.lease_owner is not None and not inst.state.ended
@@ -92,12 +122,26 @@ def instance_view(inst: InstanceRecord, steps: list[StepRow],
         "instanceKey": inst.instance_key,
         "attempts": attempts,
         "cancelRequested": inst.cancel_requested,
-        "lease": ({"owner": inst.lease_owner, "expiresAt": _at(inst.lease_expires_at),
-                   "fencingToken": inst.fencing_token} if live_lease else None),
+        "lease": (
+            {
+                "owner": inst.lease_owner,
+                "expiresAt": _at(inst.lease_expires_at),
+                "fencingToken": inst.fencing_token,
+            }
+            if live_lease
+            else None
+        ),
         "input": inst.input,
         "result": inst.result,
-        "error": ({"code": inst.failure.code, "message": inst.failure.message,
-                   "details": inst.failure.details} if inst.failure is not None else None),
+        "error": (
+            {
+                "code": inst.failure.code,
+                "message": inst.failure.message,
+                "details": inst.failure.details,
+            }
+            if inst.failure is not None
+            else None
+        ),
         "journal": [step_view(r) for r in steps],
     }
     if signals is not None:

@@ -78,8 +78,7 @@ class SystemClock:
         await asyncio.sleep(max(0.0, delay.total_seconds()))
 
     def call_later(self, delay: timedelta, callback: Callable[[], Any]) -> Timer:
-        return asyncio.get_running_loop().call_later(max(0.0, delay.total_seconds()),
-                                                     callback)
+        return asyncio.get_running_loop().call_later(max(0.0, delay.total_seconds()), callback)
 
 
 class _VirtualTimer:
@@ -87,8 +86,9 @@ class _VirtualTimer:
 
     __slots__ = ("due", "seq", "callback", "context", "clock")
 
-    def __init__(self, clock: VirtualClock, due: datetime, seq: int,
-                 callback: Callable[[], Any]) -> None:
+    def __init__(
+        self, clock: VirtualClock, due: datetime, seq: int, callback: Callable[[], Any]
+    ) -> None:
         self.clock: VirtualClock | None = clock  # None once fired or cancelled
         self.due = due
         self.seq = seq
@@ -208,7 +208,9 @@ class VirtualClock:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 raise exc from None
-            loop.call_exception_handler({
-                "message": f"Exception in virtual clock timer callback {callback!r}",
-                "exception": exc,
-            })
+            loop.call_exception_handler(
+                {
+                    "message": f"Exception in virtual clock timer callback {callback!r}",
+                    "exception": exc,
+                }
+            )

@@ -106,8 +106,9 @@ class ExecutionContext(BagView):
         self.puts[key] = data
         self._bag[key] = data
 
-    def request_review(self, subject: str, reason: str, details: dict[str, Any] | None = None
-                       ) -> None:
+    def request_review(
+        self, subject: str, reason: str, details: dict[str, Any] | None = None
+    ) -> None:
         self.reviews.append(
             ReviewRequest(self._run.engine.new_id(), subject, reason, details or {})
         )

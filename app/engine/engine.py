@@ -53,9 +53,13 @@ log = logging.getLogger("flowpark.engine")
 
 def _accepting(plan: Plan, name: str) -> tuple[int, ...]:
     """The nodes of ``plan`` whose wait a signal ``name`` ends (polls and awaits)."""
-    return tuple(node.index for node in plan.nodes
-                 if isinstance(node, PollNode | AwaitSignalNode) and node.signal is not None
-                 and node.signal.name == name)
+    return tuple(
+        node.index
+        for node in plan.nodes
+        if isinstance(node, PollNode | AwaitSignalNode)
+        and node.signal is not None
+        and node.signal.name == name
+    )
 
 
 @dataclass(frozen=True)
@@ -136,9 +140,14 @@ class Engine(Walker, Limits):
             compact.
     """
 
-    def __init__(self, journal: Journal, catalog: Catalog, clock: Clock,
-                 config: EngineConfig | None = None,
-                 id_factory: Callable[[], str] | None = None) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        catalog: Catalog,
+        clock: Clock,
+        config: EngineConfig | None = None,
+        id_factory: Callable[[], str] | None = None,
+    ) -> None:
         self.journal = journal
         self.catalog = catalog
         self.clock = clock
@@ -157,15 +166,24 @@ class Engine(Walker, Limits):
         try:
             return revive(plan.input_model, payload)
         except ValidationError as exc:
-            raise InputInvalid(f"input of {plan.name} is invalid",
-                               errors=exc.errors(include_url=False, include_context=False),
-                               flow=plan.name) from None
+            raise InputInvalid(
+                f"input of {plan.name} is invalid",
+                errors=exc.errors(include_url=False, include_context=False),
+                flow=plan.name,
+            ) from None
         except (ValueError, RecursionError) as exc:  # not JSON-able, or nested too deep
-            raise InputInvalid(f"input of {plan.name} cannot be read: {exc}",
-                               flow=plan.name) from None
+            raise InputInvalid(
+                f"input of {plan.name} cannot be read: {exc}", flow=plan.name
+            ) from None
 
-    async def start(self, plan: Plan, payload: Any, *, idempotency_key: str | None = None,
-                    instance_key: str | None = None) -> StartResult:
+    async def start(
+        self,
+        plan: Plan,
+        payload: Any,
+        *,
+        idempotency_key: str | None = None,
+        instance_key: str | None = None,
+    ) -> StartResult:
         """Start an instance of ``plan`` and advance it until it parks or ends.
 
         Args:
@@ -189,10 +207,16 @@ class Engine(Walker, Limits):
             return await run_ephemeral(self, plan, data)
         now = self.clock.now()
         new = NewInstance(
-            id=self.new_id(), flow_name=plan.name, flow_version=plan.version, input=data,
-            created_at=now, deadline_at=(now + plan.deadline) if plan.deadline else None,
-            lease_owner=self.config.node_id, lease_expires_at=now + self.lease,
-            idempotency_key=idempotency_key, instance_key=instance_key,
+            id=self.new_id(),
+            flow_name=plan.name,
+            flow_version=plan.version,
+            input=data,
+            created_at=now,
+            deadline_at=(now + plan.deadline) if plan.deadline else None,
+            lease_owner=self.config.node_id,
+            lease_expires_at=now + self.lease,
+            idempotency_key=idempotency_key,
+            instance_key=instance_key,
         )
         record, created = await self.journal.create_instance(new)
         if created:
@@ -205,9 +229,12 @@ class Engine(Walker, Limits):
             except StaleFencingToken:
                 pass  # logged by advance: the node that took the lease over goes on
             except Exception:  # noqa: BLE001 - the row is durable; the sweep takes it over
-                log.exception("instance %s: first advance failed on node %s; the sweep "
-                              "resumes it once its lease expires", record.id,
-                              self.config.node_id)
+                log.exception(
+                    "instance %s: first advance failed on node %s; the sweep "
+                    "resumes it once its lease expires",
+                    record.id,
+                    self.config.node_id,
+                )
             if outcome is not None and outcome.instance is not None:
                 record = outcome.instance  # as the run left it: no read back
             else:
@@ -215,8 +242,9 @@ class Engine(Walker, Limits):
         return StartResult(record, created, record.result)
 
     # -- advancing ---------------------------------------------------------------------
-    async def advance(self, claim: Claim, *, detach: asyncio.Future[None] | None = None
-                      ) -> RunOutcome:
+    async def advance(
+        self, claim: Claim, *, detach: asyncio.Future[None] | None = None
+    ) -> RunOutcome:
         """Advance a claimed instance until it parks or ends.
 
         A stale fencing token (another node claimed it meanwhile) stops the run, logged;
@@ -231,8 +259,13 @@ class Engine(Walker, Limits):
         inst = snapshot.instance
         plan = self.catalog.find(inst.flow_name, inst.flow_version)
         if plan is None:
-            log.warning("instance %s: flow %s@%s is not registered on node %s; left parked",
-                        inst.id, inst.flow_name, inst.flow_version, self.config.node_id)
+            log.warning(
+                "instance %s: flow %s@%s is not registered on node %s; left parked",
+                inst.id,
+                inst.flow_name,
+                inst.flow_version,
+                self.config.node_id,
+            )
             await self.journal.release(inst.id, claim.fencing_token, self.clock.now())
             return RunOutcome(inst.id, InstanceState.SUSPENDED, inst.wake_at, runnable=False)
         try:
@@ -243,8 +276,12 @@ class Engine(Walker, Limits):
         try:
             halt = await self._walk(run)
         except StaleFencingToken:
-            log.warning("instance %s: fencing token %d is stale on node %s; stopped",
-                        inst.id, claim.fencing_token, self.config.node_id)
+            log.warning(
+                "instance %s: fencing token %d is stale on node %s; stopped",
+                inst.id,
+                claim.fencing_token,
+                self.config.node_id,
+            )
             raise
         except (FlowparkError, asyncio.CancelledError):
             raise  # a lost race, the store unreachable, shutdown: a later claim retries
@@ -253,35 +290,56 @@ class Engine(Walker, Limits):
         if halt.state is InstanceState.SUSPENDED and halt.wake_at is not None:
             for listener in self.wake_listeners:
                 listener(inst.id, halt.wake_at)
-        return RunOutcome(inst.id, halt.state, halt.wake_at, run.attempts,
-                          instance=run.instance if run.instance.state is halt.state else None,
-                          signals_taken=tuple(run.taken))
+        return RunOutcome(
+            inst.id,
+            halt.state,
+            halt.wake_at,
+            run.attempts,
+            instance=run.instance if run.instance.state is halt.state else None,
+            signals_taken=tuple(run.taken),
+        )
 
     async def _fail_broken(self, run: Run, exc: Exception) -> Halt:
         """An error outside any capability call (a value the store cannot hold, a bug):
         fail the instance with ``flow.internal_error`` and unwind, instead of leaving it
         running to be re-claimed and fail again after every lease."""
-        log.error("instance %s: run failed on node %s; failing it", run.instance_id,
-                  self.config.node_id, exc_info=exc)
-        failure = FlowFailure("flow.internal_error", f"{type(exc).__name__}: {exc}"[:2000],
-                              {"error_type": type(exc).__name__})
+        log.error(
+            "instance %s: run failed on node %s; failing it",
+            run.instance_id,
+            self.config.node_id,
+            exc_info=exc,
+        )
+        failure = FlowFailure(
+            "flow.internal_error",
+            f"{type(exc).__name__}: {exc}"[:2000],
+            {"error_type": type(exc).__name__},
+        )
         return await self._unwind(run, InstanceState.FAILED, failure)
 
-    async def _fail_unreadable(self, inst: InstanceRecord, claim: Claim, exc: Exception
-                               ) -> RunOutcome:
-        log.error("instance %s: its stored input does not validate on node %s; failing it",
-                  inst.id, self.config.node_id, exc_info=exc)
+    async def _fail_unreadable(
+        self, inst: InstanceRecord, claim: Claim, exc: Exception
+    ) -> RunOutcome:
+        log.error(
+            "instance %s: its stored input does not validate on node %s; failing it",
+            inst.id,
+            self.config.node_id,
+            exc_info=exc,
+        )
         now = self.clock.now()
-        failure = FlowFailure("flow.internal_error",
-                              f"stored input is unreadable: {type(exc).__name__}: {exc}"[:2000],
-                              {"error_type": type(exc).__name__})
-        await self.journal.finish(inst.id, claim.fencing_token, now, InstanceState.FAILED,
-                                  failure=failure)
+        failure = FlowFailure(
+            "flow.internal_error",
+            f"stored input is unreadable: {type(exc).__name__}: {exc}"[:2000],
+            {"error_type": type(exc).__name__},
+        )
+        await self.journal.finish(
+            inst.id, claim.fencing_token, now, InstanceState.FAILED, failure=failure
+        )
         return RunOutcome(inst.id, InstanceState.FAILED)
 
     # -- sweeping ----------------------------------------------------------------------
-    async def sweep(self, *, limit: int | None = None,
-                    again: Callable[[], bool] | None = None) -> SweepReport:
+    async def sweep(
+        self, *, limit: int | None = None, again: Callable[[], bool] | None = None
+    ) -> SweepReport:
         """Claim due instances (parked with ``wake_at <= now``, or running with an expired
         lease) and advance each, until none is due or ``limit`` were claimed.
 
@@ -317,11 +375,14 @@ class Engine(Walker, Limits):
         try:
             while True:
                 wanted = batch if limit is None else min(batch, limit - report.claimed)
-                if more and self._claiming and wanted > 0 and (
-                        not runs or self.config.concurrency - len(runs) >= refill):
+                if (
+                    more
+                    and self._claiming
+                    and wanted > 0
+                    and (not runs or self.config.concurrency - len(runs) >= refill)
+                ):
                     try:
-                        claims, held = await self._claim_with_slots(wanted, runnable,
-                                                                    wait=not runs)
+                        claims, held = await self._claim_with_slots(wanted, runnable, wait=not runs)
                     except Exception as exc:  # noqa: BLE001 - re-raised once runs end
                         failure, more, claims, held = exc, False, [], 0
                     more = more and len(claims) == held  # fewer claims than slots: none due
@@ -349,15 +410,19 @@ class Engine(Walker, Limits):
             for waiter, (_, task) in runs.items():
                 waiter.cancel()
                 task.cancel()
-            await asyncio.gather(*runs, *(task for _, task in runs.values()),
-                                 return_exceptions=True)
+            await asyncio.gather(
+                *runs, *(task for _, task in runs.values()), return_exceptions=True
+            )
             raise
         if failure is not None:
             raise failure
         report.not_runnable = await self.journal.count_not_runnable(self.clock.now(), runnable)
         if report.not_runnable:
-            log.warning("%d due instances belong to flows not registered on node %s",
-                        report.not_runnable, self.config.node_id)
+            log.warning(
+                "%d due instances belong to flows not registered on node %s",
+                report.not_runnable,
+                self.config.node_id,
+            )
         return report
 
     def stop_claiming(self) -> None:
@@ -366,8 +431,9 @@ class Engine(Walker, Limits):
         during its grace period. Starts, signals and cancels still work."""
         self._claiming = False
 
-    async def _claim_with_slots(self, wanted: int, runnable: list[tuple[str, str]], *,
-                                wait: bool) -> tuple[list[Claim], int]:
+    async def _claim_with_slots(
+        self, wanted: int, runnable: list[tuple[str, str]], *, wait: bool
+    ) -> tuple[list[Claim], int]:
         """Hold up to ``wanted`` free run slots (waiting for one when ``wait``), claim that
         many due instances, and give back the slots no claim needed.
 
@@ -385,15 +451,17 @@ class Engine(Walker, Limits):
         try:
             if held and self._claiming:
                 now = self.clock.now()
-                claims = await self.journal.claim_due(self.config.node_id, now,
-                                                      now + self.lease, held, runnable)
+                claims = await self.journal.claim_due(
+                    self.config.node_id, now, now + self.lease, held, runnable
+                )
         finally:
             for _ in range(held - len(claims)):
                 self._gate.release()
         return claims, held
 
-    def _report_run(self, report: SweepReport, instance_id: str,
-                    run: asyncio.Future[RunOutcome]) -> None:
+    def _report_run(
+        self, report: SweepReport, instance_id: str, run: asyncio.Future[RunOutcome]
+    ) -> None:
         error = run.exception() if not run.cancelled() else asyncio.CancelledError()
         if error is None:
             report.advanced += 1
@@ -401,11 +469,16 @@ class Engine(Walker, Limits):
             return
         report.failed_runs += 1
         if not isinstance(error, StaleFencingToken):
-            log.error("instance %s: run failed on node %s", instance_id,
-                      self.config.node_id, exc_info=error)
+            log.error(
+                "instance %s: run failed on node %s",
+                instance_id,
+                self.config.node_id,
+                exc_info=error,
+            )
 
-    def _begin_run(self, claim: Claim, *, gated: bool
-                   ) -> tuple[asyncio.Future[RunOutcome], asyncio.Future[None]]:
+    def _begin_run(
+        self, claim: Claim, *, gated: bool
+    ) -> tuple[asyncio.Future[RunOutcome], asyncio.Future[None]]:
         """Start advancing ``claim`` in a task (taking a run slot first when ``gated``).
 
         Returns:
@@ -422,7 +495,10 @@ class Engine(Walker, Limits):
         return asyncio.ensure_future(run()), detach
 
     async def _advance_detachable(
-        self, claim: Claim, *, gated: bool,
+        self,
+        claim: Claim,
+        *,
+        gated: bool,
         started: tuple[asyncio.Future[RunOutcome], asyncio.Future[None]] | None = None,
     ) -> RunOutcome:
         """Advance ``claim`` until it parks or ends, or until it starts a try of a
@@ -437,8 +513,9 @@ class Engine(Walker, Limits):
             task.cancel()
             raise
 
-    def _outcome(self, claim: Claim, task: asyncio.Future[RunOutcome],
-                 detach: asyncio.Future[None]) -> asyncio.Future[RunOutcome]:
+    def _outcome(
+        self, claim: Claim, task: asyncio.Future[RunOutcome], detach: asyncio.Future[None]
+    ) -> asyncio.Future[RunOutcome]:
         """A future with :meth:`_advance_detachable`'s answer for a begun run: the run's
         result (or error) when it ends first, ``RunOutcome(state=running)`` when it detaches
         first (the run then goes on in the background). Callbacks, not a task: a sweep
@@ -471,8 +548,7 @@ class Engine(Walker, Limits):
             return
         error = task.exception()
         if error is not None and not isinstance(error, StaleFencingToken):
-            log.error("background run failed on node %s", self.config.node_id,
-                      exc_info=error)
+            log.error("background run failed on node %s", self.config.node_id, exc_info=error)
 
     async def drain(self) -> None:
         """Wait until every run this engine continued in the background has parked or
@@ -498,8 +574,9 @@ class Engine(Walker, Limits):
         return await self._advance_detachable(claim, gated=False)
 
     # -- signals and cancel ------------------------------------------------------------
-    async def deliver(self, instance_id: str, name: str, payload: Any,
-                      idempotency_key: str | None = None) -> SignalDelivery:
+    async def deliver(
+        self, instance_id: str, name: str, payload: Any, idempotency_key: str | None = None
+    ) -> SignalDelivery:
         """Store a signal first; if the instance is parked on a wait that accepts it, the
         same store transaction claims it, and the instance is continued now (until it
         parks or ends, or goes on in the background at a heartbeating capability).
@@ -520,25 +597,38 @@ class Engine(Walker, Limits):
         if plan is None or signal is None:
             raise SignalNotDeclared(
                 f"flow {inst.flow_name}@{inst.flow_version} declares no signal {name!r}",
-                instance_id=instance_id, signal=name)
+                instance_id=instance_id,
+                signal=name,
+            )
         try:
             data = revive(signal.model, payload).model_dump(mode="json", by_alias=True)
         except ValidationError as exc:
-            raise InputInvalid(f"payload of signal {name} is invalid",
-                               errors=exc.errors(include_url=False, include_context=False),
-                               signal=name) from None
+            raise InputInvalid(
+                f"payload of signal {name} is invalid",
+                errors=exc.errors(include_url=False, include_context=False),
+                signal=name,
+            ) from None
         except (ValueError, RecursionError) as exc:  # e.g. nesting too deep to serialise
-            raise InputInvalid(f"payload of signal {name} cannot be stored: {exc}",
-                               signal=name) from None
+            raise InputInvalid(
+                f"payload of signal {name} cannot be stored: {exc}", signal=name
+            ) from None
         # the store decides "ended" atomically with the insert; a repeated key gets the
         # first answer even after the instance ended
         now = self.clock.now()
         delivered = await self.journal.deliver_and_claim(
-            instance_id, name, data, idempotency_key, now, self.new_id(),
-            owner=self.config.node_id, lease_until=now + self.lease,
-            wake_steps=_accepting(plan, name))
-        answer = SignalDelivery(delivered.signal, delivered.created, delivered.state,
-                                inst.flow_name, inst.flow_version)
+            instance_id,
+            name,
+            data,
+            idempotency_key,
+            now,
+            self.new_id(),
+            owner=self.config.node_id,
+            lease_until=now + self.lease,
+            wake_steps=_accepting(plan, name),
+        )
+        answer = SignalDelivery(
+            delivered.signal, delivered.created, delivered.state, inst.flow_name, inst.flow_version
+        )
         if delivered.claim is None:
             return answer
         outcome = None
@@ -551,12 +641,14 @@ class Engine(Walker, Limits):
             now_signal = await self.journal.get_signal(instance_id, delivered.signal.id)
             state = (await self.journal.get_instance(instance_id)).state
             return replace(answer, signal=now_signal or delivered.signal, state=state)
-        taken = next((s for s in outcome.signals_taken if s.id == delivered.signal.id),
-                     delivered.signal)
+        taken = next(
+            (s for s in outcome.signals_taken if s.id == delivered.signal.id), delivered.signal
+        )
         return replace(answer, signal=taken, state=outcome.state)
 
-    async def deliver_signal(self, instance_id: str, name: str, payload: Any,
-                             idempotency_key: str | None = None) -> tuple[SignalRecord, bool]:
+    async def deliver_signal(
+        self, instance_id: str, name: str, payload: Any, idempotency_key: str | None = None
+    ) -> tuple[SignalRecord, bool]:
         """:meth:`deliver`, answering ``(signal, created)`` only.
 
         Raises:
@@ -574,8 +666,9 @@ class Engine(Walker, Limits):
             InstanceNotFound, InstanceEnded (completion won the race).
         """
         now = self.clock.now()
-        ack = await self.journal.request_cancel(instance_id, self.config.node_id, now,
-                                                now + self.lease)
+        ack = await self.journal.request_cancel(
+            instance_id, self.config.node_id, now, now + self.lease
+        )
         if ack.claim is not None:
             await self._advance_detachable(ack.claim, gated=False)
         return await self.journal.get_instance(instance_id)

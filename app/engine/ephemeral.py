@@ -34,22 +34,42 @@ class _MemoryJournal:
         self.record = record
         self.rows: list[StepRow] = []
 
-    async def commit_step(self, token: int, row: StepRow, lease_until: datetime,
-                          events: Any = None, reviews: Any = None) -> Ack:
+    async def commit_step(
+        self,
+        token: int,
+        row: StepRow,
+        lease_until: datetime,
+        events: Any = None,
+        reviews: Any = None,
+    ) -> Ack:
         self.rows.append(row)
         return Ack()
 
     async def renew_lease(self, instance_id: str, token: int, lease_until: datetime) -> Ack:
         return Ack()
 
-    async def begin_ending(self, instance_id: str, token: int, now: datetime,
-                           ending: InstanceState, failure: FlowFailure | None) -> Ack:
+    async def begin_ending(
+        self,
+        instance_id: str,
+        token: int,
+        now: datetime,
+        ending: InstanceState,
+        failure: FlowFailure | None,
+    ) -> Ack:
         return Ack()
 
-    async def finish(self, instance_id: str, token: int, now: datetime, state: InstanceState,
-                     result: Any = None, failure: FlowFailure | None = None) -> Ack:
-        self.record = replace(self.record, state=state, result=result, failure=failure,
-                              updated_at=now)
+    async def finish(
+        self,
+        instance_id: str,
+        token: int,
+        now: datetime,
+        state: InstanceState,
+        result: Any = None,
+        failure: FlowFailure | None = None,
+    ) -> Ack:
+        self.record = replace(
+            self.record, state=state, result=result, failure=failure, updated_at=now
+        )
         return Ack()
 
     async def record_heartbeat(self, *args: Any) -> Ack:
@@ -70,9 +90,15 @@ async def run_ephemeral(engine: Engine, plan: Plan, data: dict[str, Any]) -> Sta
     from app.engine.engine import StartResult
 
     now = engine.clock.now()
-    record = InstanceRecord(id=engine.new_id(), flow_name=plan.name, flow_version=plan.version,
-                            state=InstanceState.RUNNING, input=data, created_at=now,
-                            updated_at=now)
+    record = InstanceRecord(
+        id=engine.new_id(),
+        flow_name=plan.name,
+        flow_version=plan.version,
+        state=InstanceState.RUNNING,
+        input=data,
+        created_at=now,
+        updated_at=now,
+    )
     memory = _MemoryJournal(record)
 
     class _View:

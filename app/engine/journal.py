@@ -396,8 +396,15 @@ class Journal(Protocol):
         ...
 
     async def commit_and_park(
-        self, token: int, row: StepRow, lease_until: datetime, *, owner: str,
-        wake_at: datetime | None, wake_step_id: int, wake_scope: int,
+        self,
+        token: int,
+        row: StepRow,
+        lease_until: datetime,
+        *,
+        owner: str,
+        wake_at: datetime | None,
+        wake_step_id: int,
+        wake_scope: int,
         accept_signal: str | None = None,
     ) -> Ack:
         """``commit_step(row)`` then ``park(...)`` at ``row.committed_at`` as one write where
@@ -430,7 +437,11 @@ class Journal(Protocol):
         ...
 
     async def begin_ending(
-        self, instance_id: str, token: int, now: datetime, ending: InstanceState,
+        self,
+        instance_id: str,
+        token: int,
+        now: datetime,
+        ending: InstanceState,
         failure: FlowFailure | None,
     ) -> Ack:
         """Record that the instance unwinds towards ``ending`` (FAILED or CANCELLED)."""
@@ -454,8 +465,14 @@ class Journal(Protocol):
         ...
 
     async def start_attempt(
-        self, instance_id: str, token: int, step_id: int, scope: int, try_number: int,
-        now: datetime, lease_until: datetime,
+        self,
+        instance_id: str,
+        token: int,
+        step_id: int,
+        scope: int,
+        try_number: int,
+        now: datetime,
+        lease_until: datetime,
     ) -> Ack:
         """Mark an attempt in flight (heartbeating capabilities), renewing the lease."""
         ...
@@ -525,8 +542,15 @@ class Journal(Protocol):
         ...
 
     async def write_stream(
-        self, instance_id: str, stream: str, payload: Any, size: int, max_bytes: int,
-        now: datetime, *, token: int | None = None,
+        self,
+        instance_id: str,
+        stream: str,
+        payload: Any,
+        size: int,
+        max_bytes: int,
+        now: datetime,
+        *,
+        token: int | None = None,
     ) -> bool:
         """Append a stream message unless the stream would pass ``max_bytes``; returns
         whether it was stored. With ``token``, the write is fenced like the lease holder's

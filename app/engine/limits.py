@@ -33,8 +33,9 @@ class Limits:
     config: Any
 
     # -- capability limits ---------------------------------------------------------------
-    async def call_with_limits(self, capability: Capability, ctx: ExecutionContext,
-                               opts: CapabilityOptions, run: Run) -> Any:
+    async def call_with_limits(
+        self, capability: Capability, ctx: ExecutionContext, opts: CapabilityOptions, run: Run
+    ) -> Any:
         """Run one try with ``execute_timeout`` (and heartbeat watchdog) on the engine clock;
         renew the lease meanwhile when the capability does not heartbeat.
 
@@ -73,8 +74,9 @@ class Limits:
             renewal = limits.renewal
             if not task.done() or (renewal is not None and not renewal.done()):
                 task.cancel()
-                await asyncio.gather(task, *([renewal] if renewal is not None else []),
-                                     return_exceptions=True)
+                await asyncio.gather(
+                    task, *([renewal] if renewal is not None else []), return_exceptions=True
+                )
             elif not task.cancelled():
                 task.exception()  # retrieved, also when the run was cancelled as it ended
 
@@ -97,13 +99,21 @@ class Limits:
         try:
             ack = await run.journal.renew_lease(run.instance_id, run.token, until)
         except StaleFencingToken:
-            log.warning("instance %s: lease renewal refused on node %s (token %d): "
-                        "another node took it over; this node stops the run",
-                        run.instance_id, self.config.node_id, run.token)
+            log.warning(
+                "instance %s: lease renewal refused on node %s (token %d): "
+                "another node took it over; this node stops the run",
+                run.instance_id,
+                self.config.node_id,
+                run.token,
+            )
             raise
         except StoreUnavailable as exc:
-            log.warning("instance %s: lease renewal failed on node %s: %s",
-                        run.instance_id, self.config.node_id, exc)
+            log.warning(
+                "instance %s: lease renewal failed on node %s: %s",
+                run.instance_id,
+                self.config.node_id,
+                exc,
+            )
             return False
         run.lease_expires_at = until
         run.after_ack(ack)
@@ -126,12 +136,32 @@ class _TryLimits:
     capability unwinds, as the try still holds the lease).
     """
 
-    __slots__ = ("engine", "task", "ctx", "opts", "run", "clock", "ended", "renewal",
-                 "lease_error", "execute_expired", "heartbeat_expired", "started",
-                 "_deadline", "_timer", "_stopped")
+    __slots__ = (
+        "engine",
+        "task",
+        "ctx",
+        "opts",
+        "run",
+        "clock",
+        "ended",
+        "renewal",
+        "lease_error",
+        "execute_expired",
+        "heartbeat_expired",
+        "started",
+        "_deadline",
+        "_timer",
+        "_stopped",
+    )
 
-    def __init__(self, engine: Limits, task: asyncio.Future[Any], ctx: ExecutionContext,
-                 opts: CapabilityOptions, run: Run) -> None:
+    def __init__(
+        self,
+        engine: Limits,
+        task: asyncio.Future[Any],
+        ctx: ExecutionContext,
+        opts: CapabilityOptions,
+        run: Run,
+    ) -> None:
         self.engine = engine
         self.task = task
         self.ctx = ctx
@@ -145,8 +175,7 @@ class _TryLimits:
         self.heartbeat_expired = False
         self._stopped = False
         task.add_done_callback(self._task_done)
-        self._deadline: Timer = self.clock.call_later(opts.execute_timeout,
-                                                      self._execute_timeout)
+        self._deadline: Timer = self.clock.call_later(opts.execute_timeout, self._execute_timeout)
         self._timer: Timer | None = None  # the keeper's or the watchdog's
         if opts.heartbeat_timeout is None:
             self._keep_lease()
@@ -161,12 +190,13 @@ class _TryLimits:
             return self.lease_error
         if self.execute_expired:
             return _CapabilityTimeout(
-                "execute_timeout",
-                f"{capability.id} did not finish within {opts.execute_timeout}")
+                "execute_timeout", f"{capability.id} did not finish within {opts.execute_timeout}"
+            )
         assert self.heartbeat_expired
         return _CapabilityTimeout(
             "heartbeat_timeout",
-            f"{capability.id} recorded no heartbeat for {opts.heartbeat_timeout}")
+            f"{capability.id} recorded no heartbeat for {opts.heartbeat_timeout}",
+        )
 
     def stop(self) -> None:
         """Cancel the timers; a renewal in flight goes on (the caller waits for it)."""
@@ -194,7 +224,8 @@ class _TryLimits:
             return
         engine = self.engine
         self._timer = self.clock.call_later(
-            engine._lease_left(self.run) - engine.lease * 2 / 3, self._renew)
+            engine._lease_left(self.run) - engine.lease * 2 / 3, self._renew
+        )
 
     def _renew(self) -> None:
         self._timer = None

@@ -71,8 +71,9 @@ class RunOutcome:
 class _Interrupt(Exception):
     """Internal: the walk must stop and unwind (fail/cancel) or complete early."""
 
-    def __init__(self, ending: InstanceState, failure: FlowFailure | None = None,
-                 result: Any = None) -> None:
+    def __init__(
+        self, ending: InstanceState, failure: FlowFailure | None = None, result: Any = None
+    ) -> None:
         super().__init__(ending)
         self.ending = ending
         self.failure = failure
@@ -88,8 +89,15 @@ class _Park(Exception):
 class Run:
     """One advance of one instance under one claim (internal to the engine)."""
 
-    def __init__(self, engine: Any, plan: Plan, instance: InstanceRecord, claim: Claim,
-                 steps: list[StepRow], signals: list[SignalRecord]) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        plan: Plan,
+        instance: InstanceRecord,
+        claim: Claim,
+        steps: list[StepRow],
+        signals: list[SignalRecord],
+    ) -> None:
         self.engine = engine
         self.journal: Journal = engine.journal
         self.clock: Clock = engine.clock
@@ -111,7 +119,8 @@ class Run:
         # the parked wake this claim found; consumed by the first action of this run
         self.pending_wake = (
             (instance.wake_step_id, instance.wake_scope, instance.wake_at)
-            if instance.wake_step_id is not None else None
+            if instance.wake_step_id is not None
+            else None
         )
         self.attempts = 0
         self.cancel_requested = instance.cancel_requested
@@ -159,22 +168,27 @@ class Run:
         if self.instance.ending is not None:
             raise _Interrupt(self.instance.ending, self.instance.failure)
         if self.cancel_requested:
-            raise _Interrupt(InstanceState.CANCELLED,
-                             FlowFailure("flow.cancelled", "the instance was cancelled"))
+            raise _Interrupt(
+                InstanceState.CANCELLED, FlowFailure("flow.cancelled", "the instance was cancelled")
+            )
         deadline = self.instance.deadline_at
         if deadline is not None and self.now() >= deadline:
-            raise _Interrupt(InstanceState.FAILED, FlowFailure(
-                "flow.deadline_exceeded",
-                f"flow {self.plan.name} passed its deadline {deadline.isoformat()}",
-                {"deadline_at": deadline.isoformat()},
-            ))
+            raise _Interrupt(
+                InstanceState.FAILED,
+                FlowFailure(
+                    "flow.deadline_exceeded",
+                    f"flow {self.plan.name} passed its deadline {deadline.isoformat()}",
+                    {"deadline_at": deadline.isoformat()},
+                ),
+            )
 
     def after_ack(self, ack: Ack) -> None:
         if ack.cancel_requested:
             self.cancel_requested = True
 
-    async def park(self, wake_at: datetime | None, step_id: int, scope: int,
-                   accept_signal: str | None = None) -> None:
+    async def park(
+        self, wake_at: datetime | None, step_id: int, scope: int, accept_signal: str | None = None
+    ) -> None:
         """Suspend at (step_id, scope) until ``wake_at`` (capped by the deadline).
 
         Raises _Park when parked; returns when the park was refused for a waiting signal
@@ -192,15 +206,28 @@ class Run:
         row, self.unflushed = self.unflushed, None
         if row is not None:  # the attempt's row and the park: one write
             ack = await self.journal.commit_and_park(
-                self.token, row, self.lease_until(), owner=self.engine.config.node_id,
-                wake_at=wake_at, wake_step_id=step_id, wake_scope=scope,
-                accept_signal=accept_signal)
+                self.token,
+                row,
+                self.lease_until(),
+                owner=self.engine.config.node_id,
+                wake_at=wake_at,
+                wake_step_id=step_id,
+                wake_scope=scope,
+                accept_signal=accept_signal,
+            )
         else:
-            ack = await self.journal.park(self.instance_id, self.token, self.now(), wake_at,
-                                          step_id, scope, accept_signal)
+            ack = await self.journal.park(
+                self.instance_id, self.token, self.now(), wake_at, step_id, scope, accept_signal
+            )
         if ack.applied:
-            self.settle(state=InstanceState.SUSPENDED, wake_at=wake_at, wake_step_id=step_id,
-                        wake_scope=scope, lease_owner=None, lease_expires_at=None)
+            self.settle(
+                state=InstanceState.SUSPENDED,
+                wake_at=wake_at,
+                wake_step_id=step_id,
+                wake_scope=scope,
+                lease_owner=None,
+                lease_expires_at=None,
+            )
             raise _Park(Halt(InstanceState.SUSPENDED, wake_at))
         if ack.cancel_requested:
             self.cancel_requested = True
@@ -222,10 +249,17 @@ class Run:
 
     def settle(self, **changes: Any) -> None:
         """Keep :attr:`instance` as the run last wrote it (a start answers with it)."""
-        self.instance = replace(self.instance, updated_at=self.now(), attempt_step_id=None,
-                                attempt_scope=None, attempt_try=None,
-                                attempt_started_at=None, heartbeat_at=None,
-                                heartbeat_value=None, **changes)
+        self.instance = replace(
+            self.instance,
+            updated_at=self.now(),
+            attempt_step_id=None,
+            attempt_scope=None,
+            attempt_try=None,
+            attempt_started_at=None,
+            heartbeat_at=None,
+            heartbeat_value=None,
+            **changes,
+        )
 
     async def refresh_mailbox(self) -> None:
         """Re-read untaken signals when this run has worked since it loaded them (a signal
@@ -239,13 +273,23 @@ class Run:
                 return signal
         return None
 
-    async def take_signal(self, node_index: int, scope: int, signal: SignalRecord,
-                          model: type[BaseModel]) -> None:
+    async def take_signal(
+        self, node_index: int, scope: int, signal: SignalRecord, model: type[BaseModel]
+    ) -> None:
         await self.flush()
         now = self.now()
         payload = revive(model, signal.payload).model_dump(mode="json", by_alias=True)
-        row = StepRow(self.instance_id, node_index, scope, StepKind.SIGNAL, signal.name,
-                      Outcome.SUCCESS, now, now, values={bag_key(model): payload})
+        row = StepRow(
+            self.instance_id,
+            node_index,
+            scope,
+            StepKind.SIGNAL,
+            signal.name,
+            Outcome.SUCCESS,
+            now,
+            now,
+            values={bag_key(model): payload},
+        )
         ack = await self.journal.take_signal(self.token, signal.id, row)
         self.signals = [s for s in self.signals if s.id != signal.id]
         self.taken.append(replace(signal, taken_at=now, taken_step_id=node_index))
@@ -274,8 +318,9 @@ class Run:
             last_value, written_at = self.heartbeat_written
             if last_value == value and now - written_at < cap_timeout / 3:
                 return
-        ack = await self.journal.record_heartbeat(self.instance_id, self.token, value, now,
-                                                  now + cap_timeout)
+        ack = await self.journal.record_heartbeat(
+            self.instance_id, self.token, value, now, now + cap_timeout
+        )
         self.heartbeat_written = (value, now)
         self.after_ack(ack)
         if self.cancel_requested:
@@ -291,18 +336,33 @@ class Run:
         """
         declared = self.plan.streams.get(stream.name)
         if declared is None:
-            raise KeyError(f"flow {self.plan.name}@{self.plan.version} declares no stream "
-                           f"{stream.name!r} (Flow(streams=...))")
+            raise KeyError(
+                f"flow {self.plan.name}@{self.plan.version} declares no stream "
+                f"{stream.name!r} (Flow(streams=...))"
+            )
         payload = value.model_dump(mode="json", by_alias=True)
         size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
         if self.ephemeral:
             return False
-        return await self.journal.write_stream(self.instance_id, stream.name, payload, size,
-                                               declared.max_bytes, self.now(),
-                                               token=self.token)
+        return await self.journal.write_stream(
+            self.instance_id,
+            stream.name,
+            payload,
+            size,
+            declared.max_bytes,
+            self.now(),
+            token=self.token,
+        )
 
-    async def execute(self, node: StepNode, scope: int, capability: Capability,
-                      kind: StepKind = StepKind.STEP, *, defer: bool = False) -> StepRow:
+    async def execute(
+        self,
+        node: StepNode,
+        scope: int,
+        capability: Capability,
+        kind: StepKind = StepKind.STEP,
+        *,
+        defer: bool = False,
+    ) -> StepRow:
         """Run the next try of ``capability`` at (node, scope) and commit its row.
 
         With ``defer`` the row is kept as :attr:`unflushed` instead: the run's next write
@@ -320,16 +380,28 @@ class Run:
         if hb_timeout is not None and kind is StepKind.STEP:
             beat = await self.journal.last_heartbeat(self.instance_id, node.index, scope)
             checkpoint = beat.value if beat is not None else None
-            ack = await self.journal.start_attempt(self.instance_id, self.token, node.index,
-                                                   scope, try_number, self.now(),
-                                                   self.now() + hb_timeout)
+            ack = await self.journal.start_attempt(
+                self.instance_id,
+                self.token,
+                node.index,
+                scope,
+                try_number,
+                self.now(),
+                self.now() + hb_timeout,
+            )
             self.after_ack(ack)
             if self.detach is not None and not self.detach.done():
                 self.detach.set_result(None)  # an in-process wait: the caller need not wait
         started = self.now()
-        ctx = ExecutionContext(self, step_id=node.index, scope=scope, attempt=try_number,
-                               recovery_error=self.recovery, checkpoint=checkpoint,
-                               heartbeat_timeout=hb_timeout if kind is StepKind.STEP else None)
+        ctx = ExecutionContext(
+            self,
+            step_id=node.index,
+            scope=scope,
+            attempt=try_number,
+            recovery_error=self.recovery,
+            checkpoint=checkpoint,
+            heartbeat_timeout=hb_timeout if kind is StepKind.STEP else None,
+        )
         self.heartbeat_written = None
         self.attempts += 1
         error_type: str | None = None
@@ -342,22 +414,36 @@ class Run:
         except _CapabilityTimeout as exc:
             error_type, detail = exc.kind, str(exc)
         except _CancelRequested:  # learned from a heartbeat: stop the try and unwind
-            raise _Interrupt(InstanceState.CANCELLED,
-                             FlowFailure("flow.cancelled", "the instance was cancelled")
-                             ) from None
+            raise _Interrupt(
+                InstanceState.CANCELLED, FlowFailure("flow.cancelled", "the instance was cancelled")
+            ) from None
         except Exception as exc:  # noqa: BLE001 - any exception is a failed try
             error_type, detail = type(exc).__name__, str(exc) or repr(exc)
         now = self.now()
         if error_type is None:
             values = dict(ctx.puts)
             if isinstance(decision, Fail):
-                values[DECISION_KEY] = {"fail": {"code": decision.code,
-                                                 "message": decision.message,
-                                                 "details": decision.details}}
+                values[DECISION_KEY] = {
+                    "fail": {
+                        "code": decision.code,
+                        "message": decision.message,
+                        "details": decision.details,
+                    }
+                }
             elif isinstance(decision, Complete):
                 values[DECISION_KEY] = {"complete": _jsonable(decision.result)}
-            row = StepRow(self.instance_id, node.index, scope, kind, capability.id,
-                          Outcome.SUCCESS, started, now, try_number=try_number, values=values)
+            row = StepRow(
+                self.instance_id,
+                node.index,
+                scope,
+                kind,
+                capability.id,
+                Outcome.SUCCESS,
+                started,
+                now,
+                try_number=try_number,
+                values=values,
+            )
         else:
             policy = opts.retry if kind is StepKind.STEP else None
             next_try_at = None
@@ -366,18 +452,36 @@ class Run:
                 elapsed = (now + delay) - (first_start or started)
                 if policy.allows_another(try_number, error_type, elapsed):
                     next_try_at = now + delay
-            row = StepRow(self.instance_id, node.index, scope, kind, capability.id,
-                          Outcome.FAILURE, started, now, try_number=try_number,
-                          error_type=error_type, error_detail=detail[:2000],
-                          final=next_try_at is None, next_try_at=next_try_at)
-            log.info("instance %s: %s try %d failed: %s: %s", self.instance_id,
-                     capability.id, try_number, error_type, detail)
+            row = StepRow(
+                self.instance_id,
+                node.index,
+                scope,
+                kind,
+                capability.id,
+                Outcome.FAILURE,
+                started,
+                now,
+                try_number=try_number,
+                error_type=error_type,
+                error_detail=detail[:2000],
+                final=next_try_at is None,
+                next_try_at=next_try_at,
+            )
+            log.info(
+                "instance %s: %s try %d failed: %s: %s",
+                self.instance_id,
+                capability.id,
+                try_number,
+                error_type,
+                detail,
+            )
         if defer and not ctx.reviews:
             self.unflushed = row
             self.record(row)
             return row
-        ack = await self.journal.commit_step(self.token, row, self.lease_until(),
-                                             reviews=ctx.reviews or None)
+        ack = await self.journal.commit_step(
+            self.token, row, self.lease_until(), reviews=ctx.reviews or None
+        )
         self.record(row)
         self.after_ack(ack)
         return row
@@ -389,8 +493,9 @@ class Run:
             return
         if "fail" in decision:
             f = decision["fail"]
-            raise _Interrupt(InstanceState.FAILED,
-                             FlowFailure(f["code"], f["message"], f.get("details") or {}))
+            raise _Interrupt(
+                InstanceState.FAILED, FlowFailure(f["code"], f["message"], f.get("details") or {})
+            )
         raise _Interrupt(InstanceState.COMPLETED, result=decision["complete"])
 
     def lost_attempt(self, node: StepNode, scope: int) -> bool:
@@ -398,8 +503,11 @@ class Run:
         holder is gone (its lease expired): it is recorded as failed."""
         inst = self.instance
         tries = len(self.found(node.index, scope))
-        return (inst.attempt_step_id == node.index and inst.attempt_scope == scope
-                and inst.attempt_try == tries + 1)
+        return (
+            inst.attempt_step_id == node.index
+            and inst.attempt_scope == scope
+            and inst.attempt_try == tries + 1
+        )
 
     async def record_lost(self, node: StepNode, scope: int) -> StepRow:
         await self.flush()
@@ -411,20 +519,33 @@ class Run:
         now = self.now()
         policy = capability.options.retry
         next_try_at = None
-        detail = (f"no heartbeat from try {try_number} since "
-                  f"{(self.instance.heartbeat_at or started).isoformat()}")
+        detail = (
+            f"no heartbeat from try {try_number} since "
+            f"{(self.instance.heartbeat_at or started).isoformat()}"
+        )
         if policy is not None:
             delay = policy.delay_after(try_number)
-            if policy.allows_another(try_number, "heartbeat_timeout",
-                                     (now + delay) - first_start):
+            if policy.allows_another(try_number, "heartbeat_timeout", (now + delay) - first_start):
                 next_try_at = now + delay
-        row = StepRow(self.instance_id, node.index, scope, StepKind.STEP, capability.id,
-                      Outcome.FAILURE, started, now, try_number=try_number,
-                      error_type="heartbeat_timeout", error_detail=detail,
-                      final=next_try_at is None, next_try_at=next_try_at)
+        row = StepRow(
+            self.instance_id,
+            node.index,
+            scope,
+            StepKind.STEP,
+            capability.id,
+            Outcome.FAILURE,
+            started,
+            now,
+            try_number=try_number,
+            error_type="heartbeat_timeout",
+            error_detail=detail,
+            final=next_try_at is None,
+            next_try_at=next_try_at,
+        )
         ack = await self.journal.commit_step(self.token, row, self.lease_until())
-        self.instance = replace(self.instance, attempt_step_id=None, attempt_scope=None,
-                                attempt_try=None)
+        self.instance = replace(
+            self.instance, attempt_step_id=None, attempt_scope=None, attempt_try=None
+        )
         self.record(row)
         self.after_ack(ack)
         return row
@@ -449,5 +570,3 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json", by_alias=True)
     return to_jsonable_python(value, by_alias=True)
-
-

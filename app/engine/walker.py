@@ -70,13 +70,21 @@ class Walker:
                 cursor = await self._emit(run, node)
             elif isinstance(node, FailNode):
                 run.check_interrupts()
-                raise _Interrupt(InstanceState.FAILED, FlowFailure(node.code, node.message,
-                                     {"node": node.index}))
+                raise _Interrupt(
+                    InstanceState.FAILED, FlowFailure(node.code, node.message, {"node": node.index})
+                )
         run.check_interrupts()
 
-    async def _attempt(self, run: Run, node: StepNode, scope: int, wake_step: int, *,
-                       budget_end: datetime | None = None, accept: str | None = None
-                       ) -> StepRow | None:
+    async def _attempt(
+        self,
+        run: Run,
+        node: StepNode,
+        scope: int,
+        wake_step: int,
+        *,
+        budget_end: datetime | None = None,
+        accept: str | None = None,
+    ) -> StepRow | None:
         """Replay or run one try of (node, scope).
 
         Returns the deciding row (a success or a final failure), or None when the caller
@@ -110,13 +118,21 @@ class Walker:
         return row if row.final else None
 
     def _step_failed(self, node: StepNode, row: StepRow) -> _Interrupt:
-        return _Interrupt(InstanceState.FAILED, FlowFailure(
-            "flow.step_failed",
-            f"{node.capability.id} failed after {row.try_number} tries: "
-            f"{row.error_type}: {row.error_detail}",
-            {"capability_id": node.capability.id, "error_type": row.error_type,
-             "detail": row.error_detail, "node": node.index, "tries": row.try_number},
-        ))
+        return _Interrupt(
+            InstanceState.FAILED,
+            FlowFailure(
+                "flow.step_failed",
+                f"{node.capability.id} failed after {row.try_number} tries: "
+                f"{row.error_type}: {row.error_detail}",
+                {
+                    "capability_id": node.capability.id,
+                    "error_type": row.error_type,
+                    "detail": row.error_detail,
+                    "node": node.index,
+                    "tries": row.try_number,
+                },
+            ),
+        )
 
     async def _step(self, run: Run, node: StepNode) -> int:
         row = None
@@ -130,8 +146,9 @@ class Walker:
             assert node.next is not None
             return node.next
         if node.failure_target is not None:
-            run.recovery = RecoveryError(row.error_type or "error", row.error_detail or "",
-                                         row.try_number)
+            run.recovery = RecoveryError(
+                row.error_type or "error", row.error_detail or "", row.try_number
+            )
             return node.failure_target
         raise self._step_failed(node, row)
 
@@ -180,14 +197,19 @@ class Walker:
                     return node.satisfied_target
             end = budget_end()
             if end is not None and run.now() >= end:
-                return self._timed_out(node.timeout_target, FlowFailure(
-                    "flow.poll_not_satisfied",
-                    f"{body.capability.id} was not satisfied within {node.timeout}",
-                    {"node": node.index, "capability_id": body.capability.id,
-                     "attempts": scope},
-                ))
-            row = await self._attempt(run, body, scope, node.index, budget_end=end,
-                                      accept=accept)
+                return self._timed_out(
+                    node.timeout_target,
+                    FlowFailure(
+                        "flow.poll_not_satisfied",
+                        f"{body.capability.id} was not satisfied within {node.timeout}",
+                        {
+                            "node": node.index,
+                            "capability_id": body.capability.id,
+                            "attempts": scope,
+                        },
+                    ),
+                )
+            row = await self._attempt(run, body, scope, node.index, budget_end=end, accept=accept)
             if row is None:
                 continue
             if row.outcome is Outcome.FAILURE:
@@ -224,10 +246,14 @@ class Walker:
             if not parked:
                 wake = run.now() + node.timeout if node.timeout is not None else None
             elif wake is not None and run.now() >= wake:
-                return self._timed_out(node.timeout_target, FlowFailure("flow.signal_not_received",
-                                                   f"signal {node.signal.name} did not arrive "
-                                                   f"within {node.timeout}",
-                    {"node": node.index}))
+                return self._timed_out(
+                    node.timeout_target,
+                    FlowFailure(
+                        "flow.signal_not_received",
+                        f"signal {node.signal.name} did not arrive within {node.timeout}",
+                        {"node": node.index},
+                    ),
+                )
             run.pending_wake = (node.index, 0, wake)
             await run.park(wake, node.index, 0, node.signal.name)
 
@@ -238,12 +264,22 @@ class Walker:
         payload = _evaluate(f"emit {node.name}", lambda: _jsonable(node.factory(run.view())))
         now = run.now()
         event = EmittedEvent(self.new_id(), node.name, payload)
-        row = StepRow(run.instance_id, node.index, 0, StepKind.EMIT, node.name,
-                      Outcome.SUCCESS, now, now, values={"event_id": event.id})
+        row = StepRow(
+            run.instance_id,
+            node.index,
+            0,
+            StepKind.EMIT,
+            node.name,
+            Outcome.SUCCESS,
+            now,
+            now,
+            values={"event_id": event.id},
+        )
         # the step the run executed before (not written yet) goes first, in the same write
         deferred, run.unflushed = run.unflushed, None
-        ack = await run.journal.commit_step(run.token, row, run.lease_until(), events=[event],
-                                            deferred=deferred)
+        ack = await run.journal.commit_step(
+            run.token, row, run.lease_until(), events=[event], deferred=deferred
+        )
         run.record(row)
         run.after_ack(ack)
         return node.next
@@ -251,37 +287,60 @@ class Walker:
     async def _complete(self, run: Run, result: Any = None, early: bool = False) -> Halt:
         if not early:
             returns = run.plan.returns
-            result = _evaluate("returns", lambda: _jsonable(returns(run.view()))
-                               ) if returns else None
+            result = (
+                _evaluate("returns", lambda: _jsonable(returns(run.view()))) if returns else None
+            )
         await run.flush()
-        ack = await run.journal.finish(run.instance_id, run.token, run.now(),
-                                        InstanceState.COMPLETED, result=result)
+        ack = await run.journal.finish(
+            run.instance_id, run.token, run.now(), InstanceState.COMPLETED, result=result
+        )
         if not ack.applied:
-            return await self._unwind(run, InstanceState.CANCELLED,
-                                      FlowFailure("flow.cancelled", "the instance was cancelled"))
-        run.settle(state=InstanceState.COMPLETED, result=result, ending=None, wake_at=None,
-                   wake_step_id=None, wake_scope=None, lease_owner=None, lease_expires_at=None)
+            return await self._unwind(
+                run,
+                InstanceState.CANCELLED,
+                FlowFailure("flow.cancelled", "the instance was cancelled"),
+            )
+        run.settle(
+            state=InstanceState.COMPLETED,
+            result=result,
+            ending=None,
+            wake_at=None,
+            wake_step_id=None,
+            wake_scope=None,
+            lease_owner=None,
+            lease_expires_at=None,
+        )
         return Halt(InstanceState.COMPLETED)
 
-    async def _unwind(self, run: Run, ending: InstanceState, failure: FlowFailure | None
-                      ) -> Halt:
+    async def _unwind(self, run: Run, ending: InstanceState, failure: FlowFailure | None) -> Halt:
         """Run compensations of completed steps in reverse order, once each, then end."""
         await run.flush()
         if run.instance.ending is None:
-            await run.journal.begin_ending(run.instance_id, run.token, run.now(), ending,
-                                            failure)
+            await run.journal.begin_ending(run.instance_id, run.token, run.now(), ending, failure)
         for node, scope in reversed(run.compensations):
             assert node.compensation is not None
             if run.found(node.index, scope, StepKind.COMPENSATION):
                 continue
             row = await run.execute(node, scope, node.compensation, StepKind.COMPENSATION)
             if row.outcome is Outcome.FAILURE:
-                log.error("instance %s: compensation %s failed: %s: %s", run.instance_id,
-                          node.compensation.id, row.error_type, row.error_detail)
-        await run.journal.finish(run.instance_id, run.token, run.now(), ending,
-                                  failure=failure)
-        run.settle(state=ending, failure=failure, ending=None, wake_at=None,
-                   wake_step_id=None, wake_scope=None, lease_owner=None, lease_expires_at=None)
+                log.error(
+                    "instance %s: compensation %s failed: %s: %s",
+                    run.instance_id,
+                    node.compensation.id,
+                    row.error_type,
+                    row.error_detail,
+                )
+        await run.journal.finish(run.instance_id, run.token, run.now(), ending, failure=failure)
+        run.settle(
+            state=ending,
+            failure=failure,
+            ending=None,
+            wake_at=None,
+            wake_step_id=None,
+            wake_scope=None,
+            lease_owner=None,
+            lease_expires_at=None,
+        )
         return Halt(ending)
 
 
@@ -291,9 +350,14 @@ def _evaluate(what: str, expression: Callable[[], Any]) -> Any:
     try:
         return expression()
     except Exception as exc:  # noqa: BLE001 - user code
-        raise _Interrupt(InstanceState.FAILED, FlowFailure(
-            "flow.expression_failed", f"{what} raised {type(exc).__name__}: {exc}",
-            {"expression": what, "error_type": type(exc).__name__})) from exc
+        raise _Interrupt(
+            InstanceState.FAILED,
+            FlowFailure(
+                "flow.expression_failed",
+                f"{what} raised {type(exc).__name__}: {exc}",
+                {"expression": what, "error_type": type(exc).__name__},
+            ),
+        ) from exc
 
 
 def _satisfied(node: PollNode, run: Run) -> bool:

@@ -197,9 +197,7 @@ class Block:
         return list(built.items)
 
     def _misuse(self, method: str, needs: str) -> None:
-        self.misuses.append(
-            Misuse("builder.modifier_misplaced", f"{method}() must follow {needs}")
-        )
+        self.misuses.append(Misuse("builder.modifier_misplaced", f"{method}() must follow {needs}"))
 
 
 class Flow(Block):

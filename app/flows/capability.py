@@ -196,8 +196,9 @@ class StepContext(Bag, Protocol):
         """Put ``value`` in the state bag (committed with this step's journal row)."""
         ...
 
-    def request_review(self, subject: str, reason: str, details: dict[str, Any] | None = None
-                       ) -> None:
+    def request_review(
+        self, subject: str, reason: str, details: dict[str, Any] | None = None
+    ) -> None:
         """Queue an item for human review (committed with this step's journal row)."""
         ...
 

@@ -45,8 +45,9 @@ class Catalog:
         try:
             return self._plans[(name, version)]
         except KeyError:
-            raise FlowNotFound(f"flow {name}@{version} is not registered on this node",
-                               flow=name, version=version) from None
+            raise FlowNotFound(
+                f"flow {name}@{version} is not registered on this node", flow=name, version=version
+            ) from None
 
     def find(self, name: str, version: str) -> Plan | None:
         return self._plans.get((name, version))

@@ -51,9 +51,13 @@ def flows_in(module: ModuleType) -> list[Flow]:
 
 
 def _duplicate(flow: Flow) -> Finding:
-    return Finding("flow.duplicate_version", Severity.ERROR, f"{flow.name}@{flow.version}",
-                   "flow", "another flow has the same name and version; Catalog.register "
-                   "refuses the second")
+    return Finding(
+        "flow.duplicate_version",
+        Severity.ERROR,
+        f"{flow.name}@{flow.version}",
+        "flow",
+        "another flow has the same name and version; Catalog.register refuses the second",
+    )
 
 
 def check_target(target: str, echo: Callable[[str], object] = print) -> int:

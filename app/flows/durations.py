@@ -179,6 +179,4 @@ class RetryPolicy:
             return False
         if self.maximum_attempts is not None and try_number >= self.maximum_attempts:
             return False
-        return not (
-            self.total_duration is not None and elapsed_at_next_start > self.total_duration
-        )
+        return not (self.total_duration is not None and elapsed_at_next_start > self.total_duration)

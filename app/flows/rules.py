@@ -109,19 +109,23 @@ class _Checker:
         seen = self.ids.setdefault(cap.id, type(cap))
         if seen is not type(cap):
             self.error(
-                "capability.duplicate_id", where,
+                "capability.duplicate_id",
+                where,
                 f"id {cap.id!r} is declared by {seen.__name__} and {type(cap).__name__}",
             )
         if not inspect.iscoroutinefunction(getattr(cap, "execute", None)):
-            self.error("capability.execute_not_async", where,
-                       f"{type(cap).__name__}.execute must be `async def` (the engine "
-                       "awaits it)")
+            self.error(
+                "capability.execute_not_async",
+                where,
+                f"{type(cap).__name__}.execute must be `async def` (the engine awaits it)",
+            )
         opts = cap.options
         hb = opts.heartbeat_timeout
         declared = hb is not None and opts.poll_interval is not None and opts.call_timeout
         if declared and opts.poll_interval + opts.call_timeout > hb - HEARTBEAT_MARGIN:  # type: ignore[operator]
             self.warn(
-                "heartbeat.window_too_small", where,
+                "heartbeat.window_too_small",
+                where,
                 f"poll_interval {opts.poll_interval} + call_timeout {opts.call_timeout} "
                 f"exceeds heartbeat_timeout {hb} - 10s",
             )
@@ -129,14 +133,20 @@ class _Checker:
     def signal(self, sig: Signal, where: str) -> None:
         known = self.signals.setdefault(sig.name, sig)
         if known.model is not sig.model:
-            self.error("signal.conflicting_model", where,
-                       f"signal {sig.name!r} declared with two payload models")
+            self.error(
+                "signal.conflicting_model",
+                where,
+                f"signal {sig.name!r} declared with two payload models",
+            )
 
     def reads(self, reads: tuple[type[BaseModel], ...], have: set[str], where: str) -> None:
         for model in reads:
             if bag_key(model) not in have:
-                self.error("value.read_before_put", where,
-                           f"reads {bag_key(model)} but no earlier node puts it")
+                self.error(
+                    "value.read_before_put",
+                    where,
+                    f"reads {bag_key(model)} but no earlier node puts it",
+                )
 
     # -- blocks --------------------------------------------------------------------
     def block(self, items: list[Item], have: set[str], path: str) -> tuple[set[str], bool]:
@@ -146,8 +156,11 @@ class _Checker:
             where = f"{path}{pos}"
             if isinstance(item, FailItem):
                 if pos != len(items) - 1:
-                    self.error("node.unreachable", f"{path}{pos + 1}",
-                               f"nodes after fail {item.code!r} can never run")
+                    self.error(
+                        "node.unreachable",
+                        f"{path}{pos + 1}",
+                        f"nodes after fail {item.code!r} can never run",
+                    )
                 return have, True
             if isinstance(item, StepItem):
                 have = self.step(item, have, where)
@@ -174,43 +187,65 @@ class _Checker:
             return have | puts
         retry = cap.options.retry
         if retry is not None and not retry.bounded:
-            self.warn("failure_route.unbounded_retry", label,
-                      "retry has neither maximum_attempts nor total_duration: the failure "
-                      "route can never run")
+            self.warn(
+                "failure_route.unbounded_retry",
+                label,
+                "retry has neither maximum_attempts nor total_duration: the failure "
+                "route can never run",
+            )
         after, fails = self.block(item.on_failure, have, f"{where}.on_failure.")
         return have | puts if fails else have | (puts & after)
 
-    def poll(self, item: PollItem, have: set[str], where: str, *, is_last: bool,
-             path: str) -> set[str]:
+    def poll(
+        self, item: PollItem, have: set[str], where: str, *, is_last: bool, path: str
+    ) -> set[str]:
         body = item.body
         if self.flow.profile is not Profile.DURABLE:
-            self.error("poll.requires_durable", f"{where} poll",
-                       "a poll parks between attempts; the flow must be durable")
+            self.error(
+                "poll.requires_durable",
+                f"{where} poll",
+                "a poll parks between attempts; the flow must be durable",
+            )
         if not isinstance(body, Capability):
-            self.error("poll.body_not_single_capability", f"{where} poll",
-                       "the body of a poll is exactly one capability")
+            self.error(
+                "poll.body_not_single_capability",
+                f"{where} poll",
+                "the body of a poll is exactly one capability",
+            )
             return have
         label = f"{where} poll {body.id}"
         self.capability(body, label)
         if not body.idempotent:
-            self.error("poll.body_not_idempotent", label,
-                       f"{body.id} repeats after every success; declare it idempotent")
+            self.error(
+                "poll.body_not_idempotent",
+                label,
+                f"{body.id} repeats after every success; declare it idempotent",
+            )
         if item.compensation is not None:
-            self.error("poll.body_has_compensation", label,
-                       "a poll body runs an unbounded number of times and cannot be compensated")
+            self.error(
+                "poll.body_has_compensation",
+                label,
+                "a poll body runs an unbounded number of times and cannot be compensated",
+            )
         if item.timeout <= timedelta(0):
             self.error("poll.timeout_not_positive", label, "timeout must be positive")
         else:
             if item.interval.base_delay(0) > item.timeout:
-                self.warn("poll.first_interval_exceeds_timeout", label,
-                          f"first interval {item.interval.base_delay(0)} exceeds timeout "
-                          f"{item.timeout}: one call, then the timeout path")
+                self.warn(
+                    "poll.first_interval_exceeds_timeout",
+                    label,
+                    f"first interval {item.interval.base_delay(0)} exceeds timeout "
+                    f"{item.timeout}: one call, then the timeout path",
+                )
             deadline = self.flow.deadline
             if deadline is not None and timedelta(0) < deadline < item.timeout:
-                self.warn("poll.timeout_exceeds_deadline", label,
-                          f"timeout {item.timeout} exceeds the flow deadline {deadline}: the "
-                          "deadline fails the instance (flow.deadline_exceeded) before the "
-                          "budget runs out, so the timeout path never runs")
+                self.warn(
+                    "poll.timeout_exceeds_deadline",
+                    label,
+                    f"timeout {item.timeout} exceeds the flow deadline {deadline}: the "
+                    "deadline fails the instance (flow.deadline_exceeded) before the "
+                    "budget runs out, so the timeout path never runs",
+                )
         self.reads(body.reads, have, label)
         after_body = have | {bag_key(m) for m in body.puts}
         self.reads(item.reads, after_body, f"{label} until")
@@ -219,9 +254,12 @@ class _Checker:
         if item.on_timeout is not None:
             _, fails = self.block(item.on_timeout, after_body, f"{where}.on_timeout.")
             if not fails and is_last and path == "":
-                self.warn("on_timeout.falls_through_to_end", label,
-                          "the on_timeout block neither fails nor is followed by anything: "
-                          "a timed-out poll would complete the flow")
+                self.warn(
+                    "on_timeout.falls_through_to_end",
+                    label,
+                    "the on_timeout block neither fails nor is followed by anything: "
+                    "a timed-out poll would complete the flow",
+                )
         return after_body
 
     def await_(self, item: AwaitItem, have: set[str], where: str) -> set[str]:
@@ -240,8 +278,11 @@ class _Checker:
         if not flow.name or not flow.name.isprintable() or any(c.isspace() for c in flow.name):
             # the name is joined with a line feed in the idempotency digest (migration 0006)
             # and shown in routes and logs
-            self.error("flow.name_invalid", "flow",
-                       f"name {flow.name!r} must be non-empty and printable, without whitespace")
+            self.error(
+                "flow.name_invalid",
+                "flow",
+                f"name {flow.name!r} must be non-empty and printable, without whitespace",
+            )
         if flow.deadline is not None and flow.deadline <= timedelta(0):
             self.error("flow.deadline_not_positive", "flow", "deadline must be positive")
         if flow.trigger is not None and not flow.trigger.route.startswith("/"):
@@ -266,25 +307,42 @@ def _flatten(items: list[Item], start: int) -> list[Node]:
                 nodes.append(StepNode(idx, item.capability, item.compensation, next=idx + 1))
             else:
                 block = _flatten(item.on_failure, idx + 1)
-                nodes.append(StepNode(idx, item.capability, item.compensation,
-                                      next=idx + 1 + len(block), failure_target=idx + 1))
+                nodes.append(
+                    StepNode(
+                        idx,
+                        item.capability,
+                        item.compensation,
+                        next=idx + 1 + len(block),
+                        failure_target=idx + 1,
+                    )
+                )
                 nodes.extend(block)
         elif isinstance(item, PollItem):
             block = _flatten(item.on_timeout or [], idx + 2)
-            nodes.append(PollNode(
-                idx, item.until, item.interval, item.timeout,
-                satisfied_target=idx + 2 + len(block),
-                timeout_target=None if item.on_timeout is None else idx + 2,
-                signal=item.signal,
-            ))
+            nodes.append(
+                PollNode(
+                    idx,
+                    item.until,
+                    item.interval,
+                    item.timeout,
+                    satisfied_target=idx + 2 + len(block),
+                    timeout_target=None if item.on_timeout is None else idx + 2,
+                    signal=item.signal,
+                )
+            )
             nodes.append(StepNode(idx + 1, item.body, None, next=None, poll_index=idx))
             nodes.extend(block)
         elif isinstance(item, AwaitItem):
             block = _flatten(item.on_timeout or [], idx + 1)
-            nodes.append(AwaitSignalNode(
-                idx, item.signal, item.timeout, satisfied_target=idx + 1 + len(block),
-                timeout_target=None if item.on_timeout is None else idx + 1,
-            ))
+            nodes.append(
+                AwaitSignalNode(
+                    idx,
+                    item.signal,
+                    item.timeout,
+                    satisfied_target=idx + 1 + len(block),
+                    timeout_target=None if item.on_timeout is None else idx + 1,
+                )
+            )
             nodes.extend(block)
         elif isinstance(item, FailItem):
             nodes.append(FailNode(idx, item.code, item.message))
@@ -308,7 +366,9 @@ def compile_flow(flow: Flow) -> tuple[Plan, list[Finding]]:
     if errors:
         raise DefinitionError(
             f"flow {flow.name}@{flow.version} is invalid: " + "; ".join(map(str, errors)),
-            findings, flow=flow.name, version=flow.version,
+            findings,
+            flow=flow.name,
+            version=flow.version,
         )
     nodes = _flatten(flow.items, 0)
     signals: dict[str, Signal] = {}
@@ -318,9 +378,16 @@ def compile_flow(flow: Flow) -> tuple[Plan, list[Finding]]:
             signals[node.signal.name] = node.signal  # type: ignore[union-attr]
     streams: dict[str, Stream] = {s.name: s for s in flow.streams}
     plan = Plan(
-        name=flow.name, version=flow.version, input_model=flow.input_model,
-        output_model=flow.output_model, profile=flow.profile, trigger=flow.trigger,
-        deadline=flow.deadline, nodes=tuple(nodes), returns=flow.returns_factory,
-        signals=signals, streams=streams,
+        name=flow.name,
+        version=flow.version,
+        input_model=flow.input_model,
+        output_model=flow.output_model,
+        profile=flow.profile,
+        trigger=flow.trigger,
+        deadline=flow.deadline,
+        nodes=tuple(nodes),
+        returns=flow.returns_factory,
+        signals=signals,
+        streams=streams,
     )
     return plan, findings

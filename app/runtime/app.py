@@ -71,8 +71,9 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await self._refuse(scope, receive, send, f"more than {self.max_bytes} bytes "
-                                   "were sent")
+                await self._refuse(
+                    scope, receive, send, f"more than {self.max_bytes} bytes were sent"
+                )
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -81,9 +82,13 @@ class BodyLimit:
         await self.app(scope, _replay([body], receive), send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, why: str) -> None:
-        response = problem(413, "body_too_large",
-                           f"the request body is larger than {self.max_bytes} bytes "
-                           f"(FLOWPARK_MAX_BODY_BYTES): {why}", maxBodyBytes=self.max_bytes)
+        response = problem(
+            413,
+            "body_too_large",
+            f"the request body is larger than {self.max_bytes} bytes "
+            f"(FLOWPARK_MAX_BODY_BYTES): {why}",
+            maxBodyBytes=self.max_bytes,
+        )
         await response(scope, receive, send)
 
 
@@ -110,8 +115,12 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
     return replayed
 
 
-def create_app(settings: Settings | None = None, *, clock: Clock | None = None,
-               register: CatalogFactory | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    clock: Clock | None = None,
+    register: CatalogFactory | None = None,
+) -> FastAPI:
     """Build the flowpark ASGI app.
 
     Args:
@@ -132,10 +141,14 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None,
     http = outbound_client(settings.http_timeout_seconds)
     register(catalog, http, settings)
 
-    ocr = FakeOcrService(per_page=timedelta(seconds=settings.sample_ocr_per_page),
-                         callback_token=next(iter(sorted(settings.tokens)), None))
-    jobs = FakeJobService(queued_for=timedelta(seconds=settings.job_queued_seconds),
-                          succeed_after=timedelta(seconds=settings.job_succeed_seconds))
+    ocr = FakeOcrService(
+        per_page=timedelta(seconds=settings.sample_ocr_per_page),
+        callback_token=next(iter(sorted(settings.tokens)), None),
+    )
+    jobs = FakeJobService(
+        queued_for=timedelta(seconds=settings.job_queued_seconds),
+        succeed_after=timedelta(seconds=settings.job_succeed_seconds),
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -145,11 +158,20 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None,
         try:
             await check_schema_at_head(db)
             if settings.tokens == {DEFAULT_API_TOKEN}:
-                log.warning("FLOWPARK_API_TOKENS is the default %r: set your own tokens",
-                            DEFAULT_API_TOKEN)
-            engine = Engine(SqlJournal(db), catalog, clock, EngineConfig(
-                node_id=settings.node_id, lease=timedelta(seconds=settings.lease_seconds),
-                sweep_batch=settings.sweep_batch, concurrency=settings.concurrency))
+                log.warning(
+                    "FLOWPARK_API_TOKENS is the default %r: set your own tokens", DEFAULT_API_TOKEN
+                )
+            engine = Engine(
+                SqlJournal(db),
+                catalog,
+                clock,
+                EngineConfig(
+                    node_id=settings.node_id,
+                    lease=timedelta(seconds=settings.lease_seconds),
+                    sweep_batch=settings.sweep_batch,
+                    concurrency=settings.concurrency,
+                ),
+            )
             app.state.engine = engine
             app.state.db = db
             if settings.run_sweeper:
@@ -168,8 +190,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None,
             await http.aclose()
             await db.dispose()
 
-    app = FastAPI(title="flowpark", version="0.1.0", lifespan=lifespan,
-                  description="Durable flows that wait on external systems.")
+    app = FastAPI(
+        title="flowpark",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Durable flows that wait on external systems.",
+    )
     app.state.settings = settings
     app.state.catalog = catalog
     app.state.fake_ocr = ocr

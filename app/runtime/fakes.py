@@ -17,8 +17,12 @@ from app.settings import Settings
 __all__ = ["create_fakes_server"]
 
 
-def create_fakes_server(settings: Settings | None = None, *, per_page: float | None = None,
-                        callback_token: str | None = None) -> FastAPI:
+def create_fakes_server(
+    settings: Settings | None = None,
+    *,
+    per_page: float | None = None,
+    callback_token: str | None = None,
+) -> FastAPI:
     """Build the standalone fakes app (``/fake/ocr``, ``/fake/jobs``, ``GET /fake/stats``,
     ``GET /healthz``).
 
@@ -38,8 +42,10 @@ def create_fakes_server(settings: Settings | None = None, *, per_page: float | N
     seconds = settings.sample_ocr_per_page if per_page is None else per_page
     token = callback_token or next(iter(sorted(settings.tokens)), None)
     ocr = FakeOcrService(per_page=timedelta(seconds=seconds), callback_token=token)
-    jobs = FakeJobService(queued_for=timedelta(seconds=settings.job_queued_seconds),
-                          succeed_after=timedelta(seconds=settings.job_succeed_seconds))
+    jobs = FakeJobService(
+        queued_for=timedelta(seconds=settings.job_queued_seconds),
+        succeed_after=timedelta(seconds=settings.job_succeed_seconds),
+    )
     app = create_fakes_app(ocr, jobs)
     app.state.fake_ocr = ocr
     app.state.fake_jobs = jobs

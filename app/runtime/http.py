@@ -43,8 +43,9 @@ def outbound_client(timeout: float, *, max_connections: int = 200) -> httpx.Asyn
         An ``httpx.AsyncClient`` (its aiohttp sessions are opened on first use, in the
         running loop).
     """
-    client = _CookielessClient(timeout=timeout,
-                               limits=httpx.Limits(max_connections=max_connections))
+    client = _CookielessClient(
+        timeout=timeout, limits=httpx.Limits(max_connections=max_connections)
+    )
     client._cookies = _NoCookies()  # httpx has no switch; its property setter copies a jar
     return client
 
@@ -68,8 +69,9 @@ def _cookieless(transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport
     limits, tls = transport.limits, transport.ssl_context
 
     def session() -> aiohttp.ClientSession:  # called on the transport's first request
-        connector = aiohttp.TCPConnector(limit=limits.max_connections or 0, ssl=tls,
-                                         keepalive_timeout=limits.keepalive_expiry)
+        connector = aiohttp.TCPConnector(
+            limit=limits.max_connections or 0, ssl=tls, keepalive_timeout=limits.keepalive_expiry
+        )
         return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
     transport.client = session

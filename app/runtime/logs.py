@@ -19,8 +19,7 @@ import os
 import socket
 from typing import Any
 
-__all__ = ["LOG_FORMAT", "NodeFilter", "configure_logging", "log_config", "node_id",
-           "set_node_id"]
+__all__ = ["LOG_FORMAT", "NodeFilter", "configure_logging", "log_config", "node_id", "set_node_id"]
 
 #: The format of every log line (``%(node)s`` is filled in by :class:`NodeFilter`).
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(node)s] %(name)s: %(message)s"
@@ -36,8 +35,9 @@ def set_node_id(value: str) -> None:
 
 def node_id() -> str:
     """The node id log lines carry (see the module docstring)."""
-    return _node_id or os.environ.get("FLOWPARK_NODE_ID") or (
-        f"{socket.gethostname()}-{os.getpid()}")
+    return (
+        _node_id or os.environ.get("FLOWPARK_NODE_ID") or (f"{socket.gethostname()}-{os.getpid()}")
+    )
 
 
 class NodeFilter(logging.Filter):
@@ -72,13 +72,19 @@ def log_config(level: str = "info") -> dict[str, Any]:
         "filters": {"node": {"()": NodeFilter}},
         "formatters": {"node": {"format": LOG_FORMAT}},
         "handlers": {
-            "stderr": {"class": "logging.StreamHandler", "formatter": "node",
-                       "filters": ["node"], "stream": "ext://sys.stderr"},
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "formatter": "node",
+                "filters": ["node"],
+                "stream": "ext://sys.stderr",
+            },
         },
         "root": {"level": root_level, "handlers": ["stderr"]},
         "loggers": {
-            **{name: {"level": root_level, "handlers": [], "propagate": True}
-               for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
+            **{
+                name: {"level": root_level, "handlers": [], "propagate": True}
+                for name in ("uvicorn", "uvicorn.error", "uvicorn.access")
+            },
             # one line per sweep run, and a warning for each tick skipped while the sweep
             # still works through due instances: flowpark logs what a sweep did instead
             "apscheduler": {"level": _at_least(logging.ERROR, root_level)},

@@ -49,8 +49,9 @@ class Sweeper:
     wake jobs may overlap it: claims are atomic, so two sweeps never take the same row.
     """
 
-    def __init__(self, engine: Engine, interval_seconds: float, *,
-                 short_wakes: bool = True) -> None:
+    def __init__(
+        self, engine: Engine, interval_seconds: float, *, short_wakes: bool = True
+    ) -> None:
         self.engine = engine
         self.interval = interval_seconds
         self.short_wakes = short_wakes
@@ -77,9 +78,13 @@ class Sweeper:
             while self._take_again():  # a wake that came as the sweep ended: again
                 report = await self.engine.sweep(again=self._take_again)
                 if report.claimed:
-                    log.info("sweep on %s: claimed %d, advanced %d, failed %d",
-                             self.engine.config.node_id, report.claimed, report.advanced,
-                             report.failed_runs)
+                    log.info(
+                        "sweep on %s: claimed %d, advanced %d, failed %d",
+                        self.engine.config.node_id,
+                        report.claimed,
+                        report.advanced,
+                        report.failed_runs,
+                    )
         except Exception:
             log.exception("sweep failed on node %s", self.engine.config.node_id)
         finally:
@@ -104,23 +109,34 @@ class Sweeper:
             return
         job = self.scheduler.get_job("flowpark.sweep")
         next_scan = job.next_run_time if job is not None else None
-        if (next_scan is not None and next_scan > datetime.now(UTC)
-                and wake_at >= next_scan + timedelta(seconds=self.interval * 1.1)):
+        if (
+            next_scan is not None
+            and next_scan > datetime.now(UTC)
+            and wake_at >= next_scan + timedelta(seconds=self.interval * 1.1)
+        ):
             return
         slot = _slot(wake_at)
         if slot in self._slots:
             return
         self._slots.add(slot)
         self.wakes_scheduled += 1
-        self.scheduler.add_job(self._wake, "date", run_date=slot, args=[slot],
-                               misfire_grace_time=None)
+        self.scheduler.add_job(
+            self._wake, "date", run_date=slot, args=[slot], misfire_grace_time=None
+        )
 
     def start(self) -> None:
         # the first sweep runs at once: a restarted node resumes overdue instances now
-        self.scheduler.add_job(self.run_once, "interval", seconds=self.interval,
-                               jitter=max(self.interval * 0.1, 0.0), id="flowpark.sweep",
-                               max_instances=1, coalesce=True, misfire_grace_time=None,
-                               next_run_time=datetime.now(UTC))
+        self.scheduler.add_job(
+            self.run_once,
+            "interval",
+            seconds=self.interval,
+            jitter=max(self.interval * 0.1, 0.0),
+            id="flowpark.sweep",
+            max_instances=1,
+            coalesce=True,
+            misfire_grace_time=None,
+            next_run_time=datetime.now(UTC),
+        )
         if self.short_wakes and self._parked not in self.engine.wake_listeners:
             self.engine.wake_listeners.append(self._parked)
         self.scheduler.start()

@@ -37,13 +37,24 @@ async def run_worker(settings: Settings | None = None) -> None:
         await check_schema_at_head(db)
         catalog = Catalog()
         register_samples(catalog, http, settings)
-        engine = Engine(SqlJournal(db), catalog, SystemClock(), EngineConfig(
-            node_id=settings.node_id, lease=timedelta(seconds=settings.lease_seconds),
-            sweep_batch=settings.sweep_batch, concurrency=settings.concurrency))
+        engine = Engine(
+            SqlJournal(db),
+            catalog,
+            SystemClock(),
+            EngineConfig(
+                node_id=settings.node_id,
+                lease=timedelta(seconds=settings.lease_seconds),
+                sweep_batch=settings.sweep_batch,
+                concurrency=settings.concurrency,
+            ),
+        )
         sweeper = Sweeper(engine, settings.timer_scan_interval)
         sweeper.start()
-        log.info("flowpark worker %s sweeping every %.1fs", settings.node_id,
-                 settings.timer_scan_interval)
+        log.info(
+            "flowpark worker %s sweeping every %.1fs",
+            settings.node_id,
+            settings.timer_scan_interval,
+        )
         await stop.wait()
         await sweeper.stop()
         await engine.close()  # in-process waits stop; another node resumes them

@@ -20,8 +20,9 @@ if TYPE_CHECKING:
         upgrade,
     )
 
-_MIGRATE = frozenset({"check_schema_at_head", "current_revision", "downgrade",
-                      "head_revision", "upgrade"})
+_MIGRATE = frozenset(
+    {"check_schema_at_head", "current_revision", "downgrade", "head_revision", "upgrade"}
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -32,6 +33,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(migrate, name)
     raise AttributeError(f"module 'app.store' has no attribute {name!r}")
+
 
 __all__ = [
     "JournalConflict",

@@ -72,7 +72,8 @@ class SqlBase:
         # than the statement (the hot paths: get_instance after a start, claims, counts).
         if self._dialect == "postgresql":
             self._single_engine: AsyncEngine | None = engine.execution_options(
-                isolation_level="AUTOCOMMIT", **READ_ONLY)
+                isolation_level="AUTOCOMMIT", **READ_ONLY
+            )
         else:
             self._single_engine = None
         # SQLite has one write lock per file: queue this process's writers on an asyncio
@@ -116,7 +117,7 @@ class SqlBase:
         COMMIT round trips; the statement alone is atomic), else :meth:`_write` /
         :meth:`_read`. Same errors as :meth:`_write`."""
         if self._single_engine is None:
-            async with (self._write() if write else self._read()) as conn:
+            async with self._write() if write else self._read() as conn:
                 yield conn
             return
         try:

@@ -31,16 +31,27 @@ from app.store.mapping import step_values
 __all__ = ["CommitAnswer", "CommitItem", "FinishItem", "Lanes", "PgBatches", "require_aware"]
 
 _STEP_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("instance_id", "uuid"), ("step_id", "int"), ("scope", "int"), ("kind", "text"),
-    ("capability_id", "text"), ("outcome", "text"), ("try_number", "int"),
-    ("values", "json"), ("error_type", "text"), ("error_detail", "text"), ("final", "bool"),
-    ("next_try_at", "timestamptz"), ("started_at", "timestamptz"),
+    ("instance_id", "uuid"),
+    ("step_id", "int"),
+    ("scope", "int"),
+    ("kind", "text"),
+    ("capability_id", "text"),
+    ("outcome", "text"),
+    ("try_number", "int"),
+    ("values", "json"),
+    ("error_type", "text"),
+    ("error_detail", "text"),
+    ("final", "bool"),
+    ("next_try_at", "timestamptz"),
+    ("started_at", "timestamptz"),
     ("committed_at", "timestamptz"),
 )
 _STEP_NAMES = ", ".join(f'"{name}"' for name, _ in _STEP_COLUMNS)
 _STEP_FROM_T = ", ".join(f't."{name}"' for name, _ in _STEP_COLUMNS)
-_CLEAR_ATTEMPT = ("attempt_step_id = NULL, attempt_scope = NULL, attempt_try = NULL, "
-                  "attempt_started_at = NULL, heartbeat_at = NULL, heartbeat_value = NULL")
+_CLEAR_ATTEMPT = (
+    "attempt_step_id = NULL, attempt_scope = NULL, attempt_try = NULL, "
+    "attempt_started_at = NULL, heartbeat_at = NULL, heartbeat_value = NULL"
+)
 
 
 def require_aware(*instants: datetime | None) -> None:
@@ -56,15 +67,15 @@ def require_aware(*instants: datetime | None) -> None:
             raise ValueError(f"UtcDateTime expects an aware datetime, got naive {value!r}")
 
 
-def _recordset(columns: Sequence[tuple[str, str]], *, param: str = "rows",
-               alias: str = "t") -> str:
+def _recordset(columns: Sequence[tuple[str, str]], *, param: str = "rows", alias: str = "t") -> str:
     """The batch's rows as a relation ``alias``: one JSON parameter, typed columns."""
     defs = ", ".join(f'"{name}" {kind}' for name, kind in columns)
     return f"json_to_recordset(%({param})s::json) AS {alias}({defs})"
 
 
-def _rows(columns: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]], *,
-          param: str = "rows") -> dict[str, str]:
+def _rows(
+    columns: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]], *, param: str = "rows"
+) -> dict[str, str]:
     """The ``param`` parameter: the batch as one JSON array (one parameter to send and
     parse, however many rows), instants as ISO-8601 text with their offset (``Z`` for
     UTC). Serialised by pydantic-core (already a dependency): ~7x less CPU than the
@@ -80,9 +91,15 @@ def _rows(columns: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]], *,
 
 
 _CREATE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("id", "uuid"), ("flow_name", "text"), ("flow_version", "text"), ("input", "json"),
-    ("created_at", "timestamptz"), ("deadline_at", "timestamptz"), ("lease_owner", "text"),
-    ("lease_expires_at", "timestamptz"), ("instance_key", "text"),
+    ("id", "uuid"),
+    ("flow_name", "text"),
+    ("flow_version", "text"),
+    ("input", "json"),
+    ("created_at", "timestamptz"),
+    ("deadline_at", "timestamptz"),
+    ("lease_owner", "text"),
+    ("lease_expires_at", "timestamptz"),
+    ("instance_key", "text"),
     ("idempotency_key", "text"),
 )
 # ON CONFLICT DO NOTHING: a repeated idempotency key, an instance key in use (or an id that
@@ -125,8 +142,12 @@ _COMMIT_SQL = (
 )
 # An emit's commit: its outbox events go in with the journal rows, for fenced items only.
 _EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("id", "text"), ("instance_id", dict(_STEP_COLUMNS)["instance_id"]), ("token", "bigint"),
-    ("name", "text"), ("payload", "json"), ("created_at", "timestamptz"),
+    ("id", "text"),
+    ("instance_id", dict(_STEP_COLUMNS)["instance_id"]),
+    ("token", "bigint"),
+    ("name", "text"),
+    ("payload", "json"),
+    ("created_at", "timestamptz"),
 )
 _COMMIT_EVENTS_SQL = (
     f"{_COMMIT_WITH}, ev AS (INSERT INTO outbox_event (id, instance_id, name, payload, "
@@ -138,9 +159,17 @@ _COMMIT_EVENTS_SQL = (
     "FROM fence"
 )
 
-_PARK_COLUMNS = _STEP_COLUMNS + _FENCE_COLUMNS + (
-    ("now", "timestamptz"), ("wake_at", "timestamptz"), ("wake_step_id", "int"),
-    ("wake_scope", "int"), ("accept", "text"), ("owner", "text"),
+_PARK_COLUMNS = (
+    _STEP_COLUMNS
+    + _FENCE_COLUMNS
+    + (
+        ("now", "timestamptz"),
+        ("wake_at", "timestamptz"),
+        ("wake_step_id", "int"),
+        ("wake_scope", "int"),
+        ("accept", "text"),
+        ("owner", "text"),
+    )
 )
 # One UPDATE per instance parks it (or, when a cancel was requested, only clears the
 # attempt and keeps it running: the run unwinds) and the journal row goes in with it.
@@ -169,7 +198,10 @@ _PARK_SQL = (
 # (a delivery locks the row until it commits); those parks are undone (running
 # again, leased as before) and the run takes the signal instead.
 _UNPARK_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("id", "uuid"), ("token", "bigint"), ("accept", "text"), ("owner", "text"),
+    ("id", "uuid"),
+    ("token", "bigint"),
+    ("accept", "text"),
+    ("owner", "text"),
     ("lease_until", "timestamptz"),
 )
 _UNPARK_SQL = (
@@ -181,7 +213,10 @@ _UNPARK_SQL = (
 )
 
 _FINISH_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("id", "uuid"), ("token", "bigint"), ("now", "timestamptz"), ("result", "json"),
+    ("id", "uuid"),
+    ("token", "bigint"),
+    ("now", "timestamptz"),
+    ("result", "json"),
 )
 _FINISH_SQL = (
     "UPDATE flow_instance i SET state = 'completed', updated_at = t.now, ending = NULL, "
@@ -253,17 +288,31 @@ class PgBatches:
     _write: Any
 
     def _make_lanes(self) -> Lanes:
-        return Lanes(create=Lane(self._batch_create), commit=Lane(self._batch_commit),
-                     park=Lane(self._batch_park), finish=Lane(self._batch_finish))
+        return Lanes(
+            create=Lane(self._batch_create),
+            commit=Lane(self._batch_commit),
+            park=Lane(self._batch_park),
+            finish=Lane(self._batch_finish),
+        )
 
     async def _batch_create(self, items: Sequence[NewInstance]) -> list[bool | None]:
         """Insert the instances; per item, whether it was inserted (False: a key or id
         conflict, for the caller to judge; None: the batch was refused, insert alone)."""
-        rows = [{"id": n.id, "flow_name": n.flow_name, "flow_version": n.flow_version,
-                 "input": n.input, "created_at": n.created_at, "deadline_at": n.deadline_at,
-                 "lease_owner": n.lease_owner, "lease_expires_at": n.lease_expires_at,
-                 "instance_key": n.instance_key, "idempotency_key": n.idempotency_key}
-                for n in items]
+        rows = [
+            {
+                "id": n.id,
+                "flow_name": n.flow_name,
+                "flow_version": n.flow_version,
+                "input": n.input,
+                "created_at": n.created_at,
+                "deadline_at": n.deadline_at,
+                "lease_owner": n.lease_owner,
+                "lease_expires_at": n.lease_expires_at,
+                "instance_key": n.instance_key,
+                "idempotency_key": n.idempotency_key,
+            }
+            for n in items
+        ]
         try:
             async with self._single(write=True) as conn:
                 result = await conn.exec_driver_sql(_CREATE_SQL, _rows(_CREATE_COLUMNS, rows))
@@ -276,8 +325,7 @@ class PgBatches:
             created.discard(n.id)
         return answers
 
-    async def _batch_commit(self, items: Sequence[CommitItem]
-                            ) -> list[CommitAnswer | None]:
+    async def _batch_commit(self, items: Sequence[CommitItem]) -> list[CommitAnswer | None]:
         """Commit journal rows (no park) with their deferred rows and outbox events; None:
         the fence matched nothing, or the batch was refused (a row or an event id exists
         already)."""
@@ -289,21 +337,34 @@ class PgBatches:
                     values = step_values(row)
                     values.update(token=item.token, lease_until=item.lease_until, main=main)
                     rows.append(values)
-            events.extend({"id": e.id, "instance_id": item.row.instance_id,
-                           "token": item.token, "name": e.name, "payload": dict(e.payload),
-                           "created_at": item.row.committed_at} for e in item.events)
+            events.extend(
+                {
+                    "id": e.id,
+                    "instance_id": item.row.instance_id,
+                    "token": item.token,
+                    "name": e.name,
+                    "payload": dict(e.payload),
+                    "created_at": item.row.committed_at,
+                }
+                for e in item.events
+            )
         try:
             params = _rows(_COMMIT_COLUMNS, rows)
             if events:
                 params.update(_rows(_EVENT_COLUMNS, events, param="events"))
             async with self._single(write=True) as conn:
-                result = (await conn.exec_driver_sql(
-                    _COMMIT_EVENTS_SQL if events else _COMMIT_SQL, params)).all()
+                result = (
+                    await conn.exec_driver_sql(
+                        _COMMIT_EVENTS_SQL if events else _COMMIT_SQL, params
+                    )
+                ).all()
         except (IntegrityError, DataError, PydanticSerializationError):
             return [None] * len(items)  # one row exists already: each goes alone
         fenced = {(r.id, r.token): bool(r.cancel_requested) for r in result}
-        return [CommitAnswer(fenced[key]) if (key := (i.row.instance_id, i.token)) in fenced
-                else None for i in items]
+        return [
+            CommitAnswer(fenced[key]) if (key := (i.row.instance_id, i.token)) in fenced else None
+            for i in items
+        ]
 
     async def _batch_park(self, items: Sequence[CommitItem]) -> list[CommitAnswer | None]:
         """Commit journal rows and park their instances; None: fence matched nothing or
@@ -313,22 +374,40 @@ class PgBatches:
             assert item.park is not None and item.deferred is None
             values = step_values(item.row)
             now, wake_at, step_id, scope, accept, owner = item.park
-            values.update(token=item.token, lease_until=item.lease_until, now=now,
-                          wake_at=wake_at, wake_step_id=step_id, wake_scope=scope,
-                          accept=accept, owner=owner)
+            values.update(
+                token=item.token,
+                lease_until=item.lease_until,
+                now=now,
+                wake_at=wake_at,
+                wake_step_id=step_id,
+                wake_scope=scope,
+                accept=accept,
+                owner=owner,
+            )
             rows.append(values)
         accepting = any(item.park is not None and item.park[4] is not None for item in items)
         try:
-            async with (self._write() if accepting else self._single(write=True)) as conn:
-                result = (await conn.exec_driver_sql(
-                    _PARK_SQL, _rows(_PARK_COLUMNS, rows))).all()
-                undo = [{"id": r.id, "token": r.token, "accept": r.accept, "owner": r.owner,
-                         "lease_until": r.lease_until}
-                        for r in result if r.accept is not None and not r.cancel_requested]
+            async with self._write() if accepting else self._single(write=True) as conn:
+                result = (await conn.exec_driver_sql(_PARK_SQL, _rows(_PARK_COLUMNS, rows))).all()
+                undo = [
+                    {
+                        "id": r.id,
+                        "token": r.token,
+                        "accept": r.accept,
+                        "owner": r.owner,
+                        "lease_until": r.lease_until,
+                    }
+                    for r in result
+                    if r.accept is not None and not r.cancel_requested
+                ]
                 unparked: set[str] = set()
                 if undo:
-                    unparked = {r[0] for r in await conn.exec_driver_sql(
-                        _UNPARK_SQL, _rows(_UNPARK_COLUMNS, undo))}
+                    unparked = {
+                        r[0]
+                        for r in await conn.exec_driver_sql(
+                            _UNPARK_SQL, _rows(_UNPARK_COLUMNS, undo)
+                        )
+                    }
         except (IntegrityError, DataError, PydanticSerializationError):
             return [None] * len(items)
         done = {(r.id, r.token): bool(r.cancel_requested) for r in result}

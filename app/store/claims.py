@@ -75,7 +75,8 @@ def _claim_due_statement(postgresql: bool) -> Any:
         .where(
             claimable(now, due_only=True),
             tuple_(INSTANCE.c.flow_name, INSTANCE.c.flow_version).in_(
-                bindparam("c_runnable", expanding=True)),
+                bindparam("c_runnable", expanding=True)
+            ),
         )
         .order_by(taken_over_first, due_at, INSTANCE.c.id)
         .limit(bindparam("c_limit", type_=Integer()))
@@ -85,8 +86,11 @@ def _claim_due_statement(postgresql: bool) -> Any:
     stmt = (
         update(INSTANCE)
         .where(INSTANCE.c.id.in_(pick.scalar_subquery()))
-        .values(**claim_values(bindparam("c_owner", type_=String()), now,
-                               bindparam("c_lease", type_=UtcDateTime())))
+        .values(
+            **claim_values(
+                bindparam("c_owner", type_=String()), now, bindparam("c_lease", type_=UtcDateTime())
+            )
+        )
     )
     if postgresql:
         # the claimed rows come back whole, with their journals and mailboxes: the runs
@@ -149,8 +153,13 @@ class SqlClaims(SqlBase):
         if not runnable or limit <= 0:
             return []
         stmt = _claim_due_statement(self.is_postgresql)
-        params = {"c_owner": owner, "c_now": now, "c_lease": lease_until, "c_limit": limit,
-                  "c_runnable": list(runnable)}
+        params = {
+            "c_owner": owner,
+            "c_now": now,
+            "c_lease": lease_until,
+            "c_limit": limit,
+            "c_runnable": list(runnable),
+        }
         async with self._single(write=True) as conn:  # one atomic UPDATE ... RETURNING
             rows = (await conn.execute(stmt, params)).all()
         # RETURNING has no order: restore the pick's (expired leases without a wake first)

@@ -43,6 +43,7 @@ __all__ = ["SqlIntake"]
 
 _DIGEST_OF_PARAMS = idempotency_digest_sql("CAST(:d_flow AS text)", "CAST(:d_key AS text)")
 
+
 class SqlIntake(SqlBase):
     """Start and stream operations of :class:`app.store.sql_journal.SqlJournal`."""
 
@@ -79,8 +80,11 @@ class SqlIntake(SqlBase):
                 insert_ = pg_insert if self.is_postgresql else sqlite_insert
                 async with self._write() as conn:  # RETURNING: psycopg's rowcount is -1
                     inserted = await conn.execute(
-                        insert_(INSTANCE).values(instance_values(new))
-                        .on_conflict_do_nothing().returning(INSTANCE.c.id))
+                        insert_(INSTANCE)
+                        .values(instance_values(new))
+                        .on_conflict_do_nothing()
+                        .returning(INSTANCE.c.id)
+                    )
                     created = inserted.first() is not None
             if created:
                 return instance_from_new(new), True
@@ -88,12 +92,15 @@ class SqlIntake(SqlBase):
                 existing = await self._existing_start(conn, new)
                 if existing is not None:
                     return existing, False
-                taken = (await conn.execute(
-                    select(INSTANCE.c.id).where(INSTANCE.c.id == new.id))).first()
+                taken = (
+                    await conn.execute(select(INSTANCE.c.id).where(INSTANCE.c.id == new.id))
+                ).first()
             if taken is not None:
                 break
-        raise JournalConflict(f"cannot start instance {new.id!r}: its id, idempotency key "
-                              "or instance key conflicts", instance_id=new.id)
+        raise JournalConflict(
+            f"cannot start instance {new.id!r}: its id, idempotency key or instance key conflicts",
+            instance_id=new.id,
+        )
 
     async def _existing_start(
         self, conn: AsyncConnection, new: NewInstance, cause: BaseException | None = None
@@ -128,8 +135,11 @@ class SqlIntake(SqlBase):
                 INSTANCE.c.idempotency_key == new.idempotency_key,
             )
             if self.is_postgresql:  # through the digest index (the texts confirm it)
-                stmt = stmt.where(text(f"{IDEMPOTENCY_DIGEST_SQL} = {_DIGEST_OF_PARAMS}")
-                                  .bindparams(d_flow=new.flow_name, d_key=new.idempotency_key))
+                stmt = stmt.where(
+                    text(f"{IDEMPOTENCY_DIGEST_SQL} = {_DIGEST_OF_PARAMS}").bindparams(
+                        d_flow=new.flow_name, d_key=new.idempotency_key
+                    )
+                )
             record = (await conn.execute(stmt)).first()
             if record is not None:
                 if not new.repeats(record.input, record.instance_key):

@@ -35,8 +35,13 @@ class Lane(Generic[T, R]):
         parallel: at most this many batches in flight at once (each holds a connection).
     """
 
-    def __init__(self, run: Callable[[Sequence[T]], Awaitable[Sequence[R | BaseException]]],
-                 *, max_batch: int = 200, parallel: int = 2) -> None:
+    def __init__(
+        self,
+        run: Callable[[Sequence[T]], Awaitable[Sequence[R | BaseException]]],
+        *,
+        max_batch: int = 200,
+        parallel: int = 2,
+    ) -> None:
         self._run = run
         self._max_batch = max_batch
         self._parallel = parallel
@@ -75,7 +80,8 @@ class Lane(Generic[T, R]):
                 self.items += len(batch)
                 try:
                     answers: Sequence[R | BaseException] = await self._run(
-                        [item for item, _ in batch])
+                        [item for item, _ in batch]
+                    )
                     if len(answers) != len(batch):
                         raise RuntimeError(f"lane answered {len(answers)} of {len(batch)}")
                 except BaseException as exc:  # noqa: BLE001 - every caller gets the error

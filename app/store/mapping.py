@@ -94,10 +94,17 @@ def instance_values(new: NewInstance) -> dict[str, Any]:
 def instance_from_new(new: NewInstance) -> InstanceRecord:
     """The record of the row :func:`instance_values` inserts (without reading it back)."""
     return InstanceRecord(
-        id=new.id, flow_name=new.flow_name, flow_version=new.flow_version,
-        state=InstanceState.RUNNING, input=new.input, created_at=new.created_at,
-        updated_at=new.created_at, deadline_at=new.deadline_at, lease_owner=new.lease_owner,
-        lease_expires_at=new.lease_expires_at, fencing_token=1,
+        id=new.id,
+        flow_name=new.flow_name,
+        flow_version=new.flow_version,
+        state=InstanceState.RUNNING,
+        input=new.input,
+        created_at=new.created_at,
+        updated_at=new.created_at,
+        deadline_at=new.deadline_at,
+        lease_owner=new.lease_owner,
+        lease_expires_at=new.lease_expires_at,
+        fencing_token=1,
         instance_key=new.instance_key,
     )
 
@@ -315,7 +322,10 @@ def journal_insert(after: CTE, **fixed: Any) -> CTE:
     ``s_<column>`` (or the expressions in ``fixed``), only when ``after`` yields a row;
     it returns the row's ``sequence``. Used by the one-statement fenced writes."""
     names = [c.name for c in STEP.columns if c.name != "sequence"]
-    source = select(*(fixed.get(n, bindparam(f"s_{n}", type_=STEP.c[n].type))
-                      for n in names))
-    return (insert(STEP).from_select(names, source.select_from(after))
-            .returning(STEP.c.sequence).cte("ins"))
+    source = select(*(fixed.get(n, bindparam(f"s_{n}", type_=STEP.c[n].type)) for n in names))
+    return (
+        insert(STEP)
+        .from_select(names, source.select_from(after))
+        .returning(STEP.c.sequence)
+        .cte("ins")
+    )

@@ -51,7 +51,8 @@ def _load_statement() -> Any:
     """PostgreSQL ``load`` as one statement, built once (bound parameter ``id``)."""
     steps, signals = journal_aggregates()
     return select(INSTANCE, steps.label("j_steps"), signals.label("j_signals")).where(
-        INSTANCE.c.id == bindparam("id"))
+        INSTANCE.c.id == bindparam("id")
+    )
 
 
 class SqlReads(SqlBase):
@@ -200,10 +201,14 @@ class SqlReads(SqlBase):
 
     async def next_wake(self) -> Any:
         """The earliest ``wake_at`` among suspended instances (aware UTC), or None."""
-        query = (select(INSTANCE.c.wake_at)
-                 .where(INSTANCE.c.state == InstanceState.SUSPENDED.value,
-                        INSTANCE.c.wake_at.is_not(None))
-                 .order_by(INSTANCE.c.wake_at).limit(1))
+        query = (
+            select(INSTANCE.c.wake_at)
+            .where(
+                INSTANCE.c.state == InstanceState.SUSPENDED.value, INSTANCE.c.wake_at.is_not(None)
+            )
+            .order_by(INSTANCE.c.wake_at)
+            .limit(1)
+        )
         async with self._read() as conn:
             return (await conn.execute(query)).scalar_one_or_none()
 

@@ -71,8 +71,9 @@ _ENDED = tuple(s.value for s in InstanceState if s.ended)
 
 
 def _ended(instance_id: str, state: str) -> InstanceEnded:
-    return InstanceEnded(f"instance {instance_id!r} has ended ({state})",
-                         instance_id=instance_id, state=state)
+    return InstanceEnded(
+        f"instance {instance_id!r} has ended ({state})", instance_id=instance_id, state=state
+    )
 
 
 def _inline(state: str) -> Any:
@@ -104,44 +105,62 @@ def _deliver_statement() -> Any:
     key = bindparam("d_key", type_=String())
     now = bindparam("d_now", type_=UtcDateTime())
     version = literal_column("flow_instance.xmin::text", type_=String())
-    inst = (select(INSTANCE.c.id, INSTANCE.c.state, INSTANCE.c.wake_step_id,
-                   version.label("version"))
-            .where(INSTANCE.c.id == instance_id)
-            .with_for_update(key_share=True)  # FOR NO KEY UPDATE
-            .cte("inst"))
+    inst = (
+        select(INSTANCE.c.id, INSTANCE.c.state, INSTANCE.c.wake_step_id, version.label("version"))
+        .where(INSTANCE.c.id == instance_id)
+        .with_for_update(key_share=True)  # FOR NO KEY UPDATE
+        .cte("inst")
+    )
     seen = select(version.label("version")).where(INSTANCE.c.id == instance_id).cte("seen")
-    first = (select(SIGNAL)
-             .where(SIGNAL.c.instance_id == inst.c.id, SIGNAL.c.idempotency_key == key)
-             .cte("first"))
-    source = (select(bindparam("d_signal", type_=String()), inst.c.id,
-                     bindparam("d_name", type_=String()),
-                     bindparam("d_payload", type_=SIGNAL.c.payload.type), key, now)
-              .where(inst.c.state.not_in([_inline(s) for s in _ENDED]),
-                     ~select(first.c.id).exists()))
-    ins = (pg_insert(SIGNAL)
-           .from_select(["id", "instance_id", "name", "payload", "idempotency_key",
-                         "received_at"], source)
-           .on_conflict_do_nothing(constraint="uq_flow_signal_idempotency")
-           .returning(*SIGNAL.c)
-           .cte("ins"))
+    first = (
+        select(SIGNAL)
+        .where(SIGNAL.c.instance_id == inst.c.id, SIGNAL.c.idempotency_key == key)
+        .cte("first")
+    )
+    source = select(
+        bindparam("d_signal", type_=String()),
+        inst.c.id,
+        bindparam("d_name", type_=String()),
+        bindparam("d_payload", type_=SIGNAL.c.payload.type),
+        key,
+        now,
+    ).where(inst.c.state.not_in([_inline(s) for s in _ENDED]), ~select(first.c.id).exists())
+    ins = (
+        pg_insert(SIGNAL)
+        .from_select(
+            ["id", "instance_id", "name", "payload", "idempotency_key", "received_at"], source
+        )
+        .on_conflict_do_nothing(constraint="uq_flow_signal_idempotency")
+        .returning(*SIGNAL.c)
+        .cte("ins")
+    )
     steps, signals = journal_aggregates()
     # the state and wake come from the locked row (``inst``), not from the version this
     # statement's snapshot sees, which a park committed during the wait has replaced
-    claimed = (update(INSTANCE)
-               .where(INSTANCE.c.id == inst.c.id,
-                      inst.c.state == _inline(InstanceState.SUSPENDED.value),
-                      inst.c.wake_step_id == any_(bindparam("d_steps",
-                                                           type_=ARRAY(Integer()))),
-                      select(ins.c.id).exists())
-               .values(**claim_values(bindparam("d_owner", type_=String()), now,
-                                      bindparam("d_lease", type_=UtcDateTime())))
-               .returning(*INSTANCE.c, steps.label("j_steps"), signals.label("j_signals"))
-               .cte("claimed"))
-    as_json = [select(func.to_json(cte.table_valued(), type_=JSON)).scalar_subquery()
-               .label(label) for cte, label in ((first, "first_signal"), (ins, "new_signal"))]
+    claimed = (
+        update(INSTANCE)
+        .where(
+            INSTANCE.c.id == inst.c.id,
+            inst.c.state == _inline(InstanceState.SUSPENDED.value),
+            inst.c.wake_step_id == any_(bindparam("d_steps", type_=ARRAY(Integer()))),
+            select(ins.c.id).exists(),
+        )
+        .values(
+            **claim_values(
+                bindparam("d_owner", type_=String()), now, bindparam("d_lease", type_=UtcDateTime())
+            )
+        )
+        .returning(*INSTANCE.c, steps.label("j_steps"), signals.label("j_signals"))
+        .cte("claimed")
+    )
+    as_json = [
+        select(func.to_json(cte.table_valued(), type_=JSON)).scalar_subquery().label(label)
+        for cte, label in ((first, "first_signal"), (ins, "new_signal"))
+    ]
     current = (select(seen.c.version).scalar_subquery() == inst.c.version).label("current")
-    return (select(inst.c.state.label("found_state"), current, *as_json, *claimed.c)
-            .select_from(inst.outerjoin(claimed, true())))
+    return select(inst.c.state.label("found_state"), current, *as_json, *claimed.c).select_from(
+        inst.outerjoin(claimed, true())
+    )
 
 
 @cache
@@ -157,14 +176,17 @@ def _take_signal_statement() -> Any:
     signal_id = bindparam("t_signal", type_=String())
     committed_at = bindparam("s_committed_at", type_=STEP.c.committed_at.type)
     step_id = bindparam("s_step_id", type_=STEP.c.step_id.type)
-    waiting = and_(SIGNAL.c.id == signal_id, SIGNAL.c.instance_id == instance_id,
-                   SIGNAL.c.taken_at.is_(None))
+    waiting = and_(
+        SIGNAL.c.id == signal_id, SIGNAL.c.instance_id == instance_id, SIGNAL.c.taken_at.is_(None)
+    )
     fence = (
         update(INSTANCE)
-        .where(INSTANCE.c.id == instance_id,
-               INSTANCE.c.fencing_token == bindparam("f_token"),
-               INSTANCE.c.state == _RUNNING,
-               exists().where(waiting))
+        .where(
+            INSTANCE.c.id == instance_id,
+            INSTANCE.c.fencing_token == bindparam("f_token"),
+            INSTANCE.c.state == _RUNNING,
+            exists().where(waiting),
+        )
         .values(updated_at=committed_at)
         .returning(INSTANCE.c.cancel_requested)
         .cte("fence")
@@ -177,14 +199,18 @@ def _take_signal_statement() -> Any:
         .cte("taken")
     )
     inserted = journal_insert(taken, committed_at=committed_at, step_id=step_id)
-    return select(fence.c.cancel_requested,
-                  select(func.count()).select_from(inserted).scalar_subquery().label("rows"))
+    return select(
+        fence.c.cancel_requested,
+        select(func.count()).select_from(inserted).scalar_subquery().label("rows"),
+    )
 
 
 def _signal_not_waiting(instance_id: str, signal_id: str) -> JournalConflict:
     return JournalConflict(
         f"signal {signal_id!r} of instance {instance_id!r} is unknown or already taken",
-        instance_id=instance_id, signal_id=signal_id)
+        instance_id=instance_id,
+        signal_id=signal_id,
+    )
 
 
 class SqlSignals(SqlBase):
@@ -217,8 +243,9 @@ class SqlSignals(SqlBase):
             InstanceEnded: the instance has ended; nothing stored (code ``instance_ended``).
             JournalConflict: ``signal_id`` exists already.
         """
-        delivery = await self._deliver(instance_id, name, payload, idempotency_key, now,
-                                       signal_id, None)
+        delivery = await self._deliver(
+            instance_id, name, payload, idempotency_key, now, signal_id, None
+        )
         return delivery.signal, delivery.created
 
     async def deliver_and_claim(
@@ -250,8 +277,15 @@ class SqlSignals(SqlBase):
         Raises:
             InstanceNotFound, InstanceEnded, JournalConflict: as :meth:`deliver_signal`.
         """
-        return await self._deliver(instance_id, name, payload, idempotency_key, now,
-                                   signal_id, (owner, lease_until, tuple(wake_steps)))
+        return await self._deliver(
+            instance_id,
+            name,
+            payload,
+            idempotency_key,
+            now,
+            signal_id,
+            (owner, lease_until, tuple(wake_steps)),
+        )
 
     async def _deliver(
         self,
@@ -266,14 +300,21 @@ class SqlSignals(SqlBase):
         try:
             if self.is_postgresql:
                 return await self._deliver_one_statement(
-                    instance_id, name, payload, idempotency_key, now, signal_id, claim_for)
+                    instance_id, name, payload, idempotency_key, now, signal_id, claim_for
+                )
             return await self._deliver_transaction(
-                instance_id, name, payload, idempotency_key, now, signal_id, claim_for)
+                instance_id, name, payload, idempotency_key, now, signal_id, claim_for
+            )
         except IntegrityError as exc:  # the signal id exists, or a repeat raced the insert
             return await self._repeat_after_race(instance_id, idempotency_key, signal_id, exc)
 
-    async def _repeat_after_race(self, instance_id: str, idempotency_key: str | None,
-                                 signal_id: str, cause: BaseException | None) -> Delivery:
+    async def _repeat_after_race(
+        self,
+        instance_id: str,
+        idempotency_key: str | None,
+        signal_id: str,
+        cause: BaseException | None,
+    ) -> Delivery:
         """The answer of a delivery whose insert lost to a concurrent repeat of its key:
         that repeat's signal, committed by now.
 
@@ -282,8 +323,8 @@ class SqlSignals(SqlBase):
         """
         async with self._read() as conn:
             first = await self._signal_by_key(conn, instance_id, idempotency_key)
-            state = (await conn.execute(
-                select(INSTANCE.c.state).where(INSTANCE.c.id == instance_id))
+            state = (
+                await conn.execute(select(INSTANCE.c.state).where(INSTANCE.c.id == instance_id))
             ).scalar_one_or_none()
         if first is not None and state is not None:
             return Delivery(first, False, InstanceState(state))
@@ -303,9 +344,17 @@ class SqlSignals(SqlBase):
     ) -> Delivery:
         """PostgreSQL: :meth:`deliver_and_claim` as one statement in autocommit."""
         owner, lease_until, steps = claim_for or ("", now, ())
-        params = {"d_id": instance_id, "d_key": idempotency_key, "d_signal": signal_id,
-                  "d_name": name, "d_payload": dict(payload), "d_now": now,
-                  "d_owner": owner, "d_lease": lease_until, "d_steps": list(steps)}
+        params = {
+            "d_id": instance_id,
+            "d_key": idempotency_key,
+            "d_signal": signal_id,
+            "d_name": name,
+            "d_payload": dict(payload),
+            "d_now": now,
+            "d_owner": owner,
+            "d_lease": lease_until,
+            "d_steps": list(steps),
+        }
         async with self._single(write=True) as conn:
             row = (await conn.execute(_deliver_statement(), params)).first()
         if row is None:
@@ -318,8 +367,7 @@ class SqlSignals(SqlBase):
                 raise _ended(instance_id, state.value)
             # a repeat of the key committed while this statement waited for the row: the
             # insert did nothing, and that repeat's signal is visible now
-            return await self._repeat_after_race(instance_id, idempotency_key, signal_id,
-                                                 None)
+            return await self._repeat_after_race(instance_id, idempotency_key, signal_id, None)
         record = signal_from_json(row.new_signal)
         if row.id is None:
             return Delivery(record, True, state)
@@ -344,9 +392,13 @@ class SqlSignals(SqlBase):
         """:meth:`deliver_and_claim` as one write transaction (SQLite: one writer at a
         time, so nothing can come between the reads and the writes)."""
         async with self._write() as conn:
-            found = (await conn.execute(
-                select(INSTANCE.c.state, INSTANCE.c.wake_step_id)
-                .where(INSTANCE.c.id == instance_id))).first()
+            found = (
+                await conn.execute(
+                    select(INSTANCE.c.state, INSTANCE.c.wake_step_id).where(
+                        INSTANCE.c.id == instance_id
+                    )
+                )
+            ).first()
             if found is None:
                 raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
             state = InstanceState(found.state)
@@ -370,27 +422,38 @@ class SqlSignals(SqlBase):
                 )
             ).one()
             record = signal_from_row(row)
-            if (claim_for is None or state is not InstanceState.SUSPENDED
-                    or found.wake_step_id not in claim_for[2]):
+            if (
+                claim_for is None
+                or state is not InstanceState.SUSPENDED
+                or found.wake_step_id not in claim_for[2]
+            ):
                 return Delivery(record, True, state)
             owner, lease_until, _ = claim_for
-            claimed = (await conn.execute(
-                update(INSTANCE)
-                .where(INSTANCE.c.id == instance_id,
-                       INSTANCE.c.state == const(InstanceState.SUSPENDED.value))
-                .values(**claim_values(owner, now, lease_until))
-                .returning(*INSTANCE.c))).one()
+            claimed = (
+                await conn.execute(
+                    update(INSTANCE)
+                    .where(
+                        INSTANCE.c.id == instance_id,
+                        INSTANCE.c.state == const(InstanceState.SUSPENDED.value),
+                    )
+                    .values(**claim_values(owner, now, lease_until))
+                    .returning(*INSTANCE.c)
+                )
+            ).one()
             steps = await conn.execute(
-                select(STEP).where(STEP.c.instance_id == instance_id).order_by(STEP.c.sequence))
+                select(STEP).where(STEP.c.instance_id == instance_id).order_by(STEP.c.sequence)
+            )
             mailbox = await conn.execute(
                 select(SIGNAL)
                 .where(SIGNAL.c.instance_id == instance_id, SIGNAL.c.taken_at.is_(None))
-                .order_by(SIGNAL.c.sequence))
-            snapshot = Snapshot(instance_from_row(claimed),
-                                [step_from_row(r) for r in steps],
-                                [signal_from_row(r) for r in mailbox])
-        return Delivery(record, True, state,
-                        Claim(instance_id, claimed.fencing_token, snapshot))
+                .order_by(SIGNAL.c.sequence)
+            )
+            snapshot = Snapshot(
+                instance_from_row(claimed),
+                [step_from_row(r) for r in steps],
+                [signal_from_row(r) for r in mailbox],
+            )
+        return Delivery(record, True, state, Claim(instance_id, claimed.fencing_token, snapshot))
 
     async def get_signal(self, instance_id: str, signal_id: str) -> SignalRecord | None:
         """The signal ``signal_id`` of the instance as stored now, or None (also for an
@@ -398,9 +461,13 @@ class SqlSignals(SqlBase):
         if not is_instance_id(instance_id):
             return None
         async with self._single(write=False) as conn:
-            row = (await conn.execute(
-                select(SIGNAL).where(SIGNAL.c.instance_id == instance_id,
-                                     SIGNAL.c.id == signal_id))).first()
+            row = (
+                await conn.execute(
+                    select(SIGNAL).where(
+                        SIGNAL.c.instance_id == instance_id, SIGNAL.c.id == signal_id
+                    )
+                )
+            ).first()
         return signal_from_row(row) if row is not None else None
 
     async def _signal_by_key(
@@ -451,8 +518,7 @@ class SqlSignals(SqlBase):
             await self._insert_step(conn, row)
         return Ack(applied=True, cancel_requested=fence.cancel_requested)
 
-    async def _take_signal_one_statement(self, token: int, signal_id: str, row: StepRow
-                                         ) -> Ack:
+    async def _take_signal_one_statement(self, token: int, signal_id: str, row: StepRow) -> Ack:
         """PostgreSQL: :meth:`take_signal` as one statement in autocommit (one round trip
         instead of five); when it writes nothing, a read says why."""
         params = {f"s_{k}": v for k, v in step_values(row).items()}
@@ -467,8 +533,9 @@ class SqlSignals(SqlBase):
             raise JournalConflict(
                 f"instance {row.instance_id!r}: step {row.step_id} scope {row.scope} "
                 f"{row.kind} try {row.try_number} conflicts with the journal: {exc.orig}",
-                instance_id=row.instance_id, step_id=row.step_id, scope=row.scope,
+                instance_id=row.instance_id,
+                step_id=row.step_id,
+                scope=row.scope,
             ) from exc
         assert found.rows == 1  # the fence holds the instance row: nobody else takes it
         return Ack(applied=True, cancel_requested=found.cancel_requested)
-

@@ -77,13 +77,17 @@ _NO_LEASE: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
 
 
 @lru_cache(maxsize=256)
-def _fenced_statement(keys: tuple[str, ...], unless_cancelled: bool,
-                      returning: tuple[str, ...]) -> Any:
+def _fenced_statement(
+    keys: tuple[str, ...], unless_cancelled: bool, returning: tuple[str, ...]
+) -> Any:
     """The fenced ``UPDATE flow_instance`` setting ``keys``, built once per shape (bound
     parameters ``f_id``, ``f_token`` and ``v_<column>``): building a statement costs more
     CPU than the round trip it saves."""
-    guard = [INSTANCE.c.id == bindparam("f_id"), INSTANCE.c.fencing_token == bindparam("f_token"),
-             INSTANCE.c.state == _RUNNING]
+    guard = [
+        INSTANCE.c.id == bindparam("f_id"),
+        INSTANCE.c.fencing_token == bindparam("f_token"),
+        INSTANCE.c.state == _RUNNING,
+    ]
     if unless_cancelled:
         guard.append(INSTANCE.c.cancel_requested.is_(False))
     cols = [INSTANCE.c.cancel_requested, *(INSTANCE.c[name] for name in returning)]
@@ -97,9 +101,11 @@ def _after_commit(lease_until: Any, committed_at: Any) -> dict[str, Any]:
     a lease); a row with no attempt in flight changes nothing (a plain commit only fences,
     see :mod:`app.store.batched`)."""
     busy = INSTANCE.c.attempt_step_id.is_not(None)
-    return {"lease_expires_at": case((busy, lease_until), else_=INSTANCE.c.lease_expires_at),
-            "updated_at": case((busy, committed_at), else_=INSTANCE.c.updated_at),
-            **{k: null() for k in _NO_ATTEMPT}}
+    return {
+        "lease_expires_at": case((busy, lease_until), else_=INSTANCE.c.lease_expires_at),
+        "updated_at": case((busy, committed_at), else_=INSTANCE.c.updated_at),
+        **{k: null() for k in _NO_ATTEMPT},
+    }
 
 
 @cache
@@ -108,18 +114,24 @@ def _commit_step_statement() -> Any:
     the fence, ``s_*`` for the journal row's columns)."""
     fence = (
         update(INSTANCE)
-        .where(INSTANCE.c.id == bindparam("f_id"),
-               INSTANCE.c.fencing_token == bindparam("f_token"),
-               INSTANCE.c.state == _RUNNING)
-        .values(**_after_commit(
-                    bindparam("f_lease", type_=INSTANCE.c.lease_expires_at.type),
-                    bindparam("f_updated", type_=INSTANCE.c.updated_at.type)))
+        .where(
+            INSTANCE.c.id == bindparam("f_id"),
+            INSTANCE.c.fencing_token == bindparam("f_token"),
+            INSTANCE.c.state == _RUNNING,
+        )
+        .values(
+            **_after_commit(
+                bindparam("f_lease", type_=INSTANCE.c.lease_expires_at.type),
+                bindparam("f_updated", type_=INSTANCE.c.updated_at.type),
+            )
+        )
         .returning(INSTANCE.c.cancel_requested)
         .cte("fence")
     )
     inserted = journal_insert(fence)
-    return select(fence.c.cancel_requested,
-                  select(func.count()).select_from(inserted).scalar_subquery())
+    return select(
+        fence.c.cancel_requested, select(func.count()).select_from(inserted).scalar_subquery()
+    )
 
 
 # SQLite: a journal row's sequence is the rowid it gets (max + 1: the file has one writer
@@ -207,8 +219,9 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
         """
         current = (
             await conn.execute(
-                select(INSTANCE.c.fencing_token, INSTANCE.c.state)
-                .where(INSTANCE.c.id == instance_id)
+                select(INSTANCE.c.fencing_token, INSTANCE.c.state).where(
+                    INSTANCE.c.id == instance_id
+                )
             )
         ).first()
         if current is None:
@@ -321,11 +334,10 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
         if self._lanes is not None and not reviews:
             require_aware(row.started_at, row.committed_at, row.next_try_at, lease_until)
             if deferred is not None:
-                require_aware(deferred.started_at, deferred.committed_at,
-                              deferred.next_try_at)
+                require_aware(deferred.started_at, deferred.committed_at, deferred.next_try_at)
             answer = await self._lanes.commit.submit(
-                CommitItem(token, row, lease_until, events=tuple(events or ()),
-                           deferred=deferred))
+                CommitItem(token, row, lease_until, events=tuple(events or ()), deferred=deferred)
+            )
             if answer is not None:
                 return Ack(applied=True, cancel_requested=answer.cancel_requested)
         if self.is_postgresql and not events and not reviews and deferred is None:
@@ -339,28 +351,33 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
             await self._insert_step(conn, row, events, reviews)
         return Ack(applied=True, cancel_requested=fence.cancel_requested)
 
-    async def _commit_step_one_statement(self, token: int, row: StepRow,
-                                         lease_until: datetime) -> Ack:
+    async def _commit_step_one_statement(
+        self, token: int, row: StepRow, lease_until: datetime
+    ) -> Ack:
         """PostgreSQL: the fenced UPDATE and the journal INSERT as one statement
         (``WITH fence AS (UPDATE ... RETURNING), ins AS (INSERT ... SELECT ... FROM fence)``)
         in autocommit: atomic, one round trip. No fence row: nothing inserted, and the
         usual diagnosis (stale token or no instance) follows."""
         params = {f"s_{k}": v for k, v in step_values(row).items()}
-        params.update(f_id=row.instance_id, f_token=token, f_lease=lease_until,
-                      f_updated=row.committed_at)
+        params.update(
+            f_id=row.instance_id, f_token=token, f_lease=lease_until, f_updated=row.committed_at
+        )
         try:
             async with self._single(write=True) as conn:
                 found = (await conn.execute(_commit_step_statement(), params)).first()
                 if found is None:
                     # stale token or no instance (a token never becomes current again)
-                    await self._fenced(conn, row.instance_id, token,
-                                       {"updated_at": row.committed_at})
+                    await self._fenced(
+                        conn, row.instance_id, token, {"updated_at": row.committed_at}
+                    )
                     raise AssertionError("fenced write matched nothing")  # pragma: no cover
         except IntegrityError as exc:
             raise JournalConflict(
                 f"instance {row.instance_id!r}: step {row.step_id} scope {row.scope} "
                 f"{row.kind} try {row.try_number} conflicts with the journal: {exc.orig}",
-                instance_id=row.instance_id, step_id=row.step_id, scope=row.scope,
+                instance_id=row.instance_id,
+                step_id=row.step_id,
+                scope=row.scope,
             ) from exc
         return Ack(applied=True, cancel_requested=found.cancel_requested)
 
@@ -397,18 +414,27 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
             (nothing written).
         """
         if self._lanes is not None:
-            require_aware(row.started_at, row.committed_at, row.next_try_at, lease_until,
-                          wake_at)
+            require_aware(row.started_at, row.committed_at, row.next_try_at, lease_until, wake_at)
             park = (row.committed_at, wake_at, wake_step_id, wake_scope, accept_signal, owner)
             answer = await self._lanes.park.submit(CommitItem(token, row, lease_until, park))
             if answer is not None:
-                return Ack(applied=answer.parked, cancel_requested=answer.cancel_requested,
-                           signal_pending=answer.signal_pending)
+                return Ack(
+                    applied=answer.parked,
+                    cancel_requested=answer.cancel_requested,
+                    signal_pending=answer.signal_pending,
+                )
         ack = await self.commit_step(token, row, lease_until)
         if ack.cancel_requested:
             return Ack(applied=False, cancel_requested=True)
-        return await self.park(row.instance_id, token, row.committed_at, wake_at,
-                               wake_step_id, wake_scope, accept_signal)
+        return await self.park(
+            row.instance_id,
+            token,
+            row.committed_at,
+            wake_at,
+            wake_step_id,
+            wake_scope,
+            accept_signal,
+        )
 
     async def park(
         self,

@@ -66,8 +66,10 @@ def idempotency_digest_sql(flow_name: str, key: str) -> str:
     BENCHMARKS.md, fourth session); a repeat is still confirmed on the stored texts.
     """
     joined = f"{flow_name} || chr(10) || {key}"
-    return (f"(encode(substr(sha256(replace({joined}, chr(92), chr(92) || chr(92))::bytea), "
-            "1, 16), 'hex')::uuid)")
+    return (
+        f"(encode(substr(sha256(replace({joined}, chr(92), chr(92) || chr(92))::bytea), "
+        "1, 16), 'hex')::uuid)"
+    )
 
 
 #: The idempotency index's expression on PostgreSQL (see :func:`idempotency_digest_sql`).
@@ -81,11 +83,13 @@ def include_in_compare(dialect: str) -> Any:
     the expression back in its own normal form; tests check its definition instead).
     """
     expression_names = {
-        ix.name for table in metadata.tables.values() for ix in table.indexes
-        if ix.info.get("expression") and ix.info.get("dialect") in (None, dialect)}
+        ix.name
+        for table in metadata.tables.values()
+        for ix in table.indexes
+        if ix.info.get("expression") and ix.info.get("dialect") in (None, dialect)
+    }
 
-    def include(obj: Any, name: str | None, type_: str, reflected: bool,
-                compare_to: Any) -> bool:
+    def include(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
         if type_ != "index":
             return True
         if not reflected and obj.info.get("dialect") not in (None, dialect):
@@ -93,6 +97,7 @@ def include_in_compare(dialect: str) -> Any:
         return name not in expression_names
 
     return include
+
 
 # A 64-bit sequence that is still SQLite's INTEGER PRIMARY KEY (rowid alias, autoincrement).
 Sequence64 = BigInteger().with_variant(Integer(), "sqlite")

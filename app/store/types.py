@@ -15,8 +15,7 @@ from app.errors import InstanceNotFound
 
 __all__ = ["InstanceId", "UtcDateTime", "is_instance_id"]
 
-_CANONICAL_UUID = re.compile(
-    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 #: Longest part of a refused id shown in an error message.
 _SHOWN = 100
 

@@ -82,20 +82,23 @@ class OcrClient:
             body["callbackUrl"] = (
                 f"{self.callback_base.rstrip('/')}{ROUTE}/{instance_id}/signals/ocr.completed"
             )
-        resp = await self.http.post(self._url("/jobs"), json=body,
-                                    timeout=self.timeout.total_seconds())
+        resp = await self.http.post(
+            self._url("/jobs"), json=body, timeout=self.timeout.total_seconds()
+        )
         resp.raise_for_status()
         return str(resp.json()["jobId"])
 
     async def status(self, job_id: str) -> dict[str, object]:
-        resp = await self.http.get(self._url(f"/jobs/{job_id}"),
-                                   timeout=self.timeout.total_seconds())
+        resp = await self.http.get(
+            self._url(f"/jobs/{job_id}"), timeout=self.timeout.total_seconds()
+        )
         resp.raise_for_status()
         return dict(resp.json())
 
     async def cancel(self, job_id: str) -> None:
-        resp = await self.http.post(self._url(f"/jobs/{job_id}/cancel"),
-                                    timeout=self.timeout.total_seconds())
+        resp = await self.http.post(
+            self._url(f"/jobs/{job_id}/cancel"), timeout=self.timeout.total_seconds()
+        )
         resp.raise_for_status()
 
 
@@ -147,8 +150,13 @@ class CheckOcrStatus(Capability):
         job = ctx.get(OcrJob)
         answer = await self.ocr.status(job.job_id)
         text = answer.get("text")
-        ctx.put(OcrStatus(job_id=job.job_id, status=str(answer["status"]),
-                          text=str(text) if text is not None else None))
+        ctx.put(
+            OcrStatus(
+                job_id=job.job_id,
+                status=str(answer["status"]),
+                text=str(text) if text is not None else None,
+            )
+        )
 
 
 class EscalateToManualReview(Capability):
@@ -185,8 +193,9 @@ class ExtractFields(Capability):
     async def execute(self, ctx: StepContext) -> Decision | None:
         answer = await self.ocr.status(ctx.get(OcrJob).job_id)
         if answer["status"] != "completed":
-            return ctx.fail("document.ocr_failed",
-                            f"OCR job ended {answer['status']}, no text to read")
+            return ctx.fail(
+                "document.ocr_failed", f"OCR job ended {answer['status']}, no text to read"
+            )
         values = {}
         for line in str(answer.get("text") or "").splitlines():
             match = _FIELD.match(line)
@@ -201,26 +210,43 @@ def _ocr_finished(bag: Bag) -> bool:
 
 
 def _processed(bag: Bag) -> DocumentProcessed:
-    return DocumentProcessed(document_id=bag.input.document_id,
-                             field_count=len(bag.get(ExtractedFields).values))
+    return DocumentProcessed(
+        document_id=bag.input.document_id, field_count=len(bag.get(ExtractedFields).values)
+    )
 
 
 def _result(bag: Bag) -> DocumentResult:
-    return DocumentResult(document_id=bag.input.document_id,
-                          field_count=len(bag.get(ExtractedFields).values))
+    return DocumentResult(
+        document_id=bag.input.document_id, field_count=len(bag.get(ExtractedFields).values)
+    )
 
 
 def build_document_flow(ocr: OcrClient) -> Flow:
     """The ``document.process`` 1.0.0 flow, its capabilities bound to ``ocr``."""
     return (
-        Flow("document.process", "1.0.0", input=ProcessDocument, output=DocumentResult,
-             trigger=HttpTrigger("POST", ROUTE, idempotent=True), deadline=Waits.DEADLINE)
-        .step(UploadToOcr(ocr)).compensate_with(CancelOcrJob(ocr))
-        .poll_until(CheckOcrStatus(ocr), until=_ocr_finished, interval=Waits.OCR_POLLING,
-                    timeout=Waits.OCR_BUDGET, reads=(OcrStatus,))
+        Flow(
+            "document.process",
+            "1.0.0",
+            input=ProcessDocument,
+            output=DocumentResult,
+            trigger=HttpTrigger("POST", ROUTE, idempotent=True),
+            deadline=Waits.DEADLINE,
+        )
+        .step(UploadToOcr(ocr))
+        .compensate_with(CancelOcrJob(ocr))
+        .poll_until(
+            CheckOcrStatus(ocr),
+            until=_ocr_finished,
+            interval=Waits.OCR_POLLING,
+            timeout=Waits.OCR_BUDGET,
+            reads=(OcrStatus,),
+        )
         .or_signal(OCR_COMPLETED)
-        .on_timeout(lambda b: b.step(EscalateToManualReview())
-                    .fail(NOT_READ_IN_TIME, "the OCR provider did not read the document in time"))
+        .on_timeout(
+            lambda b: b.step(EscalateToManualReview()).fail(
+                NOT_READ_IN_TIME, "the OCR provider did not read the document in time"
+            )
+        )
         .step(ExtractFields(ocr))
         .emit("document.processed", _processed, reads=(ExtractedFields,))
         .returns(_result, reads=(ExtractedFields,))

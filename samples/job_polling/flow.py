@@ -93,8 +93,9 @@ class JobClient:
         Raises:
             httpx.HTTPError: the call failed or timed out (a failed try).
         """
-        resp = await self.http.put(self._url(job_id), json={"input": input},
-                                   timeout=self.timeout.total_seconds())
+        resp = await self.http.put(
+            self._url(job_id), json={"input": input}, timeout=self.timeout.total_seconds()
+        )
         resp.raise_for_status()
         return JobStatus.model_validate(resp.json())
 
@@ -178,8 +179,12 @@ class AwaitJob(Capability):
             if status.state is JobState.SUCCEEDED:
                 return ctx.complete(status.result)
             if status.state is JobState.FAILED:
-                return ctx.fail(JOB_FAILED, f"job {job_id} failed: {status.error}",
-                                job_id=job_id, error=status.error)
+                return ctx.fail(
+                    JOB_FAILED,
+                    f"job {job_id} failed: {status.error}",
+                    job_id=job_id,
+                    error=status.error,
+                )
             if status.state != reported:
                 # Checkpoint first, then the message: a try that dies in between loses
                 # this message (streams are best effort) but a retry never repeats it.
@@ -208,13 +213,16 @@ class RecordJobWaitFailure(Capability):
         return ctx.fail(
             JOB_WAIT_FAILED,
             f"waiting for job {job_id} failed: {failure.error_type}: {failure.detail}",
-            job_id=job_id, error_type=failure.error_type, detail=failure.detail,
+            job_id=job_id,
+            error_type=failure.error_type,
+            detail=failure.detail,
             attempt=failure.attempt,
         )
 
 
-def build_job_flow(jobs: JobClient, *,
-                   heartbeat_timeout: timedelta = JobWaits.HEARTBEAT_TIMEOUT) -> Flow:
+def build_job_flow(
+    jobs: JobClient, *, heartbeat_timeout: timedelta = JobWaits.HEARTBEAT_TIMEOUT
+) -> Flow:
     """The ``job.await`` 1.0.0 flow, its capabilities bound to ``jobs``.
 
     Args:
@@ -223,8 +231,13 @@ def build_job_flow(jobs: JobClient, *,
             ``FLOWPARK_SAMPLE_JOB_HEARTBEAT_SECONDS``).
     """
     return (
-        Flow("job.await", "1.0.0", input=JobRequest,
-             trigger=HttpTrigger("POST", ROUTE, idempotent=True), streams=(JOB_PROGRESS,))
+        Flow(
+            "job.await",
+            "1.0.0",
+            input=JobRequest,
+            trigger=HttpTrigger("POST", ROUTE, idempotent=True),
+            streams=(JOB_PROGRESS,),
+        )
         .step(StartJob(jobs))
         .step(AwaitJob(jobs, await_job_options(heartbeat_timeout)))
         .on_failure(lambda b: b.step(RecordJobWaitFailure()))

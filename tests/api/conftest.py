@@ -20,8 +20,7 @@ from tests.support.server import LiveServer, live_server
 
 
 @pytest.fixture(scope="session")
-def live(_sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory
-         ) -> Iterator[LiveServer]:
+def live(_sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """The session's server (samples, fake OCR, sweep) on its own migrated SQLite file."""
     path = tmp_path_factory.mktemp("live") / "flowpark.db"
     shutil.copyfile(_sqlite_template, path)

@@ -27,51 +27,73 @@ PROTECTED = [
 
 # -- 401 ---------------------------------------------------------------------------------
 @pytest.mark.parametrize(("method", "path"), PROTECTED)
-@pytest.mark.parametrize("authorization", [None, "Bearer wrong-token", "Basic dGVzdDp0ZXN0",
-                                           "Bearer", "test-token",
-                                           "Bearer test-token-and-more", "bearer TEST-TOKEN"],
-                         ids=["missing", "wrong", "basic", "no-token", "no-scheme", "longer",
-                              "case"])
-async def test_missing_or_wrong_token_is_401(anonymous: httpx.AsyncClient, method: str,
-                                             path: str, authorization: str | None) -> None:
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        None,
+        "Bearer wrong-token",
+        "Basic dGVzdDp0ZXN0",
+        "Bearer",
+        "test-token",
+        "Bearer test-token-and-more",
+        "bearer TEST-TOKEN",
+    ],
+    ids=["missing", "wrong", "basic", "no-token", "no-scheme", "longer", "case"],
+)
+async def test_missing_or_wrong_token_is_401(
+    anonymous: httpx.AsyncClient, method: str, path: str, authorization: str | None
+) -> None:
     headers = {"Idempotency-Key": uuid.uuid4().hex}
     if authorization is not None:
         headers["Authorization"] = authorization
-    resp = await anonymous.request(method, path, headers=headers,
-                                   json={"documentId": "d", "pages": 1})
+    resp = await anonymous.request(
+        method, path, headers=headers, json={"documentId": "d", "pages": 1}
+    )
 
     assert_problem(resp, 401, "unauthorized")
     assert resp.headers.get("www-authenticate", "").lower().startswith("bearer")
 
 
-@pytest.mark.parametrize("authorization", [b"Bearer d\xc3\xa9v-token", b"Bearer \xff",
-                                           b"Bearer test-token\xa0", b"Bearer \xc3\xa9",
-                                           b"\xff test-token"],
-                         ids=["utf8", "latin1", "nbsp", "e-acute", "odd-scheme"])
-async def test_non_ascii_token_bytes_are_401_not_500(anonymous: httpx.AsyncClient,
-                                                     authorization: bytes) -> None:
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        b"Bearer d\xc3\xa9v-token",
+        b"Bearer \xff",
+        b"Bearer test-token\xa0",
+        b"Bearer \xc3\xa9",
+        b"\xff test-token",
+    ],
+    ids=["utf8", "latin1", "nbsp", "e-acute", "odd-scheme"],
+)
+async def test_non_ascii_token_bytes_are_401_not_500(
+    anonymous: httpx.AsyncClient, authorization: bytes
+) -> None:
     resp = await anonymous.get("/api/v1/flows", headers={"Authorization": authorization})
 
     assert_problem(resp, 401, "unauthorized")
 
 
-async def test_a_non_ascii_token_matches_its_utf8_bytes(_sqlite_template: Path,
-                                                        tmp_path: Path) -> None:
+async def test_a_non_ascii_token_matches_its_utf8_bytes(
+    _sqlite_template: Path, tmp_path: Path
+) -> None:
     path = tmp_path / "token.db"
     shutil.copyfile(_sqlite_template, path)
     with live_server(f"sqlite:///{path}", api_tokens="d\u00e9v-token") as server:
         async with server.client(token=None) as http:
-            ok = await http.get("/api/v1/flows",
-                                headers={"Authorization": b"Bearer d\xc3\xa9v-token"})
-            latin1 = await http.get("/api/v1/flows",
-                                    headers={"Authorization": b"Bearer d\xe9v-token"})
+            ok = await http.get(
+                "/api/v1/flows", headers={"Authorization": b"Bearer d\xc3\xa9v-token"}
+            )
+            latin1 = await http.get(
+                "/api/v1/flows", headers={"Authorization": b"Bearer d\xe9v-token"}
+            )
 
     assert ok.status_code == 200, ok.text
     assert_problem(latin1, 401, "unauthorized")
 
 
 async def test_401_comes_before_the_missing_key_and_starts_nothing(
-        anonymous: httpx.AsyncClient, live: LiveServer, doc_id: str) -> None:
+    anonymous: httpx.AsyncClient, live: LiveServer, doc_id: str
+) -> None:
     resp = await anonymous.post(DOCUMENTS, json={"documentId": doc_id, "pages": 1})
 
     assert_problem(resp, 401, "unauthorized")
@@ -107,39 +129,53 @@ INVALID_BODIES: dict[str, bytes] = {
     "non-utf8": b'{"documentId": "\xff\xfe\xfd", "pages": 1}',
     "latin1-bom": b"\xef\xbb\xbf\xff" + b'{"documentId": "d", "pages": 1}',
     "deeply-nested": b'{"documentId": ' + b"[" * 100_000 + b"]" * 100_000 + b', "pages": 1}',
-    "nested-too-deep": b'{"documentId": "d", "pages": 1, "x": ' + b"[" * 500 + b"]" * 500
-                       + b"}",
+    "nested-too-deep": b'{"documentId": "d", "pages": 1, "x": ' + b"[" * 500 + b"]" * 500 + b"}",
     "instance-key-number": b'{"documentId": "d", "pages": 1, "instanceKey": 5}',
 }
 
 
 @pytest.mark.parametrize("raw", list(INVALID_BODIES.values()), ids=list(INVALID_BODIES))
 async def test_malformed_or_ill_typed_body_is_422_input_invalid(
-        client: httpx.AsyncClient, raw: bytes) -> None:
-    resp = await client.post(DOCUMENTS, content=raw,
-                             headers={"Idempotency-Key": uuid.uuid4().hex,
-                                      "Content-Type": "application/json"})
+    client: httpx.AsyncClient, raw: bytes
+) -> None:
+    resp = await client.post(
+        DOCUMENTS,
+        content=raw,
+        headers={"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"},
+    )
 
     assert_problem(resp, 422, "input_invalid")
 
 
 async def test_422_names_the_bad_field(client: httpx.AsyncClient) -> None:
-    resp = await client.post(DOCUMENTS, json={"documentId": "d", "pages": "12"},
-                             headers={"Idempotency-Key": uuid.uuid4().hex})
+    resp = await client.post(
+        DOCUMENTS,
+        json={"documentId": "d", "pages": "12"},
+        headers={"Idempotency-Key": uuid.uuid4().hex},
+    )
 
     body = assert_problem(resp, 422, "input_invalid")
     assert any(e["loc"][-1] == "pages" for e in body["errors"]), body
 
 
-BAD_QUERIES = [("/api/v1/events", q) for q in (
-    {"limit": "abc"}, {"limit": "0"}, {"limit": "1000000"}, {"limit": "9" * 400},
-    {"after": "-1"}, {"after": "x"}, {"after": "9" * 30})] + [
-    ("/api/v1/reviews", q) for q in ({"limit": "abc"}, {"limit": "0"}, {"limit": "9" * 400})]
+BAD_QUERIES = [
+    ("/api/v1/events", q)
+    for q in (
+        {"limit": "abc"},
+        {"limit": "0"},
+        {"limit": "1000000"},
+        {"limit": "9" * 400},
+        {"after": "-1"},
+        {"after": "x"},
+        {"after": "9" * 30},
+    )
+] + [("/api/v1/reviews", q) for q in ({"limit": "abc"}, {"limit": "0"}, {"limit": "9" * 400})]
 
 
 @pytest.mark.parametrize(("path", "params"), BAD_QUERIES)
-async def test_bad_query_parameters_are_422(client: httpx.AsyncClient, path: str,
-                                            params: dict[str, str]) -> None:
+async def test_bad_query_parameters_are_422(
+    client: httpx.AsyncClient, path: str, params: dict[str, str]
+) -> None:
     resp = await client.get(path, params=params)
 
     assert_problem(resp, 422, "input_invalid")
@@ -156,12 +192,16 @@ BAD_SIGNAL_BODIES: dict[str, bytes] = {
 
 @pytest.mark.parametrize("raw", list(BAD_SIGNAL_BODIES.values()), ids=list(BAD_SIGNAL_BODIES))
 async def test_ill_formed_signal_is_422_and_leaves_the_instance_waiting(
-        client: httpx.AsyncClient, doc_id: str, raw: bytes) -> None:
+    client: httpx.AsyncClient, doc_id: str, raw: bytes
+) -> None:
     started = await start_document(client, doc_id, pages=10_000)
     instance_id = started.json()["instanceId"]
 
-    resp = await client.post(f"{DOCUMENTS}/{instance_id}/signals/ocr.completed", content=raw,
-                             headers={"Content-Type": "application/json"})
+    resp = await client.post(
+        f"{DOCUMENTS}/{instance_id}/signals/ocr.completed",
+        content=raw,
+        headers={"Content-Type": "application/json"},
+    )
 
     assert_problem(resp, 422, "input_invalid")
     view = (await client.get(f"/api/v1/instances/{instance_id}")).json()
@@ -170,37 +210,49 @@ async def test_ill_formed_signal_is_422_and_leaves_the_instance_waiting(
 
 
 # -- 404 / 405 ---------------------------------------------------------------------------
-@pytest.mark.parametrize("instance_id", [
-    str(uuid.UUID(int=0x0190_0000_0000_7000_8000_0000_0000_0001)),
-    "not-a-uuid",
-    "x" * 5000,
-    "%F0%9F%93%84",
-    "%00",
-    "...",
-], ids=["uuid7", "word", "long", "emoji", "nul", "dots"])
-async def test_unknown_instance_is_404_instance_not_found(client: httpx.AsyncClient,
-                                                          instance_id: str) -> None:
+@pytest.mark.parametrize(
+    "instance_id",
+    [
+        str(uuid.UUID(int=0x0190_0000_0000_7000_8000_0000_0000_0001)),
+        "not-a-uuid",
+        "x" * 5000,
+        "%F0%9F%93%84",
+        "%00",
+        "...",
+    ],
+    ids=["uuid7", "word", "long", "emoji", "nul", "dots"],
+)
+async def test_unknown_instance_is_404_instance_not_found(
+    client: httpx.AsyncClient, instance_id: str
+) -> None:
     resp = await client.get(f"/api/v1/instances/{instance_id}")
 
     assert_problem(resp, 404, "instance_not_found")
 
 
-async def test_cancel_and_signal_of_an_unknown_instance_are_404(
-        client: httpx.AsyncClient) -> None:
+async def test_cancel_and_signal_of_an_unknown_instance_are_404(client: httpx.AsyncClient) -> None:
     unknown = str(uuid.uuid4())
     cancel = await client.post(f"/api/v1/instances/{unknown}/cancel")
-    signal = await client.post(f"{DOCUMENTS}/{unknown}/signals/ocr.completed",
-                               json={"jobId": "j"})
-    generic = await client.post(f"/api/v1/instances/{unknown}/signals/ocr.completed",
-                                json={"jobId": "j"})
+    signal = await client.post(f"{DOCUMENTS}/{unknown}/signals/ocr.completed", json={"jobId": "j"})
+    generic = await client.post(
+        f"/api/v1/instances/{unknown}/signals/ocr.completed", json={"jobId": "j"}
+    )
 
     assert_problem(cancel, 404, "instance_not_found")
     assert_problem(signal, 404, "instance_not_found")
     assert_problem(generic, 404, "instance_not_found")
 
 
-@pytest.mark.parametrize("path", ["/nope", "/api/v1/nope", "/api/v2/documents",
-                                  "/api/v1/documents/x/y/z", "/api/v1/instances/a%2Fb"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/nope",
+        "/api/v1/nope",
+        "/api/v2/documents",
+        "/api/v1/documents/x/y/z",
+        "/api/v1/instances/a%2Fb",
+    ],
+)
 async def test_unknown_route_is_a_404_problem(client: httpx.AsyncClient, path: str) -> None:
     assert_problem(await client.get(path), 404)
 
@@ -212,12 +264,21 @@ async def test_wrong_method_is_a_405_problem(client: httpx.AsyncClient) -> None:
 
 # -- no 5xx on odd requests -------------------------------------------------------------
 ODD_REQUESTS: list[tuple[str, str, dict[str, object]]] = [
-    ("POST", DOCUMENTS, {"content": b'{"documentId": "d", "pages": 1}',
-                         "headers": {"Content-Type": "text/plain"}}),
-    ("POST", DOCUMENTS, {"content": b"\x00\x01\x02\x03",
-                         "headers": {"Content-Type": "application/octet-stream"}}),
-    ("POST", DOCUMENTS, {"json": {"documentId": "d", "pages": 1},
-                         "headers": {"Idempotency-Key": b"caf\xe9"}}),
+    (
+        "POST",
+        DOCUMENTS,
+        {"content": b'{"documentId": "d", "pages": 1}', "headers": {"Content-Type": "text/plain"}},
+    ),
+    (
+        "POST",
+        DOCUMENTS,
+        {"content": b"\x00\x01\x02\x03", "headers": {"Content-Type": "application/octet-stream"}},
+    ),
+    (
+        "POST",
+        DOCUMENTS,
+        {"json": {"documentId": "d", "pages": 1}, "headers": {"Idempotency-Key": b"caf\xe9"}},
+    ),
     ("POST", DOCUMENTS, {"json": {"documentId": "\u0000\ud7ff\U0001f4c4", "pages": 1}}),
     ("POST", DOCUMENTS, {"json": {"documentId": "d", "pages": 1, "instanceKey": "k" * 5000}}),
     ("POST", DOCUMENTS, {"json": {"documentId": "d", "pages": 1, "instanceKey": ""}}),
@@ -226,16 +287,17 @@ ODD_REQUESTS: list[tuple[str, str, dict[str, object]]] = [
     ("POST", "/api/v1/instances/x/signals/" + "s" * 3000, {"json": {}}),
     ("GET", "/api/v1/instances/" + "%FF" * 100, {}),
     ("GET", "/api/v1/events", {"params": {"limit": "1", "after": "9" * 30}}),
-    ("POST", "/fake/ocr/jobs", {"content": b"[]",
-                                "headers": {"Content-Type": "application/json"}}),
+    ("POST", "/fake/ocr/jobs", {"content": b"[]", "headers": {"Content-Type": "application/json"}}),
     ("GET", "/fake/ocr/jobs/" + "z" * 3000, {}),
 ]
 
 
-@pytest.mark.parametrize(("method", "path", "kwargs"), ODD_REQUESTS,
-                         ids=[f"{i}" for i in range(len(ODD_REQUESTS))])
-async def test_odd_requests_never_answer_5xx(client: httpx.AsyncClient, method: str,
-                                             path: str, kwargs: dict[str, object]) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs"), ODD_REQUESTS, ids=[f"{i}" for i in range(len(ODD_REQUESTS))]
+)
+async def test_odd_requests_never_answer_5xx(
+    client: httpx.AsyncClient, method: str, path: str, kwargs: dict[str, object]
+) -> None:
     headers = {"Idempotency-Key": uuid.uuid4().hex}
     headers.update(kwargs.pop("headers", {}) if "headers" in kwargs else {})  # type: ignore[arg-type]
     resp = await client.request(method, path, headers=headers, **kwargs)  # type: ignore[arg-type]

@@ -31,8 +31,9 @@ PAGES = 200
 def busy_server(_sqlite_template: Path, tmp_path: Path) -> Iterator[LiveServer]:
     path = tmp_path / "busy.db"
     shutil.copyfile(_sqlite_template, path)
-    with live_server(f"sqlite:///{path}", timer_scan_interval=0.2, sample_ocr_per_page=0.01,
-                     ocr_callbacks=False) as server:
+    with live_server(
+        f"sqlite:///{path}", timer_scan_interval=0.2, sample_ocr_per_page=0.01, ocr_callbacks=False
+    ) as server:
         yield server
 
 
@@ -46,14 +47,16 @@ def _log_text(record: logging.LogRecord) -> str:
 
 
 async def test_100_parallel_starts_while_the_sweep_runs(
-        busy_server: LiveServer, caplog: pytest.LogCaptureFixture) -> None:
+    busy_server: LiveServer, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     url = busy_server.database_url
     limits = httpx.Limits(max_connections=BURST + 10, max_keepalive_connections=BURST + 10)
     async with busy_server.client(timeout=120, limits=limits) as client:
         # parked documents the sweep will claim and advance during the burst
-        seeded = await asyncio.gather(*(start_document(client, f"seed-{i}", pages=PAGES)
-                                        for i in range(SEEDED)))
+        seeded = await asyncio.gather(
+            *(start_document(client, f"seed-{i}", pages=PAGES) for i in range(SEEDED))
+        )
         assert [r.status_code for r in seeded] == [202] * SEEDED, [r.text for r in seeded]
         seeded_ids = [r.json()["instanceId"] for r in seeded]
         views = [(await client.get(f"/api/v1/instances/{i}")).json() for i in seeded_ids]
@@ -63,13 +66,18 @@ async def test_100_parallel_starts_while_the_sweep_runs(
         assert wakes, [(v["state"], v["journal"][-1:]) for v in views][:3]
         # start the burst once half of them are due: the rest fall due during it
         half_due = wakes[len(wakes) // 2]
-        await eventually(lambda: datetime.now(UTC) >= half_due, timeout=10,
-                         what="half of the seeded documents are due")
+        await eventually(
+            lambda: datetime.now(UTC) >= half_due,
+            timeout=10,
+            what="half of the seeded documents are due",
+        )
 
         prefix = f"burst-{uuid.uuid4().hex[:6]}"
         burst_started = datetime.now(UTC)
-        answers = await asyncio.gather(*(start_document(client, f"{prefix}-{i}", pages=PAGES)
-                                         for i in range(BURST)), return_exceptions=True)
+        answers = await asyncio.gather(
+            *(start_document(client, f"{prefix}-{i}", pages=PAGES) for i in range(BURST)),
+            return_exceptions=True,
+        )
         burst_ended = datetime.now(UTC)
 
         failures = [a for a in answers if isinstance(a, BaseException)]
@@ -88,19 +96,32 @@ async def test_100_parallel_starts_while_the_sweep_runs(
         await eventually(all_completed, timeout=60, interval=0.25, what="every document done")
 
     assert count_instances(url) == SEEDED + BURST
-    assert query(url, "SELECT count(*) FROM flow_instance "
-                      "WHERE json_extract(input, '$.documentId') LIKE ?",
-                 (f"{prefix}-%",))[0][0] == BURST
+    assert (
+        query(
+            url,
+            "SELECT count(*) FROM flow_instance WHERE json_extract(input, '$.documentId') LIKE ?",
+            (f"{prefix}-%",),
+        )[0][0]
+        == BURST
+    )
     assert len(everyone) == SEEDED + BURST
     # the sweep really wrote while the burst ran: some seeded attempt 1 started inside it
-    resumed = query(url, "SELECT started_at FROM flow_step WHERE capability_id = 'ocr.status' "
-                         f"AND scope = 1 AND instance_id IN ({','.join('?' * SEEDED)})",
-                    tuple(seeded_ids))
+    resumed = query(
+        url,
+        "SELECT started_at FROM flow_step WHERE capability_id = 'ocr.status' "
+        f"AND scope = 1 AND instance_id IN ({','.join('?' * SEEDED)})",
+        tuple(seeded_ids),
+    )
     resumed_at = [datetime.fromisoformat(r[0]).replace(tzinfo=UTC) for r in resumed]
-    print(f"burst {burst_ended - burst_started}; seeded resumed during it: "
-          f"{sum(burst_started <= at <= burst_ended for at in resumed_at)}")
+    print(
+        f"burst {burst_ended - burst_started}; seeded resumed during it: "
+        f"{sum(burst_started <= at <= burst_ended for at in resumed_at)}"
+    )
     assert any(burst_started <= at <= burst_ended for at in resumed_at), (
-        burst_started, burst_ended, sorted(resumed_at)[:3])
+        burst_started,
+        burst_ended,
+        sorted(resumed_at)[:3],
+    )
 
     locked = [_log_text(r) for r in caplog.records if "database is locked" in _log_text(r)]
     assert not locked, locked[:2]

@@ -25,17 +25,20 @@ from tests.support.db import query, sqlite_path
 from tests.support.server import LiveServer
 
 #: The first wait of the OCR poll's backoff, after jitter: [initial * (1 - jitter), initial].
-FIRST_WAIT = (Waits.OCR_POLLING.initial * (1 - Waits.OCR_POLLING.jitter),
-              Waits.OCR_POLLING.initial)
+FIRST_WAIT = (Waits.OCR_POLLING.initial * (1 - Waits.OCR_POLLING.jitter), Waits.OCR_POLLING.initial)
 JOURNAL_FIELDS = {"stepId", "scope", "capabilityId", "outcome"}
 #: Enough pages that the fake OCR (0.05 s/page) stays pending for the whole test.
 MANY_PAGES = 10_000
 
 
 async def test_start_answers_202_with_the_instance_and_its_location(
-        client: httpx.AsyncClient, doc_id: str, key: str) -> None:
-    resp = await client.post(DOCUMENTS, json={"documentId": doc_id, "pages": MANY_PAGES},
-                             headers={"Idempotency-Key": key})
+    client: httpx.AsyncClient, doc_id: str, key: str
+) -> None:
+    resp = await client.post(
+        DOCUMENTS,
+        json={"documentId": doc_id, "pages": MANY_PAGES},
+        headers={"Idempotency-Key": key},
+    )
 
     assert resp.status_code == 202, resp.text
     assert resp.headers["content-type"].startswith("application/json")
@@ -52,7 +55,8 @@ async def test_start_answers_202_with_the_instance_and_its_location(
 
 
 async def test_a_waiting_document_is_one_suspended_row_with_a_wake_and_no_lease(
-        client: httpx.AsyncClient, live: LiveServer, doc_id: str) -> None:
+    client: httpx.AsyncClient, live: LiveServer, doc_id: str
+) -> None:
     before = datetime.now(UTC)
     resp = await start_document(client, doc_id, pages=MANY_PAGES)
     instance_id = resp.json()["instanceId"]
@@ -64,8 +68,11 @@ async def test_a_waiting_document_is_one_suspended_row_with_a_wake_and_no_lease(
     assert view["state"] == "suspended"
     assert view["lease"] is None
     assert view["result"] is None and view["error"] is None
-    assert view["input"] == {"documentId": doc_id, "contentType": "application/pdf",
-                             "pages": MANY_PAGES}
+    assert view["input"] == {
+        "documentId": doc_id,
+        "contentType": "application/pdf",
+        "pages": MANY_PAGES,
+    }
     created = instant(view["createdAt"])
     assert before - timedelta(seconds=1) <= created <= datetime.now(UTC)
     wake_at = instant(view["wakeAt"])
@@ -86,13 +93,18 @@ async def test_a_waiting_document_is_one_suspended_row_with_a_wake_and_no_lease(
         assert set(row) >= JOURNAL_FIELDS, row
         assert row["outcome"] == "success"
     assert [(r["capabilityId"], r["scope"]) for r in journal] == [
-        ("ocr.upload", 0), ("ocr.status", 0)]
+        ("ocr.upload", 0),
+        ("ocr.status", 0),
+    ]
     assert len({r["stepId"] for r in journal}) == 2
 
     # what is stored: one row, suspended, wake set, no lease
-    rows = query(live.database_url,
-                 "SELECT state, wake_at, wake_step_id, wake_scope, lease_owner, "
-                 "lease_expires_at FROM flow_instance WHERE id = ?", (instance_id,))
+    rows = query(
+        live.database_url,
+        "SELECT state, wake_at, wake_step_id, wake_scope, lease_owner, "
+        "lease_expires_at FROM flow_instance WHERE id = ?",
+        (instance_id,),
+    )
     assert len(rows) == 1
     state, raw_wake, wake_step, wake_scope, lease_owner, lease_expires = rows[0]
     assert state == "suspended"
@@ -102,7 +114,8 @@ async def test_a_waiting_document_is_one_suspended_row_with_a_wake_and_no_lease(
 
 
 async def test_a_document_completes_through_the_parked_poll(
-        client: httpx.AsyncClient, doc_id: str) -> None:
+    client: httpx.AsyncClient, doc_id: str
+) -> None:
     # 2 pages at 0.05 s/page: attempt 0 sees "pending", attempt 1 (after 2.5-5 s) "completed"
     resp = await start_document(client, doc_id, pages=2)
     assert resp.status_code == 202, resp.text
@@ -111,8 +124,9 @@ async def test_a_document_completes_through_the_parked_poll(
     assert parked["state"] == "suspended"
     first_wake = instant(parked["wakeAt"])
 
-    view = await wait_for_state(client, instance_id, timeout=Waits.OCR_POLLING.initial
-                                .total_seconds() + 15)
+    view = await wait_for_state(
+        client, instance_id, timeout=Waits.OCR_POLLING.initial.total_seconds() + 15
+    )
 
     assert view["state"] == "completed", view["error"]
     assert view["result"] == {"documentId": doc_id, "fieldCount": 2}
@@ -129,8 +143,7 @@ async def test_a_document_completes_through_the_parked_poll(
     assert all(r["outcome"] == "success" for r in journal)
     # the journal is in order: upload, the polls, extract
     assert caps.index("ocr.upload") < caps.index("ocr.status")
-    assert caps.index("document.extract") > max(i for i, c in enumerate(caps)
-                                               if c == "ocr.status")
+    assert caps.index("document.extract") > max(i for i, c in enumerate(caps) if c == "ocr.status")
     # attempt 1 ran when the parked row was due, not before
     assert instant(polls[1]["startedAt"]) >= first_wake
     assert instant(polls[1]["startedAt"]) <= first_wake + timedelta(seconds=5)
@@ -142,7 +155,8 @@ async def test_a_document_completes_through_the_parked_poll(
 
 
 async def test_the_ocr_webhook_signal_ends_the_wait_without_another_poll(
-        client: httpx.AsyncClient, doc_id: str) -> None:
+    client: httpx.AsyncClient, doc_id: str
+) -> None:
     resp = await start_document(client, doc_id, pages=MANY_PAGES)
     instance_id = resp.json()["instanceId"]
     parked = (await client.get(f"/api/v1/instances/{instance_id}")).json()
@@ -152,9 +166,11 @@ async def test_the_ocr_webhook_signal_ends_the_wait_without_another_poll(
     assert done.status_code == 200, done.text
 
     # what the provider's webhook sends
-    signal = await client.post(f"{DOCUMENTS}/{instance_id}/signals/ocr.completed",
-                               json={"jobId": job_id, "status": "completed"},
-                               headers={"Idempotency-Key": f"ocr-{job_id}"})
+    signal = await client.post(
+        f"{DOCUMENTS}/{instance_id}/signals/ocr.completed",
+        json={"jobId": job_id, "status": "completed"},
+        headers={"Idempotency-Key": f"ocr-{job_id}"},
+    )
     assert signal.status_code == 202, signal.text
     view = await wait_for_state(client, instance_id, timeout=10)
 
@@ -169,14 +185,14 @@ async def test_the_ocr_webhook_signal_ends_the_wait_without_another_poll(
 
 
 async def test_events_and_reviews_use_camel_case_fields(
-        client: httpx.AsyncClient, doc_id: str) -> None:
+    client: httpx.AsyncClient, doc_id: str
+) -> None:
     resp = await start_document(client, doc_id, pages=MANY_PAGES)
     instance_id = resp.json()["instanceId"]
     jobs = (await client.get("/fake/ocr/jobs")).json()
     job_id = next(j["jobId"] for j in jobs if j["documentId"] == doc_id)
     await client.post(f"/fake/ocr/jobs/{job_id}/complete")
-    await client.post(f"{DOCUMENTS}/{instance_id}/signals/ocr.completed",
-                      json={"jobId": job_id})
+    await client.post(f"{DOCUMENTS}/{instance_id}/signals/ocr.completed", json={"jobId": job_id})
     await wait_for_state(client, instance_id, ("completed",), timeout=10)
 
     event = next(e for e in await all_events(client) if e["payload"]["documentId"] == doc_id)
@@ -186,17 +202,25 @@ async def test_events_and_reviews_use_camel_case_fields(
     assert not [k for k in event if "_" in k], event
 
 
-
-async def test_reviews_use_camel_case_fields(client: httpx.AsyncClient, live: LiveServer,
-                                             doc_id: str) -> None:
+async def test_reviews_use_camel_case_fields(
+    client: httpx.AsyncClient, live: LiveServer, doc_id: str
+) -> None:
     # the budget path that fills the queue runs on the virtual clock elsewhere; here a
     # stored item is enough to pin the HTTP shape
     review_id = uuid.uuid4().hex
     with closing(sqlite3.connect(sqlite_path(live.database_url), timeout=30)) as conn:
-        conn.execute("INSERT INTO review_item (id, instance_id, subject, reason, details, "
-                     "created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                     (review_id, "instance-x", doc_id, "late", '{"jobId": "j"}',
-                      "2026-01-02 03:04:05.000000"))
+        conn.execute(
+            "INSERT INTO review_item (id, instance_id, subject, reason, details, "
+            "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                review_id,
+                "instance-x",
+                doc_id,
+                "late",
+                '{"jobId": "j"}',
+                "2026-01-02 03:04:05.000000",
+            ),
+        )
         conn.commit()
 
     resp = await client.get("/api/v1/reviews", params={"limit": 1000})

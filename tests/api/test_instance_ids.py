@@ -54,30 +54,39 @@ async def client(store_url: str) -> AsyncIterator[httpx.AsyncClient]:
             yield http
 
 
-async def _answer(client: httpx.AsyncClient, method: str, path: str,
-                  kwargs: dict[str, object]) -> tuple[int, str]:
+async def _answer(
+    client: httpx.AsyncClient, method: str, path: str, kwargs: dict[str, object]
+) -> tuple[int, str]:
     resp = await client.request(method, path, **kwargs)  # type: ignore[arg-type]
     body = assert_problem(resp, resp.status_code)
     return resp.status_code, body["code"]
 
 
 async def test_a_non_uuid_id_is_answered_as_an_unknown_id_on_every_route(
-        client: httpx.AsyncClient) -> None:
+    client: httpx.AsyncClient,
+) -> None:
     started = await start_document(client, pages=500)
     assert started.status_code == 202, started.text
     known = started.json()["instanceId"]
     assert str(uuid.UUID(known)) == known
-    spellings = {"known": known, "known_upper": known.upper(),
-                 "known_hex": uuid.UUID(known).hex, "known_short": known[:-1]}
+    spellings = {
+        "known": known,
+        "known_upper": known.upper(),
+        "known_hex": uuid.UUID(known).hex,
+        "known_short": known[:-1],
+    }
     unknown = str(uuid.uuid4())
     for method, path, kwargs in _routes(unknown):
-        assert await _answer(client, method, path, dict(kwargs)) == (
-            404, "instance_not_found"), path
+        assert await _answer(client, method, path, dict(kwargs)) == (404, "instance_not_found"), (
+            path
+        )
     for pattern in NOT_IDS:
         not_id = pattern.format(**spellings)
         for method, path, kwargs in _routes(not_id):
             assert await _answer(client, method, path, dict(kwargs)) == (
-                404, "instance_not_found"), (method, path[:120])
+                404,
+                "instance_not_found",
+            ), (method, path[:120])
     # the instance itself is untouched, and still found by its own id
     view = (await client.get(f"/api/v1/instances/{known}")).json()
     assert view["instanceId"] == known and view["state"] == "suspended"

@@ -19,10 +19,14 @@ def new_job() -> str:
     return f"job-{uuid.uuid4().hex[:12]}"
 
 
-async def start_job(client: httpx.AsyncClient, job_id: str, key: str | None = None
-                    ) -> httpx.Response:
-    return await client.post(JOBS, json={"instanceKey": job_id},
-                             headers={"Idempotency-Key": key or f"key-{uuid.uuid4().hex}"})
+async def start_job(
+    client: httpx.AsyncClient, job_id: str, key: str | None = None
+) -> httpx.Response:
+    return await client.post(
+        JOBS,
+        json={"instanceKey": job_id},
+        headers={"Idempotency-Key": key or f"key-{uuid.uuid4().hex}"},
+    )
 
 
 async def ended(client: httpx.AsyncClient, instance_id: str) -> dict:
@@ -38,8 +42,7 @@ async def progress(client: httpx.AsyncClient, instance_id: str) -> list[str]:
 
 
 @pytest.mark.slow
-async def test_a_job_completes_over_http_in_about_six_seconds(
-        client: httpx.AsyncClient) -> None:
+async def test_a_job_completes_over_http_in_about_six_seconds(client: httpx.AsyncClient) -> None:
     job_id = new_job()
     began = time.monotonic()
     resp = await start_job(client, job_id)
@@ -48,8 +51,7 @@ async def test_a_job_completes_over_http_in_about_six_seconds(
     body = resp.json()
     # the answer comes once the wait has begun, not when it ends
     assert body["status"] == "running" and answered < 3.0, (body, answered)
-    view = await eventually(lambda: ended(client, body["instanceId"]), timeout=30,
-                            interval=0.05)
+    view = await eventually(lambda: ended(client, body["instanceId"]), timeout=30, interval=0.05)
     took = time.monotonic() - began
     print(f"job.await over HTTP: 202 after {answered:.2f}s, completed after {took:.2f}s")
     assert view["state"] == "completed", view["error"]
@@ -62,7 +64,8 @@ async def test_a_job_completes_over_http_in_about_six_seconds(
 
 
 async def test_a_running_instance_key_answers_the_same_start_and_refuses_another(
-        client: httpx.AsyncClient) -> None:
+    client: httpx.AsyncClient,
+) -> None:
     job_id = new_job()
     first = await start_job(client, job_id, key="k1-" + job_id)
     assert first.status_code == 202, first.text
@@ -91,8 +94,7 @@ async def test_a_running_instance_key_answers_the_same_start_and_refuses_another
     assert later["result"] == {"jobId": job_id, "output": f"job {job_id} done"}
 
 
-async def test_a_failed_job_fails_the_instance_with_job_failed(
-        client: httpx.AsyncClient) -> None:
+async def test_a_failed_job_fails_the_instance_with_job_failed(client: httpx.AsyncClient) -> None:
     job_id = new_job()
     resp = await start_job(client, job_id)
     assert resp.status_code == 202, resp.text

@@ -53,8 +53,17 @@ async def _parked_document(http: httpx.AsyncClient) -> str:
 
 
 # -- path ids ----------------------------------------------------------------------------
-ILL_FORMED_IDS = ["%00", "a%00b", "01900000-0000-7000-8000-00000000000%00", "%01", "a%0Ab",
-                  "%7F", "%C2%85", "x" * 101, "%F0%9F%93%84" * 30]
+ILL_FORMED_IDS = [
+    "%00",
+    "a%00b",
+    "01900000-0000-7000-8000-00000000000%00",
+    "%01",
+    "a%0Ab",
+    "%7F",
+    "%C2%85",
+    "x" * 101,
+    "%F0%9F%93%84" * 30,
+]
 
 
 async def test_ill_formed_instance_ids_are_404_on_every_route(http: httpx.AsyncClient) -> None:
@@ -62,28 +71,33 @@ async def test_ill_formed_instance_ids_are_404_on_every_route(http: httpx.AsyncC
         answers = [
             await http.get(f"/api/v1/instances/{bad}"),
             await http.post(f"/api/v1/instances/{bad}/cancel"),
-            await http.post(f"/api/v1/instances/{bad}/signals/ocr.completed",
-                            json={"jobId": "j"}),
-            await http.post(f"{DOCUMENTS}/{bad}/signals/ocr.completed", json={"jobId": "j"},
-                            headers={"Idempotency-Key": uuid.uuid4().hex}),
+            await http.post(f"/api/v1/instances/{bad}/signals/ocr.completed", json={"jobId": "j"}),
+            await http.post(
+                f"{DOCUMENTS}/{bad}/signals/ocr.completed",
+                json={"jobId": "j"},
+                headers={"Idempotency-Key": uuid.uuid4().hex},
+            ),
             await http.get(f"/api/v1/instances/{bad}/streams/JobProgress"),
-            await http.get(f"/api/v1/instances/{bad}/streams/JobProgress",
-                           headers={"Accept": "text/event-stream"}),
+            await http.get(
+                f"/api/v1/instances/{bad}/streams/JobProgress",
+                headers={"Accept": "text/event-stream"},
+            ),
         ]
         for resp in answers:
             assert_problem(resp, 404, "instance_not_found")
 
 
-async def test_ill_formed_stream_names_are_404_stream_not_declared(
-        http: httpx.AsyncClient) -> None:
+async def test_ill_formed_stream_names_are_404_stream_not_declared(http: httpx.AsyncClient) -> None:
     instance_id = await _parked_document(http)
     for name in ["%00", "JobProgress%00", "x" * 300]:
         for headers in ({}, {"Accept": "text/event-stream"}):
-            resp = await http.get(f"/api/v1/instances/{instance_id}/streams/{name}",
-                                  headers=headers)
+            resp = await http.get(
+                f"/api/v1/instances/{instance_id}/streams/{name}", headers=headers
+            )
             assert_problem(resp, 404, "stream_not_declared")
-    resp = await http.post(f"/api/v1/instances/{instance_id}/signals/ocr.completed%00",
-                           json={"jobId": "j"})
+    resp = await http.post(
+        f"/api/v1/instances/{instance_id}/signals/ocr.completed%00", json={"jobId": "j"}
+    )
     assert_problem(resp, 404, "signal_not_declared")
 
 
@@ -105,34 +119,45 @@ UNSTORABLE_STARTS: list[tuple[str, bytes]] = [
 
 
 async def test_unstorable_strings_and_numbers_in_a_start_are_422_and_store_nothing(
-        http: httpx.AsyncClient, server: LiveServer) -> None:
+    http: httpx.AsyncClient, server: LiveServer
+) -> None:
     before = _count(server.database_url, "SELECT count(*) FROM flow_instance")
     for route, raw in UNSTORABLE_STARTS:
-        resp = await http.post(route, content=raw,
-                               headers={"Content-Type": "application/json",
-                                        "Idempotency-Key": uuid.uuid4().hex})
+        resp = await http.post(
+            route,
+            content=raw,
+            headers={"Content-Type": "application/json", "Idempotency-Key": uuid.uuid4().hex},
+        )
         assert_problem(resp, 422, "input_invalid")
 
     assert _count(server.database_url, "SELECT count(*) FROM flow_instance") == before
 
 
 async def test_the_422_for_a_nul_names_where_it_is(http: httpx.AsyncClient) -> None:
-    resp = await http.post(JOBS, json={"instanceKey": "k", "input": {"notes": ["x", "a\0"]}},
-                           headers={"Idempotency-Key": uuid.uuid4().hex})
+    resp = await http.post(
+        JOBS,
+        json={"instanceKey": "k", "input": {"notes": ["x", "a\0"]}},
+        headers={"Idempotency-Key": uuid.uuid4().hex},
+    )
 
     body = assert_problem(resp, 422, "input_invalid")
     assert body["errors"][0]["loc"] == ["body", "input", "notes", "1"], body
 
 
 async def test_a_signal_with_a_nul_is_422_and_stores_nothing(
-        http: httpx.AsyncClient, server: LiveServer) -> None:
+    http: httpx.AsyncClient, server: LiveServer
+) -> None:
     instance_id = await _parked_document(http)
-    for raw in (b'{"jobId": "a\\u0000"}', b'{"jobId": "j", "extra": "\\u0000"}',
-                b'{"jobId": "j\\udc80"}'):
-        for route in (f"{DOCUMENTS}/{instance_id}/signals/ocr.completed",
-                      f"/api/v1/instances/{instance_id}/signals/ocr.completed"):
-            resp = await http.post(route, content=raw,
-                                   headers={"Content-Type": "application/json"})
+    for raw in (
+        b'{"jobId": "a\\u0000"}',
+        b'{"jobId": "j", "extra": "\\u0000"}',
+        b'{"jobId": "j\\udc80"}',
+    ):
+        for route in (
+            f"{DOCUMENTS}/{instance_id}/signals/ocr.completed",
+            f"/api/v1/instances/{instance_id}/signals/ocr.completed",
+        ):
+            resp = await http.post(route, content=raw, headers={"Content-Type": "application/json"})
             assert_problem(resp, 422, "input_invalid")
 
     view = (await http.get(f"/api/v1/instances/{instance_id}")).json()
@@ -142,17 +167,24 @@ async def test_a_signal_with_a_nul_is_422_and_stores_nothing(
 
 # -- body size -----------------------------------------------------------------------------
 async def test_a_body_over_max_body_bytes_is_413_on_every_body_route(
-        http: httpx.AsyncClient, server: LiveServer) -> None:
+    http: httpx.AsyncClient, server: LiveServer
+) -> None:
     assert server.settings.max_body_bytes == MiB  # the default
     instance_id = await _parked_document(http)
     huge = b'{"jobId": "' + b"j" * (30 * MiB) + b'"}'
-    routes = [f"{DOCUMENTS}/{instance_id}/signals/ocr.completed",
-              f"/api/v1/instances/{instance_id}/signals/ocr.completed", DOCUMENTS, JOBS,
-              "/fake/ocr/jobs"]
+    routes = [
+        f"{DOCUMENTS}/{instance_id}/signals/ocr.completed",
+        f"/api/v1/instances/{instance_id}/signals/ocr.completed",
+        DOCUMENTS,
+        JOBS,
+        "/fake/ocr/jobs",
+    ]
     for route in routes:
-        resp = await http.post(route, content=huge,
-                               headers={"Content-Type": "application/json",
-                                        "Idempotency-Key": uuid.uuid4().hex})
+        resp = await http.post(
+            route,
+            content=huge,
+            headers={"Content-Type": "application/json", "Idempotency-Key": uuid.uuid4().hex},
+        )
         body = assert_problem(resp, 413, "body_too_large")
         assert body["maxBodyBytes"] == MiB
     assert_problem(await http.put("/fake/jobs/j", content=huge), 413, "body_too_large")
@@ -163,8 +195,9 @@ async def test_a_body_over_max_body_bytes_is_413_on_every_body_route(
     assert _count(server.database_url, "SELECT count(*) FROM flow_signal") == 0
 
 
-async def test_a_chunked_body_is_cut_at_the_bound(http: httpx.AsyncClient,
-                                                  server: LiveServer) -> None:
+async def test_a_chunked_body_is_cut_at_the_bound(
+    http: httpx.AsyncClient, server: LiveServer
+) -> None:
     instance_id = await _parked_document(http)
 
     async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: chunked encoding
@@ -173,15 +206,19 @@ async def test_a_chunked_body_is_cut_at_the_bound(http: httpx.AsyncClient,
             yield b"j" * 64 * 1024
         yield b'"}'
 
-    resp = await http.post(f"/api/v1/instances/{instance_id}/signals/ocr.completed",
-                           content=chunks(), headers={"Content-Type": "application/json"})
+    resp = await http.post(
+        f"/api/v1/instances/{instance_id}/signals/ocr.completed",
+        content=chunks(),
+        headers={"Content-Type": "application/json"},
+    )
 
     assert_problem(resp, 413, "body_too_large")
     assert _count(server.database_url, "SELECT count(*) FROM flow_signal") == 0
 
 
-async def test_the_bound_is_inclusive_and_a_setting(_sqlite_template: object,
-                                                    sqlite_url: str) -> None:
+async def test_the_bound_is_inclusive_and_a_setting(
+    _sqlite_template: object, sqlite_url: str
+) -> None:
     import shutil
 
     shutil.copyfile(str(_sqlite_template), sqlite_url.removeprefix("sqlite:///"))
@@ -193,10 +230,12 @@ async def test_the_bound_is_inclusive_and_a_setting(_sqlite_template: object,
             at_bound = prefix + b"j" * (200 - len(prefix) - len(suffix)) + suffix
             over = prefix + b"j" * (201 - len(prefix) - len(suffix)) + suffix
 
-            refused = await client.post(route, content=over,
-                                        headers={"Content-Type": "application/json"})
-            accepted = await client.post(route, content=at_bound,
-                                         headers={"Content-Type": "application/json"})
+            refused = await client.post(
+                route, content=over, headers={"Content-Type": "application/json"}
+            )
+            accepted = await client.post(
+                route, content=at_bound, headers={"Content-Type": "application/json"}
+            )
 
     assert len(at_bound) == 200 and len(over) == 201
     assert_problem(refused, 413, "body_too_large")
@@ -204,44 +243,69 @@ async def test_the_bound_is_inclusive_and_a_setting(_sqlite_template: object,
 
 
 # -- content type --------------------------------------------------------------------------
-@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded",
-                                          "multipart/form-data; boundary=x", "application/xml",
-                                          "application/jsonx", "text/json", "*/*"])
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/xml",
+        "application/jsonx",
+        "text/json",
+        "*/*",
+    ],
+)
 async def test_a_body_that_is_not_json_by_its_content_type_is_415(
-        client: httpx.AsyncClient, live: LiveServer, content_type: str, doc_id: str) -> None:
+    client: httpx.AsyncClient, live: LiveServer, content_type: str, doc_id: str
+) -> None:
     body = f'{{"documentId": "{doc_id}", "pages": 1}}'.encode()
-    start = await client.post(DOCUMENTS, content=body,
-                              headers={"Content-Type": content_type,
-                                       "Idempotency-Key": uuid.uuid4().hex})
-    signal = await client.post(f"/api/v1/instances/{uuid.uuid4()}/signals/ocr.completed",
-                               content=b'{"jobId": "j"}',
-                               headers={"Content-Type": content_type})
+    start = await client.post(
+        DOCUMENTS,
+        content=body,
+        headers={"Content-Type": content_type, "Idempotency-Key": uuid.uuid4().hex},
+    )
+    signal = await client.post(
+        f"/api/v1/instances/{uuid.uuid4()}/signals/ocr.completed",
+        content=b'{"jobId": "j"}',
+        headers={"Content-Type": content_type},
+    )
 
     assert_problem(start, 415, "unsupported_media_type")
     # the request is judged before the instance is looked up
     assert_problem(signal, 415, "unsupported_media_type")
 
 
-@pytest.mark.parametrize("content_type", [None, "application/json",
-                                          "application/json; charset=utf-8",
-                                          "Application/JSON", "application/merge-patch+json"],
-                         ids=["absent", "json", "charset", "case", "plus-json"])
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        None,
+        "application/json",
+        "application/json; charset=utf-8",
+        "Application/JSON",
+        "application/merge-patch+json",
+    ],
+    ids=["absent", "json", "charset", "case", "plus-json"],
+)
 async def test_json_content_types_and_none_are_read_as_json(
-        client: httpx.AsyncClient, content_type: str | None, doc_id: str) -> None:
+    client: httpx.AsyncClient, content_type: str | None, doc_id: str
+) -> None:
     headers = {"Idempotency-Key": uuid.uuid4().hex}
     if content_type is not None:
         headers["Content-Type"] = content_type
-    resp = await client.post(DOCUMENTS, content=f'{{"documentId": "{doc_id}", "pages": 1}}',
-                             headers=headers)
+    resp = await client.post(
+        DOCUMENTS, content=f'{{"documentId": "{doc_id}", "pages": 1}}', headers=headers
+    )
 
     assert resp.status_code == 202, resp.text
 
 
-async def test_a_signal_sent_as_text_is_415_and_stores_nothing(
-        client: httpx.AsyncClient) -> None:
+async def test_a_signal_sent_as_text_is_415_and_stores_nothing(client: httpx.AsyncClient) -> None:
     instance_id = (await start_document(client, pages=NEVER)).json()["instanceId"]
-    resp = await client.post(f"{DOCUMENTS}/{instance_id}/signals/ocr.completed",
-                             content=b'{"jobId": "j"}', headers={"Content-Type": "text/plain"})
+    resp = await client.post(
+        f"{DOCUMENTS}/{instance_id}/signals/ocr.completed",
+        content=b'{"jobId": "j"}',
+        headers={"Content-Type": "text/plain"},
+    )
 
     assert_problem(resp, 415, "unsupported_media_type")
     assert (await client.get(f"/api/v1/instances/{instance_id}")).json()["signals"] == []
@@ -249,14 +313,18 @@ async def test_a_signal_sent_as_text_is_415_and_stores_nothing(
 
 # -- signal idempotency and the answer ---------------------------------------------------
 async def test_a_signal_key_reused_with_another_payload_is_422(
-        http: httpx.AsyncClient, server: LiveServer) -> None:
+    http: httpx.AsyncClient, server: LiveServer
+) -> None:
     instance_id = await _parked_document(http)
     route = f"/api/v1/instances/{instance_id}/signals/ocr.completed"
     headers = {"Idempotency-Key": "hook-1"}
     first = await http.post(route, json={"jobId": "job-a"}, headers=headers)
     assert first.status_code == 202, first.text
-    same = await http.post(f"{DOCUMENTS}/{instance_id}/signals/ocr.completed",
-                           content=b'{ "jobId" : "job-a" }', headers=headers)
+    same = await http.post(
+        f"{DOCUMENTS}/{instance_id}/signals/ocr.completed",
+        content=b'{ "jobId" : "job-a" }',
+        headers=headers,
+    )
     other = await http.post(route, json={"jobId": "job-b"}, headers=headers)
 
     assert same.status_code == 202, same.text
@@ -269,15 +337,19 @@ async def test_a_signal_key_reused_with_another_payload_is_422(
 
 
 async def test_the_signal_answer_shows_it_taken_when_the_delivery_took_it(
-        client: httpx.AsyncClient) -> None:
+    client: httpx.AsyncClient,
+) -> None:
     instance_id = (await start_document(client, pages=NEVER)).json()["instanceId"]
     view = (await client.get(f"/api/v1/instances/{instance_id}")).json()
     jobs = (await client.get("/fake/ocr/jobs")).json()
     job_id = next(j["jobId"] for j in jobs if j["documentId"] == view["input"]["documentId"])
     await client.post(f"/fake/ocr/jobs/{job_id}/complete")
 
-    sent = await client.post(f"{DOCUMENTS}/{instance_id}/signals/ocr.completed",
-                             json={"jobId": job_id}, headers={"Idempotency-Key": job_id})
+    sent = await client.post(
+        f"{DOCUMENTS}/{instance_id}/signals/ocr.completed",
+        json={"jobId": job_id},
+        headers={"Idempotency-Key": job_id},
+    )
 
     assert sent.status_code == 202, sent.text
     answer = sent.json()

@@ -45,8 +45,7 @@ class BlockingEngine:
         return SweepReport()
 
 
-async def test_stop_returns_only_when_no_sweep_is_running(
-        caplog: pytest.LogCaptureFixture) -> None:
+async def test_stop_returns_only_when_no_sweep_is_running(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     engine = BlockingEngine()
     sweeper = Sweeper(engine, 0.05)  # type: ignore[arg-type]

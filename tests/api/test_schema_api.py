@@ -42,7 +42,8 @@ async def test_lifespan_refuses_a_database_migrated_down(sqlite_url: str) -> Non
 
 
 def test_uvicorn_does_not_serve_on_an_unmigrated_database(
-        sqlite_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.ERROR)
 
     with pytest.raises(ServerStartFailed), live_server(sqlite_url):

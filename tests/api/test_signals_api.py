@@ -24,19 +24,26 @@ async def _job_id(client: httpx.AsyncClient, instance_id: str) -> str:
 
 
 async def test_the_start_lists_the_deliverable_signal_and_a_signal_ends_the_wait(
-    client: httpx.AsyncClient, live: LiveServer,
+    client: httpx.AsyncClient,
+    live: LiveServer,
 ) -> None:
     resp = await start_document(client, pages=NEVER)
     assert resp.status_code == 202
     body = resp.json()
     instance_id = body["instanceId"]
-    assert body["awaiting"] == [{
-        "signal": "ocr.completed",
-        "href": f"/api/v1/documents/{instance_id}/signals/ocr.completed"}]
+    assert body["awaiting"] == [
+        {
+            "signal": "ocr.completed",
+            "href": f"/api/v1/documents/{instance_id}/signals/ocr.completed",
+        }
+    ]
     job_id = await _job_id(client, instance_id)
     await client.post(f"/fake/ocr/jobs/{job_id}/complete")
-    sent = await client.post(body["awaiting"][0]["href"], json={"jobId": job_id},
-                             headers={"Idempotency-Key": f"hook-{job_id}"})
+    sent = await client.post(
+        body["awaiting"][0]["href"],
+        json={"jobId": job_id},
+        headers={"Idempotency-Key": f"hook-{job_id}"},
+    )
     assert sent.status_code == 202, sent.text
     assert sent.json()["created"] is True
     view = await wait_for_state(client, instance_id, ("completed",), timeout=10)
@@ -44,8 +51,11 @@ async def test_the_start_lists_the_deliverable_signal_and_a_signal_ends_the_wait
     assert kinds.count(("step", "ocr.status")) == 1  # no attempt after the signal
     assert kinds.count(("signal", "ocr.completed")) == 1
     assert "awaiting" not in view
-    again = await client.post(body["awaiting"][0]["href"], json={"jobId": job_id},
-                              headers={"Idempotency-Key": f"hook-{job_id}"})
+    again = await client.post(
+        body["awaiting"][0]["href"],
+        json={"jobId": job_id},
+        headers={"Idempotency-Key": f"hook-{job_id}"},
+    )
     assert again.status_code == 202 and again.json()["created"] is False
     assert again.json()["signalId"] == sent.json()["signalId"]
     signals = (await client.get(f"/api/v1/instances/{instance_id}")).json()["signals"]
@@ -56,17 +66,26 @@ async def test_signal_answers_404_409_422_and_store_nothing(client: httpx.AsyncC
     resp = await start_document(client, pages=NEVER)
     instance_id = resp.json()["instanceId"]
     route = f"/api/v1/documents/{instance_id}/signals/ocr.completed"
-    assert_problem(await client.post(f"/api/v1/documents/{uuid.uuid4()}/signals/ocr.completed",
-                                     json={"jobId": "x"}), 404, "instance_not_found")
-    assert_problem(await client.post(f"/api/v1/instances/{instance_id}/signals/nope",
-                                     json={}), 404, "signal_not_declared")
+    assert_problem(
+        await client.post(
+            f"/api/v1/documents/{uuid.uuid4()}/signals/ocr.completed", json={"jobId": "x"}
+        ),
+        404,
+        "instance_not_found",
+    )
+    assert_problem(
+        await client.post(f"/api/v1/instances/{instance_id}/signals/nope", json={}),
+        404,
+        "signal_not_declared",
+    )
     assert_problem(await client.post(route, json={"jobId": 7}), 422, "input_invalid")
     assert_problem(await client.post(route, content=b"{not json"), 422, "input_invalid")
     cancelled = await client.post(f"/api/v1/instances/{instance_id}/cancel")
     assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
     assert_problem(await client.post(route, json={"jobId": "x"}), 409, "instance_ended")
-    assert_problem(await client.post(f"/api/v1/instances/{instance_id}/cancel"), 409,
-                   "instance_ended")
+    assert_problem(
+        await client.post(f"/api/v1/instances/{instance_id}/cancel"), 409, "instance_ended"
+    )
     view = (await client.get(f"/api/v1/instances/{instance_id}")).json()
     assert view["signals"] == []
     assert view["error"]["code"] == "flow.cancelled"
@@ -74,8 +93,9 @@ async def test_signal_answers_404_409_422_and_store_nothing(client: httpx.AsyncC
 
 async def test_the_generic_route_delivers_too(client: httpx.AsyncClient) -> None:
     instance_id = (await start_document(client, pages=NEVER)).json()["instanceId"]
-    sent = await client.post(f"/api/v1/instances/{instance_id}/signals/ocr.completed",
-                             json={"jobId": "whatever"})
+    sent = await client.post(
+        f"/api/v1/instances/{instance_id}/signals/ocr.completed", json={"jobId": "whatever"}
+    )
     assert sent.status_code == 202
     view = await wait_for_state(client, instance_id, ("completed", "failed"), timeout=10)
     # the job never finished: the extract step fails the flow with its own code
@@ -83,12 +103,12 @@ async def test_the_generic_route_delivers_too(client: httpx.AsyncClient) -> None
     assert view["error"]["code"] == "document.ocr_failed"
 
 
-async def test_the_fake_ocr_webhook_ends_the_wait_at_once(_sqlite_template: Path,
-                                                           tmp_path: Path) -> None:
+async def test_the_fake_ocr_webhook_ends_the_wait_at_once(
+    _sqlite_template: Path, tmp_path: Path
+) -> None:
     path = tmp_path / "hook.db"
     shutil.copyfile(_sqlite_template, path)
-    with live_server(f"sqlite:///{path}", ocr_callbacks=True,
-                     timer_scan_interval=3600) as server:
+    with live_server(f"sqlite:///{path}", ocr_callbacks=True, timer_scan_interval=3600) as server:
         async with server.client() as client:
             instance_id = (await start_document(client, pages=NEVER)).json()["instanceId"]
             job_id = await _job_id(client, instance_id)

@@ -27,8 +27,9 @@ class Event:
         return json.loads("\n".join(self.data))
 
 
-async def read_events(client: httpx.AsyncClient, url: str, headers: dict[str, str]
-                      ) -> tuple[httpx.Response, list[Event]]:
+async def read_events(
+    client: httpx.AsyncClient, url: str, headers: dict[str, str]
+) -> tuple[httpx.Response, list[Event]]:
     """Open the event stream and read it to its end (the server closes it)."""
     events: list[Event] = []
     current = Event()
@@ -57,8 +58,9 @@ async def read_events(client: httpx.AsyncClient, url: str, headers: dict[str, st
 
 async def start_job(client: httpx.AsyncClient) -> tuple[str, str]:
     job_id = f"job-{uuid.uuid4().hex[:12]}"
-    resp = await client.post(JOBS, json={"instanceKey": job_id},
-                             headers={"Idempotency-Key": f"key-{uuid.uuid4().hex}"})
+    resp = await client.post(
+        JOBS, json={"instanceKey": job_id}, headers={"Idempotency-Key": f"key-{uuid.uuid4().hex}"}
+    )
     assert resp.status_code == 202, resp.text
     return job_id, resp.json()["instanceId"]
 
@@ -75,7 +77,8 @@ async def messages(client: httpx.AsyncClient, instance_id: str, **params: int) -
 
 
 async def test_the_stream_as_json_in_write_order_with_an_after_cursor(
-        client: httpx.AsyncClient) -> None:
+    client: httpx.AsyncClient,
+) -> None:
     job_id, instance_id = await start_job(client)
 
     async def running() -> list[dict]:
@@ -86,15 +89,15 @@ async def test_the_stream_as_json_in_write_order_with_an_after_cursor(
     queued, run = await eventually(running, timeout=15)
     assert queued["sequence"] < run["sequence"]
     assert queued["stream"] == "JobProgress" and queued["createdAt"].endswith("Z")
-    assert queued["value"] == {"jobId": job_id, "state": "QUEUED", "result": None,
-                               "error": None}
+    assert queued["value"] == {"jobId": job_id, "state": "QUEUED", "result": None, "error": None}
     assert await messages(client, instance_id, after=queued["sequence"]) == [run]
     assert await messages(client, instance_id, after=run["sequence"]) == []
     await client.post(f"/fake/jobs/{job_id}/complete")
 
 
 async def test_server_sent_events_follow_the_job_and_end_with_the_instance(
-        client: httpx.AsyncClient) -> None:
+    client: httpx.AsyncClient,
+) -> None:
     job_id, instance_id = await start_job(client)
     # the job service ends the job as soon as it has reported RUNNING
     await eventually(lambda: _states(client, instance_id, ["QUEUED", "RUNNING"]), timeout=15)
@@ -110,16 +113,19 @@ async def test_server_sent_events_follow_the_job_and_end_with_the_instance(
     assert end.json() == {"instanceId": instance_id, "state": "completed"}
 
     # a reconnect resumes after Last-Event-ID: only what came after, then the end again
-    resp, resumed = await read_events(client, url(instance_id),
-                                      {**SSE, "Last-Event-ID": progress[0].id or ""})
+    resp, resumed = await read_events(
+        client, url(instance_id), {**SSE, "Last-Event-ID": progress[0].id or ""}
+    )
     assert [(e.event, e.id) for e in resumed] == [("message", progress[1].id), ("end", None)]
-    resp, nothing_new = await read_events(client, url(instance_id),
-                                          {**SSE, "Last-Event-ID": progress[1].id or ""})
+    resp, nothing_new = await read_events(
+        client, url(instance_id), {**SSE, "Last-Event-ID": progress[1].id or ""}
+    )
     assert [e.event for e in nothing_new] == ["end"]
 
 
 async def test_an_open_event_stream_delivers_messages_as_they_are_written(
-        client: httpx.AsyncClient) -> None:
+    client: httpx.AsyncClient,
+) -> None:
     job_id, instance_id = await start_job(client)
     states: list[str] = []
     async with client.stream("GET", url(instance_id), headers=SSE) as resp:
@@ -140,29 +146,39 @@ async def _states(client: httpx.AsyncClient, instance_id: str, expected: list[st
 
 
 async def test_unknown_instances_and_undeclared_streams_are_404_problems(
-        client: httpx.AsyncClient) -> None:
+    client: httpx.AsyncClient,
+) -> None:
     assert_problem(await client.get(url("no-such-instance")), 404, "instance_not_found")
-    assert_problem(await client.get(url("no-such-instance"), headers=SSE), 404,
-                   "instance_not_found")
+    assert_problem(
+        await client.get(url("no-such-instance"), headers=SSE), 404, "instance_not_found"
+    )
     job_id, instance_id = await start_job(client)
-    problem = assert_problem(await client.get(url(instance_id, "Nope")), 404,
-                             "stream_not_declared")
+    problem = assert_problem(await client.get(url(instance_id, "Nope")), 404, "stream_not_declared")
     assert problem["streams"] == ["JobProgress"]
-    assert_problem(await client.get(url(instance_id, "Nope"), headers=SSE), 404,
-                   "stream_not_declared")
+    assert_problem(
+        await client.get(url(instance_id, "Nope"), headers=SSE), 404, "stream_not_declared"
+    )
     document = await start_document(client)
     assert document.status_code == 202, document.text
-    assert_problem(await client.get(url(document.json()["instanceId"])), 404,
-                   "stream_not_declared")
+    assert_problem(await client.get(url(document.json()["instanceId"])), 404, "stream_not_declared")
     await client.post(f"/fake/jobs/{job_id}/complete")
 
 
-@pytest.mark.parametrize("cursor", ["abc", "-1", "1.5", str(2**63), b"\xb2", b"\xb9",
-                                    "\u0661".encode(), b"\xff"],
-                         ids=["word", "negative", "fraction", "too-big", "superscript-two",
-                              "superscript-one", "arabic-indic-one", "latin1"])
-async def test_a_bad_last_event_id_is_422(client: httpx.AsyncClient,
-                                          cursor: str | bytes) -> None:
+@pytest.mark.parametrize(
+    "cursor",
+    ["abc", "-1", "1.5", str(2**63), b"\xb2", b"\xb9", "\u0661".encode(), b"\xff"],
+    ids=[
+        "word",
+        "negative",
+        "fraction",
+        "too-big",
+        "superscript-two",
+        "superscript-one",
+        "arabic-indic-one",
+        "latin1",
+    ],
+)
+async def test_a_bad_last_event_id_is_422(client: httpx.AsyncClient, cursor: str | bytes) -> None:
     job_id, instance_id = await start_job(client)
     resp = await client.get(url(instance_id), headers={**SSE, "Last-Event-ID": cursor})
     assert_problem(resp, 422, "input_invalid")

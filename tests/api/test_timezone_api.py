@@ -22,8 +22,7 @@ from tests.support.server import serve_subprocess
 
 ZONE = "Asia/Tokyo"
 ZONE_OFFSET = 9 * 3600
-FIRST_WAIT = (Waits.OCR_POLLING.initial * (1 - Waits.OCR_POLLING.jitter),
-              Waits.OCR_POLLING.initial)
+FIRST_WAIT = (Waits.OCR_POLLING.initial * (1 - Waits.OCR_POLLING.jitter), Waits.OCR_POLLING.initial)
 #: clock agreement between this process and the server (same machine)
 SLACK = timedelta(seconds=2)
 
@@ -38,20 +37,32 @@ def _raw_instant(value: str) -> datetime:
 def test_the_zone_is_really_applied_to_child_processes() -> None:
     # without tzdata TZ=Asia/Tokyo silently means UTC and the test below would prove nothing
     env = {**os.environ, "TZ": ZONE}
-    out = subprocess.run([sys.executable, "-c", "import time; print(time.localtime().tm_gmtoff)"],
-                         env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import time; print(time.localtime().tm_gmtoff)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert int(out.stdout) == ZONE_OFFSET
 
 
 async def test_instants_are_utc_when_the_server_runs_in_tokyo(
-        _sqlite_template: Path, tmp_path: Path) -> None:
+    _sqlite_template: Path, tmp_path: Path
+) -> None:
     path = tmp_path / "tokyo.db"
     shutil.copyfile(_sqlite_template, path)
     url = f"sqlite:///{path}"
-    with serve_subprocess(url, tmp_path / "server.log", env={"TZ": ZONE},
-                          sample_ocr_per_page="0.25", timer_scan_interval="0.2",
-                          ocr_callbacks="false") as server:
+    with serve_subprocess(
+        url,
+        tmp_path / "server.log",
+        env={"TZ": ZONE},
+        sample_ocr_per_page="0.25",
+        timer_scan_interval="0.2",
+        ocr_callbacks="false",
+    ) as server:
         async with server.client() as client:
+
             async def healthy() -> None:
                 assert server.process.poll() is None, server.output()
                 try:
@@ -85,14 +96,27 @@ async def test_instants_are_utc_when_the_server_runs_in_tokyo(
                 assert before - SLACK <= instant(row["committedAt"]) <= after + SLACK
 
             # what SQLite holds is the same instants, as naive UTC
-            (raw,) = query(url, "SELECT created_at, updated_at, deadline_at, wake_at "
-                                "FROM flow_instance WHERE id = ?", (instance_id,))
+            (raw,) = query(
+                url,
+                "SELECT created_at, updated_at, deadline_at, wake_at "
+                "FROM flow_instance WHERE id = ?",
+                (instance_id,),
+            )
             assert [_raw_instant(v) for v in raw] == [
-                created, instant(parked["updatedAt"]), instant(parked["deadlineAt"]), wake_at]
-            steps = query(url, "SELECT started_at, committed_at FROM flow_step "
-                               "WHERE instance_id = ? ORDER BY sequence", (instance_id,))
+                created,
+                instant(parked["updatedAt"]),
+                instant(parked["deadlineAt"]),
+                wake_at,
+            ]
+            steps = query(
+                url,
+                "SELECT started_at, committed_at FROM flow_step "
+                "WHERE instance_id = ? ORDER BY sequence",
+                (instance_id,),
+            )
             assert [(_raw_instant(a), _raw_instant(b)) for a, b in steps] == [
-                (instant(r["startedAt"]), instant(r["committedAt"])) for r in parked["journal"]]
+                (instant(r["startedAt"]), instant(r["committedAt"])) for r in parked["journal"]
+            ]
 
             done = await wait_for_state(client, instance_id, timeout=20)
             # (checked while serving: shutdown noise is test_runtime_shutdown's business)
@@ -104,6 +128,7 @@ async def test_instants_are_utc_when_the_server_runs_in_tokyo(
         # resumed when due: not early, and not 9 h (or a sweep's worth of hours) late
         resumed = instant(polls[1]["startedAt"])
         assert wake_at <= resumed <= wake_at + timedelta(seconds=3)
-        (raw_updated,) = query(url, "SELECT updated_at FROM flow_instance WHERE id = ?",
-                               (instance_id,))[0]
+        (raw_updated,) = query(
+            url, "SELECT updated_at FROM flow_instance WHERE id = ?", (instance_id,)
+        )[0]
         assert abs(_raw_instant(raw_updated) - datetime.now(UTC)) < timedelta(seconds=30)

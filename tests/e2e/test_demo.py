@@ -16,10 +16,24 @@ DEMO_TIMEOUT = 120
 @pytest.mark.timeout(DEMO_TIMEOUT + 30)
 def test_demo_completes_both_documents(tmp_path: Path) -> None:
     result = subprocess.run(
-        [*flowpark_command(), "demo", "--database-url", f"sqlite:///{tmp_path}/demo.db",
-         "--port", str(free_port()), "--pages", "3", "--per-page", "0.5",
-         "--scan-interval", "0.5"],
-        capture_output=True, text=True, timeout=DEMO_TIMEOUT, cwd=tmp_path,
+        [
+            *flowpark_command(),
+            "demo",
+            "--database-url",
+            f"sqlite:///{tmp_path}/demo.db",
+            "--port",
+            str(free_port()),
+            "--pages",
+            "3",
+            "--per-page",
+            "0.5",
+            "--scan-interval",
+            "0.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=DEMO_TIMEOUT,
+        cwd=tmp_path,
     )
     output = result.stdout + result.stderr
 

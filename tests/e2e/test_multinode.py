@@ -76,8 +76,12 @@ class Proc:
 
     def start(self) -> Proc:
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen([*flowpark_command(), *self.args], env=self.env,
-                                            stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                [*flowpark_command(), *self.args],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         return self
 
     def alive(self) -> bool:
@@ -122,9 +126,23 @@ class Cluster:
 
     async def start_fakes(self, per_page: float = PER_PAGE) -> Proc:
         port = free_port()
-        self.fakes = Proc("fakes", ["fakes", "--host", "127.0.0.1", "--port", str(port),
-                                    "--per-page", str(per_page), "--log-level", "warning"],
-                          self._env(api_tokens=TOKEN), self.folder / "fakes.log", port).start()
+        self.fakes = Proc(
+            "fakes",
+            [
+                "fakes",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--per-page",
+                str(per_page),
+                "--log-level",
+                "warning",
+            ],
+            self._env(api_tokens=TOKEN),
+            self.folder / "fakes.log",
+            port,
+        ).start()
         self.procs.append(self.fakes)
         fakes = self.fakes
         await eventually(lambda: healthy(fakes), timeout=30, what="fakes up")
@@ -136,22 +154,36 @@ class Cluster:
         nodes = []
         for name in names:
             port = free_port() if role == "serve" else None
-            args = (["serve", "--host", "127.0.0.1", "--port", str(port)] if role == "serve"
-                    else ["worker"])
+            args = (
+                ["serve", "--host", "127.0.0.1", "--port", str(port)]
+                if role == "serve"
+                else ["worker"]
+            )
             env = self._env(
-                database_url=self.database_url, node_id=name, api_tokens=TOKEN,
-                ocr_base_url=self.fakes.url, jobs_base_url=self.fakes.url,
-                ocr_callbacks="false", timer_scan_interval=str(SCAN),
-                lease_seconds=str(LEASE), sample_ocr_per_page=str(PER_PAGE),
-                db_pool_size=str(POOL), concurrency=str(CONCURRENCY),
-                **({"self_url": f"http://127.0.0.1:{port}"} if port else {}))
-            node = Proc(name, [*args, "--log-level", "info"], env,
-                        self.folder / f"{name}.log", port).start()
+                database_url=self.database_url,
+                node_id=name,
+                api_tokens=TOKEN,
+                ocr_base_url=self.fakes.url,
+                jobs_base_url=self.fakes.url,
+                ocr_callbacks="false",
+                timer_scan_interval=str(SCAN),
+                lease_seconds=str(LEASE),
+                sample_ocr_per_page=str(PER_PAGE),
+                db_pool_size=str(POOL),
+                concurrency=str(CONCURRENCY),
+                **({"self_url": f"http://127.0.0.1:{port}"} if port else {}),
+            )
+            node = Proc(
+                name, [*args, "--log-level", "info"], env, self.folder / f"{name}.log", port
+            ).start()
             self.procs.append(node)
             nodes.append(node)
         for node in nodes:
-            await eventually(partial(healthy if node.port is not None else worker_ready, node),
-                             timeout=60, what=f"{node.name} up")
+            await eventually(
+                partial(healthy if node.port is not None else worker_ready, node),
+                timeout=60,
+                what=f"{node.name} up",
+            )
         return nodes
 
     def stop_all(self) -> None:
@@ -187,8 +219,12 @@ async def worker_ready(proc: Proc) -> None:
 def cluster(pg_url: str, tmp_path: Path) -> Iterator[Cluster]:
     """A fresh PostgreSQL database migrated with ``flowpark db upgrade``; every process the
     test starts is stopped afterwards."""
-    subprocess.run([*flowpark_command(), "db", "upgrade", "--url", pg_url], check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [*flowpark_command(), "db", "upgrade", "--url", pg_url],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     nodes = Cluster(pg_url, tmp_path)
     try:
         yield nodes
@@ -218,8 +254,12 @@ async def rows(db: AsyncEngine, sql: str, **params: Any) -> list[Any]:
 
 
 async def states(db: AsyncEngine) -> Counter[str]:
-    return Counter({r.state: r.n for r in await rows(
-        db, "SELECT state, count(*) AS n FROM flow_instance GROUP BY state")})
+    return Counter(
+        {
+            r.state: r.n
+            for r in await rows(db, "SELECT state, count(*) AS n FROM flow_instance GROUP BY state")
+        }
+    )
 
 
 async def all_completed(db: AsyncEngine, n: int) -> None:
@@ -231,27 +271,43 @@ async def assert_exactly_once(db: AsyncEngine, n: int) -> Counter[str]:
     """Every document completed once; one journal row per (instance, step, scope), all
     successful; one ``document.processed`` event each. Returns rows by capability."""
     assert await states(db) == Counter({"completed": n})
-    assert await scalar(db, "SELECT count(DISTINCT input->>'documentId') "
-                            "FROM flow_instance") == n
-    repeated = await rows(db, "SELECT instance_id, step_id, scope, count(*) FROM flow_step "
-                              "GROUP BY instance_id, step_id, scope HAVING count(*) <> 1")
+    assert await scalar(db, "SELECT count(DISTINCT input->>'documentId') FROM flow_instance") == n
+    repeated = await rows(
+        db,
+        "SELECT instance_id, step_id, scope, count(*) FROM flow_step "
+        "GROUP BY instance_id, step_id, scope HAVING count(*) <> 1",
+    )
     assert repeated == [], repeated[:10]
-    failed = await rows(db, "SELECT instance_id, capability_id, error_type FROM flow_step "
-                            "WHERE outcome <> 'success'")
+    failed = await rows(
+        db,
+        "SELECT instance_id, capability_id, error_type FROM flow_step WHERE outcome <> 'success'",
+    )
     assert failed == [], failed[:10]
-    per_instance = await rows(db, """
+    per_instance = await rows(
+        db,
+        """
         SELECT i.id,
                count(*) FILTER (WHERE s.capability_id = 'ocr.upload') AS uploads,
                count(*) FILTER (WHERE s.capability_id = 'document.extract') AS extracts,
                count(*) FILTER (WHERE s.kind = 'emit') AS emits
-        FROM flow_instance i LEFT JOIN flow_step s ON s.instance_id = i.id GROUP BY i.id""")
+        FROM flow_instance i LEFT JOIN flow_step s ON s.instance_id = i.id GROUP BY i.id""",
+    )
     wrong = [r for r in per_instance if (r.uploads, r.extracts, r.emits) != (1, 1, 1)]
     assert wrong == [], wrong[:10]
-    events = await rows(db, "SELECT instance_id, count(*) FROM outbox_event "
-                            "WHERE name = 'document.processed' GROUP BY instance_id")
+    events = await rows(
+        db,
+        "SELECT instance_id, count(*) FROM outbox_event "
+        "WHERE name = 'document.processed' GROUP BY instance_id",
+    )
     assert len(events) == n and all(count == 1 for _, count in events)
-    return Counter({r.capability_id: r.n for r in await rows(
-        db, "SELECT capability_id, count(*) AS n FROM flow_step GROUP BY capability_id")})
+    return Counter(
+        {
+            r.capability_id: r.n
+            for r in await rows(
+                db, "SELECT capability_id, count(*) AS n FROM flow_step GROUP BY capability_id"
+            )
+        }
+    )
 
 
 async def provider_calls(fakes: Proc) -> Counter[str]:
@@ -265,8 +321,11 @@ def attempts_and_rows(calls: Counter[str], by_capability: Counter[str]) -> tuple
     """(capability executions the provider saw, journal rows of those capabilities):
     ``ocr.upload`` uploads once, ``ocr.status`` and ``document.extract`` read the job."""
     attempts = calls["upload"] + calls["status"]
-    journal = (by_capability["ocr.upload"] + by_capability["ocr.status"]
-               + by_capability["document.extract"])
+    journal = (
+        by_capability["ocr.upload"]
+        + by_capability["ocr.status"]
+        + by_capability["document.extract"]
+    )
     return attempts, journal
 
 
@@ -294,13 +353,16 @@ class Starts:
     retried: int = 0
     errors: Counter[str] = field(default_factory=Counter)
 
-    async def run(self, documents: list[str], progress: asyncio.Event | None = None,
-                  at: int = 0) -> None:
+    async def run(
+        self, documents: list[str], progress: asyncio.Event | None = None, at: int = 0
+    ) -> None:
         gate = asyncio.Semaphore(CLIENTS)
         headers = {"Authorization": f"Bearer {TOKEN}"}
         limits = httpx.Limits(max_connections=CLIENTS)
-        clients = [httpx.AsyncClient(base_url=u, headers=headers, timeout=60, limits=limits)
-                   for u in self.urls]
+        clients = [
+            httpx.AsyncClient(base_url=u, headers=headers, timeout=60, limits=limits)
+            for u in self.urls
+        ]
 
         async def start(index: int, document: str) -> None:
             async with gate:
@@ -308,8 +370,10 @@ class Starts:
                     client = clients[(index + turn) % len(clients)]
                     try:
                         resp = await client.post(
-                            DOCUMENTS, json={"documentId": document, "pages": self.pages},
-                            headers={"Idempotency-Key": document})
+                            DOCUMENTS,
+                            json={"documentId": document, "pages": self.pages},
+                            headers={"Idempotency-Key": document},
+                        )
                     except httpx.TransportError as exc:  # e.g. a keep-alive race, a dead node
                         self.retried += 1
                         self.errors[type(exc).__name__] += 1
@@ -333,15 +397,17 @@ def documents(n: int, prefix: str) -> list[str]:
 
 
 def report(label: str, **figures: Any) -> None:
-    shown = ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
-                      for k, v in figures.items())
+    shown = ", ".join(
+        f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items()
+    )
     print(f"\n[multinode] {label}: {shown}")
 
 
 # -- the tests ---------------------------------------------------------------------------
 @pytest.mark.timeout(600)
 async def test_documents_over_three_nodes_complete_exactly_once(
-    cluster: Cluster, db: AsyncEngine,
+    cluster: Cluster,
+    db: AsyncEngine,
 ) -> None:
     fakes = await cluster.start_fakes()
     nodes = await cluster.start_nodes("node-1", "node-2", "node-3")
@@ -350,8 +416,12 @@ async def test_documents_over_three_nodes_complete_exactly_once(
     await starts.run(documents(N, "doc"))
     started_in = time.monotonic() - began
     assert len(starts.instance_ids) == N
-    await eventually(lambda: all_completed(db, N), timeout=60 + N * 0.1, interval=0.5,
-                     what=f"{N} documents completed")
+    await eventually(
+        lambda: all_completed(db, N),
+        timeout=60 + N * 0.1,
+        interval=0.5,
+        what=f"{N} documents completed",
+    )
     took = time.monotonic() - began
 
     by_capability = await assert_exactly_once(db, N)
@@ -366,36 +436,53 @@ async def test_documents_over_three_nodes_complete_exactly_once(
         out = node.output()
         assert f"[{node.name}]" in out
         assert " ERROR " not in out, out[-5000:]
-    report("all nodes up", documents=N, started_s=started_in, completed_s=took,
-           documents_per_s=N / took, attempts=attempts, rows=journal, lapsed=lapsed,
-           claims=claimed, starts_retried=dict(starts.errors))
+    report(
+        "all nodes up",
+        documents=N,
+        started_s=started_in,
+        completed_s=took,
+        documents_per_s=N / took,
+        attempts=attempts,
+        rows=journal,
+        lapsed=lapsed,
+        claims=claimed,
+        starts_retried=dict(starts.errors),
+    )
 
 
 @pytest.mark.timeout(600)
 async def test_a_killed_node_loses_nothing_and_its_leases_are_taken_over_in_one_lease(
-    cluster: Cluster, db: AsyncEngine,
+    cluster: Cluster,
+    db: AsyncEngine,
 ) -> None:
     fakes = await cluster.start_fakes()
     nodes = await cluster.start_nodes("node-1", "node-2", "node-3")
     began = time.monotonic()
     halfway = asyncio.Event()
     starts = Starts([n.url for n in nodes])
-    starting = asyncio.create_task(starts.run(documents(N_VARIANT, "kill"), halfway,
-                                              at=N_VARIANT // 2))
+    starting = asyncio.create_task(
+        starts.run(documents(N_VARIANT, "kill"), halfway, at=N_VARIANT // 2)
+    )
     await asyncio.wait_for(halfway.wait(), 120)
 
     async def busiest() -> Proc:
         """A node advancing several instances right now (holding their leases), frozen
         (SIGSTOP) while it holds them, so none is released between the look and the kill."""
-        owners = await rows(db, "SELECT lease_owner, count(*) AS n FROM flow_instance "
-                                "WHERE state = 'running' GROUP BY lease_owner "
-                                "ORDER BY n DESC LIMIT 1")
+        owners = await rows(
+            db,
+            "SELECT lease_owner, count(*) AS n FROM flow_instance "
+            "WHERE state = 'running' GROUP BY lease_owner "
+            "ORDER BY n DESC LIMIT 1",
+        )
         assert owners and owners[0].n >= 2, owners
         node = next(n for n in nodes if n.name == owners[0].lease_owner)
         assert node.process is not None
         node.process.send_signal(signal.SIGSTOP)
-        still = await rows(db, "SELECT id FROM flow_instance WHERE state = 'running' "
-                               "AND lease_owner = :node", node=node.name)
+        still = await rows(
+            db,
+            "SELECT id FROM flow_instance WHERE state = 'running' AND lease_owner = :node",
+            node=node.name,
+        )
         if not still:  # it let them go before it stopped: let it run, look again
             node.process.send_signal(signal.SIGCONT)
         assert still, f"{node.name} released its leases before it was stopped"
@@ -404,22 +491,36 @@ async def test_a_killed_node_loses_nothing_and_its_leases_are_taken_over_in_one_
     victim = await eventually(busiest, timeout=60, interval=0.01, what="a busy node")
     victim.kill()
     killed_at = time.monotonic()
-    held = await rows(db, "SELECT id FROM flow_instance WHERE state = 'running' "
-                          "AND lease_owner = :node", node=victim.name)
+    held = await rows(
+        db,
+        "SELECT id FROM flow_instance WHERE state = 'running' AND lease_owner = :node",
+        node=victim.name,
+    )
     assert held, "the killed node held no lease: nothing to take over"
 
     async def taken_over() -> None:
-        still = await scalar(db, "SELECT count(*) FROM flow_instance WHERE state = 'running' "
-                                 "AND lease_owner = :node", node=victim.name)
+        still = await scalar(
+            db,
+            "SELECT count(*) FROM flow_instance WHERE state = 'running' AND lease_owner = :node",
+            node=victim.name,
+        )
         assert still == 0, f"{still} instances still leased to the dead node"
 
-    await eventually(taken_over, timeout=LEASE + SCAN + 30, interval=0.1,
-                     what="the dead node's leases taken over")
+    await eventually(
+        taken_over,
+        timeout=LEASE + SCAN + 30,
+        interval=0.1,
+        what="the dead node's leases taken over",
+    )
     takeover = time.monotonic() - killed_at
     await starting
     assert len(starts.instance_ids) == N_VARIANT
-    await eventually(lambda: all_completed(db, N_VARIANT), timeout=60 + N_VARIANT * 0.1,
-                     interval=0.5, what=f"{N_VARIANT} documents completed")
+    await eventually(
+        lambda: all_completed(db, N_VARIANT),
+        timeout=60 + N_VARIANT * 0.1,
+        interval=0.5,
+        what=f"{N_VARIANT} documents completed",
+    )
     took = time.monotonic() - began
 
     by_capability = await assert_exactly_once(db, N_VARIANT)
@@ -427,15 +528,23 @@ async def test_a_killed_node_loses_nothing_and_its_leases_are_taken_over_in_one_
     # a call the dead node made for an instance it held may have no row: at most one each
     assert journal <= attempts <= journal + len(held), (attempts, journal, len(held))
     assert takeover <= LEASE + SCAN + SLACK, takeover
-    report("one node SIGKILLed", victim=victim.name, documents=N_VARIANT,
-           held_at_kill=len(held),
-           takeover_s=takeover, completed_s=took, starts_retried=dict(starts.errors),
-           attempts=attempts, rows=journal)
+    report(
+        "one node SIGKILLed",
+        victim=victim.name,
+        documents=N_VARIANT,
+        held_at_kill=len(held),
+        takeover_s=takeover,
+        completed_s=took,
+        starts_retried=dict(starts.errors),
+        attempts=attempts,
+        rows=journal,
+    )
 
 
 @pytest.mark.timeout(600)
 async def test_every_node_stopped_while_documents_are_parked_new_nodes_finish_them(
-    cluster: Cluster, db: AsyncEngine,
+    cluster: Cluster,
+    db: AsyncEngine,
 ) -> None:
     fakes = await cluster.start_fakes(per_page=3600)  # no job ends by itself
     first = await cluster.start_nodes("node-1", "node-2", "node-3")
@@ -445,8 +554,11 @@ async def test_every_node_stopped_while_documents_are_parked_new_nodes_finish_th
     stopped_at = await scalar(db, "SELECT now()")
     at_stop = await states(db)
     assert at_stop["completed"] == 0, dict(at_stop)
-    parked = await scalar(db, "SELECT count(*) FROM flow_instance WHERE state = 'suspended' "
-                              "AND lease_owner IS NULL AND wake_at IS NOT NULL")
+    parked = await scalar(
+        db,
+        "SELECT count(*) FROM flow_instance WHERE state = 'suspended' "
+        "AND lease_owner IS NULL AND wake_at IS NOT NULL",
+    )
     assert parked >= N_VARIANT - at_stop["running"] > 0, dict(at_stop)
     # while no node runs, the provider finishes every job
     async with httpx.AsyncClient(base_url=fakes.url, timeout=30) as http:
@@ -456,17 +568,33 @@ async def test_every_node_stopped_while_documents_are_parked_new_nodes_finish_th
             assert resp.status_code == 200, resp.text
 
     began = time.monotonic()
-    second = [*await cluster.start_nodes("node-4"),
-              *await cluster.start_nodes("node-5", "node-6", role="worker")]
-    await eventually(lambda: all_completed(db, N_VARIANT), timeout=90 + N_VARIANT * 0.1,
-                     interval=0.5, what=f"{N_VARIANT} documents resumed and completed")
+    second = [
+        *await cluster.start_nodes("node-4"),
+        *await cluster.start_nodes("node-5", "node-6", role="worker"),
+    ]
+    await eventually(
+        lambda: all_completed(db, N_VARIANT),
+        timeout=90 + N_VARIANT * 0.1,
+        interval=0.5,
+        what=f"{N_VARIANT} documents resumed and completed",
+    )
     took = time.monotonic() - began
     await assert_exactly_once(db, N_VARIANT)
-    finished_late = await scalar(db, "SELECT count(*) FROM flow_step "
-                                     "WHERE capability_id = 'document.extract' "
-                                     "AND committed_at > :t", t=stopped_at)
+    finished_late = await scalar(
+        db,
+        "SELECT count(*) FROM flow_step "
+        "WHERE capability_id = 'document.extract' "
+        "AND committed_at > :t",
+        t=stopped_at,
+    )
     assert finished_late == N_VARIANT  # every document finished on a new node
     claimed = claims_by_node(second)
     assert sum(claimed.values()) >= N_VARIANT, claimed
-    report("all nodes restarted", documents=N_VARIANT, parked_at_stop=parked,
-           running_at_stop=at_stop["running"], resumed_in_s=took, claims=claimed)
+    report(
+        "all nodes restarted",
+        documents=N_VARIANT,
+        parked_at_stop=parked,
+        running_at_stop=at_stop["running"],
+        resumed_in_s=took,
+        claims=claimed,
+    )

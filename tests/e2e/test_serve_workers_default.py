@@ -36,22 +36,32 @@ async def _healthy(server: SubprocessServer, client: httpx.AsyncClient) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("callbacks", ["true", "false"])
-async def test_serve_with_two_workers_shares_one_fakes_process(_sqlite_template: Path,
-                                                                tmp_path: Path,
-                                                                callbacks: str) -> None:
+async def test_serve_with_two_workers_shares_one_fakes_process(
+    _sqlite_template: Path, tmp_path: Path, callbacks: str
+) -> None:
     path = tmp_path / "workers.db"
     shutil.copyfile(_sqlite_template, path)
     url = f"sqlite:///{path}"
-    with serve_subprocess(url, tmp_path / "server.log", workers=2,
-                          sample_ocr_per_page="0.5", timer_scan_interval="0.2",
-                          ocr_callbacks=callbacks) as server:
+    with serve_subprocess(
+        url,
+        tmp_path / "server.log",
+        workers=2,
+        sample_ocr_per_page="0.5",
+        timer_scan_interval="0.2",
+        ocr_callbacks=callbacks,
+    ) as server:
         async with server.client() as client:
-            await eventually(partial(_healthy, server, client), timeout=30, interval=0.1,
-                             what="two workers are up")
+            await eventually(
+                partial(_healthy, server, client),
+                timeout=30,
+                interval=0.1,
+                what="two workers are up",
+            )
             # 3 pages x 0.5 s: each document parks after attempt 0; its job completes
             # before the first wake (5 s at most), so either a callback or a sweep ends it
-            started = await asyncio.gather(*(start_document(client, f"d-{i}", pages=3)
-                                              for i in range(DOCUMENTS)))
+            started = await asyncio.gather(
+                *(start_document(client, f"d-{i}", pages=3) for i in range(DOCUMENTS))
+            )
             assert [r.status_code for r in started] == [202] * DOCUMENTS
             ids = [r.json()["instanceId"] for r in started]
             views = [await wait_for_state(client, i, timeout=30) for i in ids]
@@ -60,8 +70,12 @@ async def test_serve_with_two_workers_shares_one_fakes_process(_sqlite_template:
     errors = [v["error"] for v in views if v["error"]]
     assert [v["state"] for v in views] == ["completed"] * DOCUMENTS, errors[:3]
     assert "Traceback" not in output, output[-3000:]
-    signalled = sum(1 for v in views for r in v["journal"]
-                    if (r["kind"], r["capabilityId"]) == ("signal", "ocr.completed"))
+    signalled = sum(
+        1
+        for v in views
+        for r in v["journal"]
+        if (r["kind"], r["capabilityId"]) == ("signal", "ocr.completed")
+    )
     if callbacks == "true":  # the fakes process reached the workers at the serve URL
         assert signalled > 0, output[-3000:]
     else:

@@ -24,16 +24,25 @@ DOCUMENTS = 20
 
 
 @pytest.mark.slow
-async def test_two_sweeping_workers_run_each_attempt_once(_sqlite_template: Path,
-                                                          tmp_path: Path) -> None:
+async def test_two_sweeping_workers_run_each_attempt_once(
+    _sqlite_template: Path, tmp_path: Path
+) -> None:
     path = tmp_path / "workers.db"
     shutil.copyfile(_sqlite_template, path)
     url = f"sqlite:///{path}"
-    with live_server(url, app_factory=create_fakes_server, sample_ocr_per_page=0.1) as fakes, \
-            serve_subprocess(url, tmp_path / "server.log", workers=2,
-                             ocr_base_url=fakes.base_url, timer_scan_interval="0.2",
-                             ocr_callbacks="false") as server:
+    with (
+        live_server(url, app_factory=create_fakes_server, sample_ocr_per_page=0.1) as fakes,
+        serve_subprocess(
+            url,
+            tmp_path / "server.log",
+            workers=2,
+            ocr_base_url=fakes.base_url,
+            timer_scan_interval="0.2",
+            ocr_callbacks="false",
+        ) as server,
+    ):
         async with server.client() as client:
+
             async def healthy() -> None:
                 assert server.process.poll() is None, server.output()
                 try:
@@ -44,8 +53,9 @@ async def test_two_sweeping_workers_run_each_attempt_once(_sqlite_template: Path
 
             await eventually(healthy, timeout=30, interval=0.1, what="two workers are up")
             # 5 pages x 0.1 s: every document parks after attempt 0 and a sweep finishes it
-            started = await asyncio.gather(*(start_document(client, f"w-{i}", pages=5)
-                                              for i in range(DOCUMENTS)))
+            started = await asyncio.gather(
+                *(start_document(client, f"w-{i}", pages=5) for i in range(DOCUMENTS))
+            )
             assert [r.status_code for r in started] == [202] * DOCUMENTS
             ids = [r.json()["instanceId"] for r in started]
             views = [await wait_for_state(client, i, timeout=30) for i in ids]
@@ -60,9 +70,12 @@ async def test_two_sweeping_workers_run_each_attempt_once(_sqlite_template: Path
         scopes = [r["scope"] for r in view["journal"] if r["capabilityId"] == "ocr.status"]
         assert scopes == list(range(len(scopes))), scopes
     # one successful row per execution (retried failures would add rows of their own)
-    (duplicates,) = query(url, "SELECT count(*) FROM (SELECT instance_id, step_id, scope, kind "
-                               "FROM flow_step WHERE outcome = 'success' "
-                               "GROUP BY 1, 2, 3, 4 HAVING count(*) > 1)")[0]
+    (duplicates,) = query(
+        url,
+        "SELECT count(*) FROM (SELECT instance_id, step_id, scope, kind "
+        "FROM flow_step WHERE outcome = 'success' "
+        "GROUP BY 1, 2, 3, 4 HAVING count(*) > 1)",
+    )[0]
     assert duplicates == 0
     processed = Counter(e["instanceId"] for e in events if e["name"] == "document.processed")
     assert processed == Counter({i: 1 for i in ids})

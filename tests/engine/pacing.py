@@ -101,15 +101,21 @@ class JobWorld:
 
     BASE_URL = "http://jobs.test"
 
-    def __init__(self, *, queued_for: timedelta = timedelta(seconds=2),
-                 succeed_after: timedelta = timedelta(seconds=6)) -> None:
+    def __init__(
+        self,
+        *,
+        queued_for: timedelta = timedelta(seconds=2),
+        succeed_after: timedelta = timedelta(seconds=6),
+    ) -> None:
         self.clock: VirtualClock | None = None
-        self.service = FakeJobService(queued_for=queued_for, succeed_after=succeed_after,
-                                      now=self._now)
+        self.service = FakeJobService(
+            queued_for=queued_for, succeed_after=succeed_after, now=self._now
+        )
         app = FastAPI()
         app.include_router(create_jobs_router(self.service))
-        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                      base_url=self.BASE_URL)
+        self.http = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url=self.BASE_URL
+        )
 
     def _now(self) -> datetime:
         assert self.clock is not None, "set JobWorld.clock to the harness clock"

@@ -61,7 +61,9 @@ async def test_an_unstorable_result_fails_the_instance_once_and_compensates() ->
         inst = started.instance
         assert inst.state is InstanceState.FAILED
         assert inst.failure is not None and inst.failure.code in (
-            "flow.expression_failed", "flow.internal_error")
+            "flow.expression_failed",
+            "flow.internal_error",
+        )
         assert undo.calls == 1
         assert await h.calls(inst.id, "b.undo", StepKind.COMPENSATION) == 1
         report = await h.sweep()

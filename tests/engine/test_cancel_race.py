@@ -14,12 +14,18 @@ async def test_cancel_racing_completion_ends_in_one_state_the_answer_agrees_with
     store_url: str,
 ) -> None:
     undo = Scripted(None)
-    subs = {"t.start": Scripted(Job(job_id="j")), "t.check": Scripted(Status(done=True)),
-            "t.undo": undo, "t.escalate": Scripted(None), "t.after": Scripted(None)}
+    subs = {
+        "t.start": Scripted(Job(job_id="j")),
+        "t.check": Scripted(Status(done=True)),
+        "t.undo": undo,
+        "t.escalate": Scripted(None),
+        "t.after": Scripted(None),
+    }
     flow = poll_flow()
     outcomes: list[tuple[str, InstanceState]] = []
-    async with FlowHarness.open([flow], database_url=store_url, migrate=False,
-                                substitutes=subs) as h:
+    async with FlowHarness.open(
+        [flow], database_url=store_url, migrate=False, substitutes=subs
+    ) as h:
         # park each instance before its check by making attempt 0 "not yet"
         subs["t.check"].outcomes = [Status(done=False)]
         ids = [(await h.start("t.poll", {"order_id": f"o-{i}"})).instance.id for i in range(6)]

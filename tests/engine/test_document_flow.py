@@ -78,8 +78,9 @@ async def test_each_wake_makes_exactly_one_attempt_then_completes() -> None:
 
 async def test_the_emit_writes_the_extract_row_with_its_own(store_url: str) -> None:
     status = Scripted(pending(), done())
-    async with FlowHarness.open([_flow()], database_url=store_url, migrate=False,
-                                substitutes=scripted(status)) as h:
+    async with FlowHarness.open(
+        [_flow()], database_url=store_url, migrate=False, substitutes=scripted(status)
+    ) as h:
         inst = (await h.start("document.process", DOC)).instance
         commits: list[tuple[str, str | None]] = []
         commit_step = h.journal.commit_step
@@ -96,7 +97,10 @@ async def test_the_emit_writes_the_extract_row_with_its_own(store_url: str) -> N
         assert commits == [("ocr.status", None), ("document.processed", "document.extract")]
         steps = (await h.snapshot(inst.id)).steps
         assert [r.capability_id for r in steps][-3:] == [
-            "ocr.status", "document.extract", "document.processed"]
+            "ocr.status",
+            "document.extract",
+            "document.processed",
+        ]
         assert [r.sequence for r in steps] == sorted(r.sequence for r in steps)  # type: ignore[type-var]
         assert [e["name"] for e in await h.journal.list_events()] == ["document.processed"]
 

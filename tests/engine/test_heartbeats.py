@@ -47,9 +47,11 @@ LOG = Stream("Log", Line, max_bytes=50)
 
 
 def beating(**changes: Any) -> CapabilityOptions:
-    values: dict[str, Any] = {"execute_timeout": timedelta(hours=1),
-                              "heartbeat_timeout": HEARTBEAT,
-                              "retry": RetryPolicy(maximum_attempts=2)}
+    values: dict[str, Any] = {
+        "execute_timeout": timedelta(hours=1),
+        "heartbeat_timeout": HEARTBEAT,
+        "retry": RetryPolicy(maximum_attempts=2),
+    }
     values.update(changes)
     return CapabilityOptions(**values)
 
@@ -57,8 +59,7 @@ def beating(**changes: Any) -> CapabilityOptions:
 class Script(Capability):
     """A capability whose body is a test function ``body(ctx)``."""
 
-    def __init__(self, cap_id: str, body: Any, options: CapabilityOptions | None = None
-                 ) -> None:
+    def __init__(self, cap_id: str, body: Any, options: CapabilityOptions | None = None) -> None:
         self.id = cap_id  # type: ignore[misc]
         self.body = body
         if options is not None:
@@ -103,9 +104,11 @@ async def test_a_try_reads_the_checkpoint_its_predecessor_recorded() -> None:
     async with FlowHarness.open([flow(Script("work", body, beating()))]) as h:
         inst_id = (await h.start("hb.test", {})).instance.id
         await h.engine.drain()
-        failed, = await rows(h, inst_id, "work")
+        (failed,) = await rows(h, inst_id, "work")
         assert (failed.error_type, failed.next_try_at) == (
-            "RuntimeError", h.clock.now() + timedelta(seconds=1))
+            "RuntimeError",
+            h.clock.now() + timedelta(seconds=1),
+        )
         await h.advance_to_next_wake(inst_id)
         await h.engine.drain()
         assert (await h.instance(inst_id)).state is InstanceState.COMPLETED
@@ -114,8 +117,9 @@ async def test_a_try_reads_the_checkpoint_its_predecessor_recorded() -> None:
         assert beat is not None and (beat.try_number, beat.value) == (1, {"round": 2})
 
 
-async def test_an_unchanged_value_is_written_once_per_third_of_the_timeout_a_change_at_once(
-        ) -> None:
+async def test_an_unchanged_value_is_written_once_per_third_of_the_timeout_a_change_at_once() -> (
+    None
+):
     async def body(ctx: StepContext) -> None:
         for i in range(12):  # rounds at 0, 2, ... 22 s
             await ctx.heartbeat("same" if i < 10 else "other")
@@ -128,10 +132,10 @@ async def test_an_unchanged_value_is_written_once_per_third_of_the_timeout_a_cha
         written: list[tuple[Any, float, float]] = []
         record = h.journal.record_heartbeat
 
-        async def spy(instance_id: str, token: int, value: Any, now: datetime,
-                      lease_until: datetime) -> Any:
-            written.append((value, (now - t0).total_seconds(),
-                            (lease_until - t0).total_seconds()))
+        async def spy(
+            instance_id: str, token: int, value: Any, now: datetime, lease_until: datetime
+        ) -> Any:
+            written.append((value, (now - t0).total_seconds(), (lease_until - t0).total_seconds()))
             return await record(instance_id, token, value, now, lease_until)
 
         h.journal.record_heartbeat = spy  # type: ignore[method-assign]
@@ -142,8 +146,7 @@ async def test_an_unchanged_value_is_written_once_per_third_of_the_timeout_a_cha
         assert written == [("same", 0, 30), ("same", 10, 40), ("other", 20, 50)]
 
 
-async def test_a_try_whose_heartbeats_stop_is_cancelled_on_its_live_node_and_retried(
-        ) -> None:
+async def test_a_try_whose_heartbeats_stop_is_cancelled_on_its_live_node_and_retried() -> None:
     stuck = asyncio.Event()
     cancelled: list[int] = []
 
@@ -164,9 +167,12 @@ async def test_a_try_whose_heartbeats_stop_is_cancelled_on_its_live_node_and_ret
         await stuck.wait()
         h.clock.advance(HEARTBEAT)  # the watchdog on the node itself fires
         await h.engine.drain()
-        lost, = await rows(h, inst_id, "work")
+        (lost,) = await rows(h, inst_id, "work")
         assert (lost.error_type, lost.committed_at, lost.next_try_at) == (
-            "heartbeat_timeout", t0 + HEARTBEAT, t0 + HEARTBEAT + timedelta(seconds=1))
+            "heartbeat_timeout",
+            t0 + HEARTBEAT,
+            t0 + HEARTBEAT + timedelta(seconds=1),
+        )
         assert "recorded no heartbeat for 0:00:30" in (lost.error_detail or "")
         assert cancelled == [1]
         await h.advance_to_next_wake(inst_id)
@@ -241,16 +247,16 @@ async def test_business_outcomes_end_the_flow_without_retries() -> None:
     after = After()
     route = After()
     failing = flow(Script("decide", fails, retrying), name="hb.fail").on_failure(
-        lambda b: b.step(route))
+        lambda b: b.step(route)
+    )
     failing.step(after)
-    async with FlowHarness.open([failing,
-                                 flow(Script("finish", completes, retrying), After(),
-                                      name="hb.complete")]) as h:
+    async with FlowHarness.open(
+        [failing, flow(Script("finish", completes, retrying), After(), name="hb.complete")]
+    ) as h:
         failed = (await h.start("hb.fail", {})).instance
         assert failed.state is InstanceState.FAILED
         assert failed.failure is not None
-        assert (failed.failure.code, failed.failure.details) == ("order.rejected",
-                                                                 {"order": "o-1"})
+        assert (failed.failure.code, failed.failure.details) == ("order.rejected", {"order": "o-1"})
         assert [r.outcome for r in await rows(h, failed.id, "decide")] == [Outcome.SUCCESS]
         assert (route.calls, after.calls) == (0, 0)  # a decision is not a failure to route
 
@@ -260,9 +266,16 @@ async def test_business_outcomes_end_the_flow_without_retries() -> None:
 
 
 async def test_a_stream_write_under_a_stale_token_is_refused(sql_journal: SqlJournal) -> None:
-    new = NewInstance(id=str(uuid.uuid4()), flow_name="hb.test", flow_version="1.0.0",
-                      input={}, created_at=T0, deadline_at=None, lease_owner="a",
-                      lease_expires_at=T0 + timedelta(seconds=30))
+    new = NewInstance(
+        id=str(uuid.uuid4()),
+        flow_name="hb.test",
+        flow_version="1.0.0",
+        input={},
+        created_at=T0,
+        deadline_at=None,
+        lease_owner="a",
+        lease_expires_at=T0 + timedelta(seconds=30),
+    )
     inst, _ = await sql_journal.create_instance(new)
     old = inst.fencing_token
     assert await sql_journal.write_stream(inst.id, "Log", {"n": 1}, 7, 100, T0, token=old)
@@ -272,12 +285,14 @@ async def test_a_stream_write_under_a_stale_token_is_refused(sql_journal: SqlJou
     with pytest.raises(StaleFencingToken) as info:
         await sql_journal.write_stream(inst.id, "Log", {"n": 2}, 7, 100, T0, token=old)
     assert info.value.code == "lease.stale_token"
-    assert await sql_journal.write_stream(inst.id, "Log", {"n": 3}, 7, 100, T0,
-                                          token=claim.fencing_token)
+    assert await sql_journal.write_stream(
+        inst.id, "Log", {"n": 3}, 7, 100, T0, token=claim.fencing_token
+    )
     await sql_journal.finish(inst.id, claim.fencing_token, T0, InstanceState.COMPLETED)
     with pytest.raises(StaleFencingToken):  # ended: no try writes any more
-        await sql_journal.write_stream(inst.id, "Log", {"n": 4}, 7, 100, T0,
-                                       token=claim.fencing_token)
+        await sql_journal.write_stream(
+            inst.id, "Log", {"n": 4}, 7, 100, T0, token=claim.fencing_token
+        )
     assert [m.payload["n"] for m in await sql_journal.read_stream(inst.id, "Log")] == [1, 3]
 
 

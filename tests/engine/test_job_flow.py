@@ -59,8 +59,9 @@ def flow(world: JobWorld) -> object:
 
 def open_harness(store_url: str, world: JobWorld, paced: Paced) -> Any:
     """The harness on ``store_url`` (SQLite, and PostgreSQL under the postgres marker)."""
-    return FlowHarness.open([flow(world)], substitutes={"job.await": paced},
-                            database_url=store_url, migrate=False)
+    return FlowHarness.open(
+        [flow(world)], substitutes={"job.await": paced}, database_url=store_url, migrate=False
+    )
 
 
 async def progress(h: FlowHarness, instance_id: str) -> list[str]:
@@ -73,7 +74,8 @@ async def rows(h: FlowHarness, instance_id: str, capability_id: str) -> list[Ste
 
 
 async def test_job_completes_with_its_result_and_reports_each_state_once(
-        world: JobWorld, store_url: str) -> None:
+    world: JobWorld, store_url: str
+) -> None:
     paced = paced_await(world)
     async with open_harness(store_url, world, paced) as h:
         world.clock = paced.clock = h.clock
@@ -99,7 +101,8 @@ async def test_job_completes_with_its_result_and_reports_each_state_once(
 
 
 async def test_a_failed_job_fails_the_flow_without_retries_or_the_failure_route(
-        world: JobWorld, store_url: str) -> None:
+    world: JobWorld, store_url: str
+) -> None:
     paced = paced_await(world)
     async with open_harness(store_url, world, paced) as h:
         world.clock = paced.clock = h.clock
@@ -117,7 +120,8 @@ async def test_a_failed_job_fails_the_flow_without_retries_or_the_failure_route(
 
 
 async def test_a_job_that_never_ends_spends_its_tries_then_the_failure_route_runs_once(
-        world: JobWorld, store_url: str) -> None:
+    world: JobWorld, store_url: str
+) -> None:
     world.service.succeed_after = NEVER
     paced = paced_await(world, execute_timeout=timedelta(seconds=20))
     async with open_harness(store_url, world, paced) as h:
@@ -133,8 +137,9 @@ async def test_a_job_that_never_ends_spends_its_tries_then_the_failure_route_run
 
         tries = await rows(h, inst_id, "job.await")
         # 3 tries (maximum_attempts), each cut at the 20 s execute timeout, 1 s then 2 s apart
-        assert [(r.try_number, r.started_at, r.committed_at, r.next_try_at, r.final)
-                for r in tries] == [
+        assert [
+            (r.try_number, r.started_at, r.committed_at, r.next_try_at, r.final) for r in tries
+        ] == [
             (1, t0, at(t0, 20), at(t0, 21), False),
             (2, at(t0, 21), at(t0, 41), at(t0, 43), False),
             (3, at(t0, 43), at(t0, 63), None, True),
@@ -153,7 +158,8 @@ async def test_a_job_that_never_ends_spends_its_tries_then_the_failure_route_run
 
 
 async def test_the_samples_ten_minute_wait_leaves_no_time_for_a_retry(
-        world: JobWorld, store_url: str) -> None:
+    world: JobWorld, store_url: str
+) -> None:
     world.service.succeed_after = NEVER
     paced = paced_await(world)
     async with open_harness(store_url, world, paced) as h:
@@ -164,17 +170,20 @@ async def test_the_samples_ten_minute_wait_leaves_no_time_for_a_retry(
         (only,) = await rows(h, inst_id, "job.await")
         # execute_timeout == total_duration == 10 min: a retry would start past it
         assert (only.error_type, only.final, only.committed_at) == (
-            "execute_timeout", True, t0 + JobWaits.MAX_JOB_WAIT)
+            "execute_timeout",
+            True,
+            t0 + JobWaits.MAX_JOB_WAIT,
+        )
         inst = await h.instance(inst_id)
         assert inst.state is InstanceState.FAILED
         assert inst.failure is not None and inst.failure.code == JOB_WAIT_FAILED
-        assert "execute_timeout: job.await did not finish within 0:10:00" in (
-            inst.failure.message)
+        assert "execute_timeout: job.await did not finish within 0:10:00" in (inst.failure.message)
         assert await progress(h, inst_id) == ["QUEUED", "RUNNING"]
 
 
 async def test_a_try_lost_with_its_node_is_retried_from_the_checkpoint_on_another_node(
-        world: JobWorld, store_url: str) -> None:
+    world: JobWorld, store_url: str
+) -> None:
     world.service.succeed_after = timedelta(minutes=2)
     # node a's try gets stuck right after reporting RUNNING (its 2nd sleep, at 2 s)
     paced = paced_await(world)
@@ -220,7 +229,8 @@ async def test_a_try_lost_with_its_node_is_retried_from_the_checkpoint_on_anothe
 
 
 async def test_instance_keys_are_unique_among_running_instances_and_reusable_after(
-        world: JobWorld, store_url: str) -> None:
+    world: JobWorld, store_url: str
+) -> None:
     paced = paced_await(world)
     async with open_harness(store_url, world, paced) as h:
         world.clock = paced.clock = h.clock

@@ -19,8 +19,13 @@ ORDER = {"order_id": "o-1"}
 
 
 def subs(check: Scripted) -> dict[str, Scripted]:
-    return {"t.start": Scripted(Job(job_id="j")), "t.check": check, "t.undo": Scripted(None),
-            "t.escalate": Scripted(None), "t.after": Scripted(None)}
+    return {
+        "t.start": Scripted(Job(job_id="j")),
+        "t.check": check,
+        "t.undo": Scripted(None),
+        "t.escalate": Scripted(None),
+        "t.after": Scripted(None),
+    }
 
 
 def _db(tmp_path: Path) -> str:
@@ -35,9 +40,12 @@ async def test_a_restart_mid_wait_resumes_every_instance_with_its_attempts_and_b
     url = _db(tmp_path)
     expo = Backoff.exponential("PT1M", "PT30M")
     before: dict[str, tuple[int | None, object]] = {}
-    async with FlowHarness.open([poll_flow(interval=expo, budget=timedelta(hours=2))],
-                                database_url=url, migrate=False,
-                                substitutes=subs(Scripted(Status(done=False)))) as h:
+    async with FlowHarness.open(
+        [poll_flow(interval=expo, budget=timedelta(hours=2))],
+        database_url=url,
+        migrate=False,
+        substitutes=subs(Scripted(Status(done=False))),
+    ) as h:
         ids = []
         for i in range(12):  # varied states: started at different times, so different scopes
             ids.append((await h.start("t.poll", {"order_id": f"o-{i}"})).instance.id)
@@ -49,9 +57,13 @@ async def test_a_restart_mid_wait_resumes_every_instance_with_its_attempts_and_b
         stopped_at = h.clock.now()
     # a new node on the same database, later: nothing in memory survives but the rows
     check = Scripted(Status(done=False), Status(done=True))
-    async with FlowHarness.open([poll_flow(interval=expo, budget=timedelta(hours=2))],
-                                database_url=url, migrate=False, substitutes=subs(check),
-                                start=stopped_at + timedelta(seconds=1)) as h2:
+    async with FlowHarness.open(
+        [poll_flow(interval=expo, budget=timedelta(hours=2))],
+        database_url=url,
+        migrate=False,
+        substitutes=subs(check),
+        start=stopped_at + timedelta(seconds=1),
+    ) as h2:
         for instance_id, (scope, state) in before.items():
             inst = await h2.instance(instance_id)
             assert (inst.wake_scope, inst.state) == (scope, state)
@@ -64,8 +76,9 @@ async def test_a_restart_mid_wait_resumes_every_instance_with_its_attempts_and_b
         # the backoff position survived the restart: the gap follows the schedule
         assert wake is not None and wake - last.committed_at == expo.base_delay(scope - 1)
         await h2.advance_to_next_wake(resumed)
-        scopes = [r.scope for r in (await h2.snapshot(resumed)).steps
-                  if r.capability_id == "t.check"]
+        scopes = [
+            r.scope for r in (await h2.snapshot(resumed)).steps if r.capability_id == "t.check"
+        ]
         assert scopes == list(range(scope + 1))
         for instance_id in ids[:-1]:
             final = await h2.wait_until(lambda i: i.state.ended, instance_id)
@@ -77,14 +90,22 @@ async def test_an_instance_runs_on_its_version_and_waits_where_that_version_is_m
     tmp_path: Path,
 ) -> None:
     url = _db(tmp_path)
-    async with FlowHarness.open([poll_flow(version="1.0.0")], database_url=url, migrate=False,
-                                substitutes=subs(Scripted(Status(done=False)))) as h:
+    async with FlowHarness.open(
+        [poll_flow(version="1.0.0")],
+        database_url=url,
+        migrate=False,
+        substitutes=subs(Scripted(Status(done=False))),
+    ) as h:
         old = (await h.start("t.poll", ORDER)).instance
         wake = old.wake_at
     # a node deployed with 2.0.0 only: leaves the 1.0.0 instance parked, counts it
-    async with FlowHarness.open([poll_flow(version="2.0.0")], database_url=url, migrate=False,
-                                substitutes=subs(Scripted(Status(done=True))),
-                                start=wake) as h2:
+    async with FlowHarness.open(
+        [poll_flow(version="2.0.0")],
+        database_url=url,
+        migrate=False,
+        substitutes=subs(Scripted(Status(done=True))),
+        start=wake,
+    ) as h2:
         report = await h2.sweep()
         assert report.claimed == 0 and report.not_runnable == 1
         inst = await h2.instance(old.id)
@@ -92,10 +113,13 @@ async def test_an_instance_runs_on_its_version_and_waits_where_that_version_is_m
         new = (await h2.start("t.poll", ORDER)).instance
         assert new.flow_version == "2.0.0" and new.state is InstanceState.COMPLETED
     # a node with both versions: the old instance finishes on 1.0.0
-    async with FlowHarness.open([poll_flow(version="1.0.0"), poll_flow(version="2.0.0")],
-                                database_url=url, migrate=False,
-                                substitutes=subs(Scripted(Status(done=True))),
-                                start=wake) as h3:
+    async with FlowHarness.open(
+        [poll_flow(version="1.0.0"), poll_flow(version="2.0.0")],
+        database_url=url,
+        migrate=False,
+        substitutes=subs(Scripted(Status(done=True))),
+        start=wake,
+    ) as h3:
         report = await h3.sweep()
         assert report.advanced == 1 and report.not_runnable == 0
         done = await h3.instance(old.id)
@@ -104,9 +128,9 @@ async def test_an_instance_runs_on_its_version_and_waits_where_that_version_is_m
 
 async def test_an_ephemeral_flow_runs_inside_the_call_and_writes_no_rows() -> None:
     after = Scripted(None)
-    async with FlowHarness.open([ephemeral_flow()],
-                                substitutes={"t.start": Scripted(Job(job_id="e-1")),
-                                             "t.after": after}) as h:
+    async with FlowHarness.open(
+        [ephemeral_flow()], substitutes={"t.start": Scripted(Job(job_id="e-1")), "t.after": after}
+    ) as h:
         started = await h.start("t.quick", ORDER)
         assert started.instance.state is InstanceState.COMPLETED
         assert started.result == {"job": "e-1"}
@@ -117,8 +141,9 @@ async def test_an_ephemeral_flow_runs_inside_the_call_and_writes_no_rows() -> No
 def test_ten_thousand_instances_started_together_do_not_wake_in_the_same_second() -> None:
     schedule = Waits.OCR_POLLING
     for attempt in (0, 3):
-        seconds = Counter(int(schedule.delay(attempt, str(uuid7())).total_seconds())
-                          for _ in range(10_000))
+        seconds = Counter(
+            int(schedule.delay(attempt, str(uuid7())).total_seconds()) for _ in range(10_000)
+        )
         base = schedule.base_delay(attempt).total_seconds()
         assert max(seconds.values()) < 10_000 * 0.45
         assert len(seconds) >= int(base * 0.5) - 1  # spread over the whole jitter window

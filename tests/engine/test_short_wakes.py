@@ -37,12 +37,15 @@ class Count(Capability):
 
 def _flow(wait: timedelta) -> Flow:
     return Flow("test.short", "1.0.0", input=Key).poll_until(
-        Count(), until=lambda bag: bag.get(Polls).polls >= 3, interval=Backoff.fixed(wait),
-        timeout=timedelta(minutes=5), reads=(Polls,))
+        Count(),
+        until=lambda bag: bag.get(Polls).polls >= 3,
+        interval=Backoff.fixed(wait),
+        timeout=timedelta(minutes=5),
+        reads=(Polls,),
+    )
 
 
-async def _wait_state(journal: SqlJournal, instance_id: str, state: str,
-                      within: float) -> float:
+async def _wait_state(journal: SqlJournal, instance_id: str, state: str, within: float) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < within:
         if (await journal.get_instance(instance_id)).state == state:
@@ -51,8 +54,7 @@ async def _wait_state(journal: SqlJournal, instance_id: str, state: str,
     raise AssertionError(f"{instance_id} not {state} within {within}s")
 
 
-async def test_a_short_wait_is_woken_in_process_long_before_the_next_scan(
-        tmp_path: Path) -> None:
+async def test_a_short_wait_is_woken_in_process_long_before_the_next_scan(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/flowpark.db"
     upgrade(url)
     db = make_async_engine(url)
@@ -74,7 +76,8 @@ async def test_a_short_wait_is_woken_in_process_long_before_the_next_scan(
 
 
 async def test_no_in_process_wake_when_disabled_and_a_restarted_node_sweeps_at_once(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     url = f"sqlite:///{tmp_path}/flowpark.db"
     upgrade(url)
     db = make_async_engine(url)

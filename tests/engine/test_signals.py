@@ -17,8 +17,13 @@ ORDER = {"order_id": "o-1"}
 
 
 def subs(check: Scripted, start: Scripted | None = None) -> dict[str, Scripted]:
-    return {"t.start": start or Scripted(Job(job_id="j")), "t.check": check,
-            "t.undo": Scripted(None), "t.escalate": Scripted(None), "t.after": Scripted(None)}
+    return {
+        "t.start": start or Scripted(Job(job_id="j")),
+        "t.check": check,
+        "t.undo": Scripted(None),
+        "t.escalate": Scripted(None),
+        "t.after": Scripted(None),
+    }
 
 
 async def test_a_signal_delivered_before_the_wait_is_taken_first_with_no_attempt() -> None:
@@ -28,13 +33,17 @@ async def test_a_signal_delivered_before_the_wait_is_taken_first_with_no_attempt
     async def start_and_signal_early(ctx: object) -> Job:
         h = holder["h"]
         # the instance is running (leased by this run): the signal waits in the mailbox
-        _, created = await h.engine.deliver_signal(ctx.instance_id, "t.ready",  # type: ignore[attr-defined]
-                                                   {"job_id": "j"})
+        _, created = await h.engine.deliver_signal(
+            ctx.instance_id,
+            "t.ready",  # type: ignore[attr-defined]
+            {"job_id": "j"},
+        )
         assert created
         return Job(job_id="j")
 
-    async with FlowHarness.open([poll_flow()],
-                                substitutes=subs(check, Scripted(start_and_signal_early))) as h:
+    async with FlowHarness.open(
+        [poll_flow()], substitutes=subs(check, Scripted(start_and_signal_early))
+    ) as h:
         holder["h"] = h
         inst = (await h.start("t.poll", ORDER)).instance
         assert inst.state is InstanceState.COMPLETED
@@ -82,12 +91,13 @@ async def test_signals_are_listed_in_arrival_order_within_one_millisecond() -> N
         # running, so all of them wait in the mailbox
         for n in range(20):
             await holder["h"].engine.deliver_signal(
-                ctx.instance_id, "t.ready", {"job_id": f"j{n}"}, f"k{n}")  # type: ignore[attr-defined]
+                ctx.instance_id, "t.ready", {"job_id": f"j{n}"}, f"k{n}"
+            )  # type: ignore[attr-defined]
         return Job(job_id="j")
 
-    async with FlowHarness.open([await_flow()],
-                                substitutes=subs(Scripted(Status()),
-                                                 Scripted(deliver_many))) as h:
+    async with FlowHarness.open(
+        [await_flow()], substitutes=subs(Scripted(Status()), Scripted(deliver_many))
+    ) as h:
         holder["h"] = h
         inst = (await h.start("t.await", ORDER)).instance
         assert inst.state is InstanceState.COMPLETED
@@ -99,8 +109,9 @@ async def test_signals_are_listed_in_arrival_order_within_one_millisecond() -> N
 
 async def test_a_signal_and_a_due_sweep_race_to_exactly_one_continuation(store_url: str) -> None:
     check = Scripted(Status(done=False))
-    async with FlowHarness.open([poll_flow()], database_url=store_url, migrate=False,
-                                substitutes=subs(check)) as h:
+    async with FlowHarness.open(
+        [poll_flow()], database_url=store_url, migrate=False, substitutes=subs(check)
+    ) as h:
         ids = [(await h.start("t.poll", {"order_id": f"o-{i}"})).instance.id for i in range(8)]
         wake = max([(await h.instance(i)).wake_at for i in ids])  # type: ignore[type-var]
         h.clock.set(wake)
@@ -135,8 +146,9 @@ def counting(journal: object, *names: str) -> dict[str, int]:
     for name in names:
         method = getattr(journal, name)
 
-        async def counted(*args: object, _name: str = name, _method: object = method,
-                          **kwargs: object) -> object:
+        async def counted(
+            *args: object, _name: str = name, _method: object = method, **kwargs: object
+        ) -> object:
             calls[_name] += 1
             return await _method(*args, **kwargs)  # type: ignore[operator]
 
@@ -148,17 +160,24 @@ async def test_a_delivery_answers_from_the_run_it_started_without_reading_back(
     store_url: str,
 ) -> None:
     check = Scripted(Status(done=False))
-    async with FlowHarness.open([poll_flow()], database_url=store_url, migrate=False,
-                                substitutes=subs(check)) as h:
+    async with FlowHarness.open(
+        [poll_flow()], database_url=store_url, migrate=False, substitutes=subs(check)
+    ) as h:
         inst = (await h.start("t.poll", ORDER)).instance
         assert inst.state is InstanceState.SUSPENDED
-        calls = counting(h.journal, "get_instance", "load", "pending_signals", "get_signal",
-                         "claim")
+        calls = counting(
+            h.journal, "get_instance", "load", "pending_signals", "get_signal", "claim"
+        )
         delivery = await h.engine.deliver(inst.id, "t.ready", {"job_id": "j"}, "hook")
         # one read to find the flow; the store delivers and claims in one go, with the
         # journal; the answer is what the run left (no read back)
-        assert calls == {"get_instance": 1, "load": 0, "pending_signals": 0,
-                         "get_signal": 0, "claim": 0}
+        assert calls == {
+            "get_instance": 1,
+            "load": 0,
+            "pending_signals": 0,
+            "get_signal": 0,
+            "claim": 0,
+        }
         assert (delivery.created, delivery.state) == (True, InstanceState.COMPLETED)
         assert (delivery.flow_name, delivery.flow_version) == ("t.poll", "1.0.0")
         (stored,) = await h.journal.list_signals(inst.id)
@@ -168,16 +187,24 @@ async def test_a_delivery_answers_from_the_run_it_started_without_reading_back(
         # a repeat answers the first signal as stored, taken, and the state now
         again = await h.engine.deliver(inst.id, "t.ready", {"job_id": "j"}, "hook")
         assert (again.signal, again.created, again.state) == (
-            stored, False, InstanceState.COMPLETED)
+            stored,
+            False,
+            InstanceState.COMPLETED,
+        )
 
 
 async def test_a_signal_that_waits_in_the_mailbox_is_answered_untaken(store_url: str) -> None:
-    async with FlowHarness.open([poll_flow()], database_url=store_url, migrate=False,
-                                substitutes=subs(Scripted(Status(done=False)))) as h:
+    async with FlowHarness.open(
+        [poll_flow()],
+        database_url=store_url,
+        migrate=False,
+        substitutes=subs(Scripted(Status(done=False))),
+    ) as h:
         inst = (await h.start("t.poll", ORDER)).instance
         # the instance holds a live lease elsewhere: the signal waits for that run
-        claim = await h.journal.claim(inst.id, "node-b", h.clock.now(),
-                                      h.clock.now() + timedelta(seconds=30))
+        claim = await h.journal.claim(
+            inst.id, "node-b", h.clock.now(), h.clock.now() + timedelta(seconds=30)
+        )
         assert claim is not None
         delivery = await h.engine.deliver(inst.id, "t.ready", {"job_id": "j"})
         assert (delivery.created, delivery.state) == (True, InstanceState.RUNNING)
@@ -198,8 +225,9 @@ async def test_a_run_that_goes_on_in_the_background_is_answered_as_stored(
     flow.await_signal(READY)
     flow.step(Watch())
     substitutes = {"t.start": Scripted(Job(job_id="j")), "t.watch": Scripted(long_wait)}
-    async with FlowHarness.open([flow], database_url=store_url, migrate=False,
-                                substitutes=substitutes) as h:
+    async with FlowHarness.open(
+        [flow], database_url=store_url, migrate=False, substitutes=substitutes
+    ) as h:
         inst = (await h.start("t.hook_then_wait", ORDER)).instance
         assert inst.state is InstanceState.SUSPENDED
         delivery = await h.engine.deliver(inst.id, "t.ready", {"job_id": "j"})
@@ -215,8 +243,9 @@ async def test_a_run_that_goes_on_in_the_background_is_answered_as_stored(
 class Watch(Capability):
     id = "t.watch"
     idempotent = True
-    options = CapabilityOptions(execute_timeout=timedelta(hours=1),
-                                heartbeat_timeout=timedelta(seconds=30))
+    options = CapabilityOptions(
+        execute_timeout=timedelta(hours=1), heartbeat_timeout=timedelta(seconds=30)
+    )
 
     async def execute(self, ctx: StepContext) -> None:
         return None

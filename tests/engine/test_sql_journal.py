@@ -102,7 +102,8 @@ async def test_idempotent_start_returns_the_first_instance(sql_journal: SqlJourn
     assert (again, created_again) == (first, False)
     with pytest.raises(IdempotencyKeyReused) as info:
         await sql_journal.create_instance(
-            new_instance(idempotency_key="k-1", input={"document": "d-2"}))
+            new_instance(idempotency_key="k-1", input={"document": "d-2"})
+        )
     assert info.value.code == "idempotency_key_reused"
     assert info.value.fields["instance_id"] == first.id
     # keys are per flow
@@ -125,16 +126,19 @@ async def test_keys_that_differ_in_any_character_are_different_keys(
     ids = {}
     for key in ODD_KEYS:
         record, created = await sql_journal.create_instance(
-            new_instance(idempotency_key=key, input={"key": key}))
+            new_instance(idempotency_key=key, input={"key": key})
+        )
         assert created, key
         ids[key] = record.id
     for key in ODD_KEYS:
         again, created = await sql_journal.create_instance(
-            new_instance(idempotency_key=key, input={"key": key}))
+            new_instance(idempotency_key=key, input={"key": key})
+        )
         assert (again.id, created) == (ids[key], False), key
         with pytest.raises(IdempotencyKeyReused):
             await sql_journal.create_instance(
-                new_instance(idempotency_key=key, input={"key": key + "?"}))
+                new_instance(idempotency_key=key, input={"key": key + "?"})
+            )
     assert await sql_journal.count_instances() == len(ODD_KEYS)
 
 
@@ -143,20 +147,28 @@ async def test_a_repeat_is_the_same_input_and_instance_key(sql_journal: SqlJourn
     input as canonical JSON (key order does not matter, ``1`` is not ``true``)."""
     request = {"document": "d-1", "pages": 1, "tags": {"a": 1, "b": [True, None]}}
     first, _ = await sql_journal.create_instance(
-        new_instance(idempotency_key="k", input=request, instance_key="doc"))
+        new_instance(idempotency_key="k", input=request, instance_key="doc")
+    )
     reordered = {"tags": {"b": [True, None], "a": 1}, "pages": 1, "document": "d-1"}
     again, created = await sql_journal.create_instance(
-        new_instance(idempotency_key="k", input=reordered, instance_key="doc"))
+        new_instance(idempotency_key="k", input=reordered, instance_key="doc")
+    )
     assert (again, created) == (first, False)
-    for other in ({**request, "pages": True}, {**request, "pages": 1.5}, {"document": "d-1"},
-                  {**request, "extra": None}):
+    for other in (
+        {**request, "pages": True},
+        {**request, "pages": 1.5},
+        {"document": "d-1"},
+        {**request, "extra": None},
+    ):
         with pytest.raises(IdempotencyKeyReused):
             await sql_journal.create_instance(
-                new_instance(idempotency_key="k", input=other, instance_key="doc"))
+                new_instance(idempotency_key="k", input=other, instance_key="doc")
+            )
     for instance_key in (None, "doc-2"):
         with pytest.raises(IdempotencyKeyReused) as info:
             await sql_journal.create_instance(
-                new_instance(idempotency_key="k", input=request, instance_key=instance_key))
+                new_instance(idempotency_key="k", input=request, instance_key=instance_key)
+            )
         assert info.value.fields["instance_id"] == first.id
     assert await sql_journal.count_instances() == 1
 
@@ -196,7 +208,8 @@ async def test_a_start_that_conflicts_gets_the_domain_error_or_the_first_instanc
     )
     with pytest.raises(IdempotencyKeyReused):
         await sql_journal.create_instance(
-            new_instance(idempotency_key="k", input={"document": "other"}))
+            new_instance(idempotency_key="k", input={"document": "other"})
+        )
     with pytest.raises(InstanceKeyInUse):
         await sql_journal.create_instance(new_instance(instance_key="doc"))
     repeat, created = await sql_journal.create_instance(
@@ -244,9 +257,7 @@ async def test_hundred_concurrent_identical_starts_make_one_instance(
 ) -> None:
     results = await asyncio.gather(
         *(
-            sql_journal.create_instance(
-                new_instance(idempotency_key="same", instance_key="doc")
-            )
+            sql_journal.create_instance(new_instance(idempotency_key="same", instance_key="doc"))
             for _ in range(100)
         )
     )
@@ -366,8 +377,7 @@ async def test_journal_sequences_are_the_commit_order_across_instances(
     order = [(first, 0), (second, 0), (first, 1), (second, 1), (second, 2), (first, 2)]
     for instance_id, step_id in order:
         await sql_journal.commit_step(1, step(instance_id, step_id), at(40))
-    await asyncio.gather(*(sql_journal.commit_step(1, step(i, 3), at(40))
-                           for i in (first, second)))
+    await asyncio.gather(*(sql_journal.commit_step(1, step(i, 3), at(40)) for i in (first, second)))
     rows = [r for i in (first, second) for r in (await sql_journal.load(i)).steps]
     by_sequence = sorted(rows, key=lambda r: r.sequence or 0)
     assert [(r.instance_id, r.step_id) for r in by_sequence][:6] == order
@@ -421,8 +431,14 @@ async def test_a_commit_carries_the_deferred_row_before_its_own(
     instance_id = await started(sql_journal)
     await sql_journal.start_attempt(instance_id, 1, 3, 0, 1, at(1), at(20))
     extracted = step(instance_id, step_id=3, committed_at=at(2))
-    emitted = step(instance_id, step_id=4, kind=StepKind.EMIT, capability_id="done",
-                   committed_at=at(3), values={"event_id": "e-1"})
+    emitted = step(
+        instance_id,
+        step_id=4,
+        kind=StepKind.EMIT,
+        capability_id="done",
+        committed_at=at(3),
+        values={"event_id": "e-1"},
+    )
     event = EmittedEvent("e-1", "done", {"n": 1})
     ack = await sql_journal.commit_step(1, emitted, at(40), [event], deferred=extracted)
     assert ack == Ack(applied=True, cancel_requested=False)
@@ -434,16 +450,23 @@ async def test_a_commit_carries_the_deferred_row_before_its_own(
     # a deferred row that exists already: nothing of the write, event included
     again = replace(emitted, step_id=5, values={"event_id": "e-2"})
     with pytest.raises(JournalConflict):
-        await sql_journal.commit_step(1, again, at(40), [EmittedEvent("e-2", "done", {})],
-                                      deferred=extracted)
+        await sql_journal.commit_step(
+            1, again, at(40), [EmittedEvent("e-2", "done", {})], deferred=extracted
+        )
     with pytest.raises(StaleFencingToken):
-        await sql_journal.commit_step(7, again, at(40), [EmittedEvent("e-2", "done", {})],
-                                      deferred=replace(extracted, step_id=6))
+        await sql_journal.commit_step(
+            7,
+            again,
+            at(40),
+            [EmittedEvent("e-2", "done", {})],
+            deferred=replace(extracted, step_id=6),
+        )
     assert len((await sql_journal.load(instance_id)).steps) == 2
     assert [e["id"] for e in await sql_journal.list_events()] == ["e-1"]
     with pytest.raises(ValueError):
-        await sql_journal.commit_step(1, again, at(40), deferred=replace(extracted,
-                                                                          instance_id="other"))
+        await sql_journal.commit_step(
+            1, again, at(40), deferred=replace(extracted, instance_id="other")
+        )
 
 
 async def test_duplicate_step_row_is_a_conflict_and_writes_nothing(
@@ -708,16 +731,30 @@ async def test_a_delivery_claims_an_instance_parked_on_a_wait_that_accepts_it(
     await sql_journal.deliver_signal(instance_id, "note", {"n": 1}, None, at(2), "s-0")
     await sql_journal.park(instance_id, 1, at(3), None, 4, 0)
     delivery = await sql_journal.deliver_and_claim(
-        instance_id, "approved", {"by": "ana"}, "hook-1", at(5), "s-1",
-        owner="node-b", lease_until=at(35), wake_steps=(2, 4))
+        instance_id,
+        "approved",
+        {"by": "ana"},
+        "hook-1",
+        at(5),
+        "s-1",
+        owner="node-b",
+        lease_until=at(35),
+        wake_steps=(2, 4),
+    )
     assert (delivery.created, delivery.state) == (True, InstanceState.SUSPENDED)
     assert (delivery.signal.id, delivery.signal.payload, delivery.signal.taken_at) == (
-        "s-1", {"by": "ana"}, None)
+        "s-1",
+        {"by": "ana"},
+        None,
+    )
     claim = delivery.claim
     assert claim is not None and (claim.instance_id, claim.fencing_token) == (instance_id, 2)
     record = await sql_journal.get_instance(instance_id)
     assert (record.state, record.lease_owner, record.lease_expires_at) == (
-        InstanceState.RUNNING, "node-b", at(35))
+        InstanceState.RUNNING,
+        "node-b",
+        at(35),
+    )
     assert (record.fencing_token, record.updated_at, record.wake_step_id) == (2, at(5), 4)
     # the claim's snapshot (when the store read one) is what a load reads now
     if claim.snapshot is not None:
@@ -725,10 +762,22 @@ async def test_a_delivery_claims_an_instance_parked_on_a_wait_that_accepts_it(
         assert [s.id for s in claim.snapshot.signals] == ["s-0", "s-1"]
     # a repeat claims nothing and answers the first signal
     repeat = await sql_journal.deliver_and_claim(
-        instance_id, "approved", {"by": "bob"}, "hook-1", at(6), "s-2",
-        owner="node-c", lease_until=at(36), wake_steps=(2, 4))
+        instance_id,
+        "approved",
+        {"by": "bob"},
+        "hook-1",
+        at(6),
+        "s-2",
+        owner="node-c",
+        lease_until=at(36),
+        wake_steps=(2, 4),
+    )
     assert (repeat.signal, repeat.created, repeat.state, repeat.claim) == (
-        delivery.signal, False, InstanceState.RUNNING, None)
+        delivery.signal,
+        False,
+        InstanceState.RUNNING,
+        None,
+    )
     assert (await sql_journal.get_instance(instance_id)).fencing_token == 2
 
 
@@ -737,34 +786,69 @@ async def test_a_delivery_claims_nothing_that_does_not_wait_for_it(
 ) -> None:
     running = await started(sql_journal)
     delivery = await sql_journal.deliver_and_claim(
-        running, "approved", {}, None, at(1), "s-1", owner="node-b", lease_until=at(31),
-        wake_steps=(4,))
-    assert (delivery.created, delivery.state, delivery.claim) == (
-        True, InstanceState.RUNNING, None)
+        running,
+        "approved",
+        {},
+        None,
+        at(1),
+        "s-1",
+        owner="node-b",
+        lease_until=at(31),
+        wake_steps=(4,),
+    )
+    assert (delivery.created, delivery.state, delivery.claim) == (True, InstanceState.RUNNING, None)
     elsewhere = await parked(sql_journal, at(3600))  # parked at step 3
     delivery = await sql_journal.deliver_and_claim(
-        elsewhere, "approved", {}, None, at(1), "s-2", owner="node-b", lease_until=at(31),
-        wake_steps=(4,))
+        elsewhere,
+        "approved",
+        {},
+        None,
+        at(1),
+        "s-2",
+        owner="node-b",
+        lease_until=at(31),
+        wake_steps=(4,),
+    )
     assert (delivery.created, delivery.state, delivery.claim) == (
-        True, InstanceState.SUSPENDED, None)
+        True,
+        InstanceState.SUSPENDED,
+        None,
+    )
     record = await sql_journal.get_instance(elsewhere)
     assert (record.state, record.fencing_token) == (InstanceState.SUSPENDED, 1)
     await sql_journal.finish(running, 1, at(2), InstanceState.COMPLETED)
     with pytest.raises(InstanceEnded):
         await sql_journal.deliver_and_claim(
-            running, "approved", {}, None, at(3), "s-3", owner="node-b",
-            lease_until=at(33), wake_steps=(4,))
+            running,
+            "approved",
+            {},
+            None,
+            at(3),
+            "s-3",
+            owner="node-b",
+            lease_until=at(33),
+            wake_steps=(4,),
+        )
     assert [s.id for s in await sql_journal.list_signals(running)] == ["s-1"]
     with pytest.raises(InstanceNotFound):
         await sql_journal.deliver_and_claim(
-            "nope", "approved", {}, None, at(1), "s-4", owner="node-b", lease_until=at(31),
-            wake_steps=(3,))
+            "nope",
+            "approved",
+            {},
+            None,
+            at(1),
+            "s-4",
+            owner="node-b",
+            lease_until=at(31),
+            wake_steps=(3,),
+        )
 
 
 async def test_get_signal_reads_one_signal_as_stored(sql_journal: SqlJournal) -> None:
     instance_id = await started(sql_journal)
-    first, _ = await sql_journal.deliver_signal(instance_id, "approved", {"x": 1}, "k",
-                                                at(1), "s-1")
+    first, _ = await sql_journal.deliver_signal(
+        instance_id, "approved", {"x": 1}, "k", at(1), "s-1"
+    )
     assert await sql_journal.get_signal(instance_id, "s-1") == first
     assert await sql_journal.get_signal(instance_id, "s-2") is None
     assert await sql_journal.get_signal("other", "s-1") is None

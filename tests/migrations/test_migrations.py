@@ -56,8 +56,10 @@ def sync_engine(empty_url: str) -> Iterator[Engine]:
 
 def _diff(engine: Engine, target: MetaData) -> list[Any]:
     with engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={
-            "compare_type": True, "include_object": include_in_compare(engine.dialect.name)})
+        context = MigrationContext.configure(
+            conn,
+            opts={"compare_type": True, "include_object": include_in_compare(engine.dialect.name)},
+        )
         return list(compare_metadata(context, target))
 
 
@@ -117,7 +119,8 @@ def test_partial_indexes_are_created(empty_url: str, sync_engine: Engine) -> Non
 
 
 def test_the_idempotency_index_is_a_digest_on_postgresql_and_the_texts_on_sqlite(
-    empty_url: str, sync_engine: Engine,
+    empty_url: str,
+    sync_engine: Engine,
 ) -> None:
     """The comparison leaves the expression index out (include_in_compare): its definition
     is checked here, and dropping it would be noticed."""
@@ -130,14 +133,15 @@ def test_the_idempotency_index_is_a_digest_on_postgresql_and_the_texts_on_sqlite
             assert "(flow_name, idempotency_key)" in sql and "UNIQUE" in sql.upper()
         else:
             sql = conn.exec_driver_sql(
-                "SELECT indexdef FROM pg_indexes WHERE indexname = "
-                "'uq_flow_instance_idempotency'").scalar_one()
+                "SELECT indexdef FROM pg_indexes WHERE indexname = 'uq_flow_instance_idempotency'"
+            ).scalar_one()
             assert sql.startswith("CREATE UNIQUE INDEX")
             assert "sha256" in sql and "::uuid" in sql and "idempotency_key IS NOT NULL" in sql
             # the digest SQL the store queries with is what the index holds
             row = conn.exec_driver_sql(
                 f"SELECT {IDEMPOTENCY_DIGEST_SQL} FROM (SELECT 'f' AS flow_name, "
-                "'a\\101' AS idempotency_key) AS t").scalar_one()
+                "'a\\101' AS idempotency_key) AS t"
+            ).scalar_one()
             assert str(row) == str(uuid.UUID(bytes=hashlib.sha256(b"f\na\\101").digest()[:16]))
 
 
@@ -168,8 +172,12 @@ async def test_service_refuses_a_schema_behind_head(empty_url: str) -> None:
 
 def _request_hash(input_: Any, instance_key: str | None) -> str:
     """The request hash revision 0003's code stored (sha256 of the start's request)."""
-    blob = json.dumps({"input": input_, "instanceKey": instance_key}, sort_keys=True,
-                      separators=(",", ":"), default=str)
+    blob = json.dumps(
+        {"input": input_, "instanceKey": instance_key},
+        sort_keys=True,
+        separators=(",", ":"),
+        default=str,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -187,13 +195,22 @@ def _insert_0003_rows(engine: Engine, ids: list[str] | None = None) -> None:
     keyed = [(ids[n] if ids else id_, *rest) for n, (id_, *rest) in enumerate(_KEYED)]
     with engine.begin() as conn:
         for n, (id_, input_, instance_key, key) in enumerate(keyed):
-            conn.execute(text(
-                "INSERT INTO flow_instance (id, flow_name, flow_version, state, input, "
-                "created_at, updated_at, fencing_token, cancel_requested, instance_key, "
-                "idempotency_key, request_hash) VALUES (:id, 'document.process', '1.0.0', "
-                "'suspended', :input, :at, :at, 1, false, :ik, :key, :hash)"),
-                {"id": id_, "input": json.dumps(input_), "at": at, "ik": instance_key,
-                 "key": key, "hash": _request_hash(input_, instance_key) if key else None})
+            conn.execute(
+                text(
+                    "INSERT INTO flow_instance (id, flow_name, flow_version, state, input, "
+                    "created_at, updated_at, fencing_token, cancel_requested, instance_key, "
+                    "idempotency_key, request_hash) VALUES (:id, 'document.process', '1.0.0', "
+                    "'suspended', :input, :at, :at, 1, false, :ik, :key, :hash)"
+                ),
+                {
+                    "id": id_,
+                    "input": json.dumps(input_),
+                    "at": at,
+                    "ik": instance_key,
+                    "key": key,
+                    "hash": _request_hash(input_, instance_key) if key else None,
+                },
+            )
             row = {"id": id_, "at": at, "n": str(n)}
             for sql in (
                 "INSERT INTO flow_step (instance_id, step_id, scope, kind, capability_id, "
@@ -214,8 +231,16 @@ def _insert_0003_rows(engine: Engine, ids: list[str] | None = None) -> None:
 
 
 _ID_COLUMNS = [("flow_instance", "id")] + [
-    (t, "instance_id") for t in ("flow_step", "flow_signal", "flow_heartbeat", "flow_stream",
-                                 "outbox_event", "review_item")]
+    (t, "instance_id")
+    for t in (
+        "flow_step",
+        "flow_signal",
+        "flow_heartbeat",
+        "flow_stream",
+        "outbox_event",
+        "review_item",
+    )
+]
 
 
 def _ids_and_types(engine: Engine) -> dict[str, tuple[list[str], str]]:
@@ -223,10 +248,14 @@ def _ids_and_types(engine: Engine) -> dict[str, tuple[list[str], str]]:
     found = {}
     with engine.connect() as conn:
         for table, column in _ID_COLUMNS:
-            ids = conn.execute(text(
-                f"SELECT CAST({column} AS VARCHAR) FROM {table} ORDER BY 1")).scalars().all()
-            kind = next(str(c["type"]) for c in inspect(conn).get_columns(table)
-                        if c["name"] == column)
+            ids = (
+                conn.execute(text(f"SELECT CAST({column} AS VARCHAR) FROM {table} ORDER BY 1"))
+                .scalars()
+                .all()
+            )
+            kind = next(
+                str(c["type"]) for c in inspect(conn).get_columns(table) if c["name"] == column
+            )
             found[table] = (list(ids), kind)
     return found
 
@@ -250,10 +279,8 @@ def test_0004_makes_ids_uuid_on_postgresql_and_drops_the_request_hash(
     downgrade(empty_url, "0003")
     assert _ids_and_types(sync_engine) == before
     with sync_engine.connect() as conn:
-        rows = conn.execute(text(
-            "SELECT id, request_hash FROM flow_instance ORDER BY id")).all()
-    expected = {id_: _request_hash(input_, ik) if key else None
-                for id_, input_, ik, key in _KEYED}
+        rows = conn.execute(text("SELECT id, request_hash FROM flow_instance ORDER BY id")).all()
+    expected = {id_: _request_hash(input_, ik) if key else None for id_, input_, ik, key in _KEYED}
     assert dict(rows) == expected
     upgrade(empty_url)
     assert _diff(sync_engine, metadata) == []
@@ -275,24 +302,36 @@ def _insert_steps(engine: Engine, instance_id: str, steps: list[tuple[int | None
     at = datetime(2026, 1, 1, tzinfo=UTC)
     with engine.begin() as conn:
         for sequence, step_id in steps:
-            conn.execute(text(
-                "INSERT INTO flow_step (" + ("sequence, " if sequence else "") +
-                "instance_id, step_id, scope, kind, capability_id, outcome, try_number, "
-                "final, started_at, committed_at) VALUES (" + (":seq, " if sequence else "") +
-                ":id, :step, 0, 'step', 'c', 'success', 1, false, :at, :at)"),
-                {"seq": sequence, "id": instance_id, "step": step_id, "at": at})
+            conn.execute(
+                text(
+                    "INSERT INTO flow_step ("
+                    + ("sequence, " if sequence else "")
+                    + "instance_id, step_id, scope, kind, capability_id, outcome, try_number, "
+                    "final, started_at, committed_at) VALUES ("
+                    + (":seq, " if sequence else "")
+                    + ":id, :step, 0, 'step', 'c', 'success', 1, false, :at, :at)"
+                ),
+                {"seq": sequence, "id": instance_id, "step": step_id, "at": at},
+            )
 
 
 def _steps(engine: Engine) -> list[tuple[int, int]]:
     """``(sequence, step_id)`` of every journal row; on SQLite also checks rowid."""
     with engine.connect() as conn:
         if engine.dialect.name == "sqlite":
-            rows = conn.execute(text(
-                "SELECT rowid, sequence, step_id FROM flow_step ORDER BY sequence")).all()
+            rows = conn.execute(
+                text("SELECT rowid, sequence, step_id FROM flow_step ORDER BY sequence")
+            ).all()
             assert all(r[0] == r[1] for r in rows), rows  # the rowid is the sequence
             return [(r[1], r[2]) for r in rows]
-        return [tuple(r) for r in conn.execute(text(  # type: ignore[misc]
-            "SELECT sequence, step_id FROM flow_step ORDER BY sequence")).all()]
+        return [
+            tuple(r)
+            for r in conn.execute(
+                text(  # type: ignore[misc]
+                    "SELECT sequence, step_id FROM flow_step ORDER BY sequence"
+                )
+            ).all()
+        ]
 
 
 async def test_0005_keeps_every_sequence_and_continues_after_the_highest(
@@ -309,17 +348,21 @@ async def test_0005_keeps_every_sequence_and_continues_after_the_highest(
     upgrade(empty_url)
     assert _steps(sync_engine) == before
     keys = inspect(sync_engine).get_pk_constraint("flow_step")
-    assert keys["constrained_columns"] == ["instance_id", "step_id", "scope", "kind",
-                                           "try_number"]
+    assert keys["constrained_columns"] == ["instance_id", "step_id", "scope", "kind", "try_number"]
     engine = make_async_engine(empty_url)
     try:
         journal = SqlJournal(engine)
-        row = StepRow(instance_id=instance_id, step_id=13, scope=0, kind=StepKind.STEP,
-                      capability_id="c", outcome=Outcome.SUCCESS,
-                      started_at=datetime(2026, 1, 1, tzinfo=UTC),
-                      committed_at=datetime(2026, 1, 1, tzinfo=UTC))
-        await journal.claim(instance_id, "node-a", row.started_at,
-                            datetime(2026, 1, 2, tzinfo=UTC))
+        row = StepRow(
+            instance_id=instance_id,
+            step_id=13,
+            scope=0,
+            kind=StepKind.STEP,
+            capability_id="c",
+            outcome=Outcome.SUCCESS,
+            started_at=datetime(2026, 1, 1, tzinfo=UTC),
+            committed_at=datetime(2026, 1, 1, tzinfo=UTC),
+        )
+        await journal.claim(instance_id, "node-a", row.started_at, datetime(2026, 1, 2, tzinfo=UTC))
         await journal.commit_step(2, row, datetime(2026, 1, 2, tzinfo=UTC))
     finally:
         await engine.dispose()

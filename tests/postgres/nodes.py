@@ -45,16 +45,24 @@ def slow_flow() -> Flow:
     """``t.slow`` 1.0.0: start -> poll ``t.slow`` every minute (1 h budget) -> after."""
     flow = Flow("t.slow", "1.0.0", input=Order)
     flow.step(Start())
-    flow.poll_until(Slow(), until=done, interval=Backoff.fixed(INTERVAL),
-                    timeout=timedelta(hours=1), reads=(Status,))
+    flow.poll_until(
+        Slow(),
+        until=done,
+        interval=Backoff.fixed(INTERVAL),
+        timeout=timedelta(hours=1),
+        reads=(Status,),
+    )
     flow.step(After())
     return flow
 
 
 def slow_subs(*slow: Any) -> dict[str, Scripted]:
     """Stand-ins for :func:`slow_flow`: ``t.slow`` plays ``slow``."""
-    return {"t.start": Scripted(Job(job_id="j")), "t.slow": Scripted(*slow),
-            "t.after": Scripted(None)}
+    return {
+        "t.start": Scripted(Job(job_id="j")),
+        "t.slow": Scripted(*slow),
+        "t.after": Scripted(None),
+    }
 
 
 class Held:
@@ -108,13 +116,21 @@ async def duplicate_executions(h: FlowHarness) -> list[tuple[Any, ...]]:
     """(instance, step, scope, kind) with more than one row of the same try, or more than
     one successful row: both mean an execution ran twice."""
     async with h.journal.engine.connect() as conn:
-        tries = (await conn.execute(text(
-            "SELECT instance_id, step_id, scope, kind, try_number, count(*) FROM flow_step "
-            "GROUP BY instance_id, step_id, scope, kind, try_number HAVING count(*) > 1"
-        ))).all()
-        successes = (await conn.execute(text(
-            "SELECT instance_id, step_id, scope, kind, count(*) FROM flow_step "
-            "WHERE outcome = 'success' "
-            "GROUP BY instance_id, step_id, scope, kind HAVING count(*) > 1"
-        ))).all()
+        tries = (
+            await conn.execute(
+                text(
+                    "SELECT instance_id, step_id, scope, kind, try_number, count(*) FROM flow_step "
+                    "GROUP BY instance_id, step_id, scope, kind, try_number HAVING count(*) > 1"
+                )
+            )
+        ).all()
+        successes = (
+            await conn.execute(
+                text(
+                    "SELECT instance_id, step_id, scope, kind, count(*) FROM flow_step "
+                    "WHERE outcome = 'success' "
+                    "GROUP BY instance_id, step_id, scope, kind HAVING count(*) > 1"
+                )
+            )
+        ).all()
     return [tuple(r) for r in [*tries, *successes]]

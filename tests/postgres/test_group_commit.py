@@ -30,6 +30,7 @@ pytestmark = [
     pytest.mark.parametrize("store_url", ["postgres"], indirect=True),
 ]
 
+
 def step(instance_id: str, step_id: int = 0, scope: int = 0, **changes: Any) -> StepRow:
     """A journal row whose values name its instance (rows of one batch differ)."""
     values = {"job": {"id": f"j-{instance_id[:8]}", "step": step_id}}
@@ -44,7 +45,8 @@ def journal(sql_journal: SqlJournal) -> SqlJournal:
 
 async def started(journal: SqlJournal, count: int = 1, **changes: Any) -> list[str]:
     results = await asyncio.gather(
-        *(journal.create_instance(new_instance(**changes)) for _ in range(count)))
+        *(journal.create_instance(new_instance(**changes)) for _ in range(count))
+    )
     assert all(created for _, created in results)
     return [record.id for record, _ in results]
 
@@ -61,9 +63,12 @@ def counts(lane: Lane[Any, Any]) -> tuple[int, int]:
 async def row_version(journal: SqlJournal, instance_id: str) -> tuple[str, str]:
     """The instance row's ``xmin`` and ``ctid``: both change with a new row version."""
     async with journal.engine.connect() as conn:
-        row = (await conn.execute(
-            text("SELECT xmin::text, ctid::text FROM flow_instance WHERE id = :id"),
-            {"id": instance_id})).one()
+        row = (
+            await conn.execute(
+                text("SELECT xmin::text, ctid::text FROM flow_instance WHERE id = :id"),
+                {"id": instance_id},
+            )
+        ).one()
     return row[0], row[1]
 
 
@@ -86,22 +91,20 @@ async def test_fifty_concurrent_starts_in_one_batch_each_get_their_own_answer(
 ) -> None:
     plain = [new_instance() for _ in range(30)]
     # one idempotency key: 8 repeats of one request, 2 other requests
-    idem = [new_instance(idempotency_key="k-idem", input={"document": "d-1"})
-            for _ in range(8)]
-    idem += [new_instance(idempotency_key="k-idem", input={"document": "d-2"})
-             for _ in range(2)]
+    idem = [new_instance(idempotency_key="k-idem", input={"document": "d-1"}) for _ in range(8)]
+    idem += [new_instance(idempotency_key="k-idem", input={"document": "d-2"}) for _ in range(2)]
     # one instance key, no idempotency key: one holder, the others refused
     keyed = [new_instance(instance_key="doc-shared") for _ in range(8)]
     # an instance key with an idempotency key: the repeat is the holder's own start
-    both = [new_instance(instance_key="doc-both", idempotency_key="k-both")
-            for _ in range(2)]
+    both = [new_instance(instance_key="doc-both", idempotency_key="k-both") for _ in range(2)]
     news = plain + idem + keyed + both
     random.Random(20260101).shuffle(news)
     assert len(news) == 50
     before = counts(lanes(journal).create)
 
-    results = await asyncio.gather(*(journal.create_instance(n) for n in news),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        *(journal.create_instance(n) for n in news), return_exceptions=True
+    )
 
     assert counts(lanes(journal).create) == (before[0] + 1, before[1] + 50)  # one batch
     answer: dict[str, Any] = {n.id: r for n, r in zip(news, results, strict=True)}
@@ -148,8 +151,9 @@ async def test_two_concurrent_starts_with_one_id_are_one_start_and_one_conflict(
     JournalConflict. In one batch, both rows carry the same id: one is inserted, and
     each caller must still be told whether its own row went in."""
     new = new_instance()
-    results = await asyncio.gather(journal.create_instance(new), journal.create_instance(new),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        journal.create_instance(new), journal.create_instance(new), return_exceptions=True
+    )
     assert lanes(journal).create.batches == 1
     created = [r for r in results if isinstance(r, tuple) and r[1]]
     conflicts = [r for r in results if isinstance(r, JournalConflict)]
@@ -161,8 +165,9 @@ async def test_a_start_batched_with_a_refused_one_is_still_created(journal: SqlJ
     """One item the database refuses (a NUL in a text key) fails the batch statement
     (DataError): every start of the batch goes alone; the good one must be created."""
     good, bad = new_instance(), new_instance(instance_key="doc\x00bad")
-    results = await asyncio.gather(journal.create_instance(good), journal.create_instance(bad),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        journal.create_instance(good), journal.create_instance(bad), return_exceptions=True
+    )
     assert lanes(journal).create.batches == 1
     assert isinstance(results[1], Exception) and not isinstance(results[1], JournalConflict)
     assert await journal.count_instances() == 1  # the good one's row is in
@@ -174,8 +179,9 @@ async def test_a_keyed_start_batched_with_a_refused_one_reports_created(
 ) -> None:
     good = new_instance(idempotency_key="k-good")
     bad = new_instance(instance_key="doc\x00bad")
-    results = await asyncio.gather(journal.create_instance(good), journal.create_instance(bad),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        journal.create_instance(good), journal.create_instance(bad), return_exceptions=True
+    )
     assert lanes(journal).create.batches == 1
     assert await journal.count_instances() == 1
     assert results[0] == (await journal.get_instance(good.id), True), results[0]
@@ -199,12 +205,18 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
     def call(n: int, instance_id: str) -> Any:
         accept = "approved" if n % 2 == 0 else None
         wake = None if n % 3 == 0 else at(100 + n)
-        return journal.commit_and_park(1, step(instance_id), at(40), owner="node-a",
-                                       wake_at=wake, wake_step_id=n, wake_scope=n % 4,
-                                       accept_signal=accept)
+        return journal.commit_and_park(
+            1,
+            step(instance_id),
+            at(40),
+            owner="node-a",
+            wake_at=wake,
+            wake_step_id=n,
+            wake_scope=n % 4,
+            accept_signal=accept,
+        )
 
-    results = await asyncio.gather(*(call(n, i) for n, i in enumerate(ids)),
-                                   return_exceptions=True)
+    results = await asyncio.gather(*(call(n, i) for n, i in enumerate(ids)), return_exceptions=True)
 
     # one park batch for the fifty; only the stale one went on alone (its commit first)
     assert counts(lanes(journal).park) == (park_before[0] + 1, park_before[1] + 50)
@@ -222,7 +234,9 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
     assert snap.instance.state is InstanceState.RUNNING and snap.instance.cancel_requested
     assert (snap.instance.lease_owner, snap.instance.fencing_token) == ("node-a", 1)
     assert (snap.instance.wake_at, snap.instance.wake_step_id) == (
-        cancelled_before.wake_at, cancelled_before.wake_step_id)
+        cancelled_before.wake_at,
+        cancelled_before.wake_step_id,
+    )
 
     assert by_id[signalled] == Ack(applied=False, cancel_requested=False, signal_pending=True)
     snap = await journal.load(signalled)
@@ -232,8 +246,9 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
     assert (inst.lease_owner, inst.lease_expires_at, inst.fencing_token) == ("node-a", at(40), 1)
     assert [(s.id, s.taken_at) for s in snap.signals] == [("s-1", None)]
     # the run goes on under its lease: it takes the signal
-    take = step(signalled, step_id=3, kind=StepKind.SIGNAL, capability_id="approved",
-                committed_at=at(3))
+    take = step(
+        signalled, step_id=3, kind=StepKind.SIGNAL, capability_id="approved", committed_at=at(3)
+    )
     assert await journal.take_signal(1, "s-1", take) == Ack(True, False)
 
     for n, instance_id in enumerate(ids):
@@ -245,7 +260,10 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
         inst = snap.instance
         assert inst.state is InstanceState.SUSPENDED
         assert (inst.wake_at, inst.wake_step_id, inst.wake_scope) == (
-            None if n % 3 == 0 else at(100 + n), n, n % 4)
+            None if n % 3 == 0 else at(100 + n),
+            n,
+            n % 4,
+        )
         assert (inst.lease_owner, inst.lease_expires_at) == (None, None)
         assert (inst.updated_at, inst.fencing_token) == (at(2), 1)
         assert inst.attempt_step_id is None and inst.attempt_started_at is None
@@ -262,9 +280,16 @@ async def test_a_waiting_signal_leaves_the_instance_as_before_but_for_the_row(
     (instance_id,) = await started(journal)
     await journal.deliver_signal(instance_id, "approved", {}, None, at(1), "s-1")
     before = await journal.get_instance(instance_id)
-    ack = await journal.commit_and_park(1, step(instance_id), T0 + LEASE, owner="node-a",
-                                        wake_at=at(500), wake_step_id=4, wake_scope=0,
-                                        accept_signal="approved")
+    ack = await journal.commit_and_park(
+        1,
+        step(instance_id),
+        T0 + LEASE,
+        owner="node-a",
+        wake_at=at(500),
+        wake_step_id=4,
+        wake_scope=0,
+        accept_signal="approved",
+    )
     assert ack == Ack(applied=False, cancel_requested=False, signal_pending=True)
     assert lanes(journal).park.batches == 1
     after = await journal.get_instance(instance_id)
@@ -283,7 +308,8 @@ async def test_a_journal_row_that_exists_fails_only_its_own_commit(journal: SqlJ
 
     results = await asyncio.gather(
         *(journal.commit_step(1, step(i, committed_at=at(5)), at(40)) for i in ids),
-        return_exceptions=True)
+        return_exceptions=True,
+    )
 
     assert counts(lanes(journal).commit) == (commit_before[0] + 1, commit_before[1] + 12)
     error = results[0]
@@ -293,7 +319,8 @@ async def test_a_journal_row_that_exists_fails_only_its_own_commit(journal: SqlJ
     assert await journal.load(duplicate) == before
     for instance_id in ids[1:]:
         assert journal_rows((await journal.load(instance_id)).steps) == [
-            step(instance_id, committed_at=at(5))]
+            step(instance_id, committed_at=at(5))
+        ]
 
 
 async def test_a_journal_row_that_exists_fails_only_its_own_park(journal: SqlJournal) -> None:
@@ -303,10 +330,21 @@ async def test_a_journal_row_that_exists_fails_only_its_own_park(journal: SqlJou
     before = await journal.load(duplicate)
 
     results = await asyncio.gather(
-        *(journal.commit_and_park(1, step(i), at(40), owner="node-a", wake_at=at(90),
-                                  wake_step_id=1, wake_scope=0, accept_signal="approved")
-          for i in ids),
-        return_exceptions=True)
+        *(
+            journal.commit_and_park(
+                1,
+                step(i),
+                at(40),
+                owner="node-a",
+                wake_at=at(90),
+                wake_step_id=1,
+                wake_scope=0,
+                accept_signal="approved",
+            )
+            for i in ids
+        ),
+        return_exceptions=True,
+    )
 
     assert lanes(journal).park.batches == 1
     assert isinstance(results[0], JournalConflict), results[0]
@@ -327,31 +365,46 @@ async def test_a_value_json_cannot_encode_as_utf8_fails_no_other_item_of_its_bat
     a row the database refuses does). The others' starts, commits and finishes are in; the
     odd item fares as it does alone."""
     odd_start = new_instance(input={"name": "scan\udcff.pdf"})
-    results = await asyncio.gather(journal.create_instance(new_instance()),
-                                   journal.create_instance(odd_start), return_exceptions=True)
+    results = await asyncio.gather(
+        journal.create_instance(new_instance()),
+        journal.create_instance(odd_start),
+        return_exceptions=True,
+    )
     assert [r[1] for r in results if isinstance(r, tuple)] == [True, True], results
     ids = [record.id for record, _ in results]  # type: ignore[union-attr]
 
     results = await asyncio.gather(
         journal.commit_step(1, step(ids[0]), at(40)),
         journal.commit_step(1, step(ids[1], values={"name": "scan\udcff.pdf"}), at(40)),
-        return_exceptions=True)
+        return_exceptions=True,
+    )
     assert results == [Ack(True, False)] * 2, results
     assert journal_rows((await journal.load(ids[0])).steps) == [step(ids[0])]
 
     results = await asyncio.gather(
         journal.finish(ids[0], 1, at(9), InstanceState.COMPLETED, {"ok": True}),
         journal.finish(ids[1], 1, at(9), InstanceState.COMPLETED, {"name": "\udcff"}),
-        return_exceptions=True)
+        return_exceptions=True,
+    )
     assert results == [Ack(True, False)] * 2, results
     assert (await journal.get_instance(ids[0])).result == {"ok": True}
 
     ids = await started(journal, 2)
     results = await asyncio.gather(
-        *(journal.commit_and_park(1, step(i, values=v), at(40), owner="node-a",
-                                  wake_at=at(90), wake_step_id=1, wake_scope=0)
-          for i, v in zip(ids, [{"ok": True}, {"name": "\udcff"}], strict=True)),
-        return_exceptions=True)
+        *(
+            journal.commit_and_park(
+                1,
+                step(i, values=v),
+                at(40),
+                owner="node-a",
+                wake_at=at(90),
+                wake_step_id=1,
+                wake_scope=0,
+            )
+            for i, v in zip(ids, [{"ok": True}, {"name": "\udcff"}], strict=True)
+        ),
+        return_exceptions=True,
+    )
     assert results == [Ack(True, False)] * 2, results
     assert (await journal.get_instance(ids[0])).state is InstanceState.SUSPENDED
 
@@ -364,8 +417,10 @@ async def test_two_commits_of_one_instance_in_one_batch_land_once_each(
     results = await asyncio.gather(*(journal.commit_step(1, r, at(40)) for r in rows))
     assert results == [Ack(True, False)] * 3
     assert lanes(journal).commit.batches == 1
-    assert sorted(journal_rows((await journal.load(instance_id)).steps),
-                  key=lambda r: r.step_id) == rows
+    assert (
+        sorted(journal_rows((await journal.load(instance_id)).steps), key=lambda r: r.step_id)
+        == rows
+    )
 
 
 # ------------------------------------------------------------------------- commits
@@ -431,8 +486,9 @@ async def test_a_stale_token_in_a_commit_batch_fails_only_its_caller(
     stale = ids[3]
     await make_stale(journal, stale)
     before = await journal.load(stale)
-    results = await asyncio.gather(*(journal.commit_step(1, step(i), at(40)) for i in ids),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        *(journal.commit_step(1, step(i), at(40)) for i in ids), return_exceptions=True
+    )
     # one batch; the stale one then goes alone on the one-statement path (no lane)
     assert counts(lanes(journal).commit) == (1, 8)
     assert isinstance(results[3], StaleFencingToken)
@@ -442,8 +498,10 @@ async def test_a_stale_token_in_a_commit_batch_fails_only_its_caller(
 
 async def outbox(journal: SqlJournal) -> dict[str, tuple[str, str, Any]]:
     """Outbox events by id: (instance id, name, payload)."""
-    return {e["id"]: (e["instance_id"], e["name"], e["payload"])
-            for e in await journal.list_events(limit=1000)}
+    return {
+        e["id"]: (e["instance_id"], e["name"], e["payload"])
+        for e in await journal.list_events(limit=1000)
+    }
 
 
 def emitted(instance_id: str) -> EmittedEvent:
@@ -451,8 +509,13 @@ def emitted(instance_id: str) -> EmittedEvent:
 
 
 def emit_row(instance_id: str) -> StepRow:
-    return step(instance_id, step_id=4, kind=StepKind.EMIT, capability_id="document.processed",
-                values={"event_id": f"ev-{instance_id}"})
+    return step(
+        instance_id,
+        step_id=4,
+        kind=StepKind.EMIT,
+        capability_id="document.processed",
+        values={"event_id": f"ev-{instance_id}"},
+    )
 
 
 async def test_emit_commits_share_a_batch_with_plain_ones_and_a_stale_one_writes_no_event(
@@ -465,13 +528,15 @@ async def test_emit_commits_share_a_batch_with_plain_ones_and_a_stale_one_writes
     results = await asyncio.gather(
         *(journal.commit_step(1, emit_row(i), at(40), events=[emitted(i)]) for i in emits),
         *(journal.commit_step(1, step(i), at(40)) for i in plain),
-        return_exceptions=True)
+        return_exceptions=True,
+    )
 
     assert counts(lanes(journal).commit) == (1, 10)
     assert isinstance(results[0], StaleFencingToken)
     assert results[1:] == [Ack(True, False)] * 9
     assert await outbox(journal) == {
-        f"ev-{i}": (i, "document.processed", {"doc": i[:8]}) for i in emits[1:]}
+        f"ev-{i}": (i, "document.processed", {"doc": i[:8]}) for i in emits[1:]
+    }
     for i in emits[1:]:
         assert journal_rows((await journal.load(i)).steps) == [emit_row(i)]
     assert (await journal.load(stale)).steps == []
@@ -494,10 +559,13 @@ async def test_emit_commits_carrying_deferred_rows_share_a_batch(journal: SqlJou
 
     journal._insert_step = spied  # type: ignore[method-assign]
     results = await asyncio.gather(
-        *(journal.commit_step(1, emit_row(i), at(40), events=[emitted(i)],
-                              deferred=extracted[i]) for i in carrying),
+        *(
+            journal.commit_step(1, emit_row(i), at(40), events=[emitted(i)], deferred=extracted[i])
+            for i in carrying
+        ),
         *(journal.commit_step(1, step(i), at(40)) for i in plain),
-        return_exceptions=True)
+        return_exceptions=True,
+    )
 
     assert counts(lanes(journal).commit) == (1, 8)
     assert isinstance(results[1], StaleFencingToken)
@@ -515,20 +583,19 @@ async def test_emit_commits_carrying_deferred_rows_share_a_batch(journal: SqlJou
         assert journal_rows((await journal.load(i)).steps) == [step(i)]
     assert set(await outbox(journal)) == {f"ev-{i}" for i in carrying if i != stale}
     inst = await journal.get_instance(busy)  # its attempt cleared at the emit's instant
-    assert (inst.attempt_step_id, inst.lease_expires_at, inst.updated_at) == (None, at(40),
-                                                                              at(2))
+    assert (inst.attempt_step_id, inst.lease_expires_at, inst.updated_at) == (None, at(40), at(2))
 
 
 async def test_an_event_id_that_exists_fails_only_its_own_commit(journal: SqlJournal) -> None:
     ids = await started(journal, 6)
     first, twin = ids[0], ids[1]
     taken = emitted(first)
-    assert await journal.commit_step(1, emit_row(first), at(40), events=[taken]) == Ack(
-        True, False)
+    assert await journal.commit_step(1, emit_row(first), at(40), events=[taken]) == Ack(True, False)
     results = await asyncio.gather(
         journal.commit_step(1, emit_row(twin), at(40), events=[taken]),
         *(journal.commit_step(1, emit_row(i), at(40), events=[emitted(i)]) for i in ids[2:]),
-        return_exceptions=True)
+        return_exceptions=True,
+    )
 
     assert isinstance(results[0], JournalConflict), results[0]
     assert results[1:] == [Ack(True, False)] * 4
@@ -543,14 +610,23 @@ async def test_a_commit_waits_for_a_claim_in_flight_and_is_refused_once_it_commi
     the token stale; nothing is written."""
     (instance_id,) = await started(journal)
     async with journal.engine.connect() as claimer, journal.engine.connect() as watcher:
-        await claimer.execute(text(
-            "UPDATE flow_instance SET fencing_token = fencing_token + 1, "
-            "lease_owner = 'node-b' WHERE id = :id"), {"id": instance_id})
+        await claimer.execute(
+            text(
+                "UPDATE flow_instance SET fencing_token = fencing_token + 1, "
+                "lease_owner = 'node-b' WHERE id = :id"
+            ),
+            {"id": instance_id},
+        )
         commit = asyncio.ensure_future(journal.commit_step(1, step(instance_id), at(40)))
         for _ in range(2000):  # until the batch's statement waits for the claimer's lock
-            waiting = (await watcher.execute(text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'"))).scalar_one()
+            waiting = (
+                await watcher.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND wait_event_type = 'Lock'"
+                    )
+                )
+            ).scalar_one()
             if waiting:
                 break
             await watcher.rollback()
@@ -593,9 +669,12 @@ async def test_many_completions_at_once(journal: SqlJournal) -> None:
     finish_before = counts(lanes(journal).finish)
 
     results = await asyncio.gather(
-        *(journal.finish(i, 1, at(9), InstanceState.COMPLETED, {"n": n, "id": i})
-          for n, i in enumerate(ids)),
-        return_exceptions=True)
+        *(
+            journal.finish(i, 1, at(9), InstanceState.COMPLETED, {"n": n, "id": i})
+            for n, i in enumerate(ids)
+        ),
+        return_exceptions=True,
+    )
 
     assert counts(lanes(journal).finish) == (finish_before[0] + 1, finish_before[1] + 20)
     by_id = dict(zip(ids, results, strict=True))
@@ -613,4 +692,3 @@ async def test_many_completions_at_once(journal: SqlJournal) -> None:
         assert (inst.lease_owner, inst.lease_expires_at, inst.updated_at) == (None, None, at(9))
     # the cancelled one still unwinds under its lease
     assert await journal.finish(cancelled, 1, at(10), InstanceState.CANCELLED) == Ack(True, True)
-

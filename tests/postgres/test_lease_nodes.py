@@ -35,8 +35,9 @@ LEASE = timedelta(seconds=30)
 SCAN = timedelta(seconds=1)
 
 
-async def _held_by_a(h: FlowHarness, held: Held, clock_a: VirtualClock
-                     ) -> tuple[str, asyncio.Task[SweepReport]]:
+async def _held_by_a(
+    h: FlowHarness, held: Held, clock_a: VirtualClock
+) -> tuple[str, asyncio.Task[SweepReport]]:
     """Start a ``t.slow`` instance and let node A's sweep claim attempt 1, held mid-call."""
     inst = (await h.start("t.slow", {"order_id": "o-1"})).instance
     assert inst.wake_at is not None
@@ -48,12 +49,14 @@ async def _held_by_a(h: FlowHarness, held: Held, clock_a: VirtualClock
 
 
 async def test_a_lapsed_lease_is_taken_over_and_the_old_holders_commit_is_refused(
-    store_url: str, caplog: pytest.LogCaptureFixture,
+    store_url: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     held = Held(Status(done=True))
     subs = slow_subs(Status(done=False), held, Status(done=True))
-    async with FlowHarness.open([slow_flow()], database_url=store_url, migrate=False,
-                                substitutes=subs) as h:
+    async with FlowHarness.open(
+        [slow_flow()], database_url=store_url, migrate=False, substitutes=subs
+    ) as h:
         clock_a = VirtualClock(h.clock.now())  # A's clock stands still: its keeper starves
         instance_id, a_sweep = await _held_by_a(h, held, clock_a)
         clock_b = VirtualClock(clock_a.now() + LEASE + SCAN)
@@ -68,8 +71,7 @@ async def test_a_lapsed_lease_is_taken_over_and_the_old_holders_commit_is_refuse
             held.release.set()  # A's call returns; its commit carries a stale token
             a_report = await asyncio.wait_for(a_sweep, 10)
         assert (a_report.claimed, a_report.advanced, a_report.failed_runs) == (1, 0, 1)
-        assert any("stale" in r.getMessage() and "node-a" in r.getMessage()
-                   for r in caplog.records)
+        assert any("stale" in r.getMessage() and "node-a" in r.getMessage() for r in caplog.records)
         assert await count_rows(h, "t.slow", scope=1) == 1
         assert await count_rows(h, "t.after") == 1
         assert await duplicate_executions(h) == []
@@ -78,16 +80,17 @@ async def test_a_lapsed_lease_is_taken_over_and_the_old_holders_commit_is_refuse
 
 
 async def test_a_refused_lease_renewal_cancels_the_try_at_once(
-    store_url: str, caplog: pytest.LogCaptureFixture,
+    store_url: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     held = Held(Status(done=True))
     subs = slow_subs(Status(done=False), held, Status(done=True))
-    async with FlowHarness.open([slow_flow()], database_url=store_url, migrate=False,
-                                substitutes=subs) as h:
+    async with FlowHarness.open(
+        [slow_flow()], database_url=store_url, migrate=False, substitutes=subs
+    ) as h:
         clock_a = VirtualClock(h.clock.now())
         instance_id, a_sweep = await _held_by_a(h, held, clock_a)
-        b = h.with_engine(node_id="node-b",
-                          clock=VirtualClock(clock_a.now() + LEASE + SCAN))
+        b = h.with_engine(node_id="node-b", clock=VirtualClock(clock_a.now() + LEASE + SCAN))
         assert (await b.sweep()).advanced == 1
         taken = await h.instance(instance_id)
         assert taken.state is InstanceState.COMPLETED
@@ -105,14 +108,19 @@ async def test_a_refused_lease_renewal_cancels_the_try_at_once(
 
 @pytest.mark.parametrize("skew_seconds", [15, -15], ids=["b-ahead-15s", "b-behind-15s"])
 async def test_clock_skew_steals_no_live_lease_and_a_dead_nodes_work_is_taken_over(
-    store_url: str, skew_seconds: int,
+    store_url: str,
+    skew_seconds: int,
 ) -> None:
     skew = timedelta(seconds=skew_seconds)
     held = Held(Status(done=True))
     subs = slow_subs(Status(done=False), held, Status(done=True))
-    async with FlowHarness.open([slow_flow()], database_url=store_url, migrate=False,
-                                substitutes=subs,
-                                config=EngineConfig(node_id="harness", lease=LEASE)) as h:
+    async with FlowHarness.open(
+        [slow_flow()],
+        database_url=store_url,
+        migrate=False,
+        substitutes=subs,
+        config=EngineConfig(node_id="harness", lease=LEASE),
+    ) as h:
         clock_a = VirtualClock(h.clock.now())  # the true time; B reads it off by `skew`
         instance_id, a_sweep = await _held_by_a(h, held, clock_a)
         clock_b = VirtualClock(clock_a.now() + skew)
@@ -135,7 +143,8 @@ async def test_clock_skew_steals_no_live_lease_and_a_dead_nodes_work_is_taken_ov
             if (await b.sweep()).claimed:
                 break
             assert clock_a.now() - died <= LEASE + SCAN - min(skew, timedelta(0)), (
-                "no takeover within lease + scan interval (+ B's lag)")
+                "no takeover within lease + scan interval (+ B's lag)"
+            )
         takeover = clock_a.now() - died
         assert takeover <= LEASE + SCAN - min(skew, timedelta(0))
         final = await h.instance(instance_id)
@@ -168,8 +177,9 @@ async def test_a_try_does_not_start_on_a_lease_that_lapsed_before_the_call(
     store_url: str,
 ) -> None:
     subs = slow_subs(Status(done=False), Status(done=True))
-    async with FlowHarness.open([slow_flow()], database_url=store_url, migrate=False,
-                                substitutes=subs) as h:
+    async with FlowHarness.open(
+        [slow_flow()], database_url=store_url, migrate=False, substitutes=subs
+    ) as h:
         inst = (await h.start("t.slow", {"order_id": "o-1"})).instance
         assert inst.wake_at is not None
         h.clock.set(inst.wake_at)
@@ -180,8 +190,12 @@ async def test_a_try_does_not_start_on_a_lease_that_lapsed_before_the_call(
             h.clock.advance(LEASE + SCAN)
             taken.append(await b.sweep())
 
-        a = Engine(_SlowClaim(h.journal, stall), h.catalog, h.clock,
-                   replace(h.engine.config, node_id="node-a"))
+        a = Engine(
+            _SlowClaim(h.journal, stall),
+            h.catalog,
+            h.clock,
+            replace(h.engine.config, node_id="node-a"),
+        )
         report = await a.sweep()
         assert (report.claimed, report.failed_runs) == (1, 1)
         assert [(r.claimed, r.advanced) for r in taken] == [(1, 1)]

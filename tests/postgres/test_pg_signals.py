@@ -28,11 +28,20 @@ async def started(journal: SqlJournal) -> str:
     return record.id
 
 
-def deliver(journal: SqlJournal, instance_id: str, signal_id: str, key: str | None = None,
-            **changes: Any) -> Any:
+def deliver(
+    journal: SqlJournal, instance_id: str, signal_id: str, key: str | None = None, **changes: Any
+) -> Any:
     return journal.deliver_and_claim(
-        instance_id, "approved", {"by": signal_id}, key, at(5), signal_id,
-        owner=changes.get("owner", "node-b"), lease_until=at(35), wake_steps=(WAIT,))
+        instance_id,
+        "approved",
+        {"by": signal_id},
+        key,
+        at(5),
+        signal_id,
+        owner=changes.get("owner", "node-b"),
+        lease_until=at(35),
+        wake_steps=(WAIT,),
+    )
 
 
 async def test_a_park_committed_while_the_delivery_waits_is_seen_and_claimed(
@@ -44,15 +53,21 @@ async def test_a_park_committed_while_the_delivery_waits_is_seen_and_claimed(
     instance_id = await started(sql_journal)
     last = step(instance_id, step_id=3)
     async with sql_journal.engine.connect() as node_a:
-        await node_a.execute(text(
-            "UPDATE flow_instance SET state = 'suspended', wake_step_id = :wait, "
-            "wake_scope = 0, lease_owner = NULL, lease_expires_at = NULL WHERE id = :id"),
-            {"id": instance_id, "wait": WAIT})
-        await node_a.execute(text(
-            "INSERT INTO flow_step (instance_id, step_id, scope, kind, capability_id, "
-            "outcome, try_number, final, started_at, committed_at) VALUES (:id, 3, 0, "
-            "'step', 'ocr.submit', 'success', 1, false, :at, :at)"),
-            {"id": instance_id, "at": last.committed_at})
+        await node_a.execute(
+            text(
+                "UPDATE flow_instance SET state = 'suspended', wake_step_id = :wait, "
+                "wake_scope = 0, lease_owner = NULL, lease_expires_at = NULL WHERE id = :id"
+            ),
+            {"id": instance_id, "wait": WAIT},
+        )
+        await node_a.execute(
+            text(
+                "INSERT INTO flow_step (instance_id, step_id, scope, kind, capability_id, "
+                "outcome, try_number, final, started_at, committed_at) VALUES (:id, 3, 0, "
+                "'step', 'ocr.submit', 'success', 1, false, :at, :at)"
+            ),
+            {"id": instance_id, "at": last.committed_at},
+        )
         delivery = asyncio.ensure_future(deliver(sql_journal, instance_id, "s-1"))
         await asyncio.sleep(0.3)
         assert not delivery.done()  # it waits for the row the park holds
@@ -76,9 +91,16 @@ async def test_a_delivery_waits_for_a_batched_park_and_then_claims(
     deliveries = []
 
     async def park() -> None:
-        await sql_journal.commit_and_park(1, step(instance_id, step_id=3), at(40),
-                                          owner="node-a", wake_at=None, wake_step_id=WAIT,
-                                          wake_scope=0, accept_signal="approved")
+        await sql_journal.commit_and_park(
+            1,
+            step(instance_id, step_id=3),
+            at(40),
+            owner="node-a",
+            wake_at=None,
+            wake_step_id=WAIT,
+            wake_scope=0,
+            accept_signal="approved",
+        )
 
     async def signal() -> None:
         deliveries.append(await deliver(sql_journal, instance_id, "s-1"))
@@ -101,9 +123,12 @@ async def test_concurrent_deliveries_claim_a_parked_instance_once(
 ) -> None:
     instance_id = await started(sql_journal)
     await sql_journal.park(instance_id, 1, at(1), None, WAIT, 0)
-    answers = await asyncio.wait_for(asyncio.gather(
-        *(deliver(sql_journal, instance_id, f"s-{n}", owner=f"node-{n}") for n in range(10))),
-        timeout=20)
+    answers = await asyncio.wait_for(
+        asyncio.gather(
+            *(deliver(sql_journal, instance_id, f"s-{n}", owner=f"node-{n}") for n in range(10))
+        ),
+        timeout=20,
+    )
     assert all(a.created for a in answers)
     claims = [a for a in answers if a.claim is not None]
     assert len(claims) == 1
@@ -117,9 +142,12 @@ async def test_concurrent_repeats_of_one_key_store_and_claim_once(
 ) -> None:
     instance_id = await started(sql_journal)
     await sql_journal.park(instance_id, 1, at(1), None, WAIT, 0)
-    answers = await asyncio.wait_for(asyncio.gather(
-        *(deliver(sql_journal, instance_id, f"s-{n}", key="hook") for n in range(20))),
-        timeout=20)
+    answers = await asyncio.wait_for(
+        asyncio.gather(
+            *(deliver(sql_journal, instance_id, f"s-{n}", key="hook") for n in range(20))
+        ),
+        timeout=20,
+    )
     assert sum(a.created for a in answers) == 1
     assert len({a.signal.id for a in answers}) == 1
     assert sum(a.claim is not None for a in answers) == 1

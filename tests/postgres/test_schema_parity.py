@@ -18,8 +18,7 @@ pytestmark = pytest.mark.postgres
 def _partial(index: dict[str, Any]) -> bool:
     """Whether an index has a WHERE clause (the predicates' spelling differs per backend)."""
     options = index.get("dialect_options", {})
-    return any(options.get(f"{dialect}_where") is not None
-               for dialect in ("sqlite", "postgresql"))
+    return any(options.get(f"{dialect}_where") is not None for dialect in ("sqlite", "postgresql"))
 
 
 def _schema(url: str) -> dict[str, Any]:
@@ -31,17 +30,20 @@ def _schema(url: str) -> dict[str, Any]:
             # PostgreSQL lists the index behind a unique constraint as an index too
             indexes = {
                 ix["name"]: (tuple(ix["column_names"]), bool(ix["unique"]), _partial(ix))
-                for ix in insp.get_indexes(table) if not ix.get("duplicates_constraint")
+                for ix in insp.get_indexes(table)
+                if not ix.get("duplicates_constraint")
             }
             schema[table] = {
                 "columns": {c["name"]: bool(c["nullable"]) for c in insp.get_columns(table)},
                 "primary_key": tuple(insp.get_pk_constraint(table)["constrained_columns"]),
-                "unique": {u["name"]: tuple(u["column_names"])
-                           for u in insp.get_unique_constraints(table)},
+                "unique": {
+                    u["name"]: tuple(u["column_names"]) for u in insp.get_unique_constraints(table)
+                },
                 "indexes": indexes,
                 "foreign_keys": sorted(
                     (tuple(fk["constrained_columns"]), fk["referred_table"])
-                    for fk in insp.get_foreign_keys(table)),
+                    for fk in insp.get_foreign_keys(table)
+                ),
             }
         return schema
     finally:
@@ -49,7 +51,8 @@ def _schema(url: str) -> dict[str, Any]:
 
 
 def test_migrations_give_the_same_schema_on_sqlite_and_postgresql(
-    sqlite_url: str, pg_url: str,
+    sqlite_url: str,
+    pg_url: str,
 ) -> None:
     upgrade(sqlite_url)
     upgrade(pg_url)
@@ -64,10 +67,12 @@ def test_migrations_give_the_same_schema_on_sqlite_and_postgresql(
     for table in on_sqlite:
         assert on_sqlite[table] == on_postgres[table], table
     instance = on_postgres["flow_instance"]
-    assert {"id", "state", "wake_at", "lease_owner", "lease_expires_at",
-            "fencing_token"} <= set(instance["columns"])
+    assert {"id", "state", "wake_at", "lease_owner", "lease_expires_at", "fencing_token"} <= set(
+        instance["columns"]
+    )
     # the claim's partial indexes exist on both
     for name in ("ix_flow_instance_wake_suspended", "ix_flow_instance_lease_running"):
         assert instance["indexes"][name][2], f"{name} is not partial"
     assert {"instance_id", "step_id", "scope", "capability_id", "outcome"} <= set(
-        on_postgres["flow_step"]["columns"])
+        on_postgres["flow_step"]["columns"]
+    )

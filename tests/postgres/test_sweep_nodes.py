@@ -34,8 +34,13 @@ DUE = 300
 
 
 def poll_subs(check: Scripted) -> dict[str, Scripted]:
-    return {"t.start": Scripted(Job(job_id="j")), "t.check": check, "t.undo": Scripted(None),
-            "t.escalate": Scripted(None), "t.after": Scripted(None)}
+    return {
+        "t.start": Scripted(Job(job_id="j")),
+        "t.check": check,
+        "t.undo": Scripted(None),
+        "t.escalate": Scripted(None),
+        "t.after": Scripted(None),
+    }
 
 
 async def test_three_nodes_sweeping_300_due_instances_make_exactly_300_attempts(
@@ -44,11 +49,17 @@ async def test_three_nodes_sweeping_300_due_instances_make_exactly_300_attempts(
     check = Scripted(Status(done=False))
     # small batches and few slots: each node makes many claim statements that interleave
     config = EngineConfig(node_id="starter", sweep_batch=25, concurrency=8)
-    async with FlowHarness.open([poll_flow()], database_url=store_url, migrate=False,
-                                substitutes=poll_subs(check), config=config) as h:
+    async with FlowHarness.open(
+        [poll_flow()],
+        database_url=store_url,
+        migrate=False,
+        substitutes=poll_subs(check),
+        config=config,
+    ) as h:
         for first in range(0, DUE, 20):
-            await asyncio.gather(*(h.start("t.poll", {"order_id": f"o-{n}"})
-                                   for n in range(first, first + 20)))
+            await asyncio.gather(
+                *(h.start("t.poll", {"order_id": f"o-{n}"}) for n in range(first, first + 20))
+            )
         assert check.calls == DUE  # attempt 0 of each, inside its start
         h.clock.advance(INTERVAL)
         nodes = [h.with_engine(node_id=f"node-{n}") for n in "abc"]
@@ -72,8 +83,13 @@ async def test_a_parked_instance_is_not_woken_before_its_interval_by_a_short_lea
 ) -> None:
     check = Scripted(Status(done=False))
     config = EngineConfig(node_id="node-a", lease=timedelta(seconds=5))
-    async with FlowHarness.open([poll_flow()], database_url=store_url, migrate=False,
-                                substitutes=poll_subs(check), config=config) as h:
+    async with FlowHarness.open(
+        [poll_flow()],
+        database_url=store_url,
+        migrate=False,
+        substitutes=poll_subs(check),
+        config=config,
+    ) as h:
         started = h.clock.now()
         inst = (await h.start("t.poll", {"order_id": "o-1"})).instance
         assert inst.state is InstanceState.SUSPENDED
@@ -99,8 +115,13 @@ async def test_a_restarted_node_does_not_adopt_an_instance_another_node_holds(
 ) -> None:
     held = Held(Status(done=True))
     subs = slow_subs(Status(done=False), held, Status(done=True))
-    async with FlowHarness.open([slow_flow()], database_url=store_url, migrate=False,
-                                substitutes=subs, config=EngineConfig(node_id="node-a")) as h:
+    async with FlowHarness.open(
+        [slow_flow()],
+        database_url=store_url,
+        migrate=False,
+        substitutes=subs,
+        config=EngineConfig(node_id="node-a"),
+    ) as h:
         lease = h.engine.lease
         inst = (await h.start("t.slow", {"order_id": "o-1"})).instance
         h.clock.set(inst.wake_at)  # type: ignore[arg-type]
@@ -140,8 +161,13 @@ async def test_a_stopping_node_claims_nothing_more_and_leaves_due_work_to_others
         return Status(done=False)
 
     check = Scripted(not_done_then_stop)
-    async with FlowHarness.open([poll_flow()], database_url=store_url, migrate=False,
-                                substitutes=poll_subs(check), config=config) as h:
+    async with FlowHarness.open(
+        [poll_flow()],
+        database_url=store_url,
+        migrate=False,
+        substitutes=poll_subs(check),
+        config=config,
+    ) as h:
         for n in range(20):
             await h.start("t.poll", {"order_id": f"o-{n}"})
         h.clock.advance(INTERVAL)
@@ -157,18 +183,21 @@ async def test_a_stopping_node_claims_nothing_more_and_leaves_due_work_to_others
 async def test_a_dead_nodes_instance_is_taken_over_before_a_backlog_of_overdue_wakes(
     store_url: str,
 ) -> None:
-    subs = {**poll_subs(Scripted(Status(done=False))),
-            "t.slow": Scripted(Status(done=False), Status(done=True))}
-    async with FlowHarness.open([poll_flow(), slow_flow()], database_url=store_url,
-                                migrate=False, substitutes=subs) as h:
-        backlog = [(await h.start("t.poll", {"order_id": f"o-{n}"})).instance.id
-                   for n in range(10)]
+    subs = {
+        **poll_subs(Scripted(Status(done=False))),
+        "t.slow": Scripted(Status(done=False), Status(done=True)),
+    }
+    async with FlowHarness.open(
+        [poll_flow(), slow_flow()], database_url=store_url, migrate=False, substitutes=subs
+    ) as h:
+        backlog = [(await h.start("t.poll", {"order_id": f"o-{n}"})).instance.id for n in range(10)]
         held = (await h.start("t.slow", {"order_id": "x"})).instance
         assert held.wake_at is not None
         h.clock.set(held.wake_at)
         # node A claims it, then dies: its lease ends after every backlog wake
-        claim = await h.journal.claim(held.id, "node-a", h.clock.now(),
-                                      h.clock.now() + timedelta(seconds=30))
+        claim = await h.journal.claim(
+            held.id, "node-a", h.clock.now(), h.clock.now() + timedelta(seconds=30)
+        )
         assert claim is not None
         h.clock.advance(timedelta(seconds=31))
         b = h.with_engine(node_id="node-b")
@@ -190,8 +219,13 @@ async def test_a_node_claims_no_more_than_its_free_run_slots(store_url: str) -> 
 
     check = Scripted(Status(done=False))
     config = EngineConfig(node_id="node-a", sweep_batch=10, concurrency=4)
-    async with FlowHarness.open([poll_flow()], database_url=store_url, migrate=False,
-                                substitutes=poll_subs(check), config=config) as h:
+    async with FlowHarness.open(
+        [poll_flow()],
+        database_url=store_url,
+        migrate=False,
+        substitutes=poll_subs(check),
+        config=config,
+    ) as h:
         for n in range(40):
             await h.start("t.poll", {"order_id": f"o-{n}"})
         check.outcomes = [held_check]  # attempt 1 of each is held until released
@@ -200,9 +234,11 @@ async def test_a_node_claims_no_more_than_its_free_run_slots(store_url: str) -> 
         await eventually(lambda: len(in_flight) == 4, timeout=10, what="4 runs in flight")
         # nothing claimed waits for a slot: exactly the runs in flight hold leases
         async with h.journal.engine.connect() as conn:
-            leased = (await conn.execute(text(
-                "SELECT count(*) FROM flow_instance WHERE lease_owner = 'node-a'"
-            ))).scalar_one()
+            leased = (
+                await conn.execute(
+                    text("SELECT count(*) FROM flow_instance WHERE lease_owner = 'node-a'")
+                )
+            ).scalar_one()
         assert leased == 4
         release.set()
         report = await asyncio.wait_for(sweep, 30)

@@ -47,19 +47,28 @@ def assert_problem(resp: httpx.Response, status: int, code: str | None = None) -
     return body
 
 
-async def start_document(client: httpx.AsyncClient, document_id: str | None = None, *,
-                         pages: int = 1, key: str | None = None,
-                         **extra: Any) -> httpx.Response:
+async def start_document(
+    client: httpx.AsyncClient,
+    document_id: str | None = None,
+    *,
+    pages: int = 1,
+    key: str | None = None,
+    **extra: Any,
+) -> httpx.Response:
     """``POST /api/v1/documents`` with a fresh (or the given) idempotency key."""
-    body = {"documentId": document_id or f"doc-{uuid.uuid4().hex[:12]}", "pages": pages,
-            **extra}
-    return await client.post(DOCUMENTS, json=body,
-                             headers={"Idempotency-Key": key or f"key-{uuid.uuid4().hex}"})
+    body = {"documentId": document_id or f"doc-{uuid.uuid4().hex[:12]}", "pages": pages, **extra}
+    return await client.post(
+        DOCUMENTS, json=body, headers={"Idempotency-Key": key or f"key-{uuid.uuid4().hex}"}
+    )
 
 
-async def wait_for_state(client: httpx.AsyncClient, instance_id: str,
-                         states: tuple[str, ...] = ENDED, *, timeout: float = 20.0
-                         ) -> dict[str, Any]:
+async def wait_for_state(
+    client: httpx.AsyncClient,
+    instance_id: str,
+    states: tuple[str, ...] = ENDED,
+    *,
+    timeout: float = 20.0,
+) -> dict[str, Any]:
     """Poll ``GET /api/v1/instances/{id}`` until its state is one of ``states``."""
 
     async def reached() -> dict[str, Any]:
@@ -69,8 +78,9 @@ async def wait_for_state(client: httpx.AsyncClient, instance_id: str,
         assert view["state"] in states, f"state {view['state']}, wakeAt {view['wakeAt']}"
         return view
 
-    return await eventually(reached, timeout=timeout, interval=0.1,
-                            what=f"instance {instance_id} in {states}")
+    return await eventually(
+        reached, timeout=timeout, interval=0.1, what=f"instance {instance_id} in {states}"
+    )
 
 
 async def all_events(client: httpx.AsyncClient) -> list[dict[str, Any]]:

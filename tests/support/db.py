@@ -21,8 +21,7 @@ def sqlite_path(url: str) -> str:
 
 def query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """Run one read-only statement on the SQLite file behind ``url``; all rows."""
-    with closing(sqlite3.connect(f"file:{sqlite_path(url)}?mode=ro", uri=True,
-                                 timeout=30)) as conn:
+    with closing(sqlite3.connect(f"file:{sqlite_path(url)}?mode=ro", uri=True, timeout=30)) as conn:
         return conn.execute(sql, params).fetchall()
 
 
@@ -30,5 +29,10 @@ def count_instances(url: str, document_id: str | None = None) -> int:
     """``flow_instance`` rows (of one ``documentId`` when given)."""
     if document_id is None:
         return int(query(url, "SELECT count(*) FROM flow_instance")[0][0])
-    return int(query(url, "SELECT count(*) FROM flow_instance "
-                          "WHERE json_extract(input, '$.documentId') = ?", (document_id,))[0][0])
+    return int(
+        query(
+            url,
+            "SELECT count(*) FROM flow_instance WHERE json_extract(input, '$.documentId') = ?",
+            (document_id,),
+        )[0][0]
+    )

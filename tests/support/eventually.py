@@ -22,8 +22,13 @@ __all__ = ["eventually"]
 T = TypeVar("T")
 
 
-async def eventually(check: Callable[[], T | Awaitable[T]], *, timeout: float = 10.0,
-                     interval: float = 0.05, what: str | None = None) -> T:
+async def eventually(
+    check: Callable[[], T | Awaitable[T]],
+    *,
+    timeout: float = 10.0,
+    interval: float = 0.05,
+    what: str | None = None,
+) -> T:
     """Call ``check`` every ``interval`` seconds until it passes or ``timeout`` elapses.
 
     Args:
@@ -59,4 +64,3 @@ async def eventually(check: Callable[[], T | Awaitable[T]], *, timeout: float = 
                 f"{label} still failing after {timeout}s ({calls} calls): {last}"
             ) from last
         await asyncio.sleep(interval)
-

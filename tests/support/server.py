@@ -94,18 +94,19 @@ class LiveServer:
     def database_url(self) -> str:
         return self.settings.database_url
 
-    def client(self, *, token: str | None = TOKEN, timeout: float = 30.0,
-               **kwargs: Any) -> httpx.AsyncClient:
+    def client(
+        self, *, token: str | None = TOKEN, timeout: float = 30.0, **kwargs: Any
+    ) -> httpx.AsyncClient:
         """An HTTP client on the server (with ``Authorization: Bearer <token>`` unless
         ``token`` is None)."""
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
-        return httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout,
-                                 **kwargs)
+        return httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout, **kwargs)
 
 
 @contextmanager
-def live_server(database_url: str, *, app_factory: Callable[[Settings], FastAPI] = create_app,
-                **overrides: Any) -> Iterator[LiveServer]:
+def live_server(
+    database_url: str, *, app_factory: Callable[[Settings], FastAPI] = create_app, **overrides: Any
+) -> Iterator[LiveServer]:
     """Serve ``app_factory(settings)`` with uvicorn on 127.0.0.1 in a background thread.
 
     Args:
@@ -130,8 +131,11 @@ def live_server(database_url: str, *, app_factory: Callable[[Settings], FastAPI]
     settings = server_settings(database_url, base_url, **overrides)
     app = app_factory(settings)
     # log_config=None: uvicorn's loggers propagate to the root logger (caplog sees them).
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on",
-                                           log_level="warning", log_config=None))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, lifespan="on", log_level="warning", log_config=None
+        )
+    )
     outcome: list[BaseException] = []
 
     def serve() -> None:
@@ -149,10 +153,12 @@ def live_server(database_url: str, *, app_factory: Callable[[Settings], FastAPI]
             if not thread.is_alive():
                 cause = outcome[0] if outcome else None
                 raise ServerStartFailed(
-                    f"server on {base_url} exited before serving ({cause!r})") from cause
+                    f"server on {base_url} exited before serving ({cause!r})"
+                ) from cause
             if time.monotonic() > deadline:
-                raise ServerStartFailed(f"server on {base_url} not started after "
-                                        f"{STARTUP_TIMEOUT}s")
+                raise ServerStartFailed(
+                    f"server on {base_url} not started after {STARTUP_TIMEOUT}s"
+                )
         yield LiveServer(base_url, settings, app, server=server)
     finally:
         server.should_exit = True
@@ -177,8 +183,9 @@ class SubprocessServer:
         return self.log_path.read_text(errors="replace")
 
     def client(self, *, token: str = TOKEN, timeout: float = 30.0) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.base_url, timeout=timeout,
-                                 headers={"Authorization": f"Bearer {token}"})
+        return httpx.AsyncClient(
+            base_url=self.base_url, timeout=timeout, headers={"Authorization": f"Bearer {token}"}
+        )
 
 
 def flowpark_command() -> list[str]:
@@ -190,8 +197,14 @@ def flowpark_command() -> list[str]:
 
 
 @contextmanager
-def serve_subprocess(database_url: str, log_path: Path, *, env: dict[str, str] | None = None,
-                     workers: int = 1, **settings_env: str) -> Iterator[SubprocessServer]:
+def serve_subprocess(
+    database_url: str,
+    log_path: Path,
+    *,
+    env: dict[str, str] | None = None,
+    workers: int = 1,
+    **settings_env: str,
+) -> Iterator[SubprocessServer]:
     """Run ``flowpark serve --host 127.0.0.1 --port <free>`` in a child process.
 
     Args:
@@ -207,19 +220,33 @@ def serve_subprocess(database_url: str, log_path: Path, *, env: dict[str, str] |
     """
     port = free_port()
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWPARK_")}
-    child_env.update({
-        "FLOWPARK_DATABASE_URL": database_url,
-        "FLOWPARK_API_TOKENS": TOKEN,
-        "FLOWPARK_SELF_URL": f"http://127.0.0.1:{port}",
-        "PYTHONUNBUFFERED": "1",
-    })
+    child_env.update(
+        {
+            "FLOWPARK_DATABASE_URL": database_url,
+            "FLOWPARK_API_TOKENS": TOKEN,
+            "FLOWPARK_SELF_URL": f"http://127.0.0.1:{port}",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     child_env.update({f"FLOWPARK_{k.upper()}": v for k, v in settings_env.items()})
     child_env.update(env or {})
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [*flowpark_command(), "serve", "--host", "127.0.0.1", "--port", str(port),
-             "--workers", str(workers), "--log-level", "warning"],
-            env=child_env, stdout=log, stderr=subprocess.STDOUT,
+            [
+                *flowpark_command(),
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+                "--log-level",
+                "warning",
+            ],
+            env=child_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
     try:
         yield SubprocessServer(f"http://127.0.0.1:{port}", process, log_path)

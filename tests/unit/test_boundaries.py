@@ -10,8 +10,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FORBIDDEN = ("fastapi", "starlette", "sqlalchemy", "sqlmodel", "apscheduler", "httpx",
-             "uvicorn", "psycopg", "aiosqlite", "alembic")
+FORBIDDEN = (
+    "fastapi",
+    "starlette",
+    "sqlalchemy",
+    "sqlmodel",
+    "apscheduler",
+    "httpx",
+    "uvicorn",
+    "psycopg",
+    "aiosqlite",
+    "alembic",
+)
 
 
 @pytest.mark.parametrize("package", ["app/engine", "app/flows"])
@@ -25,22 +35,60 @@ def test_core_imports_no_framework_or_driver(package: str) -> None:
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
-            offenders += [f"{path.name}: {n}" for n in names
-                          if n.split(".")[0] in FORBIDDEN or n.startswith("app.store")
-                          or n.startswith("app.api")]
+            offenders += [
+                f"{path.name}: {n}"
+                for n in names
+                if n.split(".")[0] in FORBIDDEN
+                or n.startswith("app.store")
+                or n.startswith("app.api")
+            ]
     assert offenders == []
 
 
 EXPORTS = {
-    "app.flows": ["Backoff", "Bag", "Block", "Capability", "CapabilityOptions", "Catalog",
-                  "Complete", "Decision", "Fail", "Finding", "Flow", "FlowFailure",
-                  "HttpTrigger", "Plan", "Profile", "RecoveryError", "RetryPolicy", "Severity",
-                  "Signal", "StepContext", "Stream", "bag_key", "check_flow", "compile_flow",
-                  "to_timedelta"],
+    "app.flows": [
+        "Backoff",
+        "Bag",
+        "Block",
+        "Capability",
+        "CapabilityOptions",
+        "Catalog",
+        "Complete",
+        "Decision",
+        "Fail",
+        "Finding",
+        "Flow",
+        "FlowFailure",
+        "HttpTrigger",
+        "Plan",
+        "Profile",
+        "RecoveryError",
+        "RetryPolicy",
+        "Severity",
+        "Signal",
+        "StepContext",
+        "Stream",
+        "bag_key",
+        "check_flow",
+        "compile_flow",
+        "to_timedelta",
+    ],
     "app.testing": ["FlowHarness", "Scripted", "substitute"],
-    "app.engine": ["Clock", "Engine", "EngineConfig", "InstanceRecord", "InstanceState",
-                   "Journal", "RunOutcome", "Snapshot", "StartResult", "StepRow", "SweepReport",
-                   "SystemClock", "VirtualClock"],
+    "app.engine": [
+        "Clock",
+        "Engine",
+        "EngineConfig",
+        "InstanceRecord",
+        "InstanceState",
+        "Journal",
+        "RunOutcome",
+        "Snapshot",
+        "StartResult",
+        "StepRow",
+        "SweepReport",
+        "SystemClock",
+        "VirtualClock",
+    ],
 }
 
 

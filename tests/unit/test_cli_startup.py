@@ -19,8 +19,9 @@ COMMANDS = [["serve", "--port", "9"], ["worker"]]  # port 9: never reached
 def _run(args: list[str], database_url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWPARK_")}
     env["FLOWPARK_DATABASE_URL"] = database_url
-    return subprocess.run([*flowpark_command(), *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [*flowpark_command(), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=60
+    )
 
 
 def _refused(done: subprocess.CompletedProcess[str], code: str) -> str:
@@ -34,8 +35,9 @@ def _refused(done: subprocess.CompletedProcess[str], code: str) -> str:
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
-def test_a_missing_sqlite_file_is_refused_and_not_created(command: list[str],
-                                                           tmp_path: Path) -> None:
+def test_a_missing_sqlite_file_is_refused_and_not_created(
+    command: list[str], tmp_path: Path
+) -> None:
     path = tmp_path / "flowpark.db"
     line = _refused(_run(command, f"sqlite:///{path}", tmp_path), "store.schema_behind_head")
     assert "flowpark db upgrade" in line and str(path) in line
@@ -51,8 +53,9 @@ def test_an_unmigrated_sqlite_file_is_refused(command: list[str], tmp_path: Path
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
-def test_a_sqlite_file_in_a_missing_directory_is_unavailable(command: list[str],
-                                                             tmp_path: Path) -> None:
+def test_a_sqlite_file_in_a_missing_directory_is_unavailable(
+    command: list[str], tmp_path: Path
+) -> None:
     url = f"sqlite:///{tmp_path}/missing/flowpark.db"
     line = _refused(_run(command, url, tmp_path), "store.unavailable")
     assert f"{tmp_path}/missing" in line
@@ -60,8 +63,7 @@ def test_a_sqlite_file_in_a_missing_directory_is_unavailable(command: list[str],
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
-def test_postgresql_on_a_closed_port_is_unavailable(command: list[str],
-                                                    tmp_path: Path) -> None:
+def test_postgresql_on_a_closed_port_is_unavailable(command: list[str], tmp_path: Path) -> None:
     url = f"postgresql://flowpark:s3cret@127.0.0.1:{free_port()}/flowpark"
     line = _refused(_run(command, url, tmp_path), "store.unavailable")
     assert "s3cret" not in line and "127.0.0.1" in line

@@ -100,8 +100,7 @@ def test_a_callback_may_set_a_new_timer_which_fires_when_its_own_instant_comes()
     assert clock.next_sleeper_due() is None
 
 
-async def test_a_delay_of_zero_or_less_fires_on_the_next_loop_turn_never_within_the_call(
-        ) -> None:
+async def test_a_delay_of_zero_or_less_fires_on_the_next_loop_turn_never_within_the_call() -> None:
     clock = VirtualClock(T0)
     fired, cb = recorder()
     clock.call_later(timedelta(0), cb("zero"))
@@ -167,8 +166,7 @@ def test_a_callback_runs_in_the_context_current_when_it_was_set() -> None:
     assert seen == ["at call_later"]
 
 
-async def test_a_failing_callback_is_reported_to_the_loop_and_the_others_still_fire(
-        ) -> None:
+async def test_a_failing_callback_is_reported_to_the_loop_and_the_others_still_fire() -> None:
     clock = VirtualClock(T0)
     fired, cb = recorder()
     reported: list[dict[str, Any]] = []

@@ -22,8 +22,11 @@ class Recorder:
     ``hold``: when set, each batch waits for it before answering (the batch is in flight).
     """
 
-    def __init__(self, answer: Callable[[Any], Any] = lambda item: item * 10,
-                 hold: asyncio.Event | None = None) -> None:
+    def __init__(
+        self,
+        answer: Callable[[Any], Any] = lambda item: item * 10,
+        hold: asyncio.Event | None = None,
+    ) -> None:
         self.answer = answer
         self.hold = hold
         self.batches: list[list[Any]] = []
@@ -231,8 +234,9 @@ async def test_parallel_one_runs_batches_one_after_another() -> None:
 # ------------------------------------------------------------------------- cancellation
 
 
-async def _cancel_in_flight(answer: Callable[[int], Any]) -> tuple[
-        Recorder, Lane[int, int], list[asyncio.Task[Any]]]:
+async def _cancel_in_flight(
+    answer: Callable[[int], Any],
+) -> tuple[Recorder, Lane[int, int], list[asyncio.Task[Any]]]:
     hold = asyncio.Event()
     run = Recorder(answer=answer, hold=hold)
     lane: Lane[int, int] = Lane(run)
@@ -248,7 +252,8 @@ async def _cancel_in_flight(answer: Callable[[int], Any]) -> tuple[
 
 
 async def test_a_cancelled_caller_does_not_cancel_its_batch(
-        recwarn: pytest.WarningsRecorder) -> None:
+    recwarn: pytest.WarningsRecorder,
+) -> None:
     errors = await _install_handler()
     run, lane, callers = await _cancel_in_flight(lambda n: n * 10)
     assert await asyncio.gather(callers[0], callers[2], callers[3]) == [0, 20, 30]
@@ -262,10 +267,12 @@ async def test_a_cancelled_caller_does_not_cancel_its_batch(
 
 
 async def test_a_cancelled_caller_whose_answer_is_an_exception_leaves_no_unread_error(
-        recwarn: pytest.WarningsRecorder) -> None:
+    recwarn: pytest.WarningsRecorder,
+) -> None:
     errors = await _install_handler()
     run, lane, callers = await _cancel_in_flight(
-        lambda n: ValueError(f"refused {n}") if n in (1, 2) else n)
+        lambda n: ValueError(f"refused {n}") if n in (1, 2) else n
+    )
     results = await asyncio.gather(callers[0], callers[2], callers[3], return_exceptions=True)
     assert results[0] == 0 and results[2] == 3
     assert isinstance(results[1], ValueError) and str(results[1]) == "refused 2"
@@ -275,7 +282,8 @@ async def test_a_cancelled_caller_whose_answer_is_an_exception_leaves_no_unread_
 
 
 async def test_a_cancelled_caller_of_a_failing_batch_leaves_no_unread_error(
-        recwarn: pytest.WarningsRecorder) -> None:
+    recwarn: pytest.WarningsRecorder,
+) -> None:
     errors = await _install_handler()
     hold = asyncio.Event()
     failures = 0
@@ -301,7 +309,8 @@ async def test_a_cancelled_caller_of_a_failing_batch_leaves_no_unread_error(
 
 
 async def test_a_caller_cancelled_after_its_answer_was_set_leaves_no_unread_error(
-        recwarn: pytest.WarningsRecorder) -> None:
+    recwarn: pytest.WarningsRecorder,
+) -> None:
     """The cancel lands between the batch answering (an exception) and the caller waking."""
     errors = await _install_handler()
     caller: asyncio.Task[int] | None = None
@@ -362,4 +371,3 @@ async def test_a_cancelled_batch_cancels_its_callers_and_serves_those_queued_beh
     finally:
         behind.cancel()
         await asyncio.gather(behind, return_exceptions=True)
-

@@ -80,17 +80,35 @@ class World:
         flow.step(Body(hang))
         catalog = Catalog()
         catalog.register(flow)
-        self.engine = Engine(self.journal, catalog, self.clock,  # type: ignore[arg-type]
-                             EngineConfig(node_id="n", lease=LEASE))
+        self.engine = Engine(
+            self.journal,
+            catalog,
+            self.clock,  # type: ignore[arg-type]
+            EngineConfig(node_id="n", lease=LEASE),
+        )
         plan = catalog.latest("t.limits")
-        record = InstanceRecord(id="i-1", flow_name=plan.name, flow_version=plan.version,
-                                state=InstanceState.RUNNING, input={}, created_at=T0,
-                                updated_at=T0, lease_expires_at=T0 + LEASE)
+        record = InstanceRecord(
+            id="i-1",
+            flow_name=plan.name,
+            flow_version=plan.version,
+            state=InstanceState.RUNNING,
+            input={},
+            created_at=T0,
+            updated_at=T0,
+            lease_expires_at=T0 + LEASE,
+        )
         self.run = Run(self.engine, plan, record, Claim(record.id, 7), [], [])
 
     def call(self, cap: Capability, opts: CapabilityOptions) -> asyncio.Task[Any]:
-        ctx = ExecutionContext(self.run, step_id=0, scope=0, attempt=1, recovery_error=None,
-                               checkpoint=None, heartbeat_timeout=opts.heartbeat_timeout)
+        ctx = ExecutionContext(
+            self.run,
+            step_id=0,
+            scope=0,
+            attempt=1,
+            recovery_error=None,
+            checkpoint=None,
+            heartbeat_timeout=opts.heartbeat_timeout,
+        )
         return asyncio.ensure_future(self.engine.call_with_limits(cap, ctx, opts, self.run))
 
 
@@ -153,9 +171,13 @@ async def test_the_keeper_renews_whenever_two_thirds_of_the_lease_are_left() -> 
     assert w.clock.next_sleeper_due() == T0 + LEASE / 3
     for n in range(1, 4):
         w.clock.advance(LEASE / 3)
-        await until(lambda n=n: len(w.journal.renewals) == n  # type: ignore[misc]
-                    and w.clock.next_sleeper_due() == w.clock.now() + LEASE / 3,
-                    f"renewal {n} and the keeper asleep")
+        await until(
+            lambda n=n: (
+                len(w.journal.renewals) == n  # type: ignore[misc]
+                and w.clock.next_sleeper_due() == w.clock.now() + LEASE / 3
+            ),
+            f"renewal {n} and the keeper asleep",
+        )
         assert w.run.lease_expires_at == w.clock.now() + LEASE
     assert w.journal.renewals == [T0 + LEASE / 3 * n + LEASE for n in (1, 2, 3)]
     call.cancel()
@@ -165,20 +187,24 @@ async def test_the_keeper_renews_whenever_two_thirds_of_the_lease_are_left() -> 
 
 
 async def test_a_renewal_the_store_cannot_make_is_tried_again_after_a_tenth_of_the_lease(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     w = World()
     w.journal.outcomes = [StoreUnavailable("database unreachable")]
     cap = Body(hang)
     call = w.call(cap, PLAIN)
     await cap.entered.wait()
     w.clock.advance(LEASE / 3)
-    await until(lambda: w.clock.next_sleeper_due() == T0 + LEASE / 3 + LEASE / 10,
-                "the retry timer")
+    await until(
+        lambda: w.clock.next_sleeper_due() == T0 + LEASE / 3 + LEASE / 10, "the retry timer"
+    )
     assert w.run.lease_expires_at == T0 + LEASE  # not renewed
     assert "lease renewal failed" in caplog.text
     w.clock.advance(LEASE / 10)
-    await until(lambda: len(w.journal.renewals) == 2
-                and w.run.lease_expires_at == w.clock.now() + LEASE, "the retry")
+    await until(
+        lambda: len(w.journal.renewals) == 2 and w.run.lease_expires_at == w.clock.now() + LEASE,
+        "the retry",
+    )
     assert not call.done()
     call.cancel()
     await asyncio.gather(call, return_exceptions=True)

@@ -16,8 +16,14 @@ from app.runtime import logs
 def captured() -> Iterator[io.StringIO]:
     """Apply ``log_config`` with its handler writing to a buffer; restore logging after."""
     names = ["", "uvicorn", "uvicorn.error", "uvicorn.access", "apscheduler", "alembic"]
-    saved = {name: (logging.getLogger(name).handlers[:], logging.getLogger(name).level,
-                    logging.getLogger(name).propagate) for name in names}
+    saved = {
+        name: (
+            logging.getLogger(name).handlers[:],
+            logging.getLogger(name).level,
+            logging.getLogger(name).propagate,
+        )
+        for name in names
+    }
     previous = logs._node_id
     stream = io.StringIO()
     config = logs.log_config("info")
@@ -55,12 +61,12 @@ def test_the_default_node_id_is_the_settings_default(monkeypatch: pytest.MonkeyP
     assert logs.node_id() == Settings().node_id == "worker-7"
 
 
-def test_apschedulers_skipped_tick_warning_is_dropped_below_debug(
-        captured: io.StringIO) -> None:
+def test_apschedulers_skipped_tick_warning_is_dropped_below_debug(captured: io.StringIO) -> None:
     # a sweep that outlasts the scan interval is normal under load: APScheduler would warn
     # about the skipped tick once an interval
     logging.getLogger("apscheduler.executors.default").warning(
-        'Execution of job "sweep" skipped: maximum number of running instances reached (1)')
+        'Execution of job "sweep" skipped: maximum number of running instances reached (1)'
+    )
     logging.getLogger("apscheduler.executors.default").error("Job raised an exception")
     lines = captured.getvalue().splitlines()
     assert len(lines) == 1 and "Job raised" in lines[0], lines

@@ -41,13 +41,20 @@ async def echo_server() -> AsyncIterator[str]:
             head = await reader.readuntil(b"\r\n\r\n")
             lines = head.decode().split("\r\n")
             method, path, _ = lines[0].split(" ")
-            length = next((int(v) for k, _, v in (h.partition(": ") for h in lines[1:])
-                           if k.lower() == "content-length"), 0)
+            length = next(
+                (
+                    int(v)
+                    for k, _, v in (h.partition(": ") for h in lines[1:])
+                    if k.lower() == "content-length"
+                ),
+                0,
+            )
             body = await reader.readexactly(length)
-            payload = json.dumps({"method": method, "path": path,
-                                  "body": body.decode()}).encode()
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                         b"content-length: %d\r\n\r\n%s" % (len(payload), payload))
+            payload = json.dumps({"method": method, "path": path, "body": body.decode()}).encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(payload), payload)
+            )
             await writer.drain()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
@@ -107,8 +114,9 @@ async def cookie_setter() -> AsyncIterator[tuple[str, list[list[str]]]]:
             except asyncio.IncompleteReadError:
                 return
             heads.append(head.decode().split("\r\n"))
-            writer.write(b"HTTP/1.1 200 OK\r\nset-cookie: session=abc; Path=/\r\n"
-                         b"content-length: 2\r\n\r\nok")
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nset-cookie: session=abc; Path=/\r\ncontent-length: 2\r\n\r\nok"
+            )
             await writer.drain()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
@@ -146,7 +154,8 @@ async def test_the_client_keeps_no_cookies_between_calls(
 
 
 async def test_a_proxy_named_by_the_environment_is_used(
-    monkeypatch: pytest.MonkeyPatch, cookie_setter: tuple[str, list[list[str]]],
+    monkeypatch: pytest.MonkeyPatch,
+    cookie_setter: tuple[str, list[list[str]]],
 ) -> None:
     """trust_env as with httpx: HTTP_PROXY routes the call through the proxy (here the
     loopback server, answering for the origin and recording the request line)."""

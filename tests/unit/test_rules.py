@@ -48,25 +48,41 @@ def test_the_sample_compiles_with_every_target_pointing_forward() -> None:
     plan, findings = compile_flow(build_document_flow(OcrClient(httpx.AsyncClient(), "x")))
     assert findings == []
     assert [n.label for n in plan.nodes] == [
-        "ocr.upload", "poll", "ocr.status", "document.escalate",
-        "fail document.not_read_in_time", "document.extract", "emit document.processed"]
+        "ocr.upload",
+        "poll",
+        "ocr.status",
+        "document.escalate",
+        "fail document.not_read_in_time",
+        "document.extract",
+        "emit document.processed",
+    ]
     assert plan.nodes[1].satisfied_target == 5  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="strictly forward"):
-        Plan(name="p", version="1", input_model=plan.input_model, output_model=None,
-             profile=plan.profile, trigger=None, deadline=None,
-             nodes=(type(plan.nodes[0])(0, plan.nodes[0].capability, next=0),))  # type: ignore[call-arg,union-attr]
+        Plan(
+            name="p",
+            version="1",
+            input_model=plan.input_model,
+            output_model=None,
+            profile=plan.profile,
+            trigger=None,
+            deadline=None,
+            nodes=(type(plan.nodes[0])(0, plan.nodes[0].capability, next=0),),
+        )  # type: ignore[call-arg,union-attr]
 
 
 def test_flows_check_prints_every_rule_code_and_exits_1() -> None:
-    done = subprocess.run([sys.executable, "-m", "app.cli", "flows", "check", str(BAD_FILE)],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "flows", "check", str(BAD_FILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1, done.stderr
     for code in [*BAD, "flow.duplicate_version"]:
         assert code in done.stdout
 
 
-def test_flows_check_reports_a_duplicate_version_that_registration_refuses(
-        tmp_path: Path) -> None:
+def test_flows_check_reports_a_duplicate_version_that_registration_refuses(tmp_path: Path) -> None:
     first, second = DUPLICATE_VERSION
     assert check_flow(first) == [] and check_flow(second) == []  # each is valid alone
     catalog = Catalog()
@@ -75,20 +91,26 @@ def test_flows_check_reports_a_duplicate_version_that_registration_refuses(
         catalog.register(second)
 
     module = tmp_path / "twice.py"
-    module.write_text("from tests.unit.bad_flows import DUPLICATE_VERSION\n\n"
-                      "def flows():\n    return list(DUPLICATE_VERSION)\n")
+    module.write_text(
+        "from tests.unit.bad_flows import DUPLICATE_VERSION\n\n"
+        "def flows():\n    return list(DUPLICATE_VERSION)\n"
+    )
     lines: list[str] = []
     assert check_target(str(module), lines.append) == 1
-    assert lines == ["ok: bad.twice@1.0.0",
-                     "error: flow.duplicate_version: bad.twice@1.0.0 [flow]: another flow has "
-                     "the same name and version; Catalog.register refuses the second"]
+    assert lines == [
+        "ok: bad.twice@1.0.0",
+        "error: flow.duplicate_version: bad.twice@1.0.0 [flow]: another flow has "
+        "the same name and version; Catalog.register refuses the second",
+    ]
 
 
 def test_flows_check_counts_a_flow_found_twice_once(tmp_path: Path) -> None:
     module = tmp_path / "once.py"
-    module.write_text("from tests.unit.bad_flows import DUPLICATE_VERSION\n\n"
-                      "FLOW = DUPLICATE_VERSION[0]\n\n"
-                      "def flows():\n    return [FLOW]\n")
+    module.write_text(
+        "from tests.unit.bad_flows import DUPLICATE_VERSION\n\n"
+        "FLOW = DUPLICATE_VERSION[0]\n\n"
+        "def flows():\n    return [FLOW]\n"
+    )
     lines: list[str] = []
     assert check_target(str(module), lines.append) == 0
     assert lines == ["ok: bad.twice@1.0.0"]
@@ -96,19 +118,29 @@ def test_flows_check_counts_a_flow_found_twice_once(tmp_path: Path) -> None:
 
 def test_flows_check_exits_2_when_building_a_flow_raises(tmp_path: Path) -> None:
     module = tmp_path / "negative.py"
-    module.write_text("from datetime import timedelta\n"
-                      "from tests.unit.bad_flows import FIVE, Good, _f, _seen\n\n"
-                      "FLOW = _f('bad.negative').poll_until(Good(), until=_seen, "
-                      "interval=FIVE, timeout=timedelta(seconds=-1))\n")
-    done = subprocess.run([sys.executable, "-m", "app.cli", "flows", "check", str(module)],
-                          capture_output=True, text=True, timeout=60)
+    module.write_text(
+        "from datetime import timedelta\n"
+        "from tests.unit.bad_flows import FIVE, Good, _f, _seen\n\n"
+        "FLOW = _f('bad.negative').poll_until(Good(), until=_seen, "
+        "interval=FIVE, timeout=timedelta(seconds=-1))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "flows", "check", str(module)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "cannot load" in done.stdout and "must not be negative" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
 
 
 def test_flows_check_passes_the_samples() -> None:
-    done = subprocess.run([sys.executable, "-m", "app.cli", "flows", "check"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "flows", "check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ok: document.process@1.0.0" in done.stdout

@@ -185,10 +185,24 @@ def test_canonical_uuid_strings_are_instance_ids(value: str) -> None:
         assert InstanceId().process_bind_param(value, dialect) == value
 
 
-@pytest.mark.parametrize("value", [
-    AN_ID.upper(), uuid.UUID(AN_ID).hex, f"{{{AN_ID}}}", f"urn:uuid:{AN_ID}", f" {AN_ID}",
-    f"{AN_ID}\n", AN_ID[:-1], AN_ID[:-1] + "g", "nope", "", "\x00", uuid.UUID(AN_ID), 7,
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        AN_ID.upper(),
+        uuid.UUID(AN_ID).hex,
+        f"{{{AN_ID}}}",
+        f"urn:uuid:{AN_ID}",
+        f" {AN_ID}",
+        f"{AN_ID}\n",
+        AN_ID[:-1],
+        AN_ID[:-1] + "g",
+        "nope",
+        "",
+        "\x00",
+        uuid.UUID(AN_ID),
+        7,
+    ],
+)
 def test_anything_else_names_no_instance(value: object) -> None:
     assert not is_instance_id(value)
     for dialect in (sqlite.dialect(), postgresql.dialect()):
@@ -210,14 +224,24 @@ async def test_instance_ids_round_trip_as_canonical_strings(db_url: str) -> None
             await conn.run_sync(metadata.create_all)
             await conn.execute(insert(ids_table), [{"id": AN_ID}, {"id": str(uuid.UUID(int=1))}])
         async with engine.connect() as conn:
-            read = (await conn.execute(select(ids_table.c.id).order_by(ids_table.c.id))
-                    ).scalars().all()
-            found = (await conn.execute(
-                select(ids_table.c.id).where(ids_table.c.id == AN_ID))).scalar_one()
-            kind = (await conn.execute(text(
-                "SELECT data_type FROM information_schema.columns "
-                "WHERE table_name = 'instance_ids'") if engine.dialect.name == "postgresql"
-                else text("SELECT type FROM pragma_table_info('instance_ids')"))).scalar_one()
+            read = (
+                (await conn.execute(select(ids_table.c.id).order_by(ids_table.c.id)))
+                .scalars()
+                .all()
+            )
+            found = (
+                await conn.execute(select(ids_table.c.id).where(ids_table.c.id == AN_ID))
+            ).scalar_one()
+            kind = (
+                await conn.execute(
+                    text(
+                        "SELECT data_type FROM information_schema.columns "
+                        "WHERE table_name = 'instance_ids'"
+                    )
+                    if engine.dialect.name == "postgresql"
+                    else text("SELECT type FROM pragma_table_info('instance_ids')")
+                )
+            ).scalar_one()
             with pytest.raises(StatementError) as info:
                 await conn.execute(select(ids_table.c.id).where(ids_table.c.id == AN_ID.upper()))
             assert isinstance(info.value.orig, InstanceNotFound)
