@@ -4,7 +4,7 @@ Revision ID: 0004
 Revises: 0003
 Create Date: 2026-12-01 00:00:00
 
-Two changes that shrink a parked instance on PostgreSQL (issue 7: at most 1 KiB), measured
+Two changes that shrink a parked instance on PostgreSQL (the target: at most 1 KiB), measured
 with ``python -m bench park --store postgres --n 10000`` (a parked ``document.process``:
 one instance row, two journal rows; two runs each on a quiet machine):
 

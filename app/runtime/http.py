@@ -6,7 +6,7 @@ Capabilities call their providers (the OCR, the job service, ...) through one po
 httpx's, the sockets and HTTP/1.1 parsing are aiohttp's. httpx's own pool (httpcore) checks
 every pooled connection for readability on every request and parses in pure Python; on the
 sweep bench that was about 0.7 ms of node CPU per call against about 0.2 ms through
-aiohttp (BENCHMARKS.md, "third session").
+aiohttp (measured with the `sweep` benchmark, see BENCHMARKS.md).
 
 Differences callers may see: transport errors are still ``httpx.TransportError`` s, but a
 refused or dropped connection can surface as ``httpx.ConnectTimeout`` rather than

@@ -63,7 +63,7 @@ def idempotency_digest_sql(flow_name: str, key: str) -> str:
     bytes are taken through ``bytea``'s escape input with backslashes doubled (a text cast
     to ``bytea`` reads backslash escapes). A digest is 16 bytes in each index entry instead
     of the two texts (68 instead of 138 bytes per parked instance at n=100,000,
-    BENCHMARKS.md, fourth session); a repeat is still confirmed on the stored texts.
+    see BENCHMARKS.md); a repeat is still confirmed on the stored texts.
     """
     joined = f"{flow_name} || chr(10) || {key}"
     return (

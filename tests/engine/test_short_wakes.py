@@ -1,4 +1,4 @@
-"""Short waits do not wait for the sweep (issue 7, item 7): a node that parks an instance
+"""Short waits do not wait for the sweep: a node that parks an instance
 due before its next scan wakes it in-process through the same atomic claim; a restarted
 node sweeps at once."""
 

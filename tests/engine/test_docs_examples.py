@@ -1,0 +1,88 @@
+"""The examples of the docs, run: if one of these breaks, the docs are wrong.
+
+The harness test of ``docs/testing-flows.md`` is the first test below, verbatim (a test checks
+that the page shows exactly its text); the README's flow example is executed from the README.
+"""
+
+import inspect
+import re
+from pathlib import Path
+
+import httpx
+
+from app.testing import FlowHarness, Scripted
+from samples.document_processing import (
+    ExtractedFields,
+    OcrClient,
+    OcrJob,
+    OcrStatus,
+    build_document_flow,
+)
+
+
+async def test_a_document_waits_in_one_row_then_completes():
+    flow = build_document_flow(OcrClient(httpx.AsyncClient(), "http://unused.invalid"))
+    status = Scripted(
+        OcrStatus(job_id="j", status="pending"),
+        OcrStatus(job_id="j", status="completed", text="a: 1"),
+    )
+    async with FlowHarness.open(
+        [flow],
+        substitutes={
+            "ocr.upload": Scripted(OcrJob(job_id="j")),
+            "ocr.status": status,
+            "document.extract": Scripted(ExtractedFields(values={"a": "1"})),
+        },
+    ) as h:
+        started = await h.start("document.process", {"documentId": "d1", "pages": 1})
+        assert started.instance.state == "suspended"
+        assert not await h.holds_lease(started.instance.id)  # waiting holds nothing
+        await h.advance_to_next_wake(started.instance.id)  # attempt 1: completed
+        done = await h.instance(started.instance.id)
+        assert done.state == "completed"
+        assert done.result == {"documentId": "d1", "fieldCount": 1}
+        assert status.calls == 2  # one call per attempt
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _python_blocks(page: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)
+
+
+def test_the_testing_page_shows_the_harness_test_verbatim():
+    (block,) = _python_blocks(ROOT / "docs" / "testing-flows.md")
+    this_test = inspect.getsource(test_a_document_waits_in_one_row_then_completes)
+    assert this_test in block
+    assert "from app.testing import FlowHarness, Scripted" in block
+
+
+class _FakeCi:
+    """The README's ``ci`` client: answers ``running`` twice, then ``passed``."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def state(self, build_id: str) -> str:
+        self.asked.append(build_id)
+        return "passed" if len(self.asked) > 2 else "running"
+
+
+async def test_the_readme_flow_parks_between_checks_then_returns_the_build_state():
+    (block,) = _python_blocks(ROOT / "README.md")
+    assert len(block.strip().splitlines()) <= 40
+    ci = _FakeCi()
+    namespace: dict[str, object] = {"ci": ci, "__name__": "readme_example"}
+    exec(compile(block, "README.md", "exec"), namespace)
+    async with FlowHarness.open([namespace["flow"]]) as h:
+        started = await h.start("build.await", {"build_id": "b-7"})
+        assert started.instance.state == "suspended"
+        assert not await h.holds_lease(started.instance.id)
+        await h.advance_to_next_wake(started.instance.id)
+        assert (await h.instance(started.instance.id)).state == "suspended"
+        await h.advance_to_next_wake(started.instance.id)
+        done = await h.instance(started.instance.id)
+        assert done.state == "completed"
+        assert done.result == {"state": "passed"}
+        assert ci.asked == ["b-7", "b-7", "b-7"]
