@@ -7,6 +7,9 @@ Tests never sleep for timing. They state what must become true and poll it::
 ``check`` is a callable (sync or async). It *passes* when it returns without raising
 ``AssertionError`` and its value is not ``False``; the value is returned. Any other exception
 propagates at once (a bug is not a reason to wait).
+
+:func:`eventually_sync` is the same for plain (non-async) tests, e.g. the browser tests,
+whose sync Playwright API must not run inside an event loop.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-__all__ = ["eventually"]
+__all__ = ["eventually", "eventually_sync"]
 
 T = TypeVar("T")
 
@@ -64,3 +67,44 @@ async def eventually(
                 f"{label} still failing after {timeout}s ({calls} calls): {last}"
             ) from last
         await asyncio.sleep(interval)
+
+
+def eventually_sync(
+    check: Callable[[], T],
+    *,
+    timeout: float = 10.0,
+    interval: float = 0.05,
+    what: str | None = None,
+) -> T:
+    """:func:`eventually` for sync code: ``check`` is a plain callable.
+
+    Args:
+        check: fails by raising ``AssertionError`` or returning ``False``.
+        timeout: seconds before giving up (monotonic clock).
+        interval: seconds between calls.
+        what: a description for the failure message.
+
+    Returns:
+        The value of the first passing call.
+
+    Raises:
+        AssertionError: still failing after ``timeout``; chained to the last failure.
+    """
+    deadline = time.monotonic() + timeout
+    calls = 0
+    last: AssertionError | None = None
+    while True:
+        calls += 1
+        try:
+            value = check()
+            if value is not False:
+                return value
+            last = AssertionError(f"{what or 'check'} returned False")
+        except AssertionError as exc:
+            last = exc
+        if time.monotonic() >= deadline:
+            label = what or getattr(check, "__name__", "check")
+            raise AssertionError(
+                f"{label} still failing after {timeout}s ({calls} calls): {last}"
+            ) from last
+        time.sleep(interval)
