@@ -551,8 +551,13 @@ class Run:
         return row
 
 
-class _CancelRequested(Exception):
-    """Internal: raised out of ``ctx.heartbeat`` when the instance is to be cancelled."""
+class _CancelRequested(BaseException):
+    """Internal: raised out of ``ctx.heartbeat`` when the instance is to be cancelled.
+
+    A ``BaseException``, as ``asyncio.CancelledError`` is: capabilities (provider clients
+    above all) often catch ``Exception`` around a call, and such a handler must not swallow
+    the cancel and keep the try going.
+    """
 
 
 class _CapabilityTimeout(Exception):

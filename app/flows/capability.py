@@ -210,8 +210,10 @@ class StepContext(Bag, Protocol):
 
         Raises:
             StaleFencingToken: another node took the instance over (the try must stop).
-            Exception: an internal signal when the write learns that the instance is to
-                be cancelled: let it propagate; the try stops and the instance unwinds.
+            BaseException: an internal signal when the write learns that the instance is
+                to be cancelled. Like ``asyncio.CancelledError`` it is no ``Exception``, so
+                ``except Exception`` does not catch it; a handler that catches
+                ``BaseException`` must re-raise it. The try stops and the instance unwinds.
         """
         ...
 

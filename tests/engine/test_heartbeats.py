@@ -337,6 +337,42 @@ async def test_a_cancel_stops_a_heartbeating_try_at_its_next_heartbeat_write() -
         assert inst.attempt_try is None and inst.lease_owner is None
 
 
+async def test_a_cancel_reaches_a_try_that_catches_every_exception() -> None:
+    """A provider client's ``except Exception`` around its calls does not swallow the cancel
+    raised out of ``ctx.heartbeat``: it is a ``BaseException``, as asyncio's is."""
+    reached, go = asyncio.Event(), asyncio.Event()
+    rounds: list[float] = []
+    swallowed: list[BaseException] = []
+
+    async def body(ctx: StepContext) -> None:
+        for _ in range(20):  # would outlive the cancel by 10 rounds if it were swallowed
+            rounds.append((ctx.now - t0).total_seconds())
+            try:
+                await ctx.heartbeat("waiting")
+            except Exception as exc:  # noqa: BLE001 - what the test is about
+                swallowed.append(exc)
+            if len(rounds) == 2:
+                reached.set()
+                await go.wait()
+            await ctx.sleep(EVERY)
+
+    built = flow(Paced(Script("work", body, beating())), name="hb.cancel.catchall")
+    async with FlowHarness.open([built]) as h:
+        built.items[0].capability.clock = h.clock  # type: ignore[attr-defined]
+        t0 = h.clock.now()
+        inst_id = (await h.start("hb.cancel.catchall", {})).instance.id
+        await reached.wait()
+        assert (await h.engine.cancel(inst_id)).cancel_requested
+        go.set()
+        await h.engine.drain()
+        inst = await h.instance(inst_id)
+        assert inst.state is InstanceState.CANCELLED
+        assert inst.failure is not None and inst.failure.code == "flow.cancelled"
+        assert swallowed == []
+        assert rounds == [0, 2, 4, 6, 8, 10]  # stopped at the write that learned of it
+        assert await rows(h, inst_id, "work") == []
+
+
 async def test_a_heartbeat_without_a_heartbeat_timeout_is_kept_in_memory_only() -> None:
     seen: list[str | None] = []
 
