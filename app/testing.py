@@ -215,6 +215,10 @@ class FlowHarness:
         try:
             yield cls(engine, journal, clock, db)
         finally:
+            # runs still going in the background (a test that failed before draining) are
+            # cancelled first: a run left going would use the pool after its disposal and
+            # leave a connection unreturned into the next test
+            await engine.close()
             await db.dispose()
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)

@@ -48,6 +48,8 @@ class _PacedContext:
         if pacer.hold is not None and pacer.hold(self._ctx, self._sleeps):
             pacer.held.set()
             await asyncio.Future()  # stuck for good, like a node that stopped
+        if pacer.gate is not None:
+            await pacer.gate.wait()
         assert pacer.clock is not None, "set Paced.clock to the harness clock"
         sleeping = asyncio.ensure_future(self._ctx.sleep(delay))
         await asyncio.sleep(0)  # one loop turn: the sleep registers on the clock
@@ -62,6 +64,8 @@ class Paced(Capability):
         inner: the capability under test.
         hold: ``hold(ctx, n)`` before the try's n-th sleep: True leaves the try stuck
             there for good (``held`` is set), so a test can kill the node that runs it.
+        gate: when given, every sleep first waits until the event is set, so a test can
+            keep a try running (not finished) for as long as it looks at it.
 
     Attributes:
         clock: the harness clock (set after the harness opens).
@@ -69,8 +73,11 @@ class Paced(Capability):
         tries: how many tries ran.
     """
 
-    def __init__(self, inner: Capability, *, hold: Hold | None = None) -> None:
+    def __init__(
+        self, inner: Capability, *, hold: Hold | None = None, gate: asyncio.Event | None = None
+    ) -> None:
         self.inner = inner
+        self.gate = gate
         self.id = inner.id  # type: ignore[misc]
         self.idempotent = inner.idempotent  # type: ignore[misc]
         self.reads = inner.reads  # type: ignore[misc]

@@ -9,6 +9,7 @@ lets its sleeps move the virtual clock.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -47,10 +48,11 @@ async def world() -> AsyncIterator[JobWorld]:
         await w.aclose()
 
 
-def paced_await(world: JobWorld, **options: object) -> Paced:
-    """The sample's ``job.await`` (options optionally replaced), paced by the clock."""
+def paced_await(world: JobWorld, gate: asyncio.Event | None = None, **options: object) -> Paced:
+    """The sample's ``job.await`` (options optionally replaced), paced by the clock; with a
+    ``gate``, each of its sleeps waits for the event first."""
     opts = replace(await_job_options(), **options) if options else None
-    return Paced(AwaitJob(JobClient(world.http, JobWorld.BASE_URL), opts))
+    return Paced(AwaitJob(JobClient(world.http, JobWorld.BASE_URL), opts), gate=gate)
 
 
 def flow(world: JobWorld) -> object:
@@ -231,7 +233,11 @@ async def test_a_try_lost_with_its_node_is_retried_from_the_checkpoint_on_anothe
 async def test_instance_keys_are_unique_among_running_instances_and_reusable_after(
     world: JobWorld, store_url: str
 ) -> None:
-    paced = paced_await(world)
+    # the first try waits at its first sleep until the key checks are done: ungated, its
+    # paced sleeps let it finish the job (and free the key) while a slow store still
+    # answered the repeat, and the third start was then created instead of refused
+    running = asyncio.Event()
+    paced = paced_await(world, gate=running)
     async with open_harness(store_url, world, paced) as h:
         world.clock = paced.clock = h.clock
         first = await h.start("job.await", {}, instance_key=JOB, idempotency_key="k1")
@@ -242,6 +248,8 @@ async def test_instance_keys_are_unique_among_running_instances_and_reusable_aft
             await h.start("job.await", {}, instance_key=JOB, idempotency_key="k2")
         assert caught.value.code == "instance_key_in_use"
         assert caught.value.fields["instance_id"] == first.instance.id
+        assert (await h.instance(first.instance.id)).state is InstanceState.RUNNING
+        running.set()
         await h.engine.drain()
         assert (await h.instance(first.instance.id)).state is InstanceState.COMPLETED
 
