@@ -58,9 +58,9 @@ def _one_line(value: object) -> str:
 
 def _refuse(exc: Exception) -> typer.Exit:
     """Print ``error: <code>: <message>`` (one line) and return the exit to raise."""
-    from app.errors import FlowparkError
+    from app.errors import ErrorCode, FlowparkError
 
-    code = exc.code if isinstance(exc, FlowparkError) else "store.unavailable"
+    code = exc.code if isinstance(exc, FlowparkError) else ErrorCode.STORE_UNAVAILABLE
     typer.echo(f"error: {code}: {_one_line(exc)}", err=True)
     return typer.Exit(EXIT_STORE)
 

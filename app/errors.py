@@ -1,25 +1,43 @@
-"""flowpark's one error tree.
+"""flowpark's one error tree and its one list of error codes.
 
-Every error carries a stable ``code`` (a string users and scripts may match on) and
-structured fields. The engine and the authoring API raise these; only ``app.api`` maps
-codes to HTTP statuses (RFC 9457 problem bodies).
+Every error carries a stable ``code``, a member of :class:`ErrorCode` (a string users and
+scripts may match on), and structured fields. The engine and the authoring API raise these;
+only ``app.api`` maps codes to HTTP statuses (``app.api.problems.STATUS``, RFC 9457 problem
+bodies): a code with no status there - an engine invariant such as ``journal_conflict``, or
+a definition error - answers 500 ``internal_error`` and is logged.
+
+Naming: an error code is one ``snake_case`` phrase, ``<subject>_<what happened>``
+(``instance_not_found``, ``idempotency_key_reused``). Dotted ``area.reason`` names are kept
+for the two kinds of code that are data, not errors: the *failure codes* recorded on a
+failed instance (``flow.step_failed``, ``document.not_read_in_time``) and the *rule codes*
+of a definition finding (``poll.requires_durable``).
 
 ::
 
-    FlowparkError
-    ├── DefinitionError            code "flow.definition_invalid"; .findings (rule codes)
-    ├── FlowNotFound               code "flow_not_found"
-    ├── InstanceNotFound           code "instance_not_found"
-    ├── InstanceEnded              code "instance_ended"
-    ├── SignalNotDeclared          code "signal_not_declared"
-    ├── StreamNotDeclared          code "stream_not_declared"
-    ├── IdempotencyKeyReused       code "idempotency_key_reused"
-    ├── InstanceKeyInUse           code "instance_key_in_use"
-    ├── InputInvalid               code "input_invalid"
-    ├── StaleFencingToken          code "lease.stale_token"
-    ├── JournalConflict            code "store.journal_conflict"
-    ├── SchemaBehindHead           code "store.schema_behind_head"
-    └── StoreUnavailable           code "store.unavailable"
+    FlowparkError                  .code: ErrorCode, .message, .fields
+    ├── DefinitionError            definition_invalid; .findings (rule codes)
+    ├── FlowNotFound               flow_not_found
+    ├── InstanceNotFound           instance_not_found
+    ├── InstanceEnded              instance_ended
+    ├── SignalNotDeclared          signal_not_declared
+    ├── StreamNotDeclared          stream_not_declared
+    ├── IdempotencyKeyReused       idempotency_key_reused
+    ├── InstanceKeyInUse           instance_key_in_use
+    ├── InputInvalid               input_invalid; .errors (loc, msg, type)
+    ├── StaleFencingToken          stale_fencing_token
+    ├── JournalConflict            journal_conflict
+    ├── SchemaBehindHead           schema_behind_head
+    ├── StoreUnavailable           store_unavailable
+    └── RequestRefused             an HTTP request refused before any flow is involved
+        ├── Unauthorized           unauthorized
+        ├── IdempotencyKeyMissing  idempotency_key_missing
+        ├── IdempotencyKeyInvalid  idempotency_key_invalid
+        ├── UnsupportedMediaType   unsupported_media_type
+        ├── BodyTooLarge           body_too_large
+        ├── RouteNotFound          not_found
+        └── MethodNotAllowed       method_not_allowed
+
+``internal_error`` is the code of every answer to an unexpected error (it has no class).
 
 Flow failures are not exceptions: they are :class:`FlowFailure` values recorded on the
 instance (``flow.step_failed``, ``flow.poll_not_satisfied``, ``flow.deadline_exceeded``, or a
@@ -29,37 +47,137 @@ business code such as ``document.not_read_in_time``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
+from typing import Any, ClassVar
 
 __all__ = [
+    "BodyTooLarge",
     "DefinitionError",
+    "ErrorCode",
     "FlowFailure",
     "FlowNotFound",
     "FlowparkError",
+    "IdempotencyKeyInvalid",
+    "IdempotencyKeyMissing",
     "IdempotencyKeyReused",
     "InputInvalid",
     "InstanceEnded",
     "InstanceKeyInUse",
     "InstanceNotFound",
     "JournalConflict",
+    "MethodNotAllowed",
+    "RequestRefused",
+    "RouteNotFound",
     "SchemaBehindHead",
     "SignalNotDeclared",
     "StaleFencingToken",
     "StoreUnavailable",
     "StreamNotDeclared",
+    "Unauthorized",
+    "UnsupportedMediaType",
 ]
+
+
+class ErrorCode(StrEnum):
+    """Every error code flowpark raises or answers with. A member is its string value
+    (``ErrorCode.INPUT_INVALID == "input_invalid"``); values never change between
+    releases.
+
+    Attributes:
+        meaning: when the code is raised or answered (the docs' error table).
+    """
+
+    meaning: str
+
+    def __new__(cls, value: str, meaning: str) -> ErrorCode:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.meaning = meaning
+        return member
+
+    BODY_TOO_LARGE = (
+        "body_too_large",
+        "the request body is larger than `FLOWPARK_MAX_BODY_BYTES`",
+    )
+    DEFINITION_INVALID = (
+        "definition_invalid",
+        "a flow definition broke a rule (raised at registration; never an API answer)",
+    )
+    FLOW_NOT_FOUND = ("flow_not_found", "no such flow or version")
+    IDEMPOTENCY_KEY_INVALID = (
+        "idempotency_key_invalid",
+        "the `Idempotency-Key` header is longer than 200 characters",
+    )
+    IDEMPOTENCY_KEY_MISSING = (
+        "idempotency_key_missing",
+        "the route requires an `Idempotency-Key` header",
+    )
+    IDEMPOTENCY_KEY_REUSED = (
+        "idempotency_key_reused",
+        "the `Idempotency-Key` was used before with a different body",
+    )
+    INPUT_INVALID = (
+        "input_invalid",
+        "malformed JSON, or a body, payload, parameter or header that does not validate",
+    )
+    INSTANCE_ENDED = (
+        "instance_ended",
+        "the instance is completed, failed or cancelled (nothing was stored)",
+    )
+    INSTANCE_KEY_IN_USE = (
+        "instance_key_in_use",
+        "a running instance of the flow already holds that `instanceKey`",
+    )
+    INSTANCE_NOT_FOUND = (
+        "instance_not_found",
+        "no such instance (also any id that is not a canonical, lowercase, dashed UUID)",
+    )
+    INTERNAL_ERROR = ("internal_error", "an unexpected error (a bug; it was logged)")
+    JOURNAL_CONFLICT = (
+        "journal_conflict",
+        "a write contradicts the journal (an engine invariant; never an API answer)",
+    )
+    METHOD_NOT_ALLOWED = ("method_not_allowed", "the route does not answer that method")
+    NOT_FOUND = ("not_found", "no route at that path")
+    SCHEMA_BEHIND_HEAD = (
+        "schema_behind_head",
+        "the database is not migrated to head (run `flowpark db upgrade`)",
+    )
+    SIGNAL_NOT_DECLARED = (
+        "signal_not_declared",
+        "the instance's flow declares no signal of that name",
+    )
+    STALE_FENCING_TOKEN = (
+        "stale_fencing_token",
+        "a write carried a stale fencing token and was refused (never an API answer)",
+    )
+    STORE_UNAVAILABLE = ("store_unavailable", "the database cannot be reached")
+    STREAM_NOT_DECLARED = (
+        "stream_not_declared",
+        "the instance's flow declares no stream of that name",
+    )
+    UNAUTHORIZED = ("unauthorized", "missing or unknown bearer token")
+    UNSUPPORTED_MEDIA_TYPE = (
+        "unsupported_media_type",
+        "a body that is not JSON by its `Content-Type`",
+    )
 
 
 class FlowparkError(Exception):
     """Base of every error flowpark raises on purpose.
 
-    Attributes:
-        code: stable machine-readable code (never changes between releases).
+    Args:
         message: human-readable sentence.
-        fields: structured context (``instance_id``, ``flow``, ``node`` ...).
+        **fields: structured context (``instance_id``, ``flow``, ``node`` ...); an API
+            answer carries each as a camelCase member of the problem body.
+
+    Attributes:
+        code: the stable :class:`ErrorCode` of the class.
+        message: human-readable sentence.
+        fields: structured context.
     """
 
-    code: str = "flowpark.error"
+    code: ClassVar[ErrorCode] = ErrorCode.INTERNAL_ERROR
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message)
@@ -74,7 +192,7 @@ class DefinitionError(FlowparkError):
         findings: every finding (errors and warnings) with its rule code.
     """
 
-    code = "flow.definition_invalid"
+    code = ErrorCode.DEFINITION_INVALID
 
     def __init__(self, message: str, findings: list[Any], **fields: Any) -> None:
         super().__init__(message, **fields)
@@ -82,39 +200,45 @@ class DefinitionError(FlowparkError):
 
 
 class FlowNotFound(FlowparkError):
-    code = "flow_not_found"
+    """No flow of that name (and version) is registered."""
+
+    code = ErrorCode.FLOW_NOT_FOUND
 
 
 class InstanceNotFound(FlowparkError):
-    code = "instance_not_found"
+    """No instance has that id (or the id cannot name one)."""
+
+    code = ErrorCode.INSTANCE_NOT_FOUND
 
 
 class InstanceEnded(FlowparkError):
     """The instance is completed, failed or cancelled; nothing was stored."""
 
-    code = "instance_ended"
+    code = ErrorCode.INSTANCE_ENDED
 
 
 class SignalNotDeclared(FlowparkError):
-    code = "signal_not_declared"
+    """The instance's flow declares no signal of that name."""
+
+    code = ErrorCode.SIGNAL_NOT_DECLARED
 
 
 class StreamNotDeclared(FlowparkError):
     """The instance's flow declares no stream of that name (``Flow(streams=...)``)."""
 
-    code = "stream_not_declared"
+    code = ErrorCode.STREAM_NOT_DECLARED
 
 
 class IdempotencyKeyReused(FlowparkError):
     """The idempotency key was used before with a different request body."""
 
-    code = "idempotency_key_reused"
+    code = ErrorCode.IDEMPOTENCY_KEY_REUSED
 
 
 class InstanceKeyInUse(FlowparkError):
     """A running instance of the flow already holds this instance key."""
 
-    code = "instance_key_in_use"
+    code = ErrorCode.INSTANCE_KEY_IN_USE
 
 
 class InputInvalid(FlowparkError):
@@ -124,7 +248,7 @@ class InputInvalid(FlowparkError):
         errors: pydantic's error list (``loc``, ``msg``, ``type``).
     """
 
-    code = "input_invalid"
+    code = ErrorCode.INPUT_INVALID
 
     def __init__(self, message: str, errors: list[Any] | None = None, **fields: Any) -> None:
         super().__init__(message, **fields)
@@ -134,7 +258,7 @@ class InputInvalid(FlowparkError):
 class StaleFencingToken(FlowparkError):
     """A write carried a fencing token older than the instance's; it was refused."""
 
-    code = "lease.stale_token"
+    code = ErrorCode.STALE_FENCING_TOKEN
 
 
 class JournalConflict(FlowparkError):
@@ -142,20 +266,68 @@ class JournalConflict(FlowparkError):
     a heartbeat with no attempt in flight, or a duplicate id. Nothing was written.
 
     It signals an engine bug (or a lost race the fencing token did not catch), never a user
-    error.
+    error: an API answer is 500 ``internal_error``.
     """
 
-    code = "store.journal_conflict"
+    code = ErrorCode.JOURNAL_CONFLICT
 
 
 class SchemaBehindHead(FlowparkError):
     """The database schema is older than the code's migrations (run ``flowpark db upgrade``)."""
 
-    code = "store.schema_behind_head"
+    code = ErrorCode.SCHEMA_BEHIND_HEAD
 
 
 class StoreUnavailable(FlowparkError):
-    code = "store.unavailable"
+    """The database cannot be reached (or the URL names no database flowpark can use)."""
+
+    code = ErrorCode.STORE_UNAVAILABLE
+
+
+class RequestRefused(FlowparkError):
+    """An HTTP request refused before it reached a flow (its header, body or route)."""
+
+
+class Unauthorized(RequestRefused):
+    """The request carries no bearer token, or one that is not accepted."""
+
+    code = ErrorCode.UNAUTHORIZED
+
+
+class IdempotencyKeyMissing(RequestRefused):
+    """The route requires an ``Idempotency-Key`` header and none was sent."""
+
+    code = ErrorCode.IDEMPOTENCY_KEY_MISSING
+
+
+class IdempotencyKeyInvalid(RequestRefused):
+    """The ``Idempotency-Key`` header is too long."""
+
+    code = ErrorCode.IDEMPOTENCY_KEY_INVALID
+
+
+class UnsupportedMediaType(RequestRefused):
+    """A body sent with a ``Content-Type`` that is not JSON."""
+
+    code = ErrorCode.UNSUPPORTED_MEDIA_TYPE
+
+
+class BodyTooLarge(RequestRefused):
+    """The request body is larger than the node accepts (``FLOWPARK_MAX_BODY_BYTES``)."""
+
+    code = ErrorCode.BODY_TOO_LARGE
+
+
+class RouteNotFound(RequestRefused):
+    """No route answers that path."""
+
+    code = ErrorCode.NOT_FOUND
+
+
+class MethodNotAllowed(RequestRefused):
+    """The route does not answer that method."""
+
+    code = ErrorCode.METHOD_NOT_ALLOWED
 
 
 @dataclass(frozen=True)

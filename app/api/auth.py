@@ -6,7 +6,7 @@ import hmac
 
 from fastapi import Request
 
-from app.api.problems import ApiProblem
+from app.errors import Unauthorized
 
 __all__ = ["require_token"]
 
@@ -28,16 +28,16 @@ async def require_token(request: Request) -> str:
     constant time, so any bytes in the header, ASCII or not, are simply a wrong token.
 
     Raises:
-        ApiProblem: 401 ``unauthorized`` when missing or wrong.
+        Unauthorized: ``unauthorized`` (401) when missing or wrong.
     """
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     tokens: frozenset[str] = request.app.state.settings.tokens
     if scheme.lower() != "bearer" or not token:
-        raise ApiProblem(401, "unauthorized", "missing bearer token")
+        raise Unauthorized("missing bearer token")
     sent = _header_bytes(token.strip(" \t"))
     # every token is compared (no early exit), so the time does not tell which one is near
     matches = [hmac.compare_digest(sent, t.encode("utf-8", "surrogateescape")) for t in tokens]
     if not any(matches):
-        raise ApiProblem(401, "unauthorized", "unknown bearer token")
+        raise Unauthorized("unknown bearer token")
     return token

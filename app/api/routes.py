@@ -30,7 +30,6 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from app.api.auth import require_token
-from app.api.problems import ApiProblem
 from app.api.views import (
     API,
     awaiting,
@@ -41,7 +40,14 @@ from app.api.views import (
 )
 from app.engine.engine import Engine
 from app.engine.journal import InstanceState, SignalRecord
-from app.errors import IdempotencyKeyReused, InputInvalid, InstanceNotFound
+from app.errors import (
+    IdempotencyKeyInvalid,
+    IdempotencyKeyMissing,
+    IdempotencyKeyReused,
+    InputInvalid,
+    InstanceNotFound,
+    UnsupportedMediaType,
+)
 from app.flows.plan import Plan, Profile
 
 __all__ = ["add_trigger_routes", "build_router", "check_instance_id", "well_formed"]
@@ -97,8 +103,8 @@ async def _json_body(request: Request) -> Any:
     """The request's JSON body (``{}`` when empty).
 
     Raises:
-        ApiProblem: 415 ``unsupported_media_type``: a non-empty body that is not JSON by
-            its ``Content-Type``.
+        UnsupportedMediaType: ``unsupported_media_type`` (415): a non-empty body that is
+            not JSON by its ``Content-Type``.
         InputInvalid: 422: not JSON, too deep, or a string no store can keep.
     """
     raw = await request.body()
@@ -106,9 +112,7 @@ async def _json_body(request: Request) -> Any:
         return {}
     content_type = request.headers.get("content-type")
     if not _json_media_type(content_type):
-        raise ApiProblem(
-            415,
-            "unsupported_media_type",
+        raise UnsupportedMediaType(
             f"the body must be JSON, sent with Content-Type: application/json "
             f"(curl: --json, or -H 'Content-Type: application/json'), not "
             f"{content_type!r}",
@@ -190,14 +194,10 @@ _BODY_DOC = (
 def _key(value: str | None, *, required: bool) -> str | None:
     if value is None or not value.strip():
         if required:
-            raise ApiProblem(
-                400, "idempotency_key_missing", "this route requires an Idempotency-Key header"
-            )
+            raise IdempotencyKeyMissing("this route requires an Idempotency-Key header")
         return None
     if len(value) > MAX_KEY:
-        raise ApiProblem(
-            400, "idempotency_key_invalid", f"Idempotency-Key is longer than {MAX_KEY} characters"
-        )
+        raise IdempotencyKeyInvalid(f"Idempotency-Key is longer than {MAX_KEY} characters")
     return value.strip()
 
 

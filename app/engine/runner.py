@@ -32,7 +32,7 @@ from app.engine.journal import (
     StepKind,
     StepRow,
 )
-from app.errors import FlowFailure, StaleFencingToken
+from app.errors import FlowFailure, StaleFencingToken, StreamNotDeclared
 from app.flows.capability import Capability, Complete, Fail, RecoveryError, Stream, bag_key
 from app.flows.plan import (
     Plan,
@@ -331,14 +331,17 @@ class Run:
         lease was taken over writes nothing). Returns False when dropped at the bound.
 
         Raises:
-            KeyError: the flow does not declare ``stream`` (``Flow(streams=...)``).
+            StreamNotDeclared: the flow does not declare ``stream`` (``Flow(streams=...)``;
+                code ``stream_not_declared``).
             StaleFencingToken: another node holds the instance now.
         """
         declared = self.plan.streams.get(stream.name)
         if declared is None:
-            raise KeyError(
+            raise StreamNotDeclared(
                 f"flow {self.plan.name}@{self.plan.version} declares no stream "
-                f"{stream.name!r} (Flow(streams=...))"
+                f"{stream.name!r} (Flow(streams=...))",
+                flow=self.plan.name,
+                stream=stream.name,
             )
         payload = value.model_dump(mode="json", by_alias=True)
         size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())

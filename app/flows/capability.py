@@ -229,7 +229,8 @@ class StepContext(Bag, Protocol):
         stream past ``stream.max_bytes``; later smaller messages may still fit.
 
         Raises:
-            KeyError: the flow does not declare the stream.
+            StreamNotDeclared: the flow does not declare the stream
+                (``stream_not_declared``).
             StaleFencingToken: another node took the instance over.
         """
         ...

@@ -29,7 +29,7 @@ class Catalog:
         """Compile and register ``flow``; returns its warnings (also logged).
 
         Raises:
-            DefinitionError: the flow breaks a rule (code ``flow.definition_invalid``).
+            DefinitionError: the flow breaks a rule (code ``definition_invalid``).
             ValueError: the same name and version is already registered.
         """
         plan, findings = compile_flow(flow)

@@ -358,7 +358,7 @@ def compile_flow(flow: Flow) -> tuple[Plan, list[Finding]]:
         ``(plan, warnings)``.
 
     Raises:
-        DefinitionError: code ``flow.definition_invalid``; ``.findings`` lists every finding
+        DefinitionError: code ``definition_invalid``; ``.findings`` lists every finding
             (the errors' rule codes among them); the message names the flow and the nodes.
     """
     findings = check_flow(flow)

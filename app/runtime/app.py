@@ -17,6 +17,7 @@ from app.api.routes import add_trigger_routes, build_router
 from app.api.streams import build_streams_router
 from app.engine.clock import Clock, SystemClock
 from app.engine.engine import Engine, EngineConfig
+from app.errors import ErrorCode
 from app.fakes import FakeJobService, FakeOcrService, create_jobs_router, create_ocr_router
 from app.flows import Catalog
 from app.runtime.http import outbound_client
@@ -83,8 +84,7 @@ class BodyLimit:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, why: str) -> None:
         response = problem(
-            413,
-            "body_too_large",
+            ErrorCode.BODY_TOO_LARGE,
             f"the request body is larger than {self.max_bytes} bytes "
             f"(FLOWPARK_MAX_BODY_BYTES): {why}",
             maxBodyBytes=self.max_bytes,
@@ -128,7 +128,7 @@ def create_app(
         clock: the engine clock (default the system clock).
         register: registers flows on the catalog (default: the samples).
 
-    The app refuses to start (``SchemaBehindHead``, code ``store.schema_behind_head``) on a
+    The app refuses to start (``SchemaBehindHead``, code ``schema_behind_head``) on a
     database whose schema is behind the migrations' head: run ``flowpark db upgrade``.
     """
     settings = settings or Settings()

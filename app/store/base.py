@@ -39,7 +39,7 @@ def const(value: str) -> ColumnElement[str]:
 
 
 def _reraise(exc: StatementError) -> NoReturn:
-    """The store's edge: a connection fault becomes StoreUnavailable (``store.unavailable``);
+    """The store's edge: a connection fault becomes StoreUnavailable (``store_unavailable``);
     an error raised while binding a parameter is raised as itself: a ValueError (a naive
     datetime) or a flowpark error (an id that cannot name an instance:
     :class:`~app.store.types.InstanceId` raises ``InstanceNotFound``); any other driver
@@ -99,7 +99,7 @@ class SqlBase:
 
         Raises:
             StoreUnavailable: the database could not be reached or stayed locked
-                (code ``store.unavailable``).
+                (code ``store_unavailable``).
             ValueError: a naive datetime was passed where an instant is required.
         """
         try:

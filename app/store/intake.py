@@ -187,7 +187,7 @@ class SqlIntake(SqlBase):
         Raises:
             InstanceNotFound: no such instance.
             StaleFencingToken: ``token`` is not current or the instance no longer runs
-                (code ``lease.stale_token``); nothing written.
+                (code ``stale_fencing_token``); nothing written.
         """
         async with self._write() as conn:
             lock = select(INSTANCE.c.fencing_token, INSTANCE.c.state).where(

@@ -93,7 +93,7 @@ async def check_schema_at_head(engine: AsyncEngine) -> None:
 
     Raises:
         SchemaBehindHead: the database is unmigrated or at another revision (code
-            ``store.schema_behind_head``; fields ``current`` and ``head``).
+            ``schema_behind_head``; fields ``current`` and ``head``).
     """
     async with engine.execution_options(**READ_ONLY).connect() as conn:
         current = await conn.run_sync(_revision_of)

@@ -216,7 +216,7 @@ class SqlReads(SqlBase):
         """Check the database answers.
 
         Raises:
-            StoreUnavailable: it does not (code ``store.unavailable``).
+            StoreUnavailable: it does not (code ``store_unavailable``).
         """
         try:
             async with self._read() as conn:

@@ -289,7 +289,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
 
         Raises:
             StaleFencingToken: the token is stale or the instance no longer runs
-                (code ``lease.stale_token``).
+                (code ``stale_fencing_token``).
             InstanceNotFound: no such instance.
         """
         async with self._single(write=True) as conn:  # one UPDATE
@@ -323,7 +323,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
             ``Ack(applied=True, cancel_requested=<the instance's flag>)``.
 
         Raises:
-            StaleFencingToken: the token is stale (code ``lease.stale_token``); nothing
+            StaleFencingToken: the token is stale (code ``stale_fencing_token``); nothing
                 written.
             InstanceNotFound: no such instance.
             JournalConflict: the execution row (or an event or review id) exists already;
@@ -462,7 +462,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
             parked.
 
         Raises:
-            StaleFencingToken: the token is stale (code ``lease.stale_token``).
+            StaleFencingToken: the token is stale (code ``stale_fencing_token``).
             InstanceNotFound: no such instance.
         """
         values = {
@@ -519,7 +519,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
 
         Raises:
             ValueError: ``ending`` is not FAILED or CANCELLED.
-            StaleFencingToken: the token is stale (code ``lease.stale_token``).
+            StaleFencingToken: the token is stale (code ``stale_fencing_token``).
             InstanceNotFound: no such instance.
         """
         ending = InstanceState(ending)
@@ -549,7 +549,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
 
         Raises:
             ValueError: ``state`` is not a final state.
-            StaleFencingToken: the token is stale (code ``lease.stale_token``).
+            StaleFencingToken: the token is stale (code ``stale_fencing_token``).
             InstanceNotFound: no such instance.
         """
         state = InstanceState(state)
@@ -587,7 +587,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
         sweep picks it up again rather than leaving it parked forever.
 
         Raises:
-            StaleFencingToken: the token is stale (code ``lease.stale_token``).
+            StaleFencingToken: the token is stale (code ``stale_fencing_token``).
             InstanceNotFound: no such instance.
         """
         wake = case(
@@ -611,7 +611,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
         """Mark an attempt in flight (``attempt_*`` columns) and renew the lease.
 
         Raises:
-            StaleFencingToken: the token is stale (code ``lease.stale_token``).
+            StaleFencingToken: the token is stale (code ``stale_fencing_token``).
             InstanceNotFound: no such instance.
         """
         values = {
@@ -635,7 +635,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
         in ``flow_heartbeat``) and renew the lease.
 
         Raises:
-            StaleFencingToken: the token is stale (code ``lease.stale_token``).
+            StaleFencingToken: the token is stale (code ``stale_fencing_token``).
             InstanceNotFound: no such instance.
             JournalConflict: no attempt is in flight (``start_attempt`` was not called).
         """

@@ -24,7 +24,7 @@ async def test_lifespan_raises_schema_behind_head_on_an_empty_database(sqlite_ur
         async with app.router.lifespan_context(app):
             pytest.fail("the app started on an unmigrated database")
 
-    assert raised.value.code == "store.schema_behind_head"
+    assert raised.value.code == "schema_behind_head"
     assert "flowpark db upgrade" in str(raised.value)
     assert raised.value.fields["current"] is None
     # it refused; it did not quietly create the schema itself

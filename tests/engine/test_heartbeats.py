@@ -232,7 +232,7 @@ async def test_writing_a_stream_the_flow_does_not_declare_fails_the_try() -> Non
         inst = (await h.start("hb.test", {})).instance
         assert inst.state is InstanceState.FAILED
         assert inst.failure is not None and inst.failure.code == "flow.step_failed"
-        assert inst.failure.details["error_type"] == "KeyError"
+        assert inst.failure.details["error_type"] == "StreamNotDeclared"
         assert "declares no stream 'Log'" in inst.failure.message
 
 
@@ -284,7 +284,7 @@ async def test_a_stream_write_under_a_stale_token_is_refused(sql_journal: SqlJou
     assert claim is not None and claim.fencing_token > old
     with pytest.raises(StaleFencingToken) as info:
         await sql_journal.write_stream(inst.id, "Log", {"n": 2}, 7, 100, T0, token=old)
-    assert info.value.code == "lease.stale_token"
+    assert info.value.code == "stale_fencing_token"
     assert await sql_journal.write_stream(
         inst.id, "Log", {"n": 3}, 7, 100, T0, token=claim.fencing_token
     )

@@ -338,7 +338,7 @@ async def test_stale_token_writes_nothing(sql_journal: SqlJournal) -> None:
     review = ReviewRequest("r-1", "document d-1", "low confidence")
     with pytest.raises(StaleFencingToken) as info:
         await sql_journal.commit_step(1, step(instance_id), at(99), [event], [review])
-    assert info.value.code == "lease.stale_token"
+    assert info.value.code == "stale_fencing_token"
     assert info.value.fields["current_token"] == 2
     for write in (
         sql_journal.renew_lease(instance_id, 1, at(99)),
@@ -476,7 +476,7 @@ async def test_duplicate_step_row_is_a_conflict_and_writes_nothing(
     await sql_journal.commit_step(1, step(instance_id), at(40))
     with pytest.raises(JournalConflict) as info:
         await sql_journal.commit_step(1, step(instance_id), at(99), [EmittedEvent("e-9", "x", {})])
-    assert info.value.code == "store.journal_conflict"
+    assert info.value.code == "journal_conflict"
     assert await sql_journal.list_events() == []
     record = await sql_journal.get_instance(instance_id)
     assert record.lease_expires_at == T0 + LEASE  # nothing of the refused commit

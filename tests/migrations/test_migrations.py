@@ -161,7 +161,7 @@ async def test_service_refuses_a_schema_behind_head(empty_url: str) -> None:
     try:
         with pytest.raises(SchemaBehindHead) as info:
             await check_schema_at_head(engine)
-        assert info.value.code == "store.schema_behind_head"
+        assert info.value.code == "schema_behind_head"
         assert "flowpark db upgrade" in info.value.message
         assert info.value.fields == {"current": None, "head": head_revision()}
         upgrade(empty_url)

@@ -39,7 +39,7 @@ def test_a_missing_sqlite_file_is_refused_and_not_created(
     command: list[str], tmp_path: Path
 ) -> None:
     path = tmp_path / "flowpark.db"
-    line = _refused(_run(command, f"sqlite:///{path}", tmp_path), "store.schema_behind_head")
+    line = _refused(_run(command, f"sqlite:///{path}", tmp_path), "schema_behind_head")
     assert "flowpark db upgrade" in line and str(path) in line
     assert list(tmp_path.iterdir()) == []
 
@@ -48,7 +48,7 @@ def test_a_missing_sqlite_file_is_refused_and_not_created(
 def test_an_unmigrated_sqlite_file_is_refused(command: list[str], tmp_path: Path) -> None:
     path = tmp_path / "flowpark.db"
     path.touch()
-    line = _refused(_run(command, f"sqlite:///{path}", tmp_path), "store.schema_behind_head")
+    line = _refused(_run(command, f"sqlite:///{path}", tmp_path), "schema_behind_head")
     assert "flowpark db upgrade" in line
 
 
@@ -57,7 +57,7 @@ def test_a_sqlite_file_in_a_missing_directory_is_unavailable(
     command: list[str], tmp_path: Path
 ) -> None:
     url = f"sqlite:///{tmp_path}/missing/flowpark.db"
-    line = _refused(_run(command, url, tmp_path), "store.unavailable")
+    line = _refused(_run(command, url, tmp_path), "store_unavailable")
     assert f"{tmp_path}/missing" in line
     assert list(tmp_path.iterdir()) == []
 
@@ -65,17 +65,17 @@ def test_a_sqlite_file_in_a_missing_directory_is_unavailable(
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
 def test_postgresql_on_a_closed_port_is_unavailable(command: list[str], tmp_path: Path) -> None:
     url = f"postgresql://flowpark:s3cret@127.0.0.1:{free_port()}/flowpark"
-    line = _refused(_run(command, url, tmp_path), "store.unavailable")
+    line = _refused(_run(command, url, tmp_path), "store_unavailable")
     assert "s3cret" not in line and "127.0.0.1" in line
 
 
 def test_an_unsupported_url_is_refused(tmp_path: Path) -> None:
-    _refused(_run(["worker"], "mysql://x@127.0.0.1/db", tmp_path), "store.unavailable")
+    _refused(_run(["worker"], "mysql://x@127.0.0.1/db", tmp_path), "store_unavailable")
 
 
 def test_db_upgrade_on_an_unreachable_database_is_one_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/missing/flowpark.db"
-    line = _refused(_run(["db", "upgrade"], url, tmp_path), "store.unavailable")
+    line = _refused(_run(["db", "upgrade"], url, tmp_path), "store_unavailable")
     assert "cannot migrate" in line
 
 

@@ -34,7 +34,7 @@ def test_each_bad_shape_reports_its_rule_code(code: str) -> None:
 def test_registration_refuses_a_flow_with_an_error(code: str) -> None:
     with pytest.raises(DefinitionError) as caught:
         Catalog().register(BAD[code])
-    assert caught.value.code == "flow.definition_invalid"
+    assert caught.value.code == "definition_invalid"
     assert code in str(caught.value) and BAD[code].name in str(caught.value)
 
 

@@ -189,6 +189,6 @@ async def test_unreachable_database_is_store_unavailable() -> None:
     try:
         with pytest.raises(StoreUnavailable) as info:
             await SqlJournal(engine).ping()
-        assert info.value.code == "store.unavailable"
+        assert info.value.code == "store_unavailable"
     finally:
         await engine.dispose()
