@@ -37,6 +37,7 @@ __all__ = [
     "StepKind",
     "StepRow",
     "StreamMessage",
+    "WakeKind",
 ]
 
 
@@ -50,6 +51,15 @@ class InstanceState(StrEnum):
     @property
     def ended(self) -> bool:
         return self in (InstanceState.COMPLETED, InstanceState.FAILED, InstanceState.CANCELLED)
+
+
+class WakeKind(StrEnum):
+    """What a suspended instance waits for (stored with the park as ``wake_kind``)."""
+
+    POLL = "poll"  # the next attempt of a parked poll
+    RETRY = "retry"  # the next try of a failed capability, under its retry policy
+    SIGNAL = "signal"  # a signal (an await_signal node, with or without a timeout)
+    DEADLINE = "deadline"  # the flow deadline, which comes before any other wake
 
 
 class StepKind(StrEnum):
@@ -120,6 +130,7 @@ class InstanceRecord:
     wake_at: datetime | None = None
     wake_step_id: int | None = None
     wake_scope: int | None = None
+    wake_kind: WakeKind | None = None
     lease_owner: str | None = None
     lease_expires_at: datetime | None = None
     fencing_token: int = 0
@@ -406,6 +417,7 @@ class Journal(Protocol):
         wake_step_id: int,
         wake_scope: int,
         accept_signal: str | None = None,
+        wake_kind: WakeKind | None = None,
     ) -> Ack:
         """``commit_step(row)`` then ``park(...)`` at ``row.committed_at`` as one write where
         the store can. The row is committed whenever this returns; the Ack is the park's.
@@ -425,9 +437,10 @@ class Journal(Protocol):
         wake_step_id: int,
         wake_scope: int,
         accept_signal: str | None = None,
+        wake_kind: WakeKind | None = None,
     ) -> Ack:
         """state=suspended with the wake (``wake_at`` None: only a signal or cancel wakes
-        it), lease released, in one transaction.
+        it) and what it waits for (``wake_kind``), lease released, in one transaction.
 
         Not applied (``Ack(applied=False)``) when a cancel was requested
         (``cancel_requested=True``), or when ``accept_signal`` names a signal that is

@@ -31,6 +31,7 @@ from app.engine.journal import (
     SignalRecord,
     StepKind,
     StepRow,
+    WakeKind,
 )
 from app.errors import FlowFailure, StaleFencingToken, StreamNotDeclared
 from app.flows.capability import Capability, Complete, Fail, RecoveryError, Stream, bag_key
@@ -187,9 +188,16 @@ class Run:
             self.cancel_requested = True
 
     async def park(
-        self, wake_at: datetime | None, step_id: int, scope: int, accept_signal: str | None = None
+        self,
+        wake_at: datetime | None,
+        step_id: int,
+        scope: int,
+        accept_signal: str | None = None,
+        *,
+        kind: WakeKind,
     ) -> None:
-        """Suspend at (step_id, scope) until ``wake_at`` (capped by the deadline).
+        """Suspend at (step_id, scope) until ``wake_at`` (capped by the deadline), waiting
+        for ``kind`` (``deadline`` when the deadline comes first).
 
         Raises _Park when parked; returns when the park was refused for a waiting signal
         (or, in an ephemeral run, after sleeping until ``wake_at`` in-process).
@@ -203,6 +211,7 @@ class Run:
         deadline = self.instance.deadline_at
         if deadline is not None and (wake_at is None or deadline < wake_at):
             wake_at = deadline
+            kind = WakeKind.DEADLINE
         row, self.unflushed = self.unflushed, None
         if row is not None:  # the attempt's row and the park: one write
             ack = await self.journal.commit_and_park(
@@ -214,10 +223,18 @@ class Run:
                 wake_step_id=step_id,
                 wake_scope=scope,
                 accept_signal=accept_signal,
+                wake_kind=kind,
             )
         else:
             ack = await self.journal.park(
-                self.instance_id, self.token, self.now(), wake_at, step_id, scope, accept_signal
+                self.instance_id,
+                self.token,
+                self.now(),
+                wake_at,
+                step_id,
+                scope,
+                accept_signal,
+                wake_kind=kind,
             )
         if ack.applied:
             self.settle(
@@ -225,6 +242,7 @@ class Run:
                 wake_at=wake_at,
                 wake_step_id=step_id,
                 wake_scope=scope,
+                wake_kind=kind,
                 lease_owner=None,
                 lease_expires_at=None,
             )

@@ -16,6 +16,7 @@ from app.engine.journal import (
     Outcome,
     StepKind,
     StepRow,
+    WakeKind,
 )
 from app.engine.runner import (
     DECISION_KEY,
@@ -102,14 +103,16 @@ class Walker:
         if run.lost_attempt(node, scope):
             row = await run.record_lost(node, scope)
             return row if row.final else None
+        kind = WakeKind.RETRY
         if rows and rows[-1].next_try_at is not None:
             due: datetime | None = rows[-1].next_try_at
         else:
             parked, due = run.wake_for(wake_step, scope)
             due = due if parked else None
+            kind = WakeKind.POLL if wake_step != node.index else WakeKind.RETRY
         if due is not None and run.now() < due:
             wake = min(due, budget_end) if budget_end is not None else due
-            await run.park(wake, wake_step, scope, accept)
+            await run.park(wake, wake_step, scope, accept, kind=kind)
             return None
         row = await run.execute(node, scope, node.capability, defer=True)
         if row.outcome is Outcome.SUCCESS:
@@ -222,7 +225,7 @@ class Walker:
             wake_at = min(run.now() + node.interval.delay(scope, run.instance_id), end)
             scope += 1
             run.pending_wake = (node.index, scope, wake_at)
-            await run.park(wake_at, node.index, scope, accept)
+            await run.park(wake_at, node.index, scope, accept, kind=WakeKind.POLL)
 
     @staticmethod
     def _accepts(node: PollNode | AwaitSignalNode) -> str | None:
@@ -255,7 +258,7 @@ class Walker:
                     ),
                 )
             run.pending_wake = (node.index, 0, wake)
-            await run.park(wake, node.index, 0, node.signal.name)
+            await run.park(wake, node.index, 0, node.signal.name, kind=WakeKind.SIGNAL)
 
     async def _emit(self, run: Run, node: EmitNode) -> int:
         if run.found(node.index, 0, StepKind.EMIT):
@@ -307,6 +310,7 @@ class Walker:
             wake_at=None,
             wake_step_id=None,
             wake_scope=None,
+            wake_kind=None,
             lease_owner=None,
             lease_expires_at=None,
         )
@@ -338,6 +342,7 @@ class Walker:
             wake_at=None,
             wake_step_id=None,
             wake_scope=None,
+            wake_kind=None,
             lease_owner=None,
             lease_expires_at=None,
         )

@@ -12,6 +12,7 @@ import httpx
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.operate import build_operator_router
 from app.api.problems import install_problem_handlers, problem
 from app.api.routes import add_trigger_routes, build_router
 from app.api.streams import build_streams_router
@@ -202,6 +203,7 @@ def create_app(
     app.state.fake_jobs = jobs
     install_problem_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.include_router(build_operator_router())  # before /instances/{id}
     app.include_router(build_router())
     app.include_router(build_streams_router())
     add_trigger_routes(app, catalog.plans())

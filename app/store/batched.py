@@ -169,6 +169,7 @@ _PARK_COLUMNS = (
         ("wake_scope", "int"),
         ("accept", "text"),
         ("owner", "text"),
+        ("wake_kind", "text"),
     )
 )
 # One UPDATE per instance parks it (or, when a cancel was requested, only clears the
@@ -181,6 +182,7 @@ _PARK_SQL = (
     "wake_step_id = CASE WHEN i.cancel_requested THEN i.wake_step_id "
     "ELSE t.wake_step_id END, "
     "wake_scope = CASE WHEN i.cancel_requested THEN i.wake_scope ELSE t.wake_scope END, "
+    "wake_kind = CASE WHEN i.cancel_requested THEN i.wake_kind ELSE t.wake_kind END, "
     "lease_owner = CASE WHEN i.cancel_requested THEN i.lease_owner END, "
     "lease_expires_at = CASE WHEN i.cancel_requested THEN t.lease_until END, "
     f"{_CLEAR_ATTEMPT}, updated_at = t.now "
@@ -220,7 +222,8 @@ _FINISH_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 _FINISH_SQL = (
     "UPDATE flow_instance i SET state = 'completed', updated_at = t.now, ending = NULL, "
-    "wake_at = NULL, wake_step_id = NULL, wake_scope = NULL, lease_owner = NULL, "
+    "wake_at = NULL, wake_step_id = NULL, wake_scope = NULL, wake_kind = NULL, "
+    "lease_owner = NULL, "
     f"lease_expires_at = NULL, {_CLEAR_ATTEMPT}, result = t.result "
     f"FROM {_recordset(_FINISH_COLUMNS)} "
     "WHERE i.id = t.id AND i.fencing_token = t.token AND i.state = 'running' "
@@ -233,7 +236,8 @@ class CommitItem:
     """A journal row to commit under ``token``, optionally parking the instance with it.
 
     Attributes:
-        park: ``(now, wake_at, wake_step_id, wake_scope, accept_signal, owner)`` or None.
+        park: ``(now, wake_at, wake_step_id, wake_scope, accept_signal, owner, wake_kind)``
+            or None.
         events: outbox events written with the row (an emit's commit; not with ``park``).
         deferred: a row of the same instance committed before ``row``, with it (not with
             ``park``).
@@ -242,7 +246,7 @@ class CommitItem:
     token: int
     row: StepRow
     lease_until: datetime
-    park: tuple[datetime, datetime | None, int, int, str | None, str] | None = None
+    park: tuple[datetime, datetime | None, int, int, str | None, str, str | None] | None = None
     events: tuple[EmittedEvent, ...] = ()
     deferred: StepRow | None = None
 
@@ -373,8 +377,9 @@ class PgBatches:
         for item in items:
             assert item.park is not None and item.deferred is None
             values = step_values(item.row)
-            now, wake_at, step_id, scope, accept, owner = item.park
+            now, wake_at, step_id, scope, accept, owner, wake_kind = item.park
             values.update(
+                wake_kind=wake_kind,
                 token=item.token,
                 lease_until=item.lease_until,
                 now=now,

@@ -21,6 +21,7 @@ from app.engine.journal import (
     StepKind,
     StepRow,
     StreamMessage,
+    WakeKind,
 )
 from app.errors import FlowFailure
 from app.store.tables import (
@@ -142,6 +143,7 @@ def instance_from_row(row: Row[Any]) -> InstanceRecord:
         wake_at=m["wake_at"],
         wake_step_id=m["wake_step_id"],
         wake_scope=m["wake_scope"],
+        wake_kind=WakeKind(m["wake_kind"]) if m.get("wake_kind") else None,
         lease_owner=m["lease_owner"],
         lease_expires_at=m["lease_expires_at"],
         fencing_token=m["fencing_token"],

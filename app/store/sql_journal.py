@@ -41,12 +41,14 @@ from app.engine.journal import (
     InstanceState,
     ReviewRequest,
     StepRow,
+    WakeKind,
 )
 from app.errors import FlowFailure, InstanceNotFound, StaleFencingToken
 from app.store.base import JournalConflict, instant
 from app.store.batched import CommitItem, FinishItem, PgBatches, require_aware
 from app.store.claims import SqlClaims
 from app.store.intake import SqlIntake
+from app.store.listing import SqlOperatorReads
 from app.store.mapping import (
     EVENT,
     HEARTBEAT,
@@ -151,12 +153,13 @@ class _Undo(Exception):  # control flow only: never escapes this module
         self.ack = ack
 
 
-class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
+class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, SqlOperatorReads, PgBatches):
     """The journal repository: every SQL statement flowpark runs lives in ``app.store``.
 
     Implements :class:`app.engine.journal.Journal`, plus read-side listings for the HTTP
     API (:meth:`list_reviews`, :meth:`list_events`, :meth:`list_signals`,
-    :meth:`count_instances`, :meth:`ping`).
+    :meth:`count_instances`, :meth:`ping`) and the operator's read model
+    (:class:`app.store.read_model.OperatorReads`).
 
     Args:
         engine: an engine from :func:`app.store.db.make_async_engine`, migrated to head.
@@ -392,6 +395,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
         wake_step_id: int,
         wake_scope: int,
         accept_signal: str | None = None,
+        wake_kind: WakeKind | None = None,
     ) -> Ack:
         """:meth:`commit_step` of ``row`` then :meth:`park` at ``row.committed_at``, as one
         write where the store can (PostgreSQL: one statement per batch, one new version of
@@ -399,7 +403,8 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
 
         Args:
             owner: this node (the lease is given back to it when the park is refused).
-            wake_at / wake_step_id / wake_scope / accept_signal: as for :meth:`park`.
+            wake_at / wake_step_id / wake_scope / accept_signal / wake_kind: as for
+                :meth:`park`.
 
         Returns:
             The row is committed in every case. ``Ack(applied=True)`` once parked;
@@ -415,7 +420,15 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
         """
         if self._lanes is not None:
             require_aware(row.started_at, row.committed_at, row.next_try_at, lease_until, wake_at)
-            park = (row.committed_at, wake_at, wake_step_id, wake_scope, accept_signal, owner)
+            park = (
+                row.committed_at,
+                wake_at,
+                wake_step_id,
+                wake_scope,
+                accept_signal,
+                owner,
+                wake_kind.value if wake_kind is not None else None,
+            )
             answer = await self._lanes.park.submit(CommitItem(token, row, lease_until, park))
             if answer is not None:
                 return Ack(
@@ -434,6 +447,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
             wake_step_id,
             wake_scope,
             accept_signal,
+            wake_kind=wake_kind,
         )
 
     async def park(
@@ -445,6 +459,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
         wake_step_id: int,
         wake_scope: int,
         accept_signal: str | None = None,
+        wake_kind: WakeKind | None = None,
     ) -> Ack:
         """Suspend the instance until ``wake_at`` and release the lease.
 
@@ -454,6 +469,8 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
             wake_step_id / wake_scope: the node and scope to resume at.
             accept_signal: the name of the signal the parked node waits for; when such a
                 signal is already in the mailbox, untaken, the park is not applied.
+            wake_kind: what the instance waits for (the operator's list shows and filters
+                it).
 
         Returns:
             ``Ack(applied=False, cancel_requested=True)`` when a cancel was requested;
@@ -470,6 +487,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
             "wake_at": wake_at,
             "wake_step_id": wake_step_id,
             "wake_scope": wake_scope,
+            "wake_kind": wake_kind.value if wake_kind is not None else None,
             "updated_at": now,
             **_NO_LEASE,
             **_NO_ATTEMPT,
@@ -562,6 +580,7 @@ class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, PgBatches):
             "wake_at": None,
             "wake_step_id": None,
             "wake_scope": None,
+            "wake_kind": None,
             **_NO_LEASE,
             **_NO_ATTEMPT,
             **failure_columns(failure),

@@ -184,6 +184,35 @@ class FlowInstanceRow(SQLModel, table=True):
             sqlite_where=text("idempotency_key IS NOT NULL"),
             info={"dialect": "sqlite"},
         ).ddl_if(dialect="sqlite"),
+        # The operator's list (newest first, keyset on (created_at, id)): one index per
+        # filter, so each filter's first page is an index range scan (migration 0008).
+        Index("ix_flow_instance_created", "created_at", "id"),
+        Index("ix_flow_instance_flow_created", "flow_name", "created_at", "id"),
+        Index("ix_flow_instance_state_created", "state", "created_at", "id"),
+        Index(
+            "ix_flow_instance_waiting_created",
+            "wake_kind",
+            "created_at",
+            "id",
+            sqlite_where=text("state = 'suspended'"),
+            postgresql_where=text("state = 'suspended'"),
+        ),
+        Index(
+            "ix_flow_instance_error_created",
+            "error_code",
+            "created_at",
+            "id",
+            sqlite_where=text("error_code IS NOT NULL"),
+            postgresql_where=text("error_code IS NOT NULL"),
+        ),
+        Index(
+            "ix_flow_instance_key_created",
+            "instance_key",
+            "created_at",
+            "id",
+            sqlite_where=text("instance_key IS NOT NULL"),
+            postgresql_where=text("instance_key IS NOT NULL"),
+        ),
     )
 
     id: str = _instance_id("id", primary_key=True)
@@ -197,6 +226,8 @@ class FlowInstanceRow(SQLModel, table=True):
     wake_at: datetime | None = _instant("wake_at")
     wake_step_id: int | None = _int("wake_step_id")
     wake_scope: int | None = _int("wake_scope")
+    # what a suspended instance waits for: poll, retry, signal or deadline (WAKE_KINDS)
+    wake_kind: str | None = _str("wake_kind")
     lease_owner: str | None = _str("lease_owner")
     lease_expires_at: datetime | None = _instant("lease_expires_at")
     fencing_token: int = Field(
