@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel
 from pydantic_core import to_json, to_jsonable_python
 
-from app.engine.journal import ReviewRequest
+from app.engine.journal import ReviewRequest, StepKind
 from app.flows.capability import Complete, Fail, RecoveryError, Stream, bag_key
 
 if TYPE_CHECKING:
     from app.engine.runner import Run
 
-__all__ = ["BagView", "ExecutionContext", "revive"]
+__all__ = ["BagView", "ExecutionContext", "execution_key", "revive"]
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -24,6 +24,30 @@ def revive(model: type[M], data: Any) -> M:
     """Validate stored JSON data back into ``model`` in JSON mode, so models with strict
     fields (a strict ``datetime`` stored as an ISO string) read back what they wrote."""
     return model.model_validate_json(to_json(data))
+
+
+def execution_key(
+    instance_id: str, step_id: int, scope: int, kind: StepKind = StepKind.STEP
+) -> str:
+    """The stable key of one capability execution, for its provider's idempotency key.
+
+    The same for every try and every re-execution (after a crash, an outage, a lost lease)
+    of the capability at ``(instance_id, step_id, scope)``; different for any other
+    execution: another instance, node or scope, or the node's compensation.
+
+    Args:
+        instance_id: the instance's id.
+        step_id: the plan node's index.
+        scope: the attempt number inside a poll; 0 elsewhere.
+        kind: ``StepKind.STEP`` for the capability, ``StepKind.COMPENSATION`` for its undo.
+
+    Returns:
+        ``"{instance_id}:{step_id}:{scope}"``, with ``":undo"`` appended for a
+        compensation: visible ASCII when the instance id is (engine ids are), at most
+        a few dozen characters.
+    """
+    key = f"{instance_id}:{step_id}:{scope}"
+    return key + ":undo" if kind is StepKind.COMPENSATION else key
 
 
 class BagView:
@@ -67,8 +91,10 @@ class ExecutionContext(BagView):
         recovery_error: RecoveryError | None,
         checkpoint: Any,
         heartbeat_timeout: timedelta | None = None,
+        kind: StepKind = StepKind.STEP,
     ) -> None:
         super().__init__(run.instance_id, run.input, dict(run.bag))
+        self._execution_key = execution_key(run.instance_id, step_id, scope, kind)
         self._run = run
         self._step_id = step_id
         self._scope = scope
@@ -87,6 +113,10 @@ class ExecutionContext(BagView):
     @property
     def scope(self) -> int:
         return self._scope
+
+    @property
+    def execution_key(self) -> str:
+        return self._execution_key
 
     @property
     def instance_key(self) -> str | None:

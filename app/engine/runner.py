@@ -422,6 +422,7 @@ class Run:
             recovery_error=self.recovery,
             checkpoint=checkpoint,
             heartbeat_timeout=hb_timeout if kind is StepKind.STEP else None,
+            kind=kind,
         )
         self.heartbeat_written = None
         self.attempts += 1

@@ -177,6 +177,20 @@ class StepContext(Bag, Protocol):
         ...
 
     @property
+    def execution_key(self) -> str:
+        """The stable key of this capability execution: pass it to the provider as its
+        idempotency key (an ``Idempotency-Key`` header, a request id, a client token).
+
+        The same on every try and every re-execution of this capability at this
+        instance, node and scope (after a crash, an outage, a lease taken over), and
+        different for every other execution (another instance, node or poll attempt, or
+        the node's compensation). Visible ASCII, at most a few dozen characters, e.g.
+        ``"0b6f...9c:2:0"``. A provider that keeps the first answer per key turns the
+        engine's at-least-once execution into one effect.
+        """
+        ...
+
+    @property
     def instance_key(self) -> str | None:
         """The client-chosen business key the instance was started with (``instanceKey``
         in a start body), or None."""
