@@ -48,6 +48,9 @@ def signal_view(signal: SignalRecord) -> dict[str, Any]:
         "receivedAt": _at(signal.received_at),
         "takenAt": _at(signal.taken_at),
         "takenStepId": signal.taken_step_id,
+        # true: taken by a wait; false: the wait at takenStepId refused it (its match did
+        # not hold), kept and ending nothing; null: waiting in the mailbox
+        "matched": signal.outcome,
     }
 
 

@@ -161,6 +161,15 @@ class SignalRecord:
     idempotency_key: str | None = None
     taken_at: datetime | None = None
     taken_step_id: int | None = None
+    # False when the wait at ``taken_step_id`` refused it (its ``match`` did not hold)
+    matched: bool | None = None
+
+    @property
+    def outcome(self) -> bool | None:
+        """True when taken, False when a wait refused it, None while it waits."""
+        if self.matched is False:
+            return False
+        return True if self.taken_at is not None else None
 
 
 @dataclass(frozen=True)
@@ -426,6 +435,18 @@ class Journal(Protocol):
 
     async def take_signal(self, token: int, signal_id: str, row: StepRow) -> Ack:
         """Mark ``signal_id`` taken and append ``row`` (kind=signal) in one transaction."""
+        ...
+
+    async def refuse_signal(
+        self, instance_id: str, token: int, signal_id: str, step_id: int, at: datetime
+    ) -> Ack:
+        """Mark ``signal_id`` refused by the wait at ``step_id`` (``matched`` false, out of
+        the mailbox; no journal row), behind the fence.
+
+        Raises:
+            StaleFencingToken: the token is stale; nothing written.
+            JournalConflict: the signal is not the instance's or not waiting.
+        """
         ...
 
     async def park(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -290,6 +291,55 @@ class Run:
             if signal.name == name and signal.taken_at is None:
                 return signal
         return None
+
+    async def matching_signal(
+        self,
+        node_index: int,
+        name: str,
+        model: type[BaseModel],
+        match: Callable[[Any, Any], bool] | None,
+    ) -> SignalRecord | None:
+        """The first waiting signal ``name`` that belongs to the wait at ``node_index``
+        (its ``match`` holds over the bag and the payload; every one without a match).
+        Each earlier signal of that name the match refuses is marked refused (``matched``
+        false, out of the mailbox), so it neither ends this wait nor wakes it again. A
+        match that raises refuses (logged)."""
+        while (signal := self.pending_signal(name)) is not None:
+            if match is None or self._matches(signal, model, match):
+                return signal
+            await self.flush()
+            now = self.now()
+            ack = await self.journal.refuse_signal(
+                self.instance_id, self.token, signal.id, node_index, now
+            )
+            self.signals = [s for s in self.signals if s.id != signal.id]
+            self.taken.append(
+                replace(signal, taken_at=now, taken_step_id=node_index, matched=False)
+            )
+            self.after_ack(ack)
+            log.info(
+                "instance %s: signal %s (%s) does not match the wait at node %d: kept, refused",
+                self.instance_id,
+                signal.id,
+                name,
+                node_index,
+            )
+        return None
+
+    def _matches(
+        self, signal: SignalRecord, model: type[BaseModel], match: Callable[[Any, Any], bool]
+    ) -> bool:
+        try:
+            return bool(match(self.view(), revive(model, signal.payload)))
+        except Exception as exc:  # noqa: BLE001 - user code: a match that raises refuses
+            log.warning(
+                "instance %s: the match of signal %s raised %s: %s (refused)",
+                self.instance_id,
+                signal.name,
+                type(exc).__name__,
+                exc,
+            )
+            return False
 
     async def take_signal(
         self, node_index: int, scope: int, signal: SignalRecord, model: type[BaseModel]

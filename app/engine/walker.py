@@ -194,7 +194,9 @@ class Walker:
         while True:  # the frontier
             run.check_interrupts()
             if node.signal is not None:
-                pending = run.pending_signal(node.signal.name)
+                pending = await run.matching_signal(
+                    node.index, node.signal.name, node.signal.model, node.match
+                )
                 if pending is not None:
                     await run.take_signal(node.index, scope, pending, node.signal.model)
                     return node.satisfied_target
@@ -241,7 +243,9 @@ class Walker:
         await run.refresh_mailbox()
         while True:
             run.check_interrupts()
-            pending = run.pending_signal(node.signal.name)
+            pending = await run.matching_signal(
+                node.index, node.signal.name, node.signal.model, node.match
+            )
             if pending is not None:
                 await run.take_signal(node.index, 0, pending, node.signal.model)
                 return node.satisfied_target

@@ -27,7 +27,7 @@ from typing import Any, Self, TypeAlias
 
 from pydantic import BaseModel
 
-from app.flows.capability import Bag, Capability, Signal
+from app.flows.capability import Bag, Capability, Signal, SignalMatch
 from app.flows.durations import Backoff, DurationLike, to_timedelta
 from app.flows.plan import HttpTrigger, Profile
 
@@ -53,6 +53,7 @@ class PollItem:
     signal: Signal | None = None
     on_timeout: list[Item] | None = None
     compensation: Capability | None = None
+    match: SignalMatch | None = None
 
 
 @dataclass
@@ -60,6 +61,7 @@ class AwaitItem:
     signal: Signal
     timeout: timedelta | None
     on_timeout: list[Item] | None = None
+    match: SignalMatch | None = None
 
 
 @dataclass
@@ -126,12 +128,27 @@ class Block:
         )
         return self
 
-    def await_signal(self, signal: Signal, *, timeout: DurationLike | None = None) -> Self:
+    def await_signal(
+        self,
+        signal: Signal,
+        *,
+        timeout: DurationLike | None = None,
+        match: SignalMatch | None = None,
+    ) -> Self:
         """Park until ``signal`` is delivered (its payload goes into the bag), or ``timeout``
         from reaching this node runs out (then ``on_timeout``, else
-        ``flow.signal_not_received``)."""
+        ``flow.signal_not_received``).
+
+        Args:
+            signal: the signal to wait for.
+            timeout: ``timedelta`` or ISO-8601 duration; None waits without bound.
+            match: ``match(bag, payload) -> bool``: whether a delivered signal belongs to
+                this wait (``payload`` is the validated signal model). A signal it
+                refuses is kept, marked ``matched: false``, and ends nothing; None
+                accepts every signal of the name. A match that raises refuses.
+        """
         limit = None if timeout is None else to_timedelta(timeout, name="timeout")
-        self.items.append(AwaitItem(signal, limit))
+        self.items.append(AwaitItem(signal, limit, match=match))
         return self
 
     def fail(self, code: str, message: str = "") -> Self:
@@ -170,11 +187,21 @@ class Block:
             self._misuse("on_failure", "a step")
         return self
 
-    def or_signal(self, signal: Signal) -> Self:
-        """Let a delivered ``signal`` end the last poll's wait early."""
+    def or_signal(self, signal: Signal, *, match: SignalMatch | None = None) -> Self:
+        """Let a delivered ``signal`` end the last poll's wait early.
+
+        Args:
+            signal: the signal that ends the wait.
+            match: ``match(bag, payload) -> bool``: whether a delivered signal belongs to
+                this wait, e.g. ``lambda bag, s: s.job_id == bag.get(Job).job_id``. A
+                signal it refuses is kept, marked ``matched: false``, and ends nothing
+                (the poll goes on); None accepts every signal of the name. A match that
+                raises refuses.
+        """
         last = self.items[-1] if self.items else None
         if isinstance(last, PollItem):
             last.signal = signal
+            last.match = match
         else:
             self._misuse("or_signal", "a poll")
         return self

@@ -10,6 +10,7 @@ exception is a *failure* of the call, handled by the capability's retry policy.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Protocol, TypeVar
@@ -27,6 +28,7 @@ __all__ = [
     "Fail",
     "RecoveryError",
     "Signal",
+    "SignalMatch",
     "StepContext",
     "Stream",
     "bag_key",
@@ -161,6 +163,11 @@ class Bag(Protocol):
     def find(self, model: type[M]) -> M | None:
         """The value of ``model``'s type, or None."""
         ...
+
+
+SignalMatch = Callable[[Bag, Any], bool]
+"""``match(bag, payload) -> bool``: whether a delivered signal belongs to a wait; ``bag``
+is the instance's state bag at the wait, ``payload`` the signal's validated model."""
 
 
 class StepContext(Bag, Protocol):

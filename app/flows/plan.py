@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.flows.capability import Bag, Capability, Signal, Stream
+from app.flows.capability import Bag, Capability, Signal, SignalMatch, Stream
 from app.flows.durations import Backoff
 
 __all__ = [
@@ -92,6 +92,7 @@ class PollNode:
         timeout_target: start of the ``on_timeout`` block; None = fail with
             ``flow.poll_not_satisfied``.
         signal: a signal that ends the wait early, or None.
+        match: which signals belong to the wait (``match(bag, payload)``), or None for all.
     """
 
     index: int
@@ -101,6 +102,7 @@ class PollNode:
     satisfied_target: int
     timeout_target: int | None = None
     signal: Signal | None = None
+    match: SignalMatch | None = None
 
     @property
     def body_index(self) -> int:
@@ -116,6 +118,7 @@ class AwaitSignalNode:
     """Park until ``signal`` arrives, or until ``timeout`` (from reaching the node) runs out.
 
     The arrival instant is recorded by the park; the budget end is stored as ``wake_at``.
+    ``match`` (``match(bag, payload)``, or None for all) says which signals belong to it.
     """
 
     index: int
@@ -123,6 +126,7 @@ class AwaitSignalNode:
     timeout: timedelta | None
     satisfied_target: int
     timeout_target: int | None = None
+    match: SignalMatch | None = None
 
     @property
     def label(self) -> str:

@@ -328,6 +328,7 @@ def _flatten(items: list[Item], start: int) -> list[Node]:
                     satisfied_target=idx + 2 + len(block),
                     timeout_target=None if item.on_timeout is None else idx + 2,
                     signal=item.signal,
+                    match=item.match,
                 )
             )
             nodes.append(StepNode(idx + 1, item.body, None, next=None, poll_index=idx))
@@ -341,6 +342,7 @@ def _flatten(items: list[Item], start: int) -> list[Node]:
                     item.timeout,
                     satisfied_target=idx + 1 + len(block),
                     timeout_target=None if item.on_timeout is None else idx + 1,
+                    match=item.match,
                 )
             )
             nodes.extend(block)

@@ -276,6 +276,7 @@ def signal_from_json(m: dict[str, Any]) -> SignalRecord:
         idempotency_key=m["idempotency_key"],
         taken_at=_instant(m["taken_at"]),
         taken_step_id=m["taken_step_id"],
+        matched=m.get("matched"),
     )
 
 
@@ -292,6 +293,7 @@ def signal_from_row(row: Row[Any]) -> SignalRecord:
         idempotency_key=m["idempotency_key"],
         taken_at=m["taken_at"],
         taken_step_id=m["taken_step_id"],
+        matched=m["matched"],
     )
 
 

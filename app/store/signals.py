@@ -518,6 +518,34 @@ class SqlSignals(SqlBase):
             await self._insert_step(conn, row)
         return Ack(applied=True, cancel_requested=fence.cancel_requested)
 
+    async def refuse_signal(
+        self, instance_id: str, token: int, signal_id: str, step_id: int, at: datetime
+    ) -> Ack:
+        """Mark ``signal_id`` refused by the wait at ``step_id``: ``taken_at`` = ``at``,
+        ``matched`` false (out of the mailbox; no journal row), behind the fence, in one
+        transaction.
+
+        Raises:
+            StaleFencingToken: the token is stale; nothing written.
+            InstanceNotFound: no such instance.
+            JournalConflict: the signal is not the instance's or is not waiting.
+        """
+        async with self._write() as conn:
+            fence = await self._fenced(conn, instance_id, token, {"updated_at": at})
+            assert fence is not None
+            refused = await conn.execute(
+                update(SIGNAL)
+                .where(
+                    SIGNAL.c.id == signal_id,
+                    SIGNAL.c.instance_id == instance_id,
+                    SIGNAL.c.taken_at.is_(None),
+                )
+                .values(taken_at=at, taken_step_id=step_id, matched=False)
+            )
+            if refused.rowcount != 1:
+                raise _signal_not_waiting(instance_id, signal_id)
+        return Ack(applied=True, cancel_requested=fence.cancel_requested)
+
     async def _take_signal_one_statement(self, token: int, signal_id: str, row: StepRow) -> Ack:
         """PostgreSQL: :meth:`take_signal` as one statement in autocommit (one round trip
         instead of five); when it writes nothing, a read says why."""

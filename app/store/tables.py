@@ -317,6 +317,8 @@ class FlowSignalRow(SQLModel, table=True):
     received_at: datetime = _instant("received_at", nullable=False)
     taken_at: datetime | None = _instant("taken_at")
     taken_step_id: int | None = _int("taken_step_id")
+    # false: the wait at ``taken_step_id`` refused it (its match did not hold); else null
+    matched: bool | None = Field(default=None, sa_column=Column("matched", Boolean()))
 
 
 class OutboxEventRow(SQLModel, table=True):

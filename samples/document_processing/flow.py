@@ -205,6 +205,12 @@ class ExtractFields(Capability):
         return None
 
 
+def _our_job(bag: Bag, signal: OcrCompleted) -> bool:
+    """``ocr.completed`` belongs to the wait only for the job this instance uploaded (a
+    stale webhook of an orphaned job, or a made-up job id, ends nothing)."""
+    return signal.job_id == bag.get(OcrJob).job_id
+
+
 def _ocr_finished(bag: Bag) -> bool:
     return bag.get(OcrStatus).is_terminal
 
@@ -241,7 +247,7 @@ def build_document_flow(ocr: OcrClient) -> Flow:
             timeout=Waits.OCR_BUDGET,
             reads=(OcrStatus,),
         )
-        .or_signal(OCR_COMPLETED)
+        .or_signal(OCR_COMPLETED, match=_our_job)
         .on_timeout(
             lambda b: b.step(EscalateToManualReview()).fail(
                 NOT_READ_IN_TIME, "the OCR provider did not read the document in time"

@@ -93,10 +93,14 @@ async def test_signal_answers_404_409_422_and_store_nothing(client: httpx.AsyncC
 
 async def test_the_generic_route_delivers_too(client: httpx.AsyncClient) -> None:
     instance_id = (await start_document(client, pages=NEVER)).json()["instanceId"]
-    sent = await client.post(
-        f"/api/v1/instances/{instance_id}/signals/ocr.completed", json={"jobId": "whatever"}
-    )
-    assert sent.status_code == 202
+    route = f"/api/v1/instances/{instance_id}/signals/ocr.completed"
+    # a made-up job id does not belong to the wait: kept, refused, the document waits on
+    made_up = await client.post(route, json={"jobId": "whatever"})
+    assert made_up.status_code == 202
+    assert made_up.json()["matched"] is False and made_up.json()["state"] == "suspended"
+    assert (await client.get(f"/api/v1/instances/{instance_id}")).json()["state"] == "suspended"
+    sent = await client.post(route, json={"jobId": await _job_id(client, instance_id)})
+    assert sent.status_code == 202 and sent.json()["matched"] is True
     view = await wait_for_state(client, instance_id, ("completed", "failed"), timeout=10)
     # the job never finished: the extract step fails the flow with its own code
     assert view["state"] == "failed"

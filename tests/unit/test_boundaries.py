@@ -66,6 +66,7 @@ EXPORTS = {
         "RetryPolicy",
         "Severity",
         "Signal",
+        "SignalMatch",
         "StepContext",
         "Stream",
         "bag_key",
