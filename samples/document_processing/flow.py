@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import timedelta
+from urllib.parse import quote
 
 import httpx
 
@@ -76,28 +77,40 @@ class OcrClient:
     def _url(self, path: str) -> str:
         return f"{self.base_url.rstrip('/')}/fake/ocr{path}"
 
-    async def upload(self, document_id: str, pages: int, instance_id: str) -> str:
+    async def upload(
+        self, document_id: str, pages: int, instance_id: str, idempotency_key: str
+    ) -> str:
+        """Create an OCR job for the document; a repeat of ``idempotency_key`` (the
+        execution key) answers the job the first call created.
+
+        Raises:
+            httpx.HTTPError: the call failed or timed out (a failed try).
+        """
         body: dict[str, object] = {"documentId": document_id, "pages": pages}
         if self.callback_base:
             body["callbackUrl"] = (
                 f"{self.callback_base.rstrip('/')}{ROUTE}/{instance_id}/signals/ocr.completed"
             )
         resp = await self.http.post(
-            self._url("/jobs"), json=body, timeout=self.timeout.total_seconds()
+            self._url("/jobs"),
+            json=body,
+            headers={"Idempotency-Key": idempotency_key},
+            timeout=self.timeout.total_seconds(),
         )
         resp.raise_for_status()
         return str(resp.json()["jobId"])
 
     async def status(self, job_id: str) -> dict[str, object]:
         resp = await self.http.get(
-            self._url(f"/jobs/{job_id}"), timeout=self.timeout.total_seconds()
+            self._url(f"/jobs/{quote(job_id, safe='')}"), timeout=self.timeout.total_seconds()
         )
         resp.raise_for_status()
         return dict(resp.json())
 
     async def cancel(self, job_id: str) -> None:
         resp = await self.http.post(
-            self._url(f"/jobs/{job_id}/cancel"), timeout=self.timeout.total_seconds()
+            self._url(f"/jobs/{quote(job_id, safe='')}/cancel"),
+            timeout=self.timeout.total_seconds(),
         )
         resp.raise_for_status()
 
@@ -113,7 +126,9 @@ class UploadToOcr(Capability):
 
     async def execute(self, ctx: StepContext) -> None:
         doc: ProcessDocument = ctx.input
-        job_id = await self.ocr.upload(doc.document_id, doc.pages, ctx.instance_id)
+        job_id = await self.ocr.upload(
+            doc.document_id, doc.pages, ctx.instance_id, ctx.execution_key
+        )
         ctx.put(OcrJob(job_id=job_id))
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -85,16 +86,24 @@ class JobClient:
     timeout: timedelta = JobWaits.CALL_TIMEOUT
 
     def _url(self, job_id: str) -> str:
-        return f"{self.base_url.rstrip('/')}/fake/jobs/{job_id}"
+        # the job id is the client's instance key: escaped, so ``a/b?c`` stays one segment
+        return f"{self.base_url.rstrip('/')}/fake/jobs/{quote(job_id, safe='')}"
 
-    async def start(self, job_id: str, input: Any = None) -> JobStatus:
-        """Start ``job_id`` (idempotent: an existing job is left as it is).
+    async def start(
+        self, job_id: str, input: Any = None, idempotency_key: str | None = None
+    ) -> JobStatus:
+        """Start ``job_id`` (idempotent: an existing job is left as it is); a repeat of
+        ``idempotency_key`` (the execution key) answers the job the first call started.
 
         Raises:
             httpx.HTTPError: the call failed or timed out (a failed try).
         """
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         resp = await self.http.put(
-            self._url(job_id), json={"input": input}, timeout=self.timeout.total_seconds()
+            self._url(job_id),
+            json={"input": input},
+            headers=headers,
+            timeout=self.timeout.total_seconds(),
         )
         resp.raise_for_status()
         return JobStatus.model_validate(resp.json())
@@ -125,7 +134,7 @@ class StartJob(Capability):
     async def execute(self, ctx: StepContext) -> None:
         job_id = ctx.instance_key or ctx.instance_id
         request: JobRequest = ctx.input
-        await self.jobs.start(job_id, request.input)
+        await self.jobs.start(job_id, request.input, ctx.execution_key)
         ctx.put(JobHandle(job_id=job_id))
 
 
