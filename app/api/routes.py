@@ -392,13 +392,17 @@ def build_router() -> APIRouter:
     @router.get("/instances/{instance_id}", tags=["instances"])
     async def get_instance(request: Request, instance_id: str) -> JSONResponse:
         """One instance: state, wake (``wakeAt``, ``wakeStepId``, ``wakeScope``), attempts,
-        result or error (``code``, ``message``), lease and journal rows."""
+        result or error (``code``, ``message``), lease, the running wait's ``budget``
+        (``startedAt``, ``endsAt``: the stored end instant, ``usedRatio``) and journal rows
+        (a ``deadline`` row stores each wait's end before the first call it bounds)."""
         check_instance_id(instance_id)
         engine = _engine(request)
         snap = await engine.journal.load(instance_id)
         signals = await engine.journal.list_signals(instance_id)  # type: ignore[attr-defined]
         plan = engine.catalog.find(snap.instance.flow_name, snap.instance.flow_version)
-        return JSONResponse(instance_view(snap.instance, snap.steps, signals, plan))
+        return JSONResponse(
+            instance_view(snap.instance, snap.steps, signals, plan, now=engine.clock.now())
+        )
 
     @router.post("/instances/{instance_id}/cancel", tags=["instances"])
     async def cancel_instance(request: Request, instance_id: str) -> JSONResponse:

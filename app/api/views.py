@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from app.engine.deadlines import open_budget
 from app.engine.journal import InstanceRecord, SignalRecord, StepKind, StepRow, StreamMessage
 from app.flows.plan import AwaitSignalNode, Plan, PollNode
 
@@ -102,13 +103,37 @@ def awaiting(plan: Plan | None, inst: InstanceRecord) -> list[dict[str, str]]:
     return [{"signal": node.signal.name, "href": f"{base}/{inst.id}/signals/{node.signal.name}"}]
 
 
+def _budget_view(
+    inst: InstanceRecord, steps: list[StepRow], now: datetime | None
+) -> dict[str, Any] | None:
+    budget = open_budget(inst.state, steps)
+    if budget is None:
+        return None
+    return {
+        "kind": budget.name,
+        "stepId": budget.step_id,
+        "scope": budget.scope,
+        "startedAt": _at(budget.started_at),
+        "endsAt": _at(budget.ends_at),
+        "usedRatio": round(budget.used_ratio(now), 4) if now is not None else None,
+        "extensions": budget.extensions,
+    }
+
+
 def instance_view(
     inst: InstanceRecord,
     steps: list[StepRow],
     signals: list[SignalRecord] | None = None,
     plan: Plan | None = None,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
-    """The full view of one instance (``GET /api/v1/instances/{id}``)."""
+    """The full view of one instance (``GET /api/v1/instances/{id}``).
+
+    ``budget`` is the bound of the wait the instance is in (None when none):
+    ``{"kind": "poll.budget" | "signal.timeout" | "retry.total", "stepId", "scope",
+    "startedAt", "endsAt", "usedRatio", "extensions"}``; ``endsAt`` is the stored end
+    instant, ``usedRatio`` the share spent at ``now`` (engine clock; null without it).
+    """
     attempts = sum(1 for r in steps if r.kind is StepKind.STEP)
     live_lease = inst.lease_owner is not None and not inst.state.ended
     view: dict[str, Any] = {
@@ -145,6 +170,7 @@ def instance_view(
             if inst.failure is not None
             else None
         ),
+        "budget": _budget_view(inst, steps, now),
         "journal": [step_view(r) for r in steps],
     }
     if signals is not None:

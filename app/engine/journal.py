@@ -69,6 +69,7 @@ class StepKind(StrEnum):
     SIGNAL = "signal"  # a signal taken by a wait node
     COMPENSATION = "compensation"  # a compensation run while unwinding
     EMIT = "emit"  # an event written to the outbox by an emit node
+    DEADLINE = "deadline"  # a wait's end instant, written before the first call it bounds
 
 
 class Outcome(StrEnum):

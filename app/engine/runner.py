@@ -22,6 +22,7 @@ from pydantic_core import to_jsonable_python
 
 from app.engine.clock import Clock
 from app.engine.context import BagView, ExecutionContext, revive
+from app.engine.deadlines import RETRY_TOTAL, deadline_row, ends_at
 from app.engine.journal import (
     Ack,
     Claim,
@@ -148,6 +149,38 @@ class Run:
 
     def found(self, step_id: int, scope: int, kind: StepKind = StepKind.STEP) -> list[StepRow]:
         return self.rows.get((step_id, scope, kind), [])
+
+    def deadline(self, step_id: int, scope: int) -> StepRow | None:
+        """The deadline row in force at (step_id, scope) (the latest extension), or None."""
+        rows = self.found(step_id, scope, StepKind.DEADLINE)
+        return rows[-1] if rows else None
+
+    async def fix_deadline(
+        self, step_id: int, scope: int, name: str, span: timedelta, *, carry: bool = False
+    ) -> StepRow:
+        """The deadline at (step_id, scope): the stored one, or ``now + span`` written now.
+
+        A new deadline row is durable when this returns (written with the row the run
+        deferred, if any), so the call it bounds starts after it. With ``carry`` and no
+        deferred row, the row is kept as :attr:`unflushed` instead: the caller's next write
+        (a park) carries it, before the wait it bounds begins.
+        """
+        stored = self.deadline(step_id, scope)
+        if stored is not None:
+            return stored
+        now = self.now()
+        row = deadline_row(self.instance_id, step_id, scope, name, now, now + span)
+        if carry and self.unflushed is None and not self.ephemeral:
+            self.unflushed = row
+        else:
+            deferred, self.unflushed = self.unflushed, None
+            ack = await self.journal.commit_step(
+                self.token, row, self.lease_until(), deferred=deferred
+            )
+            self.after_ack(ack)
+        # not :meth:`record`: a deadline is no action, the parked wake stays this claim's
+        self.rows.setdefault((step_id, scope, StepKind.DEADLINE), []).append(row)
+        return row
 
     def apply(self, row: StepRow) -> None:
         for key, value in row.values.items():
@@ -441,12 +474,17 @@ class Run:
 
         Returns the row (success, or failure with ``final``/``next_try_at``).
         """
-        await self.flush()
         previous = self.found(node.index, scope, kind)
         try_number = len(previous) + 1
         opts = capability.options
         hb_timeout = opts.heartbeat_timeout
-        first_start = previous[0].started_at if previous else None
+        first_start = self._retry_start(node, scope, kind, previous)
+        total = opts.retry.total_duration if opts.retry is not None else None
+        if first_start is None and total is not None and kind is StepKind.STEP:
+            # the retry window is an instant, stored before the first try starts
+            window = await self.fix_deadline(node.index, scope, RETRY_TOTAL, total)
+            first_start = ends_at(window) - total
+        await self.flush()
         checkpoint = None
         if hb_timeout is not None and kind is StepKind.STEP:
             beat = await self.journal.last_heartbeat(self.instance_id, node.index, scope)
@@ -558,6 +596,19 @@ class Run:
         self.after_ack(ack)
         return row
 
+    def _retry_start(
+        self, node: StepNode, scope: int, kind: StepKind, previous: list[StepRow]
+    ) -> datetime | None:
+        """When the tries of (node, scope) began, for the retry policy's ``total_duration``:
+        the stored retry window's start, else (a journal written before windows were
+        stored) the first try's row."""
+        retry = node.capability.options.retry
+        if kind is StepKind.STEP and retry is not None and retry.total_duration is not None:
+            window = self.deadline(node.index, scope)
+            if window is not None:  # its end, extended or not, less the policy's span
+                return ends_at(window) - retry.total_duration
+        return previous[0].started_at if previous else None
+
     def decided(self, row: StepRow) -> None:
         """Act on a Fail/Complete decision a capability returned (recorded in its row)."""
         decision = row.values.get(DECISION_KEY)
@@ -587,7 +638,7 @@ class Run:
         previous = self.found(node.index, scope)
         try_number = len(previous) + 1
         started = self.instance.attempt_started_at or self.now()
-        first_start = previous[0].started_at if previous else started
+        first_start = self._retry_start(node, scope, StepKind.STEP, previous) or started
         now = self.now()
         policy = capability.options.retry
         next_try_at = None

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from app.engine.clock import Clock
+from app.engine.deadlines import POLL_BUDGET, SIGNAL_TIMEOUT, ends_at
 from app.engine.journal import (
     EmittedEvent,
     InstanceState,
@@ -185,6 +186,10 @@ class Walker:
             return node.timeout_target  # type: ignore[return-value]
 
         def budget_end() -> datetime | None:
+            stored = run.deadline(node.index, 0)
+            if stored is not None:
+                return ends_at(stored)
+            # a journal written before budgets were stored: from attempt 0's row
             first = run.found(body.index, 0)
             return first[0].started_at + node.timeout if first else None
 
@@ -201,7 +206,9 @@ class Walker:
                     await run.take_signal(node.index, scope, pending, node.signal.model)
                     return node.satisfied_target
             end = budget_end()
-            if end is not None and run.now() >= end:
+            if end is None:  # entering the poll: its budget is stored before attempt 0
+                end = ends_at(await run.fix_deadline(node.index, 0, POLL_BUDGET, node.timeout))
+            if run.now() >= end:
                 return self._timed_out(
                     node.timeout_target,
                     FlowFailure(
@@ -249,10 +256,18 @@ class Walker:
             if pending is not None:
                 await run.take_signal(node.index, 0, pending, node.signal.model)
                 return node.satisfied_target
-            parked, wake = run.wake_for(node.index, 0)
-            if not parked:
-                wake = run.now() + node.timeout if node.timeout is not None else None
-            elif wake is not None and run.now() >= wake:
+            wake = None
+            if node.timeout is not None:  # stored when the wait begins (the park carries it)
+                stored = run.deadline(node.index, 0)
+                if stored is None:
+                    parked, wake = run.wake_for(node.index, 0)
+                    if not parked:  # (parked with none: a journal from before they were)
+                        stored = await run.fix_deadline(
+                            node.index, 0, SIGNAL_TIMEOUT, node.timeout, carry=True
+                        )
+                if stored is not None:
+                    wake = ends_at(stored)
+            if wake is not None and run.now() >= wake:
                 return self._timed_out(
                     node.timeout_target,
                     FlowFailure(

@@ -92,11 +92,18 @@ async def test_a_waiting_document_is_one_suspended_row_with_a_wake_and_no_lease(
     for row in journal:
         assert set(row) >= JOURNAL_FIELDS, row
         assert row["outcome"] == "success"
-    assert [(r["capabilityId"], r["scope"]) for r in journal] == [
-        ("ocr.upload", 0),
-        ("ocr.status", 0),
+    assert [(r["kind"], r["capabilityId"], r["scope"]) for r in journal] == [
+        ("step", "ocr.upload", 0),
+        ("deadline", "poll.budget", 0),  # the budget, stored before attempt 0's call
+        ("step", "ocr.status", 0),
     ]
-    assert len({r["stepId"] for r in journal}) == 2
+    assert len({r["stepId"] for r in journal}) == 3
+    budget = view["budget"]
+    assert budget["kind"] == "poll.budget"
+    assert budget["stepId"] == journal[1]["stepId"] == view["wakeStepId"]
+    assert instant(budget["startedAt"]) == instant(journal[1]["startedAt"]) <= attempt0
+    assert instant(budget["endsAt"]) == instant(budget["startedAt"]) + Waits.OCR_BUDGET
+    assert 0 <= budget["usedRatio"] < 0.5
 
     # what is stored: one row, suspended, wake set, no lease
     rows = query(
@@ -132,6 +139,7 @@ async def test_a_document_completes_through_the_parked_poll(
     assert view["result"] == {"documentId": doc_id, "fieldCount": 2}
     assert view["error"] is None
     assert view["wakeAt"] is None and view["lease"] is None
+    assert view["budget"] is None  # ended: no wait runs
     journal = view["journal"]
     caps = [r["capabilityId"] for r in journal]
     assert caps.count("ocr.upload") == 1
