@@ -10,7 +10,7 @@ import os
 import socket
 from functools import cached_property
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["DEFAULT_API_TOKEN", "Settings"]
@@ -106,6 +106,22 @@ class Settings(BaseSettings):
         description="Heartbeat timeout of the job.await sample's "
         "job.await capability (seconds, at least 10): how long a crashed node's try goes "
         "unnoticed before another node retries it.",
+    )
+
+    console_enabled: bool = Field(
+        default=True,
+        description="Serve the web console at /ui (sign-in with an API token).",
+    )
+    console_secret: SecretStr | None = Field(
+        default=None,
+        description="Key that signs the console's session cookies; every node serving the "
+        "same console needs the same one. Default: derived from FLOWPARK_API_TOKENS (so "
+        "changing the tokens signs everyone out).",
+    )
+    console_session_seconds: float = Field(
+        default=8 * 3600.0,
+        gt=0,
+        description="How long a console sign-in lasts (seconds, default 8 hours).",
     )
 
     @cached_property

@@ -26,6 +26,7 @@ from app.runtime.logs import set_node_id
 from app.runtime.scheduler import Sweeper
 from app.settings import DEFAULT_API_TOKEN, Settings
 from app.store import SqlJournal, check_schema_at_head, make_async_engine
+from app.ui import install_console
 
 __all__ = ["BodyLimit", "create_app"]
 
@@ -207,6 +208,8 @@ def create_app(
     app.include_router(build_router())
     app.include_router(build_streams_router())
     add_trigger_routes(app, catalog.plans())
+    if settings.console_enabled:
+        install_console(app)
     app.include_router(create_ocr_router(ocr), tags=["fake services"])
     app.include_router(create_jobs_router(jobs), tags=["fake services"])
 

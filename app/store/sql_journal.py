@@ -60,6 +60,7 @@ from app.store.mapping import (
     journal_insert,
     step_values,
 )
+from app.store.overview import SqlOverviewReads
 from app.store.reads import SqlReads
 from app.store.signals import SqlSignals
 
@@ -153,7 +154,9 @@ class _Undo(Exception):  # control flow only: never escapes this module
         self.ack = ack
 
 
-class SqlJournal(SqlClaims, SqlIntake, SqlSignals, SqlReads, SqlOperatorReads, PgBatches):
+class SqlJournal(
+    SqlClaims, SqlIntake, SqlSignals, SqlReads, SqlOperatorReads, SqlOverviewReads, PgBatches
+):
     """The journal repository: every SQL statement flowpark runs lives in ``app.store``.
 
     Implements :class:`app.engine.journal.Journal`, plus read-side listings for the HTTP

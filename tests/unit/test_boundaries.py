@@ -75,6 +75,7 @@ EXPORTS = {
         "to_timedelta",
     ],
     "app.testing": ["FlowHarness", "Scripted", "substitute"],
+    "app.ui": ["build_console_router", "install_console"],
     "app.engine": [
         "Clock",
         "Engine",

@@ -1,0 +1,105 @@
+"""The overview's figures, from the store (both stores) and on the page."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import httpx
+
+from app.store.db import make_async_engine
+from app.store.sql_journal import SqlJournal
+from app.ui.overview import percentile
+from tests.support.seed import seed_console_data
+
+
+async def test_flow_activity_counts_each_state_per_flow_version(store_url: str):
+    now = datetime.now(UTC)
+    seeded = await seed_console_data(store_url, now=now)
+    db = make_async_engine(store_url)
+    try:
+        journal = SqlJournal(db)
+        activity = await journal.flow_activity(
+            now,
+            overdue=timedelta(seconds=5),
+            due_within=timedelta(minutes=1),
+            since=now - timedelta(hours=1),
+        )
+        by = {(a.flow_name, a.flow_version): a for a in activity}
+        docs = by[("document.process", "1.0.0")]
+        assert (docs.running, docs.stuck) == (1, 1)
+        assert docs.suspended == len(seeded.overdue) + len(seeded.parked)
+        assert docs.overdue == len(seeded.overdue)
+        assert docs.due_soon == len(seeded.parked)  # due within the minute, not yet late
+        assert (docs.completed_recently, docs.failed_recently) == (1, 1)
+        assert len(docs.failures) == 1 and docs.failures[0][1] == 1
+        assert by[("document.process", "0.1.0")].suspended == 1
+        assert by[("t.poll", "1.0.0")].suspended == 1
+
+        # an hour later nothing ended "recently"
+        later = await journal.flow_activity(
+            now + timedelta(hours=2),
+            overdue=timedelta(seconds=5),
+            due_within=timedelta(minutes=1),
+            since=now + timedelta(hours=1),
+        )
+        assert all(a.completed_recently == a.failed_recently == 0 for a in later)
+
+        waiting = {
+            (w.flow_version, w.step_id): w.count
+            for w in await journal.waiting_by_node("document.process")
+        }
+        assert waiting[("1.0.0", 1)] == len(seeded.overdue) + len(seeded.parked)
+
+        starts = await journal.attempt_starts(now - timedelta(hours=1))
+        second = [s for s in starts if s.instance_id == seeded.overdue[0]]
+        assert len(second) == 1 and second[0].scope == 1
+        assert second[0].previous_committed_at is not None
+        assert second[0].first_started_at is not None
+        assert second[0].first_started_at <= second[0].previous_committed_at <= second[0].started_at
+    finally:
+        await db.dispose()
+
+
+def test_percentiles_are_nearest_rank():
+    assert percentile([], 0.5) is None
+    assert percentile([3.0], 0.99) == 3.0
+    values = [float(n) for n in range(1, 101)]
+    assert percentile(values, 0.5) == 50.0
+    assert percentile(values, 0.99) == 99.0
+
+
+def _row(html: str, flow: str, version: str) -> str:
+    match = re.search(
+        rf'<tr data-flow="{re.escape(flow)}" data-version="{re.escape(version)}">(.*?)</tr>',
+        html,
+        re.S,
+    )
+    assert match, f"no row for {flow} {version}"
+    return match.group(1)
+
+
+async def test_the_overview_page_shows_each_flow_version(signed_in: httpx.AsyncClient, seeded):
+    page = await signed_in.get("/ui")
+    assert page.status_code == 200
+    docs = _row(page.text, "document.process", "1.0.0")
+    assert f'overdue=1">{len(seeded.overdue)}</a>' in docs
+    assert 'stuck=1">1</a>' in docs
+    assert 'state=failed">1</a>' in docs
+    assert "error_code=" in docs  # failures by code link to the filtered list
+    assert "(not on this node)" in _row(page.text, "document.process", "0.1.0")
+    assert "(not on this node)" in _row(page.text, "t.poll", "1.0.0")
+    assert "(not on this node)" not in docs
+    assert _row(page.text, "job.await", "1.0.0")  # registered here, no instances
+
+
+async def test_the_flow_page_draws_the_waiting_counts(signed_in: httpx.AsyncClient, seeded):
+    page = await signed_in.get("/ui/flows/document.process/1.0.0")
+    assert page.status_code == 200
+    parked = len(seeded.overdue) + len(seeded.parked)
+    assert (
+        f'data-node="1" data-kind="poll" data-title="poll ocr.status" data-waiting="{parked}"'
+        in page.text
+    )
+    missing = await signed_in.get("/ui/flows/document.process/0.1.0")
+    assert missing.status_code == 404 and 'data-code="flow_not_found"' in missing.text

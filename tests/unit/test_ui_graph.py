@@ -1,0 +1,102 @@
+"""The flow page's graph: every plan node is drawn, with the edges a reader needs to follow
+a poll's loop, its signal, its on_timeout branch and the compensations."""
+
+from __future__ import annotations
+
+import itertools
+
+import httpx
+import pytest
+
+from app.flows import Catalog, Flow
+from app.flows.plan import Plan
+from app.ui.graph import describe_backoff, human_duration, layout
+from samples.document_processing import OcrClient, build_document_flow
+from tests.engine.flows import INTERVAL, await_flow, poll_flow
+
+
+def _plan(flow: Flow) -> Plan:
+    catalog = Catalog()
+    catalog.register(flow)
+    return catalog.get(flow.name, flow.version)
+
+
+@pytest.fixture
+def document_plan() -> Plan:
+    return _plan(build_document_flow(OcrClient(httpx.AsyncClient(), "http://ocr.invalid")))
+
+
+def _edges(graph, kind: str) -> set[tuple[str, str]]:
+    return {(e.source, e.target) for e in graph.edges if e.kind == kind}
+
+
+def test_document_flow_draws_every_node_and_the_poll_edges(document_plan: Plan):
+    graph = layout(document_plan, {1: 7, 5: 2})
+
+    drawn = {n.key: n for n in graph.nodes}
+    assert {str(i) for i in range(len(document_plan.nodes))} | {"end", "comp-0"} == set(drawn)
+    assert drawn["0"].title == "ocr.upload" and drawn["comp-0"].title == "ocr.cancel"
+    assert drawn["1"].kind == "poll" and drawn["1"].title == "poll ocr.status"
+    assert drawn["1"].details == ("every 5s, x2 up to 5m, jitter 50%", "budget 4h")
+    assert drawn["4"].kind == "fail" and drawn["4"].title == "fail document.not_read_in_time"
+    # instances waiting at a node are drawn on it
+    assert (drawn["1"].waiting, drawn["5"].waiting, drawn["0"].waiting) == (7, 2, 0)
+
+    assert _edges(graph, "attempt") == {("1", "2")}
+    assert _edges(graph, "loop") == {("2", "1")}
+    assert _edges(graph, "satisfied") == {("1", "5")}
+    assert _edges(graph, "signal") == {("1", "5")}
+    assert _edges(graph, "timeout") == {("1", "3")}
+    assert _edges(graph, "compensation") == {("0", "comp-0")}
+    assert _edges(graph, "next") == {("0", "1"), ("3", "4"), ("5", "6"), ("6", "end")}
+    signal = next(e for e in graph.edges if e.kind == "signal")
+    assert signal.label == "or ocr.completed"
+    timeout = next(e for e in graph.edges if e.kind == "timeout")
+    assert timeout.label == "on_timeout (4h)"
+    # the on_timeout block sits in a column of its own; the main path stays in one
+    assert drawn["3"].x > drawn["1"].x == drawn["5"].x == drawn["end"].x
+
+
+def test_no_two_nodes_overlap_and_the_drawing_holds_them(document_plan: Plan):
+    for plan in (document_plan, _plan(poll_flow(on_timeout="rejoin")), _plan(await_flow())):
+        graph = layout(plan)
+        for a, b in itertools.combinations(graph.nodes, 2):
+            apart = a.x + a.w <= b.x or b.x + b.w <= a.x or a.y + a.h <= b.y or b.y + b.h <= a.y
+            assert apart, (plan.name, a.key, b.key)
+        assert all(n.x >= 0 and n.x + n.w <= graph.width for n in graph.nodes)
+        assert all(n.y >= 0 and n.y + n.h <= graph.height for n in graph.nodes)
+
+
+def test_a_rejoining_on_timeout_block_leads_back_to_the_main_path():
+    graph = layout(_plan(poll_flow(on_timeout="rejoin")))
+    # nodes: 0 start, 1 poll, 2 check, 3 escalate (on_timeout), 4 after
+    assert _edges(graph, "timeout") == {("1", "3")}
+    assert ("3", "4") in _edges(graph, "next")
+    assert graph.node("3").x > graph.node("4").x  # drawn back into the main column
+
+
+def test_a_poll_without_on_timeout_fails_the_flow_in_the_drawing():
+    graph = layout(_plan(poll_flow(on_timeout="none", signal=False)))
+    implicit = graph.node("timeout-1")
+    assert implicit.kind == "fail" and implicit.title == "fail flow.poll_not_satisfied"
+    assert _edges(graph, "timeout") == {("1", "timeout-1")}
+    assert _edges(graph, "signal") == set()
+
+
+def test_an_await_signal_node_shows_its_signal_and_timeout():
+    graph = layout(_plan(await_flow()))
+    # nodes: 0 start, 1 await t.ready (on_timeout: 2 fail), 3 after
+    assert graph.node("1").title == "await t.ready"
+    assert graph.node("1").details == ("timeout 1h",)
+    assert _edges(graph, "signal") == {("1", "3")}
+    assert _edges(graph, "timeout") == {("1", "2")}
+    assert graph.node("2").title == "fail t.no_callback"
+
+
+def test_durations_and_schedules_read_as_people_write_them():
+    from datetime import timedelta
+
+    assert human_duration(timedelta(hours=4)) == "4h"
+    assert human_duration(timedelta(seconds=90)) == "1m30s"
+    assert human_duration(timedelta(milliseconds=250)) == "250ms"
+    assert describe_backoff(INTERVAL) == "every 1m"
