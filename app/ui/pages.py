@@ -23,7 +23,7 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from app.api.problems import STATUS_BY_CODE
+from app.api.problems import status_of
 from app.engine.engine import Engine
 from app.errors import FlowparkError
 from app.ui.graph import human_duration, layout
@@ -291,7 +291,7 @@ class ConsoleRoute(APIRoute):
                     f"/ui/sign-in?{urlencode({'next': exc.next_url})}", status_code=303
                 )
             except FlowparkError as exc:
-                status = STATUS_BY_CODE.get(exc.code, 400)
+                status = status_of(exc.code)
                 title = "Not found" if status == 404 else "Cannot do that"
                 return problem_page(request, status, exc.code, title, exc.message)
 
