@@ -44,6 +44,9 @@ __all__ = [
     "ConsoleRoute",
     "build_console_router",
     "install_console",
+    "need_session",
+    "overdue_threshold",
+    "render",
     "templates",
 ]
 
@@ -98,14 +101,14 @@ def _engine(request: Request) -> Engine:
     return cast(Engine, request.app.state.engine)
 
 
-def _overdue(request: Request) -> timedelta:
+def overdue_threshold(request: Request) -> timedelta:
     """How late a wake must be to count as overdue: two sweep intervals (a sweep that ran
     on time would have taken it), at least one second."""
     interval = float(request.app.state.settings.timer_scan_interval)
     return timedelta(seconds=max(1.0, 2 * interval))
 
 
-def _need_session(request: Request) -> Session:
+def need_session(request: Request) -> Session:
     session = current_session(request)
     if session is None:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
@@ -151,11 +154,11 @@ def build_console_router() -> APIRouter:
 
     @router.get("", response_class=HTMLResponse)
     async def overview(request: Request) -> HTMLResponse:
-        session = _need_session(request)
+        session = need_session(request)
         engine = _engine(request)
         reads = cast(OverviewReads, engine.journal)
         now = engine.clock.now()
-        overdue = _overdue(request)
+        overdue = overdue_threshold(request)
         activity = await reads.flow_activity(
             now, overdue=overdue, due_within=DUE_WITHIN, since=now - RECENT_WINDOW
         )
@@ -239,7 +242,7 @@ def build_console_router() -> APIRouter:
 
     @router.get("/flows", response_class=HTMLResponse)
     async def flows(request: Request) -> HTMLResponse:
-        session = _need_session(request)
+        session = need_session(request)
         return render(
             request,
             "flows.html",
@@ -248,7 +251,7 @@ def build_console_router() -> APIRouter:
 
     @router.get("/flows/{name}/{version}", response_class=HTMLResponse)
     async def flow(request: Request, name: str, version: str) -> HTMLResponse:
-        session = _need_session(request)
+        session = need_session(request)
         engine = _engine(request)
         plan = engine.catalog.find(name, version)
         if plan is None:
@@ -301,4 +304,9 @@ class ConsoleRoute(APIRoute):
 def install_console(app: FastAPI) -> None:
     """Serve the console on ``app`` at ``/ui`` with its static files at ``/ui/static``."""
     app.mount("/ui/static", StaticFiles(directory=str(STATIC)), name="console-static")
+    from app.ui.actions import build_actions_router
+    from app.ui.instances import build_instances_router
+
     app.include_router(build_console_router())
+    app.include_router(build_instances_router())
+    app.include_router(build_actions_router())
