@@ -29,8 +29,10 @@ def seeded_db(
 
 @pytest.fixture(scope="session")
 def console(seeded_db: tuple[str, Seeded]) -> Iterator[LiveServer]:
-    """The server over the seeded database (no sweep: what is overdue stays overdue)."""
-    with live_server(seeded_db[0], run_sweeper=False) as server:
+    """The server over the seeded database (no sweep: what is overdue stays overdue; a 60 s
+    scan interval makes a wake overdue 2 minutes after its instant, so the newest parked
+    instances are not overdue yet while the session runs)."""
+    with live_server(seeded_db[0], run_sweeper=False, timer_scan_interval=60.0) as server:
         yield server
 
 
