@@ -85,6 +85,13 @@ class Settings(BaseSettings):
         default_factory=_default_node_id,
         description="This node's name (lease owner, in every log line).",
     )
+    start_wait_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="How long a start request waits for the new instance to park or end; "
+        "past it the answer is 202 with status running (the instance row is durable) and "
+        "the run goes on on the node.",
+    )
     run_sweeper: bool = Field(default=True, description="Run the sweep job in this process.")
     http_timeout_seconds: float = Field(default=10.0, gt=0, description="Outbound call timeout.")
     max_body_bytes: int = Field(

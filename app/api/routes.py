@@ -246,8 +246,11 @@ def _start_handler(plan: Plan):  # type: ignore[no-untyped-def]
     start.__doc__ = (
         f"Start `{plan.name}` {plan.version}. Requires a bearer token"
         + (" and an `Idempotency-Key` header" if plan.trigger and plan.trigger.idempotent else "")
-        + ". Answers 202 with the instance id once it parks or ends."
-        + _BODY_DOC
+        + ". Answers 202 with the instance id once it parks or ends, or, when it has done"
+        " neither within `FLOWPARK_START_WAIT_SECONDS` (default 2 s), 202 with"
+        ' `"status": "running"`: the instance is durably created and its run goes on on'
+        " the node (follow `Location`). A replay with the same `Idempotency-Key` answers"
+        " the same instance with its state now." + _BODY_DOC
     )
     return start
 

@@ -75,12 +75,18 @@ class EngineConfig:
         sweep_batch: at most this many instances claimed per sweep statement (default 100).
         concurrency: instances advanced at once by this node (default 32); a sweep claims
             no more than its free run slots, so nothing it claimed waits for a slot.
+        start_wait: how long :meth:`Engine.start` waits (on the engine clock) for a new
+            instance to park or end before it answers with the instance ``running`` while
+            the run goes on in the background; None (default): until it parks or ends (or
+            reaches a heartbeating capability). The server sets it from
+            ``FLOWPARK_START_WAIT_SECONDS`` (2 s).
     """
 
     node_id: str = "node-1"
     lease: timedelta = timedelta(seconds=30)
     sweep_batch: int = 100
     concurrency: int = 32
+    start_wait: timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -184,7 +190,9 @@ class Engine(Walker, Limits):
         idempotency_key: str | None = None,
         instance_key: str | None = None,
     ) -> StartResult:
-        """Start an instance of ``plan`` and advance it until it parks or ends.
+        """Start an instance of ``plan`` and advance it until it parks or ends, or until
+        ``config.start_wait`` passed (then the answer is the instance ``running`` and the
+        run goes on in the background; the instance row is durable before any of it).
 
         Args:
             plan: the flow version to run.
@@ -224,8 +232,18 @@ class Engine(Walker, Limits):
             # read by the walk before it waits): nothing to load
             claim = Claim(record.id, record.fencing_token, Snapshot(record, [], []))
             outcome = None
+            started = self._begin_run(claim, gated=False)
+            bound = None
+            if self.config.start_wait is not None:
+                detach = started[1]
+
+                def answer_now() -> None:
+                    if not detach.done():  # still working: answer, let the run go on
+                        detach.set_result(None)
+
+                bound = self.clock.call_later(self.config.start_wait, answer_now)
             try:
-                outcome = await self._advance_detachable(claim, gated=False)
+                outcome = await self._advance_detachable(claim, gated=False, started=started)
             except StaleFencingToken:
                 pass  # logged by advance: the node that took the lease over goes on
             except Exception:  # noqa: BLE001 - the row is durable; the sweep takes it over
@@ -235,6 +253,9 @@ class Engine(Walker, Limits):
                     record.id,
                     self.config.node_id,
                 )
+            finally:
+                if bound is not None:
+                    bound.cancel()
             if outcome is not None and outcome.instance is not None:
                 record = outcome.instance  # as the run left it: no read back
             else:

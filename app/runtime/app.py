@@ -172,6 +172,7 @@ def create_app(
                     lease=timedelta(seconds=settings.lease_seconds),
                     sweep_batch=settings.sweep_batch,
                     concurrency=settings.concurrency,
+                    start_wait=timedelta(seconds=settings.start_wait_seconds),
                 ),
             )
             app.state.engine = engine

@@ -46,6 +46,7 @@ async def run_worker(settings: Settings | None = None) -> None:
                 lease=timedelta(seconds=settings.lease_seconds),
                 sweep_batch=settings.sweep_batch,
                 concurrency=settings.concurrency,
+                start_wait=timedelta(seconds=settings.start_wait_seconds),
             ),
         )
         sweeper = Sweeper(engine, settings.timer_scan_interval)

@@ -64,7 +64,8 @@ def free_port() -> int:
 def server_settings(database_url: str, base_url: str, **overrides: Any) -> Settings:
     """Settings for a test server: fast fake OCR and sweep, the test token.
 
-    Defaults: ``sample_ocr_per_page=0.05``, ``timer_scan_interval=0.2``, no OCR webhook
+    Defaults: ``sample_ocr_per_page=0.05``, ``timer_scan_interval=0.2``,
+    ``start_wait_seconds=30``, no OCR webhook
     (``ocr_callbacks=False``: the poll alone finishes documents), ``self_url=base_url``.
     """
     values: dict[str, Any] = {
@@ -75,6 +76,9 @@ def server_settings(database_url: str, base_url: str, **overrides: Any) -> Setti
         "timer_scan_interval": 0.2,
         "ocr_callbacks": False,
         "node_id": f"test-{base_url.rsplit(':', 1)[-1]}",
+        # a start answers once the instance parks, however loaded the test machine is
+        # (tests of the bounded start answer set their own)
+        "start_wait_seconds": 30.0,
     }
     values.update(overrides)
     return Settings(**values)
