@@ -1,0 +1,138 @@
+"""The console in a real browser (Debian's Chromium, headless) against ``flowpark serve`` in
+a child process, over real documents: parked, overdue, completed, failed.
+
+One operator's path: sign in, filter the list to overdue, open an instance, read its
+timeline and budget bar, wake it and see the next attempt appear, open the flow graph and
+find every node of ``document.process``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import start_server
+from tests.support.console_data import Populated, populate
+from tests.support.server import TOKEN, SubprocessServer
+
+#: The node's sweep never runs (wakes stay overdue until someone wakes them); a wake is
+#: overdue one second after its instant (two scan intervals).
+SETTINGS = {
+    "run_sweeper": "false",
+    "timer_scan_interval": "0.5",
+    "sample_ocr_per_page": "60",
+    "ocr_callbacks": "false",
+}
+
+
+@pytest.fixture(scope="module")
+def documents(
+    tmp_path_factory: pytest.TempPathFactory, _sqlite_template: Path
+) -> Iterator[tuple[SubprocessServer, Populated]]:
+    folder = tmp_path_factory.mktemp("console-browser")
+    with start_server(
+        folder / "flowpark.db", folder / "server.log", _sqlite_template, **SETTINGS
+    ) as server:
+        yield server, populate(server.base_url, TOKEN)
+
+
+def _sign_in(page: Page, base_url: str, token: str = TOKEN) -> None:
+    page.goto(f"{base_url}/ui")
+    expect(page).to_have_url(re.compile(r"/ui/sign-in\?next="))
+    page.get_by_label("API token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page).to_have_url(f"{base_url}/ui")
+
+
+@pytest.mark.slow
+def test_an_operator_finds_an_overdue_document_wakes_it_and_reads_its_flow(
+    page: Page, documents: tuple[SubprocessServer, Populated]
+):
+    server, docs = documents
+    _sign_in(page, server.base_url)
+
+    # the overview counts the overdue and the failed document
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    row = page.locator('tr[data-flow="document.process"][data-version="1.0.0"]')
+    expect(row).to_contain_text("document.ocr_failed")
+    assert int(page.get_by_test_id("overdue-total").inner_text()) >= 1
+
+    # the list, filtered to overdue with the form: the filter lands in the URL
+    page.get_by_role("link", name="Instances").click()
+    filters = page.get_by_test_id("filters")
+    filters.get_by_label("overdue").check()
+    filters.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(re.compile(r"/ui/instances\?.*overdue=1"))
+    rows = page.locator("table[data-testid=instances] tbody tr[data-instance]")
+    expect(rows.first).to_be_visible()
+    listed = rows.evaluate_all("rows => rows.map(r => r.dataset.instance)")
+    assert listed and set(listed) <= set(docs.parked)
+    expect(rows.first.locator(".countdown")).to_contain_text("late")  # the live countdown
+
+    # one overdue instance: its wait, budget bar and attempt timeline
+    rows.first.locator("a").first.click()
+    instance_id = listed[0]
+    expect(page).to_have_url(f"{server.base_url}/ui/instances/{instance_id}")
+    expect(page.get_by_test_id("state")).to_have_text("suspended")
+    expect(page.get_by_test_id("countdown")).to_contain_text("late")
+    budget = page.get_by_test_id("budget")
+    expect(budget).to_be_visible()
+    expect(budget.get_by_test_id("budget-end")).to_contain_text("ends 20")
+    assert budget.locator(".used").evaluate("el => el.getBoundingClientRect().width") >= 0
+    timeline = page.get_by_test_id("timeline")
+    expect(timeline).to_be_visible()
+    expect(timeline.locator('g[data-attempt="0"][data-outcome="success"]')).to_have_count(1)
+    expect(timeline.locator('g[data-attempt="1"][data-outcome="next"]')).to_have_count(1)
+    expect(timeline.locator('g[data-attempt="1"][data-outcome="success"]')).to_have_count(0)
+
+    # wake now, behind its confirmation: attempt 1 runs and appears on the timeline
+    page.get_by_role("link", name="Wake now").click()
+    expect(page.get_by_role("heading", name="Wake now?")).to_be_visible()
+    page.get_by_test_id("confirm-wake").click()
+    expect(page).to_have_url(re.compile(rf"/ui/instances/{instance_id}\?done=Woken"))
+    expect(page.get_by_role("status")).to_contain_text("Woken")
+    expect(timeline.locator('g[data-attempt="1"][data-outcome="success"]')).to_have_count(1)
+    expect(timeline.locator('g[data-attempt="2"][data-outcome="next"]')).to_have_count(1)
+    attempt_1 = page.locator('details.attempt[data-attempt="1"]')
+    attempt_1.locator("summary").click()
+    expect(attempt_1.locator("table")).to_contain_text("success")
+
+    # the flow graph: every node of document.process, with the poll's waiting count
+    page.get_by_role("link", name="document.process@1.0.0").click()
+    graph = page.get_by_test_id("flow-graph")
+    expect(graph).to_be_visible()
+    titles = {
+        "0": "ocr.upload",
+        "1": "poll ocr.status",
+        "2": "ocr.status",
+        "3": "document.escalate",
+        "4": "fail document.not_read_in_time",
+        "5": "document.extract",
+        "6": "emit document.processed",
+        "end": "completed",
+        "comp-0": "ocr.cancel",
+    }
+    for key, title in titles.items():
+        node = graph.locator(f'g[data-node="{key}"]')
+        expect(node).to_be_visible()
+        expect(node.locator("text.title")).to_have_text(title)
+    waiting = int(graph.locator('g[data-node="1"]').get_attribute("data-waiting") or -1)
+    assert waiting == len(docs.parked)
+    for kind in ("attempt", "loop", "satisfied", "signal", "timeout", "compensation"):
+        expect(graph.locator(f'g.edge[data-edge="{kind}"]')).to_have_count(1)
+
+
+@pytest.mark.slow
+def test_sign_out_ends_the_session(page: Page, documents: tuple[SubprocessServer, Populated]):
+    server, _ = documents
+    _sign_in(page, server.base_url)
+    page.get_by_role("button", name="Sign out").click()
+    expect(page).to_have_url(f"{server.base_url}/ui/sign-in")
+    page.goto(f"{server.base_url}/ui/instances")
+    expect(page).to_have_url(re.compile(r"/ui/sign-in\?next=%2Fui%2Finstances"))
+    cookies = page.context.cookies()
+    assert not [c for c in cookies if c["name"] == "flowpark_session"]
