@@ -30,6 +30,7 @@ of a definition finding (``poll.requires_durable``).
     ├── StoreUnavailable           store_unavailable
     └── RequestRefused             an HTTP request refused before any flow is involved
         ├── Unauthorized           unauthorized
+        ├── Forbidden              forbidden; missing_scope
         ├── IdempotencyKeyMissing  idempotency_key_missing
         ├── IdempotencyKeyInvalid  idempotency_key_invalid
         ├── UnsupportedMediaType   unsupported_media_type
@@ -57,6 +58,7 @@ __all__ = [
     "FlowFailure",
     "FlowNotFound",
     "FlowparkError",
+    "Forbidden",
     "IdempotencyKeyInvalid",
     "IdempotencyKeyMissing",
     "IdempotencyKeyReused",
@@ -104,6 +106,10 @@ class ErrorCode(StrEnum):
         "a flow definition broke a rule (raised at registration; never an API answer)",
     )
     FLOW_NOT_FOUND = ("flow_not_found", "no such flow or version")
+    FORBIDDEN = (
+        "forbidden",
+        "the bearer token is known but lacks the route's scope (`missingScope` names it)",
+    )
     IDEMPOTENCY_KEY_INVALID = (
         "idempotency_key_invalid",
         "the `Idempotency-Key` header is longer than 200 characters",
@@ -292,6 +298,12 @@ class Unauthorized(RequestRefused):
     """The request carries no bearer token, or one that is not accepted."""
 
     code = ErrorCode.UNAUTHORIZED
+
+
+class Forbidden(RequestRefused):
+    """The bearer token is known but lacks the scope the route needs (``missing_scope``)."""
+
+    code = ErrorCode.FORBIDDEN
 
 
 class IdempotencyKeyMissing(RequestRefused):

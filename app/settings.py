@@ -8,14 +8,60 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["DEFAULT_API_TOKEN", "Settings"]
+__all__ = ["DEFAULT_API_TOKEN", "SCOPES", "ApiToken", "Settings", "parse_api_tokens"]
 
 DEFAULT_API_TOKEN = "dev-token"
+
+#: The scopes a token may hold: read (lists, views, streams), start (start routes), signal
+#: (signal routes), operate (wake, extend budget, cancel, bulk actions).
+SCOPES: tuple[str, ...] = ("operate", "read", "signal", "start")
+
+
+@dataclass(frozen=True)
+class ApiToken:
+    """One accepted bearer token.
+
+    Attributes:
+        name: what the node calls it in logs and the instance history (never the value).
+        value: the secret itself.
+        scopes: what it may do (a subset of :data:`SCOPES`).
+    """
+
+    name: str
+    value: str = field(repr=False)
+    scopes: frozenset[str]
+
+
+def parse_api_tokens(spec: str) -> list[ApiToken]:
+    """Parse ``FLOWPARK_API_TOKENS``: comma-separated entries, each either
+    ``name:token:scope+scope`` (a named token with those scopes) or a plain ``token``
+    (every scope; named ``token-N`` after its 1-based position). An entry whose last part
+    is not a ``+``-joined list of known scopes is a plain token (colons and all).
+
+    Raises:
+        ValueError: two entries share a name (the message names it, never a value).
+    """
+    tokens: list[ApiToken] = []
+    for position, raw in enumerate(spec.split(","), start=1):
+        entry = raw.strip()
+        if not entry:
+            continue
+        name, value, scopes = f"token-{position}", entry, frozenset(SCOPES)
+        parts = entry.split(":")
+        if len(parts) == 3 and parts[0] and parts[1]:
+            wanted = frozenset(parts[2].split("+"))
+            if wanted and wanted <= frozenset(SCOPES):
+                name, value, scopes = parts[0], parts[1], wanted
+        if any(t.name == name for t in tokens):
+            raise ValueError(f"FLOWPARK_API_TOKENS names two tokens {name!r}")
+        tokens.append(ApiToken(name, value, scopes))
+    return tokens
 
 
 def _default_node_id() -> str:
@@ -36,8 +82,10 @@ class Settings(BaseSettings):
     )
     api_tokens: str = Field(
         default=DEFAULT_API_TOKEN,
-        description="Comma-separated bearer tokens accepted on /api routes. The default "
-        "'dev-token' is for local trials only: set your own in any shared deployment.",
+        description="Comma-separated bearer tokens accepted on /api routes: "
+        "'name:token:scope+scope' (scopes read, start, signal, operate) or a plain 'token' "
+        "(every scope). The default 'dev-token' is for local trials only: set your own in "
+        "any shared deployment.",
     )
     timer_scan_interval: float = Field(
         default=10.0, gt=0, description="Seconds between sweeps (jittered by up to 10%)."
@@ -132,9 +180,20 @@ class Settings(BaseSettings):
     )
 
     @cached_property
+    def api_credentials(self) -> tuple[ApiToken, ...]:
+        """The accepted bearer tokens with their names and scopes (see
+        :func:`parse_api_tokens`)."""
+        return tuple(parse_api_tokens(self.api_tokens))
+
+    @cached_property
     def tokens(self) -> frozenset[str]:
-        """The accepted bearer tokens."""
-        return frozenset(t.strip() for t in self.api_tokens.split(",") if t.strip())
+        """The accepted bearer token values."""
+        return frozenset(t.value for t in self.api_credentials)
+
+    def token_with(self, scope: str) -> str | None:
+        """A token value holding ``scope`` (the first by value), or None."""
+        held = sorted(t.value for t in self.api_credentials if scope in t.scopes)
+        return held[0] if held else None
 
     @property
     def ocr_url(self) -> str:

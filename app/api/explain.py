@@ -12,22 +12,25 @@ import binascii
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from app.engine.journal import InstanceRecord, Outcome, StepKind, StepRow, WakeKind
 from app.errors import InputInvalid
 from app.flows.plan import Node, Plan, PollNode, StepNode
-from app.store.read_model import InstanceCounts, InstanceSummary
+from app.store.read_model import InstanceCounts, InstanceSummary, OperatorAction
 
 __all__ = [
     "Budget",
+    "action_view",
     "attempts_view",
     "budget_view",
     "counts_view",
     "decode_cursor",
     "encode_cursor",
+    "explain_view",
     "poll_of",
+    "stored_budget",
     "summary_view",
     "waiting_view",
 ]
@@ -89,13 +92,6 @@ class Budget:
             return 1.0
         used = (now - self.started_at).total_seconds() / total
         return round(min(1.0, max(0.0, used)), 4)
-
-
-def budget_of(node: PollNode, started_at: datetime | None, extended: timedelta) -> Budget | None:
-    """The budget of ``node`` entered at ``started_at`` and extended by ``extended``."""
-    if started_at is None:
-        return None
-    return Budget(started_at, started_at + node.timeout + extended)
 
 
 def budget_view(budget: Budget | None, now: datetime) -> dict[str, Any] | None:
@@ -292,3 +288,56 @@ def _current_poll(plan: Plan | None, inst: InstanceRecord, steps: list[StepRow])
         if isinstance(body, StepNode) and body.poll_index is not None:
             return poll_of(plan, body.poll_index)
     return None
+
+
+def stored_budget(node: PollNode, steps: list[StepRow]) -> Budget | None:
+    """The budget of poll ``node`` from the journal: its stored deadline row (kind
+    ``deadline`` at the poll's node, scope 0; the highest try is in force, extensions
+    included), else attempt 0's first start plus the poll's timeout."""
+    stored = [
+        r for r in steps if str(r.kind) == "deadline" and r.step_id == node.index and r.scope == 0
+    ]
+    if stored:
+        row = max(stored, key=lambda r: r.try_number)
+        ends = row.values.get("endsAt")
+        if isinstance(ends, str):
+            return Budget(row.started_at, datetime.fromisoformat(ends.replace("Z", "+00:00")))
+    first = [r for r in steps if r.step_id == node.body_index and r.scope == 0]
+    if not first:
+        return None
+    started = min(r.started_at for r in first)
+    return Budget(started, started + node.timeout)
+
+
+def action_view(action: OperatorAction) -> dict[str, Any]:
+    """One entry of an instance's operator history."""
+    return {
+        "actionId": action.id,
+        "action": action.action,
+        "actor": action.actor,
+        "actedAt": _at(action.acted_at),
+        "details": action.details,
+    }
+
+
+def explain_view(
+    plan: Plan | None,
+    inst: InstanceRecord,
+    steps: list[StepRow],
+    now: datetime,
+    actions: list[OperatorAction],
+) -> dict[str, Any]:
+    """What the instance view adds to explain a wait (next to its ``budget``): ``waiting``
+    (what a suspended instance waits for), ``attempts`` (per poll attempt, with every try), ``tries``
+    (capability executions in the whole journal) and ``actions`` (operator history)."""
+    waiting = None
+    if inst.state.value == "suspended":
+        waiting = waiting_view(
+            plan, inst.wake_step_id, inst.wake_scope, inst.wake_kind, inst.wake_at
+        )
+    return {
+        "waiting": waiting,
+        "attempts": attempts_view(plan, inst, steps),
+        "tries": sum(1 for r in steps if r.kind is StepKind.STEP),
+        "actions": [action_view(a) for a in actions],
+    }

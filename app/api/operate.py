@@ -1,18 +1,24 @@
-"""Operator routes: find instances (list with filters, counts).
+"""Operator routes: find instances (list with filters, counts) and act on them (wake,
+cancel, bulk actions).
 
-They read through :class:`app.store.read_model.OperatorReads` (no SQL here) and measure
-``overdue`` and ``stuck`` at the engine clock's now.
+They read and record through :class:`app.store.read_model.OperatorReads` (no SQL here)
+and measure ``overdue`` and ``stuck`` at the engine clock's now. Every action is recorded
+in the instance's history (``flow_action``) with the acting token's name and the instant,
+and is idempotent by ``Idempotency-Key``: a repeat answers what the first did and acts no
+more. Actions on an ended instance are 409 ``instance_ended``.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, cast
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from app.api.auth import require_token
+from app.api.auth import Principal, require_scope
 from app.api.explain import (
     counts_view,
     decode_cursor,
@@ -20,17 +26,20 @@ from app.api.explain import (
     poll_of,
     summary_view,
 )
+from app.api.routes import check_instance_id, idempotency_header
 from app.api.views import API
 from app.engine.engine import Engine
 from app.engine.journal import InstanceState, WakeKind
-from app.errors import InputInvalid
-from app.store.read_model import InstanceFilter, InstanceSummary, OperatorReads
+from app.errors import InputInvalid, InstanceEnded, InstanceNotFound
+from app.store.read_model import InstanceFilter, InstanceSummary, OperatorAction, OperatorReads
 
-__all__ = ["build_operator_router", "instance_filter"]
+__all__ = ["BulkAction", "BulkFilter", "build_operator_router", "instance_filter"]
 
 #: Default and largest page size of the list.
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
+#: Most instances one bulk action request acts on.
+MAX_BULK = 1000
 _MAX_TEXT = 200
 
 
@@ -126,12 +135,170 @@ async def summaries(request: Request, rows: list[InstanceSummary]) -> list[dict[
     return out
 
 
+class BulkFilter(BaseModel):
+    """The list's filters as a JSON body (the same names as the query parameters)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    flow: str | None = Field(default=None, max_length=_MAX_TEXT)
+    version: str | None = Field(default=None, max_length=_MAX_TEXT)
+    state: list[InstanceState] = Field(default_factory=list, max_length=5)
+    overdue: float | None = Field(default=None, ge=0, le=10 * 365 * 86400)
+    stuck: bool = False
+    error_code: str | None = Field(default=None, alias="errorCode", max_length=_MAX_TEXT)
+    waiting: WakeKind | None = None
+    instance_key: str | None = Field(default=None, alias="instanceKey", max_length=_MAX_TEXT)
+    created_after: AwareDatetime | None = Field(default=None, alias="createdAfter")
+    created_before: AwareDatetime | None = Field(default=None, alias="createdBefore")
+
+    def to_filter(self, now: datetime) -> InstanceFilter:
+        """The read model's filter, measured at ``now``."""
+        return InstanceFilter(
+            flow=self.flow,
+            version=self.version,
+            states=tuple(dict.fromkeys(self.state)),
+            overdue_seconds=self.overdue,
+            stuck=self.stuck,
+            error_code=self.error_code,
+            waiting=self.waiting,
+            instance_key=self.instance_key,
+            created_after=self.created_after,
+            created_before=self.created_before,
+            now=now,
+        )
+
+
+class BulkAction(BaseModel):
+    """``POST /api/v1/instances/actions``: act on the instances a filter selects."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    action: Literal["wake", "cancel"]
+    filter: BulkFilter = Field(default_factory=BulkFilter)
+    dry_run: bool = Field(default=False, alias="dryRun")
+    limit: int = Field(default=100, ge=1, le=MAX_BULK)
+    cursor: str | None = Field(default=None, max_length=400)
+
+
+async def _repeat(
+    request: Request, instance_id: str, action: str, key: str | None
+) -> JSONResponse | None:
+    """The first answer of an action repeated with its ``Idempotency-Key``, if any."""
+    if key is None:
+        return None
+    first = await _reads(request).find_action(instance_id, action, key)
+    if first is None:
+        return None
+    answer = dict(first.details.get("answer") or {"instanceId": instance_id, "pending": True})
+    return JSONResponse(answer, status_code=int(first.details.get("status", 200)))
+
+
+async def _begin(
+    request: Request, instance_id: str, action: str, key: str | None
+) -> tuple[OperatorAction, JSONResponse | None]:
+    """Record the action before it acts (so two requests with one key act once); a
+    conflict on the key answers the first's answer."""
+    engine = _engine(request)
+    principal: Principal = request.state.principal
+    record = OperatorAction(
+        id=engine.new_id(),
+        instance_id=instance_id,
+        action=action,
+        actor=principal.name,
+        acted_at=engine.clock.now(),
+        details={"pending": True},
+        idempotency_key=key,
+    )
+    stored, created = await _reads(request).record_action(record)
+    if created:
+        return stored, None
+    repeat = await _repeat(request, instance_id, action, key)
+    assert repeat is not None
+    return stored, repeat
+
+
+async def wake(request: Request, instance_id: str, key: str | None) -> tuple[int, dict[str, Any]]:
+    """Wake one instance (see the route); returns ``(status, answer)``.
+
+    Raises:
+        InstanceNotFound: 404. InstanceEnded: 409.
+    """
+    engine = _engine(request)
+    first = await _repeat(request, instance_id, "wake", key)
+    if first is not None:  # a repeat answers what the first did, even once ended
+        return first.status_code, json.loads(bytes(first.body))
+    inst = await engine.journal.get_instance(instance_id)
+    if inst.state.ended:
+        raise InstanceEnded(
+            f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
+        )
+    action, repeat = await _begin(request, instance_id, "wake", key)
+    if repeat is not None:
+        return repeat.status_code, json.loads(bytes(repeat.body))
+    answer: dict[str, Any] = {"instanceId": instance_id, "woken": False}
+    if inst.state is not InstanceState.SUSPENDED:
+        answer.update(state=str(inst.state), reason=f"not parked: the instance is {inst.state}")
+    elif inst.wake_kind is WakeKind.SIGNAL:
+        answer.update(state=str(inst.state), reason="it waits for a signal, not for a wake")
+    else:
+        outcome = await engine.wake_now(instance_id)
+        if outcome is None:
+            now = await engine.journal.get_instance(instance_id)
+            answer.update(state=str(now.state), reason="another node holds it now")
+        else:
+            answer.update(
+                woken=True,
+                state=str(outcome.state),
+                wakeAt=_at(outcome.wake_at),
+            )
+    answer.update(actionId=action.id, actor=action.actor, actedAt=_at(action.acted_at))
+    await _reads(request).complete_action(action.id, {"answer": answer, "status": 200})
+    return 200, answer
+
+
+async def cancel(request: Request, instance_id: str, key: str | None) -> tuple[int, dict[str, Any]]:
+    """Cancel one instance (see the route); returns ``(status, answer)``.
+
+    Raises:
+        InstanceNotFound: 404. InstanceEnded: 409.
+    """
+    engine = _engine(request)
+    first = await _repeat(request, instance_id, "cancel", key)
+    if first is not None:  # a repeat answers what the first did, even once ended
+        return first.status_code, json.loads(bytes(first.body))
+    inst = await engine.journal.get_instance(instance_id)
+    if inst.state.ended:
+        raise InstanceEnded(
+            f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
+        )
+    action, repeat = await _begin(request, instance_id, "cancel", key)
+    if repeat is not None:
+        return repeat.status_code, json.loads(bytes(repeat.body))
+    after = await engine.cancel(instance_id)
+    status = 200 if after.state.ended else 202
+    answer = {
+        "instanceId": instance_id,
+        "state": str(after.state),
+        "actionId": action.id,
+        "actor": action.actor,
+        "actedAt": _at(action.acted_at),
+    }
+    await _reads(request).complete_action(action.id, {"answer": answer, "status": status})
+    return status, answer
+
+
+def _at(instant: datetime | None) -> str | None:
+    return instant.isoformat().replace("+00:00", "Z") if instant is not None else None
+
+
 def build_operator_router() -> APIRouter:
     """The operator's ``/api/v1/instances`` list and counts routes (registered before the
     ``/instances/{id}`` routes, so ``counts`` is not read as an id)."""
-    router = APIRouter(prefix=API, dependencies=[Depends(require_token)])
+    router = APIRouter(prefix=API)
+    read = [Depends(require_scope("read"))]
+    operate = [Depends(require_scope("operate"))]
 
-    @router.get("/instances", tags=["instances"])
+    @router.get("/instances", tags=["instances"], dependencies=read)
     async def list_instances(
         request: Request,
         where: Annotated[InstanceFilter, Depends(instance_filter)],
@@ -159,7 +326,7 @@ def build_operator_router() -> APIRouter:
             }
         )
 
-    @router.get("/instances/counts", tags=["instances"])
+    @router.get("/instances/counts", tags=["instances"], dependencies=read)
     async def count_instances(
         request: Request,
         overdue: Annotated[
@@ -174,5 +341,93 @@ def build_operator_router() -> APIRouter:
         now = _engine(request).clock.now()
         counts = await _reads(request).count_instances_by(now, overdue)
         return JSONResponse(counts_view(counts, overdue))
+
+    @router.post("/instances/actions", tags=["instances"], dependencies=operate)
+    async def bulk_action(request: Request, body: BulkAction) -> JSONResponse:
+        """Act (`wake` or `cancel`) on the instances a filter selects (`filter`: the list's
+        parameters as JSON, e.g. `{"waiting": "poll", "overdue": 600}`). `dryRun: true`
+        acts on none and answers how many match (`matched`). Otherwise at most `limit`
+        instances (1-1000, default 100) are taken in the list's order, from `cursor` on,
+        and each is acted on as by its own route (recorded in its history; ended ones and
+        ones not parked are skipped); the answer counts them (`acted`, `skipped`), lists
+        each (`results`) and gives `nextCursor` to continue with (null once the filter's
+        instances are all visited). With an `Idempotency-Key`, each instance's action is
+        idempotent by that key, so a retried batch acts on none twice."""
+        engine = _engine(request)
+        key = idempotency_header(request.headers.get("idempotency-key"), required=False)
+        where = body.filter.to_filter(engine.clock.now())
+        reads = _reads(request)
+        if body.dry_run:
+            matched = await reads.count_matching(where)
+            return JSONResponse(
+                {"action": body.action, "dryRun": True, "matched": matched, "acted": 0}
+            )
+        after = decode_cursor(body.cursor) if body.cursor else None
+        page = await reads.list_instances(where, limit=body.limit, after=after)
+        results: list[dict[str, Any]] = []
+        acted = skipped = 0
+        act = wake if body.action == "wake" else cancel
+        for row in page.rows:
+            per_key = f"bulk:{key}" if key else None
+            try:
+                status, answer = await act(request, row.id, per_key)
+            except (InstanceEnded, InstanceNotFound) as exc:
+                skipped += 1
+                results.append({"instanceId": row.id, "outcome": "skipped", "code": exc.code})
+                continue
+            done = answer.get("woken", True) if body.action == "wake" else True
+            acted += 1 if done else 0
+            skipped += 0 if done else 1
+            results.append(
+                {
+                    "instanceId": row.id,
+                    "outcome": "acted" if done else "skipped",
+                    "state": answer.get("state"),
+                    "status": status,
+                }
+            )
+        return JSONResponse(
+            {
+                "action": body.action,
+                "dryRun": False,
+                "matched": len(page.rows),
+                "acted": acted,
+                "skipped": skipped,
+                "results": results,
+                "nextCursor": encode_cursor(page.after) if page.after else None,
+            }
+        )
+
+    @router.post("/instances/{instance_id}/wake", tags=["instances"], dependencies=operate)
+    async def wake_instance(
+        request: Request,
+        instance_id: str,
+        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    ) -> JSONResponse:
+        """Wake a parked instance now: it is claimed and the wait it is parked on runs at
+        once (a poll's next attempt, a retry's next try), then it parks again or ends as
+        the sweep would have continued it. The answer: `woken`, the `state` and `wakeAt`
+        after, and the recorded action (`actionId`, `actor`, `actedAt`). Not parked (running)
+        or waiting for a signal: `woken: false` with the `reason`, nothing done. 409
+        `instance_ended` once ended. Idempotent by `Idempotency-Key`."""
+        check_instance_id(instance_id)
+        key = idempotency_header(idempotency_key, required=False)
+        status, answer = await wake(request, instance_id, key)
+        return JSONResponse(answer, status_code=status)
+
+    @router.post("/instances/{instance_id}/cancel", tags=["instances"], dependencies=operate)
+    async def cancel_instance(
+        request: Request,
+        instance_id: str,
+        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    ) -> JSONResponse:
+        """Cancel: compensations of completed steps run once, in reverse order, and the
+        instance ends `cancelled` (202 while another node finishes the unwind). 409
+        `instance_ended` when it had already ended. Recorded in the instance's history
+        (`actionId`, `actor`, `actedAt`); idempotent by `Idempotency-Key`."""
+        check_instance_id(instance_id)
+        key = idempotency_header(idempotency_key, required=False)
+        status, answer = await cancel(request, instance_id, key)
+        return JSONResponse(answer, status_code=status)
 
     return router

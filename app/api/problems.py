@@ -38,6 +38,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.IDEMPOTENCY_KEY_INVALID: 400,
     ErrorCode.IDEMPOTENCY_KEY_MISSING: 400,
     ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.FORBIDDEN: 403,
     ErrorCode.FLOW_NOT_FOUND: 404,
     ErrorCode.INSTANCE_NOT_FOUND: 404,
     ErrorCode.NOT_FOUND: 404,

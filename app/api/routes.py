@@ -29,7 +29,8 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from app.api.auth import require_token
+from app.api.auth import require_scope
+from app.api.explain import explain_view
 from app.api.views import (
     API,
     awaiting,
@@ -50,7 +51,13 @@ from app.errors import (
 )
 from app.flows.plan import Plan, Profile
 
-__all__ = ["add_trigger_routes", "build_router", "check_instance_id", "well_formed"]
+__all__ = [
+    "add_trigger_routes",
+    "build_router",
+    "check_instance_id",
+    "idempotency_header",
+    "well_formed",
+]
 
 MAX_KEY = 200
 #: Largest sequence a cursor may name (a signed 64-bit column).
@@ -191,7 +198,13 @@ _BODY_DOC = (
 )
 
 
-def _key(value: str | None, *, required: bool) -> str | None:
+def idempotency_header(value: str | None, *, required: bool) -> str | None:
+    """The ``Idempotency-Key`` header's value, stripped (None when absent or blank).
+
+    Raises:
+        IdempotencyKeyMissing: ``required`` and none sent (400).
+        IdempotencyKeyInvalid: longer than ``MAX_KEY`` characters (400).
+    """
     if value is None or not value.strip():
         if required:
             raise IdempotencyKeyMissing("this route requires an Idempotency-Key header")
@@ -209,10 +222,12 @@ def _start_handler(plan: Plan):  # type: ignore[no-untyped-def]
     async def start(
         request: Request,
         idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
-        _: str = Depends(require_token),
+        _: object = Depends(require_scope("start")),
     ) -> JSONResponse:
         engine = _engine(request)
-        key = _key(idempotency_key, required=bool(plan.trigger and plan.trigger.idempotent))
+        key = idempotency_header(
+            idempotency_key, required=bool(plan.trigger and plan.trigger.idempotent)
+        )
         body = await _json_body(request)
         instance_key = None
         if isinstance(body, dict) and "instanceKey" in body:
@@ -261,7 +276,7 @@ async def _deliver(request: Request, instance_id: str, name: str, key: str | Non
     and 422 ``idempotency_key_reused`` otherwise (as the start routes do)."""
     engine = _engine(request)
     check_instance_id(instance_id)
-    idempotency_key = _key(key, required=False)
+    idempotency_key = idempotency_header(key, required=False)
     body = await _json_body(request)
     # the answer comes from the delivery: the signal as the run it started left it (taken
     # when the instance took it) and the state after that run, with nothing read back
@@ -355,7 +370,7 @@ def add_trigger_routes(app: FastAPI, plans: list[Plan]) -> None:
                     request: Request,
                     instance_id: str,
                     idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
-                    _: str = Depends(require_token),
+                    _: object = Depends(require_scope("signal")),
                 ) -> JSONResponse:
                     return await _deliver(request, instance_id, sig_name, idempotency_key)
 
@@ -390,34 +405,36 @@ def add_trigger_routes(app: FastAPI, plans: list[Plan]) -> None:
 
 def build_router() -> APIRouter:
     """The generic ``/api/v1`` routes."""
-    router = APIRouter(prefix=API, dependencies=[Depends(require_token)])
+    router = APIRouter(prefix=API)
+    read = [Depends(require_scope("read"))]
 
-    @router.get("/instances/{instance_id}", tags=["instances"])
+    @router.get("/instances/{instance_id}", tags=["instances"], dependencies=read)
     async def get_instance(request: Request, instance_id: str) -> JSONResponse:
-        """One instance: state, wake (``wakeAt``, ``wakeStepId``, ``wakeScope``), attempts,
-        result or error (``code``, ``message``), lease, the running wait's ``budget``
-        (``startedAt``, ``endsAt``: the stored end instant, ``usedRatio``) and journal rows
-        (a ``deadline`` row stores each wait's end before the first call it bounds)."""
+        """One instance: state, wake (``wakeAt``, ``wakeStepId``, ``wakeScope``), result or
+        error (``code``, ``message``), lease, journal rows, signals, and what explains its
+        wait: ``waiting`` (``kind``: poll, retry, signal or deadline; ``stepId``,
+        ``capabilityId``, ``attempt``, ``wakeAt``), ``budget`` of the poll it waits at
+        (``startedAt``, ``endsAt``, ``usedRatio``), ``attempts`` (one entry per poll
+        attempt: ``scheduledAt``, ``startedAt``, ``latenessSeconds``, ``durationSeconds``,
+        ``outcome`` and every try with its error ``type`` and ``detail``), ``tries`` (the
+        number of capability executions in the journal) and ``actions`` (the operator's
+        wake, extend-budget and cancel history: who and when)."""
         check_instance_id(instance_id)
         engine = _engine(request)
         snap = await engine.journal.load(instance_id)
         signals = await engine.journal.list_signals(instance_id)  # type: ignore[attr-defined]
+        actions = await engine.journal.actions_of(instance_id)  # type: ignore[attr-defined]
         plan = engine.catalog.find(snap.instance.flow_name, snap.instance.flow_version)
-        return JSONResponse(
-            instance_view(snap.instance, snap.steps, signals, plan, now=engine.clock.now())
-        )
+        view = instance_view(snap.instance, snap.steps, signals, plan, now=engine.clock.now())
+        view.update(explain_view(plan, snap.instance, snap.steps, engine.clock.now(), actions))
+        return JSONResponse(view)
 
-    @router.post("/instances/{instance_id}/cancel", tags=["instances"])
-    async def cancel_instance(request: Request, instance_id: str) -> JSONResponse:
-        """Cancel: compensations of completed steps run once, in reverse order, and the
-        instance ends ``cancelled`` (202 while another node finishes the unwind). 409
-        ``instance_ended`` when it had already ended."""
-        check_instance_id(instance_id)
-        inst = await _engine(request).cancel(instance_id)
-        status = 200 if inst.state.ended else 202
-        return JSONResponse({"instanceId": inst.id, "state": str(inst.state)}, status_code=status)
-
-    @router.post("/instances/{instance_id}/signals/{name}", tags=["signals"], status_code=202)
+    @router.post(
+        "/instances/{instance_id}/signals/{name}",
+        tags=["signals"],
+        status_code=202,
+        dependencies=[Depends(require_scope("signal"))],
+    )
     async def signal_instance(
         request: Request,
         instance_id: str,
@@ -433,13 +450,13 @@ def build_router() -> APIRouter:
         ``max_body_bytes``, else 413 ``body_too_large``; no string with U+0000, else 422."""
         return await _deliver(request, instance_id, name, idempotency_key)
 
-    @router.get("/reviews", tags=["reviews"])
+    @router.get("/reviews", tags=["reviews"], dependencies=read)
     async def reviews(request: Request, limit: int = Query(100, ge=1, le=1000)) -> JSONResponse:
         """The human review queue, oldest first."""
         items = await _engine(request).journal.list_reviews(limit)  # type: ignore[attr-defined]
         return JSONResponse([review_view(i) for i in items])
 
-    @router.get("/events", tags=["events"])
+    @router.get("/events", tags=["events"], dependencies=read)
     async def events(
         request: Request,
         limit: int = Query(100, ge=1, le=1000),
@@ -450,7 +467,7 @@ def build_router() -> APIRouter:
         items = await journal.list_events(limit, after)  # type: ignore[attr-defined]
         return JSONResponse([event_view(i) for i in items])
 
-    @router.get("/flows", tags=["flows"])
+    @router.get("/flows", tags=["flows"], dependencies=read)
     async def flows(request: Request) -> JSONResponse:
         """Registered flows and versions."""
         return JSONResponse(

@@ -20,7 +20,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.api.auth import require_token
+from app.api.auth import require_scope
 from app.api.routes import check_instance_id, well_formed
 from app.api.views import API, stream_view
 from app.engine.engine import Engine
@@ -100,7 +100,7 @@ async def _events(
 
 def build_streams_router() -> APIRouter:
     """``GET /api/v1/instances/{instance_id}/streams/{name}`` (bearer token)."""
-    router = APIRouter(prefix=API, dependencies=[Depends(require_token)], tags=["streams"])
+    router = APIRouter(prefix=API, dependencies=[Depends(require_scope("read"))], tags=["streams"])
 
     @router.get(
         "/instances/{instance_id}/streams/{name}",

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from app.engine.deadlines import open_budget
-from app.engine.journal import InstanceRecord, SignalRecord, StepKind, StepRow, StreamMessage
+from app.engine.journal import InstanceRecord, SignalRecord, StepRow, StreamMessage
 from app.flows.plan import AwaitSignalNode, Plan, PollNode
 
 __all__ = ["awaiting", "event_view", "instance_view", "review_view", "signal_view", "stream_view"]
@@ -134,7 +134,6 @@ def instance_view(
     "startedAt", "endsAt", "usedRatio", "extensions"}``; ``endsAt`` is the stored end
     instant, ``usedRatio`` the share spent at ``now`` (engine clock; null without it).
     """
-    attempts = sum(1 for r in steps if r.kind is StepKind.STEP)
     live_lease = inst.lease_owner is not None and not inst.state.ended
     view: dict[str, Any] = {
         "instanceId": inst.id,
@@ -148,7 +147,6 @@ def instance_view(
         "wakeStepId": inst.wake_step_id,
         "wakeScope": inst.wake_scope,
         "instanceKey": inst.instance_key,
-        "attempts": attempts,
         "cancelRequested": inst.cancel_requested,
         "lease": (
             {

@@ -594,6 +594,24 @@ class Engine(Walker, Limits):
         # sweep's background work, and a claim must never wait in a queue unrenewed
         return await self._advance_detachable(claim, gated=False)
 
+    async def wake_now(self, instance_id: str) -> RunOutcome | None:
+        """An operator's wake: claim the parked instance and run the wait it is parked on
+        now (a poll's next attempt, a retry's next try), then advance it until it parks or
+        ends, as the sweep would have at its wake.
+
+        Returns:
+            The run's outcome; None when the instance was not claimable (not parked, or
+            running under a live lease: nothing was done).
+
+        Raises:
+            InstanceNotFound: no such instance (``instance_not_found``).
+        """
+        now = self.clock.now()
+        claim = await self.journal.claim(instance_id, self.config.node_id, now, now + self.lease)
+        if claim is None:
+            return None
+        return await self._advance_detachable(replace(claim, woken=True), gated=False)
+
     # -- signals and cancel ------------------------------------------------------------
     async def deliver(
         self, instance_id: str, name: str, payload: Any, idempotency_key: str | None = None

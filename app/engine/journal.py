@@ -254,11 +254,14 @@ class Claim:
         snapshot: the instance as claimed, with its journal and untaken signals, when the
             store read them with the claim (then the engine does not load them again);
             None: the engine loads them.
+        woken: an operator's wake (:meth:`app.engine.Engine.wake_now`): the wait the claim
+            found (a poll's next attempt, a retry's next try) is due now.
     """
 
     instance_id: str
     fencing_token: int
     snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
+    woken: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,8 @@ class Run:
             else None
         )
         self.attempts = 0
+        # an operator's wake: the wait this claim found runs its next try or attempt now
+        self.woken = claim.woken
         self.cancel_requested = instance.cancel_requested
         self.recovery: RecoveryError | None = None
         self.heartbeat_written: tuple[Any, datetime] | None = None

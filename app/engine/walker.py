@@ -104,13 +104,15 @@ class Walker:
         if run.lost_attempt(node, scope):
             row = await run.record_lost(node, scope)
             return row if row.final else None
-        kind = WakeKind.RETRY
-        if rows and rows[-1].next_try_at is not None:
-            due: datetime | None = rows[-1].next_try_at
-        else:
-            parked, due = run.wake_for(wake_step, scope)
-            due = due if parked else None
-            kind = WakeKind.POLL if wake_step != node.index else WakeKind.RETRY
+        parked, due = run.wake_for(wake_step, scope)
+        retrying = bool(rows) and rows[-1].next_try_at is not None
+        if retrying:
+            due = rows[-1].next_try_at
+        elif not parked:
+            due = None
+        if parked and run.woken:  # an operator's wake: the next try or attempt runs now
+            due = None
+        kind = WakeKind.RETRY if retrying or wake_step == node.index else WakeKind.POLL
         if due is not None and run.now() < due:
             wake = min(due, budget_end) if budget_end is not None else due
             await run.park(wake, wake_step, scope, accept, kind=kind)

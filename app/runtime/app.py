@@ -145,7 +145,7 @@ def create_app(
 
     ocr = FakeOcrService(
         per_page=timedelta(seconds=settings.sample_ocr_per_page),
-        callback_token=next(iter(sorted(settings.tokens)), None),
+        callback_token=settings.token_with("signal"),
     )
     jobs = FakeJobService(
         queued_for=timedelta(seconds=settings.job_queued_seconds),

@@ -32,7 +32,7 @@ def create_fakes_server(
         per_page: seconds the fake OCR takes per page (default
             ``settings.sample_ocr_per_page``).
         callback_token: bearer token the OCR sends on ``ocr.completed`` callbacks
-            (default: the first of ``settings.tokens``, sorted).
+            (default: the first token, sorted, with the ``signal`` scope).
 
     Returns:
         A FastAPI app (``GET /fake/stats`` counts the requests served) whose lifespan
@@ -40,7 +40,7 @@ def create_fakes_server(
     """
     settings = settings or Settings()
     seconds = settings.sample_ocr_per_page if per_page is None else per_page
-    token = callback_token or next(iter(sorted(settings.tokens)), None)
+    token = callback_token or settings.token_with("signal")
     ocr = FakeOcrService(per_page=timedelta(seconds=seconds), callback_token=token)
     jobs = FakeJobService(
         queued_for=timedelta(seconds=settings.job_queued_seconds),

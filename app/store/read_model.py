@@ -177,6 +177,29 @@ class OperatorReads(Protocol):
         ``(instance_id, body_step_id)`` at scope 0, for the pairs that have one."""
         ...
 
+    async def record_action(self, action: OperatorAction) -> tuple[OperatorAction, bool]:
+        """Record an operator action; a repeat of its idempotency key (same instance and
+        action) records nothing and returns ``(first, False)``."""
+        ...
+
+    async def complete_action(self, action_id: str, details: dict[str, Any]) -> None:
+        """Store what the action did (its answer, replayed to a repeat of its key)."""
+        ...
+
+    async def find_action(
+        self, instance_id: str, action: str, idempotency_key: str
+    ) -> OperatorAction | None:
+        """The action recorded with ``idempotency_key``, or None."""
+        ...
+
+    async def actions_of(self, instance_id: str) -> list[OperatorAction]:
+        """The instance's operator actions, oldest first."""
+        ...
+
+    async def count_matching(self, where: InstanceFilter) -> int:
+        """How many instances ``where`` selects."""
+        ...
+
     async def journal_of(self, instance_id: str) -> list[StepRow]:
         """Every journal row of the instance, in commit order (empty when unknown)."""
         ...

@@ -44,6 +44,7 @@ from app.engine.journal import (
     WakeKind,
 )
 from app.errors import FlowFailure, InstanceNotFound, StaleFencingToken
+from app.store.actions import SqlOperatorActions
 from app.store.base import JournalConflict, instant
 from app.store.batched import CommitItem, FinishItem, PgBatches, require_aware
 from app.store.claims import SqlClaims
@@ -155,7 +156,14 @@ class _Undo(Exception):  # control flow only: never escapes this module
 
 
 class SqlJournal(
-    SqlClaims, SqlIntake, SqlSignals, SqlReads, SqlOperatorReads, SqlOverviewReads, PgBatches
+    SqlClaims,
+    SqlIntake,
+    SqlSignals,
+    SqlReads,
+    SqlOperatorReads,
+    SqlOperatorActions,
+    SqlOverviewReads,
+    PgBatches,
 ):
     """The journal repository: every SQL statement flowpark runs lives in ``app.store``.
 

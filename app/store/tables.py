@@ -35,6 +35,7 @@ from app.store.types import InstanceId, UtcDateTime
 __all__ = [
     "ACTIVE_STATES",
     "IDEMPOTENCY_DIGEST_SQL",
+    "FlowActionRow",
     "FlowHeartbeatRow",
     "FlowInstanceRow",
     "FlowSignalRow",
@@ -365,6 +366,30 @@ class FlowHeartbeatRow(SQLModel, table=True):
     try_number: int = _int("try_number", nullable=False)
     value: Any = _json("value")
     recorded_at: datetime = _instant("recorded_at", nullable=False)
+
+
+class FlowActionRow(SQLModel, table=True):
+    """``flow_action``: operator actions (wake, extend budget, cancel) in an instance's
+    history, with the acting token's name and the engine-clock instant; a repeat of an
+    action's ``Idempotency-Key`` on the same instance finds the first."""
+
+    __tablename__ = "flow_action"
+    __table_args__ = (
+        UniqueConstraint("id", name="uq_flow_action_id"),
+        UniqueConstraint(
+            "instance_id", "action", "idempotency_key", name="uq_flow_action_idempotency"
+        ),
+        Index("ix_flow_action_instance", "instance_id", "sequence"),
+    )
+
+    sequence: int | None = _sequence()
+    id: str = _str("id", nullable=False)
+    instance_id: str = _instance_id("instance_id")
+    action: str = _str("action", nullable=False)
+    actor: str = _str("actor", nullable=False)
+    acted_at: datetime = _instant("acted_at", nullable=False)
+    details: dict[str, Any] | None = _json("details")
+    idempotency_key: str | None = _str("idempotency_key")
 
 
 class FlowStreamRow(SQLModel, table=True):

@@ -85,7 +85,7 @@ async def test_a_waiting_document_is_one_suspended_row_with_a_wake_and_no_lease(
     assert wake_at <= attempt0 + high + timedelta(seconds=1)
     assert isinstance(view["wakeStepId"], int)
     assert view["wakeScope"] == 1  # the next attempt
-    assert view["attempts"] == 2
+    assert view["tries"] == 2
     assert instant(view["deadlineAt"]) == created + Waits.DEADLINE
 
     journal = view["journal"]

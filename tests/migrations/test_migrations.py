@@ -36,6 +36,7 @@ TABLES = {
     "review_item",
     "flow_heartbeat",
     "flow_stream",
+    "flow_action",
 }
 
 

@@ -1,0 +1,195 @@
+"""Operator actions and the explain view on both stores: wake (exactly one attempt),
+cancel, bulk actions, idempotency by key, history with the acting token's name, 409 once
+ended; ``waiting``, ``budget`` and per-attempt ``attempts`` with every try's error."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from tests.api.operator_support import FAILING, Operated, operated
+from tests.support.api import assert_problem, instant
+from tests.support.server import TOKEN
+
+OPS = "ops-secret"
+TOKENS = f"{TOKEN},ops:{OPS}:read+operate"
+
+
+@pytest.fixture
+async def op(store_url: str) -> AsyncIterator[Operated]:
+    async with operated(store_url, api_tokens=TOKENS) as running:
+        yield running
+
+
+def url(instance_id: str, action: str = "") -> str:
+    return f"/api/v1/instances/{instance_id}" + (f"/{action}" if action else "")
+
+
+async def test_wake_runs_the_next_poll_attempt_once_now_and_is_recorded(op: Operated) -> None:
+    h = op.h
+    inst = (await h.start("t.poll", {"order_id": "o-1"}, version="1.0.0")).instance
+    assert inst.wake_at is not None and inst.wake_scope == 1
+    assert await h.calls(inst.id, "t.check") == 1
+    h.clock.advance(timedelta(seconds=5))
+    woken_at = h.clock.now()
+    async with op.client(OPS) as client:
+        resp = await client.post(url(inst.id, "wake"), headers={"Idempotency-Key": "w-1"})
+        assert resp.status_code == 200, resp.text
+        answer = resp.json()
+        again = await client.post(url(inst.id, "wake"), headers={"Idempotency-Key": "w-1"})
+        view = (await client.get(url(inst.id))).json()
+    assert answer["woken"] is True and answer["state"] == "suspended"
+    assert answer["actor"] == "ops" and instant(answer["actedAt"]) == woken_at
+    # exactly one attempt more (scope 1), at the wake's instant; the repeat did nothing
+    assert await h.calls(inst.id, "t.check") == 2
+    assert again.status_code == 200 and again.json() == answer
+    snap = await h.snapshot(inst.id)
+    scope1 = [r for r in snap.steps if r.capability_id == "t.check" and r.scope == 1]
+    assert [r.started_at for r in scope1] == [woken_at]
+    assert snap.instance.wake_scope == 2
+    assert instant(answer["wakeAt"]) == snap.instance.wake_at == woken_at + timedelta(minutes=1)
+    assert [a["action"] for a in view["actions"]] == ["wake"]
+    assert view["actions"][0]["actor"] == "ops"
+    assert view["waiting"]["attempt"] == 2
+
+
+async def test_wake_of_a_retry_wait_runs_the_next_try_now(op: Operated) -> None:
+    h = op.h
+    inst = (await h.start("t.poll", {"order_id": f"{FAILING}w"}, version="1.0.0")).instance
+    assert inst.wake_kind is not None and inst.wake_kind.value == "retry"
+    async with op.client(OPS) as client:
+        resp = await client.post(url(inst.id, "wake"))
+        view = (await client.get(url(inst.id))).json()
+    assert resp.json()["woken"] is True
+    tries = [r for r in (await h.snapshot(inst.id)).steps if r.capability_id == "t.check"]
+    assert [(r.scope, r.try_number, str(r.outcome)) for r in tries] == [
+        (0, 1, "failure"),
+        (0, 2, "success"),
+    ]
+    assert view["waiting"]["kind"] == "poll"
+    attempt = view["attempts"][0]
+    assert attempt["attempt"] == 0 and attempt["outcome"] == "success"
+    assert [t["error"] for t in attempt["tries"]] == [
+        {"type": "RuntimeError", "detail": "provider answered 503"},
+        None,
+    ]
+    assert view["tries"] == 3  # t.start, and t.check twice
+
+
+async def test_wake_is_a_clear_no_op_when_not_parked_on_a_poll_and_409_once_ended(
+    op: Operated,
+) -> None:
+    h = op.h
+    waiting = (await h.start("t.await", {"order_id": "o-s"})).instance
+    stuck = await op.stuck()
+    ended = (await h.start("t.poll", {"order_id": "o-e"}, version="1.0.0")).instance
+    await h.engine.cancel(ended.id)
+    async with op.client(OPS) as client:
+        on_signal = (await client.post(url(waiting.id, "wake"))).json()
+        running = (await client.post(url(stuck, "wake"))).json()
+        gone = await client.post(url(ended.id, "wake"))
+        gone_cancel = await client.post(url(ended.id, "cancel"))
+    assert (on_signal["woken"], on_signal["state"]) == (False, "suspended")
+    assert "signal" in on_signal["reason"]
+    assert (running["woken"], running["state"]) == (False, "running")
+    assert "not parked" in running["reason"]
+    assert_problem(gone, 409, "instance_ended")
+    assert_problem(gone_cancel, 409, "instance_ended")
+
+
+async def test_cancel_is_idempotent_by_key_and_recorded_with_the_token_name(
+    op: Operated,
+) -> None:
+    h = op.h
+    inst = (await h.start("t.poll", {"order_id": "o-c"}, version="1.0.0")).instance
+    async with op.client(OPS) as client:
+        first = await client.post(url(inst.id, "cancel"), headers={"Idempotency-Key": "c-1"})
+        repeat = await client.post(url(inst.id, "cancel"), headers={"Idempotency-Key": "c-1"})
+        other = await client.post(url(inst.id, "cancel"), headers={"Idempotency-Key": "c-2"})
+        view = (await client.get(url(inst.id))).json()
+    assert first.status_code == 200 and first.json()["state"] == "cancelled"
+    assert repeat.status_code == 200 and repeat.json() == first.json()
+    assert_problem(other, 409, "instance_ended")
+    assert [(a["action"], a["actor"]) for a in view["actions"]] == [("cancel", "ops")]
+    assert view["error"]["code"] == "flow.cancelled"
+
+
+async def test_bulk_wake_dry_run_counts_then_acts_in_bounded_batches(op: Operated) -> None:
+    h = op.h
+    polls = [
+        (await h.start("t.poll", {"order_id": f"o-b{i}"}, version="1.0.0")).instance.id
+        for i in range(3)
+    ]
+    await h.start("t.await", {"order_id": "o-other"})
+    body: dict[str, Any] = {"action": "wake", "filter": {"waiting": "poll"}}
+    async with op.client(OPS) as client:
+        dry = (await client.post("/api/v1/instances/actions", json={**body, "dryRun": True})).json()
+        first = await client.post(
+            "/api/v1/instances/actions", json={**body, "limit": 2}, headers={"Idempotency-Key": "b"}
+        )
+        assert first.status_code == 200, first.text
+        cursor = first.json()["nextCursor"]
+        second = (
+            await client.post(
+                "/api/v1/instances/actions",
+                json={**body, "limit": 2, "cursor": cursor},
+                headers={"Idempotency-Key": "b"},
+            )
+        ).json()
+        retried = (
+            await client.post(
+                "/api/v1/instances/actions",
+                json={**body, "limit": 2},
+                headers={"Idempotency-Key": "b"},
+            )
+        ).json()
+        bad = await client.post("/api/v1/instances/actions", json={**body, "limit": 5000})
+    assert (dry["matched"], dry["acted"]) == (3, 0)
+    assert first.json()["acted"] == 2 and cursor is not None
+    assert second["acted"] == 1 and second["nextCursor"] is None
+    acted = [r["instanceId"] for r in first.json()["results"] + second["results"]]
+    assert sorted(acted) == sorted(polls)
+    for instance_id in polls:  # each woken once: attempt 0 at start, attempt 1 by the wake
+        assert await h.calls(instance_id, "t.check") == 2
+    assert retried["acted"] == 2  # the same key: the first answers, nothing runs again
+    for instance_id in polls:
+        assert await h.calls(instance_id, "t.check") == 2
+    assert_problem(bad, 422, "input_invalid")
+
+
+async def test_explain_shows_what_it_waits_for_its_budget_and_each_attempt(
+    op: Operated,
+) -> None:
+    h = op.h
+    inst = (await h.start("t.poll", {"order_id": "o-x"}, version="1.0.0")).instance
+    await h.advance_to_next_wake(inst.id)  # attempt 1, on time
+    wake = (await h.instance(inst.id)).wake_at
+    assert wake is not None
+    h.clock.set(wake + timedelta(seconds=7))  # attempt 2, 7 s late
+    await h.sweep()
+    h.clock.advance(timedelta(seconds=30))
+    snap = await h.snapshot(inst.id)
+    entered = min(r.started_at for r in snap.steps if r.capability_id == "t.check")
+    async with op.client() as client:
+        view = (await client.get(url(inst.id))).json()
+    assert view["waiting"] == {
+        "kind": "poll",
+        "stepId": 1,
+        "capabilityId": "t.check",
+        "attempt": 3,
+        "wakeAt": view["wakeAt"],
+    }
+    budget = view["budget"]
+    assert instant(budget["startedAt"]) == entered
+    assert instant(budget["endsAt"]) == entered + timedelta(minutes=10)
+    used = (h.clock.now() - entered) / timedelta(minutes=10)
+    assert budget["usedRatio"] == pytest.approx(used, abs=1e-3)
+    attempts = view["attempts"]
+    assert [a["attempt"] for a in attempts] == [0, 1, 2]
+    assert [a["outcome"] for a in attempts] == ["success"] * 3
+    assert attempts[1]["latenessSeconds"] == 0.0
+    assert attempts[2]["latenessSeconds"] == 7.0
+    assert all(len(a["tries"]) == 1 for a in attempts)

@@ -1,0 +1,109 @@
+"""Named tokens with scopes: every ``/api`` route of the served OpenAPI document with a
+token of each scope, with no token and with an unknown one (401 vs 403)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.settings import SCOPES, parse_api_tokens
+from tests.support.api import assert_problem
+from tests.support.server import LiveServer, live_server
+
+TOKENS = {scope: f"secret-{scope}-{uuid.uuid4().hex[:8]}" for scope in SCOPES}
+SPEC = ",".join(f"{scope}-bot:{token}:{scope}" for scope, token in TOKENS.items())
+
+#: the scope each route needs; a new route must be added here (the test fails otherwise)
+NEEDS: dict[tuple[str, str], str] = {
+    ("GET", "/api/v1/instances"): "read",
+    ("GET", "/api/v1/instances/counts"): "read",
+    ("GET", "/api/v1/instances/{instance_id}"): "read",
+    ("GET", "/api/v1/instances/{instance_id}/streams/{name}"): "read",
+    ("GET", "/api/v1/reviews"): "read",
+    ("GET", "/api/v1/events"): "read",
+    ("GET", "/api/v1/flows"): "read",
+    ("POST", "/api/v1/documents"): "start",
+    ("POST", "/api/v1/jobs"): "start",
+    ("POST", "/api/v1/documents/{instance_id}/signals/ocr.completed"): "signal",
+    ("POST", "/api/v1/instances/{instance_id}/signals/{name}"): "signal",
+    ("POST", "/api/v1/instances/{instance_id}/wake"): "operate",
+    ("POST", "/api/v1/instances/{instance_id}/cancel"): "operate",
+    ("POST", "/api/v1/instances/actions"): "operate",
+}
+
+
+@pytest.fixture(scope="module")
+def scoped(
+    _sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
+    import shutil
+
+    path = tmp_path_factory.mktemp("scopes") / "flowpark.db"
+    shutil.copyfile(_sqlite_template, path)
+    with live_server(f"sqlite:///{path}", api_tokens=SPEC, run_sweeper=False) as server:
+        yield server
+
+
+def _routes(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    return sorted(
+        (method.upper(), path)
+        for path, ops in spec["paths"].items()
+        if path.startswith("/api/")
+        for method in ops
+    )
+
+
+def _concrete(path: str) -> str:
+    return path.replace("{instance_id}", str(uuid.uuid4())).replace("{name}", "ready")
+
+
+async def _call(server: LiveServer, method: str, path: str, token: str | None) -> httpx.Response:
+    async with server.client(token=token, timeout=10) as client:
+        if method == "GET":
+            return await client.get(_concrete(path))
+        return await client.post(_concrete(path), json={"action": "wake", "dryRun": True})
+
+
+def test_every_api_route_names_its_scope(scoped: LiveServer) -> None:
+    spec = httpx.get(f"{scoped.base_url}/openapi.json", timeout=10).json()
+    assert set(_routes(spec)) == set(NEEDS), "a route without a scope in NEEDS (or one gone)"
+
+
+@pytest.mark.parametrize(("method", "path"), sorted(NEEDS))
+async def test_each_route_with_each_scope(
+    scoped: LiveServer, method: str, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    needed = NEEDS[(method, path)]
+    assert_problem(await _call(scoped, method, path, None), 401, "unauthorized")
+    assert_problem(await _call(scoped, method, path, "not-a-token"), 401, "unauthorized")
+    for scope, token in TOKENS.items():
+        resp = await _call(scoped, method, path, token)
+        if scope == needed:
+            assert resp.status_code not in (401, 403), (scope, resp.text)
+        else:
+            body = assert_problem(resp, 403, "forbidden")
+            assert body["missingScope"] == needed
+            assert body["token"] == f"{scope}-bot"
+            assert token not in resp.text
+    for token in TOKENS.values():  # no token value is ever logged
+        assert token not in caplog.text
+
+
+def test_plain_tokens_hold_every_scope_and_named_ones_only_theirs() -> None:
+    tokens = parse_api_tokens("plain, dash:a:b:c ,viewer:v-1:read,ops:o-1:read+operate")
+    by_name = {t.name: t for t in tokens}
+    assert by_name["token-1"].value == "plain"
+    assert by_name["token-1"].scopes == frozenset(SCOPES)
+    assert by_name["token-2"].value == "dash:a:b:c"  # not name:token:scopes: a plain token
+    assert by_name["viewer"].scopes == frozenset({"read"})
+    assert by_name["ops"].scopes == frozenset({"read", "operate"})
+    assert "o-1" not in repr(by_name["ops"])
+    with pytest.raises(ValueError, match="'ops'"):
+        parse_api_tokens("ops:a:read,ops:b:read")
