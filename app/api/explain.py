@@ -327,9 +327,10 @@ def explain_view(
     now: datetime,
     actions: list[OperatorAction],
 ) -> dict[str, Any]:
-    """What the instance view adds to explain a wait (next to its ``budget``): ``waiting``
-    (what a suspended instance waits for), ``attempts`` (per poll attempt, with every try), ``tries``
-    (capability executions in the whole journal) and ``actions`` (operator history)."""
+    """What the instance view adds to explain a wait (next to its ``budget``):
+    ``waiting`` (what a suspended instance waits for), ``attempts`` (per poll attempt, with
+    every try), ``tries`` (capability executions in the whole journal) and ``actions``
+    (the operator's history)."""
     waiting = None
     if inst.state.value == "suspended":
         waiting = waiting_view(
