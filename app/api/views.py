@@ -6,10 +6,25 @@ from datetime import datetime
 from typing import Any
 
 from app.engine.deadlines import open_budget
-from app.engine.journal import InstanceRecord, SignalRecord, StepRow, StreamMessage
+from app.engine.journal import (
+    InstanceRecord,
+    Outcome,
+    SignalRecord,
+    StepKind,
+    StepRow,
+    StreamMessage,
+)
 from app.flows.plan import AwaitSignalNode, Plan, PollNode
 
-__all__ = ["awaiting", "event_view", "instance_view", "review_view", "signal_view", "stream_view"]
+__all__ = [
+    "awaiting",
+    "compensation_failures",
+    "event_view",
+    "instance_view",
+    "review_view",
+    "signal_view",
+    "stream_view",
+]
 
 API = "/api/v1"
 
@@ -120,6 +135,28 @@ def _budget_view(
     }
 
 
+def compensation_failures(steps: list[StepRow]) -> list[dict[str, Any]]:
+    """The compensations that failed for good (their retry policy exhausted): one entry per
+    (node, scope) with code ``compensation_failed``, the capability, its last error type
+    and detail, the number of tries and when the last one failed. Empty when none did."""
+    failed: list[dict[str, Any]] = []
+    for row in steps:
+        if row.kind is StepKind.COMPENSATION and row.outcome is Outcome.FAILURE and row.final:
+            failed.append(
+                {
+                    "code": "compensation_failed",
+                    "capabilityId": row.capability_id,
+                    "stepId": row.step_id,
+                    "scope": row.scope,
+                    "errorType": row.error_type,
+                    "errorDetail": row.error_detail,
+                    "tries": row.try_number,
+                    "failedAt": _at(row.committed_at),
+                }
+            )
+    return failed
+
+
 def instance_view(
     inst: InstanceRecord,
     steps: list[StepRow],
@@ -170,6 +207,7 @@ def instance_view(
         ),
         "budget": _budget_view(inst, steps, now),
         "journal": [step_view(r) for r in steps],
+        "compensationFailures": compensation_failures(steps),
     }
     if signals is not None:
         view["signals"] = [signal_view(s) for s in signals]

@@ -463,14 +463,17 @@ class Journal(Protocol):
         wake_scope: int,
         accept_signal: str | None = None,
         wake_kind: WakeKind | None = None,
+        unwinding: bool = False,
     ) -> Ack:
         """state=suspended with the wake (``wake_at`` None: only a signal or cancel wakes
         it) and what it waits for (``wake_kind``), lease released, in one transaction.
 
         Not applied (``Ack(applied=False)``) when a cancel was requested
-        (``cancel_requested=True``), or when ``accept_signal`` names a signal that is
-        waiting untaken in the mailbox (``signal_pending=True``): the engine takes it
-        instead of parking, so a signal racing a park is never left unacted on.
+        (``cancel_requested=True``; unless ``unwinding``: a compensation waiting for its
+        next try parks whatever the instance is unwinding for), or when ``accept_signal``
+        names a signal that is waiting untaken in the mailbox (``signal_pending=True``):
+        the engine takes it instead of parking, so a signal racing a park is never left
+        unacted on.
         Raises StaleFencingToken."""
         ...
 

@@ -231,9 +231,12 @@ class Run:
         accept_signal: str | None = None,
         *,
         kind: WakeKind,
+        unwinding: bool = False,
     ) -> None:
         """Suspend at (step_id, scope) until ``wake_at`` (capped by the deadline), waiting
-        for ``kind`` (``deadline`` when the deadline comes first).
+        for ``kind`` (``deadline`` when the deadline comes first). ``unwinding``: a
+        compensation's next try: no deadline cap (the instance is ending already), and
+        applied even when a cancel was requested.
 
         Raises _Park when parked; returns when the park was refused for a waiting signal
         (or, in an ephemeral run, after sleeping until ``wake_at`` in-process).
@@ -245,7 +248,7 @@ class Run:
             self.pending_wake = None
             return
         deadline = self.instance.deadline_at
-        if deadline is not None and (wake_at is None or deadline < wake_at):
+        if not unwinding and deadline is not None and (wake_at is None or deadline < wake_at):
             wake_at = deadline
             kind = WakeKind.DEADLINE
         row, self.unflushed = self.unflushed, None
@@ -271,6 +274,7 @@ class Run:
                 scope,
                 accept_signal,
                 wake_kind=kind,
+                unwinding=unwinding,
             )
         if ack.applied:
             self.settle(
@@ -557,7 +561,7 @@ class Run:
                 values=values,
             )
         else:
-            policy = opts.retry if kind is StepKind.STEP else None
+            policy = opts.retry  # a compensation's tries too (waits between are parks)
             next_try_at = None
             if policy is not None:
                 delay = policy.delay_after(try_number)

@@ -337,24 +337,42 @@ class Walker:
         )
         return Halt(InstanceState.COMPLETED)
 
+    async def _compensate(self, run: Run, node: StepNode, scope: int) -> None:
+        """Run the compensation of (node, scope) under its retry policy until it succeeds
+        or fails for good (a final failed row: the instance view lists it). Between tries
+        the instance parks until the next try is due (raises _Park), as a step's do."""
+        compensation = node.compensation
+        assert compensation is not None
+        while True:
+            rows = run.found(node.index, scope, StepKind.COMPENSATION)
+            if any(r.outcome is Outcome.SUCCESS for r in rows):
+                return
+            last = rows[-1] if rows else None
+            if last is not None and (last.final or last.next_try_at is None):
+                return  # failed for good (recorded, logged when it happened)
+            if last is not None and last.next_try_at and run.now() < last.next_try_at:
+                run.pending_wake = (node.index, scope, last.next_try_at)
+                await run.park(
+                    last.next_try_at, node.index, scope, kind=WakeKind.RETRY, unwinding=True
+                )
+            row = await run.execute(node, scope, compensation, StepKind.COMPENSATION)
+            if row.outcome is Outcome.FAILURE and row.final:
+                log.error(
+                    "instance %s: compensation %s failed for good after %d tries: %s: %s",
+                    run.instance_id,
+                    compensation.id,
+                    row.try_number,
+                    row.error_type,
+                    row.error_detail,
+                )
+
     async def _unwind(self, run: Run, ending: InstanceState, failure: FlowFailure | None) -> Halt:
         """Run compensations of completed steps in reverse order, once each, then end."""
         await run.flush()
         if run.instance.ending is None:
             await run.journal.begin_ending(run.instance_id, run.token, run.now(), ending, failure)
         for node, scope in reversed(run.compensations):
-            assert node.compensation is not None
-            if run.found(node.index, scope, StepKind.COMPENSATION):
-                continue
-            row = await run.execute(node, scope, node.compensation, StepKind.COMPENSATION)
-            if row.outcome is Outcome.FAILURE:
-                log.error(
-                    "instance %s: compensation %s failed: %s: %s",
-                    run.instance_id,
-                    node.compensation.id,
-                    row.error_type,
-                    row.error_detail,
-                )
+            await self._compensate(run, node, scope)
         await run.journal.finish(run.instance_id, run.token, run.now(), ending, failure=failure)
         run.settle(
             state=ending,

@@ -471,6 +471,7 @@ class SqlJournal(
         wake_scope: int,
         accept_signal: str | None = None,
         wake_kind: WakeKind | None = None,
+        unwinding: bool = False,
     ) -> Ack:
         """Suspend the instance until ``wake_at`` and release the lease.
 
@@ -482,6 +483,8 @@ class SqlJournal(
                 signal is already in the mailbox, untaken, the park is not applied.
             wake_kind: what the instance waits for (the operator's list shows and filters
                 it).
+            unwinding: the instance unwinds (a compensation waits for its next try): the
+                park applies even when a cancel was requested.
 
         Returns:
             ``Ack(applied=False, cancel_requested=True)`` when a cancel was requested;
@@ -505,7 +508,9 @@ class SqlJournal(
         }
         if accept_signal is None:  # one UPDATE
             async with self._single(write=True) as conn:
-                row = await self._fenced(conn, instance_id, token, values, unless_cancelled=True)
+                row = await self._fenced(
+                    conn, instance_id, token, values, unless_cancelled=not unwinding
+                )
             if row is None:
                 return Ack(applied=False, cancel_requested=True)
             return Ack(applied=True, cancel_requested=False)

@@ -116,10 +116,22 @@ class OcrClient:
 
 
 class UploadToOcr(Capability):
-    """``ocr.upload``: send the document to the provider; puts :class:`OcrJob`."""
+    """``ocr.upload``: send the document to the provider; puts :class:`OcrJob`.
+
+    Creating a job is not idempotent by itself: the call carries the execution key as the
+    provider's idempotency key, so its tries (a stalled provider, a crash after the call)
+    create one job.
+    """
 
     id = "ocr.upload"
     puts = (OcrJob,)
+    options = CapabilityOptions(
+        retry=RetryPolicy(
+            initial_interval=timedelta(seconds=2),
+            maximum_interval=timedelta(seconds=30),
+            maximum_attempts=6,
+        )
+    )
 
     def __init__(self, ocr: OcrClient) -> None:
         self.ocr = ocr

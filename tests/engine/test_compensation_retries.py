@@ -1,0 +1,118 @@
+"""Compensations honour their retry policy, with parks between tries; one that fails for
+good is recorded and shown (both stores)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from app.api.views import compensation_failures, instance_view
+from app.engine.journal import InstanceState, Outcome, StepKind, WakeKind
+from app.flows import CapabilityOptions, Flow, RetryPolicy
+from app.testing import FlowHarness, Scripted
+from tests.engine.flows import Job, Order, Start
+
+RETRY_DELAY = timedelta(seconds=30)
+
+
+class UndoWithRetry(Start):
+    id = "t.undo"
+    idempotent = True
+    puts = ()
+    options = CapabilityOptions(
+        retry=RetryPolicy(initial_interval=RETRY_DELAY, backoff_coefficient=1.0, maximum_attempts=3)
+    )
+
+
+class Boom(Start):
+    id = "t.boom"
+    puts = ()
+
+
+def _flow() -> Flow:
+    flow = Flow("t.undo-retry", "1.0.0", input=Order)
+    flow.step(Start()).compensate_with(UndoWithRetry())
+    flow.step(Boom())
+    return flow
+
+
+def _subs(undo: Scripted) -> dict[str, Scripted]:
+    return {
+        "t.start": Scripted(Job(job_id="j")),
+        "t.undo": undo,
+        "t.boom": Scripted(RuntimeError("provider down")),
+    }
+
+
+async def test_a_compensation_that_fails_twice_is_tried_again_after_durable_waits(
+    store_url: str,
+) -> None:
+    closed: list[str] = []
+    undo = Scripted(
+        RuntimeError("timeout"),
+        RuntimeError("timeout"),
+        lambda ctx: closed.append(ctx.get(Job).job_id),
+    )
+    async with FlowHarness.open(
+        [_flow()], database_url=store_url, migrate=False, substitutes=_subs(undo)
+    ) as h:
+        inst = (await h.start("t.undo-retry", {"order_id": "o-1"})).instance
+        # the first try failed: the instance parks until the next try is due, holding
+        # nothing (no lease), and is not ended yet
+        parked = await h.instance(inst.id)
+        assert parked.state is InstanceState.SUSPENDED
+        assert parked.wake_kind is WakeKind.RETRY and parked.lease_owner is None
+        assert parked.wake_at == h.clock.now() + RETRY_DELAY
+        assert undo.calls == 1
+        # a sweep before the wake does nothing
+        await h.advance(RETRY_DELAY / 2)
+        assert undo.calls == 1
+        await h.advance_to_next_wake(inst.id)
+        assert undo.calls == 2
+        await h.advance_to_next_wake(inst.id)
+        final = await h.instance(inst.id)
+        assert final.state is InstanceState.FAILED
+        assert final.failure is not None and final.failure.code == "flow.step_failed"
+        assert closed == ["j"]  # the provider's job is closed
+        rows = [r for r in (await h.snapshot(inst.id)).steps if r.kind is StepKind.COMPENSATION]
+        assert [(r.try_number, r.outcome) for r in rows] == [
+            (1, Outcome.FAILURE),
+            (2, Outcome.FAILURE),
+            (3, Outcome.SUCCESS),
+        ]
+        assert compensation_failures(rows) == []
+
+
+async def test_a_compensation_that_fails_for_good_is_visible_in_the_instance_view(
+    store_url: str,
+) -> None:
+    undo = Scripted(RuntimeError("job service says 500"))
+    async with FlowHarness.open(
+        [_flow()], database_url=store_url, migrate=False, substitutes=_subs(undo)
+    ) as h:
+        inst = (await h.start("t.undo-retry", {"order_id": "o-1"})).instance
+        final = await h.wait_until(lambda i: i.state is not InstanceState.SUSPENDED, inst.id)
+        assert final.state is InstanceState.FAILED
+        assert undo.calls == 3  # maximum_attempts
+        snap = await h.snapshot(inst.id)
+        view = instance_view(snap.instance, snap.steps)
+        (failed,) = view["compensationFailures"]
+        assert failed["code"] == "compensation_failed"
+        assert failed["capabilityId"] == "t.undo"
+        assert failed["errorType"] == "RuntimeError"
+        assert failed["errorDetail"] == "job service says 500"
+        assert failed["tries"] == 3
+        assert view["error"]["code"] == "flow.step_failed"
+
+
+async def test_a_cancel_while_a_compensation_waits_for_its_next_try_does_not_stop_it() -> None:
+    undo = Scripted(RuntimeError("timeout"), None)
+    async with FlowHarness.open([_flow()], substitutes=_subs(undo)) as h:
+        inst = (await h.start("t.undo-retry", {"order_id": "o-1"})).instance
+        assert (await h.instance(inst.id)).state is InstanceState.SUSPENDED
+        await h.engine.cancel(inst.id)  # claims it: the try is not due, it parks again
+        assert undo.calls == 1
+        assert (await h.instance(inst.id)).state is InstanceState.SUSPENDED
+        await h.advance_to_next_wake(inst.id)
+        final = await h.instance(inst.id)
+        assert undo.calls == 2
+        assert final.state is InstanceState.FAILED  # it was failing before the cancel
