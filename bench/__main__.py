@@ -1,6 +1,6 @@
 """``python -m bench <scenario> --store sqlite|postgres --n N [--json]``.
 
-Scenarios: park, sweep, start, lateness, signal, peers (see BENCHMARKS.md). Each run makes
+Scenarios: park, sweep, start, lateness, signal, peers, console (see BENCHMARKS.md). Each run makes
 a fresh database (PostgreSQL: ``flowpark_bench_<random>`` on ``FLOWPARK_BENCH_PG_URL``,
 default the local server; SQLite: a temporary file), runs, prints a table, and with
 ``--json`` prints one JSON object on stdout (the table then goes to stderr).
@@ -24,6 +24,7 @@ SCENARIOS = {
     "lateness": ("bench.lateness", 1_000),
     "signal": ("bench.signal", 1_000),
     "peers": ("bench.peers", 2_000),
+    "console": ("bench.console", 10_000),
 }
 
 
@@ -79,6 +80,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         dest="short_wakes",
         action="store_false",
         help="lateness/peers: no in-process wake, the periodic sweep only",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=None, help="console: answers timed per page (default 20)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     return parser.parse_args(argv)
