@@ -19,6 +19,8 @@ of a definition finding (``poll.requires_durable``).
     ├── FlowNotFound               flow_not_found
     ├── InstanceNotFound           instance_not_found
     ├── InstanceEnded              instance_ended
+    ├── InstanceBusy               instance_busy
+    ├── NoBudget                   no_budget
     ├── SignalNotDeclared          signal_not_declared
     ├── StreamNotDeclared          stream_not_declared
     ├── IdempotencyKeyReused       idempotency_key_reused
@@ -63,11 +65,13 @@ __all__ = [
     "IdempotencyKeyMissing",
     "IdempotencyKeyReused",
     "InputInvalid",
+    "InstanceBusy",
     "InstanceEnded",
     "InstanceKeyInUse",
     "InstanceNotFound",
     "JournalConflict",
     "MethodNotAllowed",
+    "NoBudget",
     "RequestRefused",
     "RouteNotFound",
     "SchemaBehindHead",
@@ -126,6 +130,10 @@ class ErrorCode(StrEnum):
         "input_invalid",
         "malformed JSON, or a body, payload, parameter or header that does not validate",
     )
+    INSTANCE_BUSY = (
+        "instance_busy",
+        "a node runs the instance now (the action needs it parked); try again",
+    )
     INSTANCE_ENDED = (
         "instance_ended",
         "the instance is completed, failed or cancelled (nothing was stored)",
@@ -144,6 +152,10 @@ class ErrorCode(StrEnum):
         "a write contradicts the journal (an engine invariant; never an API answer)",
     )
     METHOD_NOT_ALLOWED = ("method_not_allowed", "the route does not answer that method")
+    NO_BUDGET = (
+        "no_budget",
+        "the instance does not wait in a poll with a budget (nothing to extend)",
+    )
     NOT_FOUND = ("not_found", "no route at that path")
     SCHEMA_BEHIND_HEAD = (
         "schema_behind_head",
@@ -221,6 +233,18 @@ class InstanceEnded(FlowparkError):
     """The instance is completed, failed or cancelled; nothing was stored."""
 
     code = ErrorCode.INSTANCE_ENDED
+
+
+class InstanceBusy(FlowparkError):
+    """An operator action needs the instance parked, and a node runs it now; try again."""
+
+    code = ErrorCode.INSTANCE_BUSY
+
+
+class NoBudget(FlowparkError):
+    """An extension asked of an instance that does not wait in a poll with a budget."""
+
+    code = ErrorCode.NO_BUDGET
 
 
 class SignalNotDeclared(FlowparkError):

@@ -11,7 +11,6 @@ import base64
 import binascii
 import json
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,16 +20,13 @@ from app.flows.plan import Node, Plan, PollNode, StepNode
 from app.store.read_model import InstanceCounts, InstanceSummary, OperatorAction
 
 __all__ = [
-    "Budget",
     "action_view",
     "attempts_view",
-    "budget_view",
     "counts_view",
     "decode_cursor",
     "encode_cursor",
     "explain_view",
     "poll_of",
-    "stored_budget",
     "summary_view",
     "waiting_view",
 ]
@@ -76,33 +72,6 @@ def _node(plan: Plan | None, step_id: int | None) -> Node | None:
     if plan is None or step_id is None or not 0 <= step_id < len(plan.nodes):
         return None
     return plan.nodes[step_id]
-
-
-@dataclass(frozen=True)
-class Budget:
-    """A poll's budget: it started at attempt 0's start and ends at ``ends_at``."""
-
-    started_at: datetime
-    ends_at: datetime
-
-    def used_ratio(self, now: datetime) -> float:
-        """Share of the budget used at ``now``, 0.0-1.0 (1.0 once it ended)."""
-        total = (self.ends_at - self.started_at).total_seconds()
-        if total <= 0:
-            return 1.0
-        used = (now - self.started_at).total_seconds() / total
-        return round(min(1.0, max(0.0, used)), 4)
-
-
-def budget_view(budget: Budget | None, now: datetime) -> dict[str, Any] | None:
-    """``{"startedAt", "endsAt", "usedRatio"}`` or None."""
-    if budget is None:
-        return None
-    return {
-        "startedAt": _at(budget.started_at),
-        "endsAt": _at(budget.ends_at),
-        "usedRatio": budget.used_ratio(now),
-    }
 
 
 def waiting_view(
@@ -288,25 +257,6 @@ def _current_poll(plan: Plan | None, inst: InstanceRecord, steps: list[StepRow])
         if isinstance(body, StepNode) and body.poll_index is not None:
             return poll_of(plan, body.poll_index)
     return None
-
-
-def stored_budget(node: PollNode, steps: list[StepRow]) -> Budget | None:
-    """The budget of poll ``node`` from the journal: its stored deadline row (kind
-    ``deadline`` at the poll's node, scope 0; the highest try is in force, extensions
-    included), else attempt 0's first start plus the poll's timeout."""
-    stored = [
-        r for r in steps if str(r.kind) == "deadline" and r.step_id == node.index and r.scope == 0
-    ]
-    if stored:
-        row = max(stored, key=lambda r: r.try_number)
-        ends = row.values.get("endsAt")
-        if isinstance(ends, str):
-            return Budget(row.started_at, datetime.fromisoformat(ends.replace("Z", "+00:00")))
-    first = [r for r in steps if r.step_id == node.body_index and r.scope == 0]
-    if not first:
-        return None
-    started = min(r.started_at for r in first)
-    return Budget(started, started + node.timeout)
 
 
 def action_view(action: OperatorAction) -> dict[str, Any]:

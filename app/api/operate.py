@@ -11,12 +11,12 @@ more. Actions on an ended instance are 409 ``instance_ended``.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal, cast
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from app.api.auth import Principal, require_scope
 from app.api.explain import (
@@ -30,10 +30,17 @@ from app.api.routes import check_instance_id, idempotency_header
 from app.api.views import API
 from app.engine.engine import Engine
 from app.engine.journal import InstanceState, WakeKind
-from app.errors import InputInvalid, InstanceEnded, InstanceNotFound
+from app.engine.operator import extend_budget
+from app.errors import FlowparkError, InputInvalid, InstanceEnded, InstanceNotFound
 from app.store.read_model import InstanceFilter, InstanceSummary, OperatorAction, OperatorReads
 
-__all__ = ["BulkAction", "BulkFilter", "build_operator_router", "instance_filter"]
+__all__ = [
+    "BulkAction",
+    "BulkFilter",
+    "Extension",
+    "build_operator_router",
+    "instance_filter",
+]
 
 #: Default and largest page size of the list.
 DEFAULT_LIMIT = 50
@@ -113,7 +120,8 @@ def instance_filter(
 
 
 async def summaries(request: Request, rows: list[InstanceSummary]) -> list[dict[str, Any]]:
-    """The list's JSON rows, with each parked poll's budget end (one read for the page)."""
+    """The list's JSON rows, with the stored budget end of each poll an instance waits at
+    (one read for the page)."""
     engine = _engine(request)
     plans = {
         (r.flow_name, r.flow_version): engine.catalog.find(r.flow_name, r.flow_version)
@@ -125,14 +133,15 @@ async def summaries(request: Request, rows: list[InstanceSummary]) -> list[dict[
         if not r.state.ended
         and (node := poll_of(plans[(r.flow_name, r.flow_version)], r.wake_step_id)) is not None
     }
-    started = await _reads(request).poll_started([(i, n.body_index) for i, n in polls.items()])
-    out = []
-    for r in rows:
-        node = polls.get(r.id)
-        first = started.get((r.id, node.body_index)) if node is not None else None
-        ends = first + node.timeout if node is not None and first is not None else None
-        out.append(summary_view(r, plans[(r.flow_name, r.flow_version)], ends))
-    return out
+    ends = await _reads(request).poll_budget_ends([(i, n.index) for i, n in polls.items()])
+    return [
+        summary_view(
+            r,
+            plans[(r.flow_name, r.flow_version)],
+            ends.get((r.id, polls[r.id].index)) if r.id in polls else None,
+        )
+        for r in rows
+    ]
 
 
 class BulkFilter(BaseModel):
@@ -287,6 +296,68 @@ async def cancel(request: Request, instance_id: str, key: str | None) -> tuple[i
     return status, answer
 
 
+class Extension(BaseModel):
+    """``POST /api/v1/instances/{id}/budget``: how much longer the poll may wait."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    extend_by: timedelta = Field(
+        alias="extendBy",
+        description="An ISO-8601 duration (`PT2H`) or seconds; positive, at most 366 days.",
+    )
+
+    @field_validator("extend_by")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if not timedelta(0) < value <= timedelta(days=366):
+            raise ValueError("extendBy must be positive and at most 366 days")
+        return value
+
+
+async def extend(
+    request: Request, instance_id: str, by: timedelta, key: str | None
+) -> tuple[int, dict[str, Any]]:
+    """Extend a parked poll's budget (see the route); returns ``(status, answer)``.
+
+    Raises:
+        InstanceNotFound: 404. InstanceEnded, InstanceBusy, NoBudget: 409.
+    """
+    engine = _engine(request)
+    first = await _repeat(request, instance_id, "extend_budget", key)
+    if first is not None:
+        return first.status_code, json.loads(bytes(first.body))
+    inst = await engine.journal.get_instance(instance_id)
+    if inst.state.ended:
+        raise InstanceEnded(
+            f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
+        )
+    action, repeat = await _begin(request, instance_id, "extend_budget", key)
+    if repeat is not None:
+        return repeat.status_code, json.loads(bytes(repeat.body))
+    try:
+        done = await extend_budget(engine, instance_id, by)
+    except FlowparkError as exc:
+        await _reads(request).complete_action(
+            action.id, {"refused": str(exc.code), "extendBy": by.total_seconds()}
+        )
+        raise
+    answer = {
+        "instanceId": instance_id,
+        "extended": done.extended,
+        "extendBy": by.total_seconds(),
+        "stepId": done.step_id,
+        "startedAt": _at(done.started_at),
+        "previousEndsAt": _at(done.previous_ends_at),
+        "endsAt": _at(done.ends_at),
+        "cappedByDeadline": done.capped_by_deadline,
+        "actionId": action.id,
+        "actor": action.actor,
+        "actedAt": _at(action.acted_at),
+    }
+    await _reads(request).complete_action(action.id, {"answer": answer, "status": 200})
+    return 200, answer
+
+
 def _at(instant: datetime | None) -> str | None:
     return instant.isoformat().replace("+00:00", "Z") if instant is not None else None
 
@@ -413,6 +484,25 @@ def build_operator_router() -> APIRouter:
         check_instance_id(instance_id)
         key = idempotency_header(idempotency_key, required=False)
         status, answer = await wake(request, instance_id, key)
+        return JSONResponse(answer, status_code=status)
+
+    @router.post("/instances/{instance_id}/budget", tags=["instances"], dependencies=operate)
+    async def extend_instance_budget(
+        request: Request,
+        instance_id: str,
+        body: Extension,
+        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    ) -> JSONResponse:
+        """Extend the budget of the poll the instance is parked at: `{"extendBy": "PT2H"}`
+        (an ISO-8601 duration, or seconds). The new end (`endsAt`, never past the flow
+        deadline: `cappedByDeadline`) is stored in the journal, so whichever node resumes
+        the instance reads it at its next decision; the instance stays parked as it was.
+        409 `instance_ended`, `no_budget` (it does not wait in a poll), `instance_busy`
+        (a node runs it now: try again). Recorded in the instance's history; idempotent
+        by `Idempotency-Key`."""
+        check_instance_id(instance_id)
+        key = idempotency_header(idempotency_key, required=False)
+        status, answer = await extend(request, instance_id, body.extend_by, key)
         return JSONResponse(answer, status_code=status)
 
     @router.post("/instances/{instance_id}/cancel", tags=["instances"], dependencies=operate)

@@ -193,29 +193,35 @@ class SqlOperatorReads(SqlBase):
             stuck=stuck_count,
         )
 
-    async def poll_started(
+    async def poll_budget_ends(
         self, pairs: Sequence[tuple[str, int]]
     ) -> dict[tuple[str, int], datetime]:
-        """When each poll's attempt 0 started: the earliest ``started_at`` of the journal
-        rows at ``(instance_id, step_id)``, scope 0 (its first try), per pair that has one.
+        """The stored budget end of each poll: ``values["endsAt"]`` of the deadline row in
+        force (highest try) at ``(instance_id, poll_step_id)``, scope 0, per pair that has
+        one (see :mod:`app.engine.deadlines`).
 
         Args:
-            pairs: ``(instance_id, body_step_id)`` (at most a page's worth).
+            pairs: ``(instance_id, poll_step_id)`` (at most a page's worth).
         """
         if not pairs:
             return {}
         s = STEP.c
         query = (
-            select(s.instance_id, s.step_id, func.min(s.started_at))
+            select(s.instance_id, s.step_id, s.try_number, s["values"])
             .where(
                 or_(*(and_(s.instance_id == i, s.step_id == step) for i, step in pairs)),
                 s.scope == 0,
-                s.kind == StepKind.STEP.value,
+                s.kind == StepKind.DEADLINE.value,
             )
-            .group_by(s.instance_id, s.step_id)
+            .order_by(s.instance_id, s.step_id, s.try_number)
         )
+        ends: dict[tuple[str, int], datetime] = {}
         async with self._read() as conn:
-            return {(r[0], r[1]): r[2] for r in await conn.execute(query)}
+            for row in await conn.execute(query):
+                value = (row[3] or {}).get("endsAt")
+                if isinstance(value, str):
+                    ends[(row[0], row[1])] = datetime.fromisoformat(value)
+        return ends
 
     async def journal_of(self, instance_id: str) -> list[StepRow]:
         """Every journal row of the instance in commit order (empty when unknown)."""

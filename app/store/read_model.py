@@ -170,11 +170,11 @@ class OperatorReads(Protocol):
         ``overdue_seconds`` before ``now``) and stuck (running, lease expired at ``now``)."""
         ...
 
-    async def poll_started(
+    async def poll_budget_ends(
         self, pairs: Sequence[tuple[str, int]]
     ) -> dict[tuple[str, int], datetime]:
-        """When each poll's attempt 0 started: the first try's ``started_at`` of
-        ``(instance_id, body_step_id)`` at scope 0, for the pairs that have one."""
+        """The stored budget end (the extension in force) of each ``(instance_id,
+        poll_step_id)`` that has one."""
         ...
 
     async def record_action(self, action: OperatorAction) -> tuple[OperatorAction, bool]:

@@ -50,10 +50,12 @@ def provider() -> dict[str, Scripted]:
 
 def flows() -> list[Flow]:
     """t.poll 1.0.0 (minute interval, 10 min budget, retrying check), t.poll 2.0.0 (a
-    30 s deadline: it parks until the deadline), t.await 1.0.0."""
+    30 s deadline: it parks until the deadline), t.poll 3.0.0 (a 12 min deadline), t.await
+    1.0.0."""
     return [
         poll_flow(retry=True),
         poll_flow(retry=True, version="2.0.0", deadline=timedelta(seconds=30)),
+        poll_flow(retry=True, version="3.0.0", deadline=timedelta(minutes=12)),
         await_flow(),
     ]
 

@@ -193,3 +193,77 @@ async def test_explain_shows_what_it_waits_for_its_budget_and_each_attempt(
     assert attempts[1]["latenessSeconds"] == 0.0
     assert attempts[2]["latenessSeconds"] == 7.0
     assert all(len(a["tries"]) == 1 for a in attempts)
+
+
+async def test_an_extended_budget_survives_a_restart_and_bounds_the_next_decisions(
+    op: Operated,
+) -> None:
+    h = op.h
+    inst = (await h.start("t.poll", {"order_id": "o-ext"}, version="1.0.0")).instance
+    snap = await h.snapshot(inst.id)
+    entered = min(r.started_at for r in snap.steps if r.capability_id == "t.check")
+    await h.advance_to_next_wake(inst.id)  # attempt 1
+    async with op.client(OPS) as client:
+        resp = await client.post(
+            url(inst.id, "budget"), json={"extendBy": "PT5M"}, headers={"Idempotency-Key": "e"}
+        )
+        assert resp.status_code == 200, resp.text
+        answer = resp.json()
+        repeat = await client.post(
+            url(inst.id, "budget"), json={"extendBy": "PT5M"}, headers={"Idempotency-Key": "e"}
+        )
+        view = (await client.get(url(inst.id))).json()
+        row = (await client.get("/api/v1/instances")).json()
+    assert answer["extended"] is True and answer["actor"] == "ops"
+    assert instant(answer["previousEndsAt"]) == entered + timedelta(minutes=10)
+    assert instant(answer["endsAt"]) == entered + timedelta(minutes=15)
+    assert repeat.json() == answer  # the same key: extended once
+    assert instant(view["budget"]["endsAt"]) == entered + timedelta(minutes=15)
+    assert view["budget"]["extensions"] == 1
+    assert view["state"] == "suspended" and view["waiting"]["kind"] == "poll"
+    assert [(a["action"], a["actor"]) for a in view["actions"]] == [("extend_budget", "ops")]
+    listed = next(r for r in row["instances"] if r["instanceId"] == inst.id)
+    assert instant(listed["budgetEndsAt"]) == entered + timedelta(minutes=15)
+    # another node (a fresh engine: nothing in memory) runs it to its end
+    other = h.with_engine(node_id="node-2")
+    for _ in range(100):
+        current = await h.instance(inst.id)
+        if current.state.ended:
+            break
+        assert current.wake_at is not None
+        if current.wake_at > h.clock.now():
+            h.clock.set(current.wake_at)
+        await other.sweep()
+    final = await h.instance(inst.id)
+    assert final.state.value == "failed" and final.failure is not None
+    assert final.failure.code == "t.not_done"
+    assert h.clock.now() == entered + timedelta(minutes=15)
+    assert await h.calls(inst.id, "t.check") == 15  # minutes 0-14: the extended budget
+
+
+async def test_an_extension_never_passes_the_flow_deadline_and_needs_a_poll(
+    op: Operated,
+) -> None:
+    h = op.h
+    capped = (await h.start("t.poll", {"order_id": "o-cap"}, version="3.0.0")).instance
+    waiting = (await h.start("t.await", {"order_id": "o-sig"})).instance
+    ended = (await h.start("t.poll", {"order_id": "o-end"}, version="1.0.0")).instance
+    await h.engine.cancel(ended.id)
+    async with op.client(OPS) as client:
+        resp = await client.post(url(capped.id, "budget"), json={"extendBy": "PT1H"})
+        again = await client.post(url(capped.id, "budget"), json={"extendBy": 60})
+        no_poll = await client.post(url(waiting.id, "budget"), json={"extendBy": "PT1H"})
+        gone = await client.post(url(ended.id, "budget"), json={"extendBy": "PT1H"})
+        bad = [
+            await client.post(url(capped.id, "budget"), json=body)
+            for body in ({"extendBy": "PT0S"}, {"extendBy": "soon"}, {}, {"extendBy": -5})
+        ]
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["cappedByDeadline"] is True
+    assert instant(resp.json()["endsAt"]) == capped.deadline_at
+    assert (again.json()["extended"], again.json()["cappedByDeadline"]) == (False, True)
+    assert_problem(no_poll, 409, "no_budget")
+    assert_problem(gone, 409, "instance_ended")
+    for answer in bad:
+        assert_problem(answer, 422, "input_invalid")
+    assert (await h.instance(capped.id)).state.value == "suspended"
