@@ -59,9 +59,10 @@ def _one_line(value: object) -> str:
 def _refuse(exc: Exception) -> typer.Exit:
     """Print ``error: <code>: <message>`` (one line) and return the exit to raise."""
     from app.errors import ErrorCode, FlowparkError
+    from app.redaction import redact
 
     code = exc.code if isinstance(exc, FlowparkError) else ErrorCode.STORE_UNAVAILABLE
-    typer.echo(f"error: {code}: {_one_line(exc)}", err=True)
+    typer.echo(f"error: {code}: {redact(_one_line(exc))}", err=True)
     return typer.Exit(EXIT_STORE)
 
 
@@ -145,10 +146,13 @@ def db_upgrade(
     from sqlalchemy.exc import DBAPIError
 
     from app.errors import StoreUnavailable
+    from app.redaction import redact_url, register_secrets
     from app.settings import Settings
     from app.store.migrate import upgrade
 
-    target = url or Settings().database_url
+    settings = Settings()
+    target = url or settings.database_url
+    register_secrets(settings.secret_values())
     try:
         upgrade(target)
     except DBAPIError as exc:  # unreachable: one line, no traceback
@@ -156,7 +160,7 @@ def db_upgrade(
         raise _refuse(
             StoreUnavailable(f"cannot migrate the database at {shown}: {exc.orig}")
         ) from None
-    typer.echo(f"database at head: {target}")
+    typer.echo(f"database at head: {redact_url(target)}")
 
 
 def _free_loopback_port() -> int:

@@ -190,6 +190,24 @@ class Settings(BaseSettings):
         """The accepted bearer token values."""
         return frozenset(t.value for t in self.api_credentials)
 
+    def secret_values(self) -> frozenset[str]:
+        """Every secret these settings hold, to be masked in what the process prints and
+        logs (:func:`app.redaction.register_secrets`): the API token values (not the public
+        default ``dev-token``), the console's cookie secret and the database password."""
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        values = {v for v in self.tokens if v != DEFAULT_API_TOKEN}
+        if self.console_secret is not None:
+            values.add(self.console_secret.get_secret_value())
+        try:
+            password = make_url(self.database_url).password
+        except (ArgumentError, ValueError):
+            password = None
+        if password:
+            values.add(str(password))
+        return frozenset(values)
+
     def token_with(self, scope: str) -> str | None:
         """A token value holding ``scope`` (the first by value), or None."""
         held = sorted(t.value for t in self.api_credentials if scope in t.scopes)

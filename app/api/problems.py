@@ -119,6 +119,15 @@ def _camel(name: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
+#: The detail of every ``store_unavailable`` answer: the cause (which names hosts and
+#: ports) goes to the node's log only.
+_STORE_UNAVAILABLE_DETAIL = (
+    "the database is unavailable; try again (a repeat with the same Idempotency-Key is safe)"
+)
+#: Seconds a client should wait before trying again after a ``store_unavailable`` answer.
+_RETRY_AFTER = "1"
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     """Register the handlers that turn every error into problem+json.
 
@@ -140,6 +149,14 @@ def install_problem_handlers(app: FastAPI) -> None:
                 exc_info=exc,
             )
             return problem(ErrorCode.INTERNAL_ERROR, _INTERNAL_DETAIL)
+        if exc.code is ErrorCode.STORE_UNAVAILABLE:
+            # the driver's message names hosts, ports, users: logged (redacted), not answered
+            log.warning(
+                "store unavailable on %s %s: %s", request.method, request.url.path, exc.message
+            )
+            return problem(
+                exc.code, _STORE_UNAVAILABLE_DETAIL, headers={"Retry-After": _RETRY_AFTER}
+            )
         extra: dict[str, Any] = {_camel(k): v for k, v in exc.fields.items()}
         errors = getattr(exc, "errors", None)
         if errors:

@@ -21,6 +21,7 @@ from app.engine.engine import Engine, EngineConfig
 from app.errors import ErrorCode
 from app.fakes import FakeJobService, FakeOcrService, create_jobs_router, create_ocr_router
 from app.flows import Catalog
+from app.redaction import register_secrets
 from app.runtime.http import outbound_client
 from app.runtime.logs import set_node_id
 from app.runtime.scheduler import Sweeper
@@ -135,6 +136,7 @@ def create_app(
     """
     settings = settings or Settings()
     set_node_id(settings.node_id)  # every log line of this process names the node
+    register_secrets(settings.secret_values())  # ... and shows none of its secrets
     clock = clock or SystemClock()
     register = register or _default_catalog
     catalog = Catalog()

@@ -19,6 +19,8 @@ import os
 import socket
 from typing import Any
 
+from app.redaction import RedactingFormatter
+
 __all__ = ["LOG_FORMAT", "NodeFilter", "configure_logging", "log_config", "node_id", "set_node_id"]
 
 #: The format of every log line (``%(node)s`` is filled in by :class:`NodeFilter`).
@@ -70,7 +72,8 @@ def log_config(level: str = "info") -> dict[str, Any]:
         "version": 1,
         "disable_existing_loggers": False,
         "filters": {"node": {"()": NodeFilter}},
-        "formatters": {"node": {"format": LOG_FORMAT}},
+        # every line is redacted: URL passwords and the registered secrets become ***
+        "formatters": {"node": {"()": RedactingFormatter, "format": LOG_FORMAT}},
         "handlers": {
             "stderr": {
                 "class": "logging.StreamHandler",

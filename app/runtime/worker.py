@@ -10,6 +10,7 @@ from datetime import timedelta
 from app.engine.clock import SystemClock
 from app.engine.engine import Engine, EngineConfig
 from app.flows import Catalog
+from app.redaction import register_secrets
 from app.runtime.http import outbound_client
 from app.runtime.logs import set_node_id
 from app.runtime.scheduler import Sweeper
@@ -27,6 +28,7 @@ async def run_worker(settings: Settings | None = None) -> None:
 
     settings = settings or Settings()
     set_node_id(settings.node_id)
+    register_secrets(settings.secret_values())
     db = make_async_engine(settings.database_url, pool_size=settings.db_pool_size)
     http = outbound_client(settings.http_timeout_seconds)
     stop = asyncio.Event()

@@ -1,0 +1,60 @@
+"""Redaction: URL passwords, secret parameters and registered secrets become ``***``."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from app import redaction
+from app.redaction import MASK, RedactingFormatter, redact, redact_url, register_secrets
+from app.settings import Settings
+
+
+@pytest.fixture(autouse=True)
+def _fresh_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redaction, "_secrets", set())
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:s3cr%40t@db:5432/fp", f"postgresql://app:{MASK}@db:5432/fp"),
+        (
+            "postgresql+psycopg://postgres:pw@127.0.0.1/x?sslmode=require",
+            f"postgresql+psycopg://postgres:{MASK}@127.0.0.1/x?sslmode=require",
+        ),
+        ("postgresql://app@db/fp", "postgresql://app@db/fp"),
+        ("sqlite:///flowpark.db", "sqlite:///flowpark.db"),
+        ("https://api.example/hook?token=abc123&x=1", f"https://api.example/hook?token={MASK}&x=1"),
+        ("host=db password=hunter22 user=app", f"host=db password={MASK} user=app"),
+    ],
+)
+def test_urls_lose_their_passwords(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+def test_registered_secrets_are_masked_in_any_text_and_log_line() -> None:
+    register_secrets(["tok-1234567", None, "", "abc"])  # "abc": too short to mask in text
+    assert redact("Bearer tok-1234567 for abc") == f"Bearer {MASK} for abc"
+    record = logging.LogRecord(
+        "t", logging.ERROR, __file__, 1, "token %s at %s", ("tok-1234567", "x://u:p@h"), None
+    )
+    try:
+        raise ValueError("boom with tok-1234567")
+    except ValueError:
+        import sys
+
+        record.exc_info = sys.exc_info()
+    line = RedactingFormatter("%(message)s").format(record)
+    assert "tok-1234567" not in line and "x://u:***@h" in line and "boom with ***" in line
+
+
+def test_settings_name_their_secrets_but_not_the_public_default_token() -> None:
+    settings = Settings(
+        database_url="postgresql://app:pw-1234@db/fp",
+        api_tokens="ops:tok-abcdef:read,dev-token",
+        console_secret="console-secret-1",
+    )
+    assert settings.secret_values() == {"pw-1234", "tok-abcdef", "console-secret-1"}
+    assert Settings(database_url="sqlite:///x.db", api_tokens="dev-token").secret_values() == set()
