@@ -4,11 +4,13 @@ Each action is a confirmation page (``GET /ui/instances/{id}/actions/{name}``) w
 posts the session's CSRF token back (``POST`` the same URL). Only a token with the
 ``operate`` scope sees the buttons; any other is refused on both (403), and so is a post
 without the session's CSRF token. The action itself is the engine's, as the API's route
-calls it; the page then shows the instance again with what happened.
+calls it (:mod:`app.api.operate`: recorded in the instance's history with the token's name,
+idempotent by the form's key); the page then shows the instance again with what happened.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import quote
@@ -16,10 +18,10 @@ from urllib.parse import quote
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from app.api import operate
 from app.api.routes import check_instance_id
 from app.engine.deadlines import open_budget
 from app.engine.engine import Engine
-from app.errors import InstanceEnded
 from app.ui.pages import ConsoleRoute, need_session, problem_page, render
 from app.ui.session import Session, check_csrf
 
@@ -83,6 +85,15 @@ def _refusal(request: Request, session: Session, name: str) -> HTMLResponse | No
     return None
 
 
+def _key(sent: str) -> str:
+    """The action's idempotency key: the one the confirmation form carried (a second post of
+    the same form - a double click, a reload - answers the first), or a fresh one."""
+    sent = sent.strip()
+    if sent and len(sent) <= 64 and sent.replace("-", "").replace("_", "").isalnum():
+        return f"console-{sent}"
+    return f"console-{secrets.token_urlsafe(18)}"
+
+
 def build_actions_router() -> APIRouter:
     """The confirmation pages and posts of the operator actions."""
     router = APIRouter(prefix="/ui", include_in_schema=False, route_class=ConsoleRoute)
@@ -105,6 +116,7 @@ def build_actions_router() -> APIRouter:
                 "action": ACTIONS[name],
                 "budget": open_budget(snap.instance.state, snap.steps),
                 "extend_choices": EXTEND_CHOICES,
+                "key": secrets.token_urlsafe(18),
             },
         )
 
@@ -114,6 +126,7 @@ def build_actions_router() -> APIRouter:
         instance_id: str,
         name: str,
         csrf: str = Form(""),
+        key: str = Form(""),
         extend_by: str = Form(""),
     ) -> Response:
         session = need_session(request)
@@ -129,31 +142,28 @@ def build_actions_router() -> APIRouter:
                 "The form's CSRF token is not this session's: reload the page and try again.",
             )
         check_instance_id(instance_id)
-        engine = _engine(request)
-        done = await _act(engine, name, instance_id)
+        done = await _act(request, session, name, instance_id, _key(key))
         target = f"/ui/instances/{instance_id}?done={quote(done)}"
         return RedirectResponse(target, status_code=303)
 
     return router
 
 
-async def _act(engine: Engine, name: str, instance_id: str) -> str:
-    """Run action ``name``; answers the sentence the instance page shows.
+async def _act(request: Request, session: Session, name: str, instance_id: str, key: str) -> str:
+    """Run action ``name`` through the operator API's own service function (recorded in
+    the instance's history with the token's name); answers the sentence the instance page
+    shows.
 
     Raises:
         InstanceNotFound: ``instance_not_found``; InstanceEnded: ``instance_ended``.
     """
-    inst = await engine.journal.get_instance(instance_id)
-    if inst.state.ended:
-        raise InstanceEnded(
-            f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
-        )
+    request.state.principal = session.principal  # the actor the action is recorded with
     if name == "wake":
-        outcome = await engine.wake(instance_id)
-        if outcome is None:
-            return "Not woken: another node holds it right now."
-        return f"Woken: it ran and is now {outcome.state}."
+        _, answer = await operate.wake(request, instance_id, key)
+        if answer.get("woken"):
+            return f"Woken by {answer['actor']}: it ran and is now {answer['state']}."
+        return f"Not woken: {answer.get('reason', 'nothing to do')}."
     if name == "cancel":
-        after = await engine.cancel(instance_id)
-        return f"Cancel requested: it is now {after.state}."
+        _, answer = await operate.cancel(request, instance_id, key)
+        return f"Cancel requested by {answer['actor']}: it is now {answer['state']}."
     return "Extending budgets is not available on this node."

@@ -216,7 +216,7 @@ def build_console_router() -> APIRouter:
                 {
                     "session": None,
                     "next": _safe_next(next),
-                    "error": "That token is not one of this node's API tokens.",
+                    "error": "That token is not one of this node's API tokens with the read scope.",
                     "section": "",
                 },
                 status_code=401,

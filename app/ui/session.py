@@ -4,8 +4,9 @@ The cookie (``flowpark_session``, ``HttpOnly``, ``SameSite=Strict``, path ``/ui`
 ``Secure`` over HTTPS) holds, signed with itsdangerous and timestamped:
 
 * ``t``: a fingerprint of the token (an HMAC of it under the console secret, never the
-  token itself). Each request finds the configured token with that fingerprint again, so a
-  token removed from ``FLOWPARK_API_TOKENS`` ends its sessions at once;
+  token itself). Each request finds the configured token with that fingerprint again, with
+  its name and scopes, so a token removed from ``FLOWPARK_API_TOKENS`` (or stripped of its
+  ``read`` scope) ends its sessions at once;
 * ``c``: the session's CSRF token, which every action form carries in a hidden ``csrf``
   field; a post whose field does not match is refused (403).
 
@@ -24,11 +25,11 @@ from fastapi import Request
 from fastapi.responses import Response
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
+from app.api.auth import Principal
 from app.settings import Settings
 
 __all__ = [
     "COOKIE",
-    "Principal",
     "Session",
     "check_csrf",
     "clear_session",
@@ -42,29 +43,15 @@ COOKIE = "flowpark_session"
 _SALT = "flowpark.console.session"
 
 
-@dataclass(frozen=True)
-class Principal:
-    """Who holds a token: its name and scopes (``read``, ``operate``)."""
-
-    name: str
-    scopes: frozenset[str]
-
-    @property
-    def can_operate(self) -> bool:
-        return "operate" in self.scopes
-
-
 def principal_for(settings: Settings, token: str) -> Principal | None:
-    """The principal of ``token`` when it is a configured API token (every token is
-    compared, in constant time), else None."""
+    """The principal (name, scopes) of ``token`` when it is one of the configured API
+    tokens, else None. Every token is compared, in constant time, as the API does."""
     sent = token.encode("utf-8", "surrogateescape")
     found = None
-    for candidate in sorted(settings.tokens):
-        if hmac.compare_digest(sent, candidate.encode("utf-8", "surrogateescape")):
+    for candidate in settings.api_credentials:
+        if hmac.compare_digest(sent, candidate.value.encode("utf-8", "surrogateescape")):
             found = candidate
-    if found is None:
-        return None
-    return Principal(f"token {_fingerprint(settings, found)[:8]}", frozenset({"read", "operate"}))
+    return Principal(found.name, found.scopes) if found is not None else None
 
 
 @dataclass(frozen=True)
@@ -82,7 +69,7 @@ class Session:
     @property
     def can_operate(self) -> bool:
         """The token has the ``operate`` scope (wake, extend, cancel)."""
-        return self.principal.can_operate
+        return "operate" in self.principal.scopes
 
 
 def _secret(settings: Settings) -> bytes:
@@ -102,9 +89,10 @@ def _fingerprint(settings: Settings, token: str) -> str:
 
 
 def sign_in(settings: Settings, token: str) -> Principal | None:
-    """The principal of ``token`` when it is one of the configured API tokens, else None
-    (compared in constant time, as the API does)."""
-    return principal_for(settings, token.strip())
+    """The principal of ``token`` when it is one of the configured API tokens and holds the
+    ``read`` scope (what every console page needs), else None."""
+    principal = principal_for(settings, token.strip())
+    return principal if principal is not None and "read" in principal.scopes else None
 
 
 def open_session(response: Response, request: Request, settings: Settings, token: str) -> None:
@@ -145,10 +133,11 @@ def current_session(request: Request) -> Session | None:
     fingerprint, csrf = data.get("t"), data.get("c")
     if not isinstance(fingerprint, str) or not isinstance(csrf, str):
         return None
-    for token in settings.tokens:
-        if hmac.compare_digest(_fingerprint(settings, token), fingerprint):
-            principal = principal_for(settings, token)
-            return Session(principal, csrf) if principal is not None else None
+    for credential in settings.api_credentials:
+        if hmac.compare_digest(_fingerprint(settings, credential.value), fingerprint):
+            if "read" not in credential.scopes:
+                return None
+            return Session(Principal(credential.name, credential.scopes), csrf)
     return None
 
 

@@ -21,7 +21,9 @@ from tests.support.server import TOKEN, SubprocessServer
 
 #: The node's sweep never runs (wakes stay overdue until someone wakes them); a wake is
 #: overdue one second after its instant (two scan intervals).
+VIEWER = "viewer-secret-1"
 SETTINGS = {
+    "api_tokens": f"{TOKEN},viewer:{VIEWER}:read",
     "run_sweeper": "false",
     "timer_scan_interval": "0.5",
     "sample_ocr_per_page": "60",
@@ -136,3 +138,18 @@ def test_sign_out_ends_the_session(page: Page, documents: tuple[SubprocessServer
     expect(page).to_have_url(re.compile(r"/ui/sign-in\?next=%2Fui%2Finstances"))
     cookies = page.context.cookies()
     assert not [c for c in cookies if c["name"] == "flowpark_session"]
+
+
+@pytest.mark.slow
+def test_a_read_only_token_sees_no_action_buttons(
+    page: Page, documents: tuple[SubprocessServer, Populated]
+):
+    server, docs = documents
+    _sign_in(page, server.base_url, VIEWER)
+    expect(page.get_by_test_id("principal")).to_contain_text("read only")
+    page.goto(f"{server.base_url}/ui/instances/{docs.parked[-1]}")
+    expect(page.get_by_test_id("budget")).to_be_visible()
+    expect(page.get_by_role("link", name="Wake now")).to_have_count(0)
+    expect(page.get_by_role("link", name="Cancel")).to_have_count(0)
+    page.goto(f"{server.base_url}/ui/instances/{docs.parked[-1]}/actions/wake")
+    expect(page.get_by_role("alert")).to_contain_text("lacks the 'operate' scope")

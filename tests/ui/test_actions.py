@@ -15,6 +15,10 @@ import pytest
 from tests.support.seed import Seeded, seed_console_data
 from tests.support.server import TOKEN, LiveServer, live_server
 
+#: A read-only token and one without the read scope (named in ``FLOWPARK_API_TOKENS``).
+VIEWER = "viewer-secret-1"
+STARTER = "starter-secret-1"
+
 
 @pytest.fixture(scope="module")
 def acting(
@@ -24,16 +28,23 @@ def acting(
     path = tmp_path_factory.mktemp("actions") / "flowpark.db"
     shutil.copyfile(_sqlite_template, path)
     seeded = asyncio.run(seed_console_data(f"sqlite:///{path}"))
-    with live_server(f"sqlite:///{path}", run_sweeper=False) as server:
+    tokens = f"{TOKEN},viewer:{VIEWER}:read,starter:{STARTER}:start+signal"
+    with live_server(f"sqlite:///{path}", run_sweeper=False, api_tokens=tokens) as server:
         yield server, seeded
 
 
 @asynccontextmanager
-async def _signed_in(server: LiveServer) -> AsyncIterator[httpx.AsyncClient]:
+async def _signed_in(server: LiveServer, token: str = TOKEN) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=server.base_url, timeout=30.0) as http:
-        resp = await http.post("/ui/sign-in", data={"token": TOKEN})
+        resp = await http.post("/ui/sign-in", data={"token": token})
         assert resp.status_code == 303
         yield http
+
+
+def _key(html: str) -> str:
+    match = re.search(r'name="key" value="([^"]+)"', html)
+    assert match
+    return match.group(1)
 
 
 def _csrf(html: str) -> str:
@@ -55,13 +66,21 @@ async def test_wake_now_runs_the_next_attempt(acting):
         confirm = await http.get(f"/ui/instances/{target}/actions/wake")
         assert confirm.status_code == 200 and 'data-testid="confirm-wake"' in confirm.text
         done = await http.post(
-            f"/ui/instances/{target}/actions/wake", data={"csrf": _csrf(confirm.text)}
+            f"/ui/instances/{target}/actions/wake",
+            data={"csrf": _csrf(confirm.text), "key": _key(confirm.text)},
         )
         assert done.status_code == 303
         assert done.headers["location"].startswith(f"/ui/instances/{target}?done=Woken")
 
         after = (await http.get(done.headers["location"])).text
-        assert "Woken: it ran and is now" in after
+        assert "Woken by token-1: it ran and is now" in after  # the token's name acted
+
+        # the same confirmation posted again (a double click, a reload) acts once
+        repeat = await http.post(
+            f"/ui/instances/{target}/actions/wake",
+            data={"csrf": _csrf(confirm.text), "key": _key(confirm.text)},
+        )
+        assert repeat.status_code == 303
         # attempt n ran (the scripted job is unknown to this node's OCR: its try failed
         # and waits for a retry) - it is on the timeline now
         assert re.search(rf'data-attempt="{n}" data-outcome="(success|retrying|failure)"', after)
@@ -89,17 +108,20 @@ async def test_cancel_behind_its_confirmation_ends_the_instance(acting):
         confirm = await http.get(f"/ui/instances/{target}/actions/cancel")
         assert "cannot be undone" in confirm.text
         done = await http.post(
-            f"/ui/instances/{target}/actions/cancel", data={"csrf": _csrf(confirm.text)}
+            f"/ui/instances/{target}/actions/cancel",
+            data={"csrf": _csrf(confirm.text), "key": _key(confirm.text)},
         )
         assert done.status_code == 303
         page = (await http.get(done.headers["location"])).text
-        assert 'data-testid="state">cancelled<' in page
-        assert 'data-testid="actions"' not in page
+        assert "Cancel requested by token-1" in page
+        # cancelled, or unwinding: the compensation (ocr.cancel of a job this node's fake
+        # OCR never saw) waits for its next try
+        assert 'data-testid="state">cancelled<' in page or "cancel requested" in page
 
-        again = await http.post(
-            f"/ui/instances/{target}/actions/cancel", data={"csrf": _csrf(confirm.text)}
+        ended = await http.post(
+            f"/ui/instances/{seeded.completed}/actions/cancel", data={"csrf": _csrf(page)}
         )
-        assert again.status_code == 409 and 'data-code="instance_ended"' in again.text
+        assert ended.status_code == 409 and 'data-code="instance_ended"' in ended.text
 
 
 async def test_no_action_gives_a_500_in_any_state(acting):
@@ -112,3 +134,29 @@ async def test_no_action_gives_a_500_in_any_state(acting):
                     f"/ui/instances/{instance_id}/actions/{action}", data={"csrf": csrf}
                 )
                 assert resp.status_code in (303, 404, 409), (instance_id, action, resp.text[:300])
+
+
+async def test_a_read_only_token_sees_no_action_and_is_refused_one(acting):
+    server, seeded = acting
+    target = seeded.parked[0]
+    async with _signed_in(server, VIEWER) as http:
+        home = (await http.get("/ui")).text
+        assert re.search(r"viewer\s+\(read only\)", home)
+        page = (await http.get(f"/ui/instances/{target}")).text
+        assert 'data-testid="actions"' not in page and "/actions/" not in page
+        csrf = _csrf(page)
+        for action in ("wake", "extend", "cancel"):
+            confirm = await http.get(f"/ui/instances/{target}/actions/{action}")
+            assert confirm.status_code == 403 and 'data-code="forbidden"' in confirm.text
+            posted = await http.post(
+                f"/ui/instances/{target}/actions/{action}", data={"csrf": csrf}
+            )
+            assert posted.status_code == 403 and "lacks the &#39;operate&#39; scope" in posted.text
+        assert 'data-testid="state">suspended<' in (await http.get(f"/ui/instances/{target}")).text
+
+
+async def test_a_token_without_the_read_scope_cannot_sign_in(acting):
+    server, _ = acting
+    async with httpx.AsyncClient(base_url=server.base_url) as http:
+        resp = await http.post("/ui/sign-in", data={"token": STARTER})
+        assert resp.status_code == 401 and "set-cookie" not in resp.headers
