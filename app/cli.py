@@ -20,10 +20,19 @@ from pathlib import Path
 
 import typer
 
-__all__ = ["EXIT_STORE", "app", "main"]
+__all__ = ["EXIT_FLOWS_INVALID", "EXIT_FLOWS_UNLOADABLE", "EXIT_STORE", "app", "main"]
 
 #: Exit code of ``serve``, ``worker`` and ``db upgrade`` when the database cannot be used.
 EXIT_STORE = 3
+#: Exit code of ``serve`` and ``worker`` when a flow breaks a definition rule.
+EXIT_FLOWS_INVALID = 4
+#: Exit code of ``serve`` and ``worker`` when a flows target cannot be loaded.
+EXIT_FLOWS_UNLOADABLE = 5
+
+FLOWS_HELP = (
+    "Flows to serve: a module path (mycompany.flows), a .py file or a folder of .py files "
+    "(its folder goes on sys.path). Repeatable. Default: FLOWPARK_FLOWS, else the samples."
+)
 #: Seconds the start-up database check waits for the database to answer.
 DB_CHECK_TIMEOUT = 20.0
 #: Seconds ``serve`` waits for the ``flowpark fakes`` process it starts to answer.
@@ -124,6 +133,45 @@ def _check_database(url: str) -> None:
         raise StoreUnavailable(f"cannot use the database at {shown}: {exc.orig}") from exc
     except (OSError, SQLAlchemyError) as exc:
         raise StoreUnavailable(f"cannot use the database at {shown}: {exc}") from exc
+
+
+def _flows_or_exit(given: list[str] | None) -> list[str]:
+    """Load and check the flows a node will serve before anything starts.
+
+    Returns the targets (paths made absolute) and puts them in ``FLOWPARK_FLOWS`` so the
+    app factory (and every worker process) loads the same ones. A definition error prints
+    one line per finding and exits :data:`EXIT_FLOWS_INVALID`; a target that cannot be
+    loaded prints one line and exits :data:`EXIT_FLOWS_UNLOADABLE`.
+    """
+    from app.errors import DefinitionError, FlowsUnloadable
+    from app.flows import Catalog
+    from app.runtime.http import outbound_client
+    from app.runtime.loading import Deps, load_flows, register_flows
+    from app.settings import Settings
+
+    settings = Settings()
+    targets = [_absolute(t) for t in (given or settings.flow_targets)]
+    try:
+        flows = load_flows(targets, Deps(outbound_client(1.0), settings))
+        register_flows(Catalog(), flows)
+    except FlowsUnloadable as exc:
+        typer.echo(f"error: {exc.code}: {_one_line(exc.message)}", err=True)
+        raise typer.Exit(EXIT_FLOWS_UNLOADABLE) from None
+    except DefinitionError as exc:
+        for finding in exc.findings:
+            typer.echo(_one_line(finding), err=True)
+        raise typer.Exit(EXIT_FLOWS_INVALID) from None
+    os.environ["FLOWPARK_FLOWS"] = ",".join(targets)
+    return targets
+
+
+def _absolute(target: str) -> str:
+    """A target naming an existing file or folder, as an absolute path (a module path
+    stays as it is)."""
+    path = Path(target).expanduser()
+    return (
+        str(path.resolve()) if path.exists() and (path.is_dir() or path.suffix == ".py") else target
+    )
 
 
 def _database_or_exit(url: str) -> None:
@@ -258,23 +306,27 @@ def serve(
         "runs `flowpark fakes` on a free loopback port for all of them.",
     ),
     log_level: str = typer.Option("info"),
+    flows: list[str] = typer.Option(None, "--flows", help=FLOWS_HELP),
 ) -> None:
     """Run a node with the HTTP API and the sweep (every node sweeps).
 
-    Exits 3 (``error: <code>: ...``) when the database is unreachable or not migrated
-    (run ``flowpark db upgrade``).
+    Exit codes: 3 (``error: <code>: ...``) when the database is unreachable or not migrated
+    (run ``flowpark db upgrade``); 4 when a flow breaks a definition rule (one line per
+    finding: severity, rule code, flow, node); 5 when a flows target cannot be loaded.
     """
     import uvicorn
 
     from app.runtime.logs import log_config
     from app.settings import Settings
 
+    targets = _flows_or_exit(flows)
     _database_or_exit(Settings().database_url)
     os.environ.setdefault("FLOWPARK_SELF_URL", f"http://{host}:{port}")
     ocr_set = bool(os.environ.get("FLOWPARK_OCR_BASE_URL"))
     jobs_set = bool(os.environ.get("FLOWPARK_JOBS_BASE_URL"))
+    samples = "samples" in targets
     with ExitStack() as stack:
-        if workers > 1 and not ocr_set and not jobs_set:
+        if workers > 1 and samples and not ocr_set and not jobs_set:
             fakes_url = stack.enter_context(_shared_fakes(log_level))
             # every worker process inherits these: one provider for all of them, which
             # calls the webhook back on the serve URL
@@ -287,7 +339,7 @@ def serve(
                 "with serve)",
                 err=True,
             )
-        elif workers > 1 and ocr_set != jobs_set:
+        elif workers > 1 and samples and ocr_set != jobs_set:
             unset = "FLOWPARK_JOBS_BASE_URL" if ocr_set else "FLOWPARK_OCR_BASE_URL"
             typer.echo(
                 f"warning: {unset} is not set: with --workers > 1 each worker serves "
@@ -339,15 +391,19 @@ def _tcp_socket(host: str, port: int) -> socket.socket:
 
 
 @app.command()
-def worker(log_level: str = typer.Option("info")) -> None:
+def worker(
+    log_level: str = typer.Option("info"),
+    flows: list[str] = typer.Option(None, "--flows", help=FLOWS_HELP),
+) -> None:
     """Run a node that only sweeps (no HTTP): another node of the same database.
 
-    Exits 3 (``error: <code>: ...``) when the database is unreachable or not migrated
-    (run ``flowpark db upgrade``).
+    Serve the same flows as the other nodes. Exit codes as ``serve``: 3 when the database
+    is unreachable or not migrated, 4 on a definition error, 5 when flows cannot be loaded.
     """
     from app.runtime.worker import run_worker
     from app.settings import Settings
 
+    _flows_or_exit(flows)
     _database_or_exit(Settings().database_url)
     _logging(log_level)
     from app.runtime.loop import run
@@ -377,8 +433,8 @@ def fakes(
     """
     import uvicorn
 
-    from app.runtime.fakes import create_fakes_server
     from app.runtime.logs import log_config, set_node_id
+    from samples.fakes.server import create_fakes_server
 
     set_node_id(f"fakes-{port}")
     _logging(log_level)
@@ -393,22 +449,24 @@ def fakes(
 
 @flows_app.command("check")
 def flows_check(
-    target: str = typer.Argument(
-        "samples.registry", help="module (or path to a .py file) defining flows"
+    target: list[str] = typer.Argument(
+        None, help="flows targets, as --flows (default: FLOWPARK_FLOWS, else the samples)"
     ),
+    flows: list[str] = typer.Option(None, "--flows", help=FLOWS_HELP),
 ) -> None:
-    """Check flow definitions; prints every finding (errors and warnings).
+    """Check flow definitions; prints every finding (errors and warnings), one per line.
 
     Exit codes:
     0: no error (warnings allowed);
     1: at least one rule error;
-    2: cannot load (the target fails to import, building a flow raised, e.g. on a
+    2: cannot load (a target fails to import, building a flow raised, e.g. on a
     negative duration, or it defines no flows).
     """
-    from app.flows.check import check_target
+    from app.runtime.loading import check_targets
+    from app.settings import Settings
 
-    code = check_target(target, typer.echo)
-    raise typer.Exit(code)
+    targets = [*(target or []), *(flows or [])] or Settings().flow_targets
+    raise typer.Exit(check_targets(targets, typer.echo))
 
 
 @app.command()

@@ -33,12 +33,14 @@ async def _demo(
 ) -> int:
     from app.runtime.app import create_app
     from app.store.migrate import upgrade
+    from samples.registry import sample_flows
+    from samples.settings import SampleSettings
 
     base = f"http://{host}:{port}"
     settings = Settings(
         database_url=database_url,
         self_url=base,
-        sample_ocr_per_page=per_page,
+        flows="samples",
         timer_scan_interval=scan_interval,
         api_tokens=os.environ.get("FLOWPARK_API_TOKENS", DEFAULT_API_TOKEN),
     )
@@ -47,7 +49,13 @@ async def _demo(
     await asyncio.to_thread(upgrade, database_url)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(settings), host=host, port=port, log_level="warning", lifespan="on"
+            create_app(
+                settings, flows=[sample_flows(SampleSettings(sample_ocr_per_page=per_page))]
+            ),
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="on",
         )
     )
     serving = asyncio.create_task(server.serve())

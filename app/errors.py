@@ -16,6 +16,7 @@ of a definition finding (``poll.requires_durable``).
 
     FlowparkError                  .code: ErrorCode, .message, .fields
     ├── DefinitionError            definition_invalid; .findings (rule codes)
+    ├── FlowsUnloadable            flows_unloadable; .fields["target"]
     ├── FlowNotFound               flow_not_found
     ├── InstanceNotFound           instance_not_found
     ├── InstanceEnded              instance_ended
@@ -60,6 +61,7 @@ __all__ = [
     "FlowFailure",
     "FlowNotFound",
     "FlowparkError",
+    "FlowsUnloadable",
     "Forbidden",
     "IdempotencyKeyInvalid",
     "IdempotencyKeyMissing",
@@ -110,6 +112,11 @@ class ErrorCode(StrEnum):
         "a flow definition broke a rule (raised at registration; never an API answer)",
     )
     FLOW_NOT_FOUND = ("flow_not_found", "no such flow or version")
+    FLOWS_UNLOADABLE = (
+        "flows_unloadable",
+        "a flows target (`--flows`, `FLOWPARK_FLOWS`) cannot be loaded: it does not import, "
+        "building its flows raised, or it defines no flow (the node refuses to start; never "
+        "an API answer)",
     FORBIDDEN = (
         "forbidden",
         "the bearer token is known but lacks the route's scope (`missingScope` names it)",
@@ -215,6 +222,13 @@ class DefinitionError(FlowparkError):
     def __init__(self, message: str, findings: list[Any], **fields: Any) -> None:
         super().__init__(message, **fields)
         self.findings = findings
+
+
+class FlowsUnloadable(FlowparkError):
+    """A flows target (``--flows``, ``FLOWPARK_FLOWS``) cannot be loaded: it does not import,
+    building its flows raised, or it defines no flow. The message says why in one line."""
+
+    code = ErrorCode.FLOWS_UNLOADABLE
 
 
 class FlowNotFound(FlowparkError):

@@ -90,17 +90,8 @@ class Settings(BaseSettings):
     timer_scan_interval: float = Field(
         default=10.0, gt=0, description="Seconds between sweeps (jittered by up to 10%)."
     )
-    sample_ocr_per_page: float = Field(
-        default=5.0, ge=0, description="Seconds the fake OCR takes per page."
-    )
-    ocr_base_url: str | None = Field(
-        default=None, description="Base URL of the OCR provider; default: this server."
-    )
     public_base_url: str | None = Field(
         default=None, description="This server's base URL for webhooks; default: self_url."
-    )
-    ocr_callbacks: bool = Field(
-        default=True, description="Ask the OCR provider to call the ocr.completed webhook."
     )
     self_url: str = Field(
         default="http://127.0.0.1:8000", description="How this node reaches itself over HTTP."
@@ -148,19 +139,12 @@ class Settings(BaseSettings):
         description="Largest request body accepted (bytes, default 1 MiB); a larger one "
         "(by Content-Length or as read) is answered 413 body_too_large.",
     )
-    job_queued_seconds: float = Field(default=2.0, ge=0, description="Fake job: QUEUED time.")
-    job_succeed_seconds: float = Field(default=6.0, ge=0, description="Fake job: run time.")
-    jobs_base_url: str | None = Field(
-        default=None,
-        description="Base URL of the job service (/fake/jobs below it) the "
-        "job.await sample calls; default: this server.",
-    )
-    sample_job_heartbeat_seconds: float = Field(
-        default=60.0,
-        ge=10,
-        description="Heartbeat timeout of the job.await sample's "
-        "job.await capability (seconds, at least 10): how long a crashed node's try goes "
-        "unnoticed before another node retries it.",
+    flows: str = Field(
+        default="samples",
+        description="Comma-separated flows to serve, each a module path (mycompany.flows), "
+        "a .py file or a folder of .py files (its folder goes on sys.path); the "
+        "`--flows` option of serve, worker and flows check overrides it. Default: the "
+        "sample flows (with their fake providers).",
     )
 
     console_enabled: bool = Field(
@@ -214,13 +198,11 @@ class Settings(BaseSettings):
         return held[0] if held else None
 
     @property
-    def ocr_url(self) -> str:
-        return self.ocr_base_url or self.self_url
-
-    @property
-    def jobs_url(self) -> str:
-        return self.jobs_base_url or self.self_url
-
-    @property
     def callback_url(self) -> str:
+        """The base URL providers call back on (``public_base_url``, else ``self_url``)."""
         return self.public_base_url or self.self_url
+
+    @property
+    def flow_targets(self) -> list[str]:
+        """``flows`` split on commas, blanks dropped (see :mod:`app.runtime.loading`)."""
+        return [t.strip() for t in self.flows.split(",") if t.strip()]

@@ -223,7 +223,7 @@ def _log_file(name: str) -> Path:
 
 @contextmanager
 def spawn_fake_ocr(*, pending_reads: int | None = None) -> Iterator[Server]:
-    """The fake OCR provider (``app.fakes``) in its own uvicorn process on loopback.
+    """The fake OCR provider (``samples.fakes``) in its own uvicorn process on loopback.
 
     ``pending_reads``: a job answers ``pending`` to that many status reads, then
     ``completed`` (None: pending until completed by the ``complete`` route).

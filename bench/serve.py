@@ -40,8 +40,8 @@ def main() -> None:
 
         app = create_app()
     else:
-        from app.fakes import FakeJobService, create_fakes_app
         from bench.fakeocr import CountingOcr
+        from samples.fakes import FakeJobService, create_fakes_app
 
         app = create_fakes_app(CountingOcr(args.pending_reads), FakeJobService())
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")

@@ -122,7 +122,15 @@ class Block:
             interval: the :class:`Backoff` between attempts (jittered when it says so).
             timeout: budget from attempt 0's start (``timedelta`` or ISO-8601).
             reads: bag types ``until`` reads (checked against earlier puts).
+
+        Raises:
+            TypeError: ``interval`` is not a :class:`Backoff`.
         """
+        if not isinstance(interval, Backoff):
+            raise TypeError(
+                f"interval must be a Backoff (e.g. Backoff.exponential('PT5S', 'PT5M')), "
+                f"got {type(interval).__name__}"
+            )
         self.items.append(
             PollItem(capability, until, interval, to_timedelta(timeout, name="timeout"), reads)
         )

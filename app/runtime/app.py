@@ -4,11 +4,10 @@ HTTP client and the sweep scheduler in the lifespan, never at import time."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
-import httpx
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -19,10 +18,10 @@ from app.api.streams import build_streams_router
 from app.engine.clock import Clock, SystemClock
 from app.engine.engine import Engine, EngineConfig
 from app.errors import ErrorCode
-from app.fakes import FakeJobService, FakeOcrService, create_jobs_router, create_ocr_router
 from app.flows import Catalog
 from app.redaction import register_secrets
 from app.runtime.http import outbound_client
+from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
 from app.runtime.logs import set_node_id
 from app.runtime.scheduler import Sweeper
 from app.settings import DEFAULT_API_TOKEN, Settings
@@ -32,14 +31,6 @@ from app.ui import install_console
 __all__ = ["BodyLimit", "create_app"]
 
 log = logging.getLogger("flowpark.runtime")
-
-CatalogFactory = Callable[[Catalog, httpx.AsyncClient, Settings], None]
-
-
-def _default_catalog(catalog: Catalog, http: httpx.AsyncClient, settings: Settings) -> None:
-    from samples.registry import register_samples
-
-    register_samples(catalog, http, settings)
 
 
 class BodyLimit:
@@ -122,14 +113,20 @@ def create_app(
     settings: Settings | None = None,
     *,
     clock: Clock | None = None,
-    register: CatalogFactory | None = None,
+    flows: Sequence[str | FlowSource] | None = None,
 ) -> FastAPI:
     """Build the flowpark ASGI app.
 
     Args:
         settings: :class:`Settings` (default: read from ``FLOWPARK_*``).
         clock: the engine clock (default the system clock).
-        register: registers flows on the catalog (default: the samples).
+        flows: the flows to serve: targets (module path, ``.py`` file, folder) or
+            ``source(deps)`` callables (see :mod:`app.runtime.loading`); default
+            ``settings.flows`` (``FLOWPARK_FLOWS``, the samples unless set).
+
+    Raises:
+        FlowsUnloadable: code ``flows_unloadable``: a target cannot be loaded.
+        DefinitionError: code ``definition_invalid``: a flow breaks a rule.
 
     The app refuses to start (``SchemaBehindHead``, code ``schema_behind_head``) on a
     database whose schema is behind the migrations' head: run ``flowpark db upgrade``.
@@ -138,21 +135,12 @@ def create_app(
     set_node_id(settings.node_id)  # every log line of this process names the node
     register_secrets(settings.secret_values())  # ... and shows none of its secrets
     clock = clock or SystemClock()
-    register = register or _default_catalog
     catalog = Catalog()
     # One pooled client for every outbound call of this app (closed by the lifespan);
     # each call still passes its own timeout.
     http = outbound_client(settings.http_timeout_seconds)
-    register(catalog, http, settings)
-
-    ocr = FakeOcrService(
-        per_page=timedelta(seconds=settings.sample_ocr_per_page),
-        callback_token=settings.token_with("signal"),
-    )
-    jobs = FakeJobService(
-        queued_for=timedelta(seconds=settings.job_queued_seconds),
-        succeed_after=timedelta(seconds=settings.job_succeed_seconds),
-    )
+    deps = Deps(http, settings, serving=True)
+    register_flows(catalog, load_flows(settings.flow_targets if flows is None else flows, deps))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -190,8 +178,8 @@ def create_app(
                 await sweeper.stop()
             if engine is not None:  # in-process waits stop; their heartbeat timeout hands
                 await engine.close()  # them to another node, from their checkpoints
-            await ocr.drain()
-            await ocr.close()
+            for close in reversed(deps.closers):
+                await close()
             await http.aclose()
             await db.dispose()
 
@@ -203,8 +191,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.catalog = catalog
-    app.state.fake_ocr = ocr
-    app.state.fake_jobs = jobs
+    app.state.flows = deps.state
     install_problem_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(build_operator_router())  # before /instances/{id}
@@ -213,8 +200,8 @@ def create_app(
     add_trigger_routes(app, catalog.plans())
     if settings.console_enabled:
         install_console(app)
-    app.include_router(create_ocr_router(ocr), tags=["fake services"])
-    app.include_router(create_jobs_router(jobs), tags=["fake services"])
+    for router, tags in deps.routers:  # e.g. the samples' fake providers
+        app.include_router(router, tags=list(tags))
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, str]:

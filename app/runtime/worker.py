@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Sequence
 from datetime import timedelta
 
 from app.engine.clock import SystemClock
@@ -12,6 +13,7 @@ from app.engine.engine import Engine, EngineConfig
 from app.flows import Catalog
 from app.redaction import register_secrets
 from app.runtime.http import outbound_client
+from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
 from app.runtime.logs import set_node_id
 from app.runtime.scheduler import Sweeper
 from app.settings import Settings
@@ -22,10 +24,20 @@ __all__ = ["run_worker"]
 log = logging.getLogger("flowpark.worker")
 
 
-async def run_worker(settings: Settings | None = None) -> None:
-    """Sweep until SIGINT/SIGTERM. Flows are the samples (same catalog as ``serve``)."""
-    from samples.registry import register_samples
+async def run_worker(
+    settings: Settings | None = None, flows: Sequence[str | FlowSource] | None = None
+) -> None:
+    """Sweep until SIGINT/SIGTERM.
 
+    Args:
+        settings: default from ``FLOWPARK_*``.
+        flows: flows targets or sources (default ``settings.flows``: serve the same ones as
+            the other nodes).
+
+    Raises:
+        FlowsUnloadable: code ``flows_unloadable``.
+        DefinitionError: code ``definition_invalid``.
+    """
     settings = settings or Settings()
     set_node_id(settings.node_id)
     register_secrets(settings.secret_values())
@@ -35,10 +47,11 @@ async def run_worker(settings: Settings | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    deps = Deps(http, settings)
     try:
-        await check_schema_at_head(db)
         catalog = Catalog()
-        register_samples(catalog, http, settings)
+        register_flows(catalog, load_flows(settings.flow_targets if flows is None else flows, deps))
+        await check_schema_at_head(db)
         engine = Engine(
             SqlJournal(db),
             catalog,
@@ -62,5 +75,7 @@ async def run_worker(settings: Settings | None = None) -> None:
         await sweeper.stop()
         await engine.close()  # in-process waits stop; another node resumes them
     finally:
+        for close in reversed(deps.closers):
+            await close()
         await http.aclose()
         await db.dispose()

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from app.fakes import FakeJobService, FakeOcrService, create_fakes_app
+from samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
 
 CALLBACK_URL = "http://flowpark.test/callbacks/ocr"
 
@@ -272,7 +272,7 @@ async def test_ocr_callback_gives_up_after_three_tries_and_logs(
 ) -> None:
     sink.statuses = [500, 500, 500, 500]
     job_id = (await upload(client, 1, callbackUrl=CALLBACK_URL))["jobId"]
-    with caplog.at_level(logging.WARNING, logger="app.fakes.ocr"):
+    with caplog.at_level(logging.WARNING, logger="samples.fakes.ocr"):
         resp = await client.post(f"/fake/ocr/jobs/{job_id}/complete")
         assert resp.status_code == 200
         await ocr.drain()

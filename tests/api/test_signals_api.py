@@ -122,6 +122,6 @@ async def test_the_fake_ocr_webhook_ends_the_wait_at_once(
             assert view["result"]["fieldCount"] == NEVER
 
             async def drained() -> None:
-                assert server.app.state.fake_ocr.callback_outcomes["delivered"] == 1
+                assert server.app.state.flows["fake_ocr"].callback_outcomes["delivered"] == 1
 
             await eventually(drained, timeout=5)

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.fakes import FakeJobService, FakeOcrService, create_fakes_app
+from samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
 from tests.support.eventually import eventually
 from tests.support.server import LiveServer, SubprocessServer, live_server, serve_subprocess
 
@@ -35,7 +35,8 @@ def fakes(tmp_path: Path) -> Iterator[tuple[LiveServer, FakeJobService]]:
     jobs = FakeJobService(queued_for=timedelta(seconds=1), succeed_after=timedelta(days=1))
     ocr = FakeOcrService()
     with live_server(
-        f"sqlite:///{tmp_path}/unused.db", app_factory=lambda _settings: create_fakes_app(ocr, jobs)
+        f"sqlite:///{tmp_path}/unused.db",
+        app_factory=lambda _settings, _sample: create_fakes_app(ocr, jobs),
     ) as server:
         yield server, jobs
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 import uvicorn
 
-from app.fakes import FakeJobService, FakeOcrService, create_fakes_app
+from samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
 
 
 def free_port() -> int:

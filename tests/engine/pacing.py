@@ -23,8 +23,8 @@ import httpx
 from fastapi import FastAPI
 
 from app.engine.clock import VirtualClock
-from app.fakes.jobs import FakeJobService, create_jobs_router
 from app.flows import Capability, Decision, StepContext
+from samples.fakes.jobs import FakeJobService, create_jobs_router
 
 __all__ = ["JobWorld", "Paced"]
 

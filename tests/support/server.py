@@ -32,6 +32,8 @@ from fastapi import FastAPI
 
 from app.runtime.app import create_app
 from app.settings import Settings
+from samples.registry import sample_flows
+from samples.settings import SampleSettings
 
 __all__ = [
     "TOKEN",
@@ -61,27 +63,44 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def server_settings(database_url: str, base_url: str, **overrides: Any) -> Settings:
-    """Settings for a test server: fast fake OCR and sweep, the test token.
+def _split(overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``overrides`` as (node :class:`Settings` fields, :class:`SampleSettings` fields)."""
+    sample = {k: v for k, v in overrides.items() if k in SampleSettings.model_fields}
+    return {k: v for k, v in overrides.items() if k not in sample}, sample
 
-    Defaults: ``sample_ocr_per_page=0.05``, ``timer_scan_interval=0.2``,
-    ``start_wait_seconds=30``, no OCR webhook
-    (``ocr_callbacks=False``: the poll alone finishes documents), ``self_url=base_url``.
+
+def server_settings(database_url: str, base_url: str, **overrides: Any) -> Settings:
+    """Node settings for a test server: fast sweep, the test token, ``self_url=base_url``,
+    ``start_wait_seconds=30``.
+
+    Sample settings among ``overrides`` are ignored here (see :func:`sample_settings`).
     """
     values: dict[str, Any] = {
         "database_url": database_url,
         "self_url": base_url,
         "api_tokens": TOKEN,
-        "sample_ocr_per_page": 0.05,
         "timer_scan_interval": 0.2,
-        "ocr_callbacks": False,
         "node_id": f"test-{base_url.rsplit(':', 1)[-1]}",
         # a start answers once the instance parks, however loaded the test machine is
         # (tests of the bounded start answer set their own)
         "start_wait_seconds": 30.0,
     }
-    values.update(overrides)
+    values.update(_split(overrides)[0])
     return Settings(**values)
+
+
+def sample_settings(**overrides: Any) -> SampleSettings:
+    """The samples' settings for a test server: fast fake OCR (``sample_ocr_per_page=0.05``),
+    no OCR webhook (``ocr_callbacks=False``: the poll alone finishes documents); node
+    settings among ``overrides`` are ignored."""
+    values: dict[str, Any] = {"sample_ocr_per_page": 0.05, "ocr_callbacks": False}
+    values.update(_split(overrides)[1])
+    return SampleSettings(**values)
+
+
+def samples_app(settings: Settings, sample: SampleSettings) -> FastAPI:
+    """``create_app`` serving the samples with ``sample`` settings."""
+    return create_app(settings, flows=[sample_flows(sample)])
 
 
 @dataclass
@@ -109,14 +128,19 @@ class LiveServer:
 
 @contextmanager
 def live_server(
-    database_url: str, *, app_factory: Callable[[Settings], FastAPI] = create_app, **overrides: Any
+    database_url: str,
+    *,
+    app_factory: Callable[[Settings, SampleSettings], FastAPI] = samples_app,
+    **overrides: Any,
 ) -> Iterator[LiveServer]:
-    """Serve ``app_factory(settings)`` with uvicorn on 127.0.0.1 in a background thread.
+    """Serve ``app_factory(settings, sample)`` with uvicorn on 127.0.0.1 in a background
+    thread.
 
     Args:
         database_url: the (normally migrated) database.
-        app_factory: builds the app (default :func:`create_app`).
-        **overrides: :class:`Settings` fields over :func:`server_settings`' defaults.
+        app_factory: builds the app (default :func:`samples_app`).
+        **overrides: :class:`Settings` and :class:`SampleSettings` fields over
+            :func:`server_settings`' and :func:`sample_settings`' defaults.
 
     Yields:
         :class:`LiveServer` once ``server.started`` (lifespan done, socket listening).
@@ -133,7 +157,7 @@ def live_server(
     port = int(sock.getsockname()[1])
     base_url = f"http://127.0.0.1:{port}"
     settings = server_settings(database_url, base_url, **overrides)
-    app = app_factory(settings)
+    app = app_factory(settings, sample_settings(**overrides))
     # log_config=None: uvicorn's loggers propagate to the root logger (caplog sees them).
     server = uvicorn.Server(
         uvicorn.Config(

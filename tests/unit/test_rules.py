@@ -11,8 +11,8 @@ import pytest
 
 from app.errors import DefinitionError
 from app.flows import Catalog, Severity, check_flow, compile_flow
-from app.flows.check import check_target
 from app.flows.plan import Plan
+from app.runtime.loading import check_targets
 from samples.document_processing import OcrClient, build_document_flow
 from tests.unit.bad_flows import BAD, DUPLICATE_VERSION, WARNINGS
 
@@ -96,11 +96,11 @@ def test_flows_check_reports_a_duplicate_version_that_registration_refuses(tmp_p
         "def flows():\n    return list(DUPLICATE_VERSION)\n"
     )
     lines: list[str] = []
-    assert check_target(str(module), lines.append) == 1
+    assert check_targets([str(module)], lines.append) == 1
     assert lines == [
         "ok: bad.twice@1.0.0",
         "error: flow.duplicate_version: bad.twice@1.0.0 [flow]: another flow has "
-        "the same name and version; Catalog.register refuses the second",
+        "the same name and version",
     ]
 
 
@@ -112,7 +112,7 @@ def test_flows_check_counts_a_flow_found_twice_once(tmp_path: Path) -> None:
         "def flows():\n    return [FLOW]\n"
     )
     lines: list[str] = []
-    assert check_target(str(module), lines.append) == 0
+    assert check_targets([str(module)], lines.append) == 0
     assert lines == ["ok: bad.twice@1.0.0"]
 
 

@@ -11,14 +11,16 @@ from datetime import timedelta
 
 from fastapi import FastAPI
 
-from app.fakes import FakeJobService, FakeOcrService, create_fakes_app
 from app.settings import Settings
+from samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
+from samples.settings import SampleSettings
 
 __all__ = ["create_fakes_server"]
 
 
 def create_fakes_server(
     settings: Settings | None = None,
+    sample: SampleSettings | None = None,
     *,
     per_page: float | None = None,
     callback_token: str | None = None,
@@ -27,10 +29,11 @@ def create_fakes_server(
     ``GET /healthz``).
 
     Args:
-        settings: read for defaults (``sample_ocr_per_page``, ``api_tokens``,
-            ``job_queued_seconds``, ``job_succeed_seconds``); default from ``FLOWPARK_*``.
+        settings: the node settings, read for ``api_tokens``; default from ``FLOWPARK_*``.
+        sample: read for ``sample_ocr_per_page``, ``job_queued_seconds`` and
+            ``job_succeed_seconds``; default from ``FLOWPARK_*``.
         per_page: seconds the fake OCR takes per page (default
-            ``settings.sample_ocr_per_page``).
+            ``sample.sample_ocr_per_page``).
         callback_token: bearer token the OCR sends on ``ocr.completed`` callbacks
             (default: the first token, sorted, with the ``signal`` scope).
 
@@ -39,12 +42,13 @@ def create_fakes_server(
         drains pending OCR callbacks on shutdown.
     """
     settings = settings or Settings()
-    seconds = settings.sample_ocr_per_page if per_page is None else per_page
+    sample = sample or SampleSettings()
+    seconds = sample.sample_ocr_per_page if per_page is None else per_page
     token = callback_token or settings.token_with("signal")
     ocr = FakeOcrService(per_page=timedelta(seconds=seconds), callback_token=token)
     jobs = FakeJobService(
-        queued_for=timedelta(seconds=settings.job_queued_seconds),
-        succeed_after=timedelta(seconds=settings.job_succeed_seconds),
+        queued_for=timedelta(seconds=sample.job_queued_seconds),
+        succeed_after=timedelta(seconds=sample.job_succeed_seconds),
     )
     app = create_fakes_app(ocr, jobs)
     app.state.fake_ocr = ocr

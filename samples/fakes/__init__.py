@@ -1,10 +1,12 @@
 """Fake external services flowpark's flows talk to over real HTTP.
 
-* :mod:`app.fakes.ocr` — a third-party OCR provider (``/fake/ocr``) with completion callbacks.
-* :mod:`app.fakes.jobs` — a job runner (``/fake/jobs``) with clock-driven job states.
+* :mod:`samples.fakes.ocr` — a third-party OCR provider (``/fake/ocr``) with completion
+  callbacks.
+* :mod:`samples.fakes.jobs` — a job runner (``/fake/jobs``) with clock-driven job states.
 
-The flowpark server mounts both routers (so by default it calls itself);
-:func:`create_fakes_app` serves them as a separate app, e.g. for multi-node setups.
+A node serving the samples mounts both routers (so by default it calls itself);
+:func:`create_fakes_app` serves them as a separate app, e.g. for multi-node setups
+(``flowpark fakes``, :mod:`samples.fakes.server`).
 """
 
 from collections.abc import AsyncIterator
@@ -12,8 +14,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.fakes.jobs import FakeJobService, create_jobs_router
-from app.fakes.ocr import FakeOcrService, create_ocr_router
+from samples.fakes.jobs import FakeJobService, create_jobs_router
+from samples.fakes.ocr import FakeOcrService, create_ocr_router
 
 __all__ = [
     "FakeJobService",

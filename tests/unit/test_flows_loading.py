@@ -1,0 +1,219 @@
+"""Loading flows (``--flows``, ``FLOWPARK_FLOWS``): module paths, ``.py`` files and folders,
+sibling imports, the ``flows(deps)`` factory, and the one-line refusals of serve, worker and
+``flows check`` (rule codes, distinct exit codes, no traceback)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.cli import EXIT_FLOWS_INVALID, EXIT_FLOWS_UNLOADABLE
+from app.errors import DefinitionError, FlowsUnloadable
+from app.flows import Catalog
+from app.runtime.http import outbound_client
+from app.runtime.loading import Deps, load_flows, register_flows
+from app.settings import Settings
+from tests.support.server import flowpark_command
+
+PROVIDER = '''
+"""A sibling module the flows module imports."""
+
+GREETING = "hello"
+'''
+
+GREET = '''
+from pydantic import BaseModel
+
+from app.flows import Capability, Flow, HttpTrigger, StepContext
+from provider import GREETING
+
+
+class Name(BaseModel):
+    name: str
+
+
+class Greet(Capability):
+    id = "greet.say"
+    idempotent = True
+
+    async def execute(self, ctx: StepContext) -> None:
+        return None
+
+
+def flows(deps):
+    SEEN.append(deps)
+    return [
+        Flow("greet", "1.0.0", input=Name, trigger=HttpTrigger("POST", "/api/v1/greetings"))
+        .step(Greet())
+    ]
+
+
+SEEN = []
+'''
+
+BROKEN = '''
+from pydantic import BaseModel
+
+from app.flows import Backoff, Capability, Flow, StepContext
+
+
+class In(BaseModel):
+    x: int = 0
+
+
+class Done(BaseModel):
+    ok: bool = False
+
+
+class NotIdempotent(Capability):
+    id = "broken.check"
+    puts = (Done,)
+
+    async def execute(self, ctx: StepContext) -> None:
+        ctx.put(Done(ok=True))
+
+
+FLOW = Flow("broken.flow", "1.0.0", input=In).poll_until(
+    NotIdempotent(), until=lambda bag: bag.get(Done).ok, interval=Backoff.fixed("PT5S"), timeout="PT1M"
+)
+'''
+
+
+@pytest.fixture(autouse=True)
+def _forget_loaded_modules() -> Iterator[None]:
+    """Each test imports its own ``greet``/``provider``: drop them (and their folders on
+    ``sys.path``) afterwards."""
+    modules, path = set(sys.modules), list(sys.path)
+    yield
+    for name in set(sys.modules) - modules:
+        del sys.modules[name]
+    sys.path[:] = path
+
+
+def _folder(tmp_path: Path, name: str = "own") -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "provider.py").write_text(PROVIDER)
+    (folder / "greet.py").write_text(GREET)
+    (folder / "test_greet.py").write_text("raise RuntimeError('tests are not flows')\n")
+    return folder
+
+
+def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    child = {k: v for k, v in os.environ.items() if not k.startswith("FLOWPARK_")}
+    child["FLOWPARK_DATABASE_URL"] = f"sqlite:///{cwd}/never-created.db"
+    child.update(env)
+    return subprocess.run(
+        [*flowpark_command(), *args], env=child, cwd=cwd, capture_output=True, text=True, timeout=60
+    )
+
+
+def _deps() -> Deps:
+    return Deps(outbound_client(1.0), Settings())
+
+
+def test_a_folder_loads_with_its_sibling_imports_and_skips_test_files(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, "own_folder")
+    deps = _deps()
+    flows = load_flows([str(folder)], deps)
+    assert [(f.name, f.version) for f in flows] == [("greet", "1.0.0")]
+    import greet  # type: ignore[import-not-found]  # loaded as a top-level module
+
+    assert greet.SEEN == [deps]  # flows(deps) received the node's client and settings
+    assert greet.SEEN[0].http is deps.http and not deps.serving
+
+
+def test_a_module_path_and_a_file_load_too(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, "own_file")
+    assert [f.name for f in load_flows([str(folder / "greet.py")], _deps())] == ["greet"]
+    flows = load_flows(["samples"], _deps())
+    assert sorted(f.name for f in flows) == ["document.process", "job.await"]
+
+
+def test_definition_errors_name_flow_node_and_rule_and_register_nothing(tmp_path: Path) -> None:
+    (tmp_path / "broken_here.py").write_text(BROKEN)
+    catalog = Catalog()
+    flows = load_flows(["samples", str(tmp_path / "broken_here.py")], _deps())
+    with pytest.raises(DefinitionError) as raised:
+        register_flows(catalog, flows)
+    assert [f.code for f in raised.value.findings] == ["poll.body_not_idempotent"]
+    assert raised.value.findings[0].flow == "broken.flow@1.0.0"
+    assert catalog.plans() == []  # all or nothing: the valid samples were not registered
+
+
+@pytest.mark.parametrize(
+    ("target", "why"),
+    [
+        ("missing_module", "ModuleNotFoundError: No module named 'missing_module'"),
+        ("./nowhere.py", "no such .py file or folder"),
+        ("json", "it defines no flow"),
+    ],
+)
+def test_an_unloadable_target_says_why(target: str, why: str) -> None:
+    with pytest.raises(FlowsUnloadable) as raised:
+        load_flows([target], _deps())
+    assert raised.value.code == "flows_unloadable"
+    assert why in raised.value.message and "\n" not in raised.value.message
+
+
+@pytest.mark.parametrize("command", [["serve", "--port", "9"], ["worker"]], ids=lambda c: c[0])
+def test_serve_and_worker_refuse_a_definition_error_with_its_rule_code(
+    command: list[str], tmp_path: Path
+) -> None:
+    (tmp_path / "broken.py").write_text(BROKEN)
+    done = _run([*command, "--flows", "broken.py"], tmp_path)
+    output = done.stdout + done.stderr
+    assert done.returncode == EXIT_FLOWS_INVALID, output
+    assert "Traceback" not in output
+    assert done.stderr.strip().splitlines() == [
+        "error: poll.body_not_idempotent: broken.flow@1.0.0 [0 poll broken.check]: "
+        "broken.check repeats after every success; declare it idempotent"
+    ]
+    assert not (tmp_path / "never-created.db").exists()
+
+
+def test_serve_refuses_a_missing_module_in_one_line(tmp_path: Path) -> None:
+    done = _run(["serve", "--port", "9", "--flows", "missing_module"], tmp_path)
+    assert done.returncode == EXIT_FLOWS_UNLOADABLE, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: flows_unloadable: cannot load missing_module: ModuleNotFoundError: "
+        "No module named 'missing_module'"
+    ]
+
+
+def test_flowpark_flows_setting_is_read_and_a_syntax_error_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "typo.py").write_text("def flows(:\n    pass\n")
+    done = _run(["serve", "--port", "9"], tmp_path, FLOWPARK_FLOWS=f"samples,{tmp_path}/typo.py")
+    assert done.returncode == EXIT_FLOWS_UNLOADABLE, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: flows_unloadable: cannot load ")
+    assert "SyntaxError" in lines[0] and "typo.py" in lines[0]
+
+
+def test_flows_check_takes_a_folder_with_sibling_imports(tmp_path: Path) -> None:
+    folder = _folder(tmp_path)
+    done = _run(["flows", "check", "--flows", str(folder)], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines() == ["ok: greet@1.0.0"]
+
+
+def test_the_node_settings_hold_no_sample_setting() -> None:
+    fields = set(Settings.model_fields)
+    assert "flows" in fields
+    assert not {f for f in fields if "sample" in f or "ocr" in f or f.startswith("job")}
+
+
+def test_a_flows_module_reads_its_own_settings_without_the_node_knowing_them() -> None:
+    source = textwrap.dedent(
+        """
+        from samples.settings import SampleSettings
+        assert SampleSettings(sample_ocr_per_page=1).sample_ocr_per_page == 1
+        """
+    )
+    exec(compile(source, "<sample settings>", "exec"), {})
