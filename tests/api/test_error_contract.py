@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Codes that are never answered as themselves: an API answer is 500 internal_error.
 INTERNAL = {
     ErrorCode.DEFINITION_INVALID,
+    ErrorCode.FLOWS_UNLOADABLE,
     ErrorCode.JOURNAL_CONFLICT,
     ErrorCode.STALE_FENCING_TOKEN,
 }

@@ -27,7 +27,7 @@ PROVIDER = '''
 GREETING = "hello"
 '''
 
-GREET = '''
+GREET = """
 from pydantic import BaseModel
 
 from app.flows import Capability, Flow, HttpTrigger, StepContext
@@ -55,9 +55,9 @@ def flows(deps):
 
 
 SEEN = []
-'''
+"""
 
-BROKEN = '''
+BROKEN = """
 from pydantic import BaseModel
 
 from app.flows import Backoff, Capability, Flow, StepContext
@@ -80,9 +80,12 @@ class NotIdempotent(Capability):
 
 
 FLOW = Flow("broken.flow", "1.0.0", input=In).poll_until(
-    NotIdempotent(), until=lambda bag: bag.get(Done).ok, interval=Backoff.fixed("PT5S"), timeout="PT1M"
+    NotIdempotent(),
+    until=lambda bag: bag.get(Done).ok,
+    interval=Backoff.fixed("PT5S"),
+    timeout="PT1M",
 )
-'''
+"""
 
 
 @pytest.fixture(autouse=True)
@@ -125,8 +128,8 @@ def test_a_folder_loads_with_its_sibling_imports_and_skips_test_files(tmp_path: 
     assert [(f.name, f.version) for f in flows] == [("greet", "1.0.0")]
     import greet  # type: ignore[import-not-found]  # loaded as a top-level module
 
-    assert greet.SEEN == [deps]  # flows(deps) received the node's client and settings
-    assert greet.SEEN[0].http is deps.http and not deps.serving
+    (seen,) = greet.SEEN  # flows(deps) was called once, with the node's client and settings
+    assert seen is deps and seen.http is deps.http and not deps.serving
 
 
 def test_a_module_path_and_a_file_load_too(tmp_path: Path) -> None:
