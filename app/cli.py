@@ -166,12 +166,11 @@ def _flows_or_exit(given: list[str] | None) -> list[str]:
 
 
 def _absolute(target: str) -> str:
-    """A target naming an existing file or folder, as an absolute path (a module path
-    stays as it is)."""
-    path = Path(target).expanduser()
-    return (
-        str(path.resolve()) if path.exists() and (path.is_dir() or path.suffix == ".py") else target
-    )
+    """A path target as an absolute path (worker processes and reloads may run elsewhere);
+    a module path stays as it is."""
+    from app.runtime.loading import is_path
+
+    return str(Path(target).expanduser().resolve()) if is_path(target) else target
 
 
 def _database_or_exit(url: str) -> None:

@@ -50,6 +50,7 @@ __all__ = [
     "FlowSource",
     "check_targets",
     "findings_of",
+    "is_path",
     "load_flows",
     "register_flows",
     "resolve_target",
@@ -135,8 +136,17 @@ def _flow_files(folder: Path) -> list[Path]:
     )
 
 
+def is_path(target: str) -> bool:
+    """Whether ``target`` names a path (it ends in ``.py`` or holds a separator or ``~``)."""
+    return target.endswith(".py") or any(c in target for c in "/\\") or target.startswith("~")
+
+
 def resolve_target(target: str) -> list[ModuleType]:
     """Import ``target`` (module path, ``.py`` file or folder; see the module docstring).
+
+    A target ending in ``.py`` or holding a path separator is a path; any other is a module
+    path first, and a file or folder of that name in the working directory only when no
+    such module exists (so ``samples`` is the package even beside a ``samples/`` folder).
 
     Returns:
         The imported modules (one, or a folder's files in name order).
@@ -144,29 +154,34 @@ def resolve_target(target: str) -> list[ModuleType]:
     Raises:
         FlowsUnloadable: code ``flows_unloadable``; the message says why in one line.
     """
-    path = Path(target).expanduser()
-    looks_like_path = target.endswith(".py") or "/" in target or "\\" in target
     try:
-        if path.is_dir():
-            files = _flow_files(path.resolve())
-            if not files:
-                raise FlowsUnloadable(
-                    f"cannot load {target}: the folder holds no .py file", target=target
-                )
-            return [_import_beside(f, target) for f in files]
-        if path.is_file() and path.suffix == ".py":
-            return [_import_beside(path.resolve(), target)]
-        if looks_like_path:
-            raise FlowsUnloadable(
-                f"cannot load {target}: no such .py file or folder", target=target
-            )
-        return [importlib.import_module(target)]
+        if not is_path(target):
+            try:
+                return [importlib.import_module(target)]
+            except ModuleNotFoundError as exc:
+                if exc.name != target.split(".")[0] or not Path(target).exists():
+                    raise
+        return _import_path(target)
     except FlowsUnloadable:
         raise
     except BaseException as exc:  # noqa: BLE001 - any failure to import is the user's to see
         if isinstance(exc, KeyboardInterrupt):
             raise
         raise FlowsUnloadable(f"cannot load {target}: {_why(exc)}", target=target) from exc
+
+
+def _import_path(target: str) -> list[ModuleType]:
+    path = Path(target).expanduser()
+    if path.is_dir():
+        files = _flow_files(path.resolve())
+        if not files:
+            raise FlowsUnloadable(
+                f"cannot load {target}: the folder holds no .py file", target=target
+            )
+        return [_import_beside(f, target) for f in files]
+    if path.is_file() and path.suffix == ".py":
+        return [_import_beside(path.resolve(), target)]
+    raise FlowsUnloadable(f"cannot load {target}: no such .py file or folder", target=target)
 
 
 def _call_factory(factory: Callable[..., Any], deps: Deps) -> Iterable[Any]:

@@ -132,6 +132,15 @@ def test_a_folder_loads_with_its_sibling_imports_and_skips_test_files(tmp_path: 
     assert seen is deps and seen.http is deps.http and not deps.serving
 
 
+def test_a_module_path_wins_over_a_folder_of_the_same_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "samples").mkdir()  # a folder named like the package, in the working directory
+    (tmp_path / "samples" / "other.py").write_text("raise RuntimeError('not this one')\n")
+    monkeypatch.chdir(tmp_path)
+    assert len(load_flows(["samples"], _deps())) == 2
+
+
 def test_a_module_path_and_a_file_load_too(tmp_path: Path) -> None:
     folder = _folder(tmp_path, "own_file")
     assert [f.name for f in load_flows([str(folder / "greet.py")], _deps())] == ["greet"]
@@ -199,9 +208,9 @@ def test_flowpark_flows_setting_is_read_and_a_syntax_error_is_one_line(tmp_path:
     assert "SyntaxError" in lines[0] and "typo.py" in lines[0]
 
 
-def test_flows_check_takes_a_folder_with_sibling_imports(tmp_path: Path) -> None:
-    folder = _folder(tmp_path)
-    done = _run(["flows", "check", "--flows", str(folder)], tmp_path)
+def test_flows_check_takes_a_folder_named_bare_with_sibling_imports(tmp_path: Path) -> None:
+    _folder(tmp_path)  # ./own: not a module, so the folder of that name
+    done = _run(["flows", "check", "--flows", "own"], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().splitlines() == ["ok: greet@1.0.0"]
 
