@@ -98,11 +98,7 @@ async def operated(
     ) as h:
 
         def factory(s: Settings) -> FastAPI:
-            def register(catalog: Any, http: Any, _: Settings) -> None:
-                for flow in chosen:
-                    catalog.register(flow)
-
-            return create_app(s, clock=h.clock, register=register)
+            return create_app(s, clock=h.clock, flows=[lambda _deps: chosen])
 
         with live_server(store_url, app_factory=factory, run_sweeper=False, **settings) as srv:
             yield Operated(h, srv)

@@ -13,6 +13,7 @@ real listening server, not an ASGI transport.
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import socket
@@ -130,7 +131,8 @@ class LiveServer:
 def live_server(
     database_url: str,
     *,
-    app_factory: Callable[[Settings, SampleSettings], FastAPI] = samples_app,
+    app_factory: Callable[[Settings, SampleSettings], FastAPI]
+    | Callable[[Settings], FastAPI] = samples_app,
     **overrides: Any,
 ) -> Iterator[LiveServer]:
     """Serve ``app_factory(settings, sample)`` with uvicorn on 127.0.0.1 in a background
@@ -138,7 +140,8 @@ def live_server(
 
     Args:
         database_url: the (normally migrated) database.
-        app_factory: builds the app (default :func:`samples_app`).
+        app_factory: builds the app from the settings (and the sample settings, when it
+            takes two arguments); default :func:`samples_app`.
         **overrides: :class:`Settings` and :class:`SampleSettings` fields over
             :func:`server_settings`' and :func:`sample_settings`' defaults.
 
@@ -157,7 +160,10 @@ def live_server(
     port = int(sock.getsockname()[1])
     base_url = f"http://127.0.0.1:{port}"
     settings = server_settings(database_url, base_url, **overrides)
-    app = app_factory(settings, sample_settings(**overrides))
+    if len(inspect.signature(app_factory).parameters) == 1:
+        app = app_factory(settings)  # type: ignore[call-arg]
+    else:
+        app = app_factory(settings, sample_settings(**overrides))  # type: ignore[call-arg]
     # log_config=None: uvicorn's loggers propagate to the root logger (caplog sees them).
     server = uvicorn.Server(
         uvicorn.Config(
