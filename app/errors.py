@@ -117,6 +117,7 @@ class ErrorCode(StrEnum):
         "a flows target (`--flows`, `FLOWPARK_FLOWS`) cannot be loaded: it does not import, "
         "building its flows raised, or it defines no flow (the node refuses to start; never "
         "an API answer)",
+    )
     FORBIDDEN = (
         "forbidden",
         "the bearer token is known but lacks the route's scope (`missingScope` names it)",

@@ -14,6 +14,7 @@ answers ``{"done": false}``, 500, or holds the call until the caller goes away):
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -28,13 +29,13 @@ from app.flows import (  # noqa: E402
     Backoff,
     Capability,
     CapabilityOptions,
-    Catalog,
     Flow,
     HttpTrigger,
     RetryPolicy,
     StepContext,
 )
 from app.runtime.app import create_app  # noqa: E402
+from app.runtime.loading import Deps  # noqa: E402
 from app.settings import Settings  # noqa: E402
 
 BUDGET = timedelta(seconds=8)
@@ -101,8 +102,10 @@ class Watch(Capability):
             await asyncio.gather(beating, return_exceptions=True)
 
 
-def register(catalog: Catalog, http: httpx.AsyncClient, settings: Settings) -> None:
-    base = settings.ocr_url.rstrip("/")
+def flows(deps: Deps) -> list[Flow]:
+    """The two flows, calling the scripted provider at ``FLOWPARK_OCR_BASE_URL``."""
+    http = deps.http
+    base = os.environ["FLOWPARK_OCR_BASE_URL"].rstrip("/")
     poll = Flow(
         "kill.poll",
         "1.0.0",
@@ -116,7 +119,6 @@ def register(catalog: Catalog, http: httpx.AsyncClient, settings: Settings) -> N
         timeout=BUDGET,
         reads=(Probed,),
     )
-    catalog.register(poll)
     watch = Flow(
         "kill.heartbeat",
         "1.0.0",
@@ -124,9 +126,9 @@ def register(catalog: Catalog, http: httpx.AsyncClient, settings: Settings) -> N
         trigger=HttpTrigger("POST", "/api/v1/kill-heartbeat", idempotent=False),
     )
     watch.step(Watch(http, base))
-    catalog.register(watch)
+    return [poll, watch]
 
 
 if __name__ == "__main__":
-    app = create_app(Settings(), register=register)
+    app = create_app(Settings(), flows=[flows])
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
