@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import cast
 from urllib.parse import quote
 
@@ -22,6 +23,7 @@ from app.api import operate
 from app.api.routes import check_instance_id
 from app.engine.deadlines import open_budget
 from app.engine.engine import Engine
+from app.errors import InputInvalid
 from app.ui.pages import ConsoleRoute, need_session, problem_page, render
 from app.ui.session import Session, check_csrf
 
@@ -65,6 +67,13 @@ EXTEND_CHOICES = (
     ("PT4H", "4 hours"),
     ("P1D", "1 day"),
 )
+#: The durations those choices stand for.
+EXTEND_BY = {
+    "PT15M": timedelta(minutes=15),
+    "PT1H": timedelta(hours=1),
+    "PT4H": timedelta(hours=4),
+    "P1D": timedelta(days=1),
+}
 
 
 def _engine(request: Request) -> Engine:
@@ -142,20 +151,24 @@ def build_actions_router() -> APIRouter:
                 "The form's CSRF token is not this session's: reload the page and try again.",
             )
         check_instance_id(instance_id)
-        done = await _act(request, session, name, instance_id, _key(key))
+        done = await _act(request, session, name, instance_id, _key(key), extend_by)
         target = f"/ui/instances/{instance_id}?done={quote(done)}"
         return RedirectResponse(target, status_code=303)
 
     return router
 
 
-async def _act(request: Request, session: Session, name: str, instance_id: str, key: str) -> str:
+async def _act(
+    request: Request, session: Session, name: str, instance_id: str, key: str, extend_by: str
+) -> str:
     """Run action ``name`` through the operator API's own service function (recorded in
     the instance's history with the token's name); answers the sentence the instance page
     shows.
 
     Raises:
-        InstanceNotFound: ``instance_not_found``; InstanceEnded: ``instance_ended``.
+        InstanceNotFound: ``instance_not_found``; InstanceEnded: ``instance_ended``;
+        InputInvalid: ``input_invalid`` (an extension the form does not offer); the
+        extension's refusals (``instance_busy``, ``no_budget``: 409).
     """
     request.state.principal = session.principal  # the actor the action is recorded with
     if name == "wake":
@@ -166,4 +179,9 @@ async def _act(request: Request, session: Session, name: str, instance_id: str, 
     if name == "cancel":
         _, answer = await operate.cancel(request, instance_id, key)
         return f"Cancel requested by {answer['actor']}: it is now {answer['state']}."
-    return "Extending budgets is not available on this node."
+    by = EXTEND_BY.get(extend_by)
+    if by is None:
+        raise InputInvalid(f"extend by {extend_by[:40]!r}: choose one of the offered durations")
+    _, answer = await operate.extend(request, instance_id, by, key)
+    capped = " (capped by the flow's deadline)" if answer.get("cappedByDeadline") else ""
+    return f"Budget extended by {answer['actor']}: it now ends {answer['endsAt']}{capped}."

@@ -40,7 +40,7 @@ BUDGET_KINDS = {
     RETRY_TOTAL: "retry window",
 }
 #: Whether this node can extend a poll's budget (an operator action of the read model).
-EXTEND_AVAILABLE = False
+EXTEND_AVAILABLE = True
 #: Page sizes the list offers; the default is the first.
 PAGE_SIZES = (50, 25, 100, 200)
 #: Largest page the list shows (``?limit=``).

@@ -124,18 +124,6 @@ async def test_cancel_behind_its_confirmation_ends_the_instance(acting):
         assert ended.status_code == 409 and 'data-code="instance_ended"' in ended.text
 
 
-async def test_no_action_gives_a_500_in_any_state(acting):
-    server, seeded = acting
-    async with _signed_in(server) as http:
-        csrf = _csrf((await http.get("/ui")).text)
-        for instance_id in [*seeded.every(), "01a23203-0000-7000-8000-000000000000", "bad"]:
-            for action in ("wake", "extend", "cancel", "explode"):
-                resp = await http.post(
-                    f"/ui/instances/{instance_id}/actions/{action}", data={"csrf": csrf}
-                )
-                assert resp.status_code in (303, 404, 409), (instance_id, action, resp.text[:300])
-
-
 async def test_a_read_only_token_sees_no_action_and_is_refused_one(acting):
     server, seeded = acting
     target = seeded.parked[0]
@@ -160,3 +148,43 @@ async def test_a_token_without_the_read_scope_cannot_sign_in(acting):
     async with httpx.AsyncClient(base_url=server.base_url) as http:
         resp = await http.post("/ui/sign-in", data={"token": STARTER})
         assert resp.status_code == 401 and "set-cookie" not in resp.headers
+
+
+async def test_extend_budget_moves_the_stored_end_later(acting):
+    server, seeded = acting
+    target = seeded.overdue[2]
+    async with _signed_in(server) as http:
+        before = (await http.get(f"/ui/instances/{target}")).text
+        end_before = re.search(r'data-testid="budget-end">ends ([^<]+)<', before)
+        assert end_before, "no budget end on the page"
+        confirm = await http.get(f"/ui/instances/{target}/actions/extend")
+        assert '<option value="PT1H">1 hour</option>' in confirm.text
+        done = await http.post(
+            f"/ui/instances/{target}/actions/extend",
+            data={"csrf": _csrf(confirm.text), "key": _key(confirm.text), "extend_by": "PT1H"},
+        )
+        assert done.status_code == 303
+        after = (await http.get(done.headers["location"])).text
+        assert "Budget extended by token-1" in after
+        assert "(extended 1×)" in after
+        end_after = re.search(r'data-testid="budget-end">ends ([^<]+)<', after)
+        assert end_after and end_after.group(1) > end_before.group(1)
+
+        odd = await http.post(
+            f"/ui/instances/{target}/actions/extend",
+            data={"csrf": _csrf(after), "extend_by": "P99Y"},
+        )
+        assert odd.status_code == 422 and 'data-code="input_invalid"' in odd.text
+
+
+async def test_no_action_gives_a_500_in_any_state(acting):
+    server, seeded = acting
+    async with _signed_in(server) as http:
+        csrf = _csrf((await http.get("/ui")).text)
+        for instance_id in [*seeded.every(), "01a23203-0000-7000-8000-000000000000", "bad"]:
+            for action in ("wake", "extend", "cancel", "explode"):
+                resp = await http.post(
+                    f"/ui/instances/{instance_id}/actions/{action}",
+                    data={"csrf": csrf, "extend_by": "PT15M"},
+                )
+                assert resp.status_code in (303, 404, 409), (instance_id, action, resp.text[:300])
