@@ -498,5 +498,14 @@ def main() -> None:
     app()
 
 
+def _mount_operator_commands() -> None:
+    from app.cli_ops import add_operator_commands
+
+    add_operator_commands(app, flows_app)
+
+
+_mount_operator_commands()
+
+
 if __name__ == "__main__":
     main()

@@ -26,6 +26,7 @@ from app.api.explain import (
     poll_of,
     summary_view,
 )
+from app.api.plans import plan_view
 from app.api.routes import check_instance_id, idempotency_header
 from app.api.views import API
 from app.engine.engine import Engine
@@ -412,6 +413,23 @@ def build_operator_router() -> APIRouter:
         now = _engine(request).clock.now()
         counts = await _reads(request).count_instances_by(now, overdue)
         return JSONResponse(counts_view(counts, overdue))
+
+    @router.get("/flows/{name}", tags=["flows"], dependencies=read)
+    async def show_flow(
+        request: Request,
+        name: str,
+        version: Annotated[
+            str | None, Query(max_length=_MAX_TEXT, description="Default: the latest.")
+        ] = None,
+    ) -> JSONResponse:
+        """One flow's compiled plan (`version`, default the latest registered on this
+        node): `nodes`, each with `index`, `kind` (`step`, `poll`, `await`, `fail`,
+        `emit`) and its fields (capability, retry policy, compensation, poll interval and
+        `timeoutSeconds`, signal, `satisfied`/`onTimeout`/`onFailure`/`next` targets;
+        `end` is the index that completes the flow). 404 `flow_not_found`."""
+        catalog = _engine(request).catalog
+        plan = catalog.get(name, version) if version else catalog.latest(name)
+        return JSONResponse(plan_view(plan))
 
     @router.post("/instances/actions", tags=["instances"], dependencies=operate)
     async def bulk_action(request: Request, body: BulkAction) -> JSONResponse:
