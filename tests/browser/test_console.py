@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -153,3 +154,28 @@ def test_a_read_only_token_sees_no_action_buttons(
     expect(page.get_by_role("link", name="Cancel")).to_have_count(0)
     page.goto(f"{server.base_url}/ui/instances/{docs.parked[-1]}/actions/wake")
     expect(page.get_by_role("alert")).to_contain_text("lacks the 'operate' scope")
+
+
+@pytest.mark.slow
+def test_an_open_instance_page_follows_the_instance_live(
+    page: Page, documents: tuple[SubprocessServer, Populated]
+):
+    server, docs = documents
+    target = docs.parked[1]
+    _sign_in(page, server.base_url)
+    page.goto(f"{server.base_url}/ui/instances/{target}")
+    timeline = page.get_by_test_id("timeline")
+    due = timeline.locator('g[data-outcome="next"]').get_attribute("data-attempt")
+    assert due is not None
+    # htmx (served from the package) is loaded and refreshes the page's live part
+    assert page.evaluate("typeof htmx") == "object"
+
+    # someone else wakes it through the API; the open page shows the attempt, unreloaded
+    woken = httpx.post(
+        f"{server.base_url}/api/v1/instances/{target}/wake",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=30,
+    )
+    assert woken.status_code == 200 and woken.json()["woken"], woken.text
+    expect(timeline.locator(f'g[data-attempt="{due}"][data-outcome="success"]')).to_have_count(1)
+    assert page.url == f"{server.base_url}/ui/instances/{target}"
