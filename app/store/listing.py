@@ -123,13 +123,16 @@ class SqlOperatorReads(SqlBase):
         *,
         limit: int,
         after: tuple[datetime, str] | None = None,
+        oldest_first: bool = False,
     ) -> InstancePage:
-        """A page of instances matching ``where``, newest first.
+        """A page of instances matching ``where``, newest first (or oldest first).
 
         Args:
             where: the filter (see :class:`InstanceFilter`).
             limit: at most this many rows (1-1000).
-            after: the keyset position ``(created_at, id)`` the previous page ended at.
+            after: the keyset position ``(created_at, id)`` the previous page ended at
+                (of a list in the same order).
+            oldest_first: ``(created_at, id)`` ascending instead of descending.
 
         Returns:
             :class:`InstancePage`; ``after`` is set when more rows follow.
@@ -148,13 +151,12 @@ class SqlOperatorReads(SqlBase):
                 literal(after[0], INSTANCE.c.created_at.type),
                 literal(after[1], INSTANCE.c.id.type),
             )
-            clauses.append(tuple_(c.created_at, c.id) < tuple_(*bound))
-        query = (
-            select(*_SUMMARY)
-            .where(*clauses)
-            .order_by(c.created_at.desc(), c.id.desc())
-            .limit(limit + 1)
+            position = tuple_(c.created_at, c.id)
+            clauses.append(position > tuple_(*bound) if oldest_first else position < tuple_(*bound))
+        order = (
+            (c.created_at.asc(), c.id.asc()) if oldest_first else (c.created_at.desc(), c.id.desc())
         )
+        query = select(*_SUMMARY).where(*clauses).order_by(*order).limit(limit + 1)
         async with self._single(write=False) as conn:
             rows = [_summary(r) for r in await conn.execute(query)]
         more = len(rows) > limit

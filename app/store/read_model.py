@@ -152,6 +152,7 @@ class OperatorReads(Protocol):
         *,
         limit: int,
         after: tuple[datetime, str] | None = None,
+        oldest_first: bool = False,
     ) -> InstancePage:
         """A page of instances matching ``where``, newest first (keyset pagination).
 
@@ -159,6 +160,7 @@ class OperatorReads(Protocol):
             where: the filter.
             limit: at most this many rows (1-1000).
             after: the position ``(created_at, id)`` the previous page ended at.
+            oldest_first: oldest first instead (``after`` from a list in that order).
 
         Returns:
             :class:`InstancePage`.
