@@ -46,7 +46,8 @@ PAGE_SIZES = (50, 25, 100, 200)
 #: Largest page the list shows (``?limit=``).
 MAX_PAGE = 200
 _MAX_TEXT = 200
-#: Sort keys of the list's columns (each sorts the rows of the page shown).
+#: Sort keys of the list's columns: ``created`` / ``-created`` order the whole list (the
+#: store's keyset, oldest or newest first); the others sort the rows of the page shown.
 SORTS = {
     "created": lambda r: (r["createdAt"], r["instanceId"]),
     "id": lambda r: r["instanceId"],
@@ -155,10 +156,10 @@ def build_instances_router() -> APIRouter:
         if sort.lstrip("-") not in SORTS:
             sort = "-created"
         page = await cast(OperatorReads, engine.journal).list_instances(
-            where, limit=limit, after=after
+            where, limit=limit, after=after, oldest_first=sort == "created"
         )
         rows = await summaries(request, page.rows)
-        if sort != "-created":
+        if sort not in ("created", "-created"):  # other columns sort the page shown
             rows.sort(key=SORTS[sort.lstrip("-")], reverse=sort.startswith("-"))
         names = sorted(
             {p.name for p in engine.catalog.plans()} | ({where.flow} if where.flow else set())

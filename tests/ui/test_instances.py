@@ -55,11 +55,10 @@ async def test_a_value_that_cannot_be_a_filter_is_left_out_with_a_notice(signed_
     assert (await signed_in.get("/ui/instances?flow=" + "x" * 5000)).status_code == 200
 
 
-async def test_pages_follow_each_other_without_repeats(signed_in, seeded: Seeded):
+async def _all_pages(client: httpx.AsyncClient, url: str) -> list[str]:
     seen: list[str] = []
-    url = "/ui/instances?limit=4"
     for _ in range(10):
-        resp = await signed_in.get(url)
+        resp = await client.get(url)
         assert resp.status_code == 200
         seen += _ids(resp.text)
         nxt = re.search(r'data-testid="next-page" href="([^"]+)"', resp.text)
@@ -67,7 +66,15 @@ async def test_pages_follow_each_other_without_repeats(signed_in, seeded: Seeded
             break
         url = nxt.group(1).replace("&amp;", "&")
         assert parse_qs(urlparse(url).query)["limit"] == ["4"]
-    assert len(seen) == len(set(seen)) == len(seeded.every())
+    return seen
+
+
+async def test_pages_follow_each_other_without_repeats(signed_in, seeded: Seeded):
+    newest = await _all_pages(signed_in, "/ui/instances?limit=4")
+    assert len(newest) == len(set(newest)) == len(seeded.every())
+    # oldest first is the whole list reversed, page after page
+    oldest = await _all_pages(signed_in, "/ui/instances?limit=4&sort=created")
+    assert oldest == list(reversed(newest))
 
 
 async def test_columns_sort_the_page(signed_in, seeded: Seeded):
