@@ -1,27 +1,37 @@
 # flowpark: the HTTP service with its sweep, on SQLite by default.
 #   docker build -t flowpark .
 #   docker run -p 8000:8000 -e FLOWPARK_API_TOKENS=change-me -v flowpark-data:/var/lib/flowpark flowpark
-FROM python:3.11-slim
+# Your own flows instead of the samples: mount a folder of .py files and name it.
+#   docker run -p 8000:8000 -e FLOWPARK_API_TOKENS=change-me -v flowpark-data:/var/lib/flowpark \
+#     -v "$PWD/flows:/flows:ro" -e FLOWPARK_FLOWS=/flows flowpark
 
+# Build the wheel (it carries the migrations) from the sources it needs.
+FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml setup.py README.md ./
+COPY alembic ./alembic
+COPY app ./app
+COPY samples ./samples
+COPY flowpark ./flowpark
+RUN pip wheel --no-deps --wheel-dir /dist .
+
+# Run the installed distribution: no source tree beside it.
+FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-
-WORKDIR /srv/flowpark
-
-COPY . .
-RUN pip install .
-
-# The Alembic scripts (alembic.ini, alembic/) are not part of the installed distribution:
-# import the app from the source tree next to them so `flowpark db upgrade` finds them.
-ENV PYTHONPATH=/srv/flowpark
+COPY --from=build /dist /dist
+RUN pip install /dist/*.whl && rm -rf /dist
 
 RUN useradd --system --create-home --home-dir /var/lib/flowpark flowpark
 USER flowpark
+WORKDIR /var/lib/flowpark
 
 # SQLite file on a volume; set FLOWPARK_DATABASE_URL=postgresql://... for PostgreSQL.
-# FLOWPARK_SELF_URL: how the node calls itself (the sample's fake OCR and its webhook).
+# FLOWPARK_SELF_URL: how the node calls itself (the samples' fake providers and webhooks).
+# FLOWPARK_FLOWS unset serves the samples; set it to a mounted folder (above) for your own.
 # FLOWPARK_API_TOKENS is deliberately not set here: the default 'dev-token' is for local
 # trials only; pass your own with -e FLOWPARK_API_TOKENS=...
 ENV FLOWPARK_DATABASE_URL=sqlite:////var/lib/flowpark/flowpark.db \

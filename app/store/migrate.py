@@ -1,7 +1,8 @@
 """Schema migrations: run Alembic programmatically and check a database is at head.
 
 The Alembic scripts live in ``alembic/`` at the repository root, configured by
-``alembic.ini`` there. ``flowpark db upgrade`` calls :func:`upgrade`; the service calls
+``alembic.ini`` there; an installed distribution carries them as ``app/store/migrations/``
+(copied at build time by ``setup.py``), used when there is no source tree. ``flowpark db upgrade`` calls :func:`upgrade`; the service calls
 :func:`check_schema_at_head` at start-up and refuses to run on an older schema.
 """
 
@@ -22,6 +23,7 @@ from app.store.db import READ_ONLY, sync_url
 
 __all__ = [
     "ALEMBIC_INI",
+    "PACKAGED_SCRIPTS",
     "alembic_config",
     "check_schema_at_head",
     "current_revision",
@@ -32,6 +34,8 @@ __all__ = [
 
 #: ``alembic.ini`` at the repository root (``app/store/migrate.py`` -> ``../../``).
 ALEMBIC_INI = Path(__file__).resolve().parents[2] / "alembic.ini"
+#: The migrations inside an installed distribution (absent in the source tree).
+PACKAGED_SCRIPTS = Path(__file__).resolve().parent / "migrations"
 
 
 def alembic_config(url: str | None = None) -> Config:
@@ -41,7 +45,12 @@ def alembic_config(url: str | None = None) -> Config:
         url: a database URL in any form :func:`app.store.db.sync_url` accepts; None leaves
             the choice to ``alembic/env.py`` (``FLOWPARK_DATABASE_URL`` or the default).
     """
-    config = Config(str(ALEMBIC_INI))
+    if PACKAGED_SCRIPTS.is_dir():
+        config = Config()
+        config.set_main_option("script_location", str(PACKAGED_SCRIPTS))
+        config.set_main_option("path_separator", "os")
+    else:
+        config = Config(str(ALEMBIC_INI))
     config.attributes["configure_logger"] = False  # keep the caller's logging setup
     if url is not None:
         config.attributes["url"] = url

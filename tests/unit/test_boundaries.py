@@ -75,6 +75,44 @@ EXPORTS = {
         "to_timedelta",
     ],
     "app.testing": ["FlowHarness", "Scripted", "substitute"],
+    "flowpark": [
+        "Backoff",
+        "Bag",
+        "Block",
+        "Capability",
+        "CapabilityOptions",
+        "Complete",
+        "Decision",
+        "DefinitionError",
+        "Deps",
+        "Fail",
+        "Finding",
+        "Flow",
+        "FlowFailure",
+        "FlowsUnloadable",
+        "HttpTrigger",
+        "Profile",
+        "RecoveryError",
+        "RetryPolicy",
+        "Severity",
+        "Signal",
+        "SignalMatch",
+        "StepContext",
+        "Stream",
+        "bag_key",
+        "check_flow",
+    ],
+    "flowpark.testing": ["FlowHarness", "Scripted", "substitute"],
+    "app.runtime.loading": [
+        "Deps",
+        "FlowSource",
+        "check_targets",
+        "findings_of",
+        "is_path",
+        "load_flows",
+        "register_flows",
+        "resolve_target",
+    ],
     "app.ui": ["build_console_router", "install_console"],
     "app.engine": [
         "Clock",
@@ -99,3 +137,20 @@ def test_public_exports_are_pinned_and_sorted(module: str) -> None:
     exported = importlib.import_module(module).__all__
     assert exported == EXPORTS[module]
     assert list(exported) == sorted(exported)  # ruff RUF022 order: capitals first
+
+
+def test_the_authors_package_imports_no_framework_or_driver() -> None:
+    """``import flowpark`` (what a flows module does) loads no web framework, HTTP client or
+    database driver; only ``flowpark.testing`` brings the store."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, flowpark\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
