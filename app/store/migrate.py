@@ -2,8 +2,9 @@
 
 The Alembic scripts live in ``alembic/`` at the repository root, configured by
 ``alembic.ini`` there; an installed distribution carries them as ``app/store/migrations/``
-(copied at build time by ``setup.py``), used when there is no source tree. ``flowpark db upgrade`` calls :func:`upgrade`; the service calls
-:func:`check_schema_at_head` at start-up and refuses to run on an older schema.
+(copied at build time by ``setup.py``), used when there is no source tree.
+``flowpark db upgrade`` calls :func:`upgrade`; the service calls :func:`check_schema_at_head`
+at start-up and refuses to run on an older schema.
 """
 
 from __future__ import annotations
