@@ -151,8 +151,8 @@ class SqlOperatorReads(SqlBase):
                 literal(after[0], INSTANCE.c.created_at.type),
                 literal(after[1], INSTANCE.c.id.type),
             )
-            position = tuple_(c.created_at, c.id)
-            clauses.append(position > tuple_(*bound) if oldest_first else position < tuple_(*bound))
+            keyset = tuple_(c.created_at, c.id)
+            clauses.append(keyset > tuple_(*bound) if oldest_first else keyset < tuple_(*bound))
         order = (
             (c.created_at.asc(), c.id.asc()) if oldest_first else (c.created_at.desc(), c.id.desc())
         )
