@@ -31,9 +31,12 @@ of a definition finding (``poll.requires_durable``).
     ├── JournalConflict            journal_conflict
     ├── SchemaBehindHead           schema_behind_head
     ├── StoreUnavailable           store_unavailable
+    ├── DeliveryNotFound           delivery_not_found
+    ├── DeliveryNotFailed          delivery_not_failed
     └── RequestRefused             an HTTP request refused before any flow is involved
         ├── Unauthorized           unauthorized
         ├── Forbidden              forbidden; missing_scope
+        ├── SignatureInvalid       signature_invalid
         ├── IdempotencyKeyMissing  idempotency_key_missing
         ├── IdempotencyKeyInvalid  idempotency_key_invalid
         ├── UnsupportedMediaType   unsupported_media_type
@@ -57,6 +60,8 @@ from typing import Any, ClassVar
 __all__ = [
     "BodyTooLarge",
     "DefinitionError",
+    "DeliveryNotFailed",
+    "DeliveryNotFound",
     "ErrorCode",
     "FlowFailure",
     "FlowNotFound",
@@ -78,6 +83,7 @@ __all__ = [
     "RouteNotFound",
     "SchemaBehindHead",
     "SignalNotDeclared",
+    "SignatureInvalid",
     "StaleFencingToken",
     "StoreUnavailable",
     "StreamNotDeclared",
@@ -107,6 +113,11 @@ class ErrorCode(StrEnum):
         "body_too_large",
         "the request body is larger than `FLOWPARK_MAX_BODY_BYTES`",
     )
+    DELIVERY_NOT_FAILED = (
+        "delivery_not_failed",
+        "only a failed event delivery can be retried (it is pending or delivered)",
+    )
+    DELIVERY_NOT_FOUND = ("delivery_not_found", "no such event delivery")
     DEFINITION_INVALID = (
         "definition_invalid",
         "a flow definition broke a rule (raised at registration; never an API answer)",
@@ -168,6 +179,11 @@ class ErrorCode(StrEnum):
     SCHEMA_BEHIND_HEAD = (
         "schema_behind_head",
         "the database is not migrated to head (run `flowpark db upgrade`)",
+    )
+    SIGNATURE_INVALID = (
+        "signature_invalid",
+        "a signed signal's Standard Webhooks headers are missing, stale (over 5 minutes "
+        "off) or do not verify with the signal's secret",
     )
     SIGNAL_NOT_DECLARED = (
         "signal_not_declared",
@@ -329,6 +345,18 @@ class StoreUnavailable(FlowparkError):
     code = ErrorCode.STORE_UNAVAILABLE
 
 
+class DeliveryNotFound(FlowparkError):
+    """No event delivery with that id."""
+
+    code = ErrorCode.DELIVERY_NOT_FOUND
+
+
+class DeliveryNotFailed(FlowparkError):
+    """A retry of an event delivery that is not failed (pending or delivered)."""
+
+    code = ErrorCode.DELIVERY_NOT_FAILED
+
+
 class RequestRefused(FlowparkError):
     """An HTTP request refused before it reached a flow (its header, body or route)."""
 
@@ -343,6 +371,12 @@ class Forbidden(RequestRefused):
     """The bearer token is known but lacks the scope the route needs (``missing_scope``)."""
 
     code = ErrorCode.FORBIDDEN
+
+
+class SignatureInvalid(RequestRefused):
+    """A signed signal's Standard Webhooks headers are missing, stale or do not verify."""
+
+    code = ErrorCode.SIGNATURE_INVALID
 
 
 class IdempotencyKeyMissing(RequestRefused):

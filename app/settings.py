@@ -11,10 +11,10 @@ import socket
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["DEFAULT_API_TOKEN", "SCOPES", "ApiToken", "Settings", "parse_api_tokens"]
+__all__ = ["DEFAULT_API_TOKEN", "SCOPES", "ApiToken", "Settings", "Subscriber", "parse_api_tokens"]
 
 DEFAULT_API_TOKEN = "dev-token"
 
@@ -66,6 +66,21 @@ def parse_api_tokens(spec: str) -> list[ApiToken]:
 
 def _default_node_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Subscriber(BaseModel):
+    """An event subscriber (``FLOWPARK_SUBSCRIBERS`` holds a JSON list of them).
+
+    Attributes:
+        name: a stable name (deliveries are kept per name: renaming one starts afresh).
+        url: where each event is POSTed.
+        secret: the Standard Webhooks signing secret (``whsec_`` and base64), shared with
+            the subscriber, which verifies each delivery's ``webhook-signature`` with it.
+    """
+
+    name: str = Field(min_length=1, max_length=200)
+    url: str = Field(min_length=1)
+    secret: SecretStr
 
 
 class Settings(BaseSettings):
@@ -161,6 +176,39 @@ class Settings(BaseSettings):
         default=8 * 3600.0,
         gt=0,
         description="How long a console sign-in lasts (seconds, default 8 hours).",
+    )
+
+    subscribers: list[Subscriber] = Field(
+        default_factory=list,
+        description='Event subscribers, as JSON: [{"name": "billing", "url": '
+        '"https://billing.example/hooks", "secret": "whsec_..."}]. Each emitted event is '
+        "POSTed to each one, signed per Standard Webhooks.",
+    )
+    delivery_scan_seconds: float = Field(
+        default=1.0, gt=0, description="Seconds between two looks for due event deliveries."
+    )
+    delivery_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="Timeout of one delivery POST to a subscriber."
+    )
+    delivery_max_attempts: int = Field(
+        default=12,
+        ge=1,
+        description="Sends of one delivery before it is failed for good (listed and "
+        "retryable over the API).",
+    )
+    delivery_backoff_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="Delay before the second send; doubled for each further one (with "
+        "jitter: each delay is drawn between half of it and all of it).",
+    )
+    delivery_max_backoff_seconds: float = Field(
+        default=600.0, gt=0, description="The longest delay between two sends of a delivery."
+    )
+    signal_secrets: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description='Standard Webhooks secrets of signed signals, as JSON: {"ocr": '
+        '"whsec_..."}; a signal declared with SignedWebhook("ocr") is verified with it.',
     )
 
     @cached_property

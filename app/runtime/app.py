@@ -11,6 +11,7 @@ from datetime import timedelta
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.deliveries import build_delivery_router
 from app.api.operate import build_operator_router
 from app.api.problems import install_problem_handlers, problem
 from app.api.routes import add_trigger_routes, build_router
@@ -20,12 +21,14 @@ from app.engine.engine import Engine, EngineConfig
 from app.errors import ErrorCode
 from app.flows import Catalog
 from app.redaction import register_secrets
+from app.runtime.delivery import Deliverer
 from app.runtime.http import outbound_client
 from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
 from app.runtime.logs import set_node_id
 from app.runtime.scheduler import Sweeper
 from app.settings import DEFAULT_API_TOKEN, Settings
 from app.store import SqlJournal, check_schema_at_head, make_async_engine
+from app.store.deliveries import SqlDeliveries
 from app.ui import install_console
 
 __all__ = ["BodyLimit", "create_app"]
@@ -146,6 +149,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = make_async_engine(settings.database_url, pool_size=settings.db_pool_size)
         sweeper: Sweeper | None = None
+        deliverer: Deliverer | None = None
         engine: Engine | None = None
         try:
             await check_schema_at_head(db)
@@ -171,9 +175,22 @@ def create_app(
                 sweeper = Sweeper(engine, settings.timer_scan_interval)
                 sweeper.start()
             app.state.sweeper = sweeper
+            app.state.deliveries = SqlDeliveries(db)
+            if settings.run_sweeper and settings.subscribers:
+                deliverer = Deliverer(
+                    app.state.deliveries,
+                    settings.subscribers,
+                    http,
+                    clock,
+                    settings.node_id,
+                    settings,
+                )
+                deliverer.start()
             log.info("flowpark node %s ready on %s", settings.node_id, settings.self_url)
             yield
         finally:
+            if deliverer is not None:
+                await deliverer.stop()
             if sweeper is not None:
                 await sweeper.stop()
             if engine is not None:  # in-process waits stop; their heartbeat timeout hands
@@ -196,6 +213,7 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(build_operator_router())  # before /instances/{id}
     app.include_router(build_router())
+    app.include_router(build_delivery_router())
     app.include_router(build_streams_router())
     add_trigger_routes(app, catalog.plans())
     if settings.console_enabled:

@@ -12,12 +12,14 @@ from app.engine.clock import SystemClock
 from app.engine.engine import Engine, EngineConfig
 from app.flows import Catalog
 from app.redaction import register_secrets
+from app.runtime.delivery import Deliverer
 from app.runtime.http import outbound_client
 from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
 from app.runtime.logs import set_node_id
 from app.runtime.scheduler import Sweeper
 from app.settings import Settings
 from app.store import SqlJournal, check_schema_at_head, make_async_engine
+from app.store.deliveries import SqlDeliveries
 
 __all__ = ["run_worker"]
 
@@ -66,12 +68,25 @@ async def run_worker(
         )
         sweeper = Sweeper(engine, settings.timer_scan_interval)
         sweeper.start()
+        deliverer = None
+        if settings.subscribers:
+            deliverer = Deliverer(
+                SqlDeliveries(db),
+                settings.subscribers,
+                http,
+                engine.clock,
+                settings.node_id,
+                settings,
+            )
+            deliverer.start()
         log.info(
             "flowpark worker %s sweeping every %.1fs",
             settings.node_id,
             settings.timer_scan_interval,
         )
         await stop.wait()
+        if deliverer is not None:
+            await deliverer.stop()
         await sweeper.stop()
         await engine.close()  # in-process waits stop; another node resumes them
     finally:

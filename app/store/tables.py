@@ -36,6 +36,7 @@ __all__ = [
     "ACTIVE_STATES",
     "IDEMPOTENCY_DIGEST_SQL",
     "FlowActionRow",
+    "EventDeliveryRow",
     "FlowHeartbeatRow",
     "FlowInstanceRow",
     "FlowSignalRow",
@@ -320,13 +321,26 @@ class FlowSignalRow(SQLModel, table=True):
     taken_step_id: int | None = _int("taken_step_id")
     # false: the wait at ``taken_step_id`` refused it (its match did not hold); else null
     matched: bool | None = Field(default=None, sa_column=Column("matched", Boolean()))
+    # set when the instance ended while the signal waited untaken: it will never be taken
+    discarded_at: datetime | None = _instant("discarded_at")
+    discarded_reason: str | None = _str("discarded_reason")
 
 
 class OutboxEventRow(SQLModel, table=True):
     """``outbox_event``: domain events written by emit nodes, for a publisher to relay."""
 
     __tablename__ = "outbox_event"
-    __table_args__ = (UniqueConstraint("id", name="uq_outbox_event_id"),)
+    __table_args__ = (
+        UniqueConstraint("id", name="uq_outbox_event_id"),
+        # events not yet relayed to the subscribers' deliveries (``published_at`` null)
+        Index(
+            "ix_outbox_event_unpublished",
+            "sequence",
+            sqlite_where=text("published_at IS NULL"),
+            postgresql_where=text("published_at IS NULL"),
+        ),
+        Index("ix_outbox_event_instance", "instance_id"),
+    )
 
     sequence: int | None = _sequence()
     id: str = _str("id", nullable=False)
@@ -337,11 +351,57 @@ class OutboxEventRow(SQLModel, table=True):
     published_at: datetime | None = _instant("published_at")
 
 
+class EventDeliveryRow(SQLModel, table=True):
+    """``event_delivery``: one outbox event's delivery to one subscriber.
+
+    ``state`` is ``pending`` (due at ``next_try_at``), ``delivered`` or ``failed`` (its
+    tries ran out). A node holds a pending delivery while it sends it (``claimed_by``,
+    until ``claimed_until``). ``event_sequence`` orders an instance's events: a delivery is
+    sent only once no earlier event of its instance is pending for the same subscriber.
+    """
+
+    __tablename__ = "event_delivery"
+    __table_args__ = (
+        UniqueConstraint("subscriber", "event_id", name="uq_event_delivery_event"),
+        Index(
+            "ix_event_delivery_due",
+            "next_try_at",
+            sqlite_where=text("state = 'pending'"),
+            postgresql_where=text("state = 'pending'"),
+        ),
+        Index("ix_event_delivery_instance", "instance_id", "subscriber", "event_sequence"),
+        Index("ix_event_delivery_state", "state", "sequence"),
+    )
+
+    sequence: int | None = _sequence()
+    event_id: str = _str("event_id", nullable=False)
+    event_sequence: int = Field(
+        default=None, sa_column=Column("event_sequence", BigInteger(), nullable=False)
+    )
+    instance_id: str = _instance_id("instance_id")
+    subscriber: str = _str("subscriber", nullable=False)
+    state: str = _str("state", nullable=False)
+    attempts: int = Field(
+        default=0,
+        sa_column=Column("attempts", Integer(), nullable=False, server_default=text("0")),
+    )
+    next_try_at: datetime | None = _instant("next_try_at")
+    last_error: str | None = Field(default=None, sa_column=Column("last_error", Text()))
+    last_status: int | None = _int("last_status")
+    delivered_at: datetime | None = _instant("delivered_at")
+    claimed_by: str | None = _str("claimed_by")
+    claimed_until: datetime | None = _instant("claimed_until")
+    created_at: datetime = _instant("created_at", nullable=False)
+
+
 class ReviewItemRow(SQLModel, table=True):
     """``review_item``: the human review queue."""
 
     __tablename__ = "review_item"
-    __table_args__ = (UniqueConstraint("id", name="uq_review_item_id"),)
+    __table_args__ = (
+        UniqueConstraint("id", name="uq_review_item_id"),
+        Index("ix_review_item_instance", "instance_id"),
+    )
 
     sequence: int | None = _sequence()
     id: str = _str("id", nullable=False)

@@ -37,6 +37,7 @@ TABLES = {
     "flow_heartbeat",
     "flow_stream",
     "flow_action",
+    "event_delivery",
 }
 
 

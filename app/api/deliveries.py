@@ -1,0 +1,90 @@
+"""Event delivery routes: the state of each event's delivery to each subscriber, and retry.
+
+They read and write through :class:`app.store.deliveries.SqlDeliveries` (no SQL here).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal, cast
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
+
+from app.api.auth import require_token
+from app.api.views import API
+from app.engine.engine import Engine
+from app.errors import DeliveryNotFailed, DeliveryNotFound
+from app.store.deliveries import SqlDeliveries
+
+__all__ = ["build_delivery_router", "delivery_view"]
+
+MAX_SEQUENCE = 2**63 - 1
+
+
+def _at(instant: datetime | None) -> str | None:
+    return instant.isoformat().replace("+00:00", "Z") if instant is not None else None
+
+
+def delivery_view(row: dict[str, Any]) -> dict[str, Any]:
+    """One delivery (camelCase) from the store's row dict."""
+    return {
+        "deliveryId": row["sequence"],
+        "eventId": row["event_id"],
+        "eventName": row.get("event_name"),
+        "instanceId": row["instance_id"],
+        "subscriber": row["subscriber"],
+        "state": row["state"],
+        "attempts": row["attempts"],
+        "nextTryAt": _at(row["next_try_at"]) if row["state"] == "pending" else None,
+        "lastError": row["last_error"],
+        "lastStatus": row["last_status"],
+        "deliveredAt": _at(row["delivered_at"]),
+        "createdAt": _at(row["created_at"]),
+    }
+
+
+def _store(request: Request) -> SqlDeliveries:
+    return cast(SqlDeliveries, request.app.state.deliveries)
+
+
+def build_delivery_router() -> APIRouter:
+    """``GET /api/v1/deliveries`` and ``POST /api/v1/deliveries/{deliveryId}/retry``."""
+    router = APIRouter(prefix=API, dependencies=[Depends(require_token)], tags=["deliveries"])
+
+    @router.get("/deliveries")
+    async def deliveries(
+        request: Request,
+        state: Literal["pending", "delivered", "failed"] | None = Query(None),
+        subscriber: str | None = Query(None, max_length=200),
+        instance_id: str | None = Query(None, alias="instanceId", max_length=100),
+        after: int | None = Query(None, ge=0, le=MAX_SEQUENCE),
+        limit: int = Query(100, ge=1, le=1000),
+    ) -> JSONResponse:
+        """Event deliveries in creation order: one per event and subscriber, with its
+        ``state`` (``pending``, ``delivered``, ``failed``: its sends ran out), ``attempts``
+        (sends made), ``nextTryAt`` (pending), ``lastError``/``lastStatus`` and
+        ``deliveredAt``. Filters: ``state``, ``subscriber``, ``instanceId``; ``after`` a
+        ``deliveryId`` (a cursor: the last one of the previous page)."""
+        rows = await _store(request).list_deliveries(
+            state=state, subscriber=subscriber, instance_id=instance_id, after=after, limit=limit
+        )
+        return JSONResponse([delivery_view(r) for r in rows])
+
+    @router.post("/deliveries/{delivery_id}/retry")
+    async def retry(request: Request, delivery_id: int) -> JSONResponse:
+        """Send a failed delivery again: it becomes ``pending``, due now, its sends counted
+        afresh. 404 ``delivery_not_found``; 409 ``delivery_not_failed`` when it is pending
+        or delivered."""
+        engine = cast(Engine, request.app.state.engine)
+        if not 0 <= delivery_id <= MAX_SEQUENCE:
+            raise DeliveryNotFound(f"no delivery {delivery_id}", delivery_id=delivery_id)
+        try:
+            row = await _store(request).retry(delivery_id, engine.clock.now())
+        except ValueError as exc:
+            raise DeliveryNotFailed(str(exc), delivery_id=delivery_id) from None
+        if row is None:
+            raise DeliveryNotFound(f"no delivery {delivery_id}", delivery_id=delivery_id)
+        return JSONResponse(delivery_view(row))
+
+    return router
