@@ -11,7 +11,7 @@ from typing import Any, Literal, cast
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
-from app.api.auth import require_token
+from app.api.auth import require_scope
 from app.api.views import API
 from app.engine.engine import Engine
 from app.errors import DeliveryNotFailed, DeliveryNotFound
@@ -50,9 +50,9 @@ def _store(request: Request) -> SqlDeliveries:
 
 def build_delivery_router() -> APIRouter:
     """``GET /api/v1/deliveries`` and ``POST /api/v1/deliveries/{deliveryId}/retry``."""
-    router = APIRouter(prefix=API, dependencies=[Depends(require_token)], tags=["deliveries"])
+    router = APIRouter(prefix=API, tags=["deliveries"])
 
-    @router.get("/deliveries")
+    @router.get("/deliveries", dependencies=[Depends(require_scope("read"))])
     async def deliveries(
         request: Request,
         state: Literal["pending", "delivered", "failed"] | None = Query(None),
@@ -61,7 +61,7 @@ def build_delivery_router() -> APIRouter:
         after: int | None = Query(None, ge=0, le=MAX_SEQUENCE),
         limit: int = Query(100, ge=1, le=1000),
     ) -> JSONResponse:
-        """Event deliveries in creation order: one per event and subscriber, with its
+        """Event deliveries (scope ``read``) in creation order: one per event and subscriber, with its
         ``state`` (``pending``, ``delivered``, ``failed``: its sends ran out), ``attempts``
         (sends made), ``nextTryAt`` (pending), ``lastError``/``lastStatus`` and
         ``deliveredAt``. Filters: ``state``, ``subscriber``, ``instanceId``; ``after`` a
@@ -71,9 +71,11 @@ def build_delivery_router() -> APIRouter:
         )
         return JSONResponse([delivery_view(r) for r in rows])
 
-    @router.post("/deliveries/{delivery_id}/retry")
+    @router.post(
+        "/deliveries/{delivery_id}/retry", dependencies=[Depends(require_scope("operate"))]
+    )
     async def retry(request: Request, delivery_id: int) -> JSONResponse:
-        """Send a failed delivery again: it becomes ``pending``, due now, its sends counted
+        """Send a failed delivery again (scope ``operate``): it becomes ``pending``, due now, its sends counted
         afresh. 404 ``delivery_not_found``; 409 ``delivery_not_failed`` when it is pending
         or delivered."""
         engine = cast(Engine, request.app.state.engine)

@@ -37,6 +37,8 @@ NEEDS: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/instances/{instance_id}/cancel"): "operate",
     ("POST", "/api/v1/instances/{instance_id}/budget"): "operate",
     ("POST", "/api/v1/instances/actions"): "operate",
+    ("GET", "/api/v1/deliveries"): "read",
+    ("POST", "/api/v1/deliveries/{delivery_id}/retry"): "operate",
 }
 
 

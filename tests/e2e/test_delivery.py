@@ -200,6 +200,7 @@ async def test_a_delivery_whose_sends_ran_out_is_listed_failed_and_retried(
             assert missing.status_code == 404 and missing.json()["code"] == "delivery_not_found"
 
             with subscriber(tmp_path, port):
+                await eventually(lambda: received(port), timeout=30, what="subscriber up")
                 for d in dead:
                     resp = await http.post(f"/api/v1/deliveries/{d['deliveryId']}/retry")
                     assert resp.status_code == 200, resp.text
