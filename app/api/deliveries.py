@@ -61,8 +61,9 @@ def build_delivery_router() -> APIRouter:
         after: int | None = Query(None, ge=0, le=MAX_SEQUENCE),
         limit: int = Query(100, ge=1, le=1000),
     ) -> JSONResponse:
-        """Event deliveries (scope ``read``) in creation order: one per event and subscriber, with its
-        ``state`` (``pending``, ``delivered``, ``failed``: its sends ran out), ``attempts``
+        """Event deliveries (scope ``read``) in creation order: one per event and
+        subscriber, with its ``state`` (``pending``, ``delivered``, ``failed``: its sends
+        ran out), ``attempts``
         (sends made), ``nextTryAt`` (pending), ``lastError``/``lastStatus`` and
         ``deliveredAt``. Filters: ``state``, ``subscriber``, ``instanceId``; ``after`` a
         ``deliveryId`` (a cursor: the last one of the previous page)."""
@@ -75,8 +76,8 @@ def build_delivery_router() -> APIRouter:
         "/deliveries/{delivery_id}/retry", dependencies=[Depends(require_scope("operate"))]
     )
     async def retry(request: Request, delivery_id: int) -> JSONResponse:
-        """Send a failed delivery again (scope ``operate``): it becomes ``pending``, due now, its sends counted
-        afresh. 404 ``delivery_not_found``; 409 ``delivery_not_failed`` when it is pending
+        """Send a failed delivery again (scope ``operate``): it becomes ``pending``, due
+        now, its sends counted afresh. 404 ``delivery_not_found``; 409 ``delivery_not_failed`` when it is pending
         or delivered."""
         engine = cast(Engine, request.app.state.engine)
         if not 0 <= delivery_id <= MAX_SEQUENCE:
