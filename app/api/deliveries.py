@@ -77,8 +77,8 @@ def build_delivery_router() -> APIRouter:
     )
     async def retry(request: Request, delivery_id: int) -> JSONResponse:
         """Send a failed delivery again (scope ``operate``): it becomes ``pending``, due
-        now, its sends counted afresh. 404 ``delivery_not_found``; 409 ``delivery_not_failed`` when it is pending
-        or delivered."""
+        now, its sends counted afresh. 404 ``delivery_not_found``; 409
+        ``delivery_not_failed`` when it is pending or delivered."""
         engine = cast(Engine, request.app.state.engine)
         if not 0 <= delivery_id <= MAX_SEQUENCE:
             raise DeliveryNotFound(f"no delivery {delivery_id}", delivery_id=delivery_id)
