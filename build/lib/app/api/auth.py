@@ -1,0 +1,102 @@
+"""Bearer-token authentication and scopes for the ``/api`` routes.
+
+Tokens come from ``FLOWPARK_API_TOKENS`` (:func:`app.settings.parse_api_tokens`): each has
+a name and scopes. Every route names the scope it needs (:func:`require_scope`): ``read``
+(lists, views, streams, flows, events, reviews), ``start`` (start routes), ``signal``
+(signal routes), ``operate`` (wake, extend budget, cancel, bulk actions). No token, or an
+unknown one: 401 ``unauthorized``; a known token without the scope: 403 ``forbidden``
+naming the missing scope. Token values are compared in constant time and never logged or
+echoed; the name is what the instance history records.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from app.errors import Forbidden, Unauthorized
+from app.settings import ApiToken
+
+__all__ = ["Principal", "authenticate", "require_scope", "require_token"]
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request acts as: the token's name and scopes (never its value)."""
+
+    name: str
+    scopes: frozenset[str]
+
+
+def _header_bytes(value: str) -> bytes:
+    """The header value's bytes as sent: ASGI servers decode header bytes as Latin-1, so
+    encoding back gives the raw bytes (UTF-8 for a UTF-8 token)."""
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:  # not from the wire; compare its UTF-8 instead
+        return value.encode("utf-8", "surrogateescape")
+
+
+def authenticate(request: Request) -> Principal:
+    """The principal of the request's ``Authorization: Bearer <token>``.
+
+    The token is compared as bytes (the header's bytes against each token's UTF-8) with
+    :func:`hmac.compare_digest`, against every accepted token (no early exit), so neither
+    a byte nor the position of a match shows in the time taken.
+
+    Raises:
+        Unauthorized: ``unauthorized`` (401) when missing or unknown.
+    """
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    tokens: tuple[ApiToken, ...] = request.app.state.settings.api_credentials
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthorized("missing bearer token")
+    sent = _header_bytes(token.strip(" \t"))
+    found: ApiToken | None = None
+    for candidate in tokens:
+        if hmac.compare_digest(sent, candidate.value.encode("utf-8", "surrogateescape")):
+            found = candidate
+    if found is None:
+        raise Unauthorized("unknown bearer token")
+    return Principal(found.name, found.scopes)
+
+
+def require_scope(scope: str) -> Callable[[Request], Awaitable[Principal]]:
+    """A FastAPI dependency: the request's token must hold ``scope``.
+
+    Returns:
+        The dependency; it answers the :class:`Principal`.
+
+    Raises (from the dependency):
+        Unauthorized: ``unauthorized`` (401), no or an unknown token.
+        Forbidden: ``forbidden`` (403), the token lacks ``scope`` (``missingScope``).
+    """
+
+    async def dependency(request: Request) -> Principal:
+        principal = authenticate(request)
+        if scope not in principal.scopes:
+            raise Forbidden(
+                f"token {principal.name!r} lacks the {scope!r} scope",
+                missing_scope=scope,
+                token=principal.name,
+            )
+        request.state.principal = principal
+        return principal
+
+    dependency.__name__ = f"require_{scope}"
+    return dependency
+
+
+async def require_token(request: Request) -> str:
+    """FastAPI dependency: any accepted token (whatever its scopes); answers its name.
+
+    Raises:
+        Unauthorized: ``unauthorized`` (401) when missing or wrong.
+    """
+    principal = authenticate(request)
+    request.state.principal = principal
+    return principal.name

@@ -1,0 +1,294 @@
+"""JSON shapes of the operator's surfaces (camelCase): list rows, counts, and the parts of
+the instance view that explain a wait (``waiting``, ``budget``, ``attempts``).
+
+Vocabulary: an *attempt* is one iteration of a parked poll (the journal's *scope*); a
+*try* is one execution of a capability under its retry policy (``try`` 1, 2, ...).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+from app.engine.journal import InstanceRecord, Outcome, StepKind, StepRow, WakeKind
+from app.errors import InputInvalid
+from app.flows.plan import Node, Plan, PollNode, StepNode
+from app.store.read_model import InstanceCounts, InstanceSummary, OperatorAction
+
+__all__ = [
+    "action_view",
+    "attempts_view",
+    "counts_view",
+    "decode_cursor",
+    "encode_cursor",
+    "explain_view",
+    "poll_of",
+    "summary_view",
+    "waiting_view",
+]
+
+
+def _at(instant: datetime | None) -> str | None:
+    return instant.isoformat().replace("+00:00", "Z") if instant is not None else None
+
+
+def encode_cursor(position: tuple[datetime, str]) -> str:
+    """An opaque cursor (URL-safe base64 of ``[createdAt, id]``) for the next page."""
+    raw = json.dumps([position[0].isoformat(), position[1]], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The keyset position a cursor from :func:`encode_cursor` names.
+
+    Raises:
+        InputInvalid: not a cursor this API gave out (``input_invalid``, 422).
+    """
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, instance_id = json.loads(raw)
+        instant = datetime.fromisoformat(at)
+        if instant.tzinfo is None or str(uuid.UUID(instance_id)) != instance_id:
+            raise ValueError("not a cursor")
+    except (ValueError, TypeError, AttributeError, binascii.Error, UnicodeDecodeError):
+        raise InputInvalid(
+            "cursor is not a nextCursor this API gave out",
+            errors=[{"loc": ["query", "cursor"], "msg": "invalid cursor", "type": "value_error"}],
+        ) from None
+    return instant, instance_id
+
+
+def poll_of(plan: Plan | None, step_id: int | None) -> PollNode | None:
+    """The poll node at ``step_id`` (a parked poll waits there), or None."""
+    node = _node(plan, step_id)
+    return node if isinstance(node, PollNode) else None
+
+
+def _node(plan: Plan | None, step_id: int | None) -> Node | None:
+    if plan is None or step_id is None or not 0 <= step_id < len(plan.nodes):
+        return None
+    return plan.nodes[step_id]
+
+
+def waiting_view(
+    plan: Plan | None,
+    step_id: int | None,
+    scope: int | None,
+    kind: WakeKind | None,
+    wake_at: datetime | None,
+) -> dict[str, Any] | None:
+    """``{"kind", "stepId", "capabilityId", "attempt", "wakeAt"}`` of a suspended instance.
+
+    ``capabilityId`` is the capability the next execution runs (a poll's body), or the
+    signal's name for a signal wait; ``attempt`` is the poll attempt (scope) it waits to
+    run, None outside polls.
+    """
+    if kind is None or step_id is None:
+        return None
+    node = _node(plan, step_id)
+    capability: str | None = None
+    attempt: int | None = None
+    if isinstance(node, PollNode):
+        body = plan.nodes[node.body_index] if plan is not None else None
+        capability = body.capability.id if isinstance(body, StepNode) else None
+        attempt = scope
+        if kind is WakeKind.SIGNAL and node.signal is not None:
+            capability = node.signal.name
+    elif isinstance(node, StepNode):
+        capability = node.capability.id
+    elif node is not None and getattr(node, "signal", None) is not None:
+        capability = node.signal.name  # type: ignore[union-attr]
+    return {
+        "kind": str(kind),
+        "stepId": step_id,
+        "capabilityId": capability,
+        "attempt": attempt,
+        "wakeAt": _at(wake_at),
+    }
+
+
+def summary_view(
+    row: InstanceSummary, plan: Plan | None, budget_ends_at: datetime | None
+) -> dict[str, Any]:
+    """One row of ``GET /api/v1/instances``."""
+    waiting = None
+    if row.wake_kind is not None and row.state.value == "suspended":
+        waiting = waiting_view(plan, row.wake_step_id, row.wake_scope, row.wake_kind, row.wake_at)
+    return {
+        "instanceId": row.id,
+        "flow": row.flow_name,
+        "version": row.flow_version,
+        "state": str(row.state),
+        "createdAt": _at(row.created_at),
+        "updatedAt": _at(row.updated_at),
+        "wakeAt": _at(row.wake_at) if row.state.value == "suspended" else None,
+        "waiting": waiting,
+        "attempt": waiting["attempt"] if waiting else None,
+        "budgetEndsAt": _at(budget_ends_at),
+        "deadlineAt": _at(row.deadline_at),
+        "leaseExpiresAt": _at(row.lease_expires_at) if row.state.value == "running" else None,
+        "errorCode": row.error_code,
+        "instanceKey": row.instance_key,
+        "cancelRequested": row.cancel_requested,
+    }
+
+
+def counts_view(counts: InstanceCounts, overdue_seconds: float) -> dict[str, Any]:
+    """``GET /api/v1/instances/counts``: per flow, version and state, with totals."""
+    flows: dict[str, dict[str, dict[str, int]]] = {}
+    totals: dict[str, int] = {}
+    for c in counts.by_state:
+        flows.setdefault(c.flow_name, {}).setdefault(c.flow_version, {})[str(c.state)] = c.count
+        totals[str(c.state)] = totals.get(str(c.state), 0) + c.count
+    return {
+        "byState": [
+            {
+                "flow": c.flow_name,
+                "version": c.flow_version,
+                "state": str(c.state),
+                "count": c.count,
+            }
+            for c in counts.by_state
+        ],
+        "flows": flows,
+        "states": totals,
+        "total": sum(totals.values()),
+        "overdue": counts.overdue,
+        "overdueSeconds": overdue_seconds,
+        "stuck": counts.stuck,
+    }
+
+
+def attempts_view(
+    plan: Plan | None, inst: InstanceRecord, steps: list[StepRow]
+) -> list[dict[str, Any]]:
+    """Per poll attempt of the poll the instance is at (or last ran): one entry per scope
+    with its scheduled wake, actual start, lateness, duration, outcome and every try.
+
+    The scheduled instant of attempt *n* > 0 is the wake the park after attempt *n-1*
+    asked for; it is read from the committed rows: the park wrote ``wake_at`` on the
+    instance row only, so earlier wakes are reconstructed as the interval schedule from the
+    plan (the same jitter function as the engine's) after attempt *n-1*'s commit, capped by
+    the budget's end.
+    """
+    node = _current_poll(plan, inst, steps)
+    if node is None:
+        return []
+    body = node.body_index
+    by_scope: dict[int, list[StepRow]] = {}
+    for row in steps:
+        if row.step_id == body and row.kind is StepKind.STEP:
+            by_scope.setdefault(row.scope, []).append(row)
+    signal_rows = [r for r in steps if r.step_id == node.index and r.kind is StepKind.SIGNAL]
+    out: list[dict[str, Any]] = []
+    first_start = min((r.started_at for r in by_scope.get(0, [])), default=None)
+    previous_commit: datetime | None = None
+    for scope in sorted(by_scope):
+        tries = sorted(by_scope[scope], key=lambda r: r.try_number)
+        started = tries[0].started_at
+        ended = tries[-1].committed_at
+        scheduled: datetime | None = None
+        if scope == 0:
+            scheduled = started
+        elif previous_commit is not None:
+            scheduled = previous_commit + node.interval.delay(scope - 1, inst.id)
+            if first_start is not None:
+                scheduled = min(scheduled, first_start + node.timeout)
+        success = any(t.outcome is Outcome.SUCCESS for t in tries)
+        last = tries[-1]
+        outcome = "success" if success else ("failure" if last.final else "retrying")
+        out.append(
+            {
+                "attempt": scope,
+                "scheduledAt": _at(scheduled),
+                "startedAt": _at(started),
+                "latenessSeconds": (
+                    round((started - scheduled).total_seconds(), 3) if scheduled else None
+                ),
+                "durationSeconds": round((ended - started).total_seconds(), 3),
+                "outcome": outcome,
+                "tries": [
+                    {
+                        "try": t.try_number,
+                        "startedAt": _at(t.started_at),
+                        "committedAt": _at(t.committed_at),
+                        "outcome": str(t.outcome),
+                        "error": (
+                            {"type": t.error_type, "detail": t.error_detail}
+                            if t.outcome is Outcome.FAILURE
+                            else None
+                        ),
+                        "nextTryAt": _at(t.next_try_at),
+                    }
+                    for t in tries
+                ],
+            }
+        )
+        previous_commit = next(
+            (t.committed_at for t in tries if t.outcome is Outcome.SUCCESS), ended
+        )
+    for row in signal_rows:
+        out.append(
+            {
+                "attempt": row.scope,
+                "scheduledAt": None,
+                "startedAt": _at(row.started_at),
+                "latenessSeconds": None,
+                "durationSeconds": 0.0,
+                "outcome": "signal",
+                "signal": row.capability_id,
+                "tries": [],
+            }
+        )
+    return out
+
+
+def _current_poll(plan: Plan | None, inst: InstanceRecord, steps: list[StepRow]) -> PollNode | None:
+    """The poll the instance waits at, else the last poll it ran an attempt of."""
+    node = poll_of(plan, inst.wake_step_id) if not inst.state.ended else None
+    if node is not None or plan is None:
+        return node
+    for row in reversed(steps):
+        body = _node(plan, row.step_id)
+        if isinstance(body, StepNode) and body.poll_index is not None:
+            return poll_of(plan, body.poll_index)
+    return None
+
+
+def action_view(action: OperatorAction) -> dict[str, Any]:
+    """One entry of an instance's operator history."""
+    return {
+        "actionId": action.id,
+        "action": action.action,
+        "actor": action.actor,
+        "actedAt": _at(action.acted_at),
+        "details": action.details,
+    }
+
+
+def explain_view(
+    plan: Plan | None,
+    inst: InstanceRecord,
+    steps: list[StepRow],
+    now: datetime,
+    actions: list[OperatorAction],
+) -> dict[str, Any]:
+    """What the instance view adds to explain a wait (next to its ``budget``):
+    ``waiting`` (what a suspended instance waits for), ``attempts`` (per poll attempt, with
+    every try), ``tries`` (capability executions in the whole journal) and ``actions``
+    (the operator's history)."""
+    waiting = None
+    if inst.state.value == "suspended":
+        waiting = waiting_view(
+            plan, inst.wake_step_id, inst.wake_scope, inst.wake_kind, inst.wake_at
+        )
+    return {
+        "waiting": waiting,
+        "attempts": attempts_view(plan, inst, steps),
+        "tries": sum(1 for r in steps if r.kind is StepKind.STEP),
+        "actions": [action_view(a) for a in actions],
+    }

@@ -1,0 +1,541 @@
+"""Operator routes: find instances (list with filters, counts) and act on them (wake,
+cancel, bulk actions).
+
+They read and record through :class:`app.store.read_model.OperatorReads` (no SQL here)
+and measure ``overdue`` and ``stuck`` at the engine clock's now. Every action is recorded
+in the instance's history (``flow_action``) with the acting token's name and the instant,
+and is idempotent by ``Idempotency-Key``: a repeat answers what the first did and acts no
+more. Actions on an ended instance are 409 ``instance_ended``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal, cast
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+from app.api.auth import Principal, require_scope
+from app.api.explain import (
+    counts_view,
+    decode_cursor,
+    encode_cursor,
+    poll_of,
+    summary_view,
+)
+from app.api.plans import plan_view
+from app.api.routes import check_instance_id, idempotency_header
+from app.api.views import API
+from app.engine.engine import Engine
+from app.engine.journal import InstanceState, WakeKind
+from app.engine.operator import extend_budget
+from app.errors import FlowparkError, InputInvalid, InstanceEnded, InstanceNotFound
+from app.store.read_model import InstanceFilter, InstanceSummary, OperatorAction, OperatorReads
+
+__all__ = [
+    "BulkAction",
+    "BulkFilter",
+    "Extension",
+    "build_operator_router",
+    "instance_filter",
+]
+
+#: Default and largest page size of the list.
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 1000
+#: Most instances one bulk action request acts on.
+MAX_BULK = 1000
+_MAX_TEXT = 200
+
+
+def _engine(request: Request) -> Engine:
+    return cast(Engine, request.app.state.engine)
+
+
+def _reads(request: Request) -> OperatorReads:
+    return cast(OperatorReads, _engine(request).journal)
+
+
+def _aware(name: str, value: datetime | None) -> datetime | None:
+    if value is not None and (value.tzinfo is None or value.utcoffset() is None):
+        raise InputInvalid(
+            f"{name} must be an instant with a UTC offset or Z (e.g. 2026-01-31T12:00:00Z)",
+            errors=[{"loc": ["query", name], "msg": "naive datetime", "type": "value_error"}],
+        )
+    return value
+
+
+def instance_filter(
+    request: Request,
+    flow: Annotated[str | None, Query(max_length=_MAX_TEXT, description="Flow name.")] = None,
+    version: Annotated[str | None, Query(max_length=_MAX_TEXT, description="Flow version.")] = None,
+    state: Annotated[
+        list[InstanceState] | None,
+        Query(description="Instance state; repeat for any of several."),
+    ] = None,
+    overdue: Annotated[
+        float | None,
+        Query(
+            ge=0,
+            le=10 * 365 * 86400,
+            description="Suspended with wakeAt more than this many seconds ago (0: due now).",
+        ),
+    ] = None,
+    stuck: Annotated[
+        bool, Query(description="Running with an expired lease (its node is gone).")
+    ] = False,
+    error_code: Annotated[
+        str | None, Query(alias="errorCode", max_length=_MAX_TEXT, description="Error code.")
+    ] = None,
+    waiting: Annotated[
+        WakeKind | None, Query(description="Suspended, waiting for poll, retry, signal, deadline.")
+    ] = None,
+    instance_key: Annotated[
+        str | None, Query(alias="instanceKey", max_length=_MAX_TEXT, description="Instance key.")
+    ] = None,
+    created_after: Annotated[
+        datetime | None, Query(alias="createdAfter", description="Created after (ISO-8601, UTC).")
+    ] = None,
+    created_before: Annotated[
+        datetime | None,
+        Query(alias="createdBefore", description="Created before (ISO-8601, UTC)."),
+    ] = None,
+) -> InstanceFilter:
+    """FastAPI dependency: the list's filters from the query string (AND of all given)."""
+    return InstanceFilter(
+        flow=flow,
+        version=version,
+        states=tuple(dict.fromkeys(state or ())),
+        overdue_seconds=overdue,
+        stuck=stuck,
+        error_code=error_code,
+        waiting=waiting,
+        instance_key=instance_key,
+        created_after=_aware("createdAfter", created_after),
+        created_before=_aware("createdBefore", created_before),
+        now=_engine(request).clock.now(),
+    )
+
+
+async def summaries(request: Request, rows: list[InstanceSummary]) -> list[dict[str, Any]]:
+    """The list's JSON rows, with the stored budget end of each poll an instance waits at
+    (one read for the page)."""
+    engine = _engine(request)
+    plans = {
+        (r.flow_name, r.flow_version): engine.catalog.find(r.flow_name, r.flow_version)
+        for r in rows
+    }
+    polls = {
+        r.id: node
+        for r in rows
+        if not r.state.ended
+        and (node := poll_of(plans[(r.flow_name, r.flow_version)], r.wake_step_id)) is not None
+    }
+    ends = await _reads(request).poll_budget_ends([(i, n.index) for i, n in polls.items()])
+    return [
+        summary_view(
+            r,
+            plans[(r.flow_name, r.flow_version)],
+            ends.get((r.id, polls[r.id].index)) if r.id in polls else None,
+        )
+        for r in rows
+    ]
+
+
+class BulkFilter(BaseModel):
+    """The list's filters as a JSON body (the same names as the query parameters)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    flow: str | None = Field(default=None, max_length=_MAX_TEXT)
+    version: str | None = Field(default=None, max_length=_MAX_TEXT)
+    state: list[InstanceState] = Field(default_factory=list, max_length=5)
+    overdue: float | None = Field(default=None, ge=0, le=10 * 365 * 86400)
+    stuck: bool = False
+    error_code: str | None = Field(default=None, alias="errorCode", max_length=_MAX_TEXT)
+    waiting: WakeKind | None = None
+    instance_key: str | None = Field(default=None, alias="instanceKey", max_length=_MAX_TEXT)
+    created_after: AwareDatetime | None = Field(default=None, alias="createdAfter")
+    created_before: AwareDatetime | None = Field(default=None, alias="createdBefore")
+
+    def to_filter(self, now: datetime) -> InstanceFilter:
+        """The read model's filter, measured at ``now``."""
+        return InstanceFilter(
+            flow=self.flow,
+            version=self.version,
+            states=tuple(dict.fromkeys(self.state)),
+            overdue_seconds=self.overdue,
+            stuck=self.stuck,
+            error_code=self.error_code,
+            waiting=self.waiting,
+            instance_key=self.instance_key,
+            created_after=self.created_after,
+            created_before=self.created_before,
+            now=now,
+        )
+
+
+class BulkAction(BaseModel):
+    """``POST /api/v1/instances/actions``: act on the instances a filter selects."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    action: Literal["wake", "cancel"]
+    filter: BulkFilter = Field(default_factory=BulkFilter)
+    dry_run: bool = Field(default=False, alias="dryRun")
+    limit: int = Field(default=100, ge=1, le=MAX_BULK)
+    cursor: str | None = Field(default=None, max_length=400)
+
+
+async def _repeat(
+    request: Request, instance_id: str, action: str, key: str | None
+) -> JSONResponse | None:
+    """The first answer of an action repeated with its ``Idempotency-Key``, if any."""
+    if key is None:
+        return None
+    first = await _reads(request).find_action(instance_id, action, key)
+    if first is None:
+        return None
+    answer = dict(first.details.get("answer") or {"instanceId": instance_id, "pending": True})
+    return JSONResponse(answer, status_code=int(first.details.get("status", 200)))
+
+
+async def _begin(
+    request: Request, instance_id: str, action: str, key: str | None
+) -> tuple[OperatorAction, JSONResponse | None]:
+    """Record the action before it acts (so two requests with one key act once); a
+    conflict on the key answers the first's answer."""
+    engine = _engine(request)
+    principal: Principal = request.state.principal
+    record = OperatorAction(
+        id=engine.new_id(),
+        instance_id=instance_id,
+        action=action,
+        actor=principal.name,
+        acted_at=engine.clock.now(),
+        details={"pending": True},
+        idempotency_key=key,
+    )
+    stored, created = await _reads(request).record_action(record)
+    if created:
+        return stored, None
+    repeat = await _repeat(request, instance_id, action, key)
+    assert repeat is not None
+    return stored, repeat
+
+
+async def wake(request: Request, instance_id: str, key: str | None) -> tuple[int, dict[str, Any]]:
+    """Wake one instance (see the route); returns ``(status, answer)``.
+
+    Raises:
+        InstanceNotFound: 404. InstanceEnded: 409.
+    """
+    engine = _engine(request)
+    first = await _repeat(request, instance_id, "wake", key)
+    if first is not None:  # a repeat answers what the first did, even once ended
+        return first.status_code, json.loads(bytes(first.body))
+    inst = await engine.journal.get_instance(instance_id)
+    if inst.state.ended:
+        raise InstanceEnded(
+            f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
+        )
+    action, repeat = await _begin(request, instance_id, "wake", key)
+    if repeat is not None:
+        return repeat.status_code, json.loads(bytes(repeat.body))
+    answer: dict[str, Any] = {"instanceId": instance_id, "woken": False}
+    if inst.state is not InstanceState.SUSPENDED:
+        answer.update(state=str(inst.state), reason=f"not parked: the instance is {inst.state}")
+    elif inst.wake_kind is WakeKind.SIGNAL:
+        answer.update(state=str(inst.state), reason="it waits for a signal, not for a wake")
+    else:
+        outcome = await engine.wake_now(instance_id)
+        if outcome is None:
+            now = await engine.journal.get_instance(instance_id)
+            answer.update(state=str(now.state), reason="another node holds it now")
+        else:
+            answer.update(
+                woken=True,
+                state=str(outcome.state),
+                wakeAt=_at(outcome.wake_at),
+            )
+    answer.update(actionId=action.id, actor=action.actor, actedAt=_at(action.acted_at))
+    await _reads(request).complete_action(action.id, {"answer": answer, "status": 200})
+    return 200, answer
+
+
+async def cancel(request: Request, instance_id: str, key: str | None) -> tuple[int, dict[str, Any]]:
+    """Cancel one instance (see the route); returns ``(status, answer)``.
+
+    Raises:
+        InstanceNotFound: 404. InstanceEnded: 409.
+    """
+    engine = _engine(request)
+    first = await _repeat(request, instance_id, "cancel", key)
+    if first is not None:  # a repeat answers what the first did, even once ended
+        return first.status_code, json.loads(bytes(first.body))
+    inst = await engine.journal.get_instance(instance_id)
+    if inst.state.ended:
+        raise InstanceEnded(
+            f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
+        )
+    action, repeat = await _begin(request, instance_id, "cancel", key)
+    if repeat is not None:
+        return repeat.status_code, json.loads(bytes(repeat.body))
+    after = await engine.cancel(instance_id)
+    status = 200 if after.state.ended else 202
+    answer = {
+        "instanceId": instance_id,
+        "state": str(after.state),
+        "actionId": action.id,
+        "actor": action.actor,
+        "actedAt": _at(action.acted_at),
+    }
+    await _reads(request).complete_action(action.id, {"answer": answer, "status": status})
+    return status, answer
+
+
+class Extension(BaseModel):
+    """``POST /api/v1/instances/{id}/budget``: how much longer the poll may wait."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    extend_by: timedelta = Field(
+        alias="extendBy",
+        description="An ISO-8601 duration (`PT2H`) or seconds; positive, at most 366 days.",
+    )
+
+    @field_validator("extend_by")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if not timedelta(0) < value <= timedelta(days=366):
+            raise ValueError("extendBy must be positive and at most 366 days")
+        return value
+
+
+async def extend(
+    request: Request, instance_id: str, by: timedelta, key: str | None
+) -> tuple[int, dict[str, Any]]:
+    """Extend a parked poll's budget (see the route); returns ``(status, answer)``.
+
+    Raises:
+        InstanceNotFound: 404. InstanceEnded, InstanceBusy, NoBudget: 409.
+    """
+    engine = _engine(request)
+    first = await _repeat(request, instance_id, "extend_budget", key)
+    if first is not None:
+        return first.status_code, json.loads(bytes(first.body))
+    inst = await engine.journal.get_instance(instance_id)
+    if inst.state.ended:
+        raise InstanceEnded(
+            f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
+        )
+    action, repeat = await _begin(request, instance_id, "extend_budget", key)
+    if repeat is not None:
+        return repeat.status_code, json.loads(bytes(repeat.body))
+    try:
+        done = await extend_budget(engine, instance_id, by)
+    except FlowparkError as exc:
+        await _reads(request).complete_action(
+            action.id, {"refused": str(exc.code), "extendBy": by.total_seconds()}
+        )
+        raise
+    answer = {
+        "instanceId": instance_id,
+        "extended": done.extended,
+        "extendBy": by.total_seconds(),
+        "stepId": done.step_id,
+        "startedAt": _at(done.started_at),
+        "previousEndsAt": _at(done.previous_ends_at),
+        "endsAt": _at(done.ends_at),
+        "cappedByDeadline": done.capped_by_deadline,
+        "actionId": action.id,
+        "actor": action.actor,
+        "actedAt": _at(action.acted_at),
+    }
+    await _reads(request).complete_action(action.id, {"answer": answer, "status": 200})
+    return 200, answer
+
+
+def _at(instant: datetime | None) -> str | None:
+    return instant.isoformat().replace("+00:00", "Z") if instant is not None else None
+
+
+def build_operator_router() -> APIRouter:
+    """The operator's ``/api/v1/instances`` list and counts routes (registered before the
+    ``/instances/{id}`` routes, so ``counts`` is not read as an id)."""
+    router = APIRouter(prefix=API)
+    read = [Depends(require_scope("read"))]
+    operate = [Depends(require_scope("operate"))]
+
+    @router.get("/instances", tags=["instances"], dependencies=read)
+    async def list_instances(
+        request: Request,
+        where: Annotated[InstanceFilter, Depends(instance_filter)],
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Page size.")] = DEFAULT_LIMIT,
+        cursor: Annotated[
+            str | None, Query(max_length=400, description="nextCursor of the previous page.")
+        ] = None,
+    ) -> JSONResponse:
+        """Instances, newest first (by `createdAt`, then id), filtered by every parameter
+        given (AND): `flow`, `version`, `state` (repeatable: any of), `overdue` (seconds:
+        suspended with `wakeAt` that long ago), `stuck` (running, lease expired),
+        `errorCode`, `waiting` (`poll`, `retry`, `signal`, `deadline`), `instanceKey`,
+        `createdAfter`/`createdBefore` (ISO-8601 with offset). Keyset pagination: pass the
+        answer's `nextCursor` as `cursor` for the next page (`null` on the last page); rows
+        started while paging never shift a page. Each row: `instanceId`, `flow`,
+        `version`, `state`, `createdAt`, `wakeAt`, `waiting` (`kind`, `stepId`,
+        `capabilityId`, `attempt`, `wakeAt`), `attempt`, `budgetEndsAt`, `errorCode`,
+        `instanceKey`. 422 `input_invalid` for a bad parameter or cursor."""
+        after = decode_cursor(cursor) if cursor else None
+        page = await _reads(request).list_instances(where, limit=limit, after=after)
+        return JSONResponse(
+            {
+                "instances": await summaries(request, page.rows),
+                "nextCursor": encode_cursor(page.after) if page.after else None,
+            }
+        )
+
+    @router.get("/instances/counts", tags=["instances"], dependencies=read)
+    async def count_instances(
+        request: Request,
+        overdue: Annotated[
+            float,
+            Query(ge=0, le=10 * 365 * 86400, description="Overdue threshold in seconds."),
+        ] = 0.0,
+    ) -> JSONResponse:
+        """Instance counts by flow, version and state (`byState`, and nested as
+        `flows[flow][version][state]`), totals by state, and the `overdue` (suspended with
+        `wakeAt` more than `overdue` seconds ago) and `stuck` (running with an expired
+        lease) counts."""
+        now = _engine(request).clock.now()
+        counts = await _reads(request).count_instances_by(now, overdue)
+        return JSONResponse(counts_view(counts, overdue))
+
+    @router.get("/flows/{name}", tags=["flows"], dependencies=read)
+    async def show_flow(
+        request: Request,
+        name: str,
+        version: Annotated[
+            str | None, Query(max_length=_MAX_TEXT, description="Default: the latest.")
+        ] = None,
+    ) -> JSONResponse:
+        """One flow's compiled plan (`version`, default the latest registered on this
+        node): `nodes`, each with `index`, `kind` (`step`, `poll`, `await`, `fail`,
+        `emit`) and its fields (capability, retry policy, compensation, poll interval and
+        `timeoutSeconds`, signal, `satisfied`/`onTimeout`/`onFailure`/`next` targets;
+        `end` is the index that completes the flow). 404 `flow_not_found`."""
+        catalog = _engine(request).catalog
+        plan = catalog.get(name, version) if version else catalog.latest(name)
+        return JSONResponse(plan_view(plan))
+
+    @router.post("/instances/actions", tags=["instances"], dependencies=operate)
+    async def bulk_action(request: Request, body: BulkAction) -> JSONResponse:
+        """Act (`wake` or `cancel`) on the instances a filter selects (`filter`: the list's
+        parameters as JSON, e.g. `{"waiting": "poll", "overdue": 600}`). `dryRun: true`
+        acts on none and answers how many match (`matched`). Otherwise at most `limit`
+        instances (1-1000, default 100) are taken in the list's order, from `cursor` on,
+        and each is acted on as by its own route (recorded in its history; ended ones and
+        ones not parked are skipped); the answer counts them (`acted`, `skipped`), lists
+        each (`results`) and gives `nextCursor` to continue with (null once the filter's
+        instances are all visited). With an `Idempotency-Key`, each instance's action is
+        idempotent by that key, so a retried batch acts on none twice."""
+        engine = _engine(request)
+        key = idempotency_header(request.headers.get("idempotency-key"), required=False)
+        where = body.filter.to_filter(engine.clock.now())
+        reads = _reads(request)
+        if body.dry_run:
+            matched = await reads.count_matching(where)
+            return JSONResponse(
+                {"action": body.action, "dryRun": True, "matched": matched, "acted": 0}
+            )
+        after = decode_cursor(body.cursor) if body.cursor else None
+        page = await reads.list_instances(where, limit=body.limit, after=after)
+        results: list[dict[str, Any]] = []
+        acted = skipped = 0
+        act = wake if body.action == "wake" else cancel
+        for row in page.rows:
+            per_key = f"bulk:{key}" if key else None
+            try:
+                status, answer = await act(request, row.id, per_key)
+            except (InstanceEnded, InstanceNotFound) as exc:
+                skipped += 1
+                results.append({"instanceId": row.id, "outcome": "skipped", "code": exc.code})
+                continue
+            done = answer.get("woken", True) if body.action == "wake" else True
+            acted += 1 if done else 0
+            skipped += 0 if done else 1
+            results.append(
+                {
+                    "instanceId": row.id,
+                    "outcome": "acted" if done else "skipped",
+                    "state": answer.get("state"),
+                    "status": status,
+                }
+            )
+        return JSONResponse(
+            {
+                "action": body.action,
+                "dryRun": False,
+                "matched": len(page.rows),
+                "acted": acted,
+                "skipped": skipped,
+                "results": results,
+                "nextCursor": encode_cursor(page.after) if page.after else None,
+            }
+        )
+
+    @router.post("/instances/{instance_id}/wake", tags=["instances"], dependencies=operate)
+    async def wake_instance(
+        request: Request,
+        instance_id: str,
+        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    ) -> JSONResponse:
+        """Wake a parked instance now: it is claimed and the wait it is parked on runs at
+        once (a poll's next attempt, a retry's next try), then it parks again or ends as
+        the sweep would have continued it. The answer: `woken`, the `state` and `wakeAt`
+        after, and the recorded action (`actionId`, `actor`, `actedAt`). Not parked (running)
+        or waiting for a signal: `woken: false` with the `reason`, nothing done. 409
+        `instance_ended` once ended. Idempotent by `Idempotency-Key`."""
+        check_instance_id(instance_id)
+        key = idempotency_header(idempotency_key, required=False)
+        status, answer = await wake(request, instance_id, key)
+        return JSONResponse(answer, status_code=status)
+
+    @router.post("/instances/{instance_id}/budget", tags=["instances"], dependencies=operate)
+    async def extend_instance_budget(
+        request: Request,
+        instance_id: str,
+        body: Extension,
+        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    ) -> JSONResponse:
+        """Extend the budget of the poll the instance is parked at: `{"extendBy": "PT2H"}`
+        (an ISO-8601 duration, or seconds). The new end (`endsAt`, never past the flow
+        deadline: `cappedByDeadline`) is stored in the journal, so whichever node resumes
+        the instance reads it at its next decision; the instance stays parked as it was.
+        409 `instance_ended`, `no_budget` (it does not wait in a poll), `instance_busy`
+        (a node runs it now: try again). Recorded in the instance's history; idempotent
+        by `Idempotency-Key`."""
+        check_instance_id(instance_id)
+        key = idempotency_header(idempotency_key, required=False)
+        status, answer = await extend(request, instance_id, body.extend_by, key)
+        return JSONResponse(answer, status_code=status)
+
+    @router.post("/instances/{instance_id}/cancel", tags=["instances"], dependencies=operate)
+    async def cancel_instance(
+        request: Request,
+        instance_id: str,
+        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    ) -> JSONResponse:
+        """Cancel: compensations of completed steps run once, in reverse order, and the
+        instance ends `cancelled` (202 while another node finishes the unwind). 409
+        `instance_ended` when it had already ended. Recorded in the instance's history
+        (`actionId`, `actor`, `actedAt`); idempotent by `Idempotency-Key`."""
+        check_instance_id(instance_id)
+        key = idempotency_header(idempotency_key, required=False)
+        status, answer = await cancel(request, instance_id, key)
+        return JSONResponse(answer, status_code=status)
+
+    return router

@@ -1,0 +1,488 @@
+"""HTTP routes: flow triggers and their signal routes, instances, reviews, events.
+
+Routes are thin: they authenticate, parse, call the engine or the store's read side, and
+shape JSON. Every error leaves as problem+json (see ``app.api.problems``).
+
+Bodies (start and signal routes) are JSON: a non-empty body must be sent as
+``application/json`` or ``application/*+json`` (any parameters, e.g. ``charset``, are
+ignored: JSON is UTF-8), else 415 ``unsupported_media_type``; a body sent without any
+``Content-Type`` is read as JSON too. A body larger than ``max_body_bytes`` is 413
+``body_too_large`` (``app.runtime.app``). A body that is not JSON, nests deeper than
+``MAX_DEPTH`` or holds a string (or key) with U+0000 or a lone surrogate - which no store
+can keep - is 422 ``input_invalid``.
+
+Instance ids are canonical UUID strings (lowercase, dashed). An id in a path that cannot
+name an instance is answered as an unknown id, 404 ``instance_not_found``, on both stores:
+one longer than ``MAX_INSTANCE_ID`` or holding a control character or a surrogate without a
+look-up, any other spelling that is not a canonical UUID (upper case, no dashes, braces, a
+word) by the store, which refuses it as ``InstanceNotFound`` before any look-up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import unicodedata
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from app.api.auth import require_scope
+from app.api.explain import explain_view
+from app.api.views import (
+    API,
+    awaiting,
+    event_view,
+    instance_view,
+    review_view,
+    signal_view,
+)
+from app.engine.engine import Engine
+from app.engine.journal import InstanceState, SignalRecord
+from app.errors import (
+    IdempotencyKeyInvalid,
+    IdempotencyKeyMissing,
+    IdempotencyKeyReused,
+    InputInvalid,
+    InstanceNotFound,
+    UnsupportedMediaType,
+)
+from app.flows.plan import Plan, Profile
+
+__all__ = [
+    "add_trigger_routes",
+    "build_router",
+    "check_instance_id",
+    "idempotency_header",
+    "well_formed",
+]
+
+MAX_KEY = 200
+#: Largest sequence a cursor may name (a signed 64-bit column).
+MAX_SEQUENCE = 2**63 - 1
+#: Deepest JSON nesting a body may have (payloads are stored and serialized again).
+MAX_DEPTH = 64
+#: Longest instance id a path may name (ids are UUIDs: a longer one names nothing).
+MAX_INSTANCE_ID = 100
+#: Unicode categories no id or name may hold: control characters and surrogates.
+_ILL_FORMED = frozenset({"Cc", "Cs"})
+
+
+def well_formed(value: str, limit: int = MAX_INSTANCE_ID) -> bool:
+    """``value`` could be an id or a name: at most ``limit`` characters, no control
+    character (U+0000-U+001F, U+007F-U+009F) and no surrogate."""
+    return len(value) <= limit and not any(unicodedata.category(c) in _ILL_FORMED for c in value)
+
+
+def check_instance_id(instance_id: str) -> None:
+    """Refuse, without a look-up, a path id that cannot name an instance (a NUL would
+    even break the PostgreSQL query).
+
+    Raises:
+        InstanceNotFound: ``instance_not_found``.
+    """
+    if not well_formed(instance_id):
+        shown = (
+            instance_id
+            if len(instance_id) <= MAX_INSTANCE_ID
+            else (instance_id[:MAX_INSTANCE_ID] + "...")
+        )
+        raise InstanceNotFound(f"no instance {shown!r}", instance_id=shown)
+
+
+def _json_media_type(content_type: str | None) -> bool:
+    """A body's ``Content-Type`` is JSON: ``application/json``, ``application/*+json``, or
+    absent or empty (a hand-made request that names no type: read as JSON, as before).
+
+    ``curl -d`` without a header sends ``application/x-www-form-urlencoded``: refused, and
+    the 415 says how to send JSON."""
+    if content_type is None or not content_type.strip():
+        return True
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+async def _json_body(request: Request) -> Any:
+    """The request's JSON body (``{}`` when empty).
+
+    Raises:
+        UnsupportedMediaType: ``unsupported_media_type`` (415): a non-empty body that is
+            not JSON by its ``Content-Type``.
+        InputInvalid: 422: not JSON, too deep, or a string no store can keep.
+    """
+    raw = await request.body()
+    if not raw:
+        return {}
+    content_type = request.headers.get("content-type")
+    if not _json_media_type(content_type):
+        raise UnsupportedMediaType(
+            f"the body must be JSON, sent with Content-Type: application/json "
+            f"(curl: --json, or -H 'Content-Type: application/json'), not "
+            f"{content_type!r}",
+        )
+    try:
+        value = json.loads(raw, parse_float=_finite, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        # ValueError: JSONDecodeError, UnicodeDecodeError, integers longer than Python's
+        # int/str digit limit, NaN/Infinity; RecursionError: absurdly deep nesting
+        raise InputInvalid(f"the body is not JSON: {exc}") from None
+    _inspect(value)
+    return value
+
+
+def _finite(text: str) -> float:
+    """A JSON number with a fraction or exponent; one out of a double's range (``1e999``)
+    would silently become ``null`` when stored, so it is refused."""
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return number
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _inspect(value: Any) -> None:
+    """Check a parsed body (iteratively: any depth is safe to walk).
+
+    Raises:
+        InputInvalid: it nests deeper than ``MAX_DEPTH``, or a string or key holds U+0000
+            (PostgreSQL's text and jsonb refuse it) or a lone surrogate (not UTF-8).
+    """
+    stack: list[tuple[Any, int, tuple[str, ...]]] = [(value, 1, ("body",))]
+    while stack:
+        item, depth, loc = stack.pop()
+        if isinstance(item, str):
+            _check_text(item, loc)
+            continue
+        if isinstance(item, dict):
+            for key in item:
+                _check_text(key, (*loc, key))
+            children: Any = ((v, (*loc, k)) for k, v in item.items())
+        elif isinstance(item, list):
+            children = ((v, (*loc, str(i))) for i, v in enumerate(item))
+        else:
+            continue
+        if depth > MAX_DEPTH:
+            raise InputInvalid(f"the body nests deeper than {MAX_DEPTH} levels")
+        stack.extend((child, depth + 1, where) for child, where in children)
+
+
+def _check_text(text: str, loc: tuple[str, ...]) -> None:
+    if "\x00" in text:
+        problem = "contains U+0000 (NUL), which cannot be stored"
+    else:
+        try:
+            text.encode("utf-8")
+            return
+        except UnicodeEncodeError:
+            problem = "contains a lone surrogate (not valid Unicode)"
+    shown = [part if well_formed(part) else repr(part)[:MAX_INSTANCE_ID] for part in loc]
+    raise InputInvalid(
+        f"a string in the body {problem}",
+        errors=[{"loc": shown, "msg": f"the string {problem}", "type": "string_unstorable"}],
+    )
+
+
+#: The body rules every start and signal route states in its docstring (OpenAPI).
+_BODY_DOC = (
+    " The body is JSON: sent as `application/json` (or `application/*+json`, or "
+    "with no `Content-Type` at all: read as JSON), else 415 "
+    "`unsupported_media_type`; at most `max_body_bytes` (default 1 MiB), else 413 "
+    "`body_too_large`; a string holding U+0000 is 422 `input_invalid`."
+)
+
+
+def idempotency_header(value: str | None, *, required: bool) -> str | None:
+    """The ``Idempotency-Key`` header's value, stripped (None when absent or blank).
+
+    Raises:
+        IdempotencyKeyMissing: ``required`` and none sent (400).
+        IdempotencyKeyInvalid: longer than ``MAX_KEY`` characters (400).
+    """
+    if value is None or not value.strip():
+        if required:
+            raise IdempotencyKeyMissing("this route requires an Idempotency-Key header")
+        return None
+    if len(value) > MAX_KEY:
+        raise IdempotencyKeyInvalid(f"Idempotency-Key is longer than {MAX_KEY} characters")
+    return value.strip()
+
+
+def _engine(request: Request) -> Engine:
+    return request.app.state.engine  # type: ignore[no-any-return]
+
+
+def _start_handler(plan: Plan):  # type: ignore[no-untyped-def]
+    async def start(
+        request: Request,
+        idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
+        _: object = Depends(require_scope("start")),
+    ) -> JSONResponse:
+        engine = _engine(request)
+        key = idempotency_header(
+            idempotency_key, required=bool(plan.trigger and plan.trigger.idempotent)
+        )
+        body = await _json_body(request)
+        instance_key = None
+        if isinstance(body, dict) and "instanceKey" in body:
+            body = dict(body)
+            instance_key = body.pop("instanceKey")
+            if not isinstance(instance_key, str) or not 0 < len(instance_key) <= MAX_KEY:
+                raise InputInvalid(
+                    f"instanceKey must be a non-empty string of at most {MAX_KEY} characters"
+                )
+        started = await engine.start(plan, body, idempotency_key=key, instance_key=instance_key)
+        inst = started.instance
+        if plan.profile is Profile.EPHEMERAL:
+            payload: dict[str, Any] = {
+                "instanceId": inst.id,
+                "status": str(inst.state),
+                "result": inst.result,
+            }
+            if inst.failure is not None:
+                payload["error"] = {"code": inst.failure.code, "message": inst.failure.message}
+            return JSONResponse(payload, status_code=200)
+        payload = {"instanceId": inst.id, "status": str(inst.state)}
+        if inst.state is InstanceState.COMPLETED:
+            payload["result"] = inst.result
+        waits = awaiting(plan, inst)
+        if waits:
+            payload["awaiting"] = waits
+        return JSONResponse(
+            payload, status_code=202, headers={"Location": f"{API}/instances/{inst.id}"}
+        )
+
+    start.__doc__ = (
+        f"Start `{plan.name}` {plan.version}. Requires a bearer token"
+        + (" and an `Idempotency-Key` header" if plan.trigger and plan.trigger.idempotent else "")
+        + ". Answers 202 with the instance id once it parks or ends, or, when it has done"
+        " neither within `FLOWPARK_START_WAIT_SECONDS` (default 2 s), 202 with"
+        ' `"status": "running"`: the instance is durably created and its run goes on on'
+        " the node (follow `Location`). A replay with the same `Idempotency-Key` answers"
+        " the same instance with its state now." + _BODY_DOC
+    )
+    return start
+
+
+async def _deliver(request: Request, instance_id: str, name: str, key: str | None) -> JSONResponse:
+    """Deliver a signal; a repeat of its ``Idempotency-Key`` answers the first signal
+    (``created: false``) when it is the same signal - same name, same validated payload -
+    and 422 ``idempotency_key_reused`` otherwise (as the start routes do)."""
+    engine = _engine(request)
+    check_instance_id(instance_id)
+    idempotency_key = idempotency_header(key, required=False)
+    body = await _json_body(request)
+    # the answer comes from the delivery: the signal as the run it started left it (taken
+    # when the instance took it) and the state after that run, with nothing read back
+    delivery = await engine.deliver(instance_id, name, body, idempotency_key)
+    record = delivery.signal
+    if not delivery.created and not _same_signal(
+        engine, delivery.flow_name, delivery.flow_version, record, name, body
+    ):
+        raise IdempotencyKeyReused(
+            f"idempotency key {idempotency_key!r} of instance {instance_id!r} was used with "
+            "a different signal",
+            idempotency_key=idempotency_key,
+            instance_id=instance_id,
+            signal_id=record.id,
+        )
+    view = signal_view(record)
+    view.update(instanceId=instance_id, created=delivery.created, state=str(delivery.state))
+    return JSONResponse(view, status_code=202)
+
+
+def _same_signal(
+    engine: Engine, flow_name: str, flow_version: str, first: SignalRecord, name: str, body: Any
+) -> bool:
+    """``body`` as signal ``name`` is what ``first`` stored: the same name, and the same
+    payload once validated by the signal's model, as the engine stores it."""
+    if first.name != name:
+        return False
+    plan = engine.catalog.find(flow_name, flow_version)
+    signal = plan.signals.get(name) if plan is not None else None
+    if signal is None:  # the engine refuses such a delivery before the store is asked
+        return False
+    # the body came as JSON: validated in JSON mode (strict fields read ISO strings), as
+    # the engine stores it; it validated this very body already, so this succeeds
+    try:
+        payload = signal.model.model_validate_json(json.dumps(body)).model_dump(
+            mode="json", by_alias=True
+        )
+    except (ValidationError, ValueError):  # pragma: no cover - the engine refused it first
+        payload = body
+    return _same_json(first.payload, payload)
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Equal JSON values; unlike ``==``, ``true`` is not ``1`` (while ``1`` is ``1.0``, as
+    a store may give a number back either way)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict)
+            and a.keys() == b.keys()
+            and all(_same_json(v, b[k]) for k, v in a.items())
+        )
+    if isinstance(a, list):
+        return (
+            isinstance(b, list)
+            and len(a) == len(b)
+            and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+        )
+    if isinstance(b, dict | list):
+        return False
+    return bool(a == b)
+
+
+def add_trigger_routes(app: FastAPI, plans: list[Plan]) -> None:
+    """One start route per flow with an HTTP trigger, plus a signal route per declared
+    signal at ``{route}/{instanceId}/signals/{name}``."""
+    for plan in plans:
+        trigger = plan.trigger
+        if trigger is None:
+            continue
+        schema = plan.input_model.model_json_schema(by_alias=True)
+        app.add_api_route(
+            trigger.route,
+            _start_handler(plan),
+            methods=[trigger.method.upper()],
+            tags=["flows"],
+            name=f"start {plan.name}@{plan.version}",
+            status_code=202,
+            openapi_extra={
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": schema}},
+                }
+            },
+        )
+        for signal in plan.signals.values():
+
+            def make(sig_name: str, flow_name: str):  # type: ignore[no-untyped-def]
+                async def deliver(
+                    request: Request,
+                    instance_id: str,
+                    idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
+                    _: object = Depends(require_scope("signal")),
+                ) -> JSONResponse:
+                    return await _deliver(request, instance_id, sig_name, idempotency_key)
+
+                deliver.__doc__ = (
+                    f"Deliver the `{sig_name}` signal to an instance of "
+                    f"`{flow_name}`. Stored before anything else happens; "
+                    "idempotent by `Idempotency-Key` (the same key with "
+                    "another payload: 422 `idempotency_key_reused`). The "
+                    "answer shows the signal as stored after delivery "
+                    "(`takenAt` once the instance took it)." + _BODY_DOC
+                )
+                return deliver
+
+            app.add_api_route(
+                f"{trigger.route}/{{instance_id}}/signals/{signal.name}",
+                make(signal.name, plan.name),
+                methods=["POST"],
+                tags=["signals"],
+                status_code=202,
+                name=f"signal {signal.name} ({plan.name}@{plan.version})",
+                openapi_extra={
+                    "requestBody": {
+                        "content": {
+                            "application/json": {
+                                "schema": signal.model.model_json_schema(by_alias=True)
+                            }
+                        }
+                    }
+                },
+            )
+
+
+def build_router() -> APIRouter:
+    """The generic ``/api/v1`` routes."""
+    router = APIRouter(prefix=API)
+    read = [Depends(require_scope("read"))]
+
+    @router.get("/instances/{instance_id}", tags=["instances"], dependencies=read)
+    async def get_instance(request: Request, instance_id: str) -> JSONResponse:
+        """One instance: state, wake (``wakeAt``, ``wakeStepId``, ``wakeScope``), result or
+        error (``code``, ``message``), lease, journal rows, signals, and what explains its
+        wait: ``waiting`` (``kind``: poll, retry, signal or deadline; ``stepId``,
+        ``capabilityId``, ``attempt``, ``wakeAt``), ``budget`` of the poll it waits at
+        (``startedAt``, ``endsAt``, ``usedRatio``), ``attempts`` (one entry per poll
+        attempt: ``scheduledAt``, ``startedAt``, ``latenessSeconds``, ``durationSeconds``,
+        ``outcome`` and every try with its error ``type`` and ``detail``), ``tries`` (the
+        number of capability executions in the journal) and ``actions`` (the operator's
+        wake, extend-budget and cancel history: who and when)."""
+        check_instance_id(instance_id)
+        engine = _engine(request)
+        snap = await engine.journal.load(instance_id)
+        signals = await engine.journal.list_signals(instance_id)  # type: ignore[attr-defined]
+        actions = await engine.journal.actions_of(instance_id)  # type: ignore[attr-defined]
+        plan = engine.catalog.find(snap.instance.flow_name, snap.instance.flow_version)
+        view = instance_view(snap.instance, snap.steps, signals, plan, now=engine.clock.now())
+        view.update(explain_view(plan, snap.instance, snap.steps, engine.clock.now(), actions))
+        return JSONResponse(view)
+
+    @router.post(
+        "/instances/{instance_id}/signals/{name}",
+        tags=["signals"],
+        status_code=202,
+        dependencies=[Depends(require_scope("signal"))],
+    )
+    async def signal_instance(
+        request: Request,
+        instance_id: str,
+        name: str,
+        idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
+    ) -> JSONResponse:
+        """Deliver signal ``name``: 404 ``instance_not_found`` / ``signal_not_declared``,
+        409 ``instance_ended`` (nothing stored), 422 ``input_invalid``, 422
+        ``idempotency_key_reused`` (the same ``Idempotency-Key`` with another payload).
+
+        The body is JSON: ``Content-Type: application/json`` (or ``application/*+json``, or
+        no ``Content-Type`` at all), else 415 ``unsupported_media_type``; at most
+        ``max_body_bytes``, else 413 ``body_too_large``; no string with U+0000, else 422."""
+        return await _deliver(request, instance_id, name, idempotency_key)
+
+    @router.get("/reviews", tags=["reviews"], dependencies=read)
+    async def reviews(request: Request, limit: int = Query(100, ge=1, le=1000)) -> JSONResponse:
+        """The human review queue, oldest first."""
+        items = await _engine(request).journal.list_reviews(limit)  # type: ignore[attr-defined]
+        return JSONResponse([review_view(i) for i in items])
+
+    @router.get("/events", tags=["events"], dependencies=read)
+    async def events(
+        request: Request,
+        limit: int = Query(100, ge=1, le=1000),
+        after: int | None = Query(None, ge=0, le=MAX_SEQUENCE),
+    ) -> JSONResponse:
+        """The outbox of emitted events, in commit order (``after``: a sequence)."""
+        journal = _engine(request).journal
+        items = await journal.list_events(limit, after)  # type: ignore[attr-defined]
+        return JSONResponse([event_view(i) for i in items])
+
+    @router.get("/flows", tags=["flows"], dependencies=read)
+    async def flows(request: Request) -> JSONResponse:
+        """Registered flows and versions."""
+        return JSONResponse(
+            [
+                {
+                    "name": p.name,
+                    "version": p.version,
+                    "profile": str(p.profile),
+                    "route": p.trigger.route if p.trigger else None,
+                    "signals": sorted(p.signals),
+                    "streams": sorted(p.streams),
+                    "deadlineSeconds": p.deadline.total_seconds() if p.deadline else None,
+                }
+                for p in _engine(request).catalog.plans()
+            ]
+        )
+
+    return router

@@ -1,0 +1,150 @@
+"""Stream routes: an instance's progress messages as JSON, or as Server-Sent Events.
+
+A stream is best effort, ordered and bounded (``Stream.max_bytes``, summed over the UTF-8
+JSON of its messages): a write that would pass the bound is dropped and ``ctx.write``
+returns False; nothing else changes. Durable answers (the result, the error, the journal)
+are on the instance, never only on a stream.
+
+Each message is ``{"sequence", "stream", "createdAt", "value"}``; ``sequence`` orders the
+messages (it grows across all streams, so it has gaps within one) and is the cursor to
+resume after: ``?after=`` for JSON, the event ``id`` and ``Last-Event-ID`` for SSE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from app.api.auth import require_scope
+from app.api.routes import check_instance_id, well_formed
+from app.api.views import API, stream_view
+from app.engine.engine import Engine
+from app.engine.journal import InstanceRecord
+from app.errors import InputInvalid, StreamNotDeclared
+
+__all__ = ["SSE_PING_SECONDS", "STREAM_POLL_SECONDS", "build_streams_router"]
+
+#: How often an open event stream looks for new messages and for the instance's end.
+STREAM_POLL_SECONDS = 0.25
+#: Keep-alive comment interval on an idle event stream.
+SSE_PING_SECONDS = 15
+MAX_SEQUENCE = 2**63 - 1
+#: Longest stream name looked up (longer ones are not declared anywhere).
+MAX_NAME = 200
+EVENT_STREAM = "text/event-stream"
+
+
+def _cursor(last_event_id: str | None, after: int | None) -> int | None:
+    """The sequence to resume after: ``Last-Event-ID`` wins over ``?after=``.
+
+    Raises:
+        InputInvalid: ``Last-Event-ID`` is not a sequence (code ``input_invalid``).
+    """
+    if last_event_id is None or not last_event_id.strip():
+        return after
+    value = last_event_id.strip()
+    # ASCII digits only: str.isdigit() also holds for "²" or "١", which int() refuses
+    if not (value.isascii() and value.isdigit()) or int(value) > MAX_SEQUENCE:
+        raise InputInvalid(f"Last-Event-ID must be a message sequence, got {value!r}")
+    return int(value)
+
+
+async def _instance_with_stream(engine: Engine, instance_id: str, name: str) -> InstanceRecord:
+    """The instance, once its flow is known to declare stream ``name``.
+
+    Raises:
+        InstanceNotFound: no such instance, or an id that cannot name one
+            (``instance_not_found``).
+        StreamNotDeclared: its flow declares no such stream, or the name cannot be one
+            (``stream_not_declared``).
+    """
+    check_instance_id(instance_id)
+    inst = await engine.journal.get_instance(instance_id)
+    plan = engine.catalog.find(inst.flow_name, inst.flow_version)
+    # a flow version this node does not run: its stored messages are served as they are,
+    # for any name that could be a stream's (a NUL would break the PostgreSQL query)
+    if (plan is not None and name not in plan.streams) or not well_formed(name, MAX_NAME):
+        raise StreamNotDeclared(
+            f"flow {inst.flow_name}@{inst.flow_version} declares no stream {name[:MAX_NAME]!r}",
+            instance_id=instance_id,
+            stream=name[:MAX_NAME],
+            streams=sorted(plan.streams) if plan is not None else None,
+        )
+    return inst
+
+
+async def _events(
+    engine: Engine, instance_id: str, name: str, after: int | None
+) -> AsyncIterator[ServerSentEvent]:
+    """Messages after ``after`` as they are written; once the instance has ended and every
+    message was sent, one ``end`` event (``{"instanceId", "state"}``) and the end."""
+    cursor = after
+    while True:
+        # read the state first: a message written before the end is then surely read below
+        state = (await engine.journal.get_instance(instance_id)).state
+        for message in await engine.journal.read_stream(instance_id, name, after=cursor):
+            cursor = message.sequence
+            yield ServerSentEvent(data=json.dumps(stream_view(message)), id=str(cursor))
+        if state.ended:
+            yield ServerSentEvent(
+                data=json.dumps({"instanceId": instance_id, "state": str(state)}), event="end"
+            )
+            return
+        await asyncio.sleep(STREAM_POLL_SECONDS)
+
+
+def build_streams_router() -> APIRouter:
+    """``GET /api/v1/instances/{instance_id}/streams/{name}`` (bearer token)."""
+    router = APIRouter(prefix=API, dependencies=[Depends(require_scope("read"))], tags=["streams"])
+
+    @router.get(
+        "/instances/{instance_id}/streams/{name}",
+        response_model=None,
+        responses={
+            200: {
+                "description": "The messages (JSON list), or an event stream",
+                "content": {EVENT_STREAM: {}},
+            },
+            404: {"description": "`instance_not_found` or `stream_not_declared`"},
+            422: {"description": "`input_invalid`: a bad `after` or `Last-Event-ID`"},
+        },
+    )
+    async def read_stream(
+        request: Request,
+        instance_id: str,
+        name: str,
+        after: int | None = Query(
+            None, ge=0, le=MAX_SEQUENCE, description="only messages with a greater sequence"
+        ),
+        accept: str | None = Header(default=None),
+        last_event_id: str | None = Header(default=None, alias="Last-Event-ID"),
+    ) -> JSONResponse | EventSourceResponse:
+        """Read stream ``name`` of an instance, in write order.
+
+        With ``Accept: text/event-stream`` the answer is Server-Sent Events: each message
+        as an event whose ``id`` is its sequence and whose ``data`` is the message JSON;
+        a reconnect with ``Last-Event-ID`` resumes after it. The event stream ends, after
+        an ``end`` event (``{"instanceId", "state"}``), once the instance has ended and
+        every message was sent. Otherwise a JSON list of every message (after ``after``).
+
+        Streams are best effort and bounded: a write past the stream's ``max_bytes`` is
+        dropped (the capability's ``ctx.write`` returns False). 404
+        ``instance_not_found`` / ``stream_not_declared`` (not in the flow's
+        ``streams=``).
+        """
+        engine: Engine = request.app.state.engine
+        await _instance_with_stream(engine, instance_id, name)
+        if accept is not None and EVENT_STREAM in accept.lower():
+            cursor = _cursor(last_event_id, after)
+            return EventSourceResponse(
+                _events(engine, instance_id, name, cursor), ping=SSE_PING_SECONDS
+            )
+        messages = await engine.journal.read_stream(instance_id, name, after=after)
+        return JSONResponse([stream_view(m) for m in messages])
+
+    return router

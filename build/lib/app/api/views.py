@@ -1,0 +1,217 @@
+"""JSON shapes of the API (camelCase), built from engine records."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from app.engine.deadlines import open_budget
+from app.engine.journal import (
+    InstanceRecord,
+    Outcome,
+    SignalRecord,
+    StepKind,
+    StepRow,
+    StreamMessage,
+)
+from app.flows.plan import AwaitSignalNode, Plan, PollNode
+
+__all__ = [
+    "awaiting",
+    "compensation_failures",
+    "event_view",
+    "instance_view",
+    "review_view",
+    "signal_view",
+    "stream_view",
+]
+
+API = "/api/v1"
+
+
+def _at(instant: datetime | None) -> str | None:
+    return instant.isoformat().replace("+00:00", "Z") if instant is not None else None
+
+
+def step_view(row: StepRow) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "sequence": row.sequence,
+        "stepId": row.step_id,
+        "scope": row.scope,
+        "kind": str(row.kind),
+        "capabilityId": row.capability_id,
+        "outcome": str(row.outcome),
+        "try": row.try_number,
+        "startedAt": _at(row.started_at),
+        "committedAt": _at(row.committed_at),
+    }
+    if row.error_type is not None:
+        view.update(
+            errorType=row.error_type,
+            errorDetail=row.error_detail,
+            final=row.final,
+            nextTryAt=_at(row.next_try_at),
+        )
+    return view
+
+
+def signal_view(signal: SignalRecord) -> dict[str, Any]:
+    return {
+        "signalId": signal.id,
+        "sequence": signal.sequence,
+        "name": signal.name,
+        "payload": signal.payload,
+        "receivedAt": _at(signal.received_at),
+        "takenAt": _at(signal.taken_at),
+        "takenStepId": signal.taken_step_id,
+        # true: taken by a wait; false: the wait at takenStepId refused it (its match did
+        # not hold), kept and ending nothing; null: waiting in the mailbox
+        "matched": signal.outcome,
+    }
+
+
+def stream_view(message: StreamMessage) -> dict[str, Any]:
+    return {
+        "sequence": message.sequence,
+        "stream": message.stream,
+        "createdAt": _at(message.created_at),
+        "value": message.payload,
+    }
+
+
+def event_view(event: dict[str, Any]) -> dict[str, Any]:
+    """One outbox event (``GET /api/v1/events``) from the store's read dict."""
+    return {
+        "sequence": event["sequence"],
+        "id": event["id"],
+        "instanceId": event["instance_id"],
+        "name": event["name"],
+        "payload": event["payload"],
+        "createdAt": _at(event["created_at"]),
+        "publishedAt": _at(event.get("published_at")),
+    }
+
+
+def review_view(item: dict[str, Any]) -> dict[str, Any]:
+    """One review-queue item (``GET /api/v1/reviews``) from the store's read dict."""
+    return {
+        "sequence": item["sequence"],
+        "id": item["id"],
+        "instanceId": item["instance_id"],
+        "subject": item["subject"],
+        "reason": item["reason"],
+        "details": item["details"],
+        "createdAt": _at(item["created_at"]),
+    }
+
+
+def awaiting(plan: Plan | None, inst: InstanceRecord) -> list[dict[str, str]]:
+    """The signals a caller can deliver to continue ``inst`` now (empty when none)."""
+    if plan is None or inst.state.ended or inst.wake_step_id is None:
+        return []
+    if inst.wake_step_id >= plan.end:
+        return []
+    node = plan.nodes[inst.wake_step_id]
+    if not isinstance(node, PollNode | AwaitSignalNode) or node.signal is None:
+        return []
+    base = plan.trigger.route if plan.trigger is not None else f"{API}/instances"
+    return [{"signal": node.signal.name, "href": f"{base}/{inst.id}/signals/{node.signal.name}"}]
+
+
+def _budget_view(
+    inst: InstanceRecord, steps: list[StepRow], now: datetime | None
+) -> dict[str, Any] | None:
+    budget = open_budget(inst.state, steps)
+    if budget is None:
+        return None
+    return {
+        "kind": budget.name,
+        "stepId": budget.step_id,
+        "scope": budget.scope,
+        "startedAt": _at(budget.started_at),
+        "endsAt": _at(budget.ends_at),
+        "usedRatio": round(budget.used_ratio(now), 4) if now is not None else None,
+        "extensions": budget.extensions,
+    }
+
+
+def compensation_failures(steps: list[StepRow]) -> list[dict[str, Any]]:
+    """The compensations that failed for good (their retry policy exhausted): one entry per
+    (node, scope) with code ``compensation_failed``, the capability, its last error type
+    and detail, the number of tries and when the last one failed. Empty when none did."""
+    failed: list[dict[str, Any]] = []
+    for row in steps:
+        if row.kind is StepKind.COMPENSATION and row.outcome is Outcome.FAILURE and row.final:
+            failed.append(
+                {
+                    "code": "compensation_failed",
+                    "capabilityId": row.capability_id,
+                    "stepId": row.step_id,
+                    "scope": row.scope,
+                    "errorType": row.error_type,
+                    "errorDetail": row.error_detail,
+                    "tries": row.try_number,
+                    "failedAt": _at(row.committed_at),
+                }
+            )
+    return failed
+
+
+def instance_view(
+    inst: InstanceRecord,
+    steps: list[StepRow],
+    signals: list[SignalRecord] | None = None,
+    plan: Plan | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The full view of one instance (``GET /api/v1/instances/{id}``).
+
+    ``budget`` is the bound of the wait the instance is in (None when none):
+    ``{"kind": "poll.budget" | "signal.timeout" | "retry.total", "stepId", "scope",
+    "startedAt", "endsAt", "usedRatio", "extensions"}``; ``endsAt`` is the stored end
+    instant, ``usedRatio`` the share spent at ``now`` (engine clock; null without it).
+    """
+    live_lease = inst.lease_owner is not None and not inst.state.ended
+    view: dict[str, Any] = {
+        "instanceId": inst.id,
+        "flow": inst.flow_name,
+        "version": inst.flow_version,
+        "state": str(inst.state),
+        "createdAt": _at(inst.created_at),
+        "updatedAt": _at(inst.updated_at),
+        "deadlineAt": _at(inst.deadline_at),
+        "wakeAt": _at(inst.wake_at),
+        "wakeStepId": inst.wake_step_id,
+        "wakeScope": inst.wake_scope,
+        "instanceKey": inst.instance_key,
+        "cancelRequested": inst.cancel_requested,
+        "lease": (
+            {
+                "owner": inst.lease_owner,
+                "expiresAt": _at(inst.lease_expires_at),
+                "fencingToken": inst.fencing_token,
+            }
+            if live_lease
+            else None
+        ),
+        "input": inst.input,
+        "result": inst.result,
+        "error": (
+            {
+                "code": inst.failure.code,
+                "message": inst.failure.message,
+                "details": inst.failure.details,
+            }
+            if inst.failure is not None
+            else None
+        ),
+        "budget": _budget_view(inst, steps, now),
+        "journal": [step_view(r) for r in steps],
+        "compensationFailures": compensation_failures(steps),
+    }
+    if signals is not None:
+        view["signals"] = [signal_view(s) for s in signals]
+    waits = awaiting(plan, inst)
+    if waits:
+        view["awaiting"] = waits
+    return view

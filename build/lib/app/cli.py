@@ -1,0 +1,511 @@
+"""The ``flowpark`` command: serve, worker, fakes, db upgrade, flows check, demo.
+
+``serve`` and ``worker`` check the database before they start: a database they cannot use
+(unreachable, or not migrated to head) is one line ``error: <code>: <message>`` on stderr
+and exit code :data:`EXIT_STORE`, never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import typer
+
+__all__ = ["EXIT_FLOWS_INVALID", "EXIT_FLOWS_UNLOADABLE", "EXIT_STORE", "app", "main"]
+
+#: Exit code of ``serve``, ``worker`` and ``db upgrade`` when the database cannot be used.
+EXIT_STORE = 3
+#: Exit code of ``serve`` and ``worker`` when a flow breaks a definition rule.
+EXIT_FLOWS_INVALID = 4
+#: Exit code of ``serve`` and ``worker`` when a flows target cannot be loaded.
+EXIT_FLOWS_UNLOADABLE = 5
+
+FLOWS_HELP = (
+    "Flows to serve: a module path (mycompany.flows), a .py file or a folder of .py files "
+    "(its folder goes on sys.path). Repeatable. Default: FLOWPARK_FLOWS, else the samples."
+)
+#: Seconds the start-up database check waits for the database to answer.
+DB_CHECK_TIMEOUT = 20.0
+#: Seconds ``serve`` waits for the ``flowpark fakes`` process it starts to answer.
+FAKES_START_TIMEOUT = 30.0
+
+app = typer.Typer(
+    help="flowpark: durable flows that wait on external systems.", no_args_is_help=True
+)
+db_app = typer.Typer(help="Database schema commands.", no_args_is_help=True)
+flows_app = typer.Typer(help="Flow definition commands.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(flows_app, name="flows")
+
+
+def _logging(level: str) -> None:
+    """Every log line carries the node id (``[node]``): see :mod:`app.runtime.logs`.
+
+    :func:`app.runtime.logs.log_config` (applied here, and handed to uvicorn so each worker
+    process applies it too) keeps the ``apscheduler`` logger at ERROR below ``debug``: its
+    "Execution of job ... skipped: maximum number of running instances reached (1)"
+    warning comes about once a scan interval whenever a sweep outlasts the interval, which
+    is normal under load (the sweep keeps working through due instances).
+    """
+    from app.runtime.logs import configure_logging
+
+    configure_logging(level)
+
+
+def _one_line(value: object) -> str:
+    return " ".join(str(value).split())
+
+
+def _refuse(exc: Exception) -> typer.Exit:
+    """Print ``error: <code>: <message>`` (one line) and return the exit to raise."""
+    from app.errors import ErrorCode, FlowparkError
+    from app.redaction import redact
+
+    code = exc.code if isinstance(exc, FlowparkError) else ErrorCode.STORE_UNAVAILABLE
+    typer.echo(f"error: {code}: {redact(_one_line(exc))}", err=True)
+    return typer.Exit(EXIT_STORE)
+
+
+def _check_database(url: str) -> None:
+    """Refuse a database the service cannot run on, before anything starts.
+
+    A SQLite file that does not exist is not created (the service would otherwise leave
+    an empty file behind).
+
+    Raises:
+        SchemaBehindHead: not migrated to head (or a SQLite file that does not exist).
+        StoreUnavailable: an invalid URL, or the database cannot be reached.
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    from app.errors import FlowparkError, SchemaBehindHead, StoreUnavailable
+    from app.store import check_schema_at_head, head_revision, make_async_engine
+    from app.store.db import is_sqlite
+
+    try:
+        parsed = make_url(url)
+        sqlite = is_sqlite(parsed)
+    except (ValueError, SQLAlchemyError) as exc:
+        raise StoreUnavailable(f"invalid FLOWPARK_DATABASE_URL: {exc}") from exc
+    shown = parsed.render_as_string(hide_password=True)
+    if sqlite and parsed.database and parsed.database != ":memory:":
+        path = Path(parsed.database)
+        if not path.parent.is_dir():
+            raise StoreUnavailable(
+                f"cannot open the SQLite database {path}: directory {path.parent} does not exist"
+            )
+        if not path.exists():
+            raise SchemaBehindHead(
+                f"the SQLite database {path} does not exist; run `flowpark db upgrade` to "
+                "create it and migrate it to head",
+                current=None,
+                head=head_revision(),
+            )
+
+    async def check() -> None:
+        engine = make_async_engine(url, pool_size=1)
+        try:
+            await asyncio.wait_for(check_schema_at_head(engine), DB_CHECK_TIMEOUT)
+        finally:
+            await engine.dispose()
+
+    try:
+        asyncio.run(check())
+    except FlowparkError:
+        raise
+    except ValueError as exc:  # an in-memory SQLite database, an unsupported backend
+        raise StoreUnavailable(f"invalid FLOWPARK_DATABASE_URL {shown}: {exc}") from exc
+    except TimeoutError as exc:
+        raise StoreUnavailable(
+            f"the database at {shown} did not answer within {DB_CHECK_TIMEOUT:.0f} s"
+        ) from exc
+    except DBAPIError as exc:
+        raise StoreUnavailable(f"cannot use the database at {shown}: {exc.orig}") from exc
+    except (OSError, SQLAlchemyError) as exc:
+        raise StoreUnavailable(f"cannot use the database at {shown}: {exc}") from exc
+
+
+def _flows_or_exit(given: list[str] | None) -> list[str]:
+    """Load and check the flows a node will serve before anything starts.
+
+    Returns the targets (paths made absolute) and puts them in ``FLOWPARK_FLOWS`` so the
+    app factory (and every worker process) loads the same ones. A definition error prints
+    one line per finding and exits :data:`EXIT_FLOWS_INVALID`; a target that cannot be
+    loaded prints one line and exits :data:`EXIT_FLOWS_UNLOADABLE`.
+    """
+    from app.errors import DefinitionError, FlowsUnloadable
+    from app.flows import Catalog
+    from app.runtime.http import outbound_client
+    from app.runtime.loading import Deps, load_flows, register_flows
+    from app.settings import Settings
+
+    settings = Settings()
+    targets = [_absolute(t) for t in (given or settings.flow_targets)]
+    try:
+        flows = load_flows(targets, Deps(outbound_client(1.0), settings))
+        register_flows(Catalog(), flows)
+    except FlowsUnloadable as exc:
+        typer.echo(f"error: {exc.code}: {_one_line(exc.message)}", err=True)
+        raise typer.Exit(EXIT_FLOWS_UNLOADABLE) from None
+    except DefinitionError as exc:
+        for finding in exc.findings:
+            typer.echo(_one_line(finding), err=True)
+        raise typer.Exit(EXIT_FLOWS_INVALID) from None
+    os.environ["FLOWPARK_FLOWS"] = ",".join(targets)
+    return targets
+
+
+def _absolute(target: str) -> str:
+    """A path target as an absolute path (worker processes and reloads may run elsewhere);
+    a module path stays as it is."""
+    from app.runtime.loading import is_path
+
+    return str(Path(target).expanduser().resolve()) if is_path(target) else target
+
+
+def _database_or_exit(url: str) -> None:
+    from app.errors import FlowparkError
+
+    try:
+        _check_database(url)
+    except FlowparkError as exc:
+        raise _refuse(exc) from None
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    url: str = typer.Option(
+        None, help="Database URL (default: FLOWPARK_DATABASE_URL or sqlite:///flowpark.db)"
+    ),
+) -> None:
+    """Migrate the database to the latest schema (Alembic upgrade head)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError
+
+    from app.errors import StoreUnavailable
+    from app.redaction import redact_url, register_secrets
+    from app.settings import Settings
+    from app.store.migrate import upgrade
+
+    settings = Settings()
+    target = url or settings.database_url
+    register_secrets(settings.secret_values())
+    try:
+        upgrade(target)
+    except DBAPIError as exc:  # unreachable: one line, no traceback
+        shown = make_url(target).render_as_string(hide_password=True)
+        raise _refuse(
+            StoreUnavailable(f"cannot migrate the database at {shown}: {exc.orig}")
+        ) from None
+    typer.echo(f"database at head: {redact_url(target)}")
+
+
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: the child gets SIGTERM when ``serve`` dies, even by SIGKILL."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _answers(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextmanager
+def _shared_fakes(log_level: str) -> Iterator[str]:
+    """Run ``flowpark fakes`` on a free loopback port until the block ends; yields its URL.
+
+    The child inherits this environment (``FLOWPARK_SAMPLE_OCR_PER_PAGE``,
+    ``FLOWPARK_API_TOKENS`` for the callback token, the fake job timings). It runs in a
+    session of its own, so a Ctrl-C stops the uvicorn workers first and the fakes only
+    once they are gone.
+    """
+    port = _free_loopback_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [
+        sys.executable,
+        "-m",
+        "app.cli",
+        "fakes",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        # the provider's per-request lines would double the access log
+        "--log-level",
+        log_level if log_level.lower() == "debug" else "warning",
+    ]
+    per_page = os.environ.get("FLOWPARK_SAMPLE_OCR_PER_PAGE")
+    if per_page:
+        command += ["--per-page", per_page]
+    process = subprocess.Popen(
+        command,
+        start_new_session=True,
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+    )
+    try:
+        deadline = time.monotonic() + FAKES_START_TIMEOUT
+        while not _answers(url):
+            if process.poll() is not None:
+                typer.echo(
+                    f"error: fakes.start_failed: flowpark fakes exited with code "
+                    f"{process.returncode} before answering on {url}",
+                    err=True,
+                )
+                raise typer.Exit(1)
+            if time.monotonic() > deadline:
+                typer.echo(
+                    f"error: fakes.start_failed: flowpark fakes did not answer on "
+                    f"{url} within {FAKES_START_TIMEOUT:.0f} s",
+                    err=True,
+                )
+                raise typer.Exit(1)
+            time.sleep(0.1)
+        yield url
+    finally:
+        if process.poll() is None:
+            process.terminate()  # uvicorn shuts down cleanly on SIGTERM
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1"),
+    port: int = typer.Option(8000),
+    workers: int = typer.Option(
+        1,
+        help="uvicorn worker processes (each sweeps). With more than one and "
+        "neither FLOWPARK_OCR_BASE_URL nor FLOWPARK_JOBS_BASE_URL set, serve also "
+        "runs `flowpark fakes` on a free loopback port for all of them.",
+    ),
+    log_level: str = typer.Option("info"),
+    flows: list[str] = typer.Option(None, "--flows", help=FLOWS_HELP),
+) -> None:
+    """Run a node with the HTTP API and the sweep (every node sweeps).
+
+    Exit codes: 3 (``error: <code>: ...``) when the database is unreachable or not migrated
+    (run ``flowpark db upgrade``); 4 when a flow breaks a definition rule (one line per
+    finding: severity, rule code, flow, node); 5 when a flows target cannot be loaded.
+    """
+    import uvicorn
+
+    from app.runtime.logs import log_config
+    from app.settings import Settings
+
+    targets = _flows_or_exit(flows)
+    _database_or_exit(Settings().database_url)
+    os.environ.setdefault("FLOWPARK_SELF_URL", f"http://{host}:{port}")
+    ocr_set = bool(os.environ.get("FLOWPARK_OCR_BASE_URL"))
+    jobs_set = bool(os.environ.get("FLOWPARK_JOBS_BASE_URL"))
+    samples = "samples" in targets
+    with ExitStack() as stack:
+        if workers > 1 and samples and not ocr_set and not jobs_set:
+            fakes_url = stack.enter_context(_shared_fakes(log_level))
+            # every worker process inherits these: one provider for all of them, which
+            # calls the webhook back on the serve URL
+            os.environ["FLOWPARK_OCR_BASE_URL"] = fakes_url
+            os.environ["FLOWPARK_JOBS_BASE_URL"] = fakes_url
+            os.environ.setdefault("FLOWPARK_PUBLIC_BASE_URL", os.environ["FLOWPARK_SELF_URL"])
+            typer.echo(
+                f"info: --workers {workers}: the fake OCR and job services run in one "
+                f"`flowpark fakes` process for all workers, on {fakes_url} (stopped "
+                "with serve)",
+                err=True,
+            )
+        elif workers > 1 and samples and ocr_set != jobs_set:
+            unset = "FLOWPARK_JOBS_BASE_URL" if ocr_set else "FLOWPARK_OCR_BASE_URL"
+            typer.echo(
+                f"warning: {unset} is not set: with --workers > 1 each worker serves "
+                "its own in-memory fake for it; point it at the same provider",
+                err=True,
+            )
+        _logging(log_level)
+        config = uvicorn.Config(
+            "app.runtime.app:create_app",
+            host=host,
+            port=port,
+            workers=workers,
+            log_level=log_level,
+            factory=True,
+            log_config=log_config(log_level),
+        )
+        sock = _tcp_socket(host, port)
+        if workers > 1:
+            from uvicorn.supervisors import Multiprocess
+
+            Multiprocess(config, sockets=[sock]).run()
+            return
+        server = uvicorn.Server(config)
+        server.run(sockets=[sock])
+        if not server.started:
+            raise typer.Exit(3)
+
+
+def _tcp_socket(host: str, port: int) -> socket.socket:
+    """A listening socket created with ``IPPROTO_TCP``.
+
+    asyncio turns ``TCP_NODELAY`` on only for sockets whose protocol is ``IPPROTO_TCP``;
+    the protocol-0 socket uvicorn binds from ``--host/--port`` leaves Nagle's algorithm on,
+    and a keep-alive client then waits ~40 ms (delayed ACK) for every response.
+    """
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror}", err=True)
+        raise typer.Exit(1) from None
+    sock.set_inheritable(True)  # the worker processes serve the same socket
+    return sock
+
+
+@app.command()
+def worker(
+    log_level: str = typer.Option("info"),
+    flows: list[str] = typer.Option(None, "--flows", help=FLOWS_HELP),
+) -> None:
+    """Run a node that only sweeps (no HTTP): another node of the same database.
+
+    Serve the same flows as the other nodes. Exit codes as ``serve``: 3 when the database
+    is unreachable or not migrated, 4 on a definition error, 5 when flows cannot be loaded.
+    """
+    from app.runtime.worker import run_worker
+    from app.settings import Settings
+
+    _flows_or_exit(flows)
+    _database_or_exit(Settings().database_url)
+    _logging(log_level)
+    from app.runtime.loop import run
+
+    run(run_worker())
+
+
+@app.command()
+def fakes(
+    host: str = typer.Option("127.0.0.1"),
+    port: int = typer.Option(8100),
+    per_page: float = typer.Option(
+        None,
+        min=0,
+        help="Seconds the fake OCR takes per page (default: FLOWPARK_SAMPLE_OCR_PER_PAGE).",
+    ),
+    callback_token: str = typer.Option(
+        None, help="Bearer token on OCR callbacks (default: the first of FLOWPARK_API_TOKENS)."
+    ),
+    log_level: str = typer.Option("info"),
+) -> None:
+    """Serve the fake OCR and job services alone, in their own process.
+
+    With several nodes, point every node's FLOWPARK_OCR_BASE_URL (and
+    FLOWPARK_JOBS_BASE_URL) at this server: a job uploaded through one node is read by
+    whichever node sweeps the instance next.
+    """
+    import uvicorn
+
+    from app.runtime.logs import log_config, set_node_id
+    from samples.fakes.server import create_fakes_server
+
+    set_node_id(f"fakes-{port}")
+    _logging(log_level)
+    uvicorn.run(
+        create_fakes_server(per_page=per_page, callback_token=callback_token),
+        host=host,
+        port=port,
+        log_level=log_level,
+        log_config=log_config(log_level),
+    )
+
+
+@flows_app.command("check")
+def flows_check(
+    target: list[str] = typer.Argument(
+        None, help="flows targets, as --flows (default: FLOWPARK_FLOWS, else the samples)"
+    ),
+    flows: list[str] = typer.Option(None, "--flows", help=FLOWS_HELP),
+) -> None:
+    """Check flow definitions; prints every finding (errors and warnings), one per line.
+
+    Exit codes:
+    0: no error (warnings allowed);
+    1: at least one rule error;
+    2: cannot load (a target fails to import, building a flow raised, e.g. on a
+    negative duration, or it defines no flows).
+    """
+    from app.runtime.loading import check_targets
+    from app.settings import Settings
+
+    targets = [*(target or []), *(flows or [])] or Settings().flow_targets
+    raise typer.Exit(check_targets(targets, typer.echo))
+
+
+@app.command()
+def demo(
+    host: str = typer.Option("127.0.0.1"),
+    port: int = typer.Option(8000),
+    pages: int = typer.Option(12),
+    per_page: float = typer.Option(2.0),
+    scan_interval: float = typer.Option(1.0),
+    database_url: str = typer.Option("sqlite:///flowpark.db"),
+) -> None:
+    """Migrate, start the server with the samples, send a demo document, print its
+    progress until it completes, then stop."""
+    from app.demo import run_demo
+
+    _logging("warning")
+    raise typer.Exit(
+        run_demo(
+            host=host,
+            port=port,
+            pages=pages,
+            per_page=per_page,
+            scan_interval=scan_interval,
+            database_url=database_url,
+        )
+    )
+
+
+def main() -> None:
+    app()
+
+
+def _mount_operator_commands() -> None:
+    from app.cli_ops import add_operator_commands
+
+    add_operator_commands(app, flows_app)
+
+
+_mount_operator_commands()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""``flowpark demo``: the main job end to end on SQLite, printed as it happens.
+
+Migrates the database, serves flowpark (samples + fake OCR) on loopback with uvicorn, sends
+a demo document over HTTP with a bearer token and an idempotency key, and prints its state
+and journal until it completes. Then a second document shows the webhook path: the fake
+OCR's complete-now route calls the ``ocr.completed`` signal, which ends the wait at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+
+import httpx
+import uvicorn
+
+from app.settings import DEFAULT_API_TOKEN, Settings
+
+__all__ = ["run_demo"]
+
+
+def run_demo(
+    *, host: str, port: int, pages: int, per_page: float, scan_interval: float, database_url: str
+) -> int:
+    """Run the demo; returns the process exit code (0 when both documents completed)."""
+    return asyncio.run(_demo(host, port, pages, per_page, scan_interval, database_url))
+
+
+async def _demo(
+    host: str, port: int, pages: int, per_page: float, scan_interval: float, database_url: str
+) -> int:
+    from app.runtime.app import create_app
+    from app.store.migrate import upgrade
+    from samples.registry import sample_flows
+    from samples.settings import SampleSettings
+
+    base = f"http://{host}:{port}"
+    settings = Settings(
+        database_url=database_url,
+        self_url=base,
+        flows="samples",
+        timer_scan_interval=scan_interval,
+        api_tokens=os.environ.get("FLOWPARK_API_TOKENS", DEFAULT_API_TOKEN),
+    )
+    token = sorted(settings.tokens)[0]
+    print(f"flowpark demo: migrating {database_url}")
+    await asyncio.to_thread(upgrade, database_url)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(
+                settings, flows=[sample_flows(SampleSettings(sample_ocr_per_page=per_page))]
+            ),
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="on",
+        )
+    )
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if serving.done():
+                serving.result()
+                return 1
+            await asyncio.sleep(0.05)
+        print(
+            f"flowpark serving on {base} (sweep every {scan_interval}s, fake OCR "
+            f"{per_page}s/page); OpenAPI at {base}/docs"
+        )
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
+            ok = await _document(client, pages, per_page, webhook=False)
+            ok = await _document(client, pages, per_page, webhook=True) and ok
+            events = (await client.get("/api/v1/events")).json()
+            print(
+                f"outbox: {len(events)} event(s): " + ", ".join(sorted({e["name"] for e in events}))
+            )
+        return 0 if ok else 1
+    finally:
+        server.should_exit = True
+        await serving
+
+
+async def _document(
+    client: httpx.AsyncClient, pages: int, per_page: float, *, webhook: bool
+) -> bool:
+    doc_id = f"demo-{uuid.uuid4().hex[:8]}"
+    path = "webhook (fake OCR completes now)" if webhook else "parked poll"
+    print(f"\n== document {doc_id}: {pages} pages, path: {path}")
+    resp = await client.post(
+        "/api/v1/documents",
+        json={"documentId": doc_id, "contentType": "application/pdf", "pages": pages},
+        headers={"Idempotency-Key": f"{doc_id}-key"},
+    )
+    print(f"POST /api/v1/documents -> {resp.status_code} {resp.json()}")
+    if resp.status_code != 202:
+        return False
+    instance_id = resp.json()["instanceId"]
+    started = time.monotonic()
+    if webhook:
+        jobs = (await client.get("/fake/ocr/jobs")).json()
+        job = next(j for j in jobs if j["documentId"] == doc_id)
+        print(f"POST /fake/ocr/jobs/{job['jobId']}/complete (the provider's webhook fires)")
+        await client.post(f"/fake/ocr/jobs/{job['jobId']}/complete")
+    last = None
+    while True:
+        view = (await client.get(f"/api/v1/instances/{instance_id}")).json()
+        line = (view["state"], view["wakeAt"], len(view["journal"]))
+        if line != last:
+            last = line
+            print(
+                f"t+{time.monotonic() - started:5.1f}s state={view['state']:<9} "
+                f"wakeAt={view['wakeAt']} wakeStep={view['wakeStepId']} "
+                f"wakeScope={view['wakeScope']} attempts={view['attempts']}"
+            )
+        if view["state"] in ("completed", "failed", "cancelled"):
+            break
+        if time.monotonic() - started > 120:
+            print("gave up after 120 s")
+            return False
+        await asyncio.sleep(0.25)
+    print("journal:")
+    for row in view["journal"]:
+        print(
+            f"  #{row['sequence']:<4} step {row['stepId']} scope {row['scope']:<3} "
+            f"{row['kind']:<12} {row['capabilityId']:<20} {row['outcome']}"
+        )
+    print(f"result: {view['result']}  error: {view['error']}  ({time.monotonic() - started:.1f}s)")
+    return bool(view["state"] == "completed")

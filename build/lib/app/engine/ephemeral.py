@@ -1,0 +1,116 @@
+"""Ephemeral runs: the same walk over the plan, inside the caller, writing no rows.
+
+An ephemeral flow cannot wait (definition rules refuse polls and awaits), so a run either
+completes or fails before the call returns. Retries wait in-process on the engine clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from app.engine.journal import (
+    Ack,
+    Claim,
+    InstanceRecord,
+    InstanceState,
+    StepRow,
+)
+from app.engine.runner import Halt, Run
+from app.errors import FlowFailure
+
+if TYPE_CHECKING:
+    from app.engine.engine import Engine, StartResult
+    from app.flows.plan import Plan
+
+__all__ = ["run_ephemeral"]
+
+
+class _MemoryJournal:
+    """Holds an ephemeral instance's state for the length of one call."""
+
+    def __init__(self, record: InstanceRecord) -> None:
+        self.record = record
+        self.rows: list[StepRow] = []
+
+    async def commit_step(
+        self,
+        token: int,
+        row: StepRow,
+        lease_until: datetime,
+        events: Any = None,
+        reviews: Any = None,
+    ) -> Ack:
+        self.rows.append(row)
+        return Ack()
+
+    async def renew_lease(self, instance_id: str, token: int, lease_until: datetime) -> Ack:
+        return Ack()
+
+    async def begin_ending(
+        self,
+        instance_id: str,
+        token: int,
+        now: datetime,
+        ending: InstanceState,
+        failure: FlowFailure | None,
+    ) -> Ack:
+        return Ack()
+
+    async def finish(
+        self,
+        instance_id: str,
+        token: int,
+        now: datetime,
+        state: InstanceState,
+        result: Any = None,
+        failure: FlowFailure | None = None,
+    ) -> Ack:
+        self.record = replace(
+            self.record, state=state, result=result, failure=failure, updated_at=now
+        )
+        return Ack()
+
+    async def record_heartbeat(self, *args: Any) -> Ack:
+        return Ack()
+
+    async def start_attempt(self, *args: Any) -> Ack:
+        return Ack()
+
+    async def last_heartbeat(self, *args: Any) -> None:
+        return None
+
+    async def write_stream(self, *args: Any) -> bool:
+        return False
+
+
+async def run_ephemeral(engine: Engine, plan: Plan, data: dict[str, Any]) -> StartResult:
+    """Run ``plan`` on ``data`` to its end in memory; returns a StartResult with no row."""
+    from app.engine.engine import StartResult
+
+    now = engine.clock.now()
+    record = InstanceRecord(
+        id=engine.new_id(),
+        flow_name=plan.name,
+        flow_version=plan.version,
+        state=InstanceState.RUNNING,
+        input=data,
+        created_at=now,
+        updated_at=now,
+    )
+    memory = _MemoryJournal(record)
+
+    class _View:
+        journal = memory
+        clock = engine.clock
+        lease = engine.lease
+        new_id = staticmethod(engine.new_id)
+        call_with_limits = staticmethod(engine.call_with_limits)
+
+    run = Run(_View(), plan, record, Claim(record.id, 0), [], [])
+    run.ephemeral = True
+    halt: Halt = await engine._walk(run)
+    final = memory.record
+    assert halt.state.ended
+    return StartResult(final, True, final.result)

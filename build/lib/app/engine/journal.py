@@ -1,0 +1,605 @@
+"""The engine's narrow view of storage: records (frozen values) and the ``Journal`` protocol.
+
+The one implementation is SQL (``app.store.sql_journal.SqlJournal``); the engine imports
+nothing from SQLAlchemy. Every instant passed in comes from the engine's clock (aware UTC).
+
+Fencing: every write for an instance carries the fencing token its claim returned; a write
+whose token is not the instance's current one raises :class:`app.errors.StaleFencingToken`
+and writes nothing (each method is one transaction).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+from app.errors import FlowFailure
+
+__all__ = [
+    "Ack",
+    "CancelAck",
+    "Claim",
+    "Delivery",
+    "EmittedEvent",
+    "Heartbeat",
+    "InstanceRecord",
+    "InstanceState",
+    "Journal",
+    "NewInstance",
+    "Outcome",
+    "ReviewRequest",
+    "SignalRecord",
+    "Snapshot",
+    "StepKind",
+    "StepRow",
+    "StreamMessage",
+    "WakeKind",
+]
+
+
+class InstanceState(StrEnum):
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def ended(self) -> bool:
+        return self in (InstanceState.COMPLETED, InstanceState.FAILED, InstanceState.CANCELLED)
+
+
+class WakeKind(StrEnum):
+    """What a suspended instance waits for (stored with the park as ``wake_kind``)."""
+
+    POLL = "poll"  # the next attempt of a parked poll
+    RETRY = "retry"  # the next try of a failed capability, under its retry policy
+    SIGNAL = "signal"  # a signal (an await_signal node, with or without a timeout)
+    DEADLINE = "deadline"  # the flow deadline, which comes before any other wake
+
+
+class StepKind(StrEnum):
+    """What a journal row records."""
+
+    STEP = "step"  # a capability execution (one try of one attempt)
+    SIGNAL = "signal"  # a signal taken by a wait node
+    COMPENSATION = "compensation"  # a compensation run while unwinding
+    EMIT = "emit"  # an event written to the outbox by an emit node
+    DEADLINE = "deadline"  # a wait's end instant, written before the first call it bounds
+
+
+class Outcome(StrEnum):
+    SUCCESS = "success"
+    FAILURE = "failure"
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One journal row (``flow_step``).
+
+    Attributes:
+        instance_id: the instance (uuid7 string).
+        step_id: plan node index the row belongs to.
+        scope: attempt number inside a poll; 0 elsewhere.
+        kind: see :class:`StepKind`.
+        capability_id: capability id, signal name or event name.
+        outcome: success or failure.
+        try_number: 1-based try of this (step, scope) under the capability's retry policy.
+        values: state-bag values the row put, ``{bag_key: json}``.
+        error_type: failure only: the error's type (``HTTPStatusError``, ``execute_timeout``).
+        error_detail: failure only: the error's text.
+        final: failure only: True when no retry follows.
+        next_try_at: failure only and not final: when the next try is due (aware UTC).
+        started_at: engine-clock instant the execution started (aware UTC).
+        committed_at: engine-clock instant the row was written (aware UTC).
+        sequence: store-assigned order of commits (None before commit).
+    """
+
+    instance_id: str
+    step_id: int
+    scope: int
+    kind: StepKind
+    capability_id: str
+    outcome: Outcome
+    started_at: datetime
+    committed_at: datetime
+    try_number: int = 1
+    values: dict[str, Any] = field(default_factory=dict)
+    error_type: str | None = None
+    error_detail: str | None = None
+    final: bool = False
+    next_try_at: datetime | None = None
+    sequence: int | None = None
+
+
+@dataclass(frozen=True)
+class InstanceRecord:
+    """One ``flow_instance`` row, as the engine sees it. All ``*_at`` are aware UTC."""
+
+    id: str
+    flow_name: str
+    flow_version: str
+    state: InstanceState
+    input: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    deadline_at: datetime | None = None
+    wake_at: datetime | None = None
+    wake_step_id: int | None = None
+    wake_scope: int | None = None
+    wake_kind: WakeKind | None = None
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    fencing_token: int = 0
+    ending: InstanceState | None = None  # FAILED or CANCELLED while compensations unwind
+    cancel_requested: bool = False
+    result: Any = None
+    failure: FlowFailure | None = None
+    instance_key: str | None = None
+    # the attempt in flight (heartbeating capabilities); None when no attempt runs
+    attempt_step_id: int | None = None
+    attempt_scope: int | None = None
+    attempt_try: int | None = None
+    attempt_started_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    heartbeat_value: Any = None
+
+
+@dataclass(frozen=True)
+class SignalRecord:
+    """A delivered signal (``flow_signal``); ``sequence`` orders arrivals."""
+
+    id: str
+    sequence: int
+    instance_id: str
+    name: str
+    payload: dict[str, Any]
+    received_at: datetime
+    idempotency_key: str | None = None
+    taken_at: datetime | None = None
+    taken_step_id: int | None = None
+    # False when the wait at ``taken_step_id`` refused it (its ``match`` did not hold)
+    matched: bool | None = None
+
+    @property
+    def outcome(self) -> bool | None:
+        """True when taken, False when a wait refused it, None while it waits."""
+        if self.matched is False:
+            return False
+        return True if self.taken_at is not None else None
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """The checkpoint a previous try of (step, scope) recorded."""
+
+    step_id: int
+    scope: int
+    try_number: int
+    value: Any
+    recorded_at: datetime
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the engine needs to advance an instance, read in one go.
+
+    Attributes:
+        instance: the instance row.
+        steps: journal rows in commit order.
+        signals: untaken signals in arrival order.
+    """
+
+    instance: InstanceRecord
+    steps: list[StepRow]
+    signals: list[SignalRecord]
+
+
+@dataclass(frozen=True)
+class NewInstance:
+    """What a start writes: the instance row, plus its idempotency and instance keys.
+
+    Attributes:
+        id: the new instance's id, a canonical UUID string (lowercase, dashed).
+        input: the validated input, JSON-able (as the flow's input model dumps it in JSON
+            mode).
+        idempotency_key: a repeat of the key (same flow) is the same start when
+            :meth:`repeats` holds for what the first start stored, else it raises
+            :class:`app.errors.IdempotencyKeyReused`.
+        lease_owner / lease_expires_at: the starting node holds the lease from birth, so the
+            sweep never races the start.
+    """
+
+    id: str
+    flow_name: str
+    flow_version: str
+    input: dict[str, Any]
+    created_at: datetime
+    deadline_at: datetime | None
+    lease_owner: str
+    lease_expires_at: datetime
+    idempotency_key: str | None = None
+    instance_key: str | None = None
+
+    def repeats(self, input: Any, instance_key: str | None) -> bool:
+        """Whether a start stored with ``input`` and ``instance_key`` is this request again.
+
+        The request is the input and the instance key (what a start's body holds): the
+        inputs are compared as canonical JSON (sorted keys, no whitespace), so key order
+        does not matter while ``1`` and ``true`` differ.
+
+        Args:
+            input: the stored instance's input (as read back from its row).
+            instance_key: the stored instance's instance key, or None.
+
+        Returns:
+            True when both are the same as this start's.
+        """
+        return instance_key == self.instance_key and _canonical(input) == _canonical(self.input)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim's result: the instance now leased to the caller, with its fencing token.
+
+    Attributes:
+        snapshot: the instance as claimed, with its journal and untaken signals, when the
+            store read them with the claim (then the engine does not load them again);
+            None: the engine loads them.
+        woken: an operator's wake (:meth:`app.engine.Engine.wake_now`): the wait the claim
+            found (a poll's next attempt, a retry's next try) is due now.
+    """
+
+    instance_id: str
+    fencing_token: int
+    snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
+    woken: bool = field(default=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A signal delivery's answer (:meth:`Journal.deliver_and_claim`).
+
+    Attributes:
+        signal: the stored signal; for a repeat of its idempotency key, the first signal as
+            the store holds it now (``taken_at`` set once an instance took it).
+        created: False for a repeat (nothing stored).
+        state: the instance's state as the delivery found it (before its own claim).
+        claim: set when the delivery also claimed the instance (it was suspended on a wait
+            that accepts the signal): the caller advances it. Its snapshot, when the store
+            reads one with the claim, already holds the new signal in the mailbox.
+    """
+
+    signal: SignalRecord
+    created: bool
+    state: InstanceState
+    claim: Claim | None = None
+
+
+@dataclass(frozen=True)
+class Ack:
+    """A write's answer.
+
+    Attributes:
+        applied: False when the write was not applied because a cancel was requested
+            (the engine then unwinds instead).
+        cancel_requested: the instance's cancel flag as read in the same transaction.
+    """
+
+    applied: bool = True
+    cancel_requested: bool = False
+    signal_pending: bool = False
+
+
+@dataclass(frozen=True)
+class CancelAck:
+    """A cancel request's answer.
+
+    Attributes:
+        claim: set when the caller claimed the instance and must run the unwind itself.
+        state: the instance's state after the request.
+    """
+
+    state: InstanceState
+    claim: Claim | None = None
+
+
+@dataclass(frozen=True)
+class EmittedEvent:
+    """A domain event for the outbox, written with the emit node's journal row."""
+
+    id: str
+    name: str
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ReviewRequest:
+    """An item for the human review queue, written with the step row that asked for it."""
+
+    id: str
+    subject: str
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StreamMessage:
+    """One stream message (``flow_stream``); ``sequence`` orders messages and is the
+    cursor a reader resumes after (the SSE event id)."""
+
+    sequence: int
+    instance_id: str
+    stream: str
+    payload: Any
+    created_at: datetime
+
+
+class Journal(Protocol):
+    """Storage operations the engine needs; each call is one transaction."""
+
+    async def create_instance(self, new: NewInstance) -> tuple[InstanceRecord, bool]:
+        """Insert a running, leased instance; or return the one the idempotency key made.
+
+        Returns:
+            ``(record, created)``; ``created`` is False for an idempotent repeat.
+
+        Raises:
+            IdempotencyKeyReused: same flow and idempotency key, another request (input or
+                instance key: see :meth:`NewInstance.repeats`).
+            InstanceKeyInUse: a non-ended instance of the flow holds ``instance_key``.
+        """
+        ...
+
+    async def load(self, instance_id: str) -> Snapshot:
+        """Read the instance, its journal and its untaken signals.
+
+        Raises:
+            InstanceNotFound: no such instance.
+        """
+        ...
+
+    async def pending_signals(self, instance_id: str) -> list[SignalRecord]:
+        """Untaken signals of the instance, in arrival order."""
+        ...
+
+    async def get_instance(self, instance_id: str) -> InstanceRecord:
+        """Read the instance row only. Raises InstanceNotFound."""
+        ...
+
+    async def claim(
+        self, instance_id: str, owner: str, now: datetime, lease_until: datetime
+    ) -> Claim | None:
+        """Lease one instance if it is suspended (whatever its wake_at) or running with an
+        expired lease; None otherwise. Sets owner, expiry, state=running, token+1."""
+        ...
+
+    async def claim_due(
+        self,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+        runnable: list[tuple[str, str]],
+    ) -> list[Claim]:
+        """Atomically lease up to ``limit`` instances that are suspended with
+        ``wake_at <= now`` or running with ``lease_expires_at < now``, oldest wake first,
+        whose ``(flow_name, flow_version)`` is in ``runnable``."""
+        ...
+
+    async def count_not_runnable(self, now: datetime, runnable: list[tuple[str, str]]) -> int:
+        """Count due instances whose flow version is not in ``runnable``."""
+        ...
+
+    async def renew_lease(self, instance_id: str, token: int, lease_until: datetime) -> Ack:
+        """Extend the lease. Raises StaleFencingToken."""
+        ...
+
+    async def commit_step(
+        self,
+        token: int,
+        row: StepRow,
+        lease_until: datetime,
+        events: list[EmittedEvent] | None = None,
+        reviews: list[ReviewRequest] | None = None,
+        *,
+        deferred: StepRow | None = None,
+    ) -> Ack:
+        """Append ``row`` (plus its outbox events and review items) in one transaction;
+        clears the attempt-in-flight marker (renewing the lease then). ``deferred``: a row
+        of the same instance the run executed but did not write yet, appended first in
+        the same transaction. Raises StaleFencingToken."""
+        ...
+
+    async def commit_and_park(
+        self,
+        token: int,
+        row: StepRow,
+        lease_until: datetime,
+        *,
+        owner: str,
+        wake_at: datetime | None,
+        wake_step_id: int,
+        wake_scope: int,
+        accept_signal: str | None = None,
+        wake_kind: WakeKind | None = None,
+    ) -> Ack:
+        """``commit_step(row)`` then ``park(...)`` at ``row.committed_at`` as one write where
+        the store can. The row is committed whenever this returns; the Ack is the park's.
+        Raises StaleFencingToken (nothing written)."""
+        ...
+
+    async def take_signal(self, token: int, signal_id: str, row: StepRow) -> Ack:
+        """Mark ``signal_id`` taken and append ``row`` (kind=signal) in one transaction."""
+        ...
+
+    async def refuse_signal(
+        self, instance_id: str, token: int, signal_id: str, step_id: int, at: datetime
+    ) -> Ack:
+        """Mark ``signal_id`` refused by the wait at ``step_id`` (``matched`` false, out of
+        the mailbox; no journal row), behind the fence.
+
+        Raises:
+            StaleFencingToken: the token is stale; nothing written.
+            JournalConflict: the signal is not the instance's or not waiting.
+        """
+        ...
+
+    async def park(
+        self,
+        instance_id: str,
+        token: int,
+        now: datetime,
+        wake_at: datetime | None,
+        wake_step_id: int,
+        wake_scope: int,
+        accept_signal: str | None = None,
+        wake_kind: WakeKind | None = None,
+        unwinding: bool = False,
+    ) -> Ack:
+        """state=suspended with the wake (``wake_at`` None: only a signal or cancel wakes
+        it) and what it waits for (``wake_kind``), lease released, in one transaction.
+
+        Not applied (``Ack(applied=False)``) when a cancel was requested
+        (``cancel_requested=True``; unless ``unwinding``: a compensation waiting for its
+        next try parks whatever the instance is unwinding for), or when ``accept_signal``
+        names a signal that is waiting untaken in the mailbox (``signal_pending=True``):
+        the engine takes it instead of parking, so a signal racing a park is never left
+        unacted on.
+        Raises StaleFencingToken."""
+        ...
+
+    async def begin_ending(
+        self,
+        instance_id: str,
+        token: int,
+        now: datetime,
+        ending: InstanceState,
+        failure: FlowFailure | None,
+    ) -> Ack:
+        """Record that the instance unwinds towards ``ending`` (FAILED or CANCELLED)."""
+        ...
+
+    async def finish(
+        self,
+        instance_id: str,
+        token: int,
+        now: datetime,
+        state: InstanceState,
+        result: Any = None,
+        failure: FlowFailure | None = None,
+    ) -> Ack:
+        """Write a final state and release the lease. A COMPLETED finish is not applied when
+        a cancel was requested."""
+        ...
+
+    async def release(self, instance_id: str, token: int, now: datetime) -> None:
+        """Give up the lease without changing the wake (state back to suspended)."""
+        ...
+
+    async def start_attempt(
+        self,
+        instance_id: str,
+        token: int,
+        step_id: int,
+        scope: int,
+        try_number: int,
+        now: datetime,
+        lease_until: datetime,
+    ) -> Ack:
+        """Mark an attempt in flight (heartbeating capabilities), renewing the lease."""
+        ...
+
+    async def record_heartbeat(
+        self, instance_id: str, token: int, value: Any, now: datetime, lease_until: datetime
+    ) -> Ack:
+        """Persist a checkpoint for the attempt in flight and renew the lease."""
+        ...
+
+    async def last_heartbeat(self, instance_id: str, step_id: int, scope: int) -> Heartbeat | None:
+        """The checkpoint the latest try of (step, scope) recorded, or None."""
+        ...
+
+    async def deliver_signal(
+        self,
+        instance_id: str,
+        name: str,
+        payload: dict[str, Any],
+        idempotency_key: str | None,
+        now: datetime,
+        signal_id: str,
+    ) -> tuple[SignalRecord, bool]:
+        """Store a signal durably. Returns ``(record, created)``; a repeat of the same
+        idempotency key returns the first record and stores nothing.
+
+        Raises:
+            InstanceNotFound: no such instance.
+            InstanceEnded: the instance has ended (nothing stored).
+        """
+        ...
+
+    async def deliver_and_claim(
+        self,
+        instance_id: str,
+        name: str,
+        payload: dict[str, Any],
+        idempotency_key: str | None,
+        now: datetime,
+        signal_id: str,
+        *,
+        owner: str,
+        lease_until: datetime,
+        wake_steps: Sequence[int],
+    ) -> Delivery:
+        """:meth:`deliver_signal`, and in the same transaction, when the signal is new and
+        the instance is suspended at one of ``wake_steps`` (the waits that accept it),
+        claim it for ``owner`` until ``lease_until`` (as :meth:`claim` does).
+
+        Raises:
+            InstanceNotFound, InstanceEnded: as :meth:`deliver_signal` (nothing stored).
+        """
+        ...
+
+    async def get_signal(self, instance_id: str, signal_id: str) -> SignalRecord | None:
+        """The signal ``signal_id`` of the instance as stored now, or None."""
+        ...
+
+    async def request_cancel(
+        self, instance_id: str, owner: str, now: datetime, lease_until: datetime
+    ) -> CancelAck:
+        """Set the cancel flag; claim the instance when nobody holds a live lease.
+
+        Raises:
+            InstanceNotFound, InstanceEnded.
+        """
+        ...
+
+    async def write_stream(
+        self,
+        instance_id: str,
+        stream: str,
+        payload: Any,
+        size: int,
+        max_bytes: int,
+        now: datetime,
+        *,
+        token: int | None = None,
+    ) -> bool:
+        """Append a stream message unless the stream would pass ``max_bytes``; returns
+        whether it was stored. With ``token``, the write is fenced like the lease holder's
+        other writes (raises StaleFencingToken when another node holds the instance)."""
+        ...
+
+    async def read_stream(
+        self, instance_id: str, stream: str, after: int | None = None
+    ) -> list[StreamMessage]:
+        """Messages of one stream in write order, after the ``after`` sequence if given."""
+        ...

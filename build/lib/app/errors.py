@@ -1,0 +1,396 @@
+"""flowpark's one error tree and its one list of error codes.
+
+Every error carries a stable ``code``, a member of :class:`ErrorCode` (a string users and
+scripts may match on), and structured fields. The engine and the authoring API raise these;
+only ``app.api`` maps codes to HTTP statuses (``app.api.problems.STATUS``, RFC 9457 problem
+bodies): a code with no status there - an engine invariant such as ``journal_conflict``, or
+a definition error - answers 500 ``internal_error`` and is logged.
+
+Naming: an error code is one ``snake_case`` phrase, ``<subject>_<what happened>``
+(``instance_not_found``, ``idempotency_key_reused``). Dotted ``area.reason`` names are kept
+for the two kinds of code that are data, not errors: the *failure codes* recorded on a
+failed instance (``flow.step_failed``, ``document.not_read_in_time``) and the *rule codes*
+of a definition finding (``poll.requires_durable``).
+
+::
+
+    FlowparkError                  .code: ErrorCode, .message, .fields
+    ├── DefinitionError            definition_invalid; .findings (rule codes)
+    ├── FlowsUnloadable            flows_unloadable; .fields["target"]
+    ├── FlowNotFound               flow_not_found
+    ├── InstanceNotFound           instance_not_found
+    ├── InstanceEnded              instance_ended
+    ├── InstanceBusy               instance_busy
+    ├── NoBudget                   no_budget
+    ├── SignalNotDeclared          signal_not_declared
+    ├── StreamNotDeclared          stream_not_declared
+    ├── IdempotencyKeyReused       idempotency_key_reused
+    ├── InstanceKeyInUse           instance_key_in_use
+    ├── InputInvalid               input_invalid; .errors (loc, msg, type)
+    ├── StaleFencingToken          stale_fencing_token
+    ├── JournalConflict            journal_conflict
+    ├── SchemaBehindHead           schema_behind_head
+    ├── StoreUnavailable           store_unavailable
+    └── RequestRefused             an HTTP request refused before any flow is involved
+        ├── Unauthorized           unauthorized
+        ├── Forbidden              forbidden; missing_scope
+        ├── IdempotencyKeyMissing  idempotency_key_missing
+        ├── IdempotencyKeyInvalid  idempotency_key_invalid
+        ├── UnsupportedMediaType   unsupported_media_type
+        ├── BodyTooLarge           body_too_large
+        ├── RouteNotFound          not_found
+        └── MethodNotAllowed       method_not_allowed
+
+``internal_error`` is the code of every answer to an unexpected error (it has no class).
+
+Flow failures are not exceptions: they are :class:`FlowFailure` values recorded on the
+instance (``flow.step_failed``, ``flow.poll_not_satisfied``, ``flow.deadline_exceeded``, or a
+business code such as ``document.not_read_in_time``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+__all__ = [
+    "BodyTooLarge",
+    "DefinitionError",
+    "ErrorCode",
+    "FlowFailure",
+    "FlowNotFound",
+    "FlowparkError",
+    "FlowsUnloadable",
+    "Forbidden",
+    "IdempotencyKeyInvalid",
+    "IdempotencyKeyMissing",
+    "IdempotencyKeyReused",
+    "InputInvalid",
+    "InstanceBusy",
+    "InstanceEnded",
+    "InstanceKeyInUse",
+    "InstanceNotFound",
+    "JournalConflict",
+    "MethodNotAllowed",
+    "NoBudget",
+    "RequestRefused",
+    "RouteNotFound",
+    "SchemaBehindHead",
+    "SignalNotDeclared",
+    "StaleFencingToken",
+    "StoreUnavailable",
+    "StreamNotDeclared",
+    "Unauthorized",
+    "UnsupportedMediaType",
+]
+
+
+class ErrorCode(StrEnum):
+    """Every error code flowpark raises or answers with. A member is its string value
+    (``ErrorCode.INPUT_INVALID == "input_invalid"``); values never change between
+    releases.
+
+    Attributes:
+        meaning: when the code is raised or answered (the docs' error table).
+    """
+
+    meaning: str
+
+    def __new__(cls, value: str, meaning: str) -> ErrorCode:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.meaning = meaning
+        return member
+
+    BODY_TOO_LARGE = (
+        "body_too_large",
+        "the request body is larger than `FLOWPARK_MAX_BODY_BYTES`",
+    )
+    DEFINITION_INVALID = (
+        "definition_invalid",
+        "a flow definition broke a rule (raised at registration; never an API answer)",
+    )
+    FLOW_NOT_FOUND = ("flow_not_found", "no such flow or version")
+    FLOWS_UNLOADABLE = (
+        "flows_unloadable",
+        "a flows target (`--flows`, `FLOWPARK_FLOWS`) cannot be loaded: it does not import, "
+        "building its flows raised, or it defines no flow (the node refuses to start; never "
+        "an API answer)",
+    )
+    FORBIDDEN = (
+        "forbidden",
+        "the bearer token is known but lacks the route's scope (`missingScope` names it)",
+    )
+    IDEMPOTENCY_KEY_INVALID = (
+        "idempotency_key_invalid",
+        "the `Idempotency-Key` header is longer than 200 characters",
+    )
+    IDEMPOTENCY_KEY_MISSING = (
+        "idempotency_key_missing",
+        "the route requires an `Idempotency-Key` header",
+    )
+    IDEMPOTENCY_KEY_REUSED = (
+        "idempotency_key_reused",
+        "the `Idempotency-Key` was used before with a different body",
+    )
+    INPUT_INVALID = (
+        "input_invalid",
+        "malformed JSON, or a body, payload, parameter or header that does not validate",
+    )
+    INSTANCE_BUSY = (
+        "instance_busy",
+        "a node runs the instance now (the action needs it parked); try again",
+    )
+    INSTANCE_ENDED = (
+        "instance_ended",
+        "the instance is completed, failed or cancelled (nothing was stored)",
+    )
+    INSTANCE_KEY_IN_USE = (
+        "instance_key_in_use",
+        "a running instance of the flow already holds that `instanceKey`",
+    )
+    INSTANCE_NOT_FOUND = (
+        "instance_not_found",
+        "no such instance (also any id that is not a canonical, lowercase, dashed UUID)",
+    )
+    INTERNAL_ERROR = ("internal_error", "an unexpected error (a bug; it was logged)")
+    JOURNAL_CONFLICT = (
+        "journal_conflict",
+        "a write contradicts the journal (an engine invariant; never an API answer)",
+    )
+    METHOD_NOT_ALLOWED = ("method_not_allowed", "the route does not answer that method")
+    NO_BUDGET = (
+        "no_budget",
+        "the instance does not wait in a poll with a budget (nothing to extend)",
+    )
+    NOT_FOUND = ("not_found", "no route at that path")
+    SCHEMA_BEHIND_HEAD = (
+        "schema_behind_head",
+        "the database is not migrated to head (run `flowpark db upgrade`)",
+    )
+    SIGNAL_NOT_DECLARED = (
+        "signal_not_declared",
+        "the instance's flow declares no signal of that name",
+    )
+    STALE_FENCING_TOKEN = (
+        "stale_fencing_token",
+        "a write carried a stale fencing token and was refused (never an API answer)",
+    )
+    STORE_UNAVAILABLE = ("store_unavailable", "the database cannot be reached")
+    STREAM_NOT_DECLARED = (
+        "stream_not_declared",
+        "the instance's flow declares no stream of that name",
+    )
+    UNAUTHORIZED = ("unauthorized", "missing or unknown bearer token")
+    UNSUPPORTED_MEDIA_TYPE = (
+        "unsupported_media_type",
+        "a body that is not JSON by its `Content-Type`",
+    )
+
+
+class FlowparkError(Exception):
+    """Base of every error flowpark raises on purpose.
+
+    Args:
+        message: human-readable sentence.
+        **fields: structured context (``instance_id``, ``flow``, ``node`` ...); an API
+            answer carries each as a camelCase member of the problem body.
+
+    Attributes:
+        code: the stable :class:`ErrorCode` of the class.
+        message: human-readable sentence.
+        fields: structured context.
+    """
+
+    code: ClassVar[ErrorCode] = ErrorCode.INTERNAL_ERROR
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fields = fields
+
+
+class DefinitionError(FlowparkError):
+    """A flow definition broke one or more rules; raised by registration.
+
+    Attributes:
+        findings: every finding (errors and warnings) with its rule code.
+    """
+
+    code = ErrorCode.DEFINITION_INVALID
+
+    def __init__(self, message: str, findings: list[Any], **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.findings = findings
+
+
+class FlowsUnloadable(FlowparkError):
+    """A flows target (``--flows``, ``FLOWPARK_FLOWS``) cannot be loaded: it does not import,
+    building its flows raised, or it defines no flow. The message says why in one line."""
+
+    code = ErrorCode.FLOWS_UNLOADABLE
+
+
+class FlowNotFound(FlowparkError):
+    """No flow of that name (and version) is registered."""
+
+    code = ErrorCode.FLOW_NOT_FOUND
+
+
+class InstanceNotFound(FlowparkError):
+    """No instance has that id (or the id cannot name one)."""
+
+    code = ErrorCode.INSTANCE_NOT_FOUND
+
+
+class InstanceEnded(FlowparkError):
+    """The instance is completed, failed or cancelled; nothing was stored."""
+
+    code = ErrorCode.INSTANCE_ENDED
+
+
+class InstanceBusy(FlowparkError):
+    """An operator action needs the instance parked, and a node runs it now; try again."""
+
+    code = ErrorCode.INSTANCE_BUSY
+
+
+class NoBudget(FlowparkError):
+    """An extension asked of an instance that does not wait in a poll with a budget."""
+
+    code = ErrorCode.NO_BUDGET
+
+
+class SignalNotDeclared(FlowparkError):
+    """The instance's flow declares no signal of that name."""
+
+    code = ErrorCode.SIGNAL_NOT_DECLARED
+
+
+class StreamNotDeclared(FlowparkError):
+    """The instance's flow declares no stream of that name (``Flow(streams=...)``)."""
+
+    code = ErrorCode.STREAM_NOT_DECLARED
+
+
+class IdempotencyKeyReused(FlowparkError):
+    """The idempotency key was used before with a different request body."""
+
+    code = ErrorCode.IDEMPOTENCY_KEY_REUSED
+
+
+class InstanceKeyInUse(FlowparkError):
+    """A running instance of the flow already holds this instance key."""
+
+    code = ErrorCode.INSTANCE_KEY_IN_USE
+
+
+class InputInvalid(FlowparkError):
+    """An input or payload did not validate against its model.
+
+    Attributes:
+        errors: pydantic's error list (``loc``, ``msg``, ``type``).
+    """
+
+    code = ErrorCode.INPUT_INVALID
+
+    def __init__(self, message: str, errors: list[Any] | None = None, **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.errors = errors or []
+
+
+class StaleFencingToken(FlowparkError):
+    """A write carried a fencing token older than the instance's; it was refused."""
+
+    code = ErrorCode.STALE_FENCING_TOKEN
+
+
+class JournalConflict(FlowparkError):
+    """A write contradicts the journal: a duplicate execution row, a signal already taken,
+    a heartbeat with no attempt in flight, or a duplicate id. Nothing was written.
+
+    It signals an engine bug (or a lost race the fencing token did not catch), never a user
+    error: an API answer is 500 ``internal_error``.
+    """
+
+    code = ErrorCode.JOURNAL_CONFLICT
+
+
+class SchemaBehindHead(FlowparkError):
+    """The database schema is older than the code's migrations (run ``flowpark db upgrade``)."""
+
+    code = ErrorCode.SCHEMA_BEHIND_HEAD
+
+
+class StoreUnavailable(FlowparkError):
+    """The database cannot be reached (or the URL names no database flowpark can use)."""
+
+    code = ErrorCode.STORE_UNAVAILABLE
+
+
+class RequestRefused(FlowparkError):
+    """An HTTP request refused before it reached a flow (its header, body or route)."""
+
+
+class Unauthorized(RequestRefused):
+    """The request carries no bearer token, or one that is not accepted."""
+
+    code = ErrorCode.UNAUTHORIZED
+
+
+class Forbidden(RequestRefused):
+    """The bearer token is known but lacks the scope the route needs (``missing_scope``)."""
+
+    code = ErrorCode.FORBIDDEN
+
+
+class IdempotencyKeyMissing(RequestRefused):
+    """The route requires an ``Idempotency-Key`` header and none was sent."""
+
+    code = ErrorCode.IDEMPOTENCY_KEY_MISSING
+
+
+class IdempotencyKeyInvalid(RequestRefused):
+    """The ``Idempotency-Key`` header is too long."""
+
+    code = ErrorCode.IDEMPOTENCY_KEY_INVALID
+
+
+class UnsupportedMediaType(RequestRefused):
+    """A body sent with a ``Content-Type`` that is not JSON."""
+
+    code = ErrorCode.UNSUPPORTED_MEDIA_TYPE
+
+
+class BodyTooLarge(RequestRefused):
+    """The request body is larger than the node accepts (``FLOWPARK_MAX_BODY_BYTES``)."""
+
+    code = ErrorCode.BODY_TOO_LARGE
+
+
+class RouteNotFound(RequestRefused):
+    """No route answers that path."""
+
+    code = ErrorCode.NOT_FOUND
+
+
+class MethodNotAllowed(RequestRefused):
+    """The route does not answer that method."""
+
+    code = ErrorCode.METHOD_NOT_ALLOWED
+
+
+@dataclass(frozen=True)
+class FlowFailure:
+    """Why an instance failed: a value, recorded on the instance, never raised.
+
+    Attributes:
+        code: stable code, e.g. ``flow.step_failed`` or ``document.not_read_in_time``.
+        message: human-readable sentence.
+        details: structured context (capability id, error type, detail, node).
+    """
+
+    code: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,227 @@
+"""Compiled plans: the immutable node lists the engine runs.
+
+Every target in a plan points strictly forward (a test and :func:`Plan.__post_init__` pin
+it): a poll re-enters its body, the node right after it, once per attempt, and the number
+of attempts is bounded by the poll's budget, so every run of a plan ends.
+
+Layout conventions (implied, not stored):
+- a poll's body is at ``index + 1``; its ``on_timeout`` block starts at ``index + 2``;
+- an await-signal's ``on_timeout`` block starts at ``index + 1``;
+- a step's ``on_failure`` block starts at ``index + 1``; success continues at ``next``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel
+
+from app.flows.capability import Bag, Capability, Signal, SignalMatch, Stream
+from app.flows.durations import Backoff
+
+__all__ = [
+    "AwaitSignalNode",
+    "EmitNode",
+    "FailNode",
+    "HttpTrigger",
+    "Node",
+    "Plan",
+    "PollNode",
+    "Profile",
+    "StepNode",
+]
+
+
+class Profile(StrEnum):
+    """``durable``: journaled, can wait. ``ephemeral``: runs inside the request, no rows."""
+
+    DURABLE = "durable"
+    EPHEMERAL = "ephemeral"
+
+
+@dataclass(frozen=True)
+class HttpTrigger:
+    """Start a flow over HTTP.
+
+    Attributes:
+        method: HTTP method (``POST``).
+        route: path, e.g. ``/api/v1/documents``; signal routes hang below it.
+        idempotent: when True an ``Idempotency-Key`` header is required.
+    """
+
+    method: str
+    route: str
+    idempotent: bool = True
+
+
+@dataclass(frozen=True)
+class StepNode:
+    """Run one capability.
+
+    Attributes:
+        next: where success goes (``None`` for a poll's body: the poll decides).
+        failure_target: start of the ``on_failure`` block, or None (failure fails the flow).
+        poll_index: the owning poll's index when this is a poll body.
+    """
+
+    index: int
+    capability: Capability
+    compensation: Capability | None = None
+    next: int | None = None
+    failure_target: int | None = None
+    poll_index: int | None = None
+
+    @property
+    def label(self) -> str:
+        return self.capability.id
+
+
+@dataclass(frozen=True)
+class PollNode:
+    """Run the body (at ``index + 1``) until ``until`` holds, parking between attempts.
+
+    Attributes:
+        until: predicate over the state bag.
+        interval: schedule of waits between attempts.
+        timeout: the budget, from attempt 0's start instant.
+        satisfied_target: where control goes when satisfied (or a signal ended the wait).
+        timeout_target: start of the ``on_timeout`` block; None = fail with
+            ``flow.poll_not_satisfied``.
+        signal: a signal that ends the wait early, or None.
+        match: which signals belong to the wait (``match(bag, payload)``), or None for all.
+    """
+
+    index: int
+    until: Callable[[Bag], bool]
+    interval: Backoff
+    timeout: timedelta
+    satisfied_target: int
+    timeout_target: int | None = None
+    signal: Signal | None = None
+    match: SignalMatch | None = None
+
+    @property
+    def body_index(self) -> int:
+        return self.index + 1
+
+    @property
+    def label(self) -> str:
+        return "poll"
+
+
+@dataclass(frozen=True)
+class AwaitSignalNode:
+    """Park until ``signal`` arrives, or until ``timeout`` (from reaching the node) runs out.
+
+    The arrival instant is recorded by the park; the budget end is stored as ``wake_at``.
+    ``match`` (``match(bag, payload)``, or None for all) says which signals belong to it.
+    """
+
+    index: int
+    signal: Signal
+    timeout: timedelta | None
+    satisfied_target: int
+    timeout_target: int | None = None
+    match: SignalMatch | None = None
+
+    @property
+    def label(self) -> str:
+        return f"await {self.signal.name}"
+
+
+@dataclass(frozen=True)
+class FailNode:
+    """End the flow as failed with ``code``; compensations unwind."""
+
+    index: int
+    code: str
+    message: str
+
+    @property
+    def label(self) -> str:
+        return f"fail {self.code}"
+
+
+@dataclass(frozen=True)
+class EmitNode:
+    """Write a domain event to the outbox (one journal row, same transaction)."""
+
+    index: int
+    name: str
+    factory: Callable[[Bag], BaseModel | dict[str, Any]]
+    next: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"emit {self.name}"
+
+
+Node = StepNode | PollNode | AwaitSignalNode | FailNode | EmitNode
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A compiled flow: immutable, registered by (name, version).
+
+    Attributes:
+        name / version: identity, e.g. ``document.process`` / ``1.0.0``.
+        input_model / output_model: pydantic models of the input and the result.
+        profile: durable or ephemeral.
+        trigger: HTTP trigger, or None.
+        deadline: bound on the whole instance from its start, or None.
+        nodes: the node list; index == position.
+        returns: builds the result from the bag at the end, or None (result is None).
+        signals: every signal the flow can take, by name.
+        streams: streams its capabilities declare, by name.
+    """
+
+    name: str
+    version: str
+    input_model: type[BaseModel]
+    output_model: type[BaseModel] | None
+    profile: Profile
+    trigger: HttpTrigger | None
+    deadline: timedelta | None
+    nodes: tuple[Node, ...]
+    returns: Callable[[Bag], Any] | None = None
+    signals: dict[str, Signal] = field(default_factory=dict)
+    streams: dict[str, Stream] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for node in self.nodes:
+            for target in _targets(node):
+                if target <= node.index:
+                    raise ValueError(
+                        f"{self.name}: node {node.index} targets {target}: targets must point "
+                        "strictly forward"
+                    )
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.name, self.version)
+
+    @property
+    def end(self) -> int:
+        """The index one past the last node: reaching it completes the instance."""
+        return len(self.nodes)
+
+    def compensable_steps(self) -> list[StepNode]:
+        return [n for n in self.nodes if isinstance(n, StepNode) and n.compensation is not None]
+
+
+def _targets(node: Node) -> list[int]:
+    if isinstance(node, StepNode):
+        return [t for t in (node.next, node.failure_target) if t is not None]
+    if isinstance(node, PollNode):
+        extra = [node.timeout_target] if node.timeout_target is not None else []
+        return [node.body_index, node.satisfied_target, *extra]
+    if isinstance(node, AwaitSignalNode):
+        extra = [node.timeout_target] if node.timeout_target is not None else []
+        return [node.satisfied_target, *extra]
+    if isinstance(node, EmitNode):
+        return [node.next]
+    return []

@@ -1,0 +1,214 @@
+"""Wiring: ``create_app(settings)`` builds the database engine, the flowpark engine, the
+HTTP client and the sweep scheduler in the lifespan, never at import time."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.api.operate import build_operator_router
+from app.api.problems import install_problem_handlers, problem
+from app.api.routes import add_trigger_routes, build_router
+from app.api.streams import build_streams_router
+from app.engine.clock import Clock, SystemClock
+from app.engine.engine import Engine, EngineConfig
+from app.errors import ErrorCode
+from app.flows import Catalog
+from app.redaction import register_secrets
+from app.runtime.http import outbound_client
+from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
+from app.runtime.logs import set_node_id
+from app.runtime.scheduler import Sweeper
+from app.settings import DEFAULT_API_TOKEN, Settings
+from app.store import SqlJournal, check_schema_at_head, make_async_engine
+from app.ui import install_console
+
+__all__ = ["BodyLimit", "create_app"]
+
+log = logging.getLogger("flowpark.runtime")
+
+
+class BodyLimit:
+    """ASGI middleware: a request body larger than ``max_bytes`` is answered 413
+    ``body_too_large`` (problem+json) before any route sees it - at once when its
+    ``Content-Length`` says so, else once that many bytes were read (chunked bodies).
+
+    A body within the bound is read whole first (at most ``max_bytes`` in memory) and handed
+    on unchanged; later ``receive`` calls (a client's disconnect, which event streams wait
+    for) go to the server. The refused rest of a body is discarded by the server, which
+    keeps the connection, so a client still sending it reads the 413.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_bytes:
+            await self._refuse(scope, receive, send, f"Content-Length is {declared} bytes")
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                await self.app(scope, _replay([message], receive), send)
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(
+                    scope, receive, send, f"more than {self.max_bytes} bytes were sent"
+                )
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body: Message = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        await self.app(scope, _replay([body], receive), send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, why: str) -> None:
+        response = problem(
+            ErrorCode.BODY_TOO_LARGE,
+            f"the request body is larger than {self.max_bytes} bytes "
+            f"(FLOWPARK_MAX_BODY_BYTES): {why}",
+            maxBodyBytes=self.max_bytes,
+        )
+        await response(scope, receive, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    """The declared ``Content-Length`` (None when absent or unreadable: the server's
+    HTTP parser has refused a malformed one already)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    pending = list(messages)
+
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replayed
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    clock: Clock | None = None,
+    flows: Sequence[str | FlowSource] | None = None,
+) -> FastAPI:
+    """Build the flowpark ASGI app.
+
+    Args:
+        settings: :class:`Settings` (default: read from ``FLOWPARK_*``).
+        clock: the engine clock (default the system clock).
+        flows: the flows to serve: targets (module path, ``.py`` file, folder) or
+            ``source(deps)`` callables (see :mod:`app.runtime.loading`); default
+            ``settings.flows`` (``FLOWPARK_FLOWS``, the samples unless set).
+
+    Raises:
+        FlowsUnloadable: code ``flows_unloadable``: a target cannot be loaded.
+        DefinitionError: code ``definition_invalid``: a flow breaks a rule.
+
+    The app refuses to start (``SchemaBehindHead``, code ``schema_behind_head``) on a
+    database whose schema is behind the migrations' head: run ``flowpark db upgrade``.
+    """
+    settings = settings or Settings()
+    set_node_id(settings.node_id)  # every log line of this process names the node
+    register_secrets(settings.secret_values())  # ... and shows none of its secrets
+    clock = clock or SystemClock()
+    catalog = Catalog()
+    # One pooled client for every outbound call of this app (closed by the lifespan);
+    # each call still passes its own timeout.
+    http = outbound_client(settings.http_timeout_seconds)
+    deps = Deps(http, settings, serving=True)
+    register_flows(catalog, load_flows(settings.flow_targets if flows is None else flows, deps))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db = make_async_engine(settings.database_url, pool_size=settings.db_pool_size)
+        sweeper: Sweeper | None = None
+        engine: Engine | None = None
+        try:
+            await check_schema_at_head(db)
+            if settings.tokens == {DEFAULT_API_TOKEN}:
+                log.warning(
+                    "FLOWPARK_API_TOKENS is the default %r: set your own tokens", DEFAULT_API_TOKEN
+                )
+            engine = Engine(
+                SqlJournal(db),
+                catalog,
+                clock,
+                EngineConfig(
+                    node_id=settings.node_id,
+                    lease=timedelta(seconds=settings.lease_seconds),
+                    sweep_batch=settings.sweep_batch,
+                    concurrency=settings.concurrency,
+                    start_wait=timedelta(seconds=settings.start_wait_seconds),
+                ),
+            )
+            app.state.engine = engine
+            app.state.db = db
+            if settings.run_sweeper:
+                sweeper = Sweeper(engine, settings.timer_scan_interval)
+                sweeper.start()
+            app.state.sweeper = sweeper
+            log.info("flowpark node %s ready on %s", settings.node_id, settings.self_url)
+            yield
+        finally:
+            if sweeper is not None:
+                await sweeper.stop()
+            if engine is not None:  # in-process waits stop; their heartbeat timeout hands
+                await engine.close()  # them to another node, from their checkpoints
+            for close in reversed(deps.closers):
+                await close()
+            await http.aclose()
+            await db.dispose()
+
+    app = FastAPI(
+        title="flowpark",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Durable flows that wait on external systems.",
+    )
+    app.state.settings = settings
+    app.state.catalog = catalog
+    app.state.flows = deps.state
+    install_problem_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.include_router(build_operator_router())  # before /instances/{id}
+    app.include_router(build_router())
+    app.include_router(build_streams_router())
+    add_trigger_routes(app, catalog.plans())
+    if settings.console_enabled:
+        install_console(app)
+    for router, tags in deps.routers:  # e.g. the samples' fake providers
+        app.include_router(router, tags=list(tags))
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz() -> dict[str, str]:
+        """Liveness: the node is up (``HEAD`` answers the same, without a body)."""
+        return {"status": "ok", "node": settings.node_id}
+
+    # HEAD as its own route: one operation id per method in the OpenAPI document
+    app.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=False)
+
+    return app

@@ -1,0 +1,81 @@
+"""``flowpark worker``: a node that sweeps but serves no HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Sequence
+from datetime import timedelta
+
+from app.engine.clock import SystemClock
+from app.engine.engine import Engine, EngineConfig
+from app.flows import Catalog
+from app.redaction import register_secrets
+from app.runtime.http import outbound_client
+from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
+from app.runtime.logs import set_node_id
+from app.runtime.scheduler import Sweeper
+from app.settings import Settings
+from app.store import SqlJournal, check_schema_at_head, make_async_engine
+
+__all__ = ["run_worker"]
+
+log = logging.getLogger("flowpark.worker")
+
+
+async def run_worker(
+    settings: Settings | None = None, flows: Sequence[str | FlowSource] | None = None
+) -> None:
+    """Sweep until SIGINT/SIGTERM.
+
+    Args:
+        settings: default from ``FLOWPARK_*``.
+        flows: flows targets or sources (default ``settings.flows``: serve the same ones as
+            the other nodes).
+
+    Raises:
+        FlowsUnloadable: code ``flows_unloadable``.
+        DefinitionError: code ``definition_invalid``.
+    """
+    settings = settings or Settings()
+    set_node_id(settings.node_id)
+    register_secrets(settings.secret_values())
+    db = make_async_engine(settings.database_url, pool_size=settings.db_pool_size)
+    http = outbound_client(settings.http_timeout_seconds)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    deps = Deps(http, settings)
+    try:
+        catalog = Catalog()
+        register_flows(catalog, load_flows(settings.flow_targets if flows is None else flows, deps))
+        await check_schema_at_head(db)
+        engine = Engine(
+            SqlJournal(db),
+            catalog,
+            SystemClock(),
+            EngineConfig(
+                node_id=settings.node_id,
+                lease=timedelta(seconds=settings.lease_seconds),
+                sweep_batch=settings.sweep_batch,
+                concurrency=settings.concurrency,
+                start_wait=timedelta(seconds=settings.start_wait_seconds),
+            ),
+        )
+        sweeper = Sweeper(engine, settings.timer_scan_interval)
+        sweeper.start()
+        log.info(
+            "flowpark worker %s sweeping every %.1fs",
+            settings.node_id,
+            settings.timer_scan_interval,
+        )
+        await stop.wait()
+        await sweeper.stop()
+        await engine.close()  # in-process waits stop; another node resumes them
+    finally:
+        for close in reversed(deps.closers):
+            await close()
+        await http.aclose()
+        await db.dispose()

@@ -1,0 +1,208 @@
+"""flowpark's settings, read from ``FLOWPARK_*`` environment variables (pydantic-settings).
+
+``create_app(settings)`` takes a :class:`Settings` object; nothing reads the environment at
+import time.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["DEFAULT_API_TOKEN", "SCOPES", "ApiToken", "Settings", "parse_api_tokens"]
+
+DEFAULT_API_TOKEN = "dev-token"
+
+#: The scopes a token may hold: read (lists, views, streams), start (start routes), signal
+#: (signal routes), operate (wake, extend budget, cancel, bulk actions).
+SCOPES: tuple[str, ...] = ("operate", "read", "signal", "start")
+
+
+@dataclass(frozen=True)
+class ApiToken:
+    """One accepted bearer token.
+
+    Attributes:
+        name: what the node calls it in logs and the instance history (never the value).
+        value: the secret itself.
+        scopes: what it may do (a subset of :data:`SCOPES`).
+    """
+
+    name: str
+    value: str = field(repr=False)
+    scopes: frozenset[str]
+
+
+def parse_api_tokens(spec: str) -> list[ApiToken]:
+    """Parse ``FLOWPARK_API_TOKENS``: comma-separated entries, each either
+    ``name:token:scope+scope`` (a named token with those scopes) or a plain ``token``
+    (every scope; named ``token-N`` after its 1-based position). An entry whose last part
+    is not a ``+``-joined list of known scopes is a plain token (colons and all).
+
+    Raises:
+        ValueError: two entries share a name (the message names it, never a value).
+    """
+    tokens: list[ApiToken] = []
+    for position, raw in enumerate(spec.split(","), start=1):
+        entry = raw.strip()
+        if not entry:
+            continue
+        name, value, scopes = f"token-{position}", entry, frozenset(SCOPES)
+        parts = entry.split(":")
+        if len(parts) == 3 and parts[0] and parts[1]:
+            wanted = frozenset(parts[2].split("+"))
+            if wanted and wanted <= frozenset(SCOPES):
+                name, value, scopes = parts[0], parts[1], wanted
+        if any(t.name == name for t in tokens):
+            raise ValueError(f"FLOWPARK_API_TOKENS names two tokens {name!r}")
+        tokens.append(ApiToken(name, value, scopes))
+    return tokens
+
+
+def _default_node_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Settings(BaseSettings):
+    """Every setting, with its environment variable ``FLOWPARK_<NAME>``.
+
+    Durations are seconds (floats) and named ``*_seconds`` or ``*_interval``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="FLOWPARK_", extra="ignore")
+
+    database_url: str = Field(
+        default="sqlite:///flowpark.db",
+        description="SQLAlchemy-style URL: sqlite:///file.db or postgresql://user@host/db.",
+    )
+    api_tokens: str = Field(
+        default=DEFAULT_API_TOKEN,
+        description="Comma-separated bearer tokens accepted on /api routes: "
+        "'name:token:scope+scope' (scopes read, start, signal, operate) or a plain 'token' "
+        "(every scope). The default 'dev-token' is for local trials only: set your own in "
+        "any shared deployment.",
+    )
+    timer_scan_interval: float = Field(
+        default=10.0, gt=0, description="Seconds between sweeps (jittered by up to 10%)."
+    )
+    public_base_url: str | None = Field(
+        default=None, description="This server's base URL for webhooks; default: self_url."
+    )
+    self_url: str = Field(
+        default="http://127.0.0.1:8000", description="How this node reaches itself over HTTP."
+    )
+    lease_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Lease duration: how long a node holds a claimed instance without "
+        "renewing it; renewed every third of it while a capability runs. A dead node's "
+        "instances are taken over within lease + scan interval. Node clocks may differ by "
+        "less than two thirds of it (20 s at the default) without a live lease being taken.",
+    )
+    sweep_batch: int = Field(
+        default=100,
+        ge=1,
+        description="Most instances one claim statement takes (never more than free slots).",
+    )
+    concurrency: int = Field(
+        default=32,
+        ge=1,
+        description="Instances a node advances at once; a sweep claims no more than the free "
+        "slots (back-pressure).",
+    )
+    db_pool_size: int = Field(
+        default=20,
+        ge=1,
+        description="Database connections per node, each kept open once opened (no overflow).",
+    )
+    node_id: str = Field(
+        default_factory=_default_node_id,
+        description="This node's name (lease owner, in every log line).",
+    )
+    start_wait_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="How long a start request waits for the new instance to park or end; "
+        "past it the answer is 202 with status running (the instance row is durable) and "
+        "the run goes on on the node.",
+    )
+    run_sweeper: bool = Field(default=True, description="Run the sweep job in this process.")
+    http_timeout_seconds: float = Field(default=10.0, gt=0, description="Outbound call timeout.")
+    max_body_bytes: int = Field(
+        default=1 << 20,
+        ge=1,
+        description="Largest request body accepted (bytes, default 1 MiB); a larger one "
+        "(by Content-Length or as read) is answered 413 body_too_large.",
+    )
+    flows: str = Field(
+        default="samples",
+        description="Comma-separated flows to serve, each a module path (mycompany.flows), "
+        "a .py file or a folder of .py files (its folder goes on sys.path); the "
+        "`--flows` option of serve, worker and flows check overrides it. Default: the "
+        "sample flows (with their fake providers).",
+    )
+
+    console_enabled: bool = Field(
+        default=True,
+        description="Serve the web console at /ui (sign-in with an API token).",
+    )
+    console_secret: SecretStr | None = Field(
+        default=None,
+        description="Key that signs the console's session cookies; every node serving the "
+        "same console needs the same one. Default: derived from FLOWPARK_API_TOKENS (so "
+        "changing the tokens signs everyone out).",
+    )
+    console_session_seconds: float = Field(
+        default=8 * 3600.0,
+        gt=0,
+        description="How long a console sign-in lasts (seconds, default 8 hours).",
+    )
+
+    @cached_property
+    def api_credentials(self) -> tuple[ApiToken, ...]:
+        """The accepted bearer tokens with their names and scopes (see
+        :func:`parse_api_tokens`)."""
+        return tuple(parse_api_tokens(self.api_tokens))
+
+    @cached_property
+    def tokens(self) -> frozenset[str]:
+        """The accepted bearer token values."""
+        return frozenset(t.value for t in self.api_credentials)
+
+    def secret_values(self) -> frozenset[str]:
+        """Every secret these settings hold, to be masked in what the process prints and
+        logs (:func:`app.redaction.register_secrets`): the API token values (not the public
+        default ``dev-token``), the console's cookie secret and the database password."""
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        values = {v for v in self.tokens if v != DEFAULT_API_TOKEN}
+        if self.console_secret is not None:
+            values.add(self.console_secret.get_secret_value())
+        try:
+            password = make_url(self.database_url).password
+        except (ArgumentError, ValueError):
+            password = None
+        if password:
+            values.add(str(password))
+        return frozenset(values)
+
+    def token_with(self, scope: str) -> str | None:
+        """A token value holding ``scope`` (the first by value), or None."""
+        held = sorted(t.value for t in self.api_credentials if scope in t.scopes)
+        return held[0] if held else None
+
+    @property
+    def callback_url(self) -> str:
+        """The base URL providers call back on (``public_base_url``, else ``self_url``)."""
+        return self.public_base_url or self.self_url
+
+    @property
+    def flow_targets(self) -> list[str]:
+        """``flows`` split on commas, blanks dropped (see :mod:`app.runtime.loading`)."""
+        return [t.strip() for t in self.flows.split(",") if t.strip()]

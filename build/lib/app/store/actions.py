@@ -1,0 +1,100 @@
+"""SQL of the operator's action history (``flow_action``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Table, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from app.store.base import SqlBase
+from app.store.listing import filter_clauses
+from app.store.mapping import INSTANCE
+from app.store.read_model import InstanceFilter, OperatorAction
+from app.store.tables import FlowActionRow
+
+__all__ = ["SqlOperatorActions"]
+
+ACTION: Table = FlowActionRow.__table__  # type: ignore[attr-defined]
+
+
+def _action(row: Any) -> OperatorAction:
+    m = row._mapping
+    return OperatorAction(
+        id=m["id"],
+        instance_id=m["instance_id"],
+        action=m["action"],
+        actor=m["actor"],
+        acted_at=m["acted_at"],
+        details=m["details"] or {},
+        idempotency_key=m["idempotency_key"],
+    )
+
+
+class SqlOperatorActions(SqlBase):
+    """Records operator actions and reads an instance's history of them."""
+
+    async def record_action(self, action: OperatorAction) -> tuple[OperatorAction, bool]:
+        """Insert ``action``; with an ``idempotency_key`` already used for the same
+        instance and action, insert nothing and return the first.
+
+        Returns:
+            ``(action as stored, created)``.
+
+        Raises:
+            StoreUnavailable: the database could not be reached (``store_unavailable``).
+        """
+        values = {
+            "id": action.id,
+            "instance_id": action.instance_id,
+            "action": action.action,
+            "actor": action.actor,
+            "acted_at": action.acted_at,
+            "details": dict(action.details),
+            "idempotency_key": action.idempotency_key,
+        }
+        try:
+            async with self._write() as conn:
+                await conn.execute(insert(ACTION).values(**values))
+            return action, True
+        except IntegrityError:
+            if action.idempotency_key is None:
+                raise
+        first = await self.find_action(action.instance_id, action.action, action.idempotency_key)
+        if first is None:  # pragma: no cover - the conflict's row exists
+            raise RuntimeError("an action's idempotency conflict found no first action")
+        return first, False
+
+    async def complete_action(self, action_id: str, details: dict[str, Any]) -> None:
+        """Store what an action did (its answer) once it is done."""
+        async with self._write() as conn:
+            await conn.execute(
+                update(ACTION).where(ACTION.c.id == action_id).values(details=dict(details))
+            )
+
+    async def find_action(
+        self, instance_id: str, action: str, idempotency_key: str
+    ) -> OperatorAction | None:
+        """The action recorded with ``idempotency_key`` on the instance, or None."""
+        query = select(ACTION).where(
+            ACTION.c.instance_id == instance_id,
+            ACTION.c.action == action,
+            ACTION.c.idempotency_key == idempotency_key,
+        )
+        async with self._read() as conn:
+            row = (await conn.execute(query)).first()
+        return _action(row) if row is not None else None
+
+    async def actions_of(self, instance_id: str) -> list[OperatorAction]:
+        """The instance's operator actions, oldest first."""
+        query = (
+            select(ACTION).where(ACTION.c.instance_id == instance_id).order_by(ACTION.c.sequence)
+        )
+        async with self._read() as conn:
+            return [_action(r) for r in await conn.execute(query)]
+
+    async def count_matching(self, where: InstanceFilter) -> int:
+        """How many instances ``where`` selects (a bulk action's dry run)."""
+        query = select(func.count()).select_from(INSTANCE).where(*filter_clauses(where))
+        async with self._read() as conn:
+            return int((await conn.execute(query)).scalar_one())

@@ -1,0 +1,136 @@
+"""Transactions and driver-error translation shared by the store's repositories."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, NoReturn
+
+from sqlalchemy import String, literal
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, StatementError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.elements import ColumnElement
+
+from app.errors import FlowparkError, JournalConflict, StoreUnavailable
+from app.store.db import READ_ONLY
+
+if TYPE_CHECKING:
+    from app.store.batched import Lanes
+from app.store.types import UtcDateTime
+
+__all__ = ["JournalConflict", "SqlBase", "const", "instant"]
+
+
+def instant(value: datetime) -> ColumnElement[datetime]:
+    """A bound instant usable inside SQL expressions (``CASE``/``COALESCE``), typed UTC."""
+    return literal(value, UtcDateTime())
+
+
+def const(value: str) -> ColumnElement[str]:
+    """A constant rendered inline in the SQL text, not bound.
+
+    Used for the state names the partial indexes are defined on: a planner can only use
+    ``... WHERE state = 'suspended'`` when it sees the constant (PostgreSQL's generic plans
+    for prepared statements do not see bound values).
+    """
+    return literal(value, String(), literal_execute=True)
+
+
+def _reraise(exc: StatementError) -> NoReturn:
+    """The store's edge: a connection fault becomes StoreUnavailable (``store_unavailable``);
+    an error raised while binding a parameter is raised as itself: a ValueError (a naive
+    datetime) or a flowpark error (an id that cannot name an instance:
+    :class:`~app.store.types.InstanceId` raises ``InstanceNotFound``); any other driver
+    error is raised unchanged."""
+    if isinstance(exc, OperationalError | InterfaceError):
+        raise StoreUnavailable(f"database error: {exc.orig}") from exc
+    if not isinstance(exc, DBAPIError) and isinstance(exc.orig, ValueError | FlowparkError):
+        raise exc.orig from exc
+    raise exc
+
+
+class SqlBase:
+    """Holds the engine and opens the store's transactions.
+
+    Args:
+        engine: an engine from :func:`app.store.db.make_async_engine` (SQLite file or
+            PostgreSQL, migrated to head).
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._dialect = engine.dialect.name
+        read_options: dict[str, object] = dict(READ_ONLY)
+        if self._dialect == "postgresql":
+            # several SELECTs in one read (load) must see one snapshot
+            read_options["isolation_level"] = "REPEATABLE READ"
+        self._read_engine = engine.execution_options(**read_options)
+        # One-statement work on PostgreSQL runs in autocommit: the statement is atomic and
+        # sees one snapshot by itself, and BEGIN and COMMIT would cost two round trips more
+        # than the statement (the hot paths: get_instance after a start, claims, counts).
+        if self._dialect == "postgresql":
+            self._single_engine: AsyncEngine | None = engine.execution_options(
+                isolation_level="AUTOCOMMIT", **READ_ONLY
+            )
+        else:
+            self._single_engine = None
+        # SQLite has one write lock per file: queue this process's writers on an asyncio
+        # lock instead of letting them poll SQLite's busy handler (which sleeps up to 100 ms
+        # between tries). Other processes still wait through busy_timeout.
+        self._write_lock = asyncio.Lock() if self._dialect == "sqlite" else None
+        # PostgreSQL group commit (app.store.batched); None on SQLite (one writer at a time)
+        self._lanes: Lanes | None = None
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine this store writes through."""
+        return self._engine
+
+    @property
+    def is_postgresql(self) -> bool:
+        """Whether the store is PostgreSQL (claims use ``FOR UPDATE SKIP LOCKED``)."""
+        return self._dialect == "postgresql"
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[AsyncConnection]:
+        """One write transaction (``BEGIN IMMEDIATE`` on SQLite); rolled back on any error.
+
+        Raises:
+            StoreUnavailable: the database could not be reached or stayed locked
+                (code ``store_unavailable``).
+            ValueError: a naive datetime was passed where an instant is required.
+        """
+        try:
+            async with AsyncExitStack() as stack:
+                if self._write_lock is not None:
+                    await stack.enter_async_context(self._write_lock)
+                conn = await stack.enter_async_context(self._engine.begin())
+                yield conn
+        except StatementError as exc:
+            _reraise(exc)
+
+    @asynccontextmanager
+    async def _single(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
+        """A connection for exactly one statement: autocommit on PostgreSQL (no BEGIN or
+        COMMIT round trips; the statement alone is atomic), else :meth:`_write` /
+        :meth:`_read`. Same errors as :meth:`_write`."""
+        if self._single_engine is None:
+            async with self._write() if write else self._read() as conn:
+                yield conn
+            return
+        try:
+            async with self._single_engine.connect() as conn:
+                yield conn
+        except StatementError as exc:
+            _reraise(exc)
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[AsyncConnection]:
+        """One read-only transaction (one snapshot); same errors as :meth:`_write`."""
+        try:
+            async with self._read_engine.begin() as conn:
+                yield conn
+        except StatementError as exc:
+            _reraise(exc)

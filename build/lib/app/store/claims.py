@@ -1,0 +1,229 @@
+"""Claims: leasing instances to a node (the sweep, a targeted claim, a cancel request).
+
+Each claim is one guarded ``UPDATE ... RETURNING``: the check and the mark are one statement,
+so two nodes never lease the same instance. A claim increments the fencing token.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+from sqlalchemy import (
+    Integer,
+    String,
+    and_,
+    bindparam,
+    case,
+    func,
+    or_,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.sql.elements import ColumnElement
+
+from app.engine.journal import CancelAck, Claim, InstanceState
+from app.errors import InstanceEnded, InstanceNotFound
+from app.store.base import SqlBase, const
+from app.store.mapping import INSTANCE, journal_aggregates, snapshot_from_row
+from app.store.tables import ACTIVE_STATES
+from app.store.types import UtcDateTime, is_instance_id
+
+__all__ = ["SqlClaims", "claim_values", "claimable"]
+
+_RUNNING = InstanceState.RUNNING.value
+_SUSPENDED = InstanceState.SUSPENDED.value
+
+
+def claimable(now: Any, *, due_only: bool) -> ColumnElement[bool]:
+    """Suspended (with ``wake_at <= now`` when ``due_only``) or running with an expired
+    lease (``lease_expires_at < now``)."""
+    suspended = INSTANCE.c.state == const(_SUSPENDED)
+    if due_only:
+        suspended = and_(suspended, INSTANCE.c.wake_at <= now)
+    expired = and_(INSTANCE.c.state == const(_RUNNING), INSTANCE.c.lease_expires_at < now)
+    return or_(suspended, expired)
+
+
+def claim_values(owner: Any, now: Any, lease_until: Any) -> dict[str, Any]:
+    """The columns a claim sets: running, leased to ``owner`` until ``lease_until``, token+1."""
+    return {
+        "state": _RUNNING,
+        "lease_owner": owner,
+        "lease_expires_at": lease_until,
+        "fencing_token": INSTANCE.c.fencing_token + 1,
+        "updated_at": now,
+    }
+
+
+@cache
+def _claim_due_statement(postgresql: bool) -> Any:
+    """``claim_due`` as one statement, built once per dialect (bound parameters
+    ``c_owner``, ``c_now``, ``c_lease``, ``c_limit`` and the expanding ``c_runnable``)."""
+    now = bindparam("c_now", type_=UtcDateTime())
+    due_at = case(
+        (INSTANCE.c.state == const(_SUSPENDED), INSTANCE.c.wake_at),
+        else_=INSTANCE.c.lease_expires_at,
+    )
+    # a dead node's instances first: they were already being advanced, and a backlog of
+    # overdue wakes must not delay their takeover beyond lease + scan interval
+    taken_over_first = case((INSTANCE.c.state == const(_RUNNING), 0), else_=1)
+    pick = (
+        select(INSTANCE.c.id)
+        .where(
+            claimable(now, due_only=True),
+            tuple_(INSTANCE.c.flow_name, INSTANCE.c.flow_version).in_(
+                bindparam("c_runnable", expanding=True)
+            ),
+        )
+        .order_by(taken_over_first, due_at, INSTANCE.c.id)
+        .limit(bindparam("c_limit", type_=Integer()))
+    )
+    if postgresql:
+        pick = pick.with_for_update(skip_locked=True)
+    stmt = (
+        update(INSTANCE)
+        .where(INSTANCE.c.id.in_(pick.scalar_subquery()))
+        .values(
+            **claim_values(
+                bindparam("c_owner", type_=String()), now, bindparam("c_lease", type_=UtcDateTime())
+            )
+        )
+    )
+    if postgresql:
+        # the claimed rows come back whole, with their journals and mailboxes: the runs
+        # need no load of their own (the lease keeps the journal as read)
+        steps, signals = journal_aggregates()
+        return stmt.returning(*INSTANCE.c, steps.label("j_steps"), signals.label("j_signals"))
+    return stmt.returning(INSTANCE.c.id, INSTANCE.c.fencing_token, INSTANCE.c.wake_at)
+
+
+class SqlClaims(SqlBase):
+    """Claim operations of :class:`app.store.sql_journal.SqlJournal`."""
+
+    async def claim(
+        self, instance_id: str, owner: str, now: datetime, lease_until: datetime
+    ) -> Claim | None:
+        """Lease one instance if it is suspended (whatever its ``wake_at``) or running with
+        an expired lease (``lease_expires_at < now``); None otherwise (also when there is
+        no such instance, or ``instance_id`` cannot name one).
+
+        Sets ``state=running``, the owner and expiry, and increments the fencing token.
+        """
+        if not is_instance_id(instance_id):
+            return None
+        stmt = (
+            update(INSTANCE)
+            .where(INSTANCE.c.id == instance_id, claimable(now, due_only=False))
+            .values(**claim_values(owner, now, lease_until))
+            .returning(INSTANCE.c.id, INSTANCE.c.fencing_token)
+        )
+        async with self._single(write=True) as conn:  # one atomic UPDATE ... RETURNING
+            row = (await conn.execute(stmt)).first()
+        return Claim(row.id, row.fencing_token) if row is not None else None
+
+    async def claim_due(
+        self,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+        runnable: list[tuple[str, str]],
+    ) -> list[Claim]:
+        """Atomically lease up to ``limit`` due instances of runnable flow versions.
+
+        Due: suspended with ``wake_at <= now``, or running with ``lease_expires_at < now``.
+        One ``UPDATE ... WHERE id IN (SELECT ... LIMIT n [FOR UPDATE SKIP LOCKED])
+        RETURNING`` statement, so two sweeps never claim the same instance. Expired leases
+        come first (a dead node's work is taken over within lease + scan interval even
+        behind a backlog), then the earliest due instant.
+
+        Args:
+            owner: the claiming node.
+            now: the engine clock's instant (aware UTC).
+            lease_until: the new lease expiry.
+            limit: at most this many claims.
+            runnable: ``(flow_name, flow_version)`` pairs this node can run; empty -> [].
+
+        Returns:
+            The claims, expired leases first, then earliest wake first.
+        """
+        if not runnable or limit <= 0:
+            return []
+        stmt = _claim_due_statement(self.is_postgresql)
+        params = {
+            "c_owner": owner,
+            "c_now": now,
+            "c_lease": lease_until,
+            "c_limit": limit,
+            "c_runnable": list(runnable),
+        }
+        async with self._single(write=True) as conn:  # one atomic UPDATE ... RETURNING
+            rows = (await conn.execute(stmt, params)).all()
+        # RETURNING has no order: restore the pick's (expired leases without a wake first)
+        ordered = sorted(rows, key=lambda r: (r.wake_at is not None, r.wake_at or now, r.id))
+        if not self.is_postgresql:
+            return [Claim(r.id, r.fencing_token) for r in ordered]
+        return [Claim(r.id, r.fencing_token, snapshot_from_row(r)) for r in ordered]
+
+    async def count_not_runnable(self, now: datetime, runnable: list[tuple[str, str]]) -> int:
+        """Count due instances whose ``(flow_name, flow_version)`` is not in ``runnable``."""
+        query = select(func.count()).select_from(INSTANCE).where(claimable(now, due_only=True))
+        if runnable:
+            query = query.where(
+                ~tuple_(INSTANCE.c.flow_name, INSTANCE.c.flow_version).in_(runnable)
+            )
+        async with self._single(write=False) as conn:
+            return int((await conn.execute(query)).scalar_one())
+
+    async def request_cancel(
+        self, instance_id: str, owner: str, now: datetime, lease_until: datetime
+    ) -> CancelAck:
+        """Set the cancel flag; claim the instance when nobody holds a live lease.
+
+        A suspended instance, or a running one whose lease expired (``lease_expires_at <
+        now``), is claimed for ``owner`` in the same statement: the caller runs the unwind.
+
+        Returns:
+            ``CancelAck(state=running, claim=Claim)`` when claimed, else
+            ``CancelAck(state=running, claim=None)`` (the lease holder will see the flag).
+
+        Raises:
+            InstanceNotFound: no such instance (code ``instance_not_found``).
+            InstanceEnded: the instance has ended (code ``instance_ended``).
+        """
+        async with self._write() as conn:
+            claimed = (
+                await conn.execute(
+                    update(INSTANCE)
+                    .where(INSTANCE.c.id == instance_id, claimable(now, due_only=False))
+                    .values(cancel_requested=True, **claim_values(owner, now, lease_until))
+                    .returning(INSTANCE.c.fencing_token)
+                )
+            ).first()
+            if claimed is not None:
+                claim = Claim(instance_id, claimed.fencing_token)
+                return CancelAck(state=InstanceState.RUNNING, claim=claim)
+            flagged = (
+                await conn.execute(
+                    update(INSTANCE)
+                    .where(
+                        INSTANCE.c.id == instance_id,
+                        INSTANCE.c.state.in_([const(s) for s in ACTIVE_STATES]),
+                    )
+                    .values(cancel_requested=True, updated_at=now)
+                    .returning(INSTANCE.c.state)
+                )
+            ).first()
+            if flagged is not None:
+                return CancelAck(state=InstanceState(flagged.state))
+            state = (
+                await conn.execute(select(INSTANCE.c.state).where(INSTANCE.c.id == instance_id))
+            ).scalar_one_or_none()
+        if state is None:
+            raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
+        raise InstanceEnded(
+            f"instance {instance_id!r} has ended ({state})", instance_id=instance_id, state=state
+        )

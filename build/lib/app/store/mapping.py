@@ -1,0 +1,335 @@
+"""Conversions between table rows and the engine's frozen records (``app.engine.journal``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any
+
+from sqlalchemy import JSON, Row, Table, bindparam, func, insert, select
+from sqlalchemy.dialects.postgresql import aggregate_order_by
+from sqlalchemy.sql.selectable import CTE
+
+from app.engine.journal import (
+    Heartbeat,
+    InstanceRecord,
+    InstanceState,
+    NewInstance,
+    Outcome,
+    SignalRecord,
+    Snapshot,
+    StepKind,
+    StepRow,
+    StreamMessage,
+    WakeKind,
+)
+from app.errors import FlowFailure
+from app.store.tables import (
+    FlowHeartbeatRow,
+    FlowInstanceRow,
+    FlowSignalRow,
+    FlowStepRow,
+    FlowStreamRow,
+    OutboxEventRow,
+    ReviewItemRow,
+)
+
+__all__ = [
+    "EVENT",
+    "HEARTBEAT",
+    "INSTANCE",
+    "REVIEW",
+    "SIGNAL",
+    "STEP",
+    "STREAM",
+    "failure_columns",
+    "heartbeat_from_row",
+    "instance_from_new",
+    "instance_from_row",
+    "instance_values",
+    "journal_aggregates",
+    "journal_insert",
+    "signal_from_json",
+    "signal_from_row",
+    "snapshot_from_row",
+    "step_from_json",
+    "step_from_row",
+    "step_values",
+    "stream_from_row",
+]
+
+
+def _table(model: Any) -> Table:
+    return model.__table__  # type: ignore[no-any-return]
+
+
+INSTANCE = _table(FlowInstanceRow)
+STEP = _table(FlowStepRow)
+SIGNAL = _table(FlowSignalRow)
+EVENT = _table(OutboxEventRow)
+REVIEW = _table(ReviewItemRow)
+HEARTBEAT = _table(FlowHeartbeatRow)
+STREAM = _table(FlowStreamRow)
+
+
+def instance_values(new: NewInstance) -> dict[str, Any]:
+    """Column values of a freshly started instance: running, leased, fencing token 1."""
+    return {
+        "id": new.id,
+        "flow_name": new.flow_name,
+        "flow_version": new.flow_version,
+        "state": InstanceState.RUNNING.value,
+        "input": new.input,
+        "created_at": new.created_at,
+        "updated_at": new.created_at,
+        "deadline_at": new.deadline_at,
+        "lease_owner": new.lease_owner,
+        "lease_expires_at": new.lease_expires_at,
+        "fencing_token": 1,
+        "cancel_requested": False,
+        "instance_key": new.instance_key,
+        "idempotency_key": new.idempotency_key,
+    }
+
+
+def instance_from_new(new: NewInstance) -> InstanceRecord:
+    """The record of the row :func:`instance_values` inserts (without reading it back)."""
+    return InstanceRecord(
+        id=new.id,
+        flow_name=new.flow_name,
+        flow_version=new.flow_version,
+        state=InstanceState.RUNNING,
+        input=new.input,
+        created_at=new.created_at,
+        updated_at=new.created_at,
+        deadline_at=new.deadline_at,
+        lease_owner=new.lease_owner,
+        lease_expires_at=new.lease_expires_at,
+        fencing_token=1,
+        instance_key=new.instance_key,
+    )
+
+
+def failure_columns(failure: FlowFailure | None) -> dict[str, Any]:
+    """The ``error_*`` column values of ``failure`` (empty when None: columns untouched)."""
+    if failure is None:
+        return {}
+    return {
+        "error_code": failure.code,
+        "error_message": failure.message,
+        "error_details": dict(failure.details),
+    }
+
+
+def instance_from_row(row: Row[Any]) -> InstanceRecord:
+    """Build an :class:`InstanceRecord` from a full ``flow_instance`` row."""
+    m = row._mapping
+    failure = None
+    if m["error_code"] is not None:
+        failure = FlowFailure(
+            code=m["error_code"],
+            message=m["error_message"] or "",
+            details=m["error_details"] or {},
+        )
+    return InstanceRecord(
+        id=m["id"],
+        flow_name=m["flow_name"],
+        flow_version=m["flow_version"],
+        state=InstanceState(m["state"]),
+        input=m["input"] or {},
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+        deadline_at=m["deadline_at"],
+        wake_at=m["wake_at"],
+        wake_step_id=m["wake_step_id"],
+        wake_scope=m["wake_scope"],
+        wake_kind=WakeKind(m["wake_kind"]) if m.get("wake_kind") else None,
+        lease_owner=m["lease_owner"],
+        lease_expires_at=m["lease_expires_at"],
+        fencing_token=m["fencing_token"],
+        ending=InstanceState(m["ending"]) if m["ending"] is not None else None,
+        cancel_requested=bool(m["cancel_requested"]),
+        result=m["result"],
+        failure=failure,
+        instance_key=m["instance_key"],
+        attempt_step_id=m["attempt_step_id"],
+        attempt_scope=m["attempt_scope"],
+        attempt_try=m["attempt_try"],
+        attempt_started_at=m["attempt_started_at"],
+        heartbeat_at=m["heartbeat_at"],
+        heartbeat_value=m["heartbeat_value"],
+    )
+
+
+def step_values(row: StepRow) -> dict[str, Any]:
+    """Column values (keyed by column name) of a journal row to insert."""
+    return {
+        "instance_id": row.instance_id,
+        "step_id": row.step_id,
+        "scope": row.scope,
+        "kind": StepKind(row.kind).value,
+        "capability_id": row.capability_id,
+        "outcome": Outcome(row.outcome).value,
+        "try_number": row.try_number,
+        "values": dict(row.values),
+        "error_type": row.error_type,
+        "error_detail": row.error_detail,
+        "final": row.final,
+        "next_try_at": row.next_try_at,
+        "started_at": row.started_at,
+        "committed_at": row.committed_at,
+    }
+
+
+def step_from_row(row: Row[Any]) -> StepRow:
+    """Build a :class:`StepRow` from a ``flow_step`` row."""
+    m = row._mapping
+    return StepRow(
+        instance_id=m["instance_id"],
+        step_id=m["step_id"],
+        scope=m["scope"],
+        kind=StepKind(m["kind"]),
+        capability_id=m["capability_id"],
+        outcome=Outcome(m["outcome"]),
+        started_at=m["started_at"],
+        committed_at=m["committed_at"],
+        try_number=m["try_number"],
+        values=m["values"] or {},
+        error_type=m["error_type"],
+        error_detail=m["error_detail"],
+        final=bool(m["final"]),
+        next_try_at=m["next_try_at"],
+        sequence=m["sequence"],
+    )
+
+
+def _instant(value: str | None) -> datetime | None:
+    """An instant from PostgreSQL's JSON text of a ``timestamptz`` (aware UTC)."""
+    if value is None:
+        return None
+    return datetime.fromisoformat(value).astimezone(UTC)
+
+
+@cache
+def journal_aggregates() -> tuple[Any, Any]:
+    """PostgreSQL scalar subqueries of a ``flow_instance`` row's journal (commit order)
+    and untaken signals (arrival order), each as a JSON array (built once)."""
+    s, g = STEP.alias("s"), SIGNAL.alias("g")
+    steps = (
+        select(func.json_agg(aggregate_order_by(s.table_valued(), s.c.sequence), type_=JSON))
+        .where(s.c.instance_id == INSTANCE.c.id)
+        .scalar_subquery()
+    )
+    signals = (
+        select(func.json_agg(aggregate_order_by(g.table_valued(), g.c.sequence), type_=JSON))
+        .where(g.c.instance_id == INSTANCE.c.id, g.c.taken_at.is_(None))
+        .scalar_subquery()
+    )
+    return steps, signals
+
+
+def snapshot_from_row(row: Row[Any]) -> Snapshot:
+    """A :class:`Snapshot` from a ``flow_instance`` row with the ``j_steps`` and
+    ``j_signals`` columns of :func:`journal_aggregates`."""
+    return Snapshot(
+        instance=instance_from_row(row),
+        steps=[step_from_json(d) for d in row.j_steps or ()],
+        signals=[signal_from_json(d) for d in row.j_signals or ()],
+    )
+
+
+def step_from_json(m: dict[str, Any]) -> StepRow:
+    """Build a :class:`StepRow` from a ``flow_step`` row aggregated as JSON (PostgreSQL)."""
+    started_at = _instant(m["started_at"])
+    committed_at = _instant(m["committed_at"])
+    assert started_at is not None and committed_at is not None
+    return StepRow(
+        instance_id=m["instance_id"],
+        step_id=m["step_id"],
+        scope=m["scope"],
+        kind=StepKind(m["kind"]),
+        capability_id=m["capability_id"],
+        outcome=Outcome(m["outcome"]),
+        started_at=started_at,
+        committed_at=committed_at,
+        try_number=m["try_number"],
+        values=m["values"] or {},
+        error_type=m["error_type"],
+        error_detail=m["error_detail"],
+        final=bool(m["final"]),
+        next_try_at=_instant(m["next_try_at"]),
+        sequence=m["sequence"],
+    )
+
+
+def signal_from_json(m: dict[str, Any]) -> SignalRecord:
+    """Build a :class:`SignalRecord` from a ``flow_signal`` row aggregated as JSON."""
+    received_at = _instant(m["received_at"])
+    assert received_at is not None
+    return SignalRecord(
+        id=m["id"],
+        sequence=m["sequence"],
+        instance_id=m["instance_id"],
+        name=m["name"],
+        payload=m["payload"] or {},
+        received_at=received_at,
+        idempotency_key=m["idempotency_key"],
+        taken_at=_instant(m["taken_at"]),
+        taken_step_id=m["taken_step_id"],
+        matched=m.get("matched"),
+    )
+
+
+def signal_from_row(row: Row[Any]) -> SignalRecord:
+    """Build a :class:`SignalRecord` from a ``flow_signal`` row."""
+    m = row._mapping
+    return SignalRecord(
+        id=m["id"],
+        sequence=m["sequence"],
+        instance_id=m["instance_id"],
+        name=m["name"],
+        payload=m["payload"] or {},
+        received_at=m["received_at"],
+        idempotency_key=m["idempotency_key"],
+        taken_at=m["taken_at"],
+        taken_step_id=m["taken_step_id"],
+        matched=m["matched"],
+    )
+
+
+def heartbeat_from_row(row: Row[Any]) -> Heartbeat:
+    """Build a :class:`Heartbeat` from a ``flow_heartbeat`` row."""
+    m = row._mapping
+    return Heartbeat(
+        step_id=m["step_id"],
+        scope=m["scope"],
+        try_number=m["try_number"],
+        value=m["value"],
+        recorded_at=m["recorded_at"],
+    )
+
+
+def stream_from_row(row: Row[Any]) -> StreamMessage:
+    """Build a :class:`StreamMessage` from a ``flow_stream`` row."""
+    m = row._mapping
+    return StreamMessage(
+        sequence=m["sequence"],
+        instance_id=m["instance_id"],
+        stream=m["stream"],
+        payload=m["payload"],
+        created_at=m["created_at"],
+    )
+
+
+def journal_insert(after: CTE, **fixed: Any) -> CTE:
+    """A CTE (``ins``) inserting one journal row whose columns are the bound parameters
+    ``s_<column>`` (or the expressions in ``fixed``), only when ``after`` yields a row;
+    it returns the row's ``sequence``. Used by the one-statement fenced writes."""
+    names = [c.name for c in STEP.columns if c.name != "sequence"]
+    source = select(*(fixed.get(n, bindparam(f"s_{n}", type_=STEP.c[n].type)) for n in names))
+    return (
+        insert(STEP)
+        .from_select(names, source.select_from(after))
+        .returning(STEP.c.sequence)
+        .cte("ins")
+    )

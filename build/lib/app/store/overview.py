@@ -1,0 +1,229 @@
+"""The console's overview reads: per flow and version, what waits, what is late, what ended.
+
+Values only (frozen dataclasses); the console turns them into pages. Every instant passed in
+is the engine clock's (aware UTC), never the database's ``now()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, case, func, select
+from sqlalchemy.sql.elements import ColumnElement
+
+from app.engine.journal import InstanceState, Outcome, StepKind
+from app.store.base import SqlBase, const
+from app.store.mapping import INSTANCE, STEP
+
+__all__ = ["AttemptStart", "FlowActivity", "NodeWaiting", "SqlOverviewReads"]
+
+_SUSPENDED = InstanceState.SUSPENDED.value
+_RUNNING = InstanceState.RUNNING.value
+#: Most attempt starts one lateness read returns (the newest).
+MAX_ATTEMPT_STARTS = 5000
+
+
+@dataclass(frozen=True)
+class FlowActivity:
+    """What one flow version's instances are doing at ``now``.
+
+    Attributes:
+        running / suspended: instances in that state now.
+        due_soon: suspended with ``wake_at`` from ``now - overdue`` to ``now + due_within``
+            (due and not yet late, or due within ``due_within``).
+        overdue: suspended with ``wake_at`` earlier than ``now - overdue``.
+        stuck: running with a lease that expired before ``now``.
+        completed_recently / failed_recently: ended in that state (``updated_at``) since
+            ``since``.
+        failures: error code -> instances failed with it since ``since``.
+    """
+
+    flow_name: str
+    flow_version: str
+    running: int = 0
+    suspended: int = 0
+    due_soon: int = 0
+    overdue: int = 0
+    stuck: int = 0
+    completed_recently: int = 0
+    failed_recently: int = 0
+    failures: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeWaiting:
+    """``count`` suspended instances of a flow version wait at plan node ``step_id``."""
+
+    flow_name: str
+    flow_version: str
+    step_id: int
+    count: int
+
+
+@dataclass(frozen=True)
+class AttemptStart:
+    """A poll attempt (scope > 0) that started recently, with what its schedule is read from.
+
+    Attributes:
+        step_id: the poll body's node index; ``scope`` the attempt.
+        started_at: when its first try started.
+        previous_committed_at: when the previous attempt's successful row was written (the
+            park after it asked for this attempt), or None when it is not in the journal.
+        first_started_at: when attempt 0 started (the poll's budget starts there), or None.
+    """
+
+    instance_id: str
+    flow_name: str
+    flow_version: str
+    step_id: int
+    scope: int
+    started_at: datetime
+    previous_committed_at: datetime | None
+    first_started_at: datetime | None
+
+
+class SqlOverviewReads(SqlBase):
+    """Grouped counts for the console's overview and flow pages (each one snapshot)."""
+
+    async def flow_activity(
+        self, now: datetime, *, overdue: timedelta, due_within: timedelta, since: datetime
+    ) -> list[FlowActivity]:
+        """Per flow and version (sorted), the counts of :class:`FlowActivity`.
+
+        Args:
+            now: the engine-clock instant (aware UTC).
+            overdue: how late a wake must be to count as overdue.
+            due_within: how far ahead ``due_soon`` looks.
+            since: the start of the "recently" window (aware UTC).
+
+        Raises:
+            StoreUnavailable: the database could not be reached (``store.unavailable``).
+        """
+        c = INSTANCE.c
+        late_before = now - overdue
+        suspended = c.state == const(_SUSPENDED)
+
+        def count(condition: ColumnElement[bool]) -> ColumnElement[int]:
+            return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
+
+        counts = (
+            select(
+                c.flow_name,
+                c.flow_version,
+                count(c.state == const(_RUNNING)),
+                count(suspended),
+                count(and_(suspended, c.wake_at >= late_before, c.wake_at < now + due_within)),
+                count(and_(suspended, c.wake_at < late_before)),
+                count(and_(c.state == const(_RUNNING), c.lease_expires_at < now)),
+                count(and_(c.state == const(InstanceState.COMPLETED.value), c.updated_at >= since)),
+                count(and_(c.state == const(InstanceState.FAILED.value), c.updated_at >= since)),
+            )
+            .group_by(c.flow_name, c.flow_version)
+            .order_by(c.flow_name, c.flow_version)
+        )
+        failures = (
+            select(c.flow_name, c.flow_version, c.error_code, func.count())
+            .where(
+                c.state == const(InstanceState.FAILED.value),
+                c.updated_at >= since,
+                c.error_code.is_not(None),
+            )
+            .group_by(c.flow_name, c.flow_version, c.error_code)
+            .order_by(func.count().desc(), c.error_code)
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(counts)).all()
+            failed = (await conn.execute(failures)).all()
+        by_flow: dict[tuple[str, str], list[tuple[str, int]]] = {}
+        for name, version, code, n in failed:
+            by_flow.setdefault((name, version), []).append((code, int(n)))
+        return [
+            FlowActivity(
+                r[0],
+                r[1],
+                running=int(r[2]),
+                suspended=int(r[3]),
+                due_soon=int(r[4]),
+                overdue=int(r[5]),
+                stuck=int(r[6]),
+                completed_recently=int(r[7]),
+                failed_recently=int(r[8]),
+                failures=tuple(by_flow.get((r[0], r[1]), ())),
+            )
+            for r in rows
+        ]
+
+    async def waiting_by_node(
+        self, flow_name: str | None = None, flow_version: str | None = None
+    ) -> list[NodeWaiting]:
+        """Suspended instances per flow version and the plan node they wait at
+        (``wake_step_id``), optionally of one flow (and version) only.
+
+        Raises:
+            StoreUnavailable: the database could not be reached (``store.unavailable``).
+        """
+        c = INSTANCE.c
+        query = select(c.flow_name, c.flow_version, c.wake_step_id, func.count()).where(
+            c.state == const(_SUSPENDED), c.wake_step_id.is_not(None)
+        )
+        if flow_name is not None:
+            query = query.where(c.flow_name == flow_name)
+        if flow_version is not None:
+            query = query.where(c.flow_version == flow_version)
+        query = query.group_by(c.flow_name, c.flow_version, c.wake_step_id)
+        async with self._read() as conn:
+            rows = (await conn.execute(query)).all()
+        return [NodeWaiting(r[0], r[1], int(r[2]), int(r[3])) for r in rows]
+
+    async def attempt_starts(self, since: datetime) -> list[AttemptStart]:
+        """Poll attempts after the first (scope > 0) whose first try started at or after
+        ``since``, newest first (at most :data:`MAX_ATTEMPT_STARTS`), each with the commit
+        of the attempt before it and the start of attempt 0.
+
+        Raises:
+            StoreUnavailable: the database could not be reached (``store.unavailable``).
+        """
+        s = STEP.alias("s")
+        prev = STEP.alias("p")
+        first = STEP.alias("f")
+        step = const(StepKind.STEP.value)
+        query = (
+            select(
+                s.c.instance_id,
+                INSTANCE.c.flow_name,
+                INSTANCE.c.flow_version,
+                s.c.step_id,
+                s.c.scope,
+                s.c.started_at,
+                prev.c.committed_at,
+                first.c.started_at,
+            )
+            .join(INSTANCE, INSTANCE.c.id == s.c.instance_id)
+            .outerjoin(
+                prev,
+                and_(
+                    prev.c.instance_id == s.c.instance_id,
+                    prev.c.step_id == s.c.step_id,
+                    prev.c.scope == s.c.scope - 1,
+                    prev.c.kind == step,
+                    prev.c.outcome == const(Outcome.SUCCESS.value),
+                ),
+            )
+            .outerjoin(
+                first,
+                and_(
+                    first.c.instance_id == s.c.instance_id,
+                    first.c.step_id == s.c.step_id,
+                    first.c.scope == 0,
+                    first.c.kind == step,
+                    first.c.try_number == 1,
+                ),
+            )
+            .where(s.c.kind == step, s.c.scope > 0, s.c.try_number == 1, s.c.started_at >= since)
+            .order_by(s.c.started_at.desc())
+            .limit(MAX_ATTEMPT_STARTS)
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(query)).all()
+        return [AttemptStart(*r) for r in rows]

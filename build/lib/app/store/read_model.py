@@ -1,0 +1,207 @@
+"""The operator's read model: what the API and the console read to find, explain and act
+on instances, as frozen values and one narrow role interface (no SQL here).
+
+Its one implementation is SQL (:class:`app.store.listing.SqlOperatorReads`, mixed into
+:class:`app.store.SqlJournal`); the HTTP API and the console see only
+:class:`OperatorReads`.
+
+Vocabulary (DESIGN.md): an *attempt* is one iteration of a parked poll, stored as the
+journal row's *scope*; a *try* is one execution of a capability under its retry policy
+(``try_number`` 1, 2, ... within one step and scope).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from app.engine.journal import InstanceState, StepRow, WakeKind
+
+__all__ = [
+    "InstanceCount",
+    "InstanceCounts",
+    "InstanceFilter",
+    "InstancePage",
+    "InstanceSummary",
+    "OperatorAction",
+    "OperatorReads",
+]
+
+
+@dataclass(frozen=True)
+class InstanceFilter:
+    """Which instances a list (or a bulk action) selects; every field set narrows it (AND).
+
+    Attributes:
+        flow: the flow's name.
+        version: the flow's version.
+        states: any of these states (empty: every state).
+        overdue_seconds: suspended with ``wake_at`` more than this many seconds before
+            ``now`` (0: due and not yet claimed).
+        stuck: running with a lease that expired before ``now`` (its node is gone).
+        error_code: ended with this error code.
+        waiting: suspended, waiting for this (:class:`WakeKind`).
+        instance_key: the business key given at start.
+        created_after / created_before: ``created_at`` strictly after / before (aware UTC).
+        now: the engine-clock instant ``overdue_seconds`` and ``stuck`` are measured at
+            (aware UTC); required when either is set.
+    """
+
+    flow: str | None = None
+    version: str | None = None
+    states: tuple[InstanceState, ...] = ()
+    overdue_seconds: float | None = None
+    stuck: bool = False
+    error_code: str | None = None
+    waiting: WakeKind | None = None
+    instance_key: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    now: datetime | None = None
+
+
+@dataclass(frozen=True)
+class InstanceSummary:
+    """One row of the operator's list: an instance without its input, result or journal.
+
+    Attributes:
+        wake_kind: what a suspended instance waits for; None otherwise.
+        wake_scope: the attempt it waits to run (polls: the next scope), or None.
+        lease_expires_at: a running instance's lease expiry (a past one: stuck).
+    """
+
+    id: str
+    flow_name: str
+    flow_version: str
+    state: InstanceState
+    created_at: datetime
+    updated_at: datetime
+    wake_at: datetime | None = None
+    wake_kind: WakeKind | None = None
+    wake_step_id: int | None = None
+    wake_scope: int | None = None
+    deadline_at: datetime | None = None
+    lease_expires_at: datetime | None = None
+    error_code: str | None = None
+    instance_key: str | None = None
+    cancel_requested: bool = False
+
+
+@dataclass(frozen=True)
+class InstancePage:
+    """One page of the list, newest first.
+
+    Attributes:
+        rows: at most the page's limit, ordered by ``(created_at, id)`` descending.
+        after: the keyset position ``(created_at, id)`` of the last row when more rows
+            follow (the next page starts after it); None on the last page.
+    """
+
+    rows: list[InstanceSummary]
+    after: tuple[datetime, str] | None = None
+
+
+@dataclass(frozen=True)
+class InstanceCount:
+    """How many instances of ``flow_name`` ``flow_version`` are in ``state``."""
+
+    flow_name: str
+    flow_version: str
+    state: InstanceState
+    count: int
+
+
+@dataclass(frozen=True)
+class InstanceCounts:
+    """Counts by flow, version and state, plus the overdue and stuck totals."""
+
+    by_state: list[InstanceCount] = field(default_factory=list)
+    overdue: int = 0
+    stuck: int = 0
+
+
+@dataclass(frozen=True)
+class OperatorAction:
+    """One operator action recorded in an instance's history (``flow_action``).
+
+    Attributes:
+        action: ``wake``, ``extend_budget`` or ``cancel``.
+        actor: the acting token's name.
+        acted_at: the engine-clock instant it was taken (aware UTC).
+        details: what it did (``{"extendBy": "PT2H", "endsAt": ...}``, ``{"woken": ...}``).
+        idempotency_key: the request's ``Idempotency-Key``, if any.
+    """
+
+    id: str
+    instance_id: str
+    action: str
+    actor: str
+    acted_at: datetime
+    details: dict[str, Any] = field(default_factory=dict)
+    idempotency_key: str | None = None
+
+
+class OperatorReads(Protocol):
+    """What the operator surfaces (HTTP API, console) read; each call is one snapshot."""
+
+    async def list_instances(
+        self,
+        where: InstanceFilter,
+        *,
+        limit: int,
+        after: tuple[datetime, str] | None = None,
+        oldest_first: bool = False,
+    ) -> InstancePage:
+        """A page of instances matching ``where``, newest first (keyset pagination).
+
+        Args:
+            where: the filter.
+            limit: at most this many rows (1-1000).
+            after: the position ``(created_at, id)`` the previous page ended at.
+            oldest_first: oldest first instead (``after`` from a list in that order).
+
+        Returns:
+            :class:`InstancePage`.
+        """
+        ...
+
+    async def count_instances_by(self, now: datetime, overdue_seconds: float) -> InstanceCounts:
+        """Counts by flow, version and state; overdue (suspended, ``wake_at`` more than
+        ``overdue_seconds`` before ``now``) and stuck (running, lease expired at ``now``)."""
+        ...
+
+    async def poll_budget_ends(
+        self, pairs: Sequence[tuple[str, int]]
+    ) -> dict[tuple[str, int], datetime]:
+        """The stored budget end (the extension in force) of each ``(instance_id,
+        poll_step_id)`` that has one."""
+        ...
+
+    async def record_action(self, action: OperatorAction) -> tuple[OperatorAction, bool]:
+        """Record an operator action; a repeat of its idempotency key (same instance and
+        action) records nothing and returns ``(first, False)``."""
+        ...
+
+    async def complete_action(self, action_id: str, details: dict[str, Any]) -> None:
+        """Store what the action did (its answer, replayed to a repeat of its key)."""
+        ...
+
+    async def find_action(
+        self, instance_id: str, action: str, idempotency_key: str
+    ) -> OperatorAction | None:
+        """The action recorded with ``idempotency_key``, or None."""
+        ...
+
+    async def actions_of(self, instance_id: str) -> list[OperatorAction]:
+        """The instance's operator actions, oldest first."""
+        ...
+
+    async def count_matching(self, where: InstanceFilter) -> int:
+        """How many instances ``where`` selects."""
+        ...
+
+    async def journal_of(self, instance_id: str) -> list[StepRow]:
+        """Every journal row of the instance, in commit order (empty when unknown)."""
+        ...

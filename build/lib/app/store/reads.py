@@ -1,0 +1,232 @@
+"""Read-side queries: snapshots for the engine, and listings for the HTTP API."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from sqlalchemy import bindparam, func, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.engine.journal import (
+    Heartbeat,
+    InstanceRecord,
+    InstanceState,
+    SignalRecord,
+    Snapshot,
+    StreamMessage,
+)
+from app.errors import InstanceNotFound, StoreUnavailable
+from app.store.base import SqlBase
+from app.store.mapping import (
+    EVENT,
+    HEARTBEAT,
+    INSTANCE,
+    REVIEW,
+    SIGNAL,
+    STEP,
+    STREAM,
+    heartbeat_from_row,
+    instance_from_row,
+    journal_aggregates,
+    signal_from_row,
+    snapshot_from_row,
+    step_from_row,
+    stream_from_row,
+)
+
+__all__ = ["SqlReads"]
+
+
+_INSTANCE_BY_ID = select(INSTANCE).where(INSTANCE.c.id == bindparam("id"))
+_PENDING_SIGNALS = (
+    select(SIGNAL)
+    .where(SIGNAL.c.instance_id == bindparam("id"), SIGNAL.c.taken_at.is_(None))
+    .order_by(SIGNAL.c.sequence)
+)
+
+
+@cache
+def _load_statement() -> Any:
+    """PostgreSQL ``load`` as one statement, built once (bound parameter ``id``)."""
+    steps, signals = journal_aggregates()
+    return select(INSTANCE, steps.label("j_steps"), signals.label("j_signals")).where(
+        INSTANCE.c.id == bindparam("id")
+    )
+
+
+class SqlReads(SqlBase):
+    """The store's read-only operations (each one read transaction, one snapshot)."""
+
+    async def _instance(self, conn: AsyncConnection, instance_id: str) -> InstanceRecord:
+        row = (await conn.execute(_INSTANCE_BY_ID, {"id": instance_id})).first()
+        if row is None:
+            raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
+        return instance_from_row(row)
+
+    async def load(self, instance_id: str) -> Snapshot:
+        """Read the instance, its journal (commit order) and its untaken signals (arrival
+        order), from one snapshot.
+
+        Raises:
+            InstanceNotFound: no such instance (code ``instance_not_found``).
+        """
+        if self.is_postgresql:
+            return await self._load_one_statement(instance_id)
+        async with self._read() as conn:
+            instance = await self._instance(conn, instance_id)
+            steps = await conn.execute(
+                select(STEP).where(STEP.c.instance_id == instance_id).order_by(STEP.c.sequence)
+            )
+            signals = await conn.execute(
+                select(SIGNAL)
+                .where(SIGNAL.c.instance_id == instance_id, SIGNAL.c.taken_at.is_(None))
+                .order_by(SIGNAL.c.sequence)
+            )
+            return Snapshot(
+                instance=instance,
+                steps=[step_from_row(r) for r in steps],
+                signals=[signal_from_row(r) for r in signals],
+            )
+
+    async def _load_one_statement(self, instance_id: str) -> Snapshot:
+        """PostgreSQL: the snapshot in one statement (autocommit, one round trip): the
+        instance row with its journal and untaken signals aggregated as JSON arrays."""
+        async with self._single(write=False) as conn:
+            row = (await conn.execute(_load_statement(), {"id": instance_id})).first()
+        if row is None:
+            raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
+        return snapshot_from_row(row)
+
+    async def get_instance(self, instance_id: str) -> InstanceRecord:
+        """Read the instance row only.
+
+        Raises:
+            InstanceNotFound: no such instance (code ``instance_not_found``).
+        """
+        async with self._single(write=False) as conn:
+            return await self._instance(conn, instance_id)
+
+    async def last_heartbeat(self, instance_id: str, step_id: int, scope: int) -> Heartbeat | None:
+        """The checkpoint the latest try of ``(step_id, scope)`` recorded, or None."""
+        async with self._read() as conn:
+            row = (
+                await conn.execute(
+                    select(HEARTBEAT).where(
+                        HEARTBEAT.c.instance_id == instance_id,
+                        HEARTBEAT.c.step_id == step_id,
+                        HEARTBEAT.c.scope == scope,
+                    )
+                )
+            ).first()
+        return heartbeat_from_row(row) if row is not None else None
+
+    async def read_stream(
+        self, instance_id: str, stream: str, after: int | None = None
+    ) -> list[StreamMessage]:
+        """Messages of one stream in write order.
+
+        Args:
+            instance_id: the instance.
+            stream: the stream's name.
+            after: only messages with a greater ``sequence`` (a reader's cursor).
+        """
+        query = select(STREAM).where(STREAM.c.instance_id == instance_id, STREAM.c.stream == stream)
+        if after is not None:
+            query = query.where(STREAM.c.sequence > after)
+        async with self._read() as conn:
+            rows = await conn.execute(query.order_by(STREAM.c.sequence))
+            return [stream_from_row(r) for r in rows]
+
+    async def pending_signals(self, instance_id: str) -> list[SignalRecord]:
+        """Untaken signals of the instance, in arrival order (one statement)."""
+        async with self._single(write=False) as conn:
+            rows = await conn.execute(_PENDING_SIGNALS, {"id": instance_id})
+            return [signal_from_row(r) for r in rows]
+
+    async def list_signals(self, instance_id: str) -> list[SignalRecord]:
+        """Every signal delivered to the instance, taken or not, in arrival order.
+
+        Returns an empty list for an unknown instance.
+        """
+        async with self._read() as conn:
+            rows = await conn.execute(
+                select(SIGNAL)
+                .where(SIGNAL.c.instance_id == instance_id)
+                .order_by(SIGNAL.c.sequence)
+            )
+            return [signal_from_row(r) for r in rows]
+
+    async def list_reviews(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The review queue, oldest first.
+
+        Args:
+            limit: at most this many items.
+
+        Returns:
+            Dicts with ``sequence, id, instance_id, subject, reason, details, created_at``
+            (aware UTC).
+        """
+        async with self._read() as conn:
+            rows = await conn.execute(select(REVIEW).order_by(REVIEW.c.sequence).limit(limit))
+            return [_plain(r._mapping, "details") for r in rows]
+
+    async def list_events(
+        self, limit: int = 100, after_sequence: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Outbox events in write order.
+
+        Args:
+            limit: at most this many events.
+            after_sequence: only events with a greater ``sequence`` (a reader's cursor).
+
+        Returns:
+            Dicts with ``sequence, id, instance_id, name, payload, created_at,
+            published_at`` (instants aware UTC).
+        """
+        query = select(EVENT)
+        if after_sequence is not None:
+            query = query.where(EVENT.c.sequence > after_sequence)
+        async with self._read() as conn:
+            rows = await conn.execute(query.order_by(EVENT.c.sequence).limit(limit))
+            return [_plain(r._mapping, "payload") for r in rows]
+
+    async def count_instances(self, state: InstanceState | str | None = None) -> int:
+        """Number of instances, optionally only those in ``state``."""
+        query = select(func.count()).select_from(INSTANCE)
+        if state is not None:
+            query = query.where(INSTANCE.c.state == InstanceState(state).value)
+        async with self._read() as conn:
+            return int((await conn.execute(query)).scalar_one())
+
+    async def next_wake(self) -> Any:
+        """The earliest ``wake_at`` among suspended instances (aware UTC), or None."""
+        query = (
+            select(INSTANCE.c.wake_at)
+            .where(
+                INSTANCE.c.state == InstanceState.SUSPENDED.value, INSTANCE.c.wake_at.is_not(None)
+            )
+            .order_by(INSTANCE.c.wake_at)
+            .limit(1)
+        )
+        async with self._read() as conn:
+            return (await conn.execute(query)).scalar_one_or_none()
+
+    async def ping(self) -> None:
+        """Check the database answers.
+
+        Raises:
+            StoreUnavailable: it does not (code ``store_unavailable``).
+        """
+        try:
+            async with self._read() as conn:
+                await conn.execute(text("SELECT 1"))
+        except OSError as exc:  # e.g. a refused TCP connection surfacing unwrapped
+            raise StoreUnavailable(f"database unreachable: {exc}") from exc
+
+
+def _plain(mapping: Any, json_key: str) -> dict[str, Any]:
+    out = dict(mapping)
+    if out.get(json_key) is None:
+        out[json_key] = {}
+    return out

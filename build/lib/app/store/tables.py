@@ -1,0 +1,406 @@
+"""flowpark's tables (SQLModel definitions; table and column names are public).
+
+Every ``*_at`` column is a :class:`~app.store.types.UtcDateTime` (aware UTC in Python).
+``flow_instance.id`` and every ``instance_id`` column is an
+:class:`~app.store.types.InstanceId` (a canonical UUID string in Python; ``uuid`` on
+PostgreSQL, text on SQLite). Signal, event and review ids are text.
+JSON columns store SQL NULL for ``None``. Constraint and index names are explicit so that
+migrations and autogenerate agree on every backend.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Identity,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+    text,
+)
+from sqlmodel import Field, SQLModel
+
+from app.store.types import InstanceId, UtcDateTime
+
+__all__ = [
+    "ACTIVE_STATES",
+    "IDEMPOTENCY_DIGEST_SQL",
+    "FlowActionRow",
+    "FlowHeartbeatRow",
+    "FlowInstanceRow",
+    "FlowSignalRow",
+    "FlowStepRow",
+    "FlowStreamRow",
+    "OutboxEventRow",
+    "ReviewItemRow",
+    "idempotency_digest_sql",
+    "include_in_compare",
+    "metadata",
+]
+
+#: Instance states that hold an instance key and may be claimed.
+ACTIVE_STATES = ("running", "suspended")
+
+metadata = SQLModel.metadata
+
+
+def idempotency_digest_sql(flow_name: str, key: str) -> str:
+    """PostgreSQL SQL for the digest that keys a start's idempotency key: the first 16
+    bytes of SHA-256 over ``flow_name``, a line feed and ``key`` (the texts' bytes in the
+    database's encoding), as a ``uuid``.
+
+    ``flow_name`` and ``key`` are SQL expressions of type text (columns or casts of bound
+    parameters). Every function used is IMMUTABLE, as an index expression must be; the
+    bytes are taken through ``bytea``'s escape input with backslashes doubled (a text cast
+    to ``bytea`` reads backslash escapes). A digest is 16 bytes in each index entry instead
+    of the two texts (68 instead of 138 bytes per parked instance at n=100,000,
+    see BENCHMARKS.md); a repeat is still confirmed on the stored texts.
+    """
+    joined = f"{flow_name} || chr(10) || {key}"
+    return (
+        f"(encode(substr(sha256(replace({joined}, chr(92), chr(92) || chr(92))::bytea), "
+        "1, 16), 'hex')::uuid)"
+    )
+
+
+#: The idempotency index's expression on PostgreSQL (see :func:`idempotency_digest_sql`).
+IDEMPOTENCY_DIGEST_SQL = idempotency_digest_sql("flow_name", "idempotency_key")
+
+
+def include_in_compare(dialect: str) -> Any:
+    """An Alembic ``include_object`` hook for comparing the models with a ``dialect``
+    database: an index declared for one dialect only (``info["dialect"]``) is left out on
+    the others, and an expression index is left out of the comparison (PostgreSQL spells
+    the expression back in its own normal form; tests check its definition instead).
+    """
+    expression_names = {
+        ix.name
+        for table in metadata.tables.values()
+        for ix in table.indexes
+        if ix.info.get("expression") and ix.info.get("dialect") in (None, dialect)
+    }
+
+    def include(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
+        if type_ != "index":
+            return True
+        if not reflected and obj.info.get("dialect") not in (None, dialect):
+            return False
+        return name not in expression_names
+
+    return include
+
+
+# A 64-bit sequence that is still SQLite's INTEGER PRIMARY KEY (rowid alias, autoincrement).
+Sequence64 = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def _json(name: str, *, nullable: bool = True) -> Any:
+    return Field(default=None, sa_column=Column(name, JSON(none_as_null=True), nullable=nullable))
+
+
+def _instant(name: str, *, nullable: bool = True) -> Any:
+    return Field(default=None, sa_column=Column(name, UtcDateTime(), nullable=nullable))
+
+
+def _str(name: str, *, nullable: bool = True, primary_key: bool = False) -> Any:
+    return Field(
+        default=None,
+        sa_column=Column(name, String(), nullable=nullable, primary_key=primary_key),
+    )
+
+
+def _instance_id(name: str, *, primary_key: bool = False) -> Any:
+    return Field(
+        default=None,
+        sa_column=Column(name, InstanceId(), nullable=False, primary_key=primary_key),
+    )
+
+
+def _int(name: str, *, nullable: bool = True) -> Any:
+    return Field(default=None, sa_column=Column(name, Integer(), nullable=nullable))
+
+
+def _sequence() -> Any:
+    return Field(
+        default=None,
+        sa_column=Column("sequence", Sequence64, primary_key=True, autoincrement=True),
+    )
+
+
+class FlowInstanceRow(SQLModel, table=True):
+    """``flow_instance``: one row per instance (see ``InstanceRecord`` for the meaning)."""
+
+    __tablename__ = "flow_instance"
+    __table_args__ = (
+        Index(
+            "ix_flow_instance_wake_suspended",
+            "wake_at",
+            sqlite_where=text("state = 'suspended'"),
+            postgresql_where=text("state = 'suspended'"),
+        ),
+        # Running instances are the few in flight: found through this index and filtered
+        # by lease expiry, which is not indexed, so a lease renewal changes no indexed
+        # column (a HOT update on PostgreSQL). Its one key value lets PostgreSQL keep the
+        # entries as one posting list (~7 bytes each instead of ~28 for an id): every
+        # start leaves one, dead once it parks, until vacuum (migration 0007).
+        Index(
+            "ix_flow_instance_lease_running",
+            "state",
+            sqlite_where=text("state = 'running'"),
+            postgresql_where=text("state = 'running'"),
+        ),
+        Index(
+            "uq_flow_instance_active_key",
+            "flow_name",
+            "instance_key",
+            unique=True,
+            sqlite_where=text("instance_key IS NOT NULL AND state IN ('running', 'suspended')"),
+            postgresql_where=text("instance_key IS NOT NULL AND state IN ('running', 'suspended')"),
+        ),
+        # a start's idempotency key: a repeat is a conflict of the start's one INSERT.
+        # PostgreSQL keys it by a 16-byte digest of (flow_name, key), SQLite by the two
+        # texts (one name, one rule; see IDEMPOTENCY_DIGEST_SQL)
+        Index(
+            "uq_flow_instance_idempotency",
+            text(IDEMPOTENCY_DIGEST_SQL),
+            unique=True,
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+            info={"dialect": "postgresql", "expression": True},
+        ).ddl_if(dialect="postgresql"),
+        Index(
+            "uq_flow_instance_idempotency",
+            "flow_name",
+            "idempotency_key",
+            unique=True,
+            sqlite_where=text("idempotency_key IS NOT NULL"),
+            info={"dialect": "sqlite"},
+        ).ddl_if(dialect="sqlite"),
+        # The operator's list (newest first, keyset on (created_at, id)): one index per
+        # filter, so each filter's first page is an index range scan (migration 0008).
+        Index("ix_flow_instance_created", "created_at", "id"),
+        Index("ix_flow_instance_flow_created", "flow_name", "created_at", "id"),
+        Index("ix_flow_instance_state_created", "state", "created_at", "id"),
+        Index(
+            "ix_flow_instance_waiting_created",
+            "wake_kind",
+            "created_at",
+            "id",
+            sqlite_where=text("state = 'suspended'"),
+            postgresql_where=text("state = 'suspended'"),
+        ),
+        Index(
+            "ix_flow_instance_error_created",
+            "error_code",
+            "created_at",
+            "id",
+            sqlite_where=text("error_code IS NOT NULL"),
+            postgresql_where=text("error_code IS NOT NULL"),
+        ),
+        Index(
+            "ix_flow_instance_key_created",
+            "instance_key",
+            "created_at",
+            "id",
+            sqlite_where=text("instance_key IS NOT NULL"),
+            postgresql_where=text("instance_key IS NOT NULL"),
+        ),
+    )
+
+    id: str = _instance_id("id", primary_key=True)
+    flow_name: str = _str("flow_name", nullable=False)
+    flow_version: str = _str("flow_version", nullable=False)
+    state: str = _str("state", nullable=False)
+    input: dict[str, Any] | None = _json("input")
+    created_at: datetime = _instant("created_at", nullable=False)
+    updated_at: datetime = _instant("updated_at", nullable=False)
+    deadline_at: datetime | None = _instant("deadline_at")
+    wake_at: datetime | None = _instant("wake_at")
+    wake_step_id: int | None = _int("wake_step_id")
+    wake_scope: int | None = _int("wake_scope")
+    # what a suspended instance waits for: poll, retry, signal or deadline (WAKE_KINDS)
+    wake_kind: str | None = _str("wake_kind")
+    lease_owner: str | None = _str("lease_owner")
+    lease_expires_at: datetime | None = _instant("lease_expires_at")
+    fencing_token: int = Field(
+        default=0,
+        sa_column=Column(
+            "fencing_token", BigInteger(), nullable=False, default=0, server_default=text("0")
+        ),
+    )
+    ending: str | None = _str("ending")
+    cancel_requested: bool = Field(
+        default=False,
+        sa_column=Column(
+            "cancel_requested", Boolean(), nullable=False, default=False, server_default=false()
+        ),
+    )
+    result: Any = _json("result")
+    error_code: str | None = _str("error_code")
+    error_message: str | None = Field(default=None, sa_column=Column("error_message", Text()))
+    error_details: dict[str, Any] | None = _json("error_details")
+    instance_key: str | None = _str("instance_key")
+    attempt_step_id: int | None = _int("attempt_step_id")
+    attempt_scope: int | None = _int("attempt_scope")
+    attempt_try: int | None = _int("attempt_try")
+    attempt_started_at: datetime | None = _instant("attempt_started_at")
+    heartbeat_at: datetime | None = _instant("heartbeat_at")
+    heartbeat_value: Any = _json("heartbeat_value")
+    # the request of a start with this key is the row's input and instance_key
+    idempotency_key: str | None = _str("idempotency_key")
+
+
+class FlowStepRow(SQLModel, table=True):
+    """``flow_step``: the append-only journal (see ``StepRow``).
+
+    Keyed by the execution's name ``(instance_id, step_id, scope, kind, try_number)``: one
+    row per execution, and the key serves every read (an instance's rows, then ordered by
+    ``sequence``). ``sequence`` is the commit order without an index of its own: an
+    identity column on PostgreSQL; on SQLite the store writes the next rowid into it
+    (``max(rowid) + 1`` inside the file's one write transaction), so it equals the rowid.
+    """
+
+    __tablename__ = "flow_step"
+    __table_args__ = (
+        PrimaryKeyConstraint(
+            "instance_id", "step_id", "scope", "kind", "try_number", name="pk_flow_step"
+        ),
+    )
+
+    sequence: int | None = Field(
+        default=None,
+        sa_column=Column("sequence", Sequence64, Identity(), nullable=False),
+    )
+    instance_id: str = _instance_id("instance_id")
+    step_id: int = _int("step_id", nullable=False)
+    scope: int = _int("scope", nullable=False)
+    kind: str = _str("kind", nullable=False)
+    capability_id: str = _str("capability_id", nullable=False)
+    outcome: str = _str("outcome", nullable=False)
+    try_number: int = _int("try_number", nullable=False)
+    step_values: dict[str, Any] | None = _json("values")
+    error_type: str | None = _str("error_type")
+    error_detail: str | None = Field(default=None, sa_column=Column("error_detail", Text()))
+    final: bool = Field(
+        default=False,
+        sa_column=Column("final", Boolean(), nullable=False, default=False, server_default=false()),
+    )
+    next_try_at: datetime | None = _instant("next_try_at")
+    started_at: datetime = _instant("started_at", nullable=False)
+    committed_at: datetime = _instant("committed_at", nullable=False)
+
+
+class FlowSignalRow(SQLModel, table=True):
+    """``flow_signal``: delivered signals; ``sequence`` is the arrival order."""
+
+    __tablename__ = "flow_signal"
+    __table_args__ = (
+        UniqueConstraint("id", name="uq_flow_signal_id"),
+        UniqueConstraint("instance_id", "idempotency_key", name="uq_flow_signal_idempotency"),
+        Index("ix_flow_signal_instance_id", "instance_id"),
+    )
+
+    sequence: int | None = _sequence()
+    id: str = _str("id", nullable=False)
+    instance_id: str = _instance_id("instance_id")
+    name: str = _str("name", nullable=False)
+    payload: dict[str, Any] | None = _json("payload")
+    idempotency_key: str | None = _str("idempotency_key")
+    received_at: datetime = _instant("received_at", nullable=False)
+    taken_at: datetime | None = _instant("taken_at")
+    taken_step_id: int | None = _int("taken_step_id")
+    # false: the wait at ``taken_step_id`` refused it (its match did not hold); else null
+    matched: bool | None = Field(default=None, sa_column=Column("matched", Boolean()))
+
+
+class OutboxEventRow(SQLModel, table=True):
+    """``outbox_event``: domain events written by emit nodes, for a publisher to relay."""
+
+    __tablename__ = "outbox_event"
+    __table_args__ = (UniqueConstraint("id", name="uq_outbox_event_id"),)
+
+    sequence: int | None = _sequence()
+    id: str = _str("id", nullable=False)
+    instance_id: str = _instance_id("instance_id")
+    name: str = _str("name", nullable=False)
+    payload: dict[str, Any] | None = _json("payload")
+    created_at: datetime = _instant("created_at", nullable=False)
+    published_at: datetime | None = _instant("published_at")
+
+
+class ReviewItemRow(SQLModel, table=True):
+    """``review_item``: the human review queue."""
+
+    __tablename__ = "review_item"
+    __table_args__ = (UniqueConstraint("id", name="uq_review_item_id"),)
+
+    sequence: int | None = _sequence()
+    id: str = _str("id", nullable=False)
+    instance_id: str = _instance_id("instance_id")
+    subject: str = _str("subject", nullable=False)
+    reason: str = Field(default=None, sa_column=Column("reason", Text(), nullable=False))
+    details: dict[str, Any] | None = _json("details")
+    created_at: datetime = _instant("created_at", nullable=False)
+
+
+class FlowHeartbeatRow(SQLModel, table=True):
+    """``flow_heartbeat``: the latest checkpoint of each (instance, step, scope)."""
+
+    __tablename__ = "flow_heartbeat"
+    __table_args__ = (
+        PrimaryKeyConstraint("instance_id", "step_id", "scope", name="pk_flow_heartbeat"),
+    )
+
+    instance_id: str = _instance_id("instance_id")
+    step_id: int = _int("step_id", nullable=False)
+    scope: int = _int("scope", nullable=False)
+    try_number: int = _int("try_number", nullable=False)
+    value: Any = _json("value")
+    recorded_at: datetime = _instant("recorded_at", nullable=False)
+
+
+class FlowActionRow(SQLModel, table=True):
+    """``flow_action``: operator actions (wake, extend budget, cancel) in an instance's
+    history, with the acting token's name and the engine-clock instant; a repeat of an
+    action's ``Idempotency-Key`` on the same instance finds the first."""
+
+    __tablename__ = "flow_action"
+    __table_args__ = (
+        UniqueConstraint("id", name="uq_flow_action_id"),
+        UniqueConstraint(
+            "instance_id", "action", "idempotency_key", name="uq_flow_action_idempotency"
+        ),
+        Index("ix_flow_action_instance", "instance_id", "sequence"),
+    )
+
+    sequence: int | None = _sequence()
+    id: str = _str("id", nullable=False)
+    instance_id: str = _instance_id("instance_id")
+    action: str = _str("action", nullable=False)
+    actor: str = _str("actor", nullable=False)
+    acted_at: datetime = _instant("acted_at", nullable=False)
+    details: dict[str, Any] | None = _json("details")
+    idempotency_key: str | None = _str("idempotency_key")
+
+
+class FlowStreamRow(SQLModel, table=True):
+    """``flow_stream``: best-effort, size-bounded progress messages."""
+
+    __tablename__ = "flow_stream"
+    __table_args__ = (Index("ix_flow_stream_read", "instance_id", "stream", "sequence"),)
+
+    sequence: int | None = _sequence()
+    instance_id: str = _instance_id("instance_id")
+    stream: str = _str("stream", nullable=False)
+    payload: Any = _json("payload")
+    size: int = _int("size", nullable=False)
+    created_at: datetime = _instant("created_at", nullable=False)

@@ -1,0 +1,187 @@
+"""Operator actions from the console: wake now, extend budget, cancel.
+
+Each action is a confirmation page (``GET /ui/instances/{id}/actions/{name}``) whose form
+posts the session's CSRF token back (``POST`` the same URL). Only a token with the
+``operate`` scope sees the buttons; any other is refused on both (403), and so is a post
+without the session's CSRF token. The action itself is the engine's, as the API's route
+calls it (:mod:`app.api.operate`: recorded in the instance's history with the token's name,
+idempotent by the form's key); the page then shows the instance again with what happened.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import cast
+from urllib.parse import quote
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from app.api import operate
+from app.api.routes import check_instance_id
+from app.engine.deadlines import open_budget
+from app.engine.engine import Engine
+from app.errors import InputInvalid
+from app.ui.pages import ConsoleRoute, need_session, problem_page, render
+from app.ui.session import Session, check_csrf
+
+__all__ = ["ACTIONS", "Action", "build_actions_router"]
+
+
+@dataclass(frozen=True)
+class Action:
+    """One operator action: its URL name, button label and confirmation sentence."""
+
+    name: str
+    label: str
+    explain: str
+
+
+ACTIONS = {
+    a.name: a
+    for a in (
+        Action(
+            "wake",
+            "Wake now",
+            "The instance runs its next step or attempt now instead of at its wake instant.",
+        ),
+        Action(
+            "extend",
+            "Extend budget",
+            "The poll's budget ends later by the chosen amount; attempts go on until then.",
+        ),
+        Action(
+            "cancel",
+            "Cancel",
+            "Compensations of completed steps run once, in reverse order, and the instance "
+            "ends cancelled. This cannot be undone.",
+        ),
+    )
+}
+#: What the extend form offers (ISO 8601 duration, label).
+EXTEND_CHOICES = (
+    ("PT15M", "15 minutes"),
+    ("PT1H", "1 hour"),
+    ("PT4H", "4 hours"),
+    ("P1D", "1 day"),
+)
+#: The durations those choices stand for.
+EXTEND_BY = {
+    "PT15M": timedelta(minutes=15),
+    "PT1H": timedelta(hours=1),
+    "PT4H": timedelta(hours=4),
+    "P1D": timedelta(days=1),
+}
+
+
+def _engine(request: Request) -> Engine:
+    return cast(Engine, request.app.state.engine)
+
+
+def _refusal(request: Request, session: Session, name: str) -> HTMLResponse | None:
+    if name not in ACTIONS:
+        return problem_page(request, 404, "not_found", "No such action", f"No action {name!r}.")
+    if not session.can_operate:
+        return problem_page(
+            request,
+            403,
+            "forbidden",
+            "Not allowed",
+            f"Token {session.principal.name!r} lacks the 'operate' scope.",
+        )
+    return None
+
+
+def _key(sent: str) -> str:
+    """The action's idempotency key: the one the confirmation form carried (a second post of
+    the same form - a double click, a reload - answers the first), or a fresh one."""
+    sent = sent.strip()
+    if sent and len(sent) <= 64 and sent.replace("-", "").replace("_", "").isalnum():
+        return f"console-{sent}"
+    return f"console-{secrets.token_urlsafe(18)}"
+
+
+def build_actions_router() -> APIRouter:
+    """The confirmation pages and posts of the operator actions."""
+    router = APIRouter(prefix="/ui", include_in_schema=False, route_class=ConsoleRoute)
+
+    @router.get("/instances/{instance_id}/actions/{name}", response_class=HTMLResponse)
+    async def confirm(request: Request, instance_id: str, name: str) -> HTMLResponse:
+        session = need_session(request)
+        refused = _refusal(request, session, name)
+        if refused is not None:
+            return refused
+        check_instance_id(instance_id)
+        snap = await _engine(request).journal.load(instance_id)
+        return render(
+            request,
+            "confirm.html",
+            {
+                "session": session,
+                "section": "instances",
+                "inst": snap.instance,
+                "action": ACTIONS[name],
+                "budget": open_budget(snap.instance.state, snap.steps),
+                "extend_choices": EXTEND_CHOICES,
+                "key": secrets.token_urlsafe(18),
+            },
+        )
+
+    @router.post("/instances/{instance_id}/actions/{name}")
+    async def perform(
+        request: Request,
+        instance_id: str,
+        name: str,
+        csrf: str = Form(""),
+        key: str = Form(""),
+        extend_by: str = Form(""),
+    ) -> Response:
+        session = need_session(request)
+        refused = _refusal(request, session, name)
+        if refused is not None:
+            return refused
+        if not check_csrf(session, csrf):
+            return problem_page(
+                request,
+                403,
+                "csrf_invalid",
+                "Refused",
+                "The form's CSRF token is not this session's: reload the page and try again.",
+            )
+        check_instance_id(instance_id)
+        done = await _act(request, session, name, instance_id, _key(key), extend_by)
+        target = f"/ui/instances/{instance_id}?done={quote(done)}"
+        return RedirectResponse(target, status_code=303)
+
+    return router
+
+
+async def _act(
+    request: Request, session: Session, name: str, instance_id: str, key: str, extend_by: str
+) -> str:
+    """Run action ``name`` through the operator API's own service function (recorded in
+    the instance's history with the token's name); answers the sentence the instance page
+    shows.
+
+    Raises:
+        InstanceNotFound: ``instance_not_found``; InstanceEnded: ``instance_ended``;
+        InputInvalid: ``input_invalid`` (an extension the form does not offer); the
+        extension's refusals (``instance_busy``, ``no_budget``: 409).
+    """
+    request.state.principal = session.principal  # the actor the action is recorded with
+    if name == "wake":
+        _, answer = await operate.wake(request, instance_id, key)
+        if answer.get("woken"):
+            return f"Woken by {answer['actor']}: it ran and is now {answer['state']}."
+        return f"Not woken: {answer.get('reason', 'nothing to do')}."
+    if name == "cancel":
+        _, answer = await operate.cancel(request, instance_id, key)
+        return f"Cancel requested by {answer['actor']}: it is now {answer['state']}."
+    by = EXTEND_BY.get(extend_by)
+    if by is None:
+        raise InputInvalid(f"extend by {extend_by[:40]!r}: choose one of the offered durations")
+    _, answer = await operate.extend(request, instance_id, by, key)
+    capped = " (capped by the flow's deadline)" if answer.get("cappedByDeadline") else ""
+    return f"Budget extended by {answer['actor']}: it now ends {answer['endsAt']}{capped}."

@@ -1,0 +1,292 @@
+"""The console's instance routes: the filtered list, one instance, its live stream messages.
+
+The list reads the operator read model (:class:`app.store.read_model.OperatorReads`) with the
+same filters as ``GET /api/v1/instances``, named in the query string so a filtered list is a
+URL to paste. A filter value that cannot be one (an unknown state, a broken cursor) is left
+out with a notice, never a 500 or a 422 page.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any, cast
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+from sse_starlette import EventSourceResponse
+
+from app.api.explain import attempts_view, decode_cursor, encode_cursor, waiting_view
+from app.api.operate import summaries
+from app.api.routes import check_instance_id
+from app.api.streams import SSE_PING_SECONDS, _events
+from app.api.views import awaiting
+from app.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT, open_budget
+from app.engine.engine import Engine
+from app.engine.journal import InstanceRecord, InstanceState, StepRow, WakeKind
+from app.errors import FlowparkError, StreamNotDeclared
+from app.flows.plan import Plan, PollNode
+from app.store.read_model import InstanceFilter, OperatorReads
+from app.ui.pages import ConsoleRoute, need_session, overdue_threshold, render
+from app.ui.timeline import build_timeline, parse_instant
+
+__all__ = ["PAGE_SIZES", "build_instances_router"]
+
+#: What each stored bound is called on the page.
+BUDGET_KINDS = {
+    POLL_BUDGET: "poll budget",
+    SIGNAL_TIMEOUT: "signal timeout",
+    RETRY_TOTAL: "retry window",
+}
+#: Whether this node can extend a poll's budget (an operator action of the read model).
+EXTEND_AVAILABLE = True
+#: Page sizes the list offers; the default is the first.
+PAGE_SIZES = (50, 25, 100, 200)
+#: Largest page the list shows (``?limit=``).
+MAX_PAGE = 200
+_MAX_TEXT = 200
+#: Sort keys of the list's columns: ``created`` / ``-created`` order the whole list (the
+#: store's keyset, oldest or newest first); the others sort the rows of the page shown.
+SORTS = {
+    "created": lambda r: (r["createdAt"], r["instanceId"]),
+    "id": lambda r: r["instanceId"],
+    "flow": lambda r: (r["flow"], r["version"]),
+    "state": lambda r: r["state"],
+    "wake": lambda r: (r["wakeAt"] is None, r["wakeAt"] or ""),
+}
+
+
+def _engine(request: Request) -> Engine:
+    return cast(Engine, request.app.state.engine)
+
+
+def _text(value: str | None) -> str | None:
+    value = (value or "").strip()
+    if not value or len(value) > _MAX_TEXT or any(ord(c) < 32 for c in value):
+        return None
+    return value
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").strip().lower() in {"1", "true", "on", "yes"}
+
+
+def parse_filter(request: Request) -> tuple[InstanceFilter, list[str]]:
+    """The list's filter from the query string, and a notice per value left out."""
+    q = request.query_params
+    notices: list[str] = []
+    states: list[InstanceState] = []
+    for raw in q.getlist("state"):
+        if not raw:
+            continue
+        try:
+            states.append(InstanceState(raw))
+        except ValueError:
+            notices.append(f"state {raw[:40]!r} is not a state: left out")
+    waiting = None
+    if q.get("waiting"):
+        try:
+            waiting = WakeKind(q["waiting"])
+        except ValueError:
+            notices.append(f"waiting {q['waiting'][:40]!r} is not a wait kind: left out")
+    where = InstanceFilter(
+        flow=_text(q.get("flow")),
+        version=_text(q.get("version")),
+        states=tuple(dict.fromkeys(states)),
+        overdue_seconds=(
+            overdue_threshold(request).total_seconds() if _flag(q.get("overdue")) else None
+        ),
+        stuck=_flag(q.get("stuck")),
+        error_code=_text(q.get("error_code")),
+        waiting=waiting,
+        instance_key=_text(q.get("instance_key")),
+        now=_engine(request).clock.now(),
+    )
+    return where, notices
+
+
+def _url_with(request: Request, **changes: Any) -> str:
+    params = [(k, v) for k, v in request.query_params.multi_items() if k not in changes]
+    params += [(k, str(v)) for k, v in changes.items() if v is not None]
+    return f"{request.url.path}?{urlencode(params)}" if params else request.url.path
+
+
+def budget_view(inst: InstanceRecord, steps: list[StepRow], now: datetime) -> dict[str, Any] | None:
+    """The bound of the wait the instance is in (its stored end instant, from the
+    journal): what it bounds, start, end, used and left at ``now``, or None."""
+    budget = open_budget(inst.state, steps)
+    if budget is None:
+        return None
+    total = max(budget.ends_at - budget.started_at, timedelta(0))
+    used = min(max(now - budget.started_at, timedelta(0)), total)
+    return {
+        "kind": BUDGET_KINDS.get(budget.name, budget.name),
+        "started_at": budget.started_at,
+        "ends_at": budget.ends_at,
+        "used": used,
+        "left": total - used,
+        "used_ratio": min(1.0, budget.used_ratio(now)),
+        "extensions": budget.extensions,
+    }
+
+
+def build_instances_router() -> APIRouter:
+    """``/ui/instances`` and ``/ui/instances/{id}`` (and its stream events)."""
+    router = APIRouter(prefix="/ui", include_in_schema=False, route_class=ConsoleRoute)
+
+    @router.get("/instances", response_class=HTMLResponse)
+    async def instances(request: Request) -> HTMLResponse:
+        session = need_session(request)
+        engine = _engine(request)
+        where, notices = parse_filter(request)
+        q = request.query_params
+        limit = PAGE_SIZES[0]
+        if q.get("limit", "").isdigit() and 1 <= int(q["limit"][:6]) <= MAX_PAGE:
+            limit = int(q["limit"])
+        after = None
+        cursor = q.get("cursor") or None
+        if cursor:
+            try:
+                after = decode_cursor(cursor[:400])
+            except FlowparkError:
+                notices.append("that page link is not one this console gave out: first page")
+                cursor = None
+        sort = q.get("sort") or "-created"
+        if sort.lstrip("-") not in SORTS:
+            sort = "-created"
+        page = await cast(OperatorReads, engine.journal).list_instances(
+            where, limit=limit, after=after, oldest_first=sort == "created"
+        )
+        rows = await summaries(request, page.rows)
+        if sort not in ("created", "-created"):  # other columns sort the page shown
+            rows.sort(key=SORTS[sort.lstrip("-")], reverse=sort.startswith("-"))
+        names = sorted(
+            {p.name for p in engine.catalog.plans()} | ({where.flow} if where.flow else set())
+        )
+        return render(
+            request,
+            "instances.html",
+            {
+                "session": session,
+                "section": "instances",
+                "rows": rows,
+                "f": where,
+                "notices": notices,
+                "flow_names": names,
+                "states": [str(s) for s in InstanceState],
+                "wake_kinds": [str(k) for k in WakeKind],
+                "sort": sort,
+                "cursor": cursor,
+                "next_cursor": encode_cursor(page.after) if page.after else None,
+                "url_with": lambda **changes: _url_with(request, **changes),
+                "parse": parse_instant,
+            },
+        )
+
+    @router.get("/instances/{instance_id}", response_class=HTMLResponse)
+    async def instance(request: Request, instance_id: str) -> HTMLResponse:
+        session = need_session(request)
+        check_instance_id(instance_id)
+        engine = _engine(request)
+        snap = await engine.journal.load(instance_id)
+        inst = snap.instance
+        signals = await engine.journal.list_signals(instance_id)  # type: ignore[attr-defined]
+        plan = engine.catalog.find(inst.flow_name, inst.flow_version)
+        now = engine.clock.now()
+        suspended = inst.state is InstanceState.SUSPENDED
+        waiting = (
+            waiting_view(plan, inst.wake_step_id, inst.wake_scope, inst.wake_kind, inst.wake_at)
+            if suspended
+            else None
+        )
+        attempts = attempts_view(plan, inst, snap.steps)
+        next_attempt = waiting.get("attempt") if waiting else None
+        timeline = build_timeline(attempts, now, inst.wake_at if suspended else None, next_attempt)
+        budget = budget_view(inst, snap.steps, now)
+        streams = []
+        for name in sorted(plan.streams) if plan is not None else []:
+            messages = await engine.journal.read_stream(instance_id, name)
+            after = messages[-1].sequence if messages else None
+            url = f"/ui/instances/{instance_id}/streams/{name}"
+            streams.append(
+                {
+                    "name": name,
+                    "messages": messages,
+                    "url": url + (f"?after={after}" if after is not None else ""),
+                }
+            )
+        lease = None
+        if inst.state is InstanceState.RUNNING and inst.lease_owner is not None:
+            lease = {
+                "owner": inst.lease_owner,
+                "expires_at": inst.lease_expires_at,
+                "expired": inst.lease_expires_at is not None and inst.lease_expires_at < now,
+            }
+        return render(
+            request,
+            "instance.html",
+            {
+                "session": session,
+                "section": "instances",
+                "inst": inst,
+                "plan": plan,
+                "steps": snap.steps,
+                "signals": signals,
+                "waiting": waiting,
+                "awaiting": awaiting(plan, inst),
+                "timeline": timeline,
+                "budget": budget,
+                "streams": streams,
+                "lease": lease,
+                "actions": available_actions(plan, inst),
+                "notices": [n for n in request.query_params.getlist("done") if len(n) < 200],
+                "parse": parse_instant,
+                "pretty": lambda value, indent=2: json.dumps(
+                    value, indent=indent or None, ensure_ascii=False, sort_keys=True
+                ),
+                "until_text": "",
+            },
+        )
+
+    @router.get("/instances/{instance_id}/streams/{name}")
+    async def stream_events(
+        request: Request, instance_id: str, name: str, after: int | None = None
+    ) -> EventSourceResponse:
+        need_session(request)
+        check_instance_id(instance_id)
+        engine = _engine(request)
+        inst = await engine.journal.get_instance(instance_id)
+        plan = engine.catalog.find(inst.flow_name, inst.flow_version)
+        if plan is None or name not in plan.streams:
+            raise StreamNotDeclared(
+                f"flow {inst.flow_name}@{inst.flow_version} declares no stream {name[:200]!r}",
+                instance_id=instance_id,
+                stream=name[:200],
+            )
+        cursor = after if after is not None and 0 <= after < 2**63 else None
+        return EventSourceResponse(
+            _events(engine, instance_id, name, cursor), ping=SSE_PING_SECONDS
+        )
+
+    return router
+
+
+def available_actions(plan: Plan | None, inst: InstanceRecord) -> list[dict[str, str]]:
+    """The operator actions that make sense for ``inst`` now (name, button label)."""
+    if inst.state.ended:
+        return []
+    actions = []
+    if inst.state is InstanceState.SUSPENDED:
+        actions.append({"name": "wake", "label": "Wake now"})
+    node = (
+        plan.nodes[inst.wake_step_id]
+        if plan is not None
+        and inst.wake_step_id is not None
+        and 0 <= inst.wake_step_id < len(plan.nodes)
+        else None
+    )
+    if isinstance(node, PollNode) and EXTEND_AVAILABLE:
+        actions.append({"name": "extend", "label": "Extend budget"})
+    actions.append({"name": "cancel", "label": "Cancel"})
+    return actions

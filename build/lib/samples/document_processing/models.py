@@ -1,0 +1,75 @@
+"""Values of the document.process flow (JSON in camelCase)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "DocumentProcessed",
+    "DocumentResult",
+    "ExtractedFields",
+    "OcrCompleted",
+    "OcrJob",
+    "OcrStatus",
+    "ProcessDocument",
+]
+
+
+class _Camel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class ProcessDocument(_Camel):
+    """Input: a document to read. ``pages`` bounds the fake OCR's work (1..10,000)."""
+
+    document_id: str = Field(min_length=1, max_length=200)
+    content_type: str = Field(default="application/pdf", max_length=200)
+    pages: int = Field(ge=1, le=10_000, strict=True)
+
+
+class OcrJob(_Camel):
+    """Put by ``ocr.upload``: the provider's job id."""
+
+    job_id: str
+
+
+class OcrStatus(_Camel):
+    """Put by ``ocr.status``: the provider's answer to one status check."""
+
+    job_id: str
+    status: str
+    text: str | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in ("completed", "cancelled", "failed")
+
+
+class ExtractedFields(_Camel):
+    """Put by ``document.extract``: fields read off the OCR text."""
+
+    values: dict[str, str]
+
+
+class DocumentProcessed(_Camel):
+    """The ``document.processed`` event."""
+
+    document_id: str
+    field_count: int
+
+
+class DocumentResult(_Camel):
+    """The flow's result."""
+
+    document_id: str
+    field_count: int
+
+
+class OcrCompleted(BaseModel):
+    """Payload of the ``ocr.completed`` signal (the provider's webhook)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    job_id: str = Field(min_length=1)
+    status: str | None = None

@@ -1,0 +1,517 @@
+"""A fake third-party OCR provider, served over HTTP under ``/fake/ocr``.
+
+Documents are "uploaded" as OCR jobs; a job completes once ``pages * per_page`` has passed
+since upload (measured on the service's UTC clock), or at once via the ``complete`` route.
+A job uploaded with a ``callbackUrl`` is also completed by a real-time asyncio timer, and on
+completion the service POSTs ``{"jobId": ..., "status": "completed"}`` to that URL in a
+background task (``Authorization: Bearer <token>``, ``Idempotency-Key: ocr-<jobId>``).
+
+All state is in memory. The fake is not flowpark's engine, so it uses plain asyncio timers.
+
+Routes (prefix ``/fake/ocr``):
+
+* ``POST /jobs`` -> 201 ``{"jobId", "documentId", "status": "pending", "pages"}``
+* ``GET /jobs`` -> ``[{"jobId", "documentId", "status"}]``
+* ``GET /jobs/{jobId}`` -> ``{"jobId", "documentId", "pages", "status", "text"}``
+* ``POST /jobs/{jobId}/cancel`` -> ``{"jobId", "status"}``
+* ``POST /jobs/{jobId}/complete`` -> the job view (409 if the job was cancelled)
+
+Unknown jobs answer 404 ``{"code": "ocr.job_not_found"}``.
+"""
+
+import asyncio
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+import httpx
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from app.engine.clock import ensure_utc
+
+__all__ = [
+    "MAX_PAGES",
+    "FakeOcrService",
+    "OcrCancelResult",
+    "OcrJobAccepted",
+    "OcrJobCancelled",
+    "OcrJobNotFound",
+    "OcrJobStatus",
+    "OcrJobSummary",
+    "OcrJobView",
+    "OcrUploadRequest",
+    "create_ocr_router",
+    "ocr_text",
+]
+
+logger = logging.getLogger(__name__)
+
+MAX_PAGES = 10_000
+"""Largest page count an upload may declare."""
+
+OcrJobStatus = Literal["pending", "completed", "cancelled"]
+
+_RETRYABLE_STATUSES = frozenset({408, 425, 429})
+
+
+def _system_utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _default_callback_client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(timeout=10.0)
+
+
+def ocr_text(pages: int) -> str:
+    """Return the text the fake "reads" from a document of ``pages`` pages.
+
+    Args:
+        pages: page count (>= 1).
+
+    Returns:
+        One line per page, ``field_<n>: value <n>`` for n = 1..pages, joined by ``\\n``.
+    """
+    return "\n".join(f"field_{n}: value {n}" for n in range(1, pages + 1))
+
+
+class _CamelModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class OcrUploadRequest(_CamelModel):
+    """Body of ``POST /fake/ocr/jobs``.
+
+    Attributes:
+        document_id: caller's document id (``documentId``).
+        pages: page count, 1..10000; the job takes ``pages * per_page`` to complete.
+        callback_url: absolute URL to POST to when the job completes (``callbackUrl``).
+    """
+
+    document_id: str = Field(min_length=1, max_length=512)
+    pages: int = Field(ge=1, le=MAX_PAGES, strict=True)
+    callback_url: str | None = Field(default=None, min_length=1, max_length=2048)
+
+
+class OcrJobAccepted(_CamelModel):
+    """Answer to an upload (201).
+
+    Attributes:
+        job_id: fresh uuid4 hex (``jobId``).
+        document_id: as uploaded (``documentId``).
+        status: always ``"pending"``.
+        pages: as uploaded.
+    """
+
+    job_id: str
+    document_id: str
+    status: OcrJobStatus
+    pages: int
+
+
+class OcrJobView(_CamelModel):
+    """Full view of one job (``GET /fake/ocr/jobs/{jobId}``).
+
+    Attributes:
+        job_id: the job's id (``jobId``).
+        document_id: as uploaded (``documentId``).
+        pages: as uploaded.
+        status: ``pending``, ``completed`` or ``cancelled``.
+        text: the OCR text once completed (see :func:`ocr_text`), else null.
+    """
+
+    job_id: str
+    document_id: str
+    pages: int
+    status: OcrJobStatus
+    text: str | None = None
+
+
+class OcrJobSummary(_CamelModel):
+    """One row of ``GET /fake/ocr/jobs``."""
+
+    job_id: str
+    document_id: str
+    status: OcrJobStatus
+
+
+class OcrCancelResult(_CamelModel):
+    """Answer to a cancel: the job's status afterwards (``completed`` if it had finished)."""
+
+    job_id: str
+    status: OcrJobStatus
+
+
+class OcrJobNotFound(LookupError):
+    """No job has this id (HTTP 404, code ``ocr.job_not_found``)."""
+
+    code = "ocr.job_not_found"
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"OCR job {job_id!r} not found")
+        self.job_id = job_id
+
+
+class OcrJobCancelled(RuntimeError):
+    """The job was cancelled, so it cannot be completed (HTTP 409, code ``ocr.job_cancelled``)."""
+
+    code = "ocr.job_cancelled"
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"OCR job {job_id!r} was cancelled")
+        self.job_id = job_id
+
+
+@dataclass
+class _OcrJob:
+    job_id: str
+    document_id: str
+    pages: int
+    callback_url: str | None
+    uploaded_at: datetime
+    due_at: datetime
+    status: OcrJobStatus = "pending"
+    finished_at: datetime | None = None
+    callback_scheduled: bool = False
+
+    def view(self) -> OcrJobView:
+        text = ocr_text(self.pages) if self.status == "completed" else None
+        return OcrJobView(
+            job_id=self.job_id,
+            document_id=self.document_id,
+            pages=self.pages,
+            status=self.status,
+            text=text,
+        )
+
+
+class FakeOcrService:
+    """In-memory state of the fake OCR provider.
+
+    Args:
+        per_page: time each page takes; a job completes ``pages * per_page`` after upload
+            (must be >= 0).
+        now: clock returning aware UTC datetimes (naive results are taken as UTC); default the
+            system clock in UTC. Job progress on reads is measured on this clock.
+        callback_client_factory: builds the ``httpx.AsyncClient`` used for one callback
+            delivery (the client is closed after it); default a client with a 10 s timeout.
+        callback_token: sent as ``Authorization: Bearer <token>`` on callbacks (no header
+            when None).
+        callback_attempts: tries per callback (default 3).
+        callback_backoff: real-time wait before retry n is ``n * callback_backoff``
+            (default 200 ms).
+
+    Attributes:
+        calls: requests served, keyed by route name (``upload``, ``list``, ``status``,
+            ``cancel``, ``complete``).
+        callback_outcomes: callback deliveries by outcome (``delivered``, ``failed``).
+
+    Jobs with a ``callbackUrl`` also get an asyncio timer that completes them after
+    ``pages * per_page`` real seconds; it is cancelled on cancel/complete and by
+    :meth:`close`. A job with a ``callbackUrl`` fires its callback exactly once, whichever way
+    it completes (complete route, timer, or a read that finds its time has passed).
+    """
+
+    def __init__(
+        self,
+        per_page: timedelta = timedelta(seconds=1),
+        now: Callable[[], datetime] | None = None,
+        callback_client_factory: Callable[[], httpx.AsyncClient] | None = None,
+        callback_token: str | None = None,
+        *,
+        callback_attempts: int = 3,
+        callback_backoff: timedelta = timedelta(milliseconds=200),
+    ) -> None:
+        if per_page < timedelta(0):
+            raise ValueError(f"per_page must be >= 0, got {per_page}")
+        if callback_attempts < 1:
+            raise ValueError(f"callback_attempts must be >= 1, got {callback_attempts}")
+        self.per_page = per_page
+        self._now = now or _system_utc_now
+        self._callback_client_factory = callback_client_factory or _default_callback_client
+        self.callback_token = callback_token
+        self.callback_attempts = callback_attempts
+        self.callback_backoff = callback_backoff
+        self.calls: Counter[str] = Counter()
+        self.callback_outcomes: Counter[str] = Counter()
+        self._jobs: dict[str, _OcrJob] = {}
+        self._timers: dict[str, asyncio.Task[None]] = {}
+        self._callback_tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    # -- clock -----------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """Return the service clock's current instant (aware UTC)."""
+        return ensure_utc(self._now())
+
+    # -- operations (the routes call these) ------------------------------------------------
+
+    def upload(
+        self, document_id: str, pages: int, callback_url: str | None = None
+    ) -> OcrJobAccepted:
+        """Create a pending job.
+
+        Args:
+            document_id: caller's document id.
+            pages: page count (>= 1).
+            callback_url: URL to POST to on completion, or None.
+
+        Returns:
+            The accepted job (status ``pending``).
+        """
+        if pages < 1:
+            raise ValueError(f"pages must be >= 1, got {pages}")
+        uploaded_at = self.now()
+        job = _OcrJob(
+            job_id=uuid.uuid4().hex,
+            document_id=document_id,
+            pages=pages,
+            callback_url=callback_url,
+            uploaded_at=uploaded_at,
+            due_at=uploaded_at + self.per_page * pages,
+        )
+        self._jobs[job.job_id] = job
+        if callback_url is not None:
+            self._start_timer(job)
+        return OcrJobAccepted(
+            job_id=job.job_id, document_id=document_id, status="pending", pages=pages
+        )
+
+    def get(self, job_id: str) -> OcrJobView:
+        """Return one job, completing it first if its time has passed.
+
+        Raises:
+            OcrJobNotFound: unknown ``job_id``.
+        """
+        job = self._settled(job_id)
+        return job.view()
+
+    def list_jobs(self) -> list[OcrJobSummary]:
+        """Return every job (upload order), each settled against the clock first."""
+        rows = []
+        for job_id in list(self._jobs):
+            job = self._settled(job_id)
+            rows.append(
+                OcrJobSummary(job_id=job.job_id, document_id=job.document_id, status=job.status)
+            )
+        return rows
+
+    def cancel(self, job_id: str) -> OcrCancelResult:
+        """Cancel a pending job (idempotent); a completed job stays completed.
+
+        Raises:
+            OcrJobNotFound: unknown ``job_id``.
+        """
+        job = self._settled(job_id)
+        if job.status == "pending":
+            job.status = "cancelled"
+            job.finished_at = self.now()
+            self._stop_timer(job.job_id)
+        return OcrCancelResult(job_id=job.job_id, status=job.status)
+
+    def complete(self, job_id: str) -> OcrJobView:
+        """Complete a job now and schedule its callback (idempotent for completed jobs).
+
+        Raises:
+            OcrJobNotFound: unknown ``job_id``.
+            OcrJobCancelled: the job was cancelled.
+        """
+        job = self._settled(job_id)
+        if job.status == "cancelled":
+            raise OcrJobCancelled(job_id)
+        if job.status == "pending":
+            self._mark_completed(job)
+        return job.view()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def drain(self) -> None:
+        """Wait until every scheduled callback delivery has finished (delivered or given up).
+
+        Callbacks scheduled while draining are awaited too. Timers are not awaited.
+        """
+        while self._callback_tasks:
+            await asyncio.gather(*list(self._callback_tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Cancel completion timers and any callback still in flight; schedule no more.
+
+        Call :meth:`drain` first to let pending callbacks be delivered.
+        """
+        self._closed = True
+        tasks = list(self._timers.values()) + list(self._callback_tasks)
+        self._timers.clear()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._callback_tasks.clear()
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _settled(self, job_id: str) -> _OcrJob:
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise OcrJobNotFound(job_id)
+        if job.status == "pending" and self.now() >= job.due_at:
+            self._mark_completed(job)
+        return job
+
+    def _mark_completed(self, job: _OcrJob) -> None:
+        job.status = "completed"
+        job.finished_at = self.now()
+        self._stop_timer(job.job_id)
+        if job.callback_url is not None and not job.callback_scheduled:
+            job.callback_scheduled = True
+            self._spawn(self._deliver_callback(job.job_id, job.callback_url), callback=True)
+
+    def _start_timer(self, job: _OcrJob) -> None:
+        delay = (job.due_at - job.uploaded_at).total_seconds()
+        task = self._spawn(self._timer(job.job_id, delay), callback=False)
+        if task is not None:
+            self._timers[job.job_id] = task
+
+    def _stop_timer(self, job_id: str) -> None:
+        task = self._timers.pop(job_id, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    async def _timer(self, job_id: str, delay_seconds: float) -> None:
+        await asyncio.sleep(max(0.0, delay_seconds))
+        self._timers.pop(job_id, None)
+        job = self._jobs.get(job_id)
+        if job is not None and job.status == "pending":
+            self._mark_completed(job)
+
+    def _spawn(
+        self, coro: Coroutine[Any, Any, None], *, callback: bool
+    ) -> asyncio.Task[None] | None:
+        what = "callback" if callback else "timer"
+        if self._closed:
+            coro.close()
+            logger.warning("fake OCR service is closed; not scheduling a %s", what)
+            return None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            coro.close()
+            logger.warning("no running event loop; not scheduling a %s", what)
+            return None
+        task = loop.create_task(coro)
+        if callback:
+            self._callback_tasks.add(task)
+            task.add_done_callback(self._callback_tasks.discard)
+        return task
+
+    async def _deliver_callback(self, job_id: str, url: str) -> None:
+        headers = {"Idempotency-Key": f"ocr-{job_id}"}
+        if self.callback_token is not None:
+            headers["Authorization"] = f"Bearer {self.callback_token}"
+        payload = {"jobId": job_id, "status": "completed"}
+        for attempt in range(1, self.callback_attempts + 1):
+            retryable = True
+            try:
+                async with self._callback_client_factory() as client:
+                    response = await client.post(url, json=payload, headers=headers)
+            except Exception as exc:  # delivery must never raise: log and maybe retry
+                logger.warning(
+                    "OCR callback for job %s to %s failed (try %d/%d): %r",
+                    job_id,
+                    url,
+                    attempt,
+                    self.callback_attempts,
+                    exc,
+                )
+            else:
+                if response.is_success:
+                    self.callback_outcomes["delivered"] += 1
+                    logger.debug("OCR callback for job %s delivered to %s", job_id, url)
+                    return
+                retryable = response.status_code >= 500 or (
+                    response.status_code in _RETRYABLE_STATUSES
+                )
+                logger.warning(
+                    "OCR callback for job %s to %s answered %d (try %d/%d)",
+                    job_id,
+                    url,
+                    response.status_code,
+                    attempt,
+                    self.callback_attempts,
+                )
+            if not retryable:
+                break
+            if attempt < self.callback_attempts:
+                await asyncio.sleep(self.callback_backoff.total_seconds() * attempt)
+        self.callback_outcomes["failed"] += 1
+        logger.error("OCR callback for job %s to %s given up", job_id, url)
+
+
+def _not_found(exc: OcrJobNotFound) -> JSONResponse:
+    return JSONResponse(status_code=404, content={"code": exc.code})
+
+
+def create_ocr_router(service: FakeOcrService) -> APIRouter:
+    """Build the ``/fake/ocr`` routes over ``service``.
+
+    Args:
+        service: the state the routes read and change.
+
+    Returns:
+        An ``APIRouter`` with prefix ``/fake/ocr`` (see the module docstring for routes).
+    """
+    router = APIRouter(prefix="/fake/ocr", tags=["fake-ocr"])
+    not_found: dict[int | str, dict[str, Any]] = {
+        404: {"description": 'Unknown job: `{"code": "ocr.job_not_found"}`'}
+    }
+
+    @router.post("/jobs", status_code=201, response_model=OcrJobAccepted)
+    async def upload(body: OcrUploadRequest) -> OcrJobAccepted:
+        service.calls["upload"] += 1
+        return service.upload(body.document_id, body.pages, body.callback_url)
+
+    @router.get("/jobs", response_model=list[OcrJobSummary])
+    async def list_jobs() -> list[OcrJobSummary]:
+        service.calls["list"] += 1
+        return service.list_jobs()
+
+    @router.get("/jobs/{job_id}", response_model=OcrJobView, responses=not_found)
+    async def status(job_id: str):
+        service.calls["status"] += 1
+        try:
+            return service.get(job_id)
+        except OcrJobNotFound as exc:
+            return _not_found(exc)
+
+    @router.post("/jobs/{job_id}/cancel", response_model=OcrCancelResult, responses=not_found)
+    async def cancel(job_id: str):
+        service.calls["cancel"] += 1
+        try:
+            return service.cancel(job_id)
+        except OcrJobNotFound as exc:
+            return _not_found(exc)
+
+    @router.post(
+        "/jobs/{job_id}/complete",
+        response_model=OcrJobView,
+        responses={
+            **not_found,
+            409: {"description": 'Job cancelled: `{"code": "ocr.job_cancelled"}`'},
+        },
+    )
+    async def complete(job_id: str):
+        service.calls["complete"] += 1
+        try:
+            return service.complete(job_id)
+        except OcrJobNotFound as exc:
+            return _not_found(exc)
+        except OcrJobCancelled as exc:
+            return JSONResponse(status_code=409, content={"code": exc.code})
+
+    return router

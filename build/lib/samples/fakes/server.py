@@ -1,0 +1,68 @@
+"""``flowpark fakes``: the fake OCR and job services in a process of their own.
+
+Several flowpark nodes must share one fake provider (a job uploaded through one node is read
+by whichever node sweeps the instance next), so multi-node setups run this server and point
+``FLOWPARK_OCR_BASE_URL`` / ``FLOWPARK_JOBS_BASE_URL`` of every node at it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fastapi import FastAPI
+
+from app.settings import Settings
+from samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
+from samples.settings import SampleSettings
+
+__all__ = ["create_fakes_server"]
+
+
+def create_fakes_server(
+    settings: Settings | None = None,
+    sample: SampleSettings | None = None,
+    *,
+    per_page: float | None = None,
+    callback_token: str | None = None,
+) -> FastAPI:
+    """Build the standalone fakes app (``/fake/ocr``, ``/fake/jobs``, ``GET /fake/stats``,
+    ``GET /healthz``).
+
+    Args:
+        settings: the node settings, read for ``api_tokens``; default from ``FLOWPARK_*``.
+        sample: read for ``sample_ocr_per_page``, ``job_queued_seconds`` and
+            ``job_succeed_seconds``; default from ``FLOWPARK_*``.
+        per_page: seconds the fake OCR takes per page (default
+            ``sample.sample_ocr_per_page``).
+        callback_token: bearer token the OCR sends on ``ocr.completed`` callbacks
+            (default: the first token, sorted, with the ``signal`` scope).
+
+    Returns:
+        A FastAPI app (``GET /fake/stats`` counts the requests served) whose lifespan
+        drains pending OCR callbacks on shutdown.
+    """
+    settings = settings or Settings()
+    sample = sample or SampleSettings()
+    seconds = sample.sample_ocr_per_page if per_page is None else per_page
+    token = callback_token or settings.token_with("signal")
+    ocr = FakeOcrService(per_page=timedelta(seconds=seconds), callback_token=token)
+    jobs = FakeJobService(
+        queued_for=timedelta(seconds=sample.job_queued_seconds),
+        succeed_after=timedelta(seconds=sample.job_succeed_seconds),
+    )
+    app = create_fakes_app(ocr, jobs)
+    app.state.fake_ocr = ocr
+    app.state.fake_jobs = jobs
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz() -> dict[str, str]:
+        """Liveness: the fakes server is up."""
+        return {"status": "ok", "node": "fakes"}
+
+    @app.get("/fake/stats", tags=["ops"])
+    async def stats() -> dict[str, dict[str, int]]:
+        """Requests served so far, by route name: ``{"ocr": {"upload": n, "status": n,
+        ...}, "jobs": {...}}`` (what a test compares with the journal)."""
+        return {"ocr": dict(ocr.calls), "jobs": dict(jobs.calls)}
+
+    return app

@@ -1,0 +1,81 @@
+"""The sample flows as a flows target: ``document.process`` and ``job.await``.
+
+On a node that serves HTTP they come with their fake providers (the OCR under ``/fake/ocr``,
+the job runner under ``/fake/jobs``), mounted on the node itself; a node serving only your
+own flows has neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+from app.flows import Flow
+from app.runtime.loading import Deps
+from samples.document_processing import OcrClient, build_document_flow
+from samples.job_polling import JobClient, build_job_flow
+from samples.settings import SampleSettings
+
+__all__ = ["flows", "sample_flows"]
+
+
+def sample_flows(sample: SampleSettings | None = None) -> Callable[[Deps], list[Flow]]:
+    """A flows source (``source(deps) -> flows``) for the samples with ``sample`` settings.
+
+    Args:
+        sample: the samples' settings (default: read from ``FLOWPARK_*``).
+
+    Returns:
+        A callable that, given the node's :class:`~app.runtime.loading.Deps`, mounts the
+        fake providers when the node serves HTTP (and closes them when it stops) and returns
+        the two sample flows bound to ``deps.http``.
+    """
+
+    def source(deps: Deps) -> list[Flow]:
+        settings = sample or SampleSettings()
+        node = deps.settings
+        if deps.serving:
+            _mount_fakes(deps, settings)
+        ocr = OcrClient(
+            deps.http,
+            settings.ocr_base_url or node.self_url,
+            callback_base=node.callback_url if settings.ocr_callbacks else None,
+        )
+        jobs = JobClient(deps.http, settings.jobs_base_url or node.self_url)
+        return [
+            build_document_flow(ocr),
+            build_job_flow(
+                jobs, heartbeat_timeout=timedelta(seconds=settings.sample_job_heartbeat_seconds)
+            ),
+        ]
+
+    source.__name__ = "samples"
+    return source
+
+
+def flows(deps: Deps) -> list[Flow]:
+    """The samples with their settings from ``FLOWPARK_*`` (the ``samples`` target)."""
+    return sample_flows()(deps)
+
+
+def _mount_fakes(deps: Deps, settings: SampleSettings) -> None:
+    from samples.fakes import FakeJobService, FakeOcrService, create_jobs_router, create_ocr_router
+
+    ocr = FakeOcrService(
+        per_page=timedelta(seconds=settings.sample_ocr_per_page),
+        callback_token=deps.settings.token_with("signal"),
+    )
+    jobs = FakeJobService(
+        queued_for=timedelta(seconds=settings.job_queued_seconds),
+        succeed_after=timedelta(seconds=settings.job_succeed_seconds),
+    )
+    deps.mount(create_ocr_router(ocr), tags=["fake services"])
+    deps.mount(create_jobs_router(jobs), tags=["fake services"])
+
+    async def close() -> None:
+        await ocr.drain()
+        await ocr.close()
+
+    deps.on_close(close)
+    deps.state["fake_ocr"] = ocr
+    deps.state["fake_jobs"] = jobs
