@@ -9,6 +9,7 @@ find every node of ``document.process``.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -179,3 +180,26 @@ def test_an_open_instance_page_follows_the_instance_live(
     assert woken.status_code == 200 and woken.json()["woken"], woken.text
     expect(timeline.locator(f'g[data-attempt="{due}"][data-outcome="success"]')).to_have_count(1)
     assert page.url == f"{server.base_url}/ui/instances/{target}"
+
+
+@pytest.mark.slow
+def test_stream_messages_arrive_live_on_the_instance_page(
+    page: Page, documents: tuple[SubprocessServer, Populated]
+):
+    server, _ = documents
+    api = httpx.Client(
+        base_url=server.base_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
+    )
+    with api:
+        started = api.post(
+            "/api/v1/jobs", json={}, headers={"Idempotency-Key": f"job-{uuid.uuid4().hex}"}
+        )
+        assert started.status_code == 202, started.text
+        instance_id = started.json()["instanceId"]
+        _sign_in(page, server.base_url)
+        page.goto(f"{server.base_url}/ui/instances/{instance_id}")
+        stream = page.locator('ol[data-stream="JobProgress"]')
+        expect(stream).to_have_attribute("data-stream-url", re.compile(r"/streams/JobProgress"))
+        # the job reports RUNNING after it was QUEUED: the message comes over SSE
+        expect(stream.locator("li", has_text='"RUNNING"')).to_have_count(1, timeout=20_000)
+        expect(stream.locator("li", has_text='"QUEUED"')).to_have_count(1)
