@@ -29,9 +29,9 @@ import pytest
 from pydantic import BaseModel
 from sqlalchemy import create_engine, insert
 
-from app.flows import Catalog, Flow, HttpTrigger
+from app.flows import Flow, HttpTrigger
 from app.runtime.app import create_app
-from app.settings import Settings
+from app.runtime.loading import Deps
 from app.store.db import sync_url
 from app.store.tables import OutboxEventRow
 from tests.conftest import _pg_database
@@ -51,7 +51,7 @@ class Batch(BaseModel):
     label: str = "x"
 
 
-def register_emitter(catalog: Catalog, http: httpx.AsyncClient, settings: Settings) -> None:
+def emitter_flows(deps: Deps) -> list[Flow]:
     """``emit.three``: emits ``seq.event`` with ``n`` = 1, 2, 3, then completes."""
     flow = Flow(
         "emit.three",
@@ -61,7 +61,7 @@ def register_emitter(catalog: Catalog, http: httpx.AsyncClient, settings: Settin
     )
     for n in (1, 2, 3):
         flow.emit("seq.event", lambda bag, n=n: {"n": n, "label": bag.input.label})
-    catalog.register(flow)
+    return [flow]
 
 
 @contextmanager
@@ -122,7 +122,7 @@ async def test_a_subscriber_down_for_a_while_gets_every_event_in_order_once_back
     subscribers = [{"name": "audit", "url": f"http://127.0.0.1:{port}/hook", "secret": SECRET}]
     with live_server(
         f"sqlite:///{db}",
-        app_factory=lambda s: create_app(s, register=register_emitter),
+        app_factory=lambda s: create_app(s, flows=[emitter_flows]),
         subscribers=subscribers,
         delivery_max_attempts=1000,
         **FAST_RETRIES,
@@ -179,7 +179,7 @@ async def test_a_delivery_whose_sends_ran_out_is_listed_failed_and_retried(
     subscribers = [{"name": "audit", "url": f"http://127.0.0.1:{port}/hook", "secret": SECRET}]
     with live_server(
         f"sqlite:///{db}",
-        app_factory=lambda s: create_app(s, register=register_emitter),
+        app_factory=lambda s: create_app(s, flows=[emitter_flows]),
         subscribers=subscribers,
         delivery_max_attempts=2,
         **FAST_RETRIES,
