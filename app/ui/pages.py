@@ -15,7 +15,7 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from fastapi import APIRouter, FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -47,6 +47,7 @@ __all__ = [
     "need_session",
     "overdue_threshold",
     "render",
+    "same_origin",
     "templates",
 ]
 
@@ -60,6 +61,20 @@ RECENT_WINDOW = timedelta(hours=1)
 LATENESS_WINDOW = timedelta(minutes=5)
 
 templates = Jinja2Templates(directory=str(HERE / "templates"))
+
+#: Headers of every console page: never cached, never framed (no clickjacking of the action
+#: buttons), scripts and connections to this node only (the package's own files).
+PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "
+        "form-action 'self'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
 
 
 def _fmt(instant: datetime | None) -> str:
@@ -128,7 +143,7 @@ def render(
 ) -> HTMLResponse:
     """Render template ``name`` with ``context`` (plus ``request``)."""
     response = templates.TemplateResponse(request, name, context, status_code=status_code)
-    response.headers["Cache-Control"] = "no-store"
+    response.headers.update(PAGE_HEADERS)
     return response
 
 
@@ -279,6 +294,17 @@ def build_console_router() -> APIRouter:
     return router
 
 
+def same_origin(request: Request) -> bool:
+    """A form post came from the console's own pages: its ``Origin`` (or, without one, its
+    ``Referer``) names this host, or the browser sent neither (a non-browser client)."""
+    source = request.headers.get("origin") or request.headers.get("referer")
+    if not source:
+        return True
+    if source == "null":
+        return False
+    return urlsplit(source).netloc == request.headers.get("host", "")
+
+
 class ConsoleRoute(APIRoute):
     """A console route: no session sends the browser to sign in (303); a flowpark error
     becomes an error page with the error's status and code."""
@@ -287,6 +313,15 @@ class ConsoleRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def guarded(request: Request) -> Response:
+            if request.method == "POST" and not same_origin(request):
+                return problem_page(
+                    request,
+                    403,
+                    "forbidden",
+                    "Refused",
+                    "A form of another site posted here: the console takes forms from its "
+                    "own pages only.",
+                )
             try:
                 return await handler(request)
             except SignInRequired as exc:

@@ -57,6 +57,9 @@ def test_an_operator_finds_an_overdue_document_wakes_it_and_reads_its_flow(
     page: Page, documents: tuple[SubprocessServer, Populated]
 ):
     server, docs = documents
+    problems: list[str] = []  # script errors and content-policy violations
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
     _sign_in(page, server.base_url)
 
     # the overview counts the overdue and the failed document
@@ -128,6 +131,7 @@ def test_an_operator_finds_an_overdue_document_wakes_it_and_reads_its_flow(
     assert waiting == len(docs.parked)
     for kind in ("attempt", "loop", "satisfied", "signal", "timeout", "compensation"):
         expect(graph.locator(f'g.edge[data-edge="{kind}"]')).to_have_count(1)
+    assert problems == []
 
 
 @pytest.mark.slow

@@ -104,3 +104,21 @@ async def test_the_console_can_be_turned_off(seeded_db):
             assert (await http.get("/ui")).status_code == 404
             assert (await http.get("/ui/static/htmx.min.js")).status_code == 404
             assert (await http.get("/healthz")).status_code == 200
+
+
+async def test_a_form_posted_from_another_site_is_refused(browser_less: httpx.AsyncClient):
+    foreign = {"Origin": "https://evil.example"}
+    resp = await browser_less.post("/ui/sign-in", data={"token": TOKEN}, headers=foreign)
+    assert resp.status_code == 403 and "set-cookie" not in resp.headers
+    own = {"Origin": str(browser_less.base_url).rstrip("/")}
+    resp = await browser_less.post("/ui/sign-in", data={"token": TOKEN}, headers=own)
+    assert resp.status_code == 303
+
+
+async def test_pages_are_not_cached_framed_or_open_to_other_scripts(signed_in: httpx.AsyncClient):
+    for path in ("/ui", "/ui/sign-in", "/ui/instances", "/ui/flows/document.process/1.0.0"):
+        resp = await signed_in.get(path, follow_redirects=True)
+        assert resp.headers["cache-control"] == "no-store", path
+        assert resp.headers["x-frame-options"] == "DENY", path
+        policy = resp.headers["content-security-policy"]
+        assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy, path
