@@ -1,12 +1,11 @@
-"""The console's overview reads: per flow and version, what waits, what is late, what ended.
+"""SQL of the overview reads (:class:`app.store.read_model.OverviewReads`): per flow and
+version, what waits, what is late, what ended; where instances wait; recent attempt starts.
 
-Values only (frozen dataclasses); the console turns them into pages. Every instant passed in
-is the engine clock's (aware UTC), never the database's ``now()``.
+Every instant passed in is the engine clock's (aware UTC), never the database's ``now()``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import and_, case, func, select
@@ -15,72 +14,14 @@ from sqlalchemy.sql.elements import ColumnElement
 from app.engine.journal import InstanceState, Outcome, StepKind
 from app.store.base import SqlBase, const
 from app.store.mapping import INSTANCE, STEP
+from app.store.read_model import AttemptStart, FlowActivity, NodeWaiting
 
-__all__ = ["AttemptStart", "FlowActivity", "NodeWaiting", "SqlOverviewReads"]
+__all__ = ["SqlOverviewReads"]
 
 _SUSPENDED = InstanceState.SUSPENDED.value
 _RUNNING = InstanceState.RUNNING.value
 #: Most attempt starts one lateness read returns (the newest).
 MAX_ATTEMPT_STARTS = 5000
-
-
-@dataclass(frozen=True)
-class FlowActivity:
-    """What one flow version's instances are doing at ``now``.
-
-    Attributes:
-        running / suspended: instances in that state now.
-        due_soon: suspended with ``wake_at`` from ``now - overdue`` to ``now + due_within``
-            (due and not yet late, or due within ``due_within``).
-        overdue: suspended with ``wake_at`` earlier than ``now - overdue``.
-        stuck: running with a lease that expired before ``now``.
-        completed_recently / failed_recently: ended in that state (``updated_at``) since
-            ``since``.
-        failures: error code -> instances failed with it since ``since``.
-    """
-
-    flow_name: str
-    flow_version: str
-    running: int = 0
-    suspended: int = 0
-    due_soon: int = 0
-    overdue: int = 0
-    stuck: int = 0
-    completed_recently: int = 0
-    failed_recently: int = 0
-    failures: tuple[tuple[str, int], ...] = ()
-
-
-@dataclass(frozen=True)
-class NodeWaiting:
-    """``count`` suspended instances of a flow version wait at plan node ``step_id``."""
-
-    flow_name: str
-    flow_version: str
-    step_id: int
-    count: int
-
-
-@dataclass(frozen=True)
-class AttemptStart:
-    """A poll attempt (scope > 0) that started recently, with what its schedule is read from.
-
-    Attributes:
-        step_id: the poll body's node index; ``scope`` the attempt.
-        started_at: when its first try started.
-        previous_committed_at: when the previous attempt's successful row was written (the
-            park after it asked for this attempt), or None when it is not in the journal.
-        first_started_at: when attempt 0 started (the poll's budget starts there), or None.
-    """
-
-    instance_id: str
-    flow_name: str
-    flow_version: str
-    step_id: int
-    scope: int
-    started_at: datetime
-    previous_committed_at: datetime | None
-    first_started_at: datetime | None
 
 
 class SqlOverviewReads(SqlBase):

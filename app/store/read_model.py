@@ -14,19 +14,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from app.engine.journal import InstanceState, StepRow, WakeKind
 
 __all__ = [
+    "AttemptStart",
+    "FlowActivity",
     "InstanceCount",
     "InstanceCounts",
     "InstanceFilter",
     "InstancePage",
     "InstanceSummary",
+    "NodeWaiting",
     "OperatorAction",
     "OperatorReads",
+    "OverviewReads",
 ]
 
 
@@ -204,4 +208,84 @@ class OperatorReads(Protocol):
 
     async def journal_of(self, instance_id: str) -> list[StepRow]:
         """Every journal row of the instance, in commit order (empty when unknown)."""
+        ...
+
+
+@dataclass(frozen=True)
+class FlowActivity:
+    """What one flow version's instances are doing at ``now``.
+
+    Attributes:
+        running / suspended: instances in that state now.
+        due_soon: suspended with ``wake_at`` from ``now - overdue`` to ``now + due_within``
+            (due and not yet late, or due within ``due_within``).
+        overdue: suspended with ``wake_at`` earlier than ``now - overdue``.
+        stuck: running with a lease that expired before ``now``.
+        completed_recently / failed_recently: ended in that state (``updated_at``) since
+            ``since``.
+        failures: error code -> instances failed with it since ``since``.
+    """
+
+    flow_name: str
+    flow_version: str
+    running: int = 0
+    suspended: int = 0
+    due_soon: int = 0
+    overdue: int = 0
+    stuck: int = 0
+    completed_recently: int = 0
+    failed_recently: int = 0
+    failures: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeWaiting:
+    """``count`` suspended instances of a flow version wait at plan node ``step_id``."""
+
+    flow_name: str
+    flow_version: str
+    step_id: int
+    count: int
+
+
+@dataclass(frozen=True)
+class AttemptStart:
+    """A poll attempt (scope > 0) that started recently, with what its schedule is read from.
+
+    Attributes:
+        step_id: the poll body's node index; ``scope`` the attempt.
+        started_at: when its first try started.
+        previous_committed_at: when the previous attempt's successful row was written (the
+            park after it asked for this attempt), or None when it is not in the journal.
+        first_started_at: when attempt 0 started (the poll's budget starts there), or None.
+    """
+
+    instance_id: str
+    flow_name: str
+    flow_version: str
+    step_id: int
+    scope: int
+    started_at: datetime
+    previous_committed_at: datetime | None
+    first_started_at: datetime | None
+
+
+class OverviewReads(Protocol):
+    """What the console's overview and flow pages read (grouped counts, one snapshot
+    each); implemented by :class:`app.store.overview.SqlOverviewReads`."""
+
+    async def flow_activity(
+        self, now: datetime, *, overdue: timedelta, due_within: timedelta, since: datetime
+    ) -> list[FlowActivity]:
+        """Per flow and version (sorted), the counts of :class:`FlowActivity` at ``now``."""
+        ...
+
+    async def waiting_by_node(
+        self, flow_name: str | None = None, flow_version: str | None = None
+    ) -> list[NodeWaiting]:
+        """Suspended instances per flow version and the plan node they wait at."""
+        ...
+
+    async def attempt_starts(self, since: datetime) -> list[AttemptStart]:
+        """Poll attempts after the first that started at or after ``since``, newest first."""
         ...

@@ -10,28 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Protocol
 
 from app.flows.catalog import Catalog
 from app.flows.plan import PollNode, StepNode
-from app.store.overview import AttemptStart, FlowActivity, NodeWaiting
+from app.store.read_model import AttemptStart, FlowActivity
 
-__all__ = ["FlowRow", "Lateness", "OverviewReads", "lateness", "overview_rows", "percentile"]
-
-
-class OverviewReads(Protocol):
-    """The store reads the overview and flow pages use (``SqlJournal`` has them)."""
-
-    async def flow_activity(
-        self, now: datetime, *, overdue: timedelta, due_within: timedelta, since: datetime
-    ) -> list[FlowActivity]: ...
-
-    async def waiting_by_node(
-        self, flow_name: str | None = None, flow_version: str | None = None
-    ) -> list[NodeWaiting]: ...
-
-    async def attempt_starts(self, since: datetime) -> list[AttemptStart]: ...
+__all__ = ["FlowRow", "Lateness", "lateness", "overview_rows", "percentile"]
 
 
 def percentile(values: list[float], q: float) -> float | None:

@@ -26,8 +26,9 @@ from fastapi.templating import Jinja2Templates
 from app.api.problems import status_of
 from app.engine.engine import Engine
 from app.errors import FlowparkError
+from app.store.read_model import OverviewReads
 from app.ui.graph import human_duration, layout
-from app.ui.overview import OverviewReads, lateness, overview_rows
+from app.ui.overview import lateness, overview_rows
 from app.ui.session import (
     Session,
     check_csrf,
