@@ -420,7 +420,10 @@ def fakes(
         help="Seconds the fake OCR takes per page (default: FLOWPARK_SAMPLE_OCR_PER_PAGE).",
     ),
     callback_token: str = typer.Option(
-        None, help="Bearer token on OCR callbacks (default: the first of FLOWPARK_API_TOKENS)."
+        None,
+        help="Bearer token on OCR callbacks (default: FLOWPARK_SAMPLE_CALLBACK_TOKEN, else "
+        "one derived from FLOWPARK_API_TOKENS); callbacks go only below the node's public "
+        "base URL (FLOWPARK_PUBLIC_BASE_URL, else FLOWPARK_SELF_URL).",
     ),
     log_level: str = typer.Option("info"),
 ) -> None:

@@ -59,11 +59,18 @@ def flows(deps: Deps) -> list[Flow]:
 
 
 def _mount_fakes(deps: Deps, settings: SampleSettings) -> None:
+    from app.redaction import register_secrets
     from samples.fakes import FakeJobService, FakeOcrService, create_jobs_router, create_ocr_router
+    from samples.settings import callback_credential
 
+    credential = callback_credential(deps.settings, settings)
+    register_secrets([credential.value])
+    if settings.ocr_callbacks:
+        deps.accept(credential)  # the callback's token: the signal scope only
     ocr = FakeOcrService(
         per_page=timedelta(seconds=settings.sample_ocr_per_page),
-        callback_token=deps.settings.token_with("signal"),
+        callback_token=credential.value,
+        callback_bases=(deps.settings.callback_url,),
     )
     jobs = FakeJobService(
         queued_for=timedelta(seconds=settings.job_queued_seconds),

@@ -6,10 +6,15 @@ settings table does not list them.
 
 from __future__ import annotations
 
-from pydantic import Field
+import hashlib
+import hmac
+
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["SampleSettings"]
+from app.settings import ApiToken, Settings
+
+__all__ = ["SampleSettings", "callback_credential"]
 
 
 class SampleSettings(BaseSettings):
@@ -30,6 +35,13 @@ class SampleSettings(BaseSettings):
     ocr_callbacks: bool = Field(
         default=True, description="Ask the OCR provider to call the ocr.completed webhook."
     )
+    sample_callback_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token the fake OCR sends on its ocr.completed callbacks (only "
+        "below this node's public base URL); accepted with the signal scope only. Default: "
+        "derived from FLOWPARK_API_TOKENS (the same in every process sharing them, and none "
+        "of them).",
+    )
     job_queued_seconds: float = Field(default=2.0, ge=0, description="Fake job: QUEUED time.")
     job_succeed_seconds: float = Field(default=6.0, ge=0, description="Fake job: run time.")
     jobs_base_url: str | None = Field(
@@ -44,3 +56,24 @@ class SampleSettings(BaseSettings):
         "(seconds, at least 10): how long a crashed node's try goes unnoticed before another "
         "node retries it.",
     )
+
+
+def callback_credential(settings: Settings, sample: SampleSettings) -> ApiToken:
+    """The token of the fake OCR's callbacks: name ``sample-callback``, scope ``signal``
+    only. ``FLOWPARK_SAMPLE_CALLBACK_TOKEN``, else an HMAC-SHA256 keyed by the API tokens:
+    the same in every process sharing them, none of them, and not one a caller could
+    compute without them.
+
+    Args:
+        settings: the node's settings (its API tokens).
+        sample: the samples' settings.
+
+    Returns:
+        The credential a node serving the samples accepts besides its API tokens.
+    """
+    if sample.sample_callback_token is not None:
+        value = sample.sample_callback_token.get_secret_value()
+    else:
+        key = "\n".join(sorted(settings.tokens)).encode("utf-8", "surrogateescape")
+        value = "cb-" + hmac.new(key, b"flowpark sample callback", hashlib.sha256).hexdigest()
+    return ApiToken("sample-callback", value, frozenset({"signal"}))

@@ -52,7 +52,9 @@ def authenticate(request: Request) -> Principal:
     """
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
-    tokens: tuple[ApiToken, ...] = request.app.state.settings.api_credentials
+    tokens: tuple[ApiToken, ...] = getattr(
+        request.app.state, "credentials", request.app.state.settings.api_credentials
+    )
     if scheme.lower() != "bearer" or not token:
         raise Unauthorized("missing bearer token")
     sent = _header_bytes(token.strip(" \t"))

@@ -209,6 +209,8 @@ def create_app(
     app.state.settings = settings
     app.state.catalog = catalog
     app.state.flows = deps.state
+    # the API accepts the tokens of the settings, plus those the flows modules added
+    app.state.credentials = settings.api_credentials + tuple(deps.credentials)
     install_problem_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(build_operator_router())  # before /instances/{id}

@@ -39,7 +39,7 @@ from app.errors import DefinitionError, FlowsUnloadable
 from app.flows.builder import Flow
 from app.flows.catalog import Catalog
 from app.flows.rules import Finding, Severity, check_flow
-from app.settings import Settings
+from app.settings import ApiToken, Settings
 
 if TYPE_CHECKING:
     import httpx
@@ -84,6 +84,7 @@ class Deps:
     state: dict[str, Any] = field(default_factory=dict)
     routers: list[tuple[APIRouter, list[str]]] = field(default_factory=list, repr=False)
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list, repr=False)
+    credentials: list[ApiToken] = field(default_factory=list, repr=False)
 
     def mount(self, router: APIRouter, *, tags: Sequence[str] = ()) -> None:
         """Serve ``router``'s routes on this node (only when :attr:`serving`).
@@ -94,6 +95,12 @@ class Deps:
         """
         if self.serving:
             self.routers.append((router, list(tags)))
+
+    def accept(self, credential: ApiToken) -> None:
+        """Accept ``credential`` on this node's API besides ``FLOWPARK_API_TOKENS``, with
+        its own (narrow) scopes: e.g. the token a provider's webhook carries. Register its
+        value with :func:`app.redaction.register_secrets` too."""
+        self.credentials.append(credential)
 
     def on_close(self, close: Callable[[], Awaitable[None]]) -> None:
         """Await ``close()`` when the node stops (after its sweep stopped, before the HTTP

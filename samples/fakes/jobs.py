@@ -7,7 +7,8 @@ force an outcome with the ``complete`` and ``fail`` routes. All state is in memo
 
 Routes (prefix ``/fake/jobs``):
 
-* ``PUT /{jobId}`` (body optional ``{"input": any}``) -> 201 new / 200 existing, the job view
+* ``PUT /{jobId}`` (body optional ``{"input": any}``; optional ``Idempotency-Key``: a repeat
+  answers the job the key's first call started) -> 201 new / 200 existing, the job view
 * ``GET /{jobId}`` -> ``{"jobId", "state", "result", "error"}``
 * ``POST /{jobId}/complete`` -> the job view, ``SUCCEEDED``
 * ``POST /{jobId}/fail`` (body optional ``{"reason": str}``) -> the job view, ``FAILED``
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body, Header, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -155,21 +156,32 @@ class FakeJobService:
         self._now = now or _system_utc_now
         self.calls: Counter[str] = Counter()
         self._jobs: dict[str, _Job] = {}
+        self._by_key: dict[str, str] = {}  # Idempotency-Key -> the job its first start named
 
     def now(self) -> datetime:
         """Return the service clock's current instant (aware UTC)."""
         return ensure_utc(self._now())
 
-    def start(self, job_id: str, input: Any = None) -> tuple[JobView, bool]:
-        """Start ``job_id`` unless it exists (idempotent).
+    def start(
+        self, job_id: str, input: Any = None, idempotency_key: str | None = None
+    ) -> tuple[JobView, bool]:
+        """Start ``job_id`` unless it exists (idempotent); a repeat of ``idempotency_key``
+        answers the job its first call named, whatever ``job_id`` it names now.
 
         Args:
             job_id: caller-chosen id.
             input: stored with a new job; ignored when the job exists.
+            idempotency_key: the caller's key for this start (the ``Idempotency-Key``
+                header), or None.
 
         Returns:
             The job's view and whether this call created it.
         """
+        if idempotency_key is not None:
+            first = self._by_key.setdefault(idempotency_key, job_id)
+            if first in self._jobs:
+                return self._view(self._jobs[first]), False
+            job_id = first
         job = self._jobs.get(job_id)
         if job is not None:
             return self._view(job), False
@@ -284,10 +296,15 @@ def create_jobs_router(service: FakeJobService) -> APIRouter:
         responses={200: {"model": JobView, "description": "The job already existed"}},
     )
     async def start(
-        job_id: str, response: Response, body: JobStartRequest | None = Body(default=None)
+        job_id: str,
+        response: Response,
+        body: JobStartRequest | None = Body(default=None),
+        idempotency_key: str | None = Header(default=None, max_length=200),
     ) -> JobView:
         service.calls["start"] += 1
-        view, created = service.start(job_id, body.input if body is not None else None)
+        view, created = service.start(
+            job_id, body.input if body is not None else None, idempotency_key
+        )
         if not created:
             response.status_code = 200
         return view

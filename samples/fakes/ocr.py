@@ -10,7 +10,10 @@ All state is in memory. The fake is not flowpark's engine, so it uses plain asyn
 
 Routes (prefix ``/fake/ocr``):
 
-* ``POST /jobs`` -> 201 ``{"jobId", "documentId", "status": "pending", "pages"}``
+* ``POST /jobs`` -> 201 ``{"jobId", "documentId", "status": "pending", "pages"}``; with an
+  ``Idempotency-Key`` header, a repeat of the key answers the first job (200) and creates
+  none; a ``callbackUrl`` outside the service's allowed callback bases -> 422
+  ``{"code": "ocr.callback_not_allowed"}``
 * ``GET /jobs`` -> ``[{"jobId", "documentId", "status"}]``
 * ``GET /jobs/{jobId}`` -> ``{"jobId", "documentId", "pages", "status", "text"}``
 * ``POST /jobs/{jobId}/cancel`` -> ``{"jobId", "status"}``
@@ -29,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import httpx
-from fastapi import APIRouter
+from fastapi import APIRouter, Header, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -39,6 +42,7 @@ from app.engine.clock import ensure_utc
 __all__ = [
     "MAX_PAGES",
     "FakeOcrService",
+    "OcrCallbackNotAllowed",
     "OcrCancelResult",
     "OcrJobAccepted",
     "OcrJobCancelled",
@@ -158,6 +162,17 @@ class OcrJobNotFound(LookupError):
         self.job_id = job_id
 
 
+class OcrCallbackNotAllowed(ValueError):
+    """The ``callbackUrl`` is not under flowpark's own base URL (HTTP 422, code
+    ``ocr.callback_not_allowed``): the callback's token would go elsewhere."""
+
+    code = "ocr.callback_not_allowed"
+
+    def __init__(self, url: str) -> None:
+        super().__init__("callbackUrl is not under an allowed callback base")
+        self.url = url
+
+
 class OcrJobCancelled(RuntimeError):
     """The job was cancelled, so it cannot be completed (HTTP 409, code ``ocr.job_cancelled``)."""
 
@@ -206,6 +221,9 @@ class FakeOcrService:
         callback_attempts: tries per callback (default 3).
         callback_backoff: real-time wait before retry n is ``n * callback_backoff``
             (default 200 ms).
+        callback_bases: the only URL prefixes a ``callbackUrl`` may start with (same
+            scheme, host and port, path below): flowpark's own base URL. Empty (default):
+            no callback is accepted. The token goes nowhere else.
 
     Attributes:
         calls: requests served, keyed by route name (``upload``, ``list``, ``status``,
@@ -227,6 +245,7 @@ class FakeOcrService:
         *,
         callback_attempts: int = 3,
         callback_backoff: timedelta = timedelta(milliseconds=200),
+        callback_bases: tuple[str, ...] = (),
     ) -> None:
         if per_page < timedelta(0):
             raise ValueError(f"per_page must be >= 0, got {per_page}")
@@ -241,6 +260,8 @@ class FakeOcrService:
         self.calls: Counter[str] = Counter()
         self.callback_outcomes: Counter[str] = Counter()
         self._jobs: dict[str, _OcrJob] = {}
+        self._by_key: dict[str, str] = {}  # Idempotency-Key -> the job its first upload made
+        self.callback_bases = tuple(httpx.URL(b) for b in callback_bases)
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._callback_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -253,21 +274,57 @@ class FakeOcrService:
 
     # -- operations (the routes call these) ------------------------------------------------
 
+    def callback_allowed(self, url: str) -> bool:
+        """Whether ``url`` lies under one of :attr:`callback_bases` (same scheme, host and
+        port; path below the base's path)."""
+        try:
+            target = httpx.URL(url)
+        except (httpx.InvalidURL, ValueError):
+            return False
+        for base in self.callback_bases:
+            prefix = base.path.rstrip("/") + "/"
+            if (
+                (target.scheme, target.host, target.port) == (base.scheme, base.host, base.port)
+                and target.path.startswith(prefix)
+                and not target.userinfo
+                and ".." not in target.path.split("/")
+            ):
+                return True
+        return False
+
     def upload(
-        self, document_id: str, pages: int, callback_url: str | None = None
+        self,
+        document_id: str,
+        pages: int,
+        callback_url: str | None = None,
+        idempotency_key: str | None = None,
     ) -> OcrJobAccepted:
-        """Create a pending job.
+        """Create a pending job; a repeat of ``idempotency_key`` answers the first job.
 
         Args:
             document_id: caller's document id.
             pages: page count (>= 1).
             callback_url: URL to POST to on completion, or None.
+            idempotency_key: the caller's key for this upload, or None.
 
         Returns:
-            The accepted job (status ``pending``).
+            The accepted job (status ``pending`` for a new one; a repeat's status now).
+
+        Raises:
+            OcrCallbackNotAllowed: ``callback_url`` is outside :attr:`callback_bases`.
         """
         if pages < 1:
             raise ValueError(f"pages must be >= 1, got {pages}")
+        if idempotency_key is not None and idempotency_key in self._by_key:
+            first = self._settled(self._by_key[idempotency_key])
+            return OcrJobAccepted(
+                job_id=first.job_id,
+                document_id=first.document_id,
+                status=first.status,
+                pages=first.pages,
+            )
+        if callback_url is not None and not self.callback_allowed(callback_url):
+            raise OcrCallbackNotAllowed(callback_url)
         uploaded_at = self.now()
         job = _OcrJob(
             job_id=uuid.uuid4().hex,
@@ -278,6 +335,8 @@ class FakeOcrService:
             due_at=uploaded_at + self.per_page * pages,
         )
         self._jobs[job.job_id] = job
+        if idempotency_key is not None:
+            self._by_key[idempotency_key] = job.job_id
         if callback_url is not None:
             self._start_timer(job)
         return OcrJobAccepted(
@@ -471,10 +530,32 @@ def create_ocr_router(service: FakeOcrService) -> APIRouter:
         404: {"description": 'Unknown job: `{"code": "ocr.job_not_found"}`'}
     }
 
-    @router.post("/jobs", status_code=201, response_model=OcrJobAccepted)
-    async def upload(body: OcrUploadRequest) -> OcrJobAccepted:
+    @router.post(
+        "/jobs",
+        status_code=201,
+        response_model=OcrJobAccepted,
+        responses={
+            200: {"model": OcrJobAccepted, "description": "A repeat of the Idempotency-Key"},
+            422: {"description": 'Callback not allowed: `{"code": "ocr.callback_not_allowed"}`'},
+        },
+    )
+    async def upload(
+        body: OcrUploadRequest,
+        response: Response,
+        idempotency_key: str | None = Header(default=None, max_length=200),
+    ) -> Any:
         service.calls["upload"] += 1
-        return service.upload(body.document_id, body.pages, body.callback_url)
+        known = idempotency_key is not None and idempotency_key in service._by_key
+        try:
+            accepted = service.upload(
+                body.document_id, body.pages, body.callback_url, idempotency_key
+            )
+        except OcrCallbackNotAllowed as exc:
+            return JSONResponse(status_code=422, content={"code": exc.code})
+        if known:
+            service.calls["upload_repeat"] += 1
+            response.status_code = 200
+        return accepted
 
     @router.get("/jobs", response_model=list[OcrJobSummary])
     async def list_jobs() -> list[OcrJobSummary]:

@@ -11,9 +11,10 @@ from datetime import timedelta
 
 from fastapi import FastAPI
 
+from app.redaction import register_secrets
 from app.settings import Settings
 from samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
-from samples.settings import SampleSettings
+from samples.settings import SampleSettings, callback_credential
 
 __all__ = ["create_fakes_server"]
 
@@ -35,7 +36,9 @@ def create_fakes_server(
         per_page: seconds the fake OCR takes per page (default
             ``sample.sample_ocr_per_page``).
         callback_token: bearer token the OCR sends on ``ocr.completed`` callbacks
-            (default: the first token, sorted, with the ``signal`` scope).
+            (default: :func:`samples.settings.callback_credential`, a token for callbacks
+            only); the callbacks go only below ``settings.callback_url`` (flowpark's public
+            base URL).
 
     Returns:
         A FastAPI app (``GET /fake/stats`` counts the requests served) whose lifespan
@@ -44,8 +47,13 @@ def create_fakes_server(
     settings = settings or Settings()
     sample = sample or SampleSettings()
     seconds = sample.sample_ocr_per_page if per_page is None else per_page
-    token = callback_token or settings.token_with("signal")
-    ocr = FakeOcrService(per_page=timedelta(seconds=seconds), callback_token=token)
+    token = callback_token or callback_credential(settings, sample).value
+    register_secrets([token])
+    ocr = FakeOcrService(
+        per_page=timedelta(seconds=seconds),
+        callback_token=token,
+        callback_bases=(settings.callback_url,),
+    )
     jobs = FakeJobService(
         queued_for=timedelta(seconds=sample.job_queued_seconds),
         succeed_after=timedelta(seconds=sample.job_succeed_seconds),

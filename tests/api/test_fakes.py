@@ -9,8 +9,10 @@ import httpx
 import pytest
 
 from samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
+from samples.fakes.ocr import OcrCallbackNotAllowed
 
 CALLBACK_URL = "http://flowpark.test/callbacks/ocr"
+CALLBACK_BASE = "http://flowpark.test"
 
 
 class MutableClock:
@@ -64,6 +66,7 @@ async def ocr(clock: MutableClock, sink: CallbackSink) -> AsyncIterator[FakeOcrS
         callback_client_factory=sink.client_factory(),
         callback_token="s3cret",
         callback_backoff=timedelta(0),
+        callback_bases=(CALLBACK_BASE,),
     )
     yield service
     await service.close()
@@ -242,6 +245,7 @@ async def test_ocr_timer_completes_a_callback_job_in_real_time(
         now=clock,
         callback_client_factory=sink.client_factory(),
         callback_token="t",
+        callback_bases=(CALLBACK_BASE,),
     )
     try:
         accepted = service.upload("doc-9", 2, CALLBACK_URL)
@@ -294,7 +298,10 @@ async def test_ocr_callback_does_not_retry_client_errors(
 
 async def test_ocr_close_cancels_timers(clock: MutableClock, sink: CallbackSink) -> None:
     service = FakeOcrService(
-        per_page=timedelta(hours=1), now=clock, callback_client_factory=sink.client_factory()
+        per_page=timedelta(hours=1),
+        now=clock,
+        callback_client_factory=sink.client_factory(),
+        callback_bases=(CALLBACK_BASE,),
     )
     service.upload("doc", 1, CALLBACK_URL)
     timers = list(service._timers.values())
@@ -309,7 +316,10 @@ async def test_fakes_app_lifespan_drains_and_closes(
     clock: MutableClock, sink: CallbackSink
 ) -> None:
     ocr = FakeOcrService(
-        per_page=timedelta(hours=1), now=clock, callback_client_factory=sink.client_factory()
+        per_page=timedelta(hours=1),
+        now=clock,
+        callback_client_factory=sink.client_factory(),
+        callback_bases=(CALLBACK_BASE,),
     )
     app = create_fakes_app(ocr, FakeJobService(now=clock))
     async with app.router.lifespan_context(app):
@@ -410,3 +420,59 @@ async def test_job_unknown_is_404(client: httpx.AsyncClient, method: str, path: 
     resp = await client.request(method, path)
     assert resp.status_code == 404
     assert resp.json() == {"code": "job.not_found"}
+
+
+# -- idempotency keys and callback bases ---------------------------------------------------
+
+
+async def test_ocr_upload_repeats_of_one_idempotency_key_create_one_job(
+    client: httpx.AsyncClient, ocr: FakeOcrService
+) -> None:
+    body = {"documentId": "doc-1", "pages": 1}
+    first = await client.post("/fake/ocr/jobs", json=body, headers={"Idempotency-Key": "k-1"})
+    again = await client.post("/fake/ocr/jobs", json=body, headers={"Idempotency-Key": "k-1"})
+    other = await client.post("/fake/ocr/jobs", json=body, headers={"Idempotency-Key": "k-2"})
+    assert (first.status_code, again.status_code, other.status_code) == (201, 200, 201)
+    assert again.json()["jobId"] == first.json()["jobId"] != other.json()["jobId"]
+    assert len((await client.get("/fake/ocr/jobs")).json()) == 2
+    assert ocr.calls["upload"] == 3 and ocr.calls["upload_repeat"] == 1
+
+
+async def test_job_start_repeats_of_one_idempotency_key_answer_the_first_job(
+    client: httpx.AsyncClient,
+) -> None:
+    first = await client.put("/fake/jobs/j-a", json={}, headers={"Idempotency-Key": "k"})
+    again = await client.put("/fake/jobs/j-b", json={}, headers={"Idempotency-Key": "k"})
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["jobId"] == "j-a"
+    assert (await client.get("/fake/jobs/j-b")).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://evil.test/steal",
+        "http://flowpark.test:8080/callbacks/ocr",
+        "https://flowpark.test/callbacks/ocr",
+        "http://user:pw@flowpark.test/callbacks/ocr",
+        "http://flowpark.test.evil.test/callbacks",
+        "not a url",
+    ],
+)
+async def test_ocr_refuses_a_callback_outside_its_allowed_bases(
+    client: httpx.AsyncClient, ocr: FakeOcrService, url: str
+) -> None:
+    resp = await client.post(
+        "/fake/ocr/jobs", json={"documentId": "doc-1", "pages": 1, "callbackUrl": url}
+    )
+    assert resp.status_code == 422 and resp.json() == {"code": "ocr.callback_not_allowed"}
+    assert (await client.get("/fake/ocr/jobs")).json() == []
+
+
+async def test_ocr_without_allowed_bases_accepts_no_callback(clock: MutableClock) -> None:
+    service = FakeOcrService(now=clock, callback_token="t")
+    try:
+        with pytest.raises(OcrCallbackNotAllowed):
+            service.upload("doc-1", 1, CALLBACK_URL)
+    finally:
+        await service.close()

@@ -9,6 +9,7 @@ import pytest
 from app import redaction
 from app.redaction import MASK, RedactingFormatter, redact, redact_url, register_secrets
 from app.settings import Settings
+from samples.settings import SampleSettings, callback_credential
 
 
 @pytest.fixture(autouse=True)
@@ -57,4 +58,16 @@ def test_settings_name_their_secrets_but_not_the_public_default_token() -> None:
         console_secret="console-secret-1",
     )
     assert settings.secret_values() == {"pw-1234", "tok-abcdef", "console-secret-1"}
-    assert Settings(database_url="sqlite:///x.db", api_tokens="dev-token").secret_values() == set()
+    plain = Settings(database_url="sqlite:///x.db", api_tokens="dev-token")
+    assert plain.secret_values() == set()
+
+
+def test_the_callback_token_is_for_signals_only_and_none_of_the_api_tokens() -> None:
+    settings = Settings(api_tokens="ops:tok-abcdef:read+start+signal+operate")
+    credential = callback_credential(settings, SampleSettings())
+    assert credential.scopes == {"signal"} and credential.value not in settings.tokens
+    # every process sharing the API tokens derives the same one
+    again = callback_credential(Settings(api_tokens=settings.api_tokens), SampleSettings())
+    assert again == credential
+    other = callback_credential(Settings(api_tokens="tok-other"), SampleSettings())
+    assert other.value != credential.value
