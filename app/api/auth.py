@@ -15,12 +15,26 @@ import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from fastapi import Request
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.errors import Forbidden, Unauthorized
 from app.settings import ApiToken
 
-__all__ = ["Principal", "authenticate", "require_scope", "require_token"]
+__all__ = ["BEARER", "Principal", "authenticate", "require_scope", "require_token"]
+
+#: The OpenAPI security scheme ``bearer`` (Swagger UI's "Authorize"): every route that
+#: depends on :func:`require_scope` or :func:`require_token` carries it. It reads nothing
+#: itself (``auto_error=False``): :func:`authenticate` checks the header.
+BEARER = HTTPBearer(
+    scheme_name="bearer",
+    description=(
+        "A token from `FLOWPARK_API_TOKENS`: `Authorization: Bearer <token>`. A route needs "
+        "a scope of the token (`read`, `start`, `signal`, `operate`): 403 `forbidden` "
+        "without it."
+    ),
+    auto_error=False,
+)
 
 
 @dataclass(frozen=True)
@@ -78,7 +92,9 @@ def require_scope(scope: str) -> Callable[[Request], Awaitable[Principal]]:
         Forbidden: ``forbidden`` (403), the token lacks ``scope`` (``missingScope``).
     """
 
-    async def dependency(request: Request) -> Principal:
+    async def dependency(
+        request: Request, _scheme: HTTPAuthorizationCredentials | None = Depends(BEARER)
+    ) -> Principal:
         principal = authenticate(request)
         if scope not in principal.scopes:
             raise Forbidden(
@@ -93,7 +109,9 @@ def require_scope(scope: str) -> Callable[[Request], Awaitable[Principal]]:
     return dependency
 
 
-async def require_token(request: Request) -> str:
+async def require_token(
+    request: Request, _scheme: HTTPAuthorizationCredentials | None = Depends(BEARER)
+) -> str:
     """FastAPI dependency: any accepted token (whatever its scopes); answers its name.
 
     Raises:

@@ -14,7 +14,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal, cast
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
@@ -26,13 +26,22 @@ from app.api.explain import (
     poll_of,
     summary_view,
 )
+from app.api.models import (
+    BudgetExtension,
+    BulkAnswer,
+    CancelAnswer,
+    InstanceCounts,
+    InstanceList,
+    WakeAnswer,
+)
+from app.api.openapi import problem_responses
 from app.api.plans import plan_view
 from app.api.routes import check_instance_id, idempotency_header
 from app.api.views import API
 from app.engine.engine import Engine
 from app.engine.journal import InstanceState, WakeKind
 from app.engine.operator import extend_budget
-from app.errors import FlowparkError, InputInvalid, InstanceEnded, InstanceNotFound
+from app.errors import ErrorCode, FlowparkError, InputInvalid, InstanceEnded, InstanceNotFound
 from app.store.read_model import InstanceFilter, InstanceSummary, OperatorAction, OperatorReads
 
 __all__ = [
@@ -148,7 +157,7 @@ async def summaries(request: Request, rows: list[InstanceSummary]) -> list[dict[
 class BulkFilter(BaseModel):
     """The list's filters as a JSON body (the same names as the query parameters)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid")
 
     flow: str | None = Field(default=None, max_length=_MAX_TEXT)
     version: str | None = Field(default=None, max_length=_MAX_TEXT)
@@ -181,7 +190,15 @@ class BulkFilter(BaseModel):
 class BulkAction(BaseModel):
     """``POST /api/v1/instances/actions``: act on the instances a filter selects."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"action": "wake", "filter": {"waiting": "poll", "overdue": 600}, "limit": 100},
+                {"action": "cancel", "filter": {"flow": "document.process"}, "dryRun": True},
+            ]
+        },
+    )
 
     action: Literal["wake", "cancel"]
     filter: BulkFilter = Field(default_factory=BulkFilter)
@@ -300,7 +317,9 @@ async def cancel(request: Request, instance_id: str, key: str | None) -> tuple[i
 class Extension(BaseModel):
     """``POST /api/v1/instances/{id}/budget``: how much longer the poll may wait."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"extendBy": "PT2H"}, {"extendBy": 600}]}
+    )
 
     extend_by: timedelta = Field(
         alias="extendBy",
@@ -363,6 +382,22 @@ def _at(instant: datetime | None) -> str | None:
     return instant.isoformat().replace("+00:00", "Z") if instant is not None else None
 
 
+#: What an action on one instance can answer besides its own answer.
+_ACTION_CODES = (
+    ErrorCode.INSTANCE_NOT_FOUND,
+    ErrorCode.INSTANCE_ENDED,
+    ErrorCode.IDEMPOTENCY_KEY_INVALID,
+)
+#: What a bulk action's body can answer.
+_BODY_CODES = (
+    ErrorCode.BODY_TOO_LARGE,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+    ErrorCode.IDEMPOTENCY_KEY_INVALID,
+)
+_KEY_DOC = "Repeats with the same key answer the first request's answer."
+_CANCEL_REF = "#/components/schemas/CancelAnswer"
+
+
 def build_operator_router() -> APIRouter:
     """The operator's ``/api/v1/instances`` list and counts routes (registered before the
     ``/instances/{id}`` routes, so ``counts`` is not read as an id)."""
@@ -370,7 +405,14 @@ def build_operator_router() -> APIRouter:
     read = [Depends(require_scope("read"))]
     operate = [Depends(require_scope("operate"))]
 
-    @router.get("/instances", tags=["instances"], dependencies=read)
+    @router.get(
+        "/instances",
+        tags=["instances"],
+        dependencies=read,
+        operation_id="list_instances",
+        response_model=InstanceList,
+        responses=problem_responses(ErrorCode.INPUT_INVALID),
+    )
     async def list_instances(
         request: Request,
         where: Annotated[InstanceFilter, Depends(instance_filter)],
@@ -398,7 +440,14 @@ def build_operator_router() -> APIRouter:
             }
         )
 
-    @router.get("/instances/counts", tags=["instances"], dependencies=read)
+    @router.get(
+        "/instances/counts",
+        tags=["instances"],
+        dependencies=read,
+        operation_id="count_instances",
+        response_model=InstanceCounts,
+        responses=problem_responses(ErrorCode.INPUT_INVALID),
+    )
     async def count_instances(
         request: Request,
         overdue: Annotated[
@@ -431,7 +480,14 @@ def build_operator_router() -> APIRouter:
         plan = catalog.get(name, version) if version else catalog.latest(name)
         return JSONResponse(plan_view(plan))
 
-    @router.post("/instances/actions", tags=["instances"], dependencies=operate)
+    @router.post(
+        "/instances/actions",
+        tags=["instances"],
+        dependencies=operate,
+        operation_id="act_on_instances",
+        response_model=BulkAnswer,
+        responses=problem_responses(ErrorCode.INPUT_INVALID, *_BODY_CODES),
+    )
     async def bulk_action(request: Request, body: BulkAction) -> JSONResponse:
         """Act (`wake` or `cancel`) on the instances a filter selects (`filter`: the list's
         parameters as JSON, e.g. `{"waiting": "poll", "overdue": 600}`). `dryRun: true`
@@ -487,11 +543,20 @@ def build_operator_router() -> APIRouter:
             }
         )
 
-    @router.post("/instances/{instance_id}/wake", tags=["instances"], dependencies=operate)
+    @router.post(
+        "/instances/{instance_id}/wake",
+        tags=["instances"],
+        dependencies=operate,
+        operation_id="wake_instance",
+        response_model=WakeAnswer,
+        responses=problem_responses(*_ACTION_CODES),
+    )
     async def wake_instance(
         request: Request,
-        instance_id: str,
-        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+        instance_id: Annotated[str, Path(description="the instance's id")],
+        idempotency_key: Annotated[
+            str | None, Header(alias="Idempotency-Key", description=_KEY_DOC)
+        ] = None,
     ) -> JSONResponse:
         """Wake a parked instance now: it is claimed and the wait it is parked on runs at
         once (a poll's next attempt, a retry's next try), then it parks again or ends as
@@ -504,12 +569,27 @@ def build_operator_router() -> APIRouter:
         status, answer = await wake(request, instance_id, key)
         return JSONResponse(answer, status_code=status)
 
-    @router.post("/instances/{instance_id}/budget", tags=["instances"], dependencies=operate)
+    @router.post(
+        "/instances/{instance_id}/budget",
+        tags=["instances"],
+        dependencies=operate,
+        operation_id="extend_instance_budget",
+        response_model=BudgetExtension,
+        responses=problem_responses(
+            *_ACTION_CODES,
+            *_BODY_CODES,
+            ErrorCode.INPUT_INVALID,
+            ErrorCode.NO_BUDGET,
+            ErrorCode.INSTANCE_BUSY,
+        ),
+    )
     async def extend_instance_budget(
         request: Request,
-        instance_id: str,
+        instance_id: Annotated[str, Path(description="the instance's id")],
         body: Extension,
-        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+        idempotency_key: Annotated[
+            str | None, Header(alias="Idempotency-Key", description=_KEY_DOC)
+        ] = None,
     ) -> JSONResponse:
         """Extend the budget of the poll the instance is parked at: `{"extendBy": "PT2H"}`
         (an ISO-8601 duration, or seconds). The new end (`endsAt`, never past the flow
@@ -523,11 +603,26 @@ def build_operator_router() -> APIRouter:
         status, answer = await extend(request, instance_id, body.extend_by, key)
         return JSONResponse(answer, status_code=status)
 
-    @router.post("/instances/{instance_id}/cancel", tags=["instances"], dependencies=operate)
+    @router.post(
+        "/instances/{instance_id}/cancel",
+        tags=["instances"],
+        dependencies=operate,
+        operation_id="cancel_instance",
+        response_model=CancelAnswer,
+        responses={
+            202: {
+                "description": "Cancel requested; another node finishes the unwind",
+                "content": {"application/json": {"schema": {"$ref": _CANCEL_REF}}},
+            },
+            **problem_responses(*_ACTION_CODES),
+        },
+    )
     async def cancel_instance(
         request: Request,
-        instance_id: str,
-        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+        instance_id: Annotated[str, Path(description="the instance's id")],
+        idempotency_key: Annotated[
+            str | None, Header(alias="Idempotency-Key", description=_KEY_DOC)
+        ] = None,
     ) -> JSONResponse:
         """Cancel: compensations of completed steps run once, in reverse order, and the
         instance ends `cancelled` (202 while another node finishes the unwind). 409

@@ -25,12 +25,21 @@ import math
 import unicodedata
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from app.api.auth import require_scope
 from app.api.explain import explain_view
+from app.api.models import (
+    EventView,
+    FlowView,
+    InstanceView,
+    ReviewView,
+    SignalAnswer,
+    StartAnswer,
+)
+from app.api.openapi import DEFS_KEY, REQUIRED_HEADERS_KEY, problem_responses, request_schema
 from app.api.views import (
     API,
     awaiting,
@@ -42,6 +51,7 @@ from app.api.views import (
 from app.engine.engine import Engine
 from app.engine.journal import InstanceState, SignalRecord
 from app.errors import (
+    ErrorCode,
     IdempotencyKeyInvalid,
     IdempotencyKeyMissing,
     IdempotencyKeyReused,
@@ -221,7 +231,9 @@ def _engine(request: Request) -> Engine:
 def _start_handler(plan: Plan):  # type: ignore[no-untyped-def]
     async def start(
         request: Request,
-        idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
+        idempotency_key: str | None = Header(
+            default=None, alias="Idempotency-Key", description=IDEMPOTENCY_KEY_DOC
+        ),
         _: object = Depends(require_scope("start")),
     ) -> JSONResponse:
         engine = _engine(request)
@@ -261,11 +273,22 @@ def _start_handler(plan: Plan):  # type: ignore[no-untyped-def]
     start.__doc__ = (
         f"Start `{plan.name}` {plan.version}. Requires a bearer token"
         + (" and an `Idempotency-Key` header" if plan.trigger and plan.trigger.idempotent else "")
-        + ". Answers 202 with the instance id once it parks or ends, or, when it has done"
-        " neither within `FLOWPARK_START_WAIT_SECONDS` (default 2 s), 202 with"
-        ' `"status": "running"`: the instance is durably created and its run goes on on'
-        " the node (follow `Location`). A replay with the same `Idempotency-Key` answers"
-        " the same instance with its state now." + _BODY_DOC
+        + ". "
+        + (
+            "Runs inside the request and answers 200 with `instanceId`, `status` and the "
+            "`result` (or `error`)."
+            if plan.profile is Profile.EPHEMERAL
+            else "Answers 202 once the instance parks or ends: `instanceId`, `status` (its "
+            "state then), `result` once completed, and `awaiting` (the signals it waits for "
+            "now, each with the path to POST it to); `Location` is the instance's URL. When "
+            "it has done neither within `FLOWPARK_START_WAIT_SECONDS` (default 2 s), 202 "
+            'with `"status": "running"`: the instance is durably created and its run goes '
+            "on on the node (follow `Location`). A replay with the same `Idempotency-Key` "
+            "answers the same instance with its state now."
+        )
+        + " The body is the flow's input, plus an optional `instanceKey` (a business id "
+        "unique among the flow's running instances: 409 `instance_key_in_use` when one holds "
+        "it)." + _BODY_DOC
     )
     return start
 
@@ -311,9 +334,9 @@ def _same_signal(
     # the body came as JSON: validated in JSON mode (strict fields read ISO strings), as
     # the engine stores it; it validated this very body already, so this succeeds
     try:
-        payload = signal.model.model_validate_json(json.dumps(body)).model_dump(
-            mode="json", by_alias=True
-        )
+        payload = signal.model.model_validate_json(
+            json.dumps(body), by_alias=True, by_name=False
+        ).model_dump(mode="json", by_alias=True)
     except (ValidationError, ValueError):  # pragma: no cover - the engine refused it first
         payload = body
     return _same_json(first.payload, payload)
@@ -341,35 +364,123 @@ def _same_json(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+#: The ``Idempotency-Key`` header as documented: printable, at most ``MAX_KEY`` characters.
+IDEMPOTENCY_KEY_DOC = (
+    "Repeats with the same key and body answer the first request. Printable, at most "
+    f"{MAX_KEY} characters (else 400 `idempotency_key_invalid`)."
+)
+#: ``instanceKey`` in a start body (taken out before the flow's input is validated).
+INSTANCE_KEY_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_KEY,
+    "description": (
+        "A business id unique per flow among its running and suspended instances: a start "
+        "with a key that one of them holds answers 409 `instance_key_in_use` (or that "
+        "instance, when the Idempotency-Key and body match). Not part of the flow's input."
+    ),
+}
+#: The body codes every start and signal route can answer.
+_BODY_CODES = (
+    ErrorCode.INPUT_INVALID,
+    ErrorCode.BODY_TOO_LARGE,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+    ErrorCode.IDEMPOTENCY_KEY_INVALID,
+    ErrorCode.IDEMPOTENCY_KEY_REUSED,
+)
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name.lower())
+
+
+def _body_examples(model: type[Any]) -> list[Any]:
+    config = getattr(model, "model_config", {})
+    extra = config.get("json_schema_extra")
+    examples = extra.get("examples") if isinstance(extra, dict) else None
+    return list(examples) if isinstance(examples, list) else []
+
+
+def _start_links(plan: Plan) -> dict[str, Any]:
+    """OpenAPI links from a start's answer to the reads and actions on its instance
+    (schemathesis walks them: start -> read -> signal -> cancel)."""
+    instance = {"instance_id": "$response.body#/instanceId"}
+    links: dict[str, Any] = {
+        "GetInstance": {"operationId": "get_instance", "parameters": instance},
+        "CancelInstance": {"operationId": "cancel_instance", "parameters": instance},
+    }
+    for name in plan.signals:
+        links[f"Signal_{_slug(name)}"] = {
+            "operationId": f"signal_{_slug(plan.name)}_{_slug(name)}",
+            "parameters": instance,
+        }
+    return links
+
+
+def _start_operation(plan: Plan) -> dict[str, Any]:
+    trigger = plan.trigger
+    assert trigger is not None
+    ephemeral = plan.profile is Profile.EPHEMERAL
+    status = 200 if ephemeral else 202
+    codes = [*_BODY_CODES, ErrorCode.INSTANCE_KEY_IN_USE]
+    if trigger.idempotent:
+        codes.append(ErrorCode.IDEMPOTENCY_KEY_MISSING)
+    schema, defs = request_schema(plan.input_model, {"instanceKey": INSTANCE_KEY_SCHEMA})
+    body: dict[str, Any] = {"schema": schema}
+    examples = _body_examples(plan.input_model)
+    if examples:
+        body["example"] = examples[0]
+    answer: dict[str, Any] = {
+        "description": (
+            "The instance's outcome (an ephemeral flow runs inside the request)"
+            if ephemeral
+            else "The instance once it parked or ended; `Location` is its URL"
+        ),
+    }
+    if not ephemeral:
+        answer["headers"] = {
+            "Location": {"description": "the instance's URL", "schema": {"type": "string"}}
+        }
+        answer["links"] = _start_links(plan)
+    extra: dict[str, Any] = {
+        "requestBody": {"required": True, "content": {"application/json": body}},
+        DEFS_KEY: defs,
+    }
+    if trigger.idempotent:
+        extra[REQUIRED_HEADERS_KEY] = ["Idempotency-Key"]
+    return {
+        "status_code": status,
+        "response_model": StartAnswer,
+        "responses": {status: answer, **problem_responses(*codes)},
+        "openapi_extra": extra,
+        "operation_id": f"start_{_slug(plan.name)}",
+    }
+
+
 def add_trigger_routes(app: FastAPI, plans: list[Plan]) -> None:
     """One start route per flow with an HTTP trigger, plus a signal route per declared
-    signal at ``{route}/{instanceId}/signals/{name}``."""
+    signal at ``{route}/{instance_id}/signals/{name}``."""
     for plan in plans:
         trigger = plan.trigger
         if trigger is None:
             continue
-        schema = plan.input_model.model_json_schema(by_alias=True)
         app.add_api_route(
             trigger.route,
             _start_handler(plan),
             methods=[trigger.method.upper()],
             tags=["flows"],
             name=f"start {plan.name}@{plan.version}",
-            status_code=202,
-            openapi_extra={
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": schema}},
-                }
-            },
+            **_start_operation(plan),
         )
         for signal in plan.signals.values():
 
             def make(sig_name: str, flow_name: str):  # type: ignore[no-untyped-def]
                 async def deliver(
                     request: Request,
-                    instance_id: str,
-                    idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
+                    instance_id: str = Path(description="the instance's id"),
+                    idempotency_key: str | None = Header(
+                        default=None, alias="Idempotency-Key", description=IDEMPOTENCY_KEY_DOC
+                    ),
                     _: object = Depends(require_scope("signal")),
                 ) -> JSONResponse:
                     return await _deliver(request, instance_id, sig_name, idempotency_key)
@@ -384,6 +495,11 @@ def add_trigger_routes(app: FastAPI, plans: list[Plan]) -> None:
                 )
                 return deliver
 
+            schema, defs = request_schema(signal.model)
+            body: dict[str, Any] = {"schema": schema}
+            examples = _body_examples(signal.model)
+            if examples:
+                body["example"] = examples[0]
             app.add_api_route(
                 f"{trigger.route}/{{instance_id}}/signals/{signal.name}",
                 make(signal.name, plan.name),
@@ -391,16 +507,23 @@ def add_trigger_routes(app: FastAPI, plans: list[Plan]) -> None:
                 tags=["signals"],
                 status_code=202,
                 name=f"signal {signal.name} ({plan.name}@{plan.version})",
+                operation_id=f"signal_{_slug(plan.name)}_{_slug(signal.name)}",
+                response_model=SignalAnswer,
+                responses=problem_responses(*_SIGNAL_CODES),
                 openapi_extra={
-                    "requestBody": {
-                        "content": {
-                            "application/json": {
-                                "schema": signal.model.model_json_schema(by_alias=True)
-                            }
-                        }
-                    }
+                    "requestBody": {"content": {"application/json": body}},
+                    DEFS_KEY: defs,
                 },
             )
+
+
+_SIGNAL_CODES = (
+    *_BODY_CODES,
+    ErrorCode.INSTANCE_NOT_FOUND,
+    ErrorCode.SIGNAL_NOT_DECLARED,
+    ErrorCode.INSTANCE_ENDED,
+)
+_INSTANCE_ID = Path(description="the instance's id (a lowercase, dashed UUID)")
 
 
 def build_router() -> APIRouter:
@@ -408,8 +531,15 @@ def build_router() -> APIRouter:
     router = APIRouter(prefix=API)
     read = [Depends(require_scope("read"))]
 
-    @router.get("/instances/{instance_id}", tags=["instances"], dependencies=read)
-    async def get_instance(request: Request, instance_id: str) -> JSONResponse:
+    @router.get(
+        "/instances/{instance_id}",
+        tags=["instances"],
+        dependencies=read,
+        operation_id="get_instance",
+        response_model=InstanceView,
+        responses=problem_responses(ErrorCode.INSTANCE_NOT_FOUND),
+    )
+    async def get_instance(request: Request, instance_id: str = _INSTANCE_ID) -> JSONResponse:
         """One instance: state, wake (``wakeAt``, ``wakeStepId``, ``wakeScope``), result or
         error (``code``, ``message``), lease, journal rows, signals, and what explains its
         wait: ``waiting`` (``kind``: poll, retry, signal or deadline; ``stepId``,
@@ -434,12 +564,27 @@ def build_router() -> APIRouter:
         tags=["signals"],
         status_code=202,
         dependencies=[Depends(require_scope("signal"))],
+        operation_id="signal_instance",
+        response_model=SignalAnswer,
+        responses=problem_responses(*_SIGNAL_CODES),
+        openapi_extra={
+            "requestBody": {
+                "content": {
+                    "application/json": {
+                        "schema": {"description": "the signal's payload (its model's JSON)"},
+                        "example": {"jobId": "job-17"},
+                    }
+                }
+            }
+        },
     )
     async def signal_instance(
         request: Request,
-        instance_id: str,
-        name: str,
-        idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
+        instance_id: str = _INSTANCE_ID,
+        name: str = Path(description="the signal's name, as the flow declares it"),
+        idempotency_key: str | None = Header(
+            default=None, alias="Idempotency-Key", description=IDEMPOTENCY_KEY_DOC
+        ),
     ) -> JSONResponse:
         """Deliver signal ``name``: 404 ``instance_not_found`` / ``signal_not_declared``,
         409 ``instance_ended`` (nothing stored), 422 ``input_invalid``, 422
@@ -450,13 +595,27 @@ def build_router() -> APIRouter:
         ``max_body_bytes``, else 413 ``body_too_large``; no string with U+0000, else 422."""
         return await _deliver(request, instance_id, name, idempotency_key)
 
-    @router.get("/reviews", tags=["reviews"], dependencies=read)
+    @router.get(
+        "/reviews",
+        tags=["reviews"],
+        dependencies=read,
+        operation_id="list_reviews",
+        response_model=list[ReviewView],
+        responses=problem_responses(ErrorCode.INPUT_INVALID),
+    )
     async def reviews(request: Request, limit: int = Query(100, ge=1, le=1000)) -> JSONResponse:
         """The human review queue, oldest first."""
         items = await _engine(request).journal.list_reviews(limit)  # type: ignore[attr-defined]
         return JSONResponse([review_view(i) for i in items])
 
-    @router.get("/events", tags=["events"], dependencies=read)
+    @router.get(
+        "/events",
+        tags=["events"],
+        dependencies=read,
+        operation_id="list_events",
+        response_model=list[EventView],
+        responses=problem_responses(ErrorCode.INPUT_INVALID),
+    )
     async def events(
         request: Request,
         limit: int = Query(100, ge=1, le=1000),
@@ -467,7 +626,14 @@ def build_router() -> APIRouter:
         items = await journal.list_events(limit, after)  # type: ignore[attr-defined]
         return JSONResponse([event_view(i) for i in items])
 
-    @router.get("/flows", tags=["flows"], dependencies=read)
+    @router.get(
+        "/flows",
+        tags=["flows"],
+        dependencies=read,
+        operation_id="list_flows",
+        response_model=list[FlowView],
+        responses=problem_responses(),
+    )
     async def flows(request: Request) -> JSONResponse:
         """Registered flows and versions."""
         return JSONResponse(

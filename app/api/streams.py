@@ -16,16 +16,18 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.auth import require_scope
+from app.api.models import StreamMessageView
+from app.api.openapi import problem_responses
 from app.api.routes import check_instance_id, well_formed
 from app.api.views import API, stream_view
 from app.engine.engine import Engine
 from app.engine.journal import InstanceRecord
-from app.errors import InputInvalid, StreamNotDeclared
+from app.errors import ErrorCode, InputInvalid, StreamNotDeclared
 
 __all__ = ["SSE_PING_SECONDS", "STREAM_POLL_SECONDS", "build_streams_router"]
 
@@ -104,25 +106,40 @@ def build_streams_router() -> APIRouter:
 
     @router.get(
         "/instances/{instance_id}/streams/{name}",
-        response_model=None,
+        operation_id="read_stream",
+        response_model=list[StreamMessageView],
         responses={
             200: {
                 "description": "The messages (JSON list), or an event stream",
-                "content": {EVENT_STREAM: {}},
+                "content": {
+                    EVENT_STREAM: {
+                        "schema": {"type": "string"},
+                        "example": (
+                            'id: 31\ndata: {"sequence": 31, "stream": "JobProgress", '
+                            '"createdAt": "2026-12-01T09:30:00Z", "value": {}}\n\n'
+                        ),
+                    }
+                },
             },
-            404: {"description": "`instance_not_found` or `stream_not_declared`"},
-            422: {"description": "`input_invalid`: a bad `after` or `Last-Event-ID`"},
+            **problem_responses(
+                ErrorCode.INSTANCE_NOT_FOUND,
+                ErrorCode.STREAM_NOT_DECLARED,
+                ErrorCode.INPUT_INVALID,
+            ),
         },
     )
     async def read_stream(
         request: Request,
-        instance_id: str,
-        name: str,
+        instance_id: str = Path(description="the instance's id"),
+        name: str = Path(description="the stream's name, as the flow declares it"),
         after: int | None = Query(
             None, ge=0, le=MAX_SEQUENCE, description="only messages with a greater sequence"
         ),
-        accept: str | None = Header(default=None),
-        last_event_id: str | None = Header(default=None, alias="Last-Event-ID"),
+        last_event_id: str | None = Header(
+            default=None,
+            alias="Last-Event-ID",
+            description="event streams: resume after this sequence (wins over `after`)",
+        ),
     ) -> JSONResponse | EventSourceResponse:
         """Read stream ``name`` of an instance, in write order.
 
@@ -139,6 +156,7 @@ def build_streams_router() -> APIRouter:
         """
         engine: Engine = request.app.state.engine
         await _instance_with_stream(engine, instance_id, name)
+        accept = request.headers.get("accept")
         if accept is not None and EVENT_STREAM in accept.lower():
             cursor = _cursor(last_event_id, after)
             return EventSourceResponse(

@@ -16,10 +16,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import to_json
 from uuid6 import uuid7
 
 from app.engine.clock import Clock
-from app.engine.context import revive
 from app.engine.journal import (
     Claim,
     InstanceRecord,
@@ -169,8 +169,10 @@ class Engine(Walker, Limits):
     # -- starting ----------------------------------------------------------------------
     def validate_input(self, plan: Plan, payload: Any) -> BaseModel:
         """Validate a start payload. Raises InputInvalid (``input_invalid``)."""
-        try:
-            return revive(plan.input_model, payload)
+        try:  # JSON names only (camelCase aliases): a field's Python name is not accepted
+            return plan.input_model.model_validate_json(
+                to_json(payload), by_alias=True, by_name=False
+            )
         except ValidationError as exc:
             raise InputInvalid(
                 f"input of {plan.name} is invalid",
@@ -640,7 +642,9 @@ class Engine(Walker, Limits):
                 signal=name,
             )
         try:
-            data = revive(signal.model, payload).model_dump(mode="json", by_alias=True)
+            data = signal.model.model_validate_json(
+                to_json(payload), by_alias=True, by_name=False
+            ).model_dump(mode="json", by_alias=True)
         except ValidationError as exc:
             raise InputInvalid(
                 f"payload of signal {name} is invalid",

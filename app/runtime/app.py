@@ -12,6 +12,8 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.deliveries import build_delivery_router
+from app.api.models import Health
+from app.api.openapi import api_app
 from app.api.operate import build_operator_router
 from app.api.problems import install_problem_handlers, problem
 from app.api.routes import add_trigger_routes, build_router
@@ -200,12 +202,7 @@ def create_app(
             await http.aclose()
             await db.dispose()
 
-    app = FastAPI(
-        title="flowpark",
-        version="0.1.0",
-        lifespan=lifespan,
-        description="Durable flows that wait on external systems.",
-    )
+    app = api_app(lifespan=lifespan)
     app.state.settings = settings
     app.state.catalog = catalog
     app.state.flows = deps.state
@@ -220,10 +217,10 @@ def create_app(
     add_trigger_routes(app, catalog.plans())
     if settings.console_enabled:
         install_console(app)
-    for router, tags in deps.routers:  # e.g. the samples' fake providers
-        app.include_router(router, tags=list(tags))
+    for router, _tags in deps.routers:  # e.g. the samples' fake providers: not the API's
+        app.include_router(router, include_in_schema=False)
 
-    @app.get("/healthz", tags=["ops"])
+    @app.get("/healthz", tags=["ops"], operation_id="healthz", response_model=Health)
     async def healthz() -> dict[str, str]:
         """Liveness: the node is up (``HEAD`` answers the same, without a body)."""
         return {"status": "ok", "node": settings.node_id}

@@ -140,7 +140,7 @@ class SqlOperatorReads(SqlBase):
         Raises:
             ValueError: ``limit`` out of range, or ``overdue_seconds``/``stuck`` without
                 ``now``.
-            StoreUnavailable: the database could not be reached (``store.unavailable``).
+            StoreUnavailable: the database could not be reached (``store_unavailable``).
         """
         if not 1 <= limit <= 1000:
             raise ValueError(f"limit must be 1-1000, not {limit}")
@@ -173,7 +173,7 @@ class SqlOperatorReads(SqlBase):
                 before ``now`` counts as overdue.
 
         Raises:
-            StoreUnavailable: the database could not be reached (``store.unavailable``).
+            StoreUnavailable: the database could not be reached (``store_unavailable``).
         """
         c = INSTANCE.c
         by = (

@@ -39,7 +39,7 @@ class SqlOverviewReads(SqlBase):
             since: the start of the "recently" window (aware UTC).
 
         Raises:
-            StoreUnavailable: the database could not be reached (``store.unavailable``).
+            StoreUnavailable: the database could not be reached (``store_unavailable``).
         """
         c = INSTANCE.c
         late_before = now - overdue
@@ -102,7 +102,7 @@ class SqlOverviewReads(SqlBase):
         (``wake_step_id``), optionally of one flow (and version) only.
 
         Raises:
-            StoreUnavailable: the database could not be reached (``store.unavailable``).
+            StoreUnavailable: the database could not be reached (``store_unavailable``).
         """
         c = INSTANCE.c
         query = select(c.flow_name, c.flow_version, c.wake_step_id, func.count()).where(
@@ -123,7 +123,7 @@ class SqlOverviewReads(SqlBase):
         of the attempt before it and the start of attempt 0.
 
         Raises:
-            StoreUnavailable: the database could not be reached (``store.unavailable``).
+            StoreUnavailable: the database could not be reached (``store_unavailable``).
         """
         s = STEP.alias("s")
         prev = STEP.alias("p")

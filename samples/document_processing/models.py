@@ -23,6 +23,10 @@ class _Camel(BaseModel):
 class ProcessDocument(_Camel):
     """Input: a document to read. ``pages`` bounds the fake OCR's work (1..10,000)."""
 
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"documentId": "invoice-42", "pages": 3}]}
+    )
+
     document_id: str = Field(min_length=1, max_length=200)
     content_type: str = Field(default="application/pdf", max_length=200)
     pages: int = Field(ge=1, le=10_000, strict=True)
@@ -69,7 +73,12 @@ class DocumentResult(_Camel):
 class OcrCompleted(BaseModel):
     """Payload of the ``ocr.completed`` signal (the provider's webhook)."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="allow",
+        json_schema_extra={"examples": [{"jobId": "job-17", "status": "completed"}]},
+    )
 
     job_id: str = Field(min_length=1)
     status: str | None = None

@@ -32,6 +32,10 @@ class JobRequest(_Camel):
         input: any JSON value handed to the job service with the start (optional).
     """
 
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"instanceKey": "job-7", "input": {"size": 3}}]}
+    )
+
     input: Any = None
 
 
