@@ -27,6 +27,7 @@ __all__ = [
     "BudgetExtension",
     "BudgetView",
     "CancelAnswer",
+    "CompensationFailure",
     "CountByState",
     "InstanceCounts",
     "InstanceList",
@@ -305,6 +306,32 @@ class ActionView(ApiModel):
     details: Any
 
 
+class CompensationFailure(ApiModel):
+    """A compensation that failed for good (its retry policy exhausted)."""
+
+    model_config = _examples(
+        {
+            "code": "compensation_failed",
+            "capabilityId": "ocr.cancel",
+            "stepId": 1,
+            "scope": 0,
+            "errorType": "HTTPStatusError",
+            "errorDetail": "503 from the provider",
+            "tries": 3,
+            "failedAt": _LATER,
+        }
+    )
+
+    code: str
+    capability_id: str | None
+    step_id: int
+    scope: int
+    error_type: str | None
+    error_detail: str | None
+    tries: int
+    failed_at: datetime | None
+
+
 class InstanceView(ApiModel):
     """One instance: state, wake, attempts, result or error, lease, journal and signals."""
 
@@ -370,6 +397,7 @@ class InstanceView(ApiModel):
             ],
             "tries": 2,
             "actions": [],
+            "compensationFailures": [],
         }
     )
 
@@ -399,6 +427,9 @@ class InstanceView(ApiModel):
     )
     tries: int = Field(description="capability executions in the whole journal")
     actions: list[ActionView] = Field(description="the operator's history: who and when")
+    compensation_failures: list[CompensationFailure] = Field(
+        description="compensations that failed for good (empty when none did)"
+    )
 
 
 class CancelAnswer(ApiModel):

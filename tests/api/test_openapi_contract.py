@@ -15,6 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from app.api.models import (
+    BudgetExtension,
     BulkAnswer,
     CancelAnswer,
     EventView,
@@ -208,6 +209,16 @@ async def test_operator_answers_validate(client: httpx.AsyncClient, doc_id: str)
     woken = await client.post(f"/api/v1/instances/{instance_id}/wake")
     assert woken.status_code == 200, woken.text
     _valid(WakeAnswer, woken.json())
+    extended = await client.post(
+        f"/api/v1/instances/{instance_id}/budget", json={"extendBy": "PT1H"}
+    )
+    assert extended.status_code in (200, 409), extended.text  # 409: a node runs it now
+    if extended.status_code == 200:
+        _valid(BudgetExtension, extended.json())
+    snake_budget = await client.post(
+        f"/api/v1/instances/{instance_id}/budget", json={"extend_by": 60}
+    )
+    assert_problem(snake_budget, 422, "input_invalid")
     resp = await client.post(f"/api/v1/instances/{instance_id}/cancel")
     assert resp.status_code in (200, 202), resp.text
     _valid(CancelAnswer, resp.json())
