@@ -12,9 +12,11 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from app.api.auth import require_scope
+from app.api.models import DeliveryView
+from app.api.openapi import problem_responses
 from app.api.views import API
 from app.engine.engine import Engine
-from app.errors import DeliveryNotFailed, DeliveryNotFound
+from app.errors import DeliveryNotFailed, DeliveryNotFound, ErrorCode
 from app.store.deliveries import SqlDeliveries
 
 __all__ = ["build_delivery_router", "delivery_view"]
@@ -52,7 +54,13 @@ def build_delivery_router() -> APIRouter:
     """``GET /api/v1/deliveries`` and ``POST /api/v1/deliveries/{deliveryId}/retry``."""
     router = APIRouter(prefix=API, tags=["deliveries"])
 
-    @router.get("/deliveries", dependencies=[Depends(require_scope("read"))])
+    @router.get(
+        "/deliveries",
+        dependencies=[Depends(require_scope("read"))],
+        operation_id="list_deliveries",
+        response_model=list[DeliveryView],
+        responses=problem_responses(ErrorCode.INPUT_INVALID),
+    )
     async def deliveries(
         request: Request,
         state: Literal["pending", "delivered", "failed"] | None = Query(None),
@@ -73,7 +81,13 @@ def build_delivery_router() -> APIRouter:
         return JSONResponse([delivery_view(r) for r in rows])
 
     @router.post(
-        "/deliveries/{delivery_id}/retry", dependencies=[Depends(require_scope("operate"))]
+        "/deliveries/{delivery_id}/retry",
+        dependencies=[Depends(require_scope("operate"))],
+        operation_id="retry_delivery",
+        response_model=DeliveryView,
+        responses=problem_responses(
+            ErrorCode.DELIVERY_NOT_FOUND, ErrorCode.DELIVERY_NOT_FAILED, ErrorCode.INPUT_INVALID
+        ),
     )
     async def retry(request: Request, delivery_id: int) -> JSONResponse:
         """Send a failed delivery again (scope ``operate``): it becomes ``pending``, due

@@ -29,6 +29,7 @@ __all__ = [
     "CancelAnswer",
     "CompensationFailure",
     "CountByState",
+    "DeliveryView",
     "InstanceCounts",
     "InstanceList",
     "InstanceSummaryView",
@@ -39,6 +40,7 @@ __all__ = [
     "InstanceView",
     "JournalRow",
     "LeaseView",
+    "PlanView",
     "ReviewView",
     "SignalAnswer",
     "SignalView",
@@ -751,6 +753,75 @@ class InstanceCounts(ApiModel):
     overdue: int
     overdue_seconds: float
     stuck: int
+
+
+class PlanView(ApiModel):
+    """A flow version's compiled plan: its nodes in order; ``end`` is the index that
+    completes the flow."""
+
+    model_config = _examples(
+        {
+            "name": "document.process",
+            "version": "1.0.0",
+            "profile": "durable",
+            "route": "/api/v1/documents",
+            "deadlineSeconds": None,
+            "signals": ["ocr.completed"],
+            "streams": [],
+            "end": 2,
+            "nodes": [
+                {"index": 0, "kind": "step", "capabilityId": "ocr.upload", "next": 1},
+                {"index": 1, "kind": "poll", "bodyIndex": 0, "timeoutSeconds": 3600.0},
+            ],
+        }
+    )
+
+    name: str
+    version: str
+    profile: Profile
+    route: str | None
+    deadline_seconds: float | None
+    signals: list[str]
+    streams: list[str]
+    end: int
+    nodes: list[dict[str, Any]] = Field(
+        description="each with `index` and `kind` (`step`, `poll`, `await`, `fail`, "
+        "`emit`) and the fields of its kind"
+    )
+
+
+class DeliveryView(ApiModel):
+    """The delivery of one event to one subscriber."""
+
+    model_config = _examples(
+        {
+            "deliveryId": 14,
+            "eventId": "01936b2e-9d22-7e3b-81c5-1fa06d7e8f92",
+            "eventName": "document.processed",
+            "instanceId": _ID,
+            "subscriber": "billing",
+            "state": "pending",
+            "attempts": 1,
+            "nextTryAt": _LATER,
+            "lastError": "503 Service Unavailable",
+            "lastStatus": 503,
+            "deliveredAt": None,
+            "createdAt": _AT,
+        }
+    )
+
+    delivery_id: int
+    event_id: str
+    event_name: str | None
+    instance_id: str
+    subscriber: str
+    state: str = Field(description="`pending`, `delivered` or `failed` (its sends ran out)")
+    attempts: int = Field(description="sends made")
+    next_try_at: datetime | None
+    last_error: str | None
+    last_status: int | None
+    delivered_at: datetime | None
+    created_at: datetime | None
 
 
 class Health(ApiModel):

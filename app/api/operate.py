@@ -32,6 +32,7 @@ from app.api.models import (
     CancelAnswer,
     InstanceCounts,
     InstanceList,
+    PlanView,
     WakeAnswer,
 )
 from app.api.openapi import problem_responses
@@ -463,10 +464,17 @@ def build_operator_router() -> APIRouter:
         counts = await _reads(request).count_instances_by(now, overdue)
         return JSONResponse(counts_view(counts, overdue))
 
-    @router.get("/flows/{name}", tags=["flows"], dependencies=read)
+    @router.get(
+        "/flows/{name}",
+        tags=["flows"],
+        dependencies=read,
+        operation_id="get_flow",
+        response_model=PlanView,
+        responses=problem_responses(ErrorCode.FLOW_NOT_FOUND, ErrorCode.INPUT_INVALID),
+    )
     async def show_flow(
         request: Request,
-        name: str,
+        name: Annotated[str, Path(description="the flow's name")],
         version: Annotated[
             str | None, Query(max_length=_MAX_TEXT, description="Default: the latest.")
         ] = None,

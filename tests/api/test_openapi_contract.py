@@ -18,12 +18,14 @@ from app.api.models import (
     BudgetExtension,
     BulkAnswer,
     CancelAnswer,
+    DeliveryView,
     EventView,
     FlowView,
     Health,
     InstanceCounts,
     InstanceList,
     InstanceView,
+    PlanView,
     ReviewView,
     SignalAnswer,
     StartAnswer,
@@ -189,12 +191,16 @@ async def test_real_answers_validate_against_the_answer_models(
         ("/api/v1/flows", FlowView),
         ("/api/v1/events", EventView),
         ("/api/v1/reviews", ReviewView),
+        ("/api/v1/deliveries", DeliveryView),
     ):
         resp = await client.get(path)
         assert resp.status_code == 200
         for item in resp.json():
             _valid(model, item)
     _valid(Health, (await client.get("/healthz")).json())
+    plan = await client.get("/api/v1/flows/document.process")
+    assert plan.status_code == 200, plan.text
+    _valid(PlanView, plan.json())
     listed = await client.get("/api/v1/instances", params={"limit": 5})
     assert listed.status_code == 200 and listed.json()["instances"]
     _valid(InstanceList, listed.json())
