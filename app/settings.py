@@ -225,13 +225,17 @@ class Settings(BaseSettings):
     def secret_values(self) -> frozenset[str]:
         """Every secret these settings hold, to be masked in what the process prints and
         logs (:func:`app.redaction.register_secrets`): the API token values (not the public
-        default ``dev-token``), the console's cookie secret and the database password."""
+        default ``dev-token``), the console's cookie secret, the subscribers' and signed
+        signals' webhook secrets and the database password."""
         from sqlalchemy.engine import make_url
         from sqlalchemy.exc import ArgumentError
 
         values = {v for v in self.tokens if v != DEFAULT_API_TOKEN}
         if self.console_secret is not None:
             values.add(self.console_secret.get_secret_value())
+        # the Standard Webhooks secrets of subscribers and signed signals
+        values.update(s.secret.get_secret_value() for s in self.subscribers)
+        values.update(secret.get_secret_value() for secret in self.signal_secrets.values())
         try:
             password = make_url(self.database_url).password
         except (ArgumentError, ValueError):

@@ -8,15 +8,19 @@ own flows has neither.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 
-from app.flows import Flow
+from app.flows import Flow, SignedWebhook
 from app.runtime.loading import Deps
-from samples.document_processing import OcrClient, build_document_flow
+from samples.document_processing import OCR_COMPLETED, OcrClient, build_document_flow
 from samples.job_polling import JobClient, build_job_flow
 from samples.settings import SampleSettings
 
-__all__ = ["flows", "sample_flows"]
+__all__ = ["SIGNED_SECRET", "flows", "sample_flows"]
+
+#: The ``FLOWPARK_SIGNAL_SECRETS`` entry that makes ``ocr.completed`` a signed signal.
+SIGNED_SECRET = "ocr"
 
 
 def sample_flows(sample: SampleSettings | None = None) -> Callable[[Deps], list[Flow]]:
@@ -36,14 +40,19 @@ def sample_flows(sample: SampleSettings | None = None) -> Callable[[Deps], list[
         node = deps.settings
         if deps.serving:
             _mount_fakes(deps, settings)
+        # with an "ocr" secret the provider signs its ocr.completed webhooks (Standard
+        # Webhooks) instead of sending a bearer token; the fake OCR cannot sign, so it is
+        # not asked to call back then
+        signed = SIGNED_SECRET in node.signal_secrets
         ocr = OcrClient(
             deps.http,
             settings.ocr_base_url or node.self_url,
-            callback_base=node.callback_url if settings.ocr_callbacks else None,
+            callback_base=node.callback_url if settings.ocr_callbacks and not signed else None,
         )
         jobs = JobClient(deps.http, settings.jobs_base_url or node.self_url)
+        signal = replace(OCR_COMPLETED, verify=SignedWebhook(SIGNED_SECRET)) if signed else None
         return [
-            build_document_flow(ocr),
+            build_document_flow(ocr, signal=signal or OCR_COMPLETED),
             build_job_flow(
                 jobs, heartbeat_timeout=timedelta(seconds=settings.sample_job_heartbeat_seconds)
             ),

@@ -21,6 +21,7 @@ word) by the store, which refuses it as ``InstanceNotFound`` before any look-up.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import unicodedata
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from app.api.auth import require_scope
 from app.api.explain import explain_view
@@ -57,8 +59,10 @@ from app.errors import (
     IdempotencyKeyReused,
     InputInvalid,
     InstanceNotFound,
+    SignatureInvalid,
     UnsupportedMediaType,
 )
+from app.flows.capability import Signal
 from app.flows.plan import Plan, Profile
 
 __all__ = [
@@ -68,6 +72,8 @@ __all__ = [
     "idempotency_header",
     "well_formed",
 ]
+
+log = logging.getLogger("flowpark.api")
 
 MAX_KEY = 200
 #: Largest sequence a cursor may name (a signed 64-bit column).
@@ -473,6 +479,9 @@ def add_trigger_routes(app: FastAPI, plans: list[Plan]) -> None:
             **_start_operation(plan),
         )
         for signal in plan.signals.values():
+            if signal.verify is not None:
+                _add_signed_signal_route(app, plan, trigger.route, signal)
+                continue
 
             def make(sig_name: str, flow_name: str):  # type: ignore[no-untyped-def]
                 async def deliver(
@@ -524,6 +533,71 @@ _SIGNAL_CODES = (
     ErrorCode.INSTANCE_ENDED,
 )
 _INSTANCE_ID = Path(description="the instance's id (a lowercase, dashed UUID)")
+
+
+def _add_signed_signal_route(app: FastAPI, plan: Plan, base: str, signal: Signal) -> None:
+    """The route of a signal verified by a Standard Webhooks signature (no bearer token)."""
+    assert signal.verify is not None
+    secret_name = signal.verify.secret
+    sig_name = signal.name
+
+    async def deliver_signed(
+        request: Request, instance_id: str = Path(description="the instance's id")
+    ) -> JSONResponse:
+        settings = request.app.state.settings
+        secret = settings.signal_secrets.get(secret_name)
+        if secret is None:
+            log.error(
+                "signal %s of %s is signed with the secret %r, which FLOWPARK_SIGNAL_SECRETS "
+                "does not hold: every delivery is refused",
+                sig_name,
+                plan.name,
+                secret_name,
+            )
+            raise SignatureInvalid(
+                f"signal {sig_name} cannot be verified on this node", signal=sig_name
+            )
+        raw = await request.body()
+        try:
+            Webhook(secret.get_secret_value()).verify(raw, dict(request.headers), json_parse=False)
+        except WebhookVerificationError as exc:
+            raise SignatureInvalid(
+                f"the Standard Webhooks signature of signal {sig_name} does not verify: {exc}",
+                signal=sig_name,
+            ) from None
+        # the delivery's id is its idempotency key: a replay stores nothing new
+        return await _deliver(request, instance_id, sig_name, request.headers.get("webhook-id"))
+
+    deliver_signed.__doc__ = (
+        f"Deliver the `{sig_name}` signal to an instance of `{plan.name}`, signed per "
+        "Standard Webhooks instead of a bearer token: headers `webhook-id`, "
+        "`webhook-timestamp` (at most 5 minutes off) and `webhook-signature` made with the "
+        f"secret `{secret_name}` of `FLOWPARK_SIGNAL_SECRETS`. A missing, stale or wrong "
+        "signature: 401 `signature_invalid` (nothing stored). The `webhook-id` is the "
+        "delivery's idempotency key: a replay answers the first signal (`created: false`) "
+        "and stores nothing." + _BODY_DOC
+    )
+    schema, defs = request_schema(signal.model)
+    body: dict[str, Any] = {"schema": schema}
+    examples = _body_examples(signal.model)
+    if examples:
+        body["example"] = examples[0]
+    app.add_api_route(
+        f"{base}/{{instance_id}}/signals/{sig_name}",
+        deliver_signed,
+        methods=["POST"],
+        tags=["signals"],
+        status_code=202,
+        name=f"signal {sig_name} ({plan.name}@{plan.version})",
+        operation_id=f"signal_{_slug(plan.name)}_{_slug(sig_name)}",
+        response_model=SignalAnswer,
+        responses=problem_responses(*_SIGNAL_CODES, ErrorCode.SIGNATURE_INVALID, auth=False),
+        openapi_extra={
+            "security": [],
+            "requestBody": {"content": {"application/json": body}},
+            DEFS_KEY: defs,
+        },
+    )
 
 
 def build_router() -> APIRouter:

@@ -119,16 +119,36 @@ class RecoveryError:
 
 
 @dataclass(frozen=True)
+class SignedWebhook:
+    """How a signal's deliveries are authenticated instead of by a bearer token: a
+    Standard Webhooks signature (``webhook-id``, ``webhook-timestamp``,
+    ``webhook-signature`` headers) made with a shared secret.
+
+    Attributes:
+        secret: the name of the secret in the ``FLOWPARK_SIGNAL_SECRETS`` setting (the
+            secret itself never appears in a flow definition).
+    """
+
+    secret: str
+
+
+@dataclass(frozen=True)
 class Signal:
     """A named, typed message an instance can receive over HTTP.
 
     Attributes:
         name: stable name, e.g. ``ocr.completed`` (also the route segment).
         model: pydantic model the payload must validate against.
+        verify: None (default): the flow's signal route takes a bearer token with the
+            ``signal`` scope; a :class:`SignedWebhook`: the route takes a Standard Webhooks
+            signature instead (no bearer token), refuses a missing, stale or wrong one with
+            401 ``signature_invalid``, and keys the delivery's idempotency by its
+            ``webhook-id``.
     """
 
     name: str
     model: type[BaseModel]
+    verify: SignedWebhook | None = None
 
 
 @dataclass(frozen=True)

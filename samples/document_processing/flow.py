@@ -254,8 +254,15 @@ def _result(bag: Bag) -> DocumentResult:
     )
 
 
-def build_document_flow(ocr: OcrClient) -> Flow:
-    """The ``document.process`` 1.0.0 flow, its capabilities bound to ``ocr``."""
+def build_document_flow(ocr: OcrClient, *, signal: Signal = OCR_COMPLETED) -> Flow:
+    """The ``document.process`` 1.0.0 flow, its capabilities bound to ``ocr``.
+
+    Args:
+        ocr: the OCR provider's client.
+        signal: the ``ocr.completed`` signal (default :data:`OCR_COMPLETED`, bearer token;
+            a copy with ``verify=SignedWebhook(...)`` makes its route take a Standard
+            Webhooks signature instead).
+    """
     return (
         Flow(
             "document.process",
@@ -274,7 +281,7 @@ def build_document_flow(ocr: OcrClient) -> Flow:
             timeout=Waits.OCR_BUDGET,
             reads=(OcrStatus,),
         )
-        .or_signal(OCR_COMPLETED, match=_our_job)
+        .or_signal(signal, match=_our_job)
         .on_timeout(
             lambda b: b.step(EscalateToManualReview()).fail(
                 NOT_READ_IN_TIME, "the OCR provider did not read the document in time"
