@@ -277,8 +277,8 @@ def available_actions(plan: Plan | None, inst: InstanceRecord) -> list[dict[str,
     if inst.state.ended:
         return []
     actions = []
-    if inst.state is InstanceState.SUSPENDED:
-        actions.append({"name": "wake", "label": "Wake now"})
+    if inst.state is InstanceState.SUSPENDED and inst.wake_kind is not WakeKind.SIGNAL:
+        actions.append({"name": "wake", "label": "Wake now"})  # a signal wait has no wake
     node = (
         plan.nodes[inst.wake_step_id]
         if plan is not None

@@ -3,9 +3,9 @@
 :func:`seed_console_data` fills a migrated database with what the console must show without
 a 500: ``document.process`` 1.0.0 documents parked (some overdue at the real clock),
 completed, failed (a provider error on every try), cancelled, one whose lease expired while
-running (stuck); a ``document.process`` version this node does not have (0.1.0), and a flow
-it does not have at all (``t.poll``). OCR calls are scripted stand-ins, so no provider is
-needed; the rows are what the engine writes.
+running (stuck); a ``document.process`` version this node does not have (0.1.0), a flow it
+does not have at all (``t.poll``), and one waiting for a signal (``t.await``). OCR calls are
+scripted stand-ins, so no provider is needed; the rows are what the engine writes.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from app.flows import Flow
 from app.testing import FlowHarness, Scripted
 from samples.document_processing import OcrClient, build_document_flow
 from samples.document_processing.models import ExtractedFields, OcrJob, OcrStatus
-from tests.engine.flows import Status, poll_flow
+from tests.engine.flows import Status, await_flow, poll_flow
 
 __all__ = ["Seeded", "seed_console_data"]
 
@@ -36,6 +36,7 @@ class Seeded:
     stuck: str = ""
     unknown_version: str = ""
     unknown_flow: str = ""
+    awaiting_signal: str = ""
 
     def every(self) -> list[str]:
         return [
@@ -47,6 +48,7 @@ class Seeded:
             self.stuck,
             self.unknown_version,
             self.unknown_flow,
+            self.awaiting_signal,
         ]
 
 
@@ -83,7 +85,7 @@ async def seed_console_data(database_url: str, *, now: datetime | None = None) -
         "document.escalate": Scripted(None),
         "t.check": Scripted(Status(done=False)),
     }
-    flows = [_documents(), _documents("0.1.0"), poll_flow()]
+    flows = [_documents(), _documents("0.1.0"), poll_flow(), await_flow()]
     async with FlowHarness.open(
         flows,
         database_url=database_url,
@@ -118,6 +120,9 @@ async def seed_console_data(database_url: str, *, now: datetime | None = None) -
         seeded.unknown_version = await document("old-1", "0.1.0")
         seeded.unknown_flow = (
             await h.start("t.poll", {"orderId": "o-1"}, idempotency_key="seed-t-poll")
+        ).instance.id
+        seeded.awaiting_signal = (
+            await h.start("t.await", {"orderId": "o-2"}, idempotency_key="seed-t-await")
         ).instance.id
         # the newest: their wakes are still ahead at ``now`` when ``now`` is near the clock
         h.clock.set(real_now - timedelta(seconds=1))

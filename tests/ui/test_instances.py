@@ -123,3 +123,9 @@ async def test_the_page_of_a_parked_poll_shows_its_attempts_budget_and_wait(sign
     assert 'data-testid="error"' in failed and "flow.step_failed" in failed
     assert 'data-testid="actions"' not in failed  # nothing to do on an ended instance
     assert 'data-testid="budget"' not in failed
+
+
+async def test_an_instance_waiting_for_a_signal_offers_no_wake(signed_in, seeded: Seeded):
+    html = (await signed_in.get(f"/ui/instances/{seeded.awaiting_signal}")).text
+    assert "Waits for <strong>signal</strong>" in html
+    assert "/actions/wake" not in html and "/actions/cancel" in html
