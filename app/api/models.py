@@ -182,6 +182,16 @@ class SignalView(ApiModel):
         description="true: taken by a wait; false: refused by the wait's match (kept, ending "
         "nothing); null: waiting in the mailbox"
     )
+    discarded_at: datetime | None = Field(
+        default=None,
+        description="when the instance ended while the signal waited untaken: it will never "
+        "be taken",
+    )
+    discarded_reason: str | None = Field(
+        default=None,
+        description="why it was discarded: instance_completed, instance_failed or "
+        "instance_cancelled",
+    )
 
 
 class SignalAnswer(SignalView):

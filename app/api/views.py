@@ -67,6 +67,9 @@ def signal_view(signal: SignalRecord) -> dict[str, Any]:
         # true: taken by a wait; false: the wait at takenStepId refused it (its match did
         # not hold), kept and ending nothing; null: waiting in the mailbox
         "matched": signal.outcome,
+        # set when the instance ended while it waited untaken (it will never be taken)
+        "discardedAt": _at(signal.discarded_at),
+        "discardedReason": signal.discarded_reason,
     }
 
 

@@ -164,6 +164,10 @@ class SignalRecord:
     taken_step_id: int | None = None
     # False when the wait at ``taken_step_id`` refused it (its ``match`` did not hold)
     matched: bool | None = None
+    # set when the instance ended while the signal waited untaken: it will never be taken;
+    # the reason is ``instance_completed``, ``instance_failed`` or ``instance_cancelled``
+    discarded_at: datetime | None = None
+    discarded_reason: str | None = None
 
     @property
     def outcome(self) -> bool | None:

@@ -220,14 +220,20 @@ _FINISH_COLUMNS: tuple[tuple[str, str], ...] = (
     ("now", "timestamptz"),
     ("result", "json"),
 )
+# A signal still waiting untaken in a finished instance's mailbox is marked discarded in
+# the same statement (it will never be taken).
 _FINISH_SQL = (
-    "UPDATE flow_instance i SET state = 'completed', updated_at = t.now, ending = NULL, "
-    "wake_at = NULL, wake_step_id = NULL, wake_scope = NULL, wake_kind = NULL, "
-    "lease_owner = NULL, "
+    "WITH done AS (UPDATE flow_instance i SET state = 'completed', updated_at = t.now, "
+    "ending = NULL, wake_at = NULL, wake_step_id = NULL, wake_scope = NULL, "
+    "wake_kind = NULL, lease_owner = NULL, "
     f"lease_expires_at = NULL, {_CLEAR_ATTEMPT}, result = t.result "
     f"FROM {_recordset(_FINISH_COLUMNS)} "
     "WHERE i.id = t.id AND i.fencing_token = t.token AND i.state = 'running' "
-    "AND NOT i.cancel_requested RETURNING i.id::text AS id, t.token"
+    "AND NOT i.cancel_requested RETURNING i.id, t.token, t.now), "
+    "discarded AS (UPDATE flow_signal s SET discarded_at = done.now, "
+    "discarded_reason = 'instance_completed' FROM done WHERE s.instance_id = done.id "
+    "AND s.taken_at IS NULL AND s.discarded_at IS NULL) "
+    "SELECT done.id::text AS id, done.token FROM done"
 )
 
 

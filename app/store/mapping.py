@@ -277,6 +277,8 @@ def signal_from_json(m: dict[str, Any]) -> SignalRecord:
         taken_at=_instant(m["taken_at"]),
         taken_step_id=m["taken_step_id"],
         matched=m.get("matched"),
+        discarded_at=_instant(m.get("discarded_at")),
+        discarded_reason=m.get("discarded_reason"),
     )
 
 
@@ -294,6 +296,8 @@ def signal_from_row(row: Row[Any]) -> SignalRecord:
         taken_at=m["taken_at"],
         taken_step_id=m["taken_step_id"],
         matched=m["matched"],
+        discarded_at=m["discarded_at"],
+        discarded_reason=m["discarded_reason"],
     )
 
 

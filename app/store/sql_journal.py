@@ -575,7 +575,9 @@ class SqlJournal(
         failure: FlowFailure | None = None,
     ) -> Ack:
         """Write a final state, ``result`` (COMPLETED) or ``failure``; clear the wake, the
-        lease, the attempt and ``ending``.
+        lease, the attempt and ``ending``. In the same transaction, every signal still
+        waiting untaken in the mailbox is marked discarded (``discarded_at`` = ``now``,
+        ``discarded_reason`` = ``instance_<state>``): it will never be taken.
 
         Returns:
             For COMPLETED, ``Ack(applied=False, cancel_requested=True)`` and nothing changed
@@ -609,8 +611,18 @@ class SqlJournal(
                 return Ack(applied=True, cancel_requested=False)
         if completed:
             values["result"] = result
-        async with self._single(write=True) as conn:  # one UPDATE
+        async with self._write() as conn:  # the UPDATE, and the mailbox's discards with it
             row = await self._fenced(conn, instance_id, token, values, unless_cancelled=completed)
+            if row is not None:
+                await conn.execute(
+                    update(SIGNAL)
+                    .where(
+                        SIGNAL.c.instance_id == instance_id,
+                        SIGNAL.c.taken_at.is_(None),
+                        SIGNAL.c.discarded_at.is_(None),
+                    )
+                    .values(discarded_at=now, discarded_reason=f"instance_{state.value}")
+                )
         if row is None:
             return Ack(applied=False, cancel_requested=True)
         return Ack(applied=True, cancel_requested=row.cancel_requested)
