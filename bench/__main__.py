@@ -1,8 +1,9 @@
 """``python -m bench <scenario> --store sqlite|postgres --n N [--json]``.
 
-Scenarios: park, sweep, start, lateness, signal, peers, console (see BENCHMARKS.md). Each run makes
-a fresh database (PostgreSQL: ``flowpark_bench_<random>`` on ``FLOWPARK_BENCH_PG_URL``,
-default the local server; SQLite: a temporary file), runs, prints a table, and with
+Scenarios: park, sweep, start, lateness, signal, peers, console, list (see BENCHMARKS.md).
+Each run makes a fresh database (PostgreSQL: ``flowpark_bench_<random>`` on
+``FLOWPARK_BENCH_PG_URL``, default the local server; SQLite: a temporary file), runs,
+prints a table, and with
 ``--json`` prints one JSON object on stdout (the table then goes to stderr).
 """
 
@@ -25,6 +26,7 @@ SCENARIOS = {
     "signal": ("bench.signal", 1_000),
     "peers": ("bench.peers", 2_000),
     "console": ("bench.console", 10_000),
+    "list": ("bench.listing", 1_000_000),
 }
 
 
@@ -82,7 +84,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="lateness/peers: no in-process wake, the periodic sweep only",
     )
     parser.add_argument(
-        "--repeat", type=int, default=None, help="console: answers timed per page (default 20)"
+        "--repeat",
+        type=int,
+        default=None,
+        help="console: answers timed per page (default 20); list: per filter (default 50)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     return parser.parse_args(argv)
