@@ -2,7 +2,8 @@
 
 The list is newest first with a keyset on ``(created_at, id)``: a page is
 ``WHERE <filter> AND (created_at, id) < (:at, :id) ORDER BY created_at DESC, id DESC
-LIMIT n``, one index range scan per filter (migration 0008), never an ``OFFSET``. Rows
+LIMIT n``, never an ``OFFSET``: an index scan per filter (migration 0011 says which), the
+``(created_at, id)`` index read backwards for a filter that selects many rows. Rows
 inserted while a reader pages are newer than its position, so they never shift a later
 page: no row is seen twice and none that existed at the first page is skipped.
 """
@@ -58,8 +59,9 @@ def _require_now(where: InstanceFilter) -> datetime:
 
 
 def filter_clauses(where: InstanceFilter) -> list[ColumnElement[bool]]:
-    """The SQL conditions of ``where`` (ANDed). State names the partial indexes are defined
-    on are rendered inline (:func:`app.store.base.const`) so a planner can use them.
+    """The SQL conditions of ``where`` (ANDed). States and wait kinds (enums) are rendered
+    inline (:func:`app.store.base.const`), so a planner sees which partial index they imply
+    (ended states, waits other than a poll's, suspended, running).
 
     Raises:
         ValueError: ``overdue_seconds`` or ``stuck`` without ``now``.
@@ -71,7 +73,13 @@ def filter_clauses(where: InstanceFilter) -> list[ColumnElement[bool]]:
     if where.version is not None:
         clauses.append(c.flow_version == where.version)
     if where.states:
-        clauses.append(c.state.in_([InstanceState(s).value for s in where.states]))
+        states = [InstanceState(s).value for s in where.states]
+        # inline, so a planner sees that one ended state implies the ended partial index
+        clauses.append(
+            c.state == const(states[0])
+            if len(states) == 1
+            else c.state.in_([const(s) for s in states])
+        )
     if where.overdue_seconds is not None:
         limit = _require_now(where) - timedelta(seconds=where.overdue_seconds)
         clauses.append(c.state == const(_SUSPENDED))
@@ -83,7 +91,8 @@ def filter_clauses(where: InstanceFilter) -> list[ColumnElement[bool]]:
         clauses.append(c.error_code == where.error_code)
     if where.waiting is not None:
         clauses.append(c.state == const(_SUSPENDED))
-        clauses.append(c.wake_kind == WakeKind(where.waiting).value)
+        # inline: a kind other than poll implies the waiting partial index
+        clauses.append(c.wake_kind == const(WakeKind(where.waiting).value))
     if where.instance_key is not None:
         clauses.append(c.instance_key == where.instance_key)
     if where.created_after is not None:

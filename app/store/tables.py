@@ -34,7 +34,9 @@ from app.store.types import InstanceId, UtcDateTime
 
 __all__ = [
     "ACTIVE_STATES",
+    "ENDED_WHERE",
     "IDEMPOTENCY_DIGEST_SQL",
+    "WAITING_WHERE",
     "FlowActionRow",
     "EventDeliveryRow",
     "FlowHeartbeatRow",
@@ -51,6 +53,11 @@ __all__ = [
 
 #: Instance states that hold an instance key and may be claimed.
 ACTIVE_STATES = ("running", "suspended")
+
+#: The partial index of ended instances by state and creation (the operator's list).
+ENDED_WHERE = "state IN ('completed', 'failed', 'cancelled')"
+#: The partial index of suspended instances waiting for anything but a poll's next attempt.
+WAITING_WHERE = "state = 'suspended' AND wake_kind <> 'poll'"
 
 metadata = SQLModel.metadata
 
@@ -186,18 +193,28 @@ class FlowInstanceRow(SQLModel, table=True):
             sqlite_where=text("idempotency_key IS NOT NULL"),
             info={"dialect": "sqlite"},
         ).ddl_if(dialect="sqlite"),
-        # The operator's list (newest first, keyset on (created_at, id)): one index per
-        # filter, so each filter's first page is an index range scan (migration 0008).
+        # The operator's list (newest first, keyset on (created_at, id)), sized for what
+        # it costs a parked instance (migration 0011): the (created_at, id) index serves
+        # every filter that selects many rows (scanned backwards, filtered); a flow by the
+        # deduplicated flow name; the ended states, the waits other than a poll's, error
+        # codes and instance keys by partial indexes a parked poll adds no entry to.
         Index("ix_flow_instance_created", "created_at", "id"),
-        Index("ix_flow_instance_flow_created", "flow_name", "created_at", "id"),
-        Index("ix_flow_instance_state_created", "state", "created_at", "id"),
+        Index("ix_flow_instance_flow", "flow_name"),
+        Index(
+            "ix_flow_instance_ended_created",
+            "state",
+            "created_at",
+            "id",
+            sqlite_where=text(ENDED_WHERE),
+            postgresql_where=text(ENDED_WHERE),
+        ),
         Index(
             "ix_flow_instance_waiting_created",
             "wake_kind",
             "created_at",
             "id",
-            sqlite_where=text("state = 'suspended'"),
-            postgresql_where=text("state = 'suspended'"),
+            sqlite_where=text(WAITING_WHERE),
+            postgresql_where=text(WAITING_WHERE),
         ),
         Index(
             "ix_flow_instance_error_created",
