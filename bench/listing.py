@@ -5,8 +5,8 @@ The rows are inserted in bulk with one SQL statement (``generate_series`` on Pos
 recursive CTE on SQLite), not through the engine: six flows (two versions of the first),
 created over the last 30 days; 60 % suspended (poll 85 %, retry 5 %, signal 8 %,
 deadline 2 %; wakes within an hour either side of now, so some are overdue), 25 %
-completed, 8 % failed (five error codes), 5 % cancelled, 2 % running (a tenth with an
-expired lease: stuck); 30 % carry an instance key. Then ``ANALYZE``.
+completed, 8 % failed (five error codes), 5 % cancelled, 2 % running (a seventh with
+an expired lease: stuck); 30 % carry an instance key. Then ``ANALYZE``.
 
 The server (its own process, no sweep) answers ``GET /api/v1/instances?<filter>&limit=50``
 ``--repeat`` times per filter (default 50) to one client, one request at a time. Figures:
@@ -72,9 +72,9 @@ SELECT gen_random_uuid(),
         WHEN g.k < 85 THEN 'poll' WHEN g.k < 90 THEN 'retry'
         WHEN g.k < 98 THEN 'signal' ELSE 'deadline' END,
     CASE WHEN g.state = 'running' THEN 'node-' || (g.i % 4) END,
-    CASE WHEN g.state = 'running' AND g.i % 10 = 0
+    CASE WHEN g.state = 'running' AND g.i % 7 = 0
             THEN CAST(:now AS timestamptz) - interval '5 minutes'
-         WHEN g.state = 'running' THEN CAST(:now AS timestamptz) + interval '30 seconds' END,
+         WHEN g.state = 'running' THEN CAST(:now AS timestamptz) + interval '1 day' END,
     1, false,
     CASE WHEN g.state = 'failed' THEN (ARRAY['flow.step_failed', 'provider.rejected',
             'flow.poll_not_satisfied', 'flow.deadline_exceeded',
