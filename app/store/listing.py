@@ -2,7 +2,7 @@
 
 The list is newest first with a keyset on ``(created_at, id)``: a page is
 ``WHERE <filter> AND (created_at, id) < (:at, :id) ORDER BY created_at DESC, id DESC
-LIMIT n``, never an ``OFFSET``: an index scan per filter (migration 0011 says which), the
+LIMIT n``, never an ``OFFSET``: an index scan per filter (migration 0012 says which), the
 ``(created_at, id)`` index read backwards for a filter that selects many rows. Rows
 inserted while a reader pages are newer than its position, so they never shift a later
 page: no row is seen twice and none that existed at the first page is skipped.

@@ -194,7 +194,7 @@ class FlowInstanceRow(SQLModel, table=True):
             info={"dialect": "sqlite"},
         ).ddl_if(dialect="sqlite"),
         # The operator's list (newest first, keyset on (created_at, id)), sized for what
-        # it costs a parked instance (migration 0011): the (created_at, id) index serves
+        # it costs a parked instance (migration 0012): the (created_at, id) index serves
         # every filter that selects many rows (scanned backwards, filtered); a flow by the
         # deduplicated flow name; the ended states, the waits other than a poll's, error
         # codes and instance keys by partial indexes a parked poll adds no entry to.
