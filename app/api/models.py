@@ -624,12 +624,16 @@ class ReviewView(ApiModel):
 
 
 class FlowView(ApiModel):
-    """A registered flow version."""
+    """A flow version: one this node serves (``served`` true, with its definition), or one
+    it does not serve that still has unfinished instances (``served`` false, name, version
+    and ``unfinished`` only: they wait for a node that serves it)."""
 
     model_config = _examples(
         {
             "name": "document.process",
             "version": "1.0.0",
+            "served": True,
+            "unfinished": 12,
             "profile": "durable",
             "route": "/api/v1/documents",
             "signals": ["ocr.completed"],
@@ -640,11 +644,13 @@ class FlowView(ApiModel):
 
     name: str
     version: str
-    profile: Profile
-    route: str | None
-    signals: list[str]
-    streams: list[str]
-    deadline_seconds: float | None
+    served: bool
+    unfinished: int = Field(ge=0, description="Running and suspended instances.")
+    profile: Profile | None = None
+    route: str | None = None
+    signals: list[str] = Field(default_factory=list)
+    streams: list[str] = Field(default_factory=list)
+    deadline_seconds: float | None = None
 
 
 class WaitingView(ApiModel):

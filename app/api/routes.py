@@ -63,7 +63,9 @@ from app.errors import (
     UnsupportedMediaType,
 )
 from app.flows.capability import Signal
+from app.flows.catalog import version_key
 from app.flows.plan import Plan, Profile
+from app.runtime.versions import unfinished_by_version, unserved
 
 __all__ = [
     "add_trigger_routes",
@@ -465,10 +467,18 @@ def _start_operation(plan: Plan) -> dict[str, Any]:
 
 def add_trigger_routes(app: FastAPI, plans: list[Plan]) -> None:
     """One start route per flow with an HTTP trigger, plus a signal route per declared
-    signal at ``{route}/{instance_id}/signals/{name}``."""
+    signal at ``{route}/{instance_id}/signals/{name}``. Where several versions of a flow
+    declare the same route, it starts the newest (instances finish on their own version)."""
+    newest: dict[tuple[str, str], Plan] = {}
+    for plan in plans:
+        if plan.trigger is not None:
+            route = (plan.trigger.method.upper(), plan.trigger.route)
+            held = newest.get(route)
+            if held is None or version_key(plan.version) > version_key(held.version):
+                newest[route] = plan
     for plan in plans:
         trigger = plan.trigger
-        if trigger is None:
+        if trigger is None or newest[(trigger.method.upper(), trigger.route)] is not plan:
             continue
         app.add_api_route(
             trigger.route,
@@ -709,20 +719,32 @@ def build_router() -> APIRouter:
         responses=problem_responses(),
     )
     async def flows(request: Request) -> JSONResponse:
-        """Registered flows and versions."""
-        return JSONResponse(
-            [
-                {
-                    "name": p.name,
-                    "version": p.version,
-                    "profile": str(p.profile),
-                    "route": p.trigger.route if p.trigger else None,
-                    "signals": sorted(p.signals),
-                    "streams": sorted(p.streams),
-                    "deadlineSeconds": p.deadline.total_seconds() if p.deadline else None,
-                }
-                for p in _engine(request).catalog.plans()
-            ]
-        )
+        """Flow versions: every version registered on this node (`served: true`), then
+        every version with unfinished instances that this node does not serve (`served:
+        false`: they wait for a node that serves it). `unfinished` counts the version's
+        running and suspended instances; a start through a flow's route takes its newest
+        served version."""
+        engine = _engine(request)
+        catalog = engine.catalog
+        unfinished = await unfinished_by_version(engine.journal, engine.clock.now())  # type: ignore[arg-type]
+        served = [
+            {
+                "name": p.name,
+                "version": p.version,
+                "served": True,
+                "unfinished": unfinished.get(p.key, 0),
+                "profile": str(p.profile),
+                "route": p.trigger.route if p.trigger else None,
+                "signals": sorted(p.signals),
+                "streams": sorted(p.streams),
+                "deadlineSeconds": p.deadline.total_seconds() if p.deadline else None,
+            }
+            for p in sorted(catalog.plans(), key=lambda p: p.key)
+        ]
+        missing = [
+            {"name": name, "version": version, "served": False, "unfinished": n}
+            for (name, version), n in unserved(unfinished, catalog).items()
+        ]
+        return JSONResponse(served + missing)
 
     return router

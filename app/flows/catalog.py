@@ -9,12 +9,14 @@ from app.flows.builder import Flow
 from app.flows.plan import Plan
 from app.flows.rules import Finding, compile_flow
 
-__all__ = ["Catalog"]
+__all__ = ["Catalog", "version_key"]
 
 log = logging.getLogger("flowpark.catalog")
 
 
-def _version_key(version: str) -> tuple[int | str, ...]:
+def version_key(version: str) -> tuple[int | str, ...]:
+    """A sort key for versions: dot-separated parts, numeric ones compared as numbers
+    (``1.10.0`` after ``1.9.0``)."""
     return tuple(int(p) if p.isdigit() else p for p in version.split("."))
 
 
@@ -57,7 +59,7 @@ class Catalog:
         versions = [p for (n, _), p in self._plans.items() if n == name]
         if not versions:
             raise FlowNotFound(f"flow {name} is not registered", flow=name)
-        return max(versions, key=lambda p: _version_key(p.version))
+        return max(versions, key=lambda p: version_key(p.version))
 
     def plans(self) -> list[Plan]:
         return list(self._plans.values())

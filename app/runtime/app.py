@@ -28,6 +28,7 @@ from app.runtime.http import outbound_client
 from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
 from app.runtime.logs import set_node_id
 from app.runtime.scheduler import Sweeper
+from app.runtime.versions import log_unserved
 from app.settings import DEFAULT_API_TOKEN, Settings
 from app.store import SqlJournal, check_schema_at_head, make_async_engine
 from app.store.deliveries import SqlDeliveries
@@ -173,6 +174,7 @@ def create_app(
             )
             app.state.engine = engine
             app.state.db = db
+            await log_unserved(engine.journal, catalog, clock.now())  # type: ignore[arg-type]
             if settings.run_sweeper:
                 sweeper = Sweeper(engine, settings.timer_scan_interval)
                 sweeper.start()

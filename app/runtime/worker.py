@@ -17,6 +17,7 @@ from app.runtime.http import outbound_client
 from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
 from app.runtime.logs import set_node_id
 from app.runtime.scheduler import Sweeper
+from app.runtime.versions import log_unserved
 from app.settings import Settings
 from app.store import SqlJournal, check_schema_at_head, make_async_engine
 from app.store.deliveries import SqlDeliveries
@@ -66,6 +67,7 @@ async def run_worker(
                 start_wait=timedelta(seconds=settings.start_wait_seconds),
             ),
         )
+        await log_unserved(engine.journal, catalog, engine.clock.now())  # type: ignore[arg-type]
         sweeper = Sweeper(engine, settings.timer_scan_interval)
         sweeper.start()
         deliverer = None
