@@ -605,18 +605,25 @@ def signal(
 
 
 def _flows_list(url: Url = DEFAULT_URL, token: Token = None, as_json: AsJson = False) -> None:
-    """List the flows and versions the node runs."""
+    """List the flow versions the node runs, and the versions it does not serve that still
+    have unfinished instances (SERVED no)."""
     with _api(url, token) as api:
         flows = api.call("GET", "/api/v1/flows")
     if as_json:
         _json(flows)
         return
     table = Table(box=None, header_style="bold")
-    for column in ("FLOW", "VERSION", "PROFILE", "ROUTE", "SIGNALS"):
+    for column in ("FLOW", "VERSION", "SERVED", "UNFINISHED", "PROFILE", "ROUTE", "SIGNALS"):
         table.add_column(column)
     for f in flows:
         table.add_row(
-            f["name"], f["version"], f["profile"], f.get("route") or "-", ", ".join(f["signals"])
+            f["name"],
+            f["version"],
+            "yes" if f.get("served", True) else "no",
+            str(f.get("unfinished", "-")),
+            f.get("profile") or "-",
+            f.get("route") or "-",
+            ", ".join(f.get("signals", [])),
         )
     out.print(table)
 
