@@ -9,10 +9,13 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import cached_property
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.flows.durations import to_timedelta
 
 __all__ = ["DEFAULT_API_TOKEN", "SCOPES", "ApiToken", "Settings", "Subscriber", "parse_api_tokens"]
 
@@ -205,6 +208,22 @@ class Settings(BaseSettings):
     delivery_max_backoff_seconds: float = Field(
         default=600.0, gt=0, description="The longest delay between two sends of a delivery."
     )
+    retention: str = Field(
+        default="P30D",
+        description="How long ended instances are kept (ISO-8601 duration, e.g. P30D, "
+        "PT12H); older ones are deleted with all their rows by a periodic job. Empty: kept "
+        "for ever. Also the idempotency window: a start's Idempotency-Key is free again "
+        "once its instance is deleted.",
+    )
+    retention_scan_seconds: float = Field(
+        default=600.0, gt=0, description="Seconds between two runs of the retention purge."
+    )
+    retention_batch: int = Field(
+        default=500,
+        ge=1,
+        description="Instances deleted per purge transaction (each batch is one short "
+        "transaction).",
+    )
     signal_secrets: dict[str, SecretStr] = Field(
         default_factory=dict,
         description='Standard Webhooks secrets of signed signals, as JSON: {"ocr": '
@@ -216,6 +235,18 @@ class Settings(BaseSettings):
         """The accepted bearer tokens with their names and scopes (see
         :func:`parse_api_tokens`)."""
         return tuple(parse_api_tokens(self.api_tokens))
+
+    @field_validator("retention")
+    @classmethod
+    def _retention_is_a_duration(cls, value: str) -> str:
+        if value.strip():
+            to_timedelta(value.strip(), name="FLOWPARK_RETENTION")
+        return value.strip()
+
+    @property
+    def retention_period(self) -> timedelta | None:
+        """:attr:`retention` as a ``timedelta``; None when off (empty)."""
+        return to_timedelta(self.retention, name="retention") if self.retention else None
 
     @cached_property
     def tokens(self) -> frozenset[str]:

@@ -27,11 +27,13 @@ from app.runtime.delivery import Deliverer
 from app.runtime.http import outbound_client
 from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
 from app.runtime.logs import set_node_id
+from app.runtime.retention import Purger
 from app.runtime.scheduler import Sweeper
 from app.runtime.versions import log_unserved
 from app.settings import DEFAULT_API_TOKEN, Settings
 from app.store import SqlJournal, check_schema_at_head, make_async_engine
 from app.store.deliveries import SqlDeliveries
+from app.store.retention import SqlRetention
 from app.ui import install_console
 
 __all__ = ["BodyLimit", "create_app"]
@@ -153,6 +155,7 @@ def create_app(
         db = make_async_engine(settings.database_url, pool_size=settings.db_pool_size)
         sweeper: Sweeper | None = None
         deliverer: Deliverer | None = None
+        purger: Purger | None = None
         engine: Engine | None = None
         try:
             await check_schema_at_head(db)
@@ -190,9 +193,21 @@ def create_app(
                     settings,
                 )
                 deliverer.start()
+            retention = settings.retention_period
+            if settings.run_sweeper and retention is not None:
+                purger = Purger(
+                    SqlRetention(db),
+                    clock,
+                    retention,
+                    batch=settings.retention_batch,
+                    interval_seconds=settings.retention_scan_seconds,
+                )
+                purger.start()
             log.info("flowpark node %s ready on %s", settings.node_id, settings.self_url)
             yield
         finally:
+            if purger is not None:
+                await purger.stop()
             if deliverer is not None:
                 await deliverer.stop()
             if sweeper is not None:

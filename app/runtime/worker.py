@@ -16,11 +16,13 @@ from app.runtime.delivery import Deliverer
 from app.runtime.http import outbound_client
 from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
 from app.runtime.logs import set_node_id
+from app.runtime.retention import Purger
 from app.runtime.scheduler import Sweeper
 from app.runtime.versions import log_unserved
 from app.settings import Settings
 from app.store import SqlJournal, check_schema_at_head, make_async_engine
 from app.store.deliveries import SqlDeliveries
+from app.store.retention import SqlRetention
 
 __all__ = ["run_worker"]
 
@@ -81,12 +83,25 @@ async def run_worker(
                 settings,
             )
             deliverer.start()
+        purger = None
+        retention = settings.retention_period
+        if retention is not None:
+            purger = Purger(
+                SqlRetention(db),
+                engine.clock,
+                retention,
+                batch=settings.retention_batch,
+                interval_seconds=settings.retention_scan_seconds,
+            )
+            purger.start()
         log.info(
             "flowpark worker %s sweeping every %.1fs",
             settings.node_id,
             settings.timer_scan_interval,
         )
         await stop.wait()
+        if purger is not None:
+            await purger.stop()
         if deliverer is not None:
             await deliverer.stop()
         await sweeper.stop()
