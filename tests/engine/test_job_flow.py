@@ -78,7 +78,10 @@ async def rows(h: FlowHarness, instance_id: str, capability_id: str) -> list[Ste
 async def test_job_completes_with_its_result_and_reports_each_state_once(
     world: JobWorld, store_url: str
 ) -> None:
-    paced = paced_await(world)
+    # the try waits at its first sleep until the start's answer was read: ungated, the paced
+    # wait could finish the job while the start read the instance back
+    answered = asyncio.Event()
+    paced = paced_await(world, gate=answered)
     async with open_harness(store_url, world, paced) as h:
         world.clock = paced.clock = h.clock
         t0 = h.clock.now()
@@ -86,6 +89,7 @@ async def test_job_completes_with_its_result_and_reports_each_state_once(
         # the start answers once the in-process wait begins; the wait goes on meanwhile
         assert started.instance.state is InstanceState.RUNNING
         assert started.instance.attempt_try == 1
+        answered.set()
         await h.engine.drain()
         inst = await h.instance(started.instance.id)
         assert inst.state is InstanceState.COMPLETED, inst.failure
