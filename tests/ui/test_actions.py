@@ -177,6 +177,22 @@ async def test_extend_budget_moves_the_stored_end_later(acting):
         assert odd.status_code == 422 and 'data-code="input_invalid"' in odd.text
 
 
+async def test_the_signals_table_says_what_became_of_each_signal(acting):
+    server, seeded = acting
+    target = seeded.overdue[0]
+    async with server.client() as api:
+        resp = await api.post(
+            f"/api/v1/documents/{target}/signals/ocr.completed", json={"jobId": "job-late-0"}
+        )
+        assert resp.status_code == 202, resp.text
+    async with _signed_in(server) as http:
+        page = (await http.get(f"/ui/instances/{target}")).text
+        fate = re.search(r'data-testid="signal-fate">\s*(.*?)</td>', page, re.S)
+        assert fate and fate.group(1).startswith("taken "), page[-3000:]
+        assert "at node 1" in fate.group(1)  # the poll's node: it ended the wait
+        assert "<code>ocr.completed</code>" in page
+
+
 async def test_no_action_gives_a_500_in_any_state(acting):
     server, seeded = acting
     async with _signed_in(server) as http:
