@@ -59,7 +59,8 @@ def build_delivery_router() -> APIRouter:
         dependencies=[Depends(require_scope("read"))],
         operation_id="list_deliveries",
         response_model=list[DeliveryView],
-        responses=problem_responses(ErrorCode.INPUT_INVALID),
+        # an instanceId that cannot name an instance (not a UUID) is 404 instance_not_found
+        responses=problem_responses(ErrorCode.INPUT_INVALID, ErrorCode.INSTANCE_NOT_FOUND),
     )
     async def deliveries(
         request: Request,

@@ -27,6 +27,8 @@ from app.api.explain import (
     summary_view,
 )
 from app.api.models import (
+    INSTANT_TEXT,
+    JSON_INTEGER,
     BudgetExtension,
     BulkAnswer,
     CancelAnswer,
@@ -107,10 +109,13 @@ def instance_filter(
         str | None, Query(alias="instanceKey", max_length=_MAX_TEXT, description="Instance key.")
     ] = None,
     created_after: Annotated[
-        datetime | None, Query(alias="createdAfter", description="Created after (ISO-8601, UTC).")
+        datetime | None,
+        INSTANT_TEXT,
+        Query(alias="createdAfter", description="Created after (ISO-8601, UTC)."),
     ] = None,
     created_before: Annotated[
         datetime | None,
+        INSTANT_TEXT,
         Query(alias="createdBefore", description="Created before (ISO-8601, UTC)."),
     ] = None,
 ) -> InstanceFilter:
@@ -163,13 +168,18 @@ class BulkFilter(BaseModel):
     flow: str | None = Field(default=None, max_length=_MAX_TEXT)
     version: str | None = Field(default=None, max_length=_MAX_TEXT)
     state: list[InstanceState] = Field(default_factory=list, max_length=5)
-    overdue: float | None = Field(default=None, ge=0, le=10 * 365 * 86400)
-    stuck: bool = False
+    # strict: a JSON string or 0/1 is not taken for a number or a boolean
+    overdue: Annotated[float | None, JSON_INTEGER] = Field(default=None, ge=0, le=10 * 365 * 86400)
+    stuck: bool = Field(default=False, strict=True)
     error_code: str | None = Field(default=None, alias="errorCode", max_length=_MAX_TEXT)
     waiting: WakeKind | None = None
     instance_key: str | None = Field(default=None, alias="instanceKey", max_length=_MAX_TEXT)
-    created_after: AwareDatetime | None = Field(default=None, alias="createdAfter")
-    created_before: AwareDatetime | None = Field(default=None, alias="createdBefore")
+    created_after: Annotated[AwareDatetime | None, INSTANT_TEXT] = Field(
+        default=None, alias="createdAfter"
+    )
+    created_before: Annotated[AwareDatetime | None, INSTANT_TEXT] = Field(
+        default=None, alias="createdBefore"
+    )
 
     def to_filter(self, now: datetime) -> InstanceFilter:
         """The read model's filter, measured at ``now``."""
@@ -203,8 +213,8 @@ class BulkAction(BaseModel):
 
     action: Literal["wake", "cancel"]
     filter: BulkFilter = Field(default_factory=BulkFilter)
-    dry_run: bool = Field(default=False, alias="dryRun")
-    limit: int = Field(default=100, ge=1, le=MAX_BULK)
+    dry_run: bool = Field(default=False, alias="dryRun", strict=True)
+    limit: Annotated[int, JSON_INTEGER] = Field(default=100, ge=1, le=MAX_BULK)
     cursor: str | None = Field(default=None, max_length=400)
 
 

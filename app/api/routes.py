@@ -451,7 +451,11 @@ def _start_operation(plan: Plan) -> dict[str, Any]:
         }
         answer["links"] = _start_links(plan)
     extra: dict[str, Any] = {
-        "requestBody": {"required": True, "content": {"application/json": body}},
+        # required when the input has required fields (none: `{}` or nothing)
+        "requestBody": {
+            "required": bool(schema.get("required")),
+            "content": {"application/json": body},
+        },
         DEFS_KEY: defs,
     }
     if trigger.idempotent:
@@ -530,7 +534,11 @@ def add_trigger_routes(app: FastAPI, plans: list[Plan]) -> None:
                 response_model=SignalAnswer,
                 responses=problem_responses(*_SIGNAL_CODES),
                 openapi_extra={
-                    "requestBody": {"content": {"application/json": body}},
+                    # required when the payload has required fields (none: `{}` or nothing)
+                    "requestBody": {
+                        "required": bool(schema.get("required")),
+                        "content": {"application/json": body},
+                    },
                     DEFS_KEY: defs,
                 },
             )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -20,6 +22,13 @@ class _Camel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
+def _json_number(value: Any) -> Any:
+    """A JSON number (``3``, or ``3.0``), never a string or a boolean."""
+    if isinstance(value, str | bool):
+        raise ValueError("must be a JSON integer")
+    return value
+
+
 class ProcessDocument(_Camel):
     """Input: a document to read. ``pages`` bounds the fake OCR's work (1..10,000)."""
 
@@ -29,7 +38,7 @@ class ProcessDocument(_Camel):
 
     document_id: str = Field(min_length=1, max_length=200)
     content_type: str = Field(default="application/pdf", max_length=200)
-    pages: int = Field(ge=1, le=10_000, strict=True)
+    pages: Annotated[int, BeforeValidator(_json_number)] = Field(ge=1, le=10_000)
 
 
 class OcrJob(_Camel):
