@@ -345,6 +345,12 @@ def serve(
                 "its own in-memory fake for it; point it at the same provider",
                 err=True,
             )
+        if workers > 1:
+            from app.runtime.metrics import multiprocess_dir
+
+            # the workers write their metrics to files there; a scrape of any of them
+            # answers the figures of all
+            stack.enter_context(multiprocess_dir())
         _logging(log_level)
         config = uvicorn.Config(
             "app.runtime.app:create_app",
@@ -393,8 +399,15 @@ def _tcp_socket(host: str, port: int) -> socket.socket:
 def worker(
     log_level: str = typer.Option("info"),
     flows: list[str] = typer.Option(None, "--flows", help=FLOWS_HELP),
+    metrics_port: int = typer.Option(
+        None,
+        min=1,
+        max=65535,
+        help="Serve Prometheus metrics on this port at /metrics (default: "
+        "FLOWPARK_METRICS_PORT; none). Bound to FLOWPARK_METRICS_HOST (default 127.0.0.1).",
+    ),
 ) -> None:
-    """Run a node that only sweeps (no HTTP): another node of the same database.
+    """Run a node that only sweeps (no HTTP API): another node of the same database.
 
     Serve the same flows as the other nodes. Exit codes as ``serve``: 3 when the database
     is unreachable or not migrated, 4 on a definition error, 5 when flows cannot be loaded.
@@ -403,6 +416,8 @@ def worker(
     from app.settings import Settings
 
     _flows_or_exit(flows)
+    if metrics_port is not None:
+        os.environ["FLOWPARK_METRICS_PORT"] = str(metrics_port)
     _database_or_exit(Settings().database_url)
     _logging(log_level)
     from app.runtime.loop import run

@@ -33,10 +33,12 @@ of a definition finding (``poll.requires_durable``).
     ├── StoreUnavailable           store_unavailable
     ├── DeliveryNotFound           delivery_not_found
     ├── DeliveryNotFailed          delivery_not_failed
+    ├── NotReady                   not_ready; .checks (what /readyz found)
     └── RequestRefused             an HTTP request refused before any flow is involved
         ├── Unauthorized           unauthorized
         ├── Forbidden              forbidden; missing_scope
         ├── SignatureInvalid       signature_invalid
+        ├── MetricsForbidden       metrics_forbidden
         ├── IdempotencyKeyMissing  idempotency_key_missing
         ├── IdempotencyKeyInvalid  idempotency_key_invalid
         ├── UnsupportedMediaType   unsupported_media_type
@@ -79,6 +81,8 @@ __all__ = [
     "JournalConflict",
     "MethodNotAllowed",
     "NoBudget",
+    "MetricsForbidden",
+    "NotReady",
     "RequestRefused",
     "RouteNotFound",
     "SchemaBehindHead",
@@ -175,7 +179,15 @@ class ErrorCode(StrEnum):
         "no_budget",
         "the instance does not wait in a poll with a budget (nothing to extend)",
     )
+    METRICS_FORBIDDEN = (
+        "metrics_forbidden",
+        "`/metrics` asked from off loopback while `FLOWPARK_METRICS_ACCESS=loopback`",
+    )
     NOT_FOUND = ("not_found", "no route at that path")
+    NOT_READY = (
+        "not_ready",
+        "`/readyz`: the database, its schema or the sweep is not as a serving node needs",
+    )
     SCHEMA_BEHIND_HEAD = (
         "schema_behind_head",
         "the database is not migrated to head (run `flowpark db upgrade`)",
@@ -377,6 +389,18 @@ class SignatureInvalid(RequestRefused):
     """A signed signal's Standard Webhooks headers are missing, stale or do not verify."""
 
     code = ErrorCode.SIGNATURE_INVALID
+
+
+class MetricsForbidden(RequestRefused):
+    """``/metrics`` was asked from a client off loopback (``FLOWPARK_METRICS_ACCESS``)."""
+
+    code = ErrorCode.METRICS_FORBIDDEN
+
+
+class NotReady(FlowparkError):
+    """The node is not ready to serve (``/readyz``); field ``checks`` says what failed."""
+
+    code = ErrorCode.NOT_READY
 
 
 class IdempotencyKeyMissing(RequestRefused):

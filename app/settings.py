@@ -11,6 +11,7 @@ import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
+from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -179,6 +180,34 @@ class Settings(BaseSettings):
         default=8 * 3600.0,
         gt=0,
         description="How long a console sign-in lasts (seconds, default 8 hours).",
+    )
+    metrics_enabled: bool = Field(
+        default=True, description="Count and serve Prometheus metrics (GET /metrics)."
+    )
+    metrics_access: Literal["loopback", "token", "open"] = Field(
+        default="loopback",
+        description="Who may read /metrics: loopback (clients on a loopback address only), "
+        "token (a bearer token of FLOWPARK_API_TOKENS) or open.",
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="flowpark worker: serve /metrics on this port (the worker has no HTTP "
+        "API otherwise).",
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1", description="flowpark worker: address of the metrics listener."
+    )
+    metrics_refresh_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds between refreshes of the instance gauges (one grouped query) "
+        "and the database pool gauge.",
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="Log lines as text, or json: one JSON object per line.",
     )
 
     subscribers: list[Subscriber] = Field(

@@ -89,6 +89,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="console: answers timed per page (default 20); list: per filter (default 50)",
     )
+    parser.add_argument(
+        "--metrics",
+        choices=["on", "off", "compare"],
+        default=None,
+        help="peers: the node counts Prometheus metrics (on, as a deployed node does) or "
+        "not (off, the default); compare: only the throughput phase, run with metrics off "
+        "and on in turn (twice each), wakes/s of both",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     return parser.parse_args(argv)
 

@@ -101,9 +101,12 @@ async def node_engine(
     concurrency: int = 32,
     sweep_batch: int = 100,
     node_id: str = "bench-node",
+    metrics: bool = False,
 ) -> AsyncIterator[Engine]:
     """An engine on ``url`` with the SystemClock (like ``create_app`` builds one): the
     ``document.process`` sample bound to the OCR at ``ocr_url`` (when given) and ``flows``.
+    With ``metrics`` it counts Prometheus metrics and refreshes the instance gauges as a
+    node does (``FLOWPARK_METRICS_ENABLED``, the default of ``serve`` and ``worker``).
     """
     db = make_async_engine(url, pool_size=pool_size)
     catalog = Catalog()
@@ -117,15 +120,26 @@ async def node_engine(
         catalog.register(build_document_flow(OcrClient(http, ocr_url)))
     for flow in flows or ():
         catalog.register(flow)
+    telemetry = None
+    if metrics:
+        from app.runtime.telemetry import Telemetry
+        from app.settings import Settings
+
+        telemetry = Telemetry(Settings(database_url=url, node_id=node_id))
     engine = Engine(
-        SqlJournal(db),
+        SqlJournal(db, on_batch=telemetry.observer.batched if telemetry else None),
         catalog,
         SystemClock(),
         EngineConfig(node_id=node_id, sweep_batch=sweep_batch, concurrency=concurrency),
+        observer=telemetry.observer if telemetry else None,
     )
+    if telemetry is not None:
+        telemetry.start(db, engine.clock)
     try:
         yield engine
     finally:
+        if telemetry is not None:
+            await telemetry.stop()
         if http is not None:
             await http.aclose()
         await db.dispose()

@@ -52,6 +52,7 @@ async def main(args: argparse.Namespace) -> None:
         pool_size=args.pool_size,
         concurrency=args.engine_concurrency,
         node_id=f"bench-{args.mode}-{uuid.uuid4().hex[:4]}",
+        metrics=args.metrics,
     ) as engine:
         engine.wake_listeners.append(probe.on_park)
         plan = engine.catalog.latest("bench.peers")
@@ -108,6 +109,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--no-short-wakes", dest="short_wakes", action="store_false")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--pool-size", type=int, default=20)
+    parser.add_argument(
+        "--metrics", action="store_true", help="count Prometheus metrics as a node does"
+    )
     parser.add_argument(
         "--engine-concurrency",
         type=int,

@@ -11,6 +11,11 @@ as the starts went, faster than one node can serve them, so they queue.
 Phase 1b (lag): the same N flows started at ``--rate`` per second (default 1,000): the wake
 lag p50/p99 (attempt start minus ``wake_at``) at that offered load.
 
+With ``--metrics on`` the nodes count Prometheus metrics as a deployed node does (``off``,
+the default: they do not). ``--metrics compare`` runs only phase 1, four times: metrics off,
+on, off, on; it reports the wakes/s of each setting (the better of its two runs) and their
+ratio, the cost of counting on the hot path.
+
 Phase 2 (crash): a node parks ``--overdue`` 500 flows and is SIGKILLed; once every one of
 them is overdue a new node process is spawned. Reports seconds from the spawn (and from
 the node's ``ready``) to the first and to the last of the 500 resumed (the start of its
@@ -144,6 +149,7 @@ async def run(
     overdue: int = 500,
     rate: float | None = None,
     engine_concurrency: int = 100,
+    metrics: str = "off",
     **_: Any,
 ) -> Result:
     opts: dict[str, Any] = {
@@ -155,6 +161,10 @@ async def run(
     }
     if not short_wakes:
         opts["short_wakes"] = False
+    if metrics == "compare":
+        return await _compare_metrics(store, n, opts)
+    if metrics == "on":
+        opts["metrics"] = True
     pace = rate or 1000.0
     drive = await _phase_drive(store, n, opts)
     paced = await _phase_drive(store, n, opts, rate=pace)
@@ -196,7 +206,13 @@ async def run(
         store.kind,
         n,
         figures,
-        {**opts, "short_wakes": short_wakes, "overdue": overdue, "rate": pace},
+        {
+            **opts,
+            "short_wakes": short_wakes,
+            "overdue": overdue,
+            "rate": pace,
+            "metrics": metrics,
+        },
         targets=targets,
         details={
             "wakes": drive["wakes"],
@@ -205,5 +221,47 @@ async def run(
             "completion_span_s": round(drive["completion_span_s"], 2),
             "wake_jobs_scheduled": drive["wake_jobs_scheduled"],
             "restart": {k: round(v, 3) for k, v in crash.items()},
+        },
+    )
+
+
+def _throughput(drive: dict[str, Any], n: int) -> dict[str, float]:
+    return {
+        "wakes_per_s": drive["wakes"] / max(drive["wake_span_s"], 1e-9),
+        "starts_per_s": n / drive["start_span_s"],
+        "completions_per_s": n / drive["completion_span_s"],
+    }
+
+
+async def _compare_metrics(store: BenchStore, n: int, opts: dict[str, Any]) -> Result:
+    """Phase 1 with metrics off, on, off, on; the better run of each setting."""
+    runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+    for setting in ("off", "on", "off", "on"):
+        err_console.print(f"peers: metrics {setting}")
+        extra = {"metrics": True} if setting == "on" else {}
+        runs[setting].append(_throughput(await _phase_drive(store, n, {**opts, **extra}), n))
+    best = {k: max(v, key=lambda r: r["wakes_per_s"]) for k, v in runs.items()}
+    off, on = best["off"]["wakes_per_s"], best["on"]["wakes_per_s"]
+    ratio = on / off
+    figures = {
+        "wakes_per_s_metrics_off": round(off, 1),
+        "wakes_per_s_metrics_on": round(on, 1),
+        "wakes_on_over_off": round(ratio, 3),
+        "starts_per_s_metrics_off": round(best["off"]["starts_per_s"], 1),
+        "starts_per_s_metrics_on": round(best["on"]["starts_per_s"], 1),
+        "completions_per_s_metrics_off": round(best["off"]["completions_per_s"], 1),
+        "completions_per_s_metrics_on": round(best["on"]["completions_per_s"], 1),
+    }
+    return Result(
+        "peers",
+        store.kind,
+        n,
+        figures,
+        {**opts, "metrics": "compare"},
+        targets={"wakes_on_over_off": (">= 0.95 (metrics cost < 5%)", ratio >= 0.95)},
+        details={
+            "runs": {
+                k: [{m: round(x, 1) for m, x in r.items()} for r in v] for k, v in runs.items()
+            }
         },
     )

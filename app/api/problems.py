@@ -41,6 +41,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.FORBIDDEN: 403,
     ErrorCode.SIGNATURE_INVALID: 401,
     ErrorCode.DELIVERY_NOT_FOUND: 404,
+    ErrorCode.METRICS_FORBIDDEN: 403,
     ErrorCode.FLOW_NOT_FOUND: 404,
     ErrorCode.INSTANCE_NOT_FOUND: 404,
     ErrorCode.NOT_FOUND: 404,
@@ -59,6 +60,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.INTERNAL_ERROR: 500,
     ErrorCode.SCHEMA_BEHIND_HEAD: 503,
     ErrorCode.STORE_UNAVAILABLE: 503,
+    ErrorCode.NOT_READY: 503,
 }
 
 #: Starlette's own refusals (routing, form parsing) by their status.

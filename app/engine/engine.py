@@ -30,6 +30,7 @@ from app.engine.journal import (
     Snapshot,
 )
 from app.engine.limits import Limits
+from app.engine.observe import LOG_CONTEXT, Observer
 from app.engine.runner import (
     Halt,
     Run,
@@ -144,6 +145,8 @@ class Engine(Walker, Limits):
             any other id (``ValueError``) and finds no instance by one
             (``instance_not_found``). Time-ordered UUIDs (uuid7) keep the id indexes
             compact.
+        observer: told what the engine does (metrics, traces: :mod:`app.engine.observe`);
+            default: nothing is reported.
     """
 
     def __init__(
@@ -153,7 +156,9 @@ class Engine(Walker, Limits):
         clock: Clock,
         config: EngineConfig | None = None,
         id_factory: Callable[[], str] | None = None,
+        observer: Observer | None = None,
     ) -> None:
+        self.observer = observer or Observer()
         self.journal = journal
         self.catalog = catalog
         self.clock = clock
@@ -215,6 +220,16 @@ class Engine(Walker, Limits):
             from app.engine.ephemeral import run_ephemeral
 
             return await run_ephemeral(self, plan, data)
+        with self.observer.start_span(plan.name, plan.version):
+            return await self._start(plan, data, idempotency_key, instance_key)
+
+    async def _start(
+        self,
+        plan: Plan,
+        data: dict[str, Any],
+        idempotency_key: str | None,
+        instance_key: str | None,
+    ) -> StartResult:
         now = self.clock.now()
         new = NewInstance(
             id=self.new_id(),
@@ -227,9 +242,11 @@ class Engine(Walker, Limits):
             lease_expires_at=now + self.lease,
             idempotency_key=idempotency_key,
             instance_key=instance_key,
+            trace_context=self.observer.trace_context(),
         )
         record, created = await self.journal.create_instance(new)
         if created:
+            self.observer.started(plan.name, plan.version, record.id)
             # a new instance has no journal and no mailbox yet (a signal sent meanwhile is
             # read by the walk before it waits): nothing to load
             claim = Claim(record.id, record.fencing_token, Snapshot(record, [], []))
@@ -280,6 +297,19 @@ class Engine(Walker, Limits):
         """
         snapshot = claim.snapshot or await self.journal.load(claim.instance_id)
         inst = snapshot.instance
+        LOG_CONTEXT.set({"instance_id": inst.id, "flow": inst.flow_name})
+        if claim.taken_over:
+            self.observer.taken_over(inst.flow_name)
+        with self.observer.run_span(inst.id, inst.flow_name, inst.flow_version, inst.trace_context):
+            return await self._advance(claim, inst, snapshot, detach)
+
+    async def _advance(
+        self,
+        claim: Claim,
+        inst: InstanceRecord,
+        snapshot: Snapshot,
+        detach: asyncio.Future[None] | None,
+    ) -> RunOutcome:
         plan = self.catalog.find(inst.flow_name, inst.flow_version)
         if plan is None:
             log.warning(
@@ -299,6 +329,7 @@ class Engine(Walker, Limits):
         try:
             halt = await self._walk(run)
         except StaleFencingToken:
+            self.observer.fencing_refused(inst.flow_name)
             log.warning(
                 "instance %s: fencing token %d is stale on node %s; stopped",
                 inst.id,
@@ -310,7 +341,24 @@ class Engine(Walker, Limits):
             raise  # a lost race, the store unreachable, shutdown: a later claim retries
         except Exception as exc:  # noqa: BLE001 - never re-claim a broken run forever
             halt = await self._fail_broken(run, exc)
-        if halt.state is InstanceState.SUSPENDED and halt.wake_at is not None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "instance %s: %s after %d tries on node %s (wake at %s)",
+                inst.id,
+                halt.state.value,
+                run.attempts,
+                self.config.node_id,
+                halt.wake_at.isoformat() if halt.wake_at else "-",
+            )
+        if halt.state.ended:
+            failure = run.instance.failure
+            self.observer.ended(
+                inst.flow_name,
+                inst.flow_version,
+                halt.state.value,
+                failure.code if failure is not None else None,
+            )
+        elif halt.state is InstanceState.SUSPENDED and halt.wake_at is not None:
             for listener in self.wake_listeners:
                 listener(inst.id, halt.wake_at)
         return RunOutcome(
@@ -357,6 +405,7 @@ class Engine(Walker, Limits):
         await self.journal.finish(
             inst.id, claim.fencing_token, now, InstanceState.FAILED, failure=failure
         )
+        self.observer.ended(inst.flow_name, inst.flow_version, "failed", failure.code)
         return RunOutcome(inst.id, InstanceState.FAILED)
 
     # -- sweeping ----------------------------------------------------------------------
@@ -386,6 +435,7 @@ class Engine(Walker, Limits):
             StoreUnavailable: a claim failed (the runs already started finish first).
         """
         report = SweepReport()
+        began = self.clock.now()
         runnable = self.catalog.runnable()
         batch = self.config.sweep_batch
         refill = max(1, min(batch, self.config.concurrency) // 4)
@@ -439,6 +489,7 @@ class Engine(Walker, Limits):
             raise
         if failure is not None:
             raise failure
+        self.observer.swept((self.clock.now() - began).total_seconds(), report.claimed)
         report.not_runnable = await self.journal.count_not_runnable(self.clock.now(), runnable)
         if report.not_runnable:
             log.warning(

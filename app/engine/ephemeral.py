@@ -107,6 +107,7 @@ async def run_ephemeral(engine: Engine, plan: Plan, data: dict[str, Any]) -> Sta
         lease = engine.lease
         new_id = staticmethod(engine.new_id)
         call_with_limits = staticmethod(engine.call_with_limits)
+        observer = engine.observer
 
     run = Run(_View(), plan, record, Claim(record.id, 0), [], [])
     run.ephemeral = True

@@ -147,6 +147,8 @@ class InstanceRecord:
     attempt_started_at: datetime | None = None
     heartbeat_at: datetime | None = None
     heartbeat_value: Any = None
+    # the W3C trace context of the start (``traceparent``/``tracestate``), when traced
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,7 @@ class NewInstance:
     lease_expires_at: datetime
     idempotency_key: str | None = None
     instance_key: str | None = None
+    trace_context: dict[str, str] | None = None
 
     def repeats(self, input: Any, instance_key: str | None) -> bool:
         """Whether a start stored with ``input`` and ``instance_key`` is this request again.
@@ -260,12 +263,15 @@ class Claim:
             None: the engine loads them.
         woken: an operator's wake (:meth:`app.engine.Engine.wake_now`): the wait the claim
             found (a poll's next attempt, a retry's next try) is due now.
+        taken_over: the instance was running under another node's expired lease (a lease
+            takeover), when the store knows it.
     """
 
     instance_id: str
     fencing_token: int
     snapshot: Snapshot | None = field(default=None, compare=False, repr=False)
     woken: bool = field(default=False, compare=False)
+    taken_over: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from app.engine.journal import (
     StepRow,
     WakeKind,
 )
+from app.engine.observe import LOG_CONTEXT
 from app.errors import FlowFailure, StaleFencingToken, StreamNotDeclared
 from app.flows.capability import Capability, Complete, Fail, RecoveryError, Stream, bag_key
 from app.flows.plan import (
@@ -398,6 +399,9 @@ class Run:
             values={bag_key(model): payload},
         )
         ack = await self.journal.take_signal(self.token, signal.id, row)
+        self.engine.observer.signal_taken(
+            self.plan.name, (now - signal.received_at).total_seconds()
+        )
         self.signals = [s for s in self.signals if s.id != signal.id]
         self.taken.append(replace(signal, taken_at=now, taken_step_id=node_index))
         self.record(row)
@@ -523,8 +527,20 @@ class Run:
         error_type: str | None = None
         detail = ""
         decision: Fail | Complete | None = None
+        observer = self.engine.observer
+        LOG_CONTEXT.set(
+            {
+                "instance_id": self.instance_id,
+                "flow": self.plan.name,
+                "step": node.index,
+                "scope": scope,
+            }
+        )
         try:
-            decision = await self.engine.call_with_limits(capability, ctx, opts, self)
+            with observer.call_span(
+                self.instance_id, self.plan.name, capability.id, node.index, scope, try_number
+            ):
+                decision = await self.engine.call_with_limits(capability, ctx, opts, self)
         except (asyncio.CancelledError, StaleFencingToken):
             raise  # cancelled, or the lease was lost: this try commits nothing
         except _CapabilityTimeout as exc:
@@ -536,6 +552,11 @@ class Run:
         except Exception as exc:  # noqa: BLE001 - any exception is a failed try
             error_type, detail = type(exc).__name__, str(exc) or repr(exc)
         now = self.now()
+        observer.tried(
+            capability.id,
+            "success" if error_type is None else "failure",
+            (now - started).total_seconds(),
+        )
         if error_type is None:
             values = dict(ctx.puts)
             if isinstance(decision, Fail):

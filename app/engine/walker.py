@@ -19,6 +19,7 @@ from app.engine.journal import (
     StepRow,
     WakeKind,
 )
+from app.engine.observe import PollEnd
 from app.engine.runner import (
     DECISION_KEY,
     Halt,
@@ -104,7 +105,8 @@ class Walker:
         if run.lost_attempt(node, scope):
             row = await run.record_lost(node, scope)
             return row if row.final else None
-        parked, due = run.wake_for(wake_step, scope)
+        parked, wake_at = run.wake_for(wake_step, scope)
+        due = wake_at
         retrying = bool(rows) and rows[-1].next_try_at is not None
         if retrying:
             due = rows[-1].next_try_at
@@ -113,10 +115,13 @@ class Walker:
         if parked and run.woken:  # an operator's wake: the next try or attempt runs now
             due = None
         kind = WakeKind.RETRY if retrying or wake_step == node.index else WakeKind.POLL
-        if due is not None and run.now() < due:
+        now = run.now()
+        if due is not None and now < due:
             wake = min(due, budget_end) if budget_end is not None else due
             await run.park(wake, wake_step, scope, accept, kind=kind)
             return None
+        if parked and wake_at is not None and not run.ephemeral:
+            run.engine.observer.woke(run.plan.name, (now - wake_at).total_seconds())
         row = await run.execute(node, scope, node.capability, defer=True)
         if row.outcome is Outcome.SUCCESS:
             run.apply(row)
@@ -206,11 +211,13 @@ class Walker:
                 )
                 if pending is not None:
                     await run.take_signal(node.index, scope, pending, node.signal.model)
+                    _poll_ended(run, node, PollEnd.SIGNALLED)
                     return node.satisfied_target
             end = budget_end()
             if end is None:  # entering the poll: its budget is stored before attempt 0
                 end = ends_at(await run.fix_deadline(node.index, 0, POLL_BUDGET, node.timeout))
             if run.now() >= end:
+                _poll_ended(run, node, PollEnd.TIMED_OUT)
                 return self._timed_out(
                     node.timeout_target,
                     FlowFailure(
@@ -226,11 +233,16 @@ class Walker:
             row = await self._attempt(run, body, scope, node.index, budget_end=end, accept=accept)
             if row is None:
                 continue
+            observer = run.engine.observer
             if row.outcome is Outcome.FAILURE:
+                observer.attempted(run.plan.name, body.capability.id, "failed")
                 raise self._step_failed(body, row)
             run.decided(row)
             if _satisfied(node, run):
+                observer.attempted(run.plan.name, body.capability.id, "satisfied")
+                _poll_ended(run, node, PollEnd.SATISFIED)
                 return node.satisfied_target
+            observer.attempted(run.plan.name, body.capability.id, "unsatisfied")
             end = budget_end()
             assert end is not None
             wake_at = min(run.now() + node.interval.delay(scope, run.instance_id), end)
@@ -402,6 +414,20 @@ def _evaluate(what: str, expression: Callable[[], Any]) -> Any:
                 {"expression": what, "error_type": type(exc).__name__},
             ),
         ) from exc
+
+
+def _poll_ended(run: Run, node: PollNode, how: str) -> None:
+    """Report a parked poll's end with the share of its budget used: from the instant the
+    poll was entered to now, over the stored budget (as extended)."""
+    if run.ephemeral:
+        return
+    stored = run.deadline(node.index, 0)
+    used = 0.0
+    if stored is not None:
+        budget = (ends_at(stored) - stored.started_at).total_seconds()
+        if budget > 0:
+            used = (run.now() - stored.started_at).total_seconds() / budget
+    run.engine.observer.poll_ended(run.plan.name, max(used, 0.0), how)
 
 
 def _satisfied(node: PollNode, run: Run) -> bool:

@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -29,6 +30,7 @@ from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
 from app.runtime.logs import set_node_id
 from app.runtime.retention import Purger
 from app.runtime.scheduler import Sweeper
+from app.runtime.telemetry import Telemetry, add_health_routes
 from app.runtime.versions import log_unserved
 from app.settings import DEFAULT_API_TOKEN, Settings
 from app.store import SqlJournal, check_schema_at_head, make_async_engine
@@ -122,6 +124,7 @@ def create_app(
     *,
     clock: Clock | None = None,
     flows: Sequence[str | FlowSource] | None = None,
+    tracer_provider: Any = None,
 ) -> FastAPI:
     """Build the flowpark ASGI app.
 
@@ -131,6 +134,8 @@ def create_app(
         flows: the flows to serve: targets (module path, ``.py`` file, folder) or
             ``source(deps)`` callables (see :mod:`app.runtime.loading`); default
             ``settings.flows`` (``FLOWPARK_FLOWS``, the samples unless set).
+        tracer_provider: an OpenTelemetry ``TracerProvider`` (default: as the ``OTEL_*``
+            environment configures, see :mod:`app.runtime.tracing`; none: not traced).
 
     Raises:
         FlowsUnloadable: code ``flows_unloadable``: a target cannot be loaded.
@@ -147,6 +152,8 @@ def create_app(
     # One pooled client for every outbound call of this app (closed by the lifespan);
     # each call still passes its own timeout.
     http = outbound_client(settings.http_timeout_seconds)
+    telemetry = Telemetry(settings, tracer_provider)
+    telemetry.instrument_client(http)
     deps = Deps(http, settings, serving=True)
     register_flows(catalog, load_flows(settings.flow_targets if flows is None else flows, deps))
 
@@ -164,7 +171,7 @@ def create_app(
                     "FLOWPARK_API_TOKENS is the default %r: set your own tokens", DEFAULT_API_TOKEN
                 )
             engine = Engine(
-                SqlJournal(db),
+                SqlJournal(db, on_batch=telemetry.observer.batched),
                 catalog,
                 clock,
                 EngineConfig(
@@ -174,10 +181,12 @@ def create_app(
                     concurrency=settings.concurrency,
                     start_wait=timedelta(seconds=settings.start_wait_seconds),
                 ),
+                observer=telemetry.observer,
             )
             app.state.engine = engine
             app.state.db = db
             await log_unserved(engine.journal, catalog, clock.now())  # type: ignore[arg-type]
+            telemetry.start(db, clock)
             if settings.run_sweeper:
                 sweeper = Sweeper(engine, settings.timer_scan_interval)
                 sweeper.start()
@@ -214,6 +223,7 @@ def create_app(
                 await sweeper.stop()
             if engine is not None:  # in-process waits stop; their heartbeat timeout hands
                 await engine.close()  # them to another node, from their checkpoints
+            await telemetry.stop()
             for close in reversed(deps.closers):
                 await close()
             await http.aclose()
@@ -225,6 +235,7 @@ def create_app(
     app.state.flows = deps.state
     # the API accepts the tokens of the settings, plus those the flows modules added
     app.state.credentials = settings.api_credentials + tuple(deps.credentials)
+    app.state.telemetry = telemetry
     install_problem_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(build_operator_router())  # before /instances/{id}
@@ -244,5 +255,7 @@ def create_app(
 
     # HEAD as its own route: one operation id per method in the OpenAPI document
     app.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=False)
+    add_health_routes(app, settings, telemetry)
+    telemetry.instrument_app(app)
 
     return app

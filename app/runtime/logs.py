@@ -6,6 +6,16 @@ the node too). Lines look like::
 
     2026-01-01 12:00:00,123 INFO [node-b] flowpark.sweep: sweep on node-b: claimed 12, ...
 
+With ``FLOWPARK_LOG_FORMAT=json`` each line is one JSON object instead (python-json-logger)::
+
+    {"timestamp": "2026-01-01T12:00:00.123000+00:00", "level": "INFO", "node": "node-b",
+     "logger": "flowpark.engine", "message": "...", "instance_id": "...", "flow": "...",
+     "step": 2, "scope": 3, "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}
+
+``instance_id``, ``flow``, ``step`` and ``scope`` come with lines written while the engine
+works on an instance (:data:`app.engine.observe.LOG_CONTEXT`), ``trace_id`` with lines
+written inside a traced span; absent otherwise.
+
 The node id is the one :func:`set_node_id` was given (``create_app`` and the worker pass
 ``Settings.node_id``); before that, ``FLOWPARK_NODE_ID`` or ``<hostname>-<pid>``, the same
 default :class:`app.settings.Settings` uses.
@@ -17,11 +27,26 @@ import logging
 import logging.config
 import os
 import socket
+import sys
 from typing import Any
 
-from app.redaction import RedactingFormatter
+from pythonjsonlogger.core import RESERVED_ATTRS
+from pythonjsonlogger.json import JsonFormatter
 
-__all__ = ["LOG_FORMAT", "NodeFilter", "configure_logging", "log_config", "node_id", "set_node_id"]
+from app.engine.observe import log_context
+from app.redaction import RedactingFormatter, redact
+
+__all__ = [
+    "JSON_FIELDS",
+    "LOG_FORMAT",
+    "ContextFilter",
+    "NodeFilter",
+    "RedactingJsonFormatter",
+    "configure_logging",
+    "log_config",
+    "node_id",
+    "set_node_id",
+]
 
 #: The format of every log line (``%(node)s`` is filled in by :class:`NodeFilter`).
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(node)s] %(name)s: %(message)s"
@@ -50,6 +75,44 @@ class NodeFilter(logging.Filter):
         return True
 
 
+#: The fields of every JSON line, in order (renamed from the record's attributes).
+JSON_FIELDS = "%(levelname)s %(node)s %(name)s %(message)s"
+_RENAMED = {"levelname": "level", "name": "logger"}
+
+
+class RedactingJsonFormatter(JsonFormatter):
+    """python-json-logger's formatter whose every line went through
+    :func:`app.redaction.redact` (URL passwords and registered secrets become ``***``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
+class ContextFilter(NodeFilter):
+    """:class:`NodeFilter`, plus the engine's log context (instance id, flow, step, scope)
+    and the current trace id as record attributes, where known (the JSON lines carry
+    them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        super().filter(record)
+        for key, value in log_context().items():
+            if not hasattr(record, key):
+                setattr(record, key, value)
+        trace_id = _trace_id()
+        if trace_id is not None:
+            record.trace_id = trace_id
+        return True
+
+
+def _trace_id() -> str | None:
+    """The current span's trace id (32 hex digits), or None (none, or no OpenTelemetry)."""
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return None
+    context = trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else None
+
+
 def _at_least(floor: int, level: str) -> str:
     """The name of ``level`` or of ``floor``, whichever is higher; ``level`` itself when it
     is DEBUG (everything is wanted then)."""
@@ -57,23 +120,40 @@ def _at_least(floor: int, level: str) -> str:
     return level if number <= logging.DEBUG else str(logging.getLevelName(max(floor, number)))
 
 
-def log_config(level: str = "info") -> dict[str, Any]:
+def log_config(level: str = "info", log_format: str | None = None) -> dict[str, Any]:
     """A :func:`logging.config.dictConfig` dict: one stderr handler on the root logger with
-    :data:`LOG_FORMAT`; uvicorn's loggers propagate to it; Alembic's set-up lines and
-    httpx's per-request lines are kept at warning, APScheduler's per-run lines and
+    :data:`LOG_FORMAT` (or JSON lines); uvicorn's loggers propagate to it; Alembic's
+    set-up lines and httpx's per-request lines are kept at warning, APScheduler's per-run lines and
     skipped-tick warnings at error.
 
     Args:
         level: the root level name (``debug``, ``info``, ``warning`` ...; default info).
+        log_format: ``text`` or ``json`` (default: ``FLOWPARK_LOG_FORMAT``, else text).
+
+    Raises:
+        ValueError: ``log_format`` is neither ``text`` nor ``json``.
     """
+    chosen = (log_format or os.environ.get("FLOWPARK_LOG_FORMAT") or "text").strip().lower()
+    if chosen not in ("text", "json"):
+        raise ValueError(f"FLOWPARK_LOG_FORMAT must be text or json, not {chosen!r}")
+    formatter: dict[str, Any] = {"()": RedactingFormatter, "format": LOG_FORMAT}
+    if chosen == "json":
+        formatter = {
+            "()": RedactingJsonFormatter,
+            "fmt": JSON_FIELDS,
+            "rename_fields": _RENAMED,
+            "timestamp": True,
+            # uvicorn's copy of each message with terminal colour codes
+            "reserved_attrs": [*RESERVED_ATTRS, "color_message"],
+        }
     root_level = level.upper()
     quiet = _at_least(logging.WARNING, root_level)
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"node": {"()": NodeFilter}},
+        "filters": {"node": {"()": ContextFilter}},
         # every line is redacted: URL passwords and the registered secrets become ***
-        "formatters": {"node": {"()": RedactingFormatter, "format": LOG_FORMAT}},
+        "formatters": {"node": formatter},
         "handlers": {
             "stderr": {
                 "class": "logging.StreamHandler",
@@ -99,6 +179,6 @@ def log_config(level: str = "info") -> dict[str, Any]:
     }
 
 
-def configure_logging(level: str = "info") -> None:
+def configure_logging(level: str = "info", log_format: str | None = None) -> None:
     """Apply :func:`log_config` to this process."""
-    logging.config.dictConfig(log_config(level))
+    logging.config.dictConfig(log_config(level, log_format))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -61,6 +62,8 @@ class Sweeper:
         self._running: set[asyncio.Task[Any]] = set()
         self._sweeping = False  # a sweep of this node is in flight
         self._again = False  # a wake came while it was: it claims again before returning
+        #: ``time.monotonic()`` when a sweep last ended without error (None: not yet)
+        self.last_success: float | None = None
 
     async def run_once(self) -> None:
         """Sweep now. While a sweep of this node is in flight, a second one is not started
@@ -85,6 +88,7 @@ class Sweeper:
                         report.advanced,
                         report.failed_runs,
                     )
+            self.last_success = time.monotonic()
         except Exception:
             log.exception("sweep failed on node %s", self.engine.config.node_id)
         finally:

@@ -7,6 +7,7 @@ import logging
 import signal
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from app.engine.clock import SystemClock
 from app.engine.engine import Engine, EngineConfig
@@ -18,6 +19,7 @@ from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
 from app.runtime.logs import set_node_id
 from app.runtime.retention import Purger
 from app.runtime.scheduler import Sweeper
+from app.runtime.telemetry import Telemetry
 from app.runtime.versions import log_unserved
 from app.settings import Settings
 from app.store import SqlJournal, check_schema_at_head, make_async_engine
@@ -34,6 +36,9 @@ async def run_worker(
 ) -> None:
     """Sweep until SIGINT/SIGTERM.
 
+    With ``settings.metrics_port`` the worker serves its Prometheus metrics on
+    ``http://<metrics_host>:<metrics_port>/metrics`` (prometheus-client's own listener).
+
     Args:
         settings: default from ``FLOWPARK_*``.
         flows: flows targets or sources (default ``settings.flows``: serve the same ones as
@@ -48,6 +53,9 @@ async def run_worker(
     register_secrets(settings.secret_values())
     db = make_async_engine(settings.database_url, pool_size=settings.db_pool_size)
     http = outbound_client(settings.http_timeout_seconds)
+    telemetry = Telemetry(settings)
+    telemetry.instrument_client(http)
+    listener = None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -58,7 +66,7 @@ async def run_worker(
         register_flows(catalog, load_flows(settings.flow_targets if flows is None else flows, deps))
         await check_schema_at_head(db)
         engine = Engine(
-            SqlJournal(db),
+            SqlJournal(db, on_batch=telemetry.observer.batched),
             catalog,
             SystemClock(),
             EngineConfig(
@@ -68,8 +76,13 @@ async def run_worker(
                 concurrency=settings.concurrency,
                 start_wait=timedelta(seconds=settings.start_wait_seconds),
             ),
+            observer=telemetry.observer,
         )
         await log_unserved(engine.journal, catalog, engine.clock.now())  # type: ignore[arg-type]
+        clock = engine.clock
+        telemetry.start(db, clock)
+        if telemetry.metrics is not None and settings.metrics_port is not None:
+            listener = _serve_metrics(telemetry, settings)
         sweeper = Sweeper(engine, settings.timer_scan_interval)
         sweeper.start()
         deliverer = None
@@ -107,7 +120,30 @@ async def run_worker(
         await sweeper.stop()
         await engine.close()  # in-process waits stop; another node resumes them
     finally:
+        if listener is not None:
+            listener.shutdown()
+            listener.server_close()
+        await telemetry.stop()
         for close in reversed(deps.closers):
             await close()
         await http.aclose()
         await db.dispose()
+
+
+def _serve_metrics(telemetry: Telemetry, settings: Settings) -> Any:
+    """Serve the metrics on ``metrics_host:metrics_port`` (prometheus-client's own HTTP
+    listener, in a thread)."""
+    from prometheus_client import start_http_server
+
+    metrics = telemetry.metrics
+    assert metrics is not None
+    server, _ = start_http_server(
+        settings.metrics_port or 0, settings.metrics_host, registry=metrics.registry
+    )
+    log.info(
+        "metrics of worker %s on http://%s:%d/metrics",
+        settings.node_id,
+        settings.metrics_host,
+        server.server_address[1],
+    )
+    return server

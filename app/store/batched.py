@@ -16,7 +16,8 @@ that is not a UUID is refused as a whole; its items go alone, where
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -101,16 +102,17 @@ _CREATE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("lease_expires_at", "timestamptz"),
     ("instance_key", "text"),
     ("idempotency_key", "text"),
+    ("trace_context", "json"),
 )
 # ON CONFLICT DO NOTHING: a repeated idempotency key, an instance key in use (or an id that
 # exists) skips that row only; its caller then reads what holds the key
 _CREATE_SQL = (
     "INSERT INTO flow_instance (id, flow_name, flow_version, state, input, created_at, "
     "updated_at, deadline_at, lease_owner, lease_expires_at, fencing_token, "
-    "cancel_requested, instance_key, idempotency_key) "
+    "cancel_requested, instance_key, idempotency_key, trace_context) "
     "SELECT t.id, t.flow_name, t.flow_version, 'running', t.input, t.created_at, "
     "t.created_at, t.deadline_at, t.lease_owner, t.lease_expires_at, 1, false, "
-    "t.instance_key, t.idempotency_key "
+    "t.instance_key, t.idempotency_key, t.trace_context "
     f"FROM {_recordset(_CREATE_COLUMNS)} ON CONFLICT DO NOTHING RETURNING id::text"
 )
 
@@ -297,12 +299,15 @@ class PgBatches:
     _single: Any
     _write: Any
 
-    def _make_lanes(self) -> Lanes:
+    def _make_lanes(self, on_batch: Callable[[str, int], None] | None = None) -> Lanes:
+        def observe(lane: str) -> Callable[[int], None] | None:
+            return None if on_batch is None else functools.partial(on_batch, lane)
+
         return Lanes(
-            create=Lane(self._batch_create),
-            commit=Lane(self._batch_commit),
-            park=Lane(self._batch_park),
-            finish=Lane(self._batch_finish),
+            create=Lane(self._batch_create, observe=observe("create")),
+            commit=Lane(self._batch_commit, observe=observe("commit")),
+            park=Lane(self._batch_park, observe=observe("park")),
+            finish=Lane(self._batch_finish, observe=observe("finish")),
         )
 
     async def _batch_create(self, items: Sequence[NewInstance]) -> list[bool | None]:
@@ -320,6 +325,7 @@ class PgBatches:
                 "lease_expires_at": n.lease_expires_at,
                 "instance_key": n.instance_key,
                 "idempotency_key": n.idempotency_key,
+                "trace_context": n.trace_context,
             }
             for n in items
         ]

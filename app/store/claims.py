@@ -94,10 +94,40 @@ def _claim_due_statement(postgresql: bool) -> Any:
     )
     if postgresql:
         # the claimed rows come back whole, with their journals and mailboxes: the runs
-        # need no load of their own (the lease keeps the journal as read)
+        # need no load of their own (the lease keeps the journal as read). A sub-select in
+        # RETURNING reads the statement's snapshot, i.e. the row before this claim: it
+        # tells a lease takeover (the row was running) from a wake.
         steps, signals = journal_aggregates()
-        return stmt.returning(*INSTANCE.c, steps.label("j_steps"), signals.label("j_signals"))
+        before = INSTANCE.alias("before")
+        was_running = select(before.c.state).where(
+            before.c.id == INSTANCE.c.id
+        ).scalar_subquery() == const(_RUNNING)
+        return stmt.returning(
+            *INSTANCE.c,
+            steps.label("j_steps"),
+            signals.label("j_signals"),
+            was_running.label("taken_over"),
+        )
     return stmt.returning(INSTANCE.c.id, INSTANCE.c.fencing_token, INSTANCE.c.wake_at)
+
+
+@cache
+def _expired_statement() -> Any:
+    """SQLite: the ids of running instances with an expired lease that ``claim_due``
+    takes first (its pick's order), read in the claim's transaction before it."""
+    now = bindparam("c_now", type_=UtcDateTime())
+    return (
+        select(INSTANCE.c.id)
+        .where(
+            INSTANCE.c.state == const(_RUNNING),
+            INSTANCE.c.lease_expires_at < now,
+            tuple_(INSTANCE.c.flow_name, INSTANCE.c.flow_version).in_(
+                bindparam("c_runnable", expanding=True)
+            ),
+        )
+        .order_by(INSTANCE.c.lease_expires_at, INSTANCE.c.id)
+        .limit(bindparam("c_limit", type_=Integer()))
+    )
 
 
 class SqlClaims(SqlBase):
@@ -148,7 +178,8 @@ class SqlClaims(SqlBase):
             runnable: ``(flow_name, flow_version)`` pairs this node can run; empty -> [].
 
         Returns:
-            The claims, expired leases first, then earliest wake first.
+            The claims, expired leases first, then earliest wake first; a claim of a
+            running instance (its holder's lease expired) is marked ``taken_over``.
         """
         if not runnable or limit <= 0:
             return []
@@ -160,13 +191,20 @@ class SqlClaims(SqlBase):
             "c_limit": limit,
             "c_runnable": list(runnable),
         }
+        expired: set[str] = set()
         async with self._single(write=True) as conn:  # one atomic UPDATE ... RETURNING
+            if not self.is_postgresql:  # one write transaction: the rows stay as read
+                found = await conn.execute(_expired_statement(), params)
+                expired = {r.id for r in found}
             rows = (await conn.execute(stmt, params)).all()
         # RETURNING has no order: restore the pick's (expired leases without a wake first)
         ordered = sorted(rows, key=lambda r: (r.wake_at is not None, r.wake_at or now, r.id))
         if not self.is_postgresql:
-            return [Claim(r.id, r.fencing_token) for r in ordered]
-        return [Claim(r.id, r.fencing_token, snapshot_from_row(r)) for r in ordered]
+            return [Claim(r.id, r.fencing_token, taken_over=r.id in expired) for r in ordered]
+        return [
+            Claim(r.id, r.fencing_token, snapshot_from_row(r), taken_over=bool(r.taken_over))
+            for r in ordered
+        ]
 
     async def count_not_runnable(self, now: datetime, runnable: list[tuple[str, str]]) -> int:
         """Count due instances whose ``(flow_name, flow_version)`` is not in ``runnable``."""

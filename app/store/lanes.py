@@ -33,6 +33,7 @@ class Lane(Generic[T, R]):
             items' order. An exception raised by ``run`` is every item's answer.
         max_batch: at most this many items per batch.
         parallel: at most this many batches in flight at once (each holds a connection).
+        observe: told the size of each batch as it starts (metrics), if given.
     """
 
     def __init__(
@@ -41,8 +42,10 @@ class Lane(Generic[T, R]):
         *,
         max_batch: int = 200,
         parallel: int = 2,
+        observe: Callable[[int], None] | None = None,
     ) -> None:
         self._run = run
+        self._observe = observe
         self._max_batch = max_batch
         self._parallel = parallel
         self._queue: list[tuple[T, asyncio.Future[R]]] = []
@@ -78,6 +81,8 @@ class Lane(Generic[T, R]):
                 del self._queue[: self._max_batch]
                 self.batches += 1
                 self.items += len(batch)
+                if self._observe is not None:
+                    self._observe(len(batch))
                 try:
                     answers: Sequence[R | BaseException] = await self._run(
                         [item for item, _ in batch]

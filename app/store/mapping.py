@@ -89,6 +89,7 @@ def instance_values(new: NewInstance) -> dict[str, Any]:
         "cancel_requested": False,
         "instance_key": new.instance_key,
         "idempotency_key": new.idempotency_key,
+        "trace_context": new.trace_context,
     }
 
 
@@ -107,6 +108,7 @@ def instance_from_new(new: NewInstance) -> InstanceRecord:
         lease_expires_at=new.lease_expires_at,
         fencing_token=1,
         instance_key=new.instance_key,
+        trace_context=new.trace_context,
     )
 
 
@@ -158,6 +160,7 @@ def instance_from_row(row: Row[Any]) -> InstanceRecord:
         attempt_started_at=m["attempt_started_at"],
         heartbeat_at=m["heartbeat_at"],
         heartbeat_value=m["heartbeat_value"],
+        trace_context=m["trace_context"],
     )
 
 

@@ -13,6 +13,7 @@ streams (:mod:`app.store.intake`), signals (:mod:`app.store.signals`), reads
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from functools import cache, lru_cache
 from typing import Any
@@ -174,15 +175,19 @@ class SqlJournal(
 
     Args:
         engine: an engine from :func:`app.store.db.make_async_engine`, migrated to head.
+        on_batch: told ``(lane, size)`` for each group-commit batch on PostgreSQL (lanes
+            ``create``, ``commit``, ``park``, ``finish``), e.g. for metrics.
 
     On PostgreSQL, concurrent starts, journal commits, parks and completions are grouped
     into one statement per batch (:mod:`app.store.batched`); each keeps its own fence.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, on_batch: Callable[[str, int], None] | None = None
+    ) -> None:
         super().__init__(engine)
         if self.is_postgresql:
-            self._lanes = self._make_lanes()
+            self._lanes = self._make_lanes(on_batch)
 
     async def _fenced(
         self,

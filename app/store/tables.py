@@ -275,6 +275,8 @@ class FlowInstanceRow(SQLModel, table=True):
     heartbeat_value: Any = _json("heartbeat_value")
     # the request of a start with this key is the row's input and instance_key
     idempotency_key: str | None = _str("idempotency_key")
+    # the start's W3C trace context (traceparent, tracestate), when it was traced
+    trace_context: dict[str, Any] | None = _json("trace_context")
 
 
 class FlowStepRow(SQLModel, table=True):

@@ -1,0 +1,244 @@
+"""Prometheus metrics of a node (``prometheus-client``), served at ``GET /metrics``.
+
+:class:`Metrics` owns every metric on one registry (a fresh one per app, so tests and
+several apps in one process do not share counts). Under ``flowpark serve --workers N`` the
+worker processes write their values to files in ``PROMETHEUS_MULTIPROC_DIR`` (the client's
+multiprocess mode, which ``serve`` sets up: :func:`multiprocess_dir`) and whichever process
+answers a scrape aggregates all of them (:func:`render`).
+
+Labels are bounded: flow names and versions, capability ids, outcomes, states, error codes
+and group-commit lanes, never an instance id. ``docs/observability.md`` has the table.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+__all__ = [
+    "CONTENT_TYPE_LATEST",
+    "MULTIPROC_ENV",
+    "Metrics",
+    "mark_process_dead",
+    "multiprocess_dir",
+    "multiprocess_enabled",
+    "render",
+]
+
+#: The environment variable of the client's multiprocess mode.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+#: Buckets (seconds) for calls, wake lateness and signal-to-resume times: 5 ms to 10 min.
+SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+#: Buckets for the share of a poll's budget used.
+RATIO = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+#: Buckets for counts per sweep and per group-commit batch.
+COUNTS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500)
+
+
+def multiprocess_enabled() -> bool:
+    """Whether this process writes its metrics for others to aggregate."""
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+@contextmanager
+def multiprocess_dir() -> Iterator[str]:
+    """Set up the multiprocess mode for the worker processes started inside the block:
+    ``PROMETHEUS_MULTIPROC_DIR`` names a fresh temporary directory (removed afterwards), or
+    the one the environment names already (emptied first, as the client requires).
+
+    Yields:
+        The directory's path.
+    """
+    given = os.environ.get(MULTIPROC_ENV)
+    if given:
+        os.makedirs(given, exist_ok=True)
+        for name in os.listdir(given):
+            if name.endswith(".db"):
+                os.unlink(os.path.join(given, name))
+        yield given
+        return
+    path = tempfile.mkdtemp(prefix="flowpark-metrics-")
+    os.environ[MULTIPROC_ENV] = path
+    try:
+        yield path
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def mark_process_dead() -> None:
+    """Multiprocess mode: drop this process's live gauges (at shutdown)."""
+    if multiprocess_enabled():
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(os.getpid())
+
+
+def render(metrics: Metrics) -> bytes:
+    """The Prometheus text exposition of ``metrics``, or in multiprocess mode of every
+    process of this server."""
+    if multiprocess_enabled():
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)
+    return generate_latest(metrics.registry)
+
+
+class Metrics:
+    """Every metric of a node, on its own registry.
+
+    Args:
+        node_id: this node's name (the ``flowpark_node_info`` series).
+    """
+
+    def __init__(self, node_id: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.started = Counter(
+            "flowpark_instances_started",
+            "Instances created by starts (idempotent repeats excluded).",
+            ["flow", "version"],
+            registry=r,
+        )
+        self.ended = Counter(
+            "flowpark_instances_ended",
+            "Instances that ended, by final state and failure code ('' when none).",
+            ["flow", "version", "state", "code"],
+            registry=r,
+        )
+        self.tries = Counter(
+            "flowpark_tries",
+            "Capability tries (one execution under the retry policy), by outcome.",
+            ["capability", "outcome"],
+            registry=r,
+        )
+        self.attempts = Counter(
+            "flowpark_attempts",
+            "Attempts of parked polls, by outcome: satisfied, unsatisfied (parks for the "
+            "next) or failed.",
+            ["capability", "outcome"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "flowpark_capability_duration_seconds",
+            "Duration of each capability try.",
+            ["capability"],
+            buckets=SECONDS,
+            registry=r,
+        )
+        self.lateness = Histogram(
+            "flowpark_wake_lateness_seconds",
+            "Start of a parked attempt minus its wake_at.",
+            ["flow"],
+            buckets=SECONDS,
+            registry=r,
+        )
+        self.budget = Histogram(
+            "flowpark_poll_budget_used_ratio",
+            "Share of a poll's budget used when the poll ended (satisfied, signalled, timed_out).",
+            ["flow", "outcome"],
+            buckets=RATIO,
+            registry=r,
+        )
+        self.timeouts = Counter(
+            "flowpark_poll_timeouts",
+            "Polls whose budget ran out before they were satisfied.",
+            ["flow"],
+            registry=r,
+        )
+        self.signal_to_resume = Histogram(
+            "flowpark_signal_to_resume_seconds",
+            "From a signal's delivery to the wait taking it.",
+            ["flow"],
+            buckets=SECONDS,
+            registry=r,
+        )
+        self.takeovers = Counter(
+            "flowpark_lease_takeovers",
+            "Instances this node claimed from a holder whose lease had expired.",
+            ["flow"],
+            registry=r,
+        )
+        self.fencing = Counter(
+            "flowpark_fencing_refusals",
+            "Runs stopped because a write carried a stale fencing token.",
+            ["flow"],
+            registry=r,
+        )
+        self.sweep_duration = Histogram(
+            "flowpark_sweep_duration_seconds",
+            "Duration of each sweep (its claims and the runs they started).",
+            buckets=SECONDS,
+            registry=r,
+        )
+        self.sweep_claimed = Histogram(
+            "flowpark_sweep_claimed",
+            "Instances claimed per sweep.",
+            buckets=COUNTS,
+            registry=r,
+        )
+        self.sweep_last = Gauge(
+            "flowpark_sweep_last_success_timestamp_seconds",
+            "Unix time of the last sweep that ended without error.",
+            registry=r,
+            multiprocess_mode="max",
+        )
+        self.batch = Histogram(
+            "flowpark_group_commit_batch_size",
+            "Operations per group-commit statement (PostgreSQL), by lane.",
+            ["lane"],
+            buckets=COUNTS,
+            registry=r,
+        )
+        self.pool = Gauge(
+            "flowpark_db_pool_connections_in_use",
+            "Database connections checked out of this node's pool.",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        gauge = {"registry": r, "multiprocess_mode": "mostrecent", "labelnames": ["flow"]}
+        self.parked = Gauge("flowpark_instances_parked", "Parked instances.", **gauge)  # type: ignore[arg-type]
+        self.running = Gauge(
+            "flowpark_instances_running",
+            "Running instances under a live lease.",
+            **gauge,  # type: ignore[arg-type]
+        )
+        self.overdue = Gauge(
+            "flowpark_instances_overdue",
+            "Parked instances due for longer than two scan intervals.",
+            **gauge,  # type: ignore[arg-type]
+        )
+        self.stuck = Gauge(
+            "flowpark_instances_stuck",
+            "Running instances whose lease expired more than a scan interval ago.",
+            **gauge,  # type: ignore[arg-type]
+        )
+        self.info = Gauge(
+            "flowpark_node_info",
+            "1 for each live node process.",
+            ["node"],
+            registry=r,
+            multiprocess_mode="liveall",
+        )
+        self.info.labels(node=node_id).set(1)
+        self.flows_seen: set[str] = set()
+
+    def sweep_succeeded(self) -> None:
+        """Record the instant of a sweep that ended without error."""
+        self.sweep_last.set(time.time())

@@ -1,0 +1,236 @@
+"""A node's telemetry: its metrics, its tracing, the engine observer over both, the periodic
+refresh of the gauges, and the ``/metrics`` and ``/readyz`` routes.
+
+Access to ``/metrics`` (``FLOWPARK_METRICS_ACCESS``):
+
+* ``loopback`` (default): answered to clients on a loopback address only; anything else
+  gets 403 ``metrics_forbidden``. For a Prometheus on the same host, or a sidecar.
+* ``token``: the request needs ``Authorization: Bearer <token>`` with one of
+  ``FLOWPARK_API_TOKENS`` (401 ``unauthorized`` otherwise).
+* ``open``: anyone who reaches the port (behind a network policy).
+
+``flowpark worker`` serves no HTTP API: ``--metrics-port`` (``FLOWPARK_METRICS_PORT``)
+gives it a metrics listener of its own on ``FLOWPARK_METRICS_HOST`` (default loopback).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import ConfigDict
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.api.auth import require_token
+from app.api.models import ApiModel
+from app.api.openapi import problem_responses
+from app.api.problems import problem
+from app.engine.clock import Clock
+from app.errors import ErrorCode, SchemaBehindHead
+from app.runtime import tracing
+from app.runtime.metrics import CONTENT_TYPE_LATEST, Metrics, mark_process_dead, render
+from app.runtime.observe import NodeObserver
+from app.settings import Settings
+from app.store.gauges import active_counts
+
+__all__ = ["READY_TIMEOUT_SECONDS", "Readiness", "Telemetry", "add_health_routes"]
+
+log = logging.getLogger("flowpark.telemetry")
+
+#: How long ``/readyz`` waits for the database before it answers not ready.
+READY_TIMEOUT_SECONDS = 5.0
+
+
+class Readiness(ApiModel):
+    """A node ready to serve: every check ``ok``."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"status": "ready", "checks": {"database": "ok", "schema": "ok", "sweep": "ok"}}
+            ]
+        }
+    )
+
+    status: str
+    checks: dict[str, str]
+
+
+class Telemetry:
+    """Metrics (unless ``settings.metrics_enabled`` is False) and tracing (when the
+    ``OTEL_*`` environment or ``tracer_provider`` asks for it) of one node.
+
+    Args:
+        settings: the node's settings.
+        tracer_provider: an OpenTelemetry ``TracerProvider`` to use instead of the one the
+            environment configures (tests pass one with an in-memory exporter).
+    """
+
+    def __init__(self, settings: Settings, tracer_provider: Any = None) -> None:
+        self.settings = settings
+        self.metrics = Metrics(settings.node_id) if settings.metrics_enabled else None
+        provider = tracer_provider or tracing.provider_from_env(settings.node_id)
+        self.tracing = tracing.Tracing(provider, settings.node_id) if provider else None
+        self.observer = NodeObserver(self.metrics, self.tracing)
+        self._scheduler: AsyncIOScheduler | None = None
+        self._refreshing: asyncio.Future[None] | None = None
+
+    def instrument_client(self, client: Any) -> None:
+        """Trace ``client``'s outbound calls (when traced)."""
+        if self.tracing is not None:
+            self.tracing.instrument_client(client)
+
+    def instrument_app(self, app: FastAPI) -> None:
+        """Trace the requests ``app`` serves (when traced)."""
+        if self.tracing is not None:
+            self.tracing.instrument_app(app)
+
+    def start(self, db: AsyncEngine, clock: Clock) -> None:
+        """Refresh the gauges now and every ``metrics_refresh_seconds`` (APScheduler)."""
+        if self.metrics is None:
+            return
+        self._scheduler = AsyncIOScheduler(timezone="UTC")
+        self._scheduler.add_job(
+            self.refresh,
+            "interval",
+            args=[db, clock],
+            seconds=self.settings.metrics_refresh_seconds,
+            id="flowpark.metrics",
+            max_instances=1,
+            coalesce=True,
+        )
+        self._scheduler.start()
+        asyncio.ensure_future(self.refresh(db, clock))
+
+    async def stop(self) -> None:
+        """Stop the refresh job (a refresh in flight ends first: the database is disposed
+        next); in multiprocess mode drop this process's live gauges."""
+        if self._scheduler is not None and self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
+        if self._refreshing is not None:
+            await asyncio.wait([self._refreshing], timeout=READY_TIMEOUT_SECONDS)
+        mark_process_dead()
+        if self.tracing is not None:
+            self.tracing.provider.force_flush()
+
+    async def refresh(self, db: AsyncEngine, clock: Clock) -> None:
+        """Set the database pool gauge and the instance gauges (one grouped query).
+
+        An instance is overdue when parked and due for more than two scan intervals, stuck
+        when running with a lease expired for more than one."""
+        if self.metrics is None or self._refreshing is not None:
+            return
+        self._refreshing = asyncio.ensure_future(self._refresh(self.metrics, db, clock))
+        try:
+            await asyncio.shield(self._refreshing)
+        finally:
+            self._refreshing = None
+
+    async def _refresh(self, metrics: Metrics, db: AsyncEngine, clock: Clock) -> None:
+        try:
+            pool: Any = db.sync_engine.pool
+            checked_out = getattr(pool, "checkedout", None)
+            if checked_out is not None:
+                metrics.pool.set(checked_out())
+            now = clock.now()
+            scan = timedelta(seconds=self.settings.timer_scan_interval)
+            counts = await active_counts(db, now, now - 2 * scan, now - scan)
+            seen = set()
+            for c in counts:
+                seen.add(c.flow)
+                metrics.parked.labels(c.flow).set(c.parked)
+                metrics.running.labels(c.flow).set(c.running)
+                metrics.overdue.labels(c.flow).set(c.overdue)
+                metrics.stuck.labels(c.flow).set(c.stuck)
+            for flow in metrics.flows_seen - seen:  # none left: zero, not the last figure
+                for gauge in (metrics.parked, metrics.running, metrics.overdue, metrics.stuck):
+                    gauge.labels(flow).set(0)
+            metrics.flows_seen |= seen
+        except Exception:  # noqa: BLE001 - a scrape shows stale gauges; the log says why
+            log.warning("could not refresh the instance gauges", exc_info=True)
+
+
+def _loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def add_health_routes(app: FastAPI, settings: Settings, telemetry: Telemetry) -> None:
+    """Add ``GET /metrics`` (when metrics are on) and ``GET /readyz`` to ``app``.
+
+    ``/readyz`` reads ``app.state.db`` and ``app.state.sweeper`` (set by the lifespan).
+    """
+
+    if telemetry.metrics is not None:
+        metrics = telemetry.metrics
+
+        @app.get("/metrics", include_in_schema=False)
+        async def metrics_route(request: Request) -> Response:
+            """Prometheus metrics of this node (all worker processes under ``serve
+            --workers N``); access as ``FLOWPARK_METRICS_ACCESS`` says."""
+            access = settings.metrics_access
+            if access == "token":
+                await require_token(request)
+            elif access == "loopback":
+                host = request.client.host if request.client else None
+                if not _loopback(host):
+                    return problem(
+                        ErrorCode.METRICS_FORBIDDEN,
+                        "metrics are served to loopback clients only "
+                        "(FLOWPARK_METRICS_ACCESS=loopback)",
+                    )
+            body = await asyncio.to_thread(render, metrics)
+            return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    @app.get(
+        "/readyz",
+        tags=["ops"],
+        operation_id="readyz",
+        response_model=Readiness,
+        responses=problem_responses(ErrorCode.NOT_READY, auth=False, common=False),
+    )
+    async def readyz(request: Request) -> JSONResponse:
+        """Readiness: the database answers, its schema is at the code's head revision, and
+        (on a node that sweeps) a sweep ended without error within the last three scan
+        intervals. 200 ``{"status": "ready", "checks": {...}}``, else 503 problem
+        ``not_ready`` with the same ``checks`` (each ``ok`` or what failed)."""
+        from app.store import check_schema_at_head
+
+        checks: dict[str, str] = {}
+        db = getattr(request.app.state, "db", None)
+        try:
+            if db is None:
+                raise RuntimeError("the node is starting")
+            await asyncio.wait_for(check_schema_at_head(db), READY_TIMEOUT_SECONDS)
+            checks["database"] = "ok"
+            checks["schema"] = "ok"
+        except Exception as exc:  # noqa: BLE001 - each failure is reported, not raised
+            if isinstance(exc, SchemaBehindHead):
+                checks["database"] = "ok"
+                checks["schema"] = str(exc)
+            else:
+                checks["database"] = f"{type(exc).__name__}: {exc}"[:300] or "unreachable"
+        sweeper = getattr(request.app.state, "sweeper", None)
+        if sweeper is not None:
+            window = 3 * settings.timer_scan_interval
+            last = sweeper.last_success
+            if last is None:
+                checks["sweep"] = "no sweep has ended yet"
+            elif time.monotonic() - last > window:
+                checks["sweep"] = f"last sweep ended {time.monotonic() - last:.1f} s ago"
+            else:
+                checks["sweep"] = "ok"
+        if all(v == "ok" for v in checks.values()) and "database" in checks:
+            return JSONResponse({"status": "ready", "checks": checks})
+        return problem(ErrorCode.NOT_READY, "the node is not ready", checks=checks)
