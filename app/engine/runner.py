@@ -495,6 +495,10 @@ class Run:
             window = await self.fix_deadline(node.index, scope, RETRY_TOTAL, total)
             first_start = ends_at(window) - total
         await self.flush()
+        if previous and total is not None and first_start is not None and kind is StepKind.STEP:
+            window_end = first_start + total
+            if self.now() >= window_end:  # woken late, past the window: no try starts
+                return await self._window_ended(node, scope, capability, try_number, window_end)
         checkpoint = None
         if hb_timeout is not None and kind is StepKind.STEP:
             beat = await self.journal.last_heartbeat(self.instance_id, node.index, scope)
@@ -619,6 +623,36 @@ class Run:
         ack = await self.journal.commit_step(
             self.token, row, self.lease_until(), reviews=ctx.reviews or None
         )
+        self.record(row)
+        self.after_ack(ack)
+        return row
+
+    async def _window_ended(
+        self,
+        node: StepNode,
+        scope: int,
+        capability: Capability,
+        try_number: int,
+        window_end: datetime,
+    ) -> StepRow:
+        """Record the final failure of (node, scope) without a call: its retry window ended
+        before the next try could start (a wake later than the window's end)."""
+        now = self.now()
+        row = StepRow(
+            self.instance_id,
+            node.index,
+            scope,
+            StepKind.STEP,
+            capability.id,
+            Outcome.FAILURE,
+            now,
+            now,
+            try_number=try_number,
+            error_type="retry_window_ended",
+            error_detail=f"the retry window ended at {window_end.isoformat()}; no try started",
+            final=True,
+        )
+        ack = await self.journal.commit_step(self.token, row, self.lease_until())
         self.record(row)
         self.after_ack(ack)
         return row

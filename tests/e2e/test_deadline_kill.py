@@ -277,7 +277,8 @@ async def test_killed_in_a_heartbeating_try_the_retry_window_holds(
         assert final["error"]["code"] == "flow.step_failed"
         tries = [r for r in final["journal"] if r["kind"] == "step"]
         assert len(tries) >= 3  # the lost one, then retries on the survivor
-        assert all(instant(r["startedAt"]) <= ends for r in tries)  # none after the window
+        called = [r for r in tries if r["errorType"] != "retry_window_ended"]
+        assert all(instant(r["startedAt"]) <= ends for r in called)  # none after the window
         ended_at = instant(final["updatedAt"])
         assert ended_at <= ends + timedelta(seconds=SCAN) + SLACK, (ended_at, ends)
         # the last try was refused a successor because it would start past the end

@@ -162,3 +162,28 @@ async def test_an_await_signal_timeout_is_stored_with_the_park_and_honoured(
         assert h.clock.now() == ends_at(timeout) == t0 + HOUR
         assert final.state is InstanceState.FAILED
         assert final.failure is not None and final.failure.code == "t.no_callback"
+
+
+async def test_a_retry_woken_after_its_window_ended_starts_no_try(store_url: str) -> None:
+    calls = Scripted(RuntimeError("down"), RuntimeError("down"), Status(done=True))
+    subs = {"t.start": Scripted(Job(job_id="j")), "t.check": calls, "t.after": Scripted(None)}
+    async with FlowHarness.open(
+        [retry_flow()], database_url=store_url, migrate=False, substitutes=subs
+    ) as h:
+        t0 = h.clock.now()
+        started = await h.start("t.retried", {"order_id": "o-1"})
+        inst = await h.instance(started.instance.id)
+        assert inst.state is InstanceState.SUSPENDED  # try 1 failed; try 2 due in 10 s
+        assert inst.wake_at == t0 + timedelta(seconds=10)
+        h.clock.set(t0 + timedelta(minutes=6))  # the wake comes a minute after the window
+        await h.engine.sweep()
+        inst = await h.instance(started.instance.id)
+        assert inst.state is InstanceState.FAILED
+        assert inst.failure is not None and inst.failure.code == "flow.step_failed"
+        tries = [r for r in (await h.snapshot(inst.id)).steps if r.capability_id == "t.check"]
+        assert [(r.try_number, r.error_type, r.final) for r in tries] == [
+            (1, "RuntimeError", False),
+            (2, "retry_window_ended", True),
+        ]
+        assert tries[1].started_at == tries[1].committed_at == t0 + timedelta(minutes=6)
+        assert calls.calls == 1  # the provider was not called past the window
