@@ -96,7 +96,8 @@ def _refusal(request: Request, session: Session, name: str) -> HTMLResponse | No
 
 def _key(sent: str) -> str:
     """The action's idempotency key: the one the confirmation form carried (a second post of
-    the same form - a double click, a reload - answers the first), or a fresh one."""
+    the same form - a double click, a reload - answers the first), or a fresh one.
+    """
     sent = sent.strip()
     if sent and len(sent) <= 64 and sent.replace("-", "").replace("_", "").isalnum():
         return f"console-{sent}"

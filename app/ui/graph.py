@@ -59,6 +59,7 @@ class GraphNode:
 
     @property
     def cx(self) -> float:
+        """The x of the node's centre line (SVG user units)."""
         return self.x + self.w / 2
 
 
@@ -131,7 +132,8 @@ def describe_backoff(backoff: Backoff) -> str:
 
 def _columns(plan: Plan) -> dict[int, int]:
     """Column of every node (and of the end, at ``plan.end``): main edges keep the column,
-    branches add one; the smallest wins."""
+    branches add one; the smallest wins.
+    """
     column: dict[int, int] = {0: 0}
 
     def reach(target: int | None, col: int) -> None:
@@ -158,7 +160,8 @@ def _columns(plan: Plan) -> dict[int, int]:
 
 def _rows(plan: Plan, column: dict[int, int]) -> dict[int, int]:
     """Row of every node (and of the end): below everything that leads to it, a poll's
-    satisfied target below its body, and never two nodes on one row of one column."""
+    satisfied target below its body, and never two nodes on one row of one column.
+    """
     row: dict[int, int] = {0: 0}
 
     def below(target: int | None, than: int) -> None:

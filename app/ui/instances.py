@@ -114,7 +114,8 @@ def _url_with(request: Request, **changes: Any) -> str:
 
 def budget_view(inst: InstanceRecord, steps: list[StepRow], now: datetime) -> dict[str, Any] | None:
     """The bound of the wait the instance is in (its stored end instant, from the
-    journal): what it bounds, start, end, used and left at ``now``, or None."""
+    journal): what it bounds, start, end, used and left at ``now``, or None.
+    """
     budget = open_budget(inst.state, steps)
     if budget is None:
         return None

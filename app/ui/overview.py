@@ -20,7 +20,8 @@ __all__ = ["FlowRow", "Lateness", "lateness", "overview_rows", "percentile"]
 
 def percentile(values: list[float], q: float) -> float | None:
     """The ``q`` quantile (0-1) of ``values`` by the nearest-rank method, or None when
-    empty."""
+    empty.
+    """
     if not values:
         return None
     ordered = sorted(values)
@@ -38,6 +39,7 @@ class Lateness:
 
     @classmethod
     def of(cls, values: list[float]) -> Lateness:
+        """The percentiles of ``values`` (seconds)."""
         return cls(len(values), percentile(values, 0.5), percentile(values, 0.99))
 
 

@@ -119,12 +119,18 @@ def _engine(request: Request) -> Engine:
 
 def overdue_threshold(request: Request) -> timedelta:
     """How late a wake must be to count as overdue: two sweep intervals (a sweep that ran
-    on time would have taken it), at least one second."""
+    on time would have taken it), at least one second.
+    """
     interval = float(request.app.state.settings.timer_scan_interval)
     return timedelta(seconds=max(1.0, 2 * interval))
 
 
 def need_session(request: Request) -> Session:
+    """The request's console session.
+
+    Raises:
+        SignInRequired: none (the route answers 303 to the sign-in page, back here after).
+    """
     session = current_session(request)
     if session is None:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
@@ -297,7 +303,8 @@ def build_console_router() -> APIRouter:
 
 def same_origin(request: Request) -> bool:
     """A form post came from the console's own pages: its ``Origin`` (or, without one, its
-    ``Referer``) names this host, or the browser sent neither (a non-browser client)."""
+    ``Referer``) names this host, or the browser sent neither (a non-browser client).
+    """
     source = request.headers.get("origin") or request.headers.get("referer")
     if not source:
         return True
@@ -308,9 +315,11 @@ def same_origin(request: Request) -> bool:
 
 class ConsoleRoute(APIRoute):
     """A console route: no session sends the browser to sign in (303); a flowpark error
-    becomes an error page with the error's status and code."""
+    becomes an error page with the error's status and code.
+    """
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """FastAPI's handler of the route, wrapped as the class docstring says."""
         handler = super().get_route_handler()
 
         async def guarded(request: Request) -> Response:

@@ -45,7 +45,8 @@ _SALT = "flowpark.console.session"
 
 def principal_for(settings: Settings, token: str) -> Principal | None:
     """The principal (name, scopes) of ``token`` when it is one of the configured API
-    tokens, else None. Every token is compared, in constant time, as the API does."""
+    tokens, else None. Every token is compared, in constant time, as the API does.
+    """
     sent = token.encode("utf-8", "surrogateescape")
     found = None
     for candidate in settings.api_credentials:
@@ -90,14 +91,16 @@ def _fingerprint(settings: Settings, token: str) -> str:
 
 def sign_in(settings: Settings, token: str) -> Principal | None:
     """The principal of ``token`` when it is one of the configured API tokens and holds the
-    ``read`` scope (what every console page needs), else None."""
+    ``read`` scope (what every console page needs), else None.
+    """
     principal = principal_for(settings, token.strip())
     return principal if principal is not None and "read" in principal.scopes else None
 
 
 def open_session(response: Response, request: Request, settings: Settings, token: str) -> None:
     """Set the session cookie for ``token`` (already checked with :func:`sign_in`) on
-    ``response``, with a fresh CSRF token."""
+    ``response``, with a fresh CSRF token.
+    """
     value = _serializer(settings).dumps(
         {"t": _fingerprint(settings, token.strip()), "c": secrets.token_urlsafe(24)}
     )
@@ -119,7 +122,8 @@ def clear_session(response: Response) -> None:
 
 def current_session(request: Request) -> Session | None:
     """The request's session, or None (no cookie, a bad or expired signature, or a token
-    that is no longer configured)."""
+    that is no longer configured).
+    """
     raw = request.cookies.get(COOKIE)
     if not raw:
         return None

@@ -86,7 +86,8 @@ def build_timeline(
 ) -> Timeline | None:
     """Lay out ``attempts`` (and the next attempt at ``next_wake``) on a time axis that
     ends at ``now`` or the next wake, whichever is later. None when there is nothing to
-    draw."""
+    draw.
+    """
     instants: list[datetime] = []
     for a in attempts:
         for key in ("scheduledAt", "startedAt"):
