@@ -227,7 +227,9 @@ class FakeOcrService:
 
     Attributes:
         calls: requests served, keyed by route name (``upload``, ``list``, ``status``,
-            ``cancel``, ``complete``).
+            ``cancel``, ``complete``; ``upload_repeat``: uploads answered from a known
+            ``Idempotency-Key``).
+        uploads_by_key: upload requests per ``Idempotency-Key``.
         callback_outcomes: callback deliveries by outcome (``delivered``, ``failed``).
 
     Jobs with a ``callbackUrl`` also get an asyncio timer that completes them after
@@ -261,6 +263,7 @@ class FakeOcrService:
         self.callback_outcomes: Counter[str] = Counter()
         self._jobs: dict[str, _OcrJob] = {}
         self._by_key: dict[str, str] = {}  # Idempotency-Key -> the job its first upload made
+        self.uploads_by_key: Counter[str] = Counter()  # upload calls per Idempotency-Key
         self.callback_bases = tuple(httpx.URL(b) for b in callback_bases)
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._callback_tasks: set[asyncio.Task[None]] = set()
@@ -546,6 +549,8 @@ def create_ocr_router(service: FakeOcrService) -> APIRouter:
     ) -> Any:
         service.calls["upload"] += 1
         known = idempotency_key is not None and idempotency_key in service._by_key
+        if idempotency_key is not None:
+            service.uploads_by_key[idempotency_key] += 1
         try:
             accepted = service.upload(
                 body.document_id, body.pages, body.callback_url, idempotency_key

@@ -70,7 +70,12 @@ def create_fakes_server(
     @app.get("/fake/stats", tags=["ops"])
     async def stats() -> dict[str, dict[str, int]]:
         """Requests served so far, by route name: ``{"ocr": {"upload": n, "status": n,
-        ...}, "jobs": {...}}`` (what a test compares with the journal)."""
-        return {"ocr": dict(ocr.calls), "jobs": dict(jobs.calls)}
+        ...}, "jobs": {...}, "ocrUploadsByKey": {key: n}}`` (what a test compares with the
+        journal)."""
+        return {
+            "ocr": dict(ocr.calls),
+            "jobs": dict(jobs.calls),
+            "ocrUploadsByKey": dict(ocr.uploads_by_key),
+        }
 
     return app
