@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, NoReturn
 
 from sqlalchemy import String, literal
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, StatementError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.errors import FlowparkError, JournalConflict, StoreUnavailable
-from app.store.db import READ_ONLY
+from app.store.db import READ_ONLY, STORE_WAIT_SECONDS
 
 if TYPE_CHECKING:
     from app.store.batched import Lanes
@@ -49,6 +50,12 @@ def _reraise(exc: StatementError) -> NoReturn:
     if not isinstance(exc, DBAPIError) and isinstance(exc.orig, ValueError | FlowparkError):
         raise exc.orig from exc
     raise exc
+
+
+def _pool_exhausted() -> StoreUnavailable:
+    return StoreUnavailable(
+        f"no database connection came free within {STORE_WAIT_SECONDS} s (pool exhausted)"
+    )
 
 
 class SqlBase:
@@ -105,11 +112,19 @@ class SqlBase:
         try:
             async with AsyncExitStack() as stack:
                 if self._write_lock is not None:
-                    await stack.enter_async_context(self._write_lock)
+                    try:
+                        async with asyncio.timeout(STORE_WAIT_SECONDS):
+                            await stack.enter_async_context(self._write_lock)
+                    except TimeoutError:
+                        raise StoreUnavailable(
+                            f"the database's write lock stayed busy for {STORE_WAIT_SECONDS} s"
+                        ) from None
                 conn = await stack.enter_async_context(self._engine.begin())
                 yield conn
         except StatementError as exc:
             _reraise(exc)
+        except PoolTimeout as exc:
+            raise _pool_exhausted() from exc
 
     @asynccontextmanager
     async def _single(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
@@ -125,6 +140,8 @@ class SqlBase:
                 yield conn
         except StatementError as exc:
             _reraise(exc)
+        except PoolTimeout as exc:
+            raise _pool_exhausted() from exc
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[AsyncConnection]:
@@ -134,3 +151,5 @@ class SqlBase:
                 yield conn
         except StatementError as exc:
             _reraise(exc)
+        except PoolTimeout as exc:
+            raise _pool_exhausted() from exc

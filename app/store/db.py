@@ -22,8 +22,10 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 __all__ = [
+    "CONNECT_TIMEOUT_SECONDS",
     "READ_ONLY",
     "READ_ONLY_OPTION",
+    "STORE_WAIT_SECONDS",
     "async_url",
     "is_sqlite",
     "make_async_engine",
@@ -35,7 +37,15 @@ READ_ONLY_OPTION = "flowpark_read_only"
 #: Execution options for read-only work: ``engine.execution_options(**READ_ONLY)``.
 READ_ONLY: dict[str, Any] = {READ_ONLY_OPTION: True}
 
-SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: The longest a store operation waits for the database before it fails with
+#: ``store_unavailable`` (a 503 on the API): for a pooled connection (PostgreSQL, all in
+#: use), for SQLite's write lock (held by another process), for this process's SQLite
+#: writer queue.
+STORE_WAIT_SECONDS = 10.0
+#: The longest a new PostgreSQL connection takes to be made (an unreachable server).
+CONNECT_TIMEOUT_SECONDS = 5
+
+SQLITE_BUSY_TIMEOUT_MS = int(STORE_WAIT_SECONDS * 1000)
 
 
 def _backend(url: URL) -> str:
@@ -142,7 +152,9 @@ def make_async_engine(url: str | URL, *, pool_size: int = 20, **kwargs: Any) -> 
 
     Returns:
         An engine whose SQLite connections run in WAL mode with ``BEGIN IMMEDIATE`` write
-        transactions and a 30 s busy timeout, and whose PostgreSQL sessions use UTC.
+        transactions and a busy timeout of :data:`STORE_WAIT_SECONDS`, whose PostgreSQL
+        sessions use UTC and connect within :data:`CONNECT_TIMEOUT_SECONDS`, and whose pool
+        gives a connection within :data:`STORE_WAIT_SECONDS` or raises.
 
     Raises:
         ValueError: the URL names another database, or an in-memory SQLite database (each
@@ -157,8 +169,12 @@ def make_async_engine(url: str | URL, *, pool_size: int = 20, **kwargs: Any) -> 
     # disconnect error (StoreUnavailable), SQLAlchemy invalidates the pool, and the next
     # checkout reconnects; pool_recycle retires connections before server-side timeouts.
     kwargs.setdefault("pool_pre_ping", False)
+    kwargs.setdefault("pool_timeout", STORE_WAIT_SECONDS)
     if _backend(target) == "postgresql":
         kwargs.setdefault("pool_recycle", 1800)
+        connect_args = dict(kwargs.pop("connect_args", {}))
+        connect_args.setdefault("connect_timeout", CONNECT_TIMEOUT_SECONDS)
+        kwargs["connect_args"] = connect_args
     engine = create_async_engine(target, pool_size=pool_size, **kwargs)
     if _backend(target) == "sqlite":
         _setup_sqlite(engine)

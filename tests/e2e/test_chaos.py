@@ -12,25 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import random
+import subprocess
 import time
 from collections import Counter
+from pathlib import Path
 
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.e2e.test_multinode import (  # noqa: F401 - fixtures
-    Cluster,
-    Proc,
-    cluster,
-    db,
-    documents,
-    report,
-    rows,
-    states,
-)
+from app.store.db import CONNECT_TIMEOUT_SECONDS, STORE_WAIT_SECONDS, make_async_engine
+from tests.e2e.test_multinode import Cluster, Proc, documents, report, rows, states
 from tests.support.eventually import eventually
-from tests.support.server import TOKEN
+from tests.support.own_postgres import own_postgres
+from tests.support.server import TOKEN, flowpark_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -50,8 +45,7 @@ async def _no_duplicate_rows(db: AsyncEngine) -> None:
     assert repeated == [], repeated[:10]
     events = await rows(
         db,
-        "SELECT instance_id, count(*) FROM outbox_event GROUP BY instance_id "
-        "HAVING count(*) > 1",
+        "SELECT instance_id, count(*) FROM outbox_event GROUP BY instance_id HAVING count(*) > 1",
     )
     assert events == [], events[:10]
 
@@ -116,8 +110,24 @@ async def _stats(fakes: Proc) -> dict[str, dict[str, int]]:
 
 @pytest.mark.timeout(300)
 async def test_a_crash_loop_loses_no_document_and_creates_no_second_job(
-    cluster: Cluster, db: AsyncEngine
+    pg_url: str, tmp_path: Path
 ) -> None:
+    subprocess.run(
+        [*flowpark_command(), "db", "upgrade", "--url", pg_url],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    cluster = Cluster(pg_url, tmp_path)
+    db = make_async_engine(pg_url, pool_size=2)
+    try:
+        await _crash_loop(cluster, db)
+    finally:
+        await db.dispose()
+        cluster.stop_all()
+
+
+async def _crash_loop(cluster: Cluster, db: AsyncEngine) -> None:
     fakes = await cluster.start_fakes()
     serve_a, serve_b = await cluster.start_nodes("serve-a", "serve-b")
     (worker,) = await cluster.start_nodes("worker-c", role="worker")
@@ -170,3 +180,104 @@ async def test_a_crash_loop_loses_no_document_and_creates_no_second_job(
         max_uploads_per_key=max(per_key.values()),
         start_repeats=starts.repeated,
     )
+
+
+OUTAGE_SECONDS = 10.0
+OUTAGE_DOCUMENTS = 100
+#: the longest an answer may take while the database is down (docs/operating.md)
+OUTAGE_ANSWER_BOUND = STORE_WAIT_SECONDS + CONNECT_TIMEOUT_SECONDS
+
+
+@pytest.mark.timeout(300)
+async def test_a_database_outage_answers_503_and_afterwards_every_document_completes(
+    tmp_path: Path,
+) -> None:
+    with own_postgres() as pg:
+        subprocess.run(
+            [*flowpark_command(), "db", "upgrade", "--url", pg.url],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        nodes = Cluster(pg.url, tmp_path)
+        reader = make_async_engine(pg.url, pool_size=2)
+        try:
+            fakes = await nodes.start_fakes()
+            (serve,) = await nodes.start_nodes("serve-a")
+            await nodes.start_nodes("worker-b", role="worker")
+            names = documents(OUTAGE_DOCUMENTS, "outage")
+            before = Starter([serve.url], pages=6)  # ~3 s of OCR: parked through the outage
+            await before.run(names[: OUTAGE_DOCUMENTS // 2])
+
+            pg.stop()
+            stopped = time.monotonic()
+            answers: list[tuple[str, int, str, float]] = []
+            known = next(iter(before.instance_ids.values()))
+            headers = {"Authorization": f"Bearer {TOKEN}"}
+            async with httpx.AsyncClient(base_url=serve.url, headers=headers, timeout=60) as http:
+
+                async def probe(index: int) -> None:
+                    while time.monotonic() - stopped < OUTAGE_SECONDS:
+                        document = names[OUTAGE_DOCUMENTS // 2 + index]
+                        for method, call in (
+                            (
+                                "start",
+                                http.post(
+                                    DOCUMENTS,
+                                    json={"documentId": document, "pages": 2},
+                                    headers={"Idempotency-Key": document},
+                                ),
+                            ),
+                            ("read", http.get(f"/api/v1/instances/{known}")),
+                        ):
+                            began = time.monotonic()
+                            resp = await call
+                            code = (
+                                resp.json().get("code", "")
+                                if resp.headers.get("content-type", "").endswith("json")
+                                else ""
+                            )
+                            answers.append(
+                                (method, resp.status_code, code, time.monotonic() - began)
+                            )
+                        await asyncio.sleep(0.2)
+
+                await asyncio.gather(*(probe(i) for i in range(8)))
+            pg.start()
+            restarted = time.monotonic()
+
+            assert answers, "no request was made during the outage"
+            statuses = Counter((m, s, c) for m, s, c, _ in answers)
+            assert all(s == 503 and c == "store_unavailable" for _, s, c in statuses), statuses
+            slowest = max(seconds for *_, seconds in answers)
+            assert slowest <= OUTAGE_ANSWER_BOUND, slowest
+
+            # afterwards, with no help: the parked documents go on; the starts refused
+            # during the outage are repeated (same Idempotency-Key) as a client would
+            after = Starter([serve.url])
+            await after.run(names[OUTAGE_DOCUMENTS // 2 :])
+
+            async def every_document_completed() -> None:
+                now = await states(reader)
+                assert now == Counter({"completed": OUTAGE_DOCUMENTS}), dict(now)
+
+            await eventually(
+                every_document_completed, timeout=90, interval=0.5, what="every document done"
+            )
+            drained = time.monotonic()
+            await _no_duplicate_rows(reader)
+            jobs = await _ocr_jobs(fakes)
+            assert len(jobs) == OUTAGE_DOCUMENTS and {j["status"] for j in jobs} == {"completed"}
+            outputs = "".join(p.output() for p in nodes.procs)
+            assert "internal_error" not in outputs, outputs[-3000:]
+            report(
+                "database outage",
+                documents=OUTAGE_DOCUMENTS,
+                outage_s=restarted - stopped,
+                answers_during=len(answers),
+                slowest_answer_s=slowest,
+                completed_after_s=drained - restarted,
+            )
+        finally:
+            await reader.dispose()
+            nodes.stop_all()

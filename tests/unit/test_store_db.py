@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import shutil
 import sqlite3
+import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy import event, text
@@ -13,7 +16,13 @@ import app.store
 from app.engine.journal import Journal
 from app.errors import StoreUnavailable
 from app.store import SqlJournal
-from app.store.db import READ_ONLY, async_url, make_async_engine, sync_url
+from app.store.db import (
+    READ_ONLY,
+    STORE_WAIT_SECONDS,
+    async_url,
+    make_async_engine,
+    sync_url,
+)
 
 
 @pytest.mark.parametrize(
@@ -59,7 +68,7 @@ async def test_sqlite_connections_use_wal_and_a_busy_timeout(sqlite_url: str) ->
             sync = (await conn.execute(text("PRAGMA synchronous"))).scalar_one()
     finally:
         await engine.dispose()
-    assert (mode, busy, sync) == ("wal", 30000, 1)  # 1 = NORMAL
+    assert (mode, busy, sync) == ("wal", STORE_WAIT_SECONDS * 1000, 1)  # 1 = NORMAL
 
 
 def _try_write_lock(path: str) -> bool:
@@ -190,5 +199,63 @@ async def test_unreachable_database_is_store_unavailable() -> None:
         with pytest.raises(StoreUnavailable) as info:
             await SqlJournal(engine).ping()
         assert info.value.code == "store_unavailable"
+    finally:
+        await engine.dispose()
+
+
+async def test_a_write_behind_another_process_lock_is_refused_in_bounded_time(
+    _sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.store.db as db_module
+    from app.store import SqlJournal
+
+    monkeypatch.setattr(db_module, "SQLITE_BUSY_TIMEOUT_MS", 300)
+    path = tmp_path / "locked.db"
+    shutil.copyfile(_sqlite_template, path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    engine = make_async_engine(f"sqlite:///{path}")
+    try:
+        journal = SqlJournal(engine)
+        began = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            async with journal._write() as conn:
+                await conn.execute(text("SELECT 1"))
+        assert time.monotonic() - began < 5
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        await engine.dispose()
+
+
+async def test_a_writer_queued_past_the_bound_in_this_process_is_refused(
+    _sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import app.store.base as base_module
+    from app.store import SqlJournal
+
+    monkeypatch.setattr(base_module, "STORE_WAIT_SECONDS", 0.2)
+    path = tmp_path / "queued.db"
+    shutil.copyfile(_sqlite_template, path)
+    engine = make_async_engine(f"sqlite:///{path}")
+    try:
+        journal = SqlJournal(engine)
+        holding = asyncio.Event()
+        release = asyncio.Event()
+
+        async def hold() -> None:
+            async with journal._write():
+                holding.set()
+                await release.wait()
+
+        holder = asyncio.create_task(hold())
+        await holding.wait()
+        with pytest.raises(StoreUnavailable):
+            async with journal._write():
+                pass
+        release.set()
+        await holder
+        async with journal._write() as conn:  # free again: it writes
+            await conn.execute(text("SELECT 1"))
     finally:
         await engine.dispose()
