@@ -1,6 +1,7 @@
 """``python -m bench <scenario> --store sqlite|postgres --n N [--json]``.
 
-Scenarios: park, sweep, start, lateness, signal, peers, console, list (see BENCHMARKS.md).
+Scenarios: park, sweep, start, lateness, signal, peers, console, list, retention (see
+BENCHMARKS.md).
 Each run makes a fresh database (PostgreSQL: ``flowpark_bench_<random>`` on
 ``FLOWPARK_BENCH_PG_URL``, default the local server; SQLite: a temporary file), runs,
 prints a table, and with
@@ -27,6 +28,7 @@ SCENARIOS = {
     "peers": ("bench.peers", 2_000),
     "console": ("bench.console", 10_000),
     "list": ("bench.listing", 1_000_000),
+    "retention": ("bench.retention", 2_000),
 }
 
 
