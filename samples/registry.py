@@ -70,7 +70,7 @@ def flows(deps: Deps) -> list[Flow]:
 def _mount_fakes(deps: Deps, settings: SampleSettings) -> None:
     from app.redaction import register_secrets
     from samples.fakes import FakeJobService, FakeOcrService, create_jobs_router, create_ocr_router
-    from samples.settings import callback_credential
+    from samples.settings import callback_credential, fakes_state_file
 
     credential = callback_credential(deps.settings, settings)
     register_secrets([credential.value])
@@ -80,6 +80,7 @@ def _mount_fakes(deps: Deps, settings: SampleSettings) -> None:
         per_page=timedelta(seconds=settings.sample_ocr_per_page),
         callback_token=credential.value,
         callback_bases=(deps.settings.callback_url,),
+        state_file=fakes_state_file(deps.settings, settings, "ocr"),
     )
     jobs = FakeJobService(
         queued_for=timedelta(seconds=settings.job_queued_seconds),

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from pathlib import Path
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.settings import ApiToken, Settings
 
-__all__ = ["SampleSettings", "callback_credential"]
+__all__ = ["SampleSettings", "callback_credential", "fakes_state_file"]
 
 
 class SampleSettings(BaseSettings):
@@ -56,6 +57,12 @@ class SampleSettings(BaseSettings):
         "(seconds, at least 10): how long a crashed node's try goes unnoticed before another "
         "node retries it.",
     )
+    sample_fakes_state_dir: str | None = Field(
+        default=None,
+        description="Folder where the sample fake providers keep their jobs across restarts "
+        "(fake-ocr.jsonl). Unset: beside a SQLite database file (<file>.fake-ocr.jsonl); "
+        "in memory only with PostgreSQL.",
+    )
 
 
 def callback_credential(settings: Settings, sample: SampleSettings) -> ApiToken:
@@ -77,3 +84,25 @@ def callback_credential(settings: Settings, sample: SampleSettings) -> ApiToken:
         key = "\n".join(sorted(settings.tokens)).encode("utf-8", "surrogateescape")
         value = "cb-" + hmac.new(key, b"flowpark sample callback", hashlib.sha256).hexdigest()
     return ApiToken("sample-callback", value, frozenset({"signal"}))
+
+
+def fakes_state_file(settings: Settings, sample: SampleSettings, name: str) -> Path | None:
+    """Where the fake provider ``name`` (``ocr``) keeps its jobs across restarts.
+
+    Returns:
+        ``<sample_fakes_state_dir>/fake-<name>.jsonl`` when set, else
+        ``<database file>.fake-<name>.jsonl`` beside a SQLite database file, else None
+        (memory only: PostgreSQL, in-memory SQLite).
+    """
+    if sample.sample_fakes_state_dir:
+        folder = Path(sample.sample_fakes_state_dir).expanduser()
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"fake-{name}.jsonl"
+    url = settings.database_url
+    for prefix in ("sqlite+aiosqlite:///", "sqlite:///"):
+        if url.startswith(prefix):
+            database = url[len(prefix) :].split("?", 1)[0]
+            if database and database != ":memory:":
+                path = Path(database)
+                return path.with_name(f"{path.name}.fake-{name}.jsonl")
+    return None

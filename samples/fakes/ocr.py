@@ -6,7 +6,11 @@ A job uploaded with a ``callbackUrl`` is also completed by a real-time asyncio t
 completion the service POSTs ``{"jobId": ..., "status": "completed"}`` to that URL in a
 background task (``Authorization: Bearer <token>``, ``Idempotency-Key: ocr-<jobId>``).
 
-All state is in memory. The fake is not flowpark's engine, so it uses plain asyncio timers.
+State is in memory, and with a ``state_file`` also appended to that file (one JSON line per
+upload, cancel or early completion) and read back at start-up, so jobs outlive a restart of
+the process, as a real provider's would (their timers do not: a job due meanwhile completes
+on its next read, and calls back then). The fake is not flowpark's engine, so it uses plain
+asyncio timers.
 
 Routes (prefix ``/fake/ocr``):
 
@@ -23,12 +27,14 @@ Unknown jobs answer 404 ``{"code": "ocr.job_not_found"}``.
 """
 
 import asyncio
+import json
 import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal
 
 import httpx
@@ -224,6 +230,9 @@ class FakeOcrService:
         callback_bases: the only URL prefixes a ``callbackUrl`` may start with (same
             scheme, host and port, path below): flowpark's own base URL. Empty (default):
             no callback is accepted. The token goes nowhere else.
+        state_file: a JSON-lines file that keeps the jobs across restarts (read at
+            construction when it exists, appended to on every change); None (default):
+            memory only.
 
     Attributes:
         calls: requests served, keyed by route name (``upload``, ``list``, ``status``,
@@ -248,6 +257,7 @@ class FakeOcrService:
         callback_attempts: int = 3,
         callback_backoff: timedelta = timedelta(milliseconds=200),
         callback_bases: tuple[str, ...] = (),
+        state_file: Path | None = None,
     ) -> None:
         if per_page < timedelta(0):
             raise ValueError(f"per_page must be >= 0, got {per_page}")
@@ -268,6 +278,9 @@ class FakeOcrService:
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._callback_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self.state_file = state_file
+        if state_file is not None:
+            self._replay(state_file)
 
     # -- clock -----------------------------------------------------------------------------
 
@@ -315,6 +328,7 @@ class FakeOcrService:
 
         Raises:
             OcrCallbackNotAllowed: ``callback_url`` is outside :attr:`callback_bases`.
+            OSError: the :attr:`state_file` cannot be written (nothing is created).
         """
         if pages < 1:
             raise ValueError(f"pages must be >= 1, got {pages}")
@@ -336,6 +350,18 @@ class FakeOcrService:
             callback_url=callback_url,
             uploaded_at=uploaded_at,
             due_at=uploaded_at + self.per_page * pages,
+        )
+        self._record(
+            {
+                "op": "upload",
+                "jobId": job.job_id,
+                "documentId": document_id,
+                "pages": pages,
+                "callbackUrl": callback_url,
+                "uploadedAt": job.uploaded_at.isoformat(),
+                "dueAt": job.due_at.isoformat(),
+                "key": idempotency_key,
+            }
         )
         self._jobs[job.job_id] = job
         if idempotency_key is not None:
@@ -375,6 +401,7 @@ class FakeOcrService:
         if job.status == "pending":
             job.status = "cancelled"
             job.finished_at = self.now()
+            self._record({"op": "cancelled", "jobId": job_id, "at": job.finished_at.isoformat()})
             self._stop_timer(job.job_id)
         return OcrCancelResult(job_id=job.job_id, status=job.status)
 
@@ -416,6 +443,45 @@ class FakeOcrService:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._callback_tasks.clear()
 
+    # -- persistence -----------------------------------------------------------------------
+
+    def _record(self, entry: dict[str, Any]) -> None:
+        """Append one change to :attr:`state_file` (one JSON line, handed to the operating
+        system before the change is answered: a killed process keeps it)."""
+        if self.state_file is None:
+            return
+        with self.state_file.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(entry) + "\n")
+
+    def _replay(self, path: Path) -> None:
+        """Rebuild the jobs from ``path`` (a missing file: none; a torn last line, from a
+        kill mid-write, is ignored). Jobs that completed or were cancelled before count as
+        called back already: no callback fires twice."""
+        if not path.exists():
+            return
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("op") == "upload":
+                job = _OcrJob(
+                    job_id=entry["jobId"],
+                    document_id=entry["documentId"],
+                    pages=entry["pages"],
+                    callback_url=entry["callbackUrl"],
+                    uploaded_at=datetime.fromisoformat(entry["uploadedAt"]),
+                    due_at=datetime.fromisoformat(entry["dueAt"]),
+                )
+                self._jobs[job.job_id] = job
+                if entry.get("key") is not None:
+                    self._by_key[entry["key"]] = job.job_id
+            elif entry.get("jobId") in self._jobs:
+                job = self._jobs[entry["jobId"]]
+                job.status = "completed" if entry["op"] == "completed" else "cancelled"
+                job.finished_at = datetime.fromisoformat(entry["at"])
+                job.callback_scheduled = True
+
     # -- internals -------------------------------------------------------------------------
 
     def _settled(self, job_id: str) -> _OcrJob:
@@ -429,6 +495,10 @@ class FakeOcrService:
     def _mark_completed(self, job: _OcrJob) -> None:
         job.status = "completed"
         job.finished_at = self.now()
+        if job.finished_at < job.due_at:  # early (complete route): time alone would not say
+            self._record(
+                {"op": "completed", "jobId": job.job_id, "at": job.finished_at.isoformat()}
+            )
         self._stop_timer(job.job_id)
         if job.callback_url is not None and not job.callback_scheduled:
             job.callback_scheduled = True

@@ -4,6 +4,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import httpx
 import pytest
@@ -476,3 +477,31 @@ async def test_ocr_without_allowed_bases_accepts_no_callback(clock: MutableClock
             service.upload("doc-1", 1, CALLBACK_URL)
     finally:
         await service.close()
+
+
+def test_the_fake_ocr_keeps_its_jobs_in_its_state_file(tmp_path: Path) -> None:
+    """A new service on the same file (a restarted node) knows every job: pending ones
+    still complete by the clock, cancelled and early-completed ones keep their status, a
+    repeated upload key answers its first job; a torn last line (a kill mid-write) is
+    skipped."""
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    state = tmp_path / "fake-ocr.jsonl"
+    first = FakeOcrService(per_page=timedelta(seconds=10), now=lambda: now[0], state_file=state)
+    pending = first.upload("d-1", 1, idempotency_key="k-1").job_id
+    cancelled = first.upload("d-2", 1).job_id
+    completed = first.upload("d-3", 1).job_id
+    first.cancel(cancelled)
+    first.complete(completed)
+    with state.open("a") as out:
+        out.write('{"op": "upload", "jobId": "torn')
+
+    again = FakeOcrService(per_page=timedelta(seconds=10), now=lambda: now[0], state_file=state)
+    assert [(j.job_id, j.status) for j in again.list_jobs()] == [
+        (pending, "pending"),
+        (cancelled, "cancelled"),
+        (completed, "completed"),
+    ]
+    assert again.upload("d-1", 1, idempotency_key="k-1").job_id == pending
+    now[0] += timedelta(seconds=10)
+    assert again.get(pending).status == "completed"
+    assert FakeOcrService(now=lambda: now[0]).list_jobs() == []  # no file: memory only
