@@ -355,3 +355,22 @@ def install_console(app: FastAPI) -> None:
     app.include_router(build_console_router())
     app.include_router(build_instances_router())
     app.include_router(build_actions_router())
+    app.include_router(_fallback_router())
+
+
+def _fallback_router() -> APIRouter:
+    """Last of the console's routes: ``/ui/`` and any path with a trailing slash go to the
+    page without it (308); any other unknown ``/ui`` path is a console 404 page."""
+    router = APIRouter(prefix="/ui", include_in_schema=False, route_class=ConsoleRoute)
+
+    @router.get("/{rest:path}", response_class=HTMLResponse)
+    async def elsewhere(request: Request, rest: str) -> Response:
+        if rest.endswith("/") or rest == "":
+            target = "/ui/" + rest.strip("/") if rest.strip("/") else "/ui"
+            query = f"?{request.url.query}" if request.url.query else ""
+            return RedirectResponse(target.rstrip("/") + query, status_code=308)
+        return problem_page(
+            request, 404, "not_found", "Not found", "The console has no page at this address."
+        )
+
+    return router

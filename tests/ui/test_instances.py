@@ -129,3 +129,15 @@ async def test_an_instance_waiting_for_a_signal_offers_no_wake(signed_in, seeded
     html = (await signed_in.get(f"/ui/instances/{seeded.awaiting_signal}")).text
     assert "Waits for <strong>signal</strong>" in html
     assert "/actions/wake" not in html and "/actions/cancel" in html
+
+
+async def test_a_trailing_slash_leads_to_the_page_and_an_unknown_path_is_a_404_page(signed_in):
+    for path, target in (
+        ("/ui/", "/ui"),
+        ("/ui/instances/?state=failed", "/ui/instances?state=failed"),
+        ("/ui//evil.example/", "/ui/evil.example"),
+    ):
+        resp = await signed_in.get(path)
+        assert resp.status_code == 308 and resp.headers["location"] == target, path
+    missing = await signed_in.get("/ui/nothing-here")
+    assert missing.status_code == 404 and 'data-code="not_found"' in missing.text
