@@ -23,8 +23,10 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_redoc_html
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel
 
@@ -234,6 +236,7 @@ def install_openapi(app: FastAPI) -> None:
 
 #: Where the Swagger UI and ReDoc assets (shipped by ``fastapi-offline``) are served.
 DOCS_ASSETS = "/docs/static"
+_DOCS_CSP = "img-src 'self' data:; font-src 'self' data:; connect-src 'self'"
 _DESCRIPTION = """Durable flows that wait on external systems.
 
 Every `/api` route needs a bearer token (`Authorization: Bearer <token>`, one of
@@ -260,9 +263,26 @@ def api_app(**kwargs: Any) -> FastAPI:
         description=_DESCRIPTION,
         redirect_slashes=False,
         static_url=DOCS_ASSETS,
+        redoc_url=None,
         swagger_ui_parameters={"persistAuthorization": True, "displayOperationId": True},
         **kwargs,
     )
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        page = get_redoc_html(
+            openapi_url=f"{root}{app.openapi_url}",
+            title="flowpark - ReDoc",
+            redoc_js_url=f"{root}{DOCS_ASSETS}/redoc.standalone.js",
+            redoc_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png",
+            with_google_fonts=False,
+        )
+        # ReDoc's bundle shows its vendor's logo from a CDN: the page may load images,
+        # fonts and data from the node only, so nothing is fetched from elsewhere
+        page.headers["Content-Security-Policy"] = _DOCS_CSP
+        return page
+
     install_openapi(app)
     return app
 

@@ -1,0 +1,79 @@
+"""The API's documentation pages in a real browser with no network beyond the node: Swagger
+UI lists the operations and its Authorize button works (a "Try it out" with the token
+answers 200); ReDoc renders the operations too. Every request the pages make goes to the
+node itself: any other is blocked and fails the test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+from playwright.sync_api import BrowserContext, Page, Route, expect
+
+from tests.support.server import TOKEN, SubprocessServer
+
+
+@pytest.fixture
+def offline(context: BrowserContext, server: SubprocessServer) -> Iterator[list[str]]:
+    """Block every request that does not go to the node; yields the blocked URLs."""
+    node = urlsplit(server.base_url).netloc
+    blocked: list[str] = []
+
+    def only_the_node(route: Route) -> None:
+        url = route.request.url
+        if urlsplit(url).netloc == node or url.startswith(("data:", "blob:")):
+            route.continue_()
+        else:
+            blocked.append(url)
+            route.abort("internetdisconnected")
+
+    context.route("**/*", only_the_node)
+    yield blocked
+
+
+@pytest.mark.slow
+def test_swagger_ui_lists_the_operations_and_authorize_works(
+    page: Page, server: SubprocessServer, offline: list[str]
+) -> None:
+    page.goto(f"{server.base_url}/docs")
+
+    operations = page.locator(".opblock")
+    expect(operations.first).to_be_visible()
+    assert operations.count() >= 15
+    expect(
+        page.locator(".opblock-summary-path", has_text="/api/v1/documents").first
+    ).to_be_visible()
+    authorize = page.locator("button.authorize").first
+    expect(authorize).to_be_visible()
+
+    # Authorize with the token, then try GET /api/v1/flows
+    authorize.click()
+    dialog = page.locator(".dialog-ux .modal-ux")
+    expect(dialog).to_be_visible()
+    dialog.locator("input").first.fill(TOKEN)
+    dialog.locator("button.auth.authorize").click()
+    expect(dialog.locator("button", has_text="Logout")).to_be_visible()
+    dialog.locator("button.close-modal").click()
+
+    flows = page.locator("#operations-flows-list_flows")
+    flows.locator(".opblock-summary").click()
+    flows.locator("button.try-out__btn").click()
+    flows.locator("button.execute").click()
+    status = flows.locator(".live-responses-table .response .response-col_status").first
+    expect(status).to_have_text("200")
+    expect(flows.locator(".live-responses-table")).to_contain_text("document.process")
+
+    assert offline == []
+
+
+@pytest.mark.slow
+def test_redoc_renders_the_operations(
+    page: Page, server: SubprocessServer, offline: list[str]
+) -> None:
+    page.goto(f"{server.base_url}/redoc")
+
+    expect(page.get_by_role("heading", name="Start Document.Process@1.0.0")).to_be_visible()
+    expect(page.get_by_role("heading", name="Get Instance")).to_be_visible()
+    assert page.get_by_role("heading", level=2).count() >= 15  # one per operation
+    assert offline == []
