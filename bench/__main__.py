@@ -89,7 +89,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--repeat",
         type=int,
         default=None,
-        help="console: answers timed per page (default 20); list: per filter (default 50)",
+        help="console: answers timed per page (default 20); list: per filter (default 50); "
+        "peers --metrics compare: runs of each setting (default 3)",
     )
     parser.add_argument(
         "--metrics",

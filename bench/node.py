@@ -93,9 +93,17 @@ async def main(args: argparse.Namespace) -> None:
         "lags_s": probe.lags,
         "all_done_s": t2 - t0,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        # the node's CPU seconds (user + system) over its whole life, steadier than rates
+        # on a loaded machine
+        "cpu_s": _cpu_seconds(),
         "wake_jobs_scheduled": sweeper.wakes_scheduled if sweeper else 0,
     }
     print(json.dumps(report), flush=True)
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def parse() -> argparse.Namespace:
