@@ -193,6 +193,18 @@ def _rows(plan: Plan, column: dict[int, int]) -> dict[int, int]:
     return row
 
 
+def _tries(node: StepNode) -> str:
+    """``"1 try"`` or the retry policy's bound, e.g. ``"up to 3 tries"``."""
+    retry = node.capability.options.retry
+    if retry is None:
+        return "1 try"
+    if retry.maximum_attempts is not None:
+        return f"up to {retry.maximum_attempts} tries"
+    if retry.total_duration is not None:
+        return f"tries for {human_duration(retry.total_duration)}"
+    return "retried"
+
+
 def _describe(plan: Plan, node: Node) -> tuple[str, str, tuple[str, ...]]:
     """(kind, title, details) of a plan node."""
     if isinstance(node, PollNode):
@@ -201,10 +213,14 @@ def _describe(plan: Plan, node: Node) -> tuple[str, str, tuple[str, ...]]:
         details = [describe_backoff(node.interval), f"budget {human_duration(node.timeout)}"]
         return "poll", f"poll {body_id}", tuple(details)
     if isinstance(node, StepNode):
+        tries = _tries(node)
         if node.poll_index is not None:
-            return "attempt", node.capability.id, ("one attempt (idempotent)",)
+            return "attempt", node.capability.id, (f"one attempt, {tries}",)
         flags = "idempotent" if node.capability.idempotent else "not idempotent"
-        return "step", node.capability.id, (flags,)
+        options = node.capability.options
+        if options.heartbeat_timeout is not None:
+            flags = f"heartbeats (timeout {human_duration(options.heartbeat_timeout)})"
+        return "step", node.capability.id, (f"{flags}, {tries}",)
     if isinstance(node, AwaitSignalNode):
         limit = f"timeout {human_duration(node.timeout)}" if node.timeout else "no timeout"
         return "await", f"await {node.signal.name}", (limit,)

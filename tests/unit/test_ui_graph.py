@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from app.flows import Catalog, Flow
-from app.flows.plan import Plan
+from app.flows.plan import Plan, StepNode
 from app.ui.graph import describe_backoff, human_duration, layout
 from samples.document_processing import OcrClient, build_document_flow
 from tests.engine.flows import INTERVAL, await_flow, poll_flow
@@ -39,6 +39,13 @@ def test_document_flow_draws_every_node_and_the_poll_edges(document_plan: Plan):
     assert drawn["1"].kind == "poll" and drawn["1"].title == "poll ocr.status"
     assert drawn["1"].details == ("every 5s, x2 up to 5m, jitter 50%", "budget 4h")
     assert drawn["4"].kind == "fail" and drawn["4"].title == "fail document.not_read_in_time"
+    upload, status = document_plan.nodes[0], document_plan.nodes[2]
+    assert isinstance(upload, StepNode) and isinstance(status, StepNode)
+    upload_retry, status_retry = upload.capability.options.retry, status.capability.options.retry
+    assert upload_retry is not None and status_retry is not None
+    # each step's retry policy is on it
+    assert drawn["0"].details == (f"not idempotent, up to {upload_retry.maximum_attempts} tries",)
+    assert drawn["2"].details == (f"one attempt, up to {status_retry.maximum_attempts} tries",)
     # instances waiting at a node are drawn on it
     assert (drawn["1"].waiting, drawn["5"].waiting, drawn["0"].waiting) == (7, 2, 0)
 
