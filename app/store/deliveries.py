@@ -73,6 +73,15 @@ class SqlDeliveries(SqlBase):
         """
         if not subscribers:
             return 0
+        # a read first: an idle node takes no write lock (SQLite has one per file)
+        async with self._read() as conn:
+            waiting = (
+                await conn.execute(
+                    select(EVENT.c.sequence).where(EVENT.c.published_at.is_(None)).limit(1)
+                )
+            ).first()
+        if waiting is None:
+            return 0
         async with self._write() as conn:
             if self.is_postgresql:
                 got = await conn.execute(
@@ -138,6 +147,16 @@ class SqlDeliveries(SqlBase):
             .order_by(DELIVERY.c.next_try_at, DELIVERY.c.sequence)
             .limit(limit)
         )
+        async with self._read() as conn:  # an idle node takes no write lock
+            due = (
+                await conn.execute(
+                    select(DELIVERY.c.sequence)
+                    .where(DELIVERY.c.state == PENDING, DELIVERY.c.next_try_at <= now)
+                    .limit(1)
+                )
+            ).first()
+        if due is None:
+            return []
         if self.is_postgresql:
             picked = picked.with_for_update(skip_locked=True, of=DELIVERY)
         async with self._write() as conn:
