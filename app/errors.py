@@ -139,7 +139,7 @@ class ErrorCode(StrEnum):
     )
     IDEMPOTENCY_KEY_INVALID = (
         "idempotency_key_invalid",
-        "the `Idempotency-Key` header is longer than 200 characters",
+        "the `Idempotency-Key` header is longer than 200 characters or not visible ASCII",
     )
     IDEMPOTENCY_KEY_MISSING = (
         "idempotency_key_missing",

@@ -143,12 +143,33 @@ async def _json_body(request: Request) -> Any:
             f"{content_type!r}",
         )
     try:
-        value = json.loads(raw, parse_float=_finite, parse_constant=_no_constant)
+        # UTF-8 only (RFC 8259): json.loads would guess UTF-16 or UTF-32 from raw bytes
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputInvalid(f"the body is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    try:
+        value = json.loads(
+            text,
+            parse_float=_finite,
+            parse_constant=_no_constant,
+            object_pairs_hook=_unique_keys,
+        )
     except (ValueError, RecursionError) as exc:
-        # ValueError: JSONDecodeError, UnicodeDecodeError, integers longer than Python's
-        # int/str digit limit, NaN/Infinity; RecursionError: absurdly deep nesting
+        # ValueError: JSONDecodeError, integers longer than Python's int/str digit limit,
+        # NaN/Infinity, a duplicated key; RecursionError: absurdly deep nesting
         raise InputInvalid(f"the body is not JSON: {exc}") from None
     _inspect(value)
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different; a repeated key (which parsers resolve
+    differently: first wins, last wins) is refused."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        repeated = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"the key {repeated[:80]!r} appears twice in one object")
     return value
 
 
@@ -212,7 +233,8 @@ _BODY_DOC = (
     " The body is JSON: sent as `application/json` (or `application/*+json`, or "
     "with no `Content-Type` at all: read as JSON), else 415 "
     "`unsupported_media_type`; at most `max_body_bytes` (default 1 MiB), else 413 "
-    "`body_too_large`; a string holding U+0000 is 422 `input_invalid`."
+    "`body_too_large`; a body that is not UTF-8, an object with a repeated key or a "
+    "string holding U+0000 is 422 `input_invalid`."
 )
 
 
@@ -221,7 +243,8 @@ def idempotency_header(value: str | None, *, required: bool) -> str | None:
 
     Raises:
         IdempotencyKeyMissing: ``required`` and none sent (400).
-        IdempotencyKeyInvalid: longer than ``MAX_KEY`` characters (400).
+        IdempotencyKeyInvalid: longer than ``MAX_KEY`` characters, or not visible ASCII
+            (a control character or a byte past 0x7E) (400).
     """
     if value is None or not value.strip():
         if required:
@@ -229,7 +252,14 @@ def idempotency_header(value: str | None, *, required: bool) -> str | None:
         return None
     if len(value) > MAX_KEY:
         raise IdempotencyKeyInvalid(f"Idempotency-Key is longer than {MAX_KEY} characters")
-    return value.strip()
+    key = value.strip()
+    if not all("!" <= ch <= "~" or ch == " " for ch in key):
+        # ASGI servers give header bytes as Latin-1: any byte past 0x7E (UTF-8 text) or a
+        # control character shows here; a key must read the same in every log and store
+        raise IdempotencyKeyInvalid(
+            "Idempotency-Key must be visible ASCII (0x21-0x7E, inner spaces allowed)"
+        )
+    return key
 
 
 def _engine(request: Request) -> Engine:

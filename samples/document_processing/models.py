@@ -18,6 +18,11 @@ __all__ = [
 ]
 
 
+#: An id a sample accepts: no control character (C0, DEL or C1), so it reads the same in
+#: every log line, URL and store.
+PRINTABLE_ID = r"^[^\x00-\x1f\x7f-\x9f]+$"
+
+
 class _Camel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
@@ -36,7 +41,7 @@ class ProcessDocument(_Camel):
         json_schema_extra={"examples": [{"documentId": "invoice-42", "pages": 3}]}
     )
 
-    document_id: str = Field(min_length=1, max_length=200)
+    document_id: str = Field(min_length=1, max_length=200, pattern=PRINTABLE_ID)
     content_type: str = Field(default="application/pdf", max_length=200)
     pages: Annotated[int, BeforeValidator(_json_number)] = Field(ge=1, le=10_000)
 
@@ -89,5 +94,5 @@ class OcrCompleted(BaseModel):
         json_schema_extra={"examples": [{"jobId": "job-17", "status": "completed"}]},
     )
 
-    job_id: str = Field(min_length=1)
+    job_id: str = Field(min_length=1, max_length=200, pattern=PRINTABLE_ID)
     status: str | None = None
