@@ -85,6 +85,7 @@ def _mount_fakes(deps: Deps, settings: SampleSettings) -> None:
     jobs = FakeJobService(
         queued_for=timedelta(seconds=settings.job_queued_seconds),
         succeed_after=timedelta(seconds=settings.job_succeed_seconds),
+        state_file=fakes_state_file(deps.settings, settings, "jobs"),
     )
     deps.mount(create_ocr_router(ocr), tags=["fake services"])
     deps.mount(create_jobs_router(jobs), tags=["fake services"])

@@ -3,7 +3,8 @@
 A job is started with an idempotent ``PUT`` under a caller-chosen id. Its state then follows
 the service's UTC clock: ``QUEUED`` for ``queued_for`` after the start, then ``RUNNING``, then
 ``SUCCEEDED`` once ``succeed_after`` (counted from the start) has passed. Tests and demos can
-force an outcome with the ``complete`` and ``fail`` routes. All state is in memory.
+force an outcome with the ``complete`` and ``fail`` routes. State is in memory, and with a
+``state_file`` also appended to that file and read back at start-up (jobs outlive a restart).
 
 Routes (prefix ``/fake/jobs``):
 
@@ -17,10 +18,12 @@ Unknown jobs answer 404 ``{"code": "job.not_found"}``; completing a failed job o
 succeeded one answers 409 ``{"code": "job.already_finished", "state": ...}``.
 """
 
+import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import APIRouter, Body, Header, Response
@@ -137,6 +140,9 @@ class FakeJobService:
         succeed_after: time from start until the job is ``SUCCEEDED`` (default 6 s).
         now: clock returning aware UTC datetimes (naive results are taken as UTC); default the
             system clock in UTC.
+        state_file: a JSON-lines file that keeps the jobs across restarts (read at
+            construction when it exists; every start and forced outcome is appended);
+            None (default): memory only.
 
     Attributes:
         calls: requests served, keyed by route name (``start``, ``status``, ``complete``,
@@ -148,6 +154,7 @@ class FakeJobService:
         queued_for: timedelta = timedelta(seconds=2),
         succeed_after: timedelta = timedelta(seconds=6),
         now: Callable[[], datetime] | None = None,
+        state_file: Path | None = None,
     ) -> None:
         if queued_for < timedelta(0) or succeed_after < timedelta(0):
             raise ValueError("queued_for and succeed_after must be >= 0")
@@ -157,6 +164,9 @@ class FakeJobService:
         self.calls: Counter[str] = Counter()
         self._jobs: dict[str, _Job] = {}
         self._by_key: dict[str, str] = {}  # Idempotency-Key -> the job its first start named
+        self.state_file = state_file
+        if state_file is not None and state_file.exists():
+            self._replay(state_file)
 
     def now(self) -> datetime:
         """Return the service clock's current instant (aware UTC)."""
@@ -186,6 +196,15 @@ class FakeJobService:
         if job is not None:
             return self._view(job), False
         job = _Job(job_id=job_id, input=input, started_at=self.now())
+        self._record(
+            {
+                "op": "start",
+                "jobId": job_id,
+                "input": input,
+                "startedAt": job.started_at.isoformat(),
+                "key": idempotency_key,
+            }
+        )
         self._jobs[job_id] = job
         return self._view(job), True
 
@@ -211,6 +230,7 @@ class FakeJobService:
         if job.forced_state is None:
             job.forced_state = "SUCCEEDED"
             job.finished_at = self.now()
+            self._record_forced(job)
         return self._view(job)
 
     def fail(self, job_id: str, reason: str | None = None) -> JobView:
@@ -228,6 +248,7 @@ class FakeJobService:
             job.forced_state = "FAILED"
             job.error = reason or DEFAULT_FAIL_REASON
             job.finished_at = self.now()
+            self._record_forced(job)
         return self._view(job)
 
     def input_of(self, job_id: str) -> Any:
@@ -237,6 +258,46 @@ class FakeJobService:
             JobNotFound: unknown ``job_id``.
         """
         return self._job(job_id).input
+
+    def _record(self, entry: dict[str, Any]) -> None:
+        """Append one change to :attr:`state_file` (handed to the operating system before
+        the change is answered: a killed process keeps it)."""
+        if self.state_file is not None:
+            with self.state_file.open("a", encoding="utf-8") as out:
+                out.write(json.dumps(entry) + "\n")
+
+    def _record_forced(self, job: _Job) -> None:
+        at = job.finished_at.isoformat() if job.finished_at else None
+        self._record(
+            {
+                "op": "forced",
+                "jobId": job.job_id,
+                "state": job.forced_state,
+                "error": job.error,
+                "at": at,
+            }
+        )
+
+    def _replay(self, path: Path) -> None:
+        """Rebuild the jobs from ``path`` (a torn last line, from a kill mid-write, is
+        ignored)."""
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("op") == "start":
+                self._jobs[entry["jobId"]] = _Job(
+                    job_id=entry["jobId"],
+                    input=entry["input"],
+                    started_at=datetime.fromisoformat(entry["startedAt"]),
+                )
+                if entry.get("key") is not None:
+                    self._by_key[entry["key"]] = entry["jobId"]
+            elif entry.get("op") == "forced" and entry.get("jobId") in self._jobs:
+                job = self._jobs[entry["jobId"]]
+                job.forced_state, job.error = entry["state"], entry["error"]
+                job.finished_at = datetime.fromisoformat(entry["at"]) if entry["at"] else None
 
     def _job(self, job_id: str) -> _Job:
         job = self._jobs.get(job_id)

@@ -505,3 +505,32 @@ def test_the_fake_ocr_keeps_its_jobs_in_its_state_file(tmp_path: Path) -> None:
     now[0] += timedelta(seconds=10)
     assert again.get(pending).status == "completed"
     assert FakeOcrService(now=lambda: now[0]).list_jobs() == []  # no file: memory only
+
+
+def test_the_fake_job_runner_keeps_its_jobs_in_its_state_file(tmp_path: Path) -> None:
+    """A restarted job runner knows every job: its start instant (so its state still follows
+    the clock), its input, a forced outcome, and the job an idempotency key named."""
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    state = tmp_path / "fake-jobs.jsonl"
+
+    def runner() -> FakeJobService:
+        return FakeJobService(
+            queued_for=timedelta(seconds=2),
+            succeed_after=timedelta(seconds=6),
+            now=lambda: now[0],
+            state_file=state,
+        )
+
+    first = runner()
+    first.start("j-1", {"size": 3}, idempotency_key="k-1")
+    first.start("j-2")
+    first.fail("j-2", "disk full")
+    now[0] += timedelta(seconds=3)
+
+    again = runner()
+    assert again.get("j-1").state == "RUNNING" and again.input_of("j-1") == {"size": 3}
+    assert (again.get("j-2").state, again.get("j-2").error) == ("FAILED", "disk full")
+    view, created = again.start("j-other", idempotency_key="k-1")
+    assert (view.job_id, created) == ("j-1", False)
+    now[0] += timedelta(seconds=3)
+    assert again.get("j-1").state == "SUCCEEDED"

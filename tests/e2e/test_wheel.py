@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import closing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -234,6 +236,9 @@ def test_the_wheel_serves_a_flows_folder_of_its_own(tmp_path: Path, ci: str) -> 
         assert started.status_code == 202, started.text
         assert started.json()["status"] == "suspended"  # parked: one row, nothing held
         instance = started.json()["instanceId"]
+        with closing(sqlite3.connect(work / "flowpark.db")) as db:
+            (rows,) = db.execute("SELECT count(*) FROM flow_instance").fetchone()
+        assert rows == 1  # the wait is this one row
 
         def completed() -> dict[str, object]:
             view = httpx.get(f"{base}/api/v1/instances/{instance}", headers=headers).json()
