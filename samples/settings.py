@@ -60,8 +60,8 @@ class SampleSettings(BaseSettings):
     sample_fakes_state_dir: str | None = Field(
         default=None,
         description="Folder where the sample fake providers keep their jobs across restarts "
-        "(fake-ocr.jsonl, fake-jobs.jsonl). Unset: beside a SQLite database file (<file>.fake-ocr.jsonl); "
-        "in memory only with PostgreSQL.",
+        "(fake-ocr.jsonl, fake-jobs.jsonl). Unset: beside a SQLite database file "
+        "(<file>.fake-ocr.jsonl, ...); in memory only with PostgreSQL.",
     )
 
 
