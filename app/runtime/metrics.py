@@ -85,7 +85,7 @@ def mark_process_dead() -> None:
     if multiprocess_enabled():
         from prometheus_client import multiprocess
 
-        multiprocess.mark_process_dead(os.getpid())
+        multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 
 
 def render(metrics: Metrics) -> bytes:
@@ -95,7 +95,7 @@ def render(metrics: Metrics) -> bytes:
         from prometheus_client import multiprocess
 
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         return generate_latest(registry)
     return generate_latest(metrics.registry)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from app.engine.observe import NULL_SPAN, Observer, PollEnd
 from app.runtime.metrics import Metrics
+from app.runtime.tracing import Tracing
 
 __all__ = ["NodeObserver"]
 
@@ -25,7 +26,7 @@ class NodeObserver(Observer):
         tracing: a :class:`~app.runtime.tracing.Tracing`, or None when not traced.
     """
 
-    def __init__(self, metrics: Metrics | None, tracing: Any = None) -> None:
+    def __init__(self, metrics: Metrics | None, tracing: Tracing | None = None) -> None:
         self.metrics = metrics
         self.tracing = tracing
         self._children: dict[tuple[Any, ...], Any] = {}
