@@ -10,6 +10,7 @@ answer 500 ``internal_error``, logged with their cause; nothing of the cause is 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -84,7 +85,7 @@ def status_of(code: ErrorCode) -> int:
 
 
 def problem(
-    code: ErrorCode, detail: str, headers: dict[str, str] | None = None, **fields: Any
+    code: ErrorCode, detail: str, headers: Mapping[str, str] | None = None, **fields: Any
 ) -> JSONResponse:
     """A problem+json answer for ``code``, with the status :data:`STATUS` gives it.
 
