@@ -227,7 +227,7 @@ Error codes are one `snake_case` phrase each. A code the table does not map to a
 |---|---|---|
 {rows}
 
-Five codes of version 0.1.0 were dotted and now follow this scheme: `store.unavailable` is
+Five codes were once dotted; they now follow this scheme: `store.unavailable` is
 `store_unavailable`, `store.schema_behind_head` is `schema_behind_head`, `lease.stale_token` is
 `stale_fencing_token`, `store.journal_conflict` is `journal_conflict` and
 `flow.definition_invalid` is `definition_invalid`.
