@@ -352,6 +352,8 @@ def serve(
             # answers the figures of all
             stack.enter_context(multiprocess_dir())
         _logging(log_level)
+        from app.runtime.protocol import BoundedHttpToolsProtocol
+
         config = uvicorn.Config(
             "app.runtime.app:create_app",
             host=host,
@@ -360,6 +362,8 @@ def serve(
             log_level=log_level,
             factory=True,
             log_config=log_config(log_level),
+            # request head size and count, head and body time: bounded per connection
+            http=BoundedHttpToolsProtocol,
         )
         sock = _tcp_socket(host, port)
         if workers > 1:

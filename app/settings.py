@@ -158,6 +158,27 @@ class Settings(BaseSettings):
         description="Largest request body accepted (bytes, default 1 MiB); a larger one "
         "(by Content-Length or as read) is answered 413 body_too_large.",
     )
+    max_header_bytes: int = Field(
+        default=16384,
+        ge=1024,
+        description="Largest request head accepted (request line and headers, bytes, default "
+        "16 KiB); past it the answer is 431 and the connection is closed.",
+    )
+    max_headers: int = Field(
+        default=100, ge=10, description="Most request headers accepted (431 past it)."
+    )
+    header_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Longest a client may take to send a request's head, from its "
+        "connection or its first byte; a slower client's connection is closed.",
+    )
+    body_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Longest a client may take to send a request's body once its head "
+        "arrived; a slower client's connection is closed.",
+    )
     flows: str = Field(
         default="samples",
         description="Comma-separated flows to serve, each a module path (mycompany.flows), "

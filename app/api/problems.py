@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from app.errors import ErrorCode, FlowparkError
 
@@ -184,6 +185,17 @@ def install_problem_handlers(app: FastAPI) -> None:
             log.error("HTTP %s on %s %s", exc.status_code, request.method, request.url.path)
             return problem(ErrorCode.INTERNAL_ERROR, _INTERNAL_DETAIL)
         return problem(code, str(exc.detail), headers=exc.headers)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
+        # the client went away mid-body: nothing was done, nobody reads an answer
+        log.warning(
+            "client %s disconnected before its %s %s body arrived; nothing done",
+            request.client.host if request.client else "?",
+            request.method,
+            request.url.path,
+        )
+        return problem(ErrorCode.INPUT_INVALID, "the client disconnected mid-body")
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

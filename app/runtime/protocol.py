@@ -1,0 +1,147 @@
+"""uvicorn's HTTP protocol (httptools) with the bounds flowpark enforces itself.
+
+Per connection, before the application sees a request: its head (request line and headers)
+is at most ``FLOWPARK_MAX_HEADER_BYTES`` bytes and ``FLOWPARK_MAX_HEADERS`` headers (else
+``431 Request Header Fields Too Large`` and the connection is closed); it arrives within
+``FLOWPARK_HEADER_TIMEOUT_SECONDS`` of the connection or of the request's first byte, and its
+body within ``FLOWPARK_BODY_TIMEOUT_SECONDS`` of the head (else the connection is closed,
+logged as one warning line). uvicorn itself bounds the keep-alive idle time
+(``timeout_keep_alive``, 5 s); body size is bounded by the application
+(``FLOWPARK_MAX_BODY_BYTES``). See ``docs/operating.md`` for what a reverse proxy in front
+should enforce as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from functools import cache
+from typing import Any
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.settings import Settings
+
+__all__ = ["BoundedHttpToolsProtocol"]
+
+log = logging.getLogger("flowpark.http")
+
+
+@cache
+def _limits() -> tuple[int, int, float, float]:
+    settings = Settings()
+    return (
+        settings.max_header_bytes,
+        settings.max_headers,
+        settings.header_timeout_seconds,
+        settings.body_timeout_seconds,
+    )
+
+
+class _HeadTooLarge(Exception):
+    """Raised inside a parser callback: the request head passed a bound."""
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """:class:`uvicorn.protocols.http.httptools_impl.HttpToolsProtocol` with the head and
+    timing bounds of the module docstring (pass it as ``uvicorn.Config(http=...)``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._max_bytes, self._max_headers, self._head_s, self._body_s = _limits()
+        self._head_bytes = 0
+        self._head_count = 0
+        self._too_large = False
+        self._deadline: asyncio.TimerHandle | None = None
+
+    # -- timers ------------------------------------------------------------------------
+    def _arm(self, seconds: float, what: str) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds, self._expired, what)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self, what: str) -> None:
+        self._deadline = None
+        client = "%s:%d" % self.client if self.client else "a client"  # noqa: UP031
+        log.warning("%s was too slow to send the request %s: connection closed", client, what)
+        self.transport.close()
+
+    # -- connection and parser callbacks -----------------------------------------------
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(self._head_s, "head")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._too_large:
+            return  # refused already; the connection is closing
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+        except httptools.HttpParserError:
+            if self._too_large:
+                self._refuse_head()
+                return
+            msg = "Invalid HTTP request received."
+            self.logger.warning(msg)
+            self.send_400_response(msg)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_bytes = 0
+        self._head_count = 0
+        self._arm(self._head_s, "head")
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url), 0)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4, 1)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._arm(self._body_s, "body")
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def _count(self, size: int, headers: int) -> None:
+        self._head_bytes += size
+        self._head_count += headers
+        if self._head_bytes > self._max_bytes or self._head_count > self._max_headers:
+            self._too_large = True
+            raise _HeadTooLarge  # stops the parser; data_received answers 431
+
+    def _refuse_head(self) -> None:
+        self._disarm()
+        client = "%s:%d" % self.client if self.client else "a client"  # noqa: UP031
+        log.warning(
+            "%s sent a request head past %d bytes or %d headers: 431, connection closed",
+            client,
+            self._max_bytes,
+            self._max_headers,
+        )
+        body = b"request header fields too large"
+        self.transport.write(
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+            b"content-type: text/plain; charset=utf-8\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\n"
+            b"connection: close\r\n\r\n" + body
+        )
+        self.transport.close()

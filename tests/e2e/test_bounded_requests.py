@@ -1,0 +1,112 @@
+"""Bounded requests on a real ``flowpark serve``: a request head past its size or count is
+431; a client too slow with its head or body is cut off; one that disconnects mid-body is
+one log line, never a 500 or a traceback."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from app.store.migrate import upgrade
+from tests.support.eventually import eventually, eventually_sync
+from tests.support.server import TOKEN, SubprocessServer, serve_subprocess
+
+pytestmark = pytest.mark.slow
+
+HEAD_TIMEOUT = 1.0
+BODY_TIMEOUT = 1.5
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SubprocessServer]:
+    folder = tmp_path_factory.mktemp("bounded")
+    url = f"sqlite:///{folder / 'flowpark.db'}"
+    upgrade(url)
+    with serve_subprocess(
+        url,
+        folder / "serve.log",
+        header_timeout_seconds=str(HEAD_TIMEOUT),
+        body_timeout_seconds=str(BODY_TIMEOUT),
+        max_header_bytes="8192",
+        max_headers="50",
+    ) as live:
+
+        def up() -> None:
+            try:
+                assert httpx.get(f"{live.base_url}/healthz", timeout=5).status_code == 200
+            except httpx.TransportError as exc:
+                raise AssertionError(str(exc)) from exc
+
+        eventually_sync(up, timeout=60, what="serve up")
+        yield live
+
+
+def _connect(server: SubprocessServer) -> socket.socket:
+    host, port = server.base_url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    return sock
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    chunks = []
+    while True:
+        try:
+            data = sock.recv(65536)
+        except (ConnectionResetError, TimeoutError):
+            break
+        if not data:
+            break
+        chunks.append(data)
+    return b"".join(chunks)
+
+
+def test_a_head_past_its_size_or_count_is_431(server: SubprocessServer) -> None:
+    big = httpx.get(f"{server.base_url}/healthz", headers={"X-Big": "a" * 100_000}, timeout=10)
+    assert big.status_code == 431
+    many = httpx.get(
+        f"{server.base_url}/healthz", headers={f"X-H{i}": "v" for i in range(80)}, timeout=10
+    )
+    assert many.status_code == 431
+    assert httpx.get(f"{server.base_url}/healthz", timeout=10).status_code == 200
+
+
+def test_a_client_too_slow_with_its_head_or_body_is_cut_off(server: SubprocessServer) -> None:
+    for request in (
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n",  # the head never ends
+        b"POST /api/v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Authorization: Bearer " + TOKEN.encode() + b"\r\nIdempotency-Key: slow\r\n"
+        b"Content-Length: 100\r\n\r\n{",  # the body never ends
+    ):
+        sock = _connect(server)
+        began = time.monotonic()
+        sock.sendall(request)
+        answer = _read_all(sock)  # returns when the server closes the connection
+        took = time.monotonic() - began
+        sock.close()
+        assert took < max(HEAD_TIMEOUT, BODY_TIMEOUT) + 5, took
+        assert b"500" not in answer.split(b"\r\n", 1)[0]
+    output = server.output()
+    assert "too slow to send the request head" in output
+    assert "too slow to send the request body" in output
+
+
+async def test_a_client_gone_mid_body_is_one_line_not_a_500(server: SubprocessServer) -> None:
+    sock = _connect(server)
+    sock.sendall(
+        b"POST /api/v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Authorization: Bearer " + TOKEN.encode() + b"\r\nIdempotency-Key: gone\r\n"
+        b'Content-Length: 1000\r\n\r\n{"documentId": '
+    )
+    sock.close()
+
+    def logged() -> None:
+        assert "disconnected before its POST /api/v1/documents body arrived" in server.output()
+
+    await eventually(logged, timeout=10)
+    output = server.output()
+    assert "Traceback" not in output and " 500" not in output, output[-3000:]
+    assert output.count("disconnected before its POST") == 1
