@@ -663,11 +663,16 @@ async def test_deliver_signal_rules(sql_journal: SqlJournal) -> None:
     with pytest.raises(InstanceEnded) as info:
         await sql_journal.deliver_signal(instance_id, "late", {}, "idem-2", at(5), "s-4")
     assert info.value.code == "instance_ended"
-    # a retried delivery still gets its first answer
+    # a retried delivery still gets its first answer (discarded by the end: never taken)
+    discarded = replace(first, discarded_at=at(4), discarded_reason="instance_completed")
     assert await sql_journal.deliver_signal(
         instance_id, "approved", {}, "idem-1", at(6), "s-5"
-    ) == (first, False)
-    assert [s.id for s in await sql_journal.list_signals(instance_id)] == ["s-1", "s-3"]
+    ) == (discarded, False)
+    signals = await sql_journal.list_signals(instance_id)
+    assert [(s.id, s.discarded_reason) for s in signals] == [
+        ("s-1", "instance_completed"),
+        ("s-3", "instance_completed"),
+    ]
 
 
 async def test_concurrent_repeats_of_a_signal_store_it_once(sql_journal: SqlJournal) -> None:
