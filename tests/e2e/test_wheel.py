@@ -202,6 +202,7 @@ def test_the_wheel_serves_a_flows_folder_of_its_own(tmp_path: Path, ci: str) -> 
         FLOWPARK_DATABASE_URL=f"sqlite:///{work}/flowpark.db",
         FLOWPARK_API_TOKENS="team-token",
         FLOWPARK_TIMER_SCAN_INTERVAL="0.2",
+        FLOWPARK_START_WAIT_SECONDS="30",  # the start answers once parked, however loaded
         CI_BASE_URL=ci,
     )
     flowpark = str(venv / "bin" / "flowpark")

@@ -259,6 +259,9 @@ def serve_subprocess(
             "FLOWPARK_DATABASE_URL": database_url,
             "FLOWPARK_API_TOKENS": TOKEN,
             "FLOWPARK_SELF_URL": f"http://127.0.0.1:{port}",
+            # a start answers once the instance parks, however loaded the machine is (tests
+            # of the bounded start answer pass their own start_wait_seconds)
+            "FLOWPARK_START_WAIT_SECONDS": "30",
             "PYTHONUNBUFFERED": "1",
         }
     )
