@@ -112,8 +112,7 @@ async def _document(
             last = line
             print(
                 f"t+{time.monotonic() - started:5.1f}s state={view['state']:<9} "
-                f"wakeAt={view['wakeAt']} wakeStep={view['wakeStepId']} "
-                f"wakeScope={view['wakeScope']} attempts={view['attempts']}"
+                f"wakeAt={view['wakeAt']} {_last_attempt(view['attempts'])}"
             )
         if view["state"] in ("completed", "failed", "cancelled"):
             break
@@ -129,3 +128,25 @@ async def _document(
         )
     print(f"result: {view['result']}  error: {view['error']}  ({time.monotonic() - started:.1f}s)")
     return bool(view["state"] == "completed")
+
+
+def _last_attempt(attempts: list[dict[str, object]]) -> str:
+    """One short phrase for an instance's attempts: how many, and how the last one went.
+
+    Args:
+        attempts: The ``attempts`` list of ``GET /api/v1/instances/{id}`` (camelCase keys).
+
+    Returns:
+        ``"attempts=0"`` when there is none, else e.g. ``"attempts=3 last=#2 success
+        (0.80 s late)"`` or ``"attempts=4 last=#3 signal ocr.completed"``.
+    """
+    if not attempts:
+        return "attempts=0"
+    last = attempts[-1]
+    text = f"attempts={len(attempts)} last=#{last['attempt']} {last['outcome']}"
+    if last.get("signal"):
+        text += f" {last['signal']}"
+    lateness = last.get("latenessSeconds")
+    if isinstance(lateness, (int, float)):
+        text += f" ({lateness:.2f} s late)"
+    return text
