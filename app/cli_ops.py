@@ -266,7 +266,8 @@ def list_instances(
         _json({"instances": rows, "nextCursor": cursor})
         return
     table = Table(box=None, header_style="bold")
-    for column in ("INSTANCE", "FLOW", "STATE", "WAITING", "WAKE AT", "BUDGET ENDS", "ERROR"):
+    table.add_column("INSTANCE", no_wrap=True)  # whole on one line: it is copied into commands
+    for column in ("FLOW", "STATE", "WAITING", "WAKE AT", "BUDGET ENDS", "ERROR"):
         table.add_column(column, overflow="fold")
     for r in rows:
         table.add_row(
@@ -613,8 +614,10 @@ def _flows_list(url: Url = DEFAULT_URL, token: Token = None, as_json: AsJson = F
         _json(flows)
         return
     table = Table(box=None, header_style="bold")
-    for column in ("FLOW", "VERSION", "SERVED", "UNFINISHED", "PROFILE", "ROUTE", "SIGNALS"):
-        table.add_column(column)
+    for column in ("FLOW", "VERSION"):
+        table.add_column(column, no_wrap=True)  # names are copied into commands: never cut
+    for column in ("SERVED", "UNFINISHED", "PROFILE", "ROUTE", "SIGNALS"):
+        table.add_column(column, overflow="fold")
     for f in flows:
         table.add_row(
             f["name"],

@@ -66,10 +66,14 @@ def start_document(node: SubprocessServer) -> str:
 
 
 def cli(
-    node: SubprocessServer, *args: str, token: str | None = TOKEN, url: str | None = None
+    node: SubprocessServer,
+    *args: str,
+    token: str | None = TOKEN,
+    url: str | None = None,
+    columns: int = 200,
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWPARK_")}
-    env.update(FLOWPARK_URL=url or node.base_url, COLUMNS="200")
+    env.update(FLOWPARK_URL=url or node.base_url, COLUMNS=str(columns))
     if token is not None:
         env["FLOWPARK_TOKEN"] = token
     return subprocess.run(
@@ -96,6 +100,9 @@ def test_list_explain_and_act_through_the_cli(node: SubprocessServer) -> None:
     assert table.returncode == 0, table.stderr
     assert first in table.stdout, table.stdout
     assert re.search(r"poll #\d+ ocr\.status", table.stdout), table.stdout
+    narrow = cli(node, "instances", "list", "--flow", "document.process", columns=80)
+    assert narrow.returncode == 0, narrow.stderr
+    assert first in narrow.stdout, narrow.stdout  # an id is never folded over lines
     shown = cli(node, "instances", "show", first)
     assert shown.returncode == 0, shown.stderr
     assert re.search(r"waiting: poll #\d+ ocr\.status", shown.stdout), shown.stdout
@@ -179,6 +186,8 @@ def test_signal_and_watch_until_the_instance_ends(node: SubprocessServer) -> Non
 def test_flows_list_and_the_plan_as_a_tree(node: SubprocessServer) -> None:
     listed = cli(node, "flows", "list")
     assert listed.returncode == 0 and "document.process" in listed.stdout
+    narrow = cli(node, "flows", "list", columns=80)
+    assert narrow.returncode == 0 and "document.process" in narrow.stdout, narrow.stdout
     tree = cli(node, "flows", "show", "document.process")
     assert tree.returncode == 0, tree.stderr
     for part in (
