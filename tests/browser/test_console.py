@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import start_server
 from tests.support.console_data import Populated, populate
@@ -207,3 +207,25 @@ def test_stream_messages_arrive_live_on_the_instance_page(
         # the job reports RUNNING after it was QUEUED: the message comes over SSE
         expect(stream.locator("li", has_text='"RUNNING"')).to_have_count(1, timeout=20_000)
         expect(stream.locator("li", has_text='"QUEUED"')).to_have_count(1)
+
+
+@pytest.mark.slow
+def test_the_instance_page_fits_a_phone_screen(
+    browser: Browser, documents: tuple[SubprocessServer, Populated]
+):
+    server, docs = documents
+    phone = browser.new_context(viewport={"width": 390, "height": 800}, locale="en-GB")
+    try:
+        page = phone.new_page()
+        _sign_in(page, server.base_url)
+        page.goto(f"{server.base_url}/ui/instances/{docs.parked[0]}")
+        expect(page.get_by_test_id("state")).to_be_visible()
+        facts, waiting = (p.bounding_box() for p in page.locator(".grid2 > .panel").all()[:2])
+        assert facts is not None and waiting is not None
+        assert waiting["y"] >= facts["y"] + facts["height"], (facts, waiting)  # stacked
+        for button in page.locator("#live .actions button, #live .actions .button").all():
+            box = button.bounding_box()
+            assert box is not None and box["x"] + box["width"] <= 390, box
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    finally:
+        phone.close()
