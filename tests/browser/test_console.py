@@ -30,6 +30,9 @@ SETTINGS = {
     "timer_scan_interval": "0.5",
     "sample_ocr_per_page": "60",
     "ocr_callbacks": "false",
+    # a job reports RUNNING after 2 s and runs for a minute: its page is open meanwhile
+    "job_queued_seconds": "2",
+    "job_succeed_seconds": "60",
 }
 
 
@@ -204,6 +207,7 @@ def test_stream_messages_arrive_live_on_the_instance_page(
         page.goto(f"{server.base_url}/ui/instances/{instance_id}")
         stream = page.locator('ol[data-stream="JobProgress"]')
         expect(stream).to_have_attribute("data-stream-url", re.compile(r"/streams/JobProgress"))
+        expect(page.get_by_test_id("state")).to_have_text("running")
         # the job reports RUNNING after it was QUEUED: the message comes over SSE
         expect(stream.locator("li", has_text='"RUNNING"')).to_have_count(1, timeout=20_000)
         expect(stream.locator("li", has_text='"QUEUED"')).to_have_count(1)
