@@ -251,10 +251,10 @@ class FlowHarness:
         )
 
     async def instance(self, instance_id: str) -> InstanceRecord:
-        return await self.journal.get_instance(instance_id)
+        return await self.journal.reads.get_instance(instance_id)
 
     async def snapshot(self, instance_id: str) -> Snapshot:
-        return await self.journal.load(instance_id)
+        return await self.journal.reads.load(instance_id)
 
     async def holds_lease(self, instance_id: str) -> bool:
         """True when any node holds a live lease on the instance."""
@@ -287,7 +287,7 @@ class FlowHarness:
             assert inst.wake_at is not None, f"{instance_id} has no wake ({inst.state})"
             target = inst.wake_at
         else:
-            target = await self.journal.next_wake()  # type: ignore[attr-defined]
+            target = await self.journal.reads.next_wake()
             assert target is not None, "no parked instance has a wake instant"
         if target > self.clock.now():
             self.clock.set(target)

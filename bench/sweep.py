@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import text
 
 from app.store import SqlJournal, make_async_engine
+from app.store.writes import SqlJournalWrites
 from bench.common import (
     BenchStore,
     CpuMeter,
@@ -39,20 +40,28 @@ __all__ = ["run", "baseline_tps"]
 BASELINE_SECONDS = 5.0
 
 
-class CountingJournal(SqlJournal):
+class CountingWrites(SqlJournalWrites):
     """Counts committed journal rows (for the progress bar)."""
 
     committed = 0
 
     async def commit_step(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         ack = await super().commit_step(*args, **kwargs)
-        CountingJournal.committed += 1
+        CountingWrites.committed += 1
         return ack
 
     async def commit_and_park(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        ack = await SqlJournal.commit_and_park(self, *args, **kwargs)
-        CountingJournal.committed += 1
+        ack = await SqlJournalWrites.commit_and_park(self, *args, **kwargs)
+        CountingWrites.committed += 1
         return ack
+
+
+class CountingJournal(SqlJournal):
+    """A :class:`SqlJournal` whose journal writes are counted."""
+
+    def __init__(self, engine: Any) -> None:
+        super().__init__(engine)
+        self.writes = CountingWrites(self._context)
 
 
 async def baseline_tps(
@@ -130,13 +139,13 @@ async def run(
                         "UPDATE flow_instance SET wake_at = :t WHERE state = 'suspended'",
                         {"t": engine.clock.now().replace(year=2000)},
                     )
-                    CountingJournal.committed = 0
+                    CountingWrites.committed = 0
                     done = bar.tasks[task].completed
 
                     async def tick(done: float = done) -> None:
                         while True:
                             await asyncio.sleep(0.2)
-                            bar.update(task, completed=done + CountingJournal.committed)
+                            bar.update(task, completed=done + CountingWrites.committed)
 
                     ticker = asyncio.create_task(tick())
                     meter.start()

@@ -68,7 +68,7 @@ def _engine(request: Request) -> Engine:
 
 
 def _reads(request: Request) -> OperatorReads:
-    return cast(OperatorReads, _engine(request).journal)
+    return cast(OperatorReads, _engine(request).journal.reads)
 
 
 def _aware(name: str, value: datetime | None) -> datetime | None:
@@ -265,7 +265,7 @@ async def wake(request: Request, instance_id: str, key: str | None) -> tuple[int
     first = await _repeat(request, instance_id, "wake", key)
     if first is not None:  # a repeat answers what the first did, even once ended
         return first.status_code, json.loads(bytes(first.body))
-    inst = await engine.journal.get_instance(instance_id)
+    inst = await engine.journal.reads.get_instance(instance_id)
     if inst.state.ended:
         raise InstanceEnded(
             f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
@@ -281,7 +281,7 @@ async def wake(request: Request, instance_id: str, key: str | None) -> tuple[int
     else:
         outcome = await engine.wake_now(instance_id)
         if outcome is None:
-            now = await engine.journal.get_instance(instance_id)
+            now = await engine.journal.reads.get_instance(instance_id)
             answer.update(state=str(now.state), reason="another node holds it now")
         else:
             answer.update(
@@ -304,7 +304,7 @@ async def cancel(request: Request, instance_id: str, key: str | None) -> tuple[i
     first = await _repeat(request, instance_id, "cancel", key)
     if first is not None:  # a repeat answers what the first did, even once ended
         return first.status_code, json.loads(bytes(first.body))
-    inst = await engine.journal.get_instance(instance_id)
+    inst = await engine.journal.reads.get_instance(instance_id)
     if inst.state.ended:
         raise InstanceEnded(
             f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
@@ -357,7 +357,7 @@ async def extend(
     first = await _repeat(request, instance_id, "extend_budget", key)
     if first is not None:
         return first.status_code, json.loads(bytes(first.body))
-    inst = await engine.journal.get_instance(instance_id)
+    inst = await engine.journal.reads.get_instance(instance_id)
     if inst.state.ended:
         raise InstanceEnded(
             f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id

@@ -24,7 +24,7 @@ import json
 import logging
 import math
 import unicodedata
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
@@ -66,6 +66,7 @@ from app.flows.capability import Signal
 from app.flows.catalog import version_key
 from app.flows.plan import Plan, Profile
 from app.runtime.versions import unfinished_by_version, unserved
+from app.store.read_model import OperatorReads
 
 __all__ = [
     "add_trigger_routes",
@@ -673,9 +674,9 @@ def build_router() -> APIRouter:
         wake, extend-budget and cancel history: who and when)."""
         check_instance_id(instance_id)
         engine = _engine(request)
-        snap = await engine.journal.load(instance_id)
-        signals = await engine.journal.list_signals(instance_id)  # type: ignore[attr-defined]
-        actions = await engine.journal.actions_of(instance_id)  # type: ignore[attr-defined]
+        snap = await engine.journal.reads.load(instance_id)
+        signals = await engine.journal.reads.list_signals(instance_id)
+        actions = await cast(OperatorReads, engine.journal.reads).actions_of(instance_id)
         plan = engine.catalog.find(snap.instance.flow_name, snap.instance.flow_version)
         view = instance_view(snap.instance, snap.steps, signals, plan, now=engine.clock.now())
         view.update(explain_view(plan, snap.instance, snap.steps, engine.clock.now(), actions))
@@ -727,7 +728,7 @@ def build_router() -> APIRouter:
     )
     async def reviews(request: Request, limit: int = Query(100, ge=1, le=1000)) -> JSONResponse:
         """The human review queue, oldest first."""
-        items = await _engine(request).journal.list_reviews(limit)  # type: ignore[attr-defined]
+        items = await _engine(request).journal.reads.list_reviews(limit)
         return JSONResponse([review_view(i) for i in items])
 
     @router.get(
@@ -745,7 +746,7 @@ def build_router() -> APIRouter:
     ) -> JSONResponse:
         """The outbox of emitted events, in commit order (``after``: a sequence)."""
         journal = _engine(request).journal
-        items = await journal.list_events(limit, after)  # type: ignore[attr-defined]
+        items = await journal.reads.list_events(limit, after)
         return JSONResponse([event_view(i) for i in items])
 
     @router.get(
@@ -764,7 +765,7 @@ def build_router() -> APIRouter:
         served version."""
         engine = _engine(request)
         catalog = engine.catalog
-        unfinished = await unfinished_by_version(engine.journal, engine.clock.now())  # type: ignore[arg-type]
+        unfinished = await unfinished_by_version(engine.journal.reads, engine.clock.now())  # type: ignore[arg-type]
         served = [
             {
                 "name": p.name,

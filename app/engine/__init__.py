@@ -3,20 +3,26 @@ the sweep; leases. Imports nothing from fastapi, sqlalchemy, apscheduler or http
 
 from app.engine.clock import Clock, SystemClock, VirtualClock
 from app.engine.engine import Engine, EngineConfig, StartResult, SweepReport
-from app.engine.journal import InstanceRecord, InstanceState, Journal, Snapshot, StepRow
+from app.engine.journal import InstanceRecord, InstanceState, Snapshot, StepRow
+from app.engine.roles import Claims, Journal, JournalWrites, Mailbox, ReadModel, Streams
 from app.engine.runner import RunOutcome
 
 __all__ = [
+    "Claims",
     "Clock",
     "Engine",
     "EngineConfig",
     "InstanceRecord",
     "InstanceState",
     "Journal",
+    "JournalWrites",
+    "Mailbox",
+    "ReadModel",
     "RunOutcome",
     "Snapshot",
     "StartResult",
     "StepRow",
+    "Streams",
     "SweepReport",
     "SystemClock",
     "VirtualClock",

@@ -24,13 +24,13 @@ from app.engine.journal import (
     Claim,
     InstanceRecord,
     InstanceState,
-    Journal,
     NewInstance,
     SignalRecord,
     Snapshot,
 )
 from app.engine.limits import Limits
 from app.engine.observe import LOG_CONTEXT, Observer
+from app.engine.roles import Journal
 from app.engine.runner import (
     Halt,
     Run,
@@ -244,7 +244,7 @@ class Engine(Walker, Limits):
             instance_key=instance_key,
             trace_context=self.observer.trace_context(),
         )
-        record, created = await self.journal.create_instance(new)
+        record, created = await self.journal.writes.create_instance(new)
         if created:
             self.observer.started(plan.name, plan.version, record.id)
             # a new instance has no journal and no mailbox yet (a signal sent meanwhile is
@@ -278,7 +278,7 @@ class Engine(Walker, Limits):
             if outcome is not None and outcome.instance is not None:
                 record = outcome.instance  # as the run left it: no read back
             else:
-                record = await self.journal.get_instance(record.id)
+                record = await self.journal.reads.get_instance(record.id)
         return StartResult(record, created, record.result)
 
     # -- advancing ---------------------------------------------------------------------
@@ -295,7 +295,7 @@ class Engine(Walker, Limits):
             detach: resolved by the run when it starts a try of a heartbeating capability
                 (a wait that may last minutes), so a caller can stop waiting for it.
         """
-        snapshot = claim.snapshot or await self.journal.load(claim.instance_id)
+        snapshot = claim.snapshot or await self.journal.writes.load(claim.instance_id)
         inst = snapshot.instance
         LOG_CONTEXT.set({"instance_id": inst.id, "flow": inst.flow_name})
         if claim.taken_over:
@@ -319,7 +319,7 @@ class Engine(Walker, Limits):
                 inst.flow_version,
                 self.config.node_id,
             )
-            await self.journal.release(inst.id, claim.fencing_token, self.clock.now())
+            await self.journal.claims.release(inst.id, claim.fencing_token, self.clock.now())
             return RunOutcome(inst.id, InstanceState.SUSPENDED, inst.wake_at, runnable=False)
         try:
             run = Run(self, plan, inst, claim, snapshot.steps, snapshot.signals)
@@ -402,7 +402,7 @@ class Engine(Walker, Limits):
             f"stored input is unreadable: {type(exc).__name__}: {exc}"[:2000],
             {"error_type": type(exc).__name__},
         )
-        await self.journal.finish(
+        await self.journal.writes.finish(
             inst.id, claim.fencing_token, now, InstanceState.FAILED, failure=failure
         )
         self.observer.ended(inst.flow_name, inst.flow_version, "failed", failure.code)
@@ -490,7 +490,9 @@ class Engine(Walker, Limits):
         if failure is not None:
             raise failure
         self.observer.swept((self.clock.now() - began).total_seconds(), report.claimed)
-        report.not_runnable = await self.journal.count_not_runnable(self.clock.now(), runnable)
+        report.not_runnable = await self.journal.claims.count_not_runnable(
+            self.clock.now(), runnable
+        )
         if report.not_runnable:
             log.warning(
                 "%d due instances belong to flows not registered on node %s",
@@ -525,7 +527,7 @@ class Engine(Walker, Limits):
         try:
             if held and self._claiming:
                 now = self.clock.now()
-                claims = await self.journal.claim_due(
+                claims = await self.journal.claims.claim_due(
                     self.config.node_id, now, now + self.lease, held, runnable
                 )
         finally:
@@ -640,7 +642,9 @@ class Engine(Walker, Limits):
     async def wake(self, instance_id: str) -> RunOutcome | None:
         """Claim one instance now (if nobody holds it) and advance it."""
         now = self.clock.now()
-        claim = await self.journal.claim(instance_id, self.config.node_id, now, now + self.lease)
+        claim = await self.journal.claims.claim(
+            instance_id, self.config.node_id, now, now + self.lease
+        )
         if claim is None:
             return None
         # a request (signal, cancel) runs its own work: the run-slot gate bounds the
@@ -660,7 +664,9 @@ class Engine(Walker, Limits):
             InstanceNotFound: no such instance (``instance_not_found``).
         """
         now = self.clock.now()
-        claim = await self.journal.claim(instance_id, self.config.node_id, now, now + self.lease)
+        claim = await self.journal.claims.claim(
+            instance_id, self.config.node_id, now, now + self.lease
+        )
         if claim is None:
             return None
         return await self._advance_detachable(replace(claim, woken=True), gated=False)
@@ -683,7 +689,7 @@ class Engine(Walker, Limits):
             (``signal_not_declared``), InputInvalid (``input_invalid``), InstanceEnded
             (``instance_ended``; nothing stored).
         """
-        inst = await self.journal.get_instance(instance_id)
+        inst = await self.journal.reads.get_instance(instance_id)
         plan = self.catalog.find(inst.flow_name, inst.flow_version)
         signal = plan.signals.get(name) if plan is not None else None
         if plan is None or signal is None:
@@ -709,7 +715,7 @@ class Engine(Walker, Limits):
         # the store decides "ended" atomically with the insert; a repeated key gets the
         # first answer even after the instance ended
         now = self.clock.now()
-        delivered = await self.journal.deliver_and_claim(
+        delivered = await self.journal.mailbox.deliver_and_claim(
             instance_id,
             name,
             data,
@@ -732,8 +738,8 @@ class Engine(Walker, Limits):
             outcome = await self._advance_detachable(delivered.claim, gated=False)
         if outcome is None or outcome.instance is None:
             # another node holds it, or the run goes on in the background: read back
-            now_signal = await self.journal.get_signal(instance_id, delivered.signal.id)
-            state = (await self.journal.get_instance(instance_id)).state
+            now_signal = await self.journal.mailbox.get_signal(instance_id, delivered.signal.id)
+            state = (await self.journal.reads.get_instance(instance_id)).state
             return replace(answer, signal=now_signal or delivered.signal, state=state)
         taken = next(
             (s for s in outcome.signals_taken if s.id == delivered.signal.id), delivered.signal
@@ -760,9 +766,9 @@ class Engine(Walker, Limits):
             InstanceNotFound, InstanceEnded (completion won the race).
         """
         now = self.clock.now()
-        ack = await self.journal.request_cancel(
+        ack = await self.journal.claims.request_cancel(
             instance_id, self.config.node_id, now, now + self.lease
         )
         if ack.claim is not None:
             await self._advance_detachable(ack.claim, gated=False)
-        return await self.journal.get_instance(instance_id)
+        return await self.journal.reads.get_instance(instance_id)

@@ -28,11 +28,25 @@ __all__ = ["run_ephemeral"]
 
 
 class _MemoryJournal:
-    """Holds an ephemeral instance's state for the length of one call."""
+    """Holds an ephemeral instance's state for the length of one call: plays the claims,
+    journal-writes and streams roles a run uses (no mailbox: an ephemeral flow cannot
+    wait)."""
 
     def __init__(self, record: InstanceRecord) -> None:
         self.record = record
         self.rows: list[StepRow] = []
+
+    @property
+    def claims(self) -> _MemoryJournal:
+        return self
+
+    @property
+    def writes(self) -> _MemoryJournal:
+        return self
+
+    @property
+    def streams(self) -> _MemoryJournal:
+        return self
 
     async def commit_step(
         self,

@@ -97,7 +97,7 @@ class Limits:
         """
         until = run.now() + self.lease
         try:
-            ack = await run.journal.renew_lease(run.instance_id, run.token, until)
+            ack = await run.journal.claims.renew_lease(run.instance_id, run.token, until)
         except StaleFencingToken:
             log.warning(
                 "instance %s: lease renewal refused on node %s (token %d): "

@@ -66,9 +66,9 @@ async def extend_budget(engine: Engine, instance_id: str, by: timedelta) -> Budg
         raise ValueError("an extension must be positive")
     journal = engine.journal
     now = engine.clock.now()
-    claim = await journal.claim(instance_id, engine.config.node_id, now, now + engine.lease)
+    claim = await journal.claims.claim(instance_id, engine.config.node_id, now, now + engine.lease)
     if claim is None:
-        inst = await journal.get_instance(instance_id)
+        inst = await journal.reads.get_instance(instance_id)
         if inst.state.ended:
             raise NoBudget(f"instance {instance_id} has ended", instance_id=instance_id)
         raise InstanceBusy(
@@ -76,7 +76,7 @@ async def extend_budget(engine: Engine, instance_id: str, by: timedelta) -> Budg
             instance_id=instance_id,
         )
     try:
-        snapshot = claim.snapshot or await journal.load(instance_id)
+        snapshot = claim.snapshot or await journal.writes.load(instance_id)
         inst = snapshot.instance
         plan = engine.catalog.find(inst.flow_name, inst.flow_version)
         node = (
@@ -117,9 +117,9 @@ async def extend_budget(engine: Engine, instance_id: str, by: timedelta) -> Budg
             committed_at=now,
             try_number=last.try_number + 1,
         )
-        await journal.commit_step(claim.fencing_token, row, now + engine.lease)
+        await journal.writes.commit_step(claim.fencing_token, row, now + engine.lease)
         return BudgetExtension(
             True, last.started_at, previous, new_end, new_end < wanted, node.index
         )
     finally:
-        await journal.release(instance_id, claim.fencing_token, engine.clock.now())
+        await journal.claims.release(instance_id, claim.fencing_token, engine.clock.now())

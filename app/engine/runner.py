@@ -28,7 +28,6 @@ from app.engine.journal import (
     Claim,
     InstanceRecord,
     InstanceState,
-    Journal,
     Outcome,
     SignalRecord,
     StepKind,
@@ -36,6 +35,7 @@ from app.engine.journal import (
     WakeKind,
 )
 from app.engine.observe import LOG_CONTEXT
+from app.engine.roles import Journal
 from app.errors import FlowFailure, StaleFencingToken, StreamNotDeclared
 from app.flows.capability import Capability, Complete, Fail, RecoveryError, Stream, bag_key
 from app.flows.plan import (
@@ -177,7 +177,7 @@ class Run:
             self.unflushed = row
         else:
             deferred, self.unflushed = self.unflushed, None
-            ack = await self.journal.commit_step(
+            ack = await self.journal.writes.commit_step(
                 self.token, row, self.lease_until(), deferred=deferred
             )
             self.after_ack(ack)
@@ -254,7 +254,7 @@ class Run:
             kind = WakeKind.DEADLINE
         row, self.unflushed = self.unflushed, None
         if row is not None:  # the attempt's row and the park: one write
-            ack = await self.journal.commit_and_park(
+            ack = await self.journal.writes.commit_and_park(
                 self.token,
                 row,
                 self.lease_until(),
@@ -266,7 +266,7 @@ class Run:
                 wake_kind=kind,
             )
         else:
-            ack = await self.journal.park(
+            ack = await self.journal.writes.park(
                 self.instance_id,
                 self.token,
                 self.now(),
@@ -292,7 +292,7 @@ class Run:
             self.cancel_requested = True
             self.check_interrupts()
         if ack.signal_pending:
-            snapshot = await self.journal.load(self.instance_id)
+            snapshot = await self.journal.writes.load(self.instance_id)
             self.signals = list(snapshot.signals)
             return
         raise RuntimeError("park was refused for no stated reason")  # pragma: no cover
@@ -303,7 +303,7 @@ class Run:
         a row is durable before anything that follows it."""
         row, self.unflushed = self.unflushed, None
         if row is not None:
-            ack = await self.journal.commit_step(self.token, row, self.lease_until())
+            ack = await self.journal.writes.commit_step(self.token, row, self.lease_until())
             self.after_ack(ack)
 
     def settle(self, **changes: Any) -> None:
@@ -324,7 +324,7 @@ class Run:
         """Re-read untaken signals when this run has worked since it loaded them (a signal
         may have arrived meanwhile); a fresh claim's snapshot is current already."""
         if self.attempts or self.pending_wake is None:
-            self.signals = await self.journal.pending_signals(self.instance_id)
+            self.signals = await self.journal.mailbox.pending_signals(self.instance_id)
 
     def pending_signal(self, name: str) -> SignalRecord | None:
         for signal in self.signals:
@@ -349,7 +349,7 @@ class Run:
                 return signal
             await self.flush()
             now = self.now()
-            ack = await self.journal.refuse_signal(
+            ack = await self.journal.mailbox.refuse_signal(
                 self.instance_id, self.token, signal.id, node_index, now
             )
             self.signals = [s for s in self.signals if s.id != signal.id]
@@ -398,7 +398,7 @@ class Run:
             now,
             values={bag_key(model): payload},
         )
-        ack = await self.journal.take_signal(self.token, signal.id, row)
+        ack = await self.journal.mailbox.take_signal(self.token, signal.id, row)
         self.engine.observer.signal_taken(
             self.plan.name, (now - signal.received_at).total_seconds()
         )
@@ -429,7 +429,7 @@ class Run:
             last_value, written_at = self.heartbeat_written
             if last_value == value and now - written_at < cap_timeout / 3:
                 return
-        ack = await self.journal.record_heartbeat(
+        ack = await self.journal.writes.record_heartbeat(
             self.instance_id, self.token, value, now, now + cap_timeout
         )
         self.heartbeat_written = (value, now)
@@ -458,7 +458,7 @@ class Run:
         size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
         if self.ephemeral:
             return False
-        return await self.journal.write_stream(
+        return await self.journal.streams.write_stream(
             self.instance_id,
             stream.name,
             payload,
@@ -501,9 +501,9 @@ class Run:
                 return await self._window_ended(node, scope, capability, try_number, window_end)
         checkpoint = None
         if hb_timeout is not None and kind is StepKind.STEP:
-            beat = await self.journal.last_heartbeat(self.instance_id, node.index, scope)
+            beat = await self.journal.writes.last_heartbeat(self.instance_id, node.index, scope)
             checkpoint = beat.value if beat is not None else None
-            ack = await self.journal.start_attempt(
+            ack = await self.journal.writes.start_attempt(
                 self.instance_id,
                 self.token,
                 node.index,
@@ -620,7 +620,7 @@ class Run:
             self.unflushed = row
             self.record(row)
             return row
-        ack = await self.journal.commit_step(
+        ack = await self.journal.writes.commit_step(
             self.token, row, self.lease_until(), reviews=ctx.reviews or None
         )
         self.record(row)
@@ -652,7 +652,7 @@ class Run:
             error_detail=f"the retry window ended at {window_end.isoformat()}; no try started",
             final=True,
         )
-        ack = await self.journal.commit_step(self.token, row, self.lease_until())
+        ack = await self.journal.writes.commit_step(self.token, row, self.lease_until())
         self.record(row)
         self.after_ack(ack)
         return row
@@ -726,7 +726,7 @@ class Run:
             final=next_try_at is None,
             next_try_at=next_try_at,
         )
-        ack = await self.journal.commit_step(self.token, row, self.lease_until())
+        ack = await self.journal.writes.commit_step(self.token, row, self.lease_until())
         self.instance = replace(
             self.instance, attempt_step_id=None, attempt_scope=None, attempt_try=None
         )

@@ -13,13 +13,13 @@ from app.engine.deadlines import POLL_BUDGET, SIGNAL_TIMEOUT, ends_at
 from app.engine.journal import (
     EmittedEvent,
     InstanceState,
-    Journal,
     Outcome,
     StepKind,
     StepRow,
     WakeKind,
 )
 from app.engine.observe import PollEnd
+from app.engine.roles import Journal
 from app.engine.runner import (
     DECISION_KEY,
     Halt,
@@ -313,7 +313,7 @@ class Walker:
         )
         # the step the run executed before (not written yet) goes first, in the same write
         deferred, run.unflushed = run.unflushed, None
-        ack = await run.journal.commit_step(
+        ack = await run.journal.writes.commit_step(
             run.token, row, run.lease_until(), events=[event], deferred=deferred
         )
         run.record(row)
@@ -327,7 +327,7 @@ class Walker:
                 _evaluate("returns", lambda: _jsonable(returns(run.view()))) if returns else None
             )
         await run.flush()
-        ack = await run.journal.finish(
+        ack = await run.journal.writes.finish(
             run.instance_id, run.token, run.now(), InstanceState.COMPLETED, result=result
         )
         if not ack.applied:
@@ -382,10 +382,14 @@ class Walker:
         """Run compensations of completed steps in reverse order, once each, then end."""
         await run.flush()
         if run.instance.ending is None:
-            await run.journal.begin_ending(run.instance_id, run.token, run.now(), ending, failure)
+            await run.journal.writes.begin_ending(
+                run.instance_id, run.token, run.now(), ending, failure
+            )
         for node, scope in reversed(run.compensations):
             await self._compensate(run, node, scope)
-        await run.journal.finish(run.instance_id, run.token, run.now(), ending, failure=failure)
+        await run.journal.writes.finish(
+            run.instance_id, run.token, run.now(), ending, failure=failure
+        )
         run.settle(
             state=ending,
             failure=failure,

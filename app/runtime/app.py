@@ -185,7 +185,7 @@ def create_app(
             )
             app.state.engine = engine
             app.state.db = db
-            await log_unserved(engine.journal, catalog, clock.now())  # type: ignore[arg-type]
+            await log_unserved(engine.journal.reads, catalog, clock.now())  # type: ignore[arg-type]
             telemetry.start(db, clock)
             if settings.run_sweeper:
                 sweeper = Sweeper(engine, settings.timer_scan_interval)

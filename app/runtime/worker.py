@@ -78,7 +78,7 @@ async def run_worker(
             ),
             observer=telemetry.observer,
         )
-        await log_unserved(engine.journal, catalog, engine.clock.now())  # type: ignore[arg-type]
+        await log_unserved(engine.journal.reads, catalog, engine.clock.now())  # type: ignore[arg-type]
         clock = engine.clock
         telemetry.start(db, clock)
         if telemetry.metrics is not None and settings.metrics_port is not None:

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import Table, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from app.store.base import SqlBase
+from app.store.base import SqlRole
 from app.store.listing import filter_clauses
 from app.store.mapping import INSTANCE
 from app.store.read_model import InstanceFilter, OperatorAction
@@ -31,7 +31,7 @@ def _action(row: Any) -> OperatorAction:
     )
 
 
-class SqlOperatorActions(SqlBase):
+class SqlOperatorActions(SqlRole):
     """Records operator actions and reads an instance's history of them."""
 
     async def record_action(self, action: OperatorAction) -> tuple[OperatorAction, bool]:

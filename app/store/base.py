@@ -1,10 +1,15 @@
-"""Transactions and driver-error translation shared by the store's repositories."""
+"""Transactions and driver-error translation shared by the store's roles.
+
+:class:`SqlContext` holds the engine and opens transactions; each role of the store
+(:class:`SqlRole` subclasses: claims, journal writes, mailbox, streams, read model) is given
+the one context of its :class:`~app.store.sql_journal.SqlJournal`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, NoReturn
 
@@ -21,7 +26,7 @@ if TYPE_CHECKING:
     from app.store.batched import Lanes
 from app.store.types import UtcDateTime
 
-__all__ = ["JournalConflict", "SqlBase", "const", "instant"]
+__all__ = ["JournalConflict", "SqlContext", "SqlPart", "SqlRole", "const", "instant"]
 
 
 def instant(value: datetime) -> ColumnElement[datetime]:
@@ -58,8 +63,8 @@ def _pool_exhausted() -> StoreUnavailable:
     )
 
 
-class SqlBase:
-    """Holds the engine and opens the store's transactions.
+class SqlContext:
+    """Holds the engine and opens the store's transactions (shared by the store's roles).
 
     Args:
         engine: an engine from :func:`app.store.db.make_async_engine` (SQLite file or
@@ -88,7 +93,7 @@ class SqlBase:
         # between tries). Other processes still wait through busy_timeout.
         self._write_lock = asyncio.Lock() if self._dialect == "sqlite" else None
         # PostgreSQL group commit (app.store.batched); None on SQLite (one writer at a time)
-        self._lanes: Lanes | None = None
+        self.lanes: Lanes | None = None
 
     @property
     def engine(self) -> AsyncEngine:
@@ -153,3 +158,46 @@ class SqlBase:
             _reraise(exc)
         except PoolTimeout as exc:
             raise _pool_exhausted() from exc
+
+
+class SqlRole:
+    """One role of the store over a shared :class:`SqlContext` (composed, not inherited:
+    the roles of one :class:`~app.store.sql_journal.SqlJournal` share its transactions and
+    group-commit lanes).
+
+    Args:
+        context: the store's context.
+    """
+
+    def __init__(self, context: SqlContext) -> None:
+        self._context = context
+
+    @property
+    def is_postgresql(self) -> bool:
+        """Whether the store is PostgreSQL."""
+        return self._context.is_postgresql
+
+    @property
+    def _lanes(self) -> Lanes | None:
+        return self._context.lanes
+
+    def _write(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        return self._context._write()
+
+    def _single(self, *, write: bool) -> AbstractAsyncContextManager[AsyncConnection]:
+        return self._context._single(write=write)
+
+    def _read(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        return self._context._read()
+
+
+class SqlPart(SqlRole):
+    """A store part that stands alone, outside :class:`~app.store.sql_journal.SqlJournal`'s
+    roles, with a context of its own over ``engine`` (e.g. the outbox deliveries).
+
+    Args:
+        engine: an engine from :func:`app.store.db.make_async_engine`, migrated to head.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        super().__init__(SqlContext(engine))

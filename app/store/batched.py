@@ -26,6 +26,7 @@ from pydantic_core import PydanticSerializationError, to_json
 from sqlalchemy.exc import DataError, IntegrityError
 
 from app.engine.journal import EmittedEvent, NewInstance, StepRow
+from app.store.base import SqlRole
 from app.store.lanes import Lane
 from app.store.mapping import step_values
 
@@ -289,17 +290,14 @@ class Lanes:
     finish: Lane[FinishItem, bool | None]
 
 
-class PgBatches:
+class PgBatches(SqlRole):
     """The batch bodies of :class:`app.store.sql_journal.SqlJournal`'s PostgreSQL lanes.
 
     Each takes the items of one batch and answers per item; ``None`` sends that item to
     the one-at-a-time path (which raises the precise error, or applies it).
     """
 
-    _single: Any
-    _write: Any
-
-    def _make_lanes(self, on_batch: Callable[[str, int], None] | None = None) -> Lanes:
+    def make_lanes(self, on_batch: Callable[[str, int], None] | None = None) -> Lanes:
         def observe(lane: str) -> Callable[[int], None] | None:
             return None if on_batch is None else functools.partial(on_batch, lane)
 

@@ -24,9 +24,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
-from app.engine.journal import CancelAck, Claim, InstanceState
+from app.engine.journal import Ack, CancelAck, Claim, InstanceState
 from app.errors import InstanceEnded, InstanceNotFound
-from app.store.base import SqlBase, const
+from app.store.base import SqlRole, const, instant
+from app.store.fencing import NO_LEASE, fenced
 from app.store.mapping import INSTANCE, journal_aggregates, snapshot_from_row
 from app.store.tables import ACTIVE_STATES
 from app.store.types import UtcDateTime, is_instance_id
@@ -130,8 +131,9 @@ def _expired_statement() -> Any:
     )
 
 
-class SqlClaims(SqlBase):
-    """Claim operations of :class:`app.store.sql_journal.SqlJournal`."""
+class SqlClaims(SqlRole):
+    """Claims and leases (:class:`app.engine.roles.Claims`) of
+    :class:`app.store.sql_journal.SqlJournal`."""
 
     async def claim(
         self, instance_id: str, owner: str, now: datetime, lease_until: datetime
@@ -265,3 +267,34 @@ class SqlClaims(SqlBase):
         raise InstanceEnded(
             f"instance {instance_id!r} has ended ({state})", instance_id=instance_id, state=state
         )
+
+    async def renew_lease(self, instance_id: str, token: int, lease_until: datetime) -> Ack:
+        """Extend the lease to ``lease_until``.
+
+        Raises:
+            StaleFencingToken: the token is stale or the instance no longer runs
+                (code ``stale_fencing_token``).
+            InstanceNotFound: no such instance.
+        """
+        async with self._single(write=True) as conn:  # one UPDATE
+            row = await fenced(conn, instance_id, token, {"lease_expires_at": lease_until})
+        assert row is not None
+        return Ack(applied=True, cancel_requested=row.cancel_requested)
+
+    async def release(self, instance_id: str, token: int, now: datetime) -> None:
+        """Give up the lease: state back to suspended, wake unchanged.
+
+        An instance with no wake, or with a cancel requested, is made due at ``now`` so the
+        sweep picks it up again rather than leaving it parked forever.
+
+        Raises:
+            StaleFencingToken: the token is stale (code ``stale_fencing_token``).
+            InstanceNotFound: no such instance.
+        """
+        wake = case(
+            (or_(INSTANCE.c.wake_at.is_(None), INSTANCE.c.cancel_requested), instant(now)),
+            else_=INSTANCE.c.wake_at,
+        )
+        values = {"state": _SUSPENDED, "wake_at": wake, "updated_at": now, **NO_LEASE}
+        async with self._single(write=True) as conn:  # one UPDATE
+            await fenced(conn, instance_id, token, values)

@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import and_, exists, func, insert, or_, select, text, update
 from sqlalchemy.sql import Select
 
-from app.store.base import SqlBase
+from app.store.base import SqlPart
 from app.store.tables import EventDeliveryRow, OutboxEventRow
 
 __all__ = ["ClaimedDelivery", "SqlDeliveries"]
@@ -57,7 +57,7 @@ class ClaimedDelivery:
     instance_id: str
 
 
-class SqlDeliveries(SqlBase):
+class SqlDeliveries(SqlPart):
     """The ``event_delivery`` table's writes and reads (see the module docstring)."""
 
     async def relay(self, subscribers: Sequence[str], now: datetime, limit: int = 500) -> int:

@@ -18,7 +18,7 @@ from sqlalchemy import and_, func, literal, or_, select, tuple_
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.engine.journal import InstanceState, StepKind, StepRow, WakeKind
-from app.store.base import SqlBase, const
+from app.store.base import SqlRole, const
 from app.store.mapping import INSTANCE, STEP, step_from_row
 from app.store.read_model import (
     InstanceCount,
@@ -123,7 +123,7 @@ def _summary(row: Any) -> InstanceSummary:
     )
 
 
-class SqlOperatorReads(SqlBase):
+class SqlOperatorReads(SqlRole):
     """The operator's list, counts and explain reads (each one read transaction)."""
 
     async def list_instances(

@@ -12,7 +12,7 @@ from sqlalchemy import and_, case, func, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.engine.journal import InstanceState, Outcome, StepKind
-from app.store.base import SqlBase, const
+from app.store.base import SqlRole, const
 from app.store.mapping import INSTANCE, STEP
 from app.store.read_model import AttemptStart, FlowActivity, NodeWaiting
 
@@ -24,7 +24,7 @@ _RUNNING = InstanceState.RUNNING.value
 MAX_ATTEMPT_STARTS = 5000
 
 
-class SqlOverviewReads(SqlBase):
+class SqlOverviewReads(SqlRole):
     """Grouped counts for the console's overview and flow pages (each one snapshot)."""
 
     async def flow_activity(

@@ -9,41 +9,30 @@ from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.engine.journal import (
-    Heartbeat,
     InstanceRecord,
     InstanceState,
     SignalRecord,
     Snapshot,
-    StreamMessage,
 )
 from app.errors import InstanceNotFound, StoreUnavailable
-from app.store.base import SqlBase
+from app.store.base import SqlRole
 from app.store.mapping import (
     EVENT,
-    HEARTBEAT,
     INSTANCE,
     REVIEW,
     SIGNAL,
     STEP,
-    STREAM,
-    heartbeat_from_row,
     instance_from_row,
     journal_aggregates,
     signal_from_row,
     snapshot_from_row,
     step_from_row,
-    stream_from_row,
 )
 
-__all__ = ["SqlReads"]
+__all__ = ["SqlReads", "load_snapshot"]
 
 
 _INSTANCE_BY_ID = select(INSTANCE).where(INSTANCE.c.id == bindparam("id"))
-_PENDING_SIGNALS = (
-    select(SIGNAL)
-    .where(SIGNAL.c.instance_id == bindparam("id"), SIGNAL.c.taken_at.is_(None))
-    .order_by(SIGNAL.c.sequence)
-)
 
 
 @cache
@@ -55,14 +44,10 @@ def _load_statement() -> Any:
     )
 
 
-class SqlReads(SqlBase):
-    """The store's read-only operations (each one read transaction, one snapshot)."""
-
-    async def _instance(self, conn: AsyncConnection, instance_id: str) -> InstanceRecord:
-        row = (await conn.execute(_INSTANCE_BY_ID, {"id": instance_id})).first()
-        if row is None:
-            raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
-        return instance_from_row(row)
+class SqlReads(SqlRole):
+    """The read model (:class:`app.engine.roles.ReadModel`) of
+    :class:`app.store.sql_journal.SqlJournal`: each call one read transaction, one
+    snapshot."""
 
     async def load(self, instance_id: str) -> Snapshot:
         """Read the instance, its journal (commit order) and its untaken signals (arrival
@@ -71,32 +56,7 @@ class SqlReads(SqlBase):
         Raises:
             InstanceNotFound: no such instance (code ``instance_not_found``).
         """
-        if self.is_postgresql:
-            return await self._load_one_statement(instance_id)
-        async with self._read() as conn:
-            instance = await self._instance(conn, instance_id)
-            steps = await conn.execute(
-                select(STEP).where(STEP.c.instance_id == instance_id).order_by(STEP.c.sequence)
-            )
-            signals = await conn.execute(
-                select(SIGNAL)
-                .where(SIGNAL.c.instance_id == instance_id, SIGNAL.c.taken_at.is_(None))
-                .order_by(SIGNAL.c.sequence)
-            )
-            return Snapshot(
-                instance=instance,
-                steps=[step_from_row(r) for r in steps],
-                signals=[signal_from_row(r) for r in signals],
-            )
-
-    async def _load_one_statement(self, instance_id: str) -> Snapshot:
-        """PostgreSQL: the snapshot in one statement (autocommit, one round trip): the
-        instance row with its journal and untaken signals aggregated as JSON arrays."""
-        async with self._single(write=False) as conn:
-            row = (await conn.execute(_load_statement(), {"id": instance_id})).first()
-        if row is None:
-            raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
-        return snapshot_from_row(row)
+        return await load_snapshot(self, instance_id)
 
     async def get_instance(self, instance_id: str) -> InstanceRecord:
         """Read the instance row only.
@@ -105,44 +65,7 @@ class SqlReads(SqlBase):
             InstanceNotFound: no such instance (code ``instance_not_found``).
         """
         async with self._single(write=False) as conn:
-            return await self._instance(conn, instance_id)
-
-    async def last_heartbeat(self, instance_id: str, step_id: int, scope: int) -> Heartbeat | None:
-        """The checkpoint the latest try of ``(step_id, scope)`` recorded, or None."""
-        async with self._read() as conn:
-            row = (
-                await conn.execute(
-                    select(HEARTBEAT).where(
-                        HEARTBEAT.c.instance_id == instance_id,
-                        HEARTBEAT.c.step_id == step_id,
-                        HEARTBEAT.c.scope == scope,
-                    )
-                )
-            ).first()
-        return heartbeat_from_row(row) if row is not None else None
-
-    async def read_stream(
-        self, instance_id: str, stream: str, after: int | None = None
-    ) -> list[StreamMessage]:
-        """Messages of one stream in write order.
-
-        Args:
-            instance_id: the instance.
-            stream: the stream's name.
-            after: only messages with a greater ``sequence`` (a reader's cursor).
-        """
-        query = select(STREAM).where(STREAM.c.instance_id == instance_id, STREAM.c.stream == stream)
-        if after is not None:
-            query = query.where(STREAM.c.sequence > after)
-        async with self._read() as conn:
-            rows = await conn.execute(query.order_by(STREAM.c.sequence))
-            return [stream_from_row(r) for r in rows]
-
-    async def pending_signals(self, instance_id: str) -> list[SignalRecord]:
-        """Untaken signals of the instance, in arrival order (one statement)."""
-        async with self._single(write=False) as conn:
-            rows = await conn.execute(_PENDING_SIGNALS, {"id": instance_id})
-            return [signal_from_row(r) for r in rows]
+            return await _instance(conn, instance_id)
 
     async def list_signals(self, instance_id: str) -> list[SignalRecord]:
         """Every signal delivered to the instance, taken or not, in arrival order.
@@ -223,6 +146,44 @@ class SqlReads(SqlBase):
                 await conn.execute(text("SELECT 1"))
         except OSError as exc:  # e.g. a refused TCP connection surfacing unwrapped
             raise StoreUnavailable(f"database unreachable: {exc}") from exc
+
+
+async def _instance(conn: AsyncConnection, instance_id: str) -> InstanceRecord:
+    row = (await conn.execute(_INSTANCE_BY_ID, {"id": instance_id})).first()
+    if row is None:
+        raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
+    return instance_from_row(row)
+
+
+async def load_snapshot(role: SqlRole, instance_id: str) -> Snapshot:
+    """The instance, its journal (commit order) and its untaken signals (arrival order),
+    from one snapshot: on PostgreSQL one statement (autocommit, one round trip) with the
+    journal and signals aggregated as JSON arrays.
+
+    Raises:
+        InstanceNotFound: no such instance (code ``instance_not_found``).
+    """
+    if role.is_postgresql:
+        async with role._single(write=False) as conn:
+            row = (await conn.execute(_load_statement(), {"id": instance_id})).first()
+        if row is None:
+            raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
+        return snapshot_from_row(row)
+    async with role._read() as conn:
+        instance = await _instance(conn, instance_id)
+        steps = await conn.execute(
+            select(STEP).where(STEP.c.instance_id == instance_id).order_by(STEP.c.sequence)
+        )
+        signals = await conn.execute(
+            select(SIGNAL)
+            .where(SIGNAL.c.instance_id == instance_id, SIGNAL.c.taken_at.is_(None))
+            .order_by(SIGNAL.c.sequence)
+        )
+        return Snapshot(
+            instance=instance,
+            steps=[step_from_row(r) for r in steps],
+            signals=[signal_from_row(r) for r in signals],
+        )
 
 
 def _plain(mapping: Any, json_key: str) -> dict[str, Any]:

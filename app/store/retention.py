@@ -18,7 +18,7 @@ from datetime import datetime
 
 from sqlalchemy import delete, select, text
 
-from app.store.base import SqlBase
+from app.store.base import SqlPart
 from app.store.tables import FlowInstanceRow, metadata
 
 __all__ = ["ENDED_STATES", "SqlRetention"]
@@ -29,7 +29,7 @@ ENDED_STATES = ("completed", "failed", "cancelled")
 _PURGE_LOCK = 0x666C6F7770726B02
 
 
-class SqlRetention(SqlBase):
+class SqlRetention(SqlPart):
     """Deletes ended instances older than a cutoff, in bounded batches."""
 
     async def purge_batch(self, cutoff: datetime, limit: int = 500) -> int:

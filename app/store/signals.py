@@ -46,8 +46,9 @@ from app.engine.journal import (
     StepRow,
 )
 from app.errors import InstanceEnded, InstanceNotFound
-from app.store.base import JournalConflict, SqlBase, const
+from app.store.base import JournalConflict, SqlRole, const
 from app.store.claims import claim_values
+from app.store.fencing import fenced, insert_step, why
 from app.store.mapping import (
     INSTANCE,
     SIGNAL,
@@ -63,7 +64,7 @@ from app.store.mapping import (
 )
 from app.store.types import UtcDateTime, is_instance_id
 
-__all__ = ["SqlSignals"]
+__all__ = ["SqlMailbox"]
 
 _RUNNING = InstanceState.RUNNING.value
 
@@ -213,9 +214,16 @@ def _signal_not_waiting(instance_id: str, signal_id: str) -> JournalConflict:
     )
 
 
-class SqlSignals(SqlBase):
-    """Signal operations of :class:`app.store.sql_journal.SqlJournal` (which provides the
-    fenced-write helpers ``_fenced``, ``_why`` and ``_insert_step``)."""
+_PENDING_SIGNALS = (
+    select(SIGNAL)
+    .where(SIGNAL.c.instance_id == bindparam("id"), SIGNAL.c.taken_at.is_(None))
+    .order_by(SIGNAL.c.sequence)
+)
+
+
+class SqlMailbox(SqlRole):
+    """The signal mailbox (:class:`app.engine.roles.Mailbox`) of
+    :class:`app.store.sql_journal.SqlJournal`."""
 
     _fenced: Any
     _why: Any
@@ -455,6 +463,12 @@ class SqlSignals(SqlBase):
             )
         return Delivery(record, True, state, Claim(instance_id, claimed.fencing_token, snapshot))
 
+    async def pending_signals(self, instance_id: str) -> list[SignalRecord]:
+        """Untaken signals of the instance, in arrival order (one statement)."""
+        async with self._single(write=False) as conn:
+            rows = await conn.execute(_PENDING_SIGNALS, {"id": instance_id})
+            return [signal_from_row(r) for r in rows]
+
     async def get_signal(self, instance_id: str, signal_id: str) -> SignalRecord | None:
         """The signal ``signal_id`` of the instance as stored now, or None (also for an
         instance id that is not a UUID string: no instance has it)."""
@@ -500,9 +514,7 @@ class SqlSignals(SqlBase):
         if self.is_postgresql:
             return await self._take_signal_one_statement(token, signal_id, row)
         async with self._write() as conn:
-            fence = await self._fenced(
-                conn, row.instance_id, token, {"updated_at": row.committed_at}
-            )
+            fence = await fenced(conn, row.instance_id, token, {"updated_at": row.committed_at})
             assert fence is not None
             taken = await conn.execute(
                 update(SIGNAL)
@@ -515,7 +527,7 @@ class SqlSignals(SqlBase):
             )
             if taken.rowcount != 1:
                 raise _signal_not_waiting(row.instance_id, signal_id)
-            await self._insert_step(conn, row)
+            await insert_step(conn, row, postgresql=self.is_postgresql)
         return Ack(applied=True, cancel_requested=fence.cancel_requested)
 
     async def refuse_signal(
@@ -531,7 +543,7 @@ class SqlSignals(SqlBase):
             JournalConflict: the signal is not the instance's or is not waiting.
         """
         async with self._write() as conn:
-            fence = await self._fenced(conn, instance_id, token, {"updated_at": at})
+            fence = await fenced(conn, instance_id, token, {"updated_at": at})
             assert fence is not None
             refused = await conn.execute(
                 update(SIGNAL)
@@ -555,7 +567,7 @@ class SqlSignals(SqlBase):
             async with self._single(write=True) as conn:
                 found = (await conn.execute(_take_signal_statement(), params)).first()
                 if found is None:
-                    await self._why(conn, row.instance_id, token)
+                    await why(conn, row.instance_id, token)
                     raise _signal_not_waiting(row.instance_id, signal_id)
         except IntegrityError as exc:
             raise JournalConflict(

@@ -115,7 +115,7 @@ def build_actions_router() -> APIRouter:
         if refused is not None:
             return refused
         check_instance_id(instance_id)
-        snap = await _engine(request).journal.load(instance_id)
+        snap = await _engine(request).journal.reads.load(instance_id)
         return render(
             request,
             "confirm.html",

@@ -156,7 +156,7 @@ def build_instances_router() -> APIRouter:
         sort = q.get("sort") or "-created"
         if sort.lstrip("-") not in SORTS:
             sort = "-created"
-        page = await cast(OperatorReads, engine.journal).list_instances(
+        page = await cast(OperatorReads, engine.journal.reads).list_instances(
             where, limit=limit, after=after, oldest_first=sort == "created"
         )
         rows = await summaries(request, page.rows)
@@ -190,9 +190,9 @@ def build_instances_router() -> APIRouter:
         session = need_session(request)
         check_instance_id(instance_id)
         engine = _engine(request)
-        snap = await engine.journal.load(instance_id)
+        snap = await engine.journal.reads.load(instance_id)
         inst = snap.instance
-        signals = await engine.journal.list_signals(instance_id)  # type: ignore[attr-defined]
+        signals = await engine.journal.reads.list_signals(instance_id)
         plan = engine.catalog.find(inst.flow_name, inst.flow_version)
         now = engine.clock.now()
         suspended = inst.state is InstanceState.SUSPENDED
@@ -207,7 +207,7 @@ def build_instances_router() -> APIRouter:
         budget = budget_view(inst, snap.steps, now)
         streams = []
         for name in sorted(plan.streams) if plan is not None else []:
-            messages = await engine.journal.read_stream(instance_id, name)
+            messages = await engine.journal.streams.read_stream(instance_id, name)
             after = messages[-1].sequence if messages else None
             url = f"/ui/instances/{instance_id}/streams/{name}"
             streams.append(
@@ -257,7 +257,7 @@ def build_instances_router() -> APIRouter:
         need_session(request)
         check_instance_id(instance_id)
         engine = _engine(request)
-        inst = await engine.journal.get_instance(instance_id)
+        inst = await engine.journal.reads.get_instance(instance_id)
         plan = engine.catalog.find(inst.flow_name, inst.flow_version)
         if plan is None or name not in plan.streams:
             raise StreamNotDeclared(

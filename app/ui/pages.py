@@ -178,7 +178,7 @@ def build_console_router() -> APIRouter:
     async def overview(request: Request) -> HTMLResponse:
         session = need_session(request)
         engine = _engine(request)
-        reads = cast(OverviewReads, engine.journal)
+        reads = cast(OverviewReads, engine.journal.reads)
         now = engine.clock.now()
         overdue = overdue_threshold(request)
         activity = await reads.flow_activity(
@@ -284,7 +284,7 @@ def build_console_router() -> APIRouter:
                 "No such flow",
                 f"This node has no flow {name} {version}.",
             )
-        reads = cast(OverviewReads, engine.journal)
+        reads = cast(OverviewReads, engine.journal.reads)
         waiting = {w.step_id: w.count for w in await reads.waiting_by_node(name, version)}
         return render(
             request,

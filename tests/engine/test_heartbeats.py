@@ -113,7 +113,7 @@ async def test_a_try_reads_the_checkpoint_its_predecessor_recorded() -> None:
         await h.engine.drain()
         assert (await h.instance(inst_id)).state is InstanceState.COMPLETED
         assert seen == [(1, None), (2, Mark(round=2))]
-        beat = await h.journal.last_heartbeat(inst_id, 0, 0)
+        beat = await h.journal.writes.last_heartbeat(inst_id, 0, 0)
         assert beat is not None and (beat.try_number, beat.value) == (1, {"round": 2})
 
 
@@ -130,7 +130,7 @@ async def test_an_unchanged_value_is_written_once_per_third_of_the_timeout_a_cha
         paced.clock = h.clock
         t0 = h.clock.now()
         written: list[tuple[Any, float, float]] = []
-        record = h.journal.record_heartbeat
+        record = h.journal.writes.record_heartbeat
 
         async def spy(
             instance_id: str, token: int, value: Any, now: datetime, lease_until: datetime
@@ -138,7 +138,7 @@ async def test_an_unchanged_value_is_written_once_per_third_of_the_timeout_a_cha
             written.append((value, (now - t0).total_seconds(), (lease_until - t0).total_seconds()))
             return await record(instance_id, token, value, now, lease_until)
 
-        h.journal.record_heartbeat = spy  # type: ignore[method-assign]
+        h.journal.writes.record_heartbeat = spy  # type: ignore[method-assign]
         await h.start("hb.test", {})
         await h.engine.drain()
         # third of 30 s: "same" at 0 and 10 s (not at 2..8 or 12..18), "other" at once at
@@ -219,7 +219,7 @@ async def test_a_write_past_the_streams_bound_is_dropped_and_reported_false() ->
         # and is dropped; a smaller one still fits (12 bytes: 43); "ééééé" is 21 bytes in
         # UTF-8 and would make 64
         assert answers == [True, False, True, False]
-        stored = await h.journal.read_stream(inst_id, "Log")
+        stored = await h.journal.streams.read_stream(inst_id, "Log")
         assert [m.payload["text"] for m in stored] == ["x" * 20, "z"]
         assert stored[0].sequence < stored[1].sequence
 
@@ -276,24 +276,24 @@ async def test_a_stream_write_under_a_stale_token_is_refused(sql_journal: SqlJou
         lease_owner="a",
         lease_expires_at=T0 + timedelta(seconds=30),
     )
-    inst, _ = await sql_journal.create_instance(new)
+    inst, _ = await sql_journal.writes.create_instance(new)
     old = inst.fencing_token
-    assert await sql_journal.write_stream(inst.id, "Log", {"n": 1}, 7, 100, T0, token=old)
-    await sql_journal.release(inst.id, old, T0)
-    claim = await sql_journal.claim(inst.id, "b", T0, T0 + timedelta(seconds=30))
+    assert await sql_journal.streams.write_stream(inst.id, "Log", {"n": 1}, 7, 100, T0, token=old)
+    await sql_journal.claims.release(inst.id, old, T0)
+    claim = await sql_journal.claims.claim(inst.id, "b", T0, T0 + timedelta(seconds=30))
     assert claim is not None and claim.fencing_token > old
     with pytest.raises(StaleFencingToken) as info:
-        await sql_journal.write_stream(inst.id, "Log", {"n": 2}, 7, 100, T0, token=old)
+        await sql_journal.streams.write_stream(inst.id, "Log", {"n": 2}, 7, 100, T0, token=old)
     assert info.value.code == "stale_fencing_token"
-    assert await sql_journal.write_stream(
+    assert await sql_journal.streams.write_stream(
         inst.id, "Log", {"n": 3}, 7, 100, T0, token=claim.fencing_token
     )
-    await sql_journal.finish(inst.id, claim.fencing_token, T0, InstanceState.COMPLETED)
+    await sql_journal.writes.finish(inst.id, claim.fencing_token, T0, InstanceState.COMPLETED)
     with pytest.raises(StaleFencingToken):  # ended: no try writes any more
-        await sql_journal.write_stream(
+        await sql_journal.streams.write_stream(
             inst.id, "Log", {"n": 4}, 7, 100, T0, token=claim.fencing_token
         )
-    assert [m.payload["n"] for m in await sql_journal.read_stream(inst.id, "Log")] == [1, 3]
+    assert [m.payload["n"] for m in await sql_journal.streams.read_stream(inst.id, "Log")] == [1, 3]
 
 
 async def test_a_cancel_stops_a_heartbeating_try_at_its_next_heartbeat_write() -> None:
@@ -384,4 +384,4 @@ async def test_a_heartbeat_without_a_heartbeat_timeout_is_kept_in_memory_only() 
         inst = (await h.start("hb.test", {})).instance
         assert inst.state is InstanceState.COMPLETED, inst.failure
         assert seen == ["local"]
-        assert await h.journal.last_heartbeat(inst.id, 0, 0) is None
+        assert await h.journal.writes.last_heartbeat(inst.id, 0, 0) is None

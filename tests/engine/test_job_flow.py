@@ -67,7 +67,9 @@ def open_harness(store_url: str, world: JobWorld, paced: Paced) -> Any:
 
 
 async def progress(h: FlowHarness, instance_id: str) -> list[str]:
-    return [m.payload["state"] for m in await h.journal.read_stream(instance_id, "JobProgress")]
+    return [
+        m.payload["state"] for m in await h.journal.streams.read_stream(instance_id, "JobProgress")
+    ]
 
 
 async def rows(h: FlowHarness, instance_id: str, capability_id: str) -> list[StepRow]:

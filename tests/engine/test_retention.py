@@ -51,7 +51,7 @@ async def _life(h: FlowHarness, key: str, *, end: bool) -> str:
     inst = (await h.start("t.life", {"order_id": key})).instance
     now = h.clock.now()
     await SqlDeliveries(h.journal.engine).relay(["audit"], now)
-    await h.journal.write_stream(inst.id, "S", {"at": key}, 10, 1000, now)
+    await h.journal.streams.write_stream(inst.id, "S", {"at": key}, 10, 1000, now)
     async with h.journal.engine.begin() as conn:
         await conn.execute(
             insert(FlowHeartbeatRow.__table__).values(  # type: ignore[attr-defined]

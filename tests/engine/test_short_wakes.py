@@ -48,7 +48,7 @@ def _flow(wait: timedelta) -> Flow:
 async def _wait_state(journal: SqlJournal, instance_id: str, state: str, within: float) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < within:
-        if (await journal.get_instance(instance_id)).state == state:
+        if (await journal.reads.get_instance(instance_id)).state == state:
             return time.monotonic() - t0
         await asyncio.sleep(0.02)
     raise AssertionError(f"{instance_id} not {state} within {within}s")
@@ -89,18 +89,18 @@ async def test_no_in_process_wake_when_disabled_and_a_restarted_node_sweeps_at_o
         # a node without a sweeper parks it (then "dies"): the row is all there is
         started = await engine.start(catalog.latest("test.short"), {"key": "b"})
         await asyncio.sleep(0.3)
-        assert (await journal.get_instance(started.instance.id)).state == "suspended"
+        assert (await journal.reads.get_instance(started.instance.id)).state == "suspended"
         # the next node sweeps at start-up, then (short wakes off) only every 10 minutes
         sweeper = Sweeper(engine, interval_seconds=600, short_wakes=False)
         sweeper.start()
         try:
             await asyncio.sleep(1.0)
-            inst = await journal.get_instance(started.instance.id)
+            inst = await journal.reads.get_instance(started.instance.id)
             assert inst.state == "suspended", "the second wake must wait for a scan"
             assert sweeper.wakes_scheduled == 0
         finally:
             await sweeper.stop()
-        snapshot = await journal.load(started.instance.id)
+        snapshot = await journal.writes.load(started.instance.id)
         attempts = [r.scope for r in snapshot.steps if r.kind == "step"]
         assert attempts == [0, 1]  # attempt 1 ran at start-up
     finally:

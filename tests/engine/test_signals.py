@@ -60,11 +60,11 @@ async def test_signal_answers_for_unknown_undeclared_invalid_and_ended() -> None
             await h.engine.deliver_signal(inst.id, "t.other", {})
         with pytest.raises(InputInvalid):
             await h.engine.deliver_signal(inst.id, "t.ready", {"job_id": 5})
-        assert await h.journal.list_signals(inst.id) == []
+        assert await h.journal.reads.list_signals(inst.id) == []
         await h.engine.cancel(inst.id)
         with pytest.raises(InstanceEnded):
             await h.engine.deliver_signal(inst.id, "t.ready", {"job_id": "j"}, "late")
-        assert await h.journal.list_signals(inst.id) == []
+        assert await h.journal.reads.list_signals(inst.id) == []
 
 
 async def test_await_signal_parks_without_a_timer_call_and_times_out_durably() -> None:
@@ -102,7 +102,7 @@ async def test_signals_are_listed_in_arrival_order_within_one_millisecond() -> N
         inst = (await h.start("t.await", ORDER)).instance
         assert inst.state is InstanceState.COMPLETED
         assert inst.result == {"job_id": "j0"}  # the first to arrive is taken
-        listed = await h.journal.list_signals(inst.id)
+        listed = await h.journal.reads.list_signals(inst.id)
         assert [s.payload["job_id"] for s in listed] == [f"j{n}" for n in range(20)]
         assert [s.taken_at is not None for s in listed] == [True] + [False] * 19
 
@@ -141,10 +141,13 @@ async def test_a_signal_and_a_due_sweep_race_to_exactly_one_continuation(store_u
 
 
 def counting(journal: object, *names: str) -> dict[str, int]:
-    """Count calls of the journal's ``names`` methods (wrapped on the instance)."""
+    """Count calls of the journal's ``names`` methods, each named ``role.method`` (wrapped
+    on the role's instance)."""
     calls = dict.fromkeys(names, 0)
     for name in names:
-        method = getattr(journal, name)
+        role_name, method_name = name.split(".")
+        role = getattr(journal, role_name)
+        method = getattr(role, method_name)
 
         async def counted(
             *args: object, _name: str = name, _method: object = method, **kwargs: object
@@ -152,7 +155,7 @@ def counting(journal: object, *names: str) -> dict[str, int]:
             calls[_name] += 1
             return await _method(*args, **kwargs)  # type: ignore[operator]
 
-        setattr(journal, name, counted)
+        setattr(role, method_name, counted)
     return calls
 
 
@@ -166,21 +169,28 @@ async def test_a_delivery_answers_from_the_run_it_started_without_reading_back(
         inst = (await h.start("t.poll", ORDER)).instance
         assert inst.state is InstanceState.SUSPENDED
         calls = counting(
-            h.journal, "get_instance", "load", "pending_signals", "get_signal", "claim"
+            h.journal,
+            "reads.get_instance",
+            "reads.load",
+            "writes.load",
+            "mailbox.pending_signals",
+            "mailbox.get_signal",
+            "claims.claim",
         )
         delivery = await h.engine.deliver(inst.id, "t.ready", {"job_id": "j"}, "hook")
         # one read to find the flow; the store delivers and claims in one go, with the
         # journal; the answer is what the run left (no read back)
         assert calls == {
-            "get_instance": 1,
-            "load": 0,
-            "pending_signals": 0,
-            "get_signal": 0,
-            "claim": 0,
+            "reads.get_instance": 1,
+            "reads.load": 0,
+            "writes.load": 0,
+            "mailbox.pending_signals": 0,
+            "mailbox.get_signal": 0,
+            "claims.claim": 0,
         }
         assert (delivery.created, delivery.state) == (True, InstanceState.COMPLETED)
         assert (delivery.flow_name, delivery.flow_version) == ("t.poll", "1.0.0")
-        (stored,) = await h.journal.list_signals(inst.id)
+        (stored,) = await h.journal.reads.list_signals(inst.id)
         assert delivery.signal == stored
         assert stored.taken_at is not None and stored.taken_step_id == 1
         assert check.calls == 1
@@ -202,14 +212,16 @@ async def test_a_signal_that_waits_in_the_mailbox_is_answered_untaken(store_url:
     ) as h:
         inst = (await h.start("t.poll", ORDER)).instance
         # the instance holds a live lease elsewhere: the signal waits for that run
-        claim = await h.journal.claim(
+        claim = await h.journal.claims.claim(
             inst.id, "node-b", h.clock.now(), h.clock.now() + timedelta(seconds=30)
         )
         assert claim is not None
         delivery = await h.engine.deliver(inst.id, "t.ready", {"job_id": "j"})
         assert (delivery.created, delivery.state) == (True, InstanceState.RUNNING)
         assert delivery.signal.taken_at is None
-        assert [s.id for s in await h.journal.pending_signals(inst.id)] == [delivery.signal.id]
+        assert [s.id for s in await h.journal.mailbox.pending_signals(inst.id)] == [
+            delivery.signal.id
+        ]
 
 
 async def test_a_run_that_goes_on_in_the_background_is_answered_as_stored(
@@ -234,7 +246,7 @@ async def test_a_run_that_goes_on_in_the_background_is_answered_as_stored(
         # the run took the signal, then went on in the background at the heartbeating step
         assert (delivery.created, delivery.state) == (True, InstanceState.RUNNING)
         assert delivery.signal.taken_at is not None and delivery.signal.taken_step_id == 1
-        assert delivery.signal == (await h.journal.list_signals(inst.id))[0]
+        assert delivery.signal == (await h.journal.reads.list_signals(inst.id))[0]
         release.set()
         await h.engine.drain()
         assert (await h.instance(inst.id)).state is InstanceState.COMPLETED

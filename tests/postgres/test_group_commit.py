@@ -20,6 +20,7 @@ from app.errors import (
     StaleFencingToken,
 )
 from app.store import JournalConflict, SqlJournal
+from app.store import writes as store_writes
 from app.store.batched import Lanes
 from app.store.lanes import Lane
 from tests.support.journal import LEASE, T0, at, new_instance
@@ -39,21 +40,21 @@ def step(instance_id: str, step_id: int = 0, scope: int = 0, **changes: Any) -> 
 
 @pytest.fixture
 def journal(sql_journal: SqlJournal) -> SqlJournal:
-    assert sql_journal.is_postgresql and sql_journal._lanes is not None
+    assert sql_journal.is_postgresql and sql_journal.lanes is not None
     return sql_journal
 
 
 async def started(journal: SqlJournal, count: int = 1, **changes: Any) -> list[str]:
     results = await asyncio.gather(
-        *(journal.create_instance(new_instance(**changes)) for _ in range(count))
+        *(journal.writes.create_instance(new_instance(**changes)) for _ in range(count))
     )
     assert all(created for _, created in results)
     return [record.id for record, _ in results]
 
 
 def lanes(journal: SqlJournal) -> Lanes:
-    assert journal._lanes is not None
-    return journal._lanes
+    assert journal.lanes is not None
+    return journal.lanes
 
 
 def counts(lane: Lane[Any, Any]) -> tuple[int, int]:
@@ -78,8 +79,8 @@ def journal_rows(rows: list[StepRow]) -> list[StepRow]:
 
 async def make_stale(journal: SqlJournal, instance_id: str) -> None:
     """node-a (token 1) loses the instance: parked, then claimed by node-b (token 2)."""
-    assert await journal.park(instance_id, 1, T0, at(60), 1, 0) == Ack(True, False)
-    claim = await journal.claim(instance_id, "node-b", at(1), at(31))
+    assert await journal.writes.park(instance_id, 1, T0, at(60), 1, 0) == Ack(True, False)
+    claim = await journal.claims.claim(instance_id, "node-b", at(1), at(31))
     assert claim is not None and claim.fencing_token == 2
 
 
@@ -103,7 +104,7 @@ async def test_fifty_concurrent_starts_in_one_batch_each_get_their_own_answer(
     before = counts(lanes(journal).create)
 
     results = await asyncio.gather(
-        *(journal.create_instance(n) for n in news), return_exceptions=True
+        *(journal.writes.create_instance(n) for n in news), return_exceptions=True
     )
 
     assert counts(lanes(journal).create) == (before[0] + 1, before[1] + 50)  # one batch
@@ -113,7 +114,7 @@ async def test_fifty_concurrent_starts_in_one_batch_each_get_their_own_answer(
         assert created and record.id == n.id and record.fencing_token == 1
     # within the batch the first row of a key wins (rows go in the order submitted)
     first_idem = next(n for n in news if n in idem)
-    holder = await journal.get_instance(first_idem.id)
+    holder = await journal.reads.get_instance(first_idem.id)
     assert answer[first_idem.id] == (holder, True)
     for n in idem:
         if n is first_idem:
@@ -134,14 +135,14 @@ async def test_fifty_concurrent_starts_in_one_batch_each_get_their_own_answer(
     first_both = next(n for n in news if n in both)
     (other_both,) = [n for n in both if n is not first_both]
     assert answer[first_both.id][1] is True
-    assert answer[other_both.id] == (await journal.get_instance(first_both.id), False)
+    assert answer[other_both.id] == (await journal.reads.get_instance(first_both.id), False)
 
-    assert await journal.count_instances() == 30 + 1 + 1 + 1
+    assert await journal.reads.count_instances() == 30 + 1 + 1 + 1
     for n in news:
         result = answer[n.id]
         if isinstance(result, tuple) and result[1]:
             # a created record is built from the request: it is what the row holds
-            assert result[0] == await journal.get_instance(n.id)
+            assert result[0] == await journal.reads.get_instance(n.id)
 
 
 async def test_two_concurrent_starts_with_one_id_are_one_start_and_one_conflict(
@@ -152,13 +153,15 @@ async def test_two_concurrent_starts_with_one_id_are_one_start_and_one_conflict(
     each caller must still be told whether its own row went in."""
     new = new_instance()
     results = await asyncio.gather(
-        journal.create_instance(new), journal.create_instance(new), return_exceptions=True
+        journal.writes.create_instance(new),
+        journal.writes.create_instance(new),
+        return_exceptions=True,
     )
     assert lanes(journal).create.batches == 1
     created = [r for r in results if isinstance(r, tuple) and r[1]]
     conflicts = [r for r in results if isinstance(r, JournalConflict)]
     assert (len(created), len(conflicts)) == (1, 1), results
-    assert await journal.count_instances() == 1
+    assert await journal.reads.count_instances() == 1
 
 
 async def test_a_start_batched_with_a_refused_one_is_still_created(journal: SqlJournal) -> None:
@@ -166,12 +169,14 @@ async def test_a_start_batched_with_a_refused_one_is_still_created(journal: SqlJ
     (DataError): every start of the batch goes alone; the good one must be created."""
     good, bad = new_instance(), new_instance(instance_key="doc\x00bad")
     results = await asyncio.gather(
-        journal.create_instance(good), journal.create_instance(bad), return_exceptions=True
+        journal.writes.create_instance(good),
+        journal.writes.create_instance(bad),
+        return_exceptions=True,
     )
     assert lanes(journal).create.batches == 1
     assert isinstance(results[1], Exception) and not isinstance(results[1], JournalConflict)
-    assert await journal.count_instances() == 1  # the good one's row is in
-    assert results[0] == (await journal.get_instance(good.id), True), results[0]
+    assert await journal.reads.count_instances() == 1  # the good one's row is in
+    assert results[0] == (await journal.reads.get_instance(good.id), True), results[0]
 
 
 async def test_a_keyed_start_batched_with_a_refused_one_reports_created(
@@ -180,11 +185,13 @@ async def test_a_keyed_start_batched_with_a_refused_one_reports_created(
     good = new_instance(idempotency_key="k-good")
     bad = new_instance(instance_key="doc\x00bad")
     results = await asyncio.gather(
-        journal.create_instance(good), journal.create_instance(bad), return_exceptions=True
+        journal.writes.create_instance(good),
+        journal.writes.create_instance(bad),
+        return_exceptions=True,
     )
     assert lanes(journal).create.batches == 1
-    assert await journal.count_instances() == 1
-    assert results[0] == (await journal.get_instance(good.id), True), results[0]
+    assert await journal.reads.count_instances() == 1
+    assert results[0] == (await journal.reads.get_instance(good.id), True), results[0]
 
 
 # ------------------------------------------------------------------------- parks
@@ -194,18 +201,18 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
     ids = await started(journal, 50)
     stale, cancelled, signalled, other_signal, busy = ids[:5]
     await make_stale(journal, stale)
-    await journal.request_cancel(cancelled, "api", at(1), at(31))  # node-a holds it: flag
-    await journal.deliver_signal(signalled, "approved", {"ok": True}, None, at(1), "s-1")
-    await journal.deliver_signal(other_signal, "rejected", {}, None, at(1), "s-2")
-    await journal.start_attempt(busy, 1, 0, 0, 1, at(1), at(20))
-    stale_before = await journal.load(stale)
-    cancelled_before = await journal.get_instance(cancelled)
+    await journal.claims.request_cancel(cancelled, "api", at(1), at(31))  # node-a holds it: flag
+    await journal.mailbox.deliver_signal(signalled, "approved", {"ok": True}, None, at(1), "s-1")
+    await journal.mailbox.deliver_signal(other_signal, "rejected", {}, None, at(1), "s-2")
+    await journal.writes.start_attempt(busy, 1, 0, 0, 1, at(1), at(20))
+    stale_before = await journal.writes.load(stale)
+    cancelled_before = await journal.reads.get_instance(cancelled)
     park_before, commit_before = counts(lanes(journal).park), counts(lanes(journal).commit)
 
     def call(n: int, instance_id: str) -> Any:
         accept = "approved" if n % 2 == 0 else None
         wake = None if n % 3 == 0 else at(100 + n)
-        return journal.commit_and_park(
+        return journal.writes.commit_and_park(
             1,
             step(instance_id),
             at(40),
@@ -226,10 +233,10 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
     error = by_id[stale]
     assert isinstance(error, StaleFencingToken), error
     assert error.fields["current_token"] == 2
-    assert await journal.load(stale) == stale_before  # nothing written for it
+    assert await journal.writes.load(stale) == stale_before  # nothing written for it
 
     assert by_id[cancelled] == Ack(applied=False, cancel_requested=True, signal_pending=False)
-    snap = await journal.load(cancelled)
+    snap = await journal.writes.load(cancelled)
     assert journal_rows(snap.steps) == [step(cancelled)]
     assert snap.instance.state is InstanceState.RUNNING and snap.instance.cancel_requested
     assert (snap.instance.lease_owner, snap.instance.fencing_token) == ("node-a", 1)
@@ -239,7 +246,7 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
     )
 
     assert by_id[signalled] == Ack(applied=False, cancel_requested=False, signal_pending=True)
-    snap = await journal.load(signalled)
+    snap = await journal.writes.load(signalled)
     assert journal_rows(snap.steps) == [step(signalled)]
     inst = snap.instance
     assert inst.state is InstanceState.RUNNING  # leased to its owner again
@@ -249,13 +256,13 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
     take = step(
         signalled, step_id=3, kind=StepKind.SIGNAL, capability_id="approved", committed_at=at(3)
     )
-    assert await journal.take_signal(1, "s-1", take) == Ack(True, False)
+    assert await journal.mailbox.take_signal(1, "s-1", take) == Ack(True, False)
 
     for n, instance_id in enumerate(ids):
         if instance_id in (stale, cancelled, signalled):
             continue
         assert by_id[instance_id] == Ack(applied=True, cancel_requested=False), instance_id
-        snap = await journal.load(instance_id)
+        snap = await journal.writes.load(instance_id)
         assert journal_rows(snap.steps) == [step(instance_id)]
         inst = snap.instance
         assert inst.state is InstanceState.SUSPENDED
@@ -268,7 +275,7 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
         assert (inst.updated_at, inst.fencing_token) == (at(2), 1)
         assert inst.attempt_step_id is None and inst.attempt_started_at is None
     # the busy one had its attempt cleared by the same write
-    assert (await journal.get_instance(busy)).attempt_try is None
+    assert (await journal.reads.get_instance(busy)).attempt_try is None
 
 
 async def test_a_waiting_signal_leaves_the_instance_as_before_but_for_the_row(
@@ -278,9 +285,9 @@ async def test_a_waiting_signal_leaves_the_instance_as_before_but_for_the_row(
     instance stays running, leased to the owner until lease_until, with the refused park's
     wake fields (where it would have waited); token and state as before."""
     (instance_id,) = await started(journal)
-    await journal.deliver_signal(instance_id, "approved", {}, None, at(1), "s-1")
-    before = await journal.get_instance(instance_id)
-    ack = await journal.commit_and_park(
+    await journal.mailbox.deliver_signal(instance_id, "approved", {}, None, at(1), "s-1")
+    before = await journal.reads.get_instance(instance_id)
+    ack = await journal.writes.commit_and_park(
         1,
         step(instance_id),
         T0 + LEASE,
@@ -292,22 +299,22 @@ async def test_a_waiting_signal_leaves_the_instance_as_before_but_for_the_row(
     )
     assert ack == Ack(applied=False, cancel_requested=False, signal_pending=True)
     assert lanes(journal).park.batches == 1
-    after = await journal.get_instance(instance_id)
+    after = await journal.reads.get_instance(instance_id)
     assert (after.state, after.fencing_token) == (before.state, before.fencing_token)
     assert (after.lease_owner, after.lease_expires_at) == ("node-a", T0 + LEASE)
     assert (after.wake_at, after.wake_step_id, after.wake_scope) == (at(500), 4, 0)
-    assert [s.step_id for s in (await journal.load(instance_id)).steps] == [0]
+    assert [s.step_id for s in (await journal.writes.load(instance_id)).steps] == [0]
 
 
 async def test_a_journal_row_that_exists_fails_only_its_own_commit(journal: SqlJournal) -> None:
     ids = await started(journal, 12)
     duplicate = ids[0]
-    assert await journal.commit_step(1, step(duplicate), at(40)) == Ack(True, False)
-    before = await journal.load(duplicate)
+    assert await journal.writes.commit_step(1, step(duplicate), at(40)) == Ack(True, False)
+    before = await journal.writes.load(duplicate)
     commit_before = counts(lanes(journal).commit)
 
     results = await asyncio.gather(
-        *(journal.commit_step(1, step(i, committed_at=at(5)), at(40)) for i in ids),
+        *(journal.writes.commit_step(1, step(i, committed_at=at(5)), at(40)) for i in ids),
         return_exceptions=True,
     )
 
@@ -316,9 +323,9 @@ async def test_a_journal_row_that_exists_fails_only_its_own_commit(journal: SqlJ
     assert isinstance(error, JournalConflict), error
     assert error.fields["instance_id"] == duplicate
     assert results[1:] == [Ack(True, False)] * 11
-    assert await journal.load(duplicate) == before
+    assert await journal.writes.load(duplicate) == before
     for instance_id in ids[1:]:
-        assert journal_rows((await journal.load(instance_id)).steps) == [
+        assert journal_rows((await journal.writes.load(instance_id)).steps) == [
             step(instance_id, committed_at=at(5))
         ]
 
@@ -326,12 +333,12 @@ async def test_a_journal_row_that_exists_fails_only_its_own_commit(journal: SqlJ
 async def test_a_journal_row_that_exists_fails_only_its_own_park(journal: SqlJournal) -> None:
     ids = await started(journal, 10)
     duplicate = ids[0]
-    await journal.commit_step(1, step(duplicate), at(40))
-    before = await journal.load(duplicate)
+    await journal.writes.commit_step(1, step(duplicate), at(40))
+    before = await journal.writes.load(duplicate)
 
     results = await asyncio.gather(
         *(
-            journal.commit_and_park(
+            journal.writes.commit_and_park(
                 1,
                 step(i),
                 at(40),
@@ -349,9 +356,9 @@ async def test_a_journal_row_that_exists_fails_only_its_own_park(journal: SqlJou
     assert lanes(journal).park.batches == 1
     assert isinstance(results[0], JournalConflict), results[0]
     assert results[1:] == [Ack(True, False)] * 9
-    assert await journal.load(duplicate) == before  # not parked, nothing written
+    assert await journal.writes.load(duplicate) == before  # not parked, nothing written
     for instance_id in ids[1:]:
-        snap = await journal.load(instance_id)
+        snap = await journal.writes.load(instance_id)
         assert snap.instance.state is InstanceState.SUSPENDED
         assert (snap.instance.wake_at, snap.instance.wake_step_id) == (at(90), 1)
         assert journal_rows(snap.steps) == [step(instance_id)]
@@ -366,33 +373,33 @@ async def test_a_value_json_cannot_encode_as_utf8_fails_no_other_item_of_its_bat
     odd item fares as it does alone."""
     odd_start = new_instance(input={"name": "scan\udcff.pdf"})
     results = await asyncio.gather(
-        journal.create_instance(new_instance()),
-        journal.create_instance(odd_start),
+        journal.writes.create_instance(new_instance()),
+        journal.writes.create_instance(odd_start),
         return_exceptions=True,
     )
     assert [r[1] for r in results if isinstance(r, tuple)] == [True, True], results
     ids = [record.id for record, _ in results]  # type: ignore[union-attr]
 
     results = await asyncio.gather(
-        journal.commit_step(1, step(ids[0]), at(40)),
-        journal.commit_step(1, step(ids[1], values={"name": "scan\udcff.pdf"}), at(40)),
+        journal.writes.commit_step(1, step(ids[0]), at(40)),
+        journal.writes.commit_step(1, step(ids[1], values={"name": "scan\udcff.pdf"}), at(40)),
         return_exceptions=True,
     )
     assert results == [Ack(True, False)] * 2, results
-    assert journal_rows((await journal.load(ids[0])).steps) == [step(ids[0])]
+    assert journal_rows((await journal.writes.load(ids[0])).steps) == [step(ids[0])]
 
     results = await asyncio.gather(
-        journal.finish(ids[0], 1, at(9), InstanceState.COMPLETED, {"ok": True}),
-        journal.finish(ids[1], 1, at(9), InstanceState.COMPLETED, {"name": "\udcff"}),
+        journal.writes.finish(ids[0], 1, at(9), InstanceState.COMPLETED, {"ok": True}),
+        journal.writes.finish(ids[1], 1, at(9), InstanceState.COMPLETED, {"name": "\udcff"}),
         return_exceptions=True,
     )
     assert results == [Ack(True, False)] * 2, results
-    assert (await journal.get_instance(ids[0])).result == {"ok": True}
+    assert (await journal.reads.get_instance(ids[0])).result == {"ok": True}
 
     ids = await started(journal, 2)
     results = await asyncio.gather(
         *(
-            journal.commit_and_park(
+            journal.writes.commit_and_park(
                 1,
                 step(i, values=v),
                 at(40),
@@ -406,7 +413,7 @@ async def test_a_value_json_cannot_encode_as_utf8_fails_no_other_item_of_its_bat
         return_exceptions=True,
     )
     assert results == [Ack(True, False)] * 2, results
-    assert (await journal.get_instance(ids[0])).state is InstanceState.SUSPENDED
+    assert (await journal.reads.get_instance(ids[0])).state is InstanceState.SUSPENDED
 
 
 async def test_two_commits_of_one_instance_in_one_batch_land_once_each(
@@ -414,11 +421,13 @@ async def test_two_commits_of_one_instance_in_one_batch_land_once_each(
 ) -> None:
     (instance_id,) = await started(journal)
     rows = [step(instance_id, step_id=n, committed_at=at(2 + n)) for n in range(3)]
-    results = await asyncio.gather(*(journal.commit_step(1, r, at(40)) for r in rows))
+    results = await asyncio.gather(*(journal.writes.commit_step(1, r, at(40)) for r in rows))
     assert results == [Ack(True, False)] * 3
     assert lanes(journal).commit.batches == 1
     assert (
-        sorted(journal_rows((await journal.load(instance_id)).steps), key=lambda r: r.step_id)
+        sorted(
+            journal_rows((await journal.writes.load(instance_id)).steps), key=lambda r: r.step_id
+        )
         == rows
     )
 
@@ -429,25 +438,25 @@ async def test_two_commits_of_one_instance_in_one_batch_land_once_each(
 async def test_a_plain_commit_makes_no_new_instance_row_version(journal: SqlJournal) -> None:
     (instance_id,) = await started(journal)
     version = await row_version(journal, instance_id)
-    before = await journal.get_instance(instance_id)
-    assert await journal.commit_step(1, step(instance_id), at(40)) == Ack(True, False)
+    before = await journal.reads.get_instance(instance_id)
+    assert await journal.writes.commit_step(1, step(instance_id), at(40)) == Ack(True, False)
     assert lanes(journal).commit.batches == 1
     assert await row_version(journal, instance_id) == version  # xmin and ctid unchanged
-    assert await journal.get_instance(instance_id) == before
-    assert journal_rows((await journal.load(instance_id)).steps) == [step(instance_id)]
+    assert await journal.reads.get_instance(instance_id) == before
+    assert journal_rows((await journal.writes.load(instance_id)).steps) == [step(instance_id)]
 
 
 async def test_a_commit_that_clears_an_attempt_writes_the_instance_row(
     journal: SqlJournal,
 ) -> None:
     (instance_id,) = await started(journal)
-    await journal.start_attempt(instance_id, 1, 0, 0, 1, at(1), at(20))
-    await journal.record_heartbeat(instance_id, 1, {"pct": 50}, at(1.5), at(21))
+    await journal.writes.start_attempt(instance_id, 1, 0, 0, 1, at(1), at(20))
+    await journal.writes.record_heartbeat(instance_id, 1, {"pct": 50}, at(1.5), at(21))
     xmin, _ = await row_version(journal, instance_id)
-    assert await journal.commit_step(1, step(instance_id), at(40)) == Ack(True, False)
+    assert await journal.writes.commit_step(1, step(instance_id), at(40)) == Ack(True, False)
     assert lanes(journal).commit.batches == 1
     assert (await row_version(journal, instance_id))[0] != xmin
-    inst = await journal.get_instance(instance_id)
+    inst = await journal.reads.get_instance(instance_id)
     assert (inst.attempt_step_id, inst.attempt_try, inst.heartbeat_at) == (None, None, None)
     assert (inst.lease_expires_at, inst.updated_at) == (at(40), at(2))
 
@@ -456,19 +465,19 @@ async def test_a_batch_of_plain_and_busy_commits(journal: SqlJournal) -> None:
     ids = await started(journal, 10)
     busy = set(ids[::2])
     for instance_id in busy:
-        await journal.start_attempt(instance_id, 1, 0, 0, 1, at(1), at(20))
+        await journal.writes.start_attempt(instance_id, 1, 0, 0, 1, at(1), at(20))
     versions = {i: await row_version(journal, i) for i in ids}
     cancelled = ids[1]
-    await journal.request_cancel(cancelled, "api", at(1), at(31))
+    await journal.claims.request_cancel(cancelled, "api", at(1), at(31))
     versions[cancelled] = await row_version(journal, cancelled)
-    before = {i: await journal.get_instance(i) for i in ids}
+    before = {i: await journal.reads.get_instance(i) for i in ids}
 
-    results = await asyncio.gather(*(journal.commit_step(1, step(i), at(40)) for i in ids))
+    results = await asyncio.gather(*(journal.writes.commit_step(1, step(i), at(40)) for i in ids))
 
     assert lanes(journal).commit.batches == 1
     for instance_id, ack in zip(ids, results, strict=True):
         assert ack == Ack(True, instance_id == cancelled)
-        inst = await journal.get_instance(instance_id)
+        inst = await journal.reads.get_instance(instance_id)
         if instance_id in busy:
             assert (await row_version(journal, instance_id))[0] != versions[instance_id][0]
             assert inst.attempt_step_id is None
@@ -476,7 +485,7 @@ async def test_a_batch_of_plain_and_busy_commits(journal: SqlJournal) -> None:
         else:
             assert await row_version(journal, instance_id) == versions[instance_id]
             assert inst == before[instance_id]
-        assert journal_rows((await journal.load(instance_id)).steps) == [step(instance_id)]
+        assert journal_rows((await journal.writes.load(instance_id)).steps) == [step(instance_id)]
 
 
 async def test_a_stale_token_in_a_commit_batch_fails_only_its_caller(
@@ -485,22 +494,22 @@ async def test_a_stale_token_in_a_commit_batch_fails_only_its_caller(
     ids = await started(journal, 8)
     stale = ids[3]
     await make_stale(journal, stale)
-    before = await journal.load(stale)
+    before = await journal.writes.load(stale)
     results = await asyncio.gather(
-        *(journal.commit_step(1, step(i), at(40)) for i in ids), return_exceptions=True
+        *(journal.writes.commit_step(1, step(i), at(40)) for i in ids), return_exceptions=True
     )
     # one batch; the stale one then goes alone on the one-statement path (no lane)
     assert counts(lanes(journal).commit) == (1, 8)
     assert isinstance(results[3], StaleFencingToken)
     assert [r for n, r in enumerate(results) if n != 3] == [Ack(True, False)] * 7
-    assert await journal.load(stale) == before
+    assert await journal.writes.load(stale) == before
 
 
 async def outbox(journal: SqlJournal) -> dict[str, tuple[str, str, Any]]:
     """Outbox events by id: (instance id, name, payload)."""
     return {
         e["id"]: (e["instance_id"], e["name"], e["payload"])
-        for e in await journal.list_events(limit=1000)
+        for e in await journal.reads.list_events(limit=1000)
     }
 
 
@@ -526,8 +535,8 @@ async def test_emit_commits_share_a_batch_with_plain_ones_and_a_stale_one_writes
     await make_stale(journal, stale)
     emits, plain = ids[:6], ids[6:]
     results = await asyncio.gather(
-        *(journal.commit_step(1, emit_row(i), at(40), events=[emitted(i)]) for i in emits),
-        *(journal.commit_step(1, step(i), at(40)) for i in plain),
+        *(journal.writes.commit_step(1, emit_row(i), at(40), events=[emitted(i)]) for i in emits),
+        *(journal.writes.commit_step(1, step(i), at(40)) for i in plain),
         return_exceptions=True,
     )
 
@@ -538,32 +547,36 @@ async def test_emit_commits_share_a_batch_with_plain_ones_and_a_stale_one_writes
         f"ev-{i}": (i, "document.processed", {"doc": i[:8]}) for i in emits[1:]
     }
     for i in emits[1:]:
-        assert journal_rows((await journal.load(i)).steps) == [emit_row(i)]
-    assert (await journal.load(stale)).steps == []
+        assert journal_rows((await journal.writes.load(i)).steps) == [emit_row(i)]
+    assert (await journal.writes.load(stale)).steps == []
 
 
-async def test_emit_commits_carrying_deferred_rows_share_a_batch(journal: SqlJournal) -> None:
+async def test_emit_commits_carrying_deferred_rows_share_a_batch(
+    journal: SqlJournal, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ids = await started(journal, 8)
     busy = ids[0]
-    await journal.start_attempt(busy, 1, 3, 0, 1, at(1), at(20))
+    await journal.writes.start_attempt(busy, 1, 3, 0, 1, at(1), at(20))
     stale = ids[1]
     await make_stale(journal, stale)
     carrying, plain = ids[:5], ids[5:]
     extracted = {i: step(i, step_id=3, committed_at=at(1.5)) for i in carrying}
     alone: list[str] = []  # rows written on the one-at-a-time path (a refused batch)
-    insert_step = journal._insert_step
+    insert_step = store_writes.insert_step
 
-    async def spied(conn: Any, row: StepRow, *args: Any) -> None:
+    async def spied(conn: Any, row: StepRow, *args: Any, **kwargs: Any) -> None:
         alone.append(row.instance_id)
-        await insert_step(conn, row, *args)
+        await insert_step(conn, row, *args, **kwargs)
 
-    journal._insert_step = spied  # type: ignore[method-assign]
+    monkeypatch.setattr(store_writes, "insert_step", spied)
     results = await asyncio.gather(
         *(
-            journal.commit_step(1, emit_row(i), at(40), events=[emitted(i)], deferred=extracted[i])
+            journal.writes.commit_step(
+                1, emit_row(i), at(40), events=[emitted(i)], deferred=extracted[i]
+            )
             for i in carrying
         ),
-        *(journal.commit_step(1, step(i), at(40)) for i in plain),
+        *(journal.writes.commit_step(1, step(i), at(40)) for i in plain),
         return_exceptions=True,
     )
 
@@ -572,7 +585,7 @@ async def test_emit_commits_carrying_deferred_rows_share_a_batch(journal: SqlJou
     assert [r for n, r in enumerate(results) if n != 1] == [Ack(True, False)] * 7
     assert alone == []  # the batch took them all (the stale one fails its fence alone)
     for i in carrying:
-        steps = (await journal.load(i)).steps
+        steps = (await journal.writes.load(i)).steps
         if i == stale:
             assert steps == []
             continue
@@ -580,9 +593,9 @@ async def test_emit_commits_carrying_deferred_rows_share_a_batch(journal: SqlJou
         assert journal_rows(steps) == [extracted[i], emit_row(i)]
         assert steps[0].sequence < steps[1].sequence  # type: ignore[operator]
     for i in plain:
-        assert journal_rows((await journal.load(i)).steps) == [step(i)]
+        assert journal_rows((await journal.writes.load(i)).steps) == [step(i)]
     assert set(await outbox(journal)) == {f"ev-{i}" for i in carrying if i != stale}
-    inst = await journal.get_instance(busy)  # its attempt cleared at the emit's instant
+    inst = await journal.reads.get_instance(busy)  # its attempt cleared at the emit's instant
     assert (inst.attempt_step_id, inst.lease_expires_at, inst.updated_at) == (None, at(40), at(2))
 
 
@@ -590,16 +603,18 @@ async def test_an_event_id_that_exists_fails_only_its_own_commit(journal: SqlJou
     ids = await started(journal, 6)
     first, twin = ids[0], ids[1]
     taken = emitted(first)
-    assert await journal.commit_step(1, emit_row(first), at(40), events=[taken]) == Ack(True, False)
+    assert await journal.writes.commit_step(1, emit_row(first), at(40), events=[taken]) == Ack(
+        True, False
+    )
     results = await asyncio.gather(
-        journal.commit_step(1, emit_row(twin), at(40), events=[taken]),
-        *(journal.commit_step(1, emit_row(i), at(40), events=[emitted(i)]) for i in ids[2:]),
+        journal.writes.commit_step(1, emit_row(twin), at(40), events=[taken]),
+        *(journal.writes.commit_step(1, emit_row(i), at(40), events=[emitted(i)]) for i in ids[2:]),
         return_exceptions=True,
     )
 
     assert isinstance(results[0], JournalConflict), results[0]
     assert results[1:] == [Ack(True, False)] * 4
-    assert (await journal.load(twin)).steps == []
+    assert (await journal.writes.load(twin)).steps == []
     assert set(await outbox(journal)) == {f"ev-{i}" for i in [first, *ids[2:]]}
 
 
@@ -617,7 +632,7 @@ async def test_a_commit_waits_for_a_claim_in_flight_and_is_refused_once_it_commi
             ),
             {"id": instance_id},
         )
-        commit = asyncio.ensure_future(journal.commit_step(1, step(instance_id), at(40)))
+        commit = asyncio.ensure_future(journal.writes.commit_step(1, step(instance_id), at(40)))
         for _ in range(2000):  # until the batch's statement waits for the claimer's lock
             waiting = (
                 await watcher.execute(
@@ -637,13 +652,13 @@ async def test_a_commit_waits_for_a_claim_in_flight_and_is_refused_once_it_commi
         with pytest.raises(StaleFencingToken) as info:
             await commit
     assert info.value.fields["current_token"] == 2
-    assert (await journal.load(instance_id)).steps == []
+    assert (await journal.writes.load(instance_id)).steps == []
 
 
 async def test_a_cancelled_caller_does_not_cut_the_batch_statement(journal: SqlJournal) -> None:
     ids = await started(journal, 3)
     lane = lanes(journal).commit
-    callers = [asyncio.ensure_future(journal.commit_step(1, step(i), at(40))) for i in ids]
+    callers = [asyncio.ensure_future(journal.writes.commit_step(1, step(i), at(40))) for i in ids]
     for _ in range(200):  # until the batch is taken (its statement is then in flight)
         if lane.batches:
             break
@@ -653,7 +668,7 @@ async def test_a_cancelled_caller_does_not_cut_the_batch_statement(journal: SqlJ
     assert await asyncio.gather(*callers[1:]) == [Ack(True, False)] * 2
     assert callers[0].cancelled()
     for instance_id in ids:  # the cancelled caller's row went in with the statement
-        assert journal_rows((await journal.load(instance_id)).steps) == [step(instance_id)]
+        assert journal_rows((await journal.writes.load(instance_id)).steps) == [step(instance_id)]
 
 
 # ------------------------------------------------------------------------- finish
@@ -662,15 +677,15 @@ async def test_a_cancelled_caller_does_not_cut_the_batch_statement(journal: SqlJ
 async def test_many_completions_at_once(journal: SqlJournal) -> None:
     ids = await started(journal, 20)
     cancelled, stale = ids[4], ids[9]
-    await journal.request_cancel(cancelled, "api", at(1), at(31))
+    await journal.claims.request_cancel(cancelled, "api", at(1), at(31))
     await make_stale(journal, stale)
-    cancelled_before = await journal.get_instance(cancelled)
-    stale_before = await journal.get_instance(stale)
+    cancelled_before = await journal.reads.get_instance(cancelled)
+    stale_before = await journal.reads.get_instance(stale)
     finish_before = counts(lanes(journal).finish)
 
     results = await asyncio.gather(
         *(
-            journal.finish(i, 1, at(9), InstanceState.COMPLETED, {"n": n, "id": i})
+            journal.writes.finish(i, 1, at(9), InstanceState.COMPLETED, {"n": n, "id": i})
             for n, i in enumerate(ids)
         ),
         return_exceptions=True,
@@ -679,16 +694,18 @@ async def test_many_completions_at_once(journal: SqlJournal) -> None:
     assert counts(lanes(journal).finish) == (finish_before[0] + 1, finish_before[1] + 20)
     by_id = dict(zip(ids, results, strict=True))
     assert by_id[cancelled] == Ack(applied=False, cancel_requested=True)
-    assert await journal.get_instance(cancelled) == cancelled_before
+    assert await journal.reads.get_instance(cancelled) == cancelled_before
     assert isinstance(by_id[stale], StaleFencingToken), by_id[stale]
-    assert await journal.get_instance(stale) == stale_before
+    assert await journal.reads.get_instance(stale) == stale_before
     for n, instance_id in enumerate(ids):
         if instance_id in (cancelled, stale):
             continue
         assert by_id[instance_id] == Ack(True, False)
-        inst = await journal.get_instance(instance_id)
+        inst = await journal.reads.get_instance(instance_id)
         assert inst.state is InstanceState.COMPLETED
         assert inst.result == {"n": n, "id": instance_id}
         assert (inst.lease_owner, inst.lease_expires_at, inst.updated_at) == (None, None, at(9))
     # the cancelled one still unwinds under its lease
-    assert await journal.finish(cancelled, 1, at(10), InstanceState.CANCELLED) == Ack(True, True)
+    assert await journal.writes.finish(cancelled, 1, at(10), InstanceState.CANCELLED) == Ack(
+        True, True
+    )

@@ -34,7 +34,7 @@ async def test_concurrent_starts_with_one_key_on_several_nodes_create_one_instan
             ]
             results = await asyncio.gather(
                 *(
-                    journals[index // STARTS_PER_NODE].create_instance(new)
+                    journals[index // STARTS_PER_NODE].writes.create_instance(new)
                     for index, new in enumerate(news)
                 ),
                 return_exceptions=True,
@@ -44,7 +44,7 @@ async def test_concurrent_starts_with_one_key_on_several_nodes_create_one_instan
             refused = [r for r in results if isinstance(r, InstanceKeyInUse)]
             assert len(refused) == len(news) - 1, results
             assert {r.fields["instance_id"] for r in refused} == set(created)
-            holder = await journals[0].get_instance(created[0])
+            holder = await journals[0].reads.get_instance(created[0])
             assert holder.instance_key == key
     finally:
         for e in engines:

@@ -9,6 +9,7 @@ Each node is an engine with its own virtual clock on one store (SQLite and Postg
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -20,6 +21,7 @@ import pytest
 from app.engine.clock import VirtualClock
 from app.engine.engine import Engine, EngineConfig, SweepReport
 from app.engine.journal import InstanceState
+from app.store import SqlJournal
 from app.testing import FlowHarness
 from tests.engine.flows import Status
 from tests.postgres.nodes import (
@@ -154,23 +156,30 @@ async def test_clock_skew_steals_no_live_lease_and_a_dead_nodes_work_is_taken_ov
         assert await duplicate_executions(h) == []
 
 
-class _SlowClaim:
-    """A node's journal that is slow after a claim: ``stall`` runs once the claim (and, on
-    PostgreSQL, the snapshot read with it) returned, before the node goes on (as a node
+class _SlowClaims:
+    """A node's claims role that is slow after a claim: ``stall`` runs once the claim (and,
+    on PostgreSQL, the snapshot read with it) returned, before the node goes on (as a node
     waiting for a connection or a busy event loop would)."""
 
-    def __init__(self, journal: Any, stall: Callable[[], Awaitable[None]]) -> None:
-        self._journal = journal
+    def __init__(self, claims: Any, stall: Callable[[], Awaitable[None]]) -> None:
+        self._claims = claims
         self._stall = stall
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._journal, name)
+        return getattr(self._claims, name)
 
     async def claim_due(self, *args: Any, **kwargs: Any) -> Any:
-        claims = await self._journal.claim_due(*args, **kwargs)
+        claims = await self._claims.claim_due(*args, **kwargs)
         if claims:
             await self._stall()
         return claims
+
+
+def _with_slow_claims(journal: SqlJournal, stall: Callable[[], Awaitable[None]]) -> SqlJournal:
+    """The same store with its claims role replaced (the roles are composed)."""
+    slow = copy.copy(journal)
+    slow.claims = _SlowClaims(journal.claims, stall)  # type: ignore[assignment]
+    return slow
 
 
 async def test_a_try_does_not_start_on_a_lease_that_lapsed_before_the_call(
@@ -191,7 +200,7 @@ async def test_a_try_does_not_start_on_a_lease_that_lapsed_before_the_call(
             taken.append(await b.sweep())
 
         a = Engine(
-            _SlowClaim(h.journal, stall),
+            _with_slow_claims(h.journal, stall),
             h.catalog,
             h.clock,
             replace(h.engine.config, node_id="node-a"),

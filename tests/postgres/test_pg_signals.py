@@ -23,7 +23,7 @@ WAIT = 4  # the node index of the wait that accepts "approved"
 
 
 async def started(journal: SqlJournal) -> str:
-    record, created = await journal.create_instance(new_instance())
+    record, created = await journal.writes.create_instance(new_instance())
     assert created
     return record.id
 
@@ -31,7 +31,7 @@ async def started(journal: SqlJournal) -> str:
 def deliver(
     journal: SqlJournal, instance_id: str, signal_id: str, key: str | None = None, **changes: Any
 ) -> Any:
-    return journal.deliver_and_claim(
+    return journal.mailbox.deliver_and_claim(
         instance_id,
         "approved",
         {"by": signal_id},
@@ -77,7 +77,7 @@ async def test_a_park_committed_while_the_delivery_waits_is_seen_and_claimed(
     assert answer.claim is not None and answer.claim.fencing_token == 2
     # its statement began before the park's row existed: the engine must load the journal
     assert answer.claim.snapshot is None
-    snapshot = await sql_journal.load(instance_id)
+    snapshot = await sql_journal.writes.load(instance_id)
     assert [(r.step_id, r.kind) for r in snapshot.steps] == [(3, StepKind.STEP)]
     assert [s.id for s in snapshot.signals] == ["s-1"]
     assert snapshot.instance.state is InstanceState.RUNNING
@@ -91,7 +91,7 @@ async def test_a_delivery_waits_for_a_batched_park_and_then_claims(
     deliveries = []
 
     async def park() -> None:
-        await sql_journal.commit_and_park(
+        await sql_journal.writes.commit_and_park(
             1,
             step(instance_id, step_id=3),
             at(40),
@@ -107,13 +107,13 @@ async def test_a_delivery_waits_for_a_batched_park_and_then_claims(
 
     await asyncio.gather(park(), signal())
     (answer,) = deliveries
-    record = await sql_journal.get_instance(instance_id)
+    record = await sql_journal.reads.get_instance(instance_id)
     if answer.claim is None:  # the delivery came first: the park saw it and stayed running
         assert record.state is InstanceState.RUNNING and record.fencing_token == 1
     else:  # the park came first: the delivery claimed the instance
         assert record.state is InstanceState.RUNNING and record.fencing_token == 2
         assert answer.claim.fencing_token == 2
-    snapshot = await sql_journal.load(instance_id)
+    snapshot = await sql_journal.writes.load(instance_id)
     assert [s.id for s in snapshot.signals] == ["s-1"]
     assert [r.step_id for r in snapshot.steps] == [3]
 
@@ -122,7 +122,7 @@ async def test_concurrent_deliveries_claim_a_parked_instance_once(
     sql_journal: SqlJournal,
 ) -> None:
     instance_id = await started(sql_journal)
-    await sql_journal.park(instance_id, 1, at(1), None, WAIT, 0)
+    await sql_journal.writes.park(instance_id, 1, at(1), None, WAIT, 0)
     answers = await asyncio.wait_for(
         asyncio.gather(
             *(deliver(sql_journal, instance_id, f"s-{n}", owner=f"node-{n}") for n in range(10))
@@ -132,16 +132,16 @@ async def test_concurrent_deliveries_claim_a_parked_instance_once(
     assert all(a.created for a in answers)
     claims = [a for a in answers if a.claim is not None]
     assert len(claims) == 1
-    record = await sql_journal.get_instance(instance_id)
+    record = await sql_journal.reads.get_instance(instance_id)
     assert record.fencing_token == 2 and record.state is InstanceState.RUNNING
-    assert len(await sql_journal.pending_signals(instance_id)) == 10
+    assert len(await sql_journal.mailbox.pending_signals(instance_id)) == 10
 
 
 async def test_concurrent_repeats_of_one_key_store_and_claim_once(
     sql_journal: SqlJournal,
 ) -> None:
     instance_id = await started(sql_journal)
-    await sql_journal.park(instance_id, 1, at(1), None, WAIT, 0)
+    await sql_journal.writes.park(instance_id, 1, at(1), None, WAIT, 0)
     answers = await asyncio.wait_for(
         asyncio.gather(
             *(deliver(sql_journal, instance_id, f"s-{n}", key="hook") for n in range(20))
@@ -151,5 +151,5 @@ async def test_concurrent_repeats_of_one_key_store_and_claim_once(
     assert sum(a.created for a in answers) == 1
     assert len({a.signal.id for a in answers}) == 1
     assert sum(a.claim is not None for a in answers) == 1
-    assert len(await sql_journal.list_signals(instance_id)) == 1
-    assert (await sql_journal.get_instance(instance_id)).fencing_token == 2
+    assert len(await sql_journal.reads.list_signals(instance_id)) == 1
+    assert (await sql_journal.reads.get_instance(instance_id)).fencing_token == 2

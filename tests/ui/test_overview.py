@@ -19,7 +19,7 @@ async def test_flow_activity_counts_each_state_per_flow_version(store_url: str):
     db = make_async_engine(store_url)
     try:
         journal = SqlJournal(db)
-        activity = await journal.flow_activity(
+        activity = await journal.reads.flow_activity(
             now,
             overdue=timedelta(seconds=5),
             due_within=timedelta(minutes=1),
@@ -37,7 +37,7 @@ async def test_flow_activity_counts_each_state_per_flow_version(store_url: str):
         assert by[("t.poll", "1.0.0")].suspended == 1
 
         # an hour later nothing ended "recently"
-        later = await journal.flow_activity(
+        later = await journal.reads.flow_activity(
             now + timedelta(hours=2),
             overdue=timedelta(seconds=5),
             due_within=timedelta(minutes=1),
@@ -47,11 +47,11 @@ async def test_flow_activity_counts_each_state_per_flow_version(store_url: str):
 
         waiting = {
             (w.flow_version, w.step_id): w.count
-            for w in await journal.waiting_by_node("document.process")
+            for w in await journal.reads.waiting_by_node("document.process")
         }
         assert waiting[("1.0.0", 1)] == len(seeded.overdue) + len(seeded.parked)
 
-        starts = await journal.attempt_starts(now - timedelta(hours=1))
+        starts = await journal.reads.attempt_starts(now - timedelta(hours=1))
         second = [s for s in starts if s.instance_id == seeded.overdue[0]]
         assert len(second) == 1 and second[0].scope == 1
         assert second[0].previous_committed_at is not None

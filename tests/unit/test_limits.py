@@ -40,6 +40,16 @@ class Journal:
         self.renewals: list[datetime] = []
         self.outcomes: list[BaseException | asyncio.Event | None] = []
 
+    @property
+    def claims(self) -> Journal:
+        """Claims and leases: the lease keeper's role (this fake plays it)."""
+        return self
+
+    @property
+    def writes(self) -> Journal:
+        """The journal writes a heartbeat makes (this fake plays them)."""
+        return self
+
     async def renew_lease(self, instance_id: str, token: int, lease_until: datetime) -> Ack:
         self.renewals.append(lease_until)
         outcome = self.outcomes.pop(0) if self.outcomes else None

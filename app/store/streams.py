@@ -1,0 +1,105 @@
+"""Stream messages (:class:`app.engine.roles.Streams`): best-effort, size-bounded
+progress messages of an instance, written by its tries and read over HTTP."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, insert, select
+
+from app.engine.journal import InstanceState, StreamMessage
+from app.errors import InstanceNotFound, StaleFencingToken
+from app.store.base import SqlRole
+from app.store.mapping import INSTANCE, STREAM, stream_from_row
+
+__all__ = ["SqlStreams"]
+
+
+class SqlStreams(SqlRole):
+    """The streams of :class:`app.store.sql_journal.SqlJournal`."""
+
+    async def write_stream(
+        self,
+        instance_id: str,
+        stream: str,
+        payload: Any,
+        size: int,
+        max_bytes: int,
+        now: datetime,
+        *,
+        token: int | None = None,
+    ) -> bool:
+        """Append a stream message unless the stream's total ``size`` would pass
+        ``max_bytes``.
+
+        Args:
+            size: the message's size in bytes (as the caller measured it).
+            max_bytes: the bound on the sum of ``size`` over the stream.
+            token: the writer's fencing token; when given, the instance must be running
+                under it (a try whose lease another node took over writes nothing).
+
+        Returns:
+            Whether the message was stored (False: dropped at the bound).
+
+        Raises:
+            InstanceNotFound: no such instance.
+            StaleFencingToken: ``token`` is not current or the instance no longer runs
+                (code ``stale_fencing_token``); nothing written.
+        """
+        async with self._write() as conn:
+            lock = select(INSTANCE.c.fencing_token, INSTANCE.c.state).where(
+                INSTANCE.c.id == instance_id
+            )
+            if self.is_postgresql:
+                lock = lock.with_for_update()  # serialise writers of one instance's streams
+            current = (await conn.execute(lock)).first()
+            if current is None:
+                raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
+            if token is not None and (
+                current.fencing_token != token or current.state != InstanceState.RUNNING.value
+            ):
+                raise StaleFencingToken(
+                    f"instance {instance_id!r}: stream write with fencing token {token} "
+                    f"refused (current {current.fencing_token}, state {current.state})",
+                    instance_id=instance_id,
+                    token=token,
+                    current_token=current.fencing_token,
+                    state=current.state,
+                )
+            used = (
+                await conn.execute(
+                    select(func.coalesce(func.sum(STREAM.c.size), 0)).where(
+                        STREAM.c.instance_id == instance_id, STREAM.c.stream == stream
+                    )
+                )
+            ).scalar_one()
+            if int(used) + size > max_bytes:
+                return False
+            await conn.execute(
+                insert(STREAM).values(
+                    instance_id=instance_id,
+                    stream=stream,
+                    payload=payload,
+                    size=size,
+                    created_at=now,
+                )
+            )
+        return True
+
+    async def read_stream(
+        self, instance_id: str, stream: str, after: int | None = None
+    ) -> list[StreamMessage]:
+        """Messages of one stream in write order.
+
+        Args:
+            instance_id: the instance.
+            stream: the stream's name.
+            after: only messages with a greater ``sequence`` (a reader's cursor).
+        """
+        query = select(STREAM).where(STREAM.c.instance_id == instance_id, STREAM.c.stream == stream)
+        if after is not None:
+            query = query.where(STREAM.c.sequence > after)
+        async with self._read() as conn:
+            rows = await conn.execute(query.order_by(STREAM.c.sequence))
+            return [stream_from_row(r) for r in rows]
