@@ -151,6 +151,7 @@ class _Api:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=30.0)
         self.url = url
+        self.token = token
 
     def call(
         self,
@@ -168,16 +169,19 @@ class _Api:
             err.print(f"error: unreachable: cannot reach {self.url}: {exc}")
             raise typer.Exit(EXIT_UNREACHABLE) from None
         if resp.status_code >= 400:
-            raise _refused(resp)
+            raise _refused(resp, tokenless=not self.token)
         return resp.json()
 
 
-def _refused(resp: httpx.Response) -> typer.Exit:
+def _refused(resp: httpx.Response, *, tokenless: bool = False) -> typer.Exit:
     try:
         problem = resp.json()
         code, detail = str(problem.get("code")), str(problem.get("detail"))
+        detail += _field_errors(problem.get("errors"))
     except ValueError:
         code, detail = f"http_{resp.status_code}", resp.text[:200]
+    if resp.status_code == 401 and tokenless:
+        detail += " (pass --token or set FLOWPARK_TOKEN)"
     err.print(f"error: {code}: {detail}", markup=False)
     if resp.status_code in (401, 403):
         return typer.Exit(EXIT_FORBIDDEN)
@@ -186,6 +190,20 @@ def _refused(resp: httpx.Response) -> typer.Exit:
     if resp.status_code == 409:
         return typer.Exit(EXIT_CONFLICT)
     return typer.Exit(EXIT_ERROR)
+
+
+def _field_errors(errors: Any) -> str:
+    """The first few of a problem's field errors, as ``" (extendBy: Input should be ...)"``:
+    which parameter the node refused, and why (empty when the problem lists none)."""
+    if not isinstance(errors, list) or not errors:
+        return ""
+    parts = []
+    for error in errors[:3]:
+        if not isinstance(error, dict):
+            continue
+        loc = [str(p) for p in error.get("loc", []) if p not in ("body", "query", "path")]
+        parts.append(f"{'.'.join(loc) or 'body'}: {error.get('msg')}")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 @contextmanager

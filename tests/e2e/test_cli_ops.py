@@ -214,11 +214,17 @@ def test_exit_codes_scripts_can_trust(node: SubprocessServer) -> None:
     assert no_flow.returncode == EXIT_NOT_FOUND
     read_only = cli(node, "instances", "wake", instance_id, token=VIEWER)
     assert read_only.returncode == EXIT_FORBIDDEN and "error: forbidden:" in read_only.stderr
-    assert cli(node, "instances", "list", token=None).returncode == EXIT_FORBIDDEN
+    tokenless = cli(node, "instances", "list", token=None)
+    assert tokenless.returncode == EXIT_FORBIDDEN
+    assert tokenless.stderr.startswith("error: unauthorized:"), tokenless.stderr
+    assert "set FLOWPARK_TOKEN" in tokenless.stderr, tokenless.stderr
     assert cli(node, "instances", "list", token="wrong").returncode == EXIT_FORBIDDEN
     gone = cli(node, "instances", "list", url=f"http://127.0.0.1:{free_port()}")
     assert gone.returncode == EXIT_UNREACHABLE and gone.stderr.startswith("error: unreachable:")
     assert cli(node, "instances", "wake").returncode == 2  # neither an id nor a filter
+    ill_typed = cli(node, "instances", "extend", instance_id, "--by", "banana")
+    assert ill_typed.stderr.startswith("error: input_invalid:"), ill_typed.stderr
+    assert "(extendBy: " in ill_typed.stderr, ill_typed.stderr  # which field, and why
     assert cli(node, "instances", "list", "--state", "asleep").returncode == 2
     for done in (read_only, unknown):
         assert VIEWER not in done.stdout + done.stderr
