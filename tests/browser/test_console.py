@@ -233,3 +233,26 @@ def test_the_instance_page_fits_a_phone_screen(
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
     finally:
         phone.close()
+
+
+@pytest.mark.slow
+def test_a_cancelled_instance_is_listed_as_cancelled_only(
+    page: Page, documents: tuple[SubprocessServer, Populated]
+):
+    server, _ = documents
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=server.base_url, headers=auth, timeout=30) as http:
+        started = http.post(
+            "/api/v1/documents",
+            json={"documentId": f"gone-{uuid.uuid4().hex[:8]}", "pages": 1},
+            headers={"Idempotency-Key": uuid.uuid4().hex},
+        )
+        assert started.status_code == 202, started.text
+        instance_id = started.json()["instanceId"]
+        cancelled = http.post(f"/api/v1/instances/{instance_id}/cancel")
+        assert cancelled.json()["state"] == "cancelled", cancelled.text
+    _sign_in(page, server.base_url)
+    page.goto(f"{server.base_url}/ui/instances?state=cancelled")
+    row = page.locator("tr", has=page.locator(f'a[href="/ui/instances/{instance_id}"]'))
+    expect(row).to_contain_text("cancelled")
+    expect(row).not_to_contain_text("cancel requested")  # it no longer waits for the cancel
