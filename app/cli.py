@@ -517,6 +517,7 @@ def demo(
 
 
 def main() -> None:
+    """The ``flowpark`` console script: run the typer app (exit codes as each command says)."""
     app()
 
 

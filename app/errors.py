@@ -108,6 +108,7 @@ class ErrorCode(StrEnum):
     meaning: str
 
     def __new__(cls, value: str, meaning: str) -> ErrorCode:
+        """A member with its code ``value`` and a one-line ``meaning``."""
         member = str.__new__(cls, value)
         member._value_ = value
         member.meaning = meaning

@@ -92,4 +92,5 @@ class RedactingFormatter(logging.Formatter):
     traceback) went through :func:`redact`."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """Format ``record`` with secrets masked."""
         return redact(super().format(record))

@@ -78,6 +78,7 @@ class Scripted(Capability):
         return self
 
     async def execute(self, ctx: StepContext) -> Decision | None:
+        """Play the next scripted outcome (the last repeats)."""
         outcome = self.outcomes[min(self.calls, len(self.outcomes) - 1)]
         self.calls += 1
         if callable(outcome) and not isinstance(outcome, BaseModel | BaseException):
@@ -251,9 +252,11 @@ class FlowHarness:
         )
 
     async def instance(self, instance_id: str) -> InstanceRecord:
+        """The instance row as stored now."""
         return await self.journal.reads.get_instance(instance_id)
 
     async def snapshot(self, instance_id: str) -> Snapshot:
+        """The instance, its journal and its untaken signals, as stored now."""
         return await self.journal.reads.load(instance_id)
 
     async def holds_lease(self, instance_id: str) -> bool:
@@ -273,6 +276,7 @@ class FlowHarness:
         return sum(1 for r in snap.steps if r.capability_id == capability_id and r.kind is kind)
 
     async def sweep(self) -> SweepReport:
+        """Sweep once at the virtual clock's now (claims due instances and advances them)."""
         return await self.engine.sweep()
 
     async def advance_to_next_wake(self, instance_id: str | None = None) -> SweepReport:

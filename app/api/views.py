@@ -56,6 +56,7 @@ def step_view(row: StepRow) -> dict[str, Any]:
 
 
 def signal_view(signal: SignalRecord) -> dict[str, Any]:
+    """One signal as the API shows it (camelCase keys; ``outcome`` says what became of it)."""
     return {
         "signalId": signal.id,
         "sequence": signal.sequence,
@@ -74,6 +75,8 @@ def signal_view(signal: SignalRecord) -> dict[str, Any]:
 
 
 def stream_view(message: StreamMessage) -> dict[str, Any]:
+    """One stream message as the API shows it: ``sequence``, ``stream``, ``createdAt``,
+    ``value``."""
     return {
         "sequence": message.sequence,
         "stream": message.stream,

@@ -124,7 +124,8 @@ class ExecutionContext(BagView):
 
     @property
     def now(self) -> datetime:
-        return self._run.engine.clock.now()
+        now: datetime = self._run.engine.clock.now()
+        return now
 
     @property
     def recovery_error(self) -> RecoveryError | None:

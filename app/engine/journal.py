@@ -36,6 +36,8 @@ __all__ = [
 
 
 class InstanceState(StrEnum):
+    """An instance's state: running, suspended (parked), or ended (completed, failed, cancelled)."""
+
     RUNNING = "running"
     SUSPENDED = "suspended"
     COMPLETED = "completed"
@@ -44,6 +46,7 @@ class InstanceState(StrEnum):
 
     @property
     def ended(self) -> bool:
+        """Whether the state is final (completed, failed or cancelled)."""
         return self in (InstanceState.COMPLETED, InstanceState.FAILED, InstanceState.CANCELLED)
 
 
@@ -67,6 +70,8 @@ class StepKind(StrEnum):
 
 
 class Outcome(StrEnum):
+    """How a journal row ended: success or failure."""
+
     SUCCESS = "success"
     FAILURE = "failure"
 

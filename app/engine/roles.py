@@ -380,16 +380,21 @@ class Journal(Protocol):
     """
 
     @property
-    def claims(self) -> Claims: ...
+    def claims(self) -> Claims:
+        """Claims and leases."""
 
     @property
-    def writes(self) -> JournalWrites: ...
+    def writes(self) -> JournalWrites:
+        """The lease holder's journal."""
 
     @property
-    def mailbox(self) -> Mailbox: ...
+    def mailbox(self) -> Mailbox:
+        """The signal mailbox."""
 
     @property
-    def streams(self) -> Streams: ...
+    def streams(self) -> Streams:
+        """Progress messages."""
 
     @property
-    def reads(self) -> ReadModel: ...
+    def reads(self) -> ReadModel:
+        """The read model of the API and operator views."""

@@ -142,15 +142,19 @@ class Run:
 
     # -- helpers ---------------------------------------------------------------------
     def now(self) -> datetime:
+        """The engine clock's instant (aware UTC)."""
         return self.clock.now()
 
     def view(self) -> BagView:
+        """The state bag rebuilt from the journal rows this run knows."""
         return BagView(self.instance_id, self.input, self.bag)
 
     def lease_until(self, seconds: timedelta | None = None) -> datetime:
+        """The lease end for a write now: ``seconds`` (default the engine's lease) from now."""
         return self.now() + (seconds or self.engine.lease)
 
     def found(self, step_id: int, scope: int, kind: StepKind = StepKind.STEP) -> list[StepRow]:
+        """The journal rows of ``(step_id, scope)`` of ``kind``, in commit order."""
         return self.rows.get((step_id, scope, kind), [])
 
     def deadline(self, step_id: int, scope: int) -> StepRow | None:
@@ -186,11 +190,13 @@ class Run:
         return row
 
     def apply(self, row: StepRow) -> None:
+        """Put a successful row's values into the state bag."""
         for key, value in row.values.items():
             if key != DECISION_KEY:
                 self.bag[key] = value
 
     def record(self, row: StepRow) -> None:
+        """Remember a committed row (the run's view of its journal)."""
         self.rows.setdefault((row.step_id, row.scope, row.kind), []).append(row)
         self.touched_steps.add(row.step_id)
         self.pending_wake = None
@@ -221,6 +227,7 @@ class Run:
             )
 
     def after_ack(self, ack: Ack) -> None:
+        """Take note of what a write answered (a cancel requested meanwhile)."""
         if ack.cancel_requested:
             self.cancel_requested = True
 
@@ -327,6 +334,7 @@ class Run:
             self.signals = await self.journal.mailbox.pending_signals(self.instance_id)
 
     def pending_signal(self, name: str) -> SignalRecord | None:
+        """The oldest untaken signal named ``name`` in the mailbox, or None."""
         for signal in self.signals:
             if signal.name == name and signal.taken_at is None:
                 return signal
@@ -384,6 +392,7 @@ class Run:
     async def take_signal(
         self, node_index: int, scope: int, signal: SignalRecord, model: type[BaseModel]
     ) -> None:
+        """Take ``signal`` at node ``node_index``: mark it taken and journal it in one write."""
         await self.flush()
         now = self.now()
         payload = revive(model, signal.payload).model_dump(mode="json", by_alias=True)
@@ -694,6 +703,7 @@ class Run:
         )
 
     async def record_lost(self, node: StepNode, scope: int) -> StepRow:
+        """Journal the try lost with a dead node (its heartbeats stopped) as a failed try."""
         await self.flush()
         capability = node.capability
         previous = self.found(node.index, scope)

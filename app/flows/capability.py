@@ -171,10 +171,12 @@ class Bag(Protocol):
     """Read-only view of an instance: its input and its state bag."""
 
     @property
-    def input(self) -> Any: ...
+    def input(self) -> Any:
+        """The instance's validated input model."""
 
     @property
-    def instance_id(self) -> str: ...
+    def instance_id(self) -> str:
+        """The instance's id (canonical UUID string)."""
 
     def get(self, model: type[M]) -> M:
         """The value of ``model``'s type. Raises KeyError when no node put it."""

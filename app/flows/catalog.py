@@ -52,6 +52,7 @@ class Catalog:
             ) from None
 
     def find(self, name: str, version: str) -> Plan | None:
+        """The plan of ``name`` at ``version``, or None when not registered."""
         return self._plans.get((name, version))
 
     def latest(self, name: str) -> Plan:
@@ -62,6 +63,7 @@ class Catalog:
         return max(versions, key=lambda p: version_key(p.version))
 
     def plans(self) -> list[Plan]:
+        """Every registered plan."""
         return list(self._plans.values())
 
     def runnable(self) -> list[tuple[str, str]]:

@@ -77,6 +77,7 @@ class StepNode:
 
     @property
     def label(self) -> str:
+        """A short human name of the node (logs, findings, the flow graph)."""
         return self.capability.id
 
 
@@ -106,10 +107,12 @@ class PollNode:
 
     @property
     def body_index(self) -> int:
+        """The plan index of the poll's body capability."""
         return self.index + 1
 
     @property
     def label(self) -> str:
+        """A short human name of the node (logs, findings, the flow graph)."""
         return "poll"
 
 
@@ -130,6 +133,7 @@ class AwaitSignalNode:
 
     @property
     def label(self) -> str:
+        """A short human name of the node (logs, findings, the flow graph)."""
         return f"await {self.signal.name}"
 
 
@@ -143,6 +147,7 @@ class FailNode:
 
     @property
     def label(self) -> str:
+        """A short human name of the node (logs, findings, the flow graph)."""
         return f"fail {self.code}"
 
 
@@ -157,6 +162,7 @@ class EmitNode:
 
     @property
     def label(self) -> str:
+        """A short human name of the node (logs, findings, the flow graph)."""
         return f"emit {self.name}"
 
 
@@ -202,6 +208,7 @@ class Plan:
 
     @property
     def key(self) -> tuple[str, str]:
+        """``(name, version)``: the catalog key."""
         return (self.name, self.version)
 
     @property
@@ -210,6 +217,7 @@ class Plan:
         return len(self.nodes)
 
     def compensable_steps(self) -> list[StepNode]:
+        """The step nodes that declare a compensation, in plan order."""
         return [n for n in self.nodes if isinstance(n, StepNode) and n.compensation is not None]
 
 

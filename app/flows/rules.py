@@ -66,6 +66,8 @@ HEARTBEAT_MARGIN = timedelta(seconds=10)
 
 
 class Severity(StrEnum):
+    """How serious a definition finding is: an error refuses the flow, a warning does not."""
+
     ERROR = "error"
     WARNING = "warning"
 

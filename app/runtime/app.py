@@ -59,6 +59,7 @@ class BodyLimit:
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """ASGI entry: answer 413 for a body over the bound, else pass the request on."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -71,6 +71,7 @@ class NodeFilter(logging.Filter):
     """Adds ``record.node`` (the node id) to every record a handler emits."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Stamp the record with this node's id; always keeps it."""
         record.node = node_id()
         return True
 
@@ -85,6 +86,7 @@ class RedactingJsonFormatter(JsonFormatter):
     :func:`app.redaction.redact` (URL passwords and registered secrets become ``***``)."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """Format ``record`` as one line."""
         return redact(super().format(record))
 
 
@@ -94,6 +96,7 @@ class ContextFilter(NodeFilter):
     them)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Whether to keep ``record``."""
         super().filter(record)
         for key, value in log_context().items():
             if not hasattr(record, key):

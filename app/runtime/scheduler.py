@@ -129,6 +129,7 @@ class Sweeper:
         )
 
     def start(self) -> None:
+        """Start the sweep (and other periodic jobs) on the running event loop."""
         # the first sweep runs at once: a restarted node resumes overdue instances now
         self.scheduler.add_job(
             self.run_once,

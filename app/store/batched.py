@@ -298,6 +298,9 @@ class PgBatches(SqlRole):
     """
 
     def make_lanes(self, on_batch: Callable[[str, int], None] | None = None) -> Lanes:
+        """The four lanes (create, commit, park, finish), each flushing through this role;
+        ``on_batch(lane, size)`` is told of every batch."""
+
         def observe(lane: str) -> Callable[[int], None] | None:
             return None if on_batch is None else functools.partial(on_batch, lane)
 
@@ -344,7 +347,7 @@ class PgBatches(SqlRole):
         the fence matched nothing, or the batch was refused (a row or an event id exists
         already)."""
         rows = []
-        events = []
+        events: list[dict[str, Any]] = []
         for item in items:
             for row, main in ((item.deferred, False), (item.row, True)):
                 if row is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["Lane"]
 
@@ -114,7 +114,7 @@ class Lane(Generic[T, R]):
                 task.add_done_callback(self._tasks.discard)
 
 
-def _retrieve(future: asyncio.Future[object]) -> None:
+def _retrieve(future: asyncio.Future[Any]) -> None:
     """Mark an answer seen: a caller cancelled while its batch ran does not read it."""
     if not future.cancelled():
         future.exception()

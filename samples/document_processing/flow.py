@@ -101,6 +101,11 @@ class OcrClient:
         return str(resp.json()["jobId"])
 
     async def status(self, job_id: str) -> dict[str, object]:
+        """The OCR job's status as the provider answers it.
+
+        Raises:
+            httpx.HTTPError: the call failed or timed out (a failed try).
+        """
         resp = await self.http.get(
             self._url(f"/jobs/{quote(job_id, safe='')}"), timeout=self.timeout.total_seconds()
         )
@@ -108,6 +113,11 @@ class OcrClient:
         return dict(resp.json())
 
     async def cancel(self, job_id: str) -> None:
+        """Cancel the OCR job (idempotent).
+
+        Raises:
+            httpx.HTTPError: the call failed or timed out (a failed try).
+        """
         resp = await self.http.post(
             self._url(f"/jobs/{quote(job_id, safe='')}/cancel"),
             timeout=self.timeout.total_seconds(),

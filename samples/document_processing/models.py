@@ -61,6 +61,7 @@ class OcrStatus(_Camel):
 
     @property
     def is_terminal(self) -> bool:
+        """Whether the job has finished (completed or failed)."""
         return self.status in ("completed", "cancelled", "failed")
 
 

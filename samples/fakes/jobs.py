@@ -371,7 +371,7 @@ def create_jobs_router(service: FakeJobService) -> APIRouter:
         return view
 
     @router.get("/{job_id}", response_model=JobView, responses=not_found)
-    async def status(job_id: str):
+    async def status(job_id: str) -> Any:
         service.calls["status"] += 1
         try:
             return service.get(job_id)
@@ -379,7 +379,7 @@ def create_jobs_router(service: FakeJobService) -> APIRouter:
             return _not_found(exc)
 
     @router.post("/{job_id}/complete", response_model=JobView, responses={**not_found, **conflict})
-    async def complete(job_id: str):
+    async def complete(job_id: str) -> Any:
         service.calls["complete"] += 1
         try:
             return service.complete(job_id)
@@ -389,7 +389,7 @@ def create_jobs_router(service: FakeJobService) -> APIRouter:
             return _conflict(exc)
 
     @router.post("/{job_id}/fail", response_model=JobView, responses={**not_found, **conflict})
-    async def fail(job_id: str, body: JobFailRequest | None = Body(default=None)):
+    async def fail(job_id: str, body: JobFailRequest | None = Body(default=None)) -> Any:
         service.calls["fail"] += 1
         try:
             return service.fail(job_id, body.reason if body is not None else None)

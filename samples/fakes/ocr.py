@@ -638,7 +638,7 @@ def create_ocr_router(service: FakeOcrService) -> APIRouter:
         return service.list_jobs()
 
     @router.get("/jobs/{job_id}", response_model=OcrJobView, responses=not_found)
-    async def status(job_id: str):
+    async def status(job_id: str) -> Any:
         service.calls["status"] += 1
         try:
             return service.get(job_id)
@@ -646,7 +646,7 @@ def create_ocr_router(service: FakeOcrService) -> APIRouter:
             return _not_found(exc)
 
     @router.post("/jobs/{job_id}/cancel", response_model=OcrCancelResult, responses=not_found)
-    async def cancel(job_id: str):
+    async def cancel(job_id: str) -> Any:
         service.calls["cancel"] += 1
         try:
             return service.cancel(job_id)
@@ -661,7 +661,7 @@ def create_ocr_router(service: FakeOcrService) -> APIRouter:
             409: {"description": 'Job cancelled: `{"code": "ocr.job_cancelled"}`'},
         },
     )
-    async def complete(job_id: str):
+    async def complete(job_id: str) -> Any:
         service.calls["complete"] += 1
         try:
             return service.complete(job_id)

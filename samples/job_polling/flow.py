@@ -132,6 +132,7 @@ class StartJob(Capability):
         self.jobs = jobs
 
     async def execute(self, ctx: StepContext) -> None:
+        """Start the job under the instance key; put its :class:`JobHandle`."""
         job_id = ctx.instance_key or ctx.instance_id
         request: JobRequest = ctx.input
         await self.jobs.start(job_id, request.input, ctx.execution_key)
@@ -181,6 +182,7 @@ class AwaitJob(Capability):
             self.options = options  # type: ignore[misc]
 
     async def execute(self, ctx: StepContext) -> Decision:
+        """Poll the job until it ends, reporting each new state once."""
         job_id = ctx.get(JobHandle).job_id
         reported = ctx.last_heartbeat_value(JobState)
         while True:
@@ -215,6 +217,7 @@ class RecordJobWaitFailure(Capability):
     reads = (JobHandle,)
 
     async def execute(self, ctx: StepContext) -> Decision:
+        """Fail the flow with ``job.wait_failed``, naming the recovery error."""
         job_id = ctx.get(JobHandle).job_id
         failure = ctx.recovery_error
         if failure is None:  # only reachable as a failure route
