@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import sys
 import time
 import uuid
 
@@ -18,14 +20,49 @@ import uvicorn
 
 from app.settings import DEFAULT_API_TOKEN, Settings
 
-__all__ = ["run_demo"]
+__all__ = ["port_refused", "run_demo"]
 
 
 def run_demo(
     *, host: str, port: int, pages: int, per_page: float, scan_interval: float, database_url: str
 ) -> int:
-    """Run the demo; returns the process exit code (0 when both documents completed)."""
+    """Run the demo; returns the process exit code.
+
+    Returns:
+        0 when both documents completed, 1 when one did not, 3 when ``host:port`` cannot
+        be served (in use, or not an address of this machine): one line on stderr, no
+        traceback.
+    """
+    refused = port_refused(host, port)
+    if refused is not None:
+        print(
+            f"error: cannot serve the demo on {host}:{port}: {refused} "
+            "(choose another with --port)",
+            file=sys.stderr,
+        )
+        return 3
     return asyncio.run(_demo(host, port, pages, per_page, scan_interval, database_url))
+
+
+def port_refused(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (e.g. ``address already in use``), or None.
+
+    Binds and closes a socket with the options uvicorn uses (``SO_REUSEADDR``), so a port
+    another process listens on is refused here, and a port left in ``TIME_WAIT`` is not.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return str(exc.strerror or exc).lower()
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+            probe.listen(1)
+        except OSError as exc:
+            return str(exc.strerror or exc).lower()
+    return None
 
 
 async def _demo(

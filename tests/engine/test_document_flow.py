@@ -112,10 +112,12 @@ async def test_waits_follow_the_jittered_backoff_and_never_pass_the_budget() -> 
         t0 = (await h.snapshot(inst.id)).steps[1].started_at
         budget_end = t0 + Waits.OCR_BUDGET
         previous = h.clock.now()
+        # the sample's schedule, pinned: 5 s doubling to 5 min, each wait cut by up to half
+        bases = [5, 10, 20, 40, 80, 160, 300, 300, 300, 300, 300, 300]
         for attempt in range(12):
             wake = (await h.instance(inst.id)).wake_at
             assert wake is not None and wake <= budget_end
-            base = Waits.OCR_POLLING.base_delay(attempt)
+            base = timedelta(seconds=bases[attempt])
             gap = wake - previous
             assert base * 0.5 - timedelta(milliseconds=1) <= gap <= base
             await h.advance_to_next_wake(inst.id)
