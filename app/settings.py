@@ -286,6 +286,17 @@ class Settings(BaseSettings):
         :func:`parse_api_tokens`)."""
         return tuple(parse_api_tokens(self.api_tokens))
 
+    @property
+    def plain_tokens_with_colons(self) -> list[str]:
+        """Names (``token-N``) of plain tokens whose value has a colon: entries that look
+        like ``name:token:scope+scope`` but are not one (no scope part, an unknown or
+        misspelt scope), so they hold every scope under their whole text. Never values."""
+        return [
+            t.name
+            for t in self.api_credentials
+            if ":" in t.value and t.name.startswith("token-") and t.scopes == frozenset(SCOPES)
+        ]
+
     @field_validator("retention")
     @classmethod
     def _retention_is_a_duration(cls, value: str) -> str:

@@ -32,7 +32,7 @@ from app.runtime.retention import Purger
 from app.runtime.scheduler import Sweeper
 from app.runtime.telemetry import Telemetry, add_health_routes
 from app.runtime.versions import log_unserved
-from app.settings import DEFAULT_API_TOKEN, Settings
+from app.settings import DEFAULT_API_TOKEN, SCOPES, Settings
 from app.store import SqlJournal, check_schema_at_head, make_async_engine
 from app.store.deliveries import SqlDeliveries
 from app.store.retention import SqlRetention
@@ -170,6 +170,13 @@ def create_app(
             if settings.tokens == {DEFAULT_API_TOKEN}:
                 log.warning(
                     "FLOWPARK_API_TOKENS is the default %r: set your own tokens", DEFAULT_API_TOKEN
+                )
+            for name in settings.plain_tokens_with_colons:
+                log.warning(
+                    "FLOWPARK_API_TOKENS entry %s is a plain token with every scope, its whole "
+                    "text the token: it is not name:token:scope+scope with scopes among %s",
+                    name,
+                    "+".join(SCOPES),
                 )
             engine = Engine(
                 SqlJournal(db, on_batch=telemetry.observer.batched),

@@ -111,3 +111,22 @@ def test_plain_tokens_hold_every_scope_and_named_ones_only_theirs() -> None:
     assert "o-1" not in repr(by_name["ops"])
     with pytest.raises(ValueError, match="'ops'"):
         parse_api_tokens("ops:a:read,ops:b:read")
+
+
+def test_a_node_warns_of_entries_that_look_named_but_are_plain_tokens(
+    _sqlite_template: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import shutil
+
+    path = tmp_path / "flowpark.db"
+    shutil.copyfile(_sqlite_template, path)
+    spec = "admin:adm-secret-1,ops:ops-secret-2:read+operat,viewer:view-secret-3:read,plain-4"
+    caplog.set_level(logging.WARNING)
+    with live_server(f"sqlite:///{path}", api_tokens=spec, run_sweeper=False):
+        pass
+    warned = [r.getMessage() for r in caplog.records if "is a plain token" in r.getMessage()]
+    assert len(warned) == 2, warned  # no scope part, and a misspelt scope
+    assert "entry token-1 " in warned[0] and "entry token-2 " in warned[1]
+    assert "read+signal" in warned[0]  # the scopes it could have named
+    for secret in ("adm-secret-1", "ops-secret-2", "view-secret-3", "plain-4"):
+        assert secret not in caplog.text
