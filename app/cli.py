@@ -41,6 +41,32 @@ FAKES_START_TIMEOUT = 30.0
 app = typer.Typer(
     help="flowpark: durable flows that wait on external systems.", no_args_is_help=True
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"flowpark {version('flowpark')}")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            typer.echo("flowpark (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: bool = typer.Option(
+        False,
+        "--version",
+        help="Print the version and exit.",
+        callback=_print_version,
+        is_eager=True,
+    ),
+) -> None:
+    """flowpark: durable flows that wait on external systems."""
+
+
 db_app = typer.Typer(help="Database schema commands.", no_args_is_help=True)
 flows_app = typer.Typer(help="Flow definition commands.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
@@ -499,8 +525,11 @@ def demo(
     scan_interval: float = typer.Option(1.0),
     database_url: str = typer.Option("sqlite:///flowpark.db"),
 ) -> None:
-    """Migrate, start the server with the samples, send a demo document, print its
-    progress until it completes, then stop."""
+    """Run the demo: migrate, serve the samples, send documents and print their progress.
+
+    It sends a demo document and prints its progress until it completes, then a second one
+    that the fake OCR's webhook ends at once, then stops the server.
+    """
     from app.demo import run_demo
 
     _logging("warning")

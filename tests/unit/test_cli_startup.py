@@ -85,3 +85,15 @@ def test_a_migrated_database_passes_the_check(_sqlite_template: Path, tmp_path: 
     path = tmp_path / "flowpark.db"
     shutil.copyfile(_sqlite_template, path)
     _check_database(f"sqlite:///{path}")  # no exception
+
+
+def test_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    from typer.testing import CliRunner
+
+    from app.cli import app
+
+    done = CliRunner().invoke(app, ["--version"])
+    assert done.exit_code == 0, done.output
+    assert done.output.strip() == f"flowpark {version('flowpark')}"
