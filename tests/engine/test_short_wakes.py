@@ -5,7 +5,6 @@ node sweeps at once."""
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from app.engine.engine import Engine, EngineConfig
 from app.flows import Backoff, Capability, Catalog, Flow, StepContext
 from app.runtime.scheduler import Sweeper
 from app.store import SqlJournal, make_async_engine, upgrade
+from tests.support.eventually import eventually
 
 
 class Key(BaseModel):
@@ -45,13 +45,11 @@ def _flow(wait: timedelta) -> Flow:
     )
 
 
-async def _wait_state(journal: SqlJournal, instance_id: str, state: str, within: float) -> float:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < within:
-        if (await journal.reads.get_instance(instance_id)).state == state:
-            return time.monotonic() - t0
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{instance_id} not {state} within {within}s")
+async def _wait_state(journal: SqlJournal, instance_id: str, state: str, within: float) -> None:
+    async def reached() -> bool:
+        return (await journal.reads.get_instance(instance_id)).state == state
+
+    await eventually(reached, timeout=within, interval=0.02, what=f"{instance_id} {state}")
 
 
 async def test_a_short_wait_is_woken_in_process_long_before_the_next_scan(tmp_path: Path) -> None:
