@@ -124,7 +124,11 @@ async def _document(
     client: httpx.AsyncClient, pages: int, per_page: float, *, webhook: bool
 ) -> bool:
     doc_id = f"demo-{uuid.uuid4().hex[:8]}"
-    path = "webhook (fake OCR completes now)" if webhook else "parked poll"
+    path = (
+        "webhook (fake OCR completes now)"
+        if webhook
+        else "parked poll, until a status check or the OCR's callback says done"
+    )
     print(f"\n== document {doc_id}: {pages} pages, path: {path}")
     resp = await client.post(
         "/api/v1/documents",
