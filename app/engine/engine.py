@@ -36,6 +36,7 @@ from app.engine.runner import (
     Run,
     RunOutcome,
 )
+from app.engine.sweeps import SweepPass
 from app.engine.walker import Walker
 from app.errors import (
     FlowFailure,
@@ -434,61 +435,15 @@ class Engine(Walker, Limits):
         Raises:
             StoreUnavailable: a claim failed (the runs already started finish first).
         """
-        report = SweepReport()
-        began = self.clock.now()
-        runnable = self.catalog.runnable()
-        batch = self.config.sweep_batch
-        refill = max(1, min(batch, self.config.concurrency) // 4)
-        runs: dict[asyncio.Future[RunOutcome], tuple[str, asyncio.Future[RunOutcome]]] = {}
-        # runs report here as they end (one callback each, not asyncio.wait's add and remove
-        # of a callback on every run in flight per ended run)
-        ended: asyncio.Queue[asyncio.Future[RunOutcome]] = asyncio.Queue()
-        more = True
-        failure: BaseException | None = None
+        sweep = SweepPass(self, SweepReport(), limit, again)
         try:
-            while True:
-                wanted = batch if limit is None else min(batch, limit - report.claimed)
-                if (
-                    more
-                    and self._claiming
-                    and wanted > 0
-                    and (not runs or self.config.concurrency - len(runs) >= refill)
-                ):
-                    try:
-                        claims, held = await self._claim_with_slots(wanted, runnable, wait=not runs)
-                    except Exception as exc:  # noqa: BLE001 - re-raised once runs end
-                        failure, more, claims, held = exc, False, [], 0
-                    more = more and len(claims) == held  # fewer claims than slots: none due
-                    report.claimed += len(claims)
-                    for claim in claims:
-                        # the run holds the slot taken for it until it ends, also when it
-                        # goes on in the background
-                        started = self._begin_run(claim, gated=False)
-                        started[0].add_done_callback(lambda _: self._gate.release())
-                        waiting = self._outcome(claim, *started)
-                        runs[waiting] = (claim.instance_id, started[0])
-                        waiting.add_done_callback(ended.put_nowait)
-                if not more and failure is None and again is not None and again():
-                    more = True
-                    if not runs:
-                        continue
-                if not runs:
-                    break
-                done = [await ended.get()]
-                while not ended.empty():
-                    done.append(ended.get_nowait())
-                for waiter in done:
-                    self._report_run(report, runs.pop(waiter)[0], waiter)
+            await sweep.run()
         except asyncio.CancelledError:
-            for waiter, (_, task) in runs.items():
-                waiter.cancel()
-                task.cancel()
-            await asyncio.gather(
-                *runs, *(task for _, task in runs.values()), return_exceptions=True
-            )
+            await sweep.cancel()
             raise
-        if failure is not None:
-            raise failure
+        if sweep.failure is not None:
+            raise sweep.failure
+        report, began, runnable = sweep.report, sweep.began, sweep.runnable
         self.observer.swept((self.clock.now() - began).total_seconds(), report.claimed)
         report.not_runnable = await self.journal.claims.count_not_runnable(
             self.clock.now(), runnable
