@@ -534,3 +534,44 @@ def test_the_fake_job_runner_keeps_its_jobs_in_its_state_file(tmp_path: Path) ->
     assert (view.job_id, created) == ("j-1", False)
     now[0] += timedelta(seconds=3)
     assert again.get("j-1").state == "SUCCEEDED"
+
+
+async def test_a_restarted_fake_ocr_calls_back_once_per_job(
+    tmp_path: Path, clock: MutableClock, sink: CallbackSink
+) -> None:
+    """A job that completed by the clock before the restart was called back then: the new
+    service does not call it back again. One that came due while the service was down has
+    had no callback yet: the new service sends it, once."""
+    state = tmp_path / "fake-ocr.jsonl"
+
+    def service() -> FakeOcrService:
+        return FakeOcrService(
+            per_page=timedelta(minutes=1),
+            now=clock,
+            callback_client_factory=sink.client_factory(),
+            callback_backoff=timedelta(0),
+            callback_bases=(CALLBACK_BASE,),
+            state_file=state,
+        )
+
+    first = service()
+    called_back = first.upload("doc-a", 1, CALLBACK_URL).job_id
+    clock.advance(timedelta(minutes=1))
+    assert first.get(called_back).status == "completed"
+    await first.drain()
+    came_due = first.upload("doc-b", 1, CALLBACK_URL).job_id
+    await first.close()
+    clock.advance(timedelta(minutes=1))
+
+    again = service()
+    try:
+        assert {j.job_id: j.status for j in again.list_jobs()} == {
+            called_back: "completed",
+            came_due: "completed",
+        }
+        again.list_jobs()
+        await again.drain()
+    finally:
+        await again.close()
+    keys = [r.headers["idempotency-key"] for r in sink.requests]
+    assert keys == [f"ocr-{called_back}", f"ocr-{came_due}"]
