@@ -10,10 +10,10 @@ nothing is written.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
-from sqlalchemy import Row, bindparam, func, insert, literal_column, select, update
+from sqlalchemy import Row, bindparam, case, func, insert, literal_column, null, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ClauseElement
@@ -21,7 +21,7 @@ from sqlalchemy.sql.elements import ClauseElement
 from app.engine.journal import EmittedEvent, InstanceState, ReviewRequest, StepRow
 from app.errors import InstanceNotFound, StaleFencingToken
 from app.store.base import JournalConflict
-from app.store.mapping import EVENT, INSTANCE, REVIEW, STEP, step_values
+from app.store.mapping import EVENT, INSTANCE, REVIEW, STEP, journal_insert, step_values
 
 __all__ = [
     "NEXT_SQLITE_SEQUENCE",
@@ -29,6 +29,8 @@ __all__ = [
     "NO_LEASE",
     "RUNNING",
     "SUSPENDED",
+    "after_commit",
+    "commit_step_statement",
     "fenced",
     "insert_step",
     "why",
@@ -73,6 +75,45 @@ NEXT_SQLITE_SEQUENCE = (
     .select_from(STEP)
     .scalar_subquery()
 )
+
+
+def after_commit(lease_until: Any, committed_at: Any) -> dict[str, Any]:
+    """What a journal commit changes on the instance row: a heartbeating attempt in flight
+    is cleared, and then the lease is renewed (from the attempt's heartbeat timeout back to
+    a lease); a row with no attempt in flight changes nothing (a plain commit only fences,
+    see :mod:`app.store.batched`)."""
+    busy = INSTANCE.c.attempt_step_id.is_not(None)
+    return {
+        "lease_expires_at": case((busy, lease_until), else_=INSTANCE.c.lease_expires_at),
+        "updated_at": case((busy, committed_at), else_=INSTANCE.c.updated_at),
+        **{k: null() for k in NO_ATTEMPT},
+    }
+
+
+@cache
+def commit_step_statement() -> Any:
+    """``commit_step`` as one PostgreSQL statement, built once (bound parameters ``f_*`` for
+    the fence, ``s_*`` for the journal row's columns)."""
+    fence = (
+        update(INSTANCE)
+        .where(
+            INSTANCE.c.id == bindparam("f_id"),
+            INSTANCE.c.fencing_token == bindparam("f_token"),
+            INSTANCE.c.state == RUNNING,
+        )
+        .values(
+            **after_commit(
+                bindparam("f_lease", type_=INSTANCE.c.lease_expires_at.type),
+                bindparam("f_updated", type_=INSTANCE.c.updated_at.type),
+            )
+        )
+        .returning(INSTANCE.c.cancel_requested)
+        .cte("fence")
+    )
+    inserted = journal_insert(fence)
+    return select(
+        fence.c.cancel_requested, select(func.count()).select_from(inserted).scalar_subquery()
+    )
 
 
 async def fenced(

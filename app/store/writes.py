@@ -10,10 +10,9 @@ UTC); the database's own ``now()`` is never used. Writes are fenced
 from __future__ import annotations
 
 from datetime import datetime
-from functools import cache
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, exists, func, insert, null, select, text, update
+from sqlalchemy import and_, exists, insert, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
@@ -34,7 +33,15 @@ from app.engine.journal import (
 from app.errors import FlowFailure, IdempotencyKeyReused, InstanceKeyInUse
 from app.store.base import JournalConflict, SqlRole, const, instant
 from app.store.batched import CommitItem, FinishItem, require_aware
-from app.store.fencing import NO_ATTEMPT, NO_LEASE, RUNNING, SUSPENDED, fenced, insert_step
+from app.store.fencing import (
+    NO_ATTEMPT,
+    NO_LEASE,
+    SUSPENDED,
+    after_commit,
+    commit_step_statement,
+    fenced,
+    insert_step,
+)
 from app.store.mapping import (
     HEARTBEAT,
     INSTANCE,
@@ -44,7 +51,6 @@ from app.store.mapping import (
     instance_from_new,
     instance_from_row,
     instance_values,
-    journal_insert,
     step_values,
 )
 from app.store.reads import load_snapshot
@@ -55,45 +61,6 @@ __all__ = ["SqlJournalWrites"]
 
 
 _DIGEST_OF_PARAMS = idempotency_digest_sql("CAST(:d_flow AS text)", "CAST(:d_key AS text)")
-
-
-def _after_commit(lease_until: Any, committed_at: Any) -> dict[str, Any]:
-    """What a journal commit changes on the instance row: a heartbeating attempt in flight
-    is cleared, and then the lease is renewed (from the attempt's heartbeat timeout back to
-    a lease); a row with no attempt in flight changes nothing (a plain commit only fences,
-    see :mod:`app.store.batched`)."""
-    busy = INSTANCE.c.attempt_step_id.is_not(None)
-    return {
-        "lease_expires_at": case((busy, lease_until), else_=INSTANCE.c.lease_expires_at),
-        "updated_at": case((busy, committed_at), else_=INSTANCE.c.updated_at),
-        **{k: null() for k in NO_ATTEMPT},
-    }
-
-
-@cache
-def _commit_step_statement() -> Any:
-    """``commit_step`` as one PostgreSQL statement, built once (bound parameters ``f_*`` for
-    the fence, ``s_*`` for the journal row's columns)."""
-    fence = (
-        update(INSTANCE)
-        .where(
-            INSTANCE.c.id == bindparam("f_id"),
-            INSTANCE.c.fencing_token == bindparam("f_token"),
-            INSTANCE.c.state == RUNNING,
-        )
-        .values(
-            **_after_commit(
-                bindparam("f_lease", type_=INSTANCE.c.lease_expires_at.type),
-                bindparam("f_updated", type_=INSTANCE.c.updated_at.type),
-            )
-        )
-        .returning(INSTANCE.c.cancel_requested)
-        .cte("fence")
-    )
-    inserted = journal_insert(fence)
-    return select(
-        fence.c.cancel_requested, select(func.count()).select_from(inserted).scalar_subquery()
-    )
 
 
 class _Undo(Exception):  # control flow only: never escapes this module
@@ -289,7 +256,7 @@ class SqlJournalWrites(SqlRole):
                 return Ack(applied=True, cancel_requested=answer.cancel_requested)
         if self.is_postgresql and not events and not reviews and deferred is None:
             return await self._commit_step_one_statement(token, row, lease_until)
-        values = _after_commit(instant(lease_until), instant(row.committed_at))
+        values = after_commit(instant(lease_until), instant(row.committed_at))
         async with self._write() as conn:
             fence = await fenced(conn, row.instance_id, token, values)
             assert fence is not None
@@ -311,7 +278,7 @@ class SqlJournalWrites(SqlRole):
         )
         try:
             async with self._single(write=True) as conn:
-                found = (await conn.execute(_commit_step_statement(), params)).first()
+                found = (await conn.execute(commit_step_statement(), params)).first()
                 if found is None:
                     # stale token or no instance (a token never becomes current again)
                     await fenced(conn, row.instance_id, token, {"updated_at": row.committed_at})
