@@ -121,7 +121,7 @@ async def test_every_body_has_a_schema_and_an_example(doc: dict[str, Any]) -> No
                 assert "schema" in media, (method, path, where, media_type)
                 assert _has_example(doc, media), (
                     f"{method} {path} {where} {media_type}: no example; declare "
-                    "response_model=<a model of app/api/models.py with examples> and "
+                    "response_model=<a model of app.api.models with examples> and "
                     "responses=problem_responses(...) on the route"
                 )
 

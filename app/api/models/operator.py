@@ -1,0 +1,241 @@
+"""Answers of the operator API: wake, budget extension, bulk actions, instance list, counts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from app.api.models._base import (
+    _AT,
+    _ID,
+    _LATER,
+    ApiModel,
+    _examples,
+)
+from app.engine.journal import InstanceState, WakeKind
+
+__all__ = [
+    "BudgetExtension",
+    "BulkAnswer",
+    "BulkResult",
+    "CountByState",
+    "InstanceCounts",
+    "InstanceList",
+    "InstanceSummaryView",
+    "WaitingView",
+    "WakeAnswer",
+]
+
+
+class WakeAnswer(ApiModel):
+    """The answer to a wake: ``woken`` and the state after, or why nothing was done."""
+
+    model_config = _examples(
+        {
+            "instanceId": _ID,
+            "woken": True,
+            "state": "suspended",
+            "wakeAt": _LATER,
+            "actionId": "01936b2e-b144-7a5d-83e7-31c28f9a0b14",
+            "actor": "ops-console",
+            "actedAt": _AT,
+        }
+    )
+
+    instance_id: str
+    woken: bool | None = None
+    state: InstanceState | None = None
+    wake_at: datetime | None = None
+    reason: str | None = Field(None, description="why nothing was done (`woken: false`)")
+    action_id: str | None = None
+    actor: str | None = None
+    acted_at: datetime | None = None
+    pending: bool | None = None
+
+
+class BudgetExtension(ApiModel):
+    """The answer to a budget extension: the poll's stored end before and after."""
+
+    model_config = _examples(
+        {
+            "instanceId": _ID,
+            "extended": True,
+            "extendBy": 7200.0,
+            "stepId": 2,
+            "startedAt": _AT,
+            "previousEndsAt": "2026-12-01T10:30:00.125000Z",
+            "endsAt": "2026-12-01T12:30:00.125000Z",
+            "cappedByDeadline": False,
+            "actionId": "01936b2e-b144-7a5d-83e7-31c28f9a0b14",
+            "actor": "ops-console",
+            "actedAt": _AT,
+        }
+    )
+
+    instance_id: str
+    extended: bool | None = None
+    extend_by: float | None = Field(None, description="seconds")
+    step_id: int | None = None
+    started_at: datetime | None = None
+    previous_ends_at: datetime | None = None
+    ends_at: datetime | None = None
+    capped_by_deadline: bool | None = Field(None, description="the flow deadline came first")
+    action_id: str | None = None
+    actor: str | None = None
+    acted_at: datetime | None = None
+    pending: bool | None = None
+
+
+class BulkResult(ApiModel):
+    """What a bulk action did to one instance."""
+
+    model_config = _examples({"instanceId": _ID, "outcome": "acted", "state": "cancelled"})
+
+    instance_id: str
+    outcome: str = Field(description="`acted` or `skipped`")
+    state: InstanceState | None = None
+    status: int | None = None
+    code: str | None = Field(None, description="why it was skipped (an error code)")
+
+
+class BulkAnswer(ApiModel):
+    """The answer to a bulk action (``dryRun``: only ``matched``)."""
+
+    model_config = _examples(
+        {
+            "action": "cancel",
+            "dryRun": False,
+            "matched": 1,
+            "acted": 1,
+            "skipped": 0,
+            "results": [{"instanceId": _ID, "outcome": "acted", "state": "cancelled"}],
+            "nextCursor": None,
+        }
+    )
+
+    action: str
+    dry_run: bool
+    matched: int
+    acted: int
+    skipped: int | None = None
+    results: list[BulkResult] | None = None
+    next_cursor: str | None = None
+
+
+class WaitingView(ApiModel):
+    """What a suspended instance waits for."""
+
+    model_config = _examples(
+        {
+            "kind": "poll",
+            "stepId": 2,
+            "capabilityId": "ocr.status",
+            "attempt": 3,
+            "wakeAt": _LATER,
+        }
+    )
+
+    kind: WakeKind
+    step_id: int
+    capability_id: str | None = Field(description="the capability (or signal) awaited")
+    attempt: int | None = Field(description="the poll attempt (scope) it waits to run")
+    wake_at: datetime | None
+
+
+class InstanceSummaryView(ApiModel):
+    """One row of the instance list."""
+
+    model_config = _examples(
+        {
+            "instanceId": _ID,
+            "flow": "document.process",
+            "version": "1.0.0",
+            "state": "suspended",
+            "createdAt": _AT,
+            "updatedAt": _LATER,
+            "wakeAt": _LATER,
+            "waiting": {
+                "kind": "poll",
+                "stepId": 2,
+                "capabilityId": "ocr.status",
+                "attempt": 3,
+                "wakeAt": _LATER,
+            },
+            "attempt": 3,
+            "budgetEndsAt": "2026-12-01T10:30:00.125000Z",
+            "deadlineAt": None,
+            "leaseExpiresAt": None,
+            "errorCode": None,
+            "instanceKey": None,
+            "cancelRequested": False,
+        }
+    )
+
+    instance_id: str
+    flow: str
+    version: str
+    state: InstanceState
+    created_at: datetime | None
+    updated_at: datetime | None
+    wake_at: datetime | None
+    waiting: WaitingView | None
+    attempt: int | None
+    budget_ends_at: datetime | None
+    deadline_at: datetime | None
+    lease_expires_at: datetime | None
+    error_code: str | None
+    instance_key: str | None
+    cancel_requested: bool
+
+
+class InstanceList(ApiModel):
+    """A page of the instance list; ``nextCursor`` is null on the last page."""
+
+    model_config = _examples(
+        {"instances": [InstanceSummaryView.model_json_schema()["examples"][0]], "nextCursor": None}
+    )
+
+    instances: list[InstanceSummaryView]
+    next_cursor: str | None
+
+
+class CountByState(ApiModel):
+    """How many instances of one flow version are in one state."""
+
+    model_config = _examples(
+        {"flow": "document.process", "version": "1.0.0", "state": "suspended", "count": 12}
+    )
+
+    flow: str
+    version: str
+    state: InstanceState
+    count: int
+
+
+class InstanceCounts(ApiModel):
+    """Instance counts by flow, version and state, with totals."""
+
+    model_config = _examples(
+        {
+            "byState": [
+                {"flow": "document.process", "version": "1.0.0", "state": "suspended", "count": 12}
+            ],
+            "flows": {"document.process": {"1.0.0": {"suspended": 12}}},
+            "states": {"suspended": 12},
+            "total": 12,
+            "overdue": 1,
+            "overdueSeconds": 0.0,
+            "stuck": 0,
+        }
+    )
+
+    by_state: list[CountByState]
+    flows: dict[str, dict[str, dict[str, int]]] = Field(
+        description="`flows[flow][version][state]`: a count"
+    )
+    states: dict[str, int] = Field(description="totals by state")
+    total: int
+    overdue: int
+    overdue_seconds: float
+    stuck: int
