@@ -1,240 +1,48 @@
-"""``flowpark instances ...`` and ``flowpark flows list|show``: the operator's CLI.
-
-Every command talks to a running node over its HTTP API (``--url`` / ``FLOWPARK_URL``,
-``--token`` / ``FLOWPARK_TOKEN``), never to the database. Tables for people, ``--json``
-for scripts (the API's JSON, unchanged). Errors go to stderr as ``error: <code>: <detail>``.
-
-Exit codes (scripts may rely on them):
-
-====  =====================================================================
-0     done (``show --watch``: the instance completed)
-1     the node answered another error (4xx/5xx), or ``--watch`` saw it fail or be cancelled
-2     bad usage (an unknown option, a missing argument, an unreadable value)
-3     the node cannot be reached (connection refused, timeout)
-4     not found (``instance_not_found``, ``flow_not_found``, ``signal_not_declared``)
-5     conflict: the instance ended (``instance_ended``), is busy, or has no budget
-6     unauthorized or forbidden (no token, an unknown one, a missing scope)
-====  =====================================================================
-"""
+"""``flowpark instances ...``: list, count, show, wake, cancel, extend and signal instances."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from enum import StrEnum
 from typing import Annotated, Any
 
-import httpx
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
-from rich.tree import Tree
 
-__all__ = [
-    "EXIT_CONFLICT",
-    "EXIT_ERROR",
-    "EXIT_FORBIDDEN",
-    "EXIT_NOT_FOUND",
-    "EXIT_UNREACHABLE",
-    "add_operator_commands",
-    "instances_app",
-]
+from app.cli_ops._client import (
+    _ENDED,
+    DEFAULT_URL,
+    EXIT_ERROR,
+    AfterOpt,
+    AsJson,
+    BeforeOpt,
+    ErrorOpt,
+    FlowOpt,
+    Key,
+    KeyOpt,
+    OverdueOpt,
+    StateOpt,
+    StuckOpt,
+    Token,
+    Url,
+    VersionOpt,
+    WaitingOpt,
+    _Api,
+    _api,
+    _Filters,
+    _json,
+    _short,
+    _waiting,
+    err,
+    out,
+)
 
-EXIT_ERROR = 1
-EXIT_UNREACHABLE = 3
-EXIT_NOT_FOUND = 4
-EXIT_CONFLICT = 5
-EXIT_FORBIDDEN = 6
-
-_ENDED = ("completed", "failed", "cancelled")
+__all__ = ["instances_app"]
 
 instances_app = typer.Typer(
     help="Find, explain and act on instances, over a node's HTTP API.", no_args_is_help=True
 )
-
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
-
-
-class State(StrEnum):
-    running = "running"
-    suspended = "suspended"
-    completed = "completed"
-    failed = "failed"
-    cancelled = "cancelled"
-
-
-class Waiting(StrEnum):
-    poll = "poll"
-    retry = "retry"
-    signal = "signal"
-    deadline = "deadline"
-
-
-Url = Annotated[str, typer.Option("--url", envvar="FLOWPARK_URL", help="The node's base URL.")]
-Token = Annotated[
-    str | None,
-    typer.Option("--token", envvar="FLOWPARK_TOKEN", help="Bearer token.", show_default=False),
-]
-AsJson = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
-Key = Annotated[str | None, typer.Option("--key", help="Idempotency-Key: a repeat acts no more.")]
-DEFAULT_URL = "http://127.0.0.1:8000"
-
-
-class _Filters:
-    """The list's filters as options (the API's query parameters)."""
-
-    def __init__(
-        self,
-        flow: str | None,
-        version: str | None,
-        state: list[State] | None,
-        overdue: float | None,
-        stuck: bool,
-        error_code: str | None,
-        waiting: Waiting | None,
-        instance_key: str | None,
-        created_after: str | None,
-        created_before: str | None,
-    ) -> None:
-        self.values: dict[str, Any] = {
-            "flow": flow,
-            "version": version,
-            "state": [s.value for s in state] if state else None,
-            "overdue": overdue,
-            "stuck": True if stuck else None,
-            "errorCode": error_code,
-            "waiting": waiting.value if waiting else None,
-            "instanceKey": instance_key,
-            "createdAfter": created_after,
-            "createdBefore": created_before,
-        }
-
-    def query(self) -> dict[str, Any]:
-        return {k: v for k, v in self.values.items() if v is not None}
-
-    def body(self) -> dict[str, Any]:
-        return self.query()
-
-    def any(self) -> bool:
-        return bool(self.query())
-
-
-FlowOpt = Annotated[str | None, typer.Option("--flow", help="Flow name.")]
-VersionOpt = Annotated[str | None, typer.Option("--version", help="Flow version.")]
-StateOpt = Annotated[
-    list[State] | None, typer.Option("--state", help="State (repeat for any of several).")
-]
-OverdueOpt = Annotated[
-    float | None,
-    typer.Option("--overdue", help="Suspended with wakeAt more than this many seconds ago."),
-]
-StuckOpt = Annotated[bool, typer.Option("--stuck", help="Running with an expired lease.")]
-ErrorOpt = Annotated[str | None, typer.Option("--error-code", help="Error code.")]
-WaitingOpt = Annotated[Waiting | None, typer.Option("--waiting", help="What it waits for.")]
-KeyOpt = Annotated[str | None, typer.Option("--instance-key", help="Instance key.")]
-AfterOpt = Annotated[
-    str | None, typer.Option("--created-after", help="ISO-8601 instant with an offset.")
-]
-BeforeOpt = Annotated[
-    str | None, typer.Option("--created-before", help="ISO-8601 instant with an offset.")
-]
-
-
-class _Api:
-    """A node's HTTP API; every error leaves as ``typer.Exit`` with its exit code."""
-
-    def __init__(self, url: str, token: str | None) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=30.0)
-        self.url = url
-        self.token = token
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: dict[str, Any] | None = None,
-        body: Any = None,
-        key: str | None = None,
-    ) -> Any:
-        headers = {"Idempotency-Key": key} if key else {}
-        try:
-            resp = self.client.request(method, path, params=params, json=body, headers=headers)
-        except httpx.HTTPError as exc:
-            err.print(f"error: unreachable: cannot reach {self.url}: {exc}")
-            raise typer.Exit(EXIT_UNREACHABLE) from None
-        if resp.status_code >= 400:
-            raise _refused(resp, tokenless=not self.token)
-        return resp.json()
-
-
-def _refused(resp: httpx.Response, *, tokenless: bool = False) -> typer.Exit:
-    try:
-        problem = resp.json()
-        code, detail = str(problem.get("code")), str(problem.get("detail"))
-        detail += _field_errors(problem.get("errors"))
-    except ValueError:
-        code, detail = f"http_{resp.status_code}", resp.text[:200]
-    if resp.status_code == 401 and tokenless:
-        detail += " (pass --token or set FLOWPARK_TOKEN)"
-    err.print(f"error: {code}: {detail}", markup=False)
-    if resp.status_code in (401, 403):
-        return typer.Exit(EXIT_FORBIDDEN)
-    if resp.status_code == 404:
-        return typer.Exit(EXIT_NOT_FOUND)
-    if resp.status_code == 409:
-        return typer.Exit(EXIT_CONFLICT)
-    return typer.Exit(EXIT_ERROR)
-
-
-def _field_errors(errors: Any) -> str:
-    """The first few of a problem's field errors, as ``" (extendBy: Input should be ...)"``:
-    which parameter the node refused, and why (empty when the problem lists none)."""
-    if not isinstance(errors, list) or not errors:
-        return ""
-    parts = []
-    for error in errors[:3]:
-        if not isinstance(error, dict):
-            continue
-        loc = [str(p) for p in error.get("loc", []) if p not in ("body", "query", "path")]
-        parts.append(f"{'.'.join(loc) or 'body'}: {error.get('msg')}")
-    return f" ({'; '.join(parts)})" if parts else ""
-
-
-@contextmanager
-def _api(url: str, token: str | None) -> Iterator[_Api]:
-    api = _Api(url, token)
-    try:
-        yield api
-    finally:
-        api.client.close()
-
-
-def _json(value: Any) -> None:
-    typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
-
-
-def _short(instant: str | None) -> str:
-    if not instant:
-        return "-"
-    return instant.replace("T", " ").split(".")[0].rstrip("Z") + "Z"
-
-
-def _waiting(row: dict[str, Any]) -> str:
-    waiting = row.get("waiting")
-    if not waiting:
-        return "-"
-    text = str(waiting["kind"])
-    if waiting.get("attempt") is not None:
-        text += f" #{waiting['attempt']}"
-    if waiting.get("capabilityId"):
-        text += f" {waiting['capabilityId']}"
-    return text
 
 
 @instances_app.command("list")
@@ -621,118 +429,3 @@ def signal(
     else:
         taken = "taken" if answer.get("takenAt") else "stored"
     out.print(f"{instance_id}: signal {name} {taken}; state {answer.get('state')}")
-
-
-def _flows_list(url: Url = DEFAULT_URL, token: Token = None, as_json: AsJson = False) -> None:
-    """List the flow versions the node runs, and the versions it does not serve that still
-    have unfinished instances (SERVED no)."""
-    with _api(url, token) as api:
-        flows = api.call("GET", "/api/v1/flows")
-    if as_json:
-        _json(flows)
-        return
-    table = Table(box=None, header_style="bold")
-    for column in ("FLOW", "VERSION"):
-        table.add_column(column, no_wrap=True)  # names are copied into commands: never cut
-    for column in ("SERVED", "UNFINISHED", "PROFILE", "ROUTE", "SIGNALS"):
-        table.add_column(column, overflow="fold")
-    for f in flows:
-        table.add_row(
-            f["name"],
-            f["version"],
-            "yes" if f.get("served", True) else "no",
-            str(f.get("unfinished", "-")),
-            f.get("profile") or "-",
-            f.get("route") or "-",
-            ", ".join(f.get("signals", [])),
-        )
-    out.print(table)
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    total = int(value)
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        amount, total = divmod(total, size)
-        if amount:
-            parts.append(f"{amount}{unit}")
-    return "".join(parts) or f"{value:g}s"
-
-
-def _target(plan: dict[str, Any], index: int | None) -> str:
-    if index is None:
-        return "-"
-    return "end" if index >= plan["end"] else f"[{index}]"
-
-
-def _describe(plan: dict[str, Any], node: dict[str, Any]) -> str:
-    kind = node["kind"]
-    if kind == "step":
-        text = f"step {node['capabilityId']}"
-        if node.get("retry"):
-            r = node["retry"]
-            text += f" (retry: {r.get('maximumAttempts') or 'unbounded'} tries"
-            text += f", from {_seconds(r['initialIntervalSeconds'])})"
-        if node.get("compensation"):
-            text += f", compensate with {node['compensation']}"
-        if node.get("onFailure") is not None:
-            text += f", on failure -> {_target(plan, node['onFailure'])}"
-        return text
-    if kind == "poll":
-        interval = node["interval"]
-        text = f"poll every {_seconds(interval['initialSeconds'])}"
-        if interval["multiplier"] != 1:
-            text += f" x{interval['multiplier']:g} up to {_seconds(interval['maximumSeconds'])}"
-        text += f", budget {_seconds(node['timeoutSeconds'])}"
-        if node.get("signal"):
-            text += f", or signal {node['signal']}"
-        text += f"; satisfied -> {_target(plan, node['satisfied'])}"
-        text += f"; on timeout -> {_target(plan, node.get('onTimeout'))}"
-        return text
-    if kind == "await":
-        return (
-            f"await signal {node['signal']} (timeout {_seconds(node.get('timeoutSeconds'))}); "
-            f"on timeout -> {_target(plan, node.get('onTimeout'))}"
-        )
-    if kind == "fail":
-        return f"fail {node['code']}: {node['message']}"
-    return f"emit {node['name']}"
-
-
-def _flows_show(
-    name: Annotated[str, typer.Argument(help="The flow's name.")],
-    version: Annotated[str | None, typer.Option(help="Default: the latest.")] = None,
-    url: Url = DEFAULT_URL,
-    token: Token = None,
-    as_json: AsJson = False,
-) -> None:
-    """Print a flow's compiled plan as a tree: steps, the poll with its interval and
-    budget, signals, on_timeout blocks, fail nodes, compensations."""
-    params = {"version": version} if version else None
-    with _api(url, token) as api:
-        plan = api.call("GET", f"/api/v1/flows/{name}", params=params)
-    if as_json:
-        _json(plan)
-        return
-    deadline = plan.get("deadlineSeconds")
-    title = f"[bold]{plan['name']}@{plan['version']}[/bold] ({plan['profile']}"
-    title += f", deadline {_seconds(deadline)})" if deadline else ")"
-    tree = Tree(title)
-    branches: dict[int, Tree] = {}
-    for node in plan["nodes"]:
-        label = f"[{node['index']}] {_describe(plan, node)}"
-        parent_index = node.get("pollIndex")
-        if node["kind"] == "step" and parent_index is not None and parent_index in branches:
-            branches[parent_index].add(f"body: {label}", style="cyan")
-            continue
-        branches[node["index"]] = tree.add(label, style="red" if node["kind"] == "fail" else "")
-    out.print(tree)
-
-
-def add_operator_commands(app: typer.Typer, flows_app: typer.Typer) -> None:
-    """Mount ``instances`` on ``app`` and ``list``/``show`` on the ``flows`` group."""
-    app.add_typer(instances_app, name="instances")
-    flows_app.command("list")(_flows_list)
-    flows_app.command("show")(_flows_show)

@@ -1,0 +1,220 @@
+"""What the operator commands share: exit codes, consoles, common options, the HTTP
+client that turns refusals into exit codes, and small renderers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+
+__all__ = [
+    "EXIT_CONFLICT",
+    "EXIT_ERROR",
+    "EXIT_FORBIDDEN",
+    "EXIT_NOT_FOUND",
+    "EXIT_UNREACHABLE",
+    "DEFAULT_URL",
+    "AsJson",
+    "Key",
+    "State",
+    "Token",
+    "Url",
+    "Waiting",
+    "err",
+    "out",
+]
+
+EXIT_ERROR = 1
+EXIT_UNREACHABLE = 3
+EXIT_NOT_FOUND = 4
+EXIT_CONFLICT = 5
+EXIT_FORBIDDEN = 6
+
+_ENDED = ("completed", "failed", "cancelled")
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+class State(StrEnum):
+    running = "running"
+    suspended = "suspended"
+    completed = "completed"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+class Waiting(StrEnum):
+    poll = "poll"
+    retry = "retry"
+    signal = "signal"
+    deadline = "deadline"
+
+
+Url = Annotated[str, typer.Option("--url", envvar="FLOWPARK_URL", help="The node's base URL.")]
+Token = Annotated[
+    str | None,
+    typer.Option("--token", envvar="FLOWPARK_TOKEN", help="Bearer token.", show_default=False),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
+Key = Annotated[str | None, typer.Option("--key", help="Idempotency-Key: a repeat acts no more.")]
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class _Filters:
+    """The list's filters as options (the API's query parameters)."""
+
+    def __init__(
+        self,
+        flow: str | None,
+        version: str | None,
+        state: list[State] | None,
+        overdue: float | None,
+        stuck: bool,
+        error_code: str | None,
+        waiting: Waiting | None,
+        instance_key: str | None,
+        created_after: str | None,
+        created_before: str | None,
+    ) -> None:
+        self.values: dict[str, Any] = {
+            "flow": flow,
+            "version": version,
+            "state": [s.value for s in state] if state else None,
+            "overdue": overdue,
+            "stuck": True if stuck else None,
+            "errorCode": error_code,
+            "waiting": waiting.value if waiting else None,
+            "instanceKey": instance_key,
+            "createdAfter": created_after,
+            "createdBefore": created_before,
+        }
+
+    def query(self) -> dict[str, Any]:
+        return {k: v for k, v in self.values.items() if v is not None}
+
+    def body(self) -> dict[str, Any]:
+        return self.query()
+
+    def any(self) -> bool:
+        return bool(self.query())
+
+
+FlowOpt = Annotated[str | None, typer.Option("--flow", help="Flow name.")]
+VersionOpt = Annotated[str | None, typer.Option("--version", help="Flow version.")]
+StateOpt = Annotated[
+    list[State] | None, typer.Option("--state", help="State (repeat for any of several).")
+]
+OverdueOpt = Annotated[
+    float | None,
+    typer.Option("--overdue", help="Suspended with wakeAt more than this many seconds ago."),
+]
+StuckOpt = Annotated[bool, typer.Option("--stuck", help="Running with an expired lease.")]
+ErrorOpt = Annotated[str | None, typer.Option("--error-code", help="Error code.")]
+WaitingOpt = Annotated[Waiting | None, typer.Option("--waiting", help="What it waits for.")]
+KeyOpt = Annotated[str | None, typer.Option("--instance-key", help="Instance key.")]
+AfterOpt = Annotated[
+    str | None, typer.Option("--created-after", help="ISO-8601 instant with an offset.")
+]
+BeforeOpt = Annotated[
+    str | None, typer.Option("--created-before", help="ISO-8601 instant with an offset.")
+]
+
+
+class _Api:
+    """A node's HTTP API; every error leaves as ``typer.Exit`` with its exit code."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=30.0)
+        self.url = url
+        self.token = token
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        body: Any = None,
+        key: str | None = None,
+    ) -> Any:
+        headers = {"Idempotency-Key": key} if key else {}
+        try:
+            resp = self.client.request(method, path, params=params, json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            err.print(f"error: unreachable: cannot reach {self.url}: {exc}")
+            raise typer.Exit(EXIT_UNREACHABLE) from None
+        if resp.status_code >= 400:
+            raise _refused(resp, tokenless=not self.token)
+        return resp.json()
+
+
+def _refused(resp: httpx.Response, *, tokenless: bool = False) -> typer.Exit:
+    try:
+        problem = resp.json()
+        code, detail = str(problem.get("code")), str(problem.get("detail"))
+        detail += _field_errors(problem.get("errors"))
+    except ValueError:
+        code, detail = f"http_{resp.status_code}", resp.text[:200]
+    if resp.status_code == 401 and tokenless:
+        detail += " (pass --token or set FLOWPARK_TOKEN)"
+    err.print(f"error: {code}: {detail}", markup=False)
+    if resp.status_code in (401, 403):
+        return typer.Exit(EXIT_FORBIDDEN)
+    if resp.status_code == 404:
+        return typer.Exit(EXIT_NOT_FOUND)
+    if resp.status_code == 409:
+        return typer.Exit(EXIT_CONFLICT)
+    return typer.Exit(EXIT_ERROR)
+
+
+def _field_errors(errors: Any) -> str:
+    """The first few of a problem's field errors, as ``" (extendBy: Input should be ...)"``:
+    which parameter the node refused, and why (empty when the problem lists none)."""
+    if not isinstance(errors, list) or not errors:
+        return ""
+    parts = []
+    for error in errors[:3]:
+        if not isinstance(error, dict):
+            continue
+        loc = [str(p) for p in error.get("loc", []) if p not in ("body", "query", "path")]
+        parts.append(f"{'.'.join(loc) or 'body'}: {error.get('msg')}")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+@contextmanager
+def _api(url: str, token: str | None) -> Iterator[_Api]:
+    api = _Api(url, token)
+    try:
+        yield api
+    finally:
+        api.client.close()
+
+
+def _json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _short(instant: str | None) -> str:
+    if not instant:
+        return "-"
+    return instant.replace("T", " ").split(".")[0].rstrip("Z") + "Z"
+
+
+def _waiting(row: dict[str, Any]) -> str:
+    waiting = row.get("waiting")
+    if not waiting:
+        return "-"
+    text = str(waiting["kind"])
+    if waiting.get("attempt") is not None:
+        text += f" #{waiting['attempt']}"
+    if waiting.get("capabilityId"):
+        text += f" {waiting['capabilityId']}"
+    return text

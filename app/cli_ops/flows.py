@@ -1,0 +1,129 @@
+"""``flowpark flows list|show``: the flow versions a node runs and their plans."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.tree import Tree
+
+from app.cli_ops._client import (
+    DEFAULT_URL,
+    AsJson,
+    Token,
+    Url,
+    _api,
+    _json,
+    out,
+)
+
+__all__ = ["flows_list", "flows_show"]
+
+
+def flows_list(url: Url = DEFAULT_URL, token: Token = None, as_json: AsJson = False) -> None:
+    """List the flow versions the node runs, and the versions it does not serve that still
+    have unfinished instances (SERVED no)."""
+    with _api(url, token) as api:
+        flows = api.call("GET", "/api/v1/flows")
+    if as_json:
+        _json(flows)
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("FLOW", "VERSION"):
+        table.add_column(column, no_wrap=True)  # names are copied into commands: never cut
+    for column in ("SERVED", "UNFINISHED", "PROFILE", "ROUTE", "SIGNALS"):
+        table.add_column(column, overflow="fold")
+    for f in flows:
+        table.add_row(
+            f["name"],
+            f["version"],
+            "yes" if f.get("served", True) else "no",
+            str(f.get("unfinished", "-")),
+            f.get("profile") or "-",
+            f.get("route") or "-",
+            ", ".join(f.get("signals", [])),
+        )
+    out.print(table)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    total = int(value)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        amount, total = divmod(total, size)
+        if amount:
+            parts.append(f"{amount}{unit}")
+    return "".join(parts) or f"{value:g}s"
+
+
+def _target(plan: dict[str, Any], index: int | None) -> str:
+    if index is None:
+        return "-"
+    return "end" if index >= plan["end"] else f"[{index}]"
+
+
+def _describe(plan: dict[str, Any], node: dict[str, Any]) -> str:
+    kind = node["kind"]
+    if kind == "step":
+        text = f"step {node['capabilityId']}"
+        if node.get("retry"):
+            r = node["retry"]
+            text += f" (retry: {r.get('maximumAttempts') or 'unbounded'} tries"
+            text += f", from {_seconds(r['initialIntervalSeconds'])})"
+        if node.get("compensation"):
+            text += f", compensate with {node['compensation']}"
+        if node.get("onFailure") is not None:
+            text += f", on failure -> {_target(plan, node['onFailure'])}"
+        return text
+    if kind == "poll":
+        interval = node["interval"]
+        text = f"poll every {_seconds(interval['initialSeconds'])}"
+        if interval["multiplier"] != 1:
+            text += f" x{interval['multiplier']:g} up to {_seconds(interval['maximumSeconds'])}"
+        text += f", budget {_seconds(node['timeoutSeconds'])}"
+        if node.get("signal"):
+            text += f", or signal {node['signal']}"
+        text += f"; satisfied -> {_target(plan, node['satisfied'])}"
+        text += f"; on timeout -> {_target(plan, node.get('onTimeout'))}"
+        return text
+    if kind == "await":
+        return (
+            f"await signal {node['signal']} (timeout {_seconds(node.get('timeoutSeconds'))}); "
+            f"on timeout -> {_target(plan, node.get('onTimeout'))}"
+        )
+    if kind == "fail":
+        return f"fail {node['code']}: {node['message']}"
+    return f"emit {node['name']}"
+
+
+def flows_show(
+    name: Annotated[str, typer.Argument(help="The flow's name.")],
+    version: Annotated[str | None, typer.Option(help="Default: the latest.")] = None,
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Print a flow's compiled plan as a tree: steps, the poll with its interval and
+    budget, signals, on_timeout blocks, fail nodes, compensations."""
+    params = {"version": version} if version else None
+    with _api(url, token) as api:
+        plan = api.call("GET", f"/api/v1/flows/{name}", params=params)
+    if as_json:
+        _json(plan)
+        return
+    deadline = plan.get("deadlineSeconds")
+    title = f"[bold]{plan['name']}@{plan['version']}[/bold] ({plan['profile']}"
+    title += f", deadline {_seconds(deadline)})" if deadline else ")"
+    tree = Tree(title)
+    branches: dict[int, Tree] = {}
+    for node in plan["nodes"]:
+        label = f"[{node['index']}] {_describe(plan, node)}"
+        parent_index = node.get("pollIndex")
+        if node["kind"] == "step" and parent_index is not None and parent_index in branches:
+            branches[parent_index].add(f"body: {label}", style="cyan")
+            continue
+        branches[node["index"]] = tree.add(label, style="red" if node["kind"] == "fail" else "")
+    out.print(tree)
