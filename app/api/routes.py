@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import unicodedata
 from typing import Any, cast
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
@@ -33,6 +31,16 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from app.api.auth import require_scope
 from app.api.explain import explain_view
+from app.api.inputs import (
+    _BODY_DOC,
+    MAX_KEY,
+    MAX_SEQUENCE,
+    _json_body,
+    _same_json,
+    check_instance_id,
+    idempotency_header,
+    well_formed,
+)
 from app.api.models import (
     EventView,
     FlowView,
@@ -54,13 +62,9 @@ from app.engine.engine import Engine
 from app.engine.journal import InstanceState, SignalRecord
 from app.errors import (
     ErrorCode,
-    IdempotencyKeyInvalid,
-    IdempotencyKeyMissing,
     IdempotencyKeyReused,
     InputInvalid,
-    InstanceNotFound,
     SignatureInvalid,
-    UnsupportedMediaType,
 )
 from app.flows.capability import Signal
 from app.flows.catalog import version_key
@@ -77,190 +81,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("flowpark.api")
-
-MAX_KEY = 200
-#: Largest sequence a cursor may name (a signed 64-bit column).
-MAX_SEQUENCE = 2**63 - 1
-#: Deepest JSON nesting a body may have (payloads are stored and serialized again).
-MAX_DEPTH = 64
-#: Longest instance id a path may name (ids are UUIDs: a longer one names nothing).
-MAX_INSTANCE_ID = 100
-#: Unicode categories no id or name may hold: control characters and surrogates.
-_ILL_FORMED = frozenset({"Cc", "Cs"})
-
-
-def well_formed(value: str, limit: int = MAX_INSTANCE_ID) -> bool:
-    """``value`` could be an id or a name: at most ``limit`` characters, no control
-    character (U+0000-U+001F, U+007F-U+009F) and no surrogate."""
-    return len(value) <= limit and not any(unicodedata.category(c) in _ILL_FORMED for c in value)
-
-
-def check_instance_id(instance_id: str) -> None:
-    """Refuse, without a look-up, a path id that cannot name an instance (a NUL would
-    even break the PostgreSQL query).
-
-    Raises:
-        InstanceNotFound: ``instance_not_found``.
-    """
-    if not well_formed(instance_id):
-        shown = (
-            instance_id
-            if len(instance_id) <= MAX_INSTANCE_ID
-            else (instance_id[:MAX_INSTANCE_ID] + "...")
-        )
-        raise InstanceNotFound(f"no instance {shown!r}", instance_id=shown)
-
-
-def _json_media_type(content_type: str | None) -> bool:
-    """A body's ``Content-Type`` is JSON: ``application/json``, ``application/*+json``, or
-    absent or empty (a hand-made request that names no type: read as JSON, as before).
-
-    ``curl -d`` without a header sends ``application/x-www-form-urlencoded``: refused, and
-    the 415 says how to send JSON."""
-    if content_type is None or not content_type.strip():
-        return True
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (
-        media.startswith("application/") and media.endswith("+json")
-    )
-
-
-async def _json_body(request: Request) -> Any:
-    """The request's JSON body (``{}`` when empty).
-
-    Raises:
-        UnsupportedMediaType: ``unsupported_media_type`` (415): a non-empty body that is
-            not JSON by its ``Content-Type``.
-        InputInvalid: 422: not JSON, too deep, or a string no store can keep.
-    """
-    raw = await request.body()
-    if not raw:
-        return {}
-    content_type = request.headers.get("content-type")
-    if not _json_media_type(content_type):
-        raise UnsupportedMediaType(
-            f"the body must be JSON, sent with Content-Type: application/json "
-            f"(curl: --json, or -H 'Content-Type: application/json'), not "
-            f"{content_type!r}",
-        )
-    try:
-        # UTF-8 only (RFC 8259): json.loads would guess UTF-16 or UTF-32 from raw bytes
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputInvalid(f"the body is not UTF-8: {exc.reason} at byte {exc.start}") from None
-    try:
-        value = json.loads(
-            text,
-            parse_float=_finite,
-            parse_constant=_no_constant,
-            object_pairs_hook=_unique_keys,
-        )
-    except (ValueError, RecursionError) as exc:
-        # ValueError: JSONDecodeError, integers longer than Python's int/str digit limit,
-        # NaN/Infinity, a duplicated key; RecursionError: absurdly deep nesting
-        raise InputInvalid(f"the body is not JSON: {exc}") from None
-    _inspect(value)
-    return value
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are all different; a repeated key (which parsers resolve
-    differently: first wins, last wins) is refused."""
-    value = dict(pairs)
-    if len(value) != len(pairs):
-        seen: set[str] = set()
-        repeated = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise ValueError(f"the key {repeated[:80]!r} appears twice in one object")
-    return value
-
-
-def _finite(text: str) -> float:
-    """A JSON number with a fraction or exponent; one out of a double's range (``1e999``)
-    would silently become ``null`` when stored, so it is refused."""
-    number = float(text)
-    if not math.isfinite(number):
-        raise ValueError(f"the number {text[:40]} is out of range")
-    return number
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _inspect(value: Any) -> None:
-    """Check a parsed body (iteratively: any depth is safe to walk).
-
-    Raises:
-        InputInvalid: it nests deeper than ``MAX_DEPTH``, or a string or key holds U+0000
-            (PostgreSQL's text and jsonb refuse it) or a lone surrogate (not UTF-8).
-    """
-    stack: list[tuple[Any, int, tuple[str, ...]]] = [(value, 1, ("body",))]
-    while stack:
-        item, depth, loc = stack.pop()
-        if isinstance(item, str):
-            _check_text(item, loc)
-            continue
-        if isinstance(item, dict):
-            for key in item:
-                _check_text(key, (*loc, key))
-            children: Any = ((v, (*loc, k)) for k, v in item.items())
-        elif isinstance(item, list):
-            children = ((v, (*loc, str(i))) for i, v in enumerate(item))
-        else:
-            continue
-        if depth > MAX_DEPTH:
-            raise InputInvalid(f"the body nests deeper than {MAX_DEPTH} levels")
-        stack.extend((child, depth + 1, where) for child, where in children)
-
-
-def _check_text(text: str, loc: tuple[str, ...]) -> None:
-    if "\x00" in text:
-        problem = "contains U+0000 (NUL), which cannot be stored"
-    else:
-        try:
-            text.encode("utf-8")
-            return
-        except UnicodeEncodeError:
-            problem = "contains a lone surrogate (not valid Unicode)"
-    shown = [part if well_formed(part) else repr(part)[:MAX_INSTANCE_ID] for part in loc]
-    raise InputInvalid(
-        f"a string in the body {problem}",
-        errors=[{"loc": shown, "msg": f"the string {problem}", "type": "string_unstorable"}],
-    )
-
-
-#: The body rules every start and signal route states in its docstring (OpenAPI).
-_BODY_DOC = (
-    " The body is JSON: sent as `application/json` (or `application/*+json`, or "
-    "with no `Content-Type` at all: read as JSON), else 415 "
-    "`unsupported_media_type`; at most `max_body_bytes` (default 1 MiB), else 413 "
-    "`body_too_large`; a body that is not UTF-8, an object with a repeated key or a "
-    "string holding U+0000 is 422 `input_invalid`."
-)
-
-
-def idempotency_header(value: str | None, *, required: bool) -> str | None:
-    """The ``Idempotency-Key`` header's value, stripped (None when absent or blank).
-
-    Raises:
-        IdempotencyKeyMissing: ``required`` and none sent (400).
-        IdempotencyKeyInvalid: longer than ``MAX_KEY`` characters, or not visible ASCII
-            (a control character or a byte past 0x7E) (400).
-    """
-    if value is None or not value.strip():
-        if required:
-            raise IdempotencyKeyMissing("this route requires an Idempotency-Key header")
-        return None
-    if len(value) > MAX_KEY:
-        raise IdempotencyKeyInvalid(f"Idempotency-Key is longer than {MAX_KEY} characters")
-    key = value.strip()
-    if not all("!" <= ch <= "~" or ch == " " for ch in key):
-        # ASGI servers give header bytes as Latin-1: any byte past 0x7E (UTF-8 text) or a
-        # control character shows here; a key must read the same in every log and store
-        raise IdempotencyKeyInvalid(
-            "Idempotency-Key must be visible ASCII (0x21-0x7E, inner spaces allowed)"
-        )
-    return key
 
 
 def _engine(request: Request) -> Engine:
@@ -379,28 +199,6 @@ def _same_signal(
     except (ValidationError, ValueError):  # pragma: no cover - the engine refused it first
         payload = body
     return _same_json(first.payload, payload)
-
-
-def _same_json(a: Any, b: Any) -> bool:
-    """Equal JSON values; unlike ``==``, ``true`` is not ``1`` (while ``1`` is ``1.0``, as
-    a store may give a number back either way)."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, dict):
-        return (
-            isinstance(b, dict)
-            and a.keys() == b.keys()
-            and all(_same_json(v, b[k]) for k, v in a.items())
-        )
-    if isinstance(a, list):
-        return (
-            isinstance(b, list)
-            and len(a) == len(b)
-            and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
-        )
-    if isinstance(b, dict | list):
-        return False
-    return bool(a == b)
 
 
 #: The ``Idempotency-Key`` header as documented: printable, at most ``MAX_KEY`` characters.
