@@ -10,15 +10,22 @@ more. Actions on an ended instance are 409 ``instance_ended``.
 
 from __future__ import annotations
 
-import json
-from datetime import datetime, timedelta
-from typing import Annotated, Any, Literal, cast
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from app.api.auth import Principal, require_scope
+from app.api.actions import (
+    Extension,
+    _engine,
+    _reads,
+    cancel,
+    extend,
+    wake,
+)
+from app.api.auth import require_scope
 from app.api.explain import (
     counts_view,
     decode_cursor,
@@ -41,18 +48,19 @@ from app.api.openapi import problem_responses
 from app.api.plans import plan_view
 from app.api.routes import check_instance_id, idempotency_header
 from app.api.views import API
-from app.engine.engine import Engine
 from app.engine.journal import InstanceState, WakeKind
-from app.engine.operator import extend_budget
-from app.errors import ErrorCode, FlowparkError, InputInvalid, InstanceEnded, InstanceNotFound
-from app.store.read_model import InstanceFilter, InstanceSummary, OperatorAction, OperatorReads
+from app.errors import ErrorCode, InputInvalid, InstanceEnded, InstanceNotFound
+from app.store.read_model import InstanceFilter, InstanceSummary
 
 __all__ = [
     "BulkAction",
     "BulkFilter",
     "Extension",
     "build_operator_router",
+    "cancel",
+    "extend",
     "instance_filter",
+    "wake",
 ]
 
 #: Default and largest page size of the list.
@@ -61,14 +69,6 @@ MAX_LIMIT = 1000
 #: Most instances one bulk action request acts on.
 MAX_BULK = 1000
 _MAX_TEXT = 200
-
-
-def _engine(request: Request) -> Engine:
-    return cast(Engine, request.app.state.engine)
-
-
-def _reads(request: Request) -> OperatorReads:
-    return cast(OperatorReads, _engine(request).journal.reads)
 
 
 def _aware(name: str, value: datetime | None) -> datetime | None:
@@ -216,181 +216,6 @@ class BulkAction(BaseModel):
     dry_run: bool = Field(default=False, alias="dryRun", strict=True)
     limit: Annotated[int, JSON_INTEGER] = Field(default=100, ge=1, le=MAX_BULK)
     cursor: str | None = Field(default=None, max_length=400)
-
-
-async def _repeat(
-    request: Request, instance_id: str, action: str, key: str | None
-) -> JSONResponse | None:
-    """The first answer of an action repeated with its ``Idempotency-Key``, if any."""
-    if key is None:
-        return None
-    first = await _reads(request).find_action(instance_id, action, key)
-    if first is None:
-        return None
-    answer = dict(first.details.get("answer") or {"instanceId": instance_id, "pending": True})
-    return JSONResponse(answer, status_code=int(first.details.get("status", 200)))
-
-
-async def _begin(
-    request: Request, instance_id: str, action: str, key: str | None
-) -> tuple[OperatorAction, JSONResponse | None]:
-    """Record the action before it acts (so two requests with one key act once); a
-    conflict on the key answers the first's answer."""
-    engine = _engine(request)
-    principal: Principal = request.state.principal
-    record = OperatorAction(
-        id=engine.new_id(),
-        instance_id=instance_id,
-        action=action,
-        actor=principal.name,
-        acted_at=engine.clock.now(),
-        details={"pending": True},
-        idempotency_key=key,
-    )
-    stored, created = await _reads(request).record_action(record)
-    if created:
-        return stored, None
-    repeat = await _repeat(request, instance_id, action, key)
-    assert repeat is not None
-    return stored, repeat
-
-
-async def wake(request: Request, instance_id: str, key: str | None) -> tuple[int, dict[str, Any]]:
-    """Wake one instance (see the route); returns ``(status, answer)``.
-
-    Raises:
-        InstanceNotFound: 404. InstanceEnded: 409.
-    """
-    engine = _engine(request)
-    first = await _repeat(request, instance_id, "wake", key)
-    if first is not None:  # a repeat answers what the first did, even once ended
-        return first.status_code, json.loads(bytes(first.body))
-    inst = await engine.journal.reads.get_instance(instance_id)
-    if inst.state.ended:
-        raise InstanceEnded(
-            f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
-        )
-    action, repeat = await _begin(request, instance_id, "wake", key)
-    if repeat is not None:
-        return repeat.status_code, json.loads(bytes(repeat.body))
-    answer: dict[str, Any] = {"instanceId": instance_id, "woken": False}
-    if inst.state is not InstanceState.SUSPENDED:
-        answer.update(state=str(inst.state), reason=f"not parked: the instance is {inst.state}")
-    elif inst.wake_kind is WakeKind.SIGNAL:
-        answer.update(state=str(inst.state), reason="it waits for a signal, not for a wake")
-    else:
-        outcome = await engine.wake_now(instance_id)
-        if outcome is None:
-            now = await engine.journal.reads.get_instance(instance_id)
-            answer.update(state=str(now.state), reason="another node holds it now")
-        else:
-            answer.update(
-                woken=True,
-                state=str(outcome.state),
-                wakeAt=_at(outcome.wake_at),
-            )
-    answer.update(actionId=action.id, actor=action.actor, actedAt=_at(action.acted_at))
-    await _reads(request).complete_action(action.id, {"answer": answer, "status": 200})
-    return 200, answer
-
-
-async def cancel(request: Request, instance_id: str, key: str | None) -> tuple[int, dict[str, Any]]:
-    """Cancel one instance (see the route); returns ``(status, answer)``.
-
-    Raises:
-        InstanceNotFound: 404. InstanceEnded: 409.
-    """
-    engine = _engine(request)
-    first = await _repeat(request, instance_id, "cancel", key)
-    if first is not None:  # a repeat answers what the first did, even once ended
-        return first.status_code, json.loads(bytes(first.body))
-    inst = await engine.journal.reads.get_instance(instance_id)
-    if inst.state.ended:
-        raise InstanceEnded(
-            f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
-        )
-    action, repeat = await _begin(request, instance_id, "cancel", key)
-    if repeat is not None:
-        return repeat.status_code, json.loads(bytes(repeat.body))
-    after = await engine.cancel(instance_id)
-    status = 200 if after.state.ended else 202
-    answer = {
-        "instanceId": instance_id,
-        "state": str(after.state),
-        "actionId": action.id,
-        "actor": action.actor,
-        "actedAt": _at(action.acted_at),
-    }
-    await _reads(request).complete_action(action.id, {"answer": answer, "status": status})
-    return status, answer
-
-
-class Extension(BaseModel):
-    """``POST /api/v1/instances/{id}/budget``: how much longer the poll may wait."""
-
-    model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [{"extendBy": "PT2H"}, {"extendBy": 600}]}
-    )
-
-    extend_by: timedelta = Field(
-        alias="extendBy",
-        description="An ISO-8601 duration (`PT2H`) or seconds; positive, at most 366 days.",
-    )
-
-    @field_validator("extend_by")
-    @classmethod
-    def _positive(cls, value: timedelta) -> timedelta:
-        if not timedelta(0) < value <= timedelta(days=366):
-            raise ValueError("extendBy must be positive and at most 366 days")
-        return value
-
-
-async def extend(
-    request: Request, instance_id: str, by: timedelta, key: str | None
-) -> tuple[int, dict[str, Any]]:
-    """Extend a parked poll's budget (see the route); returns ``(status, answer)``.
-
-    Raises:
-        InstanceNotFound: 404. InstanceEnded, InstanceBusy, NoBudget: 409.
-    """
-    engine = _engine(request)
-    first = await _repeat(request, instance_id, "extend_budget", key)
-    if first is not None:
-        return first.status_code, json.loads(bytes(first.body))
-    inst = await engine.journal.reads.get_instance(instance_id)
-    if inst.state.ended:
-        raise InstanceEnded(
-            f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
-        )
-    action, repeat = await _begin(request, instance_id, "extend_budget", key)
-    if repeat is not None:
-        return repeat.status_code, json.loads(bytes(repeat.body))
-    try:
-        done = await extend_budget(engine, instance_id, by)
-    except FlowparkError as exc:
-        await _reads(request).complete_action(
-            action.id, {"refused": str(exc.code), "extendBy": by.total_seconds()}
-        )
-        raise
-    answer = {
-        "instanceId": instance_id,
-        "extended": done.extended,
-        "extendBy": by.total_seconds(),
-        "stepId": done.step_id,
-        "startedAt": _at(done.started_at),
-        "previousEndsAt": _at(done.previous_ends_at),
-        "endsAt": _at(done.ends_at),
-        "cappedByDeadline": done.capped_by_deadline,
-        "actionId": action.id,
-        "actor": action.actor,
-        "actedAt": _at(action.acted_at),
-    }
-    await _reads(request).complete_action(action.id, {"answer": answer, "status": 200})
-    return 200, answer
-
-
-def _at(instant: datetime | None) -> str | None:
-    return instant.isoformat().replace("+00:00", "Z") if instant is not None else None
 
 
 #: What an action on one instance can answer besides its own answer.
