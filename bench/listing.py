@@ -180,7 +180,7 @@ async def _measure_store(
     from app.store import SqlJournal, make_async_engine
 
     db = make_async_engine(store.url)
-    reads = SqlJournal(db)
+    reads = SqlJournal(db).reads
     timings: dict[str, list[float]] = {}
     try:
         for params in filters.values():  # warm-up
