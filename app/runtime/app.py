@@ -4,12 +4,15 @@ HTTP client and the sweep scheduler in the lifespan, never at import time."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import httpx
 from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.deliveries import build_delivery_router
@@ -148,122 +151,189 @@ def create_app(
     settings = settings or Settings()
     set_node_id(settings.node_id)  # every log line of this process names the node
     register_secrets(settings.secret_values())  # ... and shows none of its secrets
-    clock = clock or SystemClock()
-    catalog = Catalog()
-    # One pooled client for every outbound call of this app (closed by the lifespan);
-    # each call still passes its own timeout.
+    wiring = _wire(settings, clock or SystemClock(), flows, tracer_provider)
+    app = api_app(lifespan=_lifespan(wiring))
+    app.state.settings = settings
+    app.state.catalog = wiring.catalog
+    app.state.flows = wiring.deps.state
+    # the API accepts the tokens of the settings, plus those the flows modules added
+    app.state.credentials = settings.api_credentials + tuple(wiring.deps.credentials)
+    app.state.telemetry = wiring.telemetry
+    install_problem_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    _include_routers(app, wiring)
+    _add_health_routes(app, wiring)
+    wiring.telemetry.instrument_app(app)
+    return app
+
+
+@dataclass(frozen=True)
+class _Wiring:
+    """What the app and its lifespan share: built once by :func:`create_app`."""
+
+    settings: Settings
+    clock: Clock
+    catalog: Catalog
+    #: One pooled client for every outbound call of this app (closed by the lifespan);
+    #: each call still passes its own timeout.
+    http: httpx.AsyncClient
+    telemetry: Telemetry
+    deps: Deps
+
+
+def _wire(
+    settings: Settings,
+    clock: Clock,
+    flows: Sequence[str | FlowSource] | None,
+    tracer_provider: Any,
+) -> _Wiring:
+    """The outbound client, the telemetry, and the catalog with the flows loaded."""
     http = outbound_client(settings.http_timeout_seconds)
     telemetry = Telemetry(settings, tracer_provider)
     telemetry.instrument_client(http)
     deps = Deps(http, settings, serving=True)
+    catalog = Catalog()
     register_flows(catalog, load_flows(settings.flow_targets if flows is None else flows, deps))
+    return _Wiring(settings, clock, catalog, http, telemetry, deps)
+
+
+@dataclass
+class _Workers:
+    """The lifespan's running parts, each None until started; :meth:`stop` stops those
+    started, the newest first."""
+
+    engine: Engine | None = None
+    sweeper: Sweeper | None = None
+    deliverer: Deliverer | None = None
+    purger: Purger | None = None
+
+    async def stop(self) -> None:
+        """Stop the background jobs, then close the engine."""
+        if self.purger is not None:
+            await self.purger.stop()
+        if self.deliverer is not None:
+            await self.deliverer.stop()
+        if self.sweeper is not None:
+            await self.sweeper.stop()
+        if self.engine is not None:  # in-process waits stop; their heartbeat timeout hands
+            await self.engine.close()  # them to another node, from their checkpoints
+
+
+def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: the database and the engine on startup, the background jobs
+    the settings ask for; everything stopped and closed on shutdown."""
+    settings = wiring.settings
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = make_async_engine(settings.database_url, pool_size=settings.db_pool_size)
-        sweeper: Sweeper | None = None
-        deliverer: Deliverer | None = None
-        purger: Purger | None = None
-        engine: Engine | None = None
+        workers = _Workers()
         try:
             await check_schema_at_head(db)
-            if settings.tokens == {DEFAULT_API_TOKEN}:
-                log.warning(
-                    "FLOWPARK_API_TOKENS is the default %r: set your own tokens", DEFAULT_API_TOKEN
-                )
-            for name in settings.plain_tokens_with_colons:
-                log.warning(
-                    "FLOWPARK_API_TOKENS entry %s is a plain token with every scope, its whole "
-                    "text the token: it is not name:token:scope+scope with scopes among %s",
-                    name,
-                    "+".join(SCOPES),
-                )
-            engine = Engine(
-                SqlJournal(db, on_batch=telemetry.observer.batched),
-                catalog,
-                clock,
-                EngineConfig(
-                    node_id=settings.node_id,
-                    lease=timedelta(seconds=settings.lease_seconds),
-                    sweep_batch=settings.sweep_batch,
-                    concurrency=settings.concurrency,
-                    start_wait=timedelta(seconds=settings.start_wait_seconds),
-                ),
-                observer=telemetry.observer,
-            )
+            _warn_about_tokens(settings)
+            workers.engine = engine = _build_engine(wiring, db)
             app.state.engine = engine
             app.state.db = db
-            await log_unserved(engine.journal.reads, catalog, clock.now())  # type: ignore[arg-type]
-            telemetry.start(db, clock)
-            if settings.run_sweeper:
-                sweeper = Sweeper(engine, settings.timer_scan_interval)
-                sweeper.start()
-            app.state.sweeper = sweeper
+            await log_unserved(engine.journal.reads, wiring.catalog, wiring.clock.now())  # type: ignore[arg-type]
+            wiring.telemetry.start(db, wiring.clock)
             app.state.deliveries = SqlDeliveries(db)
-            if settings.run_sweeper and settings.subscribers:
-                deliverer = Deliverer(
-                    app.state.deliveries,
-                    settings.subscribers,
-                    http,
-                    clock,
-                    settings.node_id,
-                    settings,
-                )
-                deliverer.start()
-            retention = settings.retention_period
-            if settings.run_sweeper and retention is not None:
-                purger = Purger(
-                    SqlRetention(db),
-                    clock,
-                    retention,
-                    batch=settings.retention_batch,
-                    interval_seconds=settings.retention_scan_seconds,
-                )
-                purger.start()
+            _start_jobs(wiring, workers, db, app.state.deliveries)
+            app.state.sweeper = workers.sweeper
             log.info("flowpark node %s ready on %s", settings.node_id, settings.self_url)
             yield
         finally:
-            if purger is not None:
-                await purger.stop()
-            if deliverer is not None:
-                await deliverer.stop()
-            if sweeper is not None:
-                await sweeper.stop()
-            if engine is not None:  # in-process waits stop; their heartbeat timeout hands
-                await engine.close()  # them to another node, from their checkpoints
-            await telemetry.stop()
-            for close in reversed(deps.closers):
+            await workers.stop()
+            await wiring.telemetry.stop()
+            for close in reversed(wiring.deps.closers):
                 await close()
-            await http.aclose()
+            await wiring.http.aclose()
             await db.dispose()
 
-    app = api_app(lifespan=lifespan)
-    app.state.settings = settings
-    app.state.catalog = catalog
-    app.state.flows = deps.state
-    # the API accepts the tokens of the settings, plus those the flows modules added
-    app.state.credentials = settings.api_credentials + tuple(deps.credentials)
-    app.state.telemetry = telemetry
-    install_problem_handlers(app)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    return lifespan
+
+
+def _warn_about_tokens(settings: Settings) -> None:
+    """Log a warning for the default token and for plain tokens that look like
+    ``name:token:scopes`` entries."""
+    if settings.tokens == {DEFAULT_API_TOKEN}:
+        log.warning("FLOWPARK_API_TOKENS is the default %r: set your own tokens", DEFAULT_API_TOKEN)
+    for name in settings.plain_tokens_with_colons:
+        log.warning(
+            "FLOWPARK_API_TOKENS entry %s is a plain token with every scope, its whole "
+            "text the token: it is not name:token:scope+scope with scopes among %s",
+            name,
+            "+".join(SCOPES),
+        )
+
+
+def _build_engine(wiring: _Wiring, db: AsyncEngine) -> Engine:
+    """The flowpark engine on the SQL journal, configured from the settings."""
+    settings, telemetry = wiring.settings, wiring.telemetry
+    return Engine(
+        SqlJournal(db, on_batch=telemetry.observer.batched),
+        wiring.catalog,
+        wiring.clock,
+        EngineConfig(
+            node_id=settings.node_id,
+            lease=timedelta(seconds=settings.lease_seconds),
+            sweep_batch=settings.sweep_batch,
+            concurrency=settings.concurrency,
+            start_wait=timedelta(seconds=settings.start_wait_seconds),
+        ),
+        observer=telemetry.observer,
+    )
+
+
+def _start_jobs(
+    wiring: _Wiring, workers: _Workers, db: AsyncEngine, deliveries: SqlDeliveries
+) -> None:
+    """Start the background jobs a sweeping node runs: the sweeper, the event deliverer
+    (when there are subscribers) and the retention purger (when a retention is set)."""
+    settings = wiring.settings
+    if not settings.run_sweeper:
+        return
+    assert workers.engine is not None
+    workers.sweeper = Sweeper(workers.engine, settings.timer_scan_interval)
+    workers.sweeper.start()
+    if settings.subscribers:
+        workers.deliverer = Deliverer(
+            deliveries, settings.subscribers, wiring.http, wiring.clock, settings.node_id, settings
+        )
+        workers.deliverer.start()
+    if settings.retention_period is not None:
+        workers.purger = Purger(
+            SqlRetention(db),
+            wiring.clock,
+            settings.retention_period,
+            batch=settings.retention_batch,
+            interval_seconds=settings.retention_scan_seconds,
+        )
+        workers.purger.start()
+
+
+def _include_routers(app: FastAPI, wiring: _Wiring) -> None:
+    """The API's routers, the flows' trigger routes, the console (unless disabled) and
+    the routers the flows modules mounted (e.g. the samples' fake providers)."""
     app.include_router(build_operator_router())  # before /instances/{id}
     app.include_router(build_router())
     app.include_router(build_delivery_router())
     app.include_router(build_streams_router())
-    add_trigger_routes(app, catalog.plans())
-    if settings.console_enabled:
+    add_trigger_routes(app, wiring.catalog.plans())
+    if wiring.settings.console_enabled:
         install_console(app)
-    for router, _tags in deps.routers:  # e.g. the samples' fake providers: not the API's
+    for router, _tags in wiring.deps.routers:  # not the API's: kept out of its schema
         app.include_router(router, include_in_schema=False)
+
+
+def _add_health_routes(app: FastAPI, wiring: _Wiring) -> None:
+    """``/healthz`` (GET and HEAD), then the readiness and metrics routes."""
+    node_id = wiring.settings.node_id
 
     @app.get("/healthz", tags=["ops"], operation_id="healthz", response_model=Health)
     async def healthz() -> dict[str, str]:
         """Liveness: the node is up (``HEAD`` answers the same, without a body)."""
-        return {"status": "ok", "node": settings.node_id}
+        return {"status": "ok", "node": node_id}
 
     # HEAD as its own route: one operation id per method in the OpenAPI document
     app.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=False)
-    add_health_routes(app, settings, telemetry)
-    telemetry.instrument_app(app)
-
-    return app
+    add_health_routes(app, wiring.settings, wiring.telemetry)
