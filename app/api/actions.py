@@ -3,17 +3,16 @@ recorded with an ``Idempotency-Key`` so a repeat answers the first answer."""
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.api.auth import Principal
 from app.engine.engine import Engine
-from app.engine.journal import InstanceState, WakeKind
+from app.engine.journal import InstanceRecord, InstanceState, WakeKind
 from app.engine.operator import extend_budget
 from app.errors import FlowparkError, InstanceEnded
 from app.store.read_model import OperatorAction, OperatorReads
@@ -29,9 +28,21 @@ def _reads(request: Request) -> OperatorReads:
     return cast(OperatorReads, _engine(request).journal.reads)
 
 
+#: An action's answer: its HTTP status and its JSON body.
+Answer = tuple[int, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """An action recorded as begun on an instance that has not ended."""
+
+    instance: InstanceRecord
+    action: OperatorAction
+
+
 async def _repeat(
     request: Request, instance_id: str, action: str, key: str | None
-) -> JSONResponse | None:
+) -> Answer | None:
     """The first answer of an action repeated with its ``Idempotency-Key``, if any."""
     if key is None:
         return None
@@ -39,12 +50,12 @@ async def _repeat(
     if first is None:
         return None
     answer = dict(first.details.get("answer") or {"instanceId": instance_id, "pending": True})
-    return JSONResponse(answer, status_code=int(first.details.get("status", 200)))
+    return int(first.details.get("status", 200)), answer
 
 
 async def _begin(
     request: Request, instance_id: str, action: str, key: str | None
-) -> tuple[OperatorAction, JSONResponse | None]:
+) -> tuple[OperatorAction, Answer | None]:
     """Record the action before it acts (so two requests with one key act once); a
     conflict on the key answers the first's answer."""
     engine = _engine(request)
@@ -66,24 +77,44 @@ async def _begin(
     return stored, repeat
 
 
-async def wake(request: Request, instance_id: str, key: str | None) -> tuple[int, dict[str, Any]]:
+async def _open(
+    request: Request, instance_id: str, action: str, key: str | None
+) -> _Opened | Answer:
+    """Open an action on one instance: the answer to give now, or the instance and the
+    action recorded as begun.
+
+    A repeat of ``key`` answers what the first request did (even once the instance has
+    ended); else an ended instance is refused; else the action is recorded, and a
+    concurrent request that recorded it first with the same key gives its answer.
+
+    Returns:
+        ``(status, answer)`` to answer at once, or the :class:`_Opened` instance and action.
+
+    Raises:
+        InstanceNotFound: 404. InstanceEnded: 409.
+    """
+    first = await _repeat(request, instance_id, action, key)
+    if first is not None:
+        return first
+    inst = await _engine(request).journal.reads.get_instance(instance_id)
+    if inst.state.ended:
+        raise InstanceEnded(
+            f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
+        )
+    recorded, repeat = await _begin(request, instance_id, action, key)
+    return repeat if repeat is not None else _Opened(inst, recorded)
+
+
+async def wake(request: Request, instance_id: str, key: str | None) -> Answer:
     """Wake one instance (see the route); returns ``(status, answer)``.
 
     Raises:
         InstanceNotFound: 404. InstanceEnded: 409.
     """
-    engine = _engine(request)
-    first = await _repeat(request, instance_id, "wake", key)
-    if first is not None:  # a repeat answers what the first did, even once ended
-        return first.status_code, json.loads(bytes(first.body))
-    inst = await engine.journal.reads.get_instance(instance_id)
-    if inst.state.ended:
-        raise InstanceEnded(
-            f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
-        )
-    action, repeat = await _begin(request, instance_id, "wake", key)
-    if repeat is not None:
-        return repeat.status_code, json.loads(bytes(repeat.body))
+    opened = await _open(request, instance_id, "wake", key)
+    if not isinstance(opened, _Opened):
+        return opened
+    engine, inst, action = _engine(request), opened.instance, opened.action
     answer: dict[str, Any] = {"instanceId": instance_id, "woken": False}
     if inst.state is not InstanceState.SUSPENDED:
         answer.update(state=str(inst.state), reason=f"not parked: the instance is {inst.state}")
@@ -105,25 +136,17 @@ async def wake(request: Request, instance_id: str, key: str | None) -> tuple[int
     return 200, answer
 
 
-async def cancel(request: Request, instance_id: str, key: str | None) -> tuple[int, dict[str, Any]]:
+async def cancel(request: Request, instance_id: str, key: str | None) -> Answer:
     """Cancel one instance (see the route); returns ``(status, answer)``.
 
     Raises:
         InstanceNotFound: 404. InstanceEnded: 409.
     """
-    engine = _engine(request)
-    first = await _repeat(request, instance_id, "cancel", key)
-    if first is not None:  # a repeat answers what the first did, even once ended
-        return first.status_code, json.loads(bytes(first.body))
-    inst = await engine.journal.reads.get_instance(instance_id)
-    if inst.state.ended:
-        raise InstanceEnded(
-            f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
-        )
-    action, repeat = await _begin(request, instance_id, "cancel", key)
-    if repeat is not None:
-        return repeat.status_code, json.loads(bytes(repeat.body))
-    after = await engine.cancel(instance_id)
+    opened = await _open(request, instance_id, "cancel", key)
+    if not isinstance(opened, _Opened):
+        return opened
+    action = opened.action
+    after = await _engine(request).cancel(instance_id)
     status = 200 if after.state.ended else 202
     answer = {
         "instanceId": instance_id,
@@ -156,28 +179,18 @@ class Extension(BaseModel):
         return value
 
 
-async def extend(
-    request: Request, instance_id: str, by: timedelta, key: str | None
-) -> tuple[int, dict[str, Any]]:
+async def extend(request: Request, instance_id: str, by: timedelta, key: str | None) -> Answer:
     """Extend a parked poll's budget (see the route); returns ``(status, answer)``.
 
     Raises:
         InstanceNotFound: 404. InstanceEnded, InstanceBusy, NoBudget: 409.
     """
-    engine = _engine(request)
-    first = await _repeat(request, instance_id, "extend_budget", key)
-    if first is not None:
-        return first.status_code, json.loads(bytes(first.body))
-    inst = await engine.journal.reads.get_instance(instance_id)
-    if inst.state.ended:
-        raise InstanceEnded(
-            f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
-        )
-    action, repeat = await _begin(request, instance_id, "extend_budget", key)
-    if repeat is not None:
-        return repeat.status_code, json.loads(bytes(repeat.body))
+    opened = await _open(request, instance_id, "extend_budget", key)
+    if not isinstance(opened, _Opened):
+        return opened
+    action = opened.action
     try:
-        done = await extend_budget(engine, instance_id, by)
+        done = await extend_budget(_engine(request), instance_id, by)
     except FlowparkError as exc:
         await _reads(request).complete_action(
             action.id, {"refused": str(exc.code), "extendBy": by.total_seconds()}

@@ -267,3 +267,37 @@ async def test_an_extension_never_passes_the_flow_deadline_and_needs_a_poll(
     for answer in bad:
         assert_problem(answer, 422, "input_invalid")
     assert (await h.instance(capped.id)).state.value == "suspended"
+
+
+async def test_a_repeated_key_answers_the_first_answer_byte_for_byte_even_once_ended(
+    op: Operated,
+) -> None:
+    h = op.h
+    woken = (await h.start("t.poll", {"order_id": "o-r1"}, version="1.0.0")).instance
+    extended = (await h.start("t.poll", {"order_id": "o-r2"}, version="1.0.0")).instance
+    cancelled = (await h.start("t.poll", {"order_id": "o-r3"}, version="1.0.0")).instance
+    calls: list[tuple[str, str, dict[str, Any] | None]] = [
+        (woken.id, "wake", None),
+        (extended.id, "budget", {"extendBy": 60}),
+        (cancelled.id, "cancel", None),
+    ]
+    async with op.client(OPS) as client:
+        firsts = [
+            await client.post(url(i, a), json=body, headers={"Idempotency-Key": "r-1"})
+            for i, a, body in calls
+        ]
+        for instance_id in (woken.id, extended.id):
+            await h.engine.cancel(instance_id)
+        repeats = [
+            await client.post(url(i, a), json=body, headers={"Idempotency-Key": "r-1"})
+            for i, a, body in calls
+        ]
+        fresh = [
+            await client.post(url(i, a), json=body, headers={"Idempotency-Key": "r-2"})
+            for i, a, body in calls
+        ]
+    for first, repeat in zip(firsts, repeats, strict=True):
+        assert first.status_code == 200, first.text
+        assert (repeat.status_code, repeat.content) == (first.status_code, first.content)
+    for answer in fresh:  # a new key on an ended instance is refused
+        assert_problem(answer, 409, "instance_ended")
