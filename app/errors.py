@@ -41,6 +41,7 @@ of a definition finding (``poll.requires_durable``).
         ├── MetricsForbidden       metrics_forbidden
         ├── IdempotencyKeyMissing  idempotency_key_missing
         ├── IdempotencyKeyInvalid  idempotency_key_invalid
+        ├── BulkFilterMissing      bulk_filter_missing
         ├── UnsupportedMediaType   unsupported_media_type
         ├── BodyTooLarge           body_too_large
         ├── RouteNotFound          not_found
@@ -61,6 +62,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "BodyTooLarge",
+    "BulkFilterMissing",
     "DefinitionError",
     "DeliveryNotFailed",
     "DeliveryNotFound",
@@ -117,6 +119,11 @@ class ErrorCode(StrEnum):
     BODY_TOO_LARGE = (
         "body_too_large",
         "the request body is larger than `FLOWPARK_MAX_BODY_BYTES`",
+    )
+    BULK_FILTER_MISSING = (
+        "bulk_filter_missing",
+        'a bulk action gives no filter: name at least one, or send `"all": true` to act on '
+        "every instance",
     )
     DELIVERY_NOT_FAILED = (
         "delivery_not_failed",
@@ -414,6 +421,13 @@ class IdempotencyKeyInvalid(RequestRefused):
     """The ``Idempotency-Key`` header is too long."""
 
     code = ErrorCode.IDEMPOTENCY_KEY_INVALID
+
+
+class BulkFilterMissing(RequestRefused):
+    """A bulk action gives an empty filter without ``"all": true``: it would act on every
+    instance, so it must say so."""
+
+    code = ErrorCode.BULK_FILTER_MISSING
 
 
 class UnsupportedMediaType(RequestRefused):

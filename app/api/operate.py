@@ -49,7 +49,7 @@ from app.api.plans import plan_view
 from app.api.routes import check_instance_id, idempotency_header
 from app.api.views import API
 from app.engine.journal import InstanceState, WakeKind
-from app.errors import ErrorCode, InputInvalid, InstanceEnded, InstanceNotFound
+from app.errors import BulkFilterMissing, ErrorCode, InputInvalid, InstanceEnded, InstanceNotFound
 from app.store.read_model import InstanceFilter, InstanceSummary
 
 __all__ = [
@@ -181,6 +181,21 @@ class BulkFilter(BaseModel):
         default=None, alias="createdBefore"
     )
 
+    def is_empty(self) -> bool:
+        """No field narrows the selection: the filter selects every instance."""
+        return not (
+            self.flow is not None
+            or self.version is not None
+            or self.state
+            or self.overdue is not None
+            or self.stuck
+            or self.error_code is not None
+            or self.waiting is not None
+            or self.instance_key is not None
+            or self.created_after is not None
+            or self.created_before is not None
+        )
+
     def to_filter(self, now: datetime) -> InstanceFilter:
         """The read model's filter, measured at ``now``."""
         return InstanceFilter(
@@ -207,12 +222,19 @@ class BulkAction(BaseModel):
             "examples": [
                 {"action": "wake", "filter": {"waiting": "poll", "overdue": 600}, "limit": 100},
                 {"action": "cancel", "filter": {"flow": "document.process"}, "dryRun": True},
+                {"action": "wake", "all": True, "dryRun": True},
             ]
         },
     )
 
     action: Literal["wake", "cancel"]
     filter: BulkFilter = Field(default_factory=BulkFilter)
+    all_: bool = Field(
+        default=False,
+        alias="all",
+        strict=True,
+        description="Act on every instance: required when `filter` names no field.",
+    )
     dry_run: bool = Field(default=False, alias="dryRun", strict=True)
     limit: Annotated[int, JSON_INTEGER] = Field(default=100, ge=1, le=MAX_BULK)
     cursor: str | None = Field(default=None, max_length=400)
@@ -329,20 +351,29 @@ def build_operator_router() -> APIRouter:
         dependencies=operate,
         operation_id="act_on_instances",
         response_model=BulkAnswer,
-        responses=problem_responses(ErrorCode.INPUT_INVALID, *_BODY_CODES),
+        responses=problem_responses(
+            ErrorCode.INPUT_INVALID, ErrorCode.BULK_FILTER_MISSING, *_BODY_CODES
+        ),
     )
     async def bulk_action(request: Request, body: BulkAction) -> JSONResponse:
         """Act (`wake` or `cancel`) on the instances a filter selects (`filter`: the list's
-        parameters as JSON, e.g. `{"waiting": "poll", "overdue": 600}`). `dryRun: true`
-        acts on none and answers how many match (`matched`). Otherwise at most `limit`
-        instances (1-1000, default 100) are taken in the list's order, from `cursor` on,
-        and each is acted on as by its own route (recorded in its history; ended ones and
-        ones not parked are skipped); the answer counts them (`acted`, `skipped`), lists
-        each (`results`) and gives `nextCursor` to continue with (null once the filter's
+        parameters as JSON, e.g. `{"waiting": "poll", "overdue": 600}`). A filter that
+        names no field would select every instance: it is refused, 422
+        `bulk_filter_missing`, unless the body says `"all": true`. `dryRun: true` acts on
+        none and answers how many match (`matched`). Otherwise at most `limit` instances
+        (1-1000, default 100) are taken in the list's order, from `cursor` on, and each is
+        acted on as by its own route (recorded in its history; ended ones and ones not
+        parked are skipped); the answer counts them (`acted`, `skipped`), lists each
+        (`results`) and gives `nextCursor` to continue with (null once the filter's
         instances are all visited). With an `Idempotency-Key`, each instance's action is
         idempotent by that key, so a retried batch acts on none twice."""
         engine = _engine(request)
         key = idempotency_header(request.headers.get("idempotency-key"), required=False)
+        if body.filter.is_empty() and not body.all_:
+            raise BulkFilterMissing(
+                "the filter names no field, so it selects every instance: give at least one "
+                'filter field, or send "all": true to act on every instance'
+            )
         where = body.filter.to_filter(engine.clock.now())
         reads = _reads(request)
         if body.dry_run:

@@ -58,6 +58,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.BODY_TOO_LARGE: 413,
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
     ErrorCode.IDEMPOTENCY_KEY_REUSED: 422,
+    ErrorCode.BULK_FILTER_MISSING: 422,
     ErrorCode.INPUT_INVALID: 422,
     ErrorCode.INTERNAL_ERROR: 500,
     ErrorCode.SCHEMA_BEHIND_HEAD: 503,

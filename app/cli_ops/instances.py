@@ -217,10 +217,19 @@ def show(
 
 
 def _bulk(
-    api: _Api, action: str, filters: _Filters, batch: int, dry_run: bool, key: str | None
+    api: _Api,
+    action: str,
+    filters: _Filters,
+    every: bool,
+    batch: int,
+    dry_run: bool,
+    key: str | None,
 ) -> dict[str, Any]:
-    """Run a bulk action batch by batch with a progress bar; returns the totals."""
-    body = {"action": action, "filter": filters.body()}
+    """Run a bulk action batch by batch with a progress bar; returns the totals. ``every``
+    sends ``"all": true`` (the node refuses an empty filter without it)."""
+    body: dict[str, Any] = {"action": action, "filter": filters.body()}
+    if every:
+        body["all"] = True
     matched = api.call("POST", "/api/v1/instances/actions", body={**body, "dryRun": True})[
         "matched"
     ]
@@ -259,6 +268,7 @@ def _act(
     url: str,
     token: str | None,
     filters: _Filters,
+    every: bool,
     batch: int,
     dry_run: bool,
     key: str | None,
@@ -266,8 +276,8 @@ def _act(
 ) -> None:
     with _api(url, token) as api:
         if instance_id is not None:
-            if filters.any():
-                err.print("error: usage: give an instance id or filters, not both")
+            if filters.any() or every:
+                err.print("error: usage: give an instance id, or filters or --all, not both")
                 raise typer.Exit(2)
             answer = api.call("POST", f"/api/v1/instances/{instance_id}/{action}", key=key)
             if as_json:
@@ -277,10 +287,13 @@ def _act(
             else:
                 out.print(f"{instance_id}: {action} done; state {answer.get('state')}")
             return
-        if not filters.any():
-            err.print(f"error: usage: {action} needs an instance id or at least one filter")
+        if not filters.any() and not every:
+            err.print(
+                f"error: usage: {action} needs an instance id, at least one filter, or --all "
+                "to act on every instance"
+            )
             raise typer.Exit(2)
-        totals = _bulk(api, action, filters, batch, dry_run, key)
+        totals = _bulk(api, action, filters, every, batch, dry_run, key)
     if as_json:
         _json(totals)
     elif dry_run:
@@ -294,6 +307,10 @@ def _act(
 
 Batch = Annotated[int, typer.Option(min=1, max=1000, help="Instances per bulk request.")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Count the matches; act on none.")]
+Every = Annotated[
+    bool,
+    typer.Option("--all", help="Act on every instance (required when no filter is given)."),
+]
 OptionalId = Annotated[
     str | None, typer.Argument(help="The instance id (or use filters for a bulk action).")
 ]
@@ -314,13 +331,15 @@ def wake(
     instance_key: KeyOpt = None,
     created_after: AfterOpt = None,
     created_before: BeforeOpt = None,
+    every: Every = False,
     batch: Batch = 100,
     dry_run: DryRun = False,
     key: Key = None,
     as_json: AsJson = False,
 ) -> None:
     """Wake one parked instance now (its next attempt runs at once), or every instance the
-    filters select (a progress bar; --dry-run counts them)."""
+    filters select (a progress bar; --dry-run counts them); --all, and no filter, selects
+    every instance."""
     filters = _Filters(
         flow,
         version,
@@ -333,7 +352,7 @@ def wake(
         created_after,
         created_before,
     )
-    _act("wake", instance_id, url, token, filters, batch, dry_run, key, as_json)
+    _act("wake", instance_id, url, token, filters, every, batch, dry_run, key, as_json)
 
 
 @instances_app.command("cancel")
@@ -351,12 +370,14 @@ def cancel(
     instance_key: KeyOpt = None,
     created_after: AfterOpt = None,
     created_before: BeforeOpt = None,
+    every: Every = False,
     batch: Batch = 100,
     dry_run: DryRun = False,
     key: Key = None,
     as_json: AsJson = False,
 ) -> None:
-    """Cancel one instance (compensations run), or every instance the filters select."""
+    """Cancel one instance (compensations run), or every instance the filters select
+    (--all, and no filter: every instance)."""
     filters = _Filters(
         flow,
         version,
@@ -369,7 +390,7 @@ def cancel(
         created_after,
         created_before,
     )
-    _act("cancel", instance_id, url, token, filters, batch, dry_run, key, as_json)
+    _act("cancel", instance_id, url, token, filters, every, batch, dry_run, key, as_json)
 
 
 @instances_app.command("extend")

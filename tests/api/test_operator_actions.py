@@ -301,3 +301,40 @@ async def test_a_repeated_key_answers_the_first_answer_byte_for_byte_even_once_e
         assert (repeat.status_code, repeat.content) == (first.status_code, first.content)
     for answer in fresh:  # a new key on an ended instance is refused
         assert_problem(answer, 409, "instance_ended")
+
+
+ACTIONS = "/api/v1/instances/actions"
+
+
+async def test_a_bulk_action_with_an_empty_filter_needs_all(op: Operated) -> None:
+    h = op.h
+    polls = [
+        (await h.start("t.poll", {"order_id": f"o-all{i}"}, version="1.0.0")).instance.id
+        for i in range(2)
+    ]
+    empty: list[dict[str, Any]] = [
+        {"action": "cancel"},
+        {"action": "cancel", "filter": {}},
+        {"action": "cancel", "filter": {"stuck": False, "state": []}, "all": False},
+        {"action": "wake", "dryRun": True},
+    ]
+    async with op.client(OPS) as client:
+        refused = [await client.post(ACTIONS, json=body) for body in empty]
+        ill_typed = await client.post(ACTIONS, json={"action": "cancel", "all": "true"})
+        dry = await client.post(ACTIONS, json={"action": "cancel", "all": True, "dryRun": True})
+        assert [(await h.instance(i)).state.value for i in polls] == ["suspended"] * 2
+        done = await client.post(ACTIONS, json={"action": "cancel", "all": True})
+        narrowed = await client.post(
+            ACTIONS, json={"action": "cancel", "all": True, "filter": {"flow": "t.none"}}
+        )
+    for answer in refused:
+        assert_problem(answer, 422, "bulk_filter_missing")
+        assert '"all": true' in answer.json()["detail"]
+    assert_problem(ill_typed, 422, "input_invalid")  # strict: a string is not a boolean
+    assert dry.status_code == 200, dry.text
+    assert dry.json() == {"action": "cancel", "dryRun": True, "matched": 2, "acted": 0}
+    assert done.status_code == 200, done.text
+    assert done.json()["acted"] == 2 and done.json()["nextCursor"] is None
+    assert sorted(r["instanceId"] for r in done.json()["results"]) == sorted(polls)
+    assert [(await h.instance(i)).state.value for i in polls] == ["cancelled"] * 2
+    assert narrowed.json()["matched"] == 0  # all: true with a filter: the filter still holds

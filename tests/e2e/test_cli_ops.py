@@ -239,3 +239,20 @@ def test_exit_codes_scripts_can_trust(node: SubprocessServer) -> None:
     assert cli(node, "instances", "list", "--state", "asleep").returncode == 2
     for done in (read_only, unknown):
         assert VIEWER not in done.stdout + done.stderr
+
+
+def test_a_bulk_action_without_a_filter_needs_all(node: SubprocessServer) -> None:
+    instance_id = start_document(node)
+    for action in ("wake", "cancel"):
+        refused = cli(node, "instances", action)
+        assert refused.returncode == 2 and refused.stdout == ""
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: usage: {action} needs"), lines
+        assert "--all" in lines[0]
+        both = cli(node, "instances", action, instance_id, "--all")
+        assert both.returncode == 2 and "not both" in both.stderr
+    dry = as_json(cli(node, "instances", "cancel", "--all", "--dry-run", "--json"))
+    assert dry["dryRun"] is True and dry["matched"] >= 1 and dry["acted"] == 0
+    assert as_json(cli(node, "instances", "show", instance_id, "--json"))["state"] == "suspended"
+    woken = as_json(cli(node, "instances", "wake", "--all", "--json"))
+    assert woken["matched"] >= 1 and woken["acted"] + woken["skipped"] == woken["matched"]
