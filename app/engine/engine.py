@@ -28,7 +28,7 @@ from app.engine.journal import (
     SignalRecord,
     Snapshot,
 )
-from app.engine.limits import Limits
+from app.engine.limits import CallLimits
 from app.engine.observe import LOG_CONTEXT, Observer
 from app.engine.roles import Journal
 from app.engine.runner import (
@@ -37,7 +37,7 @@ from app.engine.runner import (
     RunOutcome,
 )
 from app.engine.sweeps import SweepPass
-from app.engine.walker import Walker
+from app.engine.walker import PlanWalker
 from app.errors import (
     FlowFailure,
     FlowparkError,
@@ -131,8 +131,12 @@ class SweepReport:
     outcomes: list[RunOutcome] = field(default_factory=list)
 
 
-class Engine(Walker, Limits):
+class Engine:
     """Runs flows durably.
+
+    The engine composes a :class:`~app.engine.walker.PlanWalker` (``walker``: walks a run's
+    plan) and a :class:`~app.engine.limits.CallLimits` (``limits``: runs one capability
+    call under its timeouts, the lease keeper and the heartbeat watchdog).
 
     Args:
         journal: the store (one implementation: ``app.store.SqlJournal``).
@@ -166,6 +170,8 @@ class Engine(Walker, Limits):
         self.config = config or EngineConfig()
         self.lease = self.config.lease
         self.new_id = id_factory or (lambda: str(uuid7()))
+        self.walker = PlanWalker(self.new_id)
+        self.limits = CallLimits(clock, self.lease, self.config.node_id)
         self._gate = asyncio.Semaphore(self.config.concurrency)
         self.wake_listeners: list[Callable[[str, datetime], None]] = []
         # runs that went on in the background once they reached a heartbeating capability
@@ -328,7 +334,7 @@ class Engine(Walker, Limits):
             return await self._fail_unreadable(inst, claim, exc)
         run.detach = detach
         try:
-            halt = await self._walk(run)
+            halt = await self.walker.walk(run)
         except StaleFencingToken:
             self.observer.fencing_refused(inst.flow_name)
             log.warning(
@@ -386,7 +392,7 @@ class Engine(Walker, Limits):
             f"{type(exc).__name__}: {exc}"[:2000],
             {"error_type": type(exc).__name__},
         )
-        return await self._unwind(run, InstanceState.FAILED, failure)
+        return await self.walker.unwind(run, InstanceState.FAILED, failure)
 
     async def _fail_unreadable(
         self, inst: InstanceRecord, claim: Claim, exc: Exception

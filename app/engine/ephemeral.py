@@ -120,12 +120,12 @@ async def run_ephemeral(engine: Engine, plan: Plan, data: dict[str, Any]) -> Sta
         clock = engine.clock
         lease = engine.lease
         new_id = staticmethod(engine.new_id)
-        call_with_limits = staticmethod(engine.call_with_limits)
+        limits = engine.limits
         observer = engine.observer
 
     run = Run(_View(), plan, record, Claim(record.id, 0), [], [])
     run.ephemeral = True
-    halt: Halt = await engine._walk(run)
+    halt: Halt = await engine.walker.walk(run)
     final = memory.record
     assert halt.state.ended
     return StartResult(final, True, final.result)

@@ -1,5 +1,5 @@
 """Limits of one try: ``execute_timeout``, the heartbeat watchdog and the lease keeper, all
-on the engine clock (mixed into :class:`app.engine.Engine`)."""
+on the engine clock (the :class:`app.engine.Engine` holds one :class:`CallLimits`)."""
 
 from __future__ import annotations
 
@@ -20,20 +20,26 @@ from app.errors import (
 )
 from app.flows.capability import Capability, CapabilityOptions
 
-__all__ = ["Limits"]
+__all__ = ["CallLimits"]
 
 log = logging.getLogger("flowpark.engine")
 
 
-class Limits:
-    """Runs one try of a capability within its limits while keeping the lease."""
+class CallLimits:
+    """Runs one try of a capability within its limits while keeping the lease.
 
-    clock: Clock
-    lease: timedelta
-    config: Any
+    Args:
+        clock: the engine clock (timers, sleeps).
+        lease: a claim's length; a renewal extends the lease by as much from now.
+        node_id: this node's name (logs).
+    """
 
-    # -- capability limits ---------------------------------------------------------------
-    async def call_with_limits(
+    def __init__(self, clock: Clock, lease: timedelta, node_id: str) -> None:
+        self.clock = clock
+        self.lease = lease
+        self.node_id = node_id
+
+    async def call(
         self, capability: Capability, ctx: ExecutionContext, opts: CapabilityOptions, run: Run
     ) -> Any:
         """Run one try with ``execute_timeout`` (and heartbeat watchdog) on the engine clock;
@@ -53,8 +59,8 @@ class Limits:
                 after the lease lapsed): the try is not started, or is cancelled at once,
                 and nothing of it is committed.
         """
-        if opts.heartbeat_timeout is None and self._lease_left(run) < self.lease * 2 / 3:
-            await self._renew_lease(run)
+        if opts.heartbeat_timeout is None and self.lease_left(run) < self.lease * 2 / 3:
+            await self.renew_lease(run)
         task = asyncio.ensure_future(capability.execute(ctx))
         limits = _TryLimits(self, task, ctx, opts, run)
         try:
@@ -80,17 +86,31 @@ class Limits:
             elif not task.cancelled():
                 task.exception()  # retrieved, also when the run was cancelled as it ended
 
-    def _lease_left(self, run: Run) -> timedelta:
-        """Lease time left by the run's last lease write known here (its claim's, or the
-        keeper's); zero when unknown. Writes that renew the lease on the side (a step
-        commit) are not counted, so this errs on the short side."""
+    def lease_left(self, run: Run) -> timedelta:
+        """Lease time left by the run's last lease write known here.
+
+        Its claim's, or the keeper's; zero when unknown. Writes that renew the lease on the
+        side (a step commit) are not counted, so this errs on the short side.
+
+        Args:
+            run: the run holding the lease.
+
+        Returns:
+            The time left (negative once the lease lapsed).
+        """
         if run.lease_expires_at is None:
             return timedelta(0)
         return run.lease_expires_at - run.now()
 
-    async def _renew_lease(self, run: Run) -> bool:
-        """Renew the run's lease (fenced). Returns False when the store could not be
-        reached (logged; the caller tries again later).
+    async def renew_lease(self, run: Run) -> bool:
+        """Renew the run's lease (fenced) until ``lease`` from now.
+
+        Args:
+            run: the run holding the lease.
+
+        Returns:
+            False when the store could not be reached (logged; the caller tries again
+            later), else True.
 
         Raises:
             StaleFencingToken: the lease was lost to another node (logged).
@@ -103,7 +123,7 @@ class Limits:
                 "instance %s: lease renewal refused on node %s (token %d): "
                 "another node took it over; this node stops the run",
                 run.instance_id,
-                self.config.node_id,
+                self.node_id,
                 run.token,
             )
             raise
@@ -111,7 +131,7 @@ class Limits:
             log.warning(
                 "instance %s: lease renewal failed on node %s: %s",
                 run.instance_id,
-                self.config.node_id,
+                self.node_id,
                 exc,
             )
             return False
@@ -137,7 +157,7 @@ class _TryLimits:
     """
 
     __slots__ = (
-        "engine",
+        "limits",
         "task",
         "ctx",
         "opts",
@@ -156,18 +176,18 @@ class _TryLimits:
 
     def __init__(
         self,
-        engine: Limits,
+        limits: CallLimits,
         task: asyncio.Future[Any],
         ctx: ExecutionContext,
         opts: CapabilityOptions,
         run: Run,
     ) -> None:
-        self.engine = engine
+        self.limits = limits
         self.task = task
         self.ctx = ctx
         self.opts = opts
         self.run = run
-        self.clock = engine.clock
+        self.clock = limits.clock
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.renewal: asyncio.Future[bool] | None = None  # the keeper's renewal in flight
         self.lease_error: BaseException | None = None
@@ -222,16 +242,16 @@ class _TryLimits:
         """Renew when two thirds of the lease are left (at once when fewer are)."""
         if self._stopped:
             return
-        engine = self.engine
+        limits = self.limits
         self._timer = self.clock.call_later(
-            engine._lease_left(self.run) - engine.lease * 2 / 3, self._renew
+            limits.lease_left(self.run) - limits.lease * 2 / 3, self._renew
         )
 
     def _renew(self) -> None:
         self._timer = None
         if self._stopped:
             return
-        renewal = asyncio.ensure_future(self.engine._renew_lease(self.run))
+        renewal = asyncio.ensure_future(self.limits.renew_lease(self.run))
         self.renewal = renewal
         renewal.add_done_callback(self._renewed)
 
@@ -247,7 +267,7 @@ class _TryLimits:
         elif renewal.result():
             self._keep_lease()
         else:  # the store could not be reached (logged): again after a tenth of the lease
-            self._timer = self.clock.call_later(self.engine.lease / 10, self._keep_lease)
+            self._timer = self.clock.call_later(self.limits.lease / 10, self._keep_lease)
 
     # -- heartbeat watchdog ----------------------------------------------------------
     def _watch_heartbeats(self) -> None:

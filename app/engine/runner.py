@@ -553,7 +553,7 @@ class Run:
             with observer.call_span(
                 self.instance_id, self.plan.name, capability.id, node.index, scope, try_number
             ):
-                decision = await self.engine.call_with_limits(capability, ctx, opts, self)
+                decision = await self.engine.limits.call(capability, ctx, opts, self)
         except (asyncio.CancelledError, StaleFencingToken):
             raise  # cancelled, or the lease was lost: this try commits nothing
         except _CapabilityTimeout as exc:

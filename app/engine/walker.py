@@ -1,5 +1,6 @@
 """The walk over a plan: from node 0 over the committed rows to the frontier, where the
-engine executes, takes a signal, parks or ends (mixed into :class:`app.engine.Engine`)."""
+engine executes, takes a signal, parks or ends (the :class:`app.engine.Engine` holds one
+:class:`PlanWalker`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from app.engine.clock import Clock
 from app.engine.deadlines import POLL_BUDGET, SIGNAL_TIMEOUT, ends_at
 from app.engine.journal import (
     EmittedEvent,
@@ -19,7 +19,6 @@ from app.engine.journal import (
     WakeKind,
 )
 from app.engine.observe import PollEnd
-from app.engine.roles import Journal
 from app.engine.runner import (
     DECISION_KEY,
     Halt,
@@ -34,19 +33,34 @@ from app.errors import (
 from app.flows.capability import RecoveryError
 from app.flows.plan import AwaitSignalNode, EmitNode, FailNode, PollNode, StepNode
 
-__all__ = ["Walker"]
+__all__ = ["PlanWalker"]
 
 log = logging.getLogger("flowpark.engine")
 
 
-class Walker:
-    """Node semantics: steps, polls, awaits, emits, completion and unwinding."""
+class PlanWalker:
+    """Walks a run's plan: node semantics of steps, polls, awaits, emits, completion and
+    unwinding.
 
-    journal: Journal
-    clock: Clock
-    new_id: Callable[[], str]
+    Args:
+        new_id: makes event ids (the engine's id factory).
+    """
 
-    async def _walk(self, run: Run) -> Halt:
+    def __init__(self, new_id: Callable[[], str]) -> None:
+        self.new_id = new_id
+
+    async def walk(self, run: Run) -> Halt:
+        """Walk ``run``'s plan from node 0 to the frontier and on until it parks or ends.
+
+        Args:
+            run: the run (one claim of one instance).
+
+        Returns:
+            :class:`Halt`: the state the run left the instance in (and its wake).
+
+        Raises:
+            StaleFencingToken: another node claimed the instance meanwhile.
+        """
         try:
             try:
                 await self._walk_nodes(run)
@@ -54,7 +68,7 @@ class Walker:
             except _Interrupt as stop:
                 if stop.ending is InstanceState.COMPLETED:
                     return await self._complete(run, stop.result, early=True)
-                return await self._unwind(run, stop.ending, stop.failure)
+                return await self.unwind(run, stop.ending, stop.failure)
         except _Park as parked:
             return parked.halt
 
@@ -331,7 +345,7 @@ class Walker:
             run.instance_id, run.token, run.now(), InstanceState.COMPLETED, result=result
         )
         if not ack.applied:
-            return await self._unwind(
+            return await self.unwind(
                 run,
                 InstanceState.CANCELLED,
                 FlowFailure("flow.cancelled", "the instance was cancelled"),
@@ -378,8 +392,18 @@ class Walker:
                     row.error_detail,
                 )
 
-    async def _unwind(self, run: Run, ending: InstanceState, failure: FlowFailure | None) -> Halt:
-        """Run compensations of completed steps in reverse order, once each, then end."""
+    async def unwind(self, run: Run, ending: InstanceState, failure: FlowFailure | None) -> Halt:
+        """Run compensations of completed steps in reverse order, once each, then end.
+
+        Args:
+            run: the run to end.
+            ending: ``failed`` or ``cancelled``.
+            failure: why it ends (stored on the instance).
+
+        Returns:
+            :class:`Halt` in state ``ending`` (or ``suspended`` while a compensation waits
+            for its next try).
+        """
         await run.flush()
         if run.instance.ending is None:
             await run.journal.writes.begin_ending(

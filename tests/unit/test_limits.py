@@ -1,8 +1,8 @@
-"""The limits of one try (``Engine.call_with_limits``) on the virtual clock, with an
-in-memory journal: ``execute_timeout``, the lease keeper (renewal every third of the lease,
-a retry after a tenth when the store is unreachable, a refused renewal ending the try, a
-renewal in flight finishing), the heartbeat watchdog, the pre-call renewal and the run's
-cancellation. Time moves only when a test moves the clock."""
+"""The limits of one try (``Engine.limits``: ``CallLimits.call``) on the virtual clock,
+with an in-memory journal: ``execute_timeout``, the lease keeper (renewal every third of
+the lease, a retry after a tenth when the store is unreachable, a refused renewal ending
+the try, a renewal in flight finishing), the heartbeat watchdog, the pre-call renewal and
+the run's cancellation. Time moves only when a test moves the clock."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ class World:
             checkpoint=None,
             heartbeat_timeout=opts.heartbeat_timeout,
         )
-        return asyncio.ensure_future(self.engine.call_with_limits(cap, ctx, opts, self.run))
+        return asyncio.ensure_future(self.engine.limits.call(cap, ctx, opts, self.run))
 
 
 async def hang(ctx: StepContext) -> None:
