@@ -5,7 +5,7 @@ from app.engine.clock import Clock, SystemClock, VirtualClock
 from app.engine.engine import Engine, EngineConfig, StartResult, SweepReport
 from app.engine.journal import InstanceRecord, InstanceState, Snapshot, StepRow
 from app.engine.roles import Claims, Journal, JournalWrites, Mailbox, ReadModel, Streams
-from app.engine.runner import RunOutcome
+from app.engine.stops import RunOutcome
 
 __all__ = [
     "Claims",

@@ -14,7 +14,7 @@ from app.flows.capability import Complete, Fail, RecoveryError, Stream, bag_key
 if TYPE_CHECKING:
     from app.engine.runner import Run
 
-__all__ = ["BagView", "ExecutionContext", "execution_key", "revive"]
+__all__ = ["BagView", "ExecutionContext", "execution_key", "jsonable", "revive"]
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -24,6 +24,23 @@ def revive(model: type[M], data: Any) -> M:
     """Validate stored JSON data back into ``model`` in JSON mode, so models with strict
     fields (a strict ``datetime`` stored as an ISO string) read back what they wrote."""
     return model.model_validate_json(to_json(data))
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data (models by alias, datetimes as ISO strings ...).
+
+    Args:
+        value: a model or any value pydantic can serialise.
+
+    Returns:
+        JSON data (dicts, lists, strings, numbers, booleans, None).
+
+    Raises:
+        pydantic_core.PydanticSerializationError: a value JSON cannot hold.
+    """
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True)
+    return to_jsonable_python(value, by_alias=True)
 
 
 def execution_key(

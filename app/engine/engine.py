@@ -31,11 +31,8 @@ from app.engine.journal import (
 from app.engine.limits import CallLimits
 from app.engine.observe import LOG_CONTEXT, Observer
 from app.engine.roles import Journal
-from app.engine.runner import (
-    Halt,
-    Run,
-    RunOutcome,
-)
+from app.engine.runner import Run
+from app.engine.stops import Halt, RunOutcome
 from app.engine.sweeps import SweepPass
 from app.engine.walker import PlanWalker
 from app.errors import (
@@ -374,7 +371,7 @@ class Engine:
             halt.wake_at,
             run.attempts,
             instance=run.instance if run.instance.state is halt.state else None,
-            signals_taken=tuple(run.taken),
+            signals_taken=tuple(run.mailbox.taken),
         )
 
     async def _fail_broken(self, run: Run, exc: Exception) -> Halt:

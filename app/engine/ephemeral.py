@@ -17,7 +17,8 @@ from app.engine.journal import (
     InstanceState,
     StepRow,
 )
-from app.engine.runner import Halt, Run
+from app.engine.runner import Run
+from app.engine.stops import Halt
 from app.errors import FlowFailure
 
 if TYPE_CHECKING:

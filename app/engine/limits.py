@@ -6,23 +6,35 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.engine.clock import Clock, Timer
 from app.engine.context import ExecutionContext
-from app.engine.runner import (
-    Run,
-    _CapabilityTimeout,
-)
 from app.errors import (
     StaleFencingToken,
     StoreUnavailable,
 )
 from app.flows.capability import Capability, CapabilityOptions
 
-__all__ = ["CallLimits"]
+if TYPE_CHECKING:
+    from app.engine.runner import Run
+
+__all__ = ["CallLimits", "CapabilityTimeout"]
 
 log = logging.getLogger("flowpark.engine")
+
+
+class CapabilityTimeout(Exception):
+    """A limit ended a try: ``execute_timeout`` passed, or no heartbeat came in time.
+
+    Args:
+        kind: ``execute_timeout`` or ``heartbeat_timeout`` (the failed row's error type).
+        message: what happened, for the row's error detail.
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class CallLimits:
@@ -209,11 +221,11 @@ class _TryLimits:
         if self.lease_error is not None:
             return self.lease_error
         if self.execute_expired:
-            return _CapabilityTimeout(
+            return CapabilityTimeout(
                 "execute_timeout", f"{capability.id} did not finish within {opts.execute_timeout}"
             )
         assert self.heartbeat_expired
-        return _CapabilityTimeout(
+        return CapabilityTimeout(
             "heartbeat_timeout",
             f"{capability.id} recorded no heartbeat for {opts.heartbeat_timeout}",
         )

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from app.engine.runner import RunOutcome
+from app.engine.stops import RunOutcome
 
 if TYPE_CHECKING:
     from app.engine.engine import Engine, SweepReport

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from app.engine.context import jsonable
 from app.engine.deadlines import POLL_BUDGET, SIGNAL_TIMEOUT, ends_at
 from app.engine.journal import (
     EmittedEvent,
@@ -19,14 +20,9 @@ from app.engine.journal import (
     WakeKind,
 )
 from app.engine.observe import PollEnd
-from app.engine.runner import (
-    DECISION_KEY,
-    Halt,
-    Run,
-    _Interrupt,
-    _jsonable,
-    _Park,
-)
+from app.engine.runner import Run
+from app.engine.stops import Halt, Interrupt, Park
+from app.engine.tries import StepTry, lost_attempt, record_lost
 from app.errors import (
     FlowFailure,
 )
@@ -65,11 +61,11 @@ class PlanWalker:
             try:
                 await self._walk_nodes(run)
                 return await self._complete(run)
-            except _Interrupt as stop:
+            except Interrupt as stop:
                 if stop.ending is InstanceState.COMPLETED:
                     return await self._complete(run, stop.result, early=True)
                 return await self.unwind(run, stop.ending, stop.failure)
-        except _Park as parked:
+        except Park as parked:
             return parked.halt
 
     async def _walk_nodes(self, run: Run) -> None:
@@ -87,7 +83,7 @@ class PlanWalker:
                 cursor = await self._emit(run, node)
             elif isinstance(node, FailNode):
                 run.check_interrupts()
-                raise _Interrupt(
+                raise Interrupt(
                     InstanceState.FAILED, FlowFailure(node.code, node.message, {"node": node.index})
                 )
         run.check_interrupts()
@@ -116,8 +112,8 @@ class PlanWalker:
         if rows and rows[-1].final:
             return rows[-1]
         run.check_interrupts()
-        if run.lost_attempt(node, scope):
-            row = await run.record_lost(node, scope)
+        if lost_attempt(run, node, scope):
+            row = await record_lost(run, node, scope)
             return row if row.final else None
         parked, wake_at = run.wake_for(wake_step, scope)
         due = wake_at
@@ -136,14 +132,14 @@ class PlanWalker:
             return None
         if parked and wake_at is not None and not run.ephemeral:
             run.engine.observer.woke(run.plan.name, (now - wake_at).total_seconds())
-        row = await run.execute(node, scope, node.capability, defer=True)
+        row = await StepTry(run, node, scope, node.capability).execute(defer=True)
         if row.outcome is Outcome.SUCCESS:
             run.apply(row)
             return row
         return row if row.final else None
 
-    def _step_failed(self, node: StepNode, row: StepRow) -> _Interrupt:
-        return _Interrupt(
+    def _step_failed(self, node: StepNode, row: StepRow) -> Interrupt:
+        return Interrupt(
             InstanceState.FAILED,
             FlowFailure(
                 "flow.step_failed",
@@ -180,7 +176,7 @@ class PlanWalker:
     @staticmethod
     def _timed_out(target: int | None, failure: FlowFailure) -> int:
         if target is None:
-            raise _Interrupt(InstanceState.FAILED, failure)
+            raise Interrupt(InstanceState.FAILED, failure)
         return target
 
     @staticmethod
@@ -216,15 +212,15 @@ class PlanWalker:
 
         accept = self._accepts(node)
         if node.signal is not None:
-            await run.refresh_mailbox()
+            await run.mailbox.refresh()
         while True:  # the frontier
             run.check_interrupts()
             if node.signal is not None:
-                pending = await run.matching_signal(
+                pending = await run.mailbox.matching(
                     node.index, node.signal.name, node.signal.model, node.match
                 )
                 if pending is not None:
-                    await run.take_signal(node.index, scope, pending, node.signal.model)
+                    await run.mailbox.take(node.index, scope, pending, node.signal.model)
                     _poll_ended(run, node, PollEnd.SIGNALLED)
                     return node.satisfied_target
             end = budget_end()
@@ -275,14 +271,14 @@ class PlanWalker:
             return node.satisfied_target
         if self._block_taken(run, node.timeout_target, node.satisfied_target):
             return node.timeout_target  # type: ignore[return-value]
-        await run.refresh_mailbox()
+        await run.mailbox.refresh()
         while True:
             run.check_interrupts()
-            pending = await run.matching_signal(
+            pending = await run.mailbox.matching(
                 node.index, node.signal.name, node.signal.model, node.match
             )
             if pending is not None:
-                await run.take_signal(node.index, 0, pending, node.signal.model)
+                await run.mailbox.take(node.index, 0, pending, node.signal.model)
                 return node.satisfied_target
             wake = None
             if node.timeout is not None:  # stored when the wait begins (the park carries it)
@@ -311,7 +307,7 @@ class PlanWalker:
         if run.found(node.index, 0, StepKind.EMIT):
             return node.next
         run.check_interrupts()
-        payload = _evaluate(f"emit {node.name}", lambda: _jsonable(node.factory(run.view())))
+        payload = _evaluate(f"emit {node.name}", lambda: jsonable(node.factory(run.view())))
         now = run.now()
         event = EmittedEvent(self.new_id(), node.name, payload)
         row = StepRow(
@@ -338,7 +334,7 @@ class PlanWalker:
         if not early:
             returns = run.plan.returns
             result = (
-                _evaluate("returns", lambda: _jsonable(returns(run.view()))) if returns else None
+                _evaluate("returns", lambda: jsonable(returns(run.view()))) if returns else None
             )
         await run.flush()
         ack = await run.journal.writes.finish(
@@ -366,7 +362,7 @@ class PlanWalker:
     async def _compensate(self, run: Run, node: StepNode, scope: int) -> None:
         """Run the compensation of (node, scope) under its retry policy until it succeeds
         or fails for good (a final failed row: the instance view lists it). Between tries
-        the instance parks until the next try is due (raises _Park), as a step's do."""
+        the instance parks until the next try is due (raises Park), as a step's do."""
         compensation = node.compensation
         assert compensation is not None
         while True:
@@ -381,7 +377,7 @@ class PlanWalker:
                 await run.park(
                     last.next_try_at, node.index, scope, kind=WakeKind.RETRY, unwinding=True
                 )
-            row = await run.execute(node, scope, compensation, StepKind.COMPENSATION)
+            row = await StepTry(run, node, scope, compensation, StepKind.COMPENSATION).execute()
             if row.outcome is Outcome.FAILURE and row.final:
                 log.error(
                     "instance %s: compensation %s failed for good after %d tries: %s: %s",
@@ -434,7 +430,7 @@ def _evaluate(what: str, expression: Callable[[], Any]) -> Any:
     try:
         return expression()
     except Exception as exc:  # noqa: BLE001 - user code
-        raise _Interrupt(
+        raise Interrupt(
             InstanceState.FAILED,
             FlowFailure(
                 "flow.expression_failed",
@@ -460,6 +456,3 @@ def _poll_ended(run: Run, node: PollNode, how: str) -> None:
 
 def _satisfied(node: PollNode, run: Run) -> bool:
     return bool(_evaluate("until", lambda: node.until(run.view())))
-
-
-__all__ += ["DECISION_KEY"]

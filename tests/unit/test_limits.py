@@ -18,7 +18,8 @@ from app.engine.clock import VirtualClock
 from app.engine.context import ExecutionContext
 from app.engine.engine import Engine, EngineConfig
 from app.engine.journal import Ack, Claim, InstanceRecord, InstanceState
-from app.engine.runner import Run, _CapabilityTimeout
+from app.engine.limits import CapabilityTimeout
+from app.engine.runner import Run
 from app.errors import StaleFencingToken, StoreUnavailable
 from app.flows import Capability, CapabilityOptions, Flow, StepContext
 from app.flows.catalog import Catalog
@@ -165,7 +166,7 @@ async def test_execute_timeout_is_measured_on_the_engine_clock() -> None:
         await asyncio.sleep(0)
     assert not call.done()
     w.clock.advance(timedelta(microseconds=1))
-    with pytest.raises(_CapabilityTimeout) as info:
+    with pytest.raises(CapabilityTimeout) as info:
         await call
     assert info.value.kind == "execute_timeout"
     assert str(info.value) == "t.body did not finish within 0:00:05"
@@ -327,7 +328,7 @@ async def test_the_watchdog_ends_a_try_whose_heartbeats_stop() -> None:
     assert not call.done()
     assert w.clock.next_sleeper_due() == started + 50 * S
     w.clock.advance(20 * S)
-    with pytest.raises(_CapabilityTimeout) as info:
+    with pytest.raises(CapabilityTimeout) as info:
         await call
     assert info.value.kind == "heartbeat_timeout"
     assert str(info.value) == "t.body recorded no heartbeat for 0:00:30"
@@ -341,7 +342,7 @@ async def test_execute_timeout_wins_when_both_timeouts_pass_in_one_move() -> Non
     call = w.call(cap, CapabilityOptions(execute_timeout=40 * S, heartbeat_timeout=10 * S))
     await cap.entered.wait()
     w.clock.advance(timedelta(minutes=1))
-    with pytest.raises(_CapabilityTimeout) as info:
+    with pytest.raises(CapabilityTimeout) as info:
         await call
     assert info.value.kind == "execute_timeout"
 
