@@ -8,10 +8,9 @@ storage through :class:`app.engine.journal.Journal` and time through
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 from uuid6 import uuid7
 
+from app.engine import outside, sweeps
 from app.engine.clock import Clock
 from app.engine.journal import (
     Claim,
@@ -30,35 +30,25 @@ from app.engine.journal import (
 )
 from app.engine.limits import CallLimits
 from app.engine.observe import LOG_CONTEXT, Observer
+from app.engine.outside import SignalDelivery
 from app.engine.roles import Journal
 from app.engine.runner import Run
+from app.engine.runs import RunTasks
 from app.engine.stops import Halt, RunOutcome
-from app.engine.sweeps import SweepPass
+from app.engine.sweeps import SweepReport
 from app.engine.walker import PlanWalker
 from app.errors import (
     FlowFailure,
     FlowparkError,
     InputInvalid,
-    SignalNotDeclared,
     StaleFencingToken,
 )
 from app.flows.catalog import Catalog
-from app.flows.plan import AwaitSignalNode, Plan, PollNode, Profile
+from app.flows.plan import Plan, Profile
 
 __all__ = ["Engine", "EngineConfig", "SignalDelivery", "StartResult", "SweepReport"]
 
 log = logging.getLogger("flowpark.engine")
-
-
-def _accepting(plan: Plan, name: str) -> tuple[int, ...]:
-    """The nodes of ``plan`` whose wait a signal ``name`` ends (polls and awaits)."""
-    return tuple(
-        node.index
-        for node in plan.nodes
-        if isinstance(node, PollNode | AwaitSignalNode)
-        and node.signal is not None
-        and node.signal.name == name
-    )
 
 
 @dataclass(frozen=True)
@@ -97,43 +87,15 @@ class StartResult:
     result: Any = None
 
 
-@dataclass(frozen=True)
-class SignalDelivery:
-    """A signal delivery's answer (:meth:`Engine.deliver`).
-
-    Attributes:
-        signal: the signal as it stands once the delivery returns: taken (``taken_at``,
-            ``taken_step_id``) when the run the delivery started took it; for a repeat of
-            its idempotency key, the first signal as stored.
-        created: False for a repeat (nothing stored).
-        state: the instance's state once the delivery returns (after the run it started).
-        flow_name / flow_version: the instance's flow.
-    """
-
-    signal: SignalRecord
-    created: bool
-    state: InstanceState
-    flow_name: str
-    flow_version: str
-
-
-@dataclass
-class SweepReport:
-    """What one sweep did."""
-
-    claimed: int = 0
-    advanced: int = 0
-    failed_runs: int = 0
-    not_runnable: int = 0
-    outcomes: list[RunOutcome] = field(default_factory=list)
-
-
 class Engine:
     """Runs flows durably.
 
-    The engine composes a :class:`~app.engine.walker.PlanWalker` (``walker``: walks a run's
-    plan) and a :class:`~app.engine.limits.CallLimits` (``limits``: runs one capability
-    call under its timeouts, the lease keeper and the heartbeat watchdog).
+    The engine composes its parts: a :class:`~app.engine.walker.PlanWalker` (``walker``:
+    walks a run's plan), a :class:`~app.engine.limits.CallLimits` (``limits``: runs one
+    capability call under its timeouts, the lease keeper and the heartbeat watchdog) and
+    :class:`~app.engine.runs.RunTasks` (``runs``: the runs in flight, the run slots, the
+    runs gone on in the background). The sweep is :mod:`app.engine.sweeps`; wakes,
+    signals and cancels from outside a run are :mod:`app.engine.outside`.
 
     Args:
         journal: the store (one implementation: ``app.store.SqlJournal``).
@@ -149,6 +111,9 @@ class Engine:
             compact.
         observer: told what the engine does (metrics, traces: :mod:`app.engine.observe`);
             default: nothing is reported.
+
+    Attributes:
+        claiming: False once :meth:`stop_claiming` was called: sweeps claim nothing more.
     """
 
     def __init__(
@@ -169,11 +134,14 @@ class Engine:
         self.new_id = id_factory or (lambda: str(uuid7()))
         self.walker = PlanWalker(self.new_id)
         self.limits = CallLimits(clock, self.lease, self.config.node_id)
-        self._gate = asyncio.Semaphore(self.config.concurrency)
+        self.runs = RunTasks(
+            lambda claim, detach: self.advance(claim, detach=detach),
+            clock,
+            self.config.concurrency,
+            self.config.node_id,
+        )
         self.wake_listeners: list[Callable[[str, datetime], None]] = []
-        # runs that went on in the background once they reached a heartbeating capability
-        self._background: set[asyncio.Future[RunOutcome]] = set()
-        self._claiming = True  # False once the node shuts down: sweeps claim nothing more
+        self.claiming = True
 
     # -- starting ----------------------------------------------------------------------
     def validate_input(self, plan: Plan, payload: Any) -> BaseModel:
@@ -255,18 +223,8 @@ class Engine:
             # read by the walk before it waits): nothing to load
             claim = Claim(record.id, record.fencing_token, Snapshot(record, [], []))
             outcome = None
-            started = self._begin_run(claim, gated=False)
-            bound = None
-            if self.config.start_wait is not None:
-                detach = started[1]
-
-                def answer_now() -> None:
-                    if not detach.done():  # still working: answer, let the run go on
-                        detach.set_result(None)
-
-                bound = self.clock.call_later(self.config.start_wait, answer_now)
             try:
-                outcome = await self._advance_detachable(claim, gated=False, started=started)
+                outcome = await self.runs.advance_within(claim, self.config.start_wait)
             except StaleFencingToken:
                 pass  # logged by advance: the node that took the lease over goes on
             except Exception:  # noqa: BLE001 - the row is durable; the sweep takes it over
@@ -276,9 +234,6 @@ class Engine:
                     record.id,
                     self.config.node_id,
                 )
-            finally:
-                if bound is not None:
-                    bound.cancel()
             if outcome is not None and outcome.instance is not None:
                 record = outcome.instance  # as the run left it: no read back
             else:
@@ -330,13 +285,18 @@ class Engine:
         except Exception as exc:  # noqa: BLE001 - stored input no longer fits its model
             return await self._fail_unreadable(inst, claim, exc)
         run.detach = detach
+        halt = await self._walk(run, claim)
+        return self._outcome(run, halt)
+
+    async def _walk(self, run: Run, claim: Claim) -> Halt:
+        """Walk ``run`` until it parks or ends; a broken run (not a lost race) fails."""
         try:
-            halt = await self.walker.walk(run)
+            return await self.walker.walk(run)
         except StaleFencingToken:
-            self.observer.fencing_refused(inst.flow_name)
+            self.observer.fencing_refused(run.instance.flow_name)
             log.warning(
                 "instance %s: fencing token %d is stale on node %s; stopped",
-                inst.id,
+                run.instance_id,
                 claim.fencing_token,
                 self.config.node_id,
             )
@@ -344,7 +304,11 @@ class Engine:
         except (FlowparkError, asyncio.CancelledError):
             raise  # a lost race, the store unreachable, shutdown: a later claim retries
         except Exception as exc:  # noqa: BLE001 - never re-claim a broken run forever
-            halt = await self._fail_broken(run, exc)
+            return await self._fail_broken(run, exc)
+
+    def _outcome(self, run: Run, halt: Halt) -> RunOutcome:
+        """Report how ``run`` stopped (logs, observer, wake listeners) and answer it."""
+        inst = run.instance
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "instance %s: %s after %d tries on node %s (wake at %s)",
@@ -355,7 +319,7 @@ class Engine:
                 halt.wake_at.isoformat() if halt.wake_at else "-",
             )
         if halt.state.ended:
-            failure = run.instance.failure
+            failure = inst.failure
             self.observer.ended(
                 inst.flow_name,
                 inst.flow_version,
@@ -370,7 +334,7 @@ class Engine:
             halt.state,
             halt.wake_at,
             run.attempts,
-            instance=run.instance if run.instance.state is halt.state else None,
+            instance=inst if inst.state is halt.state else None,
             signals_taken=tuple(run.mailbox.taken),
         )
 
@@ -438,176 +402,31 @@ class Engine:
         Raises:
             StoreUnavailable: a claim failed (the runs already started finish first).
         """
-        sweep = SweepPass(self, SweepReport(), limit, again)
-        try:
-            await sweep.run()
-        except asyncio.CancelledError:
-            await sweep.cancel()
-            raise
-        if sweep.failure is not None:
-            raise sweep.failure
-        report, began, runnable = sweep.report, sweep.began, sweep.runnable
-        self.observer.swept((self.clock.now() - began).total_seconds(), report.claimed)
-        report.not_runnable = await self.journal.claims.count_not_runnable(
-            self.clock.now(), runnable
-        )
-        if report.not_runnable:
-            log.warning(
-                "%d due instances belong to flows not registered on node %s",
-                report.not_runnable,
-                self.config.node_id,
-            )
-        return report
+        return await sweeps.sweep(self, limit, again)
 
     def stop_claiming(self) -> None:
         """Node shutdown: sweeps claim no more instances; a sweep in progress finishes the
         runs it started and returns, so a stopping node does not keep taking new work
         during its grace period. Starts, signals and cancels still work."""
-        self._claiming = False
-
-    async def _claim_with_slots(
-        self, wanted: int, runnable: list[tuple[str, str]], *, wait: bool
-    ) -> tuple[list[Claim], int]:
-        """Hold up to ``wanted`` free run slots (waiting for one when ``wait``), claim that
-        many due instances, and give back the slots no claim needed.
-
-        Returns:
-            ``(claims, slots held)``; each claim keeps one slot, for its run to release.
-        """
-        held = 0
-        if wait:
-            await self._gate.acquire()
-            held = 1
-        while held < wanted and not self._gate.locked():
-            await self._gate.acquire()  # free: returns without waiting
-            held += 1
-        claims: list[Claim] = []
-        try:
-            if held and self._claiming:
-                now = self.clock.now()
-                claims = await self.journal.claims.claim_due(
-                    self.config.node_id, now, now + self.lease, held, runnable
-                )
-        finally:
-            for _ in range(held - len(claims)):
-                self._gate.release()
-        return claims, held
-
-    def _report_run(
-        self, report: SweepReport, instance_id: str, run: asyncio.Future[RunOutcome]
-    ) -> None:
-        error = run.exception() if not run.cancelled() else asyncio.CancelledError()
-        if error is None:
-            report.advanced += 1
-            report.outcomes.append(run.result())
-            return
-        report.failed_runs += 1
-        if not isinstance(error, StaleFencingToken):
-            log.error(
-                "instance %s: run failed on node %s",
-                instance_id,
-                self.config.node_id,
-                exc_info=error,
-            )
-
-    def _begin_run(
-        self, claim: Claim, *, gated: bool
-    ) -> tuple[asyncio.Future[RunOutcome], asyncio.Future[None]]:
-        """Start advancing ``claim`` in a task (taking a run slot first when ``gated``).
-
-        Returns:
-            ``(the run's task, its detach future)``, see :meth:`_advance_detachable`.
-        """
-        detach: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        async def run() -> RunOutcome:
-            if not gated:
-                return await self.advance(claim, detach=detach)
-            async with self._gate:
-                return await self.advance(claim, detach=detach)
-
-        return asyncio.ensure_future(run()), detach
-
-    async def _advance_detachable(
-        self,
-        claim: Claim,
-        *,
-        gated: bool,
-        started: tuple[asyncio.Future[RunOutcome], asyncio.Future[None]] | None = None,
-    ) -> RunOutcome:
-        """Advance ``claim`` until it parks or ends, or until it starts a try of a
-        heartbeating capability: then the run goes on in the background (see :meth:`drain`)
-        and the answer is ``RunOutcome(state=running)``, so a start request or a sweep is
-        not held for the length of an in-process wait. ``started``: a run already begun
-        with :meth:`_begin_run`."""
-        task, detach = started or self._begin_run(claim, gated=gated)
-        try:
-            return await self._outcome(claim, task, detach)
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-
-    def _outcome(
-        self, claim: Claim, task: asyncio.Future[RunOutcome], detach: asyncio.Future[None]
-    ) -> asyncio.Future[RunOutcome]:
-        """A future with :meth:`_advance_detachable`'s answer for a begun run: the run's
-        result (or error) when it ends first, ``RunOutcome(state=running)`` when it detaches
-        first (the run then goes on in the background). Callbacks, not a task: a sweep
-        makes one per claimed instance. Cancelling it does not cancel the run."""
-        outcome: asyncio.Future[RunOutcome] = asyncio.get_running_loop().create_future()
-
-        def settle(_: asyncio.Future[Any]) -> None:
-            if outcome.done():
-                return
-            if not task.done():  # detached: the run goes on without a waiter
-                self._background.add(task)
-                task.add_done_callback(self._background_done)
-                outcome.set_result(RunOutcome(claim.instance_id, InstanceState.RUNNING))
-                return
-            detach.cancel()
-            if task.cancelled():
-                outcome.cancel()
-            elif (error := task.exception()) is not None:
-                outcome.set_exception(error)
-            else:
-                outcome.set_result(task.result())
-
-        task.add_done_callback(settle)
-        detach.add_done_callback(settle)
-        return outcome
-
-    def _background_done(self, task: asyncio.Future[RunOutcome]) -> None:
-        self._background.discard(task)
-        if task.cancelled():
-            return
-        error = task.exception()
-        if error is not None and not isinstance(error, StaleFencingToken):
-            log.error("background run failed on node %s", self.config.node_id, exc_info=error)
+        self.claiming = False
 
     async def drain(self) -> None:
         """Wait until every run this engine continued in the background has parked or
         ended (their errors are logged, not raised)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        await self.runs.drain()
 
     async def close(self) -> None:
         """Cancel the runs continued in the background (node shutdown). A cancelled try
         commits nothing: its heartbeat timeout lets any node retry it from its checkpoint."""
-        for task in list(self._background):
-            task.cancel()
-        await asyncio.gather(*list(self._background), return_exceptions=True)
+        await self.runs.close()
 
     async def wake(self, instance_id: str) -> RunOutcome | None:
-        """Claim one instance now (if nobody holds it) and advance it."""
-        now = self.clock.now()
-        claim = await self.journal.claims.claim(
-            instance_id, self.config.node_id, now, now + self.lease
-        )
-        if claim is None:
-            return None
-        # a request (signal, cancel) runs its own work: the run-slot gate bounds the
-        # sweep's background work, and a claim must never wait in a queue unrenewed
-        return await self._advance_detachable(claim, gated=False)
+        """Claim one instance now (if nobody holds it) and advance it.
+
+        Returns:
+            The run's outcome; None when the instance was not claimable.
+        """
+        return await outside.wake(self, instance_id)
 
     async def wake_now(self, instance_id: str) -> RunOutcome | None:
         """An operator's wake: claim the parked instance and run the wait it is parked on
@@ -621,13 +440,7 @@ class Engine:
         Raises:
             InstanceNotFound: no such instance (``instance_not_found``).
         """
-        now = self.clock.now()
-        claim = await self.journal.claims.claim(
-            instance_id, self.config.node_id, now, now + self.lease
-        )
-        if claim is None:
-            return None
-        return await self._advance_detachable(replace(claim, woken=True), gated=False)
+        return await outside.wake(self, instance_id, woken=True)
 
     # -- signals and cancel ------------------------------------------------------------
     async def deliver(
@@ -647,62 +460,7 @@ class Engine:
             (``signal_not_declared``), InputInvalid (``input_invalid``), InstanceEnded
             (``instance_ended``; nothing stored).
         """
-        inst = await self.journal.reads.get_instance(instance_id)
-        plan = self.catalog.find(inst.flow_name, inst.flow_version)
-        signal = plan.signals.get(name) if plan is not None else None
-        if plan is None or signal is None:
-            raise SignalNotDeclared(
-                f"flow {inst.flow_name}@{inst.flow_version} declares no signal {name!r}",
-                instance_id=instance_id,
-                signal=name,
-            )
-        try:
-            data = signal.model.model_validate_json(
-                to_json(payload), by_alias=True, by_name=False
-            ).model_dump(mode="json", by_alias=True)
-        except ValidationError as exc:
-            raise InputInvalid(
-                f"payload of signal {name} is invalid",
-                errors=exc.errors(include_url=False, include_context=False),
-                signal=name,
-            ) from None
-        except (ValueError, RecursionError) as exc:  # e.g. nesting too deep to serialise
-            raise InputInvalid(
-                f"payload of signal {name} cannot be stored: {exc}", signal=name
-            ) from None
-        # the store decides "ended" atomically with the insert; a repeated key gets the
-        # first answer even after the instance ended
-        now = self.clock.now()
-        delivered = await self.journal.mailbox.deliver_and_claim(
-            instance_id,
-            name,
-            data,
-            idempotency_key,
-            now,
-            self.new_id(),
-            owner=self.config.node_id,
-            lease_until=now + self.lease,
-            wake_steps=_accepting(plan, name),
-        )
-        answer = SignalDelivery(
-            delivered.signal, delivered.created, delivered.state, inst.flow_name, inst.flow_version
-        )
-        if delivered.claim is None:
-            return answer
-        outcome = None
-        # a request runs its own work: the run-slot gate bounds the sweep's background
-        # work, and a claim must never wait in a queue unrenewed
-        with contextlib.suppress(StaleFencingToken):  # logged by advance
-            outcome = await self._advance_detachable(delivered.claim, gated=False)
-        if outcome is None or outcome.instance is None:
-            # another node holds it, or the run goes on in the background: read back
-            now_signal = await self.journal.mailbox.get_signal(instance_id, delivered.signal.id)
-            state = (await self.journal.reads.get_instance(instance_id)).state
-            return replace(answer, signal=now_signal or delivered.signal, state=state)
-        taken = next(
-            (s for s in outcome.signals_taken if s.id == delivered.signal.id), delivered.signal
-        )
-        return replace(answer, signal=taken, state=outcome.state)
+        return await outside.deliver(self, instance_id, name, payload, idempotency_key)
 
     async def deliver_signal(
         self, instance_id: str, name: str, payload: Any, idempotency_key: str | None = None
@@ -723,10 +481,4 @@ class Engine:
         Raises:
             InstanceNotFound, InstanceEnded (completion won the race).
         """
-        now = self.clock.now()
-        ack = await self.journal.claims.request_cancel(
-            instance_id, self.config.node_id, now, now + self.lease
-        )
-        if ack.claim is not None:
-            await self._advance_detachable(ack.claim, gated=False)
-        return await self.journal.reads.get_instance(instance_id)
+        return await outside.cancel(self, instance_id)

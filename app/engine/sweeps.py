@@ -1,19 +1,72 @@
-"""One sweep pass of a node: claim due instances while run slots are free, start each run,
+"""The sweep of a node: claim due instances while run slots are free, start each run,
 collect them as they end (see :meth:`app.engine.engine.Engine.sweep`)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from app.engine.journal import Claim
 from app.engine.stops import RunOutcome
+from app.errors import StaleFencingToken
 
 if TYPE_CHECKING:
-    from app.engine.engine import Engine, SweepReport
+    from app.engine.engine import Engine
 
-__all__ = ["SweepPass"]
+__all__ = ["SweepPass", "SweepReport", "sweep"]
+
+log = logging.getLogger("flowpark.engine")
+
+
+@dataclass
+class SweepReport:
+    """What one sweep did."""
+
+    claimed: int = 0
+    advanced: int = 0
+    failed_runs: int = 0
+    not_runnable: int = 0
+    outcomes: list[RunOutcome] = field(default_factory=list)
+
+
+async def sweep(engine: Engine, limit: int | None, again: Callable[[], bool] | None) -> SweepReport:
+    """One sweep of ``engine`` (:meth:`app.engine.engine.Engine.sweep` tells the rules).
+
+    Args:
+        engine: the node's engine.
+        limit: claim at most this many instances in all (None: no limit).
+        again: asked when nothing more was due: True claims again.
+
+    Returns:
+        The report.
+
+    Raises:
+        StoreUnavailable: a claim failed (the runs already started finish first).
+    """
+    sweep_pass = SweepPass(engine, SweepReport(), limit, again)
+    try:
+        await sweep_pass.run()
+    except asyncio.CancelledError:
+        await sweep_pass.cancel()
+        raise
+    if sweep_pass.failure is not None:
+        raise sweep_pass.failure
+    report, began, runnable = sweep_pass.report, sweep_pass.began, sweep_pass.runnable
+    engine.observer.swept((engine.clock.now() - began).total_seconds(), report.claimed)
+    report.not_runnable = await engine.journal.claims.count_not_runnable(
+        engine.clock.now(), runnable
+    )
+    if report.not_runnable:
+        log.warning(
+            "%d due instances belong to flows not registered on node %s",
+            report.not_runnable,
+            engine.config.node_id,
+        )
+    return report
 
 
 class SweepPass:
@@ -67,7 +120,7 @@ class SweepPass:
             wanted = batch if limit is None else min(batch, limit - self.report.claimed)
             if (
                 self.more
-                and self.engine._claiming
+                and self.engine.claiming
                 and wanted > 0
                 and (not self.runs or config.concurrency - len(self.runs) >= refill)
             ):
@@ -82,12 +135,12 @@ class SweepPass:
             while not self.ended.empty():
                 done.append(self.ended.get_nowait())
             for waiter in done:
-                self.engine._report_run(self.report, self.runs.pop(waiter)[0], waiter)
+                self._report_run(self.runs.pop(waiter)[0], waiter)
 
     async def _claim(self, wanted: int) -> None:
-        engine = self.engine
+        runs = self.engine.runs
         try:
-            claims, held = await engine._claim_with_slots(wanted, self.runnable, wait=not self.runs)
+            claims, held = await self._claim_with_slots(wanted, wait=not self.runs)
         except Exception as exc:  # noqa: BLE001 - re-raised once runs end
             self.failure, self.more, claims, held = exc, False, [], 0
         self.more = self.more and len(claims) == held  # fewer claims than slots: none due
@@ -95,11 +148,54 @@ class SweepPass:
         for claim in claims:
             # the run holds the slot taken for it until it ends, also when it goes on in
             # the background
-            started = engine._begin_run(claim, gated=False)
-            started[0].add_done_callback(lambda _: engine._gate.release())
-            waiting = engine._outcome(claim, *started)
+            started = runs.begin(claim, gated=False)
+            started[0].add_done_callback(lambda _: runs.gate.release())
+            waiting = runs.outcome(claim, *started)
             self.runs[waiting] = (claim.instance_id, started[0])
             waiting.add_done_callback(self.ended.put_nowait)
+
+    async def _claim_with_slots(self, wanted: int, *, wait: bool) -> tuple[list[Claim], int]:
+        """Hold up to ``wanted`` free run slots (waiting for one when ``wait``), claim that
+        many due instances, and give back the slots no claim needed.
+
+        Returns:
+            ``(claims, slots held)``; each claim keeps one slot, for its run to release.
+        """
+        engine = self.engine
+        gate = engine.runs.gate
+        held = 0
+        if wait:
+            await gate.acquire()
+            held = 1
+        while held < wanted and not gate.locked():
+            await gate.acquire()  # free: returns without waiting
+            held += 1
+        claims: list[Claim] = []
+        try:
+            if held and engine.claiming:
+                now = engine.clock.now()
+                claims = await engine.journal.claims.claim_due(
+                    engine.config.node_id, now, now + engine.lease, held, self.runnable
+                )
+        finally:
+            for _ in range(held - len(claims)):
+                gate.release()
+        return claims, held
+
+    def _report_run(self, instance_id: str, run: asyncio.Future[RunOutcome]) -> None:
+        error = run.exception() if not run.cancelled() else asyncio.CancelledError()
+        if error is None:
+            self.report.advanced += 1
+            self.report.outcomes.append(run.result())
+            return
+        self.report.failed_runs += 1
+        if not isinstance(error, StaleFencingToken):
+            log.error(
+                "instance %s: run failed on node %s",
+                instance_id,
+                self.engine.config.node_id,
+                exc_info=error,
+            )
 
     async def cancel(self) -> None:
         """Cancel every run this pass started and wait for them (node shutdown)."""

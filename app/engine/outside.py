@@ -1,0 +1,181 @@
+"""Requests from outside a run: a wake (the sweep's, or an operator's), a signal delivered,
+a cancel. Each claims the instance when it can and advances it at once (see the
+:class:`app.engine.Engine` methods of the same names)."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import to_json
+
+from app.engine.journal import InstanceRecord, InstanceState, SignalRecord
+from app.engine.stops import RunOutcome
+from app.errors import InputInvalid, SignalNotDeclared, StaleFencingToken
+from app.flows.plan import AwaitSignalNode, Plan, PollNode
+
+if TYPE_CHECKING:
+    from app.engine.engine import Engine
+
+__all__ = ["SignalDelivery", "cancel", "deliver", "wake"]
+
+
+@dataclass(frozen=True)
+class SignalDelivery:
+    """A signal delivery's answer (:meth:`app.engine.Engine.deliver`).
+
+    Attributes:
+        signal: the signal as it stands once the delivery returns: taken (``taken_at``,
+            ``taken_step_id``) when the run the delivery started took it; for a repeat of
+            its idempotency key, the first signal as stored.
+        created: False for a repeat (nothing stored).
+        state: the instance's state once the delivery returns (after the run it started).
+        flow_name / flow_version: the instance's flow.
+    """
+
+    signal: SignalRecord
+    created: bool
+    state: InstanceState
+    flow_name: str
+    flow_version: str
+
+
+async def wake(engine: Engine, instance_id: str, *, woken: bool = False) -> RunOutcome | None:
+    """Claim one instance now (if nobody holds it) and advance it.
+
+    A request runs its own work: the run-slot gate bounds the sweep's background work, and
+    a claim must never wait in a queue unrenewed.
+
+    Args:
+        engine: the node's engine.
+        instance_id: the instance.
+        woken: an operator's wake: the wait it is parked on runs its next try now.
+
+    Returns:
+        The run's outcome; None when the instance was not claimable.
+    """
+    now = engine.clock.now()
+    claim = await engine.journal.claims.claim(
+        instance_id, engine.config.node_id, now, now + engine.lease
+    )
+    if claim is None:
+        return None
+    if woken:
+        claim = replace(claim, woken=True)
+    return await engine.runs.advance(claim, gated=False)
+
+
+async def deliver(
+    engine: Engine, instance_id: str, name: str, payload: Any, idempotency_key: str | None
+) -> SignalDelivery:
+    """Store a signal, then continue the instance when the store claimed it for a wait.
+
+    Args:
+        engine: the node's engine.
+        instance_id: the instance.
+        name: the signal's name.
+        payload: its payload (validated against the signal's model).
+        idempotency_key: a repeat with this key answers the first signal.
+
+    Returns:
+        :class:`SignalDelivery`, as :meth:`app.engine.Engine.deliver` tells.
+
+    Raises:
+        InstanceNotFound, SignalNotDeclared, InputInvalid, InstanceEnded.
+    """
+    inst = await engine.journal.reads.get_instance(instance_id)
+    plan = engine.catalog.find(inst.flow_name, inst.flow_version)
+    signal = plan.signals.get(name) if plan is not None else None
+    if plan is None or signal is None:
+        raise SignalNotDeclared(
+            f"flow {inst.flow_name}@{inst.flow_version} declares no signal {name!r}",
+            instance_id=instance_id,
+            signal=name,
+        )
+    data = _validated(signal.model, name, payload)
+    # the store decides "ended" atomically with the insert; a repeated key gets the
+    # first answer even after the instance ended
+    now = engine.clock.now()
+    delivered = await engine.journal.mailbox.deliver_and_claim(
+        instance_id,
+        name,
+        data,
+        idempotency_key,
+        now,
+        engine.new_id(),
+        owner=engine.config.node_id,
+        lease_until=now + engine.lease,
+        wake_steps=_accepting(plan, name),
+    )
+    answer = SignalDelivery(
+        delivered.signal, delivered.created, delivered.state, inst.flow_name, inst.flow_version
+    )
+    if delivered.claim is None:
+        return answer
+    outcome = None
+    # a request runs its own work: the run-slot gate bounds the sweep's background
+    # work, and a claim must never wait in a queue unrenewed
+    with contextlib.suppress(StaleFencingToken):  # logged by advance
+        outcome = await engine.runs.advance(delivered.claim, gated=False)
+    if outcome is None or outcome.instance is None:
+        # another node holds it, or the run goes on in the background: read back
+        now_signal = await engine.journal.mailbox.get_signal(instance_id, delivered.signal.id)
+        state = (await engine.journal.reads.get_instance(instance_id)).state
+        return replace(answer, signal=now_signal or delivered.signal, state=state)
+    taken = next(
+        (s for s in outcome.signals_taken if s.id == delivered.signal.id), delivered.signal
+    )
+    return replace(answer, signal=taken, state=outcome.state)
+
+
+async def cancel(engine: Engine, instance_id: str) -> InstanceRecord:
+    """Request a cancel; unwind the instance here when the request claimed it.
+
+    Args:
+        engine: the node's engine.
+        instance_id: the instance.
+
+    Returns:
+        The instance as stored once this returns.
+
+    Raises:
+        InstanceNotFound, InstanceEnded (completion won the race).
+    """
+    now = engine.clock.now()
+    ack = await engine.journal.claims.request_cancel(
+        instance_id, engine.config.node_id, now, now + engine.lease
+    )
+    if ack.claim is not None:
+        await engine.runs.advance(ack.claim, gated=False)
+    return await engine.journal.reads.get_instance(instance_id)
+
+
+def _validated(model: type[BaseModel], name: str, payload: Any) -> Any:
+    """``payload`` validated against the model of signal ``name``, as JSON data."""
+    try:
+        return model.model_validate_json(to_json(payload), by_alias=True, by_name=False).model_dump(
+            mode="json", by_alias=True
+        )
+    except ValidationError as exc:
+        raise InputInvalid(
+            f"payload of signal {name} is invalid",
+            errors=exc.errors(include_url=False, include_context=False),
+            signal=name,
+        ) from None
+    except (ValueError, RecursionError) as exc:  # e.g. nesting too deep to serialise
+        raise InputInvalid(
+            f"payload of signal {name} cannot be stored: {exc}", signal=name
+        ) from None
+
+
+def _accepting(plan: Plan, name: str) -> tuple[int, ...]:
+    """The nodes of ``plan`` whose wait a signal ``name`` ends (polls and awaits)."""
+    return tuple(
+        node.index
+        for node in plan.nodes
+        if isinstance(node, PollNode | AwaitSignalNode)
+        and node.signal is not None
+        and node.signal.name == name
+    )
