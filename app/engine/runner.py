@@ -206,31 +206,7 @@ class Run:
         if not unwinding and deadline is not None and (wake_at is None or deadline < wake_at):
             wake_at = deadline
             kind = WakeKind.DEADLINE
-        row, self.unflushed = self.unflushed, None
-        if row is not None:  # the attempt's row and the park: one write
-            ack = await self.journal.writes.commit_and_park(
-                self.token,
-                row,
-                self.lease_until(),
-                owner=self.engine.config.node_id,
-                wake_at=wake_at,
-                wake_step_id=step_id,
-                wake_scope=scope,
-                accept_signal=accept_signal,
-                wake_kind=kind,
-            )
-        else:
-            ack = await self.journal.writes.park(
-                self.instance_id,
-                self.token,
-                self.now(),
-                wake_at,
-                step_id,
-                scope,
-                accept_signal,
-                wake_kind=kind,
-                unwinding=unwinding,
-            )
+        ack = await self._write_park(wake_at, step_id, scope, accept_signal, kind, unwinding)
         if ack.applied:
             self.settle(
                 state=InstanceState.SUSPENDED,
@@ -250,6 +226,41 @@ class Run:
             self.mailbox.signals = list(snapshot.signals)
             return
         raise RuntimeError("park was refused for no stated reason")  # pragma: no cover
+
+    async def _write_park(
+        self,
+        wake_at: datetime | None,
+        step_id: int,
+        scope: int,
+        accept_signal: str | None,
+        kind: WakeKind,
+        unwinding: bool,
+    ) -> Ack:
+        """The park's write: with the deferred row, if any, in the same statement."""
+        row, self.unflushed = self.unflushed, None
+        if row is not None:  # the attempt's row and the park: one write
+            return await self.journal.writes.commit_and_park(
+                self.token,
+                row,
+                self.lease_until(),
+                owner=self.engine.config.node_id,
+                wake_at=wake_at,
+                wake_step_id=step_id,
+                wake_scope=scope,
+                accept_signal=accept_signal,
+                wake_kind=kind,
+            )
+        return await self.journal.writes.park(
+            self.instance_id,
+            self.token,
+            self.now(),
+            wake_at,
+            step_id,
+            scope,
+            accept_signal,
+            wake_kind=kind,
+            unwinding=unwinding,
+        )
 
     async def flush(self) -> None:
         """Commit the journal row a try deferred (:class:`app.engine.tries.StepTry`), if any.

@@ -186,79 +186,81 @@ class PlanWalker:
     async def _poll(self, run: Run, node: PollNode) -> int:
         body = run.plan.nodes[node.body_index]
         assert isinstance(body, StepNode)
-        scope = 0
-        while True:  # replay the committed attempts
-            signalled = run.found(node.index, scope, StepKind.SIGNAL)
-            if signalled:
-                run.apply(signalled[0])
-                return node.satisfied_target
-            success = [r for r in run.found(body.index, scope) if r.outcome is Outcome.SUCCESS]
-            if not success:
-                break
-            run.apply(success[0])
-            if _satisfied(node, run):
-                return node.satisfied_target
-            scope += 1
+        scope = self._replay_poll(run, node, body)
+        if scope is None:
+            return node.satisfied_target
         if self._block_taken(run, node.timeout_target, node.satisfied_target):
             return node.timeout_target  # type: ignore[return-value]
-
-        def budget_end() -> datetime | None:
-            stored = run.deadline(node.index, 0)
-            if stored is not None:
-                return ends_at(stored)
-            # a journal written before budgets were stored: from attempt 0's row
-            first = run.found(body.index, 0)
-            return first[0].started_at + node.timeout if first else None
-
         accept = self._accepts(node)
         if node.signal is not None:
             await run.mailbox.refresh()
         while True:  # the frontier
             run.check_interrupts()
-            if node.signal is not None:
-                pending = await run.mailbox.matching(
-                    node.index, node.signal.name, node.signal.model, node.match
-                )
-                if pending is not None:
-                    await run.mailbox.take(node.index, scope, pending, node.signal.model)
-                    _poll_ended(run, node, PollEnd.SIGNALLED)
-                    return node.satisfied_target
-            end = budget_end()
+            if await self._take_poll_signal(run, node, scope):
+                return node.satisfied_target
+            end = _budget_end(run, node, body)
             if end is None:  # entering the poll: its budget is stored before attempt 0
                 end = ends_at(await run.fix_deadline(node.index, 0, POLL_BUDGET, node.timeout))
             if run.now() >= end:
                 _poll_ended(run, node, PollEnd.TIMED_OUT)
-                return self._timed_out(
-                    node.timeout_target,
-                    FlowFailure(
-                        "flow.poll_not_satisfied",
-                        f"{body.capability.id} was not satisfied within {node.timeout}",
-                        {
-                            "node": node.index,
-                            "capability_id": body.capability.id,
-                            "attempts": scope,
-                        },
-                    ),
-                )
+                return self._timed_out(node.timeout_target, _not_satisfied(node, body, scope))
             row = await self._attempt(run, body, scope, node.index, budget_end=end, accept=accept)
             if row is None:
                 continue
-            observer = run.engine.observer
-            if row.outcome is Outcome.FAILURE:
-                observer.attempted(run.plan.name, body.capability.id, "failed")
-                raise self._step_failed(body, row)
-            run.decided(row)
-            if _satisfied(node, run):
-                observer.attempted(run.plan.name, body.capability.id, "satisfied")
-                _poll_ended(run, node, PollEnd.SATISFIED)
+            if self._attempted(run, node, body, row):
                 return node.satisfied_target
-            observer.attempted(run.plan.name, body.capability.id, "unsatisfied")
-            end = budget_end()
+            end = _budget_end(run, node, body)
             assert end is not None
             wake_at = min(run.now() + node.interval.delay(scope, run.instance_id), end)
             scope += 1
             run.pending_wake = (node.index, scope, wake_at)
             await run.park(wake_at, node.index, scope, accept, kind=WakeKind.POLL)
+
+    @staticmethod
+    def _replay_poll(run: Run, node: PollNode, body: StepNode) -> int | None:
+        """Replay the poll's committed attempts: None when one satisfied it (or a signal
+        ended it), else the scope of the next attempt."""
+        scope = 0
+        while True:
+            signalled = run.found(node.index, scope, StepKind.SIGNAL)
+            if signalled:
+                run.apply(signalled[0])
+                return None
+            success = [r for r in run.found(body.index, scope) if r.outcome is Outcome.SUCCESS]
+            if not success:
+                return scope
+            run.apply(success[0])
+            if _satisfied(node, run):
+                return None
+            scope += 1
+
+    @staticmethod
+    async def _take_poll_signal(run: Run, node: PollNode, scope: int) -> bool:
+        """Take a waiting signal that ends the poll, if any: True when one was taken."""
+        if node.signal is None:
+            return False
+        pending = await run.mailbox.matching(
+            node.index, node.signal.name, node.signal.model, node.match
+        )
+        if pending is None:
+            return False
+        await run.mailbox.take(node.index, scope, pending, node.signal.model)
+        _poll_ended(run, node, PollEnd.SIGNALLED)
+        return True
+
+    def _attempted(self, run: Run, node: PollNode, body: StepNode, row: StepRow) -> bool:
+        """Judge a poll attempt's deciding row: True when the poll is satisfied."""
+        observer = run.engine.observer
+        if row.outcome is Outcome.FAILURE:
+            observer.attempted(run.plan.name, body.capability.id, "failed")
+            raise self._step_failed(body, row)
+        run.decided(row)
+        if _satisfied(node, run):
+            observer.attempted(run.plan.name, body.capability.id, "satisfied")
+            _poll_ended(run, node, PollEnd.SATISFIED)
+            return True
+        observer.attempted(run.plan.name, body.capability.id, "unsatisfied")
+        return False
 
     @staticmethod
     def _accepts(node: PollNode | AwaitSignalNode) -> str | None:
@@ -452,6 +454,25 @@ def _poll_ended(run: Run, node: PollNode, how: str) -> None:
         if budget > 0:
             used = (run.now() - stored.started_at).total_seconds() / budget
     run.engine.observer.poll_ended(run.plan.name, max(used, 0.0), how)
+
+
+def _budget_end(run: Run, node: PollNode, body: StepNode) -> datetime | None:
+    """The poll's budget end: the stored instant (as extended), or None before it is."""
+    stored = run.deadline(node.index, 0)
+    if stored is not None:
+        return ends_at(stored)
+    # a journal written before budgets were stored: from attempt 0's row
+    first = run.found(body.index, 0)
+    return first[0].started_at + node.timeout if first else None
+
+
+def _not_satisfied(node: PollNode, body: StepNode, attempts: int) -> FlowFailure:
+    """The failure of a poll whose budget ended unsatisfied (``flow.poll_not_satisfied``)."""
+    return FlowFailure(
+        "flow.poll_not_satisfied",
+        f"{body.capability.id} was not satisfied within {node.timeout}",
+        {"node": node.index, "capability_id": body.capability.id, "attempts": attempts},
+    )
 
 
 def _satisfied(node: PollNode, run: Run) -> bool:
