@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from app.api.auth import require_scope
+from app.api.inputs import JsonBodyRoute
 from app.api.models import DeliveryView
 from app.api.openapi import problem_responses
 from app.api.views import API
@@ -52,7 +53,7 @@ def _store(request: Request) -> SqlDeliveries:
 
 def build_delivery_router() -> APIRouter:
     """``GET /api/v1/deliveries`` and ``POST /api/v1/deliveries/{deliveryId}/retry``."""
-    router = APIRouter(prefix=API, tags=["deliveries"])
+    router = APIRouter(prefix=API, route_class=JsonBodyRoute, tags=["deliveries"])
 
     @router.get(
         "/deliveries",

@@ -1,9 +1,11 @@
 """Input hygiene shared by the routes: JSON bodies, instance ids, Idempotency-Key headers.
 
-A body is JSON (``application/json``, ``application/*+json`` or no ``Content-Type``), nests
-at most ``MAX_DEPTH`` deep and holds no U+0000 or lone surrogate; an instance id is at most
-``MAX_INSTANCE_ID`` well-formed characters; an ``Idempotency-Key`` is at most ``MAX_KEY``
-visible ASCII characters.
+A body - of a start or signal route, or of any route with a body model
+(:class:`JsonBodyRoute`) - is JSON (``application/json``, ``application/*+json`` or no
+``Content-Type``), UTF-8 with no key twice in one object, nests at most ``MAX_DEPTH`` deep
+and holds no U+0000 or lone surrogate; an instance id is at most ``MAX_INSTANCE_ID``
+well-formed characters; an ``Idempotency-Key`` is at most ``MAX_KEY`` visible ASCII
+characters.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
+from collections.abc import Callable
 from typing import Any
 
-from fastapi import Request
+from fastapi import Depends, Request
+from fastapi.routing import APIRoute
 
 from app.errors import (
     IdempotencyKeyInvalid,
@@ -24,6 +28,7 @@ from app.errors import (
 )
 
 __all__ = [
+    "JsonBodyRoute",
     "MAX_DEPTH",
     "MAX_INSTANCE_ID",
     "MAX_KEY",
@@ -192,6 +197,39 @@ _BODY_DOC = (
     "`body_too_large`; a body that is not UTF-8, an object with a repeated key or a "
     "string holding U+0000 is 422 `input_invalid`."
 )
+
+
+class JsonBodyRoute(APIRoute):
+    """An API route whose JSON body FastAPI parses into a model (bulk actions, budget
+    extensions) checks that body by the start and signal routes' rules, with the same
+    check (:func:`_json_body`) and problem codes: JSON by its ``Content-Type`` (else 415
+    ``unsupported_media_type``), UTF-8 (``json.loads`` would guess UTF-16 or UTF-32 from
+    the bytes), no key twice in one object (FastAPI would keep the last), no NaN, no
+    out-of-range number, no U+0000 or lone surrogate, at most ``MAX_DEPTH`` deep (else
+    422 ``input_invalid``). The check is the route's last dependency, after its scope
+    check; the rules are added to its OpenAPI description.
+
+    A route that declares no body is left as FastAPI makes it (a body sent there is never
+    read). Every API router uses this class (``APIRouter(route_class=JsonBodyRoute)``); a
+    test sends every operation with a JSON body in the OpenAPI document such bodies.
+    """
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, endpoint, **kwargs)
+        if self.body_field is None:
+            return
+        # built again with the check as its last dependency: FastAPI knows whether a
+        # route takes a body only once it has read the endpoint's signature
+        kwargs["dependencies"] = [*(kwargs.get("dependencies") or ()), Depends(_checked_body)]
+        super().__init__(path, endpoint, **kwargs)
+        if self.description:
+            self.description += "\n\n" + _BODY_DOC.strip()
+
+
+async def _checked_body(request: Request) -> None:
+    """Dependency: the request's body passes :func:`_json_body` (FastAPI has read it and
+    keeps it; it parses it for the route's model)."""
+    await _json_body(request)
 
 
 def idempotency_header(value: str | None, *, required: bool) -> str | None:

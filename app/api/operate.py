@@ -33,6 +33,7 @@ from app.api.explain import (
     poll_of,
     summary_view,
 )
+from app.api.inputs import JsonBodyRoute
 from app.api.models import (
     INSTANT_TEXT,
     JSON_INTEGER,
@@ -259,7 +260,7 @@ _CANCEL_REF = "#/components/schemas/CancelAnswer"
 def build_operator_router() -> APIRouter:
     """The operator's ``/api/v1/instances`` list and counts routes (registered before the
     ``/instances/{id}`` routes, so ``counts`` is not read as an id)."""
-    router = APIRouter(prefix=API)
+    router = APIRouter(prefix=API, route_class=JsonBodyRoute)
     read = [Depends(require_scope("read"))]
     operate = [Depends(require_scope("operate"))]
 

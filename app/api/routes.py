@@ -3,13 +3,15 @@
 Routes are thin: they authenticate, parse, call the engine or the store's read side, and
 shape JSON. Every error leaves as problem+json (see ``app.api.problems``).
 
-Bodies (start and signal routes) are JSON: a non-empty body must be sent as
-``application/json`` or ``application/*+json`` (any parameters, e.g. ``charset``, are
-ignored: JSON is UTF-8), else 415 ``unsupported_media_type``; a body sent without any
-``Content-Type`` is read as JSON too. A body larger than ``max_body_bytes`` is 413
-``body_too_large`` (``app.runtime.app``). A body that is not JSON, nests deeper than
-``MAX_DEPTH`` or holds a string (or key) with U+0000 or a lone surrogate - which no store
-can keep - is 422 ``input_invalid``.
+Bodies (start and signal routes here; the routes whose body is a model, such as bulk
+actions and budget extensions, by the same check through ``JsonBodyRoute``) are JSON: a
+non-empty body must be sent as ``application/json`` or ``application/*+json`` (any
+parameters, e.g. ``charset``, are ignored: JSON is UTF-8), else 415
+``unsupported_media_type``; a body sent without any ``Content-Type`` is read as JSON too. A
+body larger than ``max_body_bytes`` is 413 ``body_too_large`` (``app.runtime.app``). A body
+that is not UTF-8 JSON, repeats a key in one object, nests deeper than ``MAX_DEPTH`` or
+holds a string (or key) with U+0000 or a lone surrogate - which no store can keep - is 422
+``input_invalid``.
 
 Instance ids are canonical UUID strings (lowercase, dashed). An id in a path that cannot
 name an instance is answered as an unknown id, 404 ``instance_not_found``, on both stores:
@@ -35,6 +37,7 @@ from app.api.inputs import (
     _BODY_DOC,
     MAX_KEY,
     MAX_SEQUENCE,
+    JsonBodyRoute,
     _json_body,
     _same_json,
     check_instance_id,
@@ -449,7 +452,7 @@ def _add_signed_signal_route(app: FastAPI, plan: Plan, base: str, signal: Signal
 
 def build_router() -> APIRouter:
     """The generic ``/api/v1`` routes."""
-    router = APIRouter(prefix=API)
+    router = APIRouter(prefix=API, route_class=JsonBodyRoute)
     read = [Depends(require_scope("read"))]
 
     @router.get(

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.auth import require_scope
+from app.api.inputs import JsonBodyRoute
 from app.api.models import StreamMessageView
 from app.api.openapi import problem_responses
 from app.api.routes import check_instance_id, well_formed
@@ -102,7 +103,12 @@ async def _events(
 
 def build_streams_router() -> APIRouter:
     """``GET /api/v1/instances/{instance_id}/streams/{name}`` (bearer token)."""
-    router = APIRouter(prefix=API, dependencies=[Depends(require_scope("read"))], tags=["streams"])
+    router = APIRouter(
+        prefix=API,
+        route_class=JsonBodyRoute,
+        dependencies=[Depends(require_scope("read"))],
+        tags=["streams"],
+    )
 
     @router.get(
         "/instances/{instance_id}/streams/{name}",
