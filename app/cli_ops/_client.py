@@ -3,8 +3,10 @@ client that turns refusals into exit codes, and small renderers."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from typing import Annotated, Any
@@ -28,6 +30,7 @@ __all__ = [
     "Waiting",
     "err",
     "out",
+    "with_filters",
 ]
 
 EXIT_ERROR = 1
@@ -125,6 +128,58 @@ AfterOpt = Annotated[
 BeforeOpt = Annotated[
     str | None, typer.Option("--created-before", help="ISO-8601 instant with an offset.")
 ]
+
+#: The list's filter options, declared once: ``(parameter of _Filters, option, default)``.
+_FILTER_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("flow", FlowOpt, None),
+    ("version", VersionOpt, None),
+    ("state", StateOpt, None),
+    ("overdue", OverdueOpt, None),
+    ("stuck", StuckOpt, False),
+    ("error_code", ErrorOpt, None),
+    ("waiting", WaitingOpt, None),
+    ("instance_key", KeyOpt, None),
+    ("created_after", AfterOpt, None),
+    ("created_before", BeforeOpt, None),
+)
+
+
+def with_filters(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a command the list's filter options (``--flow`` ... ``--created-before``).
+
+    The command declares one keyword-only parameter ``filters: _Filters`` where the options
+    go (their place in ``--help``); typer sees the options instead, and the command is
+    called with them gathered into that one :class:`_Filters`.
+
+    Args:
+        command: the command function, with a keyword-only ``filters`` parameter.
+
+    Returns:
+        The function to register with typer.
+
+    Raises:
+        TypeError: ``command`` has no keyword-only ``filters`` parameter.
+    """
+    signature = inspect.signature(command, eval_str=True)
+    names = [name for name, _, _ in _FILTER_OPTIONS]
+    options = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=hint, default=default)
+        for name, hint, default in _FILTER_OPTIONS
+    ]
+    declared = list(signature.parameters.values())
+    at = next((i for i, p in enumerate(declared) if p.name == "filters"), None)
+    if at is None or declared[at].kind is not inspect.Parameter.KEYWORD_ONLY:
+        raise TypeError(f"{command.__name__} declares no keyword-only filters parameter")
+    params = [*declared[:at], *options, *declared[at + 1 :]]
+
+    @functools.wraps(command)
+    def with_options(*args: Any, **kwargs: Any) -> None:
+        filters = _Filters(**{name: kwargs.pop(name) for name in names})
+        command(*args, filters=filters, **kwargs)
+
+    with_options.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    with_options.__annotations__ = {}  # the signature's (evaluated) annotations hold
+    return with_options
 
 
 class _Api:

@@ -14,20 +14,10 @@ from app.cli_ops._client import (
     _ENDED,
     DEFAULT_URL,
     EXIT_ERROR,
-    AfterOpt,
     AsJson,
-    BeforeOpt,
-    ErrorOpt,
-    FlowOpt,
     Key,
-    KeyOpt,
-    OverdueOpt,
-    StateOpt,
-    StuckOpt,
     Token,
     Url,
-    VersionOpt,
-    WaitingOpt,
     _Api,
     _api,
     _Filters,
@@ -36,6 +26,7 @@ from app.cli_ops._client import (
     _waiting,
     err,
     out,
+    with_filters,
 )
 
 __all__ = ["instances_app"]
@@ -46,37 +37,18 @@ instances_app = typer.Typer(
 
 
 @instances_app.command("list")
+@with_filters
 def list_instances(
     url: Url = DEFAULT_URL,
     token: Token = None,
-    flow: FlowOpt = None,
-    version: VersionOpt = None,
-    state: StateOpt = None,
-    overdue: OverdueOpt = None,
-    stuck: StuckOpt = False,
-    error_code: ErrorOpt = None,
-    waiting: WaitingOpt = None,
-    instance_key: KeyOpt = None,
-    created_after: AfterOpt = None,
-    created_before: BeforeOpt = None,
+    *,
+    filters: _Filters,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="Page size.")] = 50,
     cursor: Annotated[str | None, typer.Option(help="nextCursor of a previous page.")] = None,
     all_pages: Annotated[bool, typer.Option("--all", help="Follow every page.")] = False,
     as_json: AsJson = False,
 ) -> None:
     """List instances, newest first (the filters of GET /api/v1/instances)."""
-    filters = _Filters(
-        flow,
-        version,
-        state,
-        overdue,
-        stuck,
-        error_code,
-        waiting,
-        instance_key,
-        created_after,
-        created_before,
-    )
     rows: list[dict[str, Any]] = []
     with _api(url, token) as api:
         while True:
@@ -317,20 +289,13 @@ OptionalId = Annotated[
 
 
 @instances_app.command("wake")
+@with_filters
 def wake(
     instance_id: OptionalId = None,
     url: Url = DEFAULT_URL,
     token: Token = None,
-    flow: FlowOpt = None,
-    version: VersionOpt = None,
-    state: StateOpt = None,
-    overdue: OverdueOpt = None,
-    stuck: StuckOpt = False,
-    error_code: ErrorOpt = None,
-    waiting: WaitingOpt = None,
-    instance_key: KeyOpt = None,
-    created_after: AfterOpt = None,
-    created_before: BeforeOpt = None,
+    *,
+    filters: _Filters,
     every: Every = False,
     batch: Batch = 100,
     dry_run: DryRun = False,
@@ -340,36 +305,17 @@ def wake(
     """Wake one parked instance now (its next attempt runs at once), or every instance the
     filters select (a progress bar; --dry-run counts them); --all, and no filter, selects
     every instance."""
-    filters = _Filters(
-        flow,
-        version,
-        state,
-        overdue,
-        stuck,
-        error_code,
-        waiting,
-        instance_key,
-        created_after,
-        created_before,
-    )
     _act("wake", instance_id, url, token, filters, every, batch, dry_run, key, as_json)
 
 
 @instances_app.command("cancel")
+@with_filters
 def cancel(
     instance_id: OptionalId = None,
     url: Url = DEFAULT_URL,
     token: Token = None,
-    flow: FlowOpt = None,
-    version: VersionOpt = None,
-    state: StateOpt = None,
-    overdue: OverdueOpt = None,
-    stuck: StuckOpt = False,
-    error_code: ErrorOpt = None,
-    waiting: WaitingOpt = None,
-    instance_key: KeyOpt = None,
-    created_after: AfterOpt = None,
-    created_before: BeforeOpt = None,
+    *,
+    filters: _Filters,
     every: Every = False,
     batch: Batch = 100,
     dry_run: DryRun = False,
@@ -378,18 +324,6 @@ def cancel(
 ) -> None:
     """Cancel one instance (compensations run), or every instance the filters select
     (--all, and no filter: every instance)."""
-    filters = _Filters(
-        flow,
-        version,
-        state,
-        overdue,
-        stuck,
-        error_code,
-        waiting,
-        instance_key,
-        created_after,
-        created_before,
-    )
     _act("cancel", instance_id, url, token, filters, every, batch, dry_run, key, as_json)
 
 
