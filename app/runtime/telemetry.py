@@ -81,6 +81,7 @@ class Telemetry:
         self.observer = NodeObserver(self.metrics, self.tracing)
         self._scheduler: AsyncIOScheduler | None = None
         self._refreshing: asyncio.Future[None] | None = None
+        self._first: asyncio.Future[None] | None = None
 
     def instrument_client(self, client: Any) -> None:
         """Trace ``client``'s outbound calls (when traced)."""
@@ -107,18 +108,29 @@ class Telemetry:
             coalesce=True,
         )
         self._scheduler.start()
-        asyncio.ensure_future(self.refresh(db, clock))
+        # kept, so that stop() waits for it: a stop right after the start would otherwise
+        # leave it to run after the database is disposed, on a connection nobody closes
+        self._first = asyncio.ensure_future(self.refresh(db, clock))
 
     async def stop(self) -> None:
-        """Stop the refresh job (a refresh in flight ends first: the database is disposed
-        next); in multiprocess mode drop this process's live gauges."""
+        """Stop the refresh job (a refresh in flight or about to start ends first, or is
+        cancelled after ``READY_TIMEOUT_SECONDS``: the database is disposed next); in
+        multiprocess mode drop this process's live gauges."""
         if self._scheduler is not None and self._scheduler.running:
             self._scheduler.shutdown(wait=False)
-        if self._refreshing is not None:
-            await asyncio.wait([self._refreshing], timeout=READY_TIMEOUT_SECONDS)
+        if pending := self._pending():
+            await asyncio.wait(pending, timeout=READY_TIMEOUT_SECONDS)
+            if late := self._pending():
+                for f in late:
+                    f.cancel()
+                await asyncio.wait(late)
+        self._first = None
         mark_process_dead()
         if self.tracing is not None:
             self.tracing.provider.force_flush()
+
+    def _pending(self) -> set[asyncio.Future[None]]:
+        return {f for f in (self._first, self._refreshing) if f is not None and not f.done()}
 
     async def refresh(self, db: AsyncEngine, clock: Clock) -> None:
         """Set the database pool gauge and the instance gauges (one grouped query).

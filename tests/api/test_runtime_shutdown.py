@@ -1,6 +1,7 @@
 """Shutdown of the runtime: when the lifespan stops the sweeper, no sweep may still be
 running (the lifespan disposes the database and closes the HTTP client right after), and
-stopping is not an error worth a traceback in the log."""
+stopping is not an error worth a traceback in the log; a lifespan ended leaves no task of
+its own behind (one would use the disposed database on a connection nobody closes)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from typing import Any
 import pytest
 
 from app.engine.engine import SweepReport
+from app.runtime.app import create_app
 from app.runtime.scheduler import Sweeper
 from tests.support.eventually import eventually
+from tests.support.server import server_settings
 
 
 class BlockingEngine:
@@ -86,3 +89,18 @@ async def test_stop_lets_an_in_flight_sweep_finish_within_the_grace() -> None:
 
     assert engine.outcomes[-1] == "finished"
     assert "cancelled" not in engine.outcomes
+
+
+@pytest.mark.parametrize("run_sweeper", [False, True])
+async def test_a_lifespan_ended_right_after_its_start_leaves_no_task_behind(
+    store_url: str, run_sweeper: bool
+) -> None:
+    app = create_app(server_settings(store_url, "http://127.0.0.1:9", run_sweeper=run_sweeper))
+    before = asyncio.all_tasks()
+
+    async with app.router.lifespan_context(app):
+        pass
+
+    # e.g. the gauges' first refresh, started with the telemetry: it must not run after the
+    # lifespan disposed the database (a new pool and connection nobody closes)
+    assert asyncio.all_tasks() - before == set()
