@@ -96,6 +96,7 @@ class Deliverer:
         self._names = sorted(self._targets)
         self.scheduler = AsyncIOScheduler(timezone=UTC)
         self._running: set[asyncio.Task[Any]] = set()
+        self._stopping = False  # stop() began: a run not yet begun never begins
 
     async def run_once(self) -> int:
         """Relay, then claim and send due deliveries until none is due.
@@ -165,6 +166,8 @@ class Deliverer:
         )
 
     async def _tick(self) -> None:
+        if self._stopping:  # a job's task created before stop() paused the scheduler
+            return
         task = asyncio.current_task()
         assert task is not None
         self._running.add(task)
@@ -191,6 +194,7 @@ class Deliverer:
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
         """Stop: no new run; an in-flight one finishes (up to ``grace_seconds``)."""
+        self._stopping = True
         if self.scheduler.running:
             self.scheduler.pause()
         running = list(self._running)

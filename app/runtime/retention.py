@@ -50,6 +50,7 @@ class Purger:
         self.interval = interval_seconds
         self.scheduler = AsyncIOScheduler(timezone=UTC)
         self._running: set[asyncio.Task[Any]] = set()
+        self._stopping = False  # stop() began: a run not yet begun never begins
 
     async def run_once(self) -> int:
         """Purge every instance that ended before ``now - retention``.
@@ -64,6 +65,8 @@ class Purger:
         return deleted
 
     async def _tick(self) -> None:
+        if self._stopping:  # a job's task created before stop() paused the scheduler
+            return
         task = asyncio.current_task()
         assert task is not None
         self._running.add(task)
@@ -92,6 +95,7 @@ class Purger:
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
         """Stop: no new run; a batch in flight finishes (up to ``grace_seconds``)."""
+        self._stopping = True
         if self.scheduler.running:
             self.scheduler.pause()
         running = list(self._running)

@@ -62,6 +62,7 @@ class Sweeper:
         self._running: set[asyncio.Task[Any]] = set()
         self._sweeping = False  # a sweep of this node is in flight
         self._again = False  # a wake came while it was: it claims again before returning
+        self._stopping = False  # stop() began: a sweep not yet begun never begins
         #: ``time.monotonic()`` when a sweep last ended without error (None: not yet)
         self.last_success: float | None = None
 
@@ -69,6 +70,8 @@ class Sweeper:
         """Sweep now. While a sweep of this node is in flight, a second one is not started
         (two would split the node's run slots into small claims): the one in flight is
         asked to claim again when it finds nothing more due."""
+        if self._stopping:  # e.g. a job's task created before stop() paused the scheduler
+            return
         if self._sweeping:
             self._again = True
             return
@@ -152,6 +155,7 @@ class Sweeper:
         lifespan disposes the database and closes the HTTP client right after."""
         if self._parked in self.engine.wake_listeners:
             self.engine.wake_listeners.remove(self._parked)
+        self._stopping = True
         if self.scheduler.running:
             self.scheduler.pause()
         self.engine.stop_claiming()  # a sweep in flight finishes what it started, no more

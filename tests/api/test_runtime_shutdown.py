@@ -91,6 +91,21 @@ async def test_stop_lets_an_in_flight_sweep_finish_within_the_grace() -> None:
     assert "cancelled" not in engine.outcomes
 
 
+async def test_a_sweep_not_yet_begun_when_stop_begins_never_begins() -> None:
+    engine = BlockingEngine()
+    engine.release.set()  # a sweep would end at once
+    sweeper = Sweeper(engine, 3600)  # type: ignore[arg-type]
+    sweeper.start()
+    # e.g. the scheduler's task for a wake, created but not yet run: a sweep it began
+    # after stop() returned would use the database the lifespan disposes next
+    late = asyncio.ensure_future(sweeper.run_once())
+
+    await sweeper.stop()
+    await late
+
+    assert engine.outcomes == [], "a sweep ran after Sweeper.stop() began"
+
+
 @pytest.mark.parametrize("run_sweeper", [False, True])
 async def test_a_lifespan_ended_right_after_its_start_leaves_no_task_behind(
     store_url: str, run_sweeper: bool
