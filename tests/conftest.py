@@ -7,17 +7,25 @@
 * ``store_url``: parametrized ``sqlite`` / ``postgres`` (marked ``postgres``): a fresh
   database migrated to head with Alembic (copied from a template migrated once a session).
 * ``sql_engine`` / ``sql_journal``: an async engine and a :class:`SqlJournal` on ``store_url``.
+
+Every test fails (at teardown) that leaves an aiosqlite connection open on an event loop it
+closed: see :func:`pytest_runtest_teardown`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import traceback
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import aiosqlite.core
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -29,6 +37,68 @@ from app.store.migrate import upgrade
 from app.store.sql_journal import SqlJournal
 
 DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+#: aiosqlite connections made on an event loop: their loop and where they were made
+_connections: dict[aiosqlite.core.Connection, tuple[weakref.ref[Any], traceback.StackSummary]] = {}
+_connection_init = aiosqlite.core.Connection.__init__
+
+
+def _tracked_init(self: aiosqlite.core.Connection, *args: Any, **kwargs: Any) -> None:
+    _connection_init(self, *args, **kwargs)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    _connections[self] = (weakref.ref(loop), traceback.extract_stack(limit=25)[:-1])
+
+
+aiosqlite.core.Connection.__init__ = _tracked_init  # type: ignore[method-assign]
+
+
+def _fail_on_open_connections() -> None:
+    """Fail if an aiosqlite connection is left open on an event loop now closed.
+
+    Such a connection (an engine never disposed, a task still connecting when its loop
+    closed) makes its worker thread raise "Event loop is closed" later, in whichever test
+    runs then. Its worker thread is joined here, so that an error it raises is reported for
+    this test; an open one is closed (on a loop of its own) and reported with where it was
+    made.
+    """
+    leaks = []
+    for conn, (loop_ref, made) in list(_connections.items()):
+        loop = loop_ref()
+        if loop is not None and not loop.is_closed():
+            continue
+        del _connections[conn]
+        if conn._connection is not None:
+            asyncio.run(conn.close())
+            leaks.append("".join(traceback.format_list(made)))
+        elif conn._thread.ident is not None:
+            conn._thread.join(timeout=10)  # a closed connection's thread has ended already
+            if conn._thread.is_alive():
+                busy = "(its worker thread still busy)\n"
+                leaks.append(busy + "".join(traceback.format_list(made)))
+    if leaks:
+        pytest.fail(
+            f"{len(leaks)} aiosqlite connection(s) left open after the event loop closed, "
+            "made at:\n" + "\n".join(leaks),
+            pytrace=False,
+        )
+
+
+@pytest.fixture(autouse=True)
+def _no_open_aiosqlite_connection() -> Iterator[None]:
+    """Fail the test that leaves an aiosqlite connection open on its event loop (torn down
+    after the test's loop is closed: an error the worker thread raises is this test's)."""
+    yield
+    _fail_on_open_connections()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """The same after the wider fixtures' teardown (a module's server and its loop)."""
+    _fail_on_open_connections()
 
 
 def pg_admin_url() -> str:
