@@ -24,13 +24,12 @@ from app.engine.journal import (
     Claim,
     InstanceRecord,
     InstanceState,
-    NewInstance,
     SignalRecord,
     Snapshot,
 )
 from app.engine.limits import CallLimits
 from app.engine.observe import LOG_CONTEXT, Observer
-from app.engine.outside import SignalDelivery
+from app.engine.outside import SignalDelivery, StartResult
 from app.engine.roles import Journal
 from app.engine.runner import Run
 from app.engine.runs import RunTasks
@@ -76,15 +75,6 @@ class EngineConfig:
     sweep_batch: int = 100
     concurrency: int = 32
     start_wait: timedelta | None = None
-
-
-@dataclass(frozen=True)
-class StartResult:
-    """A start's answer: the instance after its first advance, and whether it is new."""
-
-    instance: InstanceRecord
-    created: bool
-    result: Any = None
 
 
 class Engine:
@@ -193,52 +183,7 @@ class Engine:
 
             return await run_ephemeral(self, plan, data)
         with self.observer.start_span(plan.name, plan.version):
-            return await self._start(plan, data, idempotency_key, instance_key)
-
-    async def _start(
-        self,
-        plan: Plan,
-        data: dict[str, Any],
-        idempotency_key: str | None,
-        instance_key: str | None,
-    ) -> StartResult:
-        now = self.clock.now()
-        new = NewInstance(
-            id=self.new_id(),
-            flow_name=plan.name,
-            flow_version=plan.version,
-            input=data,
-            created_at=now,
-            deadline_at=(now + plan.deadline) if plan.deadline else None,
-            lease_owner=self.config.node_id,
-            lease_expires_at=now + self.lease,
-            idempotency_key=idempotency_key,
-            instance_key=instance_key,
-            trace_context=self.observer.trace_context(),
-        )
-        record, created = await self.journal.writes.create_instance(new)
-        if created:
-            self.observer.started(plan.name, plan.version, record.id)
-            # a new instance has no journal and no mailbox yet (a signal sent meanwhile is
-            # read by the walk before it waits): nothing to load
-            claim = Claim(record.id, record.fencing_token, Snapshot(record, [], []))
-            outcome = None
-            try:
-                outcome = await self.runs.advance_within(claim, self.config.start_wait)
-            except StaleFencingToken:
-                pass  # logged by advance: the node that took the lease over goes on
-            except Exception:  # noqa: BLE001 - the row is durable; the sweep takes it over
-                log.exception(
-                    "instance %s: first advance failed on node %s; the sweep "
-                    "resumes it once its lease expires",
-                    record.id,
-                    self.config.node_id,
-                )
-            if outcome is not None and outcome.instance is not None:
-                record = outcome.instance  # as the run left it: no read back
-            else:
-                record = await self.journal.reads.get_instance(record.id)
-        return StartResult(record, created, record.result)
+            return await outside.start(self, plan, data, idempotency_key, instance_key)
 
     # -- advancing ---------------------------------------------------------------------
     async def advance(

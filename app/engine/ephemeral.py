@@ -17,12 +17,13 @@ from app.engine.journal import (
     InstanceState,
     StepRow,
 )
+from app.engine.outside import StartResult
 from app.engine.runner import Run
 from app.engine.stops import Halt
 from app.errors import FlowFailure
 
 if TYPE_CHECKING:
-    from app.engine.engine import Engine, StartResult
+    from app.engine.engine import Engine
     from app.flows.plan import Plan
 
 __all__ = ["run_ephemeral"]
@@ -102,8 +103,6 @@ class _MemoryJournal:
 
 async def run_ephemeral(engine: Engine, plan: Plan, data: dict[str, Any]) -> StartResult:
     """Run ``plan`` on ``data`` to its end in memory; returns a StartResult with no row."""
-    from app.engine.engine import StartResult
-
     now = engine.clock.now()
     record = InstanceRecord(
         id=engine.new_id(),

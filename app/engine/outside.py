@@ -1,17 +1,25 @@
-"""Requests from outside a run: a wake (the sweep's, or an operator's), a signal delivered,
-a cancel. Each claims the instance when it can and advances it at once (see the
-:class:`app.engine.Engine` methods of the same names)."""
+"""Requests from outside a run: a start, a wake, a signal delivered, a cancel. Each claims
+the instance when it can and advances it at once (see the :class:`app.engine.Engine`
+methods of the same names)."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
-from app.engine.journal import InstanceRecord, InstanceState, SignalRecord
+from app.engine.journal import (
+    Claim,
+    InstanceRecord,
+    InstanceState,
+    NewInstance,
+    SignalRecord,
+    Snapshot,
+)
 from app.engine.stops import RunOutcome
 from app.errors import InputInvalid, SignalNotDeclared, StaleFencingToken
 from app.flows.plan import AwaitSignalNode, Plan, PollNode
@@ -19,7 +27,18 @@ from app.flows.plan import AwaitSignalNode, Plan, PollNode
 if TYPE_CHECKING:
     from app.engine.engine import Engine
 
-__all__ = ["SignalDelivery", "cancel", "deliver", "wake"]
+__all__ = ["SignalDelivery", "StartResult", "cancel", "deliver", "start", "wake"]
+
+log = logging.getLogger("flowpark.engine")
+
+
+@dataclass(frozen=True)
+class StartResult:
+    """A start's answer: the instance after its first advance, and whether it is new."""
+
+    instance: InstanceRecord
+    created: bool
+    result: Any = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +59,73 @@ class SignalDelivery:
     state: InstanceState
     flow_name: str
     flow_version: str
+
+
+async def start(
+    engine: Engine,
+    plan: Plan,
+    data: dict[str, Any],
+    idempotency_key: str | None,
+    instance_key: str | None,
+) -> StartResult:
+    """Create an instance of ``plan`` and advance it (:meth:`app.engine.Engine.start`).
+
+    Args:
+        engine: the node's engine.
+        plan: the flow version to run (durable profile).
+        data: the validated input, as JSON data.
+        idempotency_key: repeats with the same key and body return the first instance.
+        instance_key: a business id unique among the flow's non-ended instances.
+
+    Returns:
+        :class:`StartResult`: the instance as its first advance left it, and whether it is
+        new (a repeat answers the first instance as stored).
+
+    Raises:
+        IdempotencyKeyReused, InstanceKeyInUse.
+    """
+    now = engine.clock.now()
+    new = NewInstance(
+        id=engine.new_id(),
+        flow_name=plan.name,
+        flow_version=plan.version,
+        input=data,
+        created_at=now,
+        deadline_at=(now + plan.deadline) if plan.deadline else None,
+        lease_owner=engine.config.node_id,
+        lease_expires_at=now + engine.lease,
+        idempotency_key=idempotency_key,
+        instance_key=instance_key,
+        trace_context=engine.observer.trace_context(),
+    )
+    record, created = await engine.journal.writes.create_instance(new)
+    if created:
+        engine.observer.started(plan.name, plan.version, record.id)
+        record = await _first_advance(engine, record)
+    return StartResult(record, created, record.result)
+
+
+async def _first_advance(engine: Engine, record: InstanceRecord) -> InstanceRecord:
+    """Advance a new instance under the lease its start took, for up to ``start_wait``;
+    the instance as the run left it, or as stored when the run goes on elsewhere."""
+    # a new instance has no journal and no mailbox yet (a signal sent meanwhile is read by
+    # the walk before it waits): nothing to load
+    claim = Claim(record.id, record.fencing_token, Snapshot(record, [], []))
+    outcome = None
+    try:
+        outcome = await engine.runs.advance_within(claim, engine.config.start_wait)
+    except StaleFencingToken:
+        pass  # logged by advance: the node that took the lease over goes on
+    except Exception:  # noqa: BLE001 - the row is durable; the sweep takes it over
+        log.exception(
+            "instance %s: first advance failed on node %s; the sweep "
+            "resumes it once its lease expires",
+            record.id,
+            engine.config.node_id,
+        )
+    if outcome is not None and outcome.instance is not None:
+        return outcome.instance  # as the run left it: no read back
+    return await engine.journal.reads.get_instance(record.id)
 
 
 async def wake(engine: Engine, instance_id: str, *, woken: bool = False) -> RunOutcome | None:
