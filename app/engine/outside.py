@@ -200,19 +200,26 @@ async def deliver(
     )
     if delivered.claim is None:
         return answer
+    return await _continue(engine, instance_id, delivered.claim, answer)
+
+
+async def _continue(
+    engine: Engine, instance_id: str, claim: Claim, answer: SignalDelivery
+) -> SignalDelivery:
+    """Advance the instance a delivery claimed; ``answer`` as the run left the signal and
+    the instance (read back when the run went on in the background or elsewhere)."""
     outcome = None
     # a request runs its own work: the run-slot gate bounds the sweep's background
     # work, and a claim must never wait in a queue unrenewed
     with contextlib.suppress(StaleFencingToken):  # logged by advance
-        outcome = await engine.runs.advance(delivered.claim, gated=False)
+        outcome = await engine.runs.advance(claim, gated=False)
+    signal = answer.signal
     if outcome is None or outcome.instance is None:
         # another node holds it, or the run goes on in the background: read back
-        now_signal = await engine.journal.mailbox.get_signal(instance_id, delivered.signal.id)
+        now_signal = await engine.journal.mailbox.get_signal(instance_id, signal.id)
         state = (await engine.journal.reads.get_instance(instance_id)).state
-        return replace(answer, signal=now_signal or delivered.signal, state=state)
-    taken = next(
-        (s for s in outcome.signals_taken if s.id == delivered.signal.id), delivered.signal
-    )
+        return replace(answer, signal=now_signal or signal, state=state)
+    taken = next((s for s in outcome.signals_taken if s.id == signal.id), signal)
     return replace(answer, signal=taken, state=outcome.state)
 
 
