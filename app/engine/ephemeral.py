@@ -2,6 +2,7 @@
 
 An ephemeral flow cannot wait (definition rules refuse polls and awaits), so a run either
 completes or fails before the call returns. Retries wait in-process on the engine clock.
+The observer hears its start and its end as a durable instance's (``started``, ``ended``).
 """
 
 from __future__ import annotations
@@ -125,7 +126,16 @@ async def run_ephemeral(engine: Engine, plan: Plan, data: dict[str, Any]) -> Sta
 
     run = Run(_View(), plan, record, Claim(record.id, 0), [], [])
     run.ephemeral = True
-    halt: Halt = await engine.walker.walk(run)
+    engine.observer.started(plan.name, plan.version, record.id)
+    try:
+        halt: Halt = await engine.walker.walk(run)
+    except Exception:  # a durable run is failed so (flow.internal_error); here it raises
+        engine.observer.ended(plan.name, plan.version, "failed", "flow.internal_error")
+        raise
     final = memory.record
     assert halt.state.ended
+    failure = final.failure
+    engine.observer.ended(
+        plan.name, plan.version, halt.state.value, failure.code if failure is not None else None
+    )
     return StartResult(final, True, final.result)
