@@ -223,8 +223,9 @@ class Settings(BaseSettings):
     metrics_refresh_seconds: float = Field(
         default=10.0,
         gt=0,
-        description="Seconds between refreshes of the instance gauges (one grouped query) "
-        "and the database pool gauge.",
+        description="Seconds between refreshes of the instance gauges (one grouped query), "
+        "the pending deliveries gauge (one more, with subscribers) and the database pool "
+        "gauge.",
     )
     log_format: Literal["text", "json"] = Field(
         default="text",

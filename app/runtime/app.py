@@ -297,7 +297,13 @@ def _start_jobs(
     workers.sweeper.start()
     if settings.subscribers:
         workers.deliverer = Deliverer(
-            deliveries, settings.subscribers, wiring.http, wiring.clock, settings.node_id, settings
+            deliveries,
+            settings.subscribers,
+            wiring.http,
+            wiring.clock,
+            settings.node_id,
+            settings,
+            observer=wiring.telemetry.observer,
         )
         workers.deliverer.start()
     if settings.retention_period is not None:

@@ -14,6 +14,11 @@ it) until ``delivery_max_attempts`` sends were made: then it is failed for good,
 ``GET /api/v1/deliveries?state=failed`` and retryable. Delivery is at least once: a node
 that dies mid-send leaves its claim to lapse and another node sends again (with the same
 ``webhook-id``, for the subscriber to drop the repeat).
+
+Each send is counted by subscriber and outcome (``flowpark_delivery_tries``: delivered,
+failed or gave_up), and each recorded delivery's lag from its event's emission is observed
+(``flowpark_delivery_lag_seconds``). A send for a subscriber no longer configured is
+counted under the subscriber ``""``, so the label keeps to the configured names.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from standardwebhooks.webhooks import Webhook
 
 from app.engine.clock import Clock
+from app.runtime.observe import NodeObserver
 from app.settings import Settings, Subscriber
 from app.store.deliveries import ClaimedDelivery, SqlDeliveries
 
@@ -69,6 +75,7 @@ class Deliverer:
         node_id: this node's name (claims).
         settings: timeouts, backoff and the attempt bound (``delivery_*``).
         batch: deliveries claimed at once.
+        observer: the node's observer, which counts the sends (None: not counted).
     """
 
     def __init__(
@@ -81,6 +88,7 @@ class Deliverer:
         settings: Settings,
         *,
         batch: int = 50,
+        observer: NodeObserver | None = None,
     ) -> None:
         self.store = store
         self.http = http
@@ -94,6 +102,9 @@ class Deliverer:
         self.interval = settings.delivery_scan_seconds
         self._targets = {s.name: (s.url, Webhook(s.secret.get_secret_value())) for s in subscribers}
         self._names = sorted(self._targets)
+        self.observer = observer
+        if observer is not None:
+            observer.delivery_subscribers(self._names)
         self.scheduler = AsyncIOScheduler(timezone=UTC)
         self._running: set[asyncio.Task[Any]] = set()
         self._stopping = False  # stop() began: a run not yet begun never begins
@@ -145,9 +156,15 @@ class Deliverer:
             else:
                 status = resp.status_code
                 if 200 <= status < 300:
-                    await self.store.finish(
-                        claimed, self.node_id, delivered_at=self.clock.now(), status=status
+                    delivered_at = self.clock.now()
+                    recorded = await self.store.finish(
+                        claimed, self.node_id, delivered_at=delivered_at, status=status
                     )
+                    if self.observer is not None:
+                        self.observer.delivery_tried(claimed.subscriber, "delivered")
+                        if recorded:  # else the node that took the claim over records it
+                            lag = delivered_at - claimed.event_created_at
+                            self.observer.delivered(claimed.subscriber, lag.total_seconds())
                     return
                 error = f"HTTP {status}: {resp.text[:200]}"
         now = self.clock.now()
@@ -164,6 +181,11 @@ class Deliverer:
         await self.store.finish(
             claimed, self.node_id, next_try_at=next_try, error=error, status=status
         )
+        if self.observer is not None:
+            self.observer.delivery_tried(
+                claimed.subscriber if target is not None else "",
+                "failed" if next_try is not None else "gave_up",
+            )
 
     async def _tick(self) -> None:
         if self._stopping:  # a job's task created before stop() paused the scheduler

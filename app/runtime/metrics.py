@@ -6,8 +6,9 @@ worker processes write their values to files in ``PROMETHEUS_MULTIPROC_DIR`` (th
 multiprocess mode, which ``serve`` sets up: :func:`multiprocess_dir`) and whichever process
 answers a scrape aggregates all of them (:func:`render`).
 
-Labels are bounded: flow names and versions, capability ids, outcomes, states, error codes
-and group-commit lanes, never an instance id. ``docs/observability.md`` has the table.
+Labels are bounded: flow names and versions, capability ids, outcomes, states, error codes,
+group-commit lanes and the configured subscribers' names, never an instance id.
+``docs/observability.md`` has the table.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from prometheus_client import (
 
 __all__ = [
     "CONTENT_TYPE_LATEST",
+    "DELIVERY_OUTCOMES",
     "MULTIPROC_ENV",
     "Metrics",
     "mark_process_dead",
@@ -45,6 +47,10 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 #: Buckets for the share of a poll's budget used.
 RATIO = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+#: The outcomes of a delivery send (the ``outcome`` of ``flowpark_delivery_tries``).
+DELIVERY_OUTCOMES = ("delivered", "failed", "gave_up")
+#: Buckets (seconds) for delivery lag, which retries after a backoff stretch: 50 ms to 1 day.
+LAG = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 86400)
 #: Buckets for counts per sweep and per group-commit batch.
 COUNTS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500)
 
@@ -228,6 +234,28 @@ class Metrics:
             "flowpark_instances_stuck",
             "Running instances whose lease expired more than a scan interval ago.",
             **gauge,  # type: ignore[arg-type]
+        )
+        self.delivery_tries = Counter(
+            "flowpark_delivery_tries",
+            "Sends of event deliveries to a subscriber, by outcome: delivered (a 2xx "
+            "answer), failed (another send is scheduled) or gave_up (the last send allowed "
+            "failed: the delivery is failed for good).",
+            ["subscriber", "outcome"],
+            registry=r,
+        )
+        self.delivery_lag = Histogram(
+            "flowpark_delivery_lag_seconds",
+            "From an event's emission to its delivery to a subscriber (engine clock).",
+            ["subscriber"],
+            buckets=LAG,
+            registry=r,
+        )
+        self.deliveries_pending = Gauge(
+            "flowpark_deliveries_pending",
+            "Event deliveries waiting to be sent to a subscriber (pending, due or not).",
+            ["subscriber"],
+            registry=r,
+            multiprocess_mode="mostrecent",
         )
         self.info = Gauge(
             "flowpark_node_info",

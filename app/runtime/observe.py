@@ -7,12 +7,12 @@ a key), so an event on the hot path costs a dictionary lookup and an increment.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
 from app.engine.observe import NULL_SPAN, Observer, PollEnd
-from app.runtime.metrics import Metrics
+from app.runtime.metrics import DELIVERY_OUTCOMES, Metrics
 from app.runtime.tracing import Tracing
 
 __all__ = ["NodeObserver"]
@@ -89,6 +89,25 @@ class NodeObserver(Observer):
         """A group-commit batch of ``size`` operations started on ``lane``."""
         if self.metrics is not None:
             self._child(self.metrics.batch, lane).observe(size)
+
+    def delivery_subscribers(self, names: Iterable[str]) -> None:
+        """Start the delivery counters of the subscribers ``names`` at zero for every
+        outcome (so that a first failure shows as an increase)."""
+        if self.metrics is not None:
+            for name in names:
+                for outcome in DELIVERY_OUTCOMES:
+                    self._child(self.metrics.delivery_tries, name, outcome)
+
+    def delivery_tried(self, subscriber: str, outcome: str) -> None:
+        """A send to ``subscriber`` ended ``outcome`` (one of ``DELIVERY_OUTCOMES``)."""
+        if self.metrics is not None:
+            self._child(self.metrics.delivery_tries, subscriber, outcome).inc()
+
+    def delivered(self, subscriber: str, lag_seconds: float) -> None:
+        """A delivery to ``subscriber`` was recorded delivered ``lag_seconds`` after its
+        event was emitted (engine clock; a negative lag counts as 0)."""
+        if self.metrics is not None:
+            self._child(self.metrics.delivery_lag, subscriber).observe(max(lag_seconds, 0.0))
 
     def trace_context(self) -> dict[str, str] | None:
         return self.tracing.context() if self.tracing is not None else None

@@ -38,7 +38,7 @@ from app.runtime import tracing
 from app.runtime.metrics import CONTENT_TYPE_LATEST, Metrics, mark_process_dead, render
 from app.runtime.observe import NodeObserver
 from app.settings import Settings
-from app.store.gauges import active_counts
+from app.store.gauges import active_counts, pending_deliveries
 
 __all__ = ["READY_TIMEOUT_SECONDS", "Readiness", "Telemetry", "add_health_routes"]
 
@@ -82,6 +82,7 @@ class Telemetry:
         self._scheduler: AsyncIOScheduler | None = None
         self._refreshing: asyncio.Future[None] | None = None
         self._first: asyncio.Future[None] | None = None
+        self._unconfigured_seen = False  # pending deliveries of a subscriber now unknown
 
     def instrument_client(self, client: Any) -> None:
         """Trace ``client``'s outbound calls (when traced)."""
@@ -133,10 +134,12 @@ class Telemetry:
         return {f for f in (self._first, self._refreshing) if f is not None and not f.done()}
 
     async def refresh(self, db: AsyncEngine, clock: Clock) -> None:
-        """Set the database pool gauge and the instance gauges (one grouped query).
+        """Set the database pool gauge, the instance gauges (one grouped query) and, when
+        subscribers are configured, the pending deliveries gauge (one more).
 
         An instance is overdue when parked and due for more than two scan intervals, stuck
-        when running with a lease expired for more than one."""
+        when running with a lease expired for more than one. Pending deliveries of a
+        subscriber no longer configured are shown under the subscriber ``""``."""
         if self.metrics is None or self._refreshing is not None:
             return
         self._refreshing = asyncio.ensure_future(self._refresh(self.metrics, db, clock))
@@ -165,8 +168,19 @@ class Telemetry:
                 for gauge in (metrics.parked, metrics.running, metrics.overdue, metrics.stuck):
                     gauge.labels(flow).set(0)
             metrics.flows_seen |= seen
+            if self.settings.subscribers:
+                configured = {s.name for s in self.settings.subscribers}
+                pending = dict.fromkeys(configured, 0)
+                if self._unconfigured_seen:  # none left: zero, not the last figure
+                    pending[""] = 0
+                for name, n in (await pending_deliveries(db)).items():
+                    key = name if name in configured else ""
+                    pending[key] = pending.get(key, 0) + n
+                self._unconfigured_seen = "" in pending
+                for name, n in pending.items():
+                    metrics.deliveries_pending.labels(name).set(n)
         except Exception:  # noqa: BLE001 - a scrape shows stale gauges; the log says why
-            log.warning("could not refresh the instance gauges", exc_info=True)
+            log.warning("could not refresh the database gauges", exc_info=True)
 
 
 def _loopback(host: str | None) -> bool:

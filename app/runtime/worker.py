@@ -94,6 +94,7 @@ async def run_worker(
                 engine.clock,
                 settings.node_id,
                 settings,
+                observer=telemetry.observer,
             )
             deliverer.start()
         purger = None

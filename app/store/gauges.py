@@ -1,5 +1,5 @@
-"""The counts behind the instance gauges of ``/metrics``: one grouped query over the
-instances that have not ended."""
+"""The counts behind the gauges of ``/metrics``: one grouped query over the instances that
+have not ended, and one over the pending event deliveries."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from app.store.db import READ_ONLY
 from app.store.mapping import INSTANCE
-from app.store.tables import ACTIVE_STATES
+from app.store.tables import ACTIVE_STATES, EventDeliveryRow
 
-__all__ = ["FlowCounts", "active_counts"]
+__all__ = ["FlowCounts", "active_counts", "pending_deliveries"]
+
+DELIVERY = EventDeliveryRow.__table__  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -77,3 +79,28 @@ async def active_counts(
     async with engine.execution_options(**READ_ONLY).connect() as conn:
         rows = (await conn.execute(query)).all()
     return [FlowCounts(r.flow_name, r.parked, r.running, r.overdue, r.stuck) for r in rows]
+
+
+async def pending_deliveries(engine: AsyncEngine) -> dict[str, int]:
+    """Count the pending event deliveries (due or waiting for their next send), by
+    subscriber: one grouped query that reads the pending rows only, through an index (the
+    partial ``ix_event_delivery_due`` on PostgreSQL, ``ix_event_delivery_state`` on
+    SQLite), as :func:`active_counts` reads the instances that have not ended.
+
+    Args:
+        engine: the service's database engine.
+
+    Returns:
+        The number of pending deliveries of each subscriber that has one.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError / OSError: the database could not be read.
+    """
+    query = (
+        select(DELIVERY.c.subscriber, func.count().label("pending"))
+        .where(DELIVERY.c.state == "pending")
+        .group_by(DELIVERY.c.subscriber)
+    )
+    async with engine.execution_options(**READ_ONLY).connect() as conn:
+        rows = (await conn.execute(query)).all()
+    return {r.subscriber: int(r.pending) for r in rows}

@@ -1,14 +1,24 @@
-"""Counts of ``/metrics`` fed by the engine (SQLite and PostgreSQL): an ephemeral run
-counts in ``flowpark_instances_started`` / ``_ended`` as a durable instance does."""
+"""Counts of ``/metrics`` fed by the engine and the database (SQLite and PostgreSQL): an
+ephemeral run counts in ``flowpark_instances_started`` / ``_ended`` as a durable instance
+does; ``flowpark_deliveries_pending`` counts the pending deliveries by subscriber."""
 
 from __future__ import annotations
 
-from prometheus_client import generate_latest
+from datetime import UTC, datetime
 
+from prometheus_client import generate_latest
+from sqlalchemy import update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.engine.clock import SystemClock
 from app.engine.journal import InstanceState
 from app.runtime.metrics import Metrics
 from app.runtime.observe import NodeObserver
+from app.runtime.telemetry import Telemetry
+from app.settings import Settings, Subscriber
+from app.store.deliveries import DELIVERY, SqlDeliveries
 from app.testing import FlowHarness, Scripted
+from tests.e2e.test_delivery import SECRET, emit_events
 from tests.engine.flows import Job, ephemeral_flow
 from tests.support.scrape import Scrape
 
@@ -41,3 +51,42 @@ async def test_ephemeral_runs_count_as_started_and_ended(store_url: str) -> None
     assert scrape.value(ended, **flow) == 3
     assert scrape.value(ended, **flow, state="completed", code="") == 2
     assert scrape.value(ended, **flow, state="failed", code=code) == 1
+
+
+async def test_the_pending_gauge_counts_each_subscribers_waiting_deliveries(
+    store_url: str, sql_engine: AsyncEngine
+) -> None:
+    emit_events(store_url, instances=2, per_instance=2)
+    deliveries = SqlDeliveries(sql_engine)
+    # "gone" was configured when these were relayed, and is not any more
+    assert await deliveries.relay(["audit", "gone"], datetime.now(UTC)) == 4  # events
+    async with sql_engine.begin() as conn:
+        done = (await conn.execute(DELIVERY.select().where(DELIVERY.c.subscriber == "audit"))).all()
+        await conn.execute(
+            update(DELIVERY)
+            .where(DELIVERY.c.sequence == done[0].sequence)
+            .values(state="delivered", delivered_at=datetime.now(UTC))
+        )
+    subscribers = [
+        Subscriber(name=name, url="http://127.0.0.1:9/hook", secret=SECRET)  # type: ignore[arg-type]
+        for name in ("audit", "billing")
+    ]
+    telemetry = Telemetry(Settings(subscribers=subscribers))
+    assert telemetry.metrics is not None
+
+    def pending() -> dict[str, float]:
+        scrape = Scrape(generate_latest(telemetry.metrics.registry).decode())  # type: ignore[union-attr]
+        return {
+            s.labels["subscriber"]: s.value
+            for s in scrape.samples
+            if s.name == "flowpark_deliveries_pending"
+        }
+
+    await telemetry.refresh(sql_engine, SystemClock())
+    # billing has none yet; the unconfigured subscriber's are shown under ""
+    assert pending() == {"audit": 3, "billing": 0, "": 4}
+
+    async with sql_engine.begin() as conn:
+        await conn.execute(update(DELIVERY).values(state="failed"))
+    await telemetry.refresh(sql_engine, SystemClock())
+    assert pending() == {"audit": 0, "billing": 0, "": 0}  # zero, not the last figure
