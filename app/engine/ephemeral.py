@@ -2,11 +2,13 @@
 
 An ephemeral flow cannot wait (definition rules refuse polls and awaits), so a run either
 completes or fails before the call returns. Retries wait in-process on the engine clock.
-The observer hears its start and its end as a durable instance's (``started``, ``ended``).
+The observer hears its start and its end as a durable instance's (``started``, ``ended``);
+a run whose caller goes away (the task is cancelled) ends ``cancelled``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -131,6 +133,9 @@ async def run_ephemeral(engine: Engine, plan: Plan, data: dict[str, Any]) -> Sta
         halt: Halt = await engine.walker.walk(run)
     except Exception:  # a durable run is failed so (flow.internal_error); here it raises
         engine.observer.ended(plan.name, plan.version, "failed", "flow.internal_error")
+        raise
+    except asyncio.CancelledError:  # the caller went away (a client disconnect): no result
+        engine.observer.ended(plan.name, plan.version, InstanceState.CANCELLED.value, None)
         raise
     final = memory.record
     assert halt.state.ended

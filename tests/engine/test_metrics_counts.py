@@ -4,7 +4,10 @@ does; ``flowpark_deliveries_pending`` counts the pending deliveries by subscribe
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
+
+import pytest
 
 from prometheus_client import generate_latest
 from sqlalchemy import update
@@ -51,6 +54,35 @@ async def test_ephemeral_runs_count_as_started_and_ended(store_url: str) -> None
     assert scrape.value(ended, **flow) == 3
     assert scrape.value(ended, **flow, state="completed", code="") == 2
     assert scrape.value(ended, **flow, state="failed", code=code) == 1
+
+
+async def test_an_ephemeral_run_whose_caller_goes_away_counts_as_cancelled(
+    store_url: str,
+) -> None:
+    metrics = Metrics("n")
+    calling = asyncio.Event()
+
+    async def hang(_: object) -> None:
+        calling.set()
+        await asyncio.Event().wait()  # a provider that never answers
+
+    async with FlowHarness.open(
+        [ephemeral_flow()],
+        database_url=store_url,
+        migrate=False,
+        substitutes={"t.start": Scripted(hang), "t.after": Scripted(None)},
+    ) as h:
+        h.engine.observer = NodeObserver(metrics)
+        request = asyncio.ensure_future(h.start("t.quick", ORDER))
+        await calling.wait()
+        request.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+
+    scrape = Scrape(generate_latest(metrics.registry).decode())
+    flow = {"flow": "t.quick", "version": "1.0.0"}
+    assert scrape.value("flowpark_instances_started_total", **flow) == 1
+    assert scrape.value("flowpark_instances_ended_total", **flow, state="cancelled", code="") == 1
 
 
 async def test_the_pending_gauge_counts_each_subscribers_waiting_deliveries(
