@@ -8,7 +8,6 @@ import asyncio
 from datetime import UTC, datetime
 
 import pytest
-
 from prometheus_client import generate_latest
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
