@@ -161,3 +161,17 @@ def test_the_authors_package_imports_no_framework_or_driver() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    """A module past this size holds more than one topic: split it by what its parts do."""
+    sizes = {
+        str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+        for package in ("app", "samples", "flowpark")
+        for path in (ROOT / package).rglob("*.py")
+    }
+    assert len(sizes) > 50  # the walk found the packages
+    assert {p: n for p, n in sizes.items() if n > MAX_MODULE_LINES} == {}
