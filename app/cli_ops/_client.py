@@ -15,6 +15,8 @@ import httpx
 import typer
 from rich.console import Console
 
+from app.redaction import redact
+
 __all__ = [
     "EXIT_CONFLICT",
     "EXIT_ERROR",
@@ -42,7 +44,9 @@ EXIT_FORBIDDEN = 6
 _ENDED = ("completed", "failed", "cancelled")
 
 out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+# soft_wrap: a line on stderr is never broken at the terminal's width (80 columns when
+# piped), so an error stays one line and a cursor can be copied whole.
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class State(StrEnum):
@@ -204,7 +208,8 @@ class _Api:
         try:
             resp = self.client.request(method, path, params=params, json=body, headers=headers)
         except httpx.HTTPError as exc:
-            err.print(f"error: unreachable: cannot reach {self.url}: {exc}")
+            message = redact(f"error: unreachable: cannot reach {self.url}: {exc}")
+            err.print(message, markup=False)
             raise typer.Exit(EXIT_UNREACHABLE) from None
         if resp.status_code >= 400:
             raise _refused(resp, tokenless=not self.token)
@@ -220,7 +225,7 @@ def _refused(resp: httpx.Response, *, tokenless: bool = False) -> typer.Exit:
         code, detail = f"http_{resp.status_code}", resp.text[:200]
     if resp.status_code == 401 and tokenless:
         detail += " (pass --token or set FLOWPARK_TOKEN)"
-    err.print(f"error: {code}: {detail}", markup=False)
+    err.print(redact(f"error: {code}: {detail}"), markup=False)
     if resp.status_code in (401, 403):
         return typer.Exit(EXIT_FORBIDDEN)
     if resp.status_code == 404:

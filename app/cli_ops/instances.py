@@ -255,9 +255,15 @@ def _act(
             if as_json:
                 _json(answer)
             elif action == "wake" and not answer.get("woken"):
-                out.print(f"{instance_id}: not woken: {answer.get('reason')}", markup=False)
+                out.print(
+                    f"{instance_id}: not woken: {answer.get('reason')}",
+                    markup=False,
+                    soft_wrap=True,
+                )
             else:
-                out.print(f"{instance_id}: {action} done; state {answer.get('state')}")
+                out.print(
+                    f"{instance_id}: {action} done; state {answer.get('state')}", soft_wrap=True
+                )
             return
         if not filters.any() and not every:
             err.print(
@@ -352,7 +358,8 @@ def extend(
     capped = " (capped by the flow deadline)" if answer.get("cappedByDeadline") else ""
     out.print(
         f"{instance_id}: budget ends {_short(answer['endsAt'])}, was "
-        f"{_short(answer['previousEndsAt'])}{capped}"
+        f"{_short(answer['previousEndsAt'])}{capped}",
+        soft_wrap=True,
     )
 
 
@@ -383,4 +390,4 @@ def signal(
         taken = "stored, not matched by the wait (ends nothing)"
     else:
         taken = "taken" if answer.get("takenAt") else "stored"
-    out.print(f"{instance_id}: signal {name} {taken}; state {answer.get('state')}")
+    out.print(f"{instance_id}: signal {name} {taken}; state {answer.get('state')}", soft_wrap=True)

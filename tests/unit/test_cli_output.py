@@ -1,0 +1,60 @@
+"""What the operator CLI prints stays whole and secret-free: a line is never broken at
+the terminal's width (80 columns when piped), and a URL's password never reaches stderr."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from app.cli import app
+from app.cli_ops import EXIT_UNREACHABLE, _client
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_an_unreachable_node_is_one_line_without_the_urls_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    url = f"http://operator:hunter2-secret@127.0.0.1:{_closed_port()}/some/long/path/prefix"
+    done = CliRunner().invoke(app, ["instances", "list", "--url", url, "--token", "t0ken"])
+    assert done.exit_code == EXIT_UNREACHABLE
+    assert "hunter2-secret" not in done.stderr + done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: unreachable: "), lines
+    assert "operator:***@127.0.0.1" in lines[0]
+
+
+def test_the_next_cursor_is_printed_whole_on_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    cursor = "W" * 150
+
+    def call(self: Any, method: str, path: str, **kwargs: Any) -> Any:
+        return {"instances": [], "nextCursor": cursor}
+
+    monkeypatch.setattr(_client._Api, "call", call)
+    done = CliRunner().invoke(app, ["instances", "list", "--token", "t0ken"])
+    assert done.exit_code == 0, done.output
+    assert f"more: --cursor {cursor}\n" in done.stderr
+
+
+def test_an_action_answers_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    answer = {
+        "endsAt": "2026-01-01T12:00:00Z",
+        "previousEndsAt": "2026-01-01T10:00:00Z",
+        "cappedByDeadline": True,
+    }
+    monkeypatch.setattr(_client._Api, "call", lambda self, *a, **k: answer)
+    instance_id = "01a232b9-0995-7449-8556-23fef0c5e08e"
+    done = CliRunner().invoke(app, ["instances", "extend", instance_id, "--by", "PT2H"])
+    assert done.exit_code == 0, done.output
+    assert done.stdout.count("\n") == 1 and done.stdout.startswith(instance_id), done.stdout
+    assert "(capped by the flow deadline)" in done.stdout
