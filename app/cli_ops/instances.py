@@ -176,7 +176,8 @@ def show(
                 else:
                     out.print(
                         f"{_short(view['updatedAt'])}  {view['state']}  {_waiting(view)}  "
-                        f"wake at {_short(view.get('wakeAt'))}"
+                        f"wake at {_short(view.get('wakeAt'))}",
+                        soft_wrap=True,
                     )
             if view["state"] in _ENDED:
                 break

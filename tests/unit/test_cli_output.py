@@ -58,3 +58,22 @@ def test_an_action_answers_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     assert done.exit_code == 0, done.output
     assert done.stdout.count("\n") == 1 and done.stdout.startswith(instance_id), done.stdout
     assert "(capped by the flow deadline)" in done.stdout
+
+
+def test_watch_prints_each_change_on_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "30")
+    view = {
+        "instanceId": "01a232b9-0995-7449-8556-23fef0c5e08e",
+        "flow": "document.process",
+        "version": "1.0.0",
+        "state": "completed",
+        "createdAt": "2026-01-01T10:00:00Z",
+        "updatedAt": "2026-01-01T12:00:00Z",
+        "wakeAt": None,
+        "journal": [],
+    }
+    monkeypatch.setattr(_client._Api, "call", lambda self, *a, **k: view)
+    done = CliRunner().invoke(app, ["instances", "show", str(view["instanceId"]), "--watch"])
+    assert done.exit_code == 0, done.output
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("2026-01-01 12:00:00Z  completed") and first.endswith("wake at -")
