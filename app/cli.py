@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,8 +21,17 @@ from pathlib import Path
 
 import typer
 
-__all__ = ["EXIT_FLOWS_INVALID", "EXIT_FLOWS_UNLOADABLE", "EXIT_STORE", "app", "main"]
+__all__ = [
+    "EXIT_FLOWS_INVALID",
+    "EXIT_FLOWS_UNLOADABLE",
+    "EXIT_SETTINGS",
+    "EXIT_STORE",
+    "app",
+    "main",
+]
 
+#: Exit code of every command when a ``FLOWPARK_*`` setting does not validate.
+EXIT_SETTINGS = 2
 #: Exit code of ``serve``, ``worker`` and ``db upgrade`` when the database cannot be used.
 EXIT_STORE = 3
 #: Exit code of ``serve`` and ``worker`` when a flow breaks a definition rule.
@@ -545,9 +555,45 @@ def demo(
     )
 
 
+def _settings_refusal(exc: Exception) -> str | None:
+    """One line naming each ``FLOWPARK_*`` variable that ``exc`` refuses, and why; None when
+    ``exc`` is not about the settings. The variables' values are never shown (a webhook
+    secret or a token may be among them)."""
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
+    from app.redaction import redact
+
+    if isinstance(exc, ValidationError) and exc.title in ("Settings", "SampleSettings"):
+        parts = []
+        for error in exc.errors(include_input=False, include_url=False, include_context=False):
+            loc = [str(part) for part in error["loc"]]
+            variable = f"FLOWPARK_{loc[0].upper()}" if loc else "settings"
+            where = f"{variable} ({'.'.join(loc)})" if len(loc) > 1 else variable
+            parts.append(f"{where}: {error['msg']}")
+        return redact(_one_line("; ".join(parts)))
+    if isinstance(exc, SettingsError):
+        field = re.search(r'field "(\w+)"', str(exc))
+        where = f"FLOWPARK_{field[1].upper()} cannot be parsed" if field else str(exc)
+        cause = f": {exc.__cause__}" if exc.__cause__ is not None else ""
+        return redact(_one_line(f"{where}{cause}"))
+    return None
+
+
 def main() -> None:
-    """The ``flowpark`` console script: run the typer app (exit codes as each command says)."""
-    app()
+    """The ``flowpark`` console script: run the typer app (exit codes as each command says).
+
+    A ``FLOWPARK_*`` variable that does not validate is one line ``error: settings_invalid:
+    ...`` on stderr and exit code :data:`EXIT_SETTINGS`, never a traceback.
+    """
+    try:
+        app()
+    except Exception as exc:
+        refusal = _settings_refusal(exc)
+        if refusal is None:
+            raise
+        typer.echo(f"error: settings_invalid: {refusal}", err=True)
+        raise SystemExit(EXIT_SETTINGS) from None
 
 
 def _mount_operator_commands() -> None:

@@ -298,6 +298,12 @@ class Settings(BaseSettings):
             if ":" in t.value and t.name.startswith("token-") and t.scopes == frozenset(SCOPES)
         ]
 
+    @field_validator("api_tokens")
+    @classmethod
+    def _api_tokens_parse(cls, value: str) -> str:
+        parse_api_tokens(value)  # two entries with one name: refused when the node starts
+        return value
+
     @field_validator("retention")
     @classmethod
     def _retention_is_a_duration(cls, value: str) -> str:
