@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from app.engine.journal import (
     Ack,
@@ -27,6 +27,7 @@ from app.errors import FlowFailure
 
 if TYPE_CHECKING:
     from app.engine.engine import Engine
+    from app.engine.roles import Journal
     from app.flows.plan import Plan
 
 __all__ = ["run_ephemeral"]
@@ -119,12 +120,14 @@ async def run_ephemeral(engine: Engine, plan: Plan, data: dict[str, Any]) -> Sta
     memory = _MemoryJournal(record)
 
     class _View:
-        journal = memory
+        # the roles a run that cannot wait uses (no mailbox, no reads): see _MemoryJournal
+        journal = cast("Journal", memory)
         clock = engine.clock
         lease = engine.lease
         new_id = staticmethod(engine.new_id)
         limits = engine.limits
         observer = engine.observer
+        config = engine.config
 
     run = Run(_View(), plan, record, Claim(record.id, 0), [], [])
     run.ephemeral = True

@@ -13,7 +13,7 @@ import asyncio
 import json
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
 
@@ -37,7 +37,47 @@ from app.errors import FlowFailure, StreamNotDeclared
 from app.flows.capability import RecoveryError, Stream
 from app.flows.plan import Plan, StepNode
 
-__all__ = ["Run"]
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from app.engine.engine import EngineConfig
+    from app.engine.limits import CallLimits
+    from app.engine.observe import Observer
+
+__all__ = ["Run", "RunHost"]
+
+
+class RunHost(Protocol):
+    """What a run uses of its engine (:class:`app.engine.engine.Engine`, or the in-memory
+    stand-in of an ephemeral run)."""
+
+    @property
+    def journal(self) -> Journal:
+        """Where the run's rows go."""
+
+    @property
+    def clock(self) -> Clock:
+        """The engine clock (aware UTC instants)."""
+
+    @property
+    def config(self) -> EngineConfig:
+        """The node's settings (``node_id`` owns a park's lease)."""
+
+    @property
+    def lease(self) -> timedelta:
+        """How long a claim or a write's lease lasts."""
+
+    @property
+    def new_id(self) -> Callable[[], str]:
+        """Makes a fresh id (signals, review items)."""
+
+    @property
+    def limits(self) -> CallLimits:
+        """Runs one capability call under its timeouts, lease keeper and heartbeat watch."""
+
+    @property
+    def observer(self) -> Observer:
+        """Hears starts, ends, tries and polls (metrics, traces)."""
 
 
 class Run:
@@ -45,7 +85,7 @@ class Run:
 
     def __init__(
         self,
-        engine: Any,
+        engine: RunHost,
         plan: Plan,
         instance: InstanceRecord,
         claim: Claim,
