@@ -108,8 +108,9 @@ async def _demo(
         )
         headers = {"Authorization": f"Bearer {token}"}
         async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
-            ok = await _document(client, pages, per_page, webhook=False)
-            ok = await _document(client, pages, per_page, webhook=True) and ok
+            callbacks = SampleSettings().ocr_callbacks
+            ok = await _document(client, pages, webhook=False, callbacks=callbacks)
+            ok = await _document(client, pages, webhook=True, callbacks=callbacks) and ok
             events = (await client.get("/api/v1/events")).json()
             print(
                 f"outbox: {len(events)} event(s): " + ", ".join(sorted({e["name"] for e in events}))
@@ -120,15 +121,30 @@ async def _demo(
         await serving
 
 
+def _path(*, webhook: bool, callbacks: bool) -> str:
+    """What ends the wait of a demo document, as its heading says it.
+
+    Args:
+        webhook: the fake OCR's job is completed at once (the second document).
+        callbacks: the fake OCR calls the ``ocr.completed`` webhook (``FLOWPARK_OCR_CALLBACKS``).
+
+    Returns:
+        The ``path:`` phrase of the heading.
+    """
+    if webhook and callbacks:
+        return "webhook (fake OCR completes now)"
+    if webhook:
+        return "fake OCR completes now; callbacks off, so the next status check sees it"
+    if callbacks:
+        return "parked poll, until a status check or the OCR's callback says done"
+    return "parked poll, until a status check says done (callbacks off)"
+
+
 async def _document(
-    client: httpx.AsyncClient, pages: int, per_page: float, *, webhook: bool
+    client: httpx.AsyncClient, pages: int, *, webhook: bool, callbacks: bool
 ) -> bool:
     doc_id = f"demo-{uuid.uuid4().hex[:8]}"
-    path = (
-        "webhook (fake OCR completes now)"
-        if webhook
-        else "parked poll, until a status check or the OCR's callback says done"
-    )
+    path = _path(webhook=webhook, callbacks=callbacks)
     print(f"\n== document {doc_id}: {pages} pages, path: {path}")
     resp = await client.post(
         "/api/v1/documents",
@@ -143,7 +159,8 @@ async def _document(
     if webhook:
         jobs = (await client.get("/fake/ocr/jobs")).json()
         job = next(j for j in jobs if j["documentId"] == doc_id)
-        print(f"POST /fake/ocr/jobs/{job['jobId']}/complete (the provider's webhook fires)")
+        fires = "the provider's webhook fires" if callbacks else "no webhook: callbacks off"
+        print(f"POST /fake/ocr/jobs/{job['jobId']}/complete ({fires})")
         await client.post(f"/fake/ocr/jobs/{job['jobId']}/complete")
     last = None
     while True:
