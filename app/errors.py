@@ -185,7 +185,8 @@ class ErrorCode(StrEnum):
     METHOD_NOT_ALLOWED = ("method_not_allowed", "the route does not answer that method")
     NO_BUDGET = (
         "no_budget",
-        "the instance does not wait in a poll with a budget (nothing to extend)",
+        "the instance does not wait in a poll with a budget (nothing to extend), or this "
+        "node does not serve its flow version",
     )
     METRICS_FORBIDDEN = (
         "metrics_forbidden",
@@ -207,7 +208,8 @@ class ErrorCode(StrEnum):
     )
     SIGNAL_NOT_DECLARED = (
         "signal_not_declared",
-        "the instance's flow declares no signal of that name",
+        "the instance's flow declares no signal of that name, or this node does not serve "
+        "its flow version",
     )
     STALE_FENCING_TOKEN = (
         "stale_fencing_token",

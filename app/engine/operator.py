@@ -95,6 +95,12 @@ async def extend_budget(engine: Engine, instance_id: str, by: timedelta) -> Budg
             and r.scope == 0
             and r.capability_id == POLL_BUDGET
         ]
+        if plan is None:
+            raise NoBudget(
+                f"this node does not serve flow {inst.flow_name}@{inst.flow_version}, so it "
+                "cannot extend the budget of its instances: ask a node that serves that version",
+                instance_id=instance_id,
+            )
         if not isinstance(node, PollNode) or not stored:
             raise NoBudget(
                 f"instance {instance_id} does not wait in a poll with a budget",

@@ -174,7 +174,14 @@ async def deliver(
     inst = await engine.journal.reads.get_instance(instance_id)
     plan = engine.catalog.find(inst.flow_name, inst.flow_version)
     signal = plan.signals.get(name) if plan is not None else None
-    if plan is None or signal is None:
+    if plan is None:
+        raise SignalNotDeclared(
+            f"this node does not serve flow {inst.flow_name}@{inst.flow_version}, so it "
+            f"cannot take signal {name!r} for it: send it to a node that serves that version",
+            instance_id=instance_id,
+            signal=name,
+        )
+    if signal is None:
         raise SignalNotDeclared(
             f"flow {inst.flow_name}@{inst.flow_version} declares no signal {name!r}",
             instance_id=instance_id,

@@ -83,6 +83,13 @@ async def test_parked_v1_finishes_on_v1_while_new_starts_take_v2(
     with caplog.at_level(logging.WARNING, logger="flowpark.runtime"), _node(url, "2.0.0") as node:
         async with node.client() as http:
             listed = (await http.get("/api/v1/flows")).json()
+            # v1's signal and budget are refused here, saying why (v1 does declare ``go``)
+            signal = await http.post(f"/api/v1/instances/{old}/signals/go", json={})
+            budget = await http.post(f"/api/v1/instances/{old}/budget", json={"extendBy": "PT1H"})
+    assert (signal.status_code, signal.json()["code"]) == (404, "signal_not_declared")
+    assert "does not serve flow versioned@1.0.0" in signal.json()["detail"], signal.text
+    assert (budget.status_code, budget.json()["code"]) == (409, "no_budget")
+    assert "does not serve flow versioned@1.0.0" in budget.json()["detail"], budget.text
     lines = [r.getMessage() for r in caplog.records if "does not serve" in r.getMessage()]
     assert lines == [
         "1 unfinished instance(s) of flow versions this node does not serve: "
