@@ -25,7 +25,7 @@ from app.engine.deadlines import open_budget
 from app.engine.engine import Engine
 from app.errors import InputInvalid
 from app.ui.pages import ConsoleRoute, need_session, problem_page, render
-from app.ui.session import Session, check_csrf
+from app.ui.session import Session, check_csrf, notice_signature
 
 __all__ = ["ACTIONS", "Action", "build_actions_router"]
 
@@ -153,7 +153,8 @@ def build_actions_router() -> APIRouter:
             )
         check_instance_id(instance_id)
         done = await _act(request, session, name, instance_id, _key(key), extend_by)
-        target = f"/ui/instances/{instance_id}?done={quote(done)}"
+        signature = notice_signature(request.app.state.settings, done)
+        target = f"/ui/instances/{instance_id}?done={quote(done)}&ds={signature}"
         return RedirectResponse(target, status_code=303)
 
     return router

@@ -29,6 +29,7 @@ from app.errors import FlowparkError, StreamNotDeclared
 from app.flows.plan import Plan, PollNode
 from app.store.read_model import InstanceFilter, OperatorReads
 from app.ui.pages import ConsoleRoute, need_session, overdue_threshold, render
+from app.ui.session import notice_is_signed
 from app.ui.timeline import build_timeline, parse_instant
 
 __all__ = ["PAGE_SIZES", "build_instances_router"]
@@ -241,7 +242,7 @@ def build_instances_router() -> APIRouter:
                 "streams": streams,
                 "lease": lease,
                 "actions": available_actions(plan, inst),
-                "notices": [n for n in request.query_params.getlist("done") if len(n) < 200],
+                "notices": _signed_notices(request),
                 "parse": parse_instant,
                 "pretty": lambda value, indent=2: json.dumps(
                     value, indent=indent or None, ensure_ascii=False, sort_keys=True
@@ -291,3 +292,15 @@ def available_actions(plan: Plan | None, inst: InstanceRecord) -> list[dict[str,
         actions.append({"name": "extend", "label": "Extend budget"})
     actions.append({"name": "cancel", "label": "Cancel"})
     return actions
+
+
+def _signed_notices(request: Request) -> list[str]:
+    """The action's notice of the redirect that led here (``?done=``), when this console
+    signed it (``&ds=``); a link that only carries text shows nothing."""
+    settings = request.app.state.settings
+    signature = request.query_params.get("ds")
+    return [
+        n
+        for n in request.query_params.getlist("done")
+        if len(n) < 200 and notice_is_signed(settings, n, signature)
+    ]

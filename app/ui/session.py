@@ -33,6 +33,8 @@ __all__ = [
     "Session",
     "check_csrf",
     "clear_session",
+    "notice_is_signed",
+    "notice_signature",
     "current_session",
     "open_session",
     "principal_for",
@@ -148,3 +150,17 @@ def current_session(request: Request) -> Session | None:
 def check_csrf(session: Session, sent: str | None) -> bool:
     """``sent`` (the form's ``csrf`` field) is the session's CSRF token."""
     return sent is not None and hmac.compare_digest(sent.encode(), session.csrf.encode())
+
+
+def notice_signature(settings: Settings, text: str) -> str:
+    """The signature an action's redirect carries beside its notice (``?done=...&ds=...``),
+    so the instance page shows only notices this console wrote, never text a crafted link
+    puts there."""
+    raw = b"notice\n" + text.encode("utf-8", "surrogateescape")
+    return hmac.new(_secret(settings), raw, hashlib.sha256).hexdigest()[:32]
+
+
+def notice_is_signed(settings: Settings, text: str, signature: str | None) -> bool:
+    """``signature`` is :func:`notice_signature` of ``text``."""
+    expected = notice_signature(settings, text).encode()
+    return signature is not None and hmac.compare_digest(signature.encode(), expected)

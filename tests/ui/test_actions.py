@@ -74,6 +74,13 @@ async def test_wake_now_runs_the_next_attempt(acting):
 
         after = (await http.get(done.headers["location"])).text
         assert "Woken by token-1: it ran and is now" in after  # the token's name acted
+        # a link that only carries a notice's text shows none: the console signs its own
+        forged = "Session expired: sign in again at https://elsewhere.example"
+        crafted = (await http.get(f"/ui/instances/{target}", params={"done": forged})).text
+        assert forged not in crafted
+        location = done.headers["location"]
+        swapped = location.replace(location.split("?done=")[1].split("&")[0], "Forged")
+        assert "Forged" not in (await http.get(swapped)).text
 
         # the same confirmation posted again (a double click, a reload) acts once
         repeat = await http.post(
