@@ -191,6 +191,16 @@ class _Api:
 
     def __init__(self, url: str, token: str | None) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        try:
+            parsed = httpx.URL(url)
+            problem = None if parsed.scheme in ("http", "https") and parsed.host else ""
+        except (httpx.InvalidURL, ValueError, TypeError) as exc:
+            problem = f": {exc}"
+        if problem is not None:
+            what = "is not a node URL (http:// or https:// and a host)"
+            line = f"error: usage: --url {url} {what}{problem}"
+            err.print(redact(line), markup=False)
+            raise typer.Exit(2)
         self.client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=30.0)
         self.url = url
         self.token = token

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Annotated, Any
 
@@ -345,7 +346,7 @@ def extend(
 ) -> None:
     """Extend the budget of the poll the instance is parked at (never past the flow
     deadline)."""
-    extend_by: Any = float(by) if by.replace(".", "", 1).isdigit() else by
+    extend_by: Any = _seconds_or_duration(by)
     with _api(url, token) as api:
         answer = api.call(
             "POST",
@@ -362,6 +363,16 @@ def extend(
         f"{_short(answer['previousEndsAt'])}{capped}",
         soft_wrap=True,
     )
+
+
+def _seconds_or_duration(by: str) -> float | str:
+    """``--by`` as the API takes it: a finite number of seconds (``3600``, ``-5``: the node
+    says why a value is refused), else the text, an ISO-8601 duration (``PT2H``)."""
+    try:
+        seconds = float(by)
+    except ValueError:
+        return by
+    return seconds if math.isfinite(seconds) else by
 
 
 @instances_app.command("signal")

@@ -77,3 +77,28 @@ def test_watch_prints_each_change_on_one_line(monkeypatch: pytest.MonkeyPatch) -
     assert done.exit_code == 0, done.output
     first = done.stdout.splitlines()[0]
     assert first.startswith("2026-01-01 12:00:00Z  completed") and first.endswith("wake at -")
+
+
+@pytest.mark.parametrize("url", ["nonsense", "http://", "ftp://x", "http://u:pw-secret@[::1"])
+def test_a_url_that_names_no_node_is_bad_usage(url: str) -> None:
+    done = CliRunner().invoke(app, ["instances", "list", "--url", url, "--token", "t0ken"])
+    assert done.exit_code == 2, done.output
+    assert done.exception is None or isinstance(done.exception, SystemExit), done.exception
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: usage: --url "), lines
+    assert "pw-secret" not in done.stderr
+
+
+def test_extend_sends_seconds_as_a_number(monkeypatch: pytest.MonkeyPatch) -> None:
+    bodies: list[Any] = []
+
+    def call(self: Any, method: str, path: str, **kwargs: Any) -> Any:
+        bodies.append(kwargs["body"]["extendBy"])
+        return {"endsAt": None, "previousEndsAt": None}
+
+    monkeypatch.setattr(_client._Api, "call", call)
+    for by in ("3600", "1.5", "-5", "PT2H", "inf", "1e3"):
+        done = CliRunner().invoke(app, ["instances", "extend", "some-id", "--by", by])
+        assert done.exit_code == 0, done.output
+    # a negative number reaches the node as one, which refuses it saying it must be positive
+    assert bodies == [3600.0, 1.5, -5.0, "PT2H", "inf", 1000.0]
