@@ -230,7 +230,10 @@ Every error the HTTP API answers is `application/problem+json` (RFC 9457) with a
 `docs/openapi.json`) lists, for each operation, the statuses it can answer and the codes of
 each status.
 
-The CLI prints the same codes: `error: <code>: <message>`.
+The CLI prints the same codes: `error: <code>: <message>`, and three of its own that no
+node answers: `usage` (a bad option or argument, exit 2), `settings_invalid` (a `FLOWPARK_*`
+variable that does not validate, exit 2) and `unreachable` (the `--url` node does not answer,
+exit 3).
 
 Error codes are one `snake_case` phrase each. A code the table does not map to a status
 (an engine invariant, a definition error) is never answered as itself: the answer is 500
