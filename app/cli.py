@@ -226,16 +226,21 @@ def db_upgrade(
 ) -> None:
     """Migrate the database to the latest schema (Alembic upgrade head)."""
     from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.exc import ArgumentError, DBAPIError
 
     from app.errors import StoreUnavailable
     from app.redaction import redact_url, register_secrets
     from app.settings import Settings
+    from app.store.db import sync_url
     from app.store.migrate import upgrade
 
     settings = Settings()
     target = url or settings.database_url
     register_secrets(settings.secret_values())
+    try:
+        sync_url(target)
+    except (ValueError, ArgumentError) as exc:  # not a database URL: one line
+        raise _refuse(StoreUnavailable(f"invalid database URL: {exc}")) from None
     try:
         upgrade(target)
     except DBAPIError as exc:  # unreachable: one line, no traceback

@@ -30,8 +30,8 @@ def run_demo(
 
     Returns:
         0 when both documents completed, 1 when one did not, 3 when ``host:port`` cannot
-        be served (in use, or not an address of this machine): one line on stderr, no
-        traceback.
+        be served (in use, or not an address of this machine) or the database cannot be
+        migrated (unreachable, not a database URL): one line on stderr, no traceback.
     """
     refused = port_refused(host, port)
     if refused is not None:
@@ -42,6 +42,14 @@ def run_demo(
         )
         return 3
     return asyncio.run(_demo(host, port, pages, per_page, scan_interval, database_url))
+
+
+def _store_unavailable(detail: str) -> int:
+    """Print ``error: store_unavailable: <detail>`` (one line, secrets masked); exit code 3."""
+    from app.redaction import redact
+
+    print(f"error: store_unavailable: {redact(' '.join(detail.split()))}", file=sys.stderr)
+    return 3
 
 
 def port_refused(host: str, port: int) -> str | None:
@@ -68,7 +76,11 @@ def port_refused(host: str, port: int) -> str | None:
 async def _demo(
     host: str, port: int, pages: int, per_page: float, scan_interval: float, database_url: str
 ) -> int:
+    from sqlalchemy.exc import ArgumentError, DBAPIError
+
+    from app.redaction import redact_url
     from app.runtime.app import create_app
+    from app.store.db import sync_url
     from app.store.migrate import upgrade
     from samples.registry import sample_flows
     from samples.settings import SampleSettings
@@ -82,8 +94,15 @@ async def _demo(
         api_tokens=os.environ.get("FLOWPARK_API_TOKENS", DEFAULT_API_TOKEN),
     )
     token = sorted(settings.tokens)[0]
-    print(f"flowpark demo: migrating {database_url}")
-    await asyncio.to_thread(upgrade, database_url)
+    print(f"flowpark demo: migrating {redact_url(database_url)}")
+    try:
+        sync_url(database_url)
+    except (ValueError, ArgumentError) as exc:  # not a database URL: one line
+        return _store_unavailable(f"invalid database URL: {exc}")
+    try:
+        await asyncio.to_thread(upgrade, database_url)
+    except DBAPIError as exc:  # unreachable: one line
+        return _store_unavailable(f"cannot migrate the database at {database_url}: {exc.orig}")
     server = uvicorn.Server(
         uvicorn.Config(
             create_app(
