@@ -425,9 +425,13 @@ def _tcp_socket(host: str, port: int) -> socket.socket:
     the protocol-0 socket uvicorn binds from ``--host/--port`` leaves Nagle's algorithm on,
     and a keep-alive client then waits ~40 ms (delayed ACK) for every response.
     """
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-    )[0]
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+        )[0]
+    except OSError as exc:  # a host name that does not resolve
+        typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(1) from None
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -457,13 +461,21 @@ def worker(
     Serve the same flows as the other nodes. Exit codes as ``serve``: 3 when the database
     is unreachable or not migrated, 4 on a definition error, 5 when flows cannot be loaded.
     """
+    from app.demo import port_refused
     from app.runtime.worker import run_worker
     from app.settings import Settings
 
     _flows_or_exit(flows)
     if metrics_port is not None:
         os.environ["FLOWPARK_METRICS_PORT"] = str(metrics_port)
-    _database_or_exit(Settings().database_url)
+    settings = Settings()
+    _database_or_exit(settings.database_url)
+    if settings.metrics_enabled and settings.metrics_port is not None:
+        host, port = settings.metrics_host, settings.metrics_port
+        refused = port_refused(host, port)
+        if refused is not None:  # one line, as serve's own port
+            typer.echo(f"error: cannot listen on {host}:{port} (metrics): {refused}", err=True)
+            raise typer.Exit(1)
     _logging(log_level)
     from app.runtime.loop import run
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -97,3 +98,35 @@ def test_version_prints_the_installed_version() -> None:
     done = CliRunner().invoke(app, ["--version"])
     assert done.exit_code == 0, done.output
     assert done.output.strip() == f"flowpark {version('flowpark')}"
+
+
+def _cannot_listen(done: subprocess.CompletedProcess[str], where: str) -> str:
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "Traceback" not in output, output
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and lines[0].startswith(f"error: cannot listen on {where}"), output
+    return lines[0]
+
+
+def test_serve_on_a_host_that_does_not_resolve_is_one_line(
+    _sqlite_template: Path, tmp_path: Path
+) -> None:
+    shutil.copyfile(_sqlite_template, tmp_path / "flowpark.db")
+    url = f"sqlite:///{tmp_path / 'flowpark.db'}"
+    args = ["serve", "--host", "no-such-host.invalid", "--port", str(free_port())]
+    _cannot_listen(_run(args, url, tmp_path), "no-such-host.invalid:")
+
+
+def test_a_worker_whose_metrics_port_is_taken_is_one_line(
+    _sqlite_template: Path, tmp_path: Path
+) -> None:
+    shutil.copyfile(_sqlite_template, tmp_path / "flowpark.db")
+    url = f"sqlite:///{tmp_path / 'flowpark.db'}"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        done = _run(["worker", "--metrics-port", str(port)], url, tmp_path)
+    line = _cannot_listen(done, f"127.0.0.1:{port} (metrics)")
+    assert "address already in use" in line
