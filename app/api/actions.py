@@ -171,6 +171,13 @@ class Extension(BaseModel):
         description="An ISO-8601 duration (`PT2H`) or seconds; positive, at most 366 days.",
     )
 
+    @field_validator("extend_by", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: object) -> object:
+        if isinstance(value, bool):  # pydantic would read true as 1 second
+            raise ValueError("extendBy must be an ISO-8601 duration or seconds, not a boolean")
+        return value
+
     @field_validator("extend_by")
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:

@@ -256,7 +256,13 @@ async def test_an_extension_never_passes_the_flow_deadline_and_needs_a_poll(
         gone = await client.post(url(ended.id, "budget"), json={"extendBy": "PT1H"})
         bad = [
             await client.post(url(capped.id, "budget"), json=body)
-            for body in ({"extendBy": "PT0S"}, {"extendBy": "soon"}, {}, {"extendBy": -5})
+            for body in (
+                {"extendBy": "PT0S"},
+                {"extendBy": "soon"},
+                {},
+                {"extendBy": -5},
+                {"extendBy": True},  # not 1 second
+            )
         ]
     assert resp.status_code == 200, resp.text
     assert resp.json()["cappedByDeadline"] is True
