@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
@@ -14,6 +15,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from app.redaction import redact
 
@@ -32,6 +34,7 @@ __all__ = [
     "Waiting",
     "err",
     "out",
+    "print_table",
     "with_filters",
 ]
 
@@ -44,9 +47,20 @@ EXIT_FORBIDDEN = 6
 _ENDED = ("completed", "failed", "cancelled")
 
 out = Console(highlight=False)
+# Piped or redirected (and no COLUMNS set), a table keeps one row per line whatever its
+# width, so it can be grepped and its ids copied; on a terminal, rich fits it to the terminal.
+_PIPED_WIDTH = 100_000
 # soft_wrap: a line on stderr is never broken at the terminal's width (80 columns when
 # piped), so an error stays one line and a cursor can be copied whole.
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def print_table(table: Table) -> None:
+    """Print ``table`` on stdout: fitted to a terminal, one line per row when piped."""
+    if out.is_terminal or "COLUMNS" in os.environ:
+        out.print(table)
+    else:  # rich caps a print's width at its console's: print through a wide one
+        Console(file=out.file, highlight=False, width=_PIPED_WIDTH).print(table)
 
 
 class State(StrEnum):

@@ -16,6 +16,7 @@ from app.cli_ops._client import (
     _api,
     _json,
     out,
+    print_table,
 )
 
 __all__ = ["flows_list", "flows_show"]
@@ -44,7 +45,7 @@ def flows_list(url: Url = DEFAULT_URL, token: Token = None, as_json: AsJson = Fa
             f.get("route") or "-",
             ", ".join(f.get("signals", [])),
         )
-    out.print(table)
+    print_table(table)
 
 
 def _seconds(value: float | None) -> str:

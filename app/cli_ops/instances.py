@@ -27,6 +27,7 @@ from app.cli_ops._client import (
     _waiting,
     err,
     out,
+    print_table,
     with_filters,
 )
 
@@ -78,7 +79,7 @@ def list_instances(
             _short(r.get("budgetEndsAt")),
             r.get("errorCode") or "-",
         )
-    out.print(table)
+    print_table(table)
     out.print(f"{len(rows)} instance(s)")
     if cursor:
         err.print(f"more: --cursor {cursor}")
@@ -102,7 +103,7 @@ def counts(
         table.add_column(column)
     for c in answer["byState"]:
         table.add_row(c["flow"], c["version"], c["state"], str(c["count"]))
-    out.print(table)
+    print_table(table)
     out.print(f"overdue: {answer['overdue']}  stuck: {answer['stuck']}  total: {answer['total']}")
 
 
@@ -144,7 +145,7 @@ def _print_instance(view: dict[str, Any]) -> None:
                 a["outcome"],
                 tries or a.get("signal", "-"),
             )
-        out.print(table)
+        print_table(table)
     for action in view.get("actions") or []:
         out.print(f"action: {action['action']} by {action['actor']} at {_short(action['actedAt'])}")
 

@@ -1,5 +1,6 @@
 """What the operator CLI prints stays whole and secret-free: a line is never broken at
-the terminal's width (80 columns when piped), and a URL's password never reaches stderr."""
+the terminal's width (80 columns when piped), a piped table keeps one line per row, and a
+URL's password never reaches stderr."""
 
 from __future__ import annotations
 
@@ -102,3 +103,34 @@ def test_extend_sends_seconds_as_a_number(monkeypatch: pytest.MonkeyPatch) -> No
         assert done.exit_code == 0, done.output
     # a negative number reaches the node as one, which refuses it saying it must be positive
     assert bodies == [3600.0, 1.5, -5.0, "PT2H", "inf", 1000.0]
+
+
+def test_a_piped_list_is_one_line_per_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    row = {
+        "instanceId": "01a232b9-0995-7449-8556-23fef0c5e08e",
+        "flow": "document.process",
+        "version": "1.0.0",
+        "state": "suspended",
+        "waitingFor": {"kind": "poll", "capability": "ocr.status"},
+        "wakeAt": "2026-01-01T12:00:00Z",
+        "budgetEndsAt": "2026-01-01T13:00:00Z",
+        "errorCode": "provider.rejected_because_of_a_long_reason",
+    }
+    answer = {"instances": [row, {**row, "instanceId": row["instanceId"][:-1] + "f"}]}
+    monkeypatch.setattr(_client._Api, "call", lambda self, *a, **k: {**answer, "nextCursor": None})
+    done = CliRunner().invoke(app, ["instances", "list", "--token", "t0ken"])
+    assert done.exit_code == 0, done.output
+    lines = done.stdout.splitlines()
+    assert len(lines) == 4, lines  # header, two rows, the count
+    assert "document.process@1.0.0" in lines[1] and row["errorCode"] in lines[1]
+    assert lines[2].split()[0].endswith("f")
+
+
+def test_a_list_on_a_narrow_terminal_fits_its_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    flows = [{"name": "document.process", "version": "1.0.0", "signals": ["ocr.completed"] * 4}]
+    monkeypatch.setattr(_client._Api, "call", lambda self, *a, **k: flows)
+    done = CliRunner().invoke(app, ["flows", "list", "--token", "t0ken"])
+    assert done.exit_code == 0, done.output
+    assert max(len(line) for line in done.stdout.splitlines()) <= 60
