@@ -107,6 +107,18 @@ def parse_filter(request: Request) -> tuple[InstanceFilter, list[str]]:
     return where, notices
 
 
+def _page_size(raw: str | None, notices: list[str]) -> int:
+    """The page size ``?limit=`` asks for, 1..MAX_PAGE; else the default, with a notice."""
+    if not raw:
+        return PAGE_SIZES[0]
+    if raw.isdigit() and 1 <= int(raw[:6]) <= MAX_PAGE:
+        return int(raw)
+    notices.append(
+        f"limit {raw[:40]!r} is not a page size of 1 to {MAX_PAGE}: {PAGE_SIZES[0]} shown"
+    )
+    return PAGE_SIZES[0]
+
+
 def _url_with(request: Request, **changes: Any) -> str:
     params = [(k, v) for k, v in request.query_params.multi_items() if k not in changes]
     params += [(k, str(v)) for k, v in changes.items() if v is not None]
@@ -143,9 +155,7 @@ def build_instances_router() -> APIRouter:
         engine = _engine(request)
         where, notices = parse_filter(request)
         q = request.query_params
-        limit = PAGE_SIZES[0]
-        if q.get("limit", "").isdigit() and 1 <= int(q["limit"][:6]) <= MAX_PAGE:
-            limit = int(q["limit"])
+        limit = _page_size(q.get("limit"), notices)
         after = None
         cursor = q.get("cursor") or None
         if cursor:

@@ -51,7 +51,11 @@ async def test_a_value_that_cannot_be_a_filter_is_left_out_with_a_notice(signed_
     page = await _list(signed_in, "state=sleeping&waiting=nothing&cursor=%%%&limit=abc")
     assert "is not a state" in page and "is not a wait kind" in page
     assert "not one this console gave out" in page
+    assert "is not a page size of 1 to 200" in page
     assert set(_ids(page)) == set(seeded.every())
+    for limit in ("0", "201", "-5", "9" * 40):
+        assert "is not a page size" in await _list(signed_in, f"limit={limit}"), limit
+    assert "is not a page size" not in await _list(signed_in, "limit=200")
     assert (await signed_in.get("/ui/instances?flow=" + "x" * 5000)).status_code == 200
 
 
