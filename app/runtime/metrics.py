@@ -118,13 +118,15 @@ class Metrics:
         r = self.registry
         self.started = Counter(
             "flowpark_instances_started",
-            "Instances created by starts (idempotent repeats excluded).",
+            "Instances started: durable ones created by starts (idempotent repeats excluded) "
+            "and ephemeral runs.",
             ["flow", "version"],
             registry=r,
         )
         self.ended = Counter(
             "flowpark_instances_ended",
-            "Instances that ended, by final state and failure code ('' when none).",
+            "Instances that ended, durable and ephemeral, by final state and failure code "
+            "('' when none).",
             ["flow", "version", "state", "code"],
             registry=r,
         )
