@@ -511,14 +511,19 @@ def fakes(
     from samples.fakes.server import create_fakes_server
 
     set_node_id(f"fakes-{port}")
+    sock = _tcp_socket(host, port)  # a port in use: one line, exit 1
     _logging(log_level)
-    uvicorn.run(
+    config = uvicorn.Config(
         create_fakes_server(per_page=per_page, callback_token=callback_token),
         host=host,
         port=port,
         log_level=log_level,
         log_config=log_config(log_level),
     )
+    server = uvicorn.Server(config)
+    server.run(sockets=[sock])
+    if not server.started:
+        raise typer.Exit(3)
 
 
 @flows_app.command("check")

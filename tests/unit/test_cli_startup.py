@@ -130,3 +130,14 @@ def test_a_worker_whose_metrics_port_is_taken_is_one_line(
         done = _run(["worker", "--metrics-port", str(port)], url, tmp_path)
     line = _cannot_listen(done, f"127.0.0.1:{port} (metrics)")
     assert "address already in use" in line
+
+
+def test_the_fakes_on_a_port_in_use_are_one_line(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        done = _run(["fakes", "--port", str(port)], f"sqlite:///{tmp_path}/x.db", tmp_path)
+    line = _cannot_listen(done, f"127.0.0.1:{port}")
+    assert "address already in use" in line.lower()
+    assert done.stdout == ""  # no server log lines either
