@@ -10,13 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import signal
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import typer
@@ -45,8 +39,6 @@ FLOWS_HELP = (
 )
 #: Seconds the start-up database check waits for the database to answer.
 DB_CHECK_TIMEOUT = 20.0
-#: Seconds ``serve`` waits for the ``flowpark fakes`` process it starts to answer.
-FAKES_START_TIMEOUT = 30.0
 
 app = typer.Typer(
     help="flowpark: durable flows that wait on external systems.", no_args_is_help=True
@@ -251,90 +243,6 @@ def db_upgrade(
     typer.echo(f"database at head: {redact_url(target)}")
 
 
-def _free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """Linux: the child gets SIGTERM when ``serve`` dies, even by SIGKILL."""
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
-def _answers(url: str) -> bool:
-    import httpx
-
-    try:
-        return httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-@contextmanager
-def _shared_fakes(log_level: str) -> Iterator[str]:
-    """Run ``flowpark fakes`` on a free loopback port until the block ends; yields its URL.
-
-    The child inherits this environment (``FLOWPARK_SAMPLE_OCR_PER_PAGE``,
-    ``FLOWPARK_API_TOKENS`` for the callback token, the fake job timings). It runs in a
-    session of its own, so a Ctrl-C stops the uvicorn workers first and the fakes only
-    once they are gone.
-    """
-    port = _free_loopback_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [
-        sys.executable,
-        "-m",
-        "app.cli",
-        "fakes",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        # the provider's per-request lines would double the access log
-        "--log-level",
-        log_level if log_level.lower() == "debug" else "warning",
-    ]
-    per_page = os.environ.get("FLOWPARK_SAMPLE_OCR_PER_PAGE")
-    if per_page:
-        command += ["--per-page", per_page]
-    process = subprocess.Popen(
-        command,
-        start_new_session=True,
-        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-    )
-    try:
-        deadline = time.monotonic() + FAKES_START_TIMEOUT
-        while not _answers(url):
-            if process.poll() is not None:
-                typer.echo(
-                    f"error: fakes.start_failed: flowpark fakes exited with code "
-                    f"{process.returncode} before answering on {url}",
-                    err=True,
-                )
-                raise typer.Exit(1)
-            if time.monotonic() > deadline:
-                typer.echo(
-                    f"error: fakes.start_failed: flowpark fakes did not answer on "
-                    f"{url} within {FAKES_START_TIMEOUT:.0f} s",
-                    err=True,
-                )
-                raise typer.Exit(1)
-            time.sleep(0.1)
-        yield url
-    finally:
-        if process.poll() is None:
-            process.terminate()  # uvicorn shuts down cleanly on SIGTERM
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1"),
@@ -356,6 +264,7 @@ def serve(
     """
     import uvicorn
 
+    from app.cli_ops.serving import shared_fakes, tcp_socket
     from app.runtime.logs import log_config
     from app.settings import Settings
 
@@ -367,7 +276,7 @@ def serve(
     samples = "samples" in targets
     with ExitStack() as stack:
         if workers > 1 and samples and not ocr_set and not jobs_set:
-            fakes_url = stack.enter_context(_shared_fakes(log_level))
+            fakes_url = stack.enter_context(shared_fakes(log_level))
             # every worker process inherits these: one provider for all of them, which
             # calls the webhook back on the serve URL
             os.environ["FLOWPARK_OCR_BASE_URL"] = fakes_url
@@ -406,7 +315,7 @@ def serve(
             # request head size and count, head and body time: bounded per connection
             http=BoundedHttpToolsProtocol,
         )
-        sock = _tcp_socket(host, port)
+        sock = tcp_socket(host, port)
         if workers > 1:
             from uvicorn.supervisors import Multiprocess
 
@@ -416,32 +325,6 @@ def serve(
         server.run(sockets=[sock])
         if not server.started:
             raise typer.Exit(3)
-
-
-def _tcp_socket(host: str, port: int) -> socket.socket:
-    """A listening socket created with ``IPPROTO_TCP``.
-
-    asyncio turns ``TCP_NODELAY`` on only for sockets whose protocol is ``IPPROTO_TCP``;
-    the protocol-0 socket uvicorn binds from ``--host/--port`` leaves Nagle's algorithm on,
-    and a keep-alive client then waits ~40 ms (delayed ACK) for every response.
-    """
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-        )[0]
-    except OSError as exc:  # a host name that does not resolve
-        typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
-        raise typer.Exit(1) from None
-    sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(address)
-    except OSError as exc:
-        sock.close()
-        typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror}", err=True)
-        raise typer.Exit(1) from None
-    sock.set_inheritable(True)  # the worker processes serve the same socket
-    return sock
 
 
 @app.command()
@@ -507,11 +390,12 @@ def fakes(
     """
     import uvicorn
 
+    from app.cli_ops.serving import tcp_socket
     from app.runtime.logs import log_config, set_node_id
     from samples.fakes.server import create_fakes_server
 
     set_node_id(f"fakes-{port}")
-    sock = _tcp_socket(host, port)  # a port in use: one line, exit 1
+    sock = tcp_socket(host, port)  # a port in use: one line, exit 1
     _logging(log_level)
     config = uvicorn.Config(
         create_fakes_server(per_page=per_page, callback_token=callback_token),
