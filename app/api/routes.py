@@ -566,7 +566,7 @@ def build_router() -> APIRouter:
         served version."""
         engine = _engine(request)
         catalog = engine.catalog
-        unfinished = await unfinished_by_version(engine.journal.reads, engine.clock.now())  # type: ignore[arg-type]
+        unfinished = await unfinished_by_version(engine.journal.reads, engine.clock.now())
         served = [
             {
                 "name": p.name,

@@ -7,7 +7,6 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -23,7 +22,7 @@ from app.api.problems import install_problem_handlers, problem
 from app.api.routes import add_trigger_routes, build_router
 from app.api.streams import build_streams_router
 from app.engine.clock import Clock, SystemClock
-from app.engine.engine import Engine, EngineConfig
+from app.engine.engine import Engine
 from app.errors import ErrorCode
 from app.flows import Catalog
 from app.redaction import register_secrets
@@ -31,12 +30,13 @@ from app.runtime.delivery import Deliverer
 from app.runtime.http import outbound_client
 from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
 from app.runtime.logs import set_node_id
+from app.runtime.node import node_engine
 from app.runtime.retention import Purger
 from app.runtime.scheduler import Sweeper
 from app.runtime.telemetry import Telemetry, add_health_routes
 from app.runtime.versions import log_unserved
 from app.settings import DEFAULT_API_TOKEN, SCOPES, Settings
-from app.store import SqlJournal, check_schema_at_head, make_async_engine
+from app.store import check_schema_at_head, make_async_engine
 from app.store.deliveries import SqlDeliveries
 from app.store.retention import SqlRetention
 from app.ui import install_console
@@ -234,7 +234,7 @@ def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManage
             workers.engine = engine = _build_engine(wiring, db)
             app.state.engine = engine
             app.state.db = db
-            await log_unserved(engine.journal.reads, wiring.catalog, wiring.clock.now())  # type: ignore[arg-type]
+            await log_unserved(engine.journal.reads, wiring.catalog, wiring.clock.now())
             wiring.telemetry.start(db, wiring.clock)
             app.state.deliveries = SqlDeliveries(db)
             _start_jobs(wiring, workers, db, app.state.deliveries)
@@ -268,20 +268,7 @@ def _warn_about_tokens(settings: Settings) -> None:
 
 def _build_engine(wiring: _Wiring, db: AsyncEngine) -> Engine:
     """The flowpark engine on the SQL journal, configured from the settings."""
-    settings, telemetry = wiring.settings, wiring.telemetry
-    return Engine(
-        SqlJournal(db, on_batch=telemetry.observer.batched),
-        wiring.catalog,
-        wiring.clock,
-        EngineConfig(
-            node_id=settings.node_id,
-            lease=timedelta(seconds=settings.lease_seconds),
-            sweep_batch=settings.sweep_batch,
-            concurrency=settings.concurrency,
-            start_wait=timedelta(seconds=settings.start_wait_seconds),
-        ),
-        observer=telemetry.observer,
-    )
+    return node_engine(wiring.settings, db, wiring.catalog, wiring.clock, wiring.telemetry.observer)
 
 
 def _start_jobs(

@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Protocol
+from typing import cast
 
 from app.engine.journal import InstanceState
+from app.engine.roles import ReadModel
 from app.flows import Catalog
+from app.store.read_model import OperatorReads
 
 __all__ = ["UNFINISHED", "log_unserved", "unfinished_by_version", "unserved"]
 
@@ -24,23 +26,20 @@ log = logging.getLogger("flowpark.runtime")
 UNFINISHED = frozenset({InstanceState.RUNNING, InstanceState.SUSPENDED})
 
 
-class _Counts(Protocol):
-    async def count_instances_by(self, now: datetime, overdue_seconds: float) -> object: ...
-
-
-async def unfinished_by_version(reads: _Counts, now: datetime) -> dict[tuple[str, str], int]:
+async def unfinished_by_version(reads: ReadModel, now: datetime) -> dict[tuple[str, str], int]:
     """Unfinished (running or suspended) instances per ``(flow, version)``.
 
     Args:
-        reads: the store's read model (``count_instances_by``).
+        reads: the journal's read model (``engine.journal.reads``; the SQL journal's also
+            answers the operator reads, :class:`~app.store.read_model.OperatorReads`).
         now: the engine-clock instant.
 
     Returns:
         ``{(name, version): count}``, only versions with at least one.
     """
-    counts = await reads.count_instances_by(now, 0.0)
+    counts = await cast(OperatorReads, reads).count_instances_by(now, 0.0)
     out: dict[tuple[str, str], int] = {}
-    for row in counts.by_state:  # type: ignore[attr-defined]
+    for row in counts.by_state:
         if InstanceState(row.state) in UNFINISHED:
             key = (row.flow_name, row.flow_version)
             out[key] = out.get(key, 0) + row.count
@@ -54,7 +53,7 @@ def unserved(
     return {k: n for k, n in sorted(unfinished.items()) if catalog.find(*k) is None}
 
 
-async def log_unserved(reads: _Counts, catalog: Catalog, now: datetime) -> int:
+async def log_unserved(reads: ReadModel, catalog: Catalog, now: datetime) -> int:
     """Log one warning line when unfinished instances are of versions this node does not
     serve; returns how many there are (0: nothing logged)."""
     missing = unserved(await unfinished_by_version(reads, now), catalog)

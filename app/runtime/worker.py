@@ -6,23 +6,22 @@ import asyncio
 import logging
 import signal
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
 from app.engine.clock import SystemClock
-from app.engine.engine import Engine, EngineConfig
 from app.flows import Catalog
 from app.redaction import register_secrets
 from app.runtime.delivery import Deliverer
 from app.runtime.http import outbound_client
 from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
 from app.runtime.logs import set_node_id
+from app.runtime.node import node_engine
 from app.runtime.retention import Purger
 from app.runtime.scheduler import Sweeper
 from app.runtime.telemetry import Telemetry
 from app.runtime.versions import log_unserved
 from app.settings import Settings
-from app.store import SqlJournal, check_schema_at_head, make_async_engine
+from app.store import check_schema_at_head, make_async_engine
 from app.store.deliveries import SqlDeliveries
 from app.store.retention import SqlRetention
 
@@ -65,20 +64,8 @@ async def run_worker(
         catalog = Catalog()
         register_flows(catalog, load_flows(settings.flow_targets if flows is None else flows, deps))
         await check_schema_at_head(db)
-        engine = Engine(
-            SqlJournal(db, on_batch=telemetry.observer.batched),
-            catalog,
-            SystemClock(),
-            EngineConfig(
-                node_id=settings.node_id,
-                lease=timedelta(seconds=settings.lease_seconds),
-                sweep_batch=settings.sweep_batch,
-                concurrency=settings.concurrency,
-                start_wait=timedelta(seconds=settings.start_wait_seconds),
-            ),
-            observer=telemetry.observer,
-        )
-        await log_unserved(engine.journal.reads, catalog, engine.clock.now())  # type: ignore[arg-type]
+        engine = node_engine(settings, db, catalog, SystemClock(), telemetry.observer)
+        await log_unserved(engine.journal.reads, catalog, engine.clock.now())
         clock = engine.clock
         telemetry.start(db, clock)
         if telemetry.metrics is not None and settings.metrics_port is not None:
