@@ -1,0 +1,309 @@
+"""Record stored journals: instances parked (or mid-run) as this release wrote them, and
+what the engine did next.
+
+Run from the repository root::
+
+    python -m tests.golden.record            # (re)writes tests/golden/stored/*.json
+
+Each scenario drives a small flow (:mod:`tests.engine.flows`) on the production engine, a
+virtual clock and a fresh SQLite store to a chosen point (parked on a poll's attempt, on a
+retry, on an ``await_signal``, after an operator's extension ...). There it dumps what the
+store holds for the instance exactly as stored (the raw ``flow_instance``, ``flow_step``,
+``flow_signal``, ``flow_action`` and ``flow_heartbeat`` rows, with the schema revision they
+were written under), then resumes it (a sweep at an instant, a signal delivered, an
+operator's wake) and records what the engine did next in a form that names no code: the
+journal rows it appended, the signals it took, and where it left the instance (parked at
+which node, attempt, instant and kind; or ended, with its result or failure code).
+
+``tests/engine/test_replay_stored.py`` loads each fixture into a store at the recorded
+revision, migrates it to head (as an upgrade meets parked instances in production), and
+asks today's engine to resume it: the decider's next decision and what the engine then
+writes must equal what was recorded.
+
+Record a new fixture whenever the journal's shape changes (a new row kind, a column, a
+value the engine stores or reads back differently): the old fixtures stay, as the journals
+the previous release left behind, and the new one pins the new shape. Never re-record an
+existing fixture to make a failing replay pass: that failure is what an upgrade would meet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+
+from app.engine.operator import extend_budget
+from app.store.migrate import head_revision
+from app.store.read_model import OperatorAction
+from app.testing import FlowHarness, Scripted
+from tests.engine.flows import Job, Ready, Status, await_flow, poll_flow
+
+STORED = Path(__file__).resolve().parent / "stored"
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+ORDER = {"order_id": "o-1"}
+TABLES = ("flow_instance", "flow_step", "flow_signal", "flow_action", "flow_heartbeat")
+
+
+def outcomes(script: list[Any]) -> list[Any]:
+    """A JSON script as :class:`Scripted` outcomes: true/false a :class:`Status`, a string
+    an error (a failed try), null nothing."""
+    return [
+        Status(done=x) if isinstance(x, bool) else RuntimeError(x) if isinstance(x, str) else None
+        for x in script
+    ]
+
+
+def stand_ins(scripts: dict[str, list[Any]]) -> dict[str, Scripted]:
+    """The scenario flows' capabilities, scripted (``t.start`` puts a job)."""
+    subs: dict[str, Scripted] = {"t.start": Scripted(Job(job_id="j"))}
+    for cap in ("t.check", "t.undo", "t.escalate", "t.after"):
+        subs[cap] = Scripted(*outcomes(scripts.get(cap, [None])))
+    return subs
+
+
+def remaining(script: list[Any], calls: int) -> list[Any]:
+    """What a script still plays after ``calls`` calls (its last outcome repeats)."""
+    return script[calls:] if calls < len(script) else script[-1:]
+
+
+def flows_of(scenario: dict[str, Any]) -> list[Any]:
+    """The flow a scenario runs (``poll`` with options, or ``await``)."""
+    if scenario["flow"] == "await":
+        return [await_flow()]
+    return [poll_flow(**scenario.get("options", {}))]
+
+
+@dataclass
+class Scenario:
+    """One recorded resume: drive to the point, then resume.
+
+    Attributes:
+        name: the fixture's name.
+        spec: the flow and scripts (JSON, stored in the fixture).
+        to_point: drives a started instance to the recorded point.
+        resume: JSON naming how the instance is resumed (see :func:`resume`).
+    """
+
+    name: str
+    spec: dict[str, Any]
+    to_point: Callable[[FlowHarness, str], Awaitable[None]]
+    resume: dict[str, Any] = field(default_factory=lambda: {"via": "sweep"})
+
+
+async def wakes(h: FlowHarness, instance_id: str, n: int) -> None:
+    """Sweep at the instance's recorded wake ``n`` times."""
+    for _ in range(n):
+        await h.advance_to_next_wake(instance_id)
+
+
+async def extended(h: FlowHarness, instance_id: str) -> None:
+    """Nine wakes (parked at the budget's end), then an operator extends it by 5 min."""
+    await wakes(h, instance_id, 9)
+    await h.journal.reads.record_action(
+        OperatorAction(
+            id="0190a000-0000-7000-8000-000000000001",
+            instance_id=instance_id,
+            action="extend_budget",
+            actor="operator",
+            acted_at=h.clock.now(),
+            details={"extendBy": "PT5M"},
+        )
+    )
+    await extend_budget(h.engine, instance_id, timedelta(minutes=5))
+
+
+async def noop(h: FlowHarness, instance_id: str) -> None:
+    """The point is the first park."""
+
+
+SCENARIOS = [
+    Scenario(
+        "poll_satisfied_on_attempt_2",
+        {"flow": "poll", "scripts": {"t.check": [False, False, True]}},
+        lambda h, i: wakes(h, i, 1),
+    ),
+    Scenario(
+        "poll_timeout_rejoins",
+        {"flow": "poll", "options": {"on_timeout": "rejoin"}, "scripts": {"t.check": [False]}},
+        lambda h, i: wakes(h, i, 9),
+    ),
+    Scenario(
+        "poll_timeout_fails_and_compensates",
+        {"flow": "poll", "scripts": {"t.check": [False]}},
+        lambda h, i: wakes(h, i, 9),
+    ),
+    Scenario(
+        "poll_try_fails_then_retries",
+        {
+            "flow": "poll",
+            "options": {"retry": True},
+            "scripts": {"t.check": ["provider down", "provider down", True]},
+        },
+        noop,
+    ),
+    Scenario(
+        "poll_ended_by_signal",
+        {"flow": "poll", "scripts": {"t.check": [False]}},
+        lambda h, i: wakes(h, i, 1),
+        {"via": "signal", "name": "t.ready", "payload": {"job_id": "j"}, "afterSeconds": 20},
+    ),
+    Scenario(
+        "await_signal_taken",
+        {"flow": "await"},
+        noop,
+        {"via": "signal", "name": "t.ready", "payload": {"job_id": "j"}, "afterSeconds": 300},
+    ),
+    Scenario("await_signal_times_out", {"flow": "await"}, noop),
+    Scenario(
+        "poll_budget_extended",
+        {"flow": "poll", "scripts": {"t.check": [False]}},
+        extended,
+    ),
+    Scenario(
+        "poll_woken_by_operator",
+        {"flow": "poll", "scripts": {"t.check": [False, True]}},
+        noop,
+        {"via": "wake_now", "afterSeconds": 10},
+    ),
+]
+
+
+def jsonable(value: Any) -> Any:
+    """A raw column value as JSON (SQLite hands back str, int, float, bytes or None)."""
+    if isinstance(value, bytes):
+        return {"$bytes": value.hex()}
+    return value
+
+
+async def dump(h: FlowHarness, instance_id: str) -> dict[str, list[dict[str, Any]]]:
+    """The instance's rows in each table, raw, as the store holds them."""
+    stored: dict[str, list[dict[str, Any]]] = {}
+    async with h.journal.engine.connect() as conn:
+        for table in TABLES:
+            key = "id" if table == "flow_instance" else "instance_id"
+            order = "" if table == "flow_instance" else " ORDER BY rowid"
+            result = await conn.execute(
+                text(f"SELECT * FROM {table} WHERE {key} = :id{order}"),  # noqa: S608
+                {"id": instance_id},
+            )
+            stored[table] = [
+                {k: jsonable(v) for k, v in row._mapping.items()} for row in result.fetchall()
+            ]
+    return stored
+
+
+def row_form(row: Any) -> dict[str, Any]:
+    """A journal row as the fixture names it (no code's names)."""
+    return {
+        "node": row.step_id,
+        "scope": row.scope,
+        "kind": str(row.kind),
+        "name": row.capability_id,
+        "outcome": str(row.outcome),
+        "try": row.try_number,
+        "final": row.final,
+        "nextTryAt": row.next_try_at.isoformat() if row.next_try_at else None,
+        "values": {k: v for k, v in row.values.items() if k != "event_id"},
+    }
+
+
+async def observed(h: FlowHarness, instance_id: str, before: int) -> dict[str, Any]:
+    """What the engine did since the point: rows after the first ``before``, the signals
+    taken, and where the instance is."""
+    snap = await h.snapshot(instance_id)
+    inst = snap.instance
+    signals = await h.journal.reads.list_signals(instance_id)
+    return {
+        "rows": [row_form(r) for r in snap.steps[before:]],
+        "signals": [
+            {"name": s.name, "takenAtNode": s.taken_step_id, "matched": s.matched}
+            for s in signals
+            if s.taken_at is not None
+        ],
+        "instance": {
+            "state": str(inst.state),
+            "wakeAt": inst.wake_at.isoformat() if inst.wake_at else None,
+            "wakeNode": inst.wake_step_id,
+            "wakeScope": inst.wake_scope,
+            "wakeKind": str(inst.wake_kind) if inst.wake_kind else None,
+            "result": inst.result,
+            "failureCode": inst.failure.code if inst.failure else None,
+        },
+    }
+
+
+async def resume(h: FlowHarness, instance_id: str, how: dict[str, Any]) -> None:
+    """Resume the instance as ``how`` says: ``sweep`` at its recorded wake, a ``signal``
+    delivered ``afterSeconds`` after the point, or an operator's ``wake_now`` then."""
+    if how["via"] == "sweep":
+        await h.advance_to_next_wake(instance_id)
+        return
+    h.clock.advance(timedelta(seconds=how["afterSeconds"]))
+    if how["via"] == "signal":
+        await h.engine.deliver(instance_id, how["name"], how["payload"])
+    elif how["via"] == "wake_now":
+        await h.engine.wake_now(instance_id)
+    else:
+        raise ValueError(f"unknown resume {how['via']!r}")
+
+
+async def record(scenario: Scenario) -> dict[str, Any]:
+    """Drive ``scenario`` to its point, dump the store, resume, and describe the next."""
+    spec = scenario.spec
+    scripts = spec.get("scripts", {})
+    subs = stand_ins(scripts)
+    async with FlowHarness.open(flows_of(spec), substitutes=subs, start=T0) as h:
+        flow = "t.await" if spec["flow"] == "await" else "t.poll"
+        instance_id = (await h.start(flow, ORDER)).instance.id
+        await scenario.to_point(h, instance_id)
+        point = h.clock.now()
+        stored = await dump(h, instance_id)
+        scripts_after = {cap: remaining(s, subs[cap].calls) for cap, s in scripts.items()}
+        await resume(h, instance_id, scenario.resume)
+        await h.engine.drain()
+        nxt = await observed(h, instance_id, len(stored["flow_step"]))
+    return {
+        "about": __doc__.splitlines()[0] if __doc__ else "",
+        "recordedWith": {"schemaRevision": head_revision(), "commit": _commit()},
+        "instanceId": instance_id,
+        "flow": {k: v for k, v in spec.items() if k != "scripts"},
+        "scriptsAfter": scripts_after,
+        "point": point.isoformat(),
+        "resume": scenario.resume,
+        "stored": stored,
+        "next": nxt,
+    }
+
+
+def _commit() -> str:
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],  # noqa: S607
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return out.stdout.strip() or "unknown"
+
+
+async def main() -> None:
+    """Record every scenario into ``tests/golden/stored/<name>.json``."""
+    STORED.mkdir(exist_ok=True)
+    for scenario in SCENARIOS:
+        fixture = await record(scenario)
+        path = STORED / f"{scenario.name}.json"
+        path.write_text(json.dumps(fixture, indent=1, sort_keys=False) + "\n")
+        print(f"recorded {path.relative_to(Path.cwd())}: {len(fixture['next']['rows'])} rows next")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
+
+
+__all__ = ["SCENARIOS", "Ready", "outcomes", "record", "remaining", "stand_ins"]

@@ -1,0 +1,74 @@
+"""Loading a stored-journal fixture (``tests/golden/stored/*.json``, written by
+:mod:`tests.golden.record`) into a store, as the release that recorded it left it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, text
+
+from app.store.migrate import upgrade
+from app.testing import FlowHarness
+from tests.golden.record import STORED, TABLES, flows_of, stand_ins
+
+__all__ = ["fixture_names", "load_fixture", "resumed_harness"]
+
+
+def fixture_names() -> list[str]:
+    """The recorded fixtures' names (without ``.json``)."""
+    return sorted(p.stem for p in STORED.glob("*.json"))
+
+
+def load_fixture(name: str) -> dict[str, Any]:
+    """The fixture ``name`` as JSON data."""
+    data: dict[str, Any] = json.loads((STORED / f"{name}.json").read_text(encoding="utf-8"))
+    return data
+
+
+def _raw(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"$bytes"}:
+        return bytes.fromhex(value["$bytes"])
+    return value
+
+
+def write_stored(path: Path, fixture: dict[str, Any]) -> str:
+    """Create a SQLite store at ``path`` at the fixture's schema revision, insert its raw
+    rows, then migrate it to head. Returns the store's URL."""
+    url = f"sqlite:///{path}"
+    upgrade(url, fixture["recordedWith"]["schemaRevision"])
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            for table in TABLES:
+                for row in fixture["stored"][table]:
+                    cols = list(row)
+                    names = ", ".join(f'"{c}"' for c in cols)
+                    marks = ", ".join(f":p{i}" for i in range(len(cols)))
+                    conn.execute(
+                        text(f"INSERT INTO {table} ({names}) VALUES ({marks})"),  # noqa: S608
+                        {f"p{i}": _raw(row[c]) for i, c in enumerate(cols)},
+                    )
+    finally:
+        engine.dispose()
+    upgrade(url)
+    return url
+
+
+@asynccontextmanager
+async def resumed_harness(
+    fixture: dict[str, Any], folder: Path, flow: dict[str, Any] | None = None
+) -> AsyncIterator[FlowHarness]:
+    """A harness on the fixture's store (migrated to head), its clock at the recorded point,
+    the flow registered with the scripts' remaining outcomes. ``flow``: another flow spec
+    (a changed plan) instead of the recorded one."""
+    url = write_stored(folder / "stored.db", fixture)
+    subs = stand_ins(fixture["scriptsAfter"])
+    point = datetime.fromisoformat(fixture["point"])
+    flows = flows_of(flow or fixture["flow"])
+    async with FlowHarness.open(flows, database_url=url, substitutes=subs, start=point) as h:
+        yield h
