@@ -346,7 +346,7 @@ class StaleFencingToken(FlowparkError):
 
 class JournalConflict(FlowparkError):
     """A write contradicts the journal: a duplicate execution row, a signal already taken,
-    a heartbeat with no attempt in flight, or a duplicate id. Nothing was written.
+    a heartbeat with no try in flight, or a duplicate id. Nothing was written.
 
     It signals an engine bug (or a lost race the fencing token did not catch), never a user
     error: an API answer is 500 ``internal_error``.

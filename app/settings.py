@@ -244,20 +244,20 @@ class Settings(BaseSettings):
     delivery_timeout_seconds: float = Field(
         default=10.0, gt=0, description="Timeout of one delivery POST to a subscriber."
     )
-    delivery_max_attempts: int = Field(
+    delivery_max_tries: int = Field(
         default=12,
         ge=1,
-        description="Sends of one delivery before it is failed for good (listed and "
-        "retryable over the API).",
+        description="Tries of one delivery (each one POST) before it is failed for good "
+        "(listed and retryable over the API).",
     )
     delivery_backoff_seconds: float = Field(
         default=1.0,
         gt=0,
-        description="Delay before the second send; doubled for each further one (with "
+        description="Delay before the second try; doubled for each further one (with "
         "jitter: each delay is drawn between half of it and all of it).",
     )
     delivery_max_backoff_seconds: float = Field(
-        default=600.0, gt=0, description="The longest delay between two sends of a delivery."
+        default=600.0, gt=0, description="The longest delay between two tries of a delivery."
     )
     retention: str = Field(
         default="P30D",

@@ -38,7 +38,7 @@ def delivery_view(row: dict[str, Any]) -> dict[str, Any]:
         "instanceId": row["instance_id"],
         "subscriber": row["subscriber"],
         "state": row["state"],
-        "attempts": row["attempts"],
+        "tries": row["tries"],
         "nextTryAt": _at(row["next_try_at"]) if row["state"] == "pending" else None,
         "lastError": row["last_error"],
         "lastStatus": row["last_status"],
@@ -72,9 +72,9 @@ def build_delivery_router() -> APIRouter:
         limit: int = Query(100, ge=1, le=1000),
     ) -> JSONResponse:
         """Event deliveries (scope ``read``) in creation order: one per event and
-        subscriber, with its ``state`` (``pending``, ``delivered``, ``failed``: its sends
-        ran out), ``attempts``
-        (sends made), ``nextTryAt`` (pending), ``lastError``/``lastStatus`` and
+        subscriber, with its ``state`` (``pending``, ``delivered``, ``failed``: its tries
+        ran out), ``tries``
+        (tries made), ``nextTryAt`` (pending), ``lastError``/``lastStatus`` and
         ``deliveredAt``. Filters: ``state``, ``subscriber``, ``instanceId``; ``after`` a
         ``deliveryId`` (a cursor: the last one of the previous page)."""
         rows = await _store(request).list_deliveries(
@@ -93,7 +93,7 @@ def build_delivery_router() -> APIRouter:
     )
     async def retry(request: Request, delivery_id: int) -> JSONResponse:
         """Send a failed delivery again (scope ``operate``): it becomes ``pending``, due
-        now, its sends counted afresh. 404 ``delivery_not_found``; 409
+        now, its tries counted afresh. 404 ``delivery_not_found``; 409
         ``delivery_not_failed`` when it is pending or delivered."""
         engine = cast(Engine, request.app.state.engine)
         if not 0 <= delivery_id <= MAX_SEQUENCE:

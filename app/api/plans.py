@@ -32,7 +32,7 @@ def _retry(policy: RetryPolicy | None) -> dict[str, Any] | None:
         "initialIntervalSeconds": _seconds(policy.initial_interval),
         "backoffCoefficient": policy.backoff_coefficient,
         "maximumIntervalSeconds": _seconds(policy.maximum_interval),
-        "maximumAttempts": policy.maximum_attempts,
+        "maximumTries": policy.maximum_tries,
         "totalDurationSeconds": _seconds(policy.total_duration),
     }
 

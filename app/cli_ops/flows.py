@@ -72,7 +72,7 @@ def _describe(plan: dict[str, Any], node: dict[str, Any]) -> str:
         text = f"step {node['capabilityId']}"
         if node.get("retry"):
             r = node["retry"]
-            text += f" (retry: {r.get('maximumAttempts') or 'unbounded'} tries"
+            text += f" (retry: {r.get('maximumTries') or 'unbounded'} tries"
             text += f", from {_seconds(r['initialIntervalSeconds'])})"
         if node.get("compensation"):
             text += f", compensate with {node['compensation']}"

@@ -104,7 +104,7 @@ class ExecutionContext(BagView):
         *,
         step_id: int,
         scope: int,
-        attempt: int,
+        try_number: int,
         recovery_error: RecoveryError | None,
         checkpoint: Any,
         heartbeat_timeout: timedelta | None = None,
@@ -115,7 +115,7 @@ class ExecutionContext(BagView):
         self._run = run
         self._step_id = step_id
         self._scope = scope
-        self._attempt = attempt
+        self._try_number = try_number
         self._recovery_error = recovery_error
         self._checkpoint = checkpoint
         self.heartbeat_timeout = heartbeat_timeout
@@ -124,8 +124,8 @@ class ExecutionContext(BagView):
         self.last_heartbeat_at: datetime | None = None
 
     @property
-    def attempt(self) -> int:
-        return self._attempt
+    def try_number(self) -> int:
+        return self._try_number
 
     @property
     def scope(self) -> int:

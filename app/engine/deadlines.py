@@ -19,7 +19,7 @@ same ``(step_id, scope)`` with the next ``try_number`` and a later ``endsAt`` (t
 ``started_at``); the row with the highest ``try_number`` is in force.
 
 A heartbeating try's ``execute_timeout`` ends at the try's start instant, which
-``start_attempt`` stores (``attempt_started_at``) before the call, plus the timeout. The
+``start_try`` stores (``try_started_at``) before the call, plus the timeout. The
 flow deadline is ``flow_instance.deadline_at``, written with the instance.
 """
 

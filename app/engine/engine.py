@@ -259,7 +259,7 @@ class Engine:
                 "instance %s: %s after %d tries on node %s (wake at %s)",
                 inst.id,
                 halt.state.value,
-                run.attempts,
+                run.tries,
                 self.config.node_id,
                 halt.wake_at.isoformat() if halt.wake_at else "-",
             )
@@ -278,7 +278,7 @@ class Engine:
             inst.id,
             halt.state,
             halt.wake_at,
-            run.attempts,
+            run.tries,
             instance=inst if inst.state is halt.state else None,
             signals_taken=tuple(run.mailbox.taken),
         )

@@ -95,7 +95,7 @@ class _MemoryJournal:
     async def record_heartbeat(self, *args: Any) -> Ack:
         return Ack()
 
-    async def start_attempt(self, *args: Any) -> Ack:
+    async def start_try(self, *args: Any) -> Ack:
         return Ack()
 
     async def last_heartbeat(self, *args: Any) -> None:

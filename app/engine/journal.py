@@ -139,11 +139,11 @@ class InstanceRecord:
     result: Any = None
     failure: FlowFailure | None = None
     instance_key: str | None = None
-    # the attempt in flight (heartbeating capabilities); None when no attempt runs
-    attempt_step_id: int | None = None
-    attempt_scope: int | None = None
-    attempt_try: int | None = None
-    attempt_started_at: datetime | None = None
+    # the try in flight (heartbeating capabilities); None when no try runs
+    try_step_id: int | None = None
+    try_scope: int | None = None
+    try_number: int | None = None
+    try_started_at: datetime | None = None
     heartbeat_at: datetime | None = None
     heartbeat_value: Any = None
     # the W3C trace context of the start (``traceparent``/``tracestate``), when traced

@@ -124,7 +124,7 @@ class JournalWrites(Protocol):
         deferred: StepRow | None = None,
     ) -> Ack:
         """Append ``row`` (plus its outbox events and review items) in one transaction;
-        clears the attempt-in-flight marker (renewing the lease then). ``deferred``: a row
+        clears the try-in-flight marker (renewing the lease then). ``deferred``: a row
         of the same instance the run executed but did not write yet, appended first in
         the same transaction. Raises StaleFencingToken."""
         ...
@@ -195,7 +195,7 @@ class JournalWrites(Protocol):
         a cancel was requested."""
         ...
 
-    async def start_attempt(
+    async def start_try(
         self,
         instance_id: str,
         token: int,
@@ -205,13 +205,13 @@ class JournalWrites(Protocol):
         now: datetime,
         lease_until: datetime,
     ) -> Ack:
-        """Mark an attempt in flight (heartbeating capabilities), renewing the lease."""
+        """Mark an try in flight (heartbeating capabilities), renewing the lease."""
         ...
 
     async def record_heartbeat(
         self, instance_id: str, token: int, value: Any, now: datetime, lease_until: datetime
     ) -> Ack:
-        """Persist a checkpoint for the attempt in flight and renew the lease."""
+        """Persist a checkpoint for the try in flight and renew the lease."""
         ...
 
     async def last_heartbeat(self, instance_id: str, step_id: int, scope: int) -> Heartbeat | None:

@@ -43,7 +43,7 @@ class RunMailbox:
         """Re-read untaken signals when this run has worked since it loaded them (a signal
         may have arrived meanwhile); a fresh claim's snapshot is current already."""
         run = self.run
-        if run.attempts or run.pending_wake is None:
+        if run.tries or run.pending_wake is None:
             self.signals = await run.journal.mailbox.pending_signals(run.instance_id)
 
     def pending(self, name: str) -> SignalRecord | None:

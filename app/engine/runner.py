@@ -115,7 +115,7 @@ class Run:
             if instance.wake_step_id is not None
             else None
         )
-        self.attempts = 0
+        self.tries = 0
         # an operator's wake: the wait this claim found runs its next try or attempt now
         self.woken = claim.woken
         self.cancel_requested = instance.cancel_requested
@@ -278,7 +278,7 @@ class Run:
     ) -> Ack:
         """The park's write: with the deferred row, if any, in the same statement."""
         row, self.unflushed = self.unflushed, None
-        if row is not None:  # the attempt's row and the park: one write
+        if row is not None:  # the deferred row and the park: one write
             return await self.journal.writes.commit_and_park(
                 self.token,
                 row,
@@ -317,10 +317,10 @@ class Run:
         self.instance = replace(
             self.instance,
             updated_at=self.now(),
-            attempt_step_id=None,
-            attempt_scope=None,
-            attempt_try=None,
-            attempt_started_at=None,
+            try_step_id=None,
+            try_scope=None,
+            try_number=None,
+            try_started_at=None,
             heartbeat_at=None,
             heartbeat_value=None,
             **changes,

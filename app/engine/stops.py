@@ -48,7 +48,7 @@ class RunOutcome:
     instance_id: str
     state: InstanceState
     wake_at: datetime | None = None
-    attempts_made: int = 0
+    tries: int = 0
     runnable: bool = True
     instance: InstanceRecord | None = None  # as the run left it (state == ``state``)
     # the signals this run took, as it marked them (``taken_at``, ``taken_step_id``)

@@ -25,7 +25,7 @@ from app.flows.plan import StepNode
 if TYPE_CHECKING:
     from app.engine.runner import Run
 
-__all__ = ["StepTry", "lost_attempt", "record_lost"]
+__all__ = ["StepTry", "lost_try", "record_lost"]
 
 log = logging.getLogger("flowpark.engine")
 
@@ -83,7 +83,7 @@ class StepTry:
         started = run.now()
         ctx = self._context(checkpoint)
         run.heartbeat_written = None
-        run.attempts += 1
+        run.tries += 1
         decision, error_type, detail = await self._call(ctx)
         now = run.now()
         run.engine.observer.tried(
@@ -125,7 +125,7 @@ class StepTry:
         if hb_timeout is None or self.kind is not StepKind.STEP:
             return None
         beat = await run.journal.writes.last_heartbeat(run.instance_id, self.node.index, self.scope)
-        ack = await run.journal.writes.start_attempt(
+        ack = await run.journal.writes.start_try(
             run.instance_id,
             run.token,
             self.node.index,
@@ -145,7 +145,7 @@ class StepTry:
             self.run,
             step_id=self.node.index,
             scope=self.scope,
-            attempt=self.try_number,
+            try_number=self.try_number,
             recovery_error=self.run.recovery,
             checkpoint=checkpoint,
             heartbeat_timeout=self.opts.heartbeat_timeout if step else None,
@@ -239,17 +239,17 @@ class StepTry:
 
 
 def failed_row(
-    attempt: StepTry,
+    step_try: StepTry,
     error_type: str,
     detail: str,
     started: datetime,
     now: datetime,
     next_at: datetime | None,
 ) -> StepRow:
-    """The failure row of ``attempt``: final unless ``next_at`` says when the next try is due.
+    """The failure row of ``step_try``: final unless ``next_at`` says when the next try is due.
 
     Args:
-        attempt: the try.
+        step_try: the try.
         error_type: what failed it (an exception's type name, ``execute_timeout`` ...).
         detail: the error's text.
         started: when the try started (aware UTC).
@@ -260,15 +260,15 @@ def failed_row(
         The row, not yet committed.
     """
     return StepRow(
-        attempt.run.instance_id,
-        attempt.node.index,
-        attempt.scope,
-        attempt.kind,
-        attempt.capability.id,
+        step_try.run.instance_id,
+        step_try.node.index,
+        step_try.scope,
+        step_try.kind,
+        step_try.capability.id,
         Outcome.FAILURE,
         started,
         now,
-        try_number=attempt.try_number,
+        try_number=step_try.try_number,
         error_type=error_type,
         error_detail=detail,
         final=next_at is None,
@@ -323,7 +323,7 @@ def retry_start(
     return previous[0].started_at if previous else None
 
 
-def lost_attempt(run: Run, node: StepNode, scope: int) -> bool:
+def lost_try(run: Run, node: StepNode, scope: int) -> bool:
     """Whether the claim found a heartbeating try at (node, scope) in flight whose holder is
     gone (its lease expired).
 
@@ -338,9 +338,7 @@ def lost_attempt(run: Run, node: StepNode, scope: int) -> bool:
     inst = run.instance
     tries = len(run.found(node.index, scope))
     return (
-        inst.attempt_step_id == node.index
-        and inst.attempt_scope == scope
-        and inst.attempt_try == tries + 1
+        inst.try_step_id == node.index and inst.try_scope == scope and inst.try_number == tries + 1
     )
 
 
@@ -357,18 +355,18 @@ async def record_lost(run: Run, node: StepNode, scope: int) -> StepRow:
         allows another try).
     """
     await run.flush()
-    attempt = StepTry(run, node, scope, node.capability)
-    started = run.instance.attempt_started_at or run.now()
+    step_try = StepTry(run, node, scope, node.capability)
+    started = run.instance.try_started_at or run.now()
     now = run.now()
     detail = (
-        f"no heartbeat from try {attempt.try_number} since "
+        f"no heartbeat from try {step_try.try_number} since "
         f"{(run.instance.heartbeat_at or started).isoformat()}"
     )
-    first = attempt.first_start or started
-    next_at = next_try_at(attempt.opts.retry, attempt.try_number, "heartbeat_timeout", now, first)
-    row = failed_row(attempt, "heartbeat_timeout", detail, started, now, next_at)
+    first = step_try.first_start or started
+    next_at = next_try_at(step_try.opts.retry, step_try.try_number, "heartbeat_timeout", now, first)
+    row = failed_row(step_try, "heartbeat_timeout", detail, started, now, next_at)
     ack = await run.journal.writes.commit_step(run.token, row, run.lease_until())
-    run.instance = replace(run.instance, attempt_step_id=None, attempt_scope=None, attempt_try=None)
+    run.instance = replace(run.instance, try_step_id=None, try_scope=None, try_number=None)
     run.record(row)
     run.after_ack(ack)
     return row

@@ -22,7 +22,7 @@ from app.engine.journal import (
 from app.engine.observe import PollEnd
 from app.engine.runner import Run
 from app.engine.stops import Halt, Interrupt, Park
-from app.engine.tries import StepTry, lost_attempt, record_lost
+from app.engine.tries import StepTry, lost_try, record_lost
 from app.errors import (
     FlowFailure,
 )
@@ -88,7 +88,7 @@ class PlanWalker:
                 )
         run.check_interrupts()
 
-    async def _attempt(
+    async def _execute(
         self,
         run: Run,
         node: StepNode,
@@ -112,7 +112,7 @@ class PlanWalker:
         if rows and rows[-1].final:
             return rows[-1]
         run.check_interrupts()
-        if lost_attempt(run, node, scope):
+        if lost_try(run, node, scope):
             row = await record_lost(run, node, scope)
             return row if row.final else None
         parked, wake_at = run.wake_for(wake_step, scope)
@@ -158,7 +158,7 @@ class PlanWalker:
     async def _step(self, run: Run, node: StepNode) -> int:
         row = None
         while row is None:
-            row = await self._attempt(run, node, 0, node.index)
+            row = await self._execute(run, node, 0, node.index)
         if row.outcome is Outcome.SUCCESS:
             run.recovery = None
             if node.compensation is not None:
@@ -204,7 +204,7 @@ class PlanWalker:
             if run.now() >= end:
                 _poll_ended(run, node, PollEnd.TIMED_OUT)
                 return self._timed_out(node.timeout_target, _not_satisfied(node, body, scope))
-            row = await self._attempt(run, body, scope, node.index, budget_end=end, accept=accept)
+            row = await self._execute(run, body, scope, node.index, budget_end=end, accept=accept)
             if row is None:
                 continue
             if self._attempted(run, node, body, row):

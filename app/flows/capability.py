@@ -110,12 +110,12 @@ class RecoveryError:
     Attributes:
         error_type: exception class name, or ``execute_timeout`` / ``heartbeat_timeout``.
         detail: the error's text.
-        attempt: the try that failed last (1-based).
+        try_number: the try that failed last (1-based).
     """
 
     error_type: str
     detail: str
-    attempt: int
+    try_number: int
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ class StepContext(Bag, Protocol):
     """What a capability sees while it runs (implemented by the engine)."""
 
     @property
-    def attempt(self) -> int:
+    def try_number(self) -> int:
         """1-based try number under the retry policy."""
         ...
 

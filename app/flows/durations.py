@@ -128,14 +128,14 @@ class RetryPolicy:
 
     Delay before try k+1 (after try k fails) is
     ``min(initial_interval * backoff_coefficient**(k-1), maximum_interval)``. Tries stop at
-    the first of ``maximum_attempts`` (counting the first try) or ``total_duration``
+    the first of ``maximum_tries`` (counting the first try) or ``total_duration``
     measured from the first try's start: no try starts past it (the last may end after it).
 
     Attributes:
         initial_interval: first delay (default 1 s).
         backoff_coefficient: growth per try (default 2.0).
         maximum_interval: cap on a delay (default 100 s).
-        maximum_attempts: tries in all, or None for no count limit.
+        maximum_tries: tries in all, or None for no count limit.
         total_duration: bound on when a try may start, or None.
         non_retryable: error type names (``"ValueError"``) that fail at once.
     """
@@ -143,20 +143,20 @@ class RetryPolicy:
     initial_interval: timedelta = timedelta(seconds=1)
     backoff_coefficient: float = 2.0
     maximum_interval: timedelta = timedelta(seconds=100)
-    maximum_attempts: int | None = None
+    maximum_tries: int | None = None
     total_duration: timedelta | None = None
     non_retryable: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.maximum_attempts is not None and self.maximum_attempts < 1:
-            raise ValueError("RetryPolicy.maximum_attempts must be >= 1")
+        if self.maximum_tries is not None and self.maximum_tries < 1:
+            raise ValueError("RetryPolicy.maximum_tries must be >= 1")
         if self.backoff_coefficient < 1.0:
             raise ValueError("RetryPolicy.backoff_coefficient must be >= 1.0")
 
     @property
     def bounded(self) -> bool:
         """True when tries end by count or by time."""
-        return self.maximum_attempts is not None or self.total_duration is not None
+        return self.maximum_tries is not None or self.total_duration is not None
 
     def delay_after(self, try_number: int) -> timedelta:
         """The wait after try ``try_number`` (1-based) fails."""
@@ -177,6 +177,6 @@ class RetryPolicy:
         """
         if error_type in self.non_retryable:
             return False
-        if self.maximum_attempts is not None and try_number >= self.maximum_attempts:
+        if self.maximum_tries is not None and try_number >= self.maximum_tries:
             return False
         return not (self.total_duration is not None and elapsed_at_next_start > self.total_duration)

@@ -192,7 +192,7 @@ class _Checker:
             self.warn(
                 "failure_route.unbounded_retry",
                 label,
-                "retry has neither maximum_attempts nor total_duration: the failure "
+                "retry has neither maximum_tries nor total_duration: the failure "
                 "route can never run",
             )
         after, fails = self.block(item.on_failure, have, f"{where}.on_failure.")

@@ -1,23 +1,23 @@
-"""Event delivery: every node relays the outbox to the subscribers and sends due deliveries.
+"""Event delivery: every node relays the outbox to the subscribers and tries due deliveries.
 
 A periodic APScheduler job (one run at a time per node) relays events not relayed yet
 (one node at a time, see :meth:`app.store.deliveries.SqlDeliveries.relay`), then claims due
 deliveries and POSTs each to its subscriber, signed per Standard Webhooks (the
 ``standardwebhooks`` package): headers ``webhook-id`` (the event id, the same on every
-send), ``webhook-timestamp`` and ``webhook-signature``; the body is
+try), ``webhook-timestamp`` and ``webhook-signature``; the body is
 ``{"type": <event name>, "timestamp": <emitted at>, "data": <payload>, "eventId", "instanceId"}``.
 
-A 2xx answer delivers it. Any other answer or a transport error schedules the next send
-after an exponential backoff with jitter (``delivery_backoff_seconds`` doubled per send,
+A 2xx answer delivers it. Any other answer or a transport error schedules the next try
+after an exponential backoff with jitter (``delivery_backoff_seconds`` doubled per try,
 capped by ``delivery_max_backoff_seconds``, each delay drawn between half of it and all of
-it) until ``delivery_max_attempts`` sends were made: then it is failed for good, listed by
+it) until ``delivery_max_tries`` tries were made: then it is failed for good, listed by
 ``GET /api/v1/deliveries?state=failed`` and retryable. Delivery is at least once: a node
-that dies mid-send leaves its claim to lapse and another node sends again (with the same
+that dies mid-try leaves its claim to lapse and another node tries again (with the same
 ``webhook-id``, for the subscriber to drop the repeat).
 
-Each send is counted by subscriber and outcome (``flowpark_delivery_tries``: delivered,
+Each try is counted by subscriber and outcome (``flowpark_delivery_tries``: delivered,
 failed or gave_up), and each recorded delivery's lag from its event's emission is observed
-(``flowpark_delivery_lag_seconds``). A send for a subscriber no longer configured is
+(``flowpark_delivery_lag_seconds``). A try for a subscriber no longer configured is
 counted under the subscriber ``""``, so the label keeps to the configured names.
 """
 
@@ -43,7 +43,7 @@ __all__ = ["Deliverer", "delivery_body"]
 
 log = logging.getLogger("flowpark.delivery")
 
-#: Time a claim gives a send beyond the POST's own timeout.
+#: Time a claim gives a try beyond the POST's own timeout.
 CLAIM_MARGIN = timedelta(seconds=5)
 
 
@@ -73,9 +73,9 @@ class Deliverer:
         http: the node's outbound client.
         clock: the engine clock (claims, due times).
         node_id: this node's name (claims).
-        settings: timeouts, backoff and the attempt bound (``delivery_*``).
+        settings: timeouts, backoff and the try bound (``delivery_*``).
         batch: deliveries claimed at once.
-        observer: the node's observer, which counts the sends (None: not counted).
+        observer: the node's observer, which counts the tries (None: not counted).
     """
 
     def __init__(
@@ -96,7 +96,7 @@ class Deliverer:
         self.node_id = node_id
         self.batch = batch
         self.timeout = settings.delivery_timeout_seconds
-        self.max_attempts = settings.delivery_max_attempts
+        self.max_tries = settings.delivery_max_tries
         self.first_delay = settings.delivery_backoff_seconds
         self.max_delay = settings.delivery_max_backoff_seconds
         self.interval = settings.delivery_scan_seconds
@@ -113,7 +113,7 @@ class Deliverer:
         """Relay, then claim and send due deliveries until none is due.
 
         Returns:
-            How many sends were made.
+            How many tries were made.
         """
         sent = 0
         while True:
@@ -126,14 +126,14 @@ class Deliverer:
             await asyncio.gather(*(self._send(c) for c in claims))
             sent += len(claims)
 
-    def backoff(self, sends: int) -> timedelta:
-        """The delay after the ``sends``-th failed send (jittered)."""
-        ceiling = min(self.first_delay * 2 ** (sends - 1), self.max_delay)
+    def backoff(self, tries: int) -> timedelta:
+        """The delay after the ``tries``-th failed try (jittered)."""
+        ceiling = min(self.first_delay * 2 ** (tries - 1), self.max_delay)
         return timedelta(seconds=random.uniform(ceiling / 2, ceiling))
 
     async def _send(self, claimed: ClaimedDelivery) -> None:
         target = self._targets.get(claimed.subscriber)
-        sends = claimed.attempts + 1
+        tries = claimed.tries + 1
         status: int | None = None
         if target is None:
             error = f"subscriber {claimed.subscriber!r} is no longer configured"
@@ -168,14 +168,14 @@ class Deliverer:
                     return
                 error = f"HTTP {status}: {resp.text[:200]}"
         now = self.clock.now()
-        next_try = now + self.backoff(sends) if sends < self.max_attempts else None
+        next_try = now + self.backoff(tries) if tries < self.max_tries else None
         if next_try is None:
             log.warning(
-                "delivery %d of event %s to %s failed for good after %d sends: %s",
+                "delivery %d of event %s to %s failed for good after %d tries: %s",
                 claimed.sequence,
                 claimed.event_id,
                 claimed.subscriber,
-                sends,
+                tries,
                 error,
             )
         await self.store.finish(

@@ -47,7 +47,7 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 #: Buckets for the share of a poll's budget used.
 RATIO = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
-#: The outcomes of a delivery send (the ``outcome`` of ``flowpark_delivery_tries``).
+#: The outcomes of a delivery try (the ``outcome`` of ``flowpark_delivery_tries``).
 DELIVERY_OUTCOMES = ("delivered", "failed", "gave_up")
 #: Buckets (seconds) for delivery lag, which retries after a backoff stretch: 50 ms to 1 day.
 LAG = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 86400)
@@ -239,8 +239,8 @@ class Metrics:
         )
         self.delivery_tries = Counter(
             "flowpark_delivery_tries",
-            "Sends of event deliveries to a subscriber, by outcome: delivered (a 2xx "
-            "answer), failed (another send is scheduled) or gave_up (the last send allowed "
+            "Tries of event deliveries to a subscriber, by outcome: delivered (a 2xx "
+            "answer), failed (another try is scheduled) or gave_up (the last try allowed "
             "failed: the delivery is failed for good).",
             ["subscriber", "outcome"],
             registry=r,

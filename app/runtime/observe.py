@@ -99,7 +99,7 @@ class NodeObserver(Observer):
                     self._child(self.metrics.delivery_tries, name, outcome)
 
     def delivery_tried(self, subscriber: str, outcome: str) -> None:
-        """A send to ``subscriber`` ended ``outcome`` (one of ``DELIVERY_OUTCOMES``)."""
+        """A delivery try to ``subscriber`` ended ``outcome`` (in ``DELIVERY_OUTCOMES``)."""
         if self.metrics is not None:
             self._child(self.metrics.delivery_tries, subscriber, outcome).inc()
 

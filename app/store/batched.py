@@ -50,9 +50,9 @@ _STEP_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 _STEP_NAMES = ", ".join(f'"{name}"' for name, _ in _STEP_COLUMNS)
 _STEP_FROM_T = ", ".join(f't."{name}"' for name, _ in _STEP_COLUMNS)
-_CLEAR_ATTEMPT = (
-    "attempt_step_id = NULL, attempt_scope = NULL, attempt_try = NULL, "
-    "attempt_started_at = NULL, heartbeat_at = NULL, heartbeat_value = NULL"
+_CLEAR_TRY = (
+    "try_step_id = NULL, try_scope = NULL, try_number = NULL, "
+    "try_started_at = NULL, heartbeat_at = NULL, heartbeat_value = NULL"
 )
 
 
@@ -122,15 +122,15 @@ _FENCE_COLUMNS: tuple[tuple[str, str], ...] = (("token", "bigint"), ("lease_unti
 _COMMIT_COLUMNS = _STEP_COLUMNS + _FENCE_COLUMNS + (("main", "bool"),)
 # The fence locks the instance row FOR SHARE (a concurrent claim waits, and one that
 # committed first makes the token mismatch): no new row version for a plain commit. A row
-# with a heartbeating attempt in flight has it cleared (and its lease renewed). An item's
+# with a heartbeating try in flight has it cleared (and its lease renewed). An item's
 # deferred row is inserted with it, first (the rows go in ordered by ``main``).
 _COMMIT_WITH = (
     f"WITH t AS (SELECT * FROM {_recordset(_COMMIT_COLUMNS)}), "
     "fence AS (SELECT i.id, t.token, i.cancel_requested, "
-    "i.attempt_step_id IS NOT NULL AS busy FROM flow_instance i "
+    "i.try_step_id IS NOT NULL AS busy FROM flow_instance i "
     "JOIN t ON i.id = t.instance_id AND i.fencing_token = t.token AND t.main "
     "WHERE i.state = 'running' FOR SHARE OF i), "
-    f"cleared AS (UPDATE flow_instance i SET {_CLEAR_ATTEMPT}, "
+    f"cleared AS (UPDATE flow_instance i SET {_CLEAR_TRY}, "
     "lease_expires_at = t.lease_until, updated_at = t.committed_at "
     "FROM t, fence WHERE fence.busy AND i.id = fence.id AND t.instance_id = fence.id "
     "AND t.token = fence.token AND t.main RETURNING i.id), "
@@ -188,7 +188,7 @@ _PARK_SQL = (
     "wake_kind = CASE WHEN i.cancel_requested THEN i.wake_kind ELSE t.wake_kind END, "
     "lease_owner = CASE WHEN i.cancel_requested THEN i.lease_owner END, "
     "lease_expires_at = CASE WHEN i.cancel_requested THEN t.lease_until END, "
-    f"{_CLEAR_ATTEMPT}, updated_at = t.now "
+    f"{_CLEAR_TRY}, updated_at = t.now "
     "FROM t WHERE i.id = t.instance_id AND i.fencing_token = t.token "
     "AND i.state = 'running' "
     "RETURNING i.id, t.token, i.cancel_requested, t.accept, t.owner, t.lease_until), "
@@ -229,7 +229,7 @@ _FINISH_SQL = (
     "WITH done AS (UPDATE flow_instance i SET state = 'completed', updated_at = t.now, "
     "ending = NULL, wake_at = NULL, wake_step_id = NULL, wake_scope = NULL, "
     "wake_kind = NULL, lease_owner = NULL, "
-    f"lease_expires_at = NULL, {_CLEAR_ATTEMPT}, result = t.result "
+    f"lease_expires_at = NULL, {_CLEAR_TRY}, result = t.result "
     f"FROM {_recordset(_FINISH_COLUMNS)} "
     "WHERE i.id = t.id AND i.fencing_token = t.token AND i.state = 'running' "
     "AND NOT i.cancel_requested RETURNING i.id, t.token, t.now), "

@@ -42,13 +42,13 @@ class ClaimedDelivery:
     Attributes:
         sequence: the delivery's id.
         subscriber: the subscriber's name.
-        attempts: sends made before this one.
+        tries: tries made before this one.
         event_id / event_name / payload / event_created_at / instance_id: the event.
     """
 
     sequence: int
     subscriber: str
-    attempts: int
+    tries: int
     claimed_until: datetime
     event_id: str
     event_name: str
@@ -107,7 +107,7 @@ class SqlDeliveries(SqlPart):
                         "instance_id": e.instance_id,
                         "subscriber": name,
                         "state": PENDING,
-                        "attempts": 0,
+                        "tries": 0,
                         "next_try_at": now,
                         "created_at": now,
                     }
@@ -173,7 +173,7 @@ class SqlDeliveries(SqlPart):
                     select(
                         DELIVERY.c.sequence,
                         DELIVERY.c.subscriber,
-                        DELIVERY.c.attempts,
+                        DELIVERY.c.tries,
                         EVENT.c.id,
                         EVENT.c.name,
                         EVENT.c.payload,
@@ -189,7 +189,7 @@ class SqlDeliveries(SqlPart):
             ClaimedDelivery(
                 sequence=r[0],
                 subscriber=r[1],
-                attempts=r[2],
+                tries=r[2],
                 claimed_until=until,
                 event_id=r[3],
                 event_name=r[4],
@@ -219,7 +219,7 @@ class SqlDeliveries(SqlPart):
         state = DELIVERED if delivered_at is not None else PENDING if next_try_at else FAILED
         values: dict[str, Any] = {
             "state": state,
-            "attempts": DELIVERY.c.attempts + 1,
+            "tries": DELIVERY.c.tries + 1,
             "last_status": status,
             "last_error": error[:2000] if error else None,
             "delivered_at": delivered_at,
@@ -252,7 +252,7 @@ class SqlDeliveries(SqlPart):
             result = await conn.execute(
                 update(DELIVERY)
                 .where(DELIVERY.c.sequence == sequence, DELIVERY.c.state == FAILED)
-                .values(state=PENDING, attempts=0, next_try_at=now)
+                .values(state=PENDING, tries=0, next_try_at=now)
             )
             row = (
                 await conn.execute(select(DELIVERY).where(DELIVERY.c.sequence == sequence))

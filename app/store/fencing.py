@@ -25,7 +25,7 @@ from app.store.mapping import EVENT, INSTANCE, REVIEW, STEP, journal_insert, ste
 
 __all__ = [
     "NEXT_SQLITE_SEQUENCE",
-    "NO_ATTEMPT",
+    "NO_TRY",
     "NO_LEASE",
     "RUNNING",
     "SUSPENDED",
@@ -38,11 +38,11 @@ __all__ = [
 
 RUNNING = InstanceState.RUNNING.value
 SUSPENDED = InstanceState.SUSPENDED.value
-NO_ATTEMPT: dict[str, Any] = {
-    "attempt_step_id": None,
-    "attempt_scope": None,
-    "attempt_try": None,
-    "attempt_started_at": None,
+NO_TRY: dict[str, Any] = {
+    "try_step_id": None,
+    "try_scope": None,
+    "try_number": None,
+    "try_started_at": None,
     "heartbeat_at": None,
     "heartbeat_value": None,
 }
@@ -78,15 +78,15 @@ NEXT_SQLITE_SEQUENCE = (
 
 
 def after_commit(lease_until: Any, committed_at: Any) -> dict[str, Any]:
-    """What a journal commit changes on the instance row: a heartbeating attempt in flight
+    """What a journal commit changes on the instance row: a heartbeating try in flight
     is cleared, and then the lease is renewed (from the attempt's heartbeat timeout back to
-    a lease); a row with no attempt in flight changes nothing (a plain commit only fences,
+    a lease); a row with no try in flight changes nothing (a plain commit only fences,
     see :mod:`app.store.batched`)."""
-    busy = INSTANCE.c.attempt_step_id.is_not(None)
+    busy = INSTANCE.c.try_step_id.is_not(None)
     return {
         "lease_expires_at": case((busy, lease_until), else_=INSTANCE.c.lease_expires_at),
         "updated_at": case((busy, committed_at), else_=INSTANCE.c.updated_at),
-        **{k: null() for k in NO_ATTEMPT},
+        **{k: null() for k in NO_TRY},
     }
 
 

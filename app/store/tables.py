@@ -267,10 +267,10 @@ class FlowInstanceRow(SQLModel, table=True):
     error_message: str | None = Field(default=None, sa_column=Column("error_message", Text()))
     error_details: dict[str, Any] | None = _json("error_details")
     instance_key: str | None = _str("instance_key")
-    attempt_step_id: int | None = _int("attempt_step_id")
-    attempt_scope: int | None = _int("attempt_scope")
-    attempt_try: int | None = _int("attempt_try")
-    attempt_started_at: datetime | None = _instant("attempt_started_at")
+    try_step_id: int | None = _int("try_step_id")
+    try_scope: int | None = _int("try_scope")
+    try_number: int | None = _int("try_number")
+    try_started_at: datetime | None = _instant("try_started_at")
     heartbeat_at: datetime | None = _instant("heartbeat_at")
     heartbeat_value: Any = _json("heartbeat_value")
     # the request of a start with this key is the row's input and instance_key
@@ -400,9 +400,9 @@ class EventDeliveryRow(SQLModel, table=True):
     instance_id: str = _instance_id("instance_id")
     subscriber: str = _str("subscriber", nullable=False)
     state: str = _str("state", nullable=False)
-    attempts: int = Field(
+    tries: int = Field(
         default=0,
-        sa_column=Column("attempts", Integer(), nullable=False, server_default=text("0")),
+        sa_column=Column("tries", Integer(), nullable=False, server_default=text("0")),
     )
     next_try_at: datetime | None = _instant("next_try_at")
     last_error: str | None = Field(default=None, sa_column=Column("last_error", Text()))

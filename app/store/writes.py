@@ -34,8 +34,8 @@ from app.errors import FlowFailure, IdempotencyKeyReused, InstanceKeyInUse
 from app.store.base import JournalConflict, SqlRole, const, instant
 from app.store.batched import CommitItem, FinishItem, require_aware
 from app.store.fencing import (
-    NO_ATTEMPT,
     NO_LEASE,
+    NO_TRY,
     SUSPENDED,
     after_commit,
     commit_step_statement,
@@ -222,7 +222,7 @@ class SqlJournalWrites(SqlRole):
         deferred: StepRow | None = None,
     ) -> Ack:
         """Append ``row`` with its outbox events and review items, in one transaction,
-        fenced by ``token``. A heartbeating attempt in flight is cleared and the lease
+        fenced by ``token``. A heartbeating try in flight is cleared and the lease
         renewed to ``lease_until``; otherwise the instance row is unchanged (on
         PostgreSQL the fence is a ``FOR SHARE`` lock, and concurrent commits, outbox
         events included, share one statement; review items take a transaction of their
@@ -402,7 +402,7 @@ class SqlJournalWrites(SqlRole):
             "wake_kind": wake_kind.value if wake_kind is not None else None,
             "updated_at": now,
             **NO_LEASE,
-            **NO_ATTEMPT,
+            **NO_TRY,
         }
         if accept_signal is None:  # one UPDATE
             async with self._single(write=True) as conn:
@@ -496,7 +496,7 @@ class SqlJournalWrites(SqlRole):
             "wake_scope": None,
             "wake_kind": None,
             **NO_LEASE,
-            **NO_ATTEMPT,
+            **NO_TRY,
             **failure_columns(failure),
         }
         completed = state == InstanceState.COMPLETED
@@ -523,7 +523,7 @@ class SqlJournalWrites(SqlRole):
             return Ack(applied=False, cancel_requested=True)
         return Ack(applied=True, cancel_requested=row.cancel_requested)
 
-    async def start_attempt(
+    async def start_try(
         self,
         instance_id: str,
         token: int,
@@ -533,18 +533,18 @@ class SqlJournalWrites(SqlRole):
         now: datetime,
         lease_until: datetime,
     ) -> Ack:
-        """Mark an attempt in flight (``attempt_*`` columns) and renew the lease.
+        """Mark an try in flight (``try_*`` columns) and renew the lease.
 
         Raises:
             StaleFencingToken: the token is stale (code ``stale_fencing_token``).
             InstanceNotFound: no such instance.
         """
         values = {
-            **NO_ATTEMPT,
-            "attempt_step_id": step_id,
-            "attempt_scope": scope,
-            "attempt_try": try_number,
-            "attempt_started_at": now,
+            **NO_TRY,
+            "try_step_id": step_id,
+            "try_scope": scope,
+            "try_number": try_number,
+            "try_started_at": now,
             "lease_expires_at": lease_until,
             "updated_at": now,
         }
@@ -556,13 +556,13 @@ class SqlJournalWrites(SqlRole):
     async def record_heartbeat(
         self, instance_id: str, token: int, value: Any, now: datetime, lease_until: datetime
     ) -> Ack:
-        """Persist ``value`` as the checkpoint of the attempt in flight (on the instance and
+        """Persist ``value`` as the checkpoint of the try in flight (on the instance and
         in ``flow_heartbeat``) and renew the lease.
 
         Raises:
             StaleFencingToken: the token is stale (code ``stale_fencing_token``).
             InstanceNotFound: no such instance.
-            JournalConflict: no attempt is in flight (``start_attempt`` was not called).
+            JournalConflict: no attempt is in flight (``start_try`` was not called).
         """
         values = {
             "heartbeat_at": now,
@@ -570,29 +570,29 @@ class SqlJournalWrites(SqlRole):
             "lease_expires_at": lease_until,
             "updated_at": now,
         }
-        attempt = ("attempt_step_id", "attempt_scope", "attempt_try")
+        attempt = ("try_step_id", "try_scope", "try_number")
         async with self._write() as conn:
             row = await fenced(conn, instance_id, token, values, returning=attempt)
             assert row is not None
-            if row.attempt_step_id is None:
+            if row.try_step_id is None:
                 raise JournalConflict(
-                    f"instance {instance_id!r} has no attempt in flight to heartbeat",
+                    f"instance {instance_id!r} has no try in flight to heartbeat",
                     instance_id=instance_id,
                 )
             key = and_(
                 HEARTBEAT.c.instance_id == instance_id,
-                HEARTBEAT.c.step_id == row.attempt_step_id,
-                HEARTBEAT.c.scope == row.attempt_scope,
+                HEARTBEAT.c.step_id == row.try_step_id,
+                HEARTBEAT.c.scope == row.try_scope,
             )
-            checkpoint = {"try_number": row.attempt_try, "value": value, "recorded_at": now}
+            checkpoint = {"try_number": row.try_number, "value": value, "recorded_at": now}
             # the fenced UPDATE above holds the instance row: no concurrent insert can race
             updated = await conn.execute(update(HEARTBEAT).where(key).values(**checkpoint))
             if updated.rowcount == 0:
                 await conn.execute(
                     insert(HEARTBEAT).values(
                         instance_id=instance_id,
-                        step_id=row.attempt_step_id,
-                        scope=row.attempt_scope,
+                        step_id=row.try_step_id,
+                        scope=row.try_scope,
                         **checkpoint,
                     )
                 )

@@ -198,8 +198,8 @@ def _tries(node: StepNode) -> str:
     retry = node.capability.options.retry
     if retry is None:
         return "1 try"
-    if retry.maximum_attempts is not None:
-        return f"up to {retry.maximum_attempts} tries"
+    if retry.maximum_tries is not None:
+        return f"up to {retry.maximum_tries} tries"
     if retry.total_duration is not None:
         return f"tries for {human_duration(retry.total_duration)}"
     return "retried"

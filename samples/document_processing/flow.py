@@ -139,7 +139,7 @@ class UploadToOcr(Capability):
         retry=RetryPolicy(
             initial_interval=timedelta(seconds=2),
             maximum_interval=timedelta(seconds=30),
-            maximum_attempts=6,
+            maximum_tries=6,
         )
     )
 
@@ -160,7 +160,7 @@ class CancelOcrJob(Capability):
     id = "ocr.cancel"
     idempotent = True
     reads = (OcrJob,)
-    options = CapabilityOptions(retry=RetryPolicy(maximum_attempts=3))
+    options = CapabilityOptions(retry=RetryPolicy(maximum_tries=3))
 
     def __init__(self, ocr: OcrClient) -> None:
         self.ocr = ocr
@@ -177,7 +177,7 @@ class CheckOcrStatus(Capability):
     reads = (OcrJob,)
     puts = (OcrStatus,)
     options = CapabilityOptions(
-        retry=RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3)
+        retry=RetryPolicy(initial_interval=timedelta(seconds=2), maximum_tries=3)
     )
 
     def __init__(self, ocr: OcrClient) -> None:
@@ -222,7 +222,7 @@ class ExtractFields(Capability):
     idempotent = True
     reads = (OcrJob,)
     puts = (ExtractedFields,)
-    options = CapabilityOptions(retry=RetryPolicy(maximum_attempts=3))
+    options = CapabilityOptions(retry=RetryPolicy(maximum_tries=3))
 
     def __init__(self, ocr: OcrClient) -> None:
         self.ocr = ocr

@@ -64,7 +64,7 @@ class JobWaits:
     MAX_JOB_WAIT = timedelta(minutes=10)
     FIRST_RETRY_DELAY = timedelta(seconds=1)
     RETRY_BACKOFF = 2.0
-    MAX_ATTEMPTS = 3
+    MAX_TRIES = 3
 
 
 JOB_PROGRESS = Stream("JobProgress", JobStatus, max_bytes=1 << 20)
@@ -126,7 +126,7 @@ class StartJob(Capability):
     id = "job.start"
     idempotent = True
     puts = (JobHandle,)
-    options = CapabilityOptions(retry=RetryPolicy(maximum_attempts=JobWaits.MAX_ATTEMPTS))
+    options = CapabilityOptions(retry=RetryPolicy(maximum_tries=JobWaits.MAX_TRIES))
 
     def __init__(self, jobs: JobClient) -> None:
         self.jobs = jobs
@@ -150,7 +150,7 @@ def await_job_options(
         retry=RetryPolicy(
             initial_interval=JobWaits.FIRST_RETRY_DELAY,
             backoff_coefficient=JobWaits.RETRY_BACKOFF,
-            maximum_attempts=JobWaits.MAX_ATTEMPTS,
+            maximum_tries=JobWaits.MAX_TRIES,
             total_duration=JobWaits.MAX_JOB_WAIT,
         ),
         poll_interval=JobWaits.POLL_INTERVAL,
@@ -228,7 +228,7 @@ class RecordJobWaitFailure(Capability):
             job_id=job_id,
             error_type=failure.error_type,
             detail=failure.detail,
-            attempt=failure.attempt,
+            attempt=failure.try_number,
         )
 
 

@@ -31,7 +31,7 @@ FAILING = "fail-"
 
 
 def _check(ctx: Any) -> Any:
-    if ctx.input.order_id.startswith(FAILING) and ctx.attempt == 1:
+    if ctx.input.order_id.startswith(FAILING) and ctx.try_number == 1:
         raise RuntimeError("provider answered 503")
     return Status(done=False)
 

@@ -58,7 +58,7 @@ class Probe(Capability):
     options = CapabilityOptions(
         execute_timeout=timedelta(minutes=2),
         retry=RetryPolicy(
-            initial_interval=timedelta(seconds=0.5), backoff_coefficient=1.0, maximum_attempts=5
+            initial_interval=timedelta(seconds=0.5), backoff_coefficient=1.0, maximum_tries=5
         ),
     )
 

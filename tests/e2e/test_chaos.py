@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 CRASH_DOCUMENTS = 300
 CRASH_LOOP_SECONDS = 30.0
 KILL_EVERY = 3.0  # seconds between kills
-UPLOAD_TRIES = 6  # ocr.upload's maximum_attempts
+UPLOAD_TRIES = 6  # ocr.upload's maximum_tries
 DOCUMENTS = "/api/v1/documents"
 
 

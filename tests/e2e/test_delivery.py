@@ -124,7 +124,7 @@ async def test_a_subscriber_down_for_a_while_gets_every_event_in_order_once_back
         f"sqlite:///{db}",
         app_factory=lambda s: create_app(s, flows=[emitter_flows]),
         subscribers=subscribers,
-        delivery_max_attempts=1000,
+        delivery_max_tries=1000,
         **FAST_RETRIES,
     ) as node:
         async with node.client() as http:
@@ -142,9 +142,9 @@ async def test_a_subscriber_down_for_a_while_gets_every_event_in_order_once_back
                     by_instance[row["instanceId"]].append(row)
                 for first, *later in by_instance.values():
                     # each instance's first event is retried; the later ones wait behind it
-                    assert first["attempts"] >= 2 and first["lastError"], first
+                    assert first["tries"] >= 2 and first["lastError"], first
                     assert first["nextTryAt"] is not None
-                    assert [r["attempts"] for r in later] == [0, 0]
+                    assert [r["tries"] for r in later] == [0, 0]
 
             await eventually(retrying, timeout=30, what="deliveries retried while down")
 
@@ -181,7 +181,7 @@ async def test_a_delivery_whose_sends_ran_out_is_listed_failed_and_retried(
         f"sqlite:///{db}",
         app_factory=lambda s: create_app(s, flows=[emitter_flows]),
         subscribers=subscribers,
-        delivery_max_attempts=2,
+        delivery_max_tries=2,
         **FAST_RETRIES,
     ) as node:
         async with node.client() as http:
@@ -194,7 +194,7 @@ async def test_a_delivery_whose_sends_ran_out_is_listed_failed_and_retried(
                 return rows  # type: ignore[no-any-return]
 
             dead = await eventually(failed, timeout=30, what="the deliveries failed for good")
-            assert all(d["attempts"] == 2 and d["instanceId"] == instance_id for d in dead)
+            assert all(d["tries"] == 2 and d["instanceId"] == instance_id for d in dead)
             assert all(d["lastError"] and d["nextTryAt"] is None for d in dead)
             missing = await http.post("/api/v1/deliveries/999999/retry")
             assert missing.status_code == 404 and missing.json()["code"] == "delivery_not_found"
@@ -204,7 +204,7 @@ async def test_a_delivery_whose_sends_ran_out_is_listed_failed_and_retried(
                 for d in dead:
                     resp = await http.post(f"/api/v1/deliveries/{d['deliveryId']}/retry")
                     assert resp.status_code == 200, resp.text
-                    assert resp.json()["state"] == "pending" and resp.json()["attempts"] == 0
+                    assert resp.json()["state"] == "pending" and resp.json()["tries"] == 0
 
                 async def all_in() -> list[dict[str, Any]]:
                     got = await received(port)
@@ -315,7 +315,7 @@ async def test_two_nodes_deliver_1000_events_once_each(pg_store: str, tmp_path: 
             return rows
 
         rows = await eventually(all_delivered, timeout=20, what="all marked delivered")
-        assert {r["attempts"] for r in rows} == {1}
+        assert {r["tries"] for r in rows} == {1}
         for node in nodes.values():
             assert "Traceback" not in node.output(), node.output()[-3000:]
 

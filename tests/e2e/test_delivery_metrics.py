@@ -46,7 +46,7 @@ async def test_sends_are_counted_by_subscriber_and_outcome_with_the_lag_of_each_
             f"sqlite:///{db}",
             app_factory=lambda s: create_app(s, flows=[emitter_flows]),
             subscribers=subscribers,
-            delivery_max_attempts=2,
+            delivery_max_tries=2,
             metrics_refresh_seconds=0.2,
             **FAST_RETRIES,
         ) as node,

@@ -69,7 +69,7 @@ class CheckWithRetry(_Nothing):
             initial_interval=timedelta(seconds=10),
             backoff_coefficient=2.0,
             maximum_interval=timedelta(minutes=1),
-            maximum_attempts=4,
+            maximum_tries=4,
         )
     )
 

@@ -19,7 +19,7 @@ class UndoWithRetry(Start):
     idempotent = True
     puts = ()
     options = CapabilityOptions(
-        retry=RetryPolicy(initial_interval=RETRY_DELAY, backoff_coefficient=1.0, maximum_attempts=3)
+        retry=RetryPolicy(initial_interval=RETRY_DELAY, backoff_coefficient=1.0, maximum_tries=3)
     )
 
 
@@ -92,7 +92,7 @@ async def test_a_compensation_that_fails_for_good_is_visible_in_the_instance_vie
         inst = (await h.start("t.undo-retry", {"order_id": "o-1"})).instance
         final = await h.wait_until(lambda i: i.state is not InstanceState.SUSPENDED, inst.id)
         assert final.state is InstanceState.FAILED
-        assert undo.calls == 3  # maximum_attempts
+        assert undo.calls == 3  # maximum_tries
         snap = await h.snapshot(inst.id)
         view = instance_view(snap.instance, snap.steps)
         (failed,) = view["compensationFailures"]

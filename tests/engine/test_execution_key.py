@@ -16,7 +16,7 @@ def _recording(seen: list[tuple[int, int, str]], *outcomes: object) -> Scripted:
     next of ``outcomes`` (the last repeats)."""
 
     def play(ctx: StepContext) -> object:
-        seen.append((ctx.scope, ctx.attempt, ctx.execution_key))
+        seen.append((ctx.scope, ctx.try_number, ctx.execution_key))
         return outcomes[min(len(seen) - 1, len(outcomes) - 1)]
 
     return Scripted(play)

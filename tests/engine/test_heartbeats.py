@@ -50,7 +50,7 @@ def beating(**changes: Any) -> CapabilityOptions:
     values: dict[str, Any] = {
         "execute_timeout": timedelta(hours=1),
         "heartbeat_timeout": HEARTBEAT,
-        "retry": RetryPolicy(maximum_attempts=2),
+        "retry": RetryPolicy(maximum_tries=2),
     }
     values.update(changes)
     return CapabilityOptions(**values)
@@ -95,8 +95,8 @@ async def test_a_try_reads_the_checkpoint_its_predecessor_recorded() -> None:
     seen: list[tuple[int, Mark | None]] = []
 
     async def body(ctx: StepContext) -> None:
-        seen.append((ctx.attempt, ctx.last_heartbeat_value(Mark)))
-        if ctx.attempt == 1:
+        seen.append((ctx.try_number, ctx.last_heartbeat_value(Mark)))
+        if ctx.try_number == 1:
             await ctx.heartbeat(Mark(round=1))
             await ctx.heartbeat(Mark(round=2))
             raise RuntimeError("connection reset")
@@ -151,14 +151,14 @@ async def test_a_try_whose_heartbeats_stop_is_cancelled_on_its_live_node_and_ret
     cancelled: list[int] = []
 
     async def body(ctx: StepContext) -> None:
-        if ctx.attempt > 1:
+        if ctx.try_number > 1:
             return
         await ctx.heartbeat("started")
         stuck.set()
         try:
             await ctx.sleep(timedelta(hours=1))  # hung: no heartbeat any more
         except asyncio.CancelledError:
-            cancelled.append(ctx.attempt)
+            cancelled.append(ctx.try_number)
             raise
 
     async with FlowHarness.open([flow(Script("work", body, beating()))]) as h:
@@ -191,7 +191,7 @@ async def test_closing_a_node_cancels_its_try_which_commits_nothing() -> None:
         try:
             await asyncio.Future()
         except asyncio.CancelledError:
-            cancelled.append(ctx.attempt)
+            cancelled.append(ctx.try_number)
             raise
 
     async with FlowHarness.open([flow(Script("work", body, beating()))]) as h:
@@ -200,7 +200,7 @@ async def test_closing_a_node_cancels_its_try_which_commits_nothing() -> None:
         await h.engine.close()
         assert cancelled == [1]  # the try does not outlive its run
         inst = await h.instance(inst_id)
-        assert inst.state is InstanceState.RUNNING and inst.attempt_try == 1
+        assert inst.state is InstanceState.RUNNING and inst.try_number == 1
         assert await rows(h, inst_id, "work") == []
         assert inst.heartbeat_value == "started"
 
@@ -241,9 +241,9 @@ async def test_business_outcomes_end_the_flow_without_retries() -> None:
         return ctx.fail("order.rejected", "the order was rejected", order="o-1")
 
     async def completes(ctx: StepContext) -> Decision:
-        return ctx.complete({"done": ctx.attempt})
+        return ctx.complete({"done": ctx.try_number})
 
-    retrying = CapabilityOptions(retry=RetryPolicy(maximum_attempts=5))
+    retrying = CapabilityOptions(retry=RetryPolicy(maximum_tries=5))
     after = After()
     route = After()
     failing = flow(Script("decide", fails, retrying), name="hb.fail").on_failure(
@@ -334,7 +334,7 @@ async def test_a_cancel_stops_a_heartbeating_try_at_its_next_heartbeat_write() -
         # learned of the cancel; the try committed nothing
         assert rounds == [0, 2, 4, 6, 8, 10]
         assert await rows(h, inst_id, "work") == []
-        assert inst.attempt_try is None and inst.lease_owner is None
+        assert inst.try_number is None and inst.lease_owner is None
 
 
 async def test_a_cancel_reaches_a_try_that_catches_every_exception() -> None:

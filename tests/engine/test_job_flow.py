@@ -90,7 +90,7 @@ async def test_job_completes_with_its_result_and_reports_each_state_once(
         started = await h.start("job.await", {}, instance_key=JOB)
         # the start answers once the in-process wait begins; the wait goes on meanwhile
         assert started.instance.state is InstanceState.RUNNING
-        assert started.instance.attempt_try == 1
+        assert started.instance.try_number == 1
         answered.set()
         await h.engine.drain()
         inst = await h.instance(started.instance.id)
@@ -104,7 +104,7 @@ async def test_job_completes_with_its_result_and_reports_each_state_once(
         (waited,) = await rows(h, inst.id, "job.await")
         assert (waited.outcome, waited.try_number) == (Outcome.SUCCESS, 1)
         assert (waited.started_at, waited.committed_at) == (t0, at(t0, 6))
-        assert inst.attempt_try is None and inst.lease_owner is None
+        assert inst.try_number is None and inst.lease_owner is None
         assert await h.calls(inst.id, "job.record_wait_failure") == 0
 
 
@@ -144,7 +144,7 @@ async def test_a_job_that_never_ends_spends_its_tries_then_the_failure_route_run
             await h.engine.drain()
 
         tries = await rows(h, inst_id, "job.await")
-        # 3 tries (maximum_attempts), each cut at the 20 s execute timeout, 1 s then 2 s apart
+        # 3 tries (maximum_tries), each cut at the 20 s execute timeout, 1 s then 2 s apart
         assert [
             (r.try_number, r.started_at, r.committed_at, r.next_try_at, r.final) for r in tries
         ] == [
@@ -195,7 +195,7 @@ async def test_a_try_lost_with_its_node_is_retried_from_the_checkpoint_on_anothe
     world.service.succeed_after = timedelta(minutes=2)
     # node a's try gets stuck right after reporting RUNNING (its 2nd sleep, at 2 s)
     paced = paced_await(world)
-    paced.hold = lambda ctx, sleeps: ctx.attempt == 1 and sleeps == 2
+    paced.hold = lambda ctx, sleeps: ctx.try_number == 1 and sleeps == 2
     async with open_harness(store_url, world, paced) as h:
         world.clock = paced.clock = h.clock
         t0 = h.clock.now()
@@ -204,7 +204,7 @@ async def test_a_try_lost_with_its_node_is_retried_from_the_checkpoint_on_anothe
         assert await progress(h, inst_id) == ["QUEUED", "RUNNING"]
         await h.engine.close()  # node a dies: its try commits nothing
         dead = await h.instance(inst_id)
-        assert dead.state is InstanceState.RUNNING and dead.attempt_try == 1
+        assert dead.state is InstanceState.RUNNING and dead.try_number == 1
         assert dead.heartbeat_value == "RUNNING"
         assert dead.lease_expires_at == at(t0, 2) + JobWaits.HEARTBEAT_TIMEOUT
 

@@ -353,7 +353,7 @@ async def test_stale_token_writes_nothing(sql_journal: SqlJournal) -> None:
         sql_journal.writes.park(instance_id, 1, at(40), at(99), 1, 0),
         sql_journal.writes.finish(instance_id, 1, at(40), InstanceState.COMPLETED, "r"),
         sql_journal.writes.begin_ending(instance_id, 1, at(40), InstanceState.FAILED, None),
-        sql_journal.writes.start_attempt(instance_id, 1, 1, 0, 1, at(40), at(99)),
+        sql_journal.writes.start_try(instance_id, 1, 1, 0, 1, at(40), at(99)),
         sql_journal.writes.record_heartbeat(instance_id, 1, {"pct": 5}, at(40), at(99)),
         sql_journal.claims.release(instance_id, 1, at(40)),
     ):
@@ -400,7 +400,7 @@ async def test_journal_sequences_are_the_commit_order_across_instances(
 
 async def test_commit_step_appends_row_events_and_reviews(sql_journal: SqlJournal) -> None:
     instance_id = await started(sql_journal)
-    await sql_journal.writes.start_attempt(instance_id, 1, 0, 0, 1, at(1), at(20))
+    await sql_journal.writes.start_try(instance_id, 1, 0, 0, 1, at(1), at(20))
     row = step(instance_id, error_type=None)
     event = EmittedEvent("e-1", "document.read", {"pages": 3})
     review = ReviewRequest("r-1", "document d-1", "low confidence", {"score": 0.4})
@@ -421,10 +421,10 @@ async def test_commit_step_appends_row_events_and_reviews(sql_journal: SqlJourna
     assert snapshot.steps[0].sequence is not None and snapshot.steps[1].sequence is not None
     assert snapshot.steps[0].sequence < snapshot.steps[1].sequence
     instance = snapshot.instance
-    # the first commit cleared the attempt in flight and renewed the lease; the second,
-    # with no attempt in flight, only fenced: the row is as the first left it
+    # the first commit cleared the try in flight and renewed the lease; the second,
+    # with no try in flight, only fenced: the row is as the first left it
     assert (instance.lease_expires_at, instance.updated_at) == (at(40), at(2))
-    assert instance.attempt_step_id is None and instance.attempt_started_at is None
+    assert instance.try_step_id is None and instance.try_started_at is None
     events = await sql_journal.reads.list_events()
     assert [(e["id"], e["name"], e["payload"], e["instance_id"]) for e in events] == [
         ("e-1", "document.read", {"pages": 3}, instance_id)
@@ -441,7 +441,7 @@ async def test_a_commit_carries_the_deferred_row_before_its_own(
     sql_journal: SqlJournal,
 ) -> None:
     instance_id = await started(sql_journal)
-    await sql_journal.writes.start_attempt(instance_id, 1, 3, 0, 1, at(1), at(20))
+    await sql_journal.writes.start_try(instance_id, 1, 3, 0, 1, at(1), at(20))
     extracted = step(instance_id, step_id=3, committed_at=at(2))
     emitted = step(
         instance_id,
@@ -457,8 +457,8 @@ async def test_a_commit_carries_the_deferred_row_before_its_own(
     snapshot = await sql_journal.writes.load(instance_id)
     assert [replace(r, sequence=None) for r in snapshot.steps] == [extracted, emitted]
     assert [e["id"] for e in await sql_journal.reads.list_events()] == ["e-1"]
-    # the attempt in flight is cleared as by the row's own commit
-    assert (snapshot.instance.attempt_step_id, snapshot.instance.updated_at) == (None, at(3))
+    # the try in flight is cleared as by the row's own commit
+    assert (snapshot.instance.try_step_id, snapshot.instance.updated_at) == (None, at(3))
     # a deferred row that exists already: nothing of the write, event included
     again = replace(emitted, step_id=5, values={"event_id": "e-2"})
     with pytest.raises(JournalConflict):
@@ -509,13 +509,13 @@ async def test_ack_reports_the_cancel_flag(sql_journal: SqlJournal) -> None:
 
 async def test_park_suspends_and_releases_the_lease(sql_journal: SqlJournal) -> None:
     instance_id = await started(sql_journal)
-    await sql_journal.writes.start_attempt(instance_id, 1, 2, 0, 1, at(1), at(20))
+    await sql_journal.writes.start_try(instance_id, 1, 2, 0, 1, at(1), at(20))
     assert await sql_journal.writes.park(instance_id, 1, at(5), at(65), 2, 1) == Ack(True, False)
     record = await sql_journal.reads.get_instance(instance_id)
     assert record.state is InstanceState.SUSPENDED
     assert (record.wake_at, record.wake_step_id, record.wake_scope) == (at(65), 2, 1)
     assert (record.lease_owner, record.lease_expires_at) == (None, None)
-    assert record.attempt_step_id is None
+    assert record.try_step_id is None
     assert (record.fencing_token, record.updated_at) == (1, at(5))
 
 
@@ -624,14 +624,14 @@ async def test_release_keeps_the_wake(sql_journal: SqlJournal) -> None:
 
 async def test_heartbeats_keep_the_latest_checkpoint(sql_journal: SqlJournal) -> None:
     instance_id = await started(sql_journal)
-    with pytest.raises(JournalConflict):  # no attempt in flight
+    with pytest.raises(JournalConflict):  # no try in flight
         await sql_journal.writes.record_heartbeat(instance_id, 1, {"pct": 1}, at(1), at(20))
-    assert await sql_journal.writes.start_attempt(instance_id, 1, 4, 0, 1, at(1), at(20)) == Ack()
+    assert await sql_journal.writes.start_try(instance_id, 1, 4, 0, 1, at(1), at(20)) == Ack()
     await sql_journal.writes.record_heartbeat(instance_id, 1, {"pct": 10}, at(2), at(21))
     await sql_journal.writes.record_heartbeat(instance_id, 1, {"pct": 40}, at(3), at(22))
     record = await sql_journal.reads.get_instance(instance_id)
-    assert (record.attempt_step_id, record.attempt_scope, record.attempt_try) == (4, 0, 1)
-    assert (record.attempt_started_at, record.heartbeat_at) == (at(1), at(3))
+    assert (record.try_step_id, record.try_scope, record.try_number) == (4, 0, 1)
+    assert (record.try_started_at, record.heartbeat_at) == (at(1), at(3))
     assert (record.heartbeat_value, record.lease_expires_at) == ({"pct": 40}, at(22))
     beat = await sql_journal.writes.last_heartbeat(instance_id, 4, 0)
     assert beat is not None
@@ -639,9 +639,7 @@ async def test_heartbeats_keep_the_latest_checkpoint(sql_journal: SqlJournal) ->
     # the node crashes; another node retries from the checkpoint
     claim = await sql_journal.claims.claim(instance_id, "node-b", at(30), at(60))
     assert claim is not None
-    await sql_journal.writes.start_attempt(
-        instance_id, claim.fencing_token, 4, 0, 2, at(30), at(50)
-    )
+    await sql_journal.writes.start_try(instance_id, claim.fencing_token, 4, 0, 2, at(30), at(50))
     assert (await sql_journal.reads.get_instance(instance_id)).heartbeat_value is None
     await sql_journal.writes.record_heartbeat(
         instance_id, claim.fencing_token, {"pct": 70}, at(31), at(51)

@@ -204,7 +204,7 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
     await journal.claims.request_cancel(cancelled, "api", at(1), at(31))  # node-a holds it: flag
     await journal.mailbox.deliver_signal(signalled, "approved", {"ok": True}, None, at(1), "s-1")
     await journal.mailbox.deliver_signal(other_signal, "rejected", {}, None, at(1), "s-2")
-    await journal.writes.start_attempt(busy, 1, 0, 0, 1, at(1), at(20))
+    await journal.writes.start_try(busy, 1, 0, 0, 1, at(1), at(20))
     stale_before = await journal.writes.load(stale)
     cancelled_before = await journal.reads.get_instance(cancelled)
     park_before, commit_before = counts(lanes(journal).park), counts(lanes(journal).commit)
@@ -273,9 +273,9 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
         )
         assert (inst.lease_owner, inst.lease_expires_at) == (None, None)
         assert (inst.updated_at, inst.fencing_token) == (at(2), 1)
-        assert inst.attempt_step_id is None and inst.attempt_started_at is None
+        assert inst.try_step_id is None and inst.try_started_at is None
     # the busy one had its attempt cleared by the same write
-    assert (await journal.reads.get_instance(busy)).attempt_try is None
+    assert (await journal.reads.get_instance(busy)).try_number is None
 
 
 async def test_a_waiting_signal_leaves_the_instance_as_before_but_for_the_row(
@@ -450,14 +450,14 @@ async def test_a_commit_that_clears_an_attempt_writes_the_instance_row(
     journal: SqlJournal,
 ) -> None:
     (instance_id,) = await started(journal)
-    await journal.writes.start_attempt(instance_id, 1, 0, 0, 1, at(1), at(20))
+    await journal.writes.start_try(instance_id, 1, 0, 0, 1, at(1), at(20))
     await journal.writes.record_heartbeat(instance_id, 1, {"pct": 50}, at(1.5), at(21))
     xmin, _ = await row_version(journal, instance_id)
     assert await journal.writes.commit_step(1, step(instance_id), at(40)) == Ack(True, False)
     assert lanes(journal).commit.batches == 1
     assert (await row_version(journal, instance_id))[0] != xmin
     inst = await journal.reads.get_instance(instance_id)
-    assert (inst.attempt_step_id, inst.attempt_try, inst.heartbeat_at) == (None, None, None)
+    assert (inst.try_step_id, inst.try_number, inst.heartbeat_at) == (None, None, None)
     assert (inst.lease_expires_at, inst.updated_at) == (at(40), at(2))
 
 
@@ -465,7 +465,7 @@ async def test_a_batch_of_plain_and_busy_commits(journal: SqlJournal) -> None:
     ids = await started(journal, 10)
     busy = set(ids[::2])
     for instance_id in busy:
-        await journal.writes.start_attempt(instance_id, 1, 0, 0, 1, at(1), at(20))
+        await journal.writes.start_try(instance_id, 1, 0, 0, 1, at(1), at(20))
     versions = {i: await row_version(journal, i) for i in ids}
     cancelled = ids[1]
     await journal.claims.request_cancel(cancelled, "api", at(1), at(31))
@@ -480,7 +480,7 @@ async def test_a_batch_of_plain_and_busy_commits(journal: SqlJournal) -> None:
         inst = await journal.reads.get_instance(instance_id)
         if instance_id in busy:
             assert (await row_version(journal, instance_id))[0] != versions[instance_id][0]
-            assert inst.attempt_step_id is None
+            assert inst.try_step_id is None
             assert (inst.lease_expires_at, inst.updated_at) == (at(40), at(2))
         else:
             assert await row_version(journal, instance_id) == versions[instance_id]
@@ -556,7 +556,7 @@ async def test_emit_commits_carrying_deferred_rows_share_a_batch(
 ) -> None:
     ids = await started(journal, 8)
     busy = ids[0]
-    await journal.writes.start_attempt(busy, 1, 3, 0, 1, at(1), at(20))
+    await journal.writes.start_try(busy, 1, 3, 0, 1, at(1), at(20))
     stale = ids[1]
     await make_stale(journal, stale)
     carrying, plain = ids[:5], ids[5:]
@@ -596,7 +596,7 @@ async def test_emit_commits_carrying_deferred_rows_share_a_batch(
         assert journal_rows((await journal.writes.load(i)).steps) == [step(i)]
     assert set(await outbox(journal)) == {f"ev-{i}" for i in carrying if i != stale}
     inst = await journal.reads.get_instance(busy)  # its attempt cleared at the emit's instant
-    assert (inst.attempt_step_id, inst.lease_expires_at, inst.updated_at) == (None, at(40), at(2))
+    assert (inst.try_step_id, inst.lease_expires_at, inst.updated_at) == (None, at(40), at(2))
 
 
 async def test_an_event_id_that_exists_fails_only_its_own_commit(journal: SqlJournal) -> None:

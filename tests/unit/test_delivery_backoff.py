@@ -29,7 +29,7 @@ def test_the_body_is_the_event_as_standard_webhooks_suggests() -> None:
     claimed = ClaimedDelivery(
         sequence=1,
         subscriber="audit",
-        attempts=0,
+        tries=0,
         claimed_until=datetime(2026, 1, 1, tzinfo=UTC),
         event_id="e-1",
         event_name="document.processed",

@@ -115,7 +115,7 @@ class World:
             self.run,
             step_id=0,
             scope=0,
-            attempt=1,
+            try_number=1,
             recovery_error=None,
             checkpoint=None,
             heartbeat_timeout=opts.heartbeat_timeout,

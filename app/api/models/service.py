@@ -164,7 +164,7 @@ class DeliveryView(ApiModel):
             "instanceId": _ID,
             "subscriber": "billing",
             "state": "pending",
-            "attempts": 1,
+            "tries": 1,
             "nextTryAt": _LATER,
             "lastError": "503 Service Unavailable",
             "lastStatus": 503,
@@ -178,8 +178,8 @@ class DeliveryView(ApiModel):
     event_name: str | None
     instance_id: str
     subscriber: str
-    state: str = Field(description="`pending`, `delivered` or `failed` (its sends ran out)")
-    attempts: int = Field(description="sends made")
+    state: str = Field(description="`pending`, `delivered` or `failed` (its tries ran out)")
+    tries: int = Field(description="tries made (each one POST to the subscriber)")
     next_try_at: datetime | None
     last_error: str | None
     last_status: int | None
