@@ -172,7 +172,7 @@ class Metrics:
         )
         self.signal_to_resume = Histogram(
             "flowpark_signal_to_resume_seconds",
-            "From a signal's delivery to the wait taking it.",
+            "From a signal's arrival to the wait taking it.",
             ["flow"],
             buckets=SECONDS,
             registry=r,
