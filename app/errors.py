@@ -203,8 +203,9 @@ class ErrorCode(StrEnum):
     )
     SIGNATURE_INVALID = (
         "signature_invalid",
-        "a signed signal's Standard Webhooks headers are missing, stale (over 5 minutes "
-        "off) or do not verify with the signal's secret",
+        "a signed signal's delivery (Standard Webhooks, GitHub, Stripe or an HMAC header) "
+        "has a missing, malformed or stale signature header, or one that does not verify "
+        "with the signal's secret",
     )
     SIGNAL_NOT_DECLARED = (
         "signal_not_declared",
@@ -396,7 +397,8 @@ class Forbidden(RequestRefused):
 
 
 class SignatureInvalid(RequestRefused):
-    """A signed signal's Standard Webhooks headers are missing, stale or do not verify."""
+    """A signed signal's delivery has a missing, stale or wrong signature (its verifier:
+    Standard Webhooks, GitHub, Stripe or an HMAC header)."""
 
     code = ErrorCode.SIGNATURE_INVALID
 

@@ -277,8 +277,9 @@ class Settings(BaseSettings):
     )
     signal_secrets: dict[str, SecretStr] = Field(
         default_factory=dict,
-        description='Standard Webhooks secrets of signed signals, as JSON: {"ocr": '
-        '"whsec_..."}; a signal declared with SignedWebhook("ocr") is verified with it.',
+        description='The secrets of signed signals by name, as JSON: {"ocr": "whsec_...", '
+        '"github": "..."}; a signal declared with SignedWebhook("ocr") (or GitHubWebhook, '
+        "StripeWebhook, HmacWebhook) is verified with the secret of that name.",
     )
 
     @cached_property

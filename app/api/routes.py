@@ -27,9 +27,8 @@ import logging
 from typing import Any, cast
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
-from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from app.api.auth import require_scope
 from app.api.explain import explain_view
@@ -61,13 +60,13 @@ from app.api.views import (
     review_view,
     signal_view,
 )
+from app.api.webhooks import verified_delivery
 from app.engine.engine import Engine
 from app.engine.journal import InstanceState, SignalRecord
 from app.errors import (
     ErrorCode,
     IdempotencyKeyReused,
     InputInvalid,
-    SignatureInvalid,
 )
 from app.flows.capability import Signal
 from app.flows.catalog import version_key
@@ -88,6 +87,10 @@ log = logging.getLogger("flowpark.api")
 
 def _engine(request: Request) -> Engine:
     return request.app.state.engine  # type: ignore[no-any-return]
+
+
+#: ``_deliver``'s default body: the request's JSON body.
+_READ: Any = object()
 
 
 def _start_handler(plan: Plan):  # type: ignore[no-untyped-def]
@@ -155,14 +158,18 @@ def _start_handler(plan: Plan):  # type: ignore[no-untyped-def]
     return start
 
 
-async def _deliver(request: Request, instance_id: str, name: str, key: str | None) -> JSONResponse:
-    """Deliver a signal; a repeat of its ``Idempotency-Key`` answers the first signal
-    (``created: false``) when it is the same signal - same name, same validated payload -
-    and 422 ``idempotency_key_reused`` otherwise (as the start routes do)."""
+async def _deliver(
+    request: Request, instance_id: str, name: str, key: str | None, body: Any = _READ
+) -> JSONResponse:
+    """Deliver a signal (``body``: its payload, default the request's JSON body); a repeat
+    of its ``Idempotency-Key`` answers the first signal (``created: false``) when it is the
+    same signal - same name, same validated payload - and 422 ``idempotency_key_reused``
+    otherwise (as the start routes do)."""
     engine = _engine(request)
     check_instance_id(instance_id)
     idempotency_key = idempotency_header(key, required=False)
-    body = await _json_body(request)
+    if body is _READ:
+        body = await _json_body(request)
     # the answer comes from the delivery: the signal as the run it started left it (taken
     # when the instance took it) and the state after that run, with nothing read back
     delivery = await engine.deliver(instance_id, name, body, idempotency_key)
@@ -386,50 +393,42 @@ _INSTANCE_ID = Path(description="the instance's id (a lowercase, dashed UUID)")
 
 
 def _add_signed_signal_route(app: FastAPI, plan: Plan, base: str, signal: Signal) -> None:
-    """The route of a signal verified by a Standard Webhooks signature (no bearer token)."""
-    assert signal.verify is not None
-    secret_name = signal.verify.secret
+    """The route of a signal verified by its webhook verifier (no bearer token)."""
+    verifier = signal.verify
+    assert verifier is not None
     sig_name = signal.name
 
     async def deliver_signed(
         request: Request, instance_id: str = Path(description="the instance's id")
-    ) -> JSONResponse:
-        settings = request.app.state.settings
-        secret = settings.signal_secrets.get(secret_name)
-        if secret is None:
-            log.error(
-                "signal %s of %s is signed with the secret %r, which FLOWPARK_SIGNAL_SECRETS "
-                "does not hold: every delivery is refused",
-                sig_name,
-                plan.name,
-                secret_name,
-            )
-            raise SignatureInvalid(
-                f"signal {sig_name} cannot be verified on this node", signal=sig_name
-            )
-        raw = await request.body()
-        try:
-            Webhook(secret.get_secret_value()).verify(raw, dict(request.headers), json_parse=False)
-        except WebhookVerificationError as exc:
-            raise SignatureInvalid(
-                f"the Standard Webhooks signature of signal {sig_name} does not verify: {exc}",
-                signal=sig_name,
-            ) from None
+    ) -> Response:
+        delivery = await verified_delivery(request, plan.name, signal)
+        if delivery.body is None:  # adapt: not this signal (e.g. a provider's ping)
+            return Response(status_code=204)
         # the delivery's id is its idempotency key: a replay stores nothing new
-        return await _deliver(request, instance_id, sig_name, request.headers.get("webhook-id"))
+        return await _deliver(
+            request, instance_id, sig_name, delivery.idempotency_key, delivery.body
+        )
 
     deliver_signed.__doc__ = (
-        f"Deliver the `{sig_name}` signal to an instance of `{plan.name}`, signed per "
-        "Standard Webhooks instead of a bearer token: headers `webhook-id`, "
-        "`webhook-timestamp` (at most 5 minutes off) and `webhook-signature` made with the "
-        f"secret `{secret_name}` of `FLOWPARK_SIGNAL_SECRETS`. A missing, stale or wrong "
-        "signature: 401 `signature_invalid` (nothing stored). The `webhook-id` is the "
-        "delivery's idempotency key: a replay answers the first signal (`created: false`) "
-        "and stores nothing." + _BODY_DOC
+        f"Deliver the `{sig_name}` signal to an instance of `{plan.name}`, "
+        + verifier.describe()
+        + ", instead of a bearer token. A missing, stale or wrong signature: 401 "
+        "`signature_invalid` (nothing stored). A replay of a delivery id answers the first "
+        "signal (`created: false`) and stores nothing."
+        + (
+            " The body is the provider's own JSON, mapped to the signal's payload; a "
+            "delivery that is not this signal is answered 204 and stores nothing."
+            if signal.adapt is not None
+            else ""
+        )
+        + _BODY_DOC
     )
-    schema, defs = request_schema(signal.model)
+    if signal.adapt is None:
+        schema, defs = request_schema(signal.model)
+    else:  # the provider's own payload
+        schema, defs = {"type": "object", "description": "the provider's payload"}, {}
     body: dict[str, Any] = {"schema": schema}
-    examples = _body_examples(signal.model)
+    examples = _body_examples(signal.model) if signal.adapt is None else []
     if examples:
         body["example"] = examples[0]
     app.add_api_route(
@@ -441,7 +440,10 @@ def _add_signed_signal_route(app: FastAPI, plan: Plan, base: str, signal: Signal
         name=f"signal {sig_name} ({plan.name}@{plan.version})",
         operation_id=f"signal_{_slug(plan.name)}_{_slug(sig_name)}",
         response_model=SignalAnswer,
-        responses=problem_responses(*_SIGNAL_CODES, ErrorCode.SIGNATURE_INVALID, auth=False),
+        responses={
+            **({204: {"description": "Not this signal: nothing stored"}} if signal.adapt else {}),
+            **problem_responses(*_SIGNAL_CODES, ErrorCode.SIGNATURE_INVALID, auth=False),
+        },
         openapi_extra={
             "security": [],
             "requestBody": {"content": {"application/json": body}},

@@ -12,7 +12,6 @@ from app.flows.capability import (
     RecoveryError,
     Signal,
     SignalMatch,
-    SignedWebhook,
     StepContext,
     Stream,
     bag_key,
@@ -21,6 +20,13 @@ from app.flows.catalog import Catalog
 from app.flows.durations import Backoff, RetryPolicy, to_timedelta
 from app.flows.plan import HttpTrigger, Plan, Profile
 from app.flows.rules import Finding, Severity, check_flow, compile_flow
+from app.flows.webhooks import (
+    GitHubWebhook,
+    HmacWebhook,
+    SignedWebhook,
+    StripeWebhook,
+    WebhookDelivery,
+)
 
 __all__ = [
     "Backoff",
@@ -35,6 +41,8 @@ __all__ = [
     "Finding",
     "Flow",
     "FlowFailure",
+    "GitHubWebhook",
+    "HmacWebhook",
     "HttpTrigger",
     "Plan",
     "Profile",
@@ -46,6 +54,8 @@ __all__ = [
     "SignedWebhook",
     "StepContext",
     "Stream",
+    "StripeWebhook",
+    "WebhookDelivery",
     "bag_key",
     "check_flow",
     "compile_flow",

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from pydantic import BaseModel
 
 from app.flows.durations import RetryPolicy
+from app.flows.webhooks import WebhookDelivery, WebhookVerifier
 
 __all__ = [
     "Bag",
@@ -119,20 +120,6 @@ class RecoveryError:
 
 
 @dataclass(frozen=True)
-class SignedWebhook:
-    """How a signal's deliveries are authenticated instead of by a bearer token: a
-    Standard Webhooks signature (``webhook-id``, ``webhook-timestamp``,
-    ``webhook-signature`` headers) made with a shared secret.
-
-    Attributes:
-        secret: the name of the secret in the ``FLOWPARK_SIGNAL_SECRETS`` setting (the
-            secret itself never appears in a flow definition).
-    """
-
-    secret: str
-
-
-@dataclass(frozen=True)
 class Signal:
     """A named, typed message an instance can receive over HTTP.
 
@@ -140,15 +127,23 @@ class Signal:
         name: stable name, e.g. ``ocr.completed`` (also the route segment).
         model: pydantic model the payload must validate against.
         verify: None (default): the flow's signal route takes a bearer token with the
-            ``signal`` scope; a :class:`SignedWebhook`: the route takes a Standard Webhooks
-            signature instead (no bearer token), refuses a missing, stale or wrong one with
-            401 ``signature_invalid``, and keys the delivery's idempotency by its
-            ``webhook-id``.
+            ``signal`` scope; a webhook verifier (:class:`~app.flows.webhooks.SignedWebhook`
+            for Standard Webhooks, ``GitHubWebhook``, ``StripeWebhook``, ``HmacWebhook``):
+            the route takes the provider's signature instead (no bearer token), refuses a
+            missing, stale or wrong one with 401 ``signature_invalid``, and keys the
+            delivery's idempotency by the provider's delivery id.
+        adapt: None (default): the flow route's body is the payload. Else a function of
+            the :class:`~app.flows.webhooks.WebhookDelivery` (the provider's own JSON, its
+            event type and delivery id) returning the payload - an instance of ``model``
+            or its JSON as a dict - or None for a delivery that is not this signal
+            (answered 204, nothing stored: e.g. GitHub's ``ping``). Applies on the flow's
+            signal route only; ``match=`` then sees the typed payload.
     """
 
     name: str
     model: type[BaseModel]
-    verify: SignedWebhook | None = None
+    verify: WebhookVerifier | None = None
+    adapt: Callable[[WebhookDelivery], BaseModel | dict[str, Any] | None] | None = None
 
 
 @dataclass(frozen=True)

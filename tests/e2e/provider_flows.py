@@ -1,0 +1,117 @@
+"""Flows whose waits end by a provider's signed webhook (served with ``--flows`` by
+``test_provider_webhooks``):
+
+* ``ci.wait``: waits for GitHub's ``workflow_run`` event of its run (``X-Hub-Signature-256``
+  with the ``github`` secret), mapped to ``BuildFinished``; a run of another id is stored
+  unmatched, any other event (``ping``) is answered 204;
+* ``payment.wait``: waits for Stripe's ``payment_intent.succeeded`` event of its payment
+  (``Stripe-Signature`` with the ``stripe`` secret), mapped to ``PaymentSucceeded``;
+* ``hook.wait``: waits for a delivery signed by an HMAC header (``X-Signature``, base64
+  SHA-512, ``X-Delivery`` as its id), the body being the payload itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from flowpark import (
+    Bag,
+    Flow,
+    GitHubWebhook,
+    HmacWebhook,
+    HttpTrigger,
+    Signal,
+    StripeWebhook,
+    WebhookDelivery,
+)
+
+
+class BuildRun(BaseModel):
+    run_id: int
+
+
+class BuildFinished(BaseModel):
+    run_id: int
+    conclusion: str
+
+
+def build_finished(delivery: WebhookDelivery) -> BuildFinished | None:
+    """GitHub's ``workflow_run`` ``completed`` event as ``BuildFinished``; None for others."""
+    if delivery.event != "workflow_run" or delivery.payload.get("action") != "completed":
+        return None
+    run: dict[str, Any] = delivery.payload["workflow_run"]
+    return BuildFinished(run_id=run["id"], conclusion=run["conclusion"])
+
+
+BUILD_FINISHED = Signal(
+    "ci.finished", BuildFinished, verify=GitHubWebhook("github"), adapt=build_finished
+)
+
+
+def same_run(bag: Bag, payload: BuildFinished) -> bool:
+    return bool(payload.run_id == bag.input.run_id)
+
+
+class Payment(BaseModel):
+    payment_intent: str
+
+
+class PaymentSucceeded(BaseModel):
+    payment_intent: str
+    amount: int
+
+
+def payment_succeeded(delivery: WebhookDelivery) -> PaymentSucceeded | None:
+    """Stripe's ``payment_intent.succeeded`` event as ``PaymentSucceeded``."""
+    if delivery.event != "payment_intent.succeeded":
+        return None
+    intent: dict[str, Any] = delivery.payload["data"]["object"]
+    return PaymentSucceeded(payment_intent=intent["id"], amount=intent["amount"])
+
+
+PAYMENT_SUCCEEDED = Signal(
+    "payment.succeeded",
+    PaymentSucceeded,
+    verify=StripeWebhook("stripe"),
+    adapt=payment_succeeded,
+)
+
+
+class Hook(BaseModel):
+    label: str = "x"
+
+
+class HookCalled(BaseModel):
+    note: str
+
+
+HOOK_CALLED = Signal(
+    "hook.called",
+    HookCalled,
+    verify=HmacWebhook(
+        "plain", "X-Signature", algorithm="sha512", encoding="base64", id_header="X-Delivery"
+    ),
+)
+
+ci_wait = (
+    Flow("ci.wait", "1.0.0", input=BuildRun, trigger=HttpTrigger("POST", "/api/v1/ci-runs"))
+    .await_signal(BUILD_FINISHED, match=same_run)
+    .returns(lambda bag: bag.get(BuildFinished))
+)
+
+payment_wait = (
+    Flow("payment.wait", "1.0.0", input=Payment, trigger=HttpTrigger("POST", "/api/v1/payments"))
+    .await_signal(
+        PAYMENT_SUCCEEDED,
+        match=lambda bag, p: bool(p.payment_intent == bag.input.payment_intent),
+    )
+    .returns(lambda bag: bag.get(PaymentSucceeded))
+)
+
+hook_wait = (
+    Flow("hook.wait", "1.0.0", input=Hook, trigger=HttpTrigger("POST", "/api/v1/hooks"))
+    .await_signal(HOOK_CALLED)
+    .returns(lambda bag: bag.get(HookCalled))
+)

@@ -1,0 +1,308 @@
+"""Providers' signed webhooks against a real ``flowpark serve`` process, on both stores:
+GitHub (``X-Hub-Signature-256``), Stripe (``Stripe-Signature``) and a generic HMAC header
+each end a waiting instance with no bearer token; a wrong secret, a stale Stripe timestamp,
+a missing signature and a bearer token alone are 401 ``signature_invalid``, and a replayed
+delivery id answers the first signal: each leaves the instance as it was.
+
+The deliveries are made the providers' way, by hand (``hmac`` over the raw body), and sent
+as raw bytes over HTTP: the node sees what a provider sends.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.eventually import eventually_sync
+from tests.support.server import TOKEN, SubprocessServer, serve_subprocess
+from tests.support.stores import module_store
+
+pytestmark = pytest.mark.slow
+
+FLOWS = Path(__file__).with_name("provider_flows.py")
+GITHUB_SECRET = "gh-webhook-secret-for-tests"
+STRIPE_SECRET = "whsec_stripe_endpoint_secret_for_tests"
+PLAIN_SECRET = "plain-hmac-secret"
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def node(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SubprocessServer]:
+    folder = tmp_path_factory.mktemp("providers")
+    secrets = {"github": GITHUB_SECRET, "stripe": STRIPE_SECRET, "plain": PLAIN_SECRET}
+    with (
+        module_store(request, folder) as url,
+        serve_subprocess(
+            url,
+            folder / "serve.log",
+            flows=str(FLOWS),
+            signal_secrets=json.dumps(secrets),
+        ) as server,
+    ):
+
+        def up() -> None:
+            try:
+                status = httpx.get(f"{server.base_url}/healthz", timeout=2).status_code
+            except httpx.HTTPError as exc:
+                raise AssertionError(f"not up yet: {exc}\n{server.output()}") from None
+            assert status == 200
+
+        eventually_sync(up, timeout=30, what="flowpark serve answers")
+        yield server
+
+
+def api(node: SubprocessServer) -> httpx.Client:
+    return httpx.Client(
+        base_url=node.base_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
+    )
+
+
+def start(node: SubprocessServer, route: str, body: dict[str, Any]) -> str:
+    with api(node) as client:
+        resp = client.post(route, json=body, headers={"Idempotency-Key": uuid.uuid4().hex})
+    assert resp.status_code == 202, resp.text
+    assert resp.json()["status"] == "suspended", resp.text
+    return str(resp.json()["instanceId"])
+
+
+def instance(node: SubprocessServer, instance_id: str) -> dict[str, Any]:
+    with api(node) as client:
+        resp = client.get(f"/api/v1/instances/{instance_id}")
+    assert resp.status_code == 200, resp.text
+    return resp.json()  # type: ignore[no-any-return]
+
+
+def post(node: SubprocessServer, path: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
+    """POST raw bytes with no bearer token (a provider's delivery)."""
+    with httpx.Client(base_url=node.base_url, timeout=30) as hook:
+        return hook.post(
+            path, content=body, headers={"Content-Type": "application/json", **headers}
+        )
+
+
+def ended(node: SubprocessServer, instance_id: str) -> dict[str, Any]:
+    def check() -> dict[str, Any]:
+        view = instance(node, instance_id)
+        assert view["state"] == "completed", view["state"]
+        return view
+
+    return eventually_sync(check, timeout=20, what=f"{instance_id} completes")
+
+
+# -- GitHub ------------------------------------------------------------------------------
+
+
+def workflow_run(run_id: int, action: str = "completed") -> bytes:
+    event = {
+        "action": action,
+        "workflow_run": {"id": run_id, "status": "completed", "conclusion": "success"},
+        "repository": {"full_name": "shop/api"},
+    }
+    return json.dumps(event).encode()
+
+
+def github_headers(
+    body: bytes, *, secret: str = GITHUB_SECRET, event: str = "workflow_run", delivery: str = ""
+) -> dict[str, str]:
+    digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return {
+        "X-Hub-Signature-256": f"sha256={digest}",
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
+    }
+
+
+def ci_path(instance_id: str) -> str:
+    return f"/api/v1/ci-runs/{instance_id}/signals/ci.finished"
+
+
+def test_a_github_signed_workflow_run_ends_the_wait_of_its_run(node: SubprocessServer) -> None:
+    run_id = uuid.uuid4().int % 10**9
+    instance_id = start(node, "/api/v1/ci-runs", {"run_id": run_id})
+
+    ping = b'{"zen": "Keep it logically awesome.", "hook_id": 1}'
+    resp = post(node, ci_path(instance_id), ping, github_headers(ping, event="ping"))
+    assert resp.status_code == 204, resp.text  # not this signal: nothing stored
+    other = workflow_run(run_id + 1)
+    resp = post(node, ci_path(instance_id), other, github_headers(other))
+    assert resp.status_code == 202, resp.text
+    assert resp.json()["matched"] is False  # another run's: stored, ends nothing
+    assert instance(node, instance_id)["state"] == "suspended"
+
+    body = workflow_run(run_id)
+    headers = github_headers(body)
+    resp = post(node, ci_path(instance_id), body, headers)
+    assert resp.status_code == 202, resp.text
+    assert resp.json()["created"] is True
+    assert resp.json()["payload"] == {"run_id": run_id, "conclusion": "success"}
+
+    view = ended(node, instance_id)
+    assert view["result"] == {"run_id": run_id, "conclusion": "success"}
+    assert [s["matched"] for s in view["signals"]] == [False, True]
+
+    # GitHub's redelivery of the same delivery id: the first signal, nothing new stored
+    again = post(node, ci_path(instance_id), body, headers)
+    assert again.status_code == 202, again.text
+    assert again.json()["created"] is False
+    assert again.json()["signalId"] == resp.json()["signalId"]
+    assert len(instance(node, instance_id)["signals"]) == 2
+
+
+# -- Stripe ------------------------------------------------------------------------------
+
+
+def payment_event(intent: str, amount: int = 4200, event_id: str = "") -> bytes:
+    event = {
+        "id": event_id or f"evt_{uuid.uuid4().hex[:24]}",
+        "object": "event",
+        "type": "payment_intent.succeeded",
+        "data": {"object": {"id": intent, "object": "payment_intent", "amount": amount}},
+    }
+    return json.dumps(event).encode()
+
+
+def stripe_headers(
+    body: bytes, *, secret: str = STRIPE_SECRET, at: int | None = None
+) -> dict[str, str]:
+    stamp = str(int(time.time()) if at is None else at)
+    digest = hmac.new(secret.encode(), stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return {"Stripe-Signature": f"t={stamp},v1={digest},v0=0123456789abcdef"}
+
+
+def pay_path(instance_id: str) -> str:
+    return f"/api/v1/payments/{instance_id}/signals/payment.succeeded"
+
+
+def test_a_stripe_signed_event_ends_the_wait_of_its_payment(node: SubprocessServer) -> None:
+    intent = f"pi_{uuid.uuid4().hex[:20]}"
+    instance_id = start(node, "/api/v1/payments", {"payment_intent": intent})
+    body = payment_event(intent)
+
+    resp = post(node, pay_path(instance_id), body, stripe_headers(body))
+
+    assert resp.status_code == 202, resp.text
+    assert resp.json()["created"] is True
+    view = ended(node, instance_id)
+    assert view["result"] == {"payment_intent": intent, "amount": 4200}
+    # Stripe's retry: the same event, signed again later; the event id is the key
+    again = post(node, pay_path(instance_id), body, stripe_headers(body, at=int(time.time()) + 1))
+    assert again.status_code == 202, again.text
+    assert again.json()["created"] is False
+    assert len(instance(node, instance_id)["signals"]) == 1
+
+
+# -- refusals ----------------------------------------------------------------------------
+
+
+def _refusal(
+    case: str, ci_id: str, pay_id: str, run_id: int, intent: str
+) -> tuple[str, bytes, dict[str, str]]:
+    run, pay = workflow_run(run_id), payment_event(intent)
+    stale = int(time.time()) - 10 * 60
+    return {
+        "github wrong secret": (ci_path(ci_id), run, github_headers(run, secret="guessed")),
+        "github tampered body": (
+            ci_path(ci_id),
+            run.replace(b"success", b"failure"),
+            github_headers(run),
+        ),
+        "github no signature": (ci_path(ci_id), run, {"X-GitHub-Event": "workflow_run"}),
+        "github bearer only": (ci_path(ci_id), run, {"Authorization": f"Bearer {TOKEN}"}),
+        "stripe wrong secret": (pay_path(pay_id), pay, stripe_headers(pay, secret="whsec_x")),
+        "stripe stale timestamp": (pay_path(pay_id), pay, stripe_headers(pay, at=stale)),
+        "stripe malformed header": (pay_path(pay_id), pay, {"Stripe-Signature": "v1=abc"}),
+    }[case]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "github wrong secret",
+        "github tampered body",
+        "github no signature",
+        "github bearer only",
+        "stripe wrong secret",
+        "stripe stale timestamp",
+        "stripe malformed header",
+    ],
+)
+def test_a_bad_or_stale_delivery_is_401_and_leaves_the_instance_as_it_was(
+    node: SubprocessServer, case: str
+) -> None:
+    run_id, intent = uuid.uuid4().int % 10**9, f"pi_{uuid.uuid4().hex[:20]}"
+    ci_id = start(node, "/api/v1/ci-runs", {"run_id": run_id})
+    pay_id = start(node, "/api/v1/payments", {"payment_intent": intent})
+    before = {i: instance(node, i) for i in (ci_id, pay_id)}
+    path, body, headers = _refusal(case, ci_id, pay_id, run_id, intent)
+
+    resp = post(node, path, body, headers)
+
+    assert resp.status_code == 401, resp.text
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    problem = resp.json()
+    assert problem["code"] == "signature_invalid"
+    for secret in (GITHUB_SECRET, STRIPE_SECRET):
+        assert secret not in resp.text
+    for i in (ci_id, pay_id):
+        view = instance(node, i)
+        assert view["state"] == "suspended"
+        assert view["signals"] == []
+        assert view["journal"] == before[i]["journal"]
+
+
+def test_a_replayed_delivery_id_stores_nothing_new_while_the_instance_waits(
+    node: SubprocessServer,
+) -> None:
+    run_id = uuid.uuid4().int % 10**9
+    instance_id = start(node, "/api/v1/ci-runs", {"run_id": run_id})
+    other = workflow_run(run_id + 7)
+    headers = github_headers(other)
+    first = post(node, ci_path(instance_id), other, headers)
+    assert first.status_code == 202, first.text
+    before = instance(node, instance_id)
+
+    replay = post(node, ci_path(instance_id), other, headers)
+
+    assert replay.status_code == 202, replay.text
+    assert replay.json()["created"] is False
+    assert replay.json()["signalId"] == first.json()["signalId"]
+    after = instance(node, instance_id)
+    assert after["state"] == "suspended"
+    assert after["signals"] == before["signals"]
+    assert after["journal"] == before["journal"]
+
+
+# -- a generic HMAC header ---------------------------------------------------------------
+
+
+def test_a_generic_hmac_signed_delivery_ends_the_wait(node: SubprocessServer) -> None:
+    instance_id = start(node, "/api/v1/hooks", {})
+    path = f"/api/v1/hooks/{instance_id}/signals/hook.called"
+    body = b'{"note": "done"}'
+    digest = base64.b64encode(hmac.new(PLAIN_SECRET.encode(), body, hashlib.sha512).digest())
+    headers = {"X-Signature": digest.decode(), "X-Delivery": "d-1"}
+
+    wrong = post(node, path, body, {**headers, "X-Signature": base64.b64encode(b"x" * 64).decode()})
+    assert wrong.status_code == 401, wrong.text
+    no_id = post(node, path, body, {"X-Signature": digest.decode()})
+    assert no_id.status_code == 401, no_id.text
+    assert instance(node, instance_id)["signals"] == []
+
+    resp = post(node, path, body, headers)
+
+    assert resp.status_code == 202, resp.text
+    assert ended(node, instance_id)["result"] == {"note": "done"}
+    assert post(node, path, body, headers).json()["created"] is False

@@ -1,0 +1,125 @@
+"""The webhook verifiers on their own: each provider's format, verified from known values
+and refused when a byte, the secret or the time is off; no refusal holds the secret."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from app.errors import SignatureInvalid
+from flowpark import GitHubWebhook, HmacWebhook, StripeWebhook
+
+NOW = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
+
+# GitHub's documented example ("Validating webhook deliveries")
+GITHUB_SECRET = "It's a Secret to Everybody"
+GITHUB_BODY = b"Hello, World!"
+GITHUB_SIGNATURE = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+
+
+def github(signature: str = GITHUB_SIGNATURE, delivery: str | None = "d-1") -> dict[str, str]:
+    headers = {"x-hub-signature-256": signature, "x-github-event": "push"}
+    return headers | ({"x-github-delivery": delivery} if delivery else {})
+
+
+def test_github_verifies_its_documented_example_and_names_the_delivery() -> None:
+    verifier = GitHubWebhook("gh")
+    verifier.verify(GITHUB_BODY, github(), GITHUB_SECRET, NOW)
+    verifier.verify(
+        GITHUB_BODY,
+        github(GITHUB_SIGNATURE.upper().replace("SHA256", "sha256")),
+        GITHUB_SECRET,
+        NOW,
+    )
+    delivery = verifier.delivery({"a": 1}, github())
+    assert (delivery.event, delivery.delivery_id, delivery.payload) == ("push", "d-1", {"a": 1})
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "secret", "says"),
+    [
+        (b"Hello, World?", github(), GITHUB_SECRET, "does not verify"),
+        (GITHUB_BODY, github(), "another secret", "does not verify"),
+        (GITHUB_BODY, github(GITHUB_SIGNATURE[7:]), GITHUB_SECRET, "does not start with"),
+        (GITHUB_BODY, github("sha256=zz"), GITHUB_SECRET, "is not hex"),
+        (GITHUB_BODY, {"x-github-delivery": "d"}, GITHUB_SECRET, "X-Hub-Signature-256 header"),
+        (GITHUB_BODY, github(delivery=None), GITHUB_SECRET, "X-GitHub-Delivery header"),
+    ],
+)
+def test_github_refuses_a_changed_body_secret_or_header(
+    body: bytes, headers: dict[str, str], secret: str, says: str
+) -> None:
+    with pytest.raises(SignatureInvalid, match=says) as caught:
+        GitHubWebhook("gh").verify(body, headers, secret, NOW)
+    assert secret not in caught.value.message
+    assert GITHUB_SIGNATURE[7:] not in caught.value.message or "start with" in says
+
+
+def stripe_header(body: bytes, secret: str, at: datetime, *extra: str) -> dict[str, str]:
+    stamp = str(int(at.timestamp()))
+    digest = hmac.new(secret.encode(), f"{stamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return {"stripe-signature": ",".join([f"t={stamp}", *extra, f"v1={digest}"])}
+
+
+def test_stripe_verifies_any_v1_within_the_tolerance_either_way() -> None:
+    verifier, body, secret = StripeWebhook("s"), b'{"id": "evt_1"}', "whsec_abc"
+    verifier.verify(body, stripe_header(body, secret, NOW, "v1=" + "0" * 64), secret, NOW)
+    verifier.verify(body, stripe_header(body, secret, NOW - timedelta(seconds=299)), secret, NOW)
+    verifier.verify(body, stripe_header(body, secret, NOW + timedelta(seconds=299)), secret, NOW)
+    delivery = verifier.delivery({"id": "evt_1", "type": "charge.succeeded"}, {})
+    assert (delivery.delivery_id, delivery.event) == ("evt_1", "charge.succeeded")
+    assert verifier.delivery([1], {}).delivery_id is None
+
+
+@pytest.mark.parametrize(
+    ("at", "secret", "says"),
+    [
+        (NOW - timedelta(seconds=301), "whsec_abc", "more than 300 s off"),
+        (NOW + timedelta(minutes=10), "whsec_abc", "more than 300 s off"),
+        (NOW, "whsec_other", "no v1 signature"),
+    ],
+)
+def test_stripe_refuses_a_stale_timestamp_or_another_secret(
+    at: datetime, secret: str, says: str
+) -> None:
+    body = b'{"id": "evt_1"}'
+    headers = stripe_header(body, secret, at)
+    with pytest.raises(SignatureInvalid, match=says):
+        StripeWebhook("s").verify(body, headers, "whsec_abc", NOW)
+
+
+@pytest.mark.parametrize("header", ["", "t=1,t=2,v1=aa", "t=abc,v1=aa", "v1=aa", "t=1"])
+def test_stripe_refuses_a_malformed_header(header: str) -> None:
+    with pytest.raises(SignatureInvalid):
+        StripeWebhook("s", tolerance=timedelta(days=100_000)).verify(
+            b"{}", {"stripe-signature": header} if header else {}, "whsec_abc", NOW
+        )
+
+
+def test_a_generic_hmac_header_in_base64_with_a_prefix_and_an_id() -> None:
+    verifier = HmacWebhook(
+        "p", "X-Sig", algorithm="sha1", encoding="base64", prefix="v1=", id_header="X-Id"
+    )
+    digest = base64.b64encode(hmac.new(b"k", b"body", hashlib.sha1).digest()).decode()
+    verifier.verify(b"body", {"x-sig": f"v1={digest}", "x-id": "7"}, "k", NOW)
+    assert verifier.delivery({}, {"x-id": "7"}).delivery_id == "7"
+    for headers in ({"x-sig": f"v1={digest}"}, {"x-sig": "v1=!!", "x-id": "7"}):
+        with pytest.raises(SignatureInvalid):
+            verifier.verify(b"body", headers, "k", NOW)
+
+
+@pytest.mark.parametrize("kwargs", [{"algorithm": "md5"}, {"encoding": "base32"}, {"header": ""}])
+def test_a_generic_hmac_verifier_refuses_an_unknown_algorithm_or_encoding(
+    kwargs: dict[str, str],
+) -> None:
+    with pytest.raises(ValueError):
+        HmacWebhook(**{"secret": "p", "header": "X-Sig", **kwargs})  # type: ignore[arg-type]
+
+
+def test_a_stripe_tolerance_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        StripeWebhook("s", tolerance=timedelta(0))
