@@ -1,4 +1,4 @@
-"""``flowpark instances ...`` and ``flowpark flows list|show``: the operator's CLI.
+"""The operator's CLI: ``flowpark instances ...``, ``flowpark nodes``, ``flowpark flows list|show``.
 
 Every command talks to a running node over its HTTP API (``--url`` / ``FLOWPARK_URL``,
 ``--token`` / ``FLOWPARK_TOKEN``), never to the database. Tables for people, ``--json``
@@ -30,6 +30,7 @@ from app.cli_ops._client import (
 )
 from app.cli_ops.flows import flows_list, flows_show
 from app.cli_ops.instances import instances_app
+from app.cli_ops.nodes import nodes_list
 
 __all__ = [
     "EXIT_CONFLICT",
@@ -43,7 +44,9 @@ __all__ = [
 
 
 def add_operator_commands(app: typer.Typer, flows_app: typer.Typer) -> None:
-    """Mount ``instances`` on ``app`` and ``list``/``show`` on the ``flows`` group."""
+    """Mount ``instances`` and ``nodes`` on ``app`` and ``list``/``show`` on the ``flows``
+    group."""
     app.add_typer(instances_app, name="instances")
+    app.command("nodes")(nodes_list)
     flows_app.command("list")(flows_list)
     flows_app.command("show")(flows_show)

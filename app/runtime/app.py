@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.deliveries import build_delivery_router
 from app.api.models import Health
+from app.api.nodes import build_nodes_router
 from app.api.openapi import api_app
 from app.api.operate import build_operator_router
 from app.api.problems import install_problem_handlers, problem
@@ -28,6 +29,7 @@ from app.flows import Catalog
 from app.redaction import register_secrets
 from app.runtime.delivery import Deliverer
 from app.runtime.http import outbound_client
+from app.runtime.liveness import NodeBeat
 from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
 from app.runtime.logs import set_node_id
 from app.runtime.node import node_engine
@@ -38,6 +40,7 @@ from app.runtime.versions import log_unserved
 from app.settings import DEFAULT_API_TOKEN, SCOPES, Settings
 from app.store import check_schema_at_head, make_async_engine
 from app.store.deliveries import SqlDeliveries
+from app.store.nodes import SqlNodes
 from app.store.retention import SqlRetention
 from app.ui import install_console
 
@@ -206,9 +209,11 @@ class _Workers:
     sweeper: Sweeper | None = None
     deliverer: Deliverer | None = None
     purger: Purger | None = None
+    beat: NodeBeat | None = None
 
     async def stop(self) -> None:
-        """Stop the background jobs, then close the engine."""
+        """Stop the background jobs, then close the engine; the liveness row is marked
+        stopped last."""
         if self.purger is not None:
             await self.purger.stop()
         if self.deliverer is not None:
@@ -217,6 +222,8 @@ class _Workers:
             await self.sweeper.stop()
         if self.engine is not None:  # in-process waits stop; their heartbeat timeout hands
             await self.engine.close()  # them to another node, from their checkpoints
+        if self.beat is not None:
+            await self.beat.stop()
 
 
 def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
@@ -239,6 +246,11 @@ def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManage
             app.state.deliveries = SqlDeliveries(db)
             _start_jobs(wiring, workers, db, app.state.deliveries)
             app.state.sweeper = workers.sweeper
+            app.state.nodes = nodes = SqlNodes(db)
+            workers.beat = NodeBeat(
+                nodes, wiring.clock, settings, wiring.catalog, "serve", workers.sweeper
+            )
+            await workers.beat.start()
             log.info("flowpark node %s ready on %s", settings.node_id, settings.self_url)
             yield
         finally:
@@ -311,6 +323,7 @@ def _include_routers(app: FastAPI, wiring: _Wiring) -> None:
     app.include_router(build_router())
     app.include_router(build_delivery_router())
     app.include_router(build_streams_router())
+    app.include_router(build_nodes_router())
     add_trigger_routes(app, wiring.catalog.plans())
     if wiring.settings.console_enabled:
         install_console(app)

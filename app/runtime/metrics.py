@@ -237,6 +237,13 @@ class Metrics:
             "Running instances whose lease expired more than a scan interval ago.",
             **gauge,  # type: ignore[arg-type]
         )
+        self.nodes_sweeping = Gauge(
+            "flowpark_nodes_sweeping",
+            "Live nodes that sweep and swept within three beats (from the nodes' liveness "
+            "rows: every node reports the same figure).",
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
         self.delivery_tries = Counter(
             "flowpark_delivery_tries",
             "Tries of event deliveries to a subscriber, by outcome: delivered (a 2xx "

@@ -65,6 +65,9 @@ class Sweeper:
         self._stopping = False  # stop() began: a sweep not yet begun never begins
         #: ``time.monotonic()`` when a sweep last ended without error (None: not yet)
         self.last_success: float | None = None
+        #: the engine-clock instant that sweep ended, and how many instances it claimed
+        self.last_sweep_at: datetime | None = None
+        self.last_claimed = 0
 
     async def run_once(self) -> None:
         """Sweep now. While a sweep of this node is in flight, a second one is not started
@@ -81,8 +84,10 @@ class Sweeper:
             self._running.add(task)
         try:
             self._again = True
+            claimed = 0
             while self._take_again():  # a wake that came as the sweep ended: again
                 report = await self.engine.sweep(again=self._take_again)
+                claimed += report.claimed
                 if report.claimed:
                     log.info(
                         "sweep on %s: claimed %d, advanced %d, failed %d",
@@ -92,6 +97,8 @@ class Sweeper:
                         report.failed_runs,
                     )
             self.last_success = time.monotonic()
+            self.last_sweep_at = self.engine.clock.now()
+            self.last_claimed = claimed
         except Exception:
             log.exception("sweep failed on node %s", self.engine.config.node_id)
         finally:

@@ -39,6 +39,7 @@ from app.runtime.metrics import CONTENT_TYPE_LATEST, Metrics, mark_process_dead,
 from app.runtime.observe import NodeObserver
 from app.settings import Settings
 from app.store.gauges import active_counts, pending_deliveries
+from app.store.nodes import SqlNodes
 
 __all__ = ["READY_TIMEOUT_SECONDS", "Readiness", "Telemetry", "add_health_routes"]
 
@@ -61,6 +62,9 @@ class Readiness(ApiModel):
 
     status: str
     checks: dict[str, str]
+    #: what an operator should know that does not make this node unready: ``sweepers``
+    #: says overdue work has no live sweeping node (on every node)
+    warnings: dict[str, str] | None = None
 
 
 class Telemetry:
@@ -157,6 +161,8 @@ class Telemetry:
             now = clock.now()
             scan = timedelta(seconds=self.settings.timer_scan_interval)
             counts = await active_counts(db, now, now - 2 * scan, now - scan)
+            nodes = await SqlNodes(db).list_nodes()
+            metrics.nodes_sweeping.set(sum(1 for n in nodes if n.sweeping(now)))
             seen = set()
             for c in counts:
                 seen.add(c.flow)
@@ -257,6 +263,30 @@ def add_health_routes(app: FastAPI, settings: Settings, telemetry: Telemetry) ->
                 checks["sweep"] = f"last sweep ended {time.monotonic() - last:.1f} s ago"
             else:
                 checks["sweep"] = "ok"
+        warnings = await _sweep_warnings(request, settings) if "schema" in checks else {}
         if all(v == "ok" for v in checks.values()) and "database" in checks:
-            return JSONResponse({"status": "ready", "checks": checks})
-        return problem(ErrorCode.NOT_READY, "the node is not ready", checks=checks)
+            body: dict[str, Any] = {"status": "ready", "checks": checks}
+            if warnings:
+                body["warnings"] = warnings
+            return JSONResponse(body)
+        extra: dict[str, Any] = {"warnings": warnings} if warnings else {}
+        return problem(ErrorCode.NOT_READY, "the node is not ready", checks=checks, **extra)
+
+
+async def _sweep_warnings(request: Request, settings: Settings) -> dict[str, str]:
+    """``{"sweepers": notice}`` when overdue work has no live sweeping node, else empty
+    (also when the node rows cannot be read: the database check says why)."""
+    from app.runtime.liveness import overdue_before
+
+    nodes = getattr(request.app.state, "nodes", None)
+    engine = getattr(request.app.state, "engine", None)
+    if nodes is None or engine is None:
+        return {}
+    now = engine.clock.now()
+    try:
+        report = await asyncio.wait_for(
+            nodes.report(now, overdue_before(settings, now)), READY_TIMEOUT_SECONDS
+        )
+    except Exception:  # noqa: BLE001 - the database check reports a fault
+        return {}
+    return {"sweepers": report.notice} if report.notice else {}

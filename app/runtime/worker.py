@@ -13,6 +13,7 @@ from app.flows import Catalog
 from app.redaction import register_secrets
 from app.runtime.delivery import Deliverer
 from app.runtime.http import outbound_client
+from app.runtime.liveness import NodeBeat
 from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
 from app.runtime.logs import set_node_id
 from app.runtime.node import node_engine
@@ -23,6 +24,7 @@ from app.runtime.versions import log_unserved
 from app.settings import Settings
 from app.store import check_schema_at_head, make_async_engine
 from app.store.deliveries import SqlDeliveries
+from app.store.nodes import SqlNodes
 from app.store.retention import SqlRetention
 
 __all__ = ["run_worker"]
@@ -72,6 +74,8 @@ async def run_worker(
             listener = _serve_metrics(telemetry, settings)
         sweeper = Sweeper(engine, settings.timer_scan_interval)
         sweeper.start()
+        beat = NodeBeat(SqlNodes(db), clock, settings, catalog, "worker", sweeper)
+        await beat.start()
         deliverer = None
         if settings.subscribers:
             deliverer = Deliverer(
@@ -107,6 +111,7 @@ async def run_worker(
             await deliverer.stop()
         await sweeper.stop()
         await engine.close()  # in-process waits stop; another node resumes them
+        await beat.stop()
     finally:
         if listener is not None:
             listener.shutdown()

@@ -18,6 +18,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Float,
     Identity,
     Index,
     Integer,
@@ -41,6 +42,7 @@ __all__ = [
     "EventDeliveryRow",
     "FlowHeartbeatRow",
     "FlowInstanceRow",
+    "FlowNodeRow",
     "FlowSignalRow",
     "FlowStepRow",
     "FlowStreamRow",
@@ -483,3 +485,30 @@ class FlowStreamRow(SQLModel, table=True):
     payload: Any = _json("payload")
     size: int = _int("size", nullable=False)
     created_at: datetime = _instant("created_at", nullable=False)
+
+
+class FlowNodeRow(SQLModel, table=True):
+    """``flow_node``: one liveness row per node process, written by the node itself every
+    beat (``beat_seconds``): what it is and serves, and how its sweep went. A row not
+    written for three beats, or marked ``stopped_at``, is a node that is not live."""
+
+    __tablename__ = "flow_node"
+
+    id: str = _str("id", nullable=False, primary_key=True)
+    role: str = _str("role", nullable=False)
+    version: str = _str("version", nullable=False)
+    flows: list[str] | None = _json("flows")
+    sweeps: bool = Field(
+        default=False,
+        sa_column=Column(
+            "sweeps", Boolean(), nullable=False, default=False, server_default=false()
+        ),
+    )
+    beat_seconds: float = Field(
+        default=10.0, sa_column=Column("beat_seconds", Float(), nullable=False)
+    )
+    started_at: datetime = _instant("started_at", nullable=False)
+    seen_at: datetime = _instant("seen_at", nullable=False)
+    stopped_at: datetime | None = _instant("stopped_at")
+    last_sweep_at: datetime | None = _instant("last_sweep_at")
+    last_claimed: int | None = _int("last_claimed")

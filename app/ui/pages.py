@@ -23,6 +23,7 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from app.api.nodes import nodes_report
 from app.api.problems import status_of
 from app.engine.engine import Engine
 from app.errors import FlowparkError
@@ -187,6 +188,7 @@ def build_console_router() -> APIRouter:
         starts = await reads.attempt_starts(now - LATENESS_WINDOW)
         overall, by_flow = lateness(engine.catalog, starts)
         rows = overview_rows(engine.catalog, activity, by_flow)
+        nodes = await nodes_report(request)
         totals = {
             key: sum(getattr(r, key) for r in rows)
             for key in (
@@ -209,6 +211,7 @@ def build_console_router() -> APIRouter:
                 "rows": rows,
                 "totals": totals,
                 "lateness": overall,
+                "nodes": nodes,
                 "overdue_seconds": overdue.total_seconds(),
                 "recent_minutes": int(RECENT_WINDOW.total_seconds() // 60),
                 "lateness_minutes": int(LATENESS_WINDOW.total_seconds() // 60),

@@ -29,6 +29,7 @@ NEEDS: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/events"): "read",
     ("GET", "/api/v1/flows"): "read",
     ("GET", "/api/v1/flows/{name}"): "read",
+    ("GET", "/api/v1/nodes"): "read",
     ("POST", "/api/v1/documents"): "start",
     ("POST", "/api/v1/jobs"): "start",
     ("POST", "/api/v1/documents/{instance_id}/signals/ocr.completed"): "signal",

@@ -256,3 +256,24 @@ def test_a_bulk_action_without_a_filter_needs_all(node: SubprocessServer) -> Non
     assert as_json(cli(node, "instances", "show", instance_id, "--json"))["state"] == "suspended"
     woken = as_json(cli(node, "instances", "wake", "--all", "--json"))
     assert woken["matched"] >= 1 and woken["acted"] + woken["skipped"] == woken["matched"]
+
+
+def test_nodes_lists_the_serving_node_and_its_sweeps(node: SubprocessServer) -> None:
+    def swept() -> dict[str, Any]:
+        done = cli(node, "nodes", "--json")
+        assert done.returncode == 0, done.stderr
+        answer: dict[str, Any] = json.loads(done.stdout)
+        assert answer["nodes"] and answer["nodes"][0]["lastSweepAt"], answer
+        return answer
+
+    answer = eventually_sync(swept, timeout=30, what="a sweep recorded")
+    assert answer["sweeping"] == 1 and answer["notice"] is None
+    table = cli(node, "nodes")
+    assert table.returncode == 0, table.stderr
+    header, row = table.stdout.splitlines()[:2]
+    assert header.split()[:4] == ["NODE", "ROLE", "VERSION", "STATE"]
+    assert row.split()[1:2] == ["serve"] and "sweeping" in row
+    assert "document.process@1.0.0" in row
+    assert "1 live, 1 sweeping" in table.stdout
+    assert table.stderr == ""
+    assert cli(node, "nodes", token=None).returncode == EXIT_FORBIDDEN

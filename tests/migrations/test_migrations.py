@@ -38,6 +38,7 @@ TABLES = {
     "flow_stream",
     "flow_action",
     "event_delivery",
+    "flow_node",
 }
 
 
