@@ -1,4 +1,5 @@
-"""``python -m bench <scenario> --store sqlite|postgres --n N [--json]``.
+"""``python -m bench <scenario> --store sqlite|postgres --n N [--json]``, or
+``python -m bench compare --against REV [--scenarios ...] [--rounds N]`` (see bench/compare.py).
 
 Scenarios: park, sweep, start, lateness, signal, peers, console, list, retention (see
 BENCHMARKS.md).
@@ -105,6 +106,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["compare"]:
+        from bench.compare import main as compare
+
+        return compare(argv[1:])
     args = parse(argv)
     logging.basicConfig(
         level=logging.WARNING,

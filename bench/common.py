@@ -233,8 +233,12 @@ def spawn_fake_ocr(*, pending_reads: int | None = None) -> Iterator[Server]:
     cmd = [sys.executable, "-m", "bench.serve", "--fake-ocr", "--port", str(port)]
     if pending_reads is not None:
         cmd += ["--pending-reads", str(pending_reads)]
+    env = dict(os.environ)
+    provider = os.environ.get("FLOWPARK_BENCH_PROVIDER_PATH")
+    if provider:  # bench compare: the same provider (the newest samples) for both sides
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), provider])
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     server = Server(proc, f"http://127.0.0.1:{port}", log)
     try:
         _wait_http(f"{server.base_url}/fake/ocr/jobs/none", proc, log)

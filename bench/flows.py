@@ -126,12 +126,15 @@ async def node_engine(
         from app.settings import Settings
 
         telemetry = Telemetry(Settings(database_url=url, node_id=node_id))
+    # keyword arguments only when set, so the harness also drives older revisions of the
+    # engine (``bench compare --against REV``)
+    journal = SqlJournal(db, on_batch=telemetry.observer.batched) if telemetry else SqlJournal(db)
     engine = Engine(
-        SqlJournal(db, on_batch=telemetry.observer.batched if telemetry else None),
+        journal,
         catalog,
         SystemClock(),
         EngineConfig(node_id=node_id, sweep_batch=sweep_batch, concurrency=concurrency),
-        observer=telemetry.observer if telemetry else None,
+        **({"observer": telemetry.observer} if telemetry else {}),
     )
     if telemetry is not None:
         telemetry.start(db, engine.clock)

@@ -74,6 +74,7 @@ async def main(args: argparse.Namespace) -> None:
         async def start(i: int) -> None:
             await engine.start(plan, {"key": f"{run_id}-{i}"})
 
+        cpu0 = _cpu_seconds()
         t0 = time.perf_counter()
         await run_concurrently(
             args.n, args.concurrency, start, label=f"{args.mode}: start", rate=args.rate
@@ -85,6 +86,7 @@ async def main(args: argparse.Namespace) -> None:
         while await _count(engine, "completed") < args.n:
             await asyncio.sleep(0.05)
         t2 = time.perf_counter()
+        cpu2 = _cpu_seconds()
         await sweeper.stop()  # type: ignore[union-attr]
     report = {
         "start_span_s": t1 - t0,
@@ -96,6 +98,8 @@ async def main(args: argparse.Namespace) -> None:
         # the node's CPU seconds (user + system) over its whole life, steadier than rates
         # on a loaded machine
         "cpu_s": _cpu_seconds(),
+        # the same, from the first start to the last completion only (no boot, no imports)
+        "drive_cpu_s": cpu2 - cpu0,
         "wake_jobs_scheduled": sweeper.wakes_scheduled if sweeper else 0,
     }
     print(json.dumps(report), flush=True)

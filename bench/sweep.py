@@ -22,8 +22,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app.store import SqlJournal, make_async_engine
-from app.store.writes import SqlJournalWrites
+from app.store import make_async_engine
 from bench.common import (
     BenchStore,
     CpuMeter,
@@ -38,30 +37,6 @@ from bench.flows import document_input, node_engine
 __all__ = ["run", "baseline_tps"]
 
 BASELINE_SECONDS = 5.0
-
-
-class CountingWrites(SqlJournalWrites):
-    """Counts committed journal rows (for the progress bar)."""
-
-    committed = 0
-
-    async def commit_step(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        ack = await super().commit_step(*args, **kwargs)
-        CountingWrites.committed += 1
-        return ack
-
-    async def commit_and_park(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        ack = await SqlJournalWrites.commit_and_park(self, *args, **kwargs)
-        CountingWrites.committed += 1
-        return ack
-
-
-class CountingJournal(SqlJournal):
-    """A :class:`SqlJournal` whose journal writes are counted."""
-
-    def __init__(self, engine: Any) -> None:
-        super().__init__(engine)
-        self.writes = CountingWrites(self._context)
 
 
 async def baseline_tps(
@@ -116,7 +91,6 @@ async def run(
         async with node_engine(
             store.url, ocr_url=ocr.base_url, concurrency=engine_concurrency
         ) as engine:
-            engine.journal = CountingJournal(engine.journal.engine)
             plan = engine.catalog.latest("document.process")
 
             async def start(i: int) -> None:
@@ -139,22 +113,13 @@ async def run(
                         "UPDATE flow_instance SET wake_at = :t WHERE state = 'suspended'",
                         {"t": engine.clock.now().replace(year=2000)},
                     )
-                    CountingWrites.committed = 0
                     done = bar.tasks[task].completed
-
-                    async def tick(done: float = done) -> None:
-                        while True:
-                            await asyncio.sleep(0.2)
-                            bar.update(task, completed=done + CountingWrites.committed)
-
-                    ticker = asyncio.create_task(tick())
                     meter.start()
                     t0 = time.perf_counter()
                     report = await engine.sweep()
                     took = time.perf_counter() - t0
                     for k, v in meter.stop().items():
                         cpu[k] = cpu.get(k, 0.0) + v
-                    ticker.cancel()
                     elapsed += took
                     attempts += report.advanced
                     rounds.append(
