@@ -13,6 +13,8 @@
   ``422 HTTPValidationError`` replaced by the ``input_invalid`` problem, request schemas'
   ``$defs`` moved into ``components``, and the links of the stateful walk (start -> read
   -> signal -> cancel).
+* every operation may answer 422 ``input_invalid``: a path, query or header holding a
+  control character or a lone surrogate is refused before routing (:mod:`app.api.hygiene`).
 * ``python -m app.api.openapi > docs/openapi.json`` writes the document the samples'
   app serves; a test fails when the committed file differs.
 """
@@ -30,6 +32,7 @@ from fastapi.responses import HTMLResponse
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel
 
+from app.api.inputs import MAX_KEY
 from app.api.problems import PROBLEM_JSON, STATUS, status_of
 from app.errors import ErrorCode
 
@@ -54,6 +57,11 @@ DEFS_KEY = "x-flowpark-defs"
 #: them as optional (so a missing one answers its own problem code, not a generic 422).
 REQUIRED_HEADERS_KEY = "x-flowpark-required-headers"
 _REF = "#/components/schemas/{model}"
+#: An ``Idempotency-Key``: visible ASCII with inner spaces, at least one visible character
+#: when required (the HTTP server strips spaces around a header value). A header value
+#: is never null: the anyOf FastAPI writes for an optional one is replaced.
+_KEY_SCHEMA = {"type": "string", "maxLength": MAX_KEY, "pattern": "^[ -~]*[!-~][ -~]*$"}
+_OPTIONAL_KEY_SCHEMA = {"type": "string", "maxLength": MAX_KEY, "pattern": "^[ -~]*$"}
 
 #: The RFC 9457 body every error answer has (``components.schemas.Problem``).
 PROBLEM_SCHEMA: dict[str, Any] = {
@@ -174,6 +182,11 @@ def request_schema(
     return schema, defs
 
 
+def _described(parameter: dict[str, Any]) -> dict[str, Any]:
+    description = parameter.get("schema", {}).get("description")
+    return {"description": description} if description else {}
+
+
 def _uses_bearer(operation: dict[str, Any]) -> bool:
     return any("bearer" in item for item in operation.get("security", ()))
 
@@ -189,14 +202,20 @@ def _complete(doc: dict[str, Any]) -> dict[str, Any]:
             schemas.update(operation.pop(DEFS_KEY, {}))
             required = operation.pop(REQUIRED_HEADERS_KEY, [])
             for parameter in operation.get("parameters", ()):
-                if parameter.get("in") == "header" and parameter.get("name") in required:
+                if parameter.get("in") != "header":
+                    continue
+                if parameter.get("name") in required:
                     parameter["required"] = True
-                    # a value of spaces only is no key
-                    parameter["schema"] = {"type": "string", "pattern": r"\S"}
+                if parameter.get("name") == "Idempotency-Key":
+                    # a value of spaces only is no key: refused where one is required
+                    shape = _KEY_SCHEMA if parameter.get("required") else _OPTIONAL_KEY_SCHEMA
+                    parameter["schema"] = {**shape, **_described(parameter)}
             responses = operation.setdefault("responses", {})
             default_422 = responses.get("422", {}).get("content", {}).get("application/json")
             if default_422 is not None:
                 responses["422"] = invalid
+            # any request line or header may be refused so (app.api.hygiene)
+            responses.setdefault("422", invalid)
             if _uses_bearer(operation):
                 for status, response in refusals.items():
                     responses.setdefault(str(status), response)

@@ -213,8 +213,9 @@ def _same_signal(
 
 #: The ``Idempotency-Key`` header as documented: printable, at most ``MAX_KEY`` characters.
 IDEMPOTENCY_KEY_DOC = (
-    "Repeats with the same key and body answer the first request. Printable, at most "
-    f"{MAX_KEY} characters (else 400 `idempotency_key_invalid`)."
+    "Repeats with the same key and body answer the first request. Visible ASCII "
+    f"(0x21-0x7E, inner spaces allowed), at most {MAX_KEY} characters, else 400 "
+    "`idempotency_key_invalid`; a value of spaces only is no key."
 )
 #: ``instanceKey`` in a start body (taken out before the flow's input is validated).
 INSTANCE_KEY_SCHEMA: dict[str, Any] = {

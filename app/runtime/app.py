@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.deliveries import build_delivery_router
+from app.api.hygiene import InputHygiene
 from app.api.models import Health
 from app.api.nodes import build_nodes_router
 from app.api.openapi import api_app
@@ -164,6 +165,7 @@ def create_app(
     app.state.telemetry = wiring.telemetry
     install_problem_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(InputHygiene)  # outermost: refused before any body is read
     _include_routers(app, wiring)
     _add_health_routes(app, wiring)
     wiring.telemetry.instrument_app(app)

@@ -217,10 +217,9 @@ async def test_ill_formed_signal_is_422_and_leaves_the_instance_waiting(
         "not-a-uuid",
         "x" * 5000,
         "%F0%9F%93%84",
-        "%00",
         "...",
     ],
-    ids=["uuid7", "word", "long", "emoji", "nul", "dots"],
+    ids=["uuid7", "word", "long", "emoji", "dots"],
 )
 async def test_unknown_instance_is_404_instance_not_found(
     client: httpx.AsyncClient, instance_id: str
@@ -228,6 +227,17 @@ async def test_unknown_instance_is_404_instance_not_found(
     resp = await client.get(f"/api/v1/instances/{instance_id}")
 
     assert_problem(resp, 404, "instance_not_found")
+
+
+@pytest.mark.parametrize("instance_id", ["%00", "a%1Bb", "%ED%A0%80", "%C2%85"])
+async def test_an_unstorable_path_is_422_before_any_look_up(
+    client: httpx.AsyncClient, instance_id: str
+) -> None:
+    resp = await client.get(f"/api/v1/instances/{instance_id}")
+
+    body = assert_problem(resp, 422, "input_invalid")
+    assert body["errors"][0]["loc"] == ["path"], body
+    assert body["errors"][0]["type"] == "string_unstorable", body
 
 
 async def test_cancel_and_signal_of_an_unknown_instance_are_404(client: httpx.AsyncClient) -> None:

@@ -49,9 +49,10 @@ async def test_a_repeated_key_is_refused_at_any_depth(client: httpx.AsyncClient)
 
 @pytest.mark.parametrize(
     "key",
-    # (other control characters never reach the app: the HTTP server refuses the request)
-    ["caf\u00e9".encode().decode("latin-1"), "tab\tinside", "latin\xa0one"],
-    ids=["utf8-bytes", "tab", "latin-1"],
+    # (other control characters never reach the app: the HTTP server refuses the request;
+    # bytes that are not UTF-8, such as Latin-1 text, are 422 input_invalid in any header)
+    ["caf\u00e9".encode().decode("latin-1"), "tab\tinside"],
+    ids=["utf8-bytes", "tab"],
 )
 async def test_an_idempotency_key_that_is_not_visible_ascii_is_400(
     client: httpx.AsyncClient, key: str

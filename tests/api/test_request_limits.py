@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -53,7 +54,8 @@ async def _parked_document(http: httpx.AsyncClient) -> str:
 
 
 # -- path ids ----------------------------------------------------------------------------
-ILL_FORMED_IDS = [
+#: Refused before routing (422 input_invalid): a control character, or bytes not UTF-8.
+UNSTORABLE_IDS = [
     "%00",
     "a%00b",
     "01900000-0000-7000-8000-00000000000%00",
@@ -61,30 +63,41 @@ ILL_FORMED_IDS = [
     "a%0Ab",
     "%7F",
     "%C2%85",
-    "x" * 101,
-    "%F0%9F%93%84" * 30,
+    "%ED%A0%80",
 ]
+#: Well-formed text that cannot be an id (404 instance_not_found, without a look-up).
+ILL_FORMED_IDS = ["x" * 101, "%F0%9F%93%84" * 30]
+
+
+def _id_routes(http: httpx.AsyncClient, bad: str) -> list[Any]:
+    return [
+        http.get(f"/api/v1/instances/{bad}"),
+        http.post(f"/api/v1/instances/{bad}/cancel"),
+        http.post(f"/api/v1/instances/{bad}/signals/ocr.completed", json={"jobId": "j"}),
+        http.post(
+            f"{DOCUMENTS}/{bad}/signals/ocr.completed",
+            json={"jobId": "j"},
+            headers={"Idempotency-Key": uuid.uuid4().hex},
+        ),
+        http.get(f"/api/v1/instances/{bad}/streams/JobProgress"),
+        http.get(
+            f"/api/v1/instances/{bad}/streams/JobProgress",
+            headers={"Accept": "text/event-stream"},
+        ),
+    ]
+
+
+async def test_unstorable_instance_ids_are_422_on_every_route(http: httpx.AsyncClient) -> None:
+    for bad in UNSTORABLE_IDS:
+        for request in _id_routes(http, bad):
+            body = assert_problem(await request, 422, "input_invalid")
+            assert body["errors"][0]["loc"] == ["path"], body
 
 
 async def test_ill_formed_instance_ids_are_404_on_every_route(http: httpx.AsyncClient) -> None:
     for bad in ILL_FORMED_IDS:
-        answers = [
-            await http.get(f"/api/v1/instances/{bad}"),
-            await http.post(f"/api/v1/instances/{bad}/cancel"),
-            await http.post(f"/api/v1/instances/{bad}/signals/ocr.completed", json={"jobId": "j"}),
-            await http.post(
-                f"{DOCUMENTS}/{bad}/signals/ocr.completed",
-                json={"jobId": "j"},
-                headers={"Idempotency-Key": uuid.uuid4().hex},
-            ),
-            await http.get(f"/api/v1/instances/{bad}/streams/JobProgress"),
-            await http.get(
-                f"/api/v1/instances/{bad}/streams/JobProgress",
-                headers={"Accept": "text/event-stream"},
-            ),
-        ]
-        for resp in answers:
-            assert_problem(resp, 404, "instance_not_found")
+        for request in _id_routes(http, bad):
+            assert_problem(await request, 404, "instance_not_found")
 
 
 async def test_ill_formed_stream_names_are_404_stream_not_declared(http: httpx.AsyncClient) -> None:
@@ -94,9 +107,16 @@ async def test_ill_formed_stream_names_are_404_stream_not_declared(http: httpx.A
             resp = await http.get(
                 f"/api/v1/instances/{instance_id}/streams/{name}", headers=headers
             )
-            assert_problem(resp, 404, "stream_not_declared")
+            if "%00" in name:  # refused before routing
+                assert_problem(resp, 422, "input_invalid")
+            else:
+                assert_problem(resp, 404, "stream_not_declared")
     resp = await http.post(
         f"/api/v1/instances/{instance_id}/signals/ocr.completed%00", json={"jobId": "j"}
+    )
+    assert_problem(resp, 422, "input_invalid")
+    resp = await http.post(
+        f"/api/v1/instances/{instance_id}/signals/{'x' * 300}", json={"jobId": "j"}
     )
     assert_problem(resp, 404, "signal_not_declared")
 

@@ -104,10 +104,14 @@ async def test_every_instance_page_answers_in_every_state(signed_in, seeded: See
 
 
 async def test_an_unknown_or_impossible_id_is_a_404_page(signed_in):
-    for bad in ("01a23203-0000-7000-8000-000000000000", "not-an-id", "%00", "x" * 300):
+    for bad in ("01a23203-0000-7000-8000-000000000000", "not-an-id", "x" * 300):
         resp = await signed_in.get(f"/ui/instances/{bad}")
         assert resp.status_code == 404, bad
         assert 'data-code="instance_not_found"' in resp.text
+    # a path holding a control character is refused before any page (or store) sees it
+    resp = await signed_in.get("/ui/instances/%00")
+    assert resp.status_code == 422
+    assert resp.json()["code"] == "input_invalid"
 
 
 async def test_the_page_of_a_parked_poll_shows_its_attempts_budget_and_wait(signed_in, seeded):
