@@ -8,8 +8,12 @@ Example::
         return [Flow("build.await", "1.0.0", input=Build).step(StartBuild(deps.http))]
 
 Serve a module, a ``.py`` file or a folder of them with ``flowpark serve --flows TARGET``
-(or ``FLOWPARK_FLOWS``); test flows on a virtual clock with :mod:`flowpark.testing`.
+(or ``FLOWPARK_FLOWS``); test flows on a virtual clock with :mod:`flowpark.testing`;
+start and follow instances from a service with :class:`flowpark.Client` (or
+``AsyncClient``, :mod:`flowpark.client`).
 """
+
+from typing import TYPE_CHECKING, Any
 
 from app.errors import DefinitionError, FlowFailure, FlowsUnloadable
 from app.flows import (
@@ -42,12 +46,17 @@ from app.flows import (
 )
 from app.runtime.loading import Deps
 
+if TYPE_CHECKING:  # loaded on first use: a flows module's import loads no HTTP client
+    from flowpark.client import AsyncClient, Client
+
 __all__ = [
+    "AsyncClient",
     "Backoff",
     "Bag",
     "Block",
     "Capability",
     "CapabilityOptions",
+    "Client",
     "Complete",
     "Decision",
     "DefinitionError",
@@ -74,3 +83,12 @@ __all__ = [
     "bag_key",
     "check_flow",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``Client`` and ``AsyncClient`` (:mod:`flowpark.client`), imported on first use."""
+    if name in ("AsyncClient", "Client"):
+        from flowpark import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'flowpark' has no attribute {name!r}")

@@ -81,11 +81,13 @@ EXPORTS = {
     ],
     "app.testing": ["FlowHarness", "Scripted", "substitute"],
     "flowpark": [
+        "AsyncClient",
         "Backoff",
         "Bag",
         "Block",
         "Capability",
         "CapabilityOptions",
+        "Client",
         "Complete",
         "Decision",
         "DefinitionError",
