@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -11,12 +10,8 @@ import pytest
 import uvicorn
 
 from samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.eventually import eventually
+from tests.support.server import free_port
 
 
 @pytest.fixture
@@ -37,9 +32,12 @@ async def fake_ocr_server() -> AsyncIterator[tuple[str, FakeOcrService]]:
         )
     )
     task = asyncio.create_task(server.serve())
-    while not server.started:
+
+    def serving() -> bool:
         assert not task.done(), "fake server failed to start"
-        await asyncio.sleep(0.01)
+        return bool(server.started)
+
+    await eventually(serving, timeout=30, interval=0.01, what="the fake OCR server")
     try:
         yield f"http://127.0.0.1:{port}", ocr
     finally:

@@ -4,8 +4,7 @@ node sweeps at once."""
 
 from __future__ import annotations
 
-import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -13,7 +12,7 @@ from pydantic import BaseModel
 from app.engine.clock import SystemClock
 from app.engine.engine import Engine, EngineConfig
 from app.flows import Backoff, Capability, Catalog, Flow, StepContext
-from app.runtime.scheduler import Sweeper
+from app.runtime.scheduler import WAKE_GRANULARITY, Sweeper
 from app.store import SqlJournal, make_async_engine, upgrade
 from tests.support.eventually import eventually
 
@@ -52,6 +51,17 @@ async def _wait_state(journal: SqlJournal, instance_id: str, state: str, within:
     await eventually(reached, timeout=within, interval=0.02, what=f"{instance_id} {state}")
 
 
+async def _wait_due(journal: SqlJournal, instance_id: str) -> None:
+    """Until the instance's wake instant has passed (it is parked and due)."""
+
+    async def due() -> None:
+        inst = await journal.reads.get_instance(instance_id)
+        assert inst.state == "suspended" and inst.wake_at is not None, inst
+        assert datetime.now(UTC) >= inst.wake_at + WAKE_GRANULARITY, inst.wake_at
+
+    await eventually(due, timeout=5, interval=0.02, what=f"{instance_id} due")
+
+
 async def test_a_short_wait_is_woken_in_process_long_before_the_next_scan(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/flowpark.db"
     upgrade(url)
@@ -84,18 +94,22 @@ async def test_no_in_process_wake_when_disabled_and_a_restarted_node_sweeps_at_o
     journal = SqlJournal(db)
     engine = Engine(journal, catalog, SystemClock(), EngineConfig(node_id="n1"))
     try:
-        # a node without a sweeper parks it (then "dies"): the row is all there is
+        # a node without a sweeper parks it (then "dies"): the row is all there is; once
+        # the instance is due, it is still parked
         started = await engine.start(catalog.latest("test.short"), {"key": "b"})
-        await asyncio.sleep(0.3)
+        await _wait_due(journal, started.instance.id)
         assert (await journal.reads.get_instance(started.instance.id)).state == "suspended"
         # the next node sweeps at start-up, then (short wakes off) only every 10 minutes
         sweeper = Sweeper(engine, interval_seconds=600, short_wakes=False)
         sweeper.start()
         try:
-            await asyncio.sleep(1.0)
+            await eventually(lambda: sweeper.last_success is not None, what="the start-up sweep")
+            # no wake job was scheduled for the second wait: only the periodic sweep
+            assert [job.id for job in sweeper.scheduler.get_jobs()] == ["flowpark.sweep"]
+            assert sweeper.wakes_scheduled == 0
+            await _wait_due(journal, started.instance.id)
             inst = await journal.reads.get_instance(started.instance.id)
             assert inst.state == "suspended", "the second wake must wait for a scan"
-            assert sweeper.wakes_scheduled == 0
         finally:
             await sweeper.stop()
         snapshot = await journal.writes.load(started.instance.id)

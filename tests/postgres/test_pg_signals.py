@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 from app.engine.journal import InstanceState, StepKind
 from app.store import SqlJournal
+from tests.support.eventually import eventually
 from tests.support.journal import at, new_instance, step
 
 pytestmark = [
@@ -20,6 +21,18 @@ pytestmark = [
 ]
 
 WAIT = 4  # the node index of the wait that accepts "approved"
+
+
+async def waiting_on_a_lock(journal: SqlJournal) -> bool:
+    """Whether a session of this database waits for a lock (another session holds it)."""
+    async with journal.engine.connect() as conn:
+        waiting = await conn.scalar(
+            text(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        )
+    return bool(waiting)
 
 
 async def started(journal: SqlJournal) -> str:
@@ -69,7 +82,7 @@ async def test_a_park_committed_while_the_delivery_waits_is_seen_and_claimed(
             {"id": instance_id, "at": last.committed_at},
         )
         delivery = asyncio.ensure_future(deliver(sql_journal, instance_id, "s-1"))
-        await asyncio.sleep(0.3)
+        await eventually(lambda: waiting_on_a_lock(sql_journal), what="the delivery blocks")
         assert not delivery.done()  # it waits for the row the park holds
         await node_a.commit()
     answer = await asyncio.wait_for(delivery, timeout=10)

@@ -8,6 +8,11 @@ Tests never sleep for timing. They state what must become true and poll it::
 ``AssertionError`` and its value is not ``False``; the value is returned. Any other exception
 propagates at once (a bug is not a reason to wait).
 
+Tests on a virtual clock, where no wall-clock time needs to pass, bound the wait by loop
+turns instead (deterministic: each call is one ``asyncio.sleep(0)`` after the last)::
+
+    await eventually(lambda: lane.batches == 1, turns=200)
+
 :func:`eventually_sync` is the same for plain (non-async) tests, e.g. the browser tests,
 whose sync Playwright API must not run inside an event loop.
 """
@@ -31,6 +36,7 @@ async def eventually(
     timeout: float = 10.0,
     interval: float = 0.05,
     what: str | None = None,
+    turns: int | None = None,
 ) -> T:
     """Call ``check`` every ``interval`` seconds until it passes or ``timeout`` elapses.
 
@@ -40,6 +46,8 @@ async def eventually(
         timeout: seconds before giving up (monotonic clock).
         interval: seconds between calls.
         what: a description for the failure message.
+        turns: instead of ``timeout`` and ``interval``: give up after this many calls, one
+            event-loop turn apart (no wall-clock time is waited for).
 
     Returns:
         The value of the first passing call.
@@ -61,12 +69,15 @@ async def eventually(
             last = AssertionError(f"{what or 'check'} returned False")
         except AssertionError as exc:
             last = exc
-        if time.monotonic() >= deadline:
+        if turns is not None and calls >= turns:
+            label = what or getattr(check, "__name__", "check")
+            raise AssertionError(f"{label} still failing after {turns} loop turns: {last}")
+        if turns is None and time.monotonic() >= deadline:
             label = what or getattr(check, "__name__", "check")
             raise AssertionError(
                 f"{label} still failing after {timeout}s ({calls} calls): {last}"
             ) from last
-        await asyncio.sleep(interval)
+        await asyncio.sleep(0 if turns is not None else interval)
 
 
 def eventually_sync(

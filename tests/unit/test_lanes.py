@@ -1,7 +1,8 @@
 """Lane: group commit of concurrent submits into batches (app.store.lanes).
 
 Deterministic: the tests never wait on wall-clock time. A batch is held open with an
-``asyncio.Event``; "let the loop run" is a bounded number of ``sleep(0)`` yields.
+``asyncio.Event``; "let the loop run" is a bounded number of ``sleep(0)`` yields
+(``eventually(..., turns=N)``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from app.store.lanes import Lane
+from tests.support.eventually import eventually
 
 
 class Recorder:
@@ -51,15 +53,6 @@ async def spin(times: int = 20) -> None:
     """Let every ready callback run a few rounds (no wall-clock wait)."""
     for _ in range(times):
         await asyncio.sleep(0)
-
-
-async def until(predicate: Callable[[], bool], rounds: int = 200) -> None:
-    """Yield to the loop until ``predicate()`` holds; fail after ``rounds`` yields."""
-    for _ in range(rounds):
-        if predicate():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition not reached after yielding to the loop")
 
 
 async def _install_handler() -> list[dict[str, Any]]:
@@ -296,7 +289,7 @@ async def test_a_cancelled_caller_of_a_failing_batch_leaves_no_unread_error(
 
     lane: Lane[int, int] = Lane(run)
     callers = _tasks(lane, range(3))
-    await until(lambda: lane.batches == 1)
+    await eventually(lambda: lane.batches == 1, turns=200)
     callers[0].cancel()
     await spin()
     hold.set()
@@ -366,7 +359,7 @@ async def test_a_cancelled_batch_cancels_its_callers_and_serves_those_queued_beh
     assert first.cancelled()
     hold.set()
     try:
-        await until(behind.done)
+        await eventually(behind.done, turns=200)
         assert behind.result() == 10
     finally:
         behind.cancel()

@@ -23,6 +23,7 @@ from app.engine.runner import Run
 from app.errors import StaleFencingToken, StoreUnavailable
 from app.flows import Capability, CapabilityOptions, Flow, StepContext
 from app.flows.catalog import Catalog
+from tests.support.eventually import eventually
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -127,15 +128,8 @@ async def hang(ctx: StepContext) -> None:
     await asyncio.Future()
 
 
-async def until(predicate: Callable[[], bool], what: str) -> None:
-    """Let the loop turn (no time passes) until ``predicate()`` holds."""
-    for _ in range(1000):
-        if predicate():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError(f"never: {what}")
-
-
+#: loop turns a wait on the virtual clock may take (no wall-clock time passes)
+TURNS = 1000
 PLAIN = CapabilityOptions(execute_timeout=timedelta(hours=1))
 BEATING = CapabilityOptions(execute_timeout=timedelta(hours=1), heartbeat_timeout=30 * S)
 
@@ -182,12 +176,13 @@ async def test_the_keeper_renews_whenever_two_thirds_of_the_lease_are_left() -> 
     assert w.clock.next_sleeper_due() == T0 + LEASE / 3
     for n in range(1, 4):
         w.clock.advance(LEASE / 3)
-        await until(
+        await eventually(
             lambda n=n: (
                 len(w.journal.renewals) == n  # type: ignore[misc]
                 and w.clock.next_sleeper_due() == w.clock.now() + LEASE / 3
             ),
-            f"renewal {n} and the keeper asleep",
+            what=f"renewal {n} and the keeper asleep",
+            turns=TURNS,
         )
         assert w.run.lease_expires_at == w.clock.now() + LEASE
     assert w.journal.renewals == [T0 + LEASE / 3 * n + LEASE for n in (1, 2, 3)]
@@ -206,15 +201,18 @@ async def test_a_renewal_the_store_cannot_make_is_tried_again_after_a_tenth_of_t
     call = w.call(cap, PLAIN)
     await cap.entered.wait()
     w.clock.advance(LEASE / 3)
-    await until(
-        lambda: w.clock.next_sleeper_due() == T0 + LEASE / 3 + LEASE / 10, "the retry timer"
+    await eventually(
+        lambda: w.clock.next_sleeper_due() == T0 + LEASE / 3 + LEASE / 10,
+        what="the retry timer",
+        turns=TURNS,
     )
     assert w.run.lease_expires_at == T0 + LEASE  # not renewed
     assert "lease renewal failed" in caplog.text
     w.clock.advance(LEASE / 10)
-    await until(
+    await eventually(
         lambda: len(w.journal.renewals) == 2 and w.run.lease_expires_at == w.clock.now() + LEASE,
-        "the retry",
+        what="the retry",
+        turns=TURNS,
     )
     assert not call.done()
     call.cancel()
@@ -250,7 +248,7 @@ async def test_a_renewal_in_flight_finishes_when_the_try_ends() -> None:
     call = w.call(cap, PLAIN)
     await cap.entered.wait()
     w.clock.advance(LEASE / 3)
-    await until(lambda: len(w.journal.renewals) == 1, "the renewal started")
+    await eventually(lambda: len(w.journal.renewals) == 1, what="the renewal started", turns=TURNS)
     finish.set()  # the capability returns while the renewal waits on the store
     for _ in range(20):
         await asyncio.sleep(0)
@@ -287,7 +285,7 @@ async def test_a_try_starts_on_a_renewed_lease_when_less_than_two_thirds_are_lef
     await cap.entered.wait()
     assert seen == [0]
     # the keeper renews on the loop's next turns, the clock standing still
-    await until(lambda: len(w.journal.renewals) == 1, "the keeper's renewal")
+    await eventually(lambda: len(w.journal.renewals) == 1, what="the keeper's renewal", turns=TURNS)
     assert w.journal.renewals == [w.clock.now() + LEASE]
     assert not call.done()
     call.cancel()
@@ -321,7 +319,7 @@ async def test_the_watchdog_ends_a_try_whose_heartbeats_stop() -> None:
     started = w.clock.now()
     w.clock.advance(20 * S)
     beat.set()
-    await until(lambda: not beat.is_set(), "the heartbeat")
+    await eventually(lambda: not beat.is_set(), what="the heartbeat", turns=TURNS)
     w.clock.advance(10 * S)  # 30 s since the start, 10 s since the heartbeat
     for _ in range(20):
         await asyncio.sleep(0)
