@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -15,8 +13,6 @@ from app.flows.plan import Plan
 from app.runtime.loading import check_targets
 from samples.document_processing import OcrClient, build_document_flow
 from tests.unit.bad_flows import BAD, DUPLICATE_VERSION, WARNINGS
-
-BAD_FILE = Path(__file__).with_name("bad_flows.py")
 
 
 @pytest.mark.parametrize("code", sorted(BAD))
@@ -70,18 +66,6 @@ def test_the_sample_compiles_with_every_target_pointing_forward() -> None:
         )  # type: ignore[call-arg,union-attr]
 
 
-def test_flows_check_prints_every_rule_code_and_exits_1() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "flows", "check", str(BAD_FILE)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 1, done.stderr
-    for code in [*BAD, "flow.duplicate_version"]:
-        assert code in done.stdout
-
-
 def test_flows_check_reports_a_duplicate_version_that_registration_refuses(tmp_path: Path) -> None:
     first, second = DUPLICATE_VERSION
     assert check_flow(first) == [] and check_flow(second) == []  # each is valid alone
@@ -114,33 +98,3 @@ def test_flows_check_counts_a_flow_found_twice_once(tmp_path: Path) -> None:
     lines: list[str] = []
     assert check_targets([str(module)], lines.append) == 0
     assert lines == ["ok: bad.twice@1.0.0"]
-
-
-def test_flows_check_exits_2_when_building_a_flow_raises(tmp_path: Path) -> None:
-    module = tmp_path / "negative.py"
-    module.write_text(
-        "from datetime import timedelta\n"
-        "from tests.unit.bad_flows import FIVE, Good, _f, _seen\n\n"
-        "FLOW = _f('bad.negative').poll_until(Good(), until=_seen, "
-        "interval=FIVE, timeout=timedelta(seconds=-1))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "flows", "check", str(module)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "cannot load" in done.stdout and "must not be negative" in done.stdout
-    assert "Traceback" not in done.stdout + done.stderr
-
-
-def test_flows_check_passes_the_samples() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "flows", "check"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "ok: document.process@1.0.0" in done.stdout
