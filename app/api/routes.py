@@ -60,7 +60,7 @@ from app.api.views import (
     review_view,
     signal_view,
 )
-from app.api.webhooks import verified_delivery
+from app.api.webhooks import add_keyed_signal_route, verified_delivery
 from app.engine.engine import Engine
 from app.engine.journal import InstanceState, SignalRecord
 from app.errors import (
@@ -335,6 +335,8 @@ def add_trigger_routes(app: FastAPI, plans: list[Plan]) -> None:
         for signal in plan.signals.values():
             if signal.verify is not None:
                 _add_signed_signal_route(app, plan, trigger.route, signal)
+                if signal.instance_key is not None:
+                    add_keyed_signal_route(app, plan, trigger.route, signal, _deliver)
                 continue
 
             def make(sig_name: str, flow_name: str):  # type: ignore[no-untyped-def]

@@ -8,19 +8,32 @@ in an answer: a refusal says which header failed, never what was expected.
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from fastapi import Request
-from pydantic import BaseModel
+from fastapi import FastAPI, Request, Response
+from pydantic import BaseModel, ValidationError
 
-from app.api.inputs import _json_body
-from app.errors import InputInvalid, SignatureInvalid
+from app.api.inputs import _BODY_DOC, _json_body
+from app.api.models import SignalAnswer
+from app.api.openapi import problem_responses
+from app.engine.journal import InstanceState
+from app.errors import ErrorCode, InputInvalid, InstanceNotFound, SignatureInvalid
 from app.flows.capability import Signal
+from app.flows.plan import Plan
 from app.flows.webhooks import WebhookDelivery
+from app.store.read_model import InstanceFilter, OperatorReads
 
-__all__ = ["VerifiedDelivery", "verified_delivery"]
+__all__ = [
+    "Deliver",
+    "VerifiedDelivery",
+    "add_keyed_signal_route",
+    "keyed_instance",
+    "verified_delivery",
+]
 
 log = logging.getLogger("flowpark.api")
 
@@ -97,3 +110,106 @@ def _adapted(signal: Signal, delivery: WebhookDelivery) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json", by_alias=True)
     return value
+
+
+#: ``_deliver`` of the signal routes: (request, instance id, name, key, body) -> answer
+Deliver = Callable[[Request, str, str, str | None, Any], Awaitable[Response]]
+
+
+async def keyed_instance(request: Request, plan: Plan, key: str) -> str:
+    """The id of the flow's running (or suspended) instance holding instance key ``key``,
+    else of the newest instance of the flow that held it.
+
+    Raises:
+        InstanceNotFound: 404 ``instance_not_found``: no instance of the flow ever held it.
+    """
+    reads = cast(OperatorReads, request.app.state.engine.journal.reads)
+    for states in ((InstanceState.RUNNING, InstanceState.SUSPENDED), ()):
+        where = InstanceFilter(flow=plan.name, states=states, instance_key=key)
+        page = await reads.list_instances(where, limit=1, after=None)
+        if page.rows:
+            return page.rows[0].id
+    raise InstanceNotFound(
+        f"no instance of {plan.name} holds the instance key {key!r}",
+        flow=plan.name,
+        instance_key=key,
+    )
+
+
+def add_keyed_signal_route(
+    app: FastAPI, plan: Plan, base: str, signal: Signal, deliver: Deliver
+) -> None:
+    """``POST {base}/signals/{name}``: a verified signal delivered to the instance its
+    payload names by instance key (the signal's ``instance_key``)."""
+    verifier, key_of = signal.verify, signal.instance_key
+    assert verifier is not None and key_of is not None
+
+    async def deliver_keyed(request: Request) -> Response:
+        delivery = await verified_delivery(request, plan.name, signal)
+        if delivery.body is None:  # adapt: not this signal
+            return Response(status_code=204)
+        try:
+            payload = signal.model.model_validate_json(
+                json.dumps(delivery.body), by_alias=True, by_name=False
+            )
+        except ValidationError as exc:
+            raise InputInvalid(
+                f"payload of signal {signal.name} is invalid",
+                errors=exc.errors(include_url=False, include_context=False),
+            ) from None
+        key = key_of(payload)
+        if key is None:  # the payload names no instance: nothing to store
+            return Response(status_code=204)
+        instance_id = await keyed_instance(request, plan, key)
+        return await deliver(
+            request, instance_id, signal.name, delivery.idempotency_key, delivery.body
+        )
+
+    deliver_keyed.__doc__ = (
+        f"Deliver the `{signal.name}` signal to the instance of `{plan.name}` whose "
+        "instance key the payload names (one URL for the provider's webhook, for every "
+        "instance): its running instance holding the key, else the newest that held it "
+        "(a repeat of a taken delivery is answered as one); none: 404 "
+        f"`instance_not_found`. The delivery is {verifier.describe()}, instead of a "
+        "bearer token; a missing, stale or wrong signature is 401 `signature_invalid` "
+        "(nothing stored). A delivery that is not this signal, or names no instance, is "
+        "answered 204 and stores nothing." + _BODY_DOC
+    )
+    app.add_api_route(
+        f"{base}/signals/{signal.name}",
+        deliver_keyed,
+        methods=["POST"],
+        tags=["signals"],
+        status_code=202,
+        name=f"signal {signal.name} by instance key ({plan.name}@{plan.version})",
+        operation_id=f"signal_{_slug(plan.name)}_{_slug(signal.name)}_by_key",
+        response_model=SignalAnswer,
+        responses={
+            204: {"description": "Not this signal, or no instance named: nothing stored"},
+            **problem_responses(
+                ErrorCode.INPUT_INVALID,
+                ErrorCode.BODY_TOO_LARGE,
+                ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+                ErrorCode.IDEMPOTENCY_KEY_INVALID,
+                ErrorCode.IDEMPOTENCY_KEY_REUSED,
+                ErrorCode.INSTANCE_NOT_FOUND,
+                ErrorCode.INSTANCE_ENDED,
+                ErrorCode.SIGNATURE_INVALID,
+                auth=False,
+            ),
+        },
+        openapi_extra={
+            "security": [],
+            "requestBody": {
+                "content": {
+                    "application/json": {
+                        "schema": {"type": "object", "description": "the provider's payload"}
+                    }
+                }
+            },
+        },
+    )
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name.lower())

@@ -3,9 +3,11 @@
 
 * ``ci.wait``: waits for GitHub's ``workflow_run`` event of its run (``X-Hub-Signature-256``
   with the ``github`` secret), mapped to ``BuildFinished``; a run of another id is stored
-  unmatched, any other event (``ping``) is answered 204;
+  unmatched, any other event (``ping``) is answered 204; started with the instance key
+  ``run-<id>``, it also takes deliveries on the flow's keyed route (no instance id);
 * ``payment.wait``: waits for Stripe's ``payment_intent.succeeded`` event of its payment
-  (``Stripe-Signature`` with the ``stripe`` secret), mapped to ``PaymentSucceeded``;
+  (``Stripe-Signature`` with the ``stripe`` secret), mapped to ``PaymentSucceeded``; its
+  keyed route finds it by the payment intent as instance key;
 * ``hook.wait``: waits for a delivery signed by an HMAC header (``X-Signature``, base64
   SHA-512, ``X-Delivery`` as its id), the body being the payload itself.
 """
@@ -46,7 +48,11 @@ def build_finished(delivery: WebhookDelivery) -> BuildFinished | None:
 
 
 BUILD_FINISHED = Signal(
-    "ci.finished", BuildFinished, verify=GitHubWebhook("github"), adapt=build_finished
+    "ci.finished",
+    BuildFinished,
+    verify=GitHubWebhook("github"),
+    adapt=build_finished,
+    instance_key=lambda payload: f"run-{payload.run_id}",  # a start's instanceKey
 )
 
 
@@ -76,6 +82,7 @@ PAYMENT_SUCCEEDED = Signal(
     PaymentSucceeded,
     verify=StripeWebhook("stripe"),
     adapt=payment_succeeded,
+    instance_key=lambda payload: payload.payment_intent,
 )
 
 

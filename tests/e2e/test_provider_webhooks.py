@@ -70,7 +70,11 @@ def api(node: SubprocessServer) -> httpx.Client:
     )
 
 
-def start(node: SubprocessServer, route: str, body: dict[str, Any]) -> str:
+def start(
+    node: SubprocessServer, route: str, body: dict[str, Any], instance_key: str | None = None
+) -> str:
+    if instance_key is not None:
+        body = {**body, "instanceKey": instance_key}
     with api(node) as client:
         resp = client.post(route, json=body, headers={"Idempotency-Key": uuid.uuid4().hex})
     assert resp.status_code == 202, resp.text
@@ -283,6 +287,52 @@ def test_a_replayed_delivery_id_stores_nothing_new_while_the_instance_waits(
     assert after["state"] == "suspended"
     assert after["signals"] == before["signals"]
     assert after["journal"] == before["journal"]
+
+
+# -- keyed routes: one webhook URL for every instance ----------------------------------
+
+
+def test_a_github_delivery_on_the_keyed_route_finds_its_instance_by_key(
+    node: SubprocessServer,
+) -> None:
+    run_id = uuid.uuid4().int % 10**9
+    mine = start(node, "/api/v1/ci-runs", {"run_id": run_id}, instance_key=f"run-{run_id}")
+    other = start(node, "/api/v1/ci-runs", {"run_id": run_id + 1}, instance_key=f"run-{run_id + 1}")
+    keyed = "/api/v1/ci-runs/signals/ci.finished"
+    body = workflow_run(run_id)
+    headers = github_headers(body)
+    assert post(node, keyed, body, github_headers(body, secret="guessed")).status_code == 401
+
+    resp = post(node, keyed, body, headers)
+
+    assert resp.status_code == 202, resp.text
+    assert resp.json()["instanceId"] == mine
+    assert ended(node, mine)["result"] == {"run_id": run_id, "conclusion": "success"}
+    assert instance(node, other)["signals"] == []  # the other run waits on
+    again = post(node, keyed, body, headers)  # a redelivery once the instance ended
+    assert again.status_code == 202, again.text
+    assert again.json()["created"] is False and again.json()["instanceId"] == mine
+    unknown = workflow_run(run_id + 99)
+    missing = post(node, keyed, unknown, github_headers(unknown))
+    assert missing.status_code == 404, missing.text
+    assert missing.json()["code"] == "instance_not_found"
+    assert instance(node, other)["state"] == "suspended"
+
+
+def test_a_stripe_event_on_the_keyed_route_ends_the_wait_of_its_payment(
+    node: SubprocessServer,
+) -> None:
+    intent = f"pi_{uuid.uuid4().hex[:20]}"
+    instance_id = start(node, "/api/v1/payments", {"payment_intent": intent}, instance_key=intent)
+    body = payment_event(intent, amount=99)
+    stale = stripe_headers(body, at=int(time.time()) - 3600)
+    assert post(node, "/api/v1/payments/signals/payment.succeeded", body, stale).status_code == 401
+    assert instance(node, instance_id)["signals"] == []
+
+    resp = post(node, "/api/v1/payments/signals/payment.succeeded", body, stripe_headers(body))
+
+    assert resp.status_code == 202, resp.text
+    assert ended(node, instance_id)["result"] == {"payment_intent": intent, "amount": 99}
 
 
 # -- a generic HMAC header ---------------------------------------------------------------

@@ -123,3 +123,16 @@ def test_a_generic_hmac_verifier_refuses_an_unknown_algorithm_or_encoding(
 def test_a_stripe_tolerance_must_be_positive() -> None:
     with pytest.raises(ValueError):
         StripeWebhook("s", tolerance=timedelta(0))
+
+
+def test_an_instance_key_function_needs_a_verifier() -> None:
+    from pydantic import BaseModel
+
+    from flowpark import Signal
+
+    class Done(BaseModel):
+        run: str
+
+    with pytest.raises(ValueError, match="needs verify="):
+        Signal("ci.done", Done, instance_key=lambda p: p.run)
+    assert Signal("ci.done", Done, verify=GitHubWebhook("gh"), instance_key=lambda p: p.run)
