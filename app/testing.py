@@ -75,7 +75,14 @@ class Scripted(Capability):
         self.reads = original.reads  # type: ignore[misc]
         self.puts = original.puts  # type: ignore[misc]
         self.options = original.options  # type: ignore[misc]
+        self.secret_fields = original.secret_fields  # type: ignore[misc]
+        self._original = original
         return self
+
+    def redact(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The stood-in capability's redaction (its own hook, when bound)."""
+        original = getattr(self, "_original", None)
+        return original.redact(values) if original is not None else super().redact(values)
 
     async def execute(self, ctx: StepContext) -> Decision | None:
         """Play the next scripted outcome (the last repeats)."""

@@ -14,6 +14,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from app.api.values import shown_values
 from app.engine.journal import InstanceRecord, Outcome, StepKind, StepRow, WakeKind
 from app.errors import InputInvalid
 from app.flows.plan import Node, Plan, PollNode, StepNode
@@ -223,6 +224,7 @@ def attempts_view(
                             else None
                         ),
                         "nextTryAt": _at(t.next_try_at),
+                        "values": shown_values(plan, t)[0],
                     }
                     for t in tries
                 ],

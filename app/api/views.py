@@ -5,21 +5,26 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from app.api.values import shown_values
 from app.engine.deadlines import open_budget
 from app.engine.journal import (
     InstanceRecord,
+    InstanceState,
     Outcome,
     SignalRecord,
     StepKind,
     StepRow,
     StreamMessage,
 )
-from app.flows.plan import AwaitSignalNode, Plan, PollNode
+from app.engine.stops import DECISION_KEY
+from app.flows.plan import AwaitSignalNode, EmitNode, FailNode, Plan, PollNode, StepNode
 
 __all__ = [
     "awaiting",
     "compensation_failures",
     "event_view",
+    "failed_step",
+    "step_label",
     "instance_view",
     "review_view",
     "signal_view",
@@ -33,7 +38,10 @@ def _at(instant: datetime | None) -> str | None:
     return instant.isoformat().replace("+00:00", "Z") if instant is not None else None
 
 
-def step_view(row: StepRow) -> dict[str, Any]:
+def step_view(row: StepRow, plan: Plan | None = None) -> dict[str, Any]:
+    """One journal row (camelCase keys), with the values it put as
+    :func:`app.api.values.shown_values` shows them."""
+    values, truncated = shown_values(plan, row)
     view: dict[str, Any] = {
         "sequence": row.sequence,
         "stepId": row.step_id,
@@ -44,6 +52,8 @@ def step_view(row: StepRow) -> dict[str, Any]:
         "try": row.try_number,
         "startedAt": _at(row.started_at),
         "committedAt": _at(row.committed_at),
+        "values": values,
+        "valuesTruncated": truncated,
     }
     if row.error_type is not None:
         view.update(
@@ -141,6 +151,64 @@ def _budget_view(
     }
 
 
+def step_label(plan: Plan, step_id: int) -> tuple[str, str, str | None]:
+    """``(kind, label, capability id)`` of a plan step: ``("step", "ocr.upload",
+    "ocr.upload")``, ``("fail", "fail document.ocr_failed", None)`` ..."""
+    node = plan.nodes[step_id]
+    if isinstance(node, StepNode):
+        return "step", node.capability.id, node.capability.id
+    if isinstance(node, PollNode):
+        return "poll", "poll", None
+    if isinstance(node, AwaitSignalNode):
+        return "await", f"await {node.signal.name}", None
+    if isinstance(node, FailNode):
+        return "fail", f"fail {node.code}", None
+    if isinstance(node, EmitNode):
+        return "emit", f"emit {node.name}", None
+    return "step", type(node).__name__, None  # pragma: no cover - every kind is above
+
+
+def _failed_step_id(inst: InstanceRecord, steps: list[StepRow]) -> int | None:
+    details = inst.failure.details if inst.failure is not None else None
+    for key in ("step", "node"):
+        value = (details or {}).get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    # no step named: the execution that decided to fail the flow, else the last that
+    # failed for good, else (an expression failed) the last one run
+    runs = [r for r in steps if r.kind is StepKind.STEP]
+    code = inst.failure.code if inst.failure is not None else None
+    for row in reversed(runs):
+        decided = row.values.get(DECISION_KEY)
+        if isinstance(decided, dict) and (decided.get("fail") or {}).get("code") == code:
+            return row.step_id
+    for row in reversed(runs):
+        if row.outcome is Outcome.FAILURE and row.final:
+            return row.step_id
+    if inst.failure is not None and inst.failure.code == "flow.expression_failed" and runs:
+        return runs[-1].step_id
+    return None
+
+
+def failed_step(
+    plan: Plan | None, inst: InstanceRecord, steps: list[StepRow]
+) -> dict[str, Any] | None:
+    """Where a failed instance failed: ``{"stepId", "kind", "label", "capabilityId"}``
+    from the failure's own step, else the journal's last failed execution; None when
+    neither tells (a deadline, a cancel) or this node lacks the flow version."""
+    if inst.state is not InstanceState.FAILED or inst.failure is None or plan is None:
+        return None
+    step_id = _failed_step_id(inst, steps)
+    if step_id is None or not 0 <= step_id < len(plan.nodes):
+        return None
+    kind, label, capability = step_label(plan, step_id)
+    details = inst.failure.details or {}
+    named = details.get("capability_id")
+    if kind == "poll" and isinstance(named, str):
+        capability, label = named, f"poll {named}"
+    return {"stepId": step_id, "kind": kind, "label": label, "capabilityId": capability}
+
+
 def compensation_failures(steps: list[StepRow]) -> list[dict[str, Any]]:
     """The compensations that failed for good (their retry policy exhausted): one entry per
     (node, scope) with code ``compensation_failed``, the capability, its last error type
@@ -207,12 +275,13 @@ def instance_view(
                 "code": inst.failure.code,
                 "message": inst.failure.message,
                 "details": inst.failure.details,
+                "step": failed_step(plan, inst, steps),
             }
             if inst.failure is not None
             else None
         ),
         "budget": _budget_view(inst, steps, now),
-        "journal": [step_view(r) for r in steps],
+        "journal": [step_view(r, plan) for r in steps],
         "compensationFailures": compensation_failures(steps),
     }
     if signals is not None:

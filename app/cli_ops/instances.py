@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from app.cli_ops._client import (
     _ENDED,
@@ -112,6 +113,9 @@ def _print_instance(view: dict[str, Any]) -> None:
     out.print(f"state: [bold]{view['state']}[/bold]  created: {_short(view['createdAt'])}")
     if view.get("error"):
         out.print(f"error: {view['error']['code']}: {view['error']['message']}", markup=False)
+        step = view["error"].get("step")
+        if step:
+            out.print(f"failed at: step {step['stepId']} ({step['label']})", markup=False)
     if view.get("waiting"):
         w = view["waiting"]
         out.print(f"waiting: {_waiting(view)}  wake at: {_short(w.get('wakeAt'))}")
@@ -144,6 +148,33 @@ def _print_instance(view: dict[str, Any]) -> None:
                 f"{a.get('durationSeconds', 0):g}",
                 a["outcome"],
                 tries or a.get("signal", "-"),
+            )
+        print_table(table)
+    journal = view.get("journal") or []
+    if journal:
+        failed = (view.get("error") or {}).get("step") or {}
+        table = Table(title="journal", box=None, header_style="bold")
+        for column in ("#", "STEP", "ATTEMPT", "KIND", "WHAT", "TRY", "OUTCOME", "COMMITTED"):
+            table.add_column(column, overflow="fold")
+        table.add_column("PUT", overflow="fold")
+        for r in journal:
+            put = " ".join(
+                f"{k}={json.dumps(v, ensure_ascii=False, sort_keys=True)}"
+                for k, v in (r.get("values") or {}).items()
+            )
+            if r.get("errorType"):
+                put = f"{r['errorType']}: {r.get('errorDetail')}"
+            mark = " <- failed here" if r["stepId"] == failed.get("stepId") else ""
+            table.add_row(
+                str(r["sequence"]),
+                str(r["stepId"]),
+                str(r["scope"]),
+                r["kind"],
+                str(r.get("capabilityId") or "-"),
+                str(r["try"]),
+                r["outcome"] + mark,
+                _short(r.get("committedAt")),
+                Text(put or "-"),  # values are data, never rich markup
             )
         print_table(table)
     for action in view.get("actions") or []:

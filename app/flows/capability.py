@@ -302,6 +302,15 @@ class StepContext(Bag, Protocol):
         ...
 
 
+def _masked(value: Any, secret: frozenset[str]) -> Any:
+    """``value`` with the fields named in ``secret`` replaced by ``"***"`` at any depth."""
+    if isinstance(value, dict):
+        return {k: "***" if k in secret else _masked(v, secret) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v, secret) for v in value]
+    return value
+
+
 class Capability(ABC):
     """Base class of capabilities.
 
@@ -314,6 +323,9 @@ class Capability(ABC):
         reads: bag types it reads (checked against earlier puts at registration).
         puts: bag types it puts.
         options: timeouts and retry policy.
+        secret_fields: names of fields whose values the instance views (API, CLI, console)
+            show as ``"***"``, at any depth of a value it put; the journal keeps them, since
+            later steps read them. Override :meth:`redact` for other rules.
     """
 
     id: ClassVar[str] = ""
@@ -321,6 +333,22 @@ class Capability(ABC):
     reads: ClassVar[tuple[type[BaseModel], ...]] = ()
     puts: ClassVar[tuple[type[BaseModel], ...]] = ()
     options: ClassVar[CapabilityOptions] = CapabilityOptions()
+    secret_fields: ClassVar[tuple[str, ...]] = ()
+
+    def redact(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The values one execution put, as the instance views show them.
+
+        Args:
+            values: ``{bag_key: JSON value}`` as the journal row holds them.
+
+        Returns:
+            The same shape with every field named in :attr:`secret_fields` (at any depth)
+            replaced by ``"***"``. Must not raise; the journal row is not changed.
+        """
+        secret = frozenset(self.secret_fields)
+        if not secret:
+            return values
+        return {key: _masked(value, secret) for key, value in values.items()}
 
     @abstractmethod
     async def execute(self, ctx: StepContext) -> Decision | None:

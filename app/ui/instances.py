@@ -17,11 +17,18 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from sse_starlette import EventSourceResponse
 
-from app.api.explain import attempts_view, decode_cursor, encode_cursor, waiting_view
+from app.api.explain import (
+    action_view,
+    attempts_view,
+    decode_cursor,
+    encode_cursor,
+    waiting_view,
+)
 from app.api.operate import summaries
 from app.api.routes import check_instance_id
 from app.api.streams import SSE_PING_SECONDS, _events
-from app.api.views import awaiting
+from app.api.values import shown_values
+from app.api.views import awaiting, failed_step
 from app.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT, open_budget
 from app.engine.engine import Engine
 from app.engine.journal import InstanceRecord, InstanceState, StepRow, WakeKind
@@ -214,7 +221,17 @@ def build_instances_router() -> APIRouter:
         )
         attempts = attempts_view(plan, inst, snap.steps)
         next_attempt = waiting.get("attempt") if waiting else None
-        timeline = build_timeline(attempts, now, inst.wake_at if suspended else None, next_attempt)
+        reads = cast(OperatorReads, engine.journal.reads)
+        history = [action_view(a) for a in await reads.actions_of(instance_id)]
+        timeline = build_timeline(
+            attempts,
+            now,
+            inst.wake_at if suspended else None,
+            next_attempt,
+            actions=history,
+            ended_at=inst.updated_at if inst.state.ended else None,
+        )
+        failed_at = failed_step(plan, inst, snap.steps)
         budget = budget_view(inst, snap.steps, now)
         streams = []
         for name in sorted(plan.streams) if plan is not None else []:
@@ -244,6 +261,13 @@ def build_instances_router() -> APIRouter:
                 "inst": inst,
                 "plan": plan,
                 "steps": snap.steps,
+                "shown": {
+                    (r.step_id, r.scope, str(r.kind), r.try_number): shown_values(plan, r)
+                    for r in snap.steps
+                },
+                "failed_at": failed_at,
+                "history": history,
+                "action_summary": action_summary,
                 "signals": signals,
                 "waiting": waiting,
                 "awaiting": awaiting(plan, inst),
@@ -302,6 +326,21 @@ def available_actions(plan: Plan | None, inst: InstanceRecord) -> list[dict[str,
         actions.append({"name": "extend", "label": "Extend budget"})
     actions.append({"name": "cancel", "label": "Cancel"})
     return actions
+
+
+#: What the history shows of an action's answer, in this order.
+_ANSWER_FIELDS = ("woken", "reason", "state", "extendedBy", "endsAt", "cappedByDeadline", "wakeAt")
+
+
+def action_summary(action: dict[str, Any]) -> str:
+    """One line of what an operator action did, from its recorded answer."""
+    details = action.get("details") or {}
+    answer = details.get("answer") if isinstance(details, dict) else None
+    if not isinstance(answer, dict):
+        return ""
+    return ", ".join(
+        f"{name} {answer[name]}" for name in _ANSWER_FIELDS if answer.get(name) is not None
+    )
 
 
 def _signed_notices(request: Request) -> list[str]:

@@ -27,6 +27,7 @@ from app.api.nodes import nodes_report
 from app.api.problems import status_of
 from app.engine.engine import Engine
 from app.errors import FlowparkError
+from app.flows.plan import Plan
 from app.store.read_model import OverviewReads
 from app.ui.graph import human_duration, layout
 from app.ui.overview import lateness, overview_rows
@@ -289,6 +290,7 @@ def build_console_router() -> APIRouter:
             )
         reads = cast(OverviewReads, engine.journal.reads)
         waiting = {w.step_id: w.count for w in await reads.waiting_by_node(name, version)}
+        marked = await _marked_steps(request, engine, plan)
         return render(
             request,
             "flow.html",
@@ -298,10 +300,39 @@ def build_console_router() -> APIRouter:
                 "plan": plan,
                 "graph": layout(plan, waiting),
                 "waiting_total": sum(waiting.values()),
+                "marked": marked,
             },
         )
 
     return router
+
+
+async def _marked_steps(request: Request, engine: Engine, plan: Plan) -> dict[str, Any]:
+    """``?instance=ID`` on a flow page: that instance of this flow version, and the step it
+    failed at (``failed``) or waits at (``waiting``), ``{"instance", "steps": {index:
+    mark}}``; empty for no, a malformed or another flow's instance."""
+    from app.api.routes import check_instance_id
+    from app.api.views import failed_step
+    from app.engine.journal import InstanceState
+
+    wanted = request.query_params.get("instance") or ""
+    if not wanted:
+        return {}
+    try:
+        check_instance_id(wanted)
+        snap = await engine.journal.reads.load(wanted)
+    except FlowparkError:
+        return {}
+    inst = snap.instance
+    if (inst.flow_name, inst.flow_version) != (plan.name, plan.version):
+        return {}
+    steps: dict[int, str] = {}
+    failed = failed_step(plan, inst, snap.steps)
+    if failed is not None:
+        steps[failed["stepId"]] = "failed"
+    elif inst.state is InstanceState.SUSPENDED and inst.wake_step_id is not None:
+        steps[inst.wake_step_id] = "waiting"
+    return {"instance": inst.id, "steps": steps}
 
 
 def same_origin(request: Request) -> bool:

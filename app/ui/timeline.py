@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-__all__ = ["Timeline", "TimelineRow", "build_timeline", "parse_instant"]
+__all__ = ["ActionMark", "Timeline", "TimelineRow", "build_timeline", "parse_instant"]
 
 WIDTH = 1000.0
 LEFT = 90.0  # room for the row labels
@@ -47,8 +47,19 @@ class TimelineRow:
 
 
 @dataclass(frozen=True)
+class ActionMark:
+    """An operator action (wake, extend, cancel) as a vertical mark at its instant."""
+
+    action: str
+    actor: str
+    x: float
+    tip: str
+
+
+@dataclass(frozen=True)
 class Timeline:
-    """The chart: rows, axis ticks ``(x, label, text-anchor)``, the now line and the size."""
+    """The chart: rows, axis ticks ``(x, label, text-anchor)``, the now line (None once the
+    instance ended), the operator actions and the size."""
 
     rows: list[TimelineRow]
     ticks: list[tuple[float, str, str]]
@@ -56,6 +67,7 @@ class Timeline:
     width: float
     height: float
     axis_y: float
+    actions: list[ActionMark] = field(default_factory=list)
 
 
 def _seconds(value: float | None) -> str:
@@ -83,11 +95,19 @@ def build_timeline(
     now: datetime,
     next_wake: datetime | None,
     next_attempt: int | None,
+    *,
+    actions: list[dict[str, Any]] | None = None,
+    ended_at: datetime | None = None,
 ) -> Timeline | None:
     """Lay out ``attempts`` (and the next attempt at ``next_wake``) on a time axis that
-    ends at ``now`` or the next wake, whichever is later. None when there is nothing to
-    draw.
+    ends at ``now`` or the next wake, whichever is later; for an instance that ended
+    (``ended_at``), at its end, with no now line. ``actions`` (the operator's history:
+    ``action``, ``actor``, ``actedAt``) are marked at their instants. None when there is
+    nothing to draw.
     """
+    if ended_at is not None:
+        now, next_wake = ended_at, None
+    acted = [(a, parse_instant(a.get("actedAt"))) for a in actions or ()]
     instants: list[datetime] = []
     for a in attempts:
         for key in ("scheduledAt", "startedAt"):
@@ -102,6 +122,7 @@ def build_timeline(
             instants.append(begun + timedelta(seconds=float(a.get("durationSeconds") or 0.0)))
     start = min(instants)
     later = [x for x in (now, next_wake) if x is not None]
+    later += [at for _, at in acted if at is not None]
     end = max(instants + later)
     span = max((end - start).total_seconds(), 1.0)
     start -= timedelta(seconds=span * 0.02)
@@ -152,4 +173,15 @@ def build_timeline(
         at = start + timedelta(seconds=span * k / 5)
         label = at.strftime("%H:%M:%S") if span < 86400 else at.strftime("%m-%d %H:%M")
         ticks.append((LEFT + (WIDTH - LEFT - RIGHT) * k / 5, label, _ANCHORS.get(k, "middle")))
-    return Timeline(rows, ticks, x_of(now), WIDTH, axis_y + AXIS_H, axis_y)
+    marks = [
+        ActionMark(
+            action=str(a.get("action")),
+            actor=str(a.get("actor")),
+            x=x,
+            tip=f"{a.get('action')} by {a.get('actor')} at {a.get('actedAt')}",
+        )
+        for a, at in acted
+        if (x := x_of(at)) is not None
+    ]
+    now_x = None if ended_at is not None else x_of(now)
+    return Timeline(rows, ticks, now_x, WIDTH, axis_y + AXIS_H, axis_y, marks)

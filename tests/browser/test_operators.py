@@ -53,3 +53,59 @@ def test_the_overview_says_no_live_node_sweeps_the_overdue_work(
     expect(row).to_contain_text("serve")
     expect(row.get_by_test_id("node-state")).to_have_text("live, no sweep")
     expect(row).to_contain_text("document.process@1.0.0")
+
+
+def test_a_poll_shows_what_each_attempt_put(
+    page: Page, documents: tuple[SubprocessServer, Populated]
+) -> None:
+    server, docs = documents
+    _sign_in(page, server.base_url)
+    page.goto(f"{server.base_url}/ui/instances/{docs.parked[0]}")
+    journal = page.get_by_test_id("journal")
+    status_row = journal.locator("tbody tr", has_text="ocr.status").first
+    expect(status_row.get_by_test_id("put")).to_contain_text("OcrStatus")
+    expect(status_row.get_by_test_id("put")).to_contain_text('"status"')
+    attempt_0 = page.locator('details.attempt[data-attempt="0"]')
+    expect(attempt_0.locator("summary").get_by_test_id("attempt-put")).to_contain_text('"status"')
+
+
+def test_a_failed_instance_shows_the_step_it_failed_at_in_the_journal_and_the_graph(
+    page: Page, documents: tuple[SubprocessServer, Populated]
+) -> None:
+    server, docs = documents
+    _sign_in(page, server.base_url)
+    page.goto(f"{server.base_url}/ui/instances/{docs.failed}")
+    expect(page.get_by_test_id("state")).to_have_text("failed")
+    failed_at = page.get_by_test_id("failed-at")
+    expect(failed_at).to_contain_text("document.extract")  # it decided to fail the flow
+    step = re.search(r"step (\d+)", failed_at.inner_text())
+    assert step is not None
+    marked = page.get_by_test_id("journal").locator("tr[data-failed-here]")
+    expect(marked.first).to_have_attribute("data-step", step.group(1))
+    # no live countdown on an ended instance, and no now line on its timeline
+    expect(page.locator("#live .countdown")).to_have_count(0)
+    expect(page.locator("svg.timeline line.now")).to_have_count(0)
+    failed_at.get_by_role("link", name="in the flow graph").click()
+    node = page.locator(f'svg.graph g[data-node="{step.group(1)}"]')
+    expect(node).to_have_attribute("data-marked", "failed")
+    expect(page.get_by_test_id("marked")).to_contain_text(f"failed at step {step.group(1)}")
+
+
+def test_the_operator_history_is_on_the_instance_page_and_its_timeline(
+    page: Page, documents: tuple[SubprocessServer, Populated]
+) -> None:
+    server, docs = documents
+    target = docs.parked[-1]
+    _sign_in(page, server.base_url)
+    page.goto(f"{server.base_url}/ui/instances/{target}")
+    expect(page.get_by_test_id("history")).to_contain_text("No operator action")
+    page.get_by_role("link", name="Wake now").click()
+    page.get_by_test_id("confirm-wake").click()
+    expect(page).to_have_url(re.compile(rf"/ui/instances/{target}\?done=Woken"))
+    row = page.get_by_test_id("history").locator('tr[data-action="wake"]')
+    expect(row).to_have_count(1)
+    expect(row.get_by_test_id("actor")).to_have_text("token-1")
+    expect(row).to_contain_text("woken True")
+    mark = page.locator('svg.timeline g.action-mark[data-action="wake"]')
+    expect(mark).to_have_count(1)
+    expect(mark.locator("text")).to_contain_text("wake · token-1")

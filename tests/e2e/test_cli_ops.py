@@ -277,3 +277,12 @@ def test_nodes_lists_the_serving_node_and_its_sweeps(node: SubprocessServer) -> 
     assert "1 live, 1 sweeping" in table.stdout
     assert table.stderr == ""
     assert cli(node, "nodes", token=None).returncode == EXIT_FORBIDDEN
+
+
+def test_show_prints_each_execution_with_what_it_put(node: SubprocessServer) -> None:
+    instance_id = start_document(node)
+    shown = cli(node, "instances", "show", instance_id)
+    assert shown.returncode == 0, shown.stderr
+    journal = shown.stdout[shown.stdout.index("journal") :]
+    status = next(line for line in journal.splitlines() if "ocr.status" in line)
+    assert 'OcrStatus={"' in status and '"status": ' in status

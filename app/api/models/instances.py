@@ -27,6 +27,7 @@ __all__ = [
     "BudgetView",
     "CancelAnswer",
     "CompensationFailure",
+    "FailedStep",
     "FlowError",
     "InstanceView",
     "JournalRow",
@@ -48,20 +49,37 @@ class Awaiting(ApiModel):
     href: str = Field(description="the path to POST it to")
 
 
+class FailedStep(ApiModel):
+    """The plan step where an instance failed."""
+
+    model_config = _examples(
+        {"stepId": 4, "kind": "fail", "label": "fail document.not_read_in_time"},
+        {"stepId": 0, "kind": "step", "label": "ocr.upload", "capabilityId": "ocr.upload"},
+    )
+
+    step_id: int = Field(description="the step's index in the plan")
+    kind: str = Field(description="step, poll, await, fail or emit")
+    label: str = Field(description="what the step is: its capability, or fail/poll/await ...")
+    capability_id: str | None = Field(None, description="the capability that failed, if any")
+
+
 class FlowError(ApiModel):
-    """Why an instance failed: a failure code (dotted, e.g. ``flow.step_failed``)."""
+    """Why an instance failed: a failure code (dotted, e.g. ``flow.step_failed``) and,
+    when the journal tells, the plan step where it failed."""
 
     model_config = _examples(
         {
             "code": "document.not_read_in_time",
             "message": "the OCR did not finish within the budget",
             "details": {"node": 4},
+            "step": {"stepId": 4, "kind": "fail", "label": "fail document.not_read_in_time"},
         }
     )
 
     code: str
     message: str
     details: dict[str, Any] | None = None
+    step: FailedStep | None = Field(None, description="where it failed (null: not known)")
 
 
 class StartAnswer(ApiModel):
@@ -108,6 +126,8 @@ class JournalRow(ApiModel):
             "try": 1,
             "startedAt": _AT,
             "committedAt": _LATER,
+            "values": {"OcrStatus": {"status": "RUNNING", "pagesDone": 3}},
+            "valuesTruncated": False,
         }
     )
 
@@ -124,6 +144,12 @@ class JournalRow(ApiModel):
     error_detail: str | None = None
     final: bool | None = None
     next_try_at: datetime | None = None
+    values: dict[str, Any] = Field(
+        default_factory=dict,
+        description="what the execution put in the state bag, by bag key: redacted by the "
+        "capability's hook, each value's JSON cut at 1000 characters",
+    )
+    values_truncated: bool = Field(False, description="whether a value was cut")
 
 
 class SignalView(ApiModel):
@@ -233,6 +259,7 @@ class TryView(ApiModel):
             "outcome": "success",
             "error": None,
             "nextTryAt": None,
+            "values": {"OcrStatus": {"status": "RUNNING", "pagesDone": 3}},
         }
     )
 
@@ -242,6 +269,9 @@ class TryView(ApiModel):
     outcome: Outcome
     error: TryError | None
     next_try_at: datetime | None
+    values: dict[str, Any] = Field(
+        default_factory=dict, description="what the try put (as in the journal's `values`)"
+    )
 
 
 class AttemptView(ApiModel):
