@@ -154,13 +154,25 @@ async def group_restart(store: BenchStore, n: int, **_: Any) -> dict[str, Any]:
 
 
 async def group_park(store: BenchStore, n: int, **_: Any) -> dict[str, Any]:
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine as SyncEngine
+
     from bench import park
 
+    statements = [0]
+
+    def count(*args: Any) -> None:
+        statements[0] += 1
+
+    # every engine of this process: the node's (the bench's own setup SQL runs after)
+    event.listen(SyncEngine, "before_cursor_execute", count)
     result = await park.run(store, n)
+    event.remove(SyncEngine, "before_cursor_execute", count)
     sizes = relation_sizes(store)
     parked = result.figures["parked"]
     return {
         "bytes_per_parked": sum(sizes.values()) / parked,
+        "park_statements_per_start": statements[0] / parked,
         "park_starts_per_s": result.figures["starts_per_s"],
         "bytes_by_relation": {k: round(v / parked, 1) for k, v in sorted(sizes.items())},
     }

@@ -8,26 +8,24 @@ from typing import TYPE_CHECKING, Any
 
 from app.store.base import JournalConflict
 from app.store.db import make_async_engine, sync_url
+from app.store.schema import check_schema_at_head
 from app.store.sql_journal import SqlJournal
 from app.store.types import UtcDateTime
 
 if TYPE_CHECKING:
     from app.store.migrate import (
-        check_schema_at_head,
         current_revision,
         downgrade,
         head_revision,
         upgrade,
     )
 
-_MIGRATE = frozenset(
-    {"check_schema_at_head", "current_revision", "downgrade", "head_revision", "upgrade"}
-)
+_MIGRATE = frozenset({"current_revision", "downgrade", "head_revision", "upgrade"})
 
 
 def __getattr__(name: str) -> Any:
-    """The migration helpers, imported on first use: Alembic costs ~0.1 s of start-up that
-    a node which only reads and writes the journal does not need."""
+    """The migration helpers, imported on first use: Alembic's import is several percent of
+    a node's start-up, which its schema check (:mod:`app.store.schema`) does without."""
     if name in _MIGRATE:
         from app.store import migrate
 

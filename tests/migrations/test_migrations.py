@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +28,8 @@ from app.store.migrate import (
     head_revision,
     upgrade,
 )
+from app.store.schema import check_schema_at_head as startup_check
+from app.store.schema import script_head
 from app.store.sql_journal import SqlJournal
 from app.store.tables import IDEMPOTENCY_DIGEST_SQL, include_in_compare, metadata
 
@@ -171,6 +176,53 @@ async def test_service_refuses_a_schema_behind_head(empty_url: str) -> None:
         await check_schema_at_head(engine)
     finally:
         await engine.dispose()
+
+
+async def test_start_up_check_reads_revisions_without_alembic(empty_url: str) -> None:
+    """The node's check (app.store.schema) refuses what Alembic's refuses, with the same
+    fields, and at head it passes on its own reading of the scripts and the table."""
+    assert script_head() == head_revision()
+    engine = make_async_engine(empty_url)
+    try:
+        with pytest.raises(SchemaBehindHead) as info:
+            await startup_check(engine)
+        assert info.value.fields == {"current": None, "head": head_revision()}
+        upgrade(empty_url)
+        await startup_check(engine)
+        previous = _previous_revision()
+        downgrade(empty_url, previous)
+        with pytest.raises(SchemaBehindHead) as info:
+            await startup_check(engine)
+        assert info.value.fields == {"current": previous, "head": head_revision()}
+    finally:
+        await engine.dispose()
+
+
+def test_start_up_check_at_head_imports_no_alembic(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'flowpark.db'}"
+    upgrade(url)
+    probe = (
+        "import asyncio, sys\n"
+        "from app.store import check_schema_at_head, make_async_engine\n"
+        "async def main():\n"
+        f"    engine = make_async_engine({url!r})\n"
+        "    await check_schema_at_head(engine)\n"
+        "    await engine.dispose()\n"
+        "asyncio.run(main())\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('alembic', 'mako')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def _previous_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    from app.store.migrate import alembic_config
+
+    script = ScriptDirectory.from_config(alembic_config()).get_revision(head_revision())
+    assert script is not None and isinstance(script.down_revision, str)
+    return script.down_revision
 
 
 def _request_hash(input_: Any, instance_key: str | None) -> str:
