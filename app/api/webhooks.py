@@ -101,7 +101,7 @@ def _adapted(signal: Signal, delivery: WebhookDelivery) -> Any:
     assert signal.adapt is not None
     try:
         value = signal.adapt(delivery)
-    except (ValueError, TypeError, KeyError, LookupError) as exc:
+    except (ValueError, TypeError, LookupError, AttributeError) as exc:
         # a pydantic ValidationError is a ValueError
         raise InputInvalid(
             f"the delivery is not a {signal.name} signal: {type(exc).__name__}: {exc}",

@@ -7,9 +7,11 @@ several pages, and ``events()`` reads the outbox."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,6 +40,7 @@ pytestmark = pytest.mark.slow
 VIEWER = "viewer-secret"
 MANY_PAGES = 10_000  # the fake OCR takes 0.05 s a page: such a document waits
 DOCUMENTS = "/api/v1/documents"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 @pytest.fixture(
@@ -265,3 +268,21 @@ def test_an_unreachable_node_is_a_transport_error_after_the_safe_retries() -> No
     ):
         client.get(str(uuid.uuid4()))
     assert time.monotonic() - begun < 3 + 1
+
+
+def test_the_readmes_client_example_runs_as_written(
+    node: SubprocessServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    example = blocks[1]
+    assert len(example.strip().splitlines()) <= 8
+    doc_id = f"doc-{uuid.uuid4().hex[:10]}"
+    source = (
+        example.replace("http://127.0.0.1:8000", node.base_url)
+        .replace('"dev-token"', repr(TOKEN))
+        .replace("invoice-43", doc_id)
+    )
+
+    exec(compile(source, "README.md", "exec"), {"__name__": "readme_client"})
+
+    assert capsys.readouterr().out.startswith(f"completed {{'documentId': '{doc_id}'")

@@ -136,3 +136,21 @@ def test_an_instance_key_function_needs_a_verifier() -> None:
     with pytest.raises(ValueError, match="needs verify="):
         Signal("ci.done", Done, instance_key=lambda p: p.run)
     assert Signal("ci.done", Done, verify=GitHubWebhook("gh"), instance_key=lambda p: p.run)
+
+
+def test_the_clients_pages_github_example_is_a_clean_flow() -> None:
+    import re
+    from pathlib import Path
+
+    from flowpark import WebhookDelivery, check_flow
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "clients.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)
+    (example,) = [b for b in blocks if "GitHubWebhook(" in b]
+    namespace: dict[str, object] = {"__name__": "clients_example"}
+    exec(compile(example, "docs/clients.md", "exec"), namespace)
+    assert check_flow(namespace["ci_wait"]) == []  # type: ignore[arg-type]
+    adapt = namespace["build_finished"]
+    run = {"action": "completed", "workflow_run": {"id": 7, "conclusion": "success"}}
+    assert adapt(WebhookDelivery(run, "workflow_run")).run_id == 7  # type: ignore[operator]
+    assert adapt(WebhookDelivery({"zen": "..."}, "ping")) is None  # type: ignore[operator]
