@@ -17,7 +17,7 @@ from app.engine.operator import extend_budget
 from app.errors import FlowparkError, InstanceEnded
 from app.store.read_model import OperatorAction, OperatorReads
 
-__all__ = ["Extension", "cancel", "extend", "wake"]
+__all__ = ["Extension", "cancel", "extend", "signal", "wake"]
 
 
 def _engine(request: Request) -> Engine:
@@ -134,6 +134,44 @@ async def wake(request: Request, instance_id: str, key: str | None) -> Answer:
     answer.update(actionId=action.id, actor=action.actor, actedAt=_at(action.acted_at))
     await _reads(request).complete_action(action.id, {"answer": answer, "status": 200})
     return 200, answer
+
+
+async def signal(
+    request: Request, instance_id: str, name: str, payload: Any, key: str | None
+) -> Answer:
+    """Deliver signal ``name`` as an operator (the console's *send signal*): the same
+    delivery as the signal route's, recorded in the history as action ``signal`` with the
+    token's name; returns ``(status, answer)`` with ``signalId``, ``name``, ``matched``
+    (null: it waits in the mailbox) and the instance's ``state``.
+
+    Raises:
+        InstanceNotFound: 404. InstanceEnded: 409. SignalNotDeclared: 404.
+        InputInvalid: 422 (the payload does not validate; nothing is recorded as done).
+    """
+    opened = await _open(request, instance_id, "signal", key)
+    if not isinstance(opened, _Opened):
+        return opened
+    action = opened.action
+    try:
+        delivery = await _engine(request).deliver(instance_id, name, payload, key)
+    except Exception as exc:
+        await _reads(request).complete_action(
+            action.id,
+            {"answer": {"instanceId": instance_id, "name": name, "refused": str(exc)[:300]}},
+        )
+        raise
+    answer: dict[str, Any] = {
+        "instanceId": instance_id,
+        "name": name,
+        "signalId": delivery.signal.id,
+        "matched": delivery.signal.outcome,
+        "state": str(delivery.state),
+        "actionId": action.id,
+        "actor": action.actor,
+        "actedAt": _at(action.acted_at),
+    }
+    await _reads(request).complete_action(action.id, {"answer": answer, "status": 202})
+    return 202, answer
 
 
 async def cancel(request: Request, instance_id: str, key: str | None) -> Answer:

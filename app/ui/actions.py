@@ -1,4 +1,4 @@
-"""Operator actions from the console: wake now, extend budget, cancel.
+"""Operator actions from the console: wake now, extend budget, send signal, cancel.
 
 Each action is a confirmation page (``GET /ui/instances/{id}/actions/{name}``) whose form
 posts the session's CSRF token back (``POST`` the same URL). Only a token with the
@@ -10,20 +10,26 @@ idempotent by the form's key); the page then shows the instance again with what 
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import cast
+from typing import Any, cast
 from urllib.parse import quote
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import ValidationError
 
+from app.api import actions as api_actions
 from app.api import operate
 from app.api.routes import check_instance_id
 from app.engine.deadlines import open_budget
 from app.engine.engine import Engine
+from app.engine.journal import InstanceRecord
 from app.errors import InputInvalid
+from app.flows.capability import Signal
+from app.flows.plan import AwaitSignalNode, PollNode
 from app.ui.pages import ConsoleRoute, need_session, problem_page, render
 from app.ui.session import Session, check_csrf, notice_signature
 
@@ -51,6 +57,13 @@ ACTIONS = {
             "extend",
             "Extend budget",
             "The poll's budget ends later by the chosen amount; attempts go on until then.",
+        ),
+        Action(
+            "signal",
+            "Send signal",
+            "The signal is delivered as its sender's webhook would deliver it: stored first, "
+            "then it ends the wait if the wait's match accepts it (else it is kept, ending "
+            "nothing). It is recorded in the instance's history with your token's name.",
         ),
         Action(
             "cancel",
@@ -116,6 +129,15 @@ def build_actions_router() -> APIRouter:
             return refused
         check_instance_id(instance_id)
         snap = await _engine(request).journal.reads.load(instance_id)
+        signal = signal_waited(_engine(request), snap.instance) if name == "signal" else None
+        if name == "signal" and signal is None:
+            return problem_page(
+                request,
+                409,
+                "no_signal_wait",
+                "No signal to send",
+                "The instance does not wait for a signal now.",
+            )
         return render(
             request,
             "confirm.html",
@@ -127,6 +149,10 @@ def build_actions_router() -> APIRouter:
                 "budget": open_budget(snap.instance.state, snap.steps),
                 "extend_choices": EXTEND_CHOICES,
                 "key": secrets.token_urlsafe(18),
+                "signal": signal,
+                "fields": signal_fields(signal) if signal is not None else [],
+                "errors": [],
+                "sent": {},
             },
         )
 
@@ -152,12 +178,135 @@ def build_actions_router() -> APIRouter:
                 "The form's CSRF token is not this session's: reload the page and try again.",
             )
         check_instance_id(instance_id)
-        done = await _act(request, session, name, instance_id, _key(key), extend_by)
+        if name == "signal":
+            form = await request.form()
+            sent = await _send_signal(request, session, instance_id, _key(key), form)
+            if isinstance(sent, HTMLResponse):
+                return sent
+            done = sent
+        else:
+            done = await _act(request, session, name, instance_id, _key(key), extend_by)
         signature = notice_signature(request.app.state.settings, done)
         target = f"/ui/instances/{instance_id}?done={quote(done)}&ds={signature}"
         return RedirectResponse(target, status_code=303)
 
     return router
+
+
+def signal_waited(engine: Engine, inst: InstanceRecord) -> Signal | None:
+    """The signal the instance's current wait accepts (a poll's ``or_signal`` or an
+    ``await_signal``), or None."""
+    plan = engine.catalog.find(inst.flow_name, inst.flow_version)
+    if plan is None or inst.state.ended or inst.wake_step_id is None:
+        return None
+    if not 0 <= inst.wake_step_id < len(plan.nodes):
+        return None
+    node = plan.nodes[inst.wake_step_id]
+    return node.signal if isinstance(node, PollNode | AwaitSignalNode) else None
+
+
+def signal_fields(signal: Signal) -> list[dict[str, Any]]:
+    """The form's fields from the signal payload's JSON schema: one per top-level property
+    (``name``, ``label``, ``input``: ``text``, ``number``, ``integer``, ``checkbox`` or
+    ``json``, ``required``, ``description``, ``choices`` for an enum)."""
+    schema = signal.model.model_json_schema(by_alias=True)
+    required = set(schema.get("required", ()))
+    fields = []
+    for name, prop in (schema.get("properties") or {}).items():
+        kinds = {p.get("type") for p in prop.get("anyOf", [prop])} - {"null", None}
+        kind = next(iter(kinds)) if len(kinds) == 1 else None
+        choices = prop.get("enum")
+        field = {
+            "name": name,
+            "label": prop.get("title") or name,
+            "input": {"string": "text", "number": "number", "integer": "integer"}.get(
+                kind or "", "checkbox" if kind == "boolean" else "json"
+            ),
+            "required": name in required,
+            "description": prop.get("description") or "",
+            "choices": choices,
+            "default": prop.get("default"),
+        }
+        fields.append(field)
+    return fields
+
+
+def _payload(fields: list[dict[str, Any]], form: Any) -> tuple[dict[str, Any], list[str]]:
+    """The payload the form's fields make (each field ``f.<name>``), and what is wrong."""
+    payload: dict[str, Any] = {}
+    errors: list[str] = []
+    for f in fields:
+        raw = str(form.get(f"f.{f['name']}", "")).strip()
+        if f["input"] == "checkbox":
+            payload[f["name"]] = raw == "on"
+            continue
+        if raw == "":
+            if f["required"]:
+                errors.append(f"{f['name']}: required")
+            continue
+        try:
+            if f["input"] == "integer":
+                payload[f["name"]] = int(raw)
+            elif f["input"] == "number":
+                payload[f["name"]] = float(raw)
+            elif f["input"] == "json":
+                payload[f["name"]] = json.loads(raw)
+            else:
+                payload[f["name"]] = raw
+        except ValueError:
+            errors.append(f"{f['name']}: not a {f['input']} ({raw[:40]!r})")
+    return payload, errors
+
+
+async def _send_signal(
+    request: Request, session: Session, instance_id: str, key: str, form: Any
+) -> str | HTMLResponse:
+    """Validate the form against the signal's model and deliver it as an operator; the
+    form again with what is wrong, or the sentence the instance page shows."""
+    engine = _engine(request)
+    snap = await engine.journal.reads.load(instance_id)
+    signal = signal_waited(engine, snap.instance)
+    if signal is None:
+        return problem_page(
+            request, 409, "no_signal_wait", "No signal to send", "It waits for no signal now."
+        )
+    fields = signal_fields(signal)
+    payload, errors = _payload(fields, form)
+    if not errors:
+        try:
+            signal.model.model_validate(payload)
+        except ValidationError as exc:
+            errors = [
+                f"{'.'.join(str(p) for p in e['loc']) or 'payload'}: {e['msg']}"
+                for e in exc.errors()[:5]
+            ]
+    if errors:
+        return render(
+            request,
+            "confirm.html",
+            {
+                "session": session,
+                "section": "instances",
+                "inst": snap.instance,
+                "action": ACTIONS["signal"],
+                "budget": open_budget(snap.instance.state, snap.steps),
+                "extend_choices": EXTEND_CHOICES,
+                "key": secrets.token_urlsafe(18),
+                "signal": signal,
+                "fields": fields,
+                "errors": errors,
+                "sent": {k: str(v) for k, v in form.items()},
+            },
+            status_code=422,
+        )
+    request.state.principal = session.principal  # the actor the action is recorded with
+    _, answer = await api_actions.signal(request, instance_id, signal.name, payload, key)
+    if answer.get("matched") is False:
+        return (
+            f"Signal {signal.name} sent by {answer['actor']}: the wait's match refused it; "
+            f"kept, it ended nothing (now {answer['state']})."
+        )
+    return f"Signal {signal.name} sent by {answer['actor']}: it is now {answer['state']}."
 
 
 async def _act(

@@ -33,7 +33,7 @@ from app.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT, open_
 from app.engine.engine import Engine
 from app.engine.journal import InstanceRecord, InstanceState, StepRow, WakeKind
 from app.errors import FlowparkError, StreamNotDeclared
-from app.flows.plan import Plan, PollNode
+from app.flows.plan import AwaitSignalNode, Plan, PollNode
 from app.store.read_model import InstanceFilter, OperatorReads
 from app.ui.pages import ConsoleRoute, need_session, overdue_threshold, render
 from app.ui.session import notice_is_signed
@@ -324,6 +324,12 @@ def available_actions(plan: Plan | None, inst: InstanceRecord) -> list[dict[str,
     )
     if isinstance(node, PollNode) and EXTEND_AVAILABLE:
         actions.append({"name": "extend", "label": "Extend budget"})
+    if (
+        inst.state is InstanceState.SUSPENDED
+        and isinstance(node, PollNode | AwaitSignalNode)
+        and node.signal is not None
+    ):
+        actions.append({"name": "signal", "label": f"Send {node.signal.name}"})
     actions.append({"name": "cancel", "label": "Cancel"})
     return actions
 

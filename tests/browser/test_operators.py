@@ -5,9 +5,11 @@ sweeps overdue work."""
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -109,3 +111,53 @@ def test_the_operator_history_is_on_the_instance_page_and_its_timeline(
     mark = page.locator('svg.timeline g.action-mark[data-action="wake"]')
     expect(mark).to_have_count(1)
     expect(mark.locator("text")).to_contain_text("wake · token-1")
+
+
+def test_an_operator_sends_the_signal_that_ends_a_wait(
+    page: Page, documents: tuple[SubprocessServer, Populated]
+) -> None:
+    server, _ = documents
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=server.base_url, headers=auth, timeout=30) as http:
+        document = f"signalled-{uuid.uuid4().hex[:8]}"
+        started = http.post(
+            "/api/v1/documents",
+            json={"documentId": document, "pages": 1},
+            headers={"Idempotency-Key": uuid.uuid4().hex},
+        )
+        assert started.status_code == 202, started.text
+        instance_id = started.json()["instanceId"]
+        job = next(
+            j["jobId"] for j in http.get("/fake/ocr/jobs").json() if j["documentId"] == document
+        )
+    _sign_in(page, server.base_url)
+    page.goto(f"{server.base_url}/ui/instances/{instance_id}")
+    expect(page.get_by_test_id("state")).to_have_text("suspended")
+
+    # a job id that is not the document's: the wait's match refuses it, nothing ends
+    page.get_by_role("link", name="Send ocr.completed").click()
+    expect(page.get_by_role("heading", name="Send signal?")).to_be_visible()
+    fields = page.get_by_test_id("signal-fields")
+    fields.get_by_label("jobId").fill("someone-elses-job")
+    page.get_by_test_id("confirm-signal").click()
+    expect(page.get_by_role("status")).to_contain_text("the wait's match refused it")
+    expect(page.get_by_test_id("state")).to_have_text("suspended")
+
+    # the form asks for what the payload's schema requires, before sending anything
+    page.get_by_role("link", name="Send ocr.completed").click()
+    page.get_by_test_id("confirm-signal").click()
+    job_field = page.get_by_test_id("signal-fields").get_by_label("jobId")
+    assert job_field.evaluate("el => el.validity.valueMissing")
+    expect(page.get_by_role("heading", name="Send signal?")).to_be_visible()
+
+    with httpx.Client(base_url=server.base_url, timeout=30) as http:
+        assert http.post(f"/fake/ocr/jobs/{job}/complete").status_code == 200
+
+    page.get_by_test_id("signal-fields").get_by_label("jobId").fill(job)
+    page.get_by_test_id("confirm-signal").click()
+    expect(page).to_have_url(re.compile(rf"/ui/instances/{instance_id}\?done=Signal"))
+    expect(page.get_by_test_id("state")).to_have_text("completed")
+    history = page.get_by_test_id("history").locator('tr[data-action="signal"]')
+    expect(history).to_have_count(2)
+    signals = page.get_by_test_id("signals")
+    expect(signals.locator("tr", has_text="someone-elses-job")).to_contain_text("refused")

@@ -211,3 +211,45 @@ async def test_no_action_gives_a_500_in_any_state(acting):
                     data={"csrf": csrf, "extend_by": "PT15M"},
                 )
                 assert resp.status_code in (303, 404, 409), (instance_id, action, resp.text[:300])
+
+
+async def test_send_signal_needs_operate_and_csrf_and_a_payload_its_schema_allows(acting):
+    server, seeded = acting
+    async with server.client() as api:
+        started = await api.post(
+            "/api/v1/documents",
+            json={"documentId": "signal-form", "pages": 400},
+            headers={"Idempotency-Key": "signal-form"},
+        )
+    assert started.status_code == 202 and started.json()["status"] == "suspended", started.text
+    target = started.json()["instanceId"]
+    async with _signed_in(server) as http:
+        page = (await http.get(f"/ui/instances/{target}")).text
+        assert f'href="/ui/instances/{target}/actions/signal"' in page
+        confirm = await http.get(f"/ui/instances/{target}/actions/signal")
+        assert confirm.status_code == 200
+        assert 'name="f.jobId"' in confirm.text and "(required)" in confirm.text
+        forged = await http.post(
+            f"/ui/instances/{target}/actions/signal",
+            data={"csrf": "forged", "key": _key(confirm.text), "f.jobId": "j"},
+        )
+        assert forged.status_code == 403 and 'data-code="csrf_invalid"' in forged.text
+        empty = await http.post(
+            f"/ui/instances/{target}/actions/signal",
+            data={"csrf": _csrf(confirm.text), "key": _key(confirm.text), "f.jobId": ""},
+        )
+        assert empty.status_code == 422 and "jobId: required" in empty.text
+        after = (await http.get(f"/ui/instances/{target}")).text
+        assert "No signal delivered." in after  # nothing was sent
+    async with _signed_in(server, VIEWER) as viewer:
+        refused = await viewer.get(f"/ui/instances/{target}/actions/signal")
+        assert refused.status_code == 403
+
+
+async def test_a_signal_waits_due_instant_is_labelled_its_timeout(acting):
+    server, seeded = acting
+    async with _signed_in(server) as http:
+        waiting = (await http.get(f"/ui/instances/{seeded.awaiting_signal}")).text
+        parked = (await http.get(f"/ui/instances/{seeded.parked[1]}")).text
+    assert "Times out " in waiting and "Next wake" not in waiting
+    assert "Next wake " in parked and "Times out" not in parked
