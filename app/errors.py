@@ -29,6 +29,7 @@ of a definition finding (``poll.requires_durable``).
     ├── InputInvalid               input_invalid; .errors (loc, msg, type)
     ├── StaleFencingToken          stale_fencing_token
     ├── JournalConflict            journal_conflict
+    ├── JournalMismatch            journal_mismatch; .fields["node"], ["row"]
     ├── SchemaBehindHead           schema_behind_head
     ├── StoreUnavailable           store_unavailable
     ├── DeliveryNotFound           delivery_not_found
@@ -81,6 +82,7 @@ __all__ = [
     "InstanceKeyInUse",
     "InstanceNotFound",
     "JournalConflict",
+    "JournalMismatch",
     "MethodNotAllowed",
     "NoBudget",
     "MetricsForbidden",
@@ -181,6 +183,12 @@ class ErrorCode(StrEnum):
     JOURNAL_CONFLICT = (
         "journal_conflict",
         "a write contradicts the journal (an engine invariant; never an API answer)",
+    )
+    JOURNAL_MISMATCH = (
+        "journal_mismatch",
+        "an instance's journal does not fit the plan of its flow version: the plan changed "
+        "under a registered version (the instance fails with flow.journal_mismatch; never an "
+        "API answer)",
     )
     METHOD_NOT_ALLOWED = ("method_not_allowed", "the route does not answer that method")
     NO_BUDGET = (
@@ -354,6 +362,17 @@ class JournalConflict(FlowparkError):
     """
 
     code = ErrorCode.JOURNAL_CONFLICT
+
+
+class JournalMismatch(FlowparkError):
+    """A stored journal row does not fit the plan its instance runs: its node is gone, or
+    the node there now is another kind or calls another capability (the plan changed under
+    a registered flow version). Raised by the decider; the engine fails the instance with
+    ``flow.journal_mismatch`` and runs no compensation (the journal cannot be read against
+    this plan). Fields: ``instance_id``, ``flow``, ``node``, ``row``.
+    """
+
+    code = ErrorCode.JOURNAL_MISMATCH
 
 
 class SchemaBehindHead(FlowparkError):

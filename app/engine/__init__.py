@@ -1,11 +1,13 @@
-"""The engine: runs an instance from its journal frontier until it parks or ends; clocks;
-the sweep; leases. Imports nothing from fastapi, sqlalchemy, apscheduler or httpx."""
+"""The engine: a pure decider (what an instance does next, from its plan, journal, mailbox
+and the clock's instant) and an executor that carries each decision out under a lease;
+clocks; the sweep. Imports nothing from fastapi, sqlalchemy, apscheduler or httpx."""
 
 from app.engine.clock import Clock, SystemClock, VirtualClock
-from app.engine.engine import Engine, EngineConfig, StartResult, SweepReport
+from app.engine.config import EngineConfig
+from app.engine.engine import Engine, StartResult, SweepReport
 from app.engine.journal import InstanceRecord, InstanceState, Snapshot, StepRow
+from app.engine.outcomes import RunOutcome
 from app.engine.roles import Claims, Journal, JournalWrites, Mailbox, ReadModel, Streams
-from app.engine.stops import RunOutcome
 
 __all__ = [
     "Claims",

@@ -2,69 +2,70 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
-from pydantic_core import to_json, to_jsonable_python
+from pydantic_core import to_jsonable_python
 
 from app.engine.journal import ReviewRequest, StepKind
+from app.engine.values import execution_key, jsonable, revive
 from app.flows.capability import Complete, Fail, RecoveryError, Stream, bag_key
 
-if TYPE_CHECKING:
-    from app.engine.runner import Run
-
-__all__ = ["BagView", "ExecutionContext", "execution_key", "jsonable", "revive"]
+__all__ = [
+    "BagView",
+    "CancelRequested",
+    "ExecutionContext",
+    "TryHost",
+    "execution_key",
+    "jsonable",
+    "revive",
+]
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 
-def revive(model: type[M], data: Any) -> M:
-    """Validate stored JSON data back into ``model`` in JSON mode, so models with strict
-    fields (a strict ``datetime`` stored as an ISO string) read back what they wrote."""
-    return model.model_validate_json(to_json(data))
+class CancelRequested(BaseException):
+    """Raised out of ``ctx.heartbeat`` when the instance is to be cancelled.
 
-
-def jsonable(value: Any) -> Any:
-    """``value`` as plain JSON data (models by alias, datetimes as ISO strings ...).
-
-    Args:
-        value: a model or any value pydantic can serialise.
-
-    Returns:
-        JSON data (dicts, lists, strings, numbers, booleans, None).
-
-    Raises:
-        pydantic_core.PydanticSerializationError: a value JSON cannot hold.
+    A ``BaseException``, as ``asyncio.CancelledError`` is: capabilities (provider clients
+    above all) often catch ``Exception`` around a call, and such a handler must not swallow
+    the cancel and keep the try going. The try that catches it records nothing and the
+    instance unwinds.
     """
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", by_alias=True)
-    return to_jsonable_python(value, by_alias=True)
 
 
-def execution_key(
-    instance_id: str, step_id: int, scope: int, kind: StepKind = StepKind.STEP
-) -> str:
-    """The stable key of one capability execution, for its provider's idempotency key.
+class TryHost(Protocol):
+    """What a try's context uses of its run (:class:`app.engine.executor.Executor`)."""
 
-    The same for every try and every re-execution (after a crash, an outage, a lost lease)
-    of the capability at ``(instance_id, step_id, scope)``; different for any other
-    execution: another instance, node or scope, or the node's compensation.
+    @property
+    def instance_id(self) -> str:
+        """The instance's id."""
 
-    Args:
-        instance_id: the instance's id.
-        step_id: the plan node's index.
-        scope: the attempt number inside a poll; 0 elsewhere.
-        kind: ``StepKind.STEP`` for the capability, ``StepKind.COMPENSATION`` for its undo.
+    @property
+    def input(self) -> Any:
+        """The instance's input (the plan's input model)."""
 
-    Returns:
-        ``"{instance_id}:{step_id}:{scope}"``, with ``":undo"`` appended for a
-        compensation: visible ASCII when the instance id is (engine ids are), at most
-        a few dozen characters.
-    """
-    key = f"{instance_id}:{step_id}:{scope}"
-    return key + ":undo" if kind is StepKind.COMPENSATION else key
+    @property
+    def instance_key(self) -> str | None:
+        """The instance's business key, if any."""
+
+    def now(self) -> datetime:
+        """The engine clock's instant (aware UTC)."""
+
+    def new_id(self) -> str:
+        """A fresh id (review items)."""
+
+    async def sleep(self, delay: timedelta) -> None:
+        """Sleep on the engine clock."""
+
+    async def heartbeat(self, ctx: ExecutionContext, value: Any) -> None:
+        """Record a heartbeat of the try ``ctx`` runs."""
+
+    async def write_stream(self, stream: Stream, value: BaseModel) -> bool:
+        """Append to a stream of the instance."""
 
 
 class BagView:
@@ -100,8 +101,9 @@ class ExecutionContext(BagView):
 
     def __init__(
         self,
-        run: Run,
+        run: TryHost,
         *,
+        bag: Mapping[str, Any] | None = None,
         step_id: int,
         scope: int,
         try_number: int,
@@ -110,7 +112,7 @@ class ExecutionContext(BagView):
         heartbeat_timeout: timedelta | None = None,
         kind: StepKind = StepKind.STEP,
     ) -> None:
-        super().__init__(run.instance_id, run.input, dict(run.bag))
+        super().__init__(run.instance_id, run.input, dict(bag or {}))
         self._execution_key = execution_key(run.instance_id, step_id, scope, kind)
         self._run = run
         self._step_id = step_id
@@ -137,12 +139,11 @@ class ExecutionContext(BagView):
 
     @property
     def instance_key(self) -> str | None:
-        return self._run.instance.instance_key
+        return self._run.instance_key
 
     @property
     def now(self) -> datetime:
-        now: datetime = self._run.engine.clock.now()
-        return now
+        return self._run.now()
 
     @property
     def recovery_error(self) -> RecoveryError | None:
@@ -157,9 +158,7 @@ class ExecutionContext(BagView):
     def request_review(
         self, subject: str, reason: str, details: dict[str, Any] | None = None
     ) -> None:
-        self.reviews.append(
-            ReviewRequest(self._run.engine.new_id(), subject, reason, details or {})
-        )
+        self.reviews.append(ReviewRequest(self._run.new_id(), subject, reason, details or {}))
 
     async def heartbeat(self, value: Any = None) -> None:
         if isinstance(value, BaseModel):
@@ -180,7 +179,7 @@ class ExecutionContext(BagView):
         return await self._run.write_stream(stream, value)
 
     async def sleep(self, delay: timedelta) -> None:
-        await self._run.engine.clock.sleep(delay)
+        await self._run.sleep(delay)
 
     def fail(self, code: str, message: str, **details: Any) -> Fail:
         return Fail(code, message, details)

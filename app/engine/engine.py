@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -20,6 +19,10 @@ from uuid6 import uuid7
 
 from app.engine import outside, sweeps
 from app.engine.clock import Clock
+from app.engine.config import EngineConfig
+from app.engine.ephemeral import run_ephemeral
+from app.engine.executor import Executor
+from app.engine.failures import fail_broken, fail_mismatch, fail_unreadable
 from app.engine.journal import (
     Claim,
     InstanceRecord,
@@ -29,17 +32,15 @@ from app.engine.journal import (
 )
 from app.engine.limits import CallLimits
 from app.engine.observe import LOG_CONTEXT, Observer
-from app.engine.outside import SignalDelivery, StartResult
+from app.engine.outcomes import Halt, RunOutcome, StartResult
+from app.engine.outside import SignalDelivery
 from app.engine.roles import Journal
-from app.engine.runner import Run
 from app.engine.runs import RunTasks
-from app.engine.stops import Halt, RunOutcome
 from app.engine.sweeps import SweepReport
-from app.engine.walker import PlanWalker
 from app.errors import (
-    FlowFailure,
     FlowparkError,
     InputInvalid,
+    JournalMismatch,
     StaleFencingToken,
 )
 from app.flows.catalog import Catalog
@@ -50,38 +51,12 @@ __all__ = ["Engine", "EngineConfig", "SignalDelivery", "StartResult", "SweepRepo
 log = logging.getLogger("flowpark.engine")
 
 
-@dataclass(frozen=True)
-class EngineConfig:
-    """Engine settings.
-
-    Attributes:
-        node_id: this node's name (lease owner, logs).
-        lease: how long a claim holds an instance without renewal (default 30 s). A run
-            renews it every ``lease / 3`` while a capability works, so node clocks may
-            disagree by up to ``lease - lease / 3`` (20 s by default) without a live lease
-            being taken over.
-        sweep_batch: at most this many instances claimed per sweep statement (default 100).
-        concurrency: instances advanced at once by this node (default 32); a sweep claims
-            no more than its free run slots, so nothing it claimed waits for a slot.
-        start_wait: how long :meth:`Engine.start` waits (on the engine clock) for a new
-            instance to park or end before it answers with the instance ``running`` while
-            the run goes on in the background; None (default): until it parks or ends (or
-            reaches a heartbeating capability). The server sets it from
-            ``FLOWPARK_START_WAIT_SECONDS`` (2 s).
-    """
-
-    node_id: str = "node-1"
-    lease: timedelta = timedelta(seconds=30)
-    sweep_batch: int = 100
-    concurrency: int = 32
-    start_wait: timedelta | None = None
-
-
 class Engine:
     """Runs flows durably.
 
-    The engine composes its parts: a :class:`~app.engine.walker.PlanWalker` (``walker``:
-    walks a run's plan), a :class:`~app.engine.limits.CallLimits` (``limits``: runs one
+    The engine composes its parts: each run is an :class:`~app.engine.executor.Executor`
+    that asks the pure :class:`~app.engine.decider.Decider` for the next decision and
+    carries it out; a :class:`~app.engine.limits.CallLimits` (``limits``: runs one
     capability call under its timeouts, the lease keeper and the heartbeat watchdog) and
     :class:`~app.engine.runs.RunTasks` (``runs``: the runs in flight, the run slots, the
     runs gone on in the background). The sweep is :mod:`app.engine.sweeps`; wakes,
@@ -122,7 +97,6 @@ class Engine:
         self.config = config or EngineConfig()
         self.lease = self.config.lease
         self.new_id = id_factory or (lambda: str(uuid7()))
-        self.walker = PlanWalker(self.new_id)
         self.limits = CallLimits(clock, self.lease, self.config.node_id)
         self.runs = RunTasks(
             lambda claim, detach: self.advance(claim, detach=detach),
@@ -179,8 +153,6 @@ class Engine:
         model = self.validate_input(plan, payload)
         data = model.model_dump(mode="json", by_alias=True)
         if plan.profile is Profile.EPHEMERAL:
-            from app.engine.ephemeral import run_ephemeral
-
             return await run_ephemeral(self, plan, data)
         with self.observer.start_span(plan.name, plan.version):
             return await outside.start(self, plan, data, idempotency_key, instance_key)
@@ -226,17 +198,19 @@ class Engine:
             await self.journal.claims.release(inst.id, claim.fencing_token, self.clock.now())
             return RunOutcome(inst.id, InstanceState.SUSPENDED, inst.wake_at, runnable=False)
         try:
-            run = Run(self, plan, inst, claim, snapshot.steps, snapshot.signals)
+            run = Executor(self, plan, inst, claim, snapshot.steps, snapshot.signals)
         except Exception as exc:  # noqa: BLE001 - stored input no longer fits its model
-            return await self._fail_unreadable(inst, claim, exc)
+            return await fail_unreadable(self, inst, claim, exc)
         run.detach = detach
-        halt = await self._walk(run, claim)
+        halt = await self._run(run, claim)
         return self._outcome(run, halt)
 
-    async def _walk(self, run: Run, claim: Claim) -> Halt:
-        """Walk ``run`` until it parks or ends; a broken run (not a lost race) fails."""
+    async def _run(self, run: Executor, claim: Claim) -> Halt:
+        """Run until the instance parks or ends; a broken run (not a lost race) fails."""
         try:
-            return await self.walker.walk(run)
+            return await run.run()
+        except JournalMismatch as exc:
+            return await fail_mismatch(self, run, exc)
         except StaleFencingToken:
             self.observer.fencing_refused(run.instance.flow_name)
             log.warning(
@@ -249,9 +223,9 @@ class Engine:
         except (FlowparkError, asyncio.CancelledError):
             raise  # a lost race, the store unreachable, shutdown: a later claim retries
         except Exception as exc:  # noqa: BLE001 - never re-claim a broken run forever
-            return await self._fail_broken(run, exc)
+            return await fail_broken(self, run, exc)
 
-    def _outcome(self, run: Run, halt: Halt) -> RunOutcome:
+    def _outcome(self, run: Executor, halt: Halt) -> RunOutcome:
         """Report how ``run`` stopped (logs, observer, wake listeners) and answer it."""
         inst = run.instance
         if log.isEnabledFor(logging.DEBUG):
@@ -280,46 +254,8 @@ class Engine:
             halt.wake_at,
             run.tries,
             instance=inst if inst.state is halt.state else None,
-            signals_taken=tuple(run.mailbox.taken),
+            signals_taken=tuple(run.taken),
         )
-
-    async def _fail_broken(self, run: Run, exc: Exception) -> Halt:
-        """An error outside any capability call (a value the store cannot hold, a bug):
-        fail the instance with ``flow.internal_error`` and unwind, instead of leaving it
-        running to be re-claimed and fail again after every lease."""
-        log.error(
-            "instance %s: run failed on node %s; failing it",
-            run.instance_id,
-            self.config.node_id,
-            exc_info=exc,
-        )
-        failure = FlowFailure(
-            "flow.internal_error",
-            f"{type(exc).__name__}: {exc}"[:2000],
-            {"error_type": type(exc).__name__},
-        )
-        return await self.walker.unwind(run, InstanceState.FAILED, failure)
-
-    async def _fail_unreadable(
-        self, inst: InstanceRecord, claim: Claim, exc: Exception
-    ) -> RunOutcome:
-        log.error(
-            "instance %s: its stored input does not validate on node %s; failing it",
-            inst.id,
-            self.config.node_id,
-            exc_info=exc,
-        )
-        now = self.clock.now()
-        failure = FlowFailure(
-            "flow.internal_error",
-            f"stored input is unreadable: {type(exc).__name__}: {exc}"[:2000],
-            {"error_type": type(exc).__name__},
-        )
-        await self.journal.writes.finish(
-            inst.id, claim.fencing_token, now, InstanceState.FAILED, failure=failure
-        )
-        self.observer.ended(inst.flow_name, inst.flow_version, "failed", failure.code)
-        return RunOutcome(inst.id, InstanceState.FAILED)
 
     # -- sweeping ----------------------------------------------------------------------
     async def sweep(

@@ -1,4 +1,4 @@
-"""Ephemeral runs: the same walk over the plan, inside the caller, writing no rows.
+"""Ephemeral runs: the same decider and executor, inside the caller, writing no rows.
 
 An ephemeral flow cannot wait (definition rules refuse polls and awaits), so a run either
 completes or fails before the call returns. Retries wait in-process on the engine clock.
@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
+from app.engine.executor import Executor
+from app.engine.host import RunHost
 from app.engine.journal import (
     Ack,
     Claim,
@@ -20,15 +22,10 @@ from app.engine.journal import (
     InstanceState,
     StepRow,
 )
-from app.engine.outside import StartResult
-from app.engine.runner import Run
-from app.engine.stops import Halt
+from app.engine.outcomes import Halt, StartResult
+from app.engine.roles import Journal
 from app.errors import FlowFailure
-
-if TYPE_CHECKING:
-    from app.engine.engine import Engine
-    from app.engine.roles import Journal
-    from app.flows.plan import Plan
+from app.flows.plan import Plan
 
 __all__ = ["run_ephemeral"]
 
@@ -105,7 +102,7 @@ class _MemoryJournal:
         return False
 
 
-async def run_ephemeral(engine: Engine, plan: Plan, data: dict[str, Any]) -> StartResult:
+async def run_ephemeral(engine: RunHost, plan: Plan, data: dict[str, Any]) -> StartResult:
     """Run ``plan`` on ``data`` to its end in memory; returns a StartResult with no row."""
     now = engine.clock.now()
     record = InstanceRecord(
@@ -129,11 +126,10 @@ async def run_ephemeral(engine: Engine, plan: Plan, data: dict[str, Any]) -> Sta
         observer = engine.observer
         config = engine.config
 
-    run = Run(_View(), plan, record, Claim(record.id, 0), [], [])
-    run.ephemeral = True
+    run = Executor(_View(), plan, record, Claim(record.id, 0), [], [], ephemeral=True)
     engine.observer.started(plan.name, plan.version, record.id)
     try:
-        halt: Halt = await engine.walker.walk(run)
+        halt: Halt = await run.run()
     except Exception:  # a durable run is failed so (flow.internal_error); here it raises
         engine.observer.ended(plan.name, plan.version, "failed", "flow.internal_error")
         raise

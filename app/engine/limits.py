@@ -5,21 +5,49 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 from app.engine.clock import Clock, Timer
 from app.engine.context import ExecutionContext
+from app.engine.journal import Ack
+from app.engine.roles import Journal
 from app.errors import (
     StaleFencingToken,
     StoreUnavailable,
 )
 from app.flows.capability import Capability, CapabilityOptions
 
-if TYPE_CHECKING:
-    from app.engine.runner import Run
+__all__ = ["CallLimits", "CapabilityTimeout", "LeaseHolder"]
 
-__all__ = ["CallLimits", "CapabilityTimeout"]
+
+class LeaseHolder(Protocol):
+    """The run a try belongs to, as its limits see it (:class:`app.engine.executor.Executor`).
+
+    Attributes:
+        lease_expires_at: the lease expiry the run last wrote (the keeper updates it).
+    """
+
+    lease_expires_at: datetime | None
+
+    @property
+    def instance_id(self) -> str:
+        """The instance."""
+
+    @property
+    def token(self) -> int:
+        """The claim's fencing token."""
+
+    @property
+    def journal(self) -> Journal:
+        """The store (its claims role renews the lease)."""
+
+    def now(self) -> datetime:
+        """The engine clock's instant (aware UTC)."""
+
+    def after_ack(self, ack: Ack) -> None:
+        """Take note of what a write answered (a cancel requested meanwhile)."""
+
 
 log = logging.getLogger("flowpark.engine")
 
@@ -52,7 +80,11 @@ class CallLimits:
         self.node_id = node_id
 
     async def call(
-        self, capability: Capability, ctx: ExecutionContext, opts: CapabilityOptions, run: Run
+        self,
+        capability: Capability,
+        ctx: ExecutionContext,
+        opts: CapabilityOptions,
+        run: LeaseHolder,
     ) -> Any:
         """Run one try with ``execute_timeout`` (and heartbeat watchdog) on the engine clock;
         renew the lease meanwhile when the capability does not heartbeat.
@@ -98,7 +130,7 @@ class CallLimits:
             elif not task.cancelled():
                 task.exception()  # retrieved, also when the run was cancelled as it ended
 
-    def lease_left(self, run: Run) -> timedelta:
+    def lease_left(self, run: LeaseHolder) -> timedelta:
         """Lease time left by the run's last lease write known here.
 
         Its claim's, or the keeper's; zero when unknown. Writes that renew the lease on the
@@ -114,7 +146,7 @@ class CallLimits:
             return timedelta(0)
         return run.lease_expires_at - run.now()
 
-    async def renew_lease(self, run: Run) -> bool:
+    async def renew_lease(self, run: LeaseHolder) -> bool:
         """Renew the run's lease (fenced) until ``lease`` from now.
 
         Args:
@@ -192,7 +224,7 @@ class _TryLimits:
         task: asyncio.Future[Any],
         ctx: ExecutionContext,
         opts: CapabilityOptions,
-        run: Run,
+        run: LeaseHolder,
     ) -> None:
         self.limits = limits
         self.task = task

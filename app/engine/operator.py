@@ -10,15 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from app.engine.deadlines import POLL_BUDGET, deadline_row, ends_at
+from app.engine.host import NodeEngine
 from app.engine.journal import StepKind
 from app.errors import InstanceBusy, NoBudget
 from app.flows.plan import PollNode
-
-if TYPE_CHECKING:
-    from app.engine.engine import Engine
 
 __all__ = ["BudgetExtension", "extend_budget"]
 
@@ -43,7 +40,7 @@ class BudgetExtension:
     step_id: int
 
 
-async def extend_budget(engine: Engine, instance_id: str, by: timedelta) -> BudgetExtension:
+async def extend_budget(engine: NodeEngine, instance_id: str, by: timedelta) -> BudgetExtension:
     """Extend the budget of the poll the instance is parked at by ``by`` (at most to the
     flow deadline), durably, then give the instance back parked as it was: its next
     decision (the sweep at its ``wake_at``) reads the new end.

@@ -7,11 +7,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
+from app.engine.host import NodeEngine
 from app.engine.journal import (
     Claim,
     InstanceRecord,
@@ -20,25 +21,13 @@ from app.engine.journal import (
     SignalRecord,
     Snapshot,
 )
-from app.engine.stops import RunOutcome
+from app.engine.outcomes import RunOutcome, StartResult
 from app.errors import InputInvalid, SignalNotDeclared, StaleFencingToken
 from app.flows.plan import AwaitSignalNode, Plan, PollNode
-
-if TYPE_CHECKING:
-    from app.engine.engine import Engine
 
 __all__ = ["SignalDelivery", "StartResult", "cancel", "deliver", "start", "wake"]
 
 log = logging.getLogger("flowpark.engine")
-
-
-@dataclass(frozen=True)
-class StartResult:
-    """A start's answer: the instance after its first advance, and whether it is new."""
-
-    instance: InstanceRecord
-    created: bool
-    result: Any = None
 
 
 @dataclass(frozen=True)
@@ -62,7 +51,7 @@ class SignalDelivery:
 
 
 async def start(
-    engine: Engine,
+    engine: NodeEngine,
     plan: Plan,
     data: dict[str, Any],
     idempotency_key: str | None,
@@ -105,7 +94,7 @@ async def start(
     return StartResult(record, created, record.result)
 
 
-async def _first_advance(engine: Engine, record: InstanceRecord) -> InstanceRecord:
+async def _first_advance(engine: NodeEngine, record: InstanceRecord) -> InstanceRecord:
     """Advance a new instance under the lease its start took, for up to ``start_wait``;
     the instance as the run left it, or as stored when the run goes on elsewhere."""
     # a new instance has no journal and no mailbox yet (a signal sent meanwhile is read by
@@ -128,7 +117,7 @@ async def _first_advance(engine: Engine, record: InstanceRecord) -> InstanceReco
     return await engine.journal.reads.get_instance(record.id)
 
 
-async def wake(engine: Engine, instance_id: str, *, woken: bool = False) -> RunOutcome | None:
+async def wake(engine: NodeEngine, instance_id: str, *, woken: bool = False) -> RunOutcome | None:
     """Claim one instance now (if nobody holds it) and advance it.
 
     A request runs its own work: the run-slot gate bounds the sweep's background work, and
@@ -154,7 +143,7 @@ async def wake(engine: Engine, instance_id: str, *, woken: bool = False) -> RunO
 
 
 async def deliver(
-    engine: Engine, instance_id: str, name: str, payload: Any, idempotency_key: str | None
+    engine: NodeEngine, instance_id: str, name: str, payload: Any, idempotency_key: str | None
 ) -> SignalDelivery:
     """Store a signal, then continue the instance when the store claimed it for a wait.
 
@@ -211,7 +200,7 @@ async def deliver(
 
 
 async def _continue(
-    engine: Engine, instance_id: str, claim: Claim, answer: SignalDelivery
+    engine: NodeEngine, instance_id: str, claim: Claim, answer: SignalDelivery
 ) -> SignalDelivery:
     """Advance the instance a delivery claimed; ``answer`` as the run left the signal and
     the instance (read back when the run went on in the background or elsewhere)."""
@@ -230,7 +219,7 @@ async def _continue(
     return replace(answer, signal=taken, state=outcome.state)
 
 
-async def cancel(engine: Engine, instance_id: str) -> InstanceRecord:
+async def cancel(engine: NodeEngine, instance_id: str) -> InstanceRecord:
     """Request a cancel; unwind the instance here when the request claimed it.
 
     Args:

@@ -12,7 +12,7 @@ from typing import Any
 
 from app.engine.clock import Clock
 from app.engine.journal import Claim, InstanceState
-from app.engine.stops import RunOutcome
+from app.engine.outcomes import RunOutcome
 from app.errors import StaleFencingToken
 
 __all__ = ["RunTasks"]

@@ -8,14 +8,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
 
+from app.engine.host import NodeEngine
 from app.engine.journal import Claim
-from app.engine.stops import RunOutcome
+from app.engine.outcomes import RunOutcome
 from app.errors import StaleFencingToken
-
-if TYPE_CHECKING:
-    from app.engine.engine import Engine
 
 __all__ = ["SweepPass", "SweepReport", "sweep"]
 
@@ -33,7 +30,9 @@ class SweepReport:
     outcomes: list[RunOutcome] = field(default_factory=list)
 
 
-async def sweep(engine: Engine, limit: int | None, again: Callable[[], bool] | None) -> SweepReport:
+async def sweep(
+    engine: NodeEngine, limit: int | None, again: Callable[[], bool] | None
+) -> SweepReport:
     """One sweep of ``engine`` (:meth:`app.engine.engine.Engine.sweep` tells the rules).
 
     Args:
@@ -87,7 +86,7 @@ class SweepPass:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: NodeEngine,
         report: SweepReport,
         limit: int | None,
         again: Callable[[], bool] | None,

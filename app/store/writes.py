@@ -230,7 +230,7 @@ class SqlJournalWrites(SqlRole):
 
         Args:
             deferred: a row of the same instance that the run executed but did not write
-                yet (:attr:`app.engine.runner.Run.unflushed`): appended before ``row``, in
+                yet (:attr:`app.engine.executor.Executor.unflushed`): appended before ``row``, in
                 the same write (an emit's commit carries the step before it).
 
         Returns:

@@ -22,6 +22,7 @@ INTERNAL = {
     ErrorCode.DEFINITION_INVALID,
     ErrorCode.FLOWS_UNLOADABLE,
     ErrorCode.JOURNAL_CONFLICT,
+    ErrorCode.JOURNAL_MISMATCH,
     ErrorCode.STALE_FENCING_TOKEN,
 }
 

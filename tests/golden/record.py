@@ -3,7 +3,8 @@ what the engine did next.
 
 Run from the repository root::
 
-    python -m tests.golden.record            # (re)writes tests/golden/stored/*.json
+    python -m tests.golden.record            # records the scenarios with no fixture yet
+    python -m tests.golden.record NAME ...   # (re)records the scenarios named
 
 Each scenario drives a small flow (:mod:`tests.engine.flows`) on the production engine, a
 virtual clock and a fresh SQLite store to a chosen point (parked on a poll's attempt, on a
@@ -31,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -42,8 +44,8 @@ from sqlalchemy import text
 from app.engine.operator import extend_budget
 from app.store.migrate import head_revision
 from app.store.read_model import OperatorAction
-from app.testing import FlowHarness, Scripted
-from tests.engine.flows import Job, Ready, Status, await_flow, poll_flow
+from app.testing import FlowHarness, Scripted, substitute
+from tests.engine.flows import Check, Job, Ready, Status, await_flow, poll_flow
 
 STORED = Path(__file__).resolve().parent / "stored"
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -73,11 +75,21 @@ def remaining(script: list[Any], calls: int) -> list[Any]:
     return script[calls:] if calls < len(script) else script[-1:]
 
 
+class CheckRenamed(Check):
+    """The poll's body under another capability id (a plan changed incompatibly)."""
+
+    id = "t.status"
+
+
 def flows_of(scenario: dict[str, Any]) -> list[Any]:
-    """The flow a scenario runs (``poll`` with options, or ``await``)."""
+    """The flow a scenario runs (``poll`` with options, or ``await``); ``change``
+    ``body_renamed``: the poll's body calls another capability id under the same version."""
     if scenario["flow"] == "await":
         return [await_flow()]
-    return [poll_flow(**scenario.get("options", {}))]
+    flow = poll_flow(**scenario.get("options", {}))
+    if scenario.get("change") == "body_renamed":
+        substitute(flow, {"t.check": CheckRenamed()})
+    return [flow]
 
 
 @dataclass
@@ -89,12 +101,15 @@ class Scenario:
         spec: the flow and scripts (JSON, stored in the fixture).
         to_point: drives a started instance to the recorded point.
         resume: JSON naming how the instance is resumed (see :func:`resume`).
+        must_fail: a must-fail fixture: the changed flow it is resumed with and the error
+            that resume must end in (nothing is resumed while recording).
     """
 
     name: str
     spec: dict[str, Any]
     to_point: Callable[[FlowHarness, str], Awaitable[None]]
     resume: dict[str, Any] = field(default_factory=lambda: {"via": "sweep"})
+    must_fail: dict[str, Any] | None = None
 
 
 async def wakes(h: FlowHarness, instance_id: str, n: int) -> None:
@@ -171,6 +186,16 @@ SCENARIOS = [
         {"flow": "poll", "scripts": {"t.check": [False, True]}},
         noop,
         {"via": "wake_now", "afterSeconds": 10},
+    ),
+    Scenario(
+        "must_fail_body_renamed",
+        {"flow": "poll", "scripts": {"t.check": [False, False, True]}},
+        lambda h, i: wakes(h, i, 1),
+        must_fail={
+            "changedFlow": {"flow": "poll", "change": "body_renamed"},
+            "error": {"code": "journal_mismatch", "node": 2},
+            "instance": {"state": "failed", "failureCode": "flow.journal_mismatch"},
+        },
     ),
 ]
 
@@ -266,9 +291,11 @@ async def record(scenario: Scenario) -> dict[str, Any]:
         point = h.clock.now()
         stored = await dump(h, instance_id)
         scripts_after = {cap: remaining(s, subs[cap].calls) for cap, s in scripts.items()}
-        await resume(h, instance_id, scenario.resume)
-        await h.engine.drain()
-        nxt = await observed(h, instance_id, len(stored["flow_step"]))
+        if scenario.must_fail is None:
+            await resume(h, instance_id, scenario.resume)
+            await h.engine.drain()
+            nxt = await observed(h, instance_id, len(stored["flow_step"]))
+    outcome = {"mustFail": scenario.must_fail} if scenario.must_fail else {"next": nxt}
     return {
         "about": __doc__.splitlines()[0] if __doc__ else "",
         "recordedWith": {"schemaRevision": head_revision(), "commit": _commit()},
@@ -278,7 +305,7 @@ async def record(scenario: Scenario) -> dict[str, Any]:
         "point": point.isoformat(),
         "resume": scenario.resume,
         "stored": stored,
-        "next": nxt,
+        **outcome,
     }
 
 
@@ -292,18 +319,21 @@ def _commit() -> str:
     return out.stdout.strip() or "unknown"
 
 
-async def main() -> None:
-    """Record every scenario into ``tests/golden/stored/<name>.json``."""
+async def main(names: list[str]) -> None:
+    """Record the scenarios ``names`` (default: every scenario with no fixture yet) into
+    ``tests/golden/stored/<name>.json``; an existing fixture is kept unless named."""
     STORED.mkdir(exist_ok=True)
     for scenario in SCENARIOS:
-        fixture = await record(scenario)
         path = STORED / f"{scenario.name}.json"
+        if (names and scenario.name not in names) or (not names and path.exists()):
+            continue
+        fixture = await record(scenario)
         path.write_text(json.dumps(fixture, indent=1, sort_keys=False) + "\n")
-        print(f"recorded {path.relative_to(Path.cwd())}: {len(fixture['next']['rows'])} rows next")
+        print(f"recorded {path.relative_to(Path.cwd())}")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(sys.argv[1:]))
 
 
 __all__ = ["SCENARIOS", "Ready", "outcomes", "record", "remaining", "stand_ins"]

@@ -19,9 +19,11 @@ from tests.golden.record import STORED, TABLES, flows_of, stand_ins
 __all__ = ["fixture_names", "load_fixture", "resumed_harness"]
 
 
-def fixture_names() -> list[str]:
-    """The recorded fixtures' names (without ``.json``)."""
-    return sorted(p.stem for p in STORED.glob("*.json"))
+def fixture_names(*, must_fail: bool = False) -> list[str]:
+    """The recorded fixtures' names (without ``.json``): those that resume, or (with
+    ``must_fail``) those whose resume must fail (``must_fail_*``)."""
+    names = sorted(p.stem for p in STORED.glob("*.json"))
+    return [n for n in names if n.startswith("must_fail_") == must_fail]
 
 
 def load_fixture(name: str) -> dict[str, Any]:

@@ -168,3 +168,106 @@ def test_no_module_is_over_600_lines() -> None:
     }
     assert len(sizes) > 50  # the walk found the packages
     assert {p: n for p, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+
+
+ENGINE = ROOT / "app" / "engine"
+MAX_ENGINE_MODULE_LINES = 400
+
+
+def _engine_imports(path: Path) -> set[str]:
+    """The ``app.engine`` modules ``path`` imports: every ``import`` and ``from`` statement
+    anywhere in it (inside functions and ``if TYPE_CHECKING:`` blocks too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            base = node.module
+            if base == "app.engine":  # from app.engine import outside, sweeps
+                found.update(f"app.engine.{alias.name}" for alias in node.names)
+            elif base.startswith("app.engine."):
+                found.add(base)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("app.engine."))
+    return found
+
+
+def _engine_graph() -> dict[str, set[str]]:
+    modules = {f"app.engine.{p.stem}": p for p in ENGINE.glob("*.py") if p.stem != "__init__"}
+    return {name: _engine_imports(path) & set(modules) for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (or a module importing
+    itself): each holds an import cycle (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(name: str) -> None:
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        on_stack.add(name)
+        for other in sorted(graph[name]):
+            if other not in index:
+                visit(other)
+                low[name] = min(low[name], low[other])
+            elif other in on_stack:
+                low[name] = min(low[name], index[other])
+        if low[name] == index[name]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == name:
+                    break
+            if len(group) > 1 or name in graph[name]:
+                groups.append(sorted(group))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return groups
+
+
+def test_the_engine_has_no_import_cycle() -> None:
+    """No module of ``app.engine`` imports (directly or around a circle, type-only imports
+    and imports inside functions included) a module that imports it back: each part
+    depends on the parts below it and on protocols, never on the engine above it."""
+    graph = _engine_graph()
+    assert len(graph) > 15 and "app.engine.executor" in graph
+    assert "app.engine.decisions" in graph["app.engine.executor"]  # the walk finds imports
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"a"}}) == [["a"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_engine_module_is_over_400_lines() -> None:
+    sizes = {p.name: len(p.read_text().splitlines()) for p in ENGINE.glob("*.py")}
+    assert {p: n for p, n in sizes.items() if n > MAX_ENGINE_MODULE_LINES} == {}
+
+
+def test_the_decider_imports_no_store_runtime_asyncio_or_io() -> None:
+    """The decider and the modules it is built from are pure: no store, runtime, asyncio,
+    clock or I/O; a test of the decider needs no database, no clock and no event loop."""
+    pure = ["decider", "nodes", "attempts", "replay", "decisions", "retries", "values"]
+    allowed = {f"app.engine.{m}" for m in [*pure, "journal", "deadlines", "context", "observe"]}
+    for name in pure:
+        tree = ast.parse((ENGINE / f"{name}.py").read_text())
+        imported: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(a.name for a in node.names)
+        engine = {m for m in imported if m.startswith("app.engine")}
+        assert engine <= allowed, (name, engine - allowed)
+        outside = {m for m in imported if m.startswith(("app.store", "app.runtime", "app.api"))}
+        assert outside == set(), name
+        io = {m for m in imported if m.split(".")[0] in {"asyncio", "socket", "time", "threading"}}
+        assert io == set(), name

@@ -17,9 +17,9 @@ from pydantic import BaseModel
 from app.engine.clock import VirtualClock
 from app.engine.context import ExecutionContext
 from app.engine.engine import Engine, EngineConfig
+from app.engine.executor import Executor
 from app.engine.journal import Ack, Claim, InstanceRecord, InstanceState
 from app.engine.limits import CapabilityTimeout
-from app.engine.runner import Run
 from app.errors import StaleFencingToken, StoreUnavailable
 from app.flows import Capability, CapabilityOptions, Flow, StepContext
 from app.flows.catalog import Catalog
@@ -109,7 +109,7 @@ class World:
             updated_at=T0,
             lease_expires_at=T0 + LEASE,
         )
-        self.run = Run(self.engine, plan, record, Claim(record.id, 7), [], [])
+        self.run = Executor(self.engine, plan, record, Claim(record.id, 7), [], [])
 
     def call(self, cap: Capability, opts: CapabilityOptions) -> asyncio.Task[Any]:
         ctx = ExecutionContext(

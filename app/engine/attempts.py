@@ -1,0 +1,201 @@
+"""Tries as the decider sees them: replaying an execution's rows, the next try (its retry
+window stored first), a park until it is due, a try lost with its node, and a
+compensation's next try while unwinding (pure; see :mod:`app.engine.decider`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from app.engine.deadlines import RETRY_TOTAL, deadline_row
+from app.engine.decisions import (
+    Decision,
+    Execute,
+    Park,
+    Record,
+)
+from app.engine.journal import (
+    InstanceState,
+    Outcome,
+    StepKind,
+    StepRow,
+    WakeKind,
+)
+from app.engine.replay import Ending, Replay
+from app.engine.retries import failure_row, next_try_at, retry_start
+from app.engine.values import execution_key
+from app.errors import FlowFailure
+from app.flows.plan import StepNode
+
+__all__ = ["Attempts"]
+
+
+class Attempts(Replay):
+    """The tries of a walk (:class:`app.engine.nodes.Walk` adds the nodes)."""
+
+    def attempt(
+        self,
+        node: StepNode,
+        scope: int,
+        wake_step: int,
+        *,
+        budget_end: datetime | None = None,
+        accept: str | None = None,
+        poll: int | None = None,
+    ) -> StepRow | Ending | Decision:
+        """Replay (node, scope): its deciding row (a success or a final failure), or the
+        frontier's decision (the next try, a park until it is due), or an ending."""
+        rows = self.found(node.index, scope)
+        for row in rows:
+            if row.outcome is Outcome.SUCCESS:
+                self.apply(row)
+                return row
+        if rows and rows[-1].final:
+            return rows[-1]
+        stop = self.interrupts()
+        if stop is not None:
+            return stop
+        if self.lost_try(node, scope):
+            return self.record_lost(node, scope)
+        parked, wake_at = self.wake_for(wake_step, scope)
+        due = wake_at
+        retrying = bool(rows) and rows[-1].next_try_at is not None
+        if retrying:
+            due = rows[-1].next_try_at
+        elif not parked:
+            due = None
+        if parked and self.woken:  # an operator's wake: the next try or attempt runs now
+            due = None
+        kind = WakeKind.RETRY if retrying or wake_step == node.index else WakeKind.POLL
+        if due is not None and self.now < due:
+            wake = min(due, budget_end) if budget_end is not None else due
+            return self.park(wake, wake_step, scope, accept, kind)
+        late = self.now - wake_at if parked and wake_at is not None else None
+        return self.execute(node, scope, StepKind.STEP, late, budget_end, poll)
+
+    def execute(
+        self,
+        node: StepNode,
+        scope: int,
+        kind: StepKind,
+        late: Any = None,
+        budget_end: datetime | None = None,
+        poll: int | None = None,
+    ) -> Execute | Record:
+        """The next try of (node, scope) of ``kind``: its retry window stored first before
+        the first try; no try when the window ended (a final failure row instead)."""
+        capability = node.capability if kind is StepKind.STEP else node.compensation
+        assert capability is not None
+        retry = capability.options.retry
+        previous = self.found(node.index, scope, kind)
+        try_number = len(previous) + 1
+        window = self.deadline(node.index, scope) if kind is StepKind.STEP else None
+        first = retry_start(retry, kind, window, previous)
+        total = retry.total_duration if retry is not None else None
+        store: tuple[StepRow, ...] = ()
+        if total is not None and kind is StepKind.STEP:
+            if first is None:
+                store = (
+                    deadline_row(
+                        self.instance.id, node.index, scope, RETRY_TOTAL, self.now, self.now + total
+                    ),
+                )
+                first = self.now
+            if previous and self.now >= first + total:  # woken late: no try starts
+                end = (first + total).isoformat()
+                detail = f"the retry window ended at {end}; no try started"
+                row = failure_row(
+                    self.instance.id,
+                    node.index,
+                    scope,
+                    kind,
+                    capability.id,
+                    try_number,
+                    ("retry_window_ended", detail),
+                    self.now,
+                    self.now,
+                    None,
+                )
+                return Record(row)
+        return Execute(
+            node.index,
+            scope,
+            kind,
+            capability.id,
+            try_number,
+            execution_key(self.instance.id, node.index, scope, kind),
+            dict(self.bag),
+            store_first=store,
+            retry_from=first,
+            budget_ends_at=budget_end,
+            recovery=self.recovery if kind is StepKind.STEP else None,
+            late_by=late,
+            poll=poll,
+        )
+
+    def lost_try(self, node: StepNode, scope: int) -> bool:
+        """Whether the claim found a heartbeating try at (node, scope) in flight whose
+        holder is gone (its lease expired)."""
+        inst = self.instance
+        return (
+            inst.try_step_id == node.index
+            and inst.try_scope == scope
+            and inst.try_number == len(self.found(node.index, scope)) + 1
+        )
+
+    def record_lost(self, node: StepNode, scope: int) -> Record:
+        """The failed row of a try lost with a dead node (its heartbeats stopped)."""
+        inst, now = self.instance, self.now
+        previous = self.found(node.index, scope)
+        try_number = len(previous) + 1
+        retry = node.capability.options.retry
+        started = inst.try_started_at or now
+        detail = (
+            f"no heartbeat from try {try_number} since {(inst.heartbeat_at or started).isoformat()}"
+        )
+        first = retry_start(retry, StepKind.STEP, self.deadline(node.index, scope), previous)
+        next_at = next_try_at(retry, try_number, "heartbeat_timeout", now, first or started)
+        row = failure_row(
+            inst.id,
+            node.index,
+            scope,
+            StepKind.STEP,
+            node.capability.id,
+            try_number,
+            ("heartbeat_timeout", detail),
+            started,
+            now,
+            next_at,
+        )
+        return Record(row, clears_try=True)
+
+    def step_failed(self, node: StepNode, row: StepRow) -> Ending:
+        """The ending of a step that failed for good with no failure route."""
+        return Ending(
+            InstanceState.FAILED,
+            FlowFailure(
+                "flow.step_failed",
+                f"{node.capability.id} failed after {row.try_number} tries: "
+                f"{row.error_type}: {row.error_detail}",
+                {
+                    "capability_id": node.capability.id,
+                    "error_type": row.error_type,
+                    "detail": row.error_detail,
+                    "node": node.index,
+                    "tries": row.try_number,
+                },
+            ),
+        )
+
+    def compensate(self, node: StepNode, scope: int) -> Decision | None:
+        """The compensation of (node, scope) while unwinding: its next try, a park until it
+        is due, or None when it is done (succeeded, or failed for good)."""
+        rows = self.found(node.index, scope, StepKind.COMPENSATION)
+        if any(r.outcome is Outcome.SUCCESS for r in rows):
+            return None
+        last = rows[-1] if rows else None
+        if last is not None and (last.final or last.next_try_at is None):
+            return None  # failed for good (recorded, logged when it happened)
+        if last is not None and last.next_try_at and self.now < last.next_try_at:
+            return Park(last.next_try_at, node.index, scope, WakeKind.RETRY, unwinding=True)
+        return self.execute(node, scope, StepKind.COMPENSATION)

@@ -1,0 +1,176 @@
+"""The decider: what an instance does next, as a pure function of its plan, its instance
+row, its journal, its mailbox and the engine clock's instant.
+
+Each call walks the plan from node 0 over the committed rows (the frontier scan): a node
+with a deciding row is not executed again; its values go back into the state bag and a
+completed compensable step goes on the compensation stack. The first node without one is
+the frontier, where the answer is one :mod:`app.engine.decisions` value: run a try, park,
+take a signal, emit, unwind, finish. So a resume, a restart on another node and the rebuilt
+compensation stack all come from the same rows, and a test of the decider needs no store,
+no clock and no event loop.
+
+The node semantics (a poll's attempts and budget, an ``await_signal``, tries and retry
+windows, compensations) are in :mod:`app.engine.nodes`; this module holds the entry point,
+the journal's fit to the plan, and the ending of a walk. Nothing here does I/O: flow
+expressions (``until``, a match, an emit's factory, ``returns``) are the only user code it
+calls, and an exception in one fails the flow (``flow.expression_failed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from app.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT
+from app.engine.decisions import BeginEnding, Decision, Finish, MailboxView
+from app.engine.journal import InstanceRecord, InstanceState, StepKind, StepRow
+from app.engine.nodes import Ending, Walk, evaluate
+from app.engine.values import jsonable, revive
+from app.errors import JournalMismatch
+from app.flows.plan import AwaitSignalNode, EmitNode, Plan, PollNode, StepNode
+
+__all__ = ["Decider", "check_fit"]
+
+
+class Decider:
+    """Decides the next step of instances of one plan (no I/O; safe to share).
+
+    Args:
+        plan: the flow version the instance runs.
+        input: the instance's stored input (JSON); revived once into the plan's model.
+
+    Raises:
+        pydantic.ValidationError: the stored input does not fit the plan's input model.
+    """
+
+    def __init__(self, plan: Plan, input: Any) -> None:
+        self.plan = plan
+        self.input: BaseModel = revive(plan.input_model, input)
+
+    def decide(
+        self,
+        instance: InstanceRecord,
+        steps: Sequence[StepRow],
+        mailbox: MailboxView,
+        now: datetime,
+        *,
+        claimed: int | None = None,
+        woken: bool = False,
+    ) -> Decision:
+        """The instance's next decision.
+
+        Args:
+            instance: the instance row, as the run knows it (its wake is the wake the
+                claim found until the run's first row; ``ending``, ``cancel_requested``).
+            steps: its journal rows in commit order (those the claim loaded, then those
+                the run wrote).
+            mailbox: the untaken signals the run knows.
+            now: the engine clock's instant (aware UTC).
+            claimed: how many of ``steps`` the claim loaded (rows after them are this
+                run's); None: all of them.
+            woken: an operator's wake: the wait the claim found is due now.
+
+        Returns:
+            One decision value (:mod:`app.engine.decisions`).
+
+        Raises:
+            JournalMismatch: a row does not fit the plan (``journal_mismatch``).
+        """
+        check_fit(self.plan, instance, steps)
+        walk = Walk(
+            self.plan,
+            self.input,
+            instance,
+            steps,
+            mailbox,
+            now,
+            len(steps) if claimed is None else claimed,
+            woken,
+        )
+        answer = walk.run()
+        if isinstance(answer, Ending):
+            answer = self._end(walk, answer)
+        return walk.noted(answer)
+
+    def _end(self, walk: Walk, ending: Ending) -> Decision:
+        """A walk that ends: complete, or unwind (compensations in reverse order), then
+        finish."""
+        if ending.state is InstanceState.COMPLETED:
+            if walk.instance.cancel_requested:  # the store would refuse the completion
+                return self._end(walk, Ending.cancelled())
+            if ending.early:
+                return Finish(InstanceState.COMPLETED, result=ending.result)
+            returns = self.plan.returns
+            if returns is None:
+                return Finish(InstanceState.COMPLETED)
+            result = evaluate("returns", lambda: jsonable(returns(walk.view())))
+            if isinstance(result, Ending):
+                return self._end(walk, result)
+            return Finish(InstanceState.COMPLETED, result=result)
+        if walk.instance.ending is None:
+            return BeginEnding(ending.state, ending.failure)
+        for node, scope in reversed(walk.compensations):
+            decision = walk.compensate(node, scope)
+            if decision is not None:
+                return decision
+        return Finish(ending.state, failure=ending.failure)
+
+
+_DEADLINE_NODES: dict[str, type] = {
+    POLL_BUDGET: PollNode,
+    SIGNAL_TIMEOUT: AwaitSignalNode,
+    RETRY_TOTAL: StepNode,
+}
+
+
+def check_fit(plan: Plan, instance: InstanceRecord, steps: Sequence[StepRow]) -> None:
+    """Check that every journal row fits ``plan``: its node exists and is of the row's kind,
+    calling the capability (or taking the signal, emitting the event) the row names.
+
+    Args:
+        plan: the plan the instance runs.
+        instance: the instance (for the error's fields).
+        steps: its journal rows.
+
+    Raises:
+        JournalMismatch: the first row that does not fit (``journal_mismatch``), e.g. a
+            node removed or a capability id changed under a registered version.
+    """
+    nodes = plan.nodes
+    for row in steps:
+        node = nodes[row.step_id] if 0 <= row.step_id < len(nodes) else None
+        expected = _expected_name(node, row.kind, row.capability_id)
+        if expected is None or expected != row.capability_id:
+            what = "no node" if node is None else f"{type(node).__name__} {expected!r}"
+            raise JournalMismatch(
+                f"instance {instance.id} of {plan.name}@{plan.version}: its journal row "
+                f"{row.kind} {row.capability_id!r} at node {row.step_id} (scope {row.scope}) "
+                f"does not fit the plan, which has {what} there; the plan changed under "
+                "a registered version (register the change as a new version)",
+                instance_id=instance.id,
+                flow=f"{plan.name}@{plan.version}",
+                node=row.step_id,
+                row=f"{row.kind}:{row.capability_id}",
+            )
+
+
+def _expected_name(node: object, kind: StepKind, name: str) -> str | None:
+    """The name a row of ``kind`` at ``node`` must carry; None when no row of that kind
+    belongs there."""
+    if node is None:
+        return None
+    if kind is StepKind.STEP and isinstance(node, StepNode):
+        return node.capability.id
+    if kind is StepKind.COMPENSATION and isinstance(node, StepNode):
+        return node.compensation.id if node.compensation is not None else None
+    if kind is StepKind.SIGNAL and isinstance(node, PollNode | AwaitSignalNode):
+        return node.signal.name if node.signal is not None else None
+    if kind is StepKind.EMIT and isinstance(node, EmitNode):
+        return node.name
+    if kind is StepKind.DEADLINE:
+        owner = _DEADLINE_NODES.get(name)
+        return name if owner is not None and isinstance(node, owner) else None
+    return None

@@ -1,0 +1,211 @@
+"""What the decider answers: one frozen value naming the next thing a run does.
+
+::
+
+    Decision
+     +-- Execute       run one try of a capability (a step, a poll's attempt, a compensation)
+     +-- Record        commit a row no call made (a try lost with its node, a retry window
+     |                 that ended before the next try could start)
+     +-- Park          suspend until an instant (and/or a signal)
+     +-- ReadMailbox   the mailbox is older than the journal: read it again
+     +-- TakeSignal    a waiting signal ends the wait
+     +-- RefuseSignal  a waiting signal does not belong to the wait (its match said no)
+     +-- Emit          write an event to the outbox with its row
+     +-- BeginEnding   the instance unwinds towards failed or cancelled (stored first)
+     +-- Finish        write the final state
+
+The executor (:mod:`app.engine.executor`) carries a decision out and asks again. Each value
+holds all the executor needs, computed from the journal: rows to store first (deadlines,
+written before what they bound), the state bag a capability reads, the execution key.
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from app.engine.journal import InstanceState, SignalRecord, StepKind, StepRow, WakeKind
+from app.errors import FlowFailure
+from app.flows.capability import RecoveryError
+
+__all__ = [
+    "BeginEnding",
+    "Decision",
+    "Emit",
+    "Execute",
+    "Finish",
+    "MailboxView",
+    "Note",
+    "Park",
+    "ReadMailbox",
+    "Record",
+    "RefuseSignal",
+    "TakeSignal",
+]
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something the decision's walk saw happen now, for the observer (metrics).
+
+    Attributes:
+        poll: the poll node whose wait ended.
+        how: ``satisfied``, ``timed_out`` or ``signalled`` (:class:`app.engine.observe.PollEnd`).
+        used: the share of the poll's budget spent (0.0 at entry, 1.0 at its end).
+    """
+
+    poll: int
+    how: str
+    used: float
+
+
+@dataclass(frozen=True)
+class MailboxView:
+    """The untaken signals a run knows, and how current they are.
+
+    Attributes:
+        signals: untaken signals in arrival order.
+        read_at: how many journal rows the run knew when it read them (None: not read in
+            this run). Rows committed after that at a node other than a wait's own make
+            the mailbox stale for that wait (a signal may have come meanwhile).
+    """
+
+    signals: tuple[SignalRecord, ...] = ()
+    read_at: int | None = None
+
+
+@dataclass(frozen=True)
+class Execute:
+    """Run one try of the capability at (node, scope).
+
+    Attributes:
+        node: the step node (for a compensation: the step it undoes).
+        scope: the attempt inside a poll; 0 elsewhere.
+        kind: ``step`` or ``compensation``.
+        capability_id: the capability to call.
+        try_number: the try (1-based) under the capability's retry policy.
+        execution_key: the provider idempotency key (the same on every re-execution).
+        bag: the state bag the try reads (``{bag_key: json}``).
+        store_first: deadline rows to commit before the call starts (a poll's budget on
+            entry, the retry window before the first try).
+        retry_from: when the tries of this execution began (``total_duration`` counts
+            from it); None before the first.
+        budget_ends_at: the poll budget's end, for a poll's attempt.
+        recovery: the error of the failed step whose failure route this is.
+        late_by: how late the wake this try runs at is (a parked wait's lateness).
+        poll: the poll node this try is an attempt of.
+    """
+
+    node: int
+    scope: int
+    kind: StepKind
+    capability_id: str
+    try_number: int
+    execution_key: str
+    bag: Mapping[str, Any]
+    store_first: tuple[StepRow, ...] = ()
+    retry_from: datetime | None = None
+    budget_ends_at: datetime | None = None
+    recovery: RecoveryError | None = None
+    late_by: timedelta | None = None
+    poll: int | None = None
+    notes: tuple[Note, ...] = ()
+
+
+@dataclass(frozen=True)
+class Record:
+    """Commit ``row``, a try no call made: lost with its node (``heartbeat_timeout``), or
+    refused because its retry window ended. ``clears_try``: the try-in-flight marker the
+    claim found is cleared by it."""
+
+    row: StepRow
+    clears_try: bool = False
+    store_first: tuple[StepRow, ...] = ()
+    notes: tuple[Note, ...] = ()
+
+
+@dataclass(frozen=True)
+class Park:
+    """Suspend at (node, scope) until ``wake_at`` (None: only a signal or a cancel wakes
+    it), waiting for ``kind``.
+
+    Attributes:
+        accept_signal: a signal that ends the wait; the store refuses the park while one
+            waits untaken (the executor reads the mailbox and asks again).
+        unwinding: a compensation's next try: parks whatever the instance unwinds for.
+        store_first: a deadline row to write with the park (an ``await_signal`` timeout).
+    """
+
+    wake_at: datetime | None
+    node: int
+    scope: int
+    kind: WakeKind
+    accept_signal: str | None = None
+    unwinding: bool = False
+    store_first: tuple[StepRow, ...] = ()
+    notes: tuple[Note, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReadMailbox:
+    """Read the untaken signals again before deciding the wait at ``node``."""
+
+    node: int
+    notes: tuple[Note, ...] = ()
+
+
+@dataclass(frozen=True)
+class TakeSignal:
+    """Take ``signal`` at ``node``: ``row`` (kind ``signal``) and the mark, in one write."""
+
+    signal: SignalRecord
+    node: int
+    row: StepRow
+    notes: tuple[Note, ...] = ()
+
+
+@dataclass(frozen=True)
+class RefuseSignal:
+    """Mark ``signal`` refused by the wait at ``node``: its match does not hold."""
+
+    signal: SignalRecord
+    node: int
+    notes: tuple[Note, ...] = ()
+
+
+@dataclass(frozen=True)
+class Emit:
+    """Write the event ``name`` with ``payload`` to the outbox, with the emit node's row."""
+
+    node: int
+    name: str
+    payload: dict[str, Any]
+    notes: tuple[Note, ...] = ()
+
+
+@dataclass(frozen=True)
+class BeginEnding:
+    """Store that the instance unwinds towards ``ending`` (failed or cancelled)."""
+
+    ending: InstanceState
+    failure: FlowFailure | None
+    notes: tuple[Note, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finish:
+    """Write the final ``state`` (with its ``result`` or ``failure``)."""
+
+    state: InstanceState
+    result: Any = None
+    failure: FlowFailure | None = None
+    notes: tuple[Note, ...] = field(default=())
+
+
+Decision = (
+    Execute | Record | Park | ReadMailbox | TakeSignal | RefuseSignal | Emit | BeginEnding | Finish
+)
+"""One of the decisions above."""
