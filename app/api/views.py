@@ -16,7 +16,7 @@ from app.engine.journal import (
     StepRow,
     StreamMessage,
 )
-from app.engine.stops import DECISION_KEY
+from app.engine.values import DECISION_KEY
 from app.flows.plan import AwaitSignalNode, EmitNode, FailNode, Plan, PollNode, StepNode
 
 __all__ = [
