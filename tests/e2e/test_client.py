@@ -132,6 +132,23 @@ def test_wait_follows_the_stream_of_a_job_to_its_end(node: SubprocessServer) -> 
     assert paths.count(f"/api/v1/instances/{started.instance_id}") <= 3, paths
 
 
+async def test_the_async_wait_follows_the_stream_of_a_job_too(node: SubprocessServer) -> None:
+    paths: list[str] = []
+
+    async def record(request: httpx.Request) -> None:
+        paths.append(request.url.path)
+
+    http = httpx.AsyncClient(base_url=node.base_url, event_hooks={"request": [record]})
+    async with http, AsyncClient(token=TOKEN, http=http) as client:
+        started = await client.start("job.await", {}, idempotency_key=uuid.uuid4().hex)
+
+        done = await client.wait(started.instance_id, timeout=60)
+
+    assert done.state == "completed", done.error
+    assert f"/api/v1/instances/{started.instance_id}/streams/JobProgress" in paths
+    assert paths.count(f"/api/v1/instances/{started.instance_id}") <= 3, paths
+
+
 def test_a_wait_that_runs_out_raises_wait_timeout_with_the_last_view(client: Client) -> None:
     started = client.start(
         "document.process", document(pages=MANY_PAGES), idempotency_key=uuid.uuid4().hex
