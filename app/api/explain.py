@@ -134,6 +134,7 @@ def summary_view(
         "leaseExpiresAt": _at(row.lease_expires_at) if row.state.value == "running" else None,
         "errorCode": row.error_code,
         "instanceKey": row.instance_key,
+        "displayKey": row.display_value,
         "cancelRequested": row.cancel_requested,
     }
 

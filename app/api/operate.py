@@ -51,6 +51,7 @@ from app.api.routes import check_instance_id, idempotency_header
 from app.api.views import API
 from app.engine.journal import InstanceState, WakeKind
 from app.errors import BulkFilterMissing, ErrorCode, InputInvalid, InstanceEnded, InstanceNotFound
+from app.flows.catalog import Catalog
 from app.store.read_model import InstanceFilter, InstanceSummary
 
 __all__ = [
@@ -119,9 +120,30 @@ def instance_filter(
         INSTANT_TEXT,
         Query(alias="createdBefore", description="Created before (ISO-8601, UTC)."),
     ] = None,
+    display_key: Annotated[
+        str | None,
+        Query(
+            alias="displayKey",
+            max_length=_MAX_TEXT,
+            description="The value of the flow's display key (an input field it declares).",
+        ),
+    ] = None,
+    id_prefix: Annotated[
+        str | None,
+        Query(
+            alias="idPrefix",
+            min_length=4,
+            max_length=36,
+            pattern=r"^[0-9a-f-]+$",
+            description="The instance id starts with this (lowercase hex and dashes).",
+        ),
+    ] = None,
 ) -> InstanceFilter:
     """FastAPI dependency: the list's filters from the query string (AND of all given)."""
     return InstanceFilter(
+        display_fields=display_fields(_engine(request).catalog),
+        display_value=display_key,
+        id_prefix=id_prefix,
         flow=flow,
         version=version,
         states=tuple(dict.fromkeys(state or ())),
@@ -133,6 +155,14 @@ def instance_filter(
         created_after=_aware("createdAfter", created_after),
         created_before=_aware("createdBefore", created_before),
         now=_engine(request).clock.now(),
+    )
+
+
+def display_fields(catalog: Catalog) -> tuple[tuple[str, str, str], ...]:
+    """``(flow, version, input field)`` of every flow version this node serves that
+    declares a display key."""
+    return tuple(
+        (p.name, p.version, p.display_key) for p in catalog.plans() if p.display_key is not None
     )
 
 
@@ -175,6 +205,7 @@ class BulkFilter(BaseModel):
     error_code: str | None = Field(default=None, alias="errorCode", max_length=_MAX_TEXT)
     waiting: WakeKind | None = None
     instance_key: str | None = Field(default=None, alias="instanceKey", max_length=_MAX_TEXT)
+    display_key: str | None = Field(default=None, alias="displayKey", max_length=_MAX_TEXT)
     created_after: Annotated[AwareDatetime | None, INSTANT_TEXT] = Field(
         default=None, alias="createdAfter"
     )
@@ -193,12 +224,15 @@ class BulkFilter(BaseModel):
             or self.error_code is not None
             or self.waiting is not None
             or self.instance_key is not None
+            or self.display_key is not None
             or self.created_after is not None
             or self.created_before is not None
         )
 
-    def to_filter(self, now: datetime) -> InstanceFilter:
-        """The read model's filter, measured at ``now``."""
+    def to_filter(
+        self, now: datetime, fields: tuple[tuple[str, str, str], ...] = ()
+    ) -> InstanceFilter:
+        """The read model's filter, measured at ``now`` (``fields``: the display keys)."""
         return InstanceFilter(
             flow=self.flow,
             version=self.version,
@@ -211,6 +245,8 @@ class BulkFilter(BaseModel):
             created_after=self.created_after,
             created_before=self.created_before,
             now=now,
+            display_fields=fields,
+            display_value=self.display_key,
         )
 
 
@@ -375,7 +411,7 @@ def build_operator_router() -> APIRouter:
                 "the filter names no field, so it selects every instance: give at least one "
                 'filter field, or send "all": true to act on every instance'
             )
-        where = body.filter.to_filter(engine.clock.now())
+        where = body.filter.to_filter(engine.clock.now(), display_fields(engine.catalog))
         reads = _reads(request)
         if body.dry_run:
             matched = await reads.count_matching(where)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +24,7 @@ __all__ = [
     "awaiting",
     "compensation_failures",
     "event_view",
+    "display_value",
     "failed_step",
     "step_label",
     "instance_view",
@@ -151,6 +153,16 @@ def _budget_view(
     }
 
 
+def display_value(plan: Plan | None, value: Any) -> str | None:
+    """The instance's display key: its input's field that the flow declares, as text."""
+    if plan is None or plan.display_key is None or not isinstance(value, dict):
+        return None
+    found = value.get(plan.display_key)
+    if found is None or isinstance(found, dict | list):
+        return None
+    return found if isinstance(found, str) else json.dumps(found)
+
+
 def step_label(plan: Plan, step_id: int) -> tuple[str, str, str | None]:
     """``(kind, label, capability id)`` of a plan step: ``("step", "ocr.upload",
     "ocr.upload")``, ``("fail", "fail document.ocr_failed", None)`` ..."""
@@ -258,6 +270,7 @@ def instance_view(
         "wakeStepId": inst.wake_step_id,
         "wakeScope": inst.wake_scope,
         "instanceKey": inst.instance_key,
+        "displayKey": display_value(plan, inst.input),
         "cancelRequested": inst.cancel_requested,
         "lease": (
             {

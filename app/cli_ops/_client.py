@@ -7,6 +7,7 @@ import functools
 import inspect
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
@@ -37,6 +38,10 @@ __all__ = [
     "print_table",
     "with_filters",
 ]
+
+#: A canonical instance id, and the start of one the CLI completes.
+_FULL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_ID_PREFIX = re.compile(r"[0-9a-f][0-9a-f-]{3,34}")
 
 EXIT_ERROR = 1
 EXIT_UNREACHABLE = 3
@@ -103,8 +108,10 @@ class _Filters:
         instance_key: str | None,
         created_after: str | None,
         created_before: str | None,
+        display_key: str | None = None,
     ) -> None:
         self.values: dict[str, Any] = {
+            "displayKey": display_key,
             "flow": flow,
             "version": version,
             "state": [s.value for s in state] if state else None,
@@ -143,6 +150,10 @@ KeyOpt = Annotated[str | None, typer.Option("--instance-key", help="Instance key
 AfterOpt = Annotated[
     str | None, typer.Option("--created-after", help="ISO-8601 instant with an offset.")
 ]
+DisplayOpt = Annotated[
+    str | None,
+    typer.Option("--key", help="The flow's display key value (e.g. a documentId)."),
+]
 BeforeOpt = Annotated[
     str | None, typer.Option("--created-before", help="ISO-8601 instant with an offset.")
 ]
@@ -159,6 +170,7 @@ _FILTER_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("instance_key", KeyOpt, None),
     ("created_after", AfterOpt, None),
     ("created_before", BeforeOpt, None),
+    ("display_key", DisplayOpt, None),
 )
 
 
@@ -238,6 +250,30 @@ class _Api:
         if resp.status_code >= 400:
             raise _refused(resp, tokenless=not self.token)
         return resp.json()
+
+    def resolve(self, instance_id: str) -> str:
+        """The full id of ``instance_id``, which may be the start of one (as the console
+        and the tables show it): a full id is returned as given; a prefix that one
+        instance id starts with gives that id.
+
+        Raises:
+            typer.Exit: 4 when no instance id starts with it, 2 when several do.
+        """
+        text = instance_id.strip().lower()
+        if _FULL_ID.fullmatch(text) or not _ID_PREFIX.fullmatch(text):
+            return instance_id
+        page = self.call("GET", "/api/v1/instances", params={"idPrefix": text, "limit": 2})
+        found = [row["instanceId"] for row in page["instances"]]
+        if not found:
+            err.print(f"error: instance_not_found: no instance id starts with {text}", markup=False)
+            raise typer.Exit(EXIT_NOT_FOUND)
+        if len(found) > 1:
+            err.print(
+                f"error: usage: more than one instance id starts with {text}: give more of it",
+                markup=False,
+            )
+            raise typer.Exit(2)
+        return str(found[0])
 
 
 def _refused(resp: httpx.Response, *, tokenless: bool = False) -> typer.Exit:

@@ -68,11 +68,13 @@ def list_instances(
         return
     table = Table(box=None, header_style="bold")
     table.add_column("INSTANCE", no_wrap=True)  # whole on one line: it is copied into commands
+    table.add_column("KEY", overflow="fold")
     for column in ("FLOW", "STATE", "WAITING", "WAKE AT", "BUDGET ENDS", "ERROR"):
         table.add_column(column, overflow="fold")
     for r in rows:
         table.add_row(
             r["instanceId"],
+            Text(r.get("displayKey") or r.get("instanceKey") or "-"),
             f"{r['flow']}@{r['version']}",
             r["state"],
             _waiting(r),
@@ -183,7 +185,7 @@ def _print_instance(view: dict[str, Any]) -> None:
 
 @instances_app.command("show")
 def show(
-    instance_id: Annotated[str, typer.Argument(help="The instance id.")],
+    instance_id: Annotated[str, typer.Argument(help="The instance id, or its start when unique.")],
     url: Url = DEFAULT_URL,
     token: Token = None,
     watch: Annotated[bool, typer.Option(help="Follow it until it ends.")] = False,
@@ -193,6 +195,8 @@ def show(
     """Explain one instance: state, what it waits for, budget, attempts with every try's
     error, operator actions. With --watch, print each change until it ends (exit 0 when
     it completed, 1 when it failed or was cancelled)."""
+    with _api(url, token) as api:
+        instance_id = api.resolve(instance_id)
     path = f"/api/v1/instances/{instance_id}"
     with _api(url, token) as api:
         view = api.call("GET", path)
@@ -282,6 +286,7 @@ def _act(
 ) -> None:
     with _api(url, token) as api:
         if instance_id is not None:
+            instance_id = api.resolve(instance_id)
             if filters.any() or every:
                 err.print("error: usage: give an instance id, or filters or --all, not both")
                 raise typer.Exit(2)
@@ -369,7 +374,7 @@ def cancel(
 
 @instances_app.command("extend")
 def extend(
-    instance_id: Annotated[str, typer.Argument(help="The instance id.")],
+    instance_id: Annotated[str, typer.Argument(help="The instance id, or its start when unique.")],
     by: Annotated[str, typer.Option("--by", help="ISO-8601 duration (PT2H) or seconds.")],
     url: Url = DEFAULT_URL,
     token: Token = None,
@@ -380,6 +385,7 @@ def extend(
     deadline)."""
     extend_by: Any = _seconds_or_duration(by)
     with _api(url, token) as api:
+        instance_id = api.resolve(instance_id)
         answer = api.call(
             "POST",
             f"/api/v1/instances/{instance_id}/budget",
@@ -409,7 +415,7 @@ def _seconds_or_duration(by: str) -> float | str:
 
 @instances_app.command("signal")
 def signal(
-    instance_id: Annotated[str, typer.Argument(help="The instance id.")],
+    instance_id: Annotated[str, typer.Argument(help="The instance id, or its start when unique.")],
     name: Annotated[str, typer.Argument(help="The signal's name.")],
     data: Annotated[str, typer.Option("--data", help="The payload as JSON.")] = "{}",
     url: Url = DEFAULT_URL,
@@ -424,6 +430,7 @@ def signal(
         err.print(f"error: usage: --data is not JSON: {exc}")
         raise typer.Exit(2) from None
     with _api(url, token) as api:
+        instance_id = api.resolve(instance_id)
         answer = api.call(
             "POST", f"/api/v1/instances/{instance_id}/signals/{name}", body=payload, key=key
         )

@@ -248,6 +248,9 @@ class Flow(Block):
         trigger: :class:`HttpTrigger` or None.
         deadline: bound on a whole instance from its start (``timedelta`` or ISO-8601).
         streams: streams the flow's capabilities write.
+        display_key: the input field (its JSON name, e.g. ``documentId``) that names an
+            instance to people: lists, search and the CLI show and find instances by it
+            (rule ``flow.display_key_unknown`` when the input has no such field).
     """
 
     def __init__(
@@ -261,8 +264,10 @@ class Flow(Block):
         trigger: HttpTrigger | None = None,
         deadline: DurationLike | None = None,
         streams: tuple[Any, ...] = (),
+        display_key: str | None = None,
     ) -> None:
         super().__init__()
+        self.display_key = display_key
         self.name = name
         self.version = version
         self.input_model = input

@@ -196,6 +196,8 @@ class Plan:
     returns: Callable[[Bag], Any] | None = None
     signals: dict[str, Signal] = field(default_factory=dict)
     streams: dict[str, Stream] = field(default_factory=dict)
+    #: the input field (JSON name) that names an instance to people, or None
+    display_key: str | None = None
 
     def __post_init__(self) -> None:
         for node in self.nodes:

@@ -289,6 +289,16 @@ class _Checker:
             self.error("flow.deadline_not_positive", "flow", "deadline must be positive")
         if flow.trigger is not None and not flow.trigger.route.startswith("/"):
             self.error("trigger.route_invalid", "trigger", "route must start with '/'")
+        key = flow.display_key
+        if key is not None:
+            fields = flow.input_model.model_json_schema(by_alias=True).get("properties", {})
+            if key not in fields:
+                self.error(
+                    "flow.display_key_unknown",
+                    "flow",
+                    f"display_key {key!r} is no field of the input {flow.input_model.__name__} "
+                    f"(its fields: {', '.join(sorted(fields)) or 'none'})",
+                )
         have, _ = self.block(flow.items, set(), "")
         self.reads(flow.returns_reads, have, "returns")
 
@@ -393,5 +403,6 @@ def compile_flow(flow: Flow) -> tuple[Plan, list[Finding]]:
         returns=flow.returns_factory,
         signals=signals,
         streams=streams,
+        display_key=flow.display_key,
     )
     return plan, findings

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, literal, or_, select, tuple_
+from sqlalchemy import String, and_, case, cast, func, literal, or_, select, tuple_
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.engine.journal import InstanceState, StepKind, StepRow, WakeKind
@@ -28,7 +28,7 @@ from app.store.read_model import (
     InstanceSummary,
 )
 
-__all__ = ["SqlOperatorReads", "filter_clauses"]
+__all__ = ["SqlOperatorReads", "display_expression", "filter_clauses"]
 
 _SUSPENDED = InstanceState.SUSPENDED.value
 _RUNNING = InstanceState.RUNNING.value
@@ -99,7 +99,27 @@ def filter_clauses(where: InstanceFilter) -> list[ColumnElement[bool]]:
         clauses.append(c.created_at > where.created_after)
     if where.created_before is not None:
         clauses.append(c.created_at < where.created_before)
+    if where.display_value is not None:
+        value = display_expression(where)
+        clauses.append(value == where.display_value if value is not None else literal(False))
+    if where.id_prefix is not None:
+        clauses.append(cast(c.id, String).startswith(where.id_prefix, autoescape=True))
     return clauses
+
+
+def display_expression(where: InstanceFilter) -> ColumnElement[Any] | None:
+    """The display key's value of a row (its flow version's declared input field, as
+    text), or None when no flow declares one."""
+    c = INSTANCE.c
+    if not where.display_fields:
+        return None
+    return case(
+        *(
+            (and_(c.flow_name == flow, c.flow_version == version), c.input[field].as_string())
+            for flow, version, field in where.display_fields
+        ),
+        else_=None,
+    )
 
 
 def _summary(row: Any) -> InstanceSummary:
@@ -119,6 +139,7 @@ def _summary(row: Any) -> InstanceSummary:
         lease_expires_at=m["lease_expires_at"],
         error_code=m["error_code"],
         instance_key=m["instance_key"],
+        display_value=m.get("display_value"),
         cancel_requested=bool(m["cancel_requested"]),
     )
 
@@ -165,7 +186,9 @@ class SqlOperatorReads(SqlRole):
         order = (
             (c.created_at.asc(), c.id.asc()) if oldest_first else (c.created_at.desc(), c.id.desc())
         )
-        query = select(*_SUMMARY).where(*clauses).order_by(*order).limit(limit + 1)
+        display = display_expression(where)
+        columns = (*_SUMMARY, display.label("display_value")) if display is not None else _SUMMARY
+        query = select(*columns).where(*clauses).order_by(*order).limit(limit + 1)
         async with self._single(write=False) as conn:
             rows = [_summary(r) for r in await conn.execute(query)]
         more = len(rows) > limit

@@ -51,6 +51,11 @@ class InstanceFilter:
         created_after / created_before: ``created_at`` strictly after / before (aware UTC).
         now: the engine-clock instant ``overdue_seconds`` and ``stuck`` are measured at
             (aware UTC); required when either is set.
+        display_fields: ``(flow, version, input field)`` of each flow version that
+            declares a display key: listed rows carry that field's value
+            (:attr:`InstanceSummary.display_value`).
+        display_value: the display key's value (exact), among ``display_fields``' flows.
+        id_prefix: the instance id starts with this (lowercase, as ids are written).
     """
 
     flow: str | None = None
@@ -64,6 +69,9 @@ class InstanceFilter:
     created_after: datetime | None = None
     created_before: datetime | None = None
     now: datetime | None = None
+    display_fields: tuple[tuple[str, str, str], ...] = ()
+    display_value: str | None = None
+    id_prefix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,8 @@ class InstanceSummary:
     error_code: str | None = None
     instance_key: str | None = None
     cancel_requested: bool = False
+    #: the value of its flow's display key (an input field), when the flow declares one
+    display_value: str | None = None
 
 
 @dataclass(frozen=True)

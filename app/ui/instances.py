@@ -24,11 +24,11 @@ from app.api.explain import (
     encode_cursor,
     waiting_view,
 )
-from app.api.operate import summaries
+from app.api.operate import display_fields, summaries
 from app.api.routes import check_instance_id
 from app.api.streams import SSE_PING_SECONDS, _events
 from app.api.values import shown_values
-from app.api.views import awaiting, failed_step
+from app.api.views import awaiting, display_value, failed_step
 from app.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT, open_budget
 from app.engine.engine import Engine
 from app.engine.journal import InstanceRecord, InstanceState, StepRow, WakeKind
@@ -110,6 +110,8 @@ def parse_filter(request: Request) -> tuple[InstanceFilter, list[str]]:
         waiting=waiting,
         instance_key=_text(q.get("instance_key")),
         now=_engine(request).clock.now(),
+        display_fields=display_fields(_engine(request).catalog),
+        display_value=_text(q.get("key")),
     )
     return where, notices
 
@@ -266,6 +268,7 @@ def build_instances_router() -> APIRouter:
                     for r in snap.steps
                 },
                 "failed_at": failed_at,
+                "display_key": display_value(plan, inst.input),
                 "history": history,
                 "action_summary": action_summary,
                 "signals": signals,

@@ -281,6 +281,7 @@ def build_document_flow(ocr: OcrClient, *, signal: Signal = OCR_COMPLETED) -> Fl
             output=DocumentResult,
             trigger=HttpTrigger("POST", ROUTE, idempotent=True),
             deadline=Waits.DEADLINE,
+            display_key="documentId",
         )
         .step(UploadToOcr(ocr))
         .compensate_with(CancelOcrJob(ocr))

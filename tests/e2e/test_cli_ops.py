@@ -286,3 +286,31 @@ def test_show_prints_each_execution_with_what_it_put(node: SubprocessServer) -> 
     journal = shown.stdout[shown.stdout.index("journal") :]
     status = next(line for line in journal.splitlines() if "ocr.status" in line)
     assert 'OcrStatus={"' in status and '"status": ' in status
+
+
+def test_list_shows_the_display_key_and_an_id_prefix_names_an_instance(
+    node: SubprocessServer,
+) -> None:
+    first, second = start_document(node), start_document(node)
+    listed = cli(node, "instances", "list", "--json")
+    keys = {r["instanceId"]: r["displayKey"] for r in json.loads(listed.stdout)["instances"]}
+    assert keys[first].startswith("doc-") and keys[first] != keys[second]
+    table = cli(node, "instances", "list")
+    assert table.stdout.splitlines()[0].split()[:2] == ["INSTANCE", "KEY"]
+    row = next(line for line in table.stdout.splitlines() if first in line)
+    assert row.split()[1] == keys[first]
+    found = cli(node, "instances", "list", "--key", keys[second], "--json")
+    assert [r["instanceId"] for r in json.loads(found.stdout)["instances"]] == [second]
+
+    unique = next(first[:n] for n in range(8, 37) if not second.startswith(first[:n]))
+    shown = cli(node, "instances", "show", unique, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["instanceId"] == first
+    common = first[:4]
+    assert second.startswith(common)  # ids made the same minute share their start
+    ambiguous = cli(node, "instances", "show", common)
+    assert ambiguous.returncode == 2
+    assert ambiguous.stderr.startswith("error: usage: more than one instance id starts with")
+    missing = cli(node, "instances", "show", "ffff0000")
+    assert missing.returncode == EXIT_NOT_FOUND
+    assert "no instance id starts with ffff0000" in missing.stderr

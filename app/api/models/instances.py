@@ -425,6 +425,9 @@ class InstanceView(ApiModel):
     wake_step_id: int | None
     wake_scope: int | None
     instance_key: str | None
+    display_key: str | None = Field(
+        None, description="the value of the flow's display key (an input field it declares)"
+    )
     cancel_requested: bool
     lease: LeaseView | None
     input: Any

@@ -168,6 +168,7 @@ class InstanceSummaryView(ApiModel):
             "leaseExpiresAt": None,
             "errorCode": None,
             "instanceKey": None,
+            "displayKey": "invoice-42",
             "cancelRequested": False,
         }
     )
@@ -186,6 +187,9 @@ class InstanceSummaryView(ApiModel):
     lease_expires_at: datetime | None
     error_code: str | None
     instance_key: str | None
+    display_key: str | None = Field(
+        None, description="the value of the flow's display key (an input field it declares)"
+    )
     cancel_requested: bool
 
 
