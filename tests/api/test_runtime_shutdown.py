@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from app.engine.clock import SystemClock
 from app.engine.engine import SweepReport
 from app.runtime.app import create_app
 from app.runtime.scheduler import Sweeper
@@ -24,6 +25,7 @@ class BlockingEngine:
 
     def __init__(self) -> None:
         self.config = SimpleNamespace(node_id="test-node")
+        self.clock = SystemClock()  # the sweeper stamps its last sweep with it
         self.wake_listeners: list[Any] = []
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
