@@ -260,6 +260,7 @@ def test_a_bad_or_stale_delivery_is_401_and_leaves_the_instance_as_it_was(
     assert problem["code"] == "signature_invalid"
     for secret in (GITHUB_SECRET, STRIPE_SECRET):
         assert secret not in resp.text
+        assert secret not in node.output()  # nor in the node's log
     for i in (ci_id, pay_id):
         view = instance(node, i)
         assert view["state"] == "suspended"
