@@ -10,6 +10,7 @@ more. Actions on an ended instance are 409 ``instance_ended``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -52,7 +53,7 @@ from app.api.views import API
 from app.engine.journal import InstanceState, WakeKind
 from app.errors import BulkFilterMissing, ErrorCode, InputInvalid, InstanceEnded, InstanceNotFound
 from app.flows.catalog import Catalog
-from app.store.read_model import InstanceFilter, InstanceSummary
+from app.store.read_model import InstanceFilter, InstanceSummary, OperatorReads
 
 __all__ = [
     "BulkAction",
@@ -156,6 +157,22 @@ def instance_filter(
         created_before=_aware("createdBefore", created_before),
         now=_engine(request).clock.now(),
     )
+
+
+async def _actionable(reads: OperatorReads, where: InstanceFilter, action: str) -> int:
+    """How many of the instances ``where`` selects the action would touch: cancel those
+    that have not ended; wake the parked ones that do not wait for a signal."""
+    states = set(where.states) or set(InstanceState)
+    if action == "cancel":
+        alive = sorted(states & {InstanceState.RUNNING, InstanceState.SUSPENDED})
+        return await reads.count_matching(replace(where, states=tuple(alive))) if alive else 0
+    if InstanceState.SUSPENDED not in states or where.waiting is WakeKind.SIGNAL:
+        return 0
+    parked = replace(where, states=(InstanceState.SUSPENDED,))
+    count = await reads.count_matching(parked)
+    if where.waiting is None:
+        count -= await reads.count_matching(replace(parked, waiting=WakeKind.SIGNAL))
+    return count
 
 
 def display_fields(catalog: Catalog) -> tuple[tuple[str, str, str], ...]:
@@ -415,8 +432,15 @@ def build_operator_router() -> APIRouter:
         reads = _reads(request)
         if body.dry_run:
             matched = await reads.count_matching(where)
+            actionable = await _actionable(reads, where, body.action)
             return JSONResponse(
-                {"action": body.action, "dryRun": True, "matched": matched, "acted": 0}
+                {
+                    "action": body.action,
+                    "dryRun": True,
+                    "matched": matched,
+                    "actionable": actionable,
+                    "acted": 0,
+                }
             )
         after = decode_cursor(body.cursor) if body.cursor else None
         page = await reads.list_instances(where, limit=body.limit, after=after)

@@ -101,7 +101,7 @@ class _Filters:
         flow: str | None,
         version: str | None,
         state: list[State] | None,
-        overdue: float | None,
+        overdue: str | None,
         stuck: bool,
         error_code: str | None,
         waiting: Waiting | None,
@@ -110,18 +110,24 @@ class _Filters:
         created_before: str | None,
         display_key: str | None = None,
     ) -> None:
+        from app.cli_ops.times import duration_seconds, instant_text
+
         self.values: dict[str, Any] = {
             "displayKey": display_key,
             "flow": flow,
             "version": version,
             "state": [s.value for s in state] if state else None,
-            "overdue": overdue,
+            "overdue": None if overdue is None else duration_seconds(overdue, "--overdue"),
             "stuck": True if stuck else None,
             "errorCode": error_code,
             "waiting": waiting.value if waiting else None,
             "instanceKey": instance_key,
-            "createdAfter": created_after,
-            "createdBefore": created_before,
+            "createdAfter": (
+                None if created_after is None else instant_text(created_after, "--created-after")
+            ),
+            "createdBefore": (
+                None if created_before is None else instant_text(created_before, "--created-before")
+            ),
         }
 
     def query(self) -> dict[str, Any]:
@@ -140,22 +146,32 @@ StateOpt = Annotated[
     list[State] | None, typer.Option("--state", help="State (repeat for any of several).")
 ]
 OverdueOpt = Annotated[
-    float | None,
-    typer.Option("--overdue", help="Suspended with wakeAt more than this many seconds ago."),
+    str | None,
+    typer.Option(
+        "--overdue",
+        help="Suspended with wakeAt more than this long ago (90, 15m, 2h, PT2H).",
+    ),
 ]
 StuckOpt = Annotated[bool, typer.Option("--stuck", help="Running with an expired lease.")]
 ErrorOpt = Annotated[str | None, typer.Option("--error-code", help="Error code.")]
 WaitingOpt = Annotated[Waiting | None, typer.Option("--waiting", help="What it waits for.")]
 KeyOpt = Annotated[str | None, typer.Option("--instance-key", help="Instance key.")]
+_INSTANT = "An instant: ISO-8601, now, today, yesterday, or 2h (ago)."
 AfterOpt = Annotated[
-    str | None, typer.Option("--created-after", help="ISO-8601 instant with an offset.")
+    str | None,
+    typer.Option(
+        "--created-after", help="An instant: ISO-8601, now, today, yesterday, or 2h (ago)."
+    ),
 ]
 DisplayOpt = Annotated[
     str | None,
-    typer.Option("--key", help="The flow's display key value (e.g. a documentId)."),
+    typer.Option("--display-key", help="The flow's display key value (e.g. a documentId)."),
 ]
 BeforeOpt = Annotated[
-    str | None, typer.Option("--created-before", help="ISO-8601 instant with an offset.")
+    str | None,
+    typer.Option(
+        "--created-before", help="An instant: ISO-8601, now, today, yesterday, or 2h (ago)."
+    ),
 ]
 
 #: The list's filter options, declared once: ``(parameter of _Filters, option, default)``.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import math
+import sys
 import time
 from typing import Annotated, Any
 
@@ -31,6 +31,7 @@ from app.cli_ops._client import (
     print_table,
     with_filters,
 )
+from app.cli_ops.times import DURATION_HELP, duration_seconds
 
 __all__ = ["instances_app"]
 
@@ -234,19 +235,35 @@ def _bulk(
     batch: int,
     dry_run: bool,
     key: str | None,
+    yes: bool = False,
 ) -> dict[str, Any]:
     """Run a bulk action batch by batch with a progress bar; returns the totals. ``every``
-    sends ``"all": true`` (the node refuses an empty filter without it)."""
+    sends ``"all": true`` (the node refuses an empty filter without it). A bulk cancel on
+    a terminal asks first, unless ``yes``."""
     body: dict[str, Any] = {"action": action, "filter": filters.body()}
     if every:
         body["all"] = True
-    matched = api.call("POST", "/api/v1/instances/actions", body={**body, "dryRun": True})[
-        "matched"
-    ]
-    totals: dict[str, Any] = {"action": action, "matched": matched, "acted": 0, "skipped": 0}
-    if dry_run or matched == 0:
+    counted = api.call("POST", "/api/v1/instances/actions", body={**body, "dryRun": True})
+    matched = counted["matched"]
+    actionable = counted.get("actionable", matched)
+    totals: dict[str, Any] = {
+        "action": action,
+        "matched": matched,
+        "actionable": actionable,
+        "acted": 0,
+        "skipped": 0,
+    }
+    if dry_run or actionable == 0:
         totals["dryRun"] = dry_run
         return totals
+    asks = action == "cancel" and not yes and _interactive()
+    if asks and not typer.confirm(
+        f"Cancel {actionable} instance(s)? Their compensations run; this cannot be undone",
+        default=False,
+        err=True,
+    ):
+        err.print("aborted: nothing cancelled")
+        raise typer.Exit(EXIT_ERROR)
     cursor = None
     with Progress(
         TextColumn(f"{action}"),
@@ -255,7 +272,7 @@ def _bulk(
         console=err,
         transient=True,
     ) as progress:
-        task = progress.add_task(action, total=matched)
+        task = progress.add_task(action, total=actionable)
         while True:
             page = api.call(
                 "POST",
@@ -265,11 +282,16 @@ def _bulk(
             )
             totals["acted"] += page["acted"]
             totals["skipped"] += page["skipped"]
-            progress.update(task, advance=page["matched"])
+            progress.update(task, advance=page["acted"])
             cursor = page["nextCursor"]
             if cursor is None:
                 break
     return totals
+
+
+def _interactive() -> bool:
+    """Whether a person can answer a question: stdin and stderr are terminals."""
+    return sys.stdin.isatty() and sys.stderr.isatty()
 
 
 def _act(
@@ -283,6 +305,7 @@ def _act(
     dry_run: bool,
     key: str | None,
     as_json: bool,
+    yes: bool = False,
 ) -> None:
     with _api(url, token) as api:
         if instance_id is not None:
@@ -310,11 +333,15 @@ def _act(
                 "to act on every instance"
             )
             raise typer.Exit(2)
-        totals = _bulk(api, action, filters, every, batch, dry_run, key)
+        totals = _bulk(api, action, filters, every, batch, dry_run, key, yes)
     if as_json:
         _json(totals)
     elif dry_run:
-        out.print(f"{totals['matched']} instance(s) match; nothing done (--dry-run)")
+        verb = "woken" if action == "wake" else "cancelled"
+        out.print(
+            f"{totals['actionable']} instance(s) would be {verb} "
+            f"({totals['matched']} match the filter); nothing done (--dry-run)"
+        )
     else:
         out.print(
             f"{action}: {totals['acted']} acted on, {totals['skipped']} skipped "
@@ -327,6 +354,9 @@ DryRun = Annotated[bool, typer.Option("--dry-run", help="Count the matches; act 
 Every = Annotated[
     bool,
     typer.Option("--all", help="Act on every instance (required when no filter is given)."),
+]
+Yes = Annotated[
+    bool, typer.Option("--yes", "-y", help="Do not ask before a bulk cancel on a terminal.")
 ]
 OptionalId = Annotated[
     str | None, typer.Argument(help="The instance id (or use filters for a bulk action).")
@@ -365,17 +395,18 @@ def cancel(
     batch: Batch = 100,
     dry_run: DryRun = False,
     key: Key = None,
+    yes: Yes = False,
     as_json: AsJson = False,
 ) -> None:
     """Cancel one instance (compensations run), or every instance the filters select
     (--all, and no filter: every instance)."""
-    _act("cancel", instance_id, url, token, filters, every, batch, dry_run, key, as_json)
+    _act("cancel", instance_id, url, token, filters, every, batch, dry_run, key, as_json, yes)
 
 
 @instances_app.command("extend")
 def extend(
     instance_id: Annotated[str, typer.Argument(help="The instance id, or its start when unique.")],
-    by: Annotated[str, typer.Option("--by", help="ISO-8601 duration (PT2H) or seconds.")],
+    by: Annotated[str, typer.Option("--by", help=f"How much later: {DURATION_HELP}.")],
     url: Url = DEFAULT_URL,
     token: Token = None,
     key: Key = None,
@@ -383,7 +414,7 @@ def extend(
 ) -> None:
     """Extend the budget of the poll the instance is parked at (never past the flow
     deadline)."""
-    extend_by: Any = _seconds_or_duration(by)
+    extend_by: Any = duration_seconds(by, "--by", positive=True)
     with _api(url, token) as api:
         instance_id = api.resolve(instance_id)
         answer = api.call(
@@ -401,16 +432,6 @@ def extend(
         f"{_short(answer['previousEndsAt'])}{capped}",
         soft_wrap=True,
     )
-
-
-def _seconds_or_duration(by: str) -> float | str:
-    """``--by`` as the API takes it: a finite number of seconds (``3600``, ``-5``: the node
-    says why a value is refused), else the text, an ISO-8601 duration (``PT2H``)."""
-    try:
-        seconds = float(by)
-    except ValueError:
-        return by
-    return seconds if math.isfinite(seconds) else by
 
 
 @instances_app.command("signal")

@@ -338,7 +338,13 @@ async def test_a_bulk_action_with_an_empty_filter_needs_all(op: Operated) -> Non
         assert '"all": true' in answer.json()["detail"]
     assert_problem(ill_typed, 422, "input_invalid")  # strict: a string is not a boolean
     assert dry.status_code == 200, dry.text
-    assert dry.json() == {"action": "cancel", "dryRun": True, "matched": 2, "acted": 0}
+    assert dry.json() == {
+        "action": "cancel",
+        "dryRun": True,
+        "matched": 2,
+        "actionable": 2,
+        "acted": 0,
+    }
     assert done.status_code == 200, done.text
     assert done.json()["acted"] == 2 and done.json()["nextCursor"] is None
     assert sorted(r["instanceId"] for r in done.json()["results"]) == sorted(polls)

@@ -299,7 +299,7 @@ def test_list_shows_the_display_key_and_an_id_prefix_names_an_instance(
     assert table.stdout.splitlines()[0].split()[:2] == ["INSTANCE", "KEY"]
     row = next(line for line in table.stdout.splitlines() if first in line)
     assert row.split()[1] == keys[first]
-    found = cli(node, "instances", "list", "--key", keys[second], "--json")
+    found = cli(node, "instances", "list", "--display-key", keys[second], "--json")
     assert [r["instanceId"] for r in json.loads(found.stdout)["instances"]] == [second]
 
     unique = next(first[:n] for n in range(8, 37) if not second.startswith(first[:n]))
@@ -314,3 +314,55 @@ def test_list_shows_the_display_key_and_an_id_prefix_names_an_instance(
     missing = cli(node, "instances", "show", "ffff0000")
     assert missing.returncode == EXIT_NOT_FOUND
     assert "no instance id starts with ffff0000" in missing.stderr
+
+
+def _document_key(node: SubprocessServer, instance_id: str) -> str:
+    return str(as_json(cli(node, "instances", "show", instance_id, "--json"))["displayKey"])
+
+
+def test_a_bulk_dry_run_counts_what_the_action_would_touch(node: SubprocessServer) -> None:
+    ended, parked = start_document(node), start_document(node)
+    assert cli(node, "instances", "cancel", ended).returncode == 0
+    keys = [_document_key(node, ended), _document_key(node, parked)]
+    for key, matched, actionable in ((keys[0], 1, 0), (keys[1], 1, 1)):
+        counted = as_json(
+            cli(node, "instances", "cancel", "--display-key", key, "--dry-run", "--json")
+        )
+        assert (counted["matched"], counted["actionable"]) == (matched, actionable), counted
+    woken = cli(node, "instances", "wake", "--display-key", keys[0], "--dry-run")
+    assert woken.stdout.startswith("0 instance(s) would be woken (1 match the filter)")
+    every = as_json(cli(node, "instances", "cancel", "--all", "--dry-run", "--json"))
+    assert every["actionable"] < every["matched"]  # ended instances are not counted
+
+
+def _on_a_terminal(node: SubprocessServer, answer: str, *args: str) -> str:
+    """Run the CLI with a pseudo-terminal as stdin and stderr (util-linux ``script``)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWPARK_")}
+    env.update(FLOWPARK_URL=node.base_url, FLOWPARK_TOKEN=TOKEN, COLUMNS="200")
+    command = " ".join([*flowpark_command(), *args])
+    done = subprocess.run(
+        ["script", "-qec", command, "/dev/null"],
+        input=answer,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.stdout + f"\n[exit {done.returncode}]"
+
+
+def test_a_bulk_cancel_asks_on_a_terminal_unless_yes(node: SubprocessServer) -> None:
+    target = start_document(node)
+    key = _document_key(node, target)
+    refused = _on_a_terminal(node, "n\n", "instances", "cancel", "--display-key", key)
+    assert "Cancel 1 instance(s)?" in refused
+    assert "aborted: nothing cancelled" in refused and "[exit 1]" in refused
+    state = as_json(cli(node, "instances", "show", target, "--json"))["state"]
+    assert state == "suspended"
+    done = _on_a_terminal(node, "", "instances", "cancel", "--display-key", key, "--yes")
+    assert "Cancel 1 instance(s)?" not in done and "[exit 0]" in done, done
+    assert as_json(cli(node, "instances", "show", target, "--json"))["state"] == "cancelled"
+    # piped (no terminal to answer), it does not ask
+    again = start_document(node)
+    piped = cli(node, "instances", "cancel", "--display-key", _document_key(node, again))
+    assert piped.returncode == 0 and "1 acted on" in piped.stdout, piped.stderr

@@ -69,8 +69,8 @@ def test_filters_reach_the_bulk_body_and_the_list_query(
         "waiting": "poll",
         "overdue": 60.0,
         "instanceKey": "k",
-        "createdAfter": "2026-01-01T00:00:00Z",
-        "createdBefore": "2026-02-01T00:00:00Z",
+        "createdAfter": "2026-01-01T00:00:00+00:00",
+        "createdBefore": "2026-02-01T00:00:00+00:00",
     }
     (_, _, wake), (_, _, cancel), (_, path, listed) = calls
     assert wake["body"] == {"action": "wake", "filter": expected, "dryRun": True}

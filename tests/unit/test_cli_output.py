@@ -90,7 +90,7 @@ def test_a_url_that_names_no_node_is_bad_usage(url: str) -> None:
     assert "pw-secret" not in done.stderr
 
 
-def test_extend_sends_seconds_as_a_number(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_extend_sends_every_duration_form_as_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
     bodies: list[Any] = []
 
     def call(self: Any, method: str, path: str, **kwargs: Any) -> Any:
@@ -98,11 +98,55 @@ def test_extend_sends_seconds_as_a_number(monkeypatch: pytest.MonkeyPatch) -> No
         return {"endsAt": None, "previousEndsAt": None}
 
     monkeypatch.setattr(_client._Api, "call", call)
-    for by in ("3600", "1.5", "-5", "PT2H", "inf", "1e3"):
+    for by in ("3600", "1.5", "PT2H", "2h", "90m", "1h30m", "1e3", "1d"):
         done = CliRunner().invoke(app, ["instances", "extend", "some-id", "--by", by])
         assert done.exit_code == 0, done.output
-    # a negative number reaches the node as one, which refuses it saying it must be positive
-    assert bodies == [3600.0, 1.5, -5.0, "PT2H", "inf", 1000.0]
+    assert bodies == [3600.0, 1.5, 7200.0, 7200.0, 5400.0, 5400.0, 1000.0, 86400.0]
+
+
+@pytest.mark.parametrize(
+    ("by", "says"),
+    [
+        ("-5", "is not a duration (90, 90s, 15m, 2h, 1d, 1h30m or PT2H)"),
+        ("inf", "is not a duration"),
+        ("2 hours", "is not a duration"),
+        ("0", "is not a duration above zero"),
+        ("PT", "is not a duration"),
+    ],
+)
+def test_extend_refuses_what_is_no_duration_in_its_own_words(
+    monkeypatch: pytest.MonkeyPatch, by: str, says: str
+) -> None:
+    monkeypatch.setattr(_client._Api, "call", lambda *a, **k: pytest.fail("nothing is sent"))
+    done = CliRunner().invoke(app, ["instances", "extend", "some-id", "--by", by])
+    assert done.exit_code == 2
+    assert done.stderr.startswith(f"error: usage: --by {by!r} {says}"), done.stderr
+    assert "pydantic" not in done.stderr and "Input should" not in done.stderr
+
+
+def test_filters_take_durations_and_instants_as_people_type_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    sent: list[dict[str, Any]] = []
+
+    def call(self: Any, method: str, path: str, **kwargs: Any) -> Any:
+        sent.append(kwargs["params"])
+        return {"instances": [], "nextCursor": None}
+
+    monkeypatch.setattr(_client._Api, "call", call)
+    args = ["instances", "list", "--overdue", "15m", "--created-after", "yesterday"]
+    done = CliRunner().invoke(app, [*args, "--created-before", "2026-12-01T09:30"])
+    assert done.exit_code == 0, done.output
+    [params] = sent
+    assert params["overdue"] == 900.0
+    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    assert params["createdAfter"] == (midnight - timedelta(days=1)).isoformat()
+    assert params["createdBefore"] == "2026-12-01T09:30:00+00:00"
+    bad = CliRunner().invoke(app, ["instances", "list", "--created-after", "last tuesday"])
+    assert bad.exit_code == 2
+    assert bad.stderr.startswith("error: usage: --created-after 'last tuesday' is not an instant")
 
 
 def test_a_piped_list_is_one_line_per_instance(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -100,7 +100,9 @@ class BulkResult(ApiModel):
 
 
 class BulkAnswer(ApiModel):
-    """The answer to a bulk action (``dryRun``: only ``matched``)."""
+    """The answer to a bulk action (``dryRun``: ``matched``, and ``actionable``: how many
+    of them the action would touch - cancel: not ended; wake: parked, not waiting for a
+    signal)."""
 
     model_config = _examples(
         {
@@ -117,6 +119,7 @@ class BulkAnswer(ApiModel):
     action: str
     dry_run: bool
     matched: int
+    actionable: int | None = None
     acted: int
     skipped: int | None = None
     results: list[BulkResult] | None = None
