@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -100,7 +100,7 @@ class Scripted(Capability):
         return outcome  # type: ignore[no-any-return]
 
 
-def _swap(items: list[Item], subs: dict[str, Capability]) -> None:
+def _swap(items: list[Item], subs: Mapping[str, Capability]) -> None:
     for item in items:
         if isinstance(item, StepItem):
             cap = item.capability
@@ -137,7 +137,7 @@ def _originals(items: list[Item]) -> dict[str, Capability]:
     return found
 
 
-def substitute(flow: Flow, substitutes: dict[str, Capability]) -> Flow:
+def substitute(flow: Flow, substitutes: Mapping[str, Capability]) -> Flow:
     """Replace capabilities of ``flow`` by id (in place; returns the flow).
 
     :class:`Scripted` stand-ins take over the original's id, flags and options.
@@ -186,7 +186,7 @@ class FlowHarness:
         flows: Iterable[Flow],
         *,
         database_url: str | None = None,
-        substitutes: dict[str, Capability] | None = None,
+        substitutes: Mapping[str, Capability] | None = None,
         start: datetime | None = None,
         config: EngineConfig | None = None,
         migrate: bool = True,

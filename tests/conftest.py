@@ -52,7 +52,8 @@ def _tracked_init(self: aiosqlite.core.Connection, *args: Any, **kwargs: Any) ->
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return
-    _connections[self] = (weakref.ref(loop), traceback.extract_stack(limit=25)[:-1])
+    made = traceback.StackSummary.from_list(traceback.extract_stack(limit=25)[:-1])
+    _connections[self] = (weakref.ref(loop), made)
 
 
 aiosqlite.core.Connection.__init__ = _tracked_init  # type: ignore[method-assign]

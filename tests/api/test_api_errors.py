@@ -68,7 +68,7 @@ async def test_missing_or_wrong_token_is_401(
 async def test_non_ascii_token_bytes_are_401_not_500(
     anonymous: httpx.AsyncClient, authorization: bytes
 ) -> None:
-    resp = await anonymous.get("/api/v1/flows", headers={"Authorization": authorization})
+    resp = await anonymous.get("/api/v1/flows", headers={"Authorization": authorization})  # type: ignore[arg-type]  # bytes on purpose
 
     assert_problem(resp, 401, "unauthorized")
 
@@ -81,10 +81,10 @@ async def test_a_non_ascii_token_matches_its_utf8_bytes(
     with live_server(f"sqlite:///{path}", api_tokens="d\u00e9v-token") as server:
         async with server.client(token=None) as http:
             ok = await http.get(
-                "/api/v1/flows", headers={"Authorization": b"Bearer d\xc3\xa9v-token"}
+                "/api/v1/flows", headers={b"Authorization": b"Bearer d\xc3\xa9v-token"}
             )
             latin1 = await http.get(
-                "/api/v1/flows", headers={"Authorization": b"Bearer d\xe9v-token"}
+                "/api/v1/flows", headers={b"Authorization": b"Bearer d\xe9v-token"}
             )
 
     assert ok.status_code == 200, ok.text
@@ -309,7 +309,7 @@ async def test_odd_requests_never_answer_5xx(
     client: httpx.AsyncClient, method: str, path: str, kwargs: dict[str, object]
 ) -> None:
     headers = {"Idempotency-Key": uuid.uuid4().hex}
-    headers.update(kwargs.pop("headers", {}) if "headers" in kwargs else {})  # type: ignore[arg-type]
+    headers.update(kwargs.pop("headers", {}) if "headers" in kwargs else {})  # type: ignore[call-overload]
     resp = await client.request(method, path, headers=headers, **kwargs)  # type: ignore[arg-type]
 
     assert resp.status_code < 500, (resp.status_code, resp.text[:300])

@@ -5,6 +5,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -86,11 +87,12 @@ async def client(ocr: FakeOcrService, jobs: FakeJobService) -> AsyncIterator[htt
         yield c
 
 
-async def upload(client: httpx.AsyncClient, pages: int, **extra: object) -> dict:
+async def upload(client: httpx.AsyncClient, pages: int, **extra: object) -> dict[str, Any]:
     body = {"documentId": "doc-1", "pages": pages, **extra}
     resp = await client.post("/fake/ocr/jobs", json=body)
     assert resp.status_code == 201, resp.text
-    return resp.json()
+    job: dict[str, Any] = resp.json()
+    return job
 
 
 # -- OCR -------------------------------------------------------------------------------------
@@ -341,7 +343,7 @@ async def test_job_state_progression(
     assert resp.json() == {"jobId": "j-1", "state": "QUEUED", "result": None, "error": None}
 
     async def state() -> str:
-        return (await client.get("/fake/jobs/j-1")).json()["state"]
+        return str((await client.get("/fake/jobs/j-1")).json()["state"])
 
     clock.advance(timedelta(seconds=2) - timedelta(microseconds=1))
     assert await state() == "QUEUED"

@@ -34,7 +34,7 @@ NOT_IDS = [
 
 def _routes(instance_id: str) -> list[tuple[str, str, dict[str, object]]]:
     """Every route family that takes an instance id in its path."""
-    signal = {"json": {"jobId": "j"}}
+    signal: dict[str, object] = {"json": {"jobId": "j"}}
     return [
         ("GET", f"/api/v1/instances/{instance_id}", {}),
         ("POST", f"/api/v1/instances/{instance_id}/cancel", {}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 import httpx
 import pytest
@@ -29,8 +30,8 @@ async def start_job(
     )
 
 
-async def ended(client: httpx.AsyncClient, instance_id: str) -> dict:
-    view = (await client.get(f"/api/v1/instances/{instance_id}")).json()
+async def ended(client: httpx.AsyncClient, instance_id: str) -> dict[str, Any]:
+    view: dict[str, Any] = (await client.get(f"/api/v1/instances/{instance_id}")).json()
     assert view["state"] in ("completed", "failed", "cancelled"), view["state"]
     return view
 

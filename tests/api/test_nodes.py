@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,7 @@ async def test_overdue_work_with_no_sweeping_node_is_said_so_until_one_sweeps(
 
             h.clock.advance(timedelta(minutes=5))  # the wake (a minute on) is long past
 
-            async def said() -> dict[str, object]:
+            async def said() -> dict[str, Any]:
                 body = (await client.get(NODES)).json()
                 assert body["notice"] is not None, body
                 assert body["nodes"][0]["live"], body  # it beat since the clock moved
@@ -93,7 +94,7 @@ async def test_a_sweeping_node_reports_its_sweeps_and_marks_its_row_stopped(
     with live_server(url) as server:
         async with server.client() as client:
 
-            async def swept() -> dict[str, object]:
+            async def swept() -> dict[str, Any]:
                 [node] = (await client.get(NODES)).json()["nodes"]
                 assert node["lastSweepAt"] is not None, node
                 return dict(node)

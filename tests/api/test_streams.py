@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import pytest
@@ -23,8 +24,9 @@ class Event:
     event: str = "message"
     data: list[str] = field(default_factory=list)
 
-    def json(self) -> dict:
-        return json.loads("\n".join(self.data))
+    def json(self) -> dict[str, Any]:
+        value: dict[str, Any] = json.loads("\n".join(self.data))
+        return value
 
 
 async def read_events(
@@ -69,11 +71,14 @@ def url(instance_id: str, name: str = "JobProgress") -> str:
     return f"/api/v1/instances/{instance_id}/streams/{name}"
 
 
-async def messages(client: httpx.AsyncClient, instance_id: str, **params: int) -> list[dict]:
+async def messages(
+    client: httpx.AsyncClient, instance_id: str, **params: int
+) -> list[dict[str, Any]]:
     resp = await client.get(url(instance_id), params=params)
     assert resp.status_code == 200, resp.text
     assert resp.headers["content-type"].startswith("application/json")
-    return resp.json()
+    found: list[dict[str, Any]] = resp.json()
+    return found
 
 
 async def test_the_stream_as_json_in_write_order_with_an_after_cursor(
@@ -81,7 +86,7 @@ async def test_the_stream_as_json_in_write_order_with_an_after_cursor(
 ) -> None:
     job_id, instance_id = await start_job(client)
 
-    async def running() -> list[dict]:
+    async def running() -> list[dict[str, Any]]:
         found = await messages(client, instance_id)
         assert [m["value"]["state"] for m in found] == ["QUEUED", "RUNNING"]
         return found
@@ -180,7 +185,7 @@ async def test_unknown_instances_and_undeclared_streams_are_404_problems(
 )
 async def test_a_bad_last_event_id_is_422(client: httpx.AsyncClient, cursor: str | bytes) -> None:
     job_id, instance_id = await start_job(client)
-    resp = await client.get(url(instance_id), headers={**SSE, "Last-Event-ID": cursor})
+    resp = await client.get(url(instance_id), headers={**SSE, "Last-Event-ID": cursor})  # type: ignore[arg-type]  # bytes on purpose
     assert_problem(resp, 422, "input_invalid")
     await client.post(f"/fake/jobs/{job_id}/complete")
 

@@ -118,7 +118,7 @@ def start_server(
             (the message holds its output).
     """
     shutil.copyfile(template, database)
-    with serve_subprocess(f"sqlite:///{database}", log_path, **settings_env) as server:
+    with serve_subprocess(f"sqlite:///{database}", log_path, settings=settings_env) as server:
 
         def ready() -> None:
             assert server.process.poll() is None, f"server exited:\n{server.output()}"

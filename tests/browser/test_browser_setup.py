@@ -12,7 +12,9 @@ from tests.support.server import SubprocessServer
 
 
 @pytest.mark.slow
-def test_chromium_reads_a_real_server(browser: Browser, page: Page, server: SubprocessServer):
+def test_chromium_reads_a_real_server(
+    browser: Browser, page: Page, server: SubprocessServer
+) -> None:
     assert "HeadlessChrome" in page.evaluate("navigator.userAgent")
     assert browser.version.split(".")[0].isdigit()
 

@@ -58,7 +58,7 @@ def _sign_in(page: Page, base_url: str, token: str = TOKEN) -> None:
 @pytest.mark.slow
 def test_an_operator_finds_an_overdue_document_wakes_it_and_reads_its_flow(
     page: Page, documents: tuple[SubprocessServer, Populated]
-):
+) -> None:
     server, docs = documents
     problems: list[str] = []  # script errors and content-policy violations
     page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
@@ -138,7 +138,9 @@ def test_an_operator_finds_an_overdue_document_wakes_it_and_reads_its_flow(
 
 
 @pytest.mark.slow
-def test_sign_out_ends_the_session(page: Page, documents: tuple[SubprocessServer, Populated]):
+def test_sign_out_ends_the_session(
+    page: Page, documents: tuple[SubprocessServer, Populated]
+) -> None:
     server, _ = documents
     _sign_in(page, server.base_url)
     page.get_by_role("button", name="Sign out").click()
@@ -152,7 +154,7 @@ def test_sign_out_ends_the_session(page: Page, documents: tuple[SubprocessServer
 @pytest.mark.slow
 def test_a_read_only_token_sees_no_action_buttons(
     page: Page, documents: tuple[SubprocessServer, Populated]
-):
+) -> None:
     server, docs = documents
     _sign_in(page, server.base_url, VIEWER)
     expect(page.get_by_test_id("principal")).to_contain_text("read only")
@@ -167,7 +169,7 @@ def test_a_read_only_token_sees_no_action_buttons(
 @pytest.mark.slow
 def test_an_open_instance_page_follows_the_instance_live(
     page: Page, documents: tuple[SubprocessServer, Populated]
-):
+) -> None:
     server, docs = documents
     target = docs.parked[1]
     _sign_in(page, server.base_url)
@@ -192,7 +194,7 @@ def test_an_open_instance_page_follows_the_instance_live(
 @pytest.mark.slow
 def test_stream_messages_arrive_live_on_the_instance_page(
     page: Page, documents: tuple[SubprocessServer, Populated]
-):
+) -> None:
     server, _ = documents
     api = httpx.Client(
         base_url=server.base_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30
@@ -216,7 +218,7 @@ def test_stream_messages_arrive_live_on_the_instance_page(
 @pytest.mark.slow
 def test_the_instance_page_fits_a_phone_screen(
     browser: Browser, documents: tuple[SubprocessServer, Populated]
-):
+) -> None:
     server, docs = documents
     phone = browser.new_context(viewport={"width": 390, "height": 800}, locale="en-GB")
     try:
@@ -238,7 +240,7 @@ def test_the_instance_page_fits_a_phone_screen(
 @pytest.mark.slow
 def test_a_cancelled_instance_is_listed_as_cancelled_only(
     page: Page, documents: tuple[SubprocessServer, Populated]
-):
+) -> None:
     server, _ = documents
     auth = {"Authorization": f"Bearer {TOKEN}"}
     with httpx.Client(base_url=server.base_url, headers=auth, timeout=30) as http:

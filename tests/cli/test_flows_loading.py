@@ -126,7 +126,7 @@ def test_a_folder_loads_with_its_sibling_imports_and_skips_test_files(tmp_path: 
     deps = _deps()
     flows = load_flows([str(folder)], deps)
     assert [(f.name, f.version) for f in flows] == [("greet", "1.0.0")]
-    import greet  # type: ignore[import-not-found]  # loaded as a top-level module
+    import greet  # loaded as a top-level module
 
     (seen,) = greet.SEEN  # flows(deps) was called once, with the node's client and settings
     assert seen is deps and seen.http is deps.http and not deps.serving

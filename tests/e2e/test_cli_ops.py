@@ -114,7 +114,9 @@ def test_list_explain_and_act_through_the_cli(node: SubprocessServer) -> None:
     keys = iter(f"k{n}" for n in range(1, 20))
 
     def wake() -> dict[str, Any]:
-        answer = as_json(cli(node, "instances", "wake", first, "--json", "--key", next(keys)))
+        answer: dict[str, Any] = as_json(
+            cli(node, "instances", "wake", first, "--json", "--key", next(keys))
+        )
         assert answer["woken"] is True, answer
         return answer
 

@@ -16,6 +16,7 @@ holds the instance while its call hangs is killed; the other one takes over once
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import subprocess
@@ -88,7 +89,8 @@ class Provider:
 def provider(tmp_path: Path) -> Iterator[tuple[LiveServer, Provider]]:
     scripted = Provider()
     with live_server(
-        f"sqlite:///{tmp_path}/unused.db", app_factory=lambda _s: scripted.app()
+        f"sqlite:///{tmp_path}/unused.db",
+        app_factory=lambda _s: scripted.app(),  # type: ignore[arg-type]
     ) as server:
         yield server, scripted
 
@@ -158,7 +160,7 @@ async def _kill_holder_mid_call(
     """Start ``scenario`` on node a, wait until a call of it hangs, read the instance, and
     SIGKILL the node that holds it. Returns (instance id, its view then, the survivor)."""
     for server in nodes.values():
-        await eventually(lambda s=server: _up(s), timeout=30, what="node up")
+        await eventually(functools.partial(_up, server), timeout=30, what="node up")
     async with nodes["a"].client() as http:
         resp = await http.post(route, json={"scenario": scenario})
     assert resp.status_code == 202, resp.text

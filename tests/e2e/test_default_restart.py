@@ -53,7 +53,7 @@ async def test_parked_documents_complete_after_a_restart(
     path = tmp_path / "flowpark.db"
     shutil.copyfile(_sqlite_template, path)
     url = f"sqlite:///{path}"
-    with serve_subprocess(url, tmp_path / "first.log", **SAMPLES) as first:
+    with serve_subprocess(url, tmp_path / "first.log", settings=SAMPLES) as first:
         await _up(first)
         async with first.client() as http:
             started = await asyncio.gather(
@@ -68,7 +68,7 @@ async def test_parked_documents_complete_after_a_restart(
     assert all(_status_scopes(v) == [0] for v in before)  # attempt 0, pending
     assert (tmp_path / "flowpark.db.fake-ocr.jsonl").exists()
 
-    with serve_subprocess(url, tmp_path / "second.log", **SAMPLES) as second:
+    with serve_subprocess(url, tmp_path / "second.log", settings=SAMPLES) as second:
         await _up(second)
         again = await _views(second, ids)
         # the budget did not move: the instant stored before attempt 0, read on a new node

@@ -12,6 +12,7 @@ library and records what it accepted.
 from __future__ import annotations
 
 import base64
+import functools
 import shutil
 import signal
 import subprocess
@@ -29,7 +30,7 @@ import pytest
 from pydantic import BaseModel
 from sqlalchemy import create_engine, insert
 
-from app.flows import Flow, HttpTrigger
+from app.flows import Bag, Flow, HttpTrigger
 from app.runtime.app import create_app
 from app.runtime.loading import Deps
 from app.store.db import sync_url
@@ -51,6 +52,10 @@ class Batch(BaseModel):
     label: str = "x"
 
 
+def _event(n: int, bag: Bag) -> dict[str, Any]:
+    return {"n": n, "label": bag.input.label}
+
+
 def emitter_flows(deps: Deps) -> list[Flow]:
     """``emit.three``: emits ``seq.event`` with ``n`` = 1, 2, 3, then completes."""
     flow = Flow(
@@ -60,7 +65,7 @@ def emitter_flows(deps: Deps) -> list[Flow]:
         trigger=HttpTrigger("POST", "/api/v1/emit-three", idempotent=False),
     )
     for n in (1, 2, 3):
-        flow.emit("seq.event", lambda bag, n=n: {"n": n, "label": bag.input.label})
+        flow.emit("seq.event", functools.partial(_event, n))
     return [flow]
 
 
@@ -264,7 +269,9 @@ def two_delivering_nodes(
     with ExitStack() as stack:
         nodes = {
             name: stack.enter_context(
-                serve_subprocess(database_url, tmp_path / f"{name}.log", node_id=name, **settings)
+                serve_subprocess(
+                    database_url, tmp_path / f"{name}.log", node_id=name, settings=settings
+                )
             )
             for name in ("a", "b")
         }

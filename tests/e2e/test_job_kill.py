@@ -83,10 +83,10 @@ async def test_a_killed_nodes_wait_resumes_on_the_other_node_from_its_checkpoint
     }
     with ExitStack() as stack:
         a = stack.enter_context(
-            serve_subprocess(f"sqlite:///{db}", tmp_path / "a.log", node_id="a", **settings)
+            serve_subprocess(f"sqlite:///{db}", tmp_path / "a.log", node_id="a", settings=settings)
         )
         b = stack.enter_context(
-            serve_subprocess(f"sqlite:///{db}", tmp_path / "b.log", node_id="b", **settings)
+            serve_subprocess(f"sqlite:///{db}", tmp_path / "b.log", node_id="b", settings=settings)
         )
         await eventually(lambda: healthy(a), timeout=30, what="node a up")
         await eventually(lambda: healthy(b), timeout=30, what="node b up")

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import closing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -166,8 +167,8 @@ def _docker_build_inputs() -> list[str]:
     return names
 
 
-def _run(args: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(args, capture_output=True, text=True, timeout=600, **kwargs)  # type: ignore[call-overload]
+def _run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, **kwargs)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
 
@@ -242,7 +243,9 @@ def test_the_wheel_serves_a_flows_folder_of_its_own(tmp_path: Path, ci: str) -> 
         assert rows == 1  # the wait is this one row
 
         def completed() -> dict[str, object]:
-            view = httpx.get(f"{base}/api/v1/instances/{instance}", headers=headers).json()
+            view: dict[str, object] = httpx.get(
+                f"{base}/api/v1/instances/{instance}", headers=headers
+            ).json()
             assert view["state"] == "completed", view
             return view
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import ClassVar
 
 from pydantic import BaseModel
 
@@ -44,7 +45,7 @@ class _Nothing(Capability):
 
 class Start(_Nothing):
     id = "t.start"
-    puts = (Job,)
+    puts: ClassVar[tuple[type[BaseModel], ...]] = (Job,)
 
 
 class Undo(_Nothing):

@@ -90,7 +90,7 @@ class Paced(Capability):
 
     async def execute(self, ctx: StepContext) -> Decision | None:
         self.tries += 1
-        return await self.inner.execute(_PacedContext(ctx, self))  # type: ignore[arg-type]
+        return await self.inner.execute(_PacedContext(ctx, self))
 
 
 class JobWorld:

@@ -8,6 +8,7 @@ from app.engine.journal import InstanceState, StepKind
 from app.errors import InstanceEnded
 from app.testing import FlowHarness, Scripted
 from tests.engine.flows import Job, Status, poll_flow
+from tests.support.journal import wake_at
 
 
 async def test_cancel_racing_completion_ends_in_one_state_the_answer_agrees_with(
@@ -30,7 +31,7 @@ async def test_cancel_racing_completion_ends_in_one_state_the_answer_agrees_with
         subs["t.check"].outcomes = [Status(done=False)]
         ids = [(await h.start("t.poll", {"order_id": f"o-{i}"})).instance.id for i in range(6)]
         subs["t.check"].outcomes = [Status(done=True)]
-        h.clock.set(max([(await h.instance(i)).wake_at for i in ids]))  # type: ignore[type-var]
+        h.clock.set(max([wake_at(await h.instance(i)) for i in ids]))
         canceller = h.with_engine(node_id="api-node")
         sweeper = h.with_engine(node_id="sweep-node")
 

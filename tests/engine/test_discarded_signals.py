@@ -36,7 +36,7 @@ async def test_a_signal_waiting_when_the_instance_fails_is_discarded(store_url: 
         answer = await asyncio.wait_for(start, 10)
         assert answer.instance.state is InstanceState.FAILED  # the poll was never reached
 
-        (signal,) = await h.journal.reads.list_signals(answer.instance.id)  # type: ignore[attr-defined]
+        (signal,) = await h.journal.reads.list_signals(answer.instance.id)
         assert signal.taken_at is None
         assert signal.discarded_reason == "instance_failed"
         assert signal.discarded_at == (await h.instance(answer.instance.id)).updated_at

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 
+from app.flows import Flow
 from app.testing import FlowHarness, Scripted
 from samples.document_processing import (
     ExtractedFields,
@@ -20,7 +21,7 @@ from samples.document_processing import (
 )
 
 
-async def test_a_document_waits_in_one_row_then_completes():
+async def test_a_document_waits_in_one_row_then_completes() -> None:
     flow = build_document_flow(OcrClient(httpx.AsyncClient(), "http://unused.invalid"))
     status = Scripted(
         OcrStatus(job_id="j", status="pending"),
@@ -51,7 +52,7 @@ def _python_blocks(page: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)
 
 
-def test_the_testing_page_shows_the_harness_test_verbatim():
+def test_the_testing_page_shows_the_harness_test_verbatim() -> None:
     (block,) = _python_blocks(ROOT / "docs" / "testing-flows.md")
     this_test = inspect.getsource(test_a_document_waits_in_one_row_then_completes)
     assert this_test in block
@@ -69,13 +70,15 @@ class _FakeCi:
         return "passed" if len(self.asked) > 2 else "running"
 
 
-async def test_the_readme_flow_parks_between_checks_then_returns_the_build_state():
+async def test_the_readme_flow_parks_between_checks_then_returns_the_build_state() -> None:
     block = _python_blocks(ROOT / "README.md")[0]  # the second is the client's
     assert len(block.strip().splitlines()) <= 45
     ci = _FakeCi()
     namespace: dict[str, object] = {"ci": ci, "__name__": "readme_example"}
     exec(compile(block, "README.md", "exec"), namespace)
-    async with FlowHarness.open([namespace["flow"]]) as h:
+    readme_flow = namespace["flow"]
+    assert isinstance(readme_flow, Flow), readme_flow
+    async with FlowHarness.open([readme_flow]) as h:
         started = await h.start("build.await", {"build_id": "b-7"})
         assert started.instance.state == "suspended"
         assert not await h.holds_lease(started.instance.id)

@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 
 from app.engine.journal import Ack, InstanceState, StepKind, StepRow
+from app.flows import Flow
 from app.testing import FlowHarness, Scripted
 from samples.document_processing import (
     NOT_READ_IN_TIME,
@@ -22,7 +23,7 @@ from samples.document_processing.models import ExtractedFields
 DOC = {"documentId": "doc-1", "contentType": "application/pdf", "pages": 3}
 
 
-def _flow() -> object:
+def _flow() -> Flow:
     # the client is never used: every capability below is substituted
     return build_document_flow(OcrClient(httpx.AsyncClient(), "http://unused.invalid"))
 

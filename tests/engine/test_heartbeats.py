@@ -318,7 +318,7 @@ async def test_a_cancel_stops_a_heartbeating_try_at_its_next_heartbeat_write() -
     built.compensate_with(Script("prepare.undo", undo))
     built.step(Paced(Script("work", body, beating())))
     async with FlowHarness.open([built]) as h:
-        built.items[1].capability.clock = h.clock  # type: ignore[attr-defined]
+        built.items[1].capability.clock = h.clock  # type: ignore[union-attr]
         t0 = h.clock.now()
         inst_id = (await h.start("hb.cancel", {})).instance.id
         await reached.wait()
@@ -358,7 +358,7 @@ async def test_a_cancel_reaches_a_try_that_catches_every_exception() -> None:
 
     built = flow(Paced(Script("work", body, beating())), name="hb.cancel.catchall")
     async with FlowHarness.open([built]) as h:
-        built.items[0].capability.clock = h.clock  # type: ignore[attr-defined]
+        built.items[0].capability.clock = h.clock  # type: ignore[union-attr]
         t0 = h.clock.now()
         inst_id = (await h.start("hb.cancel.catchall", {})).instance.id
         await reached.wait()

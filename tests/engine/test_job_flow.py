@@ -19,6 +19,7 @@ import pytest
 
 from app.engine.journal import InstanceState, Outcome, StepKind, StepRow
 from app.errors import InstanceKeyInUse
+from app.flows import Flow
 from app.testing import FlowHarness
 from samples.job_polling import (
     JOB_FAILED,
@@ -48,14 +49,14 @@ async def world() -> AsyncIterator[JobWorld]:
         await w.aclose()
 
 
-def paced_await(world: JobWorld, gate: asyncio.Event | None = None, **options: object) -> Paced:
+def paced_await(world: JobWorld, gate: asyncio.Event | None = None, **options: Any) -> Paced:
     """The sample's ``job.await`` (options optionally replaced), paced by the clock; with a
     ``gate``, each of its sleeps waits for the event first."""
     opts = replace(await_job_options(), **options) if options else None
     return Paced(AwaitJob(JobClient(world.http, JobWorld.BASE_URL), opts), gate=gate)
 
 
-def flow(world: JobWorld) -> object:
+def flow(world: JobWorld) -> Flow:
     return build_job_flow(JobClient(world.http, JobWorld.BASE_URL))
 
 

@@ -12,6 +12,7 @@ from app.errors import InputInvalid, InstanceEnded, InstanceNotFound, SignalNotD
 from app.flows import Capability, CapabilityOptions, Flow, StepContext
 from app.testing import FlowHarness, Scripted
 from tests.engine.flows import READY, Job, Order, Start, Status, await_flow, poll_flow
+from tests.support.journal import wake_at
 
 ORDER = {"order_id": "o-1"}
 
@@ -30,12 +31,12 @@ async def test_a_signal_delivered_before_the_wait_is_taken_first_with_no_attempt
     check = Scripted(Status(done=False))
     holder: dict[str, FlowHarness] = {}
 
-    async def start_and_signal_early(ctx: object) -> Job:
+    async def start_and_signal_early(ctx: StepContext) -> Job:
         h = holder["h"]
         # the instance is running (leased by this run): the signal waits in the mailbox
         _, created = await h.engine.deliver_signal(
             ctx.instance_id,
-            "t.ready",  # type: ignore[attr-defined]
+            "t.ready",
             {"job_id": "j"},
         )
         assert created
@@ -86,13 +87,13 @@ async def test_await_signal_parks_without_a_timer_call_and_times_out_durably() -
 async def test_signals_are_listed_in_arrival_order_within_one_millisecond() -> None:
     holder: dict[str, FlowHarness] = {}
 
-    async def deliver_many(ctx: object) -> Job:
+    async def deliver_many(ctx: StepContext) -> Job:
         # the clock does not move: every delivery has the same instant; the instance is
         # running, so all of them wait in the mailbox
         for n in range(20):
             await holder["h"].engine.deliver_signal(
                 ctx.instance_id, "t.ready", {"job_id": f"j{n}"}, f"k{n}"
-            )  # type: ignore[attr-defined]
+            )
         return Job(job_id="j")
 
     async with FlowHarness.open(
@@ -113,7 +114,7 @@ async def test_a_signal_and_a_due_sweep_race_to_exactly_one_continuation(store_u
         [poll_flow()], database_url=store_url, migrate=False, substitutes=subs(check)
     ) as h:
         ids = [(await h.start("t.poll", {"order_id": f"o-{i}"})).instance.id for i in range(8)]
-        wake = max([(await h.instance(i)).wake_at for i in ids])  # type: ignore[type-var]
+        wake = max([wake_at(await h.instance(i)) for i in ids])
         h.clock.set(wake)
         a = h.with_engine(node_id="node-a")
         b = h.with_engine(node_id="node-b")

@@ -19,6 +19,8 @@ from app.store.db import make_async_engine
 from app.store.types import InstanceId, UtcDateTime, is_instance_id
 
 TOKYO = timezone(timedelta(hours=9))
+SQLITE = sqlite.dialect()
+POSTGRESQL = postgresql.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy leaves it untyped
 metadata = MetaData()
 instants = Table(
     "instants",
@@ -57,7 +59,7 @@ def test_tokyo_fixture_really_changes_local_time(process_tz: str) -> None:
     assert local_offset == (timedelta(hours=9) if process_tz == "Asia/Tokyo" else timedelta(0))
 
 
-@pytest.mark.parametrize("dialect", [sqlite.dialect(), postgresql.dialect()])
+@pytest.mark.parametrize("dialect", [SQLITE, POSTGRESQL])
 def test_bind_refuses_naive_datetimes(dialect: object) -> None:
     with pytest.raises(ValueError, match="aware"):
         UtcDateTime().process_bind_param(datetime(2026, 1, 1, 12, 0), dialect)  # type: ignore[arg-type]
@@ -65,9 +67,9 @@ def test_bind_refuses_naive_datetimes(dialect: object) -> None:
 
 def test_bind_converts_to_utc() -> None:
     tokyo_nine = datetime(2026, 1, 1, 9, 0, tzinfo=TOKYO)
-    on_sqlite = UtcDateTime().process_bind_param(tokyo_nine, sqlite.dialect())
+    on_sqlite = UtcDateTime().process_bind_param(tokyo_nine, SQLITE)
     assert on_sqlite == datetime(2026, 1, 1, 0, 0)  # naive UTC wall time
-    on_pg = UtcDateTime().process_bind_param(tokyo_nine, postgresql.dialect())
+    on_pg = UtcDateTime().process_bind_param(tokyo_nine, POSTGRESQL)
     assert on_pg == datetime(2026, 1, 1, 0, 0, tzinfo=UTC)
     assert on_pg is not None and on_pg.tzinfo is UTC
 
@@ -181,7 +183,7 @@ AN_ID = "01a22fac-b7c5-7d5a-b879-c2ae65cc796c"
 @pytest.mark.parametrize("value", [AN_ID, str(uuid.uuid4()), str(uuid.UUID(int=0))])
 def test_canonical_uuid_strings_are_instance_ids(value: str) -> None:
     assert is_instance_id(value)
-    for dialect in (sqlite.dialect(), postgresql.dialect()):
+    for dialect in (SQLITE, POSTGRESQL):
         assert InstanceId().process_bind_param(value, dialect) == value
 
 
@@ -205,7 +207,7 @@ def test_canonical_uuid_strings_are_instance_ids(value: str) -> None:
 )
 def test_anything_else_names_no_instance(value: object) -> None:
     assert not is_instance_id(value)
-    for dialect in (sqlite.dialect(), postgresql.dialect()):
+    for dialect in (SQLITE, POSTGRESQL):
         with pytest.raises(InstanceNotFound) as info:
             InstanceId().process_bind_param(value, dialect)
         assert info.value.code == "instance_not_found"
@@ -213,7 +215,7 @@ def test_anything_else_names_no_instance(value: object) -> None:
 
 def test_a_long_refused_id_is_shortened_in_the_error() -> None:
     with pytest.raises(InstanceNotFound) as info:
-        InstanceId().process_bind_param("x" * 5000, sqlite.dialect())
+        InstanceId().process_bind_param("x" * 5000, SQLITE)
     assert len(info.value.fields["instance_id"]) == 103
 
 

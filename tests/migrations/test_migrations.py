@@ -236,7 +236,8 @@ def _request_hash(input_: Any, instance_key: str | None) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-_KEYED = [  # (id, input, instance_key, idempotency_key)
+_KEYED: list[tuple[str, dict[str, Any], str | None, str | None]] = [
+    # (id, input, instance_key, idempotency_key)
     ("01a22fac-b7c5-7d5a-b879-c2ae65cc796c", {"documentId": "d-1", "pages": 3}, None, "k-1"),
     ("01a22fac-b7b9-7a11-9f87-f954f4788071", {"b": [1, True], "a": "é"}, "doc-2", "k-2"),
     ("01a22fac-b7bb-7d24-9288-2510e28dc682", {"documentId": "d-3"}, "doc-3", None),
@@ -247,7 +248,10 @@ def _insert_0003_rows(engine: Engine, ids: list[str] | None = None) -> None:
     """Instances as the 0003 code wrote them (request hash on keyed starts), each with a
     row in every table that names its instance."""
     at = datetime(2026, 1, 1, tzinfo=UTC)
-    keyed = [(ids[n] if ids else id_, *rest) for n, (id_, *rest) in enumerate(_KEYED)]
+    keyed = [
+        (ids[n] if ids else id_, input_, instance_key, key)
+        for n, (id_, input_, instance_key, key) in enumerate(_KEYED)
+    ]
     with engine.begin() as conn:
         for n, (id_, input_, instance_key, key) in enumerate(keyed):
             conn.execute(
@@ -382,9 +386,7 @@ def _steps(engine: Engine) -> list[tuple[int, int]]:
         return [
             tuple(r)
             for r in conn.execute(
-                text(  # type: ignore[misc]
-                    "SELECT sequence, step_id FROM flow_step ORDER BY sequence"
-                )
+                text("SELECT sequence, step_id FROM flow_step ORDER BY sequence")
             ).all()
         ]
 

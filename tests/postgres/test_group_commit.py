@@ -372,20 +372,20 @@ async def test_a_value_json_cannot_encode_as_utf8_fails_no_other_item_of_its_bat
     a row the database refuses does). The others' starts, commits and finishes are in; the
     odd item fares as it does alone."""
     odd_start = new_instance(input={"name": "scan\udcff.pdf"})
-    results = await asyncio.gather(
+    created = await asyncio.gather(
         journal.writes.create_instance(new_instance()),
         journal.writes.create_instance(odd_start),
         return_exceptions=True,
     )
-    assert [r[1] for r in results if isinstance(r, tuple)] == [True, True], results
-    ids = [record.id for record, _ in results]  # type: ignore[union-attr]
+    assert [r[1] for r in created if isinstance(r, tuple)] == [True, True], created
+    ids = [r[0].id for r in created if isinstance(r, tuple)]
 
     results = await asyncio.gather(
         journal.writes.commit_step(1, step(ids[0]), at(40)),
         journal.writes.commit_step(1, step(ids[1], values={"name": "scan\udcff.pdf"}), at(40)),
         return_exceptions=True,
     )
-    assert results == [Ack(True, False)] * 2, results
+    assert list(results) == [Ack(True, False)] * 2, results
     assert journal_rows((await journal.writes.load(ids[0])).steps) == [step(ids[0])]
 
     results = await asyncio.gather(
@@ -393,11 +393,11 @@ async def test_a_value_json_cannot_encode_as_utf8_fails_no_other_item_of_its_bat
         journal.writes.finish(ids[1], 1, at(9), InstanceState.COMPLETED, {"name": "\udcff"}),
         return_exceptions=True,
     )
-    assert results == [Ack(True, False)] * 2, results
+    assert list(results) == [Ack(True, False)] * 2, results
     assert (await journal.reads.get_instance(ids[0])).result == {"ok": True}
 
     ids = await started(journal, 2)
-    results = await asyncio.gather(
+    parked = await asyncio.gather(
         *(
             journal.writes.commit_and_park(
                 1,
@@ -412,7 +412,7 @@ async def test_a_value_json_cannot_encode_as_utf8_fails_no_other_item_of_its_bat
         ),
         return_exceptions=True,
     )
-    assert results == [Ack(True, False)] * 2, results
+    assert list(parked) == [Ack(True, False)] * 2, parked
     assert (await journal.reads.get_instance(ids[0])).state is InstanceState.SUSPENDED
 
 
@@ -562,7 +562,7 @@ async def test_emit_commits_carrying_deferred_rows_share_a_batch(
     carrying, plain = ids[:5], ids[5:]
     extracted = {i: step(i, step_id=3, committed_at=at(1.5)) for i in carrying}
     alone: list[str] = []  # rows written on the one-at-a-time path (a refused batch)
-    insert_step = store_writes.insert_step
+    insert_step = store_writes.insert_step  # type: ignore[attr-defined]  # patched below
 
     async def spied(conn: Any, row: StepRow, *args: Any, **kwargs: Any) -> None:
         alone.append(row.instance_id)

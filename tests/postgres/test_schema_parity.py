@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, inspect
+from sqlalchemy.engine.interfaces import ReflectedIndex
 
 from app.store.db import sync_url
 from app.store.migrate import upgrade
@@ -15,7 +16,7 @@ from app.store.migrate import upgrade
 pytestmark = pytest.mark.postgres
 
 
-def _partial(index: dict[str, Any]) -> bool:
+def _partial(index: ReflectedIndex) -> bool:
     """Whether an index has a WHERE clause (the predicates' spelling differs per backend)."""
     options = index.get("dialect_options", {})
     return any(options.get(f"{dialect}_where") is not None for dialect in ("sqlite", "postgresql"))

@@ -31,7 +31,8 @@ def instant(value: str) -> datetime:
     assert isinstance(value, str), value
     assert value.endswith("Z") or value.endswith("+00:00"), f"not a UTC instant: {value}"
     parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    assert parsed.utcoffset() is not None and parsed.utcoffset().total_seconds() == 0
+    offset = parsed.utcoffset()
+    assert offset is not None and offset.total_seconds() == 0, value
     return parsed.astimezone(UTC)
 
 
@@ -39,7 +40,7 @@ def assert_problem(resp: httpx.Response, status: int, code: str | None = None) -
     """``resp`` is an RFC 9457 problem with ``status`` (and ``code``); returns the body."""
     assert resp.status_code == status, (resp.status_code, resp.text[:500])
     assert resp.headers["content-type"].split(";")[0].strip() == PROBLEM_JSON, resp.headers
-    body = resp.json()
+    body: dict[str, Any] = resp.json()
     assert isinstance(body.get("code"), str) and body["code"], body
     assert body.get("status") == status, body
     if code is not None:

@@ -44,7 +44,7 @@ def _start(http: httpx.Client, document_id: str, pages: int) -> str:
 
 
 def _job_of(http: httpx.Client, document_id: str) -> str:
-    jobs = http.get("/fake/ocr/jobs").json()
+    jobs: list[dict[str, str]] = http.get("/fake/ocr/jobs").json()
     return next(j["jobId"] for j in jobs if j["documentId"] == document_id)
 
 

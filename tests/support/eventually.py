@@ -23,11 +23,33 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, overload
 
 __all__ = ["eventually", "eventually_sync"]
 
 T = TypeVar("T")
+
+
+@overload
+async def eventually(
+    check: Callable[[], Awaitable[T]],
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    what: str | None = ...,
+    turns: int | None = ...,
+) -> T: ...
+
+
+@overload
+async def eventually(
+    check: Callable[[], T],
+    *,
+    timeout: float = ...,
+    interval: float = ...,
+    what: str | None = ...,
+    turns: int | None = ...,
+) -> T: ...
 
 
 async def eventually(
@@ -65,7 +87,7 @@ async def eventually(
             if inspect.isawaitable(value):
                 value = await value
             if value is not False:
-                return value  # type: ignore[return-value]
+                return value
             last = AssertionError(f"{what or 'check'} returned False")
         except AssertionError as exc:
             last = exc

@@ -7,9 +7,9 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app.engine.journal import NewInstance, Outcome, StepKind, StepRow
+from app.engine.journal import InstanceRecord, NewInstance, Outcome, StepKind, StepRow
 
-__all__ = ["FLOW", "LEASE", "T0", "at", "new_instance", "step"]
+__all__ = ["FLOW", "LEASE", "T0", "at", "new_instance", "step", "wake_at"]
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -50,3 +50,9 @@ def step(instance_id: str, step_id: int = 0, scope: int = 0, **changes: Any) -> 
         values={"job": {"id": "j-1"}},
     )
     return replace(base, **changes)
+
+
+def wake_at(record: InstanceRecord) -> datetime:
+    """The instant ``record`` is parked until (it must be parked on a timer)."""
+    assert record.wake_at is not None, record
+    return record.wake_at

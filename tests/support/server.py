@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,6 +237,7 @@ def serve_subprocess(
     *,
     env: dict[str, str] | None = None,
     workers: int = 1,
+    settings: Mapping[str, str] | None = None,
     **settings_env: str,
 ) -> Iterator[SubprocessServer]:
     """Run ``flowpark serve --host 127.0.0.1 --port <free>`` in a child process.
@@ -246,6 +247,7 @@ def serve_subprocess(
         log_path: where the child's output goes.
         env: extra environment (e.g. ``{"TZ": "Asia/Tokyo"}``).
         workers: uvicorn worker processes (each one sweeps).
+        settings: more ``FLOWPARK_<NAME>`` values by lower-case name (as ``settings_env``).
         **settings_env: ``FLOWPARK_<NAME>`` values by lower-case name
             (``sample_ocr_per_page="1"``).
 
@@ -265,7 +267,8 @@ def serve_subprocess(
             "PYTHONUNBUFFERED": "1",
         }
     )
-    child_env.update({f"FLOWPARK_{k.upper()}": v for k, v in settings_env.items()})
+    named = {**(settings or {}), **settings_env}
+    child_env.update({f"FLOWPARK_{k.upper()}": v for k, v in named.items()})
     child_env.update(env or {})
     with log_path.open("wb") as log:
         process = subprocess.Popen(

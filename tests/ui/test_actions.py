@@ -53,7 +53,7 @@ def _csrf(html: str) -> str:
     return match.group(1)
 
 
-async def test_wake_now_runs_the_next_attempt(acting):
+async def test_wake_now_runs_the_next_attempt(acting: tuple[LiveServer, Seeded]) -> None:
     server, seeded = acting
     target = seeded.overdue[1]
     async with _signed_in(server) as http:
@@ -93,7 +93,9 @@ async def test_wake_now_runs_the_next_attempt(acting):
         assert re.search(rf'data-attempt="{n}" data-outcome="(success|retrying|failure)"', after)
 
 
-async def test_an_action_without_the_sessions_csrf_token_is_refused(acting):
+async def test_an_action_without_the_sessions_csrf_token_is_refused(
+    acting: tuple[LiveServer, Seeded],
+) -> None:
     server, seeded = acting
     target = seeded.parked[0]
     async with _signed_in(server) as http:
@@ -108,7 +110,9 @@ async def test_an_action_without_the_sessions_csrf_token_is_refused(acting):
         assert resp.status_code == 303 and resp.headers["location"].startswith("/ui/sign-in")
 
 
-async def test_cancel_behind_its_confirmation_ends_the_instance(acting):
+async def test_cancel_behind_its_confirmation_ends_the_instance(
+    acting: tuple[LiveServer, Seeded],
+) -> None:
     server, seeded = acting
     target = seeded.parked[1]
     async with _signed_in(server) as http:
@@ -131,7 +135,9 @@ async def test_cancel_behind_its_confirmation_ends_the_instance(acting):
         assert ended.status_code == 409 and 'data-code="instance_ended"' in ended.text
 
 
-async def test_a_read_only_token_sees_no_action_and_is_refused_one(acting):
+async def test_a_read_only_token_sees_no_action_and_is_refused_one(
+    acting: tuple[LiveServer, Seeded],
+) -> None:
     server, seeded = acting
     target = seeded.parked[0]
     async with _signed_in(server, VIEWER) as http:
@@ -150,14 +156,16 @@ async def test_a_read_only_token_sees_no_action_and_is_refused_one(acting):
         assert 'data-testid="state">suspended<' in (await http.get(f"/ui/instances/{target}")).text
 
 
-async def test_a_token_without_the_read_scope_cannot_sign_in(acting):
+async def test_a_token_without_the_read_scope_cannot_sign_in(
+    acting: tuple[LiveServer, Seeded],
+) -> None:
     server, _ = acting
     async with httpx.AsyncClient(base_url=server.base_url) as http:
         resp = await http.post("/ui/sign-in", data={"token": STARTER})
         assert resp.status_code == 401 and "set-cookie" not in resp.headers
 
 
-async def test_extend_budget_moves_the_stored_end_later(acting):
+async def test_extend_budget_moves_the_stored_end_later(acting: tuple[LiveServer, Seeded]) -> None:
     server, seeded = acting
     target = seeded.overdue[2]
     async with _signed_in(server) as http:
@@ -184,7 +192,9 @@ async def test_extend_budget_moves_the_stored_end_later(acting):
         assert odd.status_code == 422 and 'data-code="input_invalid"' in odd.text
 
 
-async def test_the_signals_table_says_what_became_of_each_signal(acting):
+async def test_the_signals_table_says_what_became_of_each_signal(
+    acting: tuple[LiveServer, Seeded],
+) -> None:
     server, seeded = acting
     target = seeded.overdue[0]
     async with server.client() as api:
@@ -200,7 +210,7 @@ async def test_the_signals_table_says_what_became_of_each_signal(acting):
         assert "<code>ocr.completed</code>" in page
 
 
-async def test_no_action_gives_a_500_in_any_state(acting):
+async def test_no_action_gives_a_500_in_any_state(acting: tuple[LiveServer, Seeded]) -> None:
     server, seeded = acting
     async with _signed_in(server) as http:
         csrf = _csrf((await http.get("/ui")).text)

@@ -21,7 +21,9 @@ async def _list(client: httpx.AsyncClient, query: str) -> str:
     return resp.text
 
 
-async def test_filters_in_the_query_string_select_instances(signed_in, seeded: Seeded):
+async def test_filters_in_the_query_string_select_instances(
+    signed_in: httpx.AsyncClient, seeded: Seeded
+) -> None:
     every = set(seeded.every())
     assert set(_ids(await _list(signed_in, ""))) == every
 
@@ -47,7 +49,9 @@ async def test_filters_in_the_query_string_select_instances(signed_in, seeded: S
     assert 'name="overdue" value="1" checked' in page
 
 
-async def test_a_value_that_cannot_be_a_filter_is_left_out_with_a_notice(signed_in, seeded):
+async def test_a_value_that_cannot_be_a_filter_is_left_out_with_a_notice(
+    signed_in: httpx.AsyncClient, seeded: Seeded
+) -> None:
     page = await _list(signed_in, "state=sleeping&waiting=nothing&cursor=%%%&limit=abc")
     assert "is not a state" in page and "is not a wait kind" in page
     assert "not one this console gave out" in page
@@ -73,7 +77,9 @@ async def _all_pages(client: httpx.AsyncClient, url: str) -> list[str]:
     return seen
 
 
-async def test_pages_follow_each_other_without_repeats(signed_in, seeded: Seeded):
+async def test_pages_follow_each_other_without_repeats(
+    signed_in: httpx.AsyncClient, seeded: Seeded
+) -> None:
     newest = await _all_pages(signed_in, "/ui/instances?limit=4")
     assert len(newest) == len(set(newest)) == len(seeded.every())
     # oldest first is the whole list reversed, page after page
@@ -81,7 +87,7 @@ async def test_pages_follow_each_other_without_repeats(signed_in, seeded: Seeded
     assert oldest == list(reversed(newest))
 
 
-async def test_columns_sort_the_page(signed_in, seeded: Seeded):
+async def test_columns_sort_the_page(signed_in: httpx.AsyncClient, seeded: Seeded) -> None:
     by_state = _ids(await _list(signed_in, "sort=state"))
     states = re.findall(r'data-state="([^"]+)"', await _list(signed_in, "sort=state"))
     assert states == sorted(states) and len(by_state) == len(seeded.every())
@@ -89,7 +95,9 @@ async def test_columns_sort_the_page(signed_in, seeded: Seeded):
     assert _ids(await _list(signed_in, "sort=created")) == list(reversed(newest_first))
 
 
-async def test_every_instance_page_answers_in_every_state(signed_in, seeded: Seeded):
+async def test_every_instance_page_answers_in_every_state(
+    signed_in: httpx.AsyncClient, seeded: Seeded
+) -> None:
     for instance_id in seeded.every():
         resp = await signed_in.get(f"/ui/instances/{instance_id}")
         assert resp.status_code == 200, (instance_id, resp.text[:300])
@@ -103,7 +111,7 @@ async def test_every_instance_page_answers_in_every_state(signed_in, seeded: See
     assert "document.process@0.1.0" in unknown
 
 
-async def test_an_unknown_or_impossible_id_is_a_404_page(signed_in):
+async def test_an_unknown_or_impossible_id_is_a_404_page(signed_in: httpx.AsyncClient) -> None:
     for bad in ("01a23203-0000-7000-8000-000000000000", "not-an-id", "x" * 300):
         resp = await signed_in.get(f"/ui/instances/{bad}")
         assert resp.status_code == 404, bad
@@ -114,7 +122,9 @@ async def test_an_unknown_or_impossible_id_is_a_404_page(signed_in):
     assert resp.json()["code"] == "input_invalid"
 
 
-async def test_the_page_of_a_parked_poll_shows_its_attempts_budget_and_wait(signed_in, seeded):
+async def test_the_page_of_a_parked_poll_shows_its_attempts_budget_and_wait(
+    signed_in: httpx.AsyncClient, seeded: Seeded
+) -> None:
     html = (await signed_in.get(f"/ui/instances/{seeded.overdue[0]}")).text
     assert re.findall(r'data-attempt="(\d+)" data-outcome="(\w+)"', html)[:3] == [
         ("0", "success"),
@@ -133,13 +143,17 @@ async def test_the_page_of_a_parked_poll_shows_its_attempts_budget_and_wait(sign
     assert 'data-testid="budget"' not in failed
 
 
-async def test_an_instance_waiting_for_a_signal_offers_no_wake(signed_in, seeded: Seeded):
+async def test_an_instance_waiting_for_a_signal_offers_no_wake(
+    signed_in: httpx.AsyncClient, seeded: Seeded
+) -> None:
     html = (await signed_in.get(f"/ui/instances/{seeded.awaiting_signal}")).text
     assert "Waits for <strong>signal</strong>" in html
     assert "/actions/wake" not in html and "/actions/cancel" in html
 
 
-async def test_a_trailing_slash_leads_to_the_page_and_an_unknown_path_is_a_404_page(signed_in):
+async def test_a_trailing_slash_leads_to_the_page_and_an_unknown_path_is_a_404_page(
+    signed_in: httpx.AsyncClient,
+) -> None:
     for path, target in (
         ("/ui/", "/ui"),
         ("/ui/instances/?state=failed", "/ui/instances?state=failed"),

@@ -10,10 +10,10 @@ import httpx
 from app.store.db import make_async_engine
 from app.store.sql_journal import SqlJournal
 from app.ui.overview import percentile
-from tests.support.seed import seed_console_data
+from tests.support.seed import Seeded, seed_console_data
 
 
-async def test_flow_activity_counts_each_state_per_flow_version(store_url: str):
+async def test_flow_activity_counts_each_state_per_flow_version(store_url: str) -> None:
     now = datetime.now(UTC)
     seeded = await seed_console_data(store_url, now=now)
     db = make_async_engine(store_url)
@@ -61,7 +61,7 @@ async def test_flow_activity_counts_each_state_per_flow_version(store_url: str):
         await db.dispose()
 
 
-def test_percentiles_are_nearest_rank():
+def test_percentiles_are_nearest_rank() -> None:
     assert percentile([], 0.5) is None
     assert percentile([3.0], 0.99) == 3.0
     values = [float(n) for n in range(1, 101)]
@@ -79,7 +79,9 @@ def _row(html: str, flow: str, version: str) -> str:
     return match.group(1)
 
 
-async def test_the_overview_page_shows_each_flow_version(signed_in: httpx.AsyncClient, seeded):
+async def test_the_overview_page_shows_each_flow_version(
+    signed_in: httpx.AsyncClient, seeded: Seeded
+) -> None:
     page = await signed_in.get("/ui")
     assert page.status_code == 200
     docs = _row(page.text, "document.process", "1.0.0")
@@ -93,7 +95,9 @@ async def test_the_overview_page_shows_each_flow_version(signed_in: httpx.AsyncC
     assert _row(page.text, "job.await", "1.0.0")  # registered here, no instances
 
 
-async def test_the_flow_page_draws_the_waiting_counts(signed_in: httpx.AsyncClient, seeded):
+async def test_the_flow_page_draws_the_waiting_counts(
+    signed_in: httpx.AsyncClient, seeded: Seeded
+) -> None:
     page = await signed_in.get("/ui/flows/document.process/1.0.0")
     assert page.status_code == 200
     parked = len(seeded.overdue) + len(seeded.parked)

@@ -6,6 +6,7 @@ import re
 
 import httpx
 
+from tests.support.seed import Seeded
 from tests.support.server import TOKEN, LiveServer, live_server
 
 
@@ -15,7 +16,9 @@ def _csrf(html: str) -> str:
     return match.group(1)
 
 
-async def test_pages_send_a_visitor_without_a_session_to_sign_in(browser_less: httpx.AsyncClient):
+async def test_pages_send_a_visitor_without_a_session_to_sign_in(
+    browser_less: httpx.AsyncClient,
+) -> None:
     for path in ("/ui", "/ui/flows", "/ui/flows/document.process/1.0.0"):
         resp = await browser_less.get(path)
         assert resp.status_code == 303, path
@@ -24,7 +27,7 @@ async def test_pages_send_a_visitor_without_a_session_to_sign_in(browser_less: h
     assert page.status_code == 200 and 'name="token"' in page.text
 
 
-async def test_a_wrong_token_is_refused_and_sets_no_cookie(browser_less: httpx.AsyncClient):
+async def test_a_wrong_token_is_refused_and_sets_no_cookie(browser_less: httpx.AsyncClient) -> None:
     resp = await browser_less.post("/ui/sign-in", data={"token": "not-a-token"})
     assert resp.status_code == 401
     assert "not one of this node" in resp.text
@@ -34,7 +37,7 @@ async def test_a_wrong_token_is_refused_and_sets_no_cookie(browser_less: httpx.A
 
 async def test_the_session_cookie_is_signed_httponly_strict_and_holds_no_token(
     browser_less: httpx.AsyncClient,
-):
+) -> None:
     resp = await browser_less.post("/ui/sign-in", data={"token": TOKEN, "next": "/ui/flows"})
     assert resp.status_code == 303 and resp.headers["location"] == "/ui/flows"
     cookie = resp.headers["set-cookie"]
@@ -52,13 +55,13 @@ async def test_the_session_cookie_is_signed_httponly_strict_and_holds_no_token(
     assert (await browser_less.get("/ui")).status_code == 303
 
 
-async def test_sign_in_only_returns_inside_the_console(browser_less: httpx.AsyncClient):
+async def test_sign_in_only_returns_inside_the_console(browser_less: httpx.AsyncClient) -> None:
     for target in ("https://evil.example/", "//evil.example/ui", "/api/v1/flows"):
         resp = await browser_less.post("/ui/sign-in", data={"token": TOKEN, "next": target})
         assert resp.headers["location"] == "/ui", target
 
 
-async def test_sign_out_needs_the_sessions_csrf_token(signed_in: httpx.AsyncClient):
+async def test_sign_out_needs_the_sessions_csrf_token(signed_in: httpx.AsyncClient) -> None:
     page = await signed_in.get("/ui")
     csrf = _csrf(page.text)
 
@@ -72,8 +75,8 @@ async def test_sign_out_needs_the_sessions_csrf_token(signed_in: httpx.AsyncClie
 
 
 async def test_a_token_removed_from_the_settings_ends_its_sessions(
-    browser_less: httpx.AsyncClient, console: LiveServer, seeded_db
-):
+    browser_less: httpx.AsyncClient, console: LiveServer, seeded_db: tuple[str, Seeded]
+) -> None:
     resp = await browser_less.post("/ui/sign-in", data={"token": TOKEN})
     cookie = browser_less.cookies["flowpark_session"]
     # the same secret, another token list: the session's token is gone
@@ -98,7 +101,7 @@ async def test_a_token_removed_from_the_settings_ends_its_sessions(
     assert resp.status_code == 303 and cookie
 
 
-async def test_the_console_can_be_turned_off(seeded_db):
+async def test_the_console_can_be_turned_off(seeded_db: tuple[str, Seeded]) -> None:
     with live_server(seeded_db[0], run_sweeper=False, console_enabled=False) as server:
         async with httpx.AsyncClient(base_url=server.base_url) as http:
             assert (await http.get("/ui")).status_code == 404
@@ -106,7 +109,7 @@ async def test_the_console_can_be_turned_off(seeded_db):
             assert (await http.get("/healthz")).status_code == 200
 
 
-async def test_a_form_posted_from_another_site_is_refused(browser_less: httpx.AsyncClient):
+async def test_a_form_posted_from_another_site_is_refused(browser_less: httpx.AsyncClient) -> None:
     foreign = {"Origin": "https://evil.example"}
     resp = await browser_less.post("/ui/sign-in", data={"token": TOKEN}, headers=foreign)
     assert resp.status_code == 403 and "set-cookie" not in resp.headers
@@ -115,7 +118,9 @@ async def test_a_form_posted_from_another_site_is_refused(browser_less: httpx.As
     assert resp.status_code == 303
 
 
-async def test_pages_are_not_cached_framed_or_open_to_other_scripts(signed_in: httpx.AsyncClient):
+async def test_pages_are_not_cached_framed_or_open_to_other_scripts(
+    signed_in: httpx.AsyncClient,
+) -> None:
     for path in ("/ui", "/ui/sign-in", "/ui/instances", "/ui/flows/document.process/1.0.0"):
         resp = await signed_in.get(path, follow_redirects=True)
         assert resp.headers["cache-control"] == "no-store", path

@@ -102,8 +102,11 @@ BAD = {
         Signal("s.x", Other)
     ),
     "poll.body_not_single_capability": _f("bad.body").poll_until(
-        [Good(), Good()], until=_seen, interval=FIVE, timeout="PT1M"
-    ),  # type: ignore[arg-type]
+        [Good(), Good()],  # type: ignore[arg-type]
+        until=_seen,
+        interval=FIVE,
+        timeout="PT1M",
+    ),
     "poll.body_not_idempotent": _f("bad.not_idempotent")
     .poll_until(NotIdem(), until=_seen, interval=FIVE, timeout="PT1M")
     .step(Undo()),

@@ -63,7 +63,7 @@ def test_an_action_answers_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_watch_prints_each_change_on_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "30")
-    view = {
+    view: dict[str, Any] = {
         "instanceId": "01a232b9-0995-7449-8556-23fef0c5e08e",
         "flow": "document.process",
         "version": "1.0.0",
@@ -151,7 +151,7 @@ def test_filters_take_durations_and_instants_as_people_type_them(
 
 def test_a_piped_list_is_one_line_per_instance(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
-    row = {
+    row: dict[str, Any] = {
         "instanceId": "01a232b9-0995-7449-8556-23fef0c5e08e",
         "flow": "document.process",
         "version": "1.0.0",

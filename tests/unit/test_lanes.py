@@ -249,7 +249,7 @@ async def test_a_cancelled_caller_does_not_cancel_its_batch(
 ) -> None:
     errors = await _install_handler()
     run, lane, callers = await _cancel_in_flight(lambda n: n * 10)
-    assert await asyncio.gather(callers[0], callers[2], callers[3]) == [0, 20, 30]
+    assert list(await asyncio.gather(callers[0], callers[2], callers[3])) == [0, 20, 30]
     assert run.in_flight == 0 and len(run.batches) == 1
     assert lane._flushers == 0
     # the lane still serves later callers
@@ -337,7 +337,7 @@ async def test_a_caller_cancelled_while_queued_still_has_its_item_run() -> None:
     await spin()
     hold.set()
     assert await first == 0
-    assert await asyncio.gather(queued[1], queued[2]) == [20, 30]
+    assert list(await asyncio.gather(queued[1], queued[2])) == [20, 30]
     assert queued[0].cancelled()
     assert run.batches == [[0], [1, 2, 3]]
 

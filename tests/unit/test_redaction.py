@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from pydantic import SecretStr
 
 from app import redaction
 from app.redaction import MASK, RedactingFormatter, redact, redact_url, register_secrets
@@ -55,7 +56,7 @@ def test_settings_name_their_secrets_but_not_the_public_default_token() -> None:
     settings = Settings(
         database_url="postgresql://app:pw-1234@db/fp",
         api_tokens="ops:tok-abcdef:read,dev-token",
-        console_secret="console-secret-1",
+        console_secret=SecretStr("console-secret-1"),
     )
     assert settings.secret_values() == {"pw-1234", "tok-abcdef", "console-secret-1"}
     plain = Settings(database_url="sqlite:///x.db", api_tokens="dev-token")

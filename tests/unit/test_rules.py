@@ -9,7 +9,7 @@ import pytest
 
 from app.errors import DefinitionError
 from app.flows import Catalog, Severity, check_flow, compile_flow
-from app.flows.plan import Plan
+from app.flows.plan import Plan, StepNode
 from app.runtime.loading import check_targets
 from samples.document_processing import OcrClient, build_document_flow
 from tests.unit.bad_flows import BAD, DUPLICATE_VERSION, WARNINGS
@@ -53,6 +53,8 @@ def test_the_sample_compiles_with_every_target_pointing_forward() -> None:
         "emit document.processed",
     ]
     assert plan.nodes[1].satisfied_target == 5  # type: ignore[union-attr]
+    first = plan.nodes[0]
+    assert isinstance(first, StepNode)
     with pytest.raises(ValueError, match="strictly forward"):
         Plan(
             name="p",
@@ -62,8 +64,8 @@ def test_the_sample_compiles_with_every_target_pointing_forward() -> None:
             profile=plan.profile,
             trigger=None,
             deadline=None,
-            nodes=(type(plan.nodes[0])(0, plan.nodes[0].capability, next=0),),
-        )  # type: ignore[call-arg,union-attr]
+            nodes=(StepNode(0, first.capability, next=0),),
+        )
 
 
 def test_flows_check_reports_a_duplicate_version_that_registration_refuses(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_htmx_and_the_styles_are_package_files():
+def test_htmx_and_the_styles_are_package_files() -> None:
     static = files("app.ui") / "static"
     htmx = (static / "htmx.min.js").read_text()
     assert htmx.startswith("var htmx=function()")
@@ -19,13 +19,13 @@ def test_htmx_and_the_styles_are_package_files():
     assert (static / "console.js").read_text()
 
 
-def test_the_wheel_takes_the_templates_and_static_files():
+def test_the_wheel_takes_the_templates_and_static_files() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     patterns = config["tool"]["setuptools"]["package-data"]["app.ui"]
     assert "templates/*.html" in patterns and "static/*" in patterns
 
 
-def test_no_template_or_script_reaches_another_site():
+def test_no_template_or_script_reaches_another_site() -> None:
     package = files("app.ui")
     sources = [
         *(package / "templates").iterdir(),

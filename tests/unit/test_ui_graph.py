@@ -10,7 +10,7 @@ import pytest
 
 from app.flows import Catalog, Flow
 from app.flows.plan import Plan, StepNode
-from app.ui.graph import describe_backoff, human_duration, layout
+from app.ui.graph import Graph, describe_backoff, human_duration, layout
 from samples.document_processing import OcrClient, build_document_flow
 from tests.engine.flows import INTERVAL, await_flow, poll_flow
 
@@ -26,11 +26,11 @@ def document_plan() -> Plan:
     return _plan(build_document_flow(OcrClient(httpx.AsyncClient(), "http://ocr.invalid")))
 
 
-def _edges(graph, kind: str) -> set[tuple[str, str]]:
+def _edges(graph: Graph, kind: str) -> set[tuple[str, str]]:
     return {(e.source, e.target) for e in graph.edges if e.kind == kind}
 
 
-def test_document_flow_draws_every_node_and_the_poll_edges(document_plan: Plan):
+def test_document_flow_draws_every_node_and_the_poll_edges(document_plan: Plan) -> None:
     graph = layout(document_plan, {1: 7, 5: 2})
 
     drawn = {n.key: n for n in graph.nodes}
@@ -64,7 +64,7 @@ def test_document_flow_draws_every_node_and_the_poll_edges(document_plan: Plan):
     assert drawn["3"].x > drawn["1"].x == drawn["5"].x == drawn["end"].x
 
 
-def test_no_two_nodes_overlap_and_the_drawing_holds_them(document_plan: Plan):
+def test_no_two_nodes_overlap_and_the_drawing_holds_them(document_plan: Plan) -> None:
     for plan in (document_plan, _plan(poll_flow(on_timeout="rejoin")), _plan(await_flow())):
         graph = layout(plan)
         for a, b in itertools.combinations(graph.nodes, 2):
@@ -74,7 +74,7 @@ def test_no_two_nodes_overlap_and_the_drawing_holds_them(document_plan: Plan):
         assert all(n.y >= 0 and n.y + n.h <= graph.height for n in graph.nodes)
 
 
-def test_a_rejoining_on_timeout_block_leads_back_to_the_main_path():
+def test_a_rejoining_on_timeout_block_leads_back_to_the_main_path() -> None:
     graph = layout(_plan(poll_flow(on_timeout="rejoin")))
     # nodes: 0 start, 1 poll, 2 check, 3 escalate (on_timeout), 4 after
     assert _edges(graph, "timeout") == {("1", "3")}
@@ -82,7 +82,7 @@ def test_a_rejoining_on_timeout_block_leads_back_to_the_main_path():
     assert graph.node("3").x > graph.node("4").x  # drawn back into the main column
 
 
-def test_a_poll_without_on_timeout_fails_the_flow_in_the_drawing():
+def test_a_poll_without_on_timeout_fails_the_flow_in_the_drawing() -> None:
     graph = layout(_plan(poll_flow(on_timeout="none", signal=False)))
     implicit = graph.node("timeout-1")
     assert implicit.kind == "fail" and implicit.title == "fail flow.poll_not_satisfied"
@@ -90,7 +90,7 @@ def test_a_poll_without_on_timeout_fails_the_flow_in_the_drawing():
     assert _edges(graph, "signal") == set()
 
 
-def test_an_await_signal_node_shows_its_signal_and_timeout():
+def test_an_await_signal_node_shows_its_signal_and_timeout() -> None:
     graph = layout(_plan(await_flow()))
     # nodes: 0 start, 1 await t.ready (on_timeout: 2 fail), 3 after
     assert graph.node("1").title == "await t.ready"
@@ -100,7 +100,7 @@ def test_an_await_signal_node_shows_its_signal_and_timeout():
     assert graph.node("2").title == "fail t.no_callback"
 
 
-def test_durations_and_schedules_read_as_people_write_them():
+def test_durations_and_schedules_read_as_people_write_them() -> None:
     from datetime import timedelta
 
     assert human_duration(timedelta(hours=4)) == "4h"

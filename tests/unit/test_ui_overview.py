@@ -18,11 +18,13 @@ def _catalog() -> Catalog:
     return catalog
 
 
-def _start(scope: int, started: datetime, previous: datetime | None, flow: str = "t.poll"):
+def _start(
+    scope: int, started: datetime, previous: datetime | None, flow: str = "t.poll"
+) -> AttemptStart:
     return AttemptStart("i-1", flow, "1.0.0", 2, scope, started, previous, T0)
 
 
-def test_lateness_is_the_start_after_the_scheduled_wake():
+def test_lateness_is_the_start_after_the_scheduled_wake() -> None:
     starts = [
         _start(1, T0 + timedelta(seconds=62.5), T0 + timedelta(seconds=1)),  # 1.5 s late
         _start(2, T0 + timedelta(seconds=130), T0 + timedelta(seconds=65)),  # 5 s late
@@ -39,14 +41,14 @@ def test_lateness_is_the_start_after_the_scheduled_wake():
     assert ("other.flow", "1.0.0") not in by_flow
 
 
-def test_the_budget_end_caps_the_scheduled_wake():
+def test_the_budget_end_caps_the_scheduled_wake() -> None:
     # after a commit at 9:30 the next wake would be 10:30, past the 10 min budget: 10:00
     late = _start(9, T0 + timedelta(minutes=10, seconds=4), T0 + timedelta(minutes=9, seconds=30))
     overall, _ = lateness(_catalog(), [late])
     assert overall.p50 == 4.0
 
 
-def test_the_overview_lists_registered_flows_and_unknown_versions():
+def test_the_overview_lists_registered_flows_and_unknown_versions() -> None:
     activity = [FlowActivity("t.poll", "0.9.0", suspended=3, overdue=2)]
     rows = overview_rows(_catalog(), activity, {})
     assert [(r.flow, r.version, r.known, r.suspended) for r in rows] == [
