@@ -223,7 +223,9 @@ async def test_no_action_gives_a_500_in_any_state(acting: tuple[LiveServer, Seed
                 assert resp.status_code in (303, 404, 409), (instance_id, action, resp.text[:300])
 
 
-async def test_send_signal_needs_operate_and_csrf_and_a_payload_its_schema_allows(acting):
+async def test_send_signal_needs_operate_and_csrf_and_a_payload_its_schema_allows(
+    acting: tuple[LiveServer, Seeded],
+) -> None:
     server, seeded = acting
     async with server.client() as api:
         started = await api.post(
@@ -256,7 +258,9 @@ async def test_send_signal_needs_operate_and_csrf_and_a_payload_its_schema_allow
         assert refused.status_code == 403
 
 
-async def test_a_signal_waits_due_instant_is_labelled_its_timeout(acting):
+async def test_a_signal_waits_due_instant_is_labelled_its_timeout(
+    acting: tuple[LiveServer, Seeded],
+) -> None:
     server, seeded = acting
     async with _signed_in(server) as http:
         waiting = (await http.get(f"/ui/instances/{seeded.awaiting_signal}")).text
