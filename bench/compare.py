@@ -55,6 +55,7 @@ ROWS = [
     ("resumed_after_ready_s", "restart: 500 overdue resumed s after ready", "lower"),
     ("resumed_from_spawn_s", "restart: 500 overdue resumed s from spawn", "lower"),
     ("bytes_per_parked", "bytes per parked document.process", "lower"),
+    ("park_statements_per_start", "  SQL statements per document.process start", "lower"),
     ("park_starts_per_s", "document.process starts/s (engine, 32 callers)", "higher"),
     ("http_server_cpu_ms", "HTTP start: server CPU ms per request", "lower"),
     ("http_ceiling_cpu_ms", "  bare FastAPI route: server CPU ms per request", "info"),
@@ -243,10 +244,17 @@ def table(report: dict[str, Any]) -> str:
         a_rel = next((x for x in rev_rel if x), {})
         b_rel = next((x for x in by_rel if x), {})
         lines += ["", "| relation (bytes per parked) | REV | HEAD |", "|---|---|---|"]
-        for rel in sorted(
+        names = sorted(
             set(a_rel) | set(b_rel), key=lambda k: -max(a_rel.get(k, 0), b_rel.get(k, 0))
-        ):
-            lines.append(f"| {rel} | {a_rel.get(rel, '-')} | {b_rel.get(rel, '-')} |")
+        )
+        small = [k for k in names if max(a_rel.get(k, 0), b_rel.get(k, 0)) < 2]
+        for rel in names:
+            if rel not in small:
+                lines.append(f"| {rel} | {a_rel.get(rel, '-')} | {b_rel.get(rel, '-')} |")
+        if small:  # empty tables and indexes: one page each (8 KiB / N)
+            a_sum = round(sum(a_rel.get(k, 0) for k in small), 1)
+            b_sum = round(sum(b_rel.get(k, 0) for k in small), 1)
+            lines.append(f"| {len(small)} empty relations (a page each) | {a_sum} | {b_sum} |")
     return "\n".join(lines)
 
 

@@ -217,6 +217,9 @@ class NewInstance:
             :class:`app.errors.IdempotencyKeyReused`.
         lease_owner / lease_expires_at: the starting node holds the lease from birth, so the
             sweep never races the start.
+        steps: journal rows written in the same statement as the instance (the budget of a
+            poll that is the flow's first node: its poll is entered at the start's instant),
+            so no write of their own precedes the first call.
     """
 
     id: str
@@ -230,6 +233,7 @@ class NewInstance:
     idempotency_key: str | None = None
     instance_key: str | None = None
     trace_context: dict[str, str] | None = None
+    steps: tuple[StepRow, ...] = ()
 
     def repeats(self, input: Any, instance_key: str | None) -> bool:
         """Whether a start stored with ``input`` and ``instance_key`` is this request again.

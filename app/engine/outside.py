@@ -7,11 +7,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
+from app.engine.deadlines import POLL_BUDGET, deadline_row
 from app.engine.host import NodeEngine
 from app.engine.journal import (
     Claim,
@@ -20,6 +22,7 @@ from app.engine.journal import (
     NewInstance,
     SignalRecord,
     Snapshot,
+    StepRow,
 )
 from app.engine.outcomes import RunOutcome, StartResult
 from app.errors import InputInvalid, SignalNotDeclared, StaleFencingToken
@@ -74,8 +77,10 @@ async def start(
         IdempotencyKeyReused, InstanceKeyInUse.
     """
     now = engine.clock.now()
+    instance_id = engine.new_id()
+    entry = _entry_rows(plan, instance_id, now)
     new = NewInstance(
-        id=engine.new_id(),
+        id=instance_id,
         flow_name=plan.name,
         flow_version=plan.version,
         input=data,
@@ -86,20 +91,33 @@ async def start(
         idempotency_key=idempotency_key,
         instance_key=instance_key,
         trace_context=engine.observer.trace_context(),
+        steps=entry,
     )
     record, created = await engine.journal.writes.create_instance(new)
     if created:
         engine.observer.started(plan.name, plan.version, record.id)
-        record = await _first_advance(engine, record)
+        record = await _first_advance(engine, record, entry)
     return StartResult(record, created, record.result)
 
 
-async def _first_advance(engine: NodeEngine, record: InstanceRecord) -> InstanceRecord:
+def _entry_rows(plan: Plan, instance_id: str, now: datetime) -> tuple[StepRow, ...]:
+    """What a start stores with the instance: the budget of a poll that is the flow's
+    first node, entered at the start's instant (the row the poll would store before
+    attempt 0, in the start's one statement instead of a write of its own)."""
+    first = plan.nodes[0] if plan.nodes else None
+    if not isinstance(first, PollNode):
+        return ()
+    return (deadline_row(instance_id, first.index, 0, POLL_BUDGET, now, now + first.timeout),)
+
+
+async def _first_advance(
+    engine: NodeEngine, record: InstanceRecord, entry: tuple[StepRow, ...] = ()
+) -> InstanceRecord:
     """Advance a new instance under the lease its start took, for up to ``start_wait``;
     the instance as the run left it, or as stored when the run goes on elsewhere."""
-    # a new instance has no journal and no mailbox yet (a signal sent meanwhile is read by
-    # the walk before it waits): nothing to load
-    claim = Claim(record.id, record.fencing_token, Snapshot(record, [], []))
+    # a new instance has no journal but the rows its start stored, and no mailbox yet (a
+    # signal sent meanwhile is read by the walk before it waits): nothing to load
+    claim = Claim(record.id, record.fencing_token, Snapshot(record, list(entry), []))
     outcome = None
     try:
         outcome = await engine.runs.advance_within(claim, engine.config.start_wait)

@@ -116,6 +116,14 @@ _CREATE_SQL = (
     "t.instance_key, t.idempotency_key, t.trace_context "
     f"FROM {_recordset(_CREATE_COLUMNS)} ON CONFLICT DO NOTHING RETURNING id::text"
 )
+# the same with the journal rows a start stores with its instance (a first node's poll
+# budget): inserted for the instances the statement created only
+_CREATE_WITH_STEPS_SQL = (
+    f"WITH ins AS ({_CREATE_SQL.removesuffix('::text')}), "
+    f"st AS (INSERT INTO flow_step ({_STEP_NAMES}) SELECT {_STEP_FROM_T} "
+    f"FROM {_recordset(_STEP_COLUMNS, param='steps')} JOIN ins ON ins.id = t.instance_id) "
+    "SELECT id::text FROM ins"
+)
 
 _FENCE_COLUMNS: tuple[tuple[str, str], ...] = (("token", "bigint"), ("lease_until", "timestamptz"))
 # ``main``: the item's own row (false: the deferred row an item carries before it)
@@ -330,11 +338,17 @@ class PgBatches(SqlRole):
             }
             for n in items
         ]
+        steps = [step_values(row) for n in items for row in n.steps]
         try:
             async with self._single(write=True) as conn:
-                result = await conn.exec_driver_sql(_CREATE_SQL, _rows(_CREATE_COLUMNS, rows))
+                if steps:
+                    params = _rows(_CREATE_COLUMNS, rows)
+                    params.update(_rows(_STEP_COLUMNS, steps, param="steps"))
+                    result = await conn.exec_driver_sql(_CREATE_WITH_STEPS_SQL, params)
+                else:
+                    result = await conn.exec_driver_sql(_CREATE_SQL, _rows(_CREATE_COLUMNS, rows))
                 created = {r[0] for r in result}
-        except (DataError, PydanticSerializationError):  # one value refused: each alone
+        except (DataError, IntegrityError, PydanticSerializationError):  # each alone
             return [None] * len(items)
         answers: list[bool | None] = []
         for n in items:  # an id twice in one batch was inserted once: the first has it

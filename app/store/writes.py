@@ -113,6 +113,8 @@ class SqlJournalWrites(SqlRole):
                         .returning(INSTANCE.c.id)
                     )
                     created = inserted.first() is not None
+                    for row in new.steps if created else ():
+                        await insert_step(conn, row, postgresql=self.is_postgresql)
             if created:
                 return instance_from_new(new), True
             async with self._read() as conn:

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import event
 
 from app.engine.clock import VirtualClock
 from app.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT, ends_at, open_budget
 from app.engine.journal import InstanceState, StepKind
-from app.flows import CapabilityOptions, Flow, RetryPolicy
+from app.flows import Backoff, Capability, CapabilityOptions, Flow, RetryPolicy, StepContext
 from app.testing import FlowHarness, Scripted
-from tests.engine.flows import After, Check, Job, Order, Start, Status, await_flow
-from tests.postgres.nodes import Held, slow_flow, slow_subs
+from tests.engine.flows import After, Check, Job, Order, Start, Status, await_flow, done
+from tests.postgres.nodes import INTERVAL, Held, slow_flow, slow_subs
 
 LEASE = timedelta(seconds=30)
 SCAN = timedelta(seconds=1)
@@ -79,6 +82,68 @@ async def test_a_poll_budget_survives_a_node_dying_in_attempt_zeros_call(store_u
         assert inst.state is InstanceState.FAILED
         assert inst.failure is not None and inst.failure.code == "flow.poll_not_satisfied"
         assert clock_b.now() == t0 + HOUR  # ended at A's instant, not 31 s later
+        await _bury(started)
+
+
+class FirstSlow(Capability):
+    """``t.slow`` with nothing to read, so it can be the flow's first node (substituted)."""
+
+    id = "t.slow"
+    idempotent = True
+    puts = (Status,)
+    options = CapabilityOptions(execute_timeout=HOUR)
+
+    async def execute(self, ctx: StepContext) -> None:  # pragma: no cover - substituted
+        return None
+
+
+def poll_first_flow() -> Flow:
+    """``t.pollfirst`` 1.0.0: a poll of ``t.slow`` as the first node (1 h budget) -> after."""
+    flow = Flow("t.pollfirst", "1.0.0", input=Order)
+    flow.poll_until(
+        FirstSlow(), until=done, interval=Backoff.fixed(INTERVAL), timeout=HOUR, reads=(Status,)
+    )
+    flow.step(After())
+    return flow
+
+
+async def test_a_first_node_polls_budget_is_stored_with_the_instance(store_url: str) -> None:
+    """The poll is entered at the start's instant: its budget row goes in with the instance
+    (the start's one statement), so no write precedes attempt 0's call; a node that takes
+    the instance over reads the same end."""
+    held = Held(Status(done=False))
+    async with FlowHarness.open(
+        [poll_first_flow()],
+        database_url=store_url,
+        migrate=False,
+        substitutes={"t.slow": Scripted(held, Status(done=False)), "t.after": Scripted(None)},
+    ) as h:
+        t0 = h.clock.now()
+        writes: list[str] = []
+
+        def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            if not statement.lstrip().upper().startswith("SELECT"):
+                writes.append(statement)
+
+        event.listen(h.journal.engine.sync_engine, "before_cursor_execute", count)
+        started, instance_id = await _dead_node_holds(h, held, "t.pollfirst")
+        event.remove(h.journal.engine.sync_engine, "before_cursor_execute", count)
+        inst = await h.instance(instance_id)
+        snap = await h.snapshot(instance_id)
+        (budget,) = snap.steps  # in attempt 0's call: the budget only
+        assert budget.kind is StepKind.DEADLINE and budget.capability_id == POLL_BUDGET
+        assert budget.started_at == inst.created_at == t0
+        assert ends_at(budget) == t0 + HOUR
+        if h.journal.is_postgresql:
+            assert len(writes) == 1, writes  # the start's one statement, then the call
+
+        clock_b = VirtualClock(t0 + LEASE + SCAN)
+        b = h.with_engine(node_id="node-b", clock=clock_b)
+        assert (await b.sweep()).advanced == 1  # B re-runs attempt 0 and parks
+        snap = await h.snapshot(instance_id)
+        assert [r for r in snap.steps if r.kind is StepKind.DEADLINE] == [budget]
+        shown = open_budget((await h.instance(instance_id)).state, snap.steps)
+        assert shown is not None and (shown.started_at, shown.ends_at) == (t0, t0 + HOUR)
         await _bury(started)
 
 
