@@ -36,7 +36,8 @@ __all__ = ["Decider", "check_fit"]
 
 
 class Decider:
-    """Decides the next step of instances of one plan (no I/O; safe to share).
+    """Decides the next step of instances of one plan (no I/O; the only state it keeps is
+    which rows of a journal it checked against the plan already).
 
     Args:
         plan: the flow version the instance runs.
@@ -49,6 +50,7 @@ class Decider:
     def __init__(self, plan: Plan, input: Any) -> None:
         self.plan = plan
         self.input: BaseModel = revive(plan.input_model, input)
+        self._fitted: tuple[int, int, StepRow | None] = (0, 0, None)
 
     def decide(
         self,
@@ -79,7 +81,7 @@ class Decider:
         Raises:
             JournalMismatch: a row does not fit the plan (``journal_mismatch``).
         """
-        check_fit(self.plan, instance, steps)
+        self._check_fit(instance, steps)
         walk = Walk(
             self.plan,
             self.input,
@@ -94,6 +96,17 @@ class Decider:
         if isinstance(answer, Ending):
             answer = self._end(walk, answer)
         return walk.noted(answer)
+
+    def _check_fit(self, instance: InstanceRecord, steps: Sequence[StepRow]) -> None:
+        """:func:`check_fit`, once per row: a run asks again and again over one journal
+        that only grows, so the rows checked before are not checked again."""
+        seen, count, last = self._fitted
+        if seen == id(steps) and 0 < count <= len(steps) and steps[count - 1] is last:
+            check_fit(self.plan, instance, steps[count:])
+        else:
+            check_fit(self.plan, instance, steps)
+        if steps:
+            self._fitted = (id(steps), len(steps), steps[-1])
 
     def _end(self, walk: Walk, ending: Ending) -> Decision:
         """A walk that ends: complete, or unwind (compensations in reverse order), then

@@ -52,14 +52,20 @@ class Note:
     """Something the decision's walk saw happen now, for the observer (metrics).
 
     Attributes:
-        poll: the poll node whose wait ended.
-        how: ``satisfied``, ``timed_out`` or ``signalled`` (:class:`app.engine.observe.PollEnd`).
-        used: the share of the poll's budget spent (0.0 at entry, 1.0 at its end).
+        poll: the poll node it is about.
+        how: with ``attempt`` None, how the poll's wait ended: ``satisfied``, ``timed_out``
+            or ``signalled`` (:class:`app.engine.observe.PollEnd`); with ``attempt``, the
+            verdict on that attempt this run made: ``satisfied``, ``unsatisfied`` or
+            ``failed``.
+        used: the share of the poll's budget spent when its wait ended (0.0 at entry, 1.0
+            at its end).
+        attempt: the attempt (scope) a verdict is about.
     """
 
     poll: int
     how: str
-    used: float
+    used: float = 0.0
+    attempt: int | None = None
 
 
 @dataclass(frozen=True)

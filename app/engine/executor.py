@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from app.engine.context import BagView
 from app.engine.decisions import (
     BeginEnding,
     Decision,
@@ -38,14 +37,11 @@ from app.engine.journal import (
     StepRow,
     WakeKind,
 )
-from app.engine.nodes import budget_used, evaluate
-from app.engine.observe import PollEnd
 from app.engine.outcomes import Halt
 from app.engine.run_state import RunState
 from app.engine.tries import make_try
-from app.engine.values import DECISION_KEY
 from app.errors import FlowFailure
-from app.flows.plan import PollNode
+from app.flows.plan import StepNode
 
 __all__ = ["Executor"]
 
@@ -121,11 +117,19 @@ class Executor(RunState):
         return None
 
     def report(self, notes: tuple[Note, ...]) -> None:
-        """Tell the observer what the decision's walk noted (once each per run)."""
+        """Tell the observer what the decision's walk noted (once each per run): a poll
+        attempt's verdict, a poll's wait ended."""
         for note in notes:
-            if (note.poll, note.how) not in self.noted and not self.ephemeral:
-                self.noted.add((note.poll, note.how))
+            key = (note.poll, note.how, note.attempt)
+            if key in self.noted or self.ephemeral:
+                continue
+            self.noted.add(key)
+            if note.attempt is None:
                 self.host.observer.poll_ended(self.plan.name, note.used, note.how)
+                continue
+            body = self.plan.nodes[note.poll + 1]
+            assert isinstance(body, StepNode)
+            self.host.observer.attempted(self.plan.name, body.capability.id, note.how)
 
     async def store(self, rows: tuple[StepRow, ...]) -> None:
         """Commit deadline rows now (the first with the deferred row)."""
@@ -145,33 +149,7 @@ class Executor(RunState):
             return  # learned with the deadline's write: decide again (the run unwinds)
         if decision.late_by is not None and not self.ephemeral:
             self.host.observer.woke(self.plan.name, decision.late_by.total_seconds())
-        row = await make_try(self, decision)
-        if row is not None and decision.poll is not None:
-            self.judge(decision, row)
-
-    def judge(self, decision: Execute, row: StepRow) -> None:
-        """Report a poll attempt's verdict: satisfied, unsatisfied or failed (for good)."""
-        observer, poll = self.host.observer, self.plan.nodes[decision.poll or 0]
-        assert isinstance(poll, PollNode)
-        capability = row.capability_id
-        if row.outcome is Outcome.FAILURE:
-            if row.final:
-                observer.attempted(self.plan.name, capability, "failed")
-            return
-        if DECISION_KEY in row.values:
-            return
-        bag = {**decision.bag, **row.values}
-        view = BagView(self.instance_id, self.input, bag)
-        satisfied = evaluate("until", lambda: bool(poll.until(view)))
-        if satisfied is True:
-            observer.attempted(self.plan.name, capability, "satisfied")
-            self.report((Note(poll.index, PollEnd.SATISFIED, self.used(poll.index)),))
-        elif satisfied is False:
-            observer.attempted(self.plan.name, capability, "unsatisfied")
-
-    def used(self, poll: int) -> float:
-        """The share of the poll's budget spent now."""
-        return budget_used(self.steps, poll, self.now())
+        await make_try(self, decision)
 
     # -- parks ------------------------------------------------------------------------
     async def park(self, decision: Park) -> Halt | None:

@@ -80,7 +80,9 @@ class Walk(Attempts):
 
     def noted(self, decision: Decision) -> Decision:
         """``decision`` with what this walk noted (a poll that timed out now)."""
-        return replace(decision, notes=tuple(self.notes)) if self.notes else decision
+        if not self.notes:
+            return decision
+        return replace(decision, notes=decision.notes + tuple(self.notes))
 
     # -- nodes -------------------------------------------------------------------------
     def step(self, node: StepNode) -> Step:
@@ -127,7 +129,8 @@ class Walk(Attempts):
         end = self.budget_end(node, body)
         if scope > 0 and end is not None and not self.wake_for(node.index, scope)[0]:
             last = [r for r in self.found(body.index, scope - 1) if r.outcome is Outcome.SUCCESS]
-            if last and self.index[id(last[0])] >= self.claimed:  # just made: wait the interval
+            if last and self.made_now(last[0]):  # just made: report it, wait the interval
+                self.notes.append(Note(node.index, "unsatisfied", attempt=scope - 1))
                 wake_at = min(self.now + node.interval.delay(scope - 1, self.instance.id), end)
                 return self.park(wake_at, node.index, scope, accept, WakeKind.POLL)
         if node.signal is not None and self.stale({node.index, body.index}):
@@ -140,7 +143,7 @@ class Walk(Attempts):
             if taken is not None:
                 if isinstance(taken, TakeSignal):
                     used = budget_used(self.steps, node.index, self.now)
-                    return replace(taken, notes=(Note(node.index, PollEnd.SIGNALLED, used),))
+                    self.notes.append(Note(node.index, PollEnd.SIGNALLED, used))
                 return taken
         store: tuple[StepRow, ...] = ()
         if end is None:  # entering the poll: its budget is stored before attempt 0
@@ -154,6 +157,8 @@ class Walk(Attempts):
             return self.timed_out(node.timeout_target, _not_satisfied(node, body, scope))
         row = self.attempt(body, scope, node.index, budget_end=end, accept=accept, poll=node.index)
         if isinstance(row, StepRow):  # a final failure (replay went past every success)
+            if self.made_now(row):
+                self.notes.append(Note(node.index, "failed", attempt=scope))
             return self.step_failed(body, row)
         if store and isinstance(row, Execute | Record | Park):
             return replace(row, store_first=store + row.store_first)
@@ -180,6 +185,10 @@ class Walk(Attempts):
             if isinstance(satisfied, Ending):
                 return satisfied
             if satisfied:
+                if self.made_now(success[0]):  # satisfied by this run's attempt
+                    used = budget_used(self.steps, node.index, self.now)
+                    self.notes.append(Note(node.index, PollEnd.SATISFIED, attempt=scope))
+                    self.notes.append(Note(node.index, PollEnd.SATISFIED, used))
                 return -1
             scope += 1
 

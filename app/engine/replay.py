@@ -105,14 +105,18 @@ class Replay:
         self.claimed = claimed
         self.woken = woken
         self.bag: dict[str, Any] = {}
-        self.rows: dict[tuple[int, int, StepKind], list[StepRow]] = {}
-        self.index: dict[int, int] = {}  # id(row) -> position in the journal
-        for position, row in enumerate(steps):
-            self.rows.setdefault((row.step_id, row.scope, row.kind), []).append(row)
-            self.index[id(row)] = position
-        for found in self.rows.values():
-            found.sort(key=lambda r: r.try_number)
-        self.touched = {row.step_id for row in steps}
+        rows: dict[tuple[int, int, StepKind], list[StepRow]] = {}
+        for row in steps:
+            key = (row.step_id, row.scope, row.kind)
+            found = rows.get(key)
+            if found is None:
+                rows[key] = [row]
+            else:
+                found.append(row)
+                if found[-2].try_number > row.try_number:
+                    found.sort(key=lambda r: r.try_number)
+        self.rows = rows
+        self._touched: set[int] | None = None
         self.compensations: list[tuple[StepNode, int]] = []
         self.recovery: RecoveryError | None = None
         self.notes: list[Note] = []
@@ -124,6 +128,17 @@ class Replay:
         )
 
     # -- helpers -------------------------------------------------------------------
+    @property
+    def touched(self) -> set[int]:
+        """The nodes with any row."""
+        if self._touched is None:
+            self._touched = {row.step_id for row in self.steps}
+        return self._touched
+
+    def made_now(self, row: StepRow) -> bool:
+        """Whether ``row`` is one this run wrote (after the rows its claim loaded)."""
+        return any(r is row for r in self.steps[self.claimed :])
+
     def view(self) -> BagView:
         """The state bag as the rows rebuilt it so far."""
         return BagView(self.instance.id, self.input, self.bag)

@@ -78,7 +78,7 @@ class RunState:
         self.detach: asyncio.Future[None] | None = None
         self.lease_expires_at: datetime | None = instance.lease_expires_at
         self.unflushed: StepRow | None = None
-        self.noted: set[tuple[int, str]] = set()
+        self.noted: set[tuple[int, str, int | None]] = set()
 
     # -- what a try and its limits use -------------------------------------------------
     @property

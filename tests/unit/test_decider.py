@@ -115,7 +115,11 @@ def test_entering_a_poll_stores_its_budget_before_attempt_zero() -> None:
 def test_after_an_unsatisfied_attempt_of_this_run_the_poll_parks_for_its_interval() -> None:
     steps = [STARTED, BUDGET, _check(0, False, T0)]
     decision = decide(POLL, _instance(), steps, T0, claimed=2)
-    assert decision == Park(T0 + MIN, 1, 1, WakeKind.POLL, accept_signal="t.ready")
+    assert isinstance(decision, Park)
+    assert replace(decision, notes=()) == Park(
+        T0 + MIN, 1, 1, WakeKind.POLL, accept_signal="t.ready"
+    )
+    assert [(n.how, n.attempt) for n in decision.notes] == [("unsatisfied", 0)]
 
 
 def test_a_claimed_wake_not_yet_due_parks_again_and_a_due_one_runs_the_attempt() -> None:
