@@ -14,7 +14,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from app.engine.journal import InstanceState, Outcome, StepKind
 from app.store.base import SqlRole, const
 from app.store.mapping import INSTANCE, STEP
-from app.store.read_model import AttemptStart, FlowActivity, NodeWaiting
+from app.store.read_model import AttemptStart, FlowActivity, NodeWaiting, StepActivity
 
 __all__ = ["SqlOverviewReads"]
 
@@ -22,6 +22,8 @@ _SUSPENDED = InstanceState.SUSPENDED.value
 _RUNNING = InstanceState.RUNNING.value
 #: Most attempt starts one lateness read returns (the newest).
 MAX_ATTEMPT_STARTS = 5000
+#: Most recently failed instances one step activity read places on the graph.
+MAX_RECENT_FAILED = 2000
 
 
 class SqlOverviewReads(SqlRole):
@@ -116,6 +118,61 @@ class SqlOverviewReads(SqlRole):
         async with self._read() as conn:
             rows = (await conn.execute(query)).all()
         return [NodeWaiting(r[0], r[1], int(r[2]), int(r[3])) for r in rows]
+
+    async def step_activity(
+        self, flow_name: str, flow_version: str, since: datetime
+    ) -> StepActivity:
+        """Where one flow version's instances are and ended: running by the step their try
+        in flight runs (``try_step_id``; else the step it was resumed at), completed since ``since``, and failed since
+        ``since`` by the step they failed at (the failure's ``node``, else the step of its
+        last execution; at most :data:`MAX_RECENT_FAILED` are placed).
+
+        Raises:
+            StoreUnavailable: the database could not be reached (``store_unavailable``).
+        """
+        c = INSTANCE.c
+        mine = and_(c.flow_name == flow_name, c.flow_version == flow_version)
+        at = func.coalesce(c.try_step_id, c.wake_step_id)
+        running = (
+            select(at, func.count())
+            .where(mine, c.state == const(_RUNNING), at.is_not(None))
+            .group_by(at)
+        )
+        completed = select(func.count()).where(
+            mine, c.state == const(InstanceState.COMPLETED.value), c.updated_at >= since
+        )
+        failed = (
+            select(c.id, c.error_details)
+            .where(mine, c.state == const(InstanceState.FAILED.value), c.updated_at >= since)
+            .limit(MAX_RECENT_FAILED)
+        )
+        async with self._read() as conn:
+            by_step = {int(r[0]): int(r[1]) for r in await conn.execute(running)}
+            done = int((await conn.execute(completed)).scalar_one())
+            failures = (await conn.execute(failed)).all()
+            placed: dict[int, int] = {}
+            unplaced = []
+            for instance_id, details in failures:
+                node = (details or {}).get("node") if isinstance(details, dict) else None
+                if isinstance(node, int) and not isinstance(node, bool):
+                    placed[node] = placed.get(node, 0) + 1
+                else:
+                    unplaced.append(instance_id)
+            if unplaced:
+                last = (
+                    select(STEP.c.instance_id, STEP.c.step_id)
+                    .where(
+                        STEP.c.instance_id.in_(unplaced),
+                        STEP.c.kind == const(StepKind.STEP.value),
+                    )
+                    .order_by(STEP.c.instance_id, STEP.c.sequence.desc())
+                )
+                seen: set[str] = set()
+                for instance_id, step_id in await conn.execute(last):
+                    if instance_id not in seen:
+                        seen.add(instance_id)
+                        placed[int(step_id)] = placed.get(int(step_id), 0) + 1
+        return StepActivity(running=by_step, completed=done, failed=placed)
 
     async def attempt_starts(self, since: datetime) -> list[AttemptStart]:
         """Poll attempts after the first (scope > 0) whose first try started at or after

@@ -31,6 +31,7 @@ __all__ = [
     "OperatorAction",
     "OperatorReads",
     "OverviewReads",
+    "StepActivity",
 ]
 
 
@@ -259,6 +260,21 @@ class NodeWaiting:
 
 
 @dataclass(frozen=True)
+class StepActivity:
+    """Where one flow version's instances run and ended, by plan step.
+
+    Attributes:
+        running: step index -> running instances whose try in flight runs it.
+        completed: instances that completed in the window.
+        failed: step index -> instances that failed at it in the window.
+    """
+
+    running: dict[int, int]
+    completed: int
+    failed: dict[int, int]
+
+
+@dataclass(frozen=True)
 class AttemptStart:
     """A poll attempt (scope > 0) that started recently, with what its schedule is read from.
 
@@ -294,6 +310,12 @@ class OverviewReads(Protocol):
         self, flow_name: str | None = None, flow_version: str | None = None
     ) -> list[NodeWaiting]:
         """Suspended instances per flow version and the plan node they wait at."""
+        ...
+
+    async def step_activity(
+        self, flow_name: str, flow_version: str, since: datetime
+    ) -> StepActivity:
+        """Running, completed and failed instances of a flow version by plan step."""
         ...
 
     async def attempt_starts(self, since: datetime) -> list[AttemptStart]:

@@ -291,6 +291,15 @@ def build_console_router() -> APIRouter:
         reads = cast(OverviewReads, engine.journal.reads)
         waiting = {w.step_id: w.count for w in await reads.waiting_by_node(name, version)}
         marked = await _marked_steps(request, engine, plan)
+        activity = await reads.step_activity(name, version, engine.clock.now() - RECENT_WINDOW)
+        counts: dict[str, dict[str, int]] = {}
+        for index in range(len(plan.nodes)):
+            counts[str(index)] = {
+                "parked": waiting.get(index, 0),
+                "running": activity.running.get(index, 0),
+                "failed": activity.failed.get(index, 0),
+            }
+        counts["end"] = {"completed": activity.completed}
         return render(
             request,
             "flow.html",
@@ -301,6 +310,8 @@ def build_console_router() -> APIRouter:
                 "graph": layout(plan, waiting),
                 "waiting_total": sum(waiting.values()),
                 "marked": marked,
+                "counts": counts,
+                "recent_minutes": int(RECENT_WINDOW.total_seconds() // 60),
             },
         )
 

@@ -161,3 +161,34 @@ def test_an_operator_sends_the_signal_that_ends_a_wait(
     expect(history).to_have_count(2)
     signals = page.get_by_test_id("signals")
     expect(signals.locator("tr", has_text="someone-elses-job")).to_contain_text("refused")
+
+
+def test_the_flow_graph_counts_each_steps_instances(
+    page: Page, documents: tuple[SubprocessServer, Populated]
+) -> None:
+    server, docs = documents
+    _sign_in(page, server.base_url)
+    page.goto(f"{server.base_url}/ui/flows/document.process/1.0.0")
+    graph = page.get_by_test_id("flow-graph")
+    poll = graph.get_by_test_id("counts-1")
+    parked = int(poll.get_attribute("data-parked") or -1)
+    assert parked == int(graph.locator('g[data-node="1"]').get_attribute("data-waiting") or -2)
+    assert parked >= 1
+    expect(poll).to_contain_text(f"{parked} parked")
+    extract = graph.get_by_test_id("counts-5")  # document.extract decided the failure
+    assert int(extract.get_attribute("data-failed") or 0) >= 1
+    expect(extract).to_contain_text("failed")
+    end = graph.get_by_test_id("counts-end")
+    assert int(end.get_attribute("data-completed") or 0) >= 1
+    expect(end).to_contain_text("completed")
+    # no label spills out of its box
+    for node in graph.locator("g.node").all():
+        box = node.locator("rect").bounding_box()
+        for label in node.locator("text.title, text.detail").all():
+            text = label.bounding_box()
+            assert box is not None and text is not None
+            assert text["x"] + text["width"] <= box["x"] + box["width"] + 1, label.inner_text()
+    table = page.get_by_test_id("node-table")
+    expect(table.locator('tr[data-node="end"]')).to_contain_text(
+        end.get_attribute("data-completed") or ""
+    )

@@ -107,3 +107,21 @@ async def test_the_flow_page_draws_the_waiting_counts(
     )
     missing = await signed_in.get("/ui/flows/document.process/0.1.0")
     assert missing.status_code == 404 and 'data-code="flow_not_found"' in missing.text
+
+
+async def test_step_activity_places_running_completed_and_failed_instances(store_url: str):
+    now = datetime.now(UTC)
+    await seed_console_data(store_url, now=now)
+    db = make_async_engine(store_url)
+    try:
+        reads = SqlJournal(db).reads
+        got = await reads.step_activity("document.process", "1.0.0", now - timedelta(hours=1))
+        assert got.completed == 1
+        assert sum(got.failed.values()) == 1
+        assert sum(got.running.values()) >= 1  # a run placed by the step it runs or resumed at
+        assert all(isinstance(step, int) and step >= 0 for step in [*got.failed, *got.running])
+        later = await reads.step_activity("document.process", "1.0.0", now + timedelta(hours=1))
+        assert later.completed == 0 and later.failed == {}
+        assert (await reads.step_activity("nope", "1.0.0", now)).running == {}
+    finally:
+        await db.dispose()
