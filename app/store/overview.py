@@ -123,9 +123,10 @@ class SqlOverviewReads(SqlRole):
         self, flow_name: str, flow_version: str, since: datetime
     ) -> StepActivity:
         """Where one flow version's instances are and ended: running by the step their try
-        in flight runs (``try_step_id``; else the step it was resumed at), completed since ``since``, and failed since
-        ``since`` by the step they failed at (the failure's ``node``, else the step of its
-        last execution; at most :data:`MAX_RECENT_FAILED` are placed).
+        in flight runs (``try_step_id``; else the step it was resumed at), completed since
+        ``since``, and failed since ``since`` by the step they failed at (the failure's
+        ``node``, else the step of its last execution; at most :data:`MAX_RECENT_FAILED`
+        are placed).
 
         Raises:
             StoreUnavailable: the database could not be reached (``store_unavailable``).

@@ -109,7 +109,7 @@ async def test_the_flow_page_draws_the_waiting_counts(
     assert missing.status_code == 404 and 'data-code="flow_not_found"' in missing.text
 
 
-async def test_step_activity_places_running_completed_and_failed_instances(store_url: str):
+async def test_step_activity_places_running_completed_and_failed_instances(store_url: str) -> None:
     now = datetime.now(UTC)
     await seed_console_data(store_url, now=now)
     db = make_async_engine(store_url)
