@@ -231,9 +231,8 @@ class SqlJournalWrites(SqlRole):
         own). The lease keeper, not the commits, keeps a long run's lease.
 
         Args:
-            deferred: a row of the same instance that the run executed but did not write
-                yet (:attr:`app.engine.executor.Executor.unflushed`): appended before ``row``, in
-                the same write (an emit's commit carries the step before it).
+            deferred: a row the run executed but did not write yet (``Executor.unflushed``),
+                appended before ``row`` in the same write (an emit carries the step before).
 
         Returns:
             ``Ack(applied=True, cancel_requested=<the instance's flag>)``.
