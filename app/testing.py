@@ -258,6 +258,32 @@ class FlowHarness:
             plan, payload, idempotency_key=idempotency_key, instance_key=instance_key
         )
 
+    async def signal(
+        self,
+        instance_id: str,
+        name: str,
+        payload: Any,
+        *,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Deliver signal ``name`` to the instance as its HTTP route does, and answer what
+        the route answers (its JSON body): ``signalId``, ``name``, ``payload``,
+        ``receivedAt``, ``takenAt``, ``takenStepId``, ``matched`` (true: a wait took it;
+        false: the wait's ``match`` refused it, kept and ending nothing; null: it waits in
+        the mailbox), ``instanceId``, ``created`` (false for a repeat of
+        ``idempotency_key``) and the instance's ``state`` after the run it started.
+
+        Raises:
+            InstanceNotFound, SignalNotDeclared, InputInvalid (the payload does not
+            validate), InstanceEnded: as the route answers them (404, 404, 422, 409).
+        """
+        from app.api.views import signal_view
+
+        delivery = await self.engine.deliver(instance_id, name, payload, idempotency_key)
+        answer = signal_view(delivery.signal)
+        answer.update(instanceId=instance_id, created=delivery.created, state=str(delivery.state))
+        return answer
+
     async def instance(self, instance_id: str) -> InstanceRecord:
         """The instance row as stored now."""
         return await self.journal.reads.get_instance(instance_id)

@@ -8,6 +8,7 @@ import inspect
 import json
 import os
 import re
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
@@ -260,7 +261,14 @@ class _Api:
         try:
             resp = self.client.request(method, path, params=params, json=body, headers=headers)
         except httpx.HTTPError as exc:
-            message = redact(f"error: unreachable: cannot reach {self.url}: {exc}")
+            why = str(exc)
+            cause: BaseException | None = exc
+            while cause is not None:
+                if isinstance(cause, socket.gaierror):
+                    why = f"the name {httpx.URL(self.url).host} does not resolve ({cause})"
+                    break
+                cause = cause.__cause__ or cause.__context__
+            message = redact(f"error: unreachable: cannot reach {self.url}: {why}")
             err.print(message, markup=False)
             raise typer.Exit(EXIT_UNREACHABLE) from None
         if resp.status_code >= 400:

@@ -262,6 +262,8 @@ class _Checker:
                     "the on_timeout block neither fails nor is followed by anything: "
                     "a timed-out poll would complete the flow",
                 )
+        if item.signal is not None:  # a put of the poll when the signal ends its wait
+            return after_body | {bag_key(item.signal.model)}
         return after_body
 
     def await_(self, item: AwaitItem, have: set[str], where: str) -> set[str]:
@@ -269,9 +271,13 @@ class _Checker:
         if self.flow.profile is not Profile.DURABLE:
             self.error("wait.requires_durable", label, "a wait needs the durable profile")
         self.signal(item.signal, label)
+        # the payload is a put of the wait that takes it: it is in the bag after the wait
+        # unless a timeout path that rejoins the flow ran instead
+        payload = {bag_key(item.signal.model)}
         if item.on_timeout is not None:
-            self.block(item.on_timeout, have, f"{where}.on_timeout.")
-        return have
+            _, fails = self.block(item.on_timeout, have, f"{where}.on_timeout.")
+            return have | payload if fails else have
+        return have | payload  # no timeout path: a timeout fails the flow
 
     def run(self) -> None:
         flow = self.flow

@@ -8,9 +8,12 @@ every pooled connection for readability on every request and parses in pure Pyth
 sweep bench that was about 0.7 ms of node CPU per call against about 0.2 ms through
 aiohttp (measured with the `sweep` benchmark, see BENCHMARKS.md).
 
-Differences callers may see: transport errors are still ``httpx.TransportError`` s, but a
-refused or dropped connection can surface as ``httpx.ConnectTimeout`` rather than
-``httpx.ConnectError`` (httpx-aiohttp's mapping); HTTP/2 is not offered.
+Differences callers may see: transport errors are still ``httpx.TransportError`` s; HTTP/2
+is not offered. httpx-aiohttp maps every failure to connect to ``httpx.ConnectTimeout``;
+this client puts them right: a host name that does not resolve raises
+:class:`NameNotResolved` (an ``httpx.ConnectError``: "the name ci.local does not resolve"),
+a refused or dropped connection ``httpx.ConnectError``; only a connect that timed out is a
+``ConnectTimeout``.
 
 The client keeps no cookies (neither httpx's jar nor aiohttp's): one client serves the
 calls of every instance on the node, and a cookie one provider answer sets must not ride
@@ -19,13 +22,39 @@ along on another instance's call. A call that needs a cookie sends its own ``Coo
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from typing import Any
 
 import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport, HttpxAiohttpClient
 
-__all__ = ["outbound_client"]
+__all__ = ["NameNotResolved", "outbound_client"]
+
+
+class NameNotResolved(httpx.ConnectError):
+    """The host name of an outbound call does not resolve (DNS): a journal row of the
+    failed try names this type, not a timeout."""
+
+
+def _connect_error(exc: httpx.ConnectTimeout, request: httpx.Request) -> httpx.TransportError:
+    """The error a failed connect really is (see the module docstring)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, aiohttp.ClientConnectorDNSError | socket.gaierror):
+            return NameNotResolved(
+                f"the name {request.url.host} does not resolve ({cause})", request=request
+            )
+        if isinstance(cause, ConnectionRefusedError | ConnectionResetError):
+            return httpx.ConnectError(
+                f"connection to {request.url.host}:{request.url.port or ''} refused ({cause})",
+                request=request,
+            )
+        if isinstance(cause, TimeoutError | asyncio.TimeoutError):
+            return exc
+        cause = cause.__cause__ or cause.__context__
+    return exc
 
 
 def outbound_client(timeout: float, *, max_connections: int = 200) -> httpx.AsyncClient:
@@ -56,6 +85,16 @@ class _CookielessClient(HttpxAiohttpClient):
 
     def _init_transport(self, *args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
         return _cookieless(super()._init_transport(*args, **kwargs))
+
+    async def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+        """Send ``request``; a failed connect raises the error it really is."""
+        try:
+            return await super().send(request, **kwargs)
+        except httpx.ConnectTimeout as exc:
+            real = _connect_error(exc, request)
+            if real is exc:
+                raise
+            raise real from exc
 
     def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
         return _cookieless(super()._init_proxy_transport(*args, **kwargs))

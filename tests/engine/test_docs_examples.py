@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from app.flows import Flow
-from app.testing import FlowHarness, Scripted
+from flowpark.testing import FlowHarness, Scripted
 from samples.document_processing import (
     ExtractedFields,
     OcrClient,
@@ -56,7 +56,7 @@ def test_the_testing_page_shows_the_harness_test_verbatim() -> None:
     (block,) = _python_blocks(ROOT / "docs" / "testing-flows.md")
     this_test = inspect.getsource(test_a_document_waits_in_one_row_then_completes)
     assert this_test in block
-    assert "from app.testing import FlowHarness, Scripted" in block
+    assert "from flowpark.testing import FlowHarness, Scripted" in block
 
 
 class _FakeCi:

@@ -173,3 +173,38 @@ async def test_a_proxy_named_by_the_environment_is_used(
     assert [h[0] for h in heads] == ["GET http://origin.invalid/status HTTP/1.1"] * 2
     assert [_cookie_lines(h) for h in heads] == [[], []]  # no jar on the proxied transport
     assert not client.cookies
+
+
+async def test_a_failed_connect_is_named_for_what_it_is_not_a_timeout() -> None:
+    import socket as _socket
+
+    from app.runtime.http import NameNotResolved, outbound_client
+
+    listener = _socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()  # nothing listens there now
+    client = outbound_client(5.0)
+    try:
+        with pytest.raises(NameNotResolved) as unresolved:
+            await client.get("http://no-such-name.invalid/x")
+        assert "the name no-such-name.invalid does not resolve" in str(unresolved.value)
+        assert isinstance(unresolved.value, httpx.ConnectError)
+        with pytest.raises(httpx.ConnectError) as refused:
+            await client.get(f"http://127.0.0.1:{port}/x")
+        assert not isinstance(refused.value, httpx.ConnectTimeout)
+        assert "refused" in str(refused.value)
+    finally:
+        await client.aclose()
+
+
+def test_the_cli_says_a_node_name_does_not_resolve() -> None:
+    from typer.testing import CliRunner
+
+    from app.cli import app
+
+    done = CliRunner().invoke(
+        app, ["instances", "list", "--url", "http://no-such-name.invalid:8000", "--token", "t"]
+    )
+    assert done.exit_code == 3
+    assert "the name no-such-name.invalid does not resolve" in done.stderr

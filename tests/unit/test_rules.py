@@ -100,3 +100,60 @@ def test_flows_check_counts_a_flow_found_twice_once(tmp_path: Path) -> None:
     lines: list[str] = []
     assert check_targets([str(module)], lines.append) == 0
     assert lines == ["ok: bad.twice@1.0.0"]
+
+
+def test_a_signals_payload_is_a_put_of_the_wait_that_takes_it() -> None:
+    from datetime import timedelta
+
+    from pydantic import BaseModel
+
+    from app.flows import Backoff, Capability, Flow, Signal, StepContext
+
+    class Order(BaseModel):
+        order_id: str
+
+    class Approved(BaseModel):
+        by: str
+
+    class Status(BaseModel):
+        done: bool
+
+    class Check(Capability):
+        id = "s.check"
+        idempotent = True
+        puts = (Status,)
+
+        async def execute(self, ctx: StepContext) -> None:
+            ctx.put(Status(done=False))
+
+    class Ship(Capability):
+        id = "s.ship"
+        reads = (Approved,)
+
+        async def execute(self, ctx: StepContext) -> None:
+            ctx.get(Approved)
+
+    approved = Signal("s.approved", Approved)
+
+    def codes(flow: Flow) -> list[str]:
+        return [f.code for f in check_flow(flow)]
+
+    waits = Flow("s.await", "1.0.0", input=Order).await_signal(approved).step(Ship())
+    assert codes(waits) == []
+    fails = Flow("s.await", "1.1.0", input=Order).await_signal(approved, timeout="PT1H")
+    fails.on_timeout(lambda b: b.fail("s.late", "no approval")).step(Ship())
+    assert codes(fails) == []
+    polls = Flow("s.poll", "1.0.0", input=Order).poll_until(
+        Check(),
+        until=lambda bag: bag.get(Status).done,
+        interval=Backoff.fixed(timedelta(minutes=1)),
+        timeout=timedelta(hours=1),
+    )
+    assert codes(polls.or_signal(approved).step(Ship())) == []
+    # a timeout path that rejoins the flow runs without the payload: still refused
+    rejoins = Flow("s.await", "2.0.0", input=Order).await_signal(approved, timeout="PT1H")
+    rejoins.on_timeout(lambda b: b.step(Check())).step(Ship())
+    assert codes(rejoins) == ["value.read_before_put"]
+    # ... and so is a read of it before the wait
+    early = Flow("s.await", "3.0.0", input=Order).step(Ship()).await_signal(approved)
+    assert codes(early) == ["value.read_before_put"]
