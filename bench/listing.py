@@ -29,9 +29,9 @@ import httpx
 from sqlalchemy import create_engine, text
 from sqlalchemy.dialects import postgresql
 
+from app.engine.ports.operator import InstanceFilter
 from app.store.db import sync_url
 from app.store.listing import SqlOperatorReads
-from app.store.read_model import InstanceFilter
 from bench.common import API_TOKEN, BenchStore, Result, err_console, percentiles, spawn_server
 
 __all__ = ["FILTERS", "run"]

@@ -14,8 +14,8 @@ from app.api.auth import Principal
 from app.engine.engine import Engine
 from app.engine.journal import InstanceRecord, InstanceState, WakeKind
 from app.engine.operator import extend_budget
+from app.engine.ports.operator import OperatorAction, OperatorReads
 from app.errors import FlowparkError, InstanceEnded
-from app.store.read_model import OperatorAction, OperatorReads
 
 __all__ = ["Extension", "cancel", "extend", "signal", "wake"]
 
@@ -25,7 +25,7 @@ def _engine(request: Request) -> Engine:
 
 
 def _reads(request: Request) -> OperatorReads:
-    return cast(OperatorReads, _engine(request).journal.reads)
+    return _engine(request).journal.operator
 
 
 #: An action's answer: its HTTP status and its JSON body.

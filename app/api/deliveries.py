@@ -1,12 +1,12 @@
 """Event delivery routes: the state of each event's delivery to each subscriber, and retry.
 
-They read and write through :class:`app.store.deliveries.SqlDeliveries` (no SQL here).
+They read and write through :class:`app.engine.ports.outbox.Deliveries` (no SQL here).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
@@ -17,8 +17,8 @@ from app.api.models import DeliveryView
 from app.api.openapi import problem_responses
 from app.api.views import API
 from app.engine.engine import Engine
+from app.engine.ports.outbox import Deliveries
 from app.errors import DeliveryNotFailed, DeliveryNotFound, ErrorCode
-from app.store.deliveries import SqlDeliveries
 
 __all__ = ["build_delivery_router", "delivery_view"]
 
@@ -47,8 +47,9 @@ def delivery_view(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _store(request: Request) -> SqlDeliveries:
-    return cast(SqlDeliveries, request.app.state.deliveries)
+def _store(request: Request) -> Deliveries:
+    store: Deliveries = request.app.state.deliveries  # wired by app.runtime.app
+    return store
 
 
 def build_delivery_router() -> APIRouter:
@@ -95,7 +96,7 @@ def build_delivery_router() -> APIRouter:
         """Send a failed delivery again (scope ``operate``): it becomes ``pending``, due
         now, its tries counted afresh. 404 ``delivery_not_found``; 409
         ``delivery_not_failed`` when it is pending or delivered."""
-        engine = cast(Engine, request.app.state.engine)
+        engine: Engine = request.app.state.engine
         if not 0 <= delivery_id <= MAX_SEQUENCE:
             raise DeliveryNotFound(f"no delivery {delivery_id}", delivery_id=delivery_id)
         try:

@@ -16,9 +16,9 @@ from typing import Any
 
 from app.api.values import shown_values
 from app.engine.journal import InstanceRecord, Outcome, StepKind, StepRow, WakeKind
+from app.engine.ports.operator import InstanceCounts, InstanceSummary, OperatorAction
 from app.errors import InputInvalid
 from app.flows.plan import Node, Plan, PollNode, StepNode
-from app.store.read_model import InstanceCounts, InstanceSummary, OperatorAction
 
 __all__ = [
     "action_view",

@@ -1,7 +1,7 @@
 """Operator routes: find instances (list with filters, counts) and act on them (wake,
 cancel, bulk actions).
 
-They read and record through :class:`app.store.read_model.OperatorReads` (no SQL here)
+They read and record through :class:`app.engine.ports.operator.OperatorReads` (no SQL here)
 and measure ``overdue`` and ``stuck`` at the engine clock's now. Every action is recorded
 in the instance's history (``flow_action``) with the acting token's name and the instant,
 and is idempotent by ``Idempotency-Key``: a repeat answers what the first did and acts no
@@ -51,9 +51,9 @@ from app.api.plans import plan_view
 from app.api.routes import check_instance_id, idempotency_header
 from app.api.views import API
 from app.engine.journal import InstanceState, WakeKind
+from app.engine.ports.operator import InstanceFilter, InstanceSummary, OperatorReads
 from app.errors import BulkFilterMissing, ErrorCode, InputInvalid, InstanceEnded, InstanceNotFound
 from app.flows.catalog import Catalog
-from app.store.read_model import InstanceFilter, InstanceSummary, OperatorReads
 
 __all__ = [
     "BulkAction",

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, cast
+from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
@@ -72,7 +72,6 @@ from app.flows.capability import Signal
 from app.flows.catalog import version_key
 from app.flows.plan import Plan, Profile
 from app.runtime.versions import unfinished_by_version, unserved
-from app.store.read_model import OperatorReads
 
 __all__ = [
     "add_trigger_routes",
@@ -482,7 +481,7 @@ def build_router() -> APIRouter:
         engine = _engine(request)
         snap = await engine.journal.reads.load(instance_id)
         signals = await engine.journal.reads.list_signals(instance_id)
-        actions = await cast(OperatorReads, engine.journal.reads).actions_of(instance_id)
+        actions = await engine.journal.operator.actions_of(instance_id)
         plan = engine.catalog.find(snap.instance.flow_name, snap.instance.flow_version)
         view = instance_view(snap.instance, snap.steps, signals, plan, now=engine.clock.now())
         view.update(explain_view(plan, snap.instance, snap.steps, engine.clock.now(), actions))
@@ -571,7 +570,7 @@ def build_router() -> APIRouter:
         served version."""
         engine = _engine(request)
         catalog = engine.catalog
-        unfinished = await unfinished_by_version(engine.journal.reads, engine.clock.now())
+        unfinished = await unfinished_by_version(engine.journal.operator, engine.clock.now())
         served = [
             {
                 "name": p.name,

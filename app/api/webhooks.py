@@ -12,7 +12,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from pydantic import BaseModel, ValidationError
@@ -20,12 +20,13 @@ from pydantic import BaseModel, ValidationError
 from app.api.inputs import _BODY_DOC, _json_body
 from app.api.models import SignalAnswer
 from app.api.openapi import problem_responses
+from app.engine.engine import Engine
 from app.engine.journal import InstanceState
+from app.engine.ports.operator import InstanceFilter, OperatorReads
 from app.errors import ErrorCode, InputInvalid, InstanceNotFound, SignatureInvalid
 from app.flows.capability import Signal
 from app.flows.plan import Plan
 from app.flows.webhooks import WebhookDelivery
-from app.store.read_model import InstanceFilter, OperatorReads
 
 __all__ = [
     "Deliver",
@@ -123,7 +124,8 @@ async def keyed_instance(request: Request, plan: Plan, key: str) -> str:
     Raises:
         InstanceNotFound: 404 ``instance_not_found``: no instance of the flow ever held it.
     """
-    reads = cast(OperatorReads, request.app.state.engine.journal.reads)
+    engine: Engine = request.app.state.engine
+    reads: OperatorReads = engine.journal.operator
     for states in ((InstanceState.RUNNING, InstanceState.SUSPENDED), ()):
         where = InstanceFilter(flow=plan.name, states=states, instance_key=key)
         page = await reads.list_instances(where, limit=1, after=None)

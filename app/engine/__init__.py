@@ -7,20 +7,22 @@ from app.engine.config import EngineConfig
 from app.engine.engine import Engine, StartResult, SweepReport
 from app.engine.journal import InstanceRecord, InstanceState, Snapshot, StepRow
 from app.engine.outcomes import RunOutcome
-from app.engine.roles import Claims, Journal, JournalWrites, Mailbox, ReadModel, Streams
+from app.engine.ports import Commit, Intake, Journal, Mailbox, Park, ReadModel, RunStore, Streams
 
 __all__ = [
-    "Claims",
     "Clock",
+    "Commit",
     "Engine",
     "EngineConfig",
     "InstanceRecord",
     "InstanceState",
+    "Intake",
     "Journal",
-    "JournalWrites",
     "Mailbox",
+    "Park",
     "ReadModel",
     "RunOutcome",
+    "RunStore",
     "Snapshot",
     "StartResult",
     "StepRow",

@@ -34,7 +34,7 @@ from app.engine.limits import CallLimits
 from app.engine.observe import LOG_CONTEXT, Observer
 from app.engine.outcomes import Halt, RunOutcome, StartResult
 from app.engine.outside import SignalDelivery
-from app.engine.roles import Journal
+from app.engine.ports import Journal
 from app.engine.runs import RunTasks
 from app.engine.sweeps import SweepReport
 from app.errors import (
@@ -171,7 +171,7 @@ class Engine:
             detach: resolved by the run when it starts a try of a heartbeating capability
                 (a wait that may last minutes), so a caller can stop waiting for it.
         """
-        snapshot = claim.snapshot or await self.journal.writes.load(claim.instance_id)
+        snapshot = claim.snapshot or await self.journal.runs.load(claim.instance_id)
         inst = snapshot.instance
         LOG_CONTEXT.set({"instance_id": inst.id, "flow": inst.flow_name})
         if claim.taken_over:
@@ -195,7 +195,7 @@ class Engine:
                 inst.flow_version,
                 self.config.node_id,
             )
-            await self.journal.claims.release(inst.id, claim.fencing_token, self.clock.now())
+            await self.journal.runs.release(inst.id, claim.fencing_token, self.clock.now())
             return RunOutcome(inst.id, InstanceState.SUSPENDED, inst.wake_at, runnable=False)
         try:
             run = Executor(self, plan, inst, claim, snapshot.steps, snapshot.signals)

@@ -23,7 +23,7 @@ from app.engine.journal import (
     StepRow,
 )
 from app.engine.outcomes import Halt, StartResult
-from app.engine.roles import Journal
+from app.engine.ports import Commit, Journal
 from app.errors import FlowFailure
 from app.flows.plan import Plan
 
@@ -40,26 +40,15 @@ class _MemoryJournal:
         self.rows: list[StepRow] = []
 
     @property
-    def claims(self) -> _MemoryJournal:
-        return self
-
-    @property
-    def writes(self) -> _MemoryJournal:
+    def runs(self) -> _MemoryJournal:
         return self
 
     @property
     def streams(self) -> _MemoryJournal:
         return self
 
-    async def commit_step(
-        self,
-        token: int,
-        row: StepRow,
-        lease_until: datetime,
-        events: Any = None,
-        reviews: Any = None,
-    ) -> Ack:
-        self.rows.append(row)
+    async def commit(self, commit: Commit) -> Ack:
+        self.rows.extend(commit.rows)
         return Ack()
 
     async def renew_lease(self, instance_id: str, token: int, lease_until: datetime) -> Ack:

@@ -38,6 +38,7 @@ from app.engine.journal import (
     WakeKind,
 )
 from app.engine.outcomes import Halt
+from app.engine.ports import Park as ParkAt
 from app.engine.run_state import RunState
 from app.engine.tries import make_try
 from app.errors import FlowFailure
@@ -93,9 +94,7 @@ class Executor(RunState):
         elif isinstance(decision, Record):
             await self.store(decision.store_first)
             await self.flush()
-            ack = await self.journal.writes.commit_step(
-                self.token, decision.row, self.lease_until()
-            )
+            ack = await self.commit(decision.row)
             if decision.clears_try:
                 self.instance = replace(
                     self.instance, try_step_id=None, try_scope=None, try_number=None
@@ -135,9 +134,7 @@ class Executor(RunState):
         """Commit deadline rows now (the first with the deferred row)."""
         for row in rows:
             deferred, self.unflushed = self.unflushed, None
-            ack = await self.journal.writes.commit_step(
-                self.token, row, self.lease_until(), deferred=deferred
-            )
+            ack = await self.commit(*((row,) if deferred is None else (deferred, row)))
             self.steps.append(row)  # no action: the wake the claim found stays
             self.after_ack(ack)
 
@@ -194,38 +191,27 @@ class Executor(RunState):
                 wake_scope=decision.scope,
             )
         if ack.signal_pending:
-            snapshot = await self.journal.writes.load(self.instance_id)
+            snapshot = await self.journal.runs.load(self.instance_id)
             self.signals, self.read_at = tuple(snapshot.signals), len(self.steps)
         elif not ack.cancel_requested:  # pragma: no cover
             raise RuntimeError("park was refused for no stated reason")
         return None
 
     async def _write_park(self, decision: Park, row: StepRow | None) -> Ack:
-        """The park's write: with the row it carries, if any, in the same statement."""
-        writes = self.journal.writes
-        if row is not None:
-            return await writes.commit_and_park(
-                self.token,
-                row,
-                self.lease_until(),
-                owner=self.host.config.node_id,
-                wake_at=decision.wake_at,
-                wake_step_id=decision.node,
-                wake_scope=decision.scope,
-                accept_signal=decision.accept_signal,
-                wake_kind=decision.kind,
-            )
-        return await writes.park(
-            self.instance_id,
-            self.token,
-            self.now(),
+        """The park's write: with the row it carries, if any, in the same statement (a
+        carried row's park is refused under a cancel request, unwinding or not)."""
+        park = ParkAt(
             decision.wake_at,
             decision.node,
             decision.scope,
+            self.host.config.node_id,
+            decision.kind,
             decision.accept_signal,
-            wake_kind=decision.kind,
-            unwinding=decision.unwinding,
+            decision.unwinding and row is None,
         )
+        if row is not None:
+            return await self.commit(row, park=park, at=row.committed_at)
+        return await self.commit(park=park)
 
     # -- signals ------------------------------------------------------------------------
     async def read_mailbox(self) -> None:
@@ -237,7 +223,7 @@ class Executor(RunState):
         """Take a signal: mark it taken and journal it in one write."""
         await self.flush()
         signal, row = decision.signal, decision.row
-        ack = await self.journal.mailbox.take_signal(self.token, signal.id, row)
+        ack = await self.commit(row, take_signal=signal.id)
         received = (row.committed_at - signal.received_at).total_seconds()
         self.host.observer.signal_taken(self.plan.name, received)
         self.signals = tuple(s for s in self.signals if s.id != signal.id)
@@ -280,16 +266,15 @@ class Executor(RunState):
             values={"event_id": event.id},
         )
         deferred, self.unflushed = self.unflushed, None
-        ack = await self.journal.writes.commit_step(
-            self.token, row, self.lease_until(), events=[event], deferred=deferred
-        )
+        rows = (row,) if deferred is None else (deferred, row)
+        ack = await self.commit(*rows, events=(event,))
         self.record(row)
         self.after_ack(ack)
 
     async def begin_ending(self, ending: InstanceState, failure: FlowFailure | None) -> None:
         """Store that the instance unwinds towards ``ending``."""
         await self.flush()
-        await self.journal.writes.begin_ending(
+        await self.journal.runs.begin_ending(
             self.instance_id, self.token, self.now(), ending, failure
         )
         self.instance = replace(self.instance, ending=ending, failure=failure)
@@ -297,7 +282,7 @@ class Executor(RunState):
     async def finish(self, decision: Finish) -> Halt | None:
         """Write the final state; None when a completion was refused (a cancel came)."""
         await self.flush()
-        ack = await self.journal.writes.finish(
+        ack = await self.journal.runs.finish(
             self.instance_id,
             self.token,
             self.now(),

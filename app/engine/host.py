@@ -14,7 +14,7 @@ from app.engine.clock import Clock
 from app.engine.config import EngineConfig
 from app.engine.limits import CallLimits
 from app.engine.observe import Observer
-from app.engine.roles import Journal
+from app.engine.ports import Journal
 from app.engine.runs import RunTasks
 from app.flows.catalog import Catalog
 

@@ -1,7 +1,7 @@
 """The records the engine and the store exchange: frozen values, no behaviour.
 
-The storage protocols, one per role, are in :mod:`app.engine.roles`; the one implementation
-is SQL (:class:`app.store.SqlJournal`). Every instant is aware UTC from the engine's clock.
+The storage ports, one per use, are in :mod:`app.engine.ports` (implemented by
+:class:`app.store.SqlJournal`). Every instant is aware UTC from the engine's clock.
 """
 
 from __future__ import annotations

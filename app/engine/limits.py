@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from app.engine.clock import Clock, Timer
 from app.engine.context import ExecutionContext
 from app.engine.journal import Ack
-from app.engine.roles import Journal
+from app.engine.ports import Journal
 from app.errors import (
     StaleFencingToken,
     StoreUnavailable,
@@ -161,7 +161,7 @@ class CallLimits:
         """
         until = run.now() + self.lease
         try:
-            ack = await run.journal.claims.renew_lease(run.instance_id, run.token, until)
+            ack = await run.journal.runs.renew_lease(run.instance_id, run.token, until)
         except StaleFencingToken:
             log.warning(
                 "instance %s: lease renewal refused on node %s (token %d): "

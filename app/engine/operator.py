@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from app.engine.deadlines import POLL_BUDGET, deadline_row, ends_at
 from app.engine.host import NodeEngine
 from app.engine.journal import StepKind
+from app.engine.ports import Commit
 from app.errors import InstanceBusy, NoBudget
 from app.flows.plan import PollNode
 
@@ -63,7 +64,7 @@ async def extend_budget(engine: NodeEngine, instance_id: str, by: timedelta) -> 
         raise ValueError("an extension must be positive")
     journal = engine.journal
     now = engine.clock.now()
-    claim = await journal.claims.claim(instance_id, engine.config.node_id, now, now + engine.lease)
+    claim = await journal.runs.claim(instance_id, engine.config.node_id, now, now + engine.lease)
     if claim is None:
         inst = await journal.reads.get_instance(instance_id)
         if inst.state.ended:
@@ -73,7 +74,7 @@ async def extend_budget(engine: NodeEngine, instance_id: str, by: timedelta) -> 
             instance_id=instance_id,
         )
     try:
-        snapshot = claim.snapshot or await journal.writes.load(instance_id)
+        snapshot = claim.snapshot or await journal.runs.load(instance_id)
         inst = snapshot.instance
         plan = engine.catalog.find(inst.flow_name, inst.flow_version)
         node = (
@@ -120,9 +121,11 @@ async def extend_budget(engine: NodeEngine, instance_id: str, by: timedelta) -> 
             committed_at=now,
             try_number=last.try_number + 1,
         )
-        await journal.writes.commit_step(claim.fencing_token, row, now + engine.lease)
+        await journal.runs.commit(
+            Commit(instance_id, claim.fencing_token, now, now + engine.lease, rows=(row,))
+        )
         return BudgetExtension(
             True, last.started_at, previous, new_end, new_end < wanted, node.index
         )
     finally:
-        await journal.claims.release(instance_id, claim.fencing_token, engine.clock.now())
+        await journal.runs.release(instance_id, claim.fencing_token, engine.clock.now())

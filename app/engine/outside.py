@@ -25,6 +25,7 @@ from app.engine.journal import (
     StepRow,
 )
 from app.engine.outcomes import RunOutcome, StartResult
+from app.engine.ports import NewSignal, WakeClaim
 from app.errors import InputInvalid, SignalNotDeclared, StaleFencingToken
 from app.flows.plan import AwaitSignalNode, Plan, PollNode
 
@@ -93,7 +94,7 @@ async def start(
         trace_context=engine.observer.trace_context(),
         steps=entry,
     )
-    record, created = await engine.journal.writes.create_instance(new)
+    record, created = await engine.journal.intake.create_instance(new)
     if created:
         engine.observer.started(plan.name, plan.version, record.id)
         record = await _first_advance(engine, record, entry)
@@ -150,7 +151,7 @@ async def wake(engine: NodeEngine, instance_id: str, *, woken: bool = False) -> 
         The run's outcome; None when the instance was not claimable.
     """
     now = engine.clock.now()
-    claim = await engine.journal.claims.claim(
+    claim = await engine.journal.runs.claim(
         instance_id, engine.config.node_id, now, now + engine.lease
     )
     if claim is None:
@@ -199,15 +200,8 @@ async def deliver(
     # first answer even after the instance ended
     now = engine.clock.now()
     delivered = await engine.journal.mailbox.deliver_and_claim(
-        instance_id,
-        name,
-        data,
-        idempotency_key,
-        now,
-        engine.new_id(),
-        owner=engine.config.node_id,
-        lease_until=now + engine.lease,
-        wake_steps=_accepting(plan, name),
+        NewSignal(instance_id, name, data, idempotency_key, now, engine.new_id()),
+        WakeClaim(engine.config.node_id, now + engine.lease, tuple(_accepting(plan, name))),
     )
     answer = SignalDelivery(
         delivered.signal, delivered.created, delivered.state, inst.flow_name, inst.flow_version
@@ -251,7 +245,7 @@ async def cancel(engine: NodeEngine, instance_id: str) -> InstanceRecord:
         InstanceNotFound, InstanceEnded (completion won the race).
     """
     now = engine.clock.now()
-    ack = await engine.journal.claims.request_cancel(
+    ack = await engine.journal.intake.request_cancel(
         instance_id, engine.config.node_id, now, now + engine.lease
     )
     if ack.claim is not None:

@@ -19,11 +19,13 @@ from app.engine.host import RunHost
 from app.engine.journal import (
     Ack,
     Claim,
+    EmittedEvent,
     InstanceRecord,
+    ReviewRequest,
     SignalRecord,
     StepRow,
 )
-from app.engine.roles import Journal
+from app.engine.ports import Commit, Journal, Park, StreamWrite
 from app.errors import StreamNotDeclared
 from app.flows.capability import Stream
 from app.flows.plan import Plan
@@ -127,9 +129,33 @@ class RunState:
         """Commit the deferred row, if any."""
         row, self.unflushed = self.unflushed, None
         if row is not None:
-            self.after_ack(
-                await self.journal.writes.commit_step(self.token, row, self.lease_until())
+            self.after_ack(await self.commit(row))
+
+    async def commit(
+        self,
+        *rows: StepRow,
+        events: tuple[EmittedEvent, ...] = (),
+        reviews: tuple[ReviewRequest, ...] = (),
+        take_signal: str | None = None,
+        park: Park | None = None,
+        at: datetime | None = None,
+    ) -> Ack:
+        """Write ``rows`` (and what goes with them) as one :class:`Commit` under this run's
+        fencing token, at ``at`` (default now); a try in flight's lease is renewed to the
+        run's."""
+        return await self.journal.runs.commit(
+            Commit(
+                self.instance_id,
+                self.token,
+                at or self.now(),
+                self.lease_until(),
+                rows,
+                events,
+                reviews,
+                take_signal,
+                park,
             )
+        )
 
     def settle(self, **changes: Any) -> None:
         """Keep :attr:`instance` as the run last wrote it (a start answers with it)."""
@@ -166,7 +192,7 @@ class RunState:
             last_value, written_at = self.heartbeat_written
             if last_value == value and now - written_at < cap_timeout / 3:
                 return
-        ack = await self.journal.writes.record_heartbeat(
+        ack = await self.journal.runs.record_heartbeat(
             self.instance_id, self.token, value, now, now + cap_timeout
         )
         self.heartbeat_written = (value, now)
@@ -195,12 +221,7 @@ class RunState:
         size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
         if self.ephemeral:
             return False
+        message = StreamWrite(self.instance_id, stream.name, payload, size, self.now())
         return await self.journal.streams.write_stream(
-            self.instance_id,
-            stream.name,
-            payload,
-            size,
-            declared.max_bytes,
-            self.now(),
-            token=self.token,
+            message, declared.max_bytes, token=self.token
         )

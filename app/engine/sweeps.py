@@ -56,7 +56,7 @@ async def sweep(
         raise sweep_pass.failure
     report, began, runnable = sweep_pass.report, sweep_pass.began, sweep_pass.runnable
     engine.observer.swept((engine.clock.now() - began).total_seconds(), report.claimed)
-    report.not_runnable = await engine.journal.claims.count_not_runnable(
+    report.not_runnable = await engine.journal.intake.count_not_runnable(
         engine.clock.now(), runnable
     )
     if report.not_runnable:
@@ -173,7 +173,7 @@ class SweepPass:
         try:
             if held and engine.claiming:
                 now = engine.clock.now()
-                claims = await engine.journal.claims.claim_due(
+                claims = await engine.journal.intake.claim_due(
                     engine.config.node_id, now, now + engine.lease, held, self.runnable
                 )
         finally:

@@ -14,9 +14,10 @@ from typing import Any, Protocol
 from app.engine.context import CancelRequested, ExecutionContext, TryHost
 from app.engine.decisions import Execute
 from app.engine.host import RunHost
-from app.engine.journal import Ack, Outcome, StepKind, StepRow
+from app.engine.journal import Ack, Outcome, ReviewRequest, StepKind, StepRow
 from app.engine.limits import CapabilityTimeout, LeaseHolder
 from app.engine.observe import LOG_CONTEXT
+from app.engine.ports import TryMark
 from app.engine.retries import failure_row, next_try_at
 from app.engine.values import DECISION_KEY, jsonable
 from app.errors import StaleFencingToken
@@ -64,6 +65,9 @@ class TryRun(LeaseHolder, TryHost, Protocol):
 
     def defer(self, row: StepRow) -> None:
         """Keep ``row`` for the run's next write to carry."""
+
+    async def commit(self, *rows: StepRow, reviews: tuple[ReviewRequest, ...] = ()) -> Ack:
+        """Write ``rows`` as one commit under the run's fencing token."""
 
 
 async def make_try(run: TryRun, decision: Execute) -> StepRow | None:
@@ -144,9 +148,7 @@ async def make_try(run: TryRun, decision: Execute) -> StepRow | None:
         run.defer(row)
         run.record(row)
         return row
-    ack = await run.journal.writes.commit_step(
-        run.token, row, run.lease_until(), reviews=ctx.reviews or None
-    )
+    ack = await run.commit(row, reviews=tuple(ctx.reviews))
     run.record(row)
     run.after_ack(ack)
     return row
@@ -159,17 +161,10 @@ async def _start_row(run: TryRun, decision: Execute) -> Any:
     assert isinstance(node, StepNode)
     hb_timeout = node.capability.options.heartbeat_timeout
     assert hb_timeout is not None
-    writes = run.journal.writes
-    beat = await writes.last_heartbeat(run.instance_id, decision.node, decision.scope)
-    ack: Ack = await writes.start_try(
-        run.instance_id,
-        run.token,
-        decision.node,
-        decision.scope,
-        decision.try_number,
-        run.now(),
-        run.now() + hb_timeout,
-    )
+    runs = run.journal.runs
+    beat = await runs.last_heartbeat(run.instance_id, decision.node, decision.scope)
+    mark = TryMark(decision.node, decision.scope, decision.try_number, run.now())
+    ack: Ack = await runs.start_try(run.instance_id, run.token, mark, run.now() + hb_timeout)
     run.after_ack(ack)
     if run.detach is not None and not run.detach.done():
         run.detach.set_result(None)  # an in-process wait: the caller need not wait

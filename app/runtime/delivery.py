@@ -35,9 +35,9 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from standardwebhooks.webhooks import Webhook
 
 from app.engine.clock import Clock
+from app.engine.ports.outbox import ClaimedDelivery, Deliveries
 from app.runtime.observe import NodeObserver
 from app.settings import Settings, Subscriber
-from app.store.deliveries import ClaimedDelivery, SqlDeliveries
 
 __all__ = ["Deliverer", "delivery_body"]
 
@@ -80,7 +80,7 @@ class Deliverer:
 
     def __init__(
         self,
-        store: SqlDeliveries,
+        store: Deliveries,
         subscribers: list[Subscriber],
         http: httpx.AsyncClient,
         clock: Clock,

@@ -16,7 +16,7 @@ from typing import Any
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from app.engine.clock import Clock
-from app.store.retention import SqlRetention
+from app.engine.ports.outbox import Retention
 
 __all__ = ["Purger"]
 
@@ -36,7 +36,7 @@ class Purger:
 
     def __init__(
         self,
-        store: SqlRetention,
+        store: Retention,
         clock: Clock,
         retention: timedelta,
         *,

@@ -11,12 +11,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import datetime
-from typing import cast
 
 from app.engine.journal import InstanceState
-from app.engine.roles import ReadModel
+from app.engine.ports.operator import OperatorReads
 from app.flows import Catalog
-from app.store.read_model import OperatorReads
 
 __all__ = ["UNFINISHED", "log_unserved", "unfinished_by_version", "unserved"]
 
@@ -26,18 +24,17 @@ log = logging.getLogger("flowpark.runtime")
 UNFINISHED = frozenset({InstanceState.RUNNING, InstanceState.SUSPENDED})
 
 
-async def unfinished_by_version(reads: ReadModel, now: datetime) -> dict[tuple[str, str], int]:
+async def unfinished_by_version(reads: OperatorReads, now: datetime) -> dict[tuple[str, str], int]:
     """Unfinished (running or suspended) instances per ``(flow, version)``.
 
     Args:
-        reads: the journal's read model (``engine.journal.reads``; the SQL journal's also
-            answers the operator reads, :class:`~app.store.read_model.OperatorReads`).
+        reads: the operator's queries (``engine.journal.operator``).
         now: the engine-clock instant.
 
     Returns:
         ``{(name, version): count}``, only versions with at least one.
     """
-    counts = await cast(OperatorReads, reads).count_instances_by(now, 0.0)
+    counts = await reads.count_instances_by(now, 0.0)
     out: dict[tuple[str, str], int] = {}
     for row in counts.by_state:
         if InstanceState(row.state) in UNFINISHED:
@@ -53,7 +50,7 @@ def unserved(
     return {k: n for k, n in sorted(unfinished.items()) if catalog.find(*k) is None}
 
 
-async def log_unserved(reads: ReadModel, catalog: Catalog, now: datetime) -> int:
+async def log_unserved(reads: OperatorReads, catalog: Catalog, now: datetime) -> int:
     """Log one warning line when unfinished instances are of versions this node does not
     serve; returns how many there are (0: nothing logged)."""
     missing = unserved(await unfinished_by_version(reads, now), catalog)

@@ -1,7 +1,7 @@
 """Storage: SQLModel tables, the SQL journal, engines and migrations.
 
 The only package that writes SQL. The engine sees it through
-:class:`app.engine.journal.Journal`, implemented by :class:`SqlJournal`.
+:class:`app.engine.ports.Journal` (its ports by use), implemented by :class:`SqlJournal`.
 """
 
 from typing import TYPE_CHECKING, Any

@@ -7,10 +7,10 @@ from typing import Any
 from sqlalchemy import Table, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from app.engine.ports.operator import InstanceFilter, OperatorAction
 from app.store.base import SqlRole
 from app.store.listing import filter_clauses
 from app.store.mapping import INSTANCE
-from app.store.read_model import InstanceFilter, OperatorAction
 from app.store.tables import FlowActionRow
 
 __all__ = ["SqlOperatorActions"]

@@ -1,7 +1,7 @@
 """Transactions and driver-error translation shared by the store's roles.
 
 :class:`SqlContext` holds the engine and opens transactions; each role of the store
-(:class:`SqlRole` subclasses: claims, journal writes, mailbox, streams, read model) is given
+(:class:`SqlRole` subclasses: runs, mailbox, streams, read models) is given
 the one context of its :class:`~app.store.sql_journal.SqlJournal`.
 """
 

@@ -132,8 +132,8 @@ def _expired_statement() -> Any:
 
 
 class SqlClaims(SqlRole):
-    """Claims and leases (:class:`app.engine.roles.Claims`) of
-    :class:`app.store.sql_journal.SqlJournal`."""
+    """Claims and leases (of :class:`app.engine.ports.RunStore` and
+    :class:`app.engine.ports.Intake`) of :class:`app.store.sql_journal.SqlJournal`."""
 
     async def claim(
         self, instance_id: str, owner: str, now: datetime, lease_until: datetime

@@ -15,17 +15,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, exists, func, insert, or_, select, text, update
 from sqlalchemy.sql import Select
 
+from app.engine.ports.outbox import ClaimedDelivery
 from app.store.base import SqlPart
 from app.store.tables import EventDeliveryRow, OutboxEventRow
 
-__all__ = ["ClaimedDelivery", "SqlDeliveries"]
+__all__ = ["SqlDeliveries"]
 
 DELIVERY = EventDeliveryRow.__table__  # type: ignore[attr-defined]
 EVENT = OutboxEventRow.__table__  # type: ignore[attr-defined]
@@ -33,28 +33,6 @@ EVENT = OutboxEventRow.__table__  # type: ignore[attr-defined]
 PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
 #: Any fixed 64-bit key: the relay's advisory lock on PostgreSQL.
 _RELAY_LOCK = 0x666C6F7770726B01
-
-
-@dataclass(frozen=True)
-class ClaimedDelivery:
-    """A delivery a node holds until ``claimed_until``, with its event.
-
-    Attributes:
-        sequence: the delivery's id.
-        subscriber: the subscriber's name.
-        tries: tries made before this one.
-        event_id / event_name / payload / event_created_at / instance_id: the event.
-    """
-
-    sequence: int
-    subscriber: str
-    tries: int
-    claimed_until: datetime
-    event_id: str
-    event_name: str
-    payload: dict[str, Any]
-    event_created_at: datetime
-    instance_id: str
 
 
 class SqlDeliveries(SqlPart):

@@ -1,4 +1,4 @@
-"""SQL of the operator's read model (:class:`app.store.read_model.OperatorReads`).
+"""SQL of the operator's read model (:class:`app.engine.ports.operator.OperatorReads`).
 
 The list is newest first with a keyset on ``(created_at, id)``: a page is
 ``WHERE <filter> AND (created_at, id) < (:at, :id) ORDER BY created_at DESC, id DESC
@@ -18,15 +18,15 @@ from sqlalchemy import String, and_, case, cast, func, literal, or_, select, tup
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.engine.journal import InstanceState, StepKind, StepRow, WakeKind
-from app.store.base import SqlRole, const
-from app.store.mapping import INSTANCE, STEP, step_from_row
-from app.store.read_model import (
+from app.engine.ports.operator import (
     InstanceCount,
     InstanceCounts,
     InstanceFilter,
     InstancePage,
     InstanceSummary,
 )
+from app.store.base import SqlRole, const
+from app.store.mapping import INSTANCE, STEP, step_from_row
 
 __all__ = ["SqlOperatorReads", "display_expression", "filter_clauses"]
 

@@ -1,4 +1,4 @@
-"""SQL of the overview reads (:class:`app.store.read_model.OverviewReads`): per flow and
+"""SQL of the overview reads (:class:`app.engine.ports.operator.OverviewReads`): per flow and
 version, what waits, what is late, what ended; where instances wait; recent attempt starts.
 
 Every instant passed in is the engine clock's (aware UTC), never the database's ``now()``.
@@ -12,9 +12,9 @@ from sqlalchemy import and_, case, func, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.engine.journal import InstanceState, Outcome, StepKind
+from app.engine.ports.operator import AttemptStart, FlowActivity, NodeWaiting, StepActivity
 from app.store.base import SqlRole, const
 from app.store.mapping import INSTANCE, STEP
-from app.store.read_model import AttemptStart, FlowActivity, NodeWaiting, StepActivity
 
 __all__ = ["SqlOverviewReads"]
 

@@ -45,7 +45,7 @@ def _load_statement() -> Any:
 
 
 class SqlReads(SqlRole):
-    """The read model (:class:`app.engine.roles.ReadModel`) of
+    """The read model (:class:`app.engine.ports.ReadModel`) of
     :class:`app.store.sql_journal.SqlJournal`: each call one read transaction, one
     snapshot."""
 

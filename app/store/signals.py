@@ -9,7 +9,6 @@ SQLite runs the same steps as one write transaction each.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from functools import cache
@@ -45,6 +44,7 @@ from app.engine.journal import (
     StepKind,
     StepRow,
 )
+from app.engine.ports.values import NewSignal, WakeClaim
 from app.errors import InstanceEnded, InstanceNotFound
 from app.store.base import JournalConflict, SqlRole, const
 from app.store.claims import claim_values
@@ -64,7 +64,7 @@ from app.store.mapping import (
 )
 from app.store.types import UtcDateTime, is_instance_id
 
-__all__ = ["SqlMailbox"]
+__all__ = ["SqlMailbox", "signal_not_waiting"]
 
 _RUNNING = InstanceState.RUNNING.value
 
@@ -206,7 +206,8 @@ def _take_signal_statement() -> Any:
     )
 
 
-def _signal_not_waiting(instance_id: str, signal_id: str) -> JournalConflict:
+def signal_not_waiting(instance_id: str, signal_id: str) -> JournalConflict:
+    """The error of a take or refusal whose signal is not waiting in the mailbox."""
     return JournalConflict(
         f"signal {signal_id!r} of instance {instance_id!r} is unknown or already taken",
         instance_id=instance_id,
@@ -222,22 +223,14 @@ _PENDING_SIGNALS = (
 
 
 class SqlMailbox(SqlRole):
-    """The signal mailbox (:class:`app.engine.roles.Mailbox`) of
+    """The signal mailbox (:class:`app.engine.ports.Mailbox`) of
     :class:`app.store.sql_journal.SqlJournal`."""
 
     _fenced: Any
     _why: Any
     _insert_step: Any
 
-    async def deliver_signal(
-        self,
-        instance_id: str,
-        name: str,
-        payload: dict[str, Any],
-        idempotency_key: str | None,
-        now: datetime,
-        signal_id: str,
-    ) -> tuple[SignalRecord, bool]:
+    async def deliver_signal(self, signal: NewSignal) -> tuple[SignalRecord, bool]:
         """Store a signal durably, in arrival order.
 
         A repeat of ``(instance_id, idempotency_key)`` returns the first record and stores
@@ -249,29 +242,15 @@ class SqlMailbox(SqlRole):
         Raises:
             InstanceNotFound: no such instance (code ``instance_not_found``).
             InstanceEnded: the instance has ended; nothing stored (code ``instance_ended``).
-            JournalConflict: ``signal_id`` exists already.
+            JournalConflict: ``signal.signal_id`` exists already.
         """
-        delivery = await self._deliver(
-            instance_id, name, payload, idempotency_key, now, signal_id, None
-        )
+        delivery = await self._deliver(signal, None)
         return delivery.signal, delivery.created
 
-    async def deliver_and_claim(
-        self,
-        instance_id: str,
-        name: str,
-        payload: dict[str, Any],
-        idempotency_key: str | None,
-        now: datetime,
-        signal_id: str,
-        *,
-        owner: str,
-        lease_until: datetime,
-        wake_steps: Sequence[int],
-    ) -> Delivery:
+    async def deliver_and_claim(self, signal: NewSignal, claim: WakeClaim) -> Delivery:
         """:meth:`deliver_signal`; when the signal is new and the instance is suspended at
-        one of ``wake_steps``, also claim it for ``owner`` (running, leased until
-        ``lease_until``, fencing token + 1), in the same transaction.
+        one of ``claim.wake_steps``, also claim it for ``claim.owner`` (running, leased
+        until ``claim.lease_until``, fencing token + 1), in the same transaction.
 
         PostgreSQL: one statement (the instance row locked ``FOR NO KEY UPDATE``, so a
         concurrent park either sees the signal or is seen suspended here, and two
@@ -285,36 +264,17 @@ class SqlMailbox(SqlRole):
         Raises:
             InstanceNotFound, InstanceEnded, JournalConflict: as :meth:`deliver_signal`.
         """
-        return await self._deliver(
-            instance_id,
-            name,
-            payload,
-            idempotency_key,
-            now,
-            signal_id,
-            (owner, lease_until, tuple(wake_steps)),
-        )
+        return await self._deliver(signal, claim)
 
-    async def _deliver(
-        self,
-        instance_id: str,
-        name: str,
-        payload: dict[str, Any],
-        idempotency_key: str | None,
-        now: datetime,
-        signal_id: str,
-        claim_for: tuple[str, datetime, tuple[int, ...]] | None,
-    ) -> Delivery:
+    async def _deliver(self, signal: NewSignal, claim_for: WakeClaim | None) -> Delivery:
         try:
             if self.is_postgresql:
-                return await self._deliver_one_statement(
-                    instance_id, name, payload, idempotency_key, now, signal_id, claim_for
-                )
-            return await self._deliver_transaction(
-                instance_id, name, payload, idempotency_key, now, signal_id, claim_for
-            )
+                return await self._deliver_one_statement(signal, claim_for)
+            return await self._deliver_transaction(signal, claim_for)
         except IntegrityError as exc:  # the signal id exists, or a repeat raced the insert
-            return await self._repeat_after_race(instance_id, idempotency_key, signal_id, exc)
+            return await self._repeat_after_race(
+                signal.instance_id, signal.idempotency_key, signal.signal_id, exc
+            )
 
     async def _repeat_after_race(
         self,
@@ -341,17 +301,20 @@ class SqlMailbox(SqlRole):
         ) from cause
 
     async def _deliver_one_statement(
-        self,
-        instance_id: str,
-        name: str,
-        payload: dict[str, Any],
-        idempotency_key: str | None,
-        now: datetime,
-        signal_id: str,
-        claim_for: tuple[str, datetime, tuple[int, ...]] | None,
+        self, signal: NewSignal, claim_for: WakeClaim | None
     ) -> Delivery:
         """PostgreSQL: :meth:`deliver_and_claim` as one statement in autocommit."""
-        owner, lease_until, steps = claim_for or ("", now, ())
+        instance_id, name, payload = signal.instance_id, signal.name, signal.payload
+        idempotency_key, now, signal_id = (
+            signal.idempotency_key,
+            signal.received_at,
+            signal.signal_id,
+        )
+        owner, lease_until, steps = (
+            (claim_for.owner, claim_for.lease_until, claim_for.wake_steps)
+            if claim_for is not None
+            else ("", now, ())
+        )
         params = {
             "d_id": instance_id,
             "d_key": idempotency_key,
@@ -388,17 +351,16 @@ class SqlMailbox(SqlRole):
         return Delivery(record, True, state, claim)
 
     async def _deliver_transaction(
-        self,
-        instance_id: str,
-        name: str,
-        payload: dict[str, Any],
-        idempotency_key: str | None,
-        now: datetime,
-        signal_id: str,
-        claim_for: tuple[str, datetime, tuple[int, ...]] | None,
+        self, signal: NewSignal, claim_for: WakeClaim | None
     ) -> Delivery:
         """:meth:`deliver_and_claim` as one write transaction (SQLite: one writer at a
         time, so nothing can come between the reads and the writes)."""
+        instance_id, name, payload = signal.instance_id, signal.name, signal.payload
+        idempotency_key, now, signal_id = (
+            signal.idempotency_key,
+            signal.received_at,
+            signal.signal_id,
+        )
         async with self._write() as conn:
             found = (
                 await conn.execute(
@@ -433,10 +395,10 @@ class SqlMailbox(SqlRole):
             if (
                 claim_for is None
                 or state is not InstanceState.SUSPENDED
-                or found.wake_step_id not in claim_for[2]
+                or found.wake_step_id not in claim_for.wake_steps
             ):
                 return Delivery(record, True, state)
-            owner, lease_until, _ = claim_for
+            owner, lease_until = claim_for.owner, claim_for.lease_until
             claimed = (
                 await conn.execute(
                     update(INSTANCE)
@@ -526,7 +488,7 @@ class SqlMailbox(SqlRole):
                 .values(taken_at=row.committed_at, taken_step_id=row.step_id)
             )
             if taken.rowcount != 1:
-                raise _signal_not_waiting(row.instance_id, signal_id)
+                raise signal_not_waiting(row.instance_id, signal_id)
             await insert_step(conn, row, postgresql=self.is_postgresql)
         return Ack(applied=True, cancel_requested=fence.cancel_requested)
 
@@ -555,7 +517,7 @@ class SqlMailbox(SqlRole):
                 .values(taken_at=at, taken_step_id=step_id, matched=False)
             )
             if refused.rowcount != 1:
-                raise _signal_not_waiting(instance_id, signal_id)
+                raise signal_not_waiting(instance_id, signal_id)
         return Ack(applied=True, cancel_requested=fence.cancel_requested)
 
     async def _take_signal_one_statement(self, token: int, signal_id: str, row: StepRow) -> Ack:
@@ -568,7 +530,7 @@ class SqlMailbox(SqlRole):
                 found = (await conn.execute(_take_signal_statement(), params)).first()
                 if found is None:
                     await why(conn, row.instance_id, token)
-                    raise _signal_not_waiting(row.instance_id, signal_id)
+                    raise signal_not_waiting(row.instance_id, signal_id)
         except IntegrityError as exc:
             raise JournalConflict(
                 f"instance {row.instance_id!r}: step {row.step_id} scope {row.scope} "

@@ -1,11 +1,12 @@
-"""``SqlJournal``: the SQL implementation of the engine's storage roles
-(:class:`app.engine.roles.Journal`).
+"""``SqlJournal``: the SQL implementation of the engine's ports
+(:class:`app.engine.ports.Journal`).
 
-The roles are composed, each an object of its own over one shared context (engine,
-transactions, PostgreSQL group-commit lanes): claims and leases (:mod:`app.store.claims`),
-the lease holder's journal (:mod:`app.store.writes`), the signal mailbox
-(:mod:`app.store.signals`), streams (:mod:`app.store.streams`) and the read model
-(:mod:`app.store.reads`). Every SQL statement flowpark runs lives in ``app.store``.
+The ports are composed, each an object of its own over one shared context (engine,
+transactions, PostgreSQL group-commit lanes): a run's claims, commits and lease, with
+starts and the sweep's claims (:mod:`app.store.runs`), the signal mailbox
+(:mod:`app.store.signals`), streams (:mod:`app.store.streams`) and the read models
+(:mod:`app.store.reads`, :mod:`app.store.listing`, :mod:`app.store.overview`). Every SQL
+statement flowpark runs lives in ``app.store``.
 """
 
 from __future__ import annotations
@@ -17,25 +18,25 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.store.actions import SqlOperatorActions
 from app.store.base import SqlContext
 from app.store.batched import Lanes, PgBatches
-from app.store.claims import SqlClaims
 from app.store.listing import SqlOperatorReads
 from app.store.overview import SqlOverviewReads
 from app.store.reads import SqlReads
+from app.store.runs import SqlRuns
 from app.store.signals import SqlMailbox
 from app.store.streams import SqlStreams
-from app.store.writes import SqlJournalWrites
 
 __all__ = ["SqlJournal", "SqlReadModel"]
 
 
 class SqlReadModel(SqlReads, SqlOperatorReads, SqlOperatorActions, SqlOverviewReads):
-    """The read model: what the HTTP API (:class:`app.engine.roles.ReadModel`), the
-    operator views (:class:`app.store.read_model.OperatorReads`, with the log of operator
-    actions) and the console overview read. One role; its queries are grouped by module."""
+    """The read models: what the HTTP API (:class:`app.engine.ports.ReadModel`), the
+    operator views (:class:`app.engine.ports.OperatorReads`, with the log of operator
+    actions) and the console overview (:class:`app.engine.ports.OverviewReads`) read. One
+    object; its queries are grouped by module."""
 
 
 class SqlJournal:
-    """The store: the five roles of :class:`app.engine.roles.Journal` over one database.
+    """The store: the ports of :class:`app.engine.ports.Journal` over one database.
 
     Args:
         engine: an engine from :func:`app.store.db.make_async_engine`, migrated to head.
@@ -43,11 +44,13 @@ class SqlJournal:
             ``create``, ``commit``, ``park``, ``finish``); the metrics count them.
 
     Attributes:
-        claims: claims and leases (:class:`~app.store.claims.SqlClaims`).
-        writes: the lease holder's journal (:class:`~app.store.writes.SqlJournalWrites`).
+        runs: what a run needs (:class:`~app.store.runs.SqlRuns`).
+        intake: starts, the sweep's claims, cancel requests (the same object as ``runs``).
         mailbox: signals (:class:`~app.store.signals.SqlMailbox`).
         streams: progress messages (:class:`~app.store.streams.SqlStreams`).
-        reads: the read model of the API and the operator views (:class:`SqlReadModel`).
+        reads: the HTTP API's reads (:class:`SqlReadModel`).
+        operator / overview: the operator's queries and the console overview's counts
+            (the same object as ``reads``).
 
     On PostgreSQL, concurrent starts, journal commits, parks and completions are grouped
     into one statement per batch (:mod:`app.store.batched`); each keeps its own fence.
@@ -60,11 +63,13 @@ class SqlJournal:
         if context.is_postgresql:
             context.lanes = PgBatches(context).make_lanes(on_batch)
         self._context = context
-        self.claims = SqlClaims(context)
-        self.writes = SqlJournalWrites(context)
         self.mailbox = SqlMailbox(context)
+        self.runs = SqlRuns(context, self.mailbox)
+        self.intake = self.runs
         self.streams = SqlStreams(context)
         self.reads = SqlReadModel(context)
+        self.operator = self.reads
+        self.overview = self.reads
 
     @property
     def engine(self) -> AsyncEngine:

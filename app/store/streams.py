@@ -1,14 +1,12 @@
-"""Stream messages (:class:`app.engine.roles.Streams`): best-effort, size-bounded
+"""Stream messages (:class:`app.engine.ports.Streams`): best-effort, size-bounded
 progress messages of an instance, written by its tries and read over HTTP."""
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
-
 from sqlalchemy import func, insert, select
 
 from app.engine.journal import InstanceState, StreamMessage
+from app.engine.ports.values import StreamWrite
 from app.errors import InstanceNotFound, StaleFencingToken
 from app.store.base import SqlRole
 from app.store.mapping import INSTANCE, STREAM, stream_from_row
@@ -20,21 +18,12 @@ class SqlStreams(SqlRole):
     """The streams of :class:`app.store.sql_journal.SqlJournal`."""
 
     async def write_stream(
-        self,
-        instance_id: str,
-        stream: str,
-        payload: Any,
-        size: int,
-        max_bytes: int,
-        now: datetime,
-        *,
-        token: int | None = None,
+        self, message: StreamWrite, max_bytes: int, *, token: int | None = None
     ) -> bool:
-        """Append a stream message unless the stream's total ``size`` would pass
-        ``max_bytes``.
+        """Append ``message`` unless the stream's total ``size`` would pass ``max_bytes``.
 
         Args:
-            size: the message's size in bytes (as the caller measured it).
+            message: the message, with its size in bytes (as the caller measured it).
             max_bytes: the bound on the sum of ``size`` over the stream.
             token: the writer's fencing token; when given, the instance must be running
                 under it (a try whose lease another node took over writes nothing).
@@ -47,6 +36,7 @@ class SqlStreams(SqlRole):
             StaleFencingToken: ``token`` is not current or the instance no longer runs
                 (code ``stale_fencing_token``); nothing written.
         """
+        instance_id, stream, size = message.instance_id, message.stream, message.size
         async with self._write() as conn:
             lock = select(INSTANCE.c.fencing_token, INSTANCE.c.state).where(
                 INSTANCE.c.id == instance_id
@@ -80,9 +70,9 @@ class SqlStreams(SqlRole):
                 insert(STREAM).values(
                     instance_id=instance_id,
                     stream=stream,
-                    payload=payload,
+                    payload=message.payload,
                     size=size,
-                    created_at=now,
+                    created_at=message.at,
                 )
             )
         return True

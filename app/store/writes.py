@@ -1,6 +1,6 @@
-"""The lease holder's journal (:class:`app.engine.roles.JournalWrites`): starts, the
-journal read back for a resume, fenced commits, parks and endings, and a heartbeating try's
-checkpoints.
+"""The lease holder's journal (part of :class:`app.engine.ports.RunStore` and
+:class:`app.engine.ports.Intake`): starts, the journal read back for a resume, fenced
+commits, parks and endings, and a heartbeating try's checkpoints.
 
 Each method is one transaction. Every instant comes from the caller (the engine clock, aware
 UTC); the database's own ``now()`` is never used. Writes are fenced
@@ -28,8 +28,8 @@ from app.engine.journal import (
     ReviewRequest,
     Snapshot,
     StepRow,
-    WakeKind,
 )
+from app.engine.ports.values import Park, TryMark
 from app.errors import FlowFailure, IdempotencyKeyReused, InstanceKeyInUse
 from app.store.base import JournalConflict, SqlRole, const, instant
 from app.store.batched import CommitItem, FinishItem, require_aware
@@ -69,6 +69,20 @@ class _Undo(Exception):  # control flow only: never escapes this module
     def __init__(self, ack: Ack) -> None:
         super().__init__(ack)
         self.ack = ack
+
+
+def park_values(park: Park, at: datetime) -> dict[str, Any]:
+    """The instance columns a park sets (state suspended, the wake, no lease, no try)."""
+    return {
+        "state": SUSPENDED,
+        "wake_at": park.wake_at,
+        "wake_step_id": park.step_id,
+        "wake_scope": park.scope,
+        "wake_kind": park.kind.value if park.kind is not None else None,
+        "updated_at": at,
+        **NO_LEASE,
+        **NO_TRY,
+    }
 
 
 class SqlJournalWrites(SqlRole):
@@ -294,33 +308,18 @@ class SqlJournalWrites(SqlRole):
             ) from exc
         return Ack(applied=True, cancel_requested=found.cancel_requested)
 
-    async def commit_and_park(
-        self,
-        token: int,
-        row: StepRow,
-        lease_until: datetime,
-        *,
-        owner: str,
-        wake_at: datetime | None,
-        wake_step_id: int,
-        wake_scope: int,
-        accept_signal: str | None = None,
-        wake_kind: WakeKind | None = None,
+    async def _commit_and_park(
+        self, token: int, row: StepRow, lease_until: datetime, park: Park, at: datetime
     ) -> Ack:
-        """:meth:`commit_step` of ``row`` then :meth:`park` at ``row.committed_at``, as one
-        write where the store can (PostgreSQL: one statement per batch, one new version of
-        the instance row).
-
-        Args:
-            owner: this node (the lease is given back to it when the park is refused).
-            wake_at / wake_step_id / wake_scope / accept_signal / wake_kind: as for
-                :meth:`park`.
+        """:meth:`commit_step` of ``row`` then :meth:`_park` at ``at``, as one write where
+        the store can (PostgreSQL: one statement per batch, one new version of the
+        instance row).
 
         Returns:
             The row is committed in every case. ``Ack(applied=True)`` once parked;
             ``Ack(applied=False, cancel_requested=True)`` when a cancel was requested and
             ``Ack(applied=False, signal_pending=True)`` when an accepted signal waits: the
-            instance stays running, leased to ``owner`` until ``lease_until`` (on
+            instance stays running, leased to ``park.owner`` until ``lease_until`` (on
             PostgreSQL the refused park's ``wake_*`` are kept: where it would have waited;
             the run takes the signal there).
 
@@ -329,17 +328,18 @@ class SqlJournalWrites(SqlRole):
             (nothing written).
         """
         if self._lanes is not None:
-            require_aware(row.started_at, row.committed_at, row.next_try_at, lease_until, wake_at)
-            park = (
-                row.committed_at,
-                wake_at,
-                wake_step_id,
-                wake_scope,
-                accept_signal,
-                owner,
-                wake_kind.value if wake_kind is not None else None,
+            require_aware(row.started_at, row.committed_at, row.next_try_at, lease_until)
+            require_aware(park.wake_at, at)
+            parking = (
+                at,
+                park.wake_at,
+                park.step_id,
+                park.scope,
+                park.accept_signal,
+                park.owner,
+                park.kind.value if park.kind is not None else None,
             )
-            answer = await self._lanes.park.submit(CommitItem(token, row, lease_until, park))
+            answer = await self._lanes.park.submit(CommitItem(token, row, lease_until, parking))
             if answer is not None:
                 return Ack(
                     applied=answer.parked,
@@ -349,41 +349,15 @@ class SqlJournalWrites(SqlRole):
         ack = await self.commit_step(token, row, lease_until)
         if ack.cancel_requested:
             return Ack(applied=False, cancel_requested=True)
-        return await self.park(
-            row.instance_id,
-            token,
-            row.committed_at,
-            wake_at,
-            wake_step_id,
-            wake_scope,
-            accept_signal,
-            wake_kind=wake_kind,
-        )
+        return await self._park(row.instance_id, token, at, park)
 
-    async def park(
-        self,
-        instance_id: str,
-        token: int,
-        now: datetime,
-        wake_at: datetime | None,
-        wake_step_id: int,
-        wake_scope: int,
-        accept_signal: str | None = None,
-        wake_kind: WakeKind | None = None,
-        unwinding: bool = False,
-    ) -> Ack:
-        """Suspend the instance until ``wake_at`` and release the lease.
+    async def _park(self, instance_id: str, token: int, at: datetime, park: Park) -> Ack:
+        """Suspend the instance as ``park`` says and release the lease.
 
-        Args:
-            wake_at: when the sweep should resume it; None parks it until a signal is
-                delivered (the deliverer claims it) or a cancel is requested.
-            wake_step_id / wake_scope: the node and scope to resume at.
-            accept_signal: the name of the signal the parked node waits for; when such a
-                signal is already in the mailbox, untaken, the park is not applied.
-            wake_kind: what the instance waits for (the operator's list shows and filters
-                it).
-            unwinding: the instance unwinds (a compensation waits for its next try): the
-                park applies even when a cancel was requested.
+        ``park.wake_at`` None parks it until a signal is delivered (the deliverer claims
+        it) or a cancel is requested; when ``park.accept_signal`` is waiting untaken in
+        the mailbox the park is not applied; ``park.unwinding`` applies it even when a
+        cancel was requested.
 
         Returns:
             ``Ack(applied=False, cancel_requested=True)`` when a cancel was requested;
@@ -395,16 +369,8 @@ class SqlJournalWrites(SqlRole):
             StaleFencingToken: the token is stale (code ``stale_fencing_token``).
             InstanceNotFound: no such instance.
         """
-        values = {
-            "state": SUSPENDED,
-            "wake_at": wake_at,
-            "wake_step_id": wake_step_id,
-            "wake_scope": wake_scope,
-            "wake_kind": wake_kind.value if wake_kind is not None else None,
-            "updated_at": now,
-            **NO_LEASE,
-            **NO_TRY,
-        }
+        values = park_values(park, at)
+        accept_signal, unwinding = park.accept_signal, park.unwinding
         if accept_signal is None:  # one UPDATE
             async with self._single(write=True) as conn:
                 row = await fenced(conn, instance_id, token, values, unless_cancelled=not unwinding)
@@ -419,9 +385,7 @@ class SqlJournalWrites(SqlRole):
                 # Checked *after* the UPDATE holds the instance row: a delivery (which locks
                 # the row FOR NO KEY UPDATE until it commits) is either seen here or comes
                 # after the park, and then finds the instance suspended and claims it.
-                if accept_signal is not None and await self._signal_waiting(
-                    conn, instance_id, accept_signal
-                ):
+                if await self._signal_waiting(conn, instance_id, accept_signal):
                     raise _Undo(Ack(applied=False, signal_pending=True))
         except _Undo as undo:
             return undo.ack
@@ -472,7 +436,7 @@ class SqlJournalWrites(SqlRole):
         failure: FlowFailure | None = None,
     ) -> Ack:
         """Write a final state, ``result`` (COMPLETED) or ``failure``; clear the wake, the
-        lease, the attempt and ``ending``. In the same transaction, every signal still
+        lease, the try and ``ending``. In the same transaction, every signal still
         waiting untaken in the mailbox is marked discarded (``discarded_at`` = ``now``,
         ``discarded_reason`` = ``instance_<state>``): it will never be taken.
 
@@ -525,16 +489,9 @@ class SqlJournalWrites(SqlRole):
         return Ack(applied=True, cancel_requested=row.cancel_requested)
 
     async def start_try(
-        self,
-        instance_id: str,
-        token: int,
-        step_id: int,
-        scope: int,
-        try_number: int,
-        now: datetime,
-        lease_until: datetime,
+        self, instance_id: str, token: int, mark: TryMark, lease_until: datetime
     ) -> Ack:
-        """Mark an try in flight (``try_*`` columns) and renew the lease.
+        """Mark a heartbeating try in flight (``try_*`` columns) and renew the lease.
 
         Raises:
             StaleFencingToken: the token is stale (code ``stale_fencing_token``).
@@ -542,12 +499,12 @@ class SqlJournalWrites(SqlRole):
         """
         values = {
             **NO_TRY,
-            "try_step_id": step_id,
-            "try_scope": scope,
-            "try_number": try_number,
-            "try_started_at": now,
+            "try_step_id": mark.step_id,
+            "try_scope": mark.scope,
+            "try_number": mark.try_number,
+            "try_started_at": mark.started_at,
             "lease_expires_at": lease_until,
-            "updated_at": now,
+            "updated_at": mark.started_at,
         }
         async with self._single(write=True) as conn:  # one UPDATE
             row = await fenced(conn, instance_id, token, values)
@@ -563,7 +520,7 @@ class SqlJournalWrites(SqlRole):
         Raises:
             StaleFencingToken: the token is stale (code ``stale_fencing_token``).
             InstanceNotFound: no such instance.
-            JournalConflict: no attempt is in flight (``start_try`` was not called).
+            JournalConflict: no try is in flight (``start_try`` was not called).
         """
         values = {
             "heartbeat_at": now,

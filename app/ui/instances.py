@@ -1,6 +1,6 @@
 """The console's instance routes: the filtered list, one instance, its live stream messages.
 
-The list reads the operator read model (:class:`app.store.read_model.OperatorReads`) with the
+The list reads the operator read model (:class:`app.engine.ports.operator.OperatorReads`) with the
 same filters as ``GET /api/v1/instances``, named in the query string so a filtered list is a
 URL to paste. A filter value that cannot be one (an unknown state, a broken cursor) is left
 out with a notice, never a 500 or a 422 page.
@@ -32,9 +32,9 @@ from app.api.views import awaiting, display_value, failed_step
 from app.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT, open_budget
 from app.engine.engine import Engine
 from app.engine.journal import InstanceRecord, InstanceState, StepRow, WakeKind
+from app.engine.ports.operator import InstanceFilter
 from app.errors import FlowparkError, StreamNotDeclared
 from app.flows.plan import AwaitSignalNode, Plan, PollNode
-from app.store.read_model import InstanceFilter, OperatorReads
 from app.ui.pages import ConsoleRoute, need_session, overdue_threshold, render
 from app.ui.session import notice_is_signed
 from app.ui.timeline import build_timeline, parse_instant
@@ -176,7 +176,7 @@ def build_instances_router() -> APIRouter:
         sort = q.get("sort") or "-created"
         if sort.lstrip("-") not in SORTS:
             sort = "-created"
-        page = await cast(OperatorReads, engine.journal.reads).list_instances(
+        page = await engine.journal.operator.list_instances(
             where, limit=limit, after=after, oldest_first=sort == "created"
         )
         rows = await summaries(request, page.rows)
@@ -223,7 +223,7 @@ def build_instances_router() -> APIRouter:
         )
         attempts = attempts_view(plan, inst, snap.steps)
         next_attempt = waiting.get("attempt") if waiting else None
-        reads = cast(OperatorReads, engine.journal.reads)
+        reads = engine.journal.operator
         history = [action_view(a) for a in await reads.actions_of(instance_id)]
         timeline = build_timeline(
             attempts,

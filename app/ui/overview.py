@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from app.engine.ports.operator import AttemptStart, FlowActivity
 from app.flows.catalog import Catalog
 from app.flows.plan import PollNode, StepNode
-from app.store.read_model import AttemptStart, FlowActivity
 
 __all__ = ["FlowRow", "Lateness", "lateness", "overview_rows", "percentile"]
 

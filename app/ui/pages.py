@@ -28,7 +28,6 @@ from app.api.problems import status_of
 from app.engine.engine import Engine
 from app.errors import FlowparkError
 from app.flows.plan import Plan
-from app.store.read_model import OverviewReads
 from app.ui.graph import human_duration, layout
 from app.ui.overview import lateness, overview_rows
 from app.ui.session import (
@@ -180,7 +179,7 @@ def build_console_router() -> APIRouter:
     async def overview(request: Request) -> HTMLResponse:
         session = need_session(request)
         engine = _engine(request)
-        reads = cast(OverviewReads, engine.journal.reads)
+        reads = engine.journal.overview
         now = engine.clock.now()
         overdue = overdue_threshold(request)
         activity = await reads.flow_activity(
@@ -288,7 +287,7 @@ def build_console_router() -> APIRouter:
                 "No such flow",
                 f"This node has no flow {name} {version}.",
             )
-        reads = cast(OverviewReads, engine.journal.reads)
+        reads = engine.journal.overview
         waiting = {w.step_id: w.count for w in await reads.waiting_by_node(name, version)}
         marked = await _marked_steps(request, engine, plan)
         activity = await reads.step_activity(name, version, engine.clock.now() - RECENT_WINDOW)

@@ -80,7 +80,7 @@ async def test_metrics_count_a_known_scenario_exactly(pg_url: str, tmp_path: Pat
             lease_owner="dead-node",
             lease_expires_at=now - timedelta(minutes=1),
         )
-        _, created = await SqlJournal(db).writes.create_instance(orphan)
+        _, created = await SqlJournal(db).intake.create_instance(orphan)
         assert created
     finally:
         await db.dispose()

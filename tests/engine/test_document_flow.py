@@ -84,14 +84,14 @@ async def test_the_emit_writes_the_extract_row_with_its_own(store_url: str) -> N
     ) as h:
         inst = (await h.start("document.process", DOC)).instance
         commits: list[tuple[str, str | None]] = []
-        commit_step = h.journal.writes.commit_step
+        commit_step = h.journal.runs.commit_step
 
         async def spied(token: int, row: StepRow, *args: Any, **kwargs: Any) -> Ack:
             deferred = kwargs.get("deferred")
             commits.append((row.capability_id, deferred and deferred.capability_id))
             return await commit_step(token, row, *args, **kwargs)
 
-        h.journal.writes.commit_step = spied  # type: ignore[method-assign]
+        h.journal.runs.commit_step = spied  # type: ignore[method-assign]
         await h.advance_to_next_wake(inst.id)
         assert (await h.instance(inst.id)).state is InstanceState.COMPLETED
         # the status row before the extract runs, then the emit with the extract row

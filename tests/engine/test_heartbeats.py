@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from app.engine.journal import InstanceState, NewInstance, Outcome, StepKind, StepRow
+from app.engine.ports import StreamWrite
 from app.errors import StaleFencingToken
 from app.flows import (
     Capability,
@@ -113,7 +114,7 @@ async def test_a_try_reads_the_checkpoint_its_predecessor_recorded() -> None:
         await h.engine.drain()
         assert (await h.instance(inst_id)).state is InstanceState.COMPLETED
         assert seen == [(1, None), (2, Mark(round=2))]
-        beat = await h.journal.writes.last_heartbeat(inst_id, 0, 0)
+        beat = await h.journal.runs.last_heartbeat(inst_id, 0, 0)
         assert beat is not None and (beat.try_number, beat.value) == (1, {"round": 2})
 
 
@@ -130,7 +131,7 @@ async def test_an_unchanged_value_is_written_once_per_third_of_the_timeout_a_cha
         paced.clock = h.clock
         t0 = h.clock.now()
         written: list[tuple[Any, float, float]] = []
-        record = h.journal.writes.record_heartbeat
+        record = h.journal.runs.record_heartbeat
 
         async def spy(
             instance_id: str, token: int, value: Any, now: datetime, lease_until: datetime
@@ -138,7 +139,7 @@ async def test_an_unchanged_value_is_written_once_per_third_of_the_timeout_a_cha
             written.append((value, (now - t0).total_seconds(), (lease_until - t0).total_seconds()))
             return await record(instance_id, token, value, now, lease_until)
 
-        h.journal.writes.record_heartbeat = spy  # type: ignore[method-assign]
+        h.journal.runs.record_heartbeat = spy  # type: ignore[method-assign]
         await h.start("hb.test", {})
         await h.engine.drain()
         # third of 30 s: "same" at 0 and 10 s (not at 2..8 or 12..18), "other" at once at
@@ -276,22 +277,26 @@ async def test_a_stream_write_under_a_stale_token_is_refused(sql_journal: SqlJou
         lease_owner="a",
         lease_expires_at=T0 + timedelta(seconds=30),
     )
-    inst, _ = await sql_journal.writes.create_instance(new)
+    inst, _ = await sql_journal.intake.create_instance(new)
     old = inst.fencing_token
-    assert await sql_journal.streams.write_stream(inst.id, "Log", {"n": 1}, 7, 100, T0, token=old)
-    await sql_journal.claims.release(inst.id, old, T0)
-    claim = await sql_journal.claims.claim(inst.id, "b", T0, T0 + timedelta(seconds=30))
+    assert await sql_journal.streams.write_stream(
+        StreamWrite(inst.id, "Log", {"n": 1}, 7, T0), 100, token=old
+    )
+    await sql_journal.runs.release(inst.id, old, T0)
+    claim = await sql_journal.runs.claim(inst.id, "b", T0, T0 + timedelta(seconds=30))
     assert claim is not None and claim.fencing_token > old
     with pytest.raises(StaleFencingToken) as info:
-        await sql_journal.streams.write_stream(inst.id, "Log", {"n": 2}, 7, 100, T0, token=old)
+        await sql_journal.streams.write_stream(
+            StreamWrite(inst.id, "Log", {"n": 2}, 7, T0), 100, token=old
+        )
     assert info.value.code == "stale_fencing_token"
     assert await sql_journal.streams.write_stream(
-        inst.id, "Log", {"n": 3}, 7, 100, T0, token=claim.fencing_token
+        StreamWrite(inst.id, "Log", {"n": 3}, 7, T0), 100, token=claim.fencing_token
     )
-    await sql_journal.writes.finish(inst.id, claim.fencing_token, T0, InstanceState.COMPLETED)
+    await sql_journal.runs.finish(inst.id, claim.fencing_token, T0, InstanceState.COMPLETED)
     with pytest.raises(StaleFencingToken):  # ended: no try writes any more
         await sql_journal.streams.write_stream(
-            inst.id, "Log", {"n": 4}, 7, 100, T0, token=claim.fencing_token
+            StreamWrite(inst.id, "Log", {"n": 4}, 7, T0), 100, token=claim.fencing_token
         )
     assert [m.payload["n"] for m in await sql_journal.streams.read_stream(inst.id, "Log")] == [1, 3]
 
@@ -384,4 +389,4 @@ async def test_a_heartbeat_without_a_heartbeat_timeout_is_kept_in_memory_only() 
         inst = (await h.start("hb.test", {})).instance
         assert inst.state is InstanceState.COMPLETED, inst.failure
         assert seen == ["local"]
-        assert await h.journal.writes.last_heartbeat(inst.id, 0, 0) is None
+        assert await h.journal.runs.last_heartbeat(inst.id, 0, 0) is None

@@ -24,6 +24,7 @@ from app.engine.decisions import (
     TakeSignal,
 )
 from app.engine.journal import StepKind
+from app.engine.ports import NewSignal
 from app.errors import JournalMismatch
 from app.testing import FlowHarness
 from tests.golden.record import observed, resume
@@ -49,7 +50,7 @@ async def _decide(h: FlowHarness, fixture: dict[str, Any]) -> Decision:
     if how["via"] == "signal":  # the signal is stored first, as a delivery does
         now = point + timedelta(seconds=how["afterSeconds"])
         await h.journal.mailbox.deliver_signal(
-            instance_id, how["name"], how["payload"], None, now, h.engine.new_id()
+            NewSignal(instance_id, how["name"], how["payload"], None, now, h.engine.new_id())
         )
     snapshot = await h.snapshot(instance_id)
     inst = snapshot.instance

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import func, insert, select
 
 from app.engine.journal import InstanceState
+from app.engine.ports import StreamWrite
 from app.flows import Flow
 from app.store.deliveries import SqlDeliveries
 from app.store.retention import SqlRetention
@@ -51,7 +52,7 @@ async def _life(h: FlowHarness, key: str, *, end: bool) -> str:
     inst = (await h.start("t.life", {"order_id": key})).instance
     now = h.clock.now()
     await SqlDeliveries(h.journal.engine).relay(["audit"], now)
-    await h.journal.streams.write_stream(inst.id, "S", {"at": key}, 10, 1000, now)
+    await h.journal.streams.write_stream(StreamWrite(inst.id, "S", {"at": key}, 10, now), 1000)
     async with h.journal.engine.begin() as conn:
         await conn.execute(
             insert(FlowHeartbeatRow.__table__).values(  # type: ignore[attr-defined]

@@ -112,7 +112,7 @@ async def test_no_in_process_wake_when_disabled_and_a_restarted_node_sweeps_at_o
             assert inst.state == "suspended", "the second wake must wait for a scan"
         finally:
             await sweeper.stop()
-        snapshot = await journal.writes.load(started.instance.id)
+        snapshot = await journal.runs.load(started.instance.id)
         attempts = [r.scope for r in snapshot.steps if r.kind == "step"]
         assert attempts == [0, 1]  # attempt 1 ran at start-up
     finally:

@@ -173,10 +173,10 @@ async def test_a_delivery_answers_from_the_run_it_started_without_reading_back(
             h.journal,
             "reads.get_instance",
             "reads.load",
-            "writes.load",
+            "runs.load",
             "mailbox.pending_signals",
             "mailbox.get_signal",
-            "claims.claim",
+            "runs.claim",
         )
         delivery = await h.engine.deliver(inst.id, "t.ready", {"job_id": "j"}, "hook")
         # one read to find the flow; the store delivers and claims in one go, with the
@@ -184,10 +184,10 @@ async def test_a_delivery_answers_from_the_run_it_started_without_reading_back(
         assert calls == {
             "reads.get_instance": 1,
             "reads.load": 0,
-            "writes.load": 0,
+            "runs.load": 0,
             "mailbox.pending_signals": 0,
             "mailbox.get_signal": 0,
-            "claims.claim": 0,
+            "runs.claim": 0,
         }
         assert (delivery.created, delivery.state) == (True, InstanceState.COMPLETED)
         assert (delivery.flow_name, delivery.flow_version) == ("t.poll", "1.0.0")
@@ -213,7 +213,7 @@ async def test_a_signal_that_waits_in_the_mailbox_is_answered_untaken(store_url:
     ) as h:
         inst = (await h.start("t.poll", ORDER)).instance
         # the instance holds a live lease elsewhere: the signal waits for that run
-        claim = await h.journal.claims.claim(
+        claim = await h.journal.runs.claim(
             inst.id, "node-b", h.clock.now(), h.clock.now() + timedelta(seconds=30)
         )
         assert claim is not None

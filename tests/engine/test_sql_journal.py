@@ -19,6 +19,7 @@ from app.engine.journal import (
     ReviewRequest,
     StepKind,
 )
+from app.engine.ports import NewSignal, StreamWrite, TryMark, WakeClaim
 from app.errors import (
     FlowFailure,
     IdempotencyKeyReused,
@@ -28,20 +29,20 @@ from app.errors import (
     StaleFencingToken,
 )
 from app.store import JournalConflict, SqlJournal
-from tests.support.journal import FLOW, LEASE, T0, at, new_instance, step
+from tests.support.journal import FLOW, LEASE, T0, at, new_instance, park_at, park_commit, step
 
 RUNNABLE = [FLOW]
 
 
 async def started(journal: SqlJournal, **changes: Any) -> str:
-    record, created = await journal.writes.create_instance(new_instance(**changes))
+    record, created = await journal.intake.create_instance(new_instance(**changes))
     assert created
     return record.id
 
 
 async def parked(journal: SqlJournal, wake_at: datetime, **changes: Any) -> str:
     instance_id = await started(journal, **changes)
-    ack = await journal.writes.park(instance_id, 1, T0, wake_at, 3, 0)
+    ack = await journal.runs.commit(park_commit(instance_id, 1, T0, park_at(wake_at, 3, 0)))
     assert ack == Ack(applied=True, cancel_requested=False)
     return instance_id
 
@@ -51,7 +52,7 @@ async def parked(journal: SqlJournal, wake_at: datetime, **changes: Any) -> str:
 
 async def test_create_instance_is_running_and_leased(sql_journal: SqlJournal) -> None:
     new = new_instance(instance_key="doc-1")
-    record, created = await sql_journal.writes.create_instance(new)
+    record, created = await sql_journal.intake.create_instance(new)
     assert created
     assert record.id == new.id
     assert record.state is InstanceState.RUNNING
@@ -62,13 +63,13 @@ async def test_create_instance_is_running_and_leased(sql_journal: SqlJournal) ->
     assert record.instance_key == "doc-1"
     assert not record.cancel_requested and record.failure is None
     assert await sql_journal.reads.get_instance(new.id) == record
-    snapshot = await sql_journal.writes.load(new.id)
+    snapshot = await sql_journal.runs.load(new.id)
     assert (snapshot.instance, snapshot.steps, snapshot.signals) == (record, [], [])
 
 
 async def test_unknown_instance_is_not_found(sql_journal: SqlJournal) -> None:
     with pytest.raises(InstanceNotFound) as info:
-        await sql_journal.writes.load("nope")
+        await sql_journal.runs.load("nope")
     assert info.value.code == "instance_not_found"
     with pytest.raises(InstanceNotFound):
         await sql_journal.reads.get_instance("nope")
@@ -80,34 +81,34 @@ async def test_ids_are_canonical_uuid_strings(sql_journal: SqlJournal) -> None:
     instance_id = await started(sql_journal)
     for spelling in (instance_id.upper(), instance_id.replace("-", ""), f"{{{instance_id}}}"):
         with pytest.raises(InstanceNotFound):
-            await sql_journal.writes.load(spelling)
+            await sql_journal.runs.load(spelling)
         with pytest.raises(InstanceNotFound):
-            await sql_journal.claims.request_cancel(spelling, "api", at(1), at(31))
-        assert await sql_journal.claims.claim(spelling, "node-b", at(1), at(31)) is None
+            await sql_journal.intake.request_cancel(spelling, "api", at(1), at(31))
+        assert await sql_journal.runs.claim(spelling, "node-b", at(1), at(31)) is None
     for bad in ("i-1", str(uuid.uuid4()).upper()):
         with pytest.raises(ValueError, match="canonical UUID"):
-            await sql_journal.writes.create_instance(new_instance(id=bad))
+            await sql_journal.intake.create_instance(new_instance(id=bad))
     assert await sql_journal.reads.count_instances() == 1
     assert (await sql_journal.reads.get_instance(instance_id)).id == instance_id
 
 
 async def test_idempotent_start_returns_the_first_instance(sql_journal: SqlJournal) -> None:
-    first, created = await sql_journal.writes.create_instance(
+    first, created = await sql_journal.intake.create_instance(
         new_instance(idempotency_key="k-1", input={"document": "d-1"})
     )
     assert created
-    again, created_again = await sql_journal.writes.create_instance(
+    again, created_again = await sql_journal.intake.create_instance(
         new_instance(idempotency_key="k-1", input={"document": "d-1"})
     )
     assert (again, created_again) == (first, False)
     with pytest.raises(IdempotencyKeyReused) as info:
-        await sql_journal.writes.create_instance(
+        await sql_journal.intake.create_instance(
             new_instance(idempotency_key="k-1", input={"document": "d-2"})
         )
     assert info.value.code == "idempotency_key_reused"
     assert info.value.fields["instance_id"] == first.id
     # keys are per flow
-    _, other_flow = await sql_journal.writes.create_instance(
+    _, other_flow = await sql_journal.intake.create_instance(
         new_instance(flow_name="other.flow", idempotency_key="k-1", input={"document": "d-2"})
     )
     assert other_flow
@@ -125,18 +126,18 @@ async def test_keys_that_differ_in_any_character_are_different_keys(
     byte counts, backslashes included, and a repeat of each still finds its instance."""
     ids = {}
     for key in ODD_KEYS:
-        record, created = await sql_journal.writes.create_instance(
+        record, created = await sql_journal.intake.create_instance(
             new_instance(idempotency_key=key, input={"key": key})
         )
         assert created, key
         ids[key] = record.id
     for key in ODD_KEYS:
-        again, created = await sql_journal.writes.create_instance(
+        again, created = await sql_journal.intake.create_instance(
             new_instance(idempotency_key=key, input={"key": key})
         )
         assert (again.id, created) == (ids[key], False), key
         with pytest.raises(IdempotencyKeyReused):
-            await sql_journal.writes.create_instance(
+            await sql_journal.intake.create_instance(
                 new_instance(idempotency_key=key, input={"key": key + "?"})
             )
     assert await sql_journal.reads.count_instances() == len(ODD_KEYS)
@@ -146,11 +147,11 @@ async def test_a_repeat_is_the_same_input_and_instance_key(sql_journal: SqlJourn
     """The stored row's input and instance key are the request a repeat is judged by: the
     input as canonical JSON (key order does not matter, ``1`` is not ``true``)."""
     request = {"document": "d-1", "pages": 1, "tags": {"a": 1, "b": [True, None]}}
-    first, _ = await sql_journal.writes.create_instance(
+    first, _ = await sql_journal.intake.create_instance(
         new_instance(idempotency_key="k", input=request, instance_key="doc")
     )
     reordered = {"tags": {"b": [True, None], "a": 1}, "pages": 1, "document": "d-1"}
-    again, created = await sql_journal.writes.create_instance(
+    again, created = await sql_journal.intake.create_instance(
         new_instance(idempotency_key="k", input=reordered, instance_key="doc")
     )
     assert (again, created) == (first, False)
@@ -161,12 +162,12 @@ async def test_a_repeat_is_the_same_input_and_instance_key(sql_journal: SqlJourn
         {**request, "extra": None},
     ):
         with pytest.raises(IdempotencyKeyReused):
-            await sql_journal.writes.create_instance(
+            await sql_journal.intake.create_instance(
                 new_instance(idempotency_key="k", input=other, instance_key="doc")
             )
     for instance_key in (None, "doc-2"):
         with pytest.raises(IdempotencyKeyReused) as info:
-            await sql_journal.writes.create_instance(
+            await sql_journal.intake.create_instance(
                 new_instance(idempotency_key="k", input=request, instance_key=instance_key)
             )
         assert info.value.fields["instance_id"] == first.id
@@ -174,29 +175,27 @@ async def test_a_repeat_is_the_same_input_and_instance_key(sql_journal: SqlJourn
 
 
 async def test_instance_key_is_held_while_the_instance_is_active(sql_journal: SqlJournal) -> None:
-    holder, _ = await sql_journal.writes.create_instance(
+    holder, _ = await sql_journal.intake.create_instance(
         new_instance(instance_key="doc-7", idempotency_key="k-7")
     )
     with pytest.raises(InstanceKeyInUse) as info:
-        await sql_journal.writes.create_instance(new_instance(instance_key="doc-7"))
+        await sql_journal.intake.create_instance(new_instance(instance_key="doc-7"))
     assert info.value.code == "instance_key_in_use"
     assert info.value.fields["instance_id"] == holder.id
     # the idempotent repeat of the holder's own start is not a conflict
-    again, created = await sql_journal.writes.create_instance(
+    again, created = await sql_journal.intake.create_instance(
         new_instance(instance_key="doc-7", idempotency_key="k-7")
     )
     assert (again.id, created) == (holder.id, False)
     # parked still holds it; another flow may use the same key
-    await sql_journal.writes.park(holder.id, 1, T0, at(60), 1, 0)
+    await sql_journal.runs.commit(park_commit(holder.id, 1, T0, park_at(at(60), 1, 0)))
     with pytest.raises(InstanceKeyInUse):
-        await sql_journal.writes.create_instance(new_instance(instance_key="doc-7"))
+        await sql_journal.intake.create_instance(new_instance(instance_key="doc-7"))
     await started(sql_journal, flow_name="other.flow", instance_key="doc-7")
     # once ended, the key is free again
-    claim = await sql_journal.claims.claim(holder.id, "node-a", at(1), at(31))
+    claim = await sql_journal.runs.claim(holder.id, "node-a", at(1), at(31))
     assert claim is not None
-    await sql_journal.writes.finish(
-        holder.id, claim.fencing_token, at(2), InstanceState.COMPLETED, 1
-    )
+    await sql_journal.runs.finish(holder.id, claim.fencing_token, at(2), InstanceState.COMPLETED, 1)
     await started(sql_journal, instance_key="doc-7")
 
 
@@ -205,21 +204,21 @@ async def test_a_start_that_conflicts_gets_the_domain_error_or_the_first_instanc
 ) -> None:
     """The start's one INSERT is the check: a conflicting start reads what holds the key
     and gets the domain error, or the first instance for a repeat; nothing is written."""
-    winner, _ = await sql_journal.writes.create_instance(
+    winner, _ = await sql_journal.intake.create_instance(
         new_instance(idempotency_key="k", instance_key="doc")
     )
     with pytest.raises(IdempotencyKeyReused):
-        await sql_journal.writes.create_instance(
+        await sql_journal.intake.create_instance(
             new_instance(idempotency_key="k", input={"document": "other"})
         )
     with pytest.raises(InstanceKeyInUse):
-        await sql_journal.writes.create_instance(new_instance(instance_key="doc"))
-    repeat, created = await sql_journal.writes.create_instance(
+        await sql_journal.intake.create_instance(new_instance(instance_key="doc"))
+    repeat, created = await sql_journal.intake.create_instance(
         new_instance(idempotency_key="k", instance_key="doc")
     )
     assert (repeat.id, created) == (winner.id, False)
     with pytest.raises(JournalConflict):
-        await sql_journal.writes.create_instance(new_instance(id=winner.id))
+        await sql_journal.intake.create_instance(new_instance(id=winner.id))
     assert await sql_journal.reads.count_instances() == 1
 
 
@@ -228,8 +227,8 @@ async def test_a_key_holder_that_ends_during_a_conflicting_start_lets_it_in(
 ) -> None:
     """The INSERT met a holder of the instance key that ended before the start could read
     it: the start tries its INSERT again instead of failing."""
-    holder, _ = await sql_journal.writes.create_instance(new_instance(instance_key="doc"))
-    writes = sql_journal.writes
+    holder, _ = await sql_journal.intake.create_instance(new_instance(instance_key="doc"))
+    writes = sql_journal.runs
     real = type(writes)._existing_start
     calls = {"n": 0}
 
@@ -241,14 +240,14 @@ async def test_a_key_holder_that_ends_during_a_conflicting_start_lets_it_in(
         return await real(self, conn, new, cause)
 
     monkeypatch.setattr(type(writes), "_existing_start", holder_ends_first)
-    record, created = await sql_journal.writes.create_instance(new_instance(instance_key="doc"))
+    record, created = await sql_journal.intake.create_instance(new_instance(instance_key="doc"))
     assert created and record.id != holder.id and calls["n"] == 1
     assert await sql_journal.reads.count_instances(InstanceState.RUNNING) == 1
 
 
 async def test_hundred_concurrent_starts(sql_journal: SqlJournal) -> None:
     results = await asyncio.gather(
-        *(sql_journal.writes.create_instance(new_instance()) for _ in range(100))
+        *(sql_journal.intake.create_instance(new_instance()) for _ in range(100))
     )
     assert all(created for _, created in results)
     assert len({r.id for r, _ in results}) == 100
@@ -260,7 +259,7 @@ async def test_hundred_concurrent_identical_starts_make_one_instance(
 ) -> None:
     results = await asyncio.gather(
         *(
-            sql_journal.writes.create_instance(
+            sql_journal.intake.create_instance(
                 new_instance(idempotency_key="same", instance_key="doc")
             )
             for _ in range(100)
@@ -280,15 +279,15 @@ async def test_claim_due_takes_due_instances_oldest_wake_first(sql_journal: SqlJ
     middle = await parked(sql_journal, at(30))
     await parked(sql_journal, at(500))  # not due
     await parked(sql_journal, at(5), flow_version="0.9.0")  # not runnable here
-    claims = await sql_journal.claims.claim_due("node-b", at(60), at(90), 2, RUNNABLE)
+    claims = await sql_journal.intake.claim_due("node-b", at(60), at(90), 2, RUNNABLE)
     assert [c.instance_id for c in claims] == [early, middle]
     assert all(c.fencing_token == 2 for c in claims)
-    rest = await sql_journal.claims.claim_due("node-b", at(60), at(90), 10, RUNNABLE)
+    rest = await sql_journal.intake.claim_due("node-b", at(60), at(90), 10, RUNNABLE)
     assert [c.instance_id for c in rest] == [late]
-    assert await sql_journal.claims.claim_due("node-c", at(61), at(91), 10, RUNNABLE) == []
-    assert await sql_journal.claims.claim_due("node-c", at(61), at(91), 10, []) == []
-    assert await sql_journal.claims.count_not_runnable(at(61), RUNNABLE) == 1
-    assert await sql_journal.claims.count_not_runnable(at(61), []) == 1
+    assert await sql_journal.intake.claim_due("node-c", at(61), at(91), 10, RUNNABLE) == []
+    assert await sql_journal.intake.claim_due("node-c", at(61), at(91), 10, []) == []
+    assert await sql_journal.intake.count_not_runnable(at(61), RUNNABLE) == 1
+    assert await sql_journal.intake.count_not_runnable(at(61), []) == 1
     record = await sql_journal.reads.get_instance(early)
     assert record.state is InstanceState.RUNNING
     assert (record.lease_owner, record.lease_expires_at, record.updated_at) == (
@@ -301,8 +300,8 @@ async def test_claim_due_takes_due_instances_oldest_wake_first(sql_journal: SqlJ
 
 async def test_claim_due_takes_over_expired_leases(sql_journal: SqlJournal) -> None:
     crashed = await started(sql_journal)  # lease until T0+30s, never renewed
-    assert await sql_journal.claims.claim_due("node-b", at(30), at(60), 10, RUNNABLE) == []
-    claims = await sql_journal.claims.claim_due("node-b", at(31), at(61), 10, RUNNABLE)
+    assert await sql_journal.intake.claim_due("node-b", at(30), at(60), 10, RUNNABLE) == []
+    claims = await sql_journal.intake.claim_due("node-b", at(31), at(61), 10, RUNNABLE)
     assert [(c.instance_id, c.fencing_token) for c in claims] == [(crashed, 2)]
 
 
@@ -312,25 +311,25 @@ async def test_concurrent_sweeps_never_claim_an_instance_twice(sql_journal: SqlJ
         ids.add(await parked(sql_journal, at(i)))
     batches = await asyncio.gather(
         *(
-            sql_journal.claims.claim_due(f"node-{n}", at(100), at(130), 4, RUNNABLE)
+            sql_journal.intake.claim_due(f"node-{n}", at(100), at(130), 4, RUNNABLE)
             for n in range(12)
         )
     )
     claimed = [c.instance_id for batch in batches for c in batch]
     assert len(claimed) == len(set(claimed))
     assert set(claimed) <= ids
-    leftovers = await sql_journal.claims.claim_due("node-z", at(100), at(130), 100, RUNNABLE)
+    leftovers = await sql_journal.intake.claim_due("node-z", at(100), at(130), 100, RUNNABLE)
     assert set(claimed) | {c.instance_id for c in leftovers} == ids
     assert not set(claimed) & {c.instance_id for c in leftovers}
 
 
 async def test_claim_one_instance(sql_journal: SqlJournal) -> None:
     running = await started(sql_journal)
-    assert await sql_journal.claims.claim(running, "node-b", at(1), at(31)) is None  # live lease
+    assert await sql_journal.runs.claim(running, "node-b", at(1), at(31)) is None  # live lease
     sleeping = await parked(sql_journal, at(3600))
-    claim = await sql_journal.claims.claim(sleeping, "node-b", at(1), at(31))  # whatever its wake
+    claim = await sql_journal.runs.claim(sleeping, "node-b", at(1), at(31))  # whatever its wake
     assert claim is not None and (claim.instance_id, claim.fencing_token) == (sleeping, 2)
-    assert await sql_journal.claims.claim("nope", "node-b", at(1), at(31)) is None
+    assert await sql_journal.runs.claim("nope", "node-b", at(1), at(31)) is None
 
 
 # ------------------------------------------------------------------------- fencing
@@ -339,40 +338,40 @@ async def test_claim_one_instance(sql_journal: SqlJournal) -> None:
 async def test_stale_token_writes_nothing(sql_journal: SqlJournal) -> None:
     instance_id = await started(sql_journal)
     # node-a's lease expires; node-b takes over with token 2
-    claims = await sql_journal.claims.claim_due("node-b", at(31), at(61), 10, RUNNABLE)
+    claims = await sql_journal.intake.claim_due("node-b", at(31), at(61), 10, RUNNABLE)
     assert claims[0].fencing_token == 2
-    before = await sql_journal.writes.load(instance_id)
+    before = await sql_journal.runs.load(instance_id)
     event = EmittedEvent("e-1", "document.read", {"n": 1})
     review = ReviewRequest("r-1", "document d-1", "low confidence")
     with pytest.raises(StaleFencingToken) as info:
-        await sql_journal.writes.commit_step(1, step(instance_id), at(99), [event], [review])
+        await sql_journal.runs.commit_step(1, step(instance_id), at(99), [event], [review])
     assert info.value.code == "stale_fencing_token"
     assert info.value.fields["current_token"] == 2
     for write in (
-        sql_journal.claims.renew_lease(instance_id, 1, at(99)),
-        sql_journal.writes.park(instance_id, 1, at(40), at(99), 1, 0),
-        sql_journal.writes.finish(instance_id, 1, at(40), InstanceState.COMPLETED, "r"),
-        sql_journal.writes.begin_ending(instance_id, 1, at(40), InstanceState.FAILED, None),
-        sql_journal.writes.start_try(instance_id, 1, 1, 0, 1, at(40), at(99)),
-        sql_journal.writes.record_heartbeat(instance_id, 1, {"pct": 5}, at(40), at(99)),
-        sql_journal.claims.release(instance_id, 1, at(40)),
+        sql_journal.runs.renew_lease(instance_id, 1, at(99)),
+        sql_journal.runs.commit(park_commit(instance_id, 1, at(40), park_at(at(99), 1, 0))),
+        sql_journal.runs.finish(instance_id, 1, at(40), InstanceState.COMPLETED, "r"),
+        sql_journal.runs.begin_ending(instance_id, 1, at(40), InstanceState.FAILED, None),
+        sql_journal.runs.start_try(instance_id, 1, TryMark(1, 0, 1, at(40)), at(99)),
+        sql_journal.runs.record_heartbeat(instance_id, 1, {"pct": 5}, at(40), at(99)),
+        sql_journal.runs.release(instance_id, 1, at(40)),
     ):
         with pytest.raises(StaleFencingToken):
             await write
-    assert await sql_journal.writes.load(instance_id) == before
+    assert await sql_journal.runs.load(instance_id) == before
     assert (
         await sql_journal.reads.list_events() == [] and await sql_journal.reads.list_reviews() == []
     )
     with pytest.raises(InstanceNotFound):
-        await sql_journal.claims.renew_lease("nope", 1, at(99))
+        await sql_journal.runs.renew_lease("nope", 1, at(99))
 
 
 async def test_writes_after_park_are_stale(sql_journal: SqlJournal) -> None:
     instance_id = await parked(sql_journal, at(60))
     with pytest.raises(StaleFencingToken):
-        await sql_journal.claims.renew_lease(instance_id, 1, at(99))
+        await sql_journal.runs.renew_lease(instance_id, 1, at(99))
     with pytest.raises(StaleFencingToken):
-        await sql_journal.writes.commit_step(1, step(instance_id), at(99))
+        await sql_journal.runs.commit_step(1, step(instance_id), at(99))
 
 
 # ------------------------------------------------------------------------- journal writes
@@ -386,25 +385,25 @@ async def test_journal_sequences_are_the_commit_order_across_instances(
     first, second = await started(sql_journal), await started(sql_journal)
     order = [(first, 0), (second, 0), (first, 1), (second, 1), (second, 2), (first, 2)]
     for instance_id, step_id in order:
-        await sql_journal.writes.commit_step(1, step(instance_id, step_id), at(40))
+        await sql_journal.runs.commit_step(1, step(instance_id, step_id), at(40))
     await asyncio.gather(
-        *(sql_journal.writes.commit_step(1, step(i, 3), at(40)) for i in (first, second))
+        *(sql_journal.runs.commit_step(1, step(i, 3), at(40)) for i in (first, second))
     )
-    rows = [r for i in (first, second) for r in (await sql_journal.writes.load(i)).steps]
+    rows = [r for i in (first, second) for r in (await sql_journal.runs.load(i)).steps]
     by_sequence = sorted(rows, key=lambda r: r.sequence or 0)
     assert [(r.instance_id, r.step_id) for r in by_sequence][:6] == order
     assert len({r.sequence for r in rows}) == len(rows) == 8
     with pytest.raises(JournalConflict):
-        await sql_journal.writes.commit_step(1, step(first, 1), at(40))
+        await sql_journal.runs.commit_step(1, step(first, 1), at(40))
 
 
 async def test_commit_step_appends_row_events_and_reviews(sql_journal: SqlJournal) -> None:
     instance_id = await started(sql_journal)
-    await sql_journal.writes.start_try(instance_id, 1, 0, 0, 1, at(1), at(20))
+    await sql_journal.runs.start_try(instance_id, 1, TryMark(0, 0, 1, at(1)), at(20))
     row = step(instance_id, error_type=None)
     event = EmittedEvent("e-1", "document.read", {"pages": 3})
     review = ReviewRequest("r-1", "document d-1", "low confidence", {"score": 0.4})
-    ack = await sql_journal.writes.commit_step(1, row, at(40), [event], [review])
+    ack = await sql_journal.runs.commit_step(1, row, at(40), [event], [review])
     assert ack == Ack(applied=True, cancel_requested=False)
     failed = step(
         instance_id,
@@ -415,8 +414,8 @@ async def test_commit_step_appends_row_events_and_reviews(sql_journal: SqlJourna
         error_detail="503",
         next_try_at=at(10),
     )
-    await sql_journal.writes.commit_step(1, failed, at(45))
-    snapshot = await sql_journal.writes.load(instance_id)
+    await sql_journal.runs.commit_step(1, failed, at(45))
+    snapshot = await sql_journal.runs.load(instance_id)
     assert [replace(s, sequence=None) for s in snapshot.steps] == [row, failed]
     assert snapshot.steps[0].sequence is not None and snapshot.steps[1].sequence is not None
     assert snapshot.steps[0].sequence < snapshot.steps[1].sequence
@@ -441,7 +440,7 @@ async def test_a_commit_carries_the_deferred_row_before_its_own(
     sql_journal: SqlJournal,
 ) -> None:
     instance_id = await started(sql_journal)
-    await sql_journal.writes.start_try(instance_id, 1, 3, 0, 1, at(1), at(20))
+    await sql_journal.runs.start_try(instance_id, 1, TryMark(3, 0, 1, at(1)), at(20))
     extracted = step(instance_id, step_id=3, committed_at=at(2))
     emitted = step(
         instance_id,
@@ -452,9 +451,9 @@ async def test_a_commit_carries_the_deferred_row_before_its_own(
         values={"event_id": "e-1"},
     )
     event = EmittedEvent("e-1", "done", {"n": 1})
-    ack = await sql_journal.writes.commit_step(1, emitted, at(40), [event], deferred=extracted)
+    ack = await sql_journal.runs.commit_step(1, emitted, at(40), [event], deferred=extracted)
     assert ack == Ack(applied=True, cancel_requested=False)
-    snapshot = await sql_journal.writes.load(instance_id)
+    snapshot = await sql_journal.runs.load(instance_id)
     assert [replace(r, sequence=None) for r in snapshot.steps] == [extracted, emitted]
     assert [e["id"] for e in await sql_journal.reads.list_events()] == ["e-1"]
     # the try in flight is cleared as by the row's own commit
@@ -462,21 +461,21 @@ async def test_a_commit_carries_the_deferred_row_before_its_own(
     # a deferred row that exists already: nothing of the write, event included
     again = replace(emitted, step_id=5, values={"event_id": "e-2"})
     with pytest.raises(JournalConflict):
-        await sql_journal.writes.commit_step(
+        await sql_journal.runs.commit_step(
             1, again, at(40), [EmittedEvent("e-2", "done", {})], deferred=extracted
         )
     with pytest.raises(StaleFencingToken):
-        await sql_journal.writes.commit_step(
+        await sql_journal.runs.commit_step(
             7,
             again,
             at(40),
             [EmittedEvent("e-2", "done", {})],
             deferred=replace(extracted, step_id=6),
         )
-    assert len((await sql_journal.writes.load(instance_id)).steps) == 2
+    assert len((await sql_journal.runs.load(instance_id)).steps) == 2
     assert [e["id"] for e in await sql_journal.reads.list_events()] == ["e-1"]
     with pytest.raises(ValueError):
-        await sql_journal.writes.commit_step(
+        await sql_journal.runs.commit_step(
             1, again, at(40), deferred=replace(extracted, instance_id="other")
         )
 
@@ -485,9 +484,9 @@ async def test_duplicate_step_row_is_a_conflict_and_writes_nothing(
     sql_journal: SqlJournal,
 ) -> None:
     instance_id = await started(sql_journal)
-    await sql_journal.writes.commit_step(1, step(instance_id), at(40))
+    await sql_journal.runs.commit_step(1, step(instance_id), at(40))
     with pytest.raises(JournalConflict) as info:
-        await sql_journal.writes.commit_step(
+        await sql_journal.runs.commit_step(
             1, step(instance_id), at(99), [EmittedEvent("e-9", "x", {})]
         )
     assert info.value.code == "journal_conflict"
@@ -498,10 +497,10 @@ async def test_duplicate_step_row_is_a_conflict_and_writes_nothing(
 
 async def test_ack_reports_the_cancel_flag(sql_journal: SqlJournal) -> None:
     instance_id = await started(sql_journal)
-    cancel = await sql_journal.claims.request_cancel(instance_id, "api", at(1), at(31))
+    cancel = await sql_journal.intake.request_cancel(instance_id, "api", at(1), at(31))
     assert cancel == CancelAck(state=InstanceState.RUNNING, claim=None)  # node-a holds it
-    assert await sql_journal.writes.commit_step(1, step(instance_id), at(40)) == Ack(True, True)
-    assert await sql_journal.claims.renew_lease(instance_id, 1, at(50)) == Ack(True, True)
+    assert await sql_journal.runs.commit_step(1, step(instance_id), at(40)) == Ack(True, True)
+    assert await sql_journal.runs.renew_lease(instance_id, 1, at(50)) == Ack(True, True)
 
 
 # ------------------------------------------------------------------------- lifecycle
@@ -509,8 +508,10 @@ async def test_ack_reports_the_cancel_flag(sql_journal: SqlJournal) -> None:
 
 async def test_park_suspends_and_releases_the_lease(sql_journal: SqlJournal) -> None:
     instance_id = await started(sql_journal)
-    await sql_journal.writes.start_try(instance_id, 1, 2, 0, 1, at(1), at(20))
-    assert await sql_journal.writes.park(instance_id, 1, at(5), at(65), 2, 1) == Ack(True, False)
+    await sql_journal.runs.start_try(instance_id, 1, TryMark(2, 0, 1, at(1)), at(20))
+    assert await sql_journal.runs.commit(
+        park_commit(instance_id, 1, at(5), park_at(at(65), 2, 1))
+    ) == Ack(True, False)
     record = await sql_journal.reads.get_instance(instance_id)
     assert record.state is InstanceState.SUSPENDED
     assert (record.wake_at, record.wake_step_id, record.wake_scope) == (at(65), 2, 1)
@@ -521,13 +522,19 @@ async def test_park_suspends_and_releases_the_lease(sql_journal: SqlJournal) -> 
 
 async def test_park_is_refused_while_the_awaited_signal_waits(sql_journal: SqlJournal) -> None:
     instance_id = await started(sql_journal)
-    await sql_journal.mailbox.deliver_signal(instance_id, "approved", {}, None, at(1), "s-1")
+    await sql_journal.mailbox.deliver_signal(
+        NewSignal(instance_id, "approved", {}, None, at(1), "s-1")
+    )
     before = await sql_journal.reads.get_instance(instance_id)
-    ack = await sql_journal.writes.park(instance_id, 1, at(2), None, 4, 0, accept_signal="approved")
+    ack = await sql_journal.runs.commit(
+        park_commit(instance_id, 1, at(2), park_at(None, 4, 0, "approved"))
+    )
     assert ack == Ack(applied=False, cancel_requested=False, signal_pending=True)
     assert await sql_journal.reads.get_instance(instance_id) == before
     # another signal name does not hold the park
-    ack = await sql_journal.writes.park(instance_id, 1, at(2), None, 4, 0, accept_signal="rejected")
+    ack = await sql_journal.runs.commit(
+        park_commit(instance_id, 1, at(2), park_at(None, 4, 0, "rejected"))
+    )
     assert ack == Ack(applied=True)
     assert (await sql_journal.reads.get_instance(instance_id)).state is InstanceState.SUSPENDED
 
@@ -536,7 +543,7 @@ async def test_parked_without_a_wake_only_a_claim_or_cancel_wakes_it(
     sql_journal: SqlJournal,
 ) -> None:
     waiting = await started(sql_journal)
-    await sql_journal.writes.park(waiting, 1, at(1), None, 2, 0, accept_signal="approved")
+    await sql_journal.runs.commit(park_commit(waiting, 1, at(1), park_at(None, 2, 0, "approved")))
     record = await sql_journal.reads.get_instance(waiting)
     assert (record.state, record.wake_at, record.wake_step_id) == (
         InstanceState.SUSPENDED,
@@ -544,26 +551,28 @@ async def test_parked_without_a_wake_only_a_claim_or_cancel_wakes_it(
         2,
     )
     far = at(10**8)
-    assert await sql_journal.claims.claim_due("node-b", far, far + LEASE, 10, RUNNABLE) == []
-    assert await sql_journal.claims.count_not_runnable(far, []) == 0
+    assert await sql_journal.intake.claim_due("node-b", far, far + LEASE, 10, RUNNABLE) == []
+    assert await sql_journal.intake.count_not_runnable(far, []) == 0
     # a signal's deliverer claims it directly
-    await sql_journal.mailbox.deliver_signal(waiting, "approved", {}, None, at(2), "s-1")
-    claim = await sql_journal.claims.claim(waiting, "node-b", at(2), at(32))
+    await sql_journal.mailbox.deliver_signal(NewSignal(waiting, "approved", {}, None, at(2), "s-1"))
+    claim = await sql_journal.runs.claim(waiting, "node-b", at(2), at(32))
     assert claim is not None and claim.fencing_token == 2
 
 
 async def test_park_and_completion_are_refused_after_a_cancel(sql_journal: SqlJournal) -> None:
     instance_id = await started(sql_journal)
-    await sql_journal.claims.request_cancel(instance_id, "api", at(1), at(31))
+    await sql_journal.intake.request_cancel(instance_id, "api", at(1), at(31))
     before = await sql_journal.reads.get_instance(instance_id)
     assert before.cancel_requested
-    assert await sql_journal.writes.park(instance_id, 1, at(2), at(60), 1, 0) == Ack(False, True)
-    assert await sql_journal.writes.finish(
+    assert await sql_journal.runs.commit(
+        park_commit(instance_id, 1, at(2), park_at(at(60), 1, 0))
+    ) == Ack(False, True)
+    assert await sql_journal.runs.finish(
         instance_id, 1, at(2), InstanceState.COMPLETED, {"ok": True}
     ) == Ack(False, True)
     assert await sql_journal.reads.get_instance(instance_id) == before
     failure = FlowFailure("flow.cancelled", "the instance was cancelled", {"by": "api"})
-    assert await sql_journal.writes.begin_ending(
+    assert await sql_journal.runs.begin_ending(
         instance_id, 1, at(3), InstanceState.CANCELLED, failure
     ) == Ack(True, True)
     ending = await sql_journal.reads.get_instance(instance_id)
@@ -572,7 +581,7 @@ async def test_park_and_completion_are_refused_after_a_cancel(sql_journal: SqlJo
         failure,
         InstanceState.RUNNING,
     )
-    assert await sql_journal.writes.finish(instance_id, 1, at(4), InstanceState.CANCELLED) == Ack(
+    assert await sql_journal.runs.finish(instance_id, 1, at(4), InstanceState.CANCELLED) == Ack(
         True, True
     )
     final = await sql_journal.reads.get_instance(instance_id)
@@ -583,7 +592,7 @@ async def test_park_and_completion_are_refused_after_a_cancel(sql_journal: SqlJo
 
 async def test_finish_writes_the_result_or_the_failure(sql_journal: SqlJournal) -> None:
     done = await started(sql_journal)
-    ack = await sql_journal.writes.finish(done, 1, at(9), InstanceState.COMPLETED, {"pages": 3})
+    ack = await sql_journal.runs.finish(done, 1, at(9), InstanceState.COMPLETED, {"pages": 3})
     assert ack == Ack(True, False)
     record = await sql_journal.reads.get_instance(done)
     assert (record.state, record.result, record.failure) == (
@@ -594,19 +603,19 @@ async def test_finish_writes_the_result_or_the_failure(sql_journal: SqlJournal) 
     assert record.updated_at == at(9)
     failed = await started(sql_journal)
     failure = FlowFailure("document.not_read_in_time", "no text after 1h", {"node": 4})
-    await sql_journal.writes.finish(failed, 1, at(9), InstanceState.FAILED, failure=failure)
+    await sql_journal.runs.finish(failed, 1, at(9), InstanceState.FAILED, failure=failure)
     assert (await sql_journal.reads.get_instance(failed)).failure == failure
     with pytest.raises(ValueError):
-        await sql_journal.writes.finish(failed, 1, at(9), InstanceState.RUNNING)
+        await sql_journal.runs.finish(failed, 1, at(9), InstanceState.RUNNING)
     assert await sql_journal.reads.count_instances("completed") == 1
     assert await sql_journal.reads.count_instances(InstanceState.FAILED) == 1
 
 
 async def test_release_keeps_the_wake(sql_journal: SqlJournal) -> None:
     instance_id = await parked(sql_journal, at(600))
-    claim = await sql_journal.claims.claim(instance_id, "node-b", at(1), at(31))
+    claim = await sql_journal.runs.claim(instance_id, "node-b", at(1), at(31))
     assert claim is not None
-    await sql_journal.claims.release(instance_id, claim.fencing_token, at(2))
+    await sql_journal.runs.release(instance_id, claim.fencing_token, at(2))
     record = await sql_journal.reads.get_instance(instance_id)
     assert (record.state, record.wake_at, record.lease_owner) == (
         InstanceState.SUSPENDED,
@@ -615,7 +624,7 @@ async def test_release_keeps_the_wake(sql_journal: SqlJournal) -> None:
     )
     # an instance released before it ever parked becomes due at once
     fresh = await started(sql_journal)
-    await sql_journal.claims.release(fresh, 1, at(3))
+    await sql_journal.runs.release(fresh, 1, at(3))
     assert (await sql_journal.reads.get_instance(fresh)).wake_at == at(3)
 
 
@@ -625,28 +634,32 @@ async def test_release_keeps_the_wake(sql_journal: SqlJournal) -> None:
 async def test_heartbeats_keep_the_latest_checkpoint(sql_journal: SqlJournal) -> None:
     instance_id = await started(sql_journal)
     with pytest.raises(JournalConflict):  # no try in flight
-        await sql_journal.writes.record_heartbeat(instance_id, 1, {"pct": 1}, at(1), at(20))
-    assert await sql_journal.writes.start_try(instance_id, 1, 4, 0, 1, at(1), at(20)) == Ack()
-    await sql_journal.writes.record_heartbeat(instance_id, 1, {"pct": 10}, at(2), at(21))
-    await sql_journal.writes.record_heartbeat(instance_id, 1, {"pct": 40}, at(3), at(22))
+        await sql_journal.runs.record_heartbeat(instance_id, 1, {"pct": 1}, at(1), at(20))
+    assert (
+        await sql_journal.runs.start_try(instance_id, 1, TryMark(4, 0, 1, at(1)), at(20)) == Ack()
+    )
+    await sql_journal.runs.record_heartbeat(instance_id, 1, {"pct": 10}, at(2), at(21))
+    await sql_journal.runs.record_heartbeat(instance_id, 1, {"pct": 40}, at(3), at(22))
     record = await sql_journal.reads.get_instance(instance_id)
     assert (record.try_step_id, record.try_scope, record.try_number) == (4, 0, 1)
     assert (record.try_started_at, record.heartbeat_at) == (at(1), at(3))
     assert (record.heartbeat_value, record.lease_expires_at) == ({"pct": 40}, at(22))
-    beat = await sql_journal.writes.last_heartbeat(instance_id, 4, 0)
+    beat = await sql_journal.runs.last_heartbeat(instance_id, 4, 0)
     assert beat is not None
     assert (beat.try_number, beat.value, beat.recorded_at) == (1, {"pct": 40}, at(3))
     # the node crashes; another node retries from the checkpoint
-    claim = await sql_journal.claims.claim(instance_id, "node-b", at(30), at(60))
+    claim = await sql_journal.runs.claim(instance_id, "node-b", at(30), at(60))
     assert claim is not None
-    await sql_journal.writes.start_try(instance_id, claim.fencing_token, 4, 0, 2, at(30), at(50))
+    await sql_journal.runs.start_try(
+        instance_id, claim.fencing_token, TryMark(4, 0, 2, at(30)), at(50)
+    )
     assert (await sql_journal.reads.get_instance(instance_id)).heartbeat_value is None
-    await sql_journal.writes.record_heartbeat(
+    await sql_journal.runs.record_heartbeat(
         instance_id, claim.fencing_token, {"pct": 70}, at(31), at(51)
     )
-    beat = await sql_journal.writes.last_heartbeat(instance_id, 4, 0)
+    beat = await sql_journal.runs.last_heartbeat(instance_id, 4, 0)
     assert beat is not None and (beat.try_number, beat.value) == (2, {"pct": 70})
-    assert await sql_journal.writes.last_heartbeat(instance_id, 4, 1) is None
+    assert await sql_journal.runs.last_heartbeat(instance_id, 4, 1) is None
 
 
 # ------------------------------------------------------------------------- signals
@@ -654,10 +667,12 @@ async def test_heartbeats_keep_the_latest_checkpoint(sql_journal: SqlJournal) ->
 
 async def test_deliver_signal_rules(sql_journal: SqlJournal) -> None:
     with pytest.raises(InstanceNotFound):
-        await sql_journal.mailbox.deliver_signal("nope", "approved", {}, None, at(1), "s-0")
+        await sql_journal.mailbox.deliver_signal(
+            NewSignal("nope", "approved", {}, None, at(1), "s-0")
+        )
     instance_id = await started(sql_journal)
     first, created = await sql_journal.mailbox.deliver_signal(
-        instance_id, "approved", {"by": "ana"}, "idem-1", at(1), "s-1"
+        NewSignal(instance_id, "approved", {"by": "ana"}, "idem-1", at(1), "s-1")
     )
     assert created
     assert (first.name, first.payload, first.received_at, first.taken_at) == (
@@ -667,22 +682,24 @@ async def test_deliver_signal_rules(sql_journal: SqlJournal) -> None:
         None,
     )
     repeat, created = await sql_journal.mailbox.deliver_signal(
-        instance_id, "approved", {"by": "bob"}, "idem-1", at(2), "s-2"
+        NewSignal(instance_id, "approved", {"by": "bob"}, "idem-1", at(2), "s-2")
     )
     assert (repeat, created) == (first, False)
     second, _ = await sql_journal.mailbox.deliver_signal(
-        instance_id, "note", {}, None, at(3), "s-3"
+        NewSignal(instance_id, "note", {}, None, at(3), "s-3")
     )
     assert second.sequence > first.sequence
-    assert [s.id for s in (await sql_journal.writes.load(instance_id)).signals] == ["s-1", "s-3"]
-    await sql_journal.writes.finish(instance_id, 1, at(4), InstanceState.COMPLETED)
+    assert [s.id for s in (await sql_journal.runs.load(instance_id)).signals] == ["s-1", "s-3"]
+    await sql_journal.runs.finish(instance_id, 1, at(4), InstanceState.COMPLETED)
     with pytest.raises(InstanceEnded) as info:
-        await sql_journal.mailbox.deliver_signal(instance_id, "late", {}, "idem-2", at(5), "s-4")
+        await sql_journal.mailbox.deliver_signal(
+            NewSignal(instance_id, "late", {}, "idem-2", at(5), "s-4")
+        )
     assert info.value.code == "instance_ended"
     # a retried delivery still gets its first answer (discarded by the end: never taken)
     discarded = replace(first, discarded_at=at(4), discarded_reason="instance_completed")
     assert await sql_journal.mailbox.deliver_signal(
-        instance_id, "approved", {}, "idem-1", at(6), "s-5"
+        NewSignal(instance_id, "approved", {}, "idem-1", at(6), "s-5")
     ) == (discarded, False)
     signals = await sql_journal.reads.list_signals(instance_id)
     assert [(s.id, s.discarded_reason) for s in signals] == [
@@ -695,7 +712,9 @@ async def test_concurrent_repeats_of_a_signal_store_it_once(sql_journal: SqlJour
     instance_id = await started(sql_journal)
     results = await asyncio.gather(
         *(
-            sql_journal.mailbox.deliver_signal(instance_id, "approved", {}, "idem", at(1), f"s-{n}")
+            sql_journal.mailbox.deliver_signal(
+                NewSignal(instance_id, "approved", {}, "idem", at(1), f"s-{n}")
+            )
             for n in range(20)
         )
     )
@@ -707,7 +726,7 @@ async def test_concurrent_repeats_of_a_signal_store_it_once(sql_journal: SqlJour
 async def test_take_signal_marks_it_and_journals_it(sql_journal: SqlJournal) -> None:
     instance_id = await started(sql_journal)
     await sql_journal.mailbox.deliver_signal(
-        instance_id, "approved", {"by": "ana"}, None, at(1), "s-1"
+        NewSignal(instance_id, "approved", {"by": "ana"}, None, at(1), "s-1")
     )
     row = step(
         instance_id,
@@ -717,7 +736,7 @@ async def test_take_signal_marks_it_and_journals_it(sql_journal: SqlJournal) -> 
         values={"Approved": {"by": "ana"}},
     )
     assert await sql_journal.mailbox.take_signal(1, "s-1", row) == Ack(True, False)
-    snapshot = await sql_journal.writes.load(instance_id)
+    snapshot = await sql_journal.runs.load(instance_id)
     assert snapshot.signals == []
     assert [replace(s, sequence=None) for s in snapshot.steps] == [row]
     (taken,) = await sql_journal.reads.list_signals(instance_id)
@@ -726,21 +745,23 @@ async def test_take_signal_marks_it_and_journals_it(sql_journal: SqlJournal) -> 
         await sql_journal.mailbox.take_signal(1, "s-1", replace(row, step_id=6))
     with pytest.raises(StaleFencingToken):
         await sql_journal.mailbox.take_signal(7, "s-1", replace(row, step_id=6))
-    assert len((await sql_journal.writes.load(instance_id)).steps) == 1
+    assert len((await sql_journal.runs.load(instance_id)).steps) == 1
 
 
 async def test_a_refused_take_writes_nothing(sql_journal: SqlJournal) -> None:
     instance_id = await started(sql_journal)
-    await sql_journal.mailbox.deliver_signal(instance_id, "approved", {}, None, at(1), "s-1")
+    await sql_journal.mailbox.deliver_signal(
+        NewSignal(instance_id, "approved", {}, None, at(1), "s-1")
+    )
     row = step(instance_id, step_id=5, kind=StepKind.SIGNAL, capability_id="approved")
-    await sql_journal.writes.commit_step(1, row, at(40))
+    await sql_journal.runs.commit_step(1, row, at(40))
     before = await sql_journal.reads.get_instance(instance_id)
     with pytest.raises(JournalConflict):  # not this instance's signal
         await sql_journal.mailbox.take_signal(1, "s-unknown", replace(row, step_id=6))
     with pytest.raises(JournalConflict):  # the journal row exists: the signal stays untaken
         await sql_journal.mailbox.take_signal(1, "s-1", replace(row, committed_at=at(3)))
     assert await sql_journal.reads.get_instance(instance_id) == before
-    assert len((await sql_journal.writes.load(instance_id)).steps) == 1
+    assert len((await sql_journal.runs.load(instance_id)).steps) == 1
     assert [s.id for s in await sql_journal.mailbox.pending_signals(instance_id)] == ["s-1"]
     with pytest.raises(InstanceNotFound):
         await sql_journal.mailbox.take_signal(1, "s-1", replace(row, instance_id="nope"))
@@ -750,19 +771,14 @@ async def test_a_delivery_claims_an_instance_parked_on_a_wait_that_accepts_it(
     sql_journal: SqlJournal,
 ) -> None:
     instance_id = await started(sql_journal)
-    await sql_journal.writes.commit_step(1, step(instance_id), at(40))
-    await sql_journal.mailbox.deliver_signal(instance_id, "note", {"n": 1}, None, at(2), "s-0")
-    await sql_journal.writes.park(instance_id, 1, at(3), None, 4, 0)
+    await sql_journal.runs.commit_step(1, step(instance_id), at(40))
+    await sql_journal.mailbox.deliver_signal(
+        NewSignal(instance_id, "note", {"n": 1}, None, at(2), "s-0")
+    )
+    await sql_journal.runs.commit(park_commit(instance_id, 1, at(3), park_at(None, 4, 0)))
     delivery = await sql_journal.mailbox.deliver_and_claim(
-        instance_id,
-        "approved",
-        {"by": "ana"},
-        "hook-1",
-        at(5),
-        "s-1",
-        owner="node-b",
-        lease_until=at(35),
-        wake_steps=(2, 4),
+        NewSignal(instance_id, "approved", {"by": "ana"}, "hook-1", at(5), "s-1"),
+        WakeClaim("node-b", at(35), tuple((2, 4))),
     )
     assert (delivery.created, delivery.state) == (True, InstanceState.SUSPENDED)
     assert (delivery.signal.id, delivery.signal.payload, delivery.signal.taken_at) == (
@@ -781,19 +797,12 @@ async def test_a_delivery_claims_an_instance_parked_on_a_wait_that_accepts_it(
     assert (record.fencing_token, record.updated_at, record.wake_step_id) == (2, at(5), 4)
     # the claim's snapshot (when the store read one) is what a load reads now
     if claim.snapshot is not None:
-        assert claim.snapshot == await sql_journal.writes.load(instance_id)
+        assert claim.snapshot == await sql_journal.runs.load(instance_id)
         assert [s.id for s in claim.snapshot.signals] == ["s-0", "s-1"]
     # a repeat claims nothing and answers the first signal
     repeat = await sql_journal.mailbox.deliver_and_claim(
-        instance_id,
-        "approved",
-        {"by": "bob"},
-        "hook-1",
-        at(6),
-        "s-2",
-        owner="node-c",
-        lease_until=at(36),
-        wake_steps=(2, 4),
+        NewSignal(instance_id, "approved", {"by": "bob"}, "hook-1", at(6), "s-2"),
+        WakeClaim("node-c", at(36), tuple((2, 4))),
     )
     assert (repeat.signal, repeat.created, repeat.state, repeat.claim) == (
         delivery.signal,
@@ -809,28 +818,14 @@ async def test_a_delivery_claims_nothing_that_does_not_wait_for_it(
 ) -> None:
     running = await started(sql_journal)
     delivery = await sql_journal.mailbox.deliver_and_claim(
-        running,
-        "approved",
-        {},
-        None,
-        at(1),
-        "s-1",
-        owner="node-b",
-        lease_until=at(31),
-        wake_steps=(4,),
+        NewSignal(running, "approved", {}, None, at(1), "s-1"),
+        WakeClaim("node-b", at(31), tuple((4,))),
     )
     assert (delivery.created, delivery.state, delivery.claim) == (True, InstanceState.RUNNING, None)
     elsewhere = await parked(sql_journal, at(3600))  # parked at step 3
     delivery = await sql_journal.mailbox.deliver_and_claim(
-        elsewhere,
-        "approved",
-        {},
-        None,
-        at(1),
-        "s-2",
-        owner="node-b",
-        lease_until=at(31),
-        wake_steps=(4,),
+        NewSignal(elsewhere, "approved", {}, None, at(1), "s-2"),
+        WakeClaim("node-b", at(31), tuple((4,))),
     )
     assert (delivery.created, delivery.state, delivery.claim) == (
         True,
@@ -839,38 +834,24 @@ async def test_a_delivery_claims_nothing_that_does_not_wait_for_it(
     )
     record = await sql_journal.reads.get_instance(elsewhere)
     assert (record.state, record.fencing_token) == (InstanceState.SUSPENDED, 1)
-    await sql_journal.writes.finish(running, 1, at(2), InstanceState.COMPLETED)
+    await sql_journal.runs.finish(running, 1, at(2), InstanceState.COMPLETED)
     with pytest.raises(InstanceEnded):
         await sql_journal.mailbox.deliver_and_claim(
-            running,
-            "approved",
-            {},
-            None,
-            at(3),
-            "s-3",
-            owner="node-b",
-            lease_until=at(33),
-            wake_steps=(4,),
+            NewSignal(running, "approved", {}, None, at(3), "s-3"),
+            WakeClaim("node-b", at(33), tuple((4,))),
         )
     assert [s.id for s in await sql_journal.reads.list_signals(running)] == ["s-1"]
     with pytest.raises(InstanceNotFound):
         await sql_journal.mailbox.deliver_and_claim(
-            "nope",
-            "approved",
-            {},
-            None,
-            at(1),
-            "s-4",
-            owner="node-b",
-            lease_until=at(31),
-            wake_steps=(3,),
+            NewSignal("nope", "approved", {}, None, at(1), "s-4"),
+            WakeClaim("node-b", at(31), tuple((3,))),
         )
 
 
 async def test_get_signal_reads_one_signal_as_stored(sql_journal: SqlJournal) -> None:
     instance_id = await started(sql_journal)
     first, _ = await sql_journal.mailbox.deliver_signal(
-        instance_id, "approved", {"x": 1}, "k", at(1), "s-1"
+        NewSignal(instance_id, "approved", {"x": 1}, "k", at(1), "s-1")
     )
     assert await sql_journal.mailbox.get_signal(instance_id, "s-1") == first
     assert await sql_journal.mailbox.get_signal(instance_id, "s-2") is None
@@ -886,19 +867,19 @@ async def test_get_signal_reads_one_signal_as_stored(sql_journal: SqlJournal) ->
 
 async def test_request_cancel_claims_unleased_instances(sql_journal: SqlJournal) -> None:
     with pytest.raises(InstanceNotFound):
-        await sql_journal.claims.request_cancel("nope", "api", at(1), at(31))
+        await sql_journal.intake.request_cancel("nope", "api", at(1), at(31))
     sleeping = await parked(sql_journal, at(3600))
-    ack = await sql_journal.claims.request_cancel(sleeping, "node-b", at(1), at(31))
+    ack = await sql_journal.intake.request_cancel(sleeping, "node-b", at(1), at(31))
     assert ack.state is InstanceState.RUNNING
     assert ack.claim is not None and ack.claim.fencing_token == 2
     record = await sql_journal.reads.get_instance(sleeping)
     assert record.cancel_requested and record.lease_owner == "node-b"
     crashed = await started(sql_journal)
-    ack = await sql_journal.claims.request_cancel(crashed, "node-b", at(31), at(61))
+    ack = await sql_journal.intake.request_cancel(crashed, "node-b", at(31), at(61))
     assert ack.claim is not None and ack.claim.instance_id == crashed
-    await sql_journal.writes.finish(crashed, 2, at(32), InstanceState.CANCELLED)
+    await sql_journal.runs.finish(crashed, 2, at(32), InstanceState.CANCELLED)
     with pytest.raises(InstanceEnded):
-        await sql_journal.claims.request_cancel(crashed, "node-b", at(33), at(63))
+        await sql_journal.intake.request_cancel(crashed, "node-b", at(33), at(63))
 
 
 # ------------------------------------------------------------------------- streams
@@ -907,16 +888,16 @@ async def test_request_cancel_claims_unleased_instances(sql_journal: SqlJournal)
 async def test_streams_are_ordered_and_bounded(sql_journal: SqlJournal) -> None:
     instance_id = await started(sql_journal)
     assert await sql_journal.streams.write_stream(
-        instance_id, "progress", {"pct": 10}, 40, 100, at(1)
+        StreamWrite(instance_id, "progress", {"pct": 10}, 40, at(1)), 100
     )
     assert await sql_journal.streams.write_stream(
-        instance_id, "progress", {"pct": 50}, 60, 100, at(2)
+        StreamWrite(instance_id, "progress", {"pct": 50}, 60, at(2)), 100
     )
     assert not await sql_journal.streams.write_stream(
-        instance_id, "progress", {"pct": 90}, 1, 100, at(3)
+        StreamWrite(instance_id, "progress", {"pct": 90}, 1, at(3)), 100
     )
     assert await sql_journal.streams.write_stream(
-        instance_id, "log", "other stream", 100, 100, at(3)
+        StreamWrite(instance_id, "log", "other stream", 100, at(3)), 100
     )
     messages = await sql_journal.streams.read_stream(instance_id, "progress")
     assert [(m.payload, m.created_at) for m in messages] == [
@@ -928,15 +909,15 @@ async def test_streams_are_ordered_and_bounded(sql_journal: SqlJournal) -> None:
     )
     assert [m.payload for m in after] == [{"pct": 50}]
     with pytest.raises(InstanceNotFound):
-        await sql_journal.streams.write_stream("nope", "progress", {}, 1, 100, at(1))
+        await sql_journal.streams.write_stream(StreamWrite("nope", "progress", {}, 1, at(1)), 100)
 
 
 async def test_naive_instants_are_refused(sql_journal: SqlJournal) -> None:
     naive = datetime(2026, 1, 1)
     with pytest.raises(ValueError, match="aware"):
-        await sql_journal.claims.claim_due("node-a", naive, at(30), 10, RUNNABLE)
+        await sql_journal.intake.claim_due("node-a", naive, at(30), 10, RUNNABLE)
     with pytest.raises(ValueError, match="aware"):
-        await sql_journal.writes.create_instance(new_instance(created_at=naive))
+        await sql_journal.intake.create_instance(new_instance(created_at=naive))
     assert await sql_journal.reads.count_instances() == 0
 
 

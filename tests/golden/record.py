@@ -42,8 +42,8 @@ from typing import Any
 from sqlalchemy import text
 
 from app.engine.operator import extend_budget
+from app.engine.ports.operator import OperatorAction
 from app.store.migrate import head_revision
-from app.store.read_model import OperatorAction
 from app.testing import FlowHarness, Scripted, substitute
 from tests.engine.flows import Check, Job, Ready, Status, await_flow, poll_flow
 

@@ -419,10 +419,10 @@ async def test_0005_keeps_every_sequence_and_continues_after_the_highest(
             started_at=datetime(2026, 1, 1, tzinfo=UTC),
             committed_at=datetime(2026, 1, 1, tzinfo=UTC),
         )
-        await journal.claims.claim(
+        await journal.runs.claim(
             instance_id, "node-a", row.started_at, datetime(2026, 1, 2, tzinfo=UTC)
         )
-        await journal.writes.commit_step(2, row, datetime(2026, 1, 2, tzinfo=UTC))
+        await journal.runs.commit_step(2, row, datetime(2026, 1, 2, tzinfo=UTC))
     finally:
         await engine.dispose()
     assert _steps(sync_engine)[-1] == (10, 13)

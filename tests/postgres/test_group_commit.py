@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from app.engine.journal import Ack, EmittedEvent, InstanceState, StepKind, StepRow
+from app.engine.ports import NewSignal
 from app.errors import (
     IdempotencyKeyReused,
     InstanceKeyInUse,
@@ -23,7 +24,7 @@ from app.store import JournalConflict, SqlJournal
 from app.store import writes as store_writes
 from app.store.batched import Lanes
 from app.store.lanes import Lane
-from tests.support.journal import LEASE, T0, at, new_instance
+from tests.support.journal import LEASE, T0, at, commit_of, new_instance, park_at, park_commit
 from tests.support.journal import step as journal_step
 
 pytestmark = [
@@ -46,7 +47,7 @@ def journal(sql_journal: SqlJournal) -> SqlJournal:
 
 async def started(journal: SqlJournal, count: int = 1, **changes: Any) -> list[str]:
     results = await asyncio.gather(
-        *(journal.writes.create_instance(new_instance(**changes)) for _ in range(count))
+        *(journal.intake.create_instance(new_instance(**changes)) for _ in range(count))
     )
     assert all(created for _, created in results)
     return [record.id for record, _ in results]
@@ -79,8 +80,10 @@ def journal_rows(rows: list[StepRow]) -> list[StepRow]:
 
 async def make_stale(journal: SqlJournal, instance_id: str) -> None:
     """node-a (token 1) loses the instance: parked, then claimed by node-b (token 2)."""
-    assert await journal.writes.park(instance_id, 1, T0, at(60), 1, 0) == Ack(True, False)
-    claim = await journal.claims.claim(instance_id, "node-b", at(1), at(31))
+    assert await journal.runs.commit(park_commit(instance_id, 1, T0, park_at(at(60), 1, 0))) == Ack(
+        True, False
+    )
+    claim = await journal.runs.claim(instance_id, "node-b", at(1), at(31))
     assert claim is not None and claim.fencing_token == 2
 
 
@@ -104,7 +107,7 @@ async def test_fifty_concurrent_starts_in_one_batch_each_get_their_own_answer(
     before = counts(lanes(journal).create)
 
     results = await asyncio.gather(
-        *(journal.writes.create_instance(n) for n in news), return_exceptions=True
+        *(journal.intake.create_instance(n) for n in news), return_exceptions=True
     )
 
     assert counts(lanes(journal).create) == (before[0] + 1, before[1] + 50)  # one batch
@@ -153,8 +156,8 @@ async def test_two_concurrent_starts_with_one_id_are_one_start_and_one_conflict(
     each caller must still be told whether its own row went in."""
     new = new_instance()
     results = await asyncio.gather(
-        journal.writes.create_instance(new),
-        journal.writes.create_instance(new),
+        journal.intake.create_instance(new),
+        journal.intake.create_instance(new),
         return_exceptions=True,
     )
     assert lanes(journal).create.batches == 1
@@ -169,8 +172,8 @@ async def test_a_start_batched_with_a_refused_one_is_still_created(journal: SqlJ
     (DataError): every start of the batch goes alone; the good one must be created."""
     good, bad = new_instance(), new_instance(instance_key="doc\x00bad")
     results = await asyncio.gather(
-        journal.writes.create_instance(good),
-        journal.writes.create_instance(bad),
+        journal.intake.create_instance(good),
+        journal.intake.create_instance(bad),
         return_exceptions=True,
     )
     assert lanes(journal).create.batches == 1
@@ -185,8 +188,8 @@ async def test_a_keyed_start_batched_with_a_refused_one_reports_created(
     good = new_instance(idempotency_key="k-good")
     bad = new_instance(instance_key="doc\x00bad")
     results = await asyncio.gather(
-        journal.writes.create_instance(good),
-        journal.writes.create_instance(bad),
+        journal.intake.create_instance(good),
+        journal.intake.create_instance(bad),
         return_exceptions=True,
     )
     assert lanes(journal).create.batches == 1
@@ -201,26 +204,28 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
     ids = await started(journal, 50)
     stale, cancelled, signalled, other_signal, busy = ids[:5]
     await make_stale(journal, stale)
-    await journal.claims.request_cancel(cancelled, "api", at(1), at(31))  # node-a holds it: flag
-    await journal.mailbox.deliver_signal(signalled, "approved", {"ok": True}, None, at(1), "s-1")
-    await journal.mailbox.deliver_signal(other_signal, "rejected", {}, None, at(1), "s-2")
-    await journal.writes.start_try(busy, 1, 0, 0, 1, at(1), at(20))
-    stale_before = await journal.writes.load(stale)
+    await journal.intake.request_cancel(cancelled, "api", at(1), at(31))  # node-a holds it: flag
+    await journal.mailbox.deliver_signal(
+        NewSignal(signalled, "approved", {"ok": True}, None, at(1), "s-1")
+    )
+    await journal.mailbox.deliver_signal(
+        NewSignal(other_signal, "rejected", {}, None, at(1), "s-2")
+    )
+    await journal.runs.start_try(busy, 1, 0, 0, 1, at(1), at(20))
+    stale_before = await journal.runs.load(stale)
     cancelled_before = await journal.reads.get_instance(cancelled)
     park_before, commit_before = counts(lanes(journal).park), counts(lanes(journal).commit)
 
     def call(n: int, instance_id: str) -> Any:
         accept = "approved" if n % 2 == 0 else None
         wake = None if n % 3 == 0 else at(100 + n)
-        return journal.writes.commit_and_park(
-            1,
-            step(instance_id),
-            at(40),
-            owner="node-a",
-            wake_at=wake,
-            wake_step_id=n,
-            wake_scope=n % 4,
-            accept_signal=accept,
+        return journal.runs.commit(
+            commit_of(
+                1,
+                step(instance_id),
+                lease_until=at(40),
+                park=park_at(wake, n, n % 4, accept, owner="node-a"),
+            )
         )
 
     results = await asyncio.gather(*(call(n, i) for n, i in enumerate(ids)), return_exceptions=True)
@@ -233,10 +238,10 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
     error = by_id[stale]
     assert isinstance(error, StaleFencingToken), error
     assert error.fields["current_token"] == 2
-    assert await journal.writes.load(stale) == stale_before  # nothing written for it
+    assert await journal.runs.load(stale) == stale_before  # nothing written for it
 
     assert by_id[cancelled] == Ack(applied=False, cancel_requested=True, signal_pending=False)
-    snap = await journal.writes.load(cancelled)
+    snap = await journal.runs.load(cancelled)
     assert journal_rows(snap.steps) == [step(cancelled)]
     assert snap.instance.state is InstanceState.RUNNING and snap.instance.cancel_requested
     assert (snap.instance.lease_owner, snap.instance.fencing_token) == ("node-a", 1)
@@ -246,7 +251,7 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
     )
 
     assert by_id[signalled] == Ack(applied=False, cancel_requested=False, signal_pending=True)
-    snap = await journal.writes.load(signalled)
+    snap = await journal.runs.load(signalled)
     assert journal_rows(snap.steps) == [step(signalled)]
     inst = snap.instance
     assert inst.state is InstanceState.RUNNING  # leased to its owner again
@@ -262,7 +267,7 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
         if instance_id in (stale, cancelled, signalled):
             continue
         assert by_id[instance_id] == Ack(applied=True, cancel_requested=False), instance_id
-        snap = await journal.writes.load(instance_id)
+        snap = await journal.runs.load(instance_id)
         assert journal_rows(snap.steps) == [step(instance_id)]
         inst = snap.instance
         assert inst.state is InstanceState.SUSPENDED
@@ -285,17 +290,15 @@ async def test_a_waiting_signal_leaves_the_instance_as_before_but_for_the_row(
     instance stays running, leased to the owner until lease_until, with the refused park's
     wake fields (where it would have waited); token and state as before."""
     (instance_id,) = await started(journal)
-    await journal.mailbox.deliver_signal(instance_id, "approved", {}, None, at(1), "s-1")
+    await journal.mailbox.deliver_signal(NewSignal(instance_id, "approved", {}, None, at(1), "s-1"))
     before = await journal.reads.get_instance(instance_id)
-    ack = await journal.writes.commit_and_park(
-        1,
-        step(instance_id),
-        T0 + LEASE,
-        owner="node-a",
-        wake_at=at(500),
-        wake_step_id=4,
-        wake_scope=0,
-        accept_signal="approved",
+    ack = await journal.runs.commit(
+        commit_of(
+            1,
+            step(instance_id),
+            lease_until=T0 + LEASE,
+            park=park_at(at(500), 4, 0, "approved", owner="node-a"),
+        )
     )
     assert ack == Ack(applied=False, cancel_requested=False, signal_pending=True)
     assert lanes(journal).park.batches == 1
@@ -303,18 +306,18 @@ async def test_a_waiting_signal_leaves_the_instance_as_before_but_for_the_row(
     assert (after.state, after.fencing_token) == (before.state, before.fencing_token)
     assert (after.lease_owner, after.lease_expires_at) == ("node-a", T0 + LEASE)
     assert (after.wake_at, after.wake_step_id, after.wake_scope) == (at(500), 4, 0)
-    assert [s.step_id for s in (await journal.writes.load(instance_id)).steps] == [0]
+    assert [s.step_id for s in (await journal.runs.load(instance_id)).steps] == [0]
 
 
 async def test_a_journal_row_that_exists_fails_only_its_own_commit(journal: SqlJournal) -> None:
     ids = await started(journal, 12)
     duplicate = ids[0]
-    assert await journal.writes.commit_step(1, step(duplicate), at(40)) == Ack(True, False)
-    before = await journal.writes.load(duplicate)
+    assert await journal.runs.commit_step(1, step(duplicate), at(40)) == Ack(True, False)
+    before = await journal.runs.load(duplicate)
     commit_before = counts(lanes(journal).commit)
 
     results = await asyncio.gather(
-        *(journal.writes.commit_step(1, step(i, committed_at=at(5)), at(40)) for i in ids),
+        *(journal.runs.commit_step(1, step(i, committed_at=at(5)), at(40)) for i in ids),
         return_exceptions=True,
     )
 
@@ -323,9 +326,9 @@ async def test_a_journal_row_that_exists_fails_only_its_own_commit(journal: SqlJ
     assert isinstance(error, JournalConflict), error
     assert error.fields["instance_id"] == duplicate
     assert results[1:] == [Ack(True, False)] * 11
-    assert await journal.writes.load(duplicate) == before
+    assert await journal.runs.load(duplicate) == before
     for instance_id in ids[1:]:
-        assert journal_rows((await journal.writes.load(instance_id)).steps) == [
+        assert journal_rows((await journal.runs.load(instance_id)).steps) == [
             step(instance_id, committed_at=at(5))
         ]
 
@@ -333,20 +336,18 @@ async def test_a_journal_row_that_exists_fails_only_its_own_commit(journal: SqlJ
 async def test_a_journal_row_that_exists_fails_only_its_own_park(journal: SqlJournal) -> None:
     ids = await started(journal, 10)
     duplicate = ids[0]
-    await journal.writes.commit_step(1, step(duplicate), at(40))
-    before = await journal.writes.load(duplicate)
+    await journal.runs.commit_step(1, step(duplicate), at(40))
+    before = await journal.runs.load(duplicate)
 
     results = await asyncio.gather(
         *(
-            journal.writes.commit_and_park(
-                1,
-                step(i),
-                at(40),
-                owner="node-a",
-                wake_at=at(90),
-                wake_step_id=1,
-                wake_scope=0,
-                accept_signal="approved",
+            journal.runs.commit(
+                commit_of(
+                    1,
+                    step(i),
+                    lease_until=at(40),
+                    park=park_at(at(90), 1, 0, "approved", owner="node-a"),
+                )
             )
             for i in ids
         ),
@@ -356,9 +357,9 @@ async def test_a_journal_row_that_exists_fails_only_its_own_park(journal: SqlJou
     assert lanes(journal).park.batches == 1
     assert isinstance(results[0], JournalConflict), results[0]
     assert results[1:] == [Ack(True, False)] * 9
-    assert await journal.writes.load(duplicate) == before  # not parked, nothing written
+    assert await journal.runs.load(duplicate) == before  # not parked, nothing written
     for instance_id in ids[1:]:
-        snap = await journal.writes.load(instance_id)
+        snap = await journal.runs.load(instance_id)
         assert snap.instance.state is InstanceState.SUSPENDED
         assert (snap.instance.wake_at, snap.instance.wake_step_id) == (at(90), 1)
         assert journal_rows(snap.steps) == [step(instance_id)]
@@ -373,24 +374,24 @@ async def test_a_value_json_cannot_encode_as_utf8_fails_no_other_item_of_its_bat
     odd item fares as it does alone."""
     odd_start = new_instance(input={"name": "scan\udcff.pdf"})
     created = await asyncio.gather(
-        journal.writes.create_instance(new_instance()),
-        journal.writes.create_instance(odd_start),
+        journal.intake.create_instance(new_instance()),
+        journal.intake.create_instance(odd_start),
         return_exceptions=True,
     )
     assert [r[1] for r in created if isinstance(r, tuple)] == [True, True], created
     ids = [r[0].id for r in created if isinstance(r, tuple)]
 
     results = await asyncio.gather(
-        journal.writes.commit_step(1, step(ids[0]), at(40)),
-        journal.writes.commit_step(1, step(ids[1], values={"name": "scan\udcff.pdf"}), at(40)),
+        journal.runs.commit_step(1, step(ids[0]), at(40)),
+        journal.runs.commit_step(1, step(ids[1], values={"name": "scan\udcff.pdf"}), at(40)),
         return_exceptions=True,
     )
     assert list(results) == [Ack(True, False)] * 2, results
-    assert journal_rows((await journal.writes.load(ids[0])).steps) == [step(ids[0])]
+    assert journal_rows((await journal.runs.load(ids[0])).steps) == [step(ids[0])]
 
     results = await asyncio.gather(
-        journal.writes.finish(ids[0], 1, at(9), InstanceState.COMPLETED, {"ok": True}),
-        journal.writes.finish(ids[1], 1, at(9), InstanceState.COMPLETED, {"name": "\udcff"}),
+        journal.runs.finish(ids[0], 1, at(9), InstanceState.COMPLETED, {"ok": True}),
+        journal.runs.finish(ids[1], 1, at(9), InstanceState.COMPLETED, {"name": "\udcff"}),
         return_exceptions=True,
     )
     assert list(results) == [Ack(True, False)] * 2, results
@@ -399,14 +400,13 @@ async def test_a_value_json_cannot_encode_as_utf8_fails_no_other_item_of_its_bat
     ids = await started(journal, 2)
     parked = await asyncio.gather(
         *(
-            journal.writes.commit_and_park(
-                1,
-                step(i, values=v),
-                at(40),
-                owner="node-a",
-                wake_at=at(90),
-                wake_step_id=1,
-                wake_scope=0,
+            journal.runs.commit(
+                commit_of(
+                    1,
+                    step(i, values=v),
+                    lease_until=at(40),
+                    park=park_at(at(90), 1, 0, owner="node-a"),
+                )
             )
             for i, v in zip(ids, [{"ok": True}, {"name": "\udcff"}], strict=True)
         ),
@@ -421,13 +421,11 @@ async def test_two_commits_of_one_instance_in_one_batch_land_once_each(
 ) -> None:
     (instance_id,) = await started(journal)
     rows = [step(instance_id, step_id=n, committed_at=at(2 + n)) for n in range(3)]
-    results = await asyncio.gather(*(journal.writes.commit_step(1, r, at(40)) for r in rows))
+    results = await asyncio.gather(*(journal.runs.commit_step(1, r, at(40)) for r in rows))
     assert results == [Ack(True, False)] * 3
     assert lanes(journal).commit.batches == 1
     assert (
-        sorted(
-            journal_rows((await journal.writes.load(instance_id)).steps), key=lambda r: r.step_id
-        )
+        sorted(journal_rows((await journal.runs.load(instance_id)).steps), key=lambda r: r.step_id)
         == rows
     )
 
@@ -439,21 +437,21 @@ async def test_a_plain_commit_makes_no_new_instance_row_version(journal: SqlJour
     (instance_id,) = await started(journal)
     version = await row_version(journal, instance_id)
     before = await journal.reads.get_instance(instance_id)
-    assert await journal.writes.commit_step(1, step(instance_id), at(40)) == Ack(True, False)
+    assert await journal.runs.commit_step(1, step(instance_id), at(40)) == Ack(True, False)
     assert lanes(journal).commit.batches == 1
     assert await row_version(journal, instance_id) == version  # xmin and ctid unchanged
     assert await journal.reads.get_instance(instance_id) == before
-    assert journal_rows((await journal.writes.load(instance_id)).steps) == [step(instance_id)]
+    assert journal_rows((await journal.runs.load(instance_id)).steps) == [step(instance_id)]
 
 
 async def test_a_commit_that_clears_an_attempt_writes_the_instance_row(
     journal: SqlJournal,
 ) -> None:
     (instance_id,) = await started(journal)
-    await journal.writes.start_try(instance_id, 1, 0, 0, 1, at(1), at(20))
-    await journal.writes.record_heartbeat(instance_id, 1, {"pct": 50}, at(1.5), at(21))
+    await journal.runs.start_try(instance_id, 1, 0, 0, 1, at(1), at(20))
+    await journal.runs.record_heartbeat(instance_id, 1, {"pct": 50}, at(1.5), at(21))
     xmin, _ = await row_version(journal, instance_id)
-    assert await journal.writes.commit_step(1, step(instance_id), at(40)) == Ack(True, False)
+    assert await journal.runs.commit_step(1, step(instance_id), at(40)) == Ack(True, False)
     assert lanes(journal).commit.batches == 1
     assert (await row_version(journal, instance_id))[0] != xmin
     inst = await journal.reads.get_instance(instance_id)
@@ -465,14 +463,14 @@ async def test_a_batch_of_plain_and_busy_commits(journal: SqlJournal) -> None:
     ids = await started(journal, 10)
     busy = set(ids[::2])
     for instance_id in busy:
-        await journal.writes.start_try(instance_id, 1, 0, 0, 1, at(1), at(20))
+        await journal.runs.start_try(instance_id, 1, 0, 0, 1, at(1), at(20))
     versions = {i: await row_version(journal, i) for i in ids}
     cancelled = ids[1]
-    await journal.claims.request_cancel(cancelled, "api", at(1), at(31))
+    await journal.intake.request_cancel(cancelled, "api", at(1), at(31))
     versions[cancelled] = await row_version(journal, cancelled)
     before = {i: await journal.reads.get_instance(i) for i in ids}
 
-    results = await asyncio.gather(*(journal.writes.commit_step(1, step(i), at(40)) for i in ids))
+    results = await asyncio.gather(*(journal.runs.commit_step(1, step(i), at(40)) for i in ids))
 
     assert lanes(journal).commit.batches == 1
     for instance_id, ack in zip(ids, results, strict=True):
@@ -485,7 +483,7 @@ async def test_a_batch_of_plain_and_busy_commits(journal: SqlJournal) -> None:
         else:
             assert await row_version(journal, instance_id) == versions[instance_id]
             assert inst == before[instance_id]
-        assert journal_rows((await journal.writes.load(instance_id)).steps) == [step(instance_id)]
+        assert journal_rows((await journal.runs.load(instance_id)).steps) == [step(instance_id)]
 
 
 async def test_a_stale_token_in_a_commit_batch_fails_only_its_caller(
@@ -494,15 +492,15 @@ async def test_a_stale_token_in_a_commit_batch_fails_only_its_caller(
     ids = await started(journal, 8)
     stale = ids[3]
     await make_stale(journal, stale)
-    before = await journal.writes.load(stale)
+    before = await journal.runs.load(stale)
     results = await asyncio.gather(
-        *(journal.writes.commit_step(1, step(i), at(40)) for i in ids), return_exceptions=True
+        *(journal.runs.commit_step(1, step(i), at(40)) for i in ids), return_exceptions=True
     )
     # one batch; the stale one then goes alone on the one-statement path (no lane)
     assert counts(lanes(journal).commit) == (1, 8)
     assert isinstance(results[3], StaleFencingToken)
     assert [r for n, r in enumerate(results) if n != 3] == [Ack(True, False)] * 7
-    assert await journal.writes.load(stale) == before
+    assert await journal.runs.load(stale) == before
 
 
 async def outbox(journal: SqlJournal) -> dict[str, tuple[str, str, Any]]:
@@ -535,8 +533,8 @@ async def test_emit_commits_share_a_batch_with_plain_ones_and_a_stale_one_writes
     await make_stale(journal, stale)
     emits, plain = ids[:6], ids[6:]
     results = await asyncio.gather(
-        *(journal.writes.commit_step(1, emit_row(i), at(40), events=[emitted(i)]) for i in emits),
-        *(journal.writes.commit_step(1, step(i), at(40)) for i in plain),
+        *(journal.runs.commit_step(1, emit_row(i), at(40), events=[emitted(i)]) for i in emits),
+        *(journal.runs.commit_step(1, step(i), at(40)) for i in plain),
         return_exceptions=True,
     )
 
@@ -547,8 +545,8 @@ async def test_emit_commits_share_a_batch_with_plain_ones_and_a_stale_one_writes
         f"ev-{i}": (i, "document.processed", {"doc": i[:8]}) for i in emits[1:]
     }
     for i in emits[1:]:
-        assert journal_rows((await journal.writes.load(i)).steps) == [emit_row(i)]
-    assert (await journal.writes.load(stale)).steps == []
+        assert journal_rows((await journal.runs.load(i)).steps) == [emit_row(i)]
+    assert (await journal.runs.load(stale)).steps == []
 
 
 async def test_emit_commits_carrying_deferred_rows_share_a_batch(
@@ -556,7 +554,7 @@ async def test_emit_commits_carrying_deferred_rows_share_a_batch(
 ) -> None:
     ids = await started(journal, 8)
     busy = ids[0]
-    await journal.writes.start_try(busy, 1, 3, 0, 1, at(1), at(20))
+    await journal.runs.start_try(busy, 1, 3, 0, 1, at(1), at(20))
     stale = ids[1]
     await make_stale(journal, stale)
     carrying, plain = ids[:5], ids[5:]
@@ -571,12 +569,12 @@ async def test_emit_commits_carrying_deferred_rows_share_a_batch(
     monkeypatch.setattr(store_writes, "insert_step", spied)
     results = await asyncio.gather(
         *(
-            journal.writes.commit_step(
+            journal.runs.commit_step(
                 1, emit_row(i), at(40), events=[emitted(i)], deferred=extracted[i]
             )
             for i in carrying
         ),
-        *(journal.writes.commit_step(1, step(i), at(40)) for i in plain),
+        *(journal.runs.commit_step(1, step(i), at(40)) for i in plain),
         return_exceptions=True,
     )
 
@@ -585,7 +583,7 @@ async def test_emit_commits_carrying_deferred_rows_share_a_batch(
     assert [r for n, r in enumerate(results) if n != 1] == [Ack(True, False)] * 7
     assert alone == []  # the batch took them all (the stale one fails its fence alone)
     for i in carrying:
-        steps = (await journal.writes.load(i)).steps
+        steps = (await journal.runs.load(i)).steps
         if i == stale:
             assert steps == []
             continue
@@ -593,7 +591,7 @@ async def test_emit_commits_carrying_deferred_rows_share_a_batch(
         assert journal_rows(steps) == [extracted[i], emit_row(i)]
         assert steps[0].sequence < steps[1].sequence  # type: ignore[operator]
     for i in plain:
-        assert journal_rows((await journal.writes.load(i)).steps) == [step(i)]
+        assert journal_rows((await journal.runs.load(i)).steps) == [step(i)]
     assert set(await outbox(journal)) == {f"ev-{i}" for i in carrying if i != stale}
     inst = await journal.reads.get_instance(busy)  # its attempt cleared at the emit's instant
     assert (inst.try_step_id, inst.lease_expires_at, inst.updated_at) == (None, at(40), at(2))
@@ -603,18 +601,18 @@ async def test_an_event_id_that_exists_fails_only_its_own_commit(journal: SqlJou
     ids = await started(journal, 6)
     first, twin = ids[0], ids[1]
     taken = emitted(first)
-    assert await journal.writes.commit_step(1, emit_row(first), at(40), events=[taken]) == Ack(
+    assert await journal.runs.commit_step(1, emit_row(first), at(40), events=[taken]) == Ack(
         True, False
     )
     results = await asyncio.gather(
-        journal.writes.commit_step(1, emit_row(twin), at(40), events=[taken]),
-        *(journal.writes.commit_step(1, emit_row(i), at(40), events=[emitted(i)]) for i in ids[2:]),
+        journal.runs.commit_step(1, emit_row(twin), at(40), events=[taken]),
+        *(journal.runs.commit_step(1, emit_row(i), at(40), events=[emitted(i)]) for i in ids[2:]),
         return_exceptions=True,
     )
 
     assert isinstance(results[0], JournalConflict), results[0]
     assert results[1:] == [Ack(True, False)] * 4
-    assert (await journal.writes.load(twin)).steps == []
+    assert (await journal.runs.load(twin)).steps == []
     assert set(await outbox(journal)) == {f"ev-{i}" for i in [first, *ids[2:]]}
 
 
@@ -632,7 +630,7 @@ async def test_a_commit_waits_for_a_claim_in_flight_and_is_refused_once_it_commi
             ),
             {"id": instance_id},
         )
-        commit = asyncio.ensure_future(journal.writes.commit_step(1, step(instance_id), at(40)))
+        commit = asyncio.ensure_future(journal.runs.commit_step(1, step(instance_id), at(40)))
         for _ in range(2000):  # until the batch's statement waits for the claimer's lock
             waiting = (
                 await watcher.execute(
@@ -652,13 +650,13 @@ async def test_a_commit_waits_for_a_claim_in_flight_and_is_refused_once_it_commi
         with pytest.raises(StaleFencingToken) as info:
             await commit
     assert info.value.fields["current_token"] == 2
-    assert (await journal.writes.load(instance_id)).steps == []
+    assert (await journal.runs.load(instance_id)).steps == []
 
 
 async def test_a_cancelled_caller_does_not_cut_the_batch_statement(journal: SqlJournal) -> None:
     ids = await started(journal, 3)
     lane = lanes(journal).commit
-    callers = [asyncio.ensure_future(journal.writes.commit_step(1, step(i), at(40))) for i in ids]
+    callers = [asyncio.ensure_future(journal.runs.commit_step(1, step(i), at(40))) for i in ids]
     for _ in range(200):  # until the batch is taken (its statement is then in flight)
         if lane.batches:
             break
@@ -668,7 +666,7 @@ async def test_a_cancelled_caller_does_not_cut_the_batch_statement(journal: SqlJ
     assert await asyncio.gather(*callers[1:]) == [Ack(True, False)] * 2
     assert callers[0].cancelled()
     for instance_id in ids:  # the cancelled caller's row went in with the statement
-        assert journal_rows((await journal.writes.load(instance_id)).steps) == [step(instance_id)]
+        assert journal_rows((await journal.runs.load(instance_id)).steps) == [step(instance_id)]
 
 
 # ------------------------------------------------------------------------- finish
@@ -677,7 +675,7 @@ async def test_a_cancelled_caller_does_not_cut_the_batch_statement(journal: SqlJ
 async def test_many_completions_at_once(journal: SqlJournal) -> None:
     ids = await started(journal, 20)
     cancelled, stale = ids[4], ids[9]
-    await journal.claims.request_cancel(cancelled, "api", at(1), at(31))
+    await journal.intake.request_cancel(cancelled, "api", at(1), at(31))
     await make_stale(journal, stale)
     cancelled_before = await journal.reads.get_instance(cancelled)
     stale_before = await journal.reads.get_instance(stale)
@@ -685,7 +683,7 @@ async def test_many_completions_at_once(journal: SqlJournal) -> None:
 
     results = await asyncio.gather(
         *(
-            journal.writes.finish(i, 1, at(9), InstanceState.COMPLETED, {"n": n, "id": i})
+            journal.runs.finish(i, 1, at(9), InstanceState.COMPLETED, {"n": n, "id": i})
             for n, i in enumerate(ids)
         ),
         return_exceptions=True,
@@ -706,6 +704,6 @@ async def test_many_completions_at_once(journal: SqlJournal) -> None:
         assert inst.result == {"n": n, "id": instance_id}
         assert (inst.lease_owner, inst.lease_expires_at, inst.updated_at) == (None, None, at(9))
     # the cancelled one still unwinds under its lease
-    assert await journal.writes.finish(cancelled, 1, at(10), InstanceState.CANCELLED) == Ack(
+    assert await journal.runs.finish(cancelled, 1, at(10), InstanceState.CANCELLED) == Ack(
         True, True
     )

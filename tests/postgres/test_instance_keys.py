@@ -34,7 +34,7 @@ async def test_concurrent_starts_with_one_key_on_several_nodes_create_one_instan
             ]
             results = await asyncio.gather(
                 *(
-                    journals[index // STARTS_PER_NODE].writes.create_instance(new)
+                    journals[index // STARTS_PER_NODE].intake.create_instance(new)
                     for index, new in enumerate(news)
                 ),
                 return_exceptions=True,

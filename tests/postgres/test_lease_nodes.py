@@ -178,7 +178,7 @@ class _SlowClaims:
 def _with_slow_claims(journal: SqlJournal, stall: Callable[[], Awaitable[None]]) -> SqlJournal:
     """The same store with its claims role replaced (the roles are composed)."""
     slow = copy.copy(journal)
-    slow.claims = _SlowClaims(journal.claims, stall)  # type: ignore[assignment]
+    slow.intake = _SlowClaims(journal.intake, stall)  # type: ignore[assignment]
     return slow
 
 

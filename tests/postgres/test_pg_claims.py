@@ -10,6 +10,7 @@ from sqlalchemy import text
 
 from app.engine.journal import NewInstance
 from app.store import SqlJournal, make_async_engine, upgrade
+from tests.support.journal import park_at, park_commit
 
 pytestmark = pytest.mark.postgres
 
@@ -24,7 +25,7 @@ async def test_claim_due_skips_locked_rows_without_waiting(pg_url: str) -> None:
     try:
         ids = []
         for n in range(3):
-            record, _ = await journal.writes.create_instance(
+            record, _ = await journal.intake.create_instance(
                 NewInstance(
                     id=f"00000000-0000-7000-8000-{n:012d}",
                     flow_name="document.process",
@@ -36,7 +37,9 @@ async def test_claim_due_skips_locked_rows_without_waiting(pg_url: str) -> None:
                     lease_expires_at=T0 + timedelta(seconds=30),
                 )
             )
-            await journal.writes.park(record.id, 1, T0, T0 + timedelta(seconds=n), 1, 0)
+            await journal.runs.commit(
+                park_commit(record.id, 1, T0, park_at(T0 + timedelta(seconds=n), 1, 0))
+            )
             ids.append(record.id)
         async with engine.connect() as other_node:
             # another node's claim is in flight on the oldest instance
@@ -45,12 +48,12 @@ async def test_claim_due_skips_locked_rows_without_waiting(pg_url: str) -> None:
             )
             now = T0 + timedelta(minutes=1)
             claims = await asyncio.wait_for(
-                journal.claims.claim_due("node-b", now, now + timedelta(seconds=30), 10, RUNNABLE),
+                journal.intake.claim_due("node-b", now, now + timedelta(seconds=30), 10, RUNNABLE),
                 timeout=10,
             )
             assert [c.instance_id for c in claims] == ids[1:]
             await other_node.rollback()
-        claims = await journal.claims.claim_due(
+        claims = await journal.intake.claim_due(
             "node-b", now, now + timedelta(seconds=30), 10, RUNNABLE
         )
         assert [c.instance_id for c in claims] == ids[:1]

@@ -11,9 +11,10 @@ import pytest
 from sqlalchemy import text
 
 from app.engine.journal import InstanceState, StepKind
+from app.engine.ports import NewSignal, WakeClaim
 from app.store import SqlJournal
 from tests.support.eventually import eventually
-from tests.support.journal import at, new_instance, step
+from tests.support.journal import at, commit_of, new_instance, park_at, park_commit, step
 
 pytestmark = [
     pytest.mark.postgres,
@@ -36,7 +37,7 @@ async def waiting_on_a_lock(journal: SqlJournal) -> bool:
 
 
 async def started(journal: SqlJournal) -> str:
-    record, created = await journal.writes.create_instance(new_instance())
+    record, created = await journal.intake.create_instance(new_instance())
     assert created
     return record.id
 
@@ -45,15 +46,8 @@ def deliver(
     journal: SqlJournal, instance_id: str, signal_id: str, key: str | None = None, **changes: Any
 ) -> Any:
     return journal.mailbox.deliver_and_claim(
-        instance_id,
-        "approved",
-        {"by": signal_id},
-        key,
-        at(5),
-        signal_id,
-        owner=changes.get("owner", "node-b"),
-        lease_until=at(35),
-        wake_steps=(WAIT,),
+        NewSignal(instance_id, "approved", {"by": signal_id}, key, at(5), signal_id),
+        WakeClaim(changes.get("owner", "node-b"), at(35), tuple((WAIT,))),
     )
 
 
@@ -90,7 +84,7 @@ async def test_a_park_committed_while_the_delivery_waits_is_seen_and_claimed(
     assert answer.claim is not None and answer.claim.fencing_token == 2
     # its statement began before the park's row existed: the engine must load the journal
     assert answer.claim.snapshot is None
-    snapshot = await sql_journal.writes.load(instance_id)
+    snapshot = await sql_journal.runs.load(instance_id)
     assert [(r.step_id, r.kind) for r in snapshot.steps] == [(3, StepKind.STEP)]
     assert [s.id for s in snapshot.signals] == ["s-1"]
     assert snapshot.instance.state is InstanceState.RUNNING
@@ -104,15 +98,13 @@ async def test_a_delivery_waits_for_a_batched_park_and_then_claims(
     deliveries = []
 
     async def park() -> None:
-        await sql_journal.writes.commit_and_park(
-            1,
-            step(instance_id, step_id=3),
-            at(40),
-            owner="node-a",
-            wake_at=None,
-            wake_step_id=WAIT,
-            wake_scope=0,
-            accept_signal="approved",
+        await sql_journal.runs.commit(
+            commit_of(
+                1,
+                step(instance_id, step_id=3),
+                lease_until=at(40),
+                park=park_at(None, WAIT, 0, "approved", owner="node-a"),
+            )
         )
 
     async def signal() -> None:
@@ -126,7 +118,7 @@ async def test_a_delivery_waits_for_a_batched_park_and_then_claims(
     else:  # the park came first: the delivery claimed the instance
         assert record.state is InstanceState.RUNNING and record.fencing_token == 2
         assert answer.claim.fencing_token == 2
-    snapshot = await sql_journal.writes.load(instance_id)
+    snapshot = await sql_journal.runs.load(instance_id)
     assert [s.id for s in snapshot.signals] == ["s-1"]
     assert [r.step_id for r in snapshot.steps] == [3]
 
@@ -135,7 +127,7 @@ async def test_concurrent_deliveries_claim_a_parked_instance_once(
     sql_journal: SqlJournal,
 ) -> None:
     instance_id = await started(sql_journal)
-    await sql_journal.writes.park(instance_id, 1, at(1), None, WAIT, 0)
+    await sql_journal.runs.commit(park_commit(instance_id, 1, at(1), park_at(None, WAIT, 0)))
     answers = await asyncio.wait_for(
         asyncio.gather(
             *(deliver(sql_journal, instance_id, f"s-{n}", owner=f"node-{n}") for n in range(10))
@@ -154,7 +146,7 @@ async def test_concurrent_repeats_of_one_key_store_and_claim_once(
     sql_journal: SqlJournal,
 ) -> None:
     instance_id = await started(sql_journal)
-    await sql_journal.writes.park(instance_id, 1, at(1), None, WAIT, 0)
+    await sql_journal.runs.commit(park_commit(instance_id, 1, at(1), park_at(None, WAIT, 0)))
     answers = await asyncio.wait_for(
         asyncio.gather(
             *(deliver(sql_journal, instance_id, f"s-{n}", key="hook") for n in range(20))

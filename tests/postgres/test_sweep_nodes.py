@@ -195,7 +195,7 @@ async def test_a_dead_nodes_instance_is_taken_over_before_a_backlog_of_overdue_w
         assert held.wake_at is not None
         h.clock.set(held.wake_at)
         # node A claims it, then dies: its lease ends after every backlog wake
-        claim = await h.journal.claims.claim(
+        claim = await h.journal.runs.claim(
             held.id, "node-a", h.clock.now(), h.clock.now() + timedelta(seconds=30)
         )
         assert claim is not None

@@ -7,9 +7,21 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app.engine.journal import InstanceRecord, NewInstance, Outcome, StepKind, StepRow
+from app.engine.journal import InstanceRecord, NewInstance, Outcome, StepKind, StepRow, WakeKind
+from app.engine.ports import Commit, Park
 
-__all__ = ["FLOW", "LEASE", "T0", "at", "new_instance", "step", "wake_at"]
+__all__ = [
+    "FLOW",
+    "LEASE",
+    "T0",
+    "at",
+    "commit_of",
+    "new_instance",
+    "park_at",
+    "park_commit",
+    "step",
+    "wake_at",
+]
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -56,3 +68,48 @@ def wake_at(record: InstanceRecord) -> datetime:
     """The instant ``record`` is parked until (it must be parked on a timer)."""
     assert record.wake_at is not None, record
     return record.wake_at
+
+
+def commit_of(
+    token: int,
+    *rows: StepRow,
+    lease_until: datetime,
+    park: Park | None = None,
+    at: datetime | None = None,
+    **changes: Any,
+) -> Commit:
+    """A :class:`Commit` of ``rows`` under ``token``, at the last row's ``committed_at``
+    unless ``at`` is given (other fields: ``changes``)."""
+    return Commit(
+        rows[0].instance_id,
+        token,
+        at or rows[-1].committed_at,
+        lease_until,
+        rows=rows,
+        park=park,
+        **changes,
+    )
+
+
+def park_commit(
+    instance_id: str,
+    token: int,
+    now: datetime,
+    park: Park,
+) -> Commit:
+    """A :class:`Commit` of ``park`` alone (no row) at ``now``."""
+    return Commit(instance_id, token, now, now, park=park)
+
+
+def park_at(
+    wake_at: datetime | None,
+    step_id: int,
+    scope: int,
+    accept_signal: str | None = None,
+    *,
+    owner: str = "node-a",
+    kind: WakeKind | None = None,
+    unwinding: bool = False,
+) -> Park:
+    """A :class:`Park` at (step_id, scope) until ``wake_at``, for ``owner``."""
+    return Park(wake_at, step_id, scope, owner, kind, accept_signal, unwinding)

@@ -44,13 +44,9 @@ class Journal:
         self.outcomes: list[BaseException | asyncio.Event | None] = []
 
     @property
-    def claims(self) -> Journal:
-        """Claims and leases: the lease keeper's role (this fake plays it)."""
-        return self
-
-    @property
-    def writes(self) -> Journal:
-        """The journal writes a heartbeat makes (this fake plays them)."""
+    def runs(self) -> Journal:
+        """A run's port: the lease keeper's renewals and a heartbeat's writes (this fake
+        plays them)."""
         return self
 
     async def renew_lease(self, instance_id: str, token: int, lease_until: datetime) -> Ack:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import shutil
 import sqlite3
 import time
@@ -13,7 +12,6 @@ import pytest
 from sqlalchemy import event, text
 
 import app.store
-from app.engine.roles import Claims, JournalWrites, Mailbox, ReadModel, Streams
 from app.errors import StoreUnavailable
 from app.store import SqlJournal
 from app.store.db import (
@@ -175,38 +173,6 @@ def test_store_exports_are_pinned() -> None:
     ]
 
 
-@pytest.mark.parametrize(
-    ("role", "protocol"),
-    [
-        ("claims", Claims),
-        ("writes", JournalWrites),
-        ("mailbox", Mailbox),
-        ("streams", Streams),
-        ("reads", ReadModel),
-    ],
-)
-def test_each_role_of_the_sql_journal_implements_its_protocol(role: str, protocol: type) -> None:
-    """Same names, parameters and defaults as the role's protocol (the engine may call by
-    keyword); the roles are objects of their own, composed by ``SqlJournal``."""
-    protocol_methods = {
-        name
-        for name, member in vars(protocol).items()
-        if inspect.iscoroutinefunction(member) and not name.startswith("_")
-    }
-    assert protocol_methods, "the protocol declares its methods as coroutines"
-    journal = SqlJournal(make_async_engine("sqlite:///unused.db"))
-    implementation = type(getattr(journal, role))
-    assert not issubclass(SqlJournal, implementation)
-    for name in sorted(protocol_methods):
-        implemented = getattr(implementation, name)
-        assert inspect.iscoroutinefunction(implemented), name
-        want = inspect.signature(getattr(protocol, name)).parameters
-        got = inspect.signature(implemented).parameters
-        assert [(p.name, p.kind, p.default) for p in got.values()] == [
-            (p.name, p.kind, p.default) for p in want.values()
-        ], name
-
-
 async def test_unreachable_database_is_store_unavailable() -> None:
     engine = make_async_engine("postgresql://postgres@127.0.0.1:1/nowhere")
     try:
@@ -233,7 +199,7 @@ async def test_a_write_behind_another_process_lock_is_refused_in_bounded_time(
         journal = SqlJournal(engine)
         began = time.monotonic()
         with pytest.raises(StoreUnavailable):
-            async with journal.writes._write() as conn:
+            async with journal.runs._write() as conn:
                 await conn.execute(text("SELECT 1"))
         assert time.monotonic() - began < 5
     finally:
@@ -258,18 +224,18 @@ async def test_a_writer_queued_past_the_bound_in_this_process_is_refused(
         release = asyncio.Event()
 
         async def hold() -> None:
-            async with journal.writes._write():
+            async with journal.runs._write():
                 holding.set()
                 await release.wait()
 
         holder = asyncio.create_task(hold())
         await holding.wait()
         with pytest.raises(StoreUnavailable):
-            async with journal.writes._write():
+            async with journal.runs._write():
                 pass
         release.set()
         await holder
-        async with journal.writes._write() as conn:  # free again: it writes
+        async with journal.runs._write() as conn:  # free again: it writes
             await conn.execute(text("SELECT 1"))
     finally:
         await engine.dispose()

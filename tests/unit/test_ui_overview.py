@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from app.engine.ports.operator import AttemptStart, FlowActivity
 from app.flows import Catalog
-from app.store.read_model import AttemptStart, FlowActivity
 from app.ui.overview import lateness, overview_rows
 from tests.engine.flows import poll_flow
 

@@ -1,9 +1,10 @@
-"""The operator's read model: what the API and the console read to find, explain and act
-on instances, as frozen values and one narrow role interface (no SQL here).
+"""The operator's queries: what the API and the console read to find, explain and act on
+instances (:class:`OperatorReads`) and what the console's overview counts
+(:class:`OverviewReads`), with the frozen values they answer (no SQL here).
 
-Its one implementation is SQL (:class:`app.store.listing.SqlOperatorReads`, mixed into
-:class:`app.store.SqlJournal`); the HTTP API and the console see only
-:class:`OperatorReads`.
+Implemented in SQL (:mod:`app.store.listing`, :mod:`app.store.actions`,
+:mod:`app.store.overview`) and in memory (:mod:`app.store.memory`, the queries an
+in-memory node needs).
 
 Vocabulary (DESIGN.md): an *attempt* is one iteration of a parked poll, stored as the
 journal row's *scope*; a *try* is one execution of a capability under its retry policy
@@ -298,7 +299,7 @@ class AttemptStart:
 
 class OverviewReads(Protocol):
     """What the console's overview and flow pages read (grouped counts, one snapshot
-    each); implemented by :class:`app.store.overview.SqlOverviewReads`."""
+    each)."""
 
     async def flow_activity(
         self, now: datetime, *, overdue: timedelta, due_within: timedelta, since: datetime

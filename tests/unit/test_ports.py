@@ -1,0 +1,97 @@
+"""The store's ports: narrow (no method takes more than six parameters), and every store
+implements each port it is wired as, with the port's names, parameters and defaults."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import app.engine.ports as ports
+from app.store import SqlJournal, make_async_engine
+
+MAX_PARAMETERS = 6
+
+#: the Journal's attribute -> the port it is typed as
+WIRED = {
+    "runs": ports.RunStore,
+    "intake": ports.Intake,
+    "mailbox": ports.Mailbox,
+    "streams": ports.Streams,
+    "reads": ports.ReadModel,
+    "operator": ports.OperatorReads,
+    "overview": ports.OverviewReads,
+}
+
+
+def _protocols() -> list[type]:
+    return [
+        obj
+        for name in ports.__all__
+        if isinstance(obj := getattr(ports, name), type) and getattr(obj, "_is_protocol", False)
+    ]
+
+
+def _methods(protocol: type) -> dict[str, object]:
+    return {
+        name: member
+        for name, member in vars(protocol).items()
+        if inspect.iscoroutinefunction(member) and not name.startswith("_")
+    }
+
+
+def test_the_ports_are_protocols_with_methods() -> None:
+    found = _protocols()
+    assert {p.__name__ for p in found} >= {
+        "Deliveries",
+        "Intake",
+        "Journal",
+        "Mailbox",
+        "OperatorReads",
+        "OverviewReads",
+        "ReadModel",
+        "Retention",
+        "RunStore",
+        "Streams",
+    }
+    for protocol in found:
+        if protocol is not ports.Journal:
+            assert _methods(protocol), protocol.__name__
+
+
+@pytest.mark.parametrize("protocol", _protocols(), ids=lambda p: p.__name__)
+def test_no_port_method_takes_more_than_six_parameters(protocol: type) -> None:
+    """A wider call takes a value (a :class:`~app.engine.ports.Commit`, a
+    :class:`~app.engine.ports.NewSignal`), not a list of parameters."""
+    wide = {
+        name: count
+        for name, method in _methods(protocol).items()
+        if (count := len(inspect.signature(method).parameters) - 1) > MAX_PARAMETERS  # type: ignore[arg-type]
+    }
+    assert wide == {}
+
+
+def test_the_journal_port_names_every_wired_port() -> None:
+    declared = {
+        name for name, member in vars(ports.Journal).items() if isinstance(member, property)
+    }
+    assert declared == set(WIRED)
+
+
+@pytest.mark.parametrize(("attribute", "protocol"), WIRED.items())
+def test_the_sql_journal_implements_each_port_it_is_wired_as(
+    attribute: str, protocol: type
+) -> None:
+    """Same names, parameters and defaults as the port (the engine may call by keyword);
+    the ports are objects of their own, composed by ``SqlJournal``."""
+    journal = SqlJournal(make_async_engine("sqlite:///unused.db"))
+    implementation = type(getattr(journal, attribute))
+    assert not issubclass(SqlJournal, implementation)
+    for name, method in sorted(_methods(protocol).items()):
+        implemented = getattr(implementation, name)
+        assert inspect.iscoroutinefunction(implemented), name
+        want = inspect.signature(method).parameters  # type: ignore[arg-type]
+        got = inspect.signature(implemented).parameters
+        assert [(p.name, p.kind, p.default) for p in got.values()] == [
+            (p.name, p.kind, p.default) for p in want.values()
+        ], name
