@@ -24,6 +24,7 @@ from app.store.db import READ_ONLY, STORE_WAIT_SECONDS
 
 if TYPE_CHECKING:
     from app.store.batched import Lanes
+    from app.store.dialects import Dialect
 from app.store.types import UtcDateTime
 
 __all__ = ["JournalConflict", "SqlContext", "SqlPart", "SqlRole", "const", "instant"]
@@ -72,38 +73,22 @@ class SqlContext:
     """
 
     def __init__(self, engine: AsyncEngine) -> None:
+        from app.store.dialects import dialect_for  # the dialects build on the roles
+
         self._engine = engine
-        self._dialect = engine.dialect.name
-        read_options: dict[str, object] = dict(READ_ONLY)
-        if self._dialect == "postgresql":
-            # several SELECTs in one read (load) must see one snapshot
-            read_options["isolation_level"] = "REPEATABLE READ"
-        self._read_engine = engine.execution_options(**read_options)
-        # One-statement work on PostgreSQL runs in autocommit: the statement is atomic and
-        # sees one snapshot by itself, and BEGIN and COMMIT would cost two round trips more
-        # than the statement (the hot paths: get_instance after a start, claims, counts).
-        if self._dialect == "postgresql":
-            self._single_engine: AsyncEngine | None = engine.execution_options(
-                isolation_level="AUTOCOMMIT", **READ_ONLY
-            )
-        else:
-            self._single_engine = None
-        # SQLite has one write lock per file: queue this process's writers on an asyncio
-        # lock instead of letting them poll SQLite's busy handler (which sleeps up to 100 ms
-        # between tries). Other processes still wait through busy_timeout.
-        self._write_lock = asyncio.Lock() if self._dialect == "sqlite" else None
-        # PostgreSQL group commit (app.store.batched); None on SQLite (one writer at a time)
+        self.dialect: Dialect = dialect_for(engine)
+        self._read_engine = engine.execution_options(**(self.dialect.read_options or READ_ONLY))
+        # one-statement work: autocommit where the database allows it (else a transaction)
+        self._single_engine = self.dialect.single_engine(engine)
+        # one writer at a time: this process's writers queue here, not in the busy handler
+        self._write_lock = self.dialect.write_lock()
+        # group commit (app.store.batched) where the dialect has it; see SqlJournal
         self.lanes: Lanes | None = None
 
     @property
     def engine(self) -> AsyncEngine:
         """The engine this store writes through."""
         return self._engine
-
-    @property
-    def is_postgresql(self) -> bool:
-        """Whether the store is PostgreSQL (claims use ``FOR UPDATE SKIP LOCKED``)."""
-        return self._dialect == "postgresql"
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[AsyncConnection]:
@@ -173,9 +158,9 @@ class SqlRole:
         self._context = context
 
     @property
-    def is_postgresql(self) -> bool:
-        """Whether the store is PostgreSQL."""
-        return self._context.is_postgresql
+    def _dialect(self) -> Dialect:
+        """What this database does its own way (:mod:`app.store.dialects`)."""
+        return self._context.dialect
 
     @property
     def _lanes(self) -> Lanes | None:

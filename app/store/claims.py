@@ -7,7 +7,6 @@ so two nodes never lease the same instance. A claim increments the fencing token
 from __future__ import annotations
 
 from datetime import datetime
-from functools import cache
 from typing import Any
 
 from sqlalchemy import (
@@ -22,17 +21,18 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.engine.journal import Ack, CancelAck, Claim, InstanceState
 from app.errors import InstanceEnded, InstanceNotFound
 from app.store.base import SqlRole, const, instant
 from app.store.fencing import NO_LEASE, fenced
-from app.store.mapping import INSTANCE, journal_aggregates, snapshot_from_row
+from app.store.mapping import INSTANCE
 from app.store.tables import ACTIVE_STATES
 from app.store.types import UtcDateTime, is_instance_id
 
-__all__ = ["SqlClaims", "claim_values", "claimable"]
+__all__ = ["SqlClaims", "claim_due_pick", "claim_due_update", "claim_values", "claimable"]
 
 _RUNNING = InstanceState.RUNNING.value
 _SUSPENDED = InstanceState.SUSPENDED.value
@@ -59,19 +59,18 @@ def claim_values(owner: Any, now: Any, lease_until: Any) -> dict[str, Any]:
     }
 
 
-@cache
-def _claim_due_statement(postgresql: bool) -> Any:
-    """``claim_due`` as one statement, built once per dialect (bound parameters
-    ``c_owner``, ``c_now``, ``c_lease``, ``c_limit`` and the expanding ``c_runnable``)."""
+def claim_due_pick() -> Select[Any]:
+    """The ids ``claim_due`` takes: due instances of runnable flow versions, expired
+    leases first (a dead node's work is taken over within lease + scan interval even
+    behind a backlog), then the earliest due instant (bound parameters ``c_now``,
+    ``c_limit`` and the expanding ``c_runnable``)."""
     now = bindparam("c_now", type_=UtcDateTime())
     due_at = case(
         (INSTANCE.c.state == const(_SUSPENDED), INSTANCE.c.wake_at),
         else_=INSTANCE.c.lease_expires_at,
     )
-    # a dead node's instances first: they were already being advanced, and a backlog of
-    # overdue wakes must not delay their takeover beyond lease + scan interval
     taken_over_first = case((INSTANCE.c.state == const(_RUNNING), 0), else_=1)
-    pick = (
+    return (
         select(INSTANCE.c.id)
         .where(
             claimable(now, due_only=True),
@@ -82,52 +81,21 @@ def _claim_due_statement(postgresql: bool) -> Any:
         .order_by(taken_over_first, due_at, INSTANCE.c.id)
         .limit(bindparam("c_limit", type_=Integer()))
     )
-    if postgresql:
-        pick = pick.with_for_update(skip_locked=True)
-    stmt = (
+
+
+def claim_due_update(pick: Select[Any]) -> Any:
+    """The claim of the ids ``pick`` selects (bound parameters ``c_owner``, ``c_now``,
+    ``c_lease`` besides the pick's)."""
+    return (
         update(INSTANCE)
         .where(INSTANCE.c.id.in_(pick.scalar_subquery()))
         .values(
             **claim_values(
-                bindparam("c_owner", type_=String()), now, bindparam("c_lease", type_=UtcDateTime())
+                bindparam("c_owner", type_=String()),
+                bindparam("c_now", type_=UtcDateTime()),
+                bindparam("c_lease", type_=UtcDateTime()),
             )
         )
-    )
-    if postgresql:
-        # the claimed rows come back whole, with their journals and mailboxes: the runs
-        # need no load of their own (the lease keeps the journal as read). A sub-select in
-        # RETURNING reads the statement's snapshot, i.e. the row before this claim: it
-        # tells a lease takeover (the row was running) from a wake.
-        steps, signals = journal_aggregates()
-        before = INSTANCE.alias("before")
-        was_running = select(before.c.state).where(
-            before.c.id == INSTANCE.c.id
-        ).scalar_subquery() == const(_RUNNING)
-        return stmt.returning(
-            *INSTANCE.c,
-            steps.label("j_steps"),
-            signals.label("j_signals"),
-            was_running.label("taken_over"),
-        )
-    return stmt.returning(INSTANCE.c.id, INSTANCE.c.fencing_token, INSTANCE.c.wake_at)
-
-
-@cache
-def _expired_statement() -> Any:
-    """SQLite: the ids of running instances with an expired lease that ``claim_due``
-    takes first (its pick's order), read in the claim's transaction before it."""
-    now = bindparam("c_now", type_=UtcDateTime())
-    return (
-        select(INSTANCE.c.id)
-        .where(
-            INSTANCE.c.state == const(_RUNNING),
-            INSTANCE.c.lease_expires_at < now,
-            tuple_(INSTANCE.c.flow_name, INSTANCE.c.flow_version).in_(
-                bindparam("c_runnable", expanding=True)
-            ),
-        )
-        .order_by(INSTANCE.c.lease_expires_at, INSTANCE.c.id)
-        .limit(bindparam("c_limit", type_=Integer()))
     )
 
 
@@ -185,7 +153,6 @@ class SqlClaims(SqlRole):
         """
         if not runnable or limit <= 0:
             return []
-        stmt = _claim_due_statement(self.is_postgresql)
         params = {
             "c_owner": owner,
             "c_now": now,
@@ -193,20 +160,7 @@ class SqlClaims(SqlRole):
             "c_limit": limit,
             "c_runnable": list(runnable),
         }
-        expired: set[str] = set()
-        async with self._single(write=True) as conn:  # one atomic UPDATE ... RETURNING
-            if not self.is_postgresql:  # one write transaction: the rows stay as read
-                found = await conn.execute(_expired_statement(), params)
-                expired = {r.id for r in found}
-            rows = (await conn.execute(stmt, params)).all()
-        # RETURNING has no order: restore the pick's (expired leases without a wake first)
-        ordered = sorted(rows, key=lambda r: (r.wake_at is not None, r.wake_at or now, r.id))
-        if not self.is_postgresql:
-            return [Claim(r.id, r.fencing_token, taken_over=r.id in expired) for r in ordered]
-        return [
-            Claim(r.id, r.fencing_token, snapshot_from_row(r), taken_over=bool(r.taken_over))
-            for r in ordered
-        ]
+        return await self._dialect.claim_due(self, params)
 
     async def count_not_runnable(self, now: datetime, runnable: list[tuple[str, str]]) -> int:
         """Count due instances whose ``(flow_name, flow_version)`` is not in ``runnable``."""

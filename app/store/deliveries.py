@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, exists, func, insert, or_, select, text, update
+from sqlalchemy import and_, exists, func, insert, or_, select, update
 from sqlalchemy.sql import Select
 
 from app.engine.ports.outbox import ClaimedDelivery
@@ -61,12 +61,8 @@ class SqlDeliveries(SqlPart):
         if waiting is None:
             return 0
         async with self._write() as conn:
-            if self.is_postgresql:
-                got = await conn.execute(
-                    text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": _RELAY_LOCK}
-                )
-                if not got.scalar_one():
-                    return 0
+            if not await self._dialect.try_lock(conn, _RELAY_LOCK):
+                return 0
             query = (
                 select(EVENT.c.sequence, EVENT.c.id, EVENT.c.instance_id)
                 .where(EVENT.c.published_at.is_(None))
@@ -135,8 +131,7 @@ class SqlDeliveries(SqlPart):
             ).first()
         if due is None:
             return []
-        if self.is_postgresql:
-            picked = picked.with_for_update(skip_locked=True, of=DELIVERY)
+        picked = self._dialect.locked(picked, skip_locked=True, of=DELIVERY)
         async with self._write() as conn:
             sequences = [r[0] for r in (await conn.execute(picked)).all()]
             if not sequences:

@@ -10,7 +10,7 @@ nothing is written.
 
 from __future__ import annotations
 
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Row, bindparam, case, func, insert, literal_column, null, select, update
@@ -21,7 +21,7 @@ from sqlalchemy.sql.elements import ClauseElement
 from app.engine.journal import EmittedEvent, InstanceState, ReviewRequest, StepRow
 from app.errors import InstanceNotFound, StaleFencingToken
 from app.store.base import JournalConflict
-from app.store.mapping import EVENT, INSTANCE, REVIEW, STEP, journal_insert, step_values
+from app.store.mapping import EVENT, INSTANCE, REVIEW, STEP, step_values
 
 __all__ = [
     "NEXT_SQLITE_SEQUENCE",
@@ -30,7 +30,6 @@ __all__ = [
     "RUNNING",
     "SUSPENDED",
     "after_commit",
-    "commit_step_statement",
     "fenced",
     "insert_step",
     "why",
@@ -88,32 +87,6 @@ def after_commit(lease_until: Any, committed_at: Any) -> dict[str, Any]:
         "updated_at": case((busy, committed_at), else_=INSTANCE.c.updated_at),
         **{k: null() for k in NO_TRY},
     }
-
-
-@cache
-def commit_step_statement() -> Any:
-    """``commit_step`` as one PostgreSQL statement, built once (bound parameters ``f_*`` for
-    the fence, ``s_*`` for the journal row's columns)."""
-    fence = (
-        update(INSTANCE)
-        .where(
-            INSTANCE.c.id == bindparam("f_id"),
-            INSTANCE.c.fencing_token == bindparam("f_token"),
-            INSTANCE.c.state == RUNNING,
-        )
-        .values(
-            **after_commit(
-                bindparam("f_lease", type_=INSTANCE.c.lease_expires_at.type),
-                bindparam("f_updated", type_=INSTANCE.c.updated_at.type),
-            )
-        )
-        .returning(INSTANCE.c.cancel_requested)
-        .cte("fence")
-    )
-    inserted = journal_insert(fence)
-    return select(
-        fence.c.cancel_requested, select(func.count()).select_from(inserted).scalar_subquery()
-    )
 
 
 async def fenced(
@@ -187,17 +160,16 @@ async def insert_step(
     events: list[EmittedEvent] | None = None,
     reviews: list[ReviewRequest] | None = None,
     *,
-    postgresql: bool,
+    extra: dict[str, Any],
 ) -> None:
-    """Insert a journal row with its outbox events and review items.
+    """Insert a journal row with its outbox events and review items; ``extra``: the
+    dialect's own values of the row (:meth:`app.store.dialects.Dialect.sequence_values`).
 
     Raises:
         JournalConflict: the execution row, an event id or a review id exists already
             (the caller's transaction then rolls back).
     """
-    values = step_values(row)
-    if not postgresql:
-        values["sequence"] = NEXT_SQLITE_SEQUENCE
+    values = {**step_values(row), **extra}
     try:
         await conn.execute(insert(STEP).values(values))
         for event in events or ():

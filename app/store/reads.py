@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 from sqlalchemy import bindparam, func, select, text
@@ -21,27 +20,14 @@ from app.store.mapping import (
     INSTANCE,
     REVIEW,
     SIGNAL,
-    STEP,
     instance_from_row,
-    journal_aggregates,
     signal_from_row,
-    snapshot_from_row,
-    step_from_row,
 )
 
 __all__ = ["SqlReads", "load_snapshot"]
 
 
 _INSTANCE_BY_ID = select(INSTANCE).where(INSTANCE.c.id == bindparam("id"))
-
-
-@cache
-def _load_statement() -> Any:
-    """PostgreSQL ``load`` as one statement, built once (bound parameter ``id``)."""
-    steps, signals = journal_aggregates()
-    return select(INSTANCE, steps.label("j_steps"), signals.label("j_signals")).where(
-        INSTANCE.c.id == bindparam("id")
-    )
 
 
 class SqlReads(SqlRole):
@@ -157,33 +143,12 @@ async def _instance(conn: AsyncConnection, instance_id: str) -> InstanceRecord:
 
 async def load_snapshot(role: SqlRole, instance_id: str) -> Snapshot:
     """The instance, its journal (commit order) and its untaken signals (arrival order),
-    from one snapshot: on PostgreSQL one statement (autocommit, one round trip) with the
-    journal and signals aggregated as JSON arrays.
+    from one snapshot (:meth:`app.store.dialects.Dialect.load`).
 
     Raises:
         InstanceNotFound: no such instance (code ``instance_not_found``).
     """
-    if role.is_postgresql:
-        async with role._single(write=False) as conn:
-            row = (await conn.execute(_load_statement(), {"id": instance_id})).first()
-        if row is None:
-            raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
-        return snapshot_from_row(row)
-    async with role._read() as conn:
-        instance = await _instance(conn, instance_id)
-        steps = await conn.execute(
-            select(STEP).where(STEP.c.instance_id == instance_id).order_by(STEP.c.sequence)
-        )
-        signals = await conn.execute(
-            select(SIGNAL)
-            .where(SIGNAL.c.instance_id == instance_id, SIGNAL.c.taken_at.is_(None))
-            .order_by(SIGNAL.c.sequence)
-        )
-        return Snapshot(
-            instance=instance,
-            steps=[step_from_row(r) for r in steps],
-            signals=[signal_from_row(r) for r in signals],
-        )
+    return await role._dialect.load(role, instance_id)
 
 
 def _plain(mapping: Any, json_key: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import delete, select, text
+from sqlalchemy import delete, select
 
 from app.store.base import SqlPart
 from app.store.tables import FlowInstanceRow, metadata
@@ -47,19 +47,14 @@ class SqlRetention(SqlPart):
             t for t in metadata.sorted_tables if t.name != INSTANCE.name and "instance_id" in t.c
         ]
         async with self._write() as conn:
-            if self.is_postgresql:
-                got = await conn.execute(
-                    text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": _PURGE_LOCK}
-                )
-                if not got.scalar_one():
-                    return 0
-            picked = (
+            if not await self._dialect.try_lock(conn, _PURGE_LOCK):
+                return 0
+            picked = self._dialect.locked(
                 select(INSTANCE.c.id)
                 .where(INSTANCE.c.state.in_(ENDED_STATES), INSTANCE.c.updated_at < cutoff)
-                .limit(limit)
+                .limit(limit),
+                skip_locked=True,
             )
-            if self.is_postgresql:
-                picked = picked.with_for_update(skip_locked=True)
             ids = [r[0] for r in (await conn.execute(picked)).all()]
             if not ids:
                 return 0

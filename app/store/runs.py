@@ -89,7 +89,7 @@ class SqlRuns(SqlClaims, SqlJournalWrites):
                     row,
                     list(commit.events) if n == last else None,
                     list(commit.reviews) if n == last else None,
-                    postgresql=self.is_postgresql,
+                    extra=self._dialect.sequence_values(),
                 )
             if commit.take_signal is not None:
                 row = commit.rows[-1]

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.store.actions import SqlOperatorActions
 from app.store.base import SqlContext
-from app.store.batched import Lanes, PgBatches
+from app.store.batched import Lanes
 from app.store.listing import SqlOperatorReads
 from app.store.overview import SqlOverviewReads
 from app.store.reads import SqlReads
@@ -60,8 +60,7 @@ class SqlJournal:
         self, engine: AsyncEngine, *, on_batch: Callable[[str, int], None] | None = None
     ) -> None:
         context = SqlContext(engine)
-        if context.is_postgresql:
-            context.lanes = PgBatches(context).make_lanes(on_batch)
+        context.lanes = context.dialect.make_lanes(context, on_batch)
         self._context = context
         self.mailbox = SqlMailbox(context)
         self.runs = SqlRuns(context, self.mailbox)
@@ -79,7 +78,7 @@ class SqlJournal:
     @property
     def is_postgresql(self) -> bool:
         """Whether the store is PostgreSQL (claims use ``FOR UPDATE SKIP LOCKED``)."""
-        return self._context.is_postgresql
+        return self._context.dialect.name == "postgresql"
 
     @property
     def lanes(self) -> Lanes | None:

@@ -41,8 +41,7 @@ class SqlStreams(SqlRole):
             lock = select(INSTANCE.c.fencing_token, INSTANCE.c.state).where(
                 INSTANCE.c.id == instance_id
             )
-            if self.is_postgresql:
-                lock = lock.with_for_update()  # serialise writers of one instance's streams
+            lock = self._dialect.locked(lock)  # serialise writers of one instance's streams
             current = (await conn.execute(lock)).first()
             if current is None:
                 raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)

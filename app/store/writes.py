@@ -12,10 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, exists, insert, select, text, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import and_, exists, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.engine.journal import (
@@ -38,7 +35,6 @@ from app.store.fencing import (
     NO_TRY,
     SUSPENDED,
     after_commit,
-    commit_step_statement,
     fenced,
     insert_step,
 )
@@ -51,16 +47,12 @@ from app.store.mapping import (
     instance_from_new,
     instance_from_row,
     instance_values,
-    step_values,
 )
 from app.store.reads import load_snapshot
-from app.store.tables import ACTIVE_STATES, IDEMPOTENCY_DIGEST_SQL, idempotency_digest_sql
+from app.store.tables import ACTIVE_STATES
 from app.store.types import is_instance_id
 
 __all__ = ["SqlJournalWrites"]
-
-
-_DIGEST_OF_PARAMS = idempotency_digest_sql("CAST(:d_flow AS text)", "CAST(:d_key AS text)")
 
 
 class _Undo(Exception):  # control flow only: never escapes this module
@@ -118,10 +110,9 @@ class SqlJournalWrites(SqlRole):
                 require_aware(new.created_at, new.deadline_at, new.lease_expires_at)
                 created = await self._lanes.create.submit(new)
             if created is None:
-                insert_ = pg_insert if self.is_postgresql else sqlite_insert
                 async with self._write() as conn:  # RETURNING: psycopg's rowcount is -1
                     inserted = await conn.execute(
-                        insert_(INSTANCE)
+                        self._dialect.insert(INSTANCE)
                         .values(instance_values(new))
                         .on_conflict_do_nothing()
                         .returning(INSTANCE.c.id)
@@ -177,12 +168,7 @@ class SqlJournalWrites(SqlRole):
                 INSTANCE.c.flow_name == new.flow_name,
                 INSTANCE.c.idempotency_key == new.idempotency_key,
             )
-            if self.is_postgresql:  # through the digest index (the texts confirm it)
-                stmt = stmt.where(
-                    text(f"{IDEMPOTENCY_DIGEST_SQL} = {_DIGEST_OF_PARAMS}").bindparams(
-                        d_flow=new.flow_name, d_key=new.idempotency_key
-                    )
-                )
+            stmt = self._dialect.by_idempotency_key(stmt, new)
             record = (await conn.execute(stmt)).first()
             if record is not None:
                 if not new.repeats(record.input, record.instance_key):
@@ -269,44 +255,18 @@ class SqlJournalWrites(SqlRole):
             )
             if answer is not None:
                 return Ack(applied=True, cancel_requested=answer.cancel_requested)
-        if self.is_postgresql and not events and not reviews and deferred is None:
-            return await self._commit_step_one_statement(token, row, lease_until)
+        if not events and not reviews and deferred is None:
+            ack = await self._dialect.commit_step(self, token, row, lease_until)
+            if ack is not None:
+                return ack
         values = after_commit(instant(lease_until), instant(row.committed_at))
         async with self._write() as conn:
             fence = await fenced(conn, row.instance_id, token, values)
             assert fence is not None
             if deferred is not None:
-                await insert_step(conn, deferred, postgresql=self.is_postgresql)
-            await insert_step(conn, row, events, reviews, postgresql=self.is_postgresql)
+                await insert_step(conn, deferred, extra=self._dialect.sequence_values())
+            await insert_step(conn, row, events, reviews, extra=self._dialect.sequence_values())
         return Ack(applied=True, cancel_requested=fence.cancel_requested)
-
-    async def _commit_step_one_statement(
-        self, token: int, row: StepRow, lease_until: datetime
-    ) -> Ack:
-        """PostgreSQL: the fenced UPDATE and the journal INSERT as one statement
-        (``WITH fence AS (UPDATE ... RETURNING), ins AS (INSERT ... SELECT ... FROM fence)``)
-        in autocommit: atomic, one round trip. No fence row: nothing inserted, and the
-        usual diagnosis (stale token or no instance) follows."""
-        params = {f"s_{k}": v for k, v in step_values(row).items()}
-        params.update(
-            f_id=row.instance_id, f_token=token, f_lease=lease_until, f_updated=row.committed_at
-        )
-        try:
-            async with self._single(write=True) as conn:
-                found = (await conn.execute(commit_step_statement(), params)).first()
-                if found is None:
-                    # stale token or no instance (a token never becomes current again)
-                    await fenced(conn, row.instance_id, token, {"updated_at": row.committed_at})
-                    raise AssertionError("fenced write matched nothing")  # pragma: no cover
-        except IntegrityError as exc:
-            raise JournalConflict(
-                f"instance {row.instance_id!r}: step {row.step_id} scope {row.scope} "
-                f"{row.kind} try {row.try_number} conflicts with the journal: {exc.orig}",
-                instance_id=row.instance_id,
-                step_id=row.step_id,
-                scope=row.scope,
-            ) from exc
-        return Ack(applied=True, cancel_requested=found.cancel_requested)
 
     async def _commit_and_park(
         self, token: int, row: StepRow, lease_until: datetime, park: Park, at: datetime
