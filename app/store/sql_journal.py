@@ -19,6 +19,7 @@ from app.store.actions import SqlOperatorActions
 from app.store.base import SqlContext
 from app.store.batched import Lanes
 from app.store.listing import SqlOperatorReads
+from app.store.memory import MemoryStore
 from app.store.overview import SqlOverviewReads
 from app.store.reads import SqlReads
 from app.store.runs import SqlRuns
@@ -79,6 +80,10 @@ class SqlJournal:
     def is_postgresql(self) -> bool:
         """Whether the store is PostgreSQL (claims use ``FOR UPDATE SKIP LOCKED``)."""
         return self._context.dialect.name == "postgresql"
+
+    def scratch(self) -> MemoryStore:
+        """A new, empty :class:`~app.store.memory.MemoryStore` (an ephemeral run's store)."""
+        return MemoryStore()
 
     @property
     def lanes(self) -> Lanes | None:

@@ -1,14 +1,18 @@
 """The store's ports: narrow (no method takes more than six parameters), and every store
-implements each port it is wired as, with the port's names, parameters and defaults."""
+(SQL and in memory) implements each port it is wired as, with the port's names, parameters
+and defaults; the in-memory store imports no SQL."""
 
 from __future__ import annotations
 
+import ast
 import inspect
+from pathlib import Path
 
 import pytest
 
 import app.engine.ports as ports
 from app.store import SqlJournal, make_async_engine
+from app.store.memory import MemoryStore
 
 MAX_PARAMETERS = 6
 
@@ -78,15 +82,17 @@ def test_the_journal_port_names_every_wired_port() -> None:
     assert declared == set(WIRED)
 
 
+def _stores() -> list[object]:
+    return [SqlJournal(make_async_engine("sqlite:///unused.db")), MemoryStore()]
+
+
+@pytest.mark.parametrize("store", _stores(), ids=lambda s: type(s).__name__)
 @pytest.mark.parametrize(("attribute", "protocol"), WIRED.items())
-def test_the_sql_journal_implements_each_port_it_is_wired_as(
-    attribute: str, protocol: type
+def test_each_store_implements_each_port_it_is_wired_as(
+    store: object, attribute: str, protocol: type
 ) -> None:
-    """Same names, parameters and defaults as the port (the engine may call by keyword);
-    the ports are objects of their own, composed by ``SqlJournal``."""
-    journal = SqlJournal(make_async_engine("sqlite:///unused.db"))
-    implementation = type(getattr(journal, attribute))
-    assert not issubclass(SqlJournal, implementation)
+    """Same names, parameters and defaults as the port (the engine may call by keyword)."""
+    implementation = type(getattr(store, attribute))
     for name, method in sorted(_methods(protocol).items()):
         implemented = getattr(implementation, name)
         assert inspect.iscoroutinefunction(implemented), name
@@ -95,3 +101,28 @@ def test_the_sql_journal_implements_each_port_it_is_wired_as(
         assert [(p.name, p.kind, p.default) for p in got.values()] == [
             (p.name, p.kind, p.default) for p in want.values()
         ], name
+
+
+def test_the_sql_journal_composes_its_ports_as_objects_of_their_own() -> None:
+    journal = SqlJournal(make_async_engine("sqlite:///unused.db"))
+    for attribute in WIRED:
+        assert not issubclass(SqlJournal, type(getattr(journal, attribute))), attribute
+
+
+@pytest.mark.parametrize("module", ["memory", "memory_reads", "memory_state"])
+def test_the_memory_store_imports_no_sql(module: str) -> None:
+    path = Path(__file__).resolve().parents[2] / "app" / "store" / f"{module}.py"
+    tree = ast.parse(path.read_text())
+    imported = [
+        name
+        for node in ast.walk(tree)
+        for name in (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
+    ]
+    assert [n for n in imported if n.split(".")[0] in ("sqlalchemy", "sqlmodel", "alembic")] == []
+    assert [n for n in imported if n.startswith("app.store") and "memory" not in n] == []

@@ -111,3 +111,8 @@ class Journal(Protocol):
     @property
     def overview(self) -> OverviewReads:
         """The console overview's counts."""
+
+    def scratch(self) -> Journal:
+        """A new, empty store in memory with the same ports: where a run that writes no
+        rows (an ephemeral flow) keeps its instance for the length of one call."""
+        ...
