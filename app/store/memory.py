@@ -386,6 +386,10 @@ class MemoryStore(MemoryReads):
             trace_context=dict(new.trace_context) if new.trace_context else None,
         )
         self._s.instances[new.id] = record
+        self._s.steps[new.id] = [
+            replace(row, values=copy_json(row.values), sequence=next(self._s.sequence))
+            for row in new.steps
+        ]
         if new.idempotency_key is not None:
             self._s.idempotency[new.id] = new.idempotency_key
         return record, True

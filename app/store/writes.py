@@ -119,7 +119,7 @@ class SqlJournalWrites(SqlRole):
                     )
                     created = inserted.first() is not None
                     for row in new.steps if created else ():
-                        await insert_step(conn, row, postgresql=self.is_postgresql)
+                        await insert_step(conn, row, extra=self._dialect.sequence_values())
             if created:
                 return instance_from_new(new), True
             async with self._read() as conn:

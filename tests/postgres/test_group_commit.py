@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import text
 
 from app.engine.journal import Ack, EmittedEvent, InstanceState, StepKind, StepRow
-from app.engine.ports import NewSignal
+from app.engine.ports import NewSignal, TryMark
 from app.errors import (
     IdempotencyKeyReused,
     InstanceKeyInUse,
@@ -211,7 +211,7 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
     await journal.mailbox.deliver_signal(
         NewSignal(other_signal, "rejected", {}, None, at(1), "s-2")
     )
-    await journal.runs.start_try(busy, 1, 0, 0, 1, at(1), at(20))
+    await journal.runs.start_try(busy, 1, TryMark(0, 0, 1, at(1)), at(20))
     stale_before = await journal.runs.load(stale)
     cancelled_before = await journal.reads.get_instance(cancelled)
     park_before, commit_before = counts(lanes(journal).park), counts(lanes(journal).commit)
@@ -448,7 +448,7 @@ async def test_a_commit_that_clears_an_attempt_writes_the_instance_row(
     journal: SqlJournal,
 ) -> None:
     (instance_id,) = await started(journal)
-    await journal.runs.start_try(instance_id, 1, 0, 0, 1, at(1), at(20))
+    await journal.runs.start_try(instance_id, 1, TryMark(0, 0, 1, at(1)), at(20))
     await journal.runs.record_heartbeat(instance_id, 1, {"pct": 50}, at(1.5), at(21))
     xmin, _ = await row_version(journal, instance_id)
     assert await journal.runs.commit_step(1, step(instance_id), at(40)) == Ack(True, False)
@@ -463,7 +463,7 @@ async def test_a_batch_of_plain_and_busy_commits(journal: SqlJournal) -> None:
     ids = await started(journal, 10)
     busy = set(ids[::2])
     for instance_id in busy:
-        await journal.runs.start_try(instance_id, 1, 0, 0, 1, at(1), at(20))
+        await journal.runs.start_try(instance_id, 1, TryMark(0, 0, 1, at(1)), at(20))
     versions = {i: await row_version(journal, i) for i in ids}
     cancelled = ids[1]
     await journal.intake.request_cancel(cancelled, "api", at(1), at(31))
@@ -554,7 +554,7 @@ async def test_emit_commits_carrying_deferred_rows_share_a_batch(
 ) -> None:
     ids = await started(journal, 8)
     busy = ids[0]
-    await journal.runs.start_try(busy, 1, 3, 0, 1, at(1), at(20))
+    await journal.runs.start_try(busy, 1, TryMark(3, 0, 1, at(1)), at(20))
     stale = ids[1]
     await make_stale(journal, stale)
     carrying, plain = ids[:5], ids[5:]
