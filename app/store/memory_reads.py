@@ -27,6 +27,7 @@ from app.engine.ports.operator import (
     InstanceSummary,
     NodeWaiting,
     OperatorAction,
+    StepActivity,
 )
 from app.store.memory_state import RUNNING, SUSPENDED, MemoryBase, copy_json
 
@@ -264,6 +265,30 @@ class MemoryReads(MemoryBase):
             key = (i.flow_name, i.flow_version, i.wake_step_id)
             counts[key] = counts.get(key, 0) + 1
         return [NodeWaiting(f, v, s, n) for (f, v, s), n in sorted(counts.items())]
+
+    async def step_activity(
+        self, flow_name: str, flow_version: str, since: datetime
+    ) -> StepActivity:
+        """See :meth:`app.engine.ports.OverviewReads.step_activity`."""
+        running: dict[int, int] = {}
+        failed: dict[int, int] = {}
+        completed = 0
+        for i in self._s.instances.values():
+            if (i.flow_name, i.flow_version) != (flow_name, flow_version):
+                continue
+            at = i.try_step_id if i.try_step_id is not None else i.wake_step_id
+            if i.state is RUNNING and at is not None:
+                running[at] = running.get(at, 0) + 1
+            elif i.updated_at >= since and i.state is InstanceState.COMPLETED:
+                completed += 1
+            elif i.updated_at >= since and i.state is InstanceState.FAILED:
+                node = i.failure.details.get("node") if i.failure is not None else None
+                if not isinstance(node, int) or isinstance(node, bool):
+                    steps = [r for r in self._s.steps.get(i.id, []) if r.kind == StepKind.STEP]
+                    node = steps[-1].step_id if steps else None
+                if node is not None:
+                    failed[node] = failed.get(node, 0) + 1
+        return StepActivity(running=running, completed=completed, failed=failed)
 
     async def attempt_starts(self, since: datetime) -> list[AttemptStart]:
         """See :meth:`app.engine.ports.OverviewReads.attempt_starts`."""

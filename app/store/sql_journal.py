@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.engine.ports import Journal
 from app.store.actions import SqlOperatorActions
 from app.store.base import SqlContext
 from app.store.batched import Lanes
@@ -81,7 +82,7 @@ class SqlJournal:
         """Whether the store is PostgreSQL (claims use ``FOR UPDATE SKIP LOCKED``)."""
         return self._context.dialect.name == "postgresql"
 
-    def scratch(self) -> MemoryStore:
+    def scratch(self) -> Journal:
         """A new, empty :class:`~app.store.memory.MemoryStore` (an ephemeral run's store)."""
         return MemoryStore()
 
