@@ -88,7 +88,10 @@ def instant_text(text: str, option: str, now: datetime | None = None) -> str:
         seconds = _seconds(value)
         if seconds is None or seconds < 0:
             raise _usage(option, text, f"an instant ({INSTANT_HELP})") from None
-        return (now - timedelta(seconds=seconds)).isoformat()
+        try:
+            return (now - timedelta(seconds=seconds)).isoformat()
+        except OverflowError:  # further back than year 1
+            raise _usage(option, text, f"an instant ({INSTANT_HELP})") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.isoformat()

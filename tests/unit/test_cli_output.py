@@ -149,6 +149,17 @@ def test_filters_take_durations_and_instants_as_people_type_them(
     assert bad.stderr.startswith("error: usage: --created-after 'last tuesday' is not an instant")
 
 
+@pytest.mark.parametrize("ago", ["99999999d", "99999999999d", "1e300"])
+def test_an_instant_further_back_than_any_date_is_bad_usage(
+    monkeypatch: pytest.MonkeyPatch, ago: str
+) -> None:
+    monkeypatch.setattr(_client._Api, "call", lambda *a, **k: pytest.fail("nothing is sent"))
+    done = CliRunner().invoke(app, ["instances", "list", "--created-after", ago])
+    assert done.exit_code == 2, done.output
+    assert done.stderr.startswith(f"error: usage: --created-after {ago!r} is not an instant")
+    assert "Traceback" not in done.output
+
+
 def test_a_piped_list_is_one_line_per_instance(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     row: dict[str, Any] = {
