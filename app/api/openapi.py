@@ -199,6 +199,9 @@ def _complete(doc: dict[str, Any]) -> dict[str, Any]:
     refusals = problem_responses(auth=True, common=False)
     for methods in doc.get("paths", {}).values():
         for operation in methods.values():
+            summary = str(operation.get("summary", ""))
+            if " " in summary and summary == summary.title():  # FastAPI's title case
+                operation["summary"] = summary[:1] + summary[1:].lower()
             schemas.update(operation.pop(DEFS_KEY, {}))
             required = operation.pop(REQUIRED_HEADERS_KEY, [])
             for parameter in operation.get("parameters", ()):
@@ -227,6 +230,18 @@ def _complete(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def _sentence_summaries(app: FastAPI) -> None:
+    """Give each operation without a summary its route's name in sentence case
+    (``Start document.process@1.0.0``, ``List nodes``), not FastAPI's title case, which
+    capitalises flow and signal names (``Start Document.Process@1.0.0``)."""
+    from fastapi.routing import APIRoute
+
+    for route in app.routes:  # the routes of included routers: see _complete
+        if isinstance(route, APIRoute) and not route.summary and route.name:
+            words = route.name.replace("_", " ")
+            route.summary = words[:1].upper() + words[1:]
+
+
 def install_openapi(app: FastAPI) -> None:
     """Make ``app.openapi()`` (served at ``/openapi.json``) the complete contract.
 
@@ -237,6 +252,7 @@ def install_openapi(app: FastAPI) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
+            _sentence_summaries(app)
             doc = get_openapi(
                 title=app.title,
                 version=app.version,

@@ -185,6 +185,15 @@ def install_problem_handlers(app: FastAPI) -> None:
         if code is None:
             log.error("HTTP %s on %s %s", exc.status_code, request.method, request.url.path)
             return problem(ErrorCode.INTERNAL_ERROR, _INTERNAL_DETAIL)
+        if exc.status_code == 404 and exc.detail == "Not Found":
+            path = request.url.path[:200]
+            return problem(
+                code,
+                f"no route {request.method} {path}: GET /api/v1/flows lists the flows' "
+                "routes, /docs the whole API",
+                headers=exc.headers,
+                flows="/api/v1/flows",
+            )
         return problem(code, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(ClientDisconnect)

@@ -315,3 +315,24 @@ async def test_odd_requests_never_answer_5xx(
     assert resp.status_code < 500, (resp.status_code, resp.text[:300])
     if resp.status_code >= 400 and path.startswith("/api"):
         assert_problem(resp, resp.status_code)
+
+
+async def test_an_unknown_route_points_to_the_flows_and_the_docs(client: httpx.AsyncClient) -> None:
+    resp = await client.get("/api/v1/builds-that-do-not-exist")
+    assert_problem(resp, 404, "not_found")
+    body = resp.json()
+    assert body["detail"].startswith("no route GET /api/v1/builds-that-do-not-exist: ")
+    assert "GET /api/v1/flows" in body["detail"] and body["flows"] == "/api/v1/flows"
+
+
+async def test_operation_summaries_are_in_sentence_case(client: httpx.AsyncClient) -> None:
+    spec = (await client.get("/openapi.json")).json()
+    summaries = {
+        op["operationId"]: op["summary"]
+        for methods in spec["paths"].values()
+        for op in methods.values()
+    }
+    assert summaries["list_nodes"] == "List nodes"
+    assert "Start document.process@1.0.0" in summaries.values()
+    assert all(s[:1].isupper() for s in summaries.values())
+    assert not [s for s in summaries.values() if "Document.Process" in s]

@@ -73,7 +73,7 @@ def test_redoc_renders_the_operations(
 ) -> None:
     page.goto(f"{server.base_url}/redoc")
 
-    expect(page.get_by_role("heading", name="Start Document.Process@1.0.0")).to_be_visible()
+    expect(page.get_by_role("heading", name="Start document.process@1.0.0")).to_be_visible()
     expect(page.get_by_role("heading", name="Get Instance")).to_be_visible()
     assert page.get_by_role("heading", level=2).count() >= 15  # one per operation
     assert offline == []
