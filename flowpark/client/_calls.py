@@ -91,9 +91,31 @@ class Call(Generic[M]):
         return kwargs
 
 
+#: The node's bound on an ``Idempotency-Key`` (characters).
+MAX_KEY = 200
+
+
 def key_header(key: str | None) -> dict[str, str]:
-    """``{"Idempotency-Key": key}``, or none."""
-    return {"Idempotency-Key": key} if key is not None else {}
+    """``{"Idempotency-Key": key}``, or none.
+
+    Raises:
+        ValueError: ``key`` is not what the node keys a write by (1 to ``MAX_KEY``
+            characters of visible ASCII, inner spaces allowed): checked before anything is
+            sent, as a blank key would be retried as keyed while the node takes it as none.
+    """
+    if key is None:
+        return {}
+    if (
+        not isinstance(key, str)
+        or not key.strip()
+        or len(key) > MAX_KEY
+        or not all("!" <= ch <= "~" or ch == " " for ch in key.strip())
+    ):
+        raise ValueError(
+            f"idempotency_key must be 1 to {MAX_KEY} characters of visible ASCII"
+            " (0x21-0x7E, inner spaces allowed)"
+        )
+    return {"Idempotency-Key": key}
 
 
 def read_answer(call: Call[M], response: httpx.Response) -> Any:

@@ -116,3 +116,13 @@ def test_a_client_needs_a_url_and_a_positive_timeout() -> None:
         Client()
     with pytest.raises(ValueError):
         Client("http://node", timeout=0)
+
+
+@pytest.mark.parametrize("key", ["", "   ", "a\x00b", "a\nb", "\u00e9t\u00e9", "k" * 201, 42])
+def test_a_key_the_node_cannot_take_is_refused_before_anything_is_sent(key: object) -> None:
+    handle, sent = scripted(started())
+    with client(handle) as c, pytest.raises(ValueError, match="idempotency_key must be"):
+        c.start("/api/v1/documents", {}, idempotency_key=key)  # type: ignore[arg-type]
+    with client(handle) as c, pytest.raises(ValueError, match="idempotency_key must be"):
+        c.signal(ID, "ocr.completed", {}, idempotency_key=key)  # type: ignore[arg-type]
+    assert sent == []
