@@ -3,12 +3,13 @@ recorded with an ``Idempotency-Key`` so a repeat answers the first answer."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Annotated, Any, cast
 
 from fastapi import Request
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from app.api.auth import Principal
 from app.engine.engine import Engine
@@ -197,6 +198,41 @@ async def cancel(request: Request, instance_id: str, key: str | None) -> Answer:
     return status, answer
 
 
+#: Most a budget may be extended by at once.
+MAX_EXTENSION = timedelta(days=366)
+_D = r"(?:[1-9][0-9]?|[12][0-9]{2}|3[0-5][0-9]|36[0-5])"
+_H = r"(?:0?[1-9]|1[0-9]|2[0-3])"
+_MS = r"(?:0?[1-9]|[1-5][0-9])"
+_T = rf"(?:{_H}H(?:{_MS}M)?(?:{_MS}S)?|{_MS}M(?:{_MS}S)?|{_MS}S)"
+#: An ``extendBy`` duration as text: ISO 8601 days, hours, minutes and whole seconds, each
+#: present part non-zero and within its unit (at most 365 days, 23 hours, 59 minutes, 59
+#: seconds), or ``P366D``: so every text the pattern takes is positive and at most
+#: :data:`MAX_EXTENSION`, and the contract (a JSON schema pattern) says exactly what is taken.
+EXTEND_PATTERN = rf"^P(?:366D|{_D}D(?:T{_T})?|T{_T})$"
+#: Smallest ``extendBy`` in seconds (the clock's resolution: one microsecond).
+MIN_EXTENSION_SECONDS = 1e-6
+_EXTEND_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {
+            "type": "string",
+            "pattern": EXTEND_PATTERN,
+            "description": "ISO 8601: days, hours, minutes, seconds (`PT2H`, `P1DT12H`)",
+        },
+        {
+            "type": "number",
+            "minimum": MIN_EXTENSION_SECONDS,
+            "maximum": MAX_EXTENSION.total_seconds(),
+            "description": "seconds",
+        },
+    ],
+    "description": (
+        "An ISO-8601 duration (`PT2H`; each part non-zero and within its unit: at most "
+        "365 days, 23 hours, 59 minutes, 59 seconds, or `P366D`) or seconds (at least "
+        "0.000001, at most 31622400); positive, at most 366 days."
+    ),
+}
+
+
 class Extension(BaseModel):
     """``POST /api/v1/instances/{id}/budget``: how much longer the poll may wait."""
 
@@ -204,22 +240,29 @@ class Extension(BaseModel):
         extra="forbid", json_schema_extra={"examples": [{"extendBy": "PT2H"}, {"extendBy": 600}]}
     )
 
-    extend_by: timedelta = Field(
-        alias="extendBy",
-        description="An ISO-8601 duration (`PT2H`) or seconds; positive, at most 366 days.",
-    )
+    extend_by: Annotated[timedelta, WithJsonSchema(_EXTEND_SCHEMA)] = Field(alias="extendBy")
 
     @field_validator("extend_by", mode="before")
     @classmethod
-    def _not_a_boolean(cls, value: object) -> object:
+    def _as_the_schema_says(cls, value: object) -> object:
         if isinstance(value, bool):  # pydantic would read true as 1 second
             raise ValueError("extendBy must be an ISO-8601 duration or seconds, not a boolean")
+        if isinstance(value, str) and re.fullmatch(EXTEND_PATTERN, value) is None:
+            raise ValueError(
+                "extendBy must be an ISO-8601 duration of days, hours, minutes and whole "
+                "seconds (each part non-zero, within its unit; e.g. PT2H, P1DT12H) of at "
+                "most 366 days, or a number of seconds"
+            )
+        if isinstance(value, int | float) and not (
+            MIN_EXTENSION_SECONDS <= value <= MAX_EXTENSION.total_seconds()
+        ):
+            raise ValueError("extendBy must be positive and at most 366 days")
         return value
 
     @field_validator("extend_by")
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
-        if not timedelta(0) < value <= timedelta(days=366):
+        if not timedelta(0) < value <= MAX_EXTENSION:
             raise ValueError("extendBy must be positive and at most 366 days")
         return value
 

@@ -267,19 +267,45 @@ class BulkFilter(BaseModel):
         )
 
 
+_NOT_NULL: dict[str, Any] = {"not": {"type": "null"}}
+#: A filter narrows the selection when one of its fields does: (JSON schema of each way).
+_NARROWING: list[dict[str, Any]] = [
+    *(
+        {"required": [name], "properties": {name: _NOT_NULL}}
+        for name in (
+            "flow",
+            "version",
+            "overdue",
+            "errorCode",
+            "waiting",
+            "instanceKey",
+            "createdAfter",
+            "createdBefore",
+        )
+    ),
+    {"required": ["state"], "properties": {"state": {"type": "array", "minItems": 1}}},
+    {"required": ["stuck"], "properties": {"stuck": {"const": True}}},
+]
+
+
+def _bulk_schema(schema: dict[str, Any]) -> None:
+    """The examples, and the rule :meth:`BulkFilter.is_empty` enforces: ``"all": true`` or
+    a filter with a field that narrows (else 422 ``bulk_filter_missing``)."""
+    schema["examples"] = [
+        {"action": "wake", "filter": {"waiting": "poll", "overdue": 600}, "limit": 100},
+        {"action": "cancel", "filter": {"flow": "document.process"}, "dryRun": True},
+        {"action": "wake", "all": True, "dryRun": True},
+    ]
+    schema["anyOf"] = [
+        {"required": ["all"], "properties": {"all": {"const": True}}},
+        {"required": ["filter"], "properties": {"filter": {"anyOf": _NARROWING}}},
+    ]
+
+
 class BulkAction(BaseModel):
     """``POST /api/v1/instances/actions``: act on the instances a filter selects."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {"action": "wake", "filter": {"waiting": "poll", "overdue": 600}, "limit": 100},
-                {"action": "cancel", "filter": {"flow": "document.process"}, "dryRun": True},
-                {"action": "wake", "all": True, "dryRun": True},
-            ]
-        },
-    )
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_bulk_schema)
 
     action: Literal["wake", "cancel"]
     filter: BulkFilter = Field(default_factory=BulkFilter)

@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from app.errors import ErrorCode, FlowparkError
+from app.outages import OUTAGES
 
 __all__ = [
     "PROBLEM_JSON",
@@ -158,10 +159,9 @@ def install_problem_handlers(app: FastAPI) -> None:
             )
             return problem(ErrorCode.INTERNAL_ERROR, _INTERNAL_DETAIL)
         if exc.code is ErrorCode.STORE_UNAVAILABLE:
-            # the driver's message names hosts, ports, users: logged (redacted), not answered
-            log.warning(
-                "store unavailable on %s %s: %s", request.method, request.url.path, exc.message
-            )
+            # the driver's message names hosts, ports, users: logged (redacted, one line
+            # per interval with a count), not answered
+            OUTAGES.unavailable("api", exc.message)
             return problem(
                 exc.code, _STORE_UNAVAILABLE_DETAIL, headers={"Retry-After": _RETRY_AFTER}
             )

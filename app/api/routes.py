@@ -255,6 +255,7 @@ def _start_links(plan: Plan) -> dict[str, Any]:
     links: dict[str, Any] = {
         "GetInstance": {"operationId": "get_instance", "parameters": instance},
         "CancelInstance": {"operationId": "cancel_instance", "parameters": instance},
+        "ExtendBudget": {"operationId": "extend_instance_budget", "parameters": instance},
     }
     for name in plan.signals:
         links[f"Signal_{_slug(name)}"] = {
@@ -517,6 +518,11 @@ def build_router() -> APIRouter:
         """Deliver signal ``name``: 404 ``instance_not_found`` / ``signal_not_declared``,
         409 ``instance_ended`` (nothing stored), 422 ``input_invalid``, 422
         ``idempotency_key_reused`` (the same ``Idempotency-Key`` with another payload).
+
+        The payload's schema is that of the signal as the instance's flow declares it (each
+        flow's own signal route, ``{route}/{instance_id}/signals/{name}``, states it): a
+        payload it does not take is 422 ``input_invalid`` naming the ``signal``, a refusal
+        that depends on the instance, which this operation's schema cannot state.
 
         The body is JSON: ``Content-Type: application/json`` (or ``application/*+json``, or
         no ``Content-Type`` at all), else 415 ``unsupported_media_type``; at most

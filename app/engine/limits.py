@@ -17,6 +17,7 @@ from app.errors import (
     StoreUnavailable,
 )
 from app.flows.capability import Capability, CapabilityOptions
+from app.outages import OUTAGES
 
 __all__ = ["CallLimits", "CapabilityTimeout", "LeaseHolder"]
 
@@ -172,12 +173,7 @@ class CallLimits:
             )
             raise
         except StoreUnavailable as exc:
-            log.warning(
-                "instance %s: lease renewal failed on node %s: %s",
-                run.instance_id,
-                self.node_id,
-                exc,
-            )
+            OUTAGES.unavailable("lease", exc)
             return False
         run.lease_expires_at = until
         run.after_ack(ack)

@@ -26,8 +26,9 @@ from app.engine.journal import (
 )
 from app.engine.outcomes import RunOutcome, StartResult
 from app.engine.ports import NewSignal, WakeClaim
-from app.errors import InputInvalid, SignalNotDeclared, StaleFencingToken
+from app.errors import InputInvalid, SignalNotDeclared, StaleFencingToken, StoreUnavailable
 from app.flows.plan import AwaitSignalNode, Plan, PollNode
+from app.outages import OUTAGES
 
 __all__ = ["SignalDelivery", "StartResult", "cancel", "deliver", "start", "wake"]
 
@@ -124,6 +125,8 @@ async def _first_advance(
         outcome = await engine.runs.advance_within(claim, engine.config.start_wait)
     except StaleFencingToken:
         pass  # logged by advance: the node that took the lease over goes on
+    except StoreUnavailable as exc:  # the row is durable; the sweep takes it over
+        OUTAGES.unavailable("run", exc)
     except Exception:  # noqa: BLE001 - the row is durable; the sweep takes it over
         log.exception(
             "instance %s: first advance failed on node %s; the sweep "

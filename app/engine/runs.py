@@ -13,7 +13,8 @@ from typing import Any
 from app.engine.clock import Clock
 from app.engine.journal import Claim, InstanceState
 from app.engine.outcomes import RunOutcome
-from app.errors import StaleFencingToken
+from app.errors import StaleFencingToken, StoreUnavailable
+from app.outages import OUTAGES
 
 __all__ = ["RunTasks"]
 
@@ -167,7 +168,9 @@ class RunTasks:
         if task.cancelled():
             return
         error = task.exception()
-        if error is not None and not isinstance(error, StaleFencingToken):
+        if isinstance(error, StoreUnavailable):
+            OUTAGES.unavailable("run", error)
+        elif error is not None and not isinstance(error, StaleFencingToken):
             log.error("background run failed on node %s", self.node_id, exc_info=error)
 
     async def drain(self) -> None:

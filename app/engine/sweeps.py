@@ -12,7 +12,8 @@ from datetime import datetime
 from app.engine.host import NodeEngine
 from app.engine.journal import Claim
 from app.engine.outcomes import RunOutcome
-from app.errors import StaleFencingToken
+from app.errors import StaleFencingToken, StoreUnavailable
+from app.outages import OUTAGES
 
 __all__ = ["SweepPass", "SweepReport", "sweep"]
 
@@ -188,7 +189,9 @@ class SweepPass:
             self.report.outcomes.append(run.result())
             return
         self.report.failed_runs += 1
-        if not isinstance(error, StaleFencingToken):
+        if isinstance(error, StoreUnavailable):
+            OUTAGES.unavailable("run", error)
+        elif not isinstance(error, StaleFencingToken):
             log.error(
                 "instance %s: run failed on node %s",
                 instance_id,

@@ -36,6 +36,7 @@ from standardwebhooks.webhooks import Webhook
 
 from app.engine.clock import Clock
 from app.engine.ports.outbox import ClaimedDelivery, Deliveries
+from app.outages import OUTAGES, store_outage
 from app.runtime.observe import NodeObserver
 from app.settings import Settings, Subscriber
 
@@ -195,8 +196,13 @@ class Deliverer:
         self._running.add(task)
         try:
             await self.run_once()
-        except Exception:  # noqa: BLE001 - logged; the next tick tries again
-            log.exception("event delivery failed on node %s", self.node_id)
+        except Exception as exc:  # noqa: BLE001 - logged; the next tick tries again
+            if store_outage(exc):
+                OUTAGES.unavailable("delivery", exc)
+            else:
+                log.exception("event delivery failed on node %s", self.node_id)
+        else:
+            OUTAGES.recovered("delivery")
         finally:
             self._running.discard(task)
 

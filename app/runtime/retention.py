@@ -17,6 +17,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from app.engine.clock import Clock
 from app.engine.ports.outbox import Retention
+from app.outages import OUTAGES, store_outage
 
 __all__ = ["Purger"]
 
@@ -72,8 +73,13 @@ class Purger:
         self._running.add(task)
         try:
             await self.run_once()
-        except Exception:  # noqa: BLE001 - logged; the next run tries again
-            log.exception("retention purge failed")
+        except Exception as exc:  # noqa: BLE001 - logged; the next run tries again
+            if store_outage(exc):
+                OUTAGES.unavailable("retention", exc)
+            else:
+                log.exception("retention purge failed")
+        else:
+            OUTAGES.recovered("retention")
         finally:
             self._running.discard(task)
 

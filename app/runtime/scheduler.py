@@ -24,6 +24,7 @@ from typing import Any
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from app.engine.engine import Engine
+from app.outages import OUTAGES, store_outage
 
 __all__ = ["WAKE_GRANULARITY", "Sweeper"]
 
@@ -99,8 +100,13 @@ class Sweeper:
             self.last_success = time.monotonic()
             self.last_sweep_at = self.engine.clock.now()
             self.last_claimed = claimed
-        except Exception:
-            log.exception("sweep failed on node %s", self.engine.config.node_id)
+        except Exception as exc:
+            if store_outage(exc):
+                OUTAGES.unavailable("sweep", exc)
+            else:
+                log.exception("sweep failed on node %s", self.engine.config.node_id)
+        else:
+            OUTAGES.recovered("sweep")
         finally:
             self._sweeping = False
             if task is not None:

@@ -34,6 +34,7 @@ from app.api.openapi import problem_responses
 from app.api.problems import problem
 from app.engine.clock import Clock
 from app.errors import ErrorCode, SchemaBehindHead
+from app.outages import OUTAGES, store_outage
 from app.runtime import tracing
 from app.runtime.metrics import CONTENT_TYPE_LATEST, Metrics, mark_process_dead, render
 from app.runtime.observe import NodeObserver
@@ -185,8 +186,13 @@ class Telemetry:
                 self._unconfigured_seen = "" in pending
                 for name, n in pending.items():
                     metrics.deliveries_pending.labels(name).set(n)
-        except Exception:  # noqa: BLE001 - a scrape shows stale gauges; the log says why
-            log.warning("could not refresh the database gauges", exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - a scrape shows stale gauges; the log says why
+            if store_outage(exc):
+                OUTAGES.unavailable("gauges", exc)
+            else:
+                log.warning("could not refresh the database gauges", exc_info=True)
+        else:
+            OUTAGES.recovered("gauges")
 
 
 def _loopback(host: str | None) -> bool:
@@ -236,7 +242,8 @@ def add_health_routes(app: FastAPI, settings: Settings, telemetry: Telemetry) ->
         """Readiness: the database answers, its schema is at the code's head revision, and
         (on a node that sweeps) a sweep ended without error within the last three scan
         intervals. 200 ``{"status": "ready", "checks": {...}}``, else 503 problem
-        ``not_ready`` with the same ``checks`` (each ``ok`` or what failed)."""
+        ``not_ready`` with the same ``checks`` (each ``ok`` or what failed; an unreachable
+        database is ``store_unavailable``, its cause in the node's log only)."""
         from app.store import check_schema_at_head
 
         checks: dict[str, str] = {}
@@ -251,8 +258,12 @@ def add_health_routes(app: FastAPI, settings: Settings, telemetry: Telemetry) ->
             if isinstance(exc, SchemaBehindHead):
                 checks["database"] = "ok"
                 checks["schema"] = str(exc)
+            elif db is None:
+                checks["database"] = "starting"
             else:
-                checks["database"] = f"{type(exc).__name__}: {exc}"[:300] or "unreachable"
+                # the driver's message names hosts, ports and SQL: to the log only
+                checks["database"] = str(ErrorCode.STORE_UNAVAILABLE)
+                OUTAGES.unavailable("readyz", f"{type(exc).__name__}: {exc}")
         sweeper = getattr(request.app.state, "sweeper", None)
         if sweeper is not None:
             window = 3 * settings.timer_scan_interval

@@ -221,6 +221,14 @@ async def test_a_database_outage_answers_503_and_afterwards_every_document_compl
                         document = names[OUTAGE_DOCUMENTS // 2 + index]
                         for method, call in (
                             (
+                                "signal",
+                                http.post(
+                                    f"{DOCUMENTS}/{known}/signals/ocr.completed",
+                                    json={"jobId": "outage-probe"},
+                                    headers={"Idempotency-Key": f"{document}-signal"},
+                                ),
+                            ),
+                            (
                                 "start",
                                 http.post(
                                     DOCUMENTS,
@@ -243,6 +251,8 @@ async def test_a_database_outage_answers_503_and_afterwards_every_document_compl
                         await asyncio.sleep(0.2)
 
                 await asyncio.gather(*(probe(i) for i in range(8)))
+                # readiness says what is wrong, and nothing of the driver's message
+                ready = await http.get("/readyz")
             pg.start()
             restarted = time.monotonic()
 
@@ -251,6 +261,11 @@ async def test_a_database_outage_answers_503_and_afterwards_every_document_compl
             assert all(s == 503 and c == "store_unavailable" for _, s, c in statuses), statuses
             slowest = max(seconds for *_, seconds in answers)
             assert slowest <= OUTAGE_ANSWER_BOUND, slowest
+            slowest_by = {m: max(sec for mm, _, _, sec in answers if mm == m) for m, *_ in answers}
+            assert ready.status_code == 503, ready.text
+            assert ready.json()["checks"]["database"] == "store_unavailable", ready.text
+            for leak in ("127.0.0.1", str(pg.port), "connection", "SELECT", "psycopg"):
+                assert leak not in ready.text, (leak, ready.text)
 
             # afterwards, with no help: the parked documents go on; the starts refused
             # during the outage are repeated (same Idempotency-Key) as a client would
@@ -270,12 +285,25 @@ async def test_a_database_outage_answers_503_and_afterwards_every_document_compl
             assert len(jobs) == OUTAGE_DOCUMENTS and {j["status"] for j in jobs} == {"completed"}
             outputs = "".join(p.output() for p in nodes.procs)
             assert "internal_error" not in outputs, outputs[-3000:]
+            # an expected outage: one warning line per kind and interval, no traceback
+            assert "Traceback" not in outputs, outputs[-5000:]
+            lines = Counter(
+                (proc.name, line.split("store unavailable (", 1)[1].split(")", 1)[0])
+                for proc in nodes.procs
+                for line in proc.output().splitlines()
+                if "store unavailable (" in line
+            )
+            assert lines, "the outage was not logged"
+            per_interval = (restarted - stopped) / 10.0 + 2  # first line, then one per 10 s
+            assert max(lines.values()) <= per_interval, lines
             report(
                 "database outage",
                 documents=OUTAGE_DOCUMENTS,
                 outage_s=restarted - stopped,
                 answers_during=len(answers),
                 slowest_answer_s=slowest,
+                slowest_signal_s=slowest_by.get("signal", 0.0),
+                outage_log_lines=sum(lines.values()),
                 completed_after_s=drained - restarted,
             )
         finally:
