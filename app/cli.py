@@ -302,6 +302,7 @@ def serve(
             # answers the figures of all
             stack.enter_context(multiprocess_dir())
         _logging(log_level)
+        from app.runtime.forwarded import forwarded_options
         from app.runtime.protocol import BoundedHttpToolsProtocol
 
         config = uvicorn.Config(
@@ -314,6 +315,8 @@ def serve(
             log_config=log_config(log_level),
             # request head size and count, head and body time: bounded per connection
             http=BoundedHttpToolsProtocol,
+            # forwarded headers only from FLOWPARK_FORWARDED_ALLOW_IPS's proxies
+            **forwarded_options(Settings()),
         )
         sock = tcp_socket(host, port)
         if workers > 1:
@@ -376,9 +379,10 @@ def fakes(
     ),
     callback_token: str = typer.Option(
         None,
-        help="Bearer token on OCR callbacks (default: FLOWPARK_SAMPLE_CALLBACK_TOKEN, else "
-        "one derived from FLOWPARK_API_TOKENS); callbacks go only below the node's public "
-        "base URL (FLOWPARK_PUBLIC_BASE_URL, else FLOWPARK_SELF_URL).",
+        help="The key of the OCR callbacks' tokens (each job's: its instance's only) and of "
+        "the admin token (default: FLOWPARK_SAMPLE_CALLBACK_TOKEN, else derived from "
+        "FLOWPARK_API_TOKENS; nodes must use the same); callbacks go only below the node's "
+        "public base URL (FLOWPARK_PUBLIC_BASE_URL, else FLOWPARK_SELF_URL).",
     ),
     log_level: str = typer.Option("info"),
 ) -> None:
@@ -389,20 +393,30 @@ def fakes(
     whichever node sweeps the instance next.
     """
     import uvicorn
+    from pydantic import SecretStr
 
     from app.cli_ops.serving import tcp_socket
+    from app.runtime.forwarded import forwarded_options
     from app.runtime.logs import log_config, set_node_id
+    from app.settings import Settings
     from samples.fakes.server import create_fakes_server
+    from samples.settings import SampleSettings
 
     set_node_id(f"fakes-{port}")
     sock = tcp_socket(host, port)  # a port in use: one line, exit 1
     _logging(log_level)
     config = uvicorn.Config(
-        create_fakes_server(per_page=per_page, callback_token=callback_token),
+        create_fakes_server(
+            sample=SampleSettings(sample_callback_token=SecretStr(callback_token))
+            if callback_token
+            else None,
+            per_page=per_page,
+        ),
         host=host,
         port=port,
         log_level=log_level,
         log_config=log_config(log_level),
+        **forwarded_options(Settings()),
     )
     server = uvicorn.Server(config)
     server.run(sockets=[sock])

@@ -80,6 +80,7 @@ async def _demo(
 
     from app.redaction import redact_url
     from app.runtime.app import create_app
+    from app.runtime.forwarded import forwarded_options
     from app.store.db import sync_url
     from app.store.migrate import upgrade
     from samples.registry import sample_flows
@@ -112,6 +113,7 @@ async def _demo(
             port=port,
             log_level="warning",
             lifespan="on",
+            **forwarded_options(settings),
         )
     )
     serving = asyncio.create_task(server.serve())

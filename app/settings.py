@@ -202,6 +202,14 @@ class Settings(BaseSettings):
         gt=0,
         description="How long a console sign-in lasts (seconds, default 8 hours).",
     )
+    forwarded_allow_ips: str | None = Field(
+        default=None,
+        description="The proxies whose X-Forwarded-For and X-Forwarded-Proto headers are "
+        "trusted (comma-separated addresses or networks, or * for any): from them the "
+        "client's address (access log, /metrics' loopback check, the fakes' admin routes) "
+        "and scheme (the console cookie's Secure flag) are taken. Unset: uvicorn's own "
+        "FORWARDED_ALLOW_IPS when that is set, else no proxy is trusted.",
+    )
     metrics_enabled: bool = Field(
         default=True, description="Count and serve Prometheus metrics (GET /metrics)."
     )

@@ -12,10 +12,16 @@ from dataclasses import replace
 from datetime import timedelta
 
 from app.flows import Flow, SignedWebhook
+from app.redaction import register_secrets
 from app.runtime.loading import Deps
 from samples.document_processing import OCR_COMPLETED, OcrClient, build_document_flow
 from samples.job_polling import JobClient, build_job_flow
-from samples.settings import SampleSettings
+from samples.settings import (
+    SampleSettings,
+    callback_credential,
+    fakes_admin_token,
+    instance_callback_check,
+)
 
 __all__ = ["SIGNED_SECRET", "flows", "sample_flows"]
 
@@ -44,10 +50,18 @@ def sample_flows(sample: SampleSettings | None = None) -> Callable[[Deps], list[
         # Webhooks) instead of sending a bearer token; the fake OCR cannot sign, so it is
         # not asked to call back then
         signed = SIGNED_SECRET in node.signal_secrets
+        key = callback_credential(node, settings).value
+        register_secrets([key, fakes_admin_token(node, settings)])
+        callbacks = settings.ocr_callbacks and not signed
+        if callbacks and deps.serving:
+            # a job's callback opens the signal routes of the instance that uploaded it
+            deps.accept_for_instance(instance_callback_check(key))
         ocr = OcrClient(
             deps.http,
             settings.ocr_base_url or node.self_url,
-            callback_base=node.callback_url if settings.ocr_callbacks and not signed else None,
+            callback_base=node.callback_url if callbacks else None,
+            callback_key=key,
+            admin_token=fakes_admin_token(node, settings),
         )
         jobs = JobClient(deps.http, settings.jobs_base_url or node.self_url)
         signal = replace(OCR_COMPLETED, verify=SignedWebhook(SIGNED_SECRET)) if signed else None
@@ -68,17 +82,12 @@ def flows(deps: Deps) -> list[Flow]:
 
 
 def _mount_fakes(deps: Deps, settings: SampleSettings) -> None:
-    from app.redaction import register_secrets
     from samples.fakes import FakeJobService, FakeOcrService, create_jobs_router, create_ocr_router
-    from samples.settings import callback_credential, fakes_state_file
+    from samples.settings import fakes_state_file
 
-    credential = callback_credential(deps.settings, settings)
-    register_secrets([credential.value])
-    if settings.ocr_callbacks:
-        deps.accept(credential)  # the callback's token: the signal scope only
+    # each job's callback carries the token its upload gave (one instance's only)
     ocr = FakeOcrService(
         per_page=timedelta(seconds=settings.sample_ocr_per_page),
-        callback_token=credential.value,
         callback_bases=(deps.settings.callback_url,),
         state_file=fakes_state_file(deps.settings, settings, "ocr"),
     )
@@ -87,8 +96,9 @@ def _mount_fakes(deps: Deps, settings: SampleSettings) -> None:
         succeed_after=timedelta(seconds=settings.job_succeed_seconds),
         state_file=fakes_state_file(deps.settings, settings, "jobs"),
     )
-    deps.mount(create_ocr_router(ocr), tags=["fake services"])
-    deps.mount(create_jobs_router(jobs), tags=["fake services"])
+    admin = fakes_admin_token(deps.settings, settings)
+    deps.mount(create_ocr_router(ocr, admin), tags=["fake services"])
+    deps.mount(create_jobs_router(jobs, admin), tags=["fake services"])
 
     async def close() -> None:
         await ocr.drain()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import Field, SecretStr
@@ -15,7 +16,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.settings import ApiToken, Settings
 
-__all__ = ["SampleSettings", "callback_credential", "fakes_state_file"]
+__all__ = [
+    "SampleSettings",
+    "callback_credential",
+    "fakes_admin_token",
+    "fakes_state_file",
+    "instance_callback_check",
+    "instance_callback_token",
+]
 
 
 class SampleSettings(BaseSettings):
@@ -38,10 +46,10 @@ class SampleSettings(BaseSettings):
     )
     sample_callback_token: SecretStr | None = Field(
         default=None,
-        description="Bearer token the fake OCR sends on its ocr.completed callbacks (only "
-        "below this node's public base URL); accepted with the signal scope only. Default: "
-        "derived from FLOWPARK_API_TOKENS (the same in every process sharing them, and none "
-        "of them).",
+        description="The key of the samples' provider tokens: each OCR job's callback "
+        "token (an HMAC of the instance's id, accepted with the signal scope on that one "
+        "instance's routes only) and the fakes' admin token. Default: derived from "
+        "FLOWPARK_API_TOKENS (the same in every process sharing them, and none of them).",
     )
     job_queued_seconds: float = Field(default=2.0, ge=0, description="Fake job: QUEUED time.")
     job_succeed_seconds: float = Field(default=6.0, ge=0, description="Fake job: run time.")
@@ -66,17 +74,18 @@ class SampleSettings(BaseSettings):
 
 
 def callback_credential(settings: Settings, sample: SampleSettings) -> ApiToken:
-    """The token of the fake OCR's callbacks: name ``sample-callback``, scope ``signal``
-    only. ``FLOWPARK_SAMPLE_CALLBACK_TOKEN``, else an HMAC-SHA256 keyed by the API tokens:
-    the same in every process sharing them, none of them, and not one a caller could
-    compute without them.
+    """The samples' provider key: ``FLOWPARK_SAMPLE_CALLBACK_TOKEN``, else an HMAC-SHA256
+    keyed by the API tokens: the same in every process sharing them, none of them, and not
+    one a caller could compute without them. It is no token any route takes: each OCR job's
+    callback token (:func:`instance_callback_token`) and the fakes' admin token
+    (:func:`fakes_admin_token`) are made from it.
 
     Args:
         settings: the node's settings (its API tokens).
         sample: the samples' settings.
 
     Returns:
-        The credential a node serving the samples accepts besides its API tokens.
+        The key, as a credential value (name ``sample-callback``).
     """
     if sample.sample_callback_token is not None:
         value = sample.sample_callback_token.get_secret_value()
@@ -84,6 +93,60 @@ def callback_credential(settings: Settings, sample: SampleSettings) -> ApiToken:
         key = "\n".join(sorted(settings.tokens)).encode("utf-8", "surrogateescape")
         value = "cb-" + hmac.new(key, b"flowpark sample callback", hashlib.sha256).hexdigest()
     return ApiToken("sample-callback", value, frozenset({"signal"}))
+
+
+#: The name an OCR callback's token acts as (the instance history records it).
+CALLBACK_NAME = "sample-callback"
+
+
+def instance_callback_token(key: str, instance_id: str) -> str:
+    """The bearer token of the OCR callbacks of the jobs instance ``instance_id`` uploads.
+
+    Args:
+        key: :func:`callback_credential`'s value (the samples' provider key).
+        instance_id: the instance whose upload creates the job.
+
+    Returns:
+        ``cbi-<hex>``: an HMAC-SHA256 of the id; only a process that knows the key makes it.
+    """
+    mac = hmac.new(key.encode(), b"ocr callback for " + instance_id.encode(), hashlib.sha256)
+    return "cbi-" + mac.hexdigest()
+
+
+def instance_callback_check(key: str) -> Callable[[str, str], ApiToken | None]:
+    """The node's check of a callback token (``Deps.accept_for_instance``): the token of
+    :func:`instance_callback_token` for the path's instance opens its signal routes (scope
+    ``signal``), and no other instance's.
+
+    Args:
+        key: :func:`callback_credential`'s value.
+
+    Returns:
+        ``check(token, instance_id)``.
+    """
+
+    def check(token: str, instance_id: str) -> ApiToken | None:
+        expected = instance_callback_token(key, instance_id)
+        if hmac.compare_digest(token.encode(), expected.encode()):
+            return ApiToken(CALLBACK_NAME, expected, frozenset({"signal"}))
+        return None
+
+    return check
+
+
+def fakes_admin_token(settings: Settings, sample: SampleSettings) -> str:
+    """The bearer token of the fakes' admin routes from off-host (list, complete, cancel;
+    loopback clients need none): derived from the same key as the callback tokens.
+
+    Args:
+        settings: the node's settings (its API tokens).
+        sample: the samples' settings.
+
+    Returns:
+        ``fa-<hex>``.
+    """
+    key = callback_credential(settings, sample).value
+    return "fa-" + hmac.new(key.encode(), b"fakes admin", hashlib.sha256).hexdigest()
 
 
 def fakes_state_file(settings: Settings, sample: SampleSettings, name: str) -> Path | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -21,7 +22,14 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from app.errors import Forbidden, Unauthorized
 from app.settings import ApiToken
 
-__all__ = ["BEARER", "Principal", "authenticate", "require_scope", "require_token"]
+__all__ = [
+    "BEARER",
+    "InstanceCheck",
+    "Principal",
+    "authenticate",
+    "require_scope",
+    "require_token",
+]
 
 #: The OpenAPI security scheme ``bearer`` (Swagger UI's "Authorize"): every route that
 #: depends on :func:`require_scope` or :func:`require_token` carries it. It reads nothing
@@ -35,6 +43,11 @@ BEARER = HTTPBearer(
     ),
     auto_error=False,
 )
+
+
+#: A flows module's check of a token for one instance: ``check(token, instance_id)`` answers
+#: the credential (name, scopes) the token is for that instance, or None.
+InstanceCheck: TypeAlias = Callable[[str, str], ApiToken | None]
 
 
 @dataclass(frozen=True)
@@ -77,8 +90,26 @@ def authenticate(request: Request) -> Principal:
         if hmac.compare_digest(sent, candidate.value.encode("utf-8", "surrogateescape")):
             found = candidate
     if found is None:
+        found = _instance_credential(request, sent)
+    if found is None:
         raise Unauthorized("unknown bearer token")
     return Principal(found.name, found.scopes)
+
+
+def _instance_credential(request: Request, sent: bytes) -> ApiToken | None:
+    """The credential a flows module's instance check (``Deps.accept_for_instance``)
+    makes of ``sent`` for the path's instance, or None: such a token opens the routes of
+    that one instance only."""
+    instance_id = request.path_params.get("instance_id")
+    checks: tuple[InstanceCheck, ...] = getattr(request.app.state, "instance_credentials", ())
+    if not isinstance(instance_id, str) or not checks:
+        return None
+    token = sent.decode("utf-8", "replace")
+    for check in checks:
+        found = check(token, instance_id)
+        if found is not None:
+            return found
+    return None
 
 
 def require_scope(scope: str) -> Callable[[Request], Awaitable[Principal]]:

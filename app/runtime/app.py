@@ -162,6 +162,7 @@ def create_app(
     app.state.flows = wiring.deps.state
     # the API accepts the tokens of the settings, plus those the flows modules added
     app.state.credentials = settings.api_credentials + tuple(wiring.deps.credentials)
+    app.state.instance_credentials = tuple(wiring.deps.instance_credentials)
     app.state.telemetry = wiring.telemetry
     install_problem_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

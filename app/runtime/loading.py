@@ -85,6 +85,9 @@ class Deps:
     routers: list[tuple[APIRouter, list[str]]] = field(default_factory=list, repr=False)
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list, repr=False)
     credentials: list[ApiToken] = field(default_factory=list, repr=False)
+    instance_credentials: list[Callable[[str, str], ApiToken | None]] = field(
+        default_factory=list, repr=False
+    )
 
     def mount(self, router: APIRouter, *, tags: Sequence[str] = ()) -> None:
         """Serve ``router``'s routes on this node (only when :attr:`serving`).
@@ -101,6 +104,13 @@ class Deps:
         its own (narrow) scopes: e.g. the token a provider's webhook carries. Register its
         value with :func:`app.redaction.register_secrets` too."""
         self.credentials.append(credential)
+
+    def accept_for_instance(self, check: Callable[[str, str], ApiToken | None]) -> None:
+        """Accept, on the routes of one instance (``.../{instance_id}/...``), the tokens
+        ``check(token, instance_id)`` answers a credential for: e.g. a provider's
+        callback token made for the instance that created its job, which opens no other
+        instance. ``check`` must compare in constant time (:func:`hmac.compare_digest`)."""
+        self.instance_credentials.append(check)
 
     def on_close(self, close: Callable[[], Awaitable[None]]) -> None:
         """Await ``close()`` when the node stops (after its sweep stopped, before the HTTP

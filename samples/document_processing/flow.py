@@ -34,6 +34,7 @@ from samples.document_processing.models import (
     OcrStatus,
     ProcessDocument,
 )
+from samples.settings import instance_callback_token
 
 __all__ = [
     "NOT_READ_IN_TIME",
@@ -66,12 +67,18 @@ class OcrClient:
         base_url: the provider's base, e.g. ``http://127.0.0.1:8000`` (``/fake/ocr`` below).
         callback_base: flowpark's own public base URL for the provider's webhook, or None
             for no callback.
+        callback_key: the key of each job's callback token
+            (:func:`samples.settings.instance_callback_token`: it opens the signal route
+            of the uploading instance only); None: the callback carries no token.
+        admin_token: sent on the provider's cancel route (an admin route off loopback).
         timeout: per-call timeout (default 10 s).
     """
 
     http: httpx.AsyncClient
     base_url: str
     callback_base: str | None = None
+    callback_key: str | None = None
+    admin_token: str | None = None
     timeout: timedelta = Waits.OCR_CALL_TIMEOUT
 
     def _url(self, path: str) -> str:
@@ -91,6 +98,8 @@ class OcrClient:
             body["callbackUrl"] = (
                 f"{self.callback_base.rstrip('/')}{ROUTE}/{instance_id}/signals/ocr.completed"
             )
+            if self.callback_key is not None:
+                body["callbackToken"] = instance_callback_token(self.callback_key, instance_id)
         resp = await self.http.post(
             self._url("/jobs"),
             json=body,
@@ -118,8 +127,10 @@ class OcrClient:
         Raises:
             httpx.HTTPError: the call failed or timed out (a failed try).
         """
+        headers = {"Authorization": f"Bearer {self.admin_token}"} if self.admin_token else {}
         resp = await self.http.post(
             self._url(f"/jobs/{quote(job_id, safe='')}/cancel"),
+            headers=headers,
             timeout=self.timeout.total_seconds(),
         )
         resp.raise_for_status()

@@ -26,12 +26,15 @@ __all__ = [
 ]
 
 
-def create_fakes_app(ocr: FakeOcrService, jobs: FakeJobService) -> FastAPI:
+def create_fakes_app(
+    ocr: FakeOcrService, jobs: FakeJobService, admin_token: str | None = None
+) -> FastAPI:
     """Build a standalone app serving both fakes.
 
     Args:
         ocr: state behind ``/fake/ocr``.
         jobs: state behind ``/fake/jobs``.
+        admin_token: what the admin routes take off loopback (None: loopback only).
 
     Returns:
         A FastAPI app with both routers mounted. On lifespan shutdown it drains pending OCR
@@ -47,6 +50,6 @@ def create_fakes_app(ocr: FakeOcrService, jobs: FakeJobService) -> FastAPI:
             await ocr.close()
 
     app = FastAPI(title="flowpark fakes", lifespan=lifespan)
-    app.include_router(create_ocr_router(ocr))
-    app.include_router(create_jobs_router(jobs))
+    app.include_router(create_ocr_router(ocr, admin_token))
+    app.include_router(create_jobs_router(jobs, admin_token))
     return app

@@ -11,8 +11,10 @@ Routes (prefix ``/fake/jobs``):
 * ``PUT /{jobId}`` (body optional ``{"input": any}``; optional ``Idempotency-Key``: a repeat
   answers the job the key's first call started) -> 201 new / 200 existing, the job view
 * ``GET /{jobId}`` -> ``{"jobId", "state", "result", "error"}``
-* ``POST /{jobId}/complete`` -> the job view, ``SUCCEEDED``
+* ``POST /{jobId}/complete`` -> the job view, ``SUCCEEDED`` (admin)
 * ``POST /{jobId}/fail`` (body optional ``{"reason": str}``) -> the job view, ``FAILED``
+  (admin: a loopback client, or one with the admin token; else 403
+  ``{"code": "fake.admin_only"}``, see :mod:`samples.fakes.admin`)
 
 Unknown jobs answer 404 ``{"code": "job.not_found"}``; completing a failed job or failing a
 succeeded one answers 409 ``{"code": "job.already_finished", "state": ...}``.
@@ -26,12 +28,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from fastapi import APIRouter, Body, Header, Response
+from fastapi import APIRouter, Body, Header, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from app.engine.clock import ensure_utc
+from samples.fakes.admin import admin_refusal
 
 __all__ = [
     "DEFAULT_FAIL_REASON",
@@ -333,11 +336,13 @@ def _conflict(exc: JobAlreadyFinished) -> JSONResponse:
     return JSONResponse(status_code=409, content={"code": exc.code, "state": exc.state})
 
 
-def create_jobs_router(service: FakeJobService) -> APIRouter:
+def create_jobs_router(service: FakeJobService, admin_token: str | None = None) -> APIRouter:
     """Build the ``/fake/jobs`` routes over ``service``.
 
     Args:
         service: the state the routes read and change.
+        admin_token: the bearer token the admin routes (complete, fail) take from a client
+            off loopback; None: loopback clients only.
 
     Returns:
         An ``APIRouter`` with prefix ``/fake/jobs`` (see the module docstring for routes).
@@ -379,7 +384,9 @@ def create_jobs_router(service: FakeJobService) -> APIRouter:
             return _not_found(exc)
 
     @router.post("/{job_id}/complete", response_model=JobView, responses={**not_found, **conflict})
-    async def complete(job_id: str) -> Any:
+    async def complete(job_id: str, request: Request) -> Any:
+        if (refused := admin_refusal(request, admin_token)) is not None:
+            return refused
         service.calls["complete"] += 1
         try:
             return service.complete(job_id)
@@ -389,7 +396,11 @@ def create_jobs_router(service: FakeJobService) -> APIRouter:
             return _conflict(exc)
 
     @router.post("/{job_id}/fail", response_model=JobView, responses={**not_found, **conflict})
-    async def fail(job_id: str, body: JobFailRequest | None = Body(default=None)) -> Any:
+    async def fail(
+        job_id: str, request: Request, body: JobFailRequest | None = Body(default=None)
+    ) -> Any:
+        if (refused := admin_refusal(request, admin_token)) is not None:
+            return refused
         service.calls["fail"] += 1
         try:
             return service.fail(job_id, body.reason if body is not None else None)

@@ -4,7 +4,11 @@ Documents are "uploaded" as OCR jobs; a job completes once ``pages * per_page`` 
 since upload (measured on the service's UTC clock), or at once via the ``complete`` route.
 A job uploaded with a ``callbackUrl`` is also completed by a real-time asyncio timer, and on
 completion the service POSTs ``{"jobId": ..., "status": "completed"}`` to that URL in a
-background task (``Authorization: Bearer <token>``, ``Idempotency-Key: ocr-<jobId>``).
+background task (``Authorization: Bearer <the job's callbackToken>``, ``Idempotency-Key:
+ocr-<jobId>``), over one ``httpx.AsyncClient`` the service keeps for all its callbacks (a
+client per callback cost ~70 ms of the loop's time each: a few hundred jobs finishing
+together froze the service for seconds). The token is the one the upload gave: a caller can
+name any allowed ``callbackUrl``, but only the uploader knows the token its route takes.
 
 State is in memory, and with a ``state_file`` also appended to that file (one JSON line per
 upload, cancel or early completion) and read back at start-up, so jobs outlive a restart of
@@ -18,12 +22,14 @@ Routes (prefix ``/fake/ocr``):
   ``Idempotency-Key`` header, a repeat of the key answers the first job (200) and creates
   none; a ``callbackUrl`` outside the service's allowed callback bases -> 422
   ``{"code": "ocr.callback_not_allowed"}``
-* ``GET /jobs`` -> ``[{"jobId", "documentId", "status"}]``
+* ``GET /jobs`` -> ``[{"jobId", "documentId", "status"}]`` (admin)
 * ``GET /jobs/{jobId}`` -> ``{"jobId", "documentId", "pages", "status", "text"}``
-* ``POST /jobs/{jobId}/cancel`` -> ``{"jobId", "status"}``
-* ``POST /jobs/{jobId}/complete`` -> the job view (409 if the job was cancelled)
+* ``POST /jobs/{jobId}/cancel`` -> ``{"jobId", "status"}`` (admin)
+* ``POST /jobs/{jobId}/complete`` -> the job view (409 if the job was cancelled) (admin)
 
-Unknown jobs answer 404 ``{"code": "ocr.job_not_found"}``.
+Unknown jobs answer 404 ``{"code": "ocr.job_not_found"}``. Admin routes answer a loopback
+client, or one with the admin token, else 403 ``{"code": "fake.admin_only"}``
+(:mod:`samples.fakes.admin`).
 """
 
 import asyncio
@@ -38,10 +44,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse
 
 from app.engine.clock import ensure_utc
+from samples.fakes.admin import admin_refusal
 from samples.fakes.ocr_models import (
     MAX_PAGES,
     OcrCallbackNotAllowed,
@@ -96,6 +103,7 @@ class _OcrJob:
     status: OcrJobStatus = "pending"
     finished_at: datetime | None = None
     callback_scheduled: bool = False
+    callback_token: str | None = None
 
     def view(self) -> OcrJobView:
         text = ocr_text(self.pages) if self.status == "completed" else None
@@ -116,10 +124,11 @@ class FakeOcrService:
             (must be >= 0).
         now: clock returning aware UTC datetimes (naive results are taken as UTC); default the
             system clock in UTC. Job progress on reads is measured on this clock.
-        callback_client_factory: builds the ``httpx.AsyncClient`` used for one callback
-            delivery (the client is closed after it); default a client with a 10 s timeout.
-        callback_token: sent as ``Authorization: Bearer <token>`` on callbacks (no header
-            when None).
+        callback_client_factory: builds the one ``httpx.AsyncClient`` every callback is
+            sent with (made at the first callback, closed by :meth:`close`); default a
+            client with a 10 s timeout.
+        callback_token: sent as ``Authorization: Bearer <token>`` on the callbacks of a job
+            whose upload gave no ``callbackToken`` (no header when None).
         callback_attempts: tries per callback (default 3).
         callback_backoff: real-time wait before retry n is ``n * callback_backoff``
             (default 200 ms).
@@ -173,6 +182,7 @@ class FakeOcrService:
         self.callback_bases = tuple(httpx.URL(b) for b in callback_bases)
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._callback_tasks: set[asyncio.Task[None]] = set()
+        self._callback_client: httpx.AsyncClient | None = None
         self._closed = False
         self.state_file = state_file
         if state_file is not None:
@@ -210,6 +220,7 @@ class FakeOcrService:
         pages: int,
         callback_url: str | None = None,
         idempotency_key: str | None = None,
+        callback_token: str | None = None,
     ) -> OcrJobAccepted:
         """Create a pending job; a repeat of ``idempotency_key`` answers the first job.
 
@@ -218,6 +229,8 @@ class FakeOcrService:
             pages: page count (>= 1).
             callback_url: URL to POST to on completion, or None.
             idempotency_key: the caller's key for this upload, or None.
+            callback_token: the bearer token of this job's callback (default the
+                service's ``callback_token``).
 
         Returns:
             The accepted job (status ``pending`` for a new one; a repeat's status now).
@@ -246,6 +259,7 @@ class FakeOcrService:
             callback_url=callback_url,
             uploaded_at=uploaded_at,
             due_at=uploaded_at + self.per_page * pages,
+            callback_token=callback_token,
         )
         self._record(
             {
@@ -257,6 +271,7 @@ class FakeOcrService:
                 "uploadedAt": job.uploaded_at.isoformat(),
                 "dueAt": job.due_at.isoformat(),
                 "key": idempotency_key,
+                "callbackToken": callback_token,
             }
         )
         self._jobs[job.job_id] = job
@@ -338,6 +353,9 @@ class FakeOcrService:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._callback_tasks.clear()
+        if self._callback_client is not None:
+            await self._callback_client.aclose()
+            self._callback_client = None
 
     # -- persistence -----------------------------------------------------------------------
 
@@ -368,6 +386,7 @@ class FakeOcrService:
                     callback_url=entry["callbackUrl"],
                     uploaded_at=datetime.fromisoformat(entry["uploadedAt"]),
                     due_at=datetime.fromisoformat(entry["dueAt"]),
+                    callback_token=entry.get("callbackToken"),
                 )
                 self._jobs[job.job_id] = job
                 if entry.get("key") is not None:
@@ -397,7 +416,8 @@ class FakeOcrService:
         self._stop_timer(job.job_id)
         if job.callback_url is not None and not job.callback_scheduled:
             job.callback_scheduled = True
-            self._spawn(self._deliver_callback(job.job_id, job.callback_url), callback=True)
+            token = job.callback_token or self.callback_token
+            self._spawn(self._deliver_callback(job.job_id, job.callback_url, token), callback=True)
 
     def _start_timer(self, job: _OcrJob) -> None:
         delay = (job.due_at - job.uploaded_at).total_seconds()
@@ -437,16 +457,21 @@ class FakeOcrService:
             task.add_done_callback(self._callback_tasks.discard)
         return task
 
-    async def _deliver_callback(self, job_id: str, url: str) -> None:
+    def _client(self) -> httpx.AsyncClient:
+        """The one client of every callback (its connections are kept and reused)."""
+        if self._callback_client is None:
+            self._callback_client = self._callback_client_factory()
+        return self._callback_client
+
+    async def _deliver_callback(self, job_id: str, url: str, token: str | None) -> None:
         headers = {"Idempotency-Key": f"ocr-{job_id}"}
-        if self.callback_token is not None:
-            headers["Authorization"] = f"Bearer {self.callback_token}"
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
         payload = {"jobId": job_id, "status": "completed"}
         for attempt in range(1, self.callback_attempts + 1):
             retryable = True
             try:
-                async with self._callback_client_factory() as client:
-                    response = await client.post(url, json=payload, headers=headers)
+                response = await self._client().post(url, json=payload, headers=headers)
             except Exception as exc:  # delivery must never raise: log and maybe retry
                 logger.warning(
                     "OCR callback for job %s to %s failed (try %d/%d): %r",
@@ -484,11 +509,13 @@ def _not_found(exc: OcrJobNotFound) -> JSONResponse:
     return JSONResponse(status_code=404, content={"code": exc.code})
 
 
-def create_ocr_router(service: FakeOcrService) -> APIRouter:
+def create_ocr_router(service: FakeOcrService, admin_token: str | None = None) -> APIRouter:
     """Build the ``/fake/ocr`` routes over ``service``.
 
     Args:
         service: the state the routes read and change.
+        admin_token: the bearer token the admin routes (list, cancel, complete) take from
+            a client off loopback; None: loopback clients only.
 
     Returns:
         An ``APIRouter`` with prefix ``/fake/ocr`` (see the module docstring for routes).
@@ -518,7 +545,11 @@ def create_ocr_router(service: FakeOcrService) -> APIRouter:
             service.uploads_by_key[idempotency_key] += 1
         try:
             accepted = service.upload(
-                body.document_id, body.pages, body.callback_url, idempotency_key
+                body.document_id,
+                body.pages,
+                body.callback_url,
+                idempotency_key,
+                callback_token=body.callback_token,
             )
         except OcrCallbackNotAllowed as exc:
             return JSONResponse(status_code=422, content={"code": exc.code})
@@ -528,7 +559,9 @@ def create_ocr_router(service: FakeOcrService) -> APIRouter:
         return accepted
 
     @router.get("/jobs", response_model=list[OcrJobSummary])
-    async def list_jobs() -> list[OcrJobSummary]:
+    async def list_jobs(request: Request) -> Any:
+        if (refused := admin_refusal(request, admin_token)) is not None:
+            return refused
         service.calls["list"] += 1
         return service.list_jobs()
 
@@ -541,7 +574,9 @@ def create_ocr_router(service: FakeOcrService) -> APIRouter:
             return _not_found(exc)
 
     @router.post("/jobs/{job_id}/cancel", response_model=OcrCancelResult, responses=not_found)
-    async def cancel(job_id: str) -> Any:
+    async def cancel(job_id: str, request: Request) -> Any:
+        if (refused := admin_refusal(request, admin_token)) is not None:
+            return refused
         service.calls["cancel"] += 1
         try:
             return service.cancel(job_id)
@@ -556,7 +591,9 @@ def create_ocr_router(service: FakeOcrService) -> APIRouter:
             409: {"description": 'Job cancelled: `{"code": "ocr.job_cancelled"}`'},
         },
     )
-    async def complete(job_id: str) -> Any:
+    async def complete(job_id: str, request: Request) -> Any:
+        if (refused := admin_refusal(request, admin_token)) is not None:
+            return refused
         service.calls["complete"] += 1
         try:
             return service.complete(job_id)

@@ -48,11 +48,13 @@ class OcrUploadRequest(_CamelModel):
         document_id: caller's document id (``documentId``).
         pages: page count, 1..10000; the job takes ``pages * per_page`` to complete.
         callback_url: absolute URL to POST to when the job completes (``callbackUrl``).
+        callback_token: the bearer token that callback carries (``callbackToken``).
     """
 
     document_id: str = Field(min_length=1, max_length=512)
     pages: int = Field(ge=1, le=MAX_PAGES, strict=True)
     callback_url: str | None = Field(default=None, min_length=1, max_length=2048)
+    callback_token: str | None = Field(default=None, min_length=1, max_length=200)
 
 
 class OcrJobAccepted(_CamelModel):

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from app.redaction import register_secrets
 from app.settings import Settings
 from samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
-from samples.settings import SampleSettings, callback_credential
+from samples.settings import SampleSettings, callback_credential, fakes_admin_token
 
 __all__ = ["create_fakes_server"]
 
@@ -24,7 +24,6 @@ def create_fakes_server(
     sample: SampleSettings | None = None,
     *,
     per_page: float | None = None,
-    callback_token: str | None = None,
 ) -> FastAPI:
     """Build the standalone fakes app (``/fake/ocr``, ``/fake/jobs``, ``GET /fake/stats``,
     ``GET /healthz``).
@@ -35,10 +34,12 @@ def create_fakes_server(
             ``job_succeed_seconds``; default from ``FLOWPARK_*``.
         per_page: seconds the fake OCR takes per page (default
             ``sample.sample_ocr_per_page``).
-        callback_token: bearer token the OCR sends on ``ocr.completed`` callbacks
-            (default: :func:`samples.settings.callback_credential`, a token for callbacks
-            only); the callbacks go only below ``settings.callback_url`` (flowpark's public
-            base URL).
+
+    Each OCR callback carries the token its upload gave (one instance's only,
+    :func:`samples.settings.instance_callback_token`) and goes only below
+    ``settings.callback_url`` (flowpark's public base URL). The admin routes (list,
+    complete, cancel, fail) answer loopback clients, or ones with
+    :func:`samples.settings.fakes_admin_token`.
 
     Returns:
         A FastAPI app (``GET /fake/stats`` counts the requests served) whose lifespan
@@ -47,18 +48,16 @@ def create_fakes_server(
     settings = settings or Settings()
     sample = sample or SampleSettings()
     seconds = sample.sample_ocr_per_page if per_page is None else per_page
-    token = callback_token or callback_credential(settings, sample).value
-    register_secrets([token])
+    admin = fakes_admin_token(settings, sample)
+    register_secrets([callback_credential(settings, sample).value, admin])
     ocr = FakeOcrService(
-        per_page=timedelta(seconds=seconds),
-        callback_token=token,
-        callback_bases=(settings.callback_url,),
+        per_page=timedelta(seconds=seconds), callback_bases=(settings.callback_url,)
     )
     jobs = FakeJobService(
         queued_for=timedelta(seconds=sample.job_queued_seconds),
         succeed_after=timedelta(seconds=sample.job_succeed_seconds),
     )
-    app = create_fakes_app(ocr, jobs)
+    app = create_fakes_app(ocr, jobs, admin_token=admin)
     app.state.fake_ocr = ocr
     app.state.fake_jobs = jobs
 

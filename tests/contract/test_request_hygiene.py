@@ -144,6 +144,8 @@ def test_no_parameter_takes_an_unstorable_character(server: SubprocessServer) ->
     )
     @given(param=st.sampled_from(params), head=PLAIN, bad=BAD, tail=PLAIN)
     def check(param: Param, head: str, bad: str, tail: str) -> None:
+        if param.where == "header" and bad == "\t":
+            bad = "\x0b"  # a tab is HTTP's own whitespace in a header: taken, not refused
         _check(port, param, head + bad + tail)
 
     check()

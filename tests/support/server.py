@@ -32,6 +32,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from app.runtime.app import create_app
+from app.runtime.forwarded import forwarded_options
 from app.settings import Settings
 from samples.registry import sample_flows
 from samples.settings import SampleSettings
@@ -167,7 +168,13 @@ def live_server(
     # log_config=None: uvicorn's loggers propagate to the root logger (caplog sees them).
     server = uvicorn.Server(
         uvicorn.Config(
-            app, host="127.0.0.1", port=port, lifespan="on", log_level="warning", log_config=None
+            app,
+            host="127.0.0.1",
+            port=port,
+            lifespan="on",
+            log_level="warning",
+            log_config=None,
+            **forwarded_options(settings),
         )
     )
     outcome: list[BaseException] = []
