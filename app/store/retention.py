@@ -5,7 +5,9 @@ Each call of :meth:`SqlRetention.purge_batch` is one short transaction: it picks
 (read through the state index, no sort) and deletes their rows from every table that has
 an ``instance_id`` column (journal, signals, streams, heartbeats, outbox events and their
 deliveries, review items, operator actions: whatever the schema holds), then the instance
-rows. On
+rows. An instance with an event delivery still ``pending`` is not picked: it waits until
+each of its deliveries is ``delivered`` or ``failed`` (visible in ``GET
+/api/v1/deliveries``), so retention never drops an undelivered event. On
 PostgreSQL a transaction-scoped advisory lock lets one node purge at a time (another node's
 call returns 0 at once) and the picked rows are locked ``FOR UPDATE SKIP LOCKED``; SQLite
 has one writer. No lock outlives a batch, so the purge never blocks starts, signals or
@@ -16,14 +18,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, exists, select
 
 from app.store.base import SqlPart
-from app.store.tables import FlowInstanceRow, metadata
+from app.store.tables import EventDeliveryRow, FlowInstanceRow, metadata
 
 __all__ = ["ENDED_STATES", "SqlRetention"]
 
 INSTANCE = FlowInstanceRow.__table__  # type: ignore[attr-defined]
+DELIVERY = EventDeliveryRow.__table__  # type: ignore[attr-defined]
 #: The states of an instance that will never run again.
 ENDED_STATES = ("completed", "failed", "cancelled")
 _PURGE_LOCK = 0x666C6F7770726B02
@@ -49,9 +52,16 @@ class SqlRetention(SqlPart):
         async with self._write() as conn:
             if not await self._dialect.try_lock(conn, _PURGE_LOCK):
                 return 0
+            undelivered = exists().where(
+                DELIVERY.c.instance_id == INSTANCE.c.id, DELIVERY.c.state == "pending"
+            )
             picked = self._dialect.locked(
                 select(INSTANCE.c.id)
-                .where(INSTANCE.c.state.in_(ENDED_STATES), INSTANCE.c.updated_at < cutoff)
+                .where(
+                    INSTANCE.c.state.in_(ENDED_STATES),
+                    INSTANCE.c.updated_at < cutoff,
+                    ~undelivered,
+                )
                 .limit(limit),
                 skip_locked=True,
             )

@@ -7,17 +7,24 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, select, update
 
 from app.engine.journal import InstanceState
 from app.engine.ports import StreamWrite
 from app.flows import Flow
 from app.store.deliveries import SqlDeliveries
 from app.store.retention import SqlRetention
-from app.store.tables import FlowActionRow, FlowHeartbeatRow, ReviewItemRow, metadata
+from app.store.tables import (
+    EventDeliveryRow,
+    FlowActionRow,
+    FlowHeartbeatRow,
+    ReviewItemRow,
+    metadata,
+)
 from app.testing import FlowHarness, Scripted
 from tests.engine.flows import READY, Job, Order, Start
 
+DELIVERY = EventDeliveryRow.__table__  # type: ignore[attr-defined]
 RETENTION = timedelta(days=30)
 DAY = timedelta(days=1)
 
@@ -84,10 +91,19 @@ async def test_the_purge_deletes_old_ended_instances_and_every_row_of_them(
     ) as h:
         t0 = h.clock.now()
         old = [await _life(h, f"old-{i}", end=True) for i in range(3)]
+        undelivered = await _life(h, "undelivered", end=True)  # old, its event not sent yet
         waiting = await _life(h, "waiting", end=False)  # old, but not ended
         h.clock.set(t0 + 20 * DAY)
         recent = await _life(h, "recent", end=True)  # ended within the window
-        kept = {i: await _rows_by_table(h, i) for i in (waiting, recent)}
+        # the old ones' deliveries ended (one delivered, two failed for good)
+        async with h.journal.engine.begin() as conn:
+            for instance_id, state in zip(old, ("delivered", "failed", "failed"), strict=True):
+                await conn.execute(
+                    update(DELIVERY)
+                    .where(DELIVERY.c.instance_id == instance_id)
+                    .values(state=state)
+                )
+        kept = {i: await _rows_by_table(h, i) for i in (waiting, recent, undelivered)}
         for instance_id in (*old, recent):
             counts = await _rows_by_table(h, instance_id)
             # a row in every table that names an instance (a new table needs one here too)
@@ -100,8 +116,15 @@ async def test_the_purge_deletes_old_ended_instances_and_every_row_of_them(
         assert deleted == 3
         for instance_id in old:
             assert await _rows_by_table(h, instance_id) == dict.fromkeys(kept[waiting], 0)
-        assert {i: await _rows_by_table(h, i) for i in (waiting, recent)} == kept
+        # an ended instance whose event is still pending keeps every row, its delivery too
+        assert {i: await _rows_by_table(h, i) for i in (waiting, recent, undelivered)} == kept
         assert await retention.purge(h.clock.now() - RETENTION) == 0  # nothing more
+        # once its delivery ended (failed: visible in the deliveries list), it goes too
+        async with h.journal.engine.begin() as conn:
+            await conn.execute(
+                update(DELIVERY).where(DELIVERY.c.instance_id == undelivered).values(state="failed")
+            )
+        assert await retention.purge(h.clock.now() - RETENTION) == 1
         # the waiting instance still runs to its end
         await h.engine.deliver(waiting, "t.ready", {"job_id": "late"})
         assert (await h.instance(waiting)).state is InstanceState.COMPLETED
