@@ -33,8 +33,11 @@ MASK = "***"
 MIN_SECRET_LENGTH = 4
 
 # scheme://user:password@host  ->  scheme://user:***@host (any scheme; the password ends at
-# the last '@' before the host part)
-_USERINFO = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)(?P<pw>[^\s@/]*)@")
+# the last '@' before the host part). A '#' or '?' ends a URL's authority: in
+# ``https://host:8443#@x`` or ``https://host:8443?next=a@b`` the '@' is in the fragment or
+# query, and ``8443`` a port, not a password (left as it is).
+_USERINFO = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@#?]*:)(?P<pw>[^\s@/]*)@")
+_PORT_THEN_REST = re.compile(r"\d*[#?]")
 # ?password=...&token=... in a URL's query, or key=value in a libpq DSN
 _PARAM = re.compile(
     r"(?P<head>\b(?:password|passwd|pwd|token|secret|api_key|apikey|access_token)=)"
@@ -79,7 +82,10 @@ def redact(text: str) -> str:
     replaced by ``***``."""
     if not text:
         return text
-    text = _USERINFO.sub(lambda m: f"{m['head']}{MASK}@" if m["pw"] else m[0], text)
+    text = _USERINFO.sub(
+        lambda m: f"{m['head']}{MASK}@" if m["pw"] and not _PORT_THEN_REST.match(m["pw"]) else m[0],
+        text,
+    )
     text = _PARAM.sub(lambda m: f"{m['head']}{MASK}", text)
     for secret in sorted(_secrets, key=len, reverse=True):
         if secret in text:

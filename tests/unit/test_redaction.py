@@ -30,6 +30,13 @@ def _fresh_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
         ("sqlite:///flowpark.db", "sqlite:///flowpark.db"),
         ("https://api.example/hook?token=abc123&x=1", f"https://api.example/hook?token={MASK}&x=1"),
         ("host=db password=hunter22 user=app", f"host=db password={MASK} user=app"),
+        # '#' and '?' end the authority: the '@' after them is no userinfo's
+        ("https://example.test:8443#@frag", "https://example.test:8443#@frag"),
+        ("https://example.test:8443/#@frag", "https://example.test:8443/#@frag"),
+        ("https://example.test:8443?next=a@b", "https://example.test:8443?next=a@b"),
+        ("https://a#b:c@example.test/", "https://a#b:c@example.test/"),
+        ("https://u:pw@example.test/p#@x", f"https://u:{MASK}@example.test/p#@x"),
+        ("postgresql://app:pa#ss@db/fp", f"postgresql://app:{MASK}@db/fp"),
     ],
 )
 def test_urls_lose_their_passwords(url: str, shown: str) -> None:
