@@ -23,6 +23,7 @@ of a definition finding (``poll.requires_durable``).
     ├── InstanceBusy               instance_busy
     ├── NoBudget                   no_budget
     ├── SignalNotDeclared          signal_not_declared
+    ├── SignalDeliveryReplayed     signal_delivery_replayed
     ├── StreamNotDeclared          stream_not_declared
     ├── IdempotencyKeyReused       idempotency_key_reused
     ├── InstanceKeyInUse           instance_key_in_use
@@ -90,6 +91,7 @@ __all__ = [
     "RequestRefused",
     "RouteNotFound",
     "SchemaBehindHead",
+    "SignalDeliveryReplayed",
     "SignalNotDeclared",
     "SignatureInvalid",
     "StaleFencingToken",
@@ -214,6 +216,11 @@ class ErrorCode(StrEnum):
         "a signed signal's delivery (Standard Webhooks, GitHub, Stripe or an HMAC header) "
         "has a missing, malformed or stale signature header, or one that does not verify "
         "with the signal's secret",
+    )
+    SIGNAL_DELIVERY_REPLAYED = (
+        "signal_delivery_replayed",
+        "a signed signal's delivery id reached another instance first: a delivery is one "
+        "event for one instance, so its replay to this one is refused and stores nothing",
     )
     SIGNAL_NOT_DECLARED = (
         "signal_not_declared",
@@ -413,6 +420,12 @@ class Forbidden(RequestRefused):
     """The bearer token is known but lacks the scope the route needs (``missing_scope``)."""
 
     code = ErrorCode.FORBIDDEN
+
+
+class SignalDeliveryReplayed(FlowparkError):
+    """A signed delivery's id was delivered to another instance first."""
+
+    code = ErrorCode.SIGNAL_DELIVERY_REPLAYED
 
 
 class SignatureInvalid(RequestRefused):

@@ -56,6 +56,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.DELIVERY_NOT_FAILED: 409,
     ErrorCode.INSTANCE_KEY_IN_USE: 409,
     ErrorCode.NO_BUDGET: 409,
+    ErrorCode.SIGNAL_DELIVERY_REPLAYED: 409,
     ErrorCode.BODY_TOO_LARGE: 413,
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
     ErrorCode.IDEMPOTENCY_KEY_REUSED: 422,

@@ -67,6 +67,7 @@ from app.errors import (
     ErrorCode,
     IdempotencyKeyReused,
     InputInvalid,
+    SignalDeliveryReplayed,
 )
 from app.flows.capability import Signal
 from app.flows.catalog import version_key
@@ -407,6 +408,10 @@ def _add_signed_signal_route(app: FastAPI, plan: Plan, base: str, signal: Signal
         delivery = await verified_delivery(request, plan.name, signal)
         if delivery.body is None:  # adapt: not this signal (e.g. a provider's ping)
             return Response(status_code=204)
+        if delivery.idempotency_key is not None:
+            await _claim_delivery_id(
+                request, plan.name, sig_name, delivery.idempotency_key, instance_id
+            )
         # the delivery's id is its idempotency key: a replay stores nothing new
         return await _deliver(
             request, instance_id, sig_name, delivery.idempotency_key, delivery.body
@@ -417,7 +422,8 @@ def _add_signed_signal_route(app: FastAPI, plan: Plan, base: str, signal: Signal
         + verifier.describe()
         + ", instead of a bearer token. A missing, stale or wrong signature: 401 "
         "`signature_invalid` (nothing stored). A replay of a delivery id answers the first "
-        "signal (`created: false`) and stores nothing."
+        "signal (`created: false`) and stores nothing; its replay to another instance than "
+        "the one it reached first is 409 `signal_delivery_replayed` (nothing stored)."
         + (
             " The body is the provider's own JSON, mapped to the signal's payload; a "
             "delivery that is not this signal is answered 204 and stores nothing."
@@ -445,7 +451,12 @@ def _add_signed_signal_route(app: FastAPI, plan: Plan, base: str, signal: Signal
         response_model=SignalAnswer,
         responses={
             **({204: {"description": "Not this signal: nothing stored"}} if signal.adapt else {}),
-            **problem_responses(*_SIGNAL_CODES, ErrorCode.SIGNATURE_INVALID, auth=False),
+            **problem_responses(
+                *_SIGNAL_CODES,
+                ErrorCode.SIGNATURE_INVALID,
+                ErrorCode.SIGNAL_DELIVERY_REPLAYED,
+                auth=False,
+            ),
         },
         openapi_extra={
             "security": [],
@@ -453,6 +464,26 @@ def _add_signed_signal_route(app: FastAPI, plan: Plan, base: str, signal: Signal
             DEFS_KEY: defs,
         },
     )
+
+
+async def _claim_delivery_id(
+    request: Request, flow: str, signal: str, delivery_id: str, instance_id: str
+) -> None:
+    """Record the instance a signed delivery id reaches first.
+
+    Raises:
+        SignalDeliveryReplayed: 409 ``signal_delivery_replayed``: it reached another first.
+        InstanceNotFound: 404 ``instance_not_found`` (an id that names no instance).
+    """
+    check_instance_id(instance_id)
+    now = _engine(request).clock.now()
+    owner = await request.app.state.delivery_ids.claim(flow, signal, delivery_id, instance_id, now)
+    if owner is not None and owner != instance_id:
+        raise SignalDeliveryReplayed(
+            f"delivery {delivery_id!r} of signal {signal} was delivered to another instance",
+            signal=signal,
+            instance_id=instance_id,
+        )
 
 
 def build_router() -> APIRouter:

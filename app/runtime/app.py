@@ -41,6 +41,7 @@ from app.runtime.versions import log_unserved
 from app.settings import DEFAULT_API_TOKEN, SCOPES, Settings
 from app.store import check_schema_at_head, make_async_engine
 from app.store.deliveries import SqlDeliveries
+from app.store.delivery_ids import SqlDeliveryIds
 from app.store.nodes import SqlNodes
 from app.store.retention import SqlRetention
 from app.ui import install_console
@@ -247,6 +248,7 @@ def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManage
             await log_unserved(engine.journal.operator, wiring.catalog, wiring.clock.now())
             wiring.telemetry.start(db, wiring.clock)
             app.state.deliveries = SqlDeliveries(db)
+            app.state.delivery_ids = SqlDeliveryIds(db)
             _start_jobs(wiring, workers, db, app.state.deliveries)
             app.state.sweeper = workers.sweeper
             app.state.nodes = nodes = SqlNodes(db)

@@ -48,6 +48,7 @@ __all__ = [
     "FlowStreamRow",
     "OutboxEventRow",
     "ReviewItemRow",
+    "SignalDeliveryRow",
     "idempotency_digest_sql",
     "include_in_compare",
     "metadata",
@@ -345,6 +346,20 @@ class FlowSignalRow(SQLModel, table=True):
     # set when the instance ended while the signal waited untaken: it will never be taken
     discarded_at: datetime | None = _instant("discarded_at")
     discarded_reason: str | None = _str("discarded_reason")
+
+
+class SignalDeliveryRow(SQLModel, table=True):
+    """``signal_delivery``: the instance a signed signal's delivery id reached first; the
+    id is unique per flow and signal across instances (a replay elsewhere is refused)."""
+
+    __tablename__ = "signal_delivery"
+    __table_args__ = (Index("ix_signal_delivery_instance", "instance_id"),)
+
+    flow_name: str = _str("flow_name", nullable=False, primary_key=True)
+    signal_name: str = _str("signal_name", nullable=False, primary_key=True)
+    delivery_id: str = _str("delivery_id", nullable=False, primary_key=True)
+    instance_id: str = _instance_id("instance_id")
+    received_at: datetime = _instant("received_at", nullable=False)
 
 
 class OutboxEventRow(SQLModel, table=True):

@@ -19,6 +19,7 @@ from app.store.tables import (
     FlowActionRow,
     FlowHeartbeatRow,
     ReviewItemRow,
+    SignalDeliveryRow,
     metadata,
 )
 from app.testing import FlowHarness, Scripted
@@ -74,6 +75,15 @@ async def _life(h: FlowHarness, key: str, *, end: bool) -> str:
         await conn.execute(
             insert(FlowActionRow.__table__).values(  # type: ignore[attr-defined]
                 id=f"action-{key}", instance_id=inst.id, action="wake", actor="ops", acted_at=now
+            )
+        )
+        await conn.execute(
+            insert(SignalDeliveryRow.__table__).values(  # type: ignore[attr-defined]
+                flow_name="t.life",
+                signal_name="t.ready",
+                delivery_id=f"msg-{key}",
+                instance_id=inst.id,
+                received_at=now,
             )
         )
     if end:

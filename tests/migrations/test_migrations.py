@@ -44,6 +44,7 @@ TABLES = {
     "flow_action",
     "event_delivery",
     "flow_node",
+    "signal_delivery",
 }
 
 
