@@ -28,6 +28,8 @@ from app.errors import (
 )
 
 __all__ = [
+    "IDEMPOTENCY_KEY_DOC",
+    "INSTANCE_KEY_SCHEMA",
     "JsonBodyRoute",
     "MAX_DEPTH",
     "MAX_INSTANCE_ID",
@@ -276,3 +278,22 @@ def _same_json(a: Any, b: Any) -> bool:
     if isinstance(b, dict | list):
         return False
     return bool(a == b)
+
+
+#: The ``Idempotency-Key`` header as documented: printable, at most ``MAX_KEY`` characters.
+IDEMPOTENCY_KEY_DOC = (
+    "Repeats with the same key and body answer the first request. Visible ASCII "
+    f"(0x21-0x7E, inner spaces allowed), at most {MAX_KEY} characters, else 400 "
+    "`idempotency_key_invalid`; a value of spaces only is no key."
+)
+#: ``instanceKey`` in a start body (taken out before the flow's input is validated).
+INSTANCE_KEY_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_KEY,
+    "description": (
+        "A business id unique per flow among its running and suspended instances: a start "
+        "with a key that one of them holds answers 409 `instance_key_in_use` (or that "
+        "instance, when the Idempotency-Key and body match). Not part of the flow's input."
+    ),
+}

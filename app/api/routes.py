@@ -34,6 +34,8 @@ from app.api.auth import require_scope
 from app.api.explain import explain_view
 from app.api.inputs import (
     _BODY_DOC,
+    IDEMPOTENCY_KEY_DOC,
+    INSTANCE_KEY_SCHEMA,
     MAX_KEY,
     MAX_SEQUENCE,
     JsonBodyRoute,
@@ -60,14 +62,13 @@ from app.api.views import (
     review_view,
     signal_view,
 )
-from app.api.webhooks import add_keyed_signal_route, verified_delivery
+from app.api.webhooks import add_keyed_signal_route, claim_delivery_id, verified_delivery
 from app.engine.engine import Engine
 from app.engine.journal import InstanceState, SignalRecord
 from app.errors import (
     ErrorCode,
     IdempotencyKeyReused,
     InputInvalid,
-    SignalDeliveryReplayed,
 )
 from app.flows.capability import Signal
 from app.flows.catalog import version_key
@@ -211,23 +212,6 @@ def _same_signal(
     return _same_json(first.payload, payload)
 
 
-#: The ``Idempotency-Key`` header as documented: printable, at most ``MAX_KEY`` characters.
-IDEMPOTENCY_KEY_DOC = (
-    "Repeats with the same key and body answer the first request. Visible ASCII "
-    f"(0x21-0x7E, inner spaces allowed), at most {MAX_KEY} characters, else 400 "
-    "`idempotency_key_invalid`; a value of spaces only is no key."
-)
-#: ``instanceKey`` in a start body (taken out before the flow's input is validated).
-INSTANCE_KEY_SCHEMA: dict[str, Any] = {
-    "type": "string",
-    "minLength": 1,
-    "maxLength": MAX_KEY,
-    "description": (
-        "A business id unique per flow among its running and suspended instances: a start "
-        "with a key that one of them holds answers 409 `instance_key_in_use` (or that "
-        "instance, when the Idempotency-Key and body match). Not part of the flow's input."
-    ),
-}
 #: The body codes every start and signal route can answer.
 _BODY_CODES = (
     ErrorCode.INPUT_INVALID,
@@ -393,6 +377,7 @@ _SIGNAL_CODES = (
     ErrorCode.SIGNAL_NOT_DECLARED,
     ErrorCode.INSTANCE_ENDED,
 )
+_SIGNED_CODES = (ErrorCode.SIGNATURE_INVALID, ErrorCode.SIGNAL_DELIVERY_REPLAYED)
 _INSTANCE_ID = Path(description="the instance's id (a lowercase, dashed UUID)")
 
 
@@ -409,7 +394,8 @@ def _add_signed_signal_route(app: FastAPI, plan: Plan, base: str, signal: Signal
         if delivery.body is None:  # adapt: not this signal (e.g. a provider's ping)
             return Response(status_code=204)
         if delivery.idempotency_key is not None:
-            await _claim_delivery_id(
+            check_instance_id(instance_id)
+            await claim_delivery_id(
                 request, plan.name, sig_name, delivery.idempotency_key, instance_id
             )
         # the delivery's id is its idempotency key: a replay stores nothing new
@@ -451,12 +437,7 @@ def _add_signed_signal_route(app: FastAPI, plan: Plan, base: str, signal: Signal
         response_model=SignalAnswer,
         responses={
             **({204: {"description": "Not this signal: nothing stored"}} if signal.adapt else {}),
-            **problem_responses(
-                *_SIGNAL_CODES,
-                ErrorCode.SIGNATURE_INVALID,
-                ErrorCode.SIGNAL_DELIVERY_REPLAYED,
-                auth=False,
-            ),
+            **problem_responses(*_SIGNAL_CODES, *_SIGNED_CODES, auth=False),
         },
         openapi_extra={
             "security": [],
@@ -464,26 +445,6 @@ def _add_signed_signal_route(app: FastAPI, plan: Plan, base: str, signal: Signal
             DEFS_KEY: defs,
         },
     )
-
-
-async def _claim_delivery_id(
-    request: Request, flow: str, signal: str, delivery_id: str, instance_id: str
-) -> None:
-    """Record the instance a signed delivery id reaches first.
-
-    Raises:
-        SignalDeliveryReplayed: 409 ``signal_delivery_replayed``: it reached another first.
-        InstanceNotFound: 404 ``instance_not_found`` (an id that names no instance).
-    """
-    check_instance_id(instance_id)
-    now = _engine(request).clock.now()
-    owner = await request.app.state.delivery_ids.claim(flow, signal, delivery_id, instance_id, now)
-    if owner is not None and owner != instance_id:
-        raise SignalDeliveryReplayed(
-            f"delivery {delivery_id!r} of signal {signal} was delivered to another instance",
-            signal=signal,
-            instance_id=instance_id,
-        )
 
 
 def build_router() -> APIRouter:
@@ -550,10 +511,8 @@ def build_router() -> APIRouter:
         409 ``instance_ended`` (nothing stored), 422 ``input_invalid``, 422
         ``idempotency_key_reused`` (the same ``Idempotency-Key`` with another payload).
 
-        The payload's schema is that of the signal as the instance's flow declares it (each
-        flow's own signal route, ``{route}/{instance_id}/signals/{name}``, states it): a
-        payload it does not take is 422 ``input_invalid`` naming the ``signal``, a refusal
-        that depends on the instance, which this operation's schema cannot state.
+        The payload's schema is the signal's in the instance's flow (stated by the flow's own
+        signal route): one it does not take is 422 ``input_invalid`` naming the ``signal``.
 
         The body is JSON: ``Content-Type: application/json`` (or ``application/*+json``, or
         no ``Content-Type`` at all), else 415 ``unsupported_media_type``; at most

@@ -23,7 +23,13 @@ from app.api.openapi import problem_responses
 from app.engine.engine import Engine
 from app.engine.journal import InstanceState
 from app.engine.ports.operator import InstanceFilter, OperatorReads
-from app.errors import ErrorCode, InputInvalid, InstanceNotFound, SignatureInvalid
+from app.errors import (
+    ErrorCode,
+    InputInvalid,
+    InstanceNotFound,
+    SignalDeliveryReplayed,
+    SignatureInvalid,
+)
 from app.flows.capability import Signal
 from app.flows.plan import Plan
 from app.flows.webhooks import WebhookDelivery
@@ -32,6 +38,7 @@ __all__ = [
     "Deliver",
     "VerifiedDelivery",
     "add_keyed_signal_route",
+    "claim_delivery_id",
     "keyed_instance",
     "verified_delivery",
 ]
@@ -163,6 +170,10 @@ def add_keyed_signal_route(
         if key is None:  # the payload names no instance: nothing to store
             return Response(status_code=204)
         instance_id = await keyed_instance(request, plan, key)
+        if delivery.idempotency_key is not None:
+            await claim_delivery_id(
+                request, plan.name, signal.name, delivery.idempotency_key, instance_id
+            )
         return await deliver(
             request, instance_id, signal.name, delivery.idempotency_key, delivery.body
         )
@@ -197,6 +208,7 @@ def add_keyed_signal_route(
                 ErrorCode.INSTANCE_NOT_FOUND,
                 ErrorCode.INSTANCE_ENDED,
                 ErrorCode.SIGNATURE_INVALID,
+                ErrorCode.SIGNAL_DELIVERY_REPLAYED,
                 auth=False,
             ),
         },
@@ -215,3 +227,29 @@ def add_keyed_signal_route(
 
 def _slug(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name.lower())
+
+
+async def claim_delivery_id(
+    request: Request, flow: str, signal: str, delivery_id: str, instance_id: str
+) -> None:
+    """Record the instance a signed delivery id reaches first (a flow's signal's
+    delivery ids are unique across instances).
+
+    Args:
+        request: the signed signal route's request.
+        flow: the flow's name.
+        signal: the signal's name.
+        delivery_id: the verified delivery's id.
+        instance_id: the instance the route names (a well-formed id).
+
+    Raises:
+        SignalDeliveryReplayed: 409 ``signal_delivery_replayed``: it reached another first.
+    """
+    now = request.app.state.engine.clock.now()
+    owner = await request.app.state.delivery_ids.claim(flow, signal, delivery_id, instance_id, now)
+    if owner is not None and owner != instance_id:
+        raise SignalDeliveryReplayed(
+            f"delivery {delivery_id!r} of signal {signal} was delivered to another instance",
+            signal=signal,
+            instance_id=instance_id,
+        )

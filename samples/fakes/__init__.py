@@ -15,7 +15,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from samples.fakes.jobs import FakeJobService, create_jobs_router
-from samples.fakes.ocr import FakeOcrService, create_ocr_router
+from samples.fakes.ocr import FakeOcrService
+from samples.fakes.ocr_routes import create_ocr_router
 
 __all__ = [
     "FakeJobService",

@@ -44,11 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from fastapi import APIRouter, Header, Request, Response
-from fastapi.responses import JSONResponse
 
 from app.engine.clock import ensure_utc
-from samples.fakes.admin import admin_refusal
 from samples.fakes.ocr_models import (
     MAX_PAGES,
     OcrCallbackNotAllowed,
@@ -75,7 +72,6 @@ __all__ = [
     "OcrJobSummary",
     "OcrJobView",
     "OcrUploadRequest",
-    "create_ocr_router",
     "ocr_text",
 ]
 
@@ -503,103 +499,3 @@ class FakeOcrService:
                 await asyncio.sleep(self.callback_backoff.total_seconds() * attempt)
         self.callback_outcomes["failed"] += 1
         logger.error("OCR callback for job %s to %s given up", job_id, url)
-
-
-def _not_found(exc: OcrJobNotFound) -> JSONResponse:
-    return JSONResponse(status_code=404, content={"code": exc.code})
-
-
-def create_ocr_router(service: FakeOcrService, admin_token: str | None = None) -> APIRouter:
-    """Build the ``/fake/ocr`` routes over ``service``.
-
-    Args:
-        service: the state the routes read and change.
-        admin_token: the bearer token the admin routes (list, cancel, complete) take from
-            a client off loopback; None: loopback clients only.
-
-    Returns:
-        An ``APIRouter`` with prefix ``/fake/ocr`` (see the module docstring for routes).
-    """
-    router = APIRouter(prefix="/fake/ocr", tags=["fake-ocr"])
-    not_found: dict[int | str, dict[str, Any]] = {
-        404: {"description": 'Unknown job: `{"code": "ocr.job_not_found"}`'}
-    }
-
-    @router.post(
-        "/jobs",
-        status_code=201,
-        response_model=OcrJobAccepted,
-        responses={
-            200: {"model": OcrJobAccepted, "description": "A repeat of the Idempotency-Key"},
-            422: {"description": 'Callback not allowed: `{"code": "ocr.callback_not_allowed"}`'},
-        },
-    )
-    async def upload(
-        body: OcrUploadRequest,
-        response: Response,
-        idempotency_key: str | None = Header(default=None, max_length=200),
-    ) -> Any:
-        service.calls["upload"] += 1
-        known = idempotency_key is not None and idempotency_key in service._by_key
-        if idempotency_key is not None:
-            service.uploads_by_key[idempotency_key] += 1
-        try:
-            accepted = service.upload(
-                body.document_id,
-                body.pages,
-                body.callback_url,
-                idempotency_key,
-                callback_token=body.callback_token,
-            )
-        except OcrCallbackNotAllowed as exc:
-            return JSONResponse(status_code=422, content={"code": exc.code})
-        if known:
-            service.calls["upload_repeat"] += 1
-            response.status_code = 200
-        return accepted
-
-    @router.get("/jobs", response_model=list[OcrJobSummary])
-    async def list_jobs(request: Request) -> Any:
-        if (refused := admin_refusal(request, admin_token)) is not None:
-            return refused
-        service.calls["list"] += 1
-        return service.list_jobs()
-
-    @router.get("/jobs/{job_id}", response_model=OcrJobView, responses=not_found)
-    async def status(job_id: str) -> Any:
-        service.calls["status"] += 1
-        try:
-            return service.get(job_id)
-        except OcrJobNotFound as exc:
-            return _not_found(exc)
-
-    @router.post("/jobs/{job_id}/cancel", response_model=OcrCancelResult, responses=not_found)
-    async def cancel(job_id: str, request: Request) -> Any:
-        if (refused := admin_refusal(request, admin_token)) is not None:
-            return refused
-        service.calls["cancel"] += 1
-        try:
-            return service.cancel(job_id)
-        except OcrJobNotFound as exc:
-            return _not_found(exc)
-
-    @router.post(
-        "/jobs/{job_id}/complete",
-        response_model=OcrJobView,
-        responses={
-            **not_found,
-            409: {"description": 'Job cancelled: `{"code": "ocr.job_cancelled"}`'},
-        },
-    )
-    async def complete(job_id: str, request: Request) -> Any:
-        if (refused := admin_refusal(request, admin_token)) is not None:
-            return refused
-        service.calls["complete"] += 1
-        try:
-            return service.complete(job_id)
-        except OcrJobNotFound as exc:
-            return _not_found(exc)
-        except OcrJobCancelled as exc:
-            return JSONResponse(status_code=409, content={"code": exc.code})
-
-    return router
