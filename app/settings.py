@@ -200,7 +200,13 @@ class Settings(BaseSettings):
     console_session_seconds: float = Field(
         default=8 * 3600.0,
         gt=0,
-        description="How long a console sign-in lasts (seconds, default 8 hours).",
+        description="How long a console sign-in lasts at most (seconds, default 8 hours).",
+    )
+    console_idle_seconds: float = Field(
+        default=1800.0,
+        gt=0,
+        description="A console session not used for this long is over, on every node "
+        "(seconds, default 30 minutes).",
     )
     forwarded_allow_ips: str | None = Field(
         default=None,

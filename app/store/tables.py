@@ -35,6 +35,7 @@ from app.store.types import InstanceId, UtcDateTime
 
 __all__ = [
     "ACTIVE_STATES",
+    "ConsoleSessionRow",
     "ENDED_WHERE",
     "IDEMPOTENCY_DIGEST_SQL",
     "WAITING_WHERE",
@@ -360,6 +361,20 @@ class SignalDeliveryRow(SQLModel, table=True):
     delivery_id: str = _str("delivery_id", nullable=False, primary_key=True)
     instance_id: str = _instance_id("instance_id")
     received_at: datetime = _instant("received_at", nullable=False)
+
+
+class ConsoleSessionRow(SQLModel, table=True):
+    """``console_session``: one console sign-in. It opens the console while not ended
+    (sign-out), seen within the idle timeout, and its token (by fingerprint) configured."""
+
+    __tablename__ = "console_session"
+    __table_args__ = (Index("ix_console_session_last_seen", "last_seen_at"),)
+
+    id: str = _str("id", nullable=False, primary_key=True)
+    token_fingerprint: str = _str("token_fingerprint", nullable=False)
+    created_at: datetime = _instant("created_at", nullable=False)
+    last_seen_at: datetime = _instant("last_seen_at", nullable=False)
+    ended_at: datetime | None = _instant("ended_at")
 
 
 class OutboxEventRow(SQLModel, table=True):

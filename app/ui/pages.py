@@ -35,6 +35,8 @@ from app.ui.session import (
     check_csrf,
     clear_session,
     current_session,
+    end_session,
+    load_session,
     open_session,
     sign_in,
 )
@@ -247,7 +249,7 @@ def build_console_router() -> APIRouter:
                 status_code=401,
             )
         response = RedirectResponse(_safe_next(next), status_code=303)
-        open_session(response, request, settings, token)
+        await open_session(response, request, settings, token)
         return response
 
     @router.post("/sign-out")
@@ -261,6 +263,7 @@ def build_console_router() -> APIRouter:
                 "Refused",
                 "The form's CSRF token is not this session's.",
             )
+        await end_session(request)  # on every node: a copy of the cookie opens nothing
         response = RedirectResponse("/ui/sign-in", status_code=303)
         clear_session(response)
         return response
@@ -367,6 +370,7 @@ class ConsoleRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def guarded(request: Request) -> Response:
+            await load_session(request)  # once: the pages read it with current_session
             if request.method == "POST" and not same_origin(request):
                 return problem_page(
                     request,

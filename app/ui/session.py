@@ -1,7 +1,14 @@
-"""Console sign-in: an API token exchanged for a signed session cookie, and CSRF tokens.
+"""Console sign-in: an API token exchanged for a session, kept in the store and named by
+a signed cookie, and CSRF tokens.
 
-The cookie (``flowpark_session``, ``HttpOnly``, ``SameSite=Strict``, path ``/ui``,
-``Secure`` over HTTPS) holds, signed with itsdangerous and timestamped:
+Each sign-in writes a ``console_session`` row (:mod:`app.store.console_sessions`); the
+cookie (``flowpark_session``, ``HttpOnly``, ``SameSite=Strict``, path ``/ui``, ``Secure``
+over HTTPS) holds, signed with itsdangerous and timestamped:
+
+* ``s``: the row's id. Every console request reads the row back (:func:`load_session`,
+  once per request): sign-out ends it, and a session not seen for
+  ``console_idle_seconds`` is over, on every node alike (a copy of the cookie opens
+  nothing then);
 
 * ``t``: a fingerprint of the token (an HMAC of it under the console secret, never the
   token itself). Each request finds the configured token with that fingerprint again, with
@@ -10,8 +17,8 @@ The cookie (``flowpark_session``, ``HttpOnly``, ``SameSite=Strict``, path ``/ui`
 * ``c``: the session's CSRF token, which every action form carries in a hidden ``csrf``
   field; a post whose field does not match is refused (403).
 
-A session lasts ``console_session_seconds``; a cookie that is forged, altered, expired or
-signed by another secret is no session at all.
+A session lasts ``console_session_seconds`` at most; a cookie that is forged, altered,
+expired or signed by another secret is no session at all.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 
 from fastapi import Request
 from fastapi.responses import Response
@@ -27,6 +35,7 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from app.api.auth import Principal
 from app.settings import Settings
+from app.store.console_sessions import SqlConsoleSessions
 
 __all__ = [
     "COOKIE",
@@ -36,6 +45,8 @@ __all__ = [
     "notice_is_signed",
     "notice_signature",
     "current_session",
+    "end_session",
+    "load_session",
     "open_session",
     "principal_for",
     "sign_in",
@@ -64,10 +75,14 @@ class Session:
     Attributes:
         principal: the token's name and scopes.
         csrf: the session's CSRF token (hidden field of every action form).
+        id: the session's row in the store.
+        fingerprint: the cookie's token fingerprint (its row holds the same).
     """
 
     principal: Principal
     csrf: str
+    id: str = ""
+    fingerprint: str = ""
 
     @property
     def can_operate(self) -> bool:
@@ -99,12 +114,21 @@ def sign_in(settings: Settings, token: str) -> Principal | None:
     return principal if principal is not None and "read" in principal.scopes else None
 
 
-def open_session(response: Response, request: Request, settings: Settings, token: str) -> None:
-    """Set the session cookie for ``token`` (already checked with :func:`sign_in`) on
-    ``response``, with a fresh CSRF token.
+def _sessions(request: Request) -> SqlConsoleSessions:
+    return SqlConsoleSessions(request.app.state.db)
+
+
+async def open_session(
+    response: Response, request: Request, settings: Settings, token: str
+) -> None:
+    """Open a session for ``token`` (already checked with :func:`sign_in`): its row in the
+    store, and its cookie on ``response`` with a fresh CSRF token.
     """
+    session_id = secrets.token_urlsafe(24)
+    fingerprint = _fingerprint(settings, token.strip())
+    await _sessions(request).open(session_id, fingerprint, request.app.state.engine.clock.now())
     value = _serializer(settings).dumps(
-        {"t": _fingerprint(settings, token.strip()), "c": secrets.token_urlsafe(24)}
+        {"s": session_id, "t": fingerprint, "c": secrets.token_urlsafe(24)}
     )
     response.set_cookie(
         COOKIE,
@@ -122,10 +146,43 @@ def clear_session(response: Response) -> None:
     response.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")
 
 
-def current_session(request: Request) -> Session | None:
-    """The request's session, or None (no cookie, a bad or expired signature, or a token
-    that is no longer configured).
+async def end_session(request: Request) -> None:
+    """End the request's session in the store (sign-out), on every node."""
+    session = current_session(request)
+    if session is not None and session.id:
+        await _sessions(request).end(session.id, request.app.state.engine.clock.now())
+    request.state.console_session = None
+
+
+async def load_session(request: Request) -> Session | None:
+    """Read the request's session once (the console's routes do it first), and keep it for
+    :func:`current_session`: the cookie's, when its row in the store is open (not ended,
+    seen within ``console_idle_seconds``, within ``console_session_seconds``).
     """
+    session = _cookie_session(request)
+    if session is not None:
+        settings: Settings = request.app.state.settings
+        fingerprint = await _sessions(request).seen(
+            session.id,
+            request.app.state.engine.clock.now(),
+            timedelta(seconds=settings.console_idle_seconds),
+            timedelta(seconds=settings.console_session_seconds),
+        )
+        if fingerprint is None or not hmac.compare_digest(fingerprint, session.fingerprint):
+            session = None
+    request.state.console_session = session
+    return session
+
+
+def current_session(request: Request) -> Session | None:
+    """The request's session as :func:`load_session` read it, or None (no cookie, a bad or
+    expired signature, a token no longer configured, a session ended or idle too long)."""
+    return getattr(request.state, "console_session", None)
+
+
+def _cookie_session(request: Request) -> Session | None:
+    """The session the cookie names, before the store is asked (None: no cookie, a bad or
+    expired signature, or a token that is no longer configured)."""
     raw = request.cookies.get(COOKIE)
     if not raw:
         return None
@@ -136,14 +193,16 @@ def current_session(request: Request) -> Session | None:
         return None
     if not isinstance(data, dict):
         return None
-    fingerprint, csrf = data.get("t"), data.get("c")
-    if not isinstance(fingerprint, str) or not isinstance(csrf, str):
+    session_id, fingerprint, csrf = data.get("s"), data.get("t"), data.get("c")
+    if not all(isinstance(v, str) for v in (session_id, fingerprint, csrf)):
         return None
+    assert isinstance(session_id, str) and isinstance(fingerprint, str) and isinstance(csrf, str)
     for credential in settings.api_credentials:
         if hmac.compare_digest(_fingerprint(settings, credential.value), fingerprint):
             if "read" not in credential.scopes:
                 return None
-            return Session(Principal(credential.name, credential.scopes), csrf)
+            principal = Principal(credential.name, credential.scopes)
+            return Session(principal, csrf, session_id, fingerprint)
     return None
 
 

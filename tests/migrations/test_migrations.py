@@ -45,6 +45,7 @@ TABLES = {
     "event_delivery",
     "flow_node",
     "signal_delivery",
+    "console_session",
 }
 
 
