@@ -296,10 +296,9 @@ def _bulk_schema(schema: dict[str, Any]) -> None:
         {"action": "cancel", "filter": {"flow": "document.process"}, "dryRun": True},
         {"action": "wake", "all": True, "dryRun": True},
     ]
-    schema["anyOf"] = [
-        {"required": ["all"], "properties": {"all": {"const": True}}},
-        {"required": ["filter"], "properties": {"filter": {"anyOf": _NARROWING}}},
-    ]
+    # without "all": true, the filter must narrow (if/then: generated clients read past it)
+    schema["if"] = {"not": {"required": ["all"], "properties": {"all": {"const": True}}}}
+    schema["then"] = {"required": ["filter"], "properties": {"filter": {"anyOf": _NARROWING}}}
 
 
 class BulkAction(BaseModel):
