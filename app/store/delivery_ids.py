@@ -12,8 +12,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import literal, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from app.store.base import SqlPart, instant
 from app.store.tables import FlowInstanceRow, SignalDeliveryRow
@@ -57,8 +55,9 @@ class SqlDeliveryIds(SqlPart):
             instant(now),
         ).where(INSTANCE.c.id == instance_id)
         columns = ["flow_name", "signal_name", "delivery_id", "instance_id", "received_at"]
-        insert = pg_insert if self.is_postgresql else sqlite_insert
-        statement = insert(DELIVERY_ID).from_select(columns, source).on_conflict_do_nothing()
+        statement = (
+            self._dialect.insert(DELIVERY_ID).from_select(columns, source).on_conflict_do_nothing()
+        )
         owner = select(DELIVERY_ID.c.instance_id).where(
             DELIVERY_ID.c.flow_name == flow,
             DELIVERY_ID.c.signal_name == signal,

@@ -88,8 +88,8 @@ async def test_a_job_naming_another_instance_cannot_signal_it(
     # the instance's own job still calls its own instance back
     job = await _job_of(client, victim)
     await client.post(f"/fake/ocr/jobs/{job}/complete")
-    done = await wait_for_state(client, victim, ("completed",), timeout=15)
-    assert [s["name"] for s in done["signals"]] == ["ocr.completed"]
+    ended = await wait_for_state(client, victim, ("completed",), timeout=15)
+    assert [s["name"] for s in ended["signals"]] == ["ocr.completed"]
 
 
 async def test_a_callback_token_opens_its_own_instance_only(
