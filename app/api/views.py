@@ -69,14 +69,15 @@ def step_view(row: StepRow, plan: Plan | None = None) -> dict[str, Any]:
 
 def signal_view(signal: SignalRecord) -> dict[str, Any]:
     """One signal as the API shows it (camelCase keys; ``outcome`` says what became of it)."""
-    return {
+    refused = signal.outcome is False  # the store keeps the refusing wait as "taken"
+    view = {
         "signalId": signal.id,
         "sequence": signal.sequence,
         "name": signal.name,
         "payload": signal.payload,
         "receivedAt": _at(signal.received_at),
-        "takenAt": _at(signal.taken_at),
-        "takenStepId": signal.taken_step_id,
+        "takenAt": None if refused else _at(signal.taken_at),
+        "takenStepId": None if refused else signal.taken_step_id,
         # true: taken by a wait; false: the wait at takenStepId refused it (its match did
         # not hold), kept and ending nothing; null: waiting in the mailbox
         "matched": signal.outcome,
@@ -84,6 +85,9 @@ def signal_view(signal: SignalRecord) -> dict[str, Any]:
         "discardedAt": _at(signal.discarded_at),
         "discardedReason": signal.discarded_reason,
     }
+    if refused:
+        view.update(refusedAt=_at(signal.taken_at), refusedStepId=signal.taken_step_id)
+    return view
 
 
 def stream_view(message: StreamMessage) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.api import assert_problem, start_document, wait_for_state
+from tests.support.api import DOCUMENTS, assert_problem, start_document, wait_for_state
 from tests.support.eventually import eventually
 from tests.support.server import LiveServer, live_server
 
@@ -125,3 +125,23 @@ async def test_the_fake_ocr_webhook_ends_the_wait_at_once(
                 assert server.app.state.flows["fake_ocr"].callback_outcomes["delivered"] == 1
 
             await eventually(drained, timeout=5)
+
+
+async def test_a_signal_refused_by_match_is_not_shown_as_taken(
+    client: httpx.AsyncClient, doc_id: str
+) -> None:
+    from app.api.models import InstanceView
+
+    started = await start_document(client, doc_id, pages=400)
+    instance_id = started.json()["instanceId"]
+    refused = await client.post(
+        f"{DOCUMENTS}/{instance_id}/signals/ocr.completed", json={"jobId": "made-up"}
+    )
+    answer = refused.json()
+    assert answer["matched"] is False
+    assert answer["takenAt"] is None and answer["takenStepId"] is None
+    assert answer["refusedAt"] is not None and answer["refusedStepId"] is not None
+    view = (await client.get(f"/api/v1/instances/{instance_id}")).json()
+    InstanceView.model_validate(view)
+    [stored] = view["signals"]
+    assert stored["takenAt"] is None and stored["refusedStepId"] == answer["refusedStepId"]

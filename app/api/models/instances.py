@@ -173,11 +173,17 @@ class SignalView(ApiModel):
     name: str
     payload: Any
     received_at: datetime | None
-    taken_at: datetime | None
-    taken_step_id: int | None
+    taken_at: datetime | None = Field(description="when a wait took it (null: not taken)")
+    taken_step_id: int | None = Field(description="the step of the wait that took it")
     matched: bool | None = Field(
         description="true: taken by a wait; false: refused by the wait's match (kept, ending "
         "nothing); null: waiting in the mailbox"
+    )
+    refused_at: datetime | None = Field(
+        default=None, description="when the wait's match refused it (matched false)"
+    )
+    refused_step_id: int | None = Field(
+        default=None, description="the step of the wait whose match refused it"
     )
     discarded_at: datetime | None = Field(
         default=None,
