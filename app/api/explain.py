@@ -43,8 +43,12 @@ def encode_cursor(position: tuple[datetime, str]) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
+def decode_cursor(cursor: str, loc: tuple[str, ...] = ("query", "cursor")) -> tuple[datetime, str]:
     """The keyset position a cursor from :func:`encode_cursor` names.
+
+    Args:
+        cursor (str): a ``nextCursor`` an answer gave out.
+        loc (tuple[str, ...]): where the request held it, for the error's ``loc``.
 
     Raises:
         InputInvalid: not a cursor this API gave out (``input_invalid``, 422).
@@ -58,7 +62,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     except (ValueError, TypeError, AttributeError, binascii.Error, UnicodeDecodeError):
         raise InputInvalid(
             "cursor is not a nextCursor this API gave out",
-            errors=[{"loc": ["query", "cursor"], "msg": "invalid cursor", "type": "value_error"}],
+            errors=[{"loc": list(loc), "msg": "invalid cursor", "type": "value_error"}],
         ) from None
     return instant, instance_id
 

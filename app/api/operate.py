@@ -454,6 +454,8 @@ def build_operator_router() -> APIRouter:
                 'filter field, or send "all": true to act on every instance'
             )
         where = body.filter.to_filter(engine.clock.now(), display_fields(engine.catalog))
+        # checked before a dry run too, so a dry run is refused what the action would be
+        after = decode_cursor(body.cursor, ("body", "cursor")) if body.cursor else None
         reads = _reads(request)
         if body.dry_run:
             matched = await reads.count_matching(where)
@@ -467,7 +469,6 @@ def build_operator_router() -> APIRouter:
                     "acted": 0,
                 }
             )
-        after = decode_cursor(body.cursor) if body.cursor else None
         page = await reads.list_instances(where, limit=body.limit, after=after)
         results: list[dict[str, Any]] = []
         acted = skipped = 0

@@ -350,3 +350,17 @@ async def test_a_bulk_action_with_an_empty_filter_needs_all(op: Operated) -> Non
     assert sorted(r["instanceId"] for r in done.json()["results"]) == sorted(polls)
     assert [(await h.instance(i)).state.value for i in polls] == ["cancelled"] * 2
     assert narrowed.json()["matched"] == 0  # all: true with a filter: the filter still holds
+
+
+async def test_a_bulk_action_refuses_a_cursor_it_never_gave_out_dry_run_or_not(
+    op: Operated,
+) -> None:
+    body = {"action": "wake", "filter": {"flow": "t.poll"}, "cursor": "not-a-cursor"}
+    async with op.client(OPS) as client:
+        answers = [
+            await client.post(ACTIONS, json=body),
+            await client.post(ACTIONS, json={**body, "dryRun": True}),
+        ]
+    for answer in answers:
+        problem = assert_problem(answer, 422, "input_invalid")
+        assert [e["loc"] for e in problem["errors"]] == [["body", "cursor"]]
