@@ -236,6 +236,8 @@ class MemoryReads(MemoryBase):
                     a["due_soon"] = a.get("due_soon", 0) + 1
             elif i.updated_at >= since and i.state is InstanceState.COMPLETED:
                 a["completed_recently"] = a.get("completed_recently", 0) + 1
+            elif i.updated_at >= since and i.state is InstanceState.CANCELLED:
+                a["cancelled_recently"] = a.get("cancelled_recently", 0) + 1
             elif i.updated_at >= since and i.state is InstanceState.FAILED:
                 a["failed_recently"] = a.get("failed_recently", 0) + 1
                 code = i.failure.code if i.failure is not None else ""

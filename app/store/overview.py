@@ -61,6 +61,7 @@ class SqlOverviewReads(SqlRole):
                 count(and_(c.state == const(_RUNNING), c.lease_expires_at < now)),
                 count(and_(c.state == const(InstanceState.COMPLETED.value), c.updated_at >= since)),
                 count(and_(c.state == const(InstanceState.FAILED.value), c.updated_at >= since)),
+                count(and_(c.state == const(InstanceState.CANCELLED.value), c.updated_at >= since)),
             )
             .group_by(c.flow_name, c.flow_version)
             .order_by(c.flow_name, c.flow_version)
@@ -92,6 +93,7 @@ class SqlOverviewReads(SqlRole):
                 stuck=int(r[6]),
                 completed_recently=int(r[7]),
                 failed_recently=int(r[8]),
+                cancelled_recently=int(r[9]),
                 failures=tuple(by_flow.get((r[0], r[1]), ())),
             )
             for r in rows

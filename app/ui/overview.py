@@ -91,6 +91,7 @@ class FlowRow:
     stuck: int = 0
     completed: int = 0
     failed: int = 0
+    cancelled: int = 0
     failures: tuple[tuple[str, int], ...] = ()
     p50: float | None = None
     p99: float | None = None
@@ -121,6 +122,7 @@ def overview_rows(
                 stuck=a.stuck,
                 completed=a.completed_recently,
                 failed=a.failed_recently,
+                cancelled=a.cancelled_recently,
                 failures=a.failures,
                 p50=late.p50,
                 p99=late.p99,

@@ -201,6 +201,7 @@ def build_console_router() -> APIRouter:
                 "stuck",
                 "completed",
                 "failed",
+                "cancelled",
             )
         }
         return render(

@@ -125,3 +125,23 @@ async def test_step_activity_places_running_completed_and_failed_instances(store
         assert (await reads.step_activity("nope", "1.0.0", now)).running == {}
     finally:
         await db.dispose()
+
+
+async def test_flow_activity_counts_recently_cancelled_instances(store_url: str) -> None:
+    from app.testing import FlowHarness, Scripted
+    from tests.engine.flows import Job, await_flow
+
+    subs = {"t.start": Scripted(Job(job_id="j")), "t.undo": Scripted(None)}
+    async with FlowHarness.open(
+        [await_flow()], database_url=store_url, migrate=False, substitutes=subs
+    ) as h:
+        started = await h.start("t.await", {"order_id": "o-c"})
+        await h.engine.cancel(started.instance.id)
+        now = h.clock.now()
+        [activity] = await h.journal.reads.flow_activity(
+            now,
+            overdue=timedelta(seconds=5),
+            due_within=timedelta(minutes=1),
+            since=now - timedelta(hours=1),
+        )
+        assert activity.cancelled_recently == 1 and activity.failed_recently == 0

@@ -248,6 +248,8 @@ class FlowActivity:
     completed_recently: int = 0
     failed_recently: int = 0
     failures: tuple[tuple[str, int], ...] = ()
+    #: ended cancelled (``updated_at``) since ``since``
+    cancelled_recently: int = 0
 
 
 @dataclass(frozen=True)
