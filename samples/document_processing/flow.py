@@ -56,6 +56,14 @@ class Waits:
     OCR_BUDGET = timedelta(hours=4)
     DEADLINE = timedelta(hours=6)
     OCR_CALL_TIMEOUT = timedelta(seconds=10)
+    #: Every call to the provider is tried for up to 3 minutes from its first try, waiting
+    #: 2 s, 4 s, 8 s, then 15 s between tries (each wait a park): a provider that stalls
+    #: for a minute or two fails no document; one down for longer fails the step.
+    PROVIDER_RETRY = RetryPolicy(
+        initial_interval=timedelta(seconds=2),
+        maximum_interval=timedelta(seconds=15),
+        total_duration=timedelta(minutes=3),
+    )
 
 
 @dataclass(frozen=True)
@@ -146,13 +154,7 @@ class UploadToOcr(Capability):
 
     id = "ocr.upload"
     puts = (OcrJob,)
-    options = CapabilityOptions(
-        retry=RetryPolicy(
-            initial_interval=timedelta(seconds=2),
-            maximum_interval=timedelta(seconds=30),
-            maximum_tries=6,
-        )
-    )
+    options = CapabilityOptions(retry=Waits.PROVIDER_RETRY)
 
     def __init__(self, ocr: OcrClient) -> None:
         self.ocr = ocr
@@ -171,7 +173,7 @@ class CancelOcrJob(Capability):
     id = "ocr.cancel"
     idempotent = True
     reads = (OcrJob,)
-    options = CapabilityOptions(retry=RetryPolicy(maximum_tries=3))
+    options = CapabilityOptions(retry=Waits.PROVIDER_RETRY)
 
     def __init__(self, ocr: OcrClient) -> None:
         self.ocr = ocr
@@ -187,9 +189,7 @@ class CheckOcrStatus(Capability):
     idempotent = True
     reads = (OcrJob,)
     puts = (OcrStatus,)
-    options = CapabilityOptions(
-        retry=RetryPolicy(initial_interval=timedelta(seconds=2), maximum_tries=3)
-    )
+    options = CapabilityOptions(retry=Waits.PROVIDER_RETRY)
 
     def __init__(self, ocr: OcrClient) -> None:
         self.ocr = ocr
@@ -233,7 +233,7 @@ class ExtractFields(Capability):
     idempotent = True
     reads = (OcrJob,)
     puts = (ExtractedFields,)
-    options = CapabilityOptions(retry=RetryPolicy(maximum_tries=3))
+    options = CapabilityOptions(retry=Waits.PROVIDER_RETRY)
 
     def __init__(self, ocr: OcrClient) -> None:
         self.ocr = ocr

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import signal
 import subprocess
 import time
 from collections import Counter
@@ -32,7 +33,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 CRASH_DOCUMENTS = 300
 CRASH_LOOP_SECONDS = 30.0
 KILL_EVERY = 3.0  # seconds between kills
-UPLOAD_TRIES = 6  # ocr.upload's maximum_tries
+UPLOAD_TRIES = 15  # the most tries ocr.upload's 3 minutes allow (waits 2, 4, 8, then 15 s)
+STALL_AT = 8.0  # seconds into the crash loop the provider stops (SIGSTOP)
+STALL_SECONDS = 30.0
 DOCUMENTS = "/api/v1/documents"
 
 
@@ -127,7 +130,45 @@ async def test_a_crash_loop_loses_no_document_and_creates_no_second_job(
         cluster.stop_all()
 
 
-async def _crash_loop(cluster: Cluster, db: AsyncEngine) -> None:
+@pytest.mark.timeout(300)
+async def test_a_provider_stalled_for_30_s_in_a_crash_loop_fails_no_document(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """The fakes process is stopped (SIGSTOP) for 30 s while 300 documents start and nodes
+    are killed: every call in flight times out, the retry policies (3 minutes, durable
+    waits) ride it out, every document completes."""
+    subprocess.run(
+        [*flowpark_command(), "db", "upgrade", "--url", pg_url],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    cluster = Cluster(pg_url, tmp_path)
+    db = make_async_engine(pg_url, pool_size=2)
+    try:
+        await _crash_loop(cluster, db, stall=(STALL_AT, STALL_SECONDS))
+    finally:
+        await db.dispose()
+        cluster.stop_all()
+
+
+async def _stall(fakes: Proc, after: float, seconds: float) -> float:
+    """SIGSTOP the fakes ``after`` seconds from now, SIGCONT them ``seconds`` later;
+    answers how long they were stopped."""
+    assert fakes.process is not None
+    await asyncio.sleep(after)
+    fakes.process.send_signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        fakes.process.send_signal(signal.SIGCONT)
+    return time.monotonic() - stopped
+
+
+async def _crash_loop(
+    cluster: Cluster, db: AsyncEngine, stall: tuple[float, float] | None = None
+) -> None:
     fakes = await cluster.start_fakes()
     serve_a, serve_b = await cluster.start_nodes("serve-a", "serve-b")
     (worker,) = await cluster.start_nodes("worker-c", role="worker")
@@ -136,6 +177,7 @@ async def _crash_loop(cluster: Cluster, db: AsyncEngine) -> None:
     starts = Starter([serve_a.url, serve_b.url])
     # the documents start while the nodes are being killed: some starts and runs are cut
     starting = asyncio.create_task(starts.run(documents(CRASH_DOCUMENTS, "crash")))
+    stalling = asyncio.create_task(_stall(fakes, *stall)) if stall is not None else None
     kills = 0
     rng = random.Random(14)
     while time.monotonic() - began < CRASH_LOOP_SECONDS:
@@ -146,6 +188,7 @@ async def _crash_loop(cluster: Cluster, db: AsyncEngine) -> None:
         kills += 1
         victim.start()  # restarted at once (same port for a serve node)
     await starting
+    stalled_s = await stalling if stalling is not None else 0.0
     loop_ended = time.monotonic()
     assert len(starts.instance_ids) == CRASH_DOCUMENTS
 
@@ -153,7 +196,7 @@ async def _crash_loop(cluster: Cluster, db: AsyncEngine) -> None:
         now = await states(db)
         assert now["completed"] + now["failed"] + now["cancelled"] == CRASH_DOCUMENTS, dict(now)
 
-    await eventually(every_document_ended, timeout=120, interval=0.5, what="every document ended")
+    await eventually(every_document_ended, timeout=150, interval=0.5, what="every document ended")
     finished = time.monotonic()
     assert await states(db) == Counter({"completed": CRASH_DOCUMENTS})
     await _no_duplicate_rows(db)
@@ -169,9 +212,10 @@ async def _crash_loop(cluster: Cluster, db: AsyncEngine) -> None:
     # its retry policy allows plus once per run of it cut short (a kill)
     assert max(per_key.values()) <= UPLOAD_TRIES + kills, max(per_key.values())
     report(
-        "crash loop",
+        "crash loop" + (" with a stalled provider" if stall else ""),
         documents=CRASH_DOCUMENTS,
         kills=kills,
+        stalled_s=stalled_s,
         loop_s=loop_ended - began,
         drained_s=finished - loop_ended,
         uploads=stats["ocr"].get("upload", 0),

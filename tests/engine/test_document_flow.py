@@ -94,10 +94,16 @@ async def test_the_emit_writes_the_extract_row_with_its_own(store_url: str) -> N
         h.journal.runs.commit_step = spied  # type: ignore[method-assign]
         await h.advance_to_next_wake(inst.id)
         assert (await h.instance(inst.id)).state is InstanceState.COMPLETED
-        # the status row before the extract runs, then the emit with the extract row
-        assert commits == [("ocr.status", None), ("document.processed", "document.extract")]
+        # the status row before the extract runs (with the extract's retry window, stored
+        # before its first try), then the emit with the extract row
+        assert commits == [
+            ("retry.total", None),  # the status attempt's retry window
+            ("retry.total", "ocr.status"),
+            ("document.processed", "document.extract"),
+        ]
         steps = (await h.snapshot(inst.id)).steps
-        assert [r.capability_id for r in steps][-3:] == [
+        calls = [r.capability_id for r in steps if r.capability_id != "retry.total"]
+        assert calls[-3:] == [
             "ocr.status",
             "document.extract",
             "document.processed",
@@ -150,7 +156,10 @@ async def test_budget_runs_out_escalates_fails_and_cancels_the_real_ocr_job(
     flow = build_document_flow(OcrClient(http, base))
     async with FlowHarness.open([flow]) as h:
         inst = (await h.start("document.process", DOC)).instance
-        job_id = (await h.snapshot(inst.id)).steps[0].values["OcrJob"]["jobId"]
+        upload = next(
+            r for r in (await h.snapshot(inst.id)).steps if r.capability_id == "ocr.upload"
+        )
+        job_id = upload.values["OcrJob"]["jobId"]
         final = await h.wait_until(lambda i: i.state.ended, inst.id)
         assert final.state is InstanceState.FAILED
         assert final.failure is not None and final.failure.code == NOT_READ_IN_TIME
