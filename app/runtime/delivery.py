@@ -36,6 +36,7 @@ from standardwebhooks.webhooks import Webhook
 
 from app.engine.clock import Clock
 from app.engine.ports.outbox import ClaimedDelivery, Deliveries
+from app.flows.durations import RetryPolicy
 from app.outages import OUTAGES, store_outage
 from app.runtime.observe import NodeObserver
 from app.settings import Settings, Subscriber
@@ -97,9 +98,13 @@ class Deliverer:
         self.node_id = node_id
         self.batch = batch
         self.timeout = settings.delivery_timeout_seconds
-        self.max_tries = settings.delivery_max_tries
-        self.first_delay = settings.delivery_backoff_seconds
-        self.max_delay = settings.delivery_max_backoff_seconds
+        #: the capabilities' retry policy, read for a delivery: doubled per try, capped
+        self.policy = RetryPolicy(
+            initial_interval=timedelta(seconds=settings.delivery_backoff_seconds),
+            backoff_coefficient=2.0,
+            maximum_interval=timedelta(seconds=settings.delivery_max_backoff_seconds),
+            maximum_tries=settings.delivery_max_tries,
+        )
         self.interval = settings.delivery_scan_seconds
         self._targets = {s.name: (s.url, Webhook(s.secret.get_secret_value())) for s in subscribers}
         self._names = sorted(self._targets)
@@ -128,8 +133,9 @@ class Deliverer:
             sent += len(claims)
 
     def backoff(self, tries: int) -> timedelta:
-        """The delay after the ``tries``-th failed try (jittered)."""
-        ceiling = min(self.first_delay * 2 ** (tries - 1), self.max_delay)
+        """The delay after the ``tries``-th failed try: the retry policy's, jittered
+        between half of it and all of it."""
+        ceiling = self.policy.delay_after(tries).total_seconds()
         return timedelta(seconds=random.uniform(ceiling / 2, ceiling))
 
     async def _send(self, claimed: ClaimedDelivery) -> None:
@@ -169,7 +175,8 @@ class Deliverer:
                     return
                 error = f"HTTP {status}: {resp.text[:200]}"
         now = self.clock.now()
-        next_try = now + self.backoff(tries) if tries < self.max_tries else None
+        again = self.policy.allows_another(tries, "", timedelta(0))
+        next_try = now + self.backoff(tries) if again else None
         if next_try is None:
             log.warning(
                 "delivery %d of event %s to %s failed for good after %d tries: %s",

@@ -31,7 +31,7 @@ from datetime import timedelta
 
 from fastapi import Request
 from fastapi.responses import Response
-from itsdangerous import BadSignature, URLSafeTimedSerializer
+from itsdangerous import BadSignature, Signer, URLSafeTimedSerializer
 
 from app.api.auth import Principal
 from app.settings import Settings
@@ -54,6 +54,7 @@ __all__ = [
 
 COOKIE = "flowpark_session"
 _SALT = "flowpark.console.session"
+_NOTICE_SALT = "flowpark.console.notice"
 
 
 def principal_for(settings: Settings, token: str) -> Principal | None:
@@ -211,15 +212,24 @@ def check_csrf(session: Session, sent: str | None) -> bool:
     return sent is not None and hmac.compare_digest(sent.encode(), session.csrf.encode())
 
 
+def _notice_signer(settings: Settings) -> Signer:
+    return Signer(_secret(settings), salt=_NOTICE_SALT, digest_method=hashlib.sha256)
+
+
 def notice_signature(settings: Settings, text: str) -> str:
     """The signature an action's redirect carries beside its notice (``?done=...&ds=...``),
     so the instance page shows only notices this console wrote, never text a crafted link
-    puts there."""
-    raw = b"notice\n" + text.encode("utf-8", "surrogateescape")
-    return hmac.new(_secret(settings), raw, hashlib.sha256).hexdigest()[:32]
+    puts there (an itsdangerous signature under the console secret)."""
+    raw = text.encode("utf-8", "surrogateescape")
+    return _notice_signer(settings).get_signature(raw).decode("ascii")
 
 
 def notice_is_signed(settings: Settings, text: str, signature: str | None) -> bool:
-    """``signature`` is :func:`notice_signature` of ``text``."""
-    expected = notice_signature(settings, text).encode()
-    return signature is not None and hmac.compare_digest(signature.encode(), expected)
+    """``signature`` is :func:`notice_signature` of ``text`` (compared in constant time)."""
+    if signature is None:
+        return False
+    raw = text.encode("utf-8", "surrogateescape")
+    try:
+        return _notice_signer(settings).verify_signature(raw, signature.encode("ascii"))
+    except UnicodeEncodeError:
+        return False
