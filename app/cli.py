@@ -512,7 +512,9 @@ def main() -> None:
         refusal = _settings_refusal(exc)
         if refusal is None:
             raise
-        typer.echo(f"error: settings_invalid: {refusal}", err=True)
+        from app.errors import ErrorCode
+
+        typer.echo(f"error: {ErrorCode.SETTINGS_INVALID}: {refusal}", err=True)
         raise SystemExit(EXIT_SETTINGS) from None
 
 

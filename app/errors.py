@@ -63,6 +63,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 __all__ = [
+    "CLI_EXIT",
     "BodyTooLarge",
     "BulkFilterMissing",
     "DefinitionError",
@@ -207,6 +208,10 @@ class ErrorCode(StrEnum):
         "not_ready",
         "`/readyz`: the database, its schema or the sweep is not as a serving node needs",
     )
+    SETTINGS_INVALID = (
+        "settings_invalid",
+        "the CLI: a `FLOWPARK_*` variable does not validate (no node answers it)",
+    )
     SCHEMA_BEHIND_HEAD = (
         "schema_behind_head",
         "the database is not migrated to head (run `flowpark db upgrade`)",
@@ -237,10 +242,26 @@ class ErrorCode(StrEnum):
         "the instance's flow declares no stream of that name",
     )
     UNAUTHORIZED = ("unauthorized", "missing or unknown bearer token")
+    UNREACHABLE = (
+        "unreachable",
+        "the CLI: the `--url` node does not answer (no node answers it)",
+    )
     UNSUPPORTED_MEDIA_TYPE = (
         "unsupported_media_type",
         "a body that is not JSON by its `Content-Type`",
     )
+    USAGE = (
+        "usage",
+        "the CLI: a bad option or argument (no node answers it)",
+    )
+
+
+#: The codes only the CLI prints (a node never answers them), with the CLI's exit code.
+CLI_EXIT: dict[ErrorCode, int] = {
+    ErrorCode.SETTINGS_INVALID: 2,
+    ErrorCode.UNREACHABLE: 3,
+    ErrorCode.USAGE: 2,
+}
 
 
 class FlowparkError(Exception):

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from app.errors import ErrorCode, FlowparkError
+from app.errors import CLI_EXIT, ErrorCode, FlowparkError
 from app.outages import OUTAGES
 
 __all__ = [
@@ -223,8 +223,11 @@ def errors_page() -> str:
         The page's text.
     """
     rows = []
-    for code in sorted(ErrorCode, key=lambda c: (status_of(c), c.value)):
-        status = str(STATUS[code]) if code in STATUS else "500 as `internal_error`"
+    for code in sorted(ErrorCode, key=lambda c: (c in CLI_EXIT, status_of(c), c.value)):
+        if code in CLI_EXIT:
+            status = f"CLI only, exit {CLI_EXIT[code]}"
+        else:
+            status = str(STATUS[code]) if code in STATUS else "500 as `internal_error`"
         rows.append(f"| `{code}` | {status} | {code.meaning} |")
     return _ERRORS_PAGE.format(rows="\n".join(rows))
 
@@ -241,9 +244,8 @@ Every error the HTTP API answers is `application/problem+json` (RFC 9457) with a
 each status.
 
 The CLI prints the same codes: `error: <code>: <message>`, and three of its own that no
-node answers: `usage` (a bad option or argument, exit 2), `settings_invalid` (a `FLOWPARK_*`
-variable that does not validate, exit 2) and `unreachable` (the `--url` node does not answer,
-exit 3).
+node answers (the table's last rows, with their exit codes): `usage`, `settings_invalid` and
+`unreachable`.
 
 Error codes are one `snake_case` phrase each. A code the table does not map to a status
 (an engine invariant, a definition error) is never answered as itself: the answer is 500

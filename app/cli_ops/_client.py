@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from app.errors import ErrorCode
 from app.redaction import redact
 
 __all__ = [
@@ -241,7 +242,7 @@ class _Api:
             problem = f": {exc}"
         if problem is not None:
             what = "is not a node URL (http:// or https:// and a host)"
-            line = f"error: usage: --url {url} {what}{problem}"
+            line = f"error: {ErrorCode.USAGE}: --url {url} {what}{problem}"
             err.print(redact(line), markup=False)
             raise typer.Exit(2)
         self.client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=30.0)
@@ -268,7 +269,7 @@ class _Api:
                     why = f"the name {httpx.URL(self.url).host} does not resolve ({cause})"
                     break
                 cause = cause.__cause__ or cause.__context__
-            message = redact(f"error: unreachable: cannot reach {self.url}: {why}")
+            message = redact(f"error: {ErrorCode.UNREACHABLE}: cannot reach {self.url}: {why}")
             err.print(message, markup=False)
             raise typer.Exit(EXIT_UNREACHABLE) from None
         if resp.status_code >= 400:
@@ -293,7 +294,8 @@ class _Api:
             raise typer.Exit(EXIT_NOT_FOUND)
         if len(found) > 1:
             err.print(
-                f"error: usage: more than one instance id starts with {text}: give more of it",
+                f"error: {ErrorCode.USAGE}: more than one instance id starts with {text}: "
+                "give more of it",
                 markup=False,
             )
             raise typer.Exit(2)

@@ -32,6 +32,7 @@ from app.cli_ops._client import (
     with_filters,
 )
 from app.cli_ops.times import DURATION_HELP, duration_seconds
+from app.errors import ErrorCode
 
 __all__ = ["instances_app"]
 
@@ -311,7 +312,9 @@ def _act(
         if instance_id is not None:
             instance_id = api.resolve(instance_id)
             if filters.any() or every:
-                err.print("error: usage: give an instance id, or filters or --all, not both")
+                err.print(
+                    f"error: {ErrorCode.USAGE}: give an instance id, or filters or --all, not both"
+                )
                 raise typer.Exit(2)
             answer = api.call("POST", f"/api/v1/instances/{instance_id}/{action}", key=key)
             if as_json:
@@ -329,8 +332,8 @@ def _act(
             return
         if not filters.any() and not every:
             err.print(
-                f"error: usage: {action} needs an instance id, at least one filter, or --all "
-                "to act on every instance"
+                f"error: {ErrorCode.USAGE}: {action} needs an instance id, at least one "
+                "filter, or --all to act on every instance"
             )
             raise typer.Exit(2)
         totals = _bulk(api, action, filters, every, batch, dry_run, key, yes)
@@ -448,7 +451,7 @@ def signal(
     try:
         payload = json.loads(data)
     except ValueError as exc:
-        err.print(f"error: usage: --data is not JSON: {exc}")
+        err.print(f"error: {ErrorCode.USAGE}: --data is not JSON: {exc}")
         raise typer.Exit(2) from None
     with _api(url, token) as api:
         instance_id = api.resolve(instance_id)

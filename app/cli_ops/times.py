@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 import typer
 
 from app.cli_ops._client import err
+from app.errors import ErrorCode
 from app.flows.durations import to_timedelta
 
 __all__ = ["DURATION_HELP", "INSTANT_HELP", "duration_seconds", "instant_text"]
@@ -28,7 +29,7 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 
 
 def _usage(option: str, value: str, what: str) -> typer.Exit:
-    err.print(f"error: usage: {option} {value!r} is not {what}", markup=False)
+    err.print(f"error: {ErrorCode.USAGE}: {option} {value!r} is not {what}", markup=False)
     return typer.Exit(2)
 
 

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 
 import app.errors as errors
 from app.api.problems import STATUS, errors_page, install_problem_handlers
-from app.errors import ErrorCode, FlowparkError
+from app.errors import CLI_EXIT, ErrorCode, FlowparkError
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Codes that are never answered as themselves: an API answer is 500 internal_error.
@@ -28,8 +28,9 @@ INTERNAL = {
 
 
 def test_every_code_has_a_status_or_is_named_internal() -> None:
-    assert set(STATUS) | INTERNAL == set(ErrorCode)
+    assert set(STATUS) | INTERNAL | set(CLI_EXIT) == set(ErrorCode)
     assert not set(STATUS) & INTERNAL
+    assert not (set(STATUS) | INTERNAL) & set(CLI_EXIT)  # the CLI's own: no node answers them
     assert STATUS[ErrorCode.INTERNAL_ERROR] == 500
     # 500 is only ever internal_error: a mapped code is a refusal the caller can act on
     assert [c for c, s in STATUS.items() if s >= 500 and s != 503] == [ErrorCode.INTERNAL_ERROR]
@@ -52,7 +53,7 @@ def test_each_error_class_has_its_own_code() -> None:
     assert len(codes) == len(set(codes)), codes
     assert all(isinstance(c, ErrorCode) for c in codes)
     # every code but internal_error (the answer to anything unexpected) is some error's
-    assert set(ErrorCode) - set(codes) <= {ErrorCode.INTERNAL_ERROR}
+    assert set(ErrorCode) - set(codes) <= {ErrorCode.INTERNAL_ERROR, *CLI_EXIT}
 
 
 def test_docs_error_table_is_generated_from_the_enum() -> None:
