@@ -36,6 +36,7 @@ __all__ = [
     "MAX_KEY",
     "MAX_SEQUENCE",
     "check_instance_id",
+    "check_storable",
     "idempotency_header",
     "well_formed",
 ]
@@ -147,6 +148,18 @@ def _finite(text: str) -> float:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def check_storable(value: Any) -> None:
+    """Check a payload that did not come as a JSON body (the console's form) by the body's
+    rules.
+
+    Raises:
+        InputInvalid: a string or key holds U+0000 or a lone surrogate, or it nests deeper
+            than ``MAX_DEPTH`` (``input_invalid``, 422; each error's ``loc`` starts
+            ``body``).
+    """
+    _inspect(value)
 
 
 def _inspect(value: Any) -> None:

@@ -11,6 +11,7 @@ idempotent by the form's key); the page then shows the instance again with what 
 from __future__ import annotations
 
 import json
+import math
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,6 +24,7 @@ from pydantic import ValidationError
 
 from app.api import actions as api_actions
 from app.api import operate
+from app.api.inputs import check_storable
 from app.api.routes import check_instance_id
 from app.engine.deadlines import open_budget
 from app.engine.engine import Engine
@@ -249,13 +251,19 @@ def _payload(fields: list[dict[str, Any]], form: Any) -> tuple[dict[str, Any], l
                 payload[f["name"]] = int(raw)
             elif f["input"] == "number":
                 payload[f["name"]] = float(raw)
+                if not math.isfinite(payload[f["name"]]):
+                    raise ValueError("not finite")
             elif f["input"] == "json":
-                payload[f["name"]] = json.loads(raw)
+                payload[f["name"]] = json.loads(raw, parse_constant=_no_constant)
             else:
                 payload[f["name"]] = raw
         except ValueError:
             errors.append(f"{f['name']}: not a {f['input']} ({raw[:40]!r})")
     return payload, errors
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 async def _send_signal(
@@ -272,6 +280,11 @@ async def _send_signal(
         )
     fields = signal_fields(signal)
     payload, errors = _payload(fields, form)
+    if not errors:  # what the API's signal route refuses in a body, the form refuses too
+        try:
+            check_storable(payload)
+        except InputInvalid as exc:
+            errors = [f"{'.'.join(e['loc'][1:]) or 'payload'}: {e['msg']}" for e in exc.errors]
     if not errors:
         try:
             signal.model.model_validate(payload)

@@ -258,6 +258,30 @@ async def test_send_signal_needs_operate_and_csrf_and_a_payload_its_schema_allow
         assert refused.status_code == 403
 
 
+async def test_send_signal_refuses_what_the_signal_route_refuses_in_a_body(
+    acting: tuple[LiveServer, Seeded],
+) -> None:
+    server, _ = acting
+    async with server.client() as api:
+        started = await api.post(
+            "/api/v1/documents",
+            json={"documentId": "signal-nul", "pages": 400},
+            headers={"Idempotency-Key": "signal-nul"},
+        )
+    assert started.status_code == 202, started.text
+    target = started.json()["instanceId"]
+    async with _signed_in(server) as http:
+        confirm = await http.get(f"/ui/instances/{target}/actions/signal")
+        refused = await http.post(
+            f"/ui/instances/{target}/actions/signal",
+            data={"csrf": _csrf(confirm.text), "key": _key(confirm.text), "f.jobId": "j\x00-1"},
+        )
+        assert refused.status_code == 422, refused.text[:300]
+        assert "jobId: the string contains U+0000" in refused.text
+        after = (await http.get(f"/ui/instances/{target}")).text
+        assert "No signal delivered." in after  # nothing was sent
+
+
 async def test_a_signal_waits_due_instant_is_labelled_its_timeout(
     acting: tuple[LiveServer, Seeded],
 ) -> None:
