@@ -107,12 +107,17 @@ def run_group(
         cmd += ["--n", str(n)]
     if rate:
         cmd += ["--rate", f"{rate:.1f}"]
-    done = subprocess.run(
-        cmd, cwd=harness, env=_env(harness, tree), capture_output=True, text=True, timeout=1800
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{group} on {tree} failed:\n{done.stderr[-4000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    for attempt in range(3):  # a shared server may refuse a connection for a moment
+        done = subprocess.run(
+            cmd, cwd=harness, env=_env(harness, tree), capture_output=True, text=True, timeout=1800
+        )
+        if done.returncode == 0:
+            return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+        if "too many clients" not in done.stderr or attempt == 2:
+            break
+        err_console.print(f"  {group}: the server had no connection free; again in 10 s")
+        time.sleep(10)
+    raise RuntimeError(f"{group} on {tree} failed:\n{done.stderr[-4000:]}")
 
 
 def _expand(names: list[str]) -> list[str]:
