@@ -40,6 +40,13 @@ from app.store.sql_journal import SqlJournal
 
 DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
+# pytest-xdist gives its workers COLUMNS=80 and LINES=24; a worker then looks like a terminal of
+# that size to what reads them (rich's console sizes itself once, when the CLI is imported),
+# which a run without workers is not: drop them, so both runs see the same environment.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
 
 #: aiosqlite connections made on an event loop: their loop and where they were made
 _connections: dict[aiosqlite.core.Connection, tuple[weakref.ref[Any], traceback.StackSummary]] = {}
@@ -129,7 +136,8 @@ def _pg_database(template: str | None = None) -> Iterator[str]:
         admin.dispose()
         pytest.fail(
             f"PostgreSQL is unreachable at {make_url(admin_url).render_as_string()} "
-            f"(set FLOWPARK_TEST_PG_URL or start the server): {exc.orig}",
+            "(start the server, or install it: apt-get install -y postgresql; or set "
+            f"FLOWPARK_TEST_PG_URL to a server that accepts connections): {exc.orig}",
             pytrace=False,
         )
     try:
