@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from pydantic import BaseModel, ValidationError
 
-from app.api.inputs import _BODY_DOC, _json_body
+from app.api.inputs import _BODY_DOC, _json_body, idempotency_header
 from app.api.models import SignalAnswer
 from app.api.openapi import problem_responses
 from app.engine.engine import Engine
@@ -25,6 +25,7 @@ from app.engine.journal import InstanceState
 from app.engine.ports.operator import InstanceFilter, OperatorReads
 from app.errors import (
     ErrorCode,
+    IdempotencyKeyInvalid,
     InputInvalid,
     InstanceNotFound,
     SignalDeliveryReplayed,
@@ -77,6 +78,8 @@ async def verified_delivery(request: Request, flow: str, signal: Signal) -> Veri
         InputInvalid: 422 ``input_invalid``: the body is not JSON a store can keep, or
             ``adapt`` refused it.
         UnsupportedMediaType: 415 ``unsupported_media_type``: the body is not JSON.
+        IdempotencyKeyInvalid: 400 ``idempotency_key_invalid``: the delivery's id (e.g.
+            ``X-GitHub-Delivery``) is over 200 characters or not visible ASCII.
     """
     verifier = signal.verify
     assert verifier is not None
@@ -100,8 +103,17 @@ async def verified_delivery(request: Request, flow: str, signal: Signal) -> Veri
     except SignatureInvalid as exc:
         raise SignatureInvalid(f"signal {signal.name}: {exc.message}", signal=signal.name) from None
     delivery = verifier.delivery(await _json_body(request), headers)
+    key = delivery.delivery_id
+    if key is not None:  # it keys the delivery as an Idempotency-Key would, by its rules
+        try:
+            key = idempotency_header(key, required=False)
+        except IdempotencyKeyInvalid as exc:
+            why = exc.message.removeprefix("Idempotency-Key ")
+            raise IdempotencyKeyInvalid(
+                f"signal {signal.name}: the delivery's id {why}", signal=signal.name
+            ) from None
     body = delivery.payload if signal.adapt is None else _adapted(signal, delivery)
-    return VerifiedDelivery(delivery.delivery_id, body)
+    return VerifiedDelivery(key, body)
 
 
 def _adapted(signal: Signal, delivery: WebhookDelivery) -> Any:

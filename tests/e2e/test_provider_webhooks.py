@@ -320,6 +320,25 @@ def test_a_github_delivery_on_the_keyed_route_finds_its_instance_by_key(
     assert instance(node, other)["state"] == "suspended"
 
 
+@pytest.mark.parametrize("delivery", ["tab\tinside", "d" * 201])
+def test_a_delivery_id_no_key_can_be_is_refused_in_its_own_words(
+    node: SubprocessServer, delivery: str
+) -> None:
+    run_id = uuid.uuid4().int % 10**9
+    mine = start(node, "/api/v1/ci-runs", {"run_id": run_id}, instance_key=f"run-{run_id}")
+    body = workflow_run(run_id)
+
+    resp = post(
+        node, "/api/v1/ci-runs/signals/ci.finished", body, github_headers(body, delivery=delivery)
+    )
+
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["code"] == "idempotency_key_invalid"
+    assert "the delivery's id" in resp.json()["detail"]
+    assert "Idempotency-Key" not in resp.json()["detail"]  # the provider sent none
+    assert instance(node, mine)["signals"] == []
+
+
 def test_a_stripe_event_on_the_keyed_route_ends_the_wait_of_its_payment(
     node: SubprocessServer,
 ) -> None:
