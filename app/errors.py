@@ -269,7 +269,7 @@ class FlowparkError(Exception):
 
     Args:
         message: human-readable sentence.
-        **fields: structured context (``instance_id``, ``flow``, ``node`` ...); an API
+        **fields: structured context (``instance_id``, ``flow``, ``step`` ...); an API
             answer carries each as a camelCase member of the problem body.
 
     Attributes:
@@ -518,7 +518,7 @@ class FlowFailure:
     Attributes:
         code: stable code, e.g. ``flow.step_failed`` or ``document.not_read_in_time``.
         message: human-readable sentence.
-        details: structured context (capability id, error type, detail, node).
+        details: structured context (capability id, error type, detail, step).
     """
 
     code: str

@@ -18,7 +18,7 @@ from app.api.values import shown_values
 from app.engine.journal import InstanceRecord, Outcome, StepKind, StepRow, WakeKind
 from app.engine.ports.operator import InstanceCounts, InstanceSummary, OperatorAction
 from app.errors import InputInvalid
-from app.flows.plan import Node, Plan, PollNode, StepNode
+from app.flows.plan import CapabilityStep, Plan, PollStep, Step
 
 __all__ = [
     "action_view",
@@ -67,16 +67,16 @@ def decode_cursor(cursor: str, loc: tuple[str, ...] = ("query", "cursor")) -> tu
     return instant, instance_id
 
 
-def poll_of(plan: Plan | None, step_id: int | None) -> PollNode | None:
-    """The poll node at ``step_id`` (a parked poll waits there), or None."""
-    node = _node(plan, step_id)
-    return node if isinstance(node, PollNode) else None
+def poll_of(plan: Plan | None, step_id: int | None) -> PollStep | None:
+    """The poll step at ``step_id`` (a parked poll waits there), or None."""
+    step = _step(plan, step_id)
+    return step if isinstance(step, PollStep) else None
 
 
-def _node(plan: Plan | None, step_id: int | None) -> Node | None:
-    if plan is None or step_id is None or not 0 <= step_id < len(plan.nodes):
+def _step(plan: Plan | None, step_id: int | None) -> Step | None:
+    if plan is None or step_id is None or not 0 <= step_id < len(plan.steps):
         return None
-    return plan.nodes[step_id]
+    return plan.steps[step_id]
 
 
 def waiting_view(
@@ -94,19 +94,19 @@ def waiting_view(
     """
     if kind is None or step_id is None:
         return None
-    node = _node(plan, step_id)
+    step = _step(plan, step_id)
     capability: str | None = None
     attempt: int | None = None
-    if isinstance(node, PollNode):
-        body = plan.nodes[node.body_index] if plan is not None else None
-        capability = body.capability.id if isinstance(body, StepNode) else None
+    if isinstance(step, PollStep):
+        body = plan.steps[step.body_index] if plan is not None else None
+        capability = body.capability.id if isinstance(body, CapabilityStep) else None
         attempt = scope
-        if kind is WakeKind.SIGNAL and node.signal is not None:
-            capability = node.signal.name
-    elif isinstance(node, StepNode):
-        capability = node.capability.id
-    elif node is not None and getattr(node, "signal", None) is not None:
-        capability = node.signal.name  # type: ignore[union-attr]
+        if kind is WakeKind.SIGNAL and step.signal is not None:
+            capability = step.signal.name
+    elif isinstance(step, CapabilityStep):
+        capability = step.capability.id
+    elif step is not None and getattr(step, "signal", None) is not None:
+        capability = step.signal.name  # type: ignore[union-attr]
     return {
         "kind": str(kind),
         "stepId": step_id,
@@ -181,15 +181,15 @@ def attempts_view(
     plan (the same jitter function as the engine's) after attempt *n-1*'s commit, capped by
     the budget's end.
     """
-    node = _current_poll(plan, inst, steps)
-    if node is None:
+    step = _current_poll(plan, inst, steps)
+    if step is None:
         return []
-    body = node.body_index
+    body = step.body_index
     by_scope: dict[int, list[StepRow]] = {}
     for row in steps:
         if row.step_id == body and row.kind is StepKind.STEP:
             by_scope.setdefault(row.scope, []).append(row)
-    signal_rows = [r for r in steps if r.step_id == node.index and r.kind is StepKind.SIGNAL]
+    signal_rows = [r for r in steps if r.step_id == step.index and r.kind is StepKind.SIGNAL]
     out: list[dict[str, Any]] = []
     first_start = min((r.started_at for r in by_scope.get(0, [])), default=None)
     previous_commit: datetime | None = None
@@ -201,9 +201,9 @@ def attempts_view(
         if scope == 0:
             scheduled = started
         elif previous_commit is not None:
-            scheduled = previous_commit + node.interval.delay(scope - 1, inst.id)
+            scheduled = previous_commit + step.interval.delay(scope - 1, inst.id)
             if first_start is not None:
-                scheduled = min(scheduled, first_start + node.timeout)
+                scheduled = min(scheduled, first_start + step.timeout)
         success = any(t.outcome is Outcome.SUCCESS for t in tries)
         last = tries[-1]
         outcome = "success" if success else ("failure" if last.final else "retrying")
@@ -254,14 +254,14 @@ def attempts_view(
     return out
 
 
-def _current_poll(plan: Plan | None, inst: InstanceRecord, steps: list[StepRow]) -> PollNode | None:
+def _current_poll(plan: Plan | None, inst: InstanceRecord, steps: list[StepRow]) -> PollStep | None:
     """The poll the instance waits at, else the last poll it ran an attempt of."""
-    node = poll_of(plan, inst.wake_step_id) if not inst.state.ended else None
-    if node is not None or plan is None:
-        return node
+    step = poll_of(plan, inst.wake_step_id) if not inst.state.ended else None
+    if step is not None or plan is None:
+        return step
     for row in reversed(steps):
-        body = _node(plan, row.step_id)
-        if isinstance(body, StepNode) and body.poll_index is not None:
+        body = _step(plan, row.step_id)
+        if isinstance(body, CapabilityStep) and body.poll_index is not None:
             return poll_of(plan, body.poll_index)
     return None
 

@@ -192,10 +192,10 @@ async def summaries(request: Request, rows: list[InstanceSummary]) -> list[dict[
         for r in rows
     }
     polls = {
-        r.id: node
+        r.id: step
         for r in rows
         if not r.state.ended
-        and (node := poll_of(plans[(r.flow_name, r.flow_version)], r.wake_step_id)) is not None
+        and (step := poll_of(plans[(r.flow_name, r.flow_version)], r.wake_step_id)) is not None
     }
     ends = await _reads(request).poll_budget_ends([(i, n.index) for i, n in polls.items()])
     return [
@@ -416,7 +416,7 @@ def build_operator_router() -> APIRouter:
         ] = None,
     ) -> JSONResponse:
         """One flow's compiled plan (`version`, default the latest registered on this
-        node): `nodes`, each with `index`, `kind` (`step`, `poll`, `await`, `fail`,
+        step): `steps`, each with `index`, `kind` (`capability`, `poll`, `await`, `fail`,
         `emit`) and its fields (capability, retry policy, compensation, poll interval and
         `timeoutSeconds`, signal, `satisfied`/`onTimeout`/`onFailure`/`next` targets;
         `end` is the index that completes the flow). 404 `flow_not_found`."""

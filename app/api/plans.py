@@ -1,5 +1,5 @@
-"""JSON of a compiled plan (``GET /api/v1/flows/{name}``): its nodes as data, for the CLI's
-tree and any other reader. Durations are seconds; targets are node indexes."""
+"""JSON of a compiled plan (``GET /api/v1/flows/{name}``): its steps as data, for the CLI's
+tree and any other reader. Durations are seconds; targets are step indexes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from app.flows.durations import Backoff, RetryPolicy
-from app.flows.plan import AwaitSignalNode, EmitNode, FailNode, Node, Plan, PollNode, StepNode
+from app.flows.plan import AwaitSignalStep, CapabilityStep, EmitStep, FailStep, Plan, PollStep, Step
 
 __all__ = ["plan_view"]
 
@@ -37,48 +37,48 @@ def _retry(policy: RetryPolicy | None) -> dict[str, Any] | None:
     }
 
 
-def _node(node: Node) -> dict[str, Any]:
-    if isinstance(node, StepNode):
+def _step(step: Step) -> dict[str, Any]:
+    if isinstance(step, CapabilityStep):
         return {
-            "index": node.index,
-            "kind": "step",
-            "capabilityId": node.capability.id,
-            "idempotent": node.capability.idempotent,
-            "retry": _retry(node.capability.options.retry),
-            "compensation": node.compensation.id if node.compensation is not None else None,
-            "next": node.next,
-            "onFailure": node.failure_target,
-            "pollIndex": node.poll_index,
+            "index": step.index,
+            "kind": "capability",
+            "capabilityId": step.capability.id,
+            "idempotent": step.capability.idempotent,
+            "retry": _retry(step.capability.options.retry),
+            "compensation": step.compensation.id if step.compensation is not None else None,
+            "next": step.next,
+            "onFailure": step.failure_target,
+            "pollIndex": step.poll_index,
         }
-    if isinstance(node, PollNode):
+    if isinstance(step, PollStep):
         return {
-            "index": node.index,
+            "index": step.index,
             "kind": "poll",
-            "body": node.body_index,
-            "interval": _backoff(node.interval),
-            "timeoutSeconds": _seconds(node.timeout),
-            "signal": node.signal.name if node.signal is not None else None,
-            "satisfied": node.satisfied_target,
-            "onTimeout": node.timeout_target,
+            "body": step.body_index,
+            "interval": _backoff(step.interval),
+            "timeoutSeconds": _seconds(step.timeout),
+            "signal": step.signal.name if step.signal is not None else None,
+            "satisfied": step.satisfied_target,
+            "onTimeout": step.timeout_target,
         }
-    if isinstance(node, AwaitSignalNode):
+    if isinstance(step, AwaitSignalStep):
         return {
-            "index": node.index,
+            "index": step.index,
             "kind": "await",
-            "signal": node.signal.name,
-            "timeoutSeconds": _seconds(node.timeout),
-            "satisfied": node.satisfied_target,
-            "onTimeout": node.timeout_target,
+            "signal": step.signal.name,
+            "timeoutSeconds": _seconds(step.timeout),
+            "satisfied": step.satisfied_target,
+            "onTimeout": step.timeout_target,
         }
-    if isinstance(node, FailNode):
-        return {"index": node.index, "kind": "fail", "code": node.code, "message": node.message}
-    assert isinstance(node, EmitNode)
-    return {"index": node.index, "kind": "emit", "name": node.name, "next": node.next}
+    if isinstance(step, FailStep):
+        return {"index": step.index, "kind": "fail", "code": step.code, "message": step.message}
+    assert isinstance(step, EmitStep)
+    return {"index": step.index, "kind": "emit", "name": step.name, "next": step.next}
 
 
 def plan_view(plan: Plan) -> dict[str, Any]:
     """``{"name", "version", "profile", "route", "deadlineSeconds", "signals", "streams",
-    "end", "nodes": [...]}``; each node has ``index`` and ``kind`` (``step``, ``poll``,
+    "end", "steps": [...]}``; each step has ``index`` and ``kind`` (``capability``, ``poll``,
     ``await``, ``fail``, ``emit``) and its own fields; ``end`` is the index meaning "the
     flow completes"."""
     return {
@@ -90,5 +90,5 @@ def plan_view(plan: Plan) -> dict[str, Any]:
         "signals": sorted(plan.signals),
         "streams": sorted(plan.streams),
         "end": plan.end,
-        "nodes": [_node(n) for n in plan.nodes],
+        "steps": [_step(n) for n in plan.steps],
     }

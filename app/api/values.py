@@ -9,7 +9,7 @@ from typing import Any
 
 from app.engine.journal import StepKind, StepRow
 from app.flows.capability import Capability
-from app.flows.plan import Plan, StepNode
+from app.flows.plan import CapabilityStep, Plan
 
 __all__ = ["MAX_VALUE_CHARS", "capability_of", "shown_values"]
 
@@ -26,14 +26,14 @@ UNSERVED = "*** (hidden: this node does not serve this flow version)"
 def capability_of(plan: Plan | None, row: StepRow) -> Capability | None:
     """The capability that wrote ``row`` (its step's, or the step's compensation), or None
     when this node does not have the flow version or the row is no execution."""
-    if plan is None or not 0 <= row.step_id < len(plan.nodes):
+    if plan is None or not 0 <= row.step_id < len(plan.steps):
         return None
-    node = plan.nodes[row.step_id]
-    if not isinstance(node, StepNode):
+    step = plan.steps[row.step_id]
+    if not isinstance(step, CapabilityStep):
         return None
     if row.kind is StepKind.COMPENSATION:
-        return node.compensation
-    return node.capability if row.kind is StepKind.STEP else None
+        return step.compensation
+    return step.capability if row.kind is StepKind.STEP else None
 
 
 def _bounded(value: Any) -> tuple[Any, bool]:

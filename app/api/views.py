@@ -18,7 +18,7 @@ from app.engine.journal import (
     StreamMessage,
 )
 from app.engine.values import DECISION_KEY
-from app.flows.plan import AwaitSignalNode, EmitNode, FailNode, Plan, PollNode, StepNode
+from app.flows.plan import AwaitSignalStep, CapabilityStep, EmitStep, FailStep, Plan, PollStep
 
 __all__ = [
     "awaiting",
@@ -133,11 +133,11 @@ def awaiting(plan: Plan | None, inst: InstanceRecord) -> list[dict[str, str]]:
         return []
     if inst.wake_step_id >= plan.end:
         return []
-    node = plan.nodes[inst.wake_step_id]
-    if not isinstance(node, PollNode | AwaitSignalNode) or node.signal is None:
+    step = plan.steps[inst.wake_step_id]
+    if not isinstance(step, PollStep | AwaitSignalStep) or step.signal is None:
         return []
     base = plan.trigger.route if plan.trigger is not None else f"{API}/instances"
-    return [{"signal": node.signal.name, "href": f"{base}/{inst.id}/signals/{node.signal.name}"}]
+    return [{"signal": step.signal.name, "href": f"{base}/{inst.id}/signals/{step.signal.name}"}]
 
 
 def _budget_view(
@@ -168,25 +168,25 @@ def display_value(plan: Plan | None, value: Any) -> str | None:
 
 
 def step_label(plan: Plan, step_id: int) -> tuple[str, str, str | None]:
-    """``(kind, label, capability id)`` of a plan step: ``("step", "ocr.upload",
+    """``(kind, label, capability id)`` of a plan step: ``("capability", "ocr.upload",
     "ocr.upload")``, ``("fail", "fail document.ocr_failed", None)`` ..."""
-    node = plan.nodes[step_id]
-    if isinstance(node, StepNode):
-        return "step", node.capability.id, node.capability.id
-    if isinstance(node, PollNode):
+    step = plan.steps[step_id]
+    if isinstance(step, CapabilityStep):
+        return "capability", step.capability.id, step.capability.id
+    if isinstance(step, PollStep):
         return "poll", "poll", None
-    if isinstance(node, AwaitSignalNode):
-        return "await", f"await {node.signal.name}", None
-    if isinstance(node, FailNode):
-        return "fail", f"fail {node.code}", None
-    if isinstance(node, EmitNode):
-        return "emit", f"emit {node.name}", None
-    return "step", type(node).__name__, None  # pragma: no cover - every kind is above
+    if isinstance(step, AwaitSignalStep):
+        return "await", f"await {step.signal.name}", None
+    if isinstance(step, FailStep):
+        return "fail", f"fail {step.code}", None
+    if isinstance(step, EmitStep):
+        return "emit", f"emit {step.name}", None
+    return "step", type(step).__name__, None  # pragma: no cover - every kind is above
 
 
 def _failed_step_id(inst: InstanceRecord, steps: list[StepRow]) -> int | None:
     details = inst.failure.details if inst.failure is not None else None
-    for key in ("step", "node"):
+    for key in ("step_id", "step", "node"):  # "node": failures stored by earlier releases
         value = (details or {}).get(key)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -215,7 +215,7 @@ def failed_step(
     if inst.state is not InstanceState.FAILED or inst.failure is None or plan is None:
         return None
     step_id = _failed_step_id(inst, steps)
-    if step_id is None or not 0 <= step_id < len(plan.nodes):
+    if step_id is None or not 0 <= step_id < len(plan.steps):
         return None
     kind, label, capability = step_label(plan, step_id)
     details = inst.failure.details or {}
@@ -227,7 +227,7 @@ def failed_step(
 
 def compensation_failures(steps: list[StepRow]) -> list[dict[str, Any]]:
     """The compensations that failed for good (their retry policy exhausted): one entry per
-    (node, scope) with code ``compensation_failed``, the capability, its last error type
+    (step, scope) with code ``compensation_failed``, the capability, its last error type
     and detail, the number of tries and when the last one failed. Empty when none did."""
     failed: list[dict[str, Any]] = []
     for row in steps:

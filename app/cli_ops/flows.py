@@ -66,38 +66,38 @@ def _target(plan: dict[str, Any], index: int | None) -> str:
     return "end" if index >= plan["end"] else f"[{index}]"
 
 
-def _describe(plan: dict[str, Any], node: dict[str, Any]) -> str:
-    kind = node["kind"]
-    if kind == "step":
-        text = f"step {node['capabilityId']}"
-        if node.get("retry"):
-            r = node["retry"]
+def _describe(plan: dict[str, Any], step: dict[str, Any]) -> str:
+    kind = step["kind"]
+    if kind == "capability":
+        text = f"step {step['capabilityId']}"
+        if step.get("retry"):
+            r = step["retry"]
             text += f" (retry: {r.get('maximumTries') or 'unbounded'} tries"
             text += f", from {_seconds(r['initialIntervalSeconds'])})"
-        if node.get("compensation"):
-            text += f", compensate with {node['compensation']}"
-        if node.get("onFailure") is not None:
-            text += f", on failure -> {_target(plan, node['onFailure'])}"
+        if step.get("compensation"):
+            text += f", compensate with {step['compensation']}"
+        if step.get("onFailure") is not None:
+            text += f", on failure -> {_target(plan, step['onFailure'])}"
         return text
     if kind == "poll":
-        interval = node["interval"]
+        interval = step["interval"]
         text = f"poll every {_seconds(interval['initialSeconds'])}"
         if interval["multiplier"] != 1:
             text += f" x{interval['multiplier']:g} up to {_seconds(interval['maximumSeconds'])}"
-        text += f", budget {_seconds(node['timeoutSeconds'])}"
-        if node.get("signal"):
-            text += f", or signal {node['signal']}"
-        text += f"; satisfied -> {_target(plan, node['satisfied'])}"
-        text += f"; on timeout -> {_target(plan, node.get('onTimeout'))}"
+        text += f", budget {_seconds(step['timeoutSeconds'])}"
+        if step.get("signal"):
+            text += f", or signal {step['signal']}"
+        text += f"; satisfied -> {_target(plan, step['satisfied'])}"
+        text += f"; on timeout -> {_target(plan, step.get('onTimeout'))}"
         return text
     if kind == "await":
         return (
-            f"await signal {node['signal']} (timeout {_seconds(node.get('timeoutSeconds'))}); "
-            f"on timeout -> {_target(plan, node.get('onTimeout'))}"
+            f"await signal {step['signal']} (timeout {_seconds(step.get('timeoutSeconds'))}); "
+            f"on timeout -> {_target(plan, step.get('onTimeout'))}"
         )
     if kind == "fail":
-        return f"fail {node['code']}: {node['message']}"
-    return f"emit {node['name']}"
+        return f"fail {step['code']}: {step['message']}"
+    return f"emit {step['name']}"
 
 
 def flows_show(
@@ -108,7 +108,7 @@ def flows_show(
     as_json: AsJson = False,
 ) -> None:
     """Print a flow's compiled plan as a tree: steps, the poll with its interval and
-    budget, signals, on_timeout blocks, fail nodes, compensations."""
+    budget, signals, on_timeout blocks, fail steps, compensations."""
     params = {"version": version} if version else None
     with _api(url, token) as api:
         plan = api.call("GET", f"/api/v1/flows/{name}", params=params)
@@ -120,11 +120,11 @@ def flows_show(
     title += f", deadline {_seconds(deadline)})" if deadline else ")"
     tree = Tree(title)
     branches: dict[int, Tree] = {}
-    for node in plan["nodes"]:
-        label = f"[{node['index']}] {_describe(plan, node)}"
-        parent_index = node.get("pollIndex")
-        if node["kind"] == "step" and parent_index is not None and parent_index in branches:
+    for step in plan["steps"]:
+        label = f"[{step['index']}] {_describe(plan, step)}"
+        parent_index = step.get("pollIndex")
+        if step["kind"] == "capability" and parent_index is not None and parent_index in branches:
             branches[parent_index].add(f"body: {label}", style="cyan")
             continue
-        branches[node["index"]] = tree.add(label, style="red" if node["kind"] == "fail" else "")
+        branches[step["index"]] = tree.add(label, style="red" if step["kind"] == "fail" else "")
     out.print(tree)

@@ -5,9 +5,9 @@ A deadline is a journal row of kind ``deadline`` (:class:`~app.engine.journal.St
 =====================  ====================  =================================================
 ``capability_id``      ``(step_id, scope)``  bounds
 =====================  ====================  =================================================
-``poll.budget``        (poll node, 0)        a poll's attempts: entry instant + ``timeout``
-``signal.timeout``     (await node, 0)       an ``await_signal``: arrival + ``timeout``
-``retry.total``        (step node, scope)    the tries of one execution: first try's start
+``poll.budget``        (poll step, 0)        a poll's attempts: entry instant + ``timeout``
+``signal.timeout``     (await step, 0)       an ``await_signal``: arrival + ``timeout``
+``retry.total``        (step, scope)         the tries of one execution: first try's start
                                              + the retry policy's ``total_duration``
 =====================  ====================  =================================================
 
@@ -65,7 +65,7 @@ def deadline_row(
 
     Args:
         instance_id: the instance.
-        step_id: the node the deadline bounds (the poll, the await, the step).
+        step_id: the step the deadline bounds (the poll, the await, the step).
         scope: the attempt (a poll body's execution) or 0.
         name: :data:`POLL_BUDGET`, :data:`SIGNAL_TIMEOUT` or :data:`RETRY_TOTAL`.
         started_at: when the wait began (aware UTC, engine clock).
@@ -105,7 +105,7 @@ class Budget:
 
     Attributes:
         name: which bound (:data:`POLL_BUDGET`, :data:`SIGNAL_TIMEOUT`, :data:`RETRY_TOTAL`).
-        step_id: the node it bounds; scope: the attempt or 0.
+        step_id: the step it bounds; scope: the attempt or 0.
         started_at: when the wait began; ends_at: its end (aware UTC).
         extensions: how many times it was extended (0 for none).
     """
@@ -131,7 +131,7 @@ def open_budget(state: InstanceState, steps: list[StepRow]) -> Budget | None:
 
     The wait is the one the latest deadline row belongs to (a poll's budget rather than
     the retry window of its body's attempt). It is open while the instance has not ended
-    and no row outside it (another node than the poll and its body, the await, the step)
+    and no row outside it (another step than the poll and its body, the await, the step)
     was committed after its first deadline row, no signal ended it, and (for a retry
     window) no try of its execution succeeded or failed for good.
 

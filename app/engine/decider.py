@@ -1,16 +1,16 @@
 """The decider: what an instance does next, as a pure function of its plan, its instance
 row, its journal, its mailbox and the engine clock's instant.
 
-Each call walks the plan from node 0 over the committed rows (the frontier scan): a node
+Each call walks the plan from step 0 over the committed rows (the frontier scan): a step
 with a deciding row is not executed again; its values go back into the state bag and a
-completed compensable step goes on the compensation stack. The first node without one is
+completed compensable step goes on the compensation stack. The first step without one is
 the frontier, where the answer is one :mod:`app.engine.decisions` value: run a try, park,
 take a signal, emit, unwind, finish. So a resume, a restart on another node and the rebuilt
 compensation stack all come from the same rows, and a test of the decider needs no store,
 no clock and no event loop.
 
-The node semantics (a poll's attempts and budget, an ``await_signal``, tries and retry
-windows, compensations) are in :mod:`app.engine.nodes`; this module holds the entry point,
+The semantics of the steps (a poll's attempts and budget, an ``await_signal``, tries and retry
+windows, compensations) are in :mod:`app.engine.steps`; this module holds the entry point,
 the journal's fit to the plan, and the ending of a walk. Nothing here does I/O: flow
 expressions (``until``, a match, an emit's factory, ``returns``) are the only user code it
 calls, and an exception in one fails the flow (``flow.expression_failed``).
@@ -27,10 +27,10 @@ from pydantic import BaseModel
 from app.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT
 from app.engine.decisions import BeginEnding, Decision, Finish, MailboxView
 from app.engine.journal import InstanceRecord, InstanceState, StepKind, StepRow
-from app.engine.nodes import Ending, Walk, evaluate
+from app.engine.steps import Ending, Walk, evaluate
 from app.engine.values import jsonable, revive
 from app.errors import JournalMismatch
-from app.flows.plan import AwaitSignalNode, EmitNode, Plan, PollNode, StepNode
+from app.flows.plan import AwaitSignalStep, CapabilityStep, EmitStep, Plan, PollStep
 
 __all__ = ["Decider", "check_fit"]
 
@@ -125,22 +125,22 @@ class Decider:
             return Finish(InstanceState.COMPLETED, result=result)
         if walk.instance.ending is None:
             return BeginEnding(ending.state, ending.failure)
-        for node, scope in reversed(walk.compensations):
-            decision = walk.compensate(node, scope)
+        for step, scope in reversed(walk.compensations):
+            decision = walk.compensate(step, scope)
             if decision is not None:
                 return decision
         return Finish(ending.state, failure=ending.failure)
 
 
 _DEADLINE_NODES: dict[str, type] = {
-    POLL_BUDGET: PollNode,
-    SIGNAL_TIMEOUT: AwaitSignalNode,
-    RETRY_TOTAL: StepNode,
+    POLL_BUDGET: PollStep,
+    SIGNAL_TIMEOUT: AwaitSignalStep,
+    RETRY_TOTAL: CapabilityStep,
 }
 
 
 def check_fit(plan: Plan, instance: InstanceRecord, steps: Sequence[StepRow]) -> None:
-    """Check that every journal row fits ``plan``: its node exists and is of the row's kind,
+    """Check that every journal row fits ``plan``: its step exists and is of the row's kind,
     calling the capability (or taking the signal, emitting the event) the row names.
 
     Args:
@@ -150,40 +150,40 @@ def check_fit(plan: Plan, instance: InstanceRecord, steps: Sequence[StepRow]) ->
 
     Raises:
         JournalMismatch: the first row that does not fit (``journal_mismatch``), e.g. a
-            node removed or a capability id changed under a registered version.
+            step removed or a capability id changed under a registered version.
     """
-    nodes = plan.nodes
+    plan_steps = plan.steps
     for row in steps:
-        node = nodes[row.step_id] if 0 <= row.step_id < len(nodes) else None
-        expected = _expected_name(node, row.kind, row.capability_id)
+        step = plan_steps[row.step_id] if 0 <= row.step_id < len(plan_steps) else None
+        expected = _expected_name(step, row.kind, row.capability_id)
         if expected is None or expected != row.capability_id:
-            what = "no node" if node is None else f"{type(node).__name__} {expected!r}"
+            what = "no step" if step is None else f"{type(step).__name__} {expected!r}"
             raise JournalMismatch(
                 f"instance {instance.id} of {plan.name}@{plan.version}: its journal row "
-                f"{row.kind} {row.capability_id!r} at node {row.step_id} (scope {row.scope}) "
+                f"{row.kind} {row.capability_id!r} at step {row.step_id} (scope {row.scope}) "
                 f"does not fit the plan, which has {what} there; the plan changed under "
                 "a registered version (register the change as a new version)",
                 instance_id=instance.id,
                 flow=f"{plan.name}@{plan.version}",
-                node=row.step_id,
+                step_id=row.step_id,
                 row=f"{row.kind}:{row.capability_id}",
             )
 
 
-def _expected_name(node: object, kind: StepKind, name: str) -> str | None:
-    """The name a row of ``kind`` at ``node`` must carry; None when no row of that kind
+def _expected_name(step: object, kind: StepKind, name: str) -> str | None:
+    """The name a row of ``kind`` at ``step`` must carry; None when no row of that kind
     belongs there."""
-    if node is None:
+    if step is None:
         return None
-    if kind is StepKind.STEP and isinstance(node, StepNode):
-        return node.capability.id
-    if kind is StepKind.COMPENSATION and isinstance(node, StepNode):
-        return node.compensation.id if node.compensation is not None else None
-    if kind is StepKind.SIGNAL and isinstance(node, PollNode | AwaitSignalNode):
-        return node.signal.name if node.signal is not None else None
-    if kind is StepKind.EMIT and isinstance(node, EmitNode):
-        return node.name
+    if kind is StepKind.STEP and isinstance(step, CapabilityStep):
+        return step.capability.id
+    if kind is StepKind.COMPENSATION and isinstance(step, CapabilityStep):
+        return step.compensation.id if step.compensation is not None else None
+    if kind is StepKind.SIGNAL and isinstance(step, PollStep | AwaitSignalStep):
+        return step.signal.name if step.signal is not None else None
+    if kind is StepKind.EMIT and isinstance(step, EmitStep):
+        return step.name
     if kind is StepKind.DEADLINE:
         owner = _DEADLINE_NODES.get(name)
-        return name if owner is not None and isinstance(node, owner) else None
+        return name if owner is not None and isinstance(step, owner) else None
     return None

@@ -4,7 +4,7 @@
 
     Decision
      +-- Execute       run one try of a capability (a step, a poll's attempt, a compensation)
-     +-- Record        commit a row no call made (a try lost with its node, a retry window
+     +-- Record        commit a row no call made (a try lost with its step, a retry window
      |                 that ended before the next try could start)
      +-- Park          suspend until an instant (and/or a signal)
      +-- ReadMailbox   the mailbox is older than the journal: read it again
@@ -52,7 +52,7 @@ class Note:
     """Something the decision's walk saw happen now, for the observer (metrics).
 
     Attributes:
-        poll: the poll node it is about.
+        poll: the poll step it is about.
         how: with ``attempt`` None, how the poll's wait ended: ``satisfied``, ``timed_out``
             or ``signalled`` (:class:`app.engine.observe.PollEnd`); with ``attempt``, the
             verdict on that attempt this run made: ``satisfied``, ``unsatisfied`` or
@@ -75,7 +75,7 @@ class MailboxView:
     Attributes:
         signals: untaken signals in arrival order.
         read_at: how many journal rows the run knew when it read them (None: not read in
-            this run). Rows committed after that at a node other than a wait's own make
+            this run). Rows committed after that at a step other than a wait's own make
             the mailbox stale for that wait (a signal may have come meanwhile).
     """
 
@@ -85,10 +85,10 @@ class MailboxView:
 
 @dataclass(frozen=True)
 class Execute:
-    """Run one try of the capability at (node, scope).
+    """Run one try of the capability at (step, scope).
 
     Attributes:
-        node: the step node (for a compensation: the step it undoes).
+        step: the capability step (for a compensation: the step it undoes).
         scope: the attempt inside a poll; 0 elsewhere.
         kind: ``step`` or ``compensation``.
         capability_id: the capability to call.
@@ -102,10 +102,10 @@ class Execute:
         budget_ends_at: the poll budget's end, for a poll's attempt.
         recovery: the error of the failed step whose failure route this is.
         late_by: how late the wake this try runs at is (a parked wait's lateness).
-        poll: the poll node this try is an attempt of.
+        poll: the poll step this try is an attempt of.
     """
 
-    node: int
+    step: int
     scope: int
     kind: StepKind
     capability_id: str
@@ -123,7 +123,7 @@ class Execute:
 
 @dataclass(frozen=True)
 class Record:
-    """Commit ``row``, a try no call made: lost with its node (``heartbeat_timeout``), or
+    """Commit ``row``, a try no call made: lost with its step (``heartbeat_timeout``), or
     refused because its retry window ended. ``clears_try``: the try-in-flight marker the
     claim found is cleared by it."""
 
@@ -135,7 +135,7 @@ class Record:
 
 @dataclass(frozen=True)
 class Park:
-    """Suspend at (node, scope) until ``wake_at`` (None: only a signal or a cancel wakes
+    """Suspend at (step, scope) until ``wake_at`` (None: only a signal or a cancel wakes
     it), waiting for ``kind``.
 
     Attributes:
@@ -146,7 +146,7 @@ class Park:
     """
 
     wake_at: datetime | None
-    node: int
+    step: int
     scope: int
     kind: WakeKind
     accept_signal: str | None = None
@@ -157,36 +157,36 @@ class Park:
 
 @dataclass(frozen=True)
 class ReadMailbox:
-    """Read the untaken signals again before deciding the wait at ``node``."""
+    """Read the untaken signals again before deciding the wait at ``step``."""
 
-    node: int
+    step: int
     notes: tuple[Note, ...] = ()
 
 
 @dataclass(frozen=True)
 class TakeSignal:
-    """Take ``signal`` at ``node``: ``row`` (kind ``signal``) and the mark, in one write."""
+    """Take ``signal`` at ``step``: ``row`` (kind ``signal``) and the mark, in one write."""
 
     signal: SignalRecord
-    node: int
+    step: int
     row: StepRow
     notes: tuple[Note, ...] = ()
 
 
 @dataclass(frozen=True)
 class RefuseSignal:
-    """Mark ``signal`` refused by the wait at ``node``: its match does not hold."""
+    """Mark ``signal`` refused by the wait at ``step``: its match does not hold."""
 
     signal: SignalRecord
-    node: int
+    step: int
     notes: tuple[Note, ...] = ()
 
 
 @dataclass(frozen=True)
 class Emit:
-    """Write the event ``name`` with ``payload`` to the outbox, with the emit node's row."""
+    """Write the event ``name`` with ``payload`` to the outbox, with the emit step's row."""
 
-    node: int
+    step: int
     name: str
     payload: dict[str, Any]
     notes: tuple[Note, ...] = ()

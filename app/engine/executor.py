@@ -42,7 +42,7 @@ from app.engine.ports import Park as ParkAt
 from app.engine.run_state import RunState
 from app.engine.tries import make_try
 from app.errors import FlowFailure
-from app.flows.plan import StepNode
+from app.flows.plan import CapabilityStep
 
 __all__ = ["Executor"]
 
@@ -126,8 +126,8 @@ class Executor(RunState):
             if note.attempt is None:
                 self.host.observer.poll_ended(self.plan.name, note.used, note.how)
                 continue
-            body = self.plan.nodes[note.poll + 1]
-            assert isinstance(body, StepNode)
+            body = self.plan.steps[note.poll + 1]
+            assert isinstance(body, CapabilityStep)
             self.host.observer.attempted(self.plan.name, body.capability.id, note.how)
 
     async def store(self, rows: tuple[StepRow, ...]) -> None:
@@ -173,7 +173,7 @@ class Executor(RunState):
             self.settle(
                 state=InstanceState.SUSPENDED,
                 wake_at=decision.wake_at,
-                wake_step_id=decision.node,
+                wake_step_id=decision.step,
                 wake_scope=decision.scope,
                 wake_kind=decision.kind,
                 lease_owner=None,
@@ -187,7 +187,7 @@ class Executor(RunState):
             self.instance = replace(
                 self.instance,
                 wake_at=decision.wake_at,
-                wake_step_id=decision.node,
+                wake_step_id=decision.step,
                 wake_scope=decision.scope,
             )
         if ack.signal_pending:
@@ -202,7 +202,7 @@ class Executor(RunState):
         carried row's park is refused under a cancel request, unwinding or not)."""
         park = ParkAt(
             decision.wake_at,
-            decision.node,
+            decision.step,
             decision.scope,
             self.host.config.node_id,
             decision.kind,
@@ -227,7 +227,7 @@ class Executor(RunState):
         received = (row.committed_at - signal.received_at).total_seconds()
         self.host.observer.signal_taken(self.plan.name, received)
         self.signals = tuple(s for s in self.signals if s.id != signal.id)
-        self.taken.append(replace(signal, taken_at=row.committed_at, taken_step_id=decision.node))
+        self.taken.append(replace(signal, taken_at=row.committed_at, taken_step_id=decision.step))
         self.record(row)
         self.after_ack(ack)
 
@@ -236,27 +236,27 @@ class Executor(RunState):
         await self.flush()
         signal, now = decision.signal, self.now()
         ack = await self.journal.mailbox.refuse_signal(
-            self.instance_id, self.token, signal.id, decision.node, now
+            self.instance_id, self.token, signal.id, decision.step, now
         )
         self.signals = tuple(s for s in self.signals if s.id != signal.id)
-        self.taken.append(replace(signal, taken_at=now, taken_step_id=decision.node, matched=False))
+        self.taken.append(replace(signal, taken_at=now, taken_step_id=decision.step, matched=False))
         self.after_ack(ack)
         log.info(
-            "instance %s: signal %s (%s) does not match the wait at node %d: kept, refused",
+            "instance %s: signal %s (%s) does not match the wait at step %d: kept, refused",
             self.instance_id,
             signal.id,
             signal.name,
-            decision.node,
+            decision.step,
         )
 
     # -- emits and endings --------------------------------------------------------------
     async def emit(self, decision: Emit) -> None:
-        """Write the event and the emit node's row (with the deferred row) in one write."""
+        """Write the event and the emit step's row (with the deferred row) in one write."""
         now = self.now()
         event = EmittedEvent(self.new_id(), decision.name, decision.payload)
         row = StepRow(
             self.instance_id,
-            decision.node,
+            decision.step,
             0,
             StepKind.EMIT,
             decision.name,

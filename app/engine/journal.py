@@ -55,7 +55,7 @@ class WakeKind(StrEnum):
 
     POLL = "poll"  # the next attempt of a parked poll
     RETRY = "retry"  # the next try of a failed capability, under its retry policy
-    SIGNAL = "signal"  # a signal (an await_signal node, with or without a timeout)
+    SIGNAL = "signal"  # a signal (an await_signal step, with or without a timeout)
     DEADLINE = "deadline"  # the flow deadline, which comes before any other wake
 
 
@@ -63,9 +63,9 @@ class StepKind(StrEnum):
     """What a journal row records."""
 
     STEP = "step"  # a capability execution (one try of one attempt)
-    SIGNAL = "signal"  # a signal taken by a wait node
+    SIGNAL = "signal"  # a signal taken by a wait step
     COMPENSATION = "compensation"  # a compensation run while unwinding
-    EMIT = "emit"  # an event written to the outbox by an emit node
+    EMIT = "emit"  # an event written to the outbox by an emit step
     DEADLINE = "deadline"  # a wait's end instant, written before the first call it bounds
 
 
@@ -82,7 +82,7 @@ class StepRow:
 
     Attributes:
         instance_id: the instance (uuid7 string).
-        step_id: plan node index the row belongs to.
+        step_id: index of the plan step the row belongs to.
         scope: attempt number inside a poll; 0 elsewhere.
         kind: see :class:`StepKind`.
         capability_id: capability id, signal name or event name.
@@ -327,7 +327,7 @@ class CancelAck:
 
 @dataclass(frozen=True)
 class EmittedEvent:
-    """A domain event for the outbox, written with the emit node's journal row."""
+    """A domain event for the outbox, written with the emit step's journal row."""
 
     id: str
     name: str

@@ -1,6 +1,6 @@
 """Operator decisions the engine carries out: extending a parked poll's budget.
 
-An extension is a decision like any other: a ``deadline`` journal row at the poll's node
+An extension is a decision like any other: a ``deadline`` journal row at the poll step
 (the next ``try_number``, the same ``started_at``, a later ``endsAt``; see
 :mod:`app.engine.deadlines`) written under a claim, so any node resuming the instance reads
 the new end from the journal. It never passes the flow deadline.
@@ -16,7 +16,7 @@ from app.engine.host import NodeEngine
 from app.engine.journal import StepKind
 from app.engine.ports import Commit
 from app.errors import InstanceBusy, NoBudget
-from app.flows.plan import PollNode
+from app.flows.plan import PollStep
 
 __all__ = ["BudgetExtension", "extend_budget"]
 
@@ -30,7 +30,7 @@ class BudgetExtension:
         started_at: when the poll's budget began (aware UTC).
         previous_ends_at / ends_at: the end before and after (aware UTC).
         capped_by_deadline: the new end is the flow deadline (less than asked).
-        step_id: the poll's node.
+        step_id: the poll step.
     """
 
     extended: bool
@@ -78,16 +78,16 @@ async def extend_budget(engine: NodeEngine, instance_id: str, by: timedelta) -> 
         inst = snapshot.instance
         plan = engine.catalog.find(inst.flow_name, inst.flow_version)
         node = (
-            plan.nodes[inst.wake_step_id]
+            plan.steps[inst.wake_step_id]
             if plan is not None
             and inst.wake_step_id is not None
-            and 0 <= inst.wake_step_id < len(plan.nodes)
+            and 0 <= inst.wake_step_id < len(plan.steps)
             else None
         )
         stored = [
             r
             for r in snapshot.steps
-            if isinstance(node, PollNode)
+            if isinstance(node, PollStep)
             and r.kind is StepKind.DEADLINE
             and r.step_id == node.index
             and r.scope == 0
@@ -99,7 +99,7 @@ async def extend_budget(engine: NodeEngine, instance_id: str, by: timedelta) -> 
                 "cannot extend the budget of its instances: ask a node that serves that version",
                 instance_id=instance_id,
             )
-        if not isinstance(node, PollNode) or not stored:
+        if not isinstance(node, PollStep) or not stored:
             raise NoBudget(
                 f"instance {instance_id} does not wait in a poll with a budget",
                 instance_id=instance_id,

@@ -27,7 +27,7 @@ from app.engine.journal import (
 from app.engine.outcomes import RunOutcome, StartResult
 from app.engine.ports import NewSignal, WakeClaim
 from app.errors import InputInvalid, SignalNotDeclared, StaleFencingToken, StoreUnavailable
-from app.flows.plan import AwaitSignalNode, Plan, PollNode
+from app.flows.plan import AwaitSignalStep, Plan, PollStep
 from app.outages import OUTAGES
 
 __all__ = ["SignalDelivery", "StartResult", "cancel", "deliver", "start", "wake"]
@@ -106,8 +106,8 @@ def _entry_rows(plan: Plan, instance_id: str, now: datetime) -> tuple[StepRow, .
     """What a start stores with the instance: the budget of a poll that is the flow's
     first node, entered at the start's instant (the row the poll would store before
     attempt 0, in the start's one statement instead of a write of its own)."""
-    first = plan.nodes[0] if plan.nodes else None
-    if not isinstance(first, PollNode):
+    first = plan.steps[0] if plan.steps else None
+    if not isinstance(first, PollStep):
         return ()
     return (deadline_row(instance_id, first.index, 0, POLL_BUDGET, now, now + first.timeout),)
 
@@ -275,11 +275,11 @@ def _validated(model: type[BaseModel], name: str, payload: Any) -> Any:
 
 
 def _accepting(plan: Plan, name: str) -> tuple[int, ...]:
-    """The nodes of ``plan`` whose wait a signal ``name`` ends (polls and awaits)."""
+    """The steps of ``plan`` whose wait a signal ``name`` ends (polls and awaits)."""
     return tuple(
-        node.index
-        for node in plan.nodes
-        if isinstance(node, PollNode | AwaitSignalNode)
-        and node.signal is not None
-        and node.signal.name == name
+        step.index
+        for step in plan.steps
+        if isinstance(step, PollStep | AwaitSignalStep)
+        and step.signal is not None
+        and step.signal.name == name
     )

@@ -29,7 +29,7 @@ from app.engine.journal import (
 from app.engine.values import DECISION_KEY
 from app.errors import FlowFailure
 from app.flows.capability import RecoveryError
-from app.flows.plan import Plan, StepNode
+from app.flows.plan import CapabilityStep, Plan
 
 __all__ = ["Ending", "Replay", "budget_used", "evaluate"]
 
@@ -117,7 +117,7 @@ class Replay:
                     found.sort(key=lambda r: r.try_number)
         self.rows = rows
         self._touched: set[int] | None = None
-        self.compensations: list[tuple[StepNode, int]] = []
+        self.compensations: list[tuple[CapabilityStep, int]] = []
         self.recovery: RecoveryError | None = None
         self.notes: list[Note] = []
         inst = instance
@@ -130,7 +130,7 @@ class Replay:
     # -- helpers -------------------------------------------------------------------
     @property
     def touched(self) -> set[int]:
-        """The nodes with any row."""
+        """The steps with any row."""
         if self._touched is None:
             self._touched = {row.step_id for row in self.steps}
         return self._touched
@@ -186,7 +186,7 @@ class Replay:
     def park(
         self,
         wake_at: datetime | None,
-        node: int,
+        step: int,
         scope: int,
         accept: str | None,
         kind: WakeKind,
@@ -196,7 +196,7 @@ class Replay:
         deadline = self.instance.deadline_at
         if deadline is not None and (wake_at is None or deadline < wake_at):
             wake_at, kind = deadline, WakeKind.DEADLINE
-        return Park(wake_at, node, scope, kind, accept, store_first=store_first)
+        return Park(wake_at, step, scope, kind, accept, store_first=store_first)
 
     def decided(self, row: StepRow) -> Ending | None:
         """A Fail or Complete decision a capability returned (recorded in its row)."""
@@ -212,7 +212,7 @@ class Replay:
 
     def stale(self, region: set[int]) -> bool:
         """Whether the mailbox may miss a signal: not read in this run, or rows were
-        committed since at nodes outside ``region`` (the wait's own)."""
+        committed since at steps outside ``region`` (the wait's own)."""
         read_at = self.mailbox.read_at
         if read_at is None:
             return True

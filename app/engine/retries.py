@@ -63,7 +63,7 @@ def retry_start(
 
 def failure_row(
     instance_id: str,
-    node: int,
+    step: int,
     scope: int,
     kind: StepKind,
     capability_id: str,
@@ -77,7 +77,7 @@ def failure_row(
 
     Args:
         instance_id: the instance.
-        node: the step node.
+        step: the capability step.
         scope: the scope.
         kind: ``step`` or ``compensation``.
         capability_id: the capability tried.
@@ -93,7 +93,7 @@ def failure_row(
     """
     return StepRow(
         instance_id,
-        node,
+        step,
         scope,
         kind,
         capability_id,

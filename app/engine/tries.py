@@ -22,7 +22,7 @@ from app.engine.retries import failure_row, next_try_at
 from app.engine.values import DECISION_KEY, jsonable
 from app.errors import StaleFencingToken
 from app.flows.capability import Capability, Complete, Fail
-from app.flows.plan import Plan, StepNode
+from app.flows.plan import CapabilityStep, Plan
 
 __all__ = ["TryRun", "make_try"]
 
@@ -86,24 +86,24 @@ async def make_try(run: TryRun, decision: Execute) -> StepRow | None:
         StaleFencingToken: another node took the instance over (nothing committed).
         asyncio.CancelledError: the run was cancelled (node shutdown).
     """
-    node = run.plan.nodes[decision.node]
-    assert isinstance(node, StepNode)
-    step = decision.kind is StepKind.STEP
-    capability = node.capability if step else node.compensation
+    step = run.plan.steps[decision.step]
+    assert isinstance(step, CapabilityStep)
+    is_step = decision.kind is StepKind.STEP
+    capability = step.capability if is_step else step.compensation
     assert capability is not None
     opts = capability.options
     await run.flush()
-    checkpoint = await _start_row(run, decision) if step and opts.heartbeat_timeout else None
+    checkpoint = await _start_row(run, decision) if is_step and opts.heartbeat_timeout else None
     started = run.now()
     ctx = ExecutionContext(
         run,
         bag=decision.bag,
-        step_id=decision.node,
+        step_id=decision.step,
         scope=decision.scope,
         try_number=decision.try_number,
         recovery_error=decision.recovery,
         checkpoint=checkpoint,
-        heartbeat_timeout=opts.heartbeat_timeout if step else None,
+        heartbeat_timeout=opts.heartbeat_timeout if is_step else None,
         kind=decision.kind,
     )
     run.heartbeat_written = None
@@ -134,7 +134,7 @@ async def make_try(run: TryRun, decision: Execute) -> StepRow | None:
         )
         row = failure_row(
             run.instance_id,
-            decision.node,
+            decision.step,
             decision.scope,
             decision.kind,
             capability.id,
@@ -144,7 +144,7 @@ async def make_try(run: TryRun, decision: Execute) -> StepRow | None:
             now,
             next_at,
         )
-    if step and not ctx.reviews:
+    if is_step and not ctx.reviews:
         run.defer(row)
         run.record(row)
         return row
@@ -157,13 +157,13 @@ async def make_try(run: TryRun, decision: Execute) -> StepRow | None:
 async def _start_row(run: TryRun, decision: Execute) -> Any:
     """For a heartbeating step: record the try's start (its heartbeat timeout renews the
     lease) and release whoever waits for the run. Returns the last checkpoint."""
-    node = run.plan.nodes[decision.node]
-    assert isinstance(node, StepNode)
-    hb_timeout = node.capability.options.heartbeat_timeout
+    step = run.plan.steps[decision.step]
+    assert isinstance(step, CapabilityStep)
+    hb_timeout = step.capability.options.heartbeat_timeout
     assert hb_timeout is not None
     runs = run.journal.runs
-    beat = await runs.last_heartbeat(run.instance_id, decision.node, decision.scope)
-    mark = TryMark(decision.node, decision.scope, decision.try_number, run.now())
+    beat = await runs.last_heartbeat(run.instance_id, decision.step, decision.scope)
+    mark = TryMark(decision.step, decision.scope, decision.try_number, run.now())
     ack: Ack = await runs.start_try(run.instance_id, run.token, mark, run.now() + hb_timeout)
     run.after_ack(ack)
     if run.detach is not None and not run.detach.done():
@@ -180,7 +180,7 @@ async def _call(
         {
             "instance_id": run.instance_id,
             "flow": run.plan.name,
-            "step": decision.node,
+            "step": decision.step,
             "scope": decision.scope,
         }
     )
@@ -190,7 +190,7 @@ async def _call(
             run.instance_id,
             run.plan.name,
             capability.id,
-            decision.node,
+            decision.step,
             decision.scope,
             decision.try_number,
         ):
@@ -223,7 +223,7 @@ def _succeeded(
         values[DECISION_KEY] = {"complete": jsonable(result.result)}
     return StepRow(
         run.instance_id,
-        decision.node,
+        decision.step,
         decision.scope,
         decision.kind,
         decision.capability_id,

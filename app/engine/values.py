@@ -44,11 +44,11 @@ def execution_key(
 
     The same for every try and every re-execution (after a crash, an outage, a lost lease)
     of the capability at ``(instance_id, step_id, scope)``; different for any other
-    execution: another instance, node or scope, or the node's compensation.
+    execution: another instance, step or scope, or the step's compensation.
 
     Args:
         instance_id: the instance's id.
-        step_id: the plan node's index.
+        step_id: the plan step's index.
         scope: the attempt number inside a poll; 0 elsewhere.
         kind: ``StepKind.STEP`` for the capability, ``StepKind.COMPENSATION`` for its undo.
 

@@ -89,17 +89,17 @@ class Misuse:
 
 
 class Block:
-    """An ordered list of nodes; a flow's body and every nested block are Blocks.
+    """An ordered list of steps; a flow's body and every nested block are Blocks.
 
     Every method returns the block, so calls chain. Modifiers (``compensate_with``,
-    ``on_failure``, ``or_signal``, ``on_timeout``) apply to the node added last.
+    ``on_failure``, ``or_signal``, ``on_timeout``) apply to the step added last.
     """
 
     def __init__(self) -> None:
         self.items: list[Item] = []
         self.misuses: list[Misuse] = []
 
-    # -- nodes -------------------------------------------------------------------------
+    # -- steps -------------------------------------------------------------------------
     def step(self, capability: Capability) -> Self:
         """Run ``capability`` once (retried by its own policy)."""
         self.items.append(StepItem(capability))
@@ -144,7 +144,7 @@ class Block:
         match: SignalMatch | None = None,
     ) -> Self:
         """Park until ``signal`` is delivered (its payload goes into the bag), or ``timeout``
-        from reaching this node runs out (then ``on_timeout``, else
+        from reaching this step runs out (then ``on_timeout``, else
         ``flow.signal_not_received``).
 
         Args:

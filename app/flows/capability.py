@@ -190,7 +190,7 @@ class Bag(Protocol):
         """The instance's id (canonical UUID string)."""
 
     def get(self, model: type[M]) -> M:
-        """The value of ``model``'s type. Raises KeyError when no node put it."""
+        """The value of ``model``'s type. Raises KeyError when no step put it."""
         ...
 
     def find(self, model: type[M]) -> M | None:
@@ -222,9 +222,9 @@ class StepContext(Bag, Protocol):
         idempotency key (an ``Idempotency-Key`` header, a request id, a client token).
 
         The same on every try and every re-execution of this capability at this
-        instance, node and scope (after a crash, an outage, a lease taken over), and
-        different for every other execution (another instance, node or poll attempt, or
-        the node's compensation). Visible ASCII, at most a few dozen characters, e.g.
+        instance, step and scope (after a crash, an outage, a lease taken over), and
+        different for every other execution (another instance, step or poll attempt, or
+        the step's compensation). Visible ASCII, at most a few dozen characters, e.g.
         ``"0b6f...9c:2:0"``. A provider that keeps the first answer per key turns the
         engine's at-least-once execution into one effect.
         """

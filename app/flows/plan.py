@@ -1,7 +1,7 @@
-"""Compiled plans: the immutable node lists the engine runs.
+"""Compiled plans: the immutable step lists the engine runs.
 
 Every target in a plan points strictly forward (a test and :func:`Plan.__post_init__` pin
-it): a poll re-enters its body, the node right after it, once per attempt, and the number
+it): a poll re-enters its body, the step right after it, once per attempt, and the number
 of attempts is bounded by the poll's budget, so every run of a plan ends.
 
 Layout conventions (implied, not stored):
@@ -24,15 +24,15 @@ from app.flows.capability import Bag, Capability, Signal, SignalMatch, Stream
 from app.flows.durations import Backoff
 
 __all__ = [
-    "AwaitSignalNode",
-    "EmitNode",
-    "FailNode",
+    "AwaitSignalStep",
+    "EmitStep",
+    "FailStep",
     "HttpTrigger",
-    "Node",
+    "Step",
     "Plan",
-    "PollNode",
+    "PollStep",
     "Profile",
-    "StepNode",
+    "CapabilityStep",
 ]
 
 
@@ -59,7 +59,7 @@ class HttpTrigger:
 
 
 @dataclass(frozen=True)
-class StepNode:
+class CapabilityStep:
     """Run one capability.
 
     Attributes:
@@ -77,12 +77,12 @@ class StepNode:
 
     @property
     def label(self) -> str:
-        """A short human name of the node (logs, findings, the flow graph)."""
+        """A short human name of the step (logs, findings, the flow graph)."""
         return self.capability.id
 
 
 @dataclass(frozen=True)
-class PollNode:
+class PollStep:
     """Run the body (at ``index + 1``) until ``until`` holds, parking between attempts.
 
     Attributes:
@@ -112,13 +112,13 @@ class PollNode:
 
     @property
     def label(self) -> str:
-        """A short human name of the node (logs, findings, the flow graph)."""
+        """A short human name of the step (logs, findings, the flow graph)."""
         return "poll"
 
 
 @dataclass(frozen=True)
-class AwaitSignalNode:
-    """Park until ``signal`` arrives, or until ``timeout`` (from reaching the node) runs out.
+class AwaitSignalStep:
+    """Park until ``signal`` arrives, or until ``timeout`` (from reaching the step) runs out.
 
     The arrival instant is recorded by the park; the budget end is stored as ``wake_at``.
     ``match`` (``match(bag, payload)``, or None for all) says which signals belong to it.
@@ -133,12 +133,12 @@ class AwaitSignalNode:
 
     @property
     def label(self) -> str:
-        """A short human name of the node (logs, findings, the flow graph)."""
+        """A short human name of the step (logs, findings, the flow graph)."""
         return f"await {self.signal.name}"
 
 
 @dataclass(frozen=True)
-class FailNode:
+class FailStep:
     """End the flow as failed with ``code``; compensations unwind."""
 
     index: int
@@ -147,12 +147,12 @@ class FailNode:
 
     @property
     def label(self) -> str:
-        """A short human name of the node (logs, findings, the flow graph)."""
+        """A short human name of the step (logs, findings, the flow graph)."""
         return f"fail {self.code}"
 
 
 @dataclass(frozen=True)
-class EmitNode:
+class EmitStep:
     """Write a domain event to the outbox (one journal row, same transaction)."""
 
     index: int
@@ -162,11 +162,11 @@ class EmitNode:
 
     @property
     def label(self) -> str:
-        """A short human name of the node (logs, findings, the flow graph)."""
+        """A short human name of the step (logs, findings, the flow graph)."""
         return f"emit {self.name}"
 
 
-Node = StepNode | PollNode | AwaitSignalNode | FailNode | EmitNode
+Step = CapabilityStep | PollStep | AwaitSignalStep | FailStep | EmitStep
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ class Plan:
         profile: durable or ephemeral.
         trigger: HTTP trigger, or None.
         deadline: bound on the whole instance from its start, or None.
-        nodes: the node list; index == position.
+        steps: the step list; index == position.
         returns: builds the result from the bag at the end, or None (result is None).
         signals: every signal the flow can take, by name.
         streams: streams its capabilities declare, by name.
@@ -192,7 +192,7 @@ class Plan:
     profile: Profile
     trigger: HttpTrigger | None
     deadline: timedelta | None
-    nodes: tuple[Node, ...]
+    steps: tuple[Step, ...]
     returns: Callable[[Bag], Any] | None = None
     signals: dict[str, Signal] = field(default_factory=dict)
     streams: dict[str, Stream] = field(default_factory=dict)
@@ -200,11 +200,11 @@ class Plan:
     display_key: str | None = None
 
     def __post_init__(self) -> None:
-        for node in self.nodes:
-            for target in _targets(node):
-                if target <= node.index:
+        for step in self.steps:
+            for target in _targets(step):
+                if target <= step.index:
                     raise ValueError(
-                        f"{self.name}: node {node.index} targets {target}: targets must point "
+                        f"{self.name}: step {step.index} targets {target}: targets must point "
                         "strictly forward"
                     )
 
@@ -215,23 +215,25 @@ class Plan:
 
     @property
     def end(self) -> int:
-        """The index one past the last node: reaching it completes the instance."""
-        return len(self.nodes)
+        """The index one past the last step: reaching it completes the instance."""
+        return len(self.steps)
 
-    def compensable_steps(self) -> list[StepNode]:
-        """The step nodes that declare a compensation, in plan order."""
-        return [n for n in self.nodes if isinstance(n, StepNode) and n.compensation is not None]
+    def compensable_steps(self) -> list[CapabilityStep]:
+        """The capability steps that declare a compensation, in plan order."""
+        return [
+            n for n in self.steps if isinstance(n, CapabilityStep) and n.compensation is not None
+        ]
 
 
-def _targets(node: Node) -> list[int]:
-    if isinstance(node, StepNode):
-        return [t for t in (node.next, node.failure_target) if t is not None]
-    if isinstance(node, PollNode):
-        extra = [node.timeout_target] if node.timeout_target is not None else []
-        return [node.body_index, node.satisfied_target, *extra]
-    if isinstance(node, AwaitSignalNode):
-        extra = [node.timeout_target] if node.timeout_target is not None else []
-        return [node.satisfied_target, *extra]
-    if isinstance(node, EmitNode):
-        return [node.next]
+def _targets(step: Step) -> list[int]:
+    if isinstance(step, CapabilityStep):
+        return [t for t in (step.next, step.failure_target) if t is not None]
+    if isinstance(step, PollStep):
+        extra = [step.timeout_target] if step.timeout_target is not None else []
+        return [step.body_index, step.satisfied_target, *extra]
+    if isinstance(step, AwaitSignalStep):
+        extra = [step.timeout_target] if step.timeout_target is not None else []
+        return [step.satisfied_target, *extra]
+    if isinstance(step, EmitStep):
+        return [step.next]
     return []

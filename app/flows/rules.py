@@ -20,11 +20,11 @@ code                                     severity  rule
 ``capability.duplicate_id``              error     two different capabilities share an id
 ``capability.execute_not_async``         error     ``execute`` must be ``async def`` (the engine
                                                    awaits it)
-``value.read_before_put``                error     a declared read that no earlier node puts
+``value.read_before_put``                error     a declared read that no earlier step puts
 ``on_timeout.falls_through_to_end``      warning   the block neither fails nor rejoins anything
-``node.unreachable``                     error     nodes after ``fail`` in the same block
+``step.unreachable``                     error     steps after ``fail`` in the same block
 ``builder.modifier_misplaced``           error     compensate_with/on_failure/... after the
-                                                   wrong node
+                                                   wrong step
 ``signal.conflicting_model``             error     one signal name with two payload models
 ``heartbeat.window_too_small``           warning   poll_interval + call_timeout > heartbeat - 10 s
 ``failure_route.unbounded_retry``        warning   a failure route whose retries never end
@@ -50,14 +50,14 @@ from app.errors import DefinitionError
 from app.flows.builder import AwaitItem, EmitItem, FailItem, Flow, Item, PollItem, StepItem
 from app.flows.capability import Capability, Signal, Stream, bag_key
 from app.flows.plan import (
-    AwaitSignalNode,
-    EmitNode,
-    FailNode,
-    Node,
+    AwaitSignalStep,
+    CapabilityStep,
+    EmitStep,
+    FailStep,
     Plan,
-    PollNode,
+    PollStep,
     Profile,
-    StepNode,
+    Step,
 )
 
 __all__ = ["Finding", "Severity", "check_flow", "compile_flow"]
@@ -74,16 +74,16 @@ class Severity(StrEnum):
 
 @dataclass(frozen=True)
 class Finding:
-    """One rule finding: ``code`` (stable), severity, the flow and node it names."""
+    """One rule finding: ``code`` (stable), severity, the flow and step it names."""
 
     code: str
     severity: Severity
     flow: str
-    node: str
+    step: str
     message: str
 
     def __str__(self) -> str:
-        return f"{self.severity}: {self.code}: {self.flow} [{self.node}]: {self.message}"
+        return f"{self.severity}: {self.code}: {self.flow} [{self.step}]: {self.message}"
 
 
 class _Checker:
@@ -93,15 +93,15 @@ class _Checker:
         self.ids: dict[str, type] = {}
         self.signals: dict[str, Signal] = {}
 
-    def add(self, code: str, severity: Severity, node: str, message: str) -> None:
+    def add(self, code: str, severity: Severity, step: str, message: str) -> None:
         ref = f"{self.flow.name}@{self.flow.version}"
-        self.findings.append(Finding(code, severity, ref, node, message))
+        self.findings.append(Finding(code, severity, ref, step, message))
 
-    def error(self, code: str, node: str, message: str) -> None:
-        self.add(code, Severity.ERROR, node, message)
+    def error(self, code: str, step: str, message: str) -> None:
+        self.add(code, Severity.ERROR, step, message)
 
-    def warn(self, code: str, node: str, message: str) -> None:
-        self.add(code, Severity.WARNING, node, message)
+    def warn(self, code: str, step: str, message: str) -> None:
+        self.add(code, Severity.WARNING, step, message)
 
     # -- capabilities --------------------------------------------------------------
     def capability(self, cap: Capability, where: str) -> None:
@@ -147,7 +147,7 @@ class _Checker:
                 self.error(
                     "value.read_before_put",
                     where,
-                    f"reads {bag_key(model)} but no earlier node puts it",
+                    f"reads {bag_key(model)} but no earlier step puts it",
                 )
 
     # -- blocks --------------------------------------------------------------------
@@ -159,9 +159,9 @@ class _Checker:
             if isinstance(item, FailItem):
                 if pos != len(items) - 1:
                     self.error(
-                        "node.unreachable",
+                        "step.unreachable",
                         f"{path}{pos + 1}",
-                        f"nodes after fail {item.code!r} can never run",
+                        f"steps after fail {item.code!r} can never run",
                     )
                 return have, True
             if isinstance(item, StepItem):
@@ -316,17 +316,17 @@ def check_flow(flow: Flow) -> list[Finding]:
     return checker.findings
 
 
-def _flatten(items: list[Item], start: int) -> list[Node]:
-    nodes: list[Node] = []
+def _flatten(items: list[Item], start: int) -> list[Step]:
+    steps: list[Step] = []
     for item in items:
-        idx = start + len(nodes)
+        idx = start + len(steps)
         if isinstance(item, StepItem):
             if item.on_failure is None:
-                nodes.append(StepNode(idx, item.capability, item.compensation, next=idx + 1))
+                steps.append(CapabilityStep(idx, item.capability, item.compensation, next=idx + 1))
             else:
                 block = _flatten(item.on_failure, idx + 1)
-                nodes.append(
-                    StepNode(
+                steps.append(
+                    CapabilityStep(
                         idx,
                         item.capability,
                         item.compensation,
@@ -334,11 +334,11 @@ def _flatten(items: list[Item], start: int) -> list[Node]:
                         failure_target=idx + 1,
                     )
                 )
-                nodes.extend(block)
+                steps.extend(block)
         elif isinstance(item, PollItem):
             block = _flatten(item.on_timeout or [], idx + 2)
-            nodes.append(
-                PollNode(
+            steps.append(
+                PollStep(
                     idx,
                     item.until,
                     item.interval,
@@ -349,12 +349,12 @@ def _flatten(items: list[Item], start: int) -> list[Node]:
                     match=item.match,
                 )
             )
-            nodes.append(StepNode(idx + 1, item.body, None, next=None, poll_index=idx))
-            nodes.extend(block)
+            steps.append(CapabilityStep(idx + 1, item.body, None, next=None, poll_index=idx))
+            steps.extend(block)
         elif isinstance(item, AwaitItem):
             block = _flatten(item.on_timeout or [], idx + 1)
-            nodes.append(
-                AwaitSignalNode(
+            steps.append(
+                AwaitSignalStep(
                     idx,
                     item.signal,
                     item.timeout,
@@ -363,12 +363,12 @@ def _flatten(items: list[Item], start: int) -> list[Node]:
                     match=item.match,
                 )
             )
-            nodes.extend(block)
+            steps.extend(block)
         elif isinstance(item, FailItem):
-            nodes.append(FailNode(idx, item.code, item.message))
+            steps.append(FailStep(idx, item.code, item.message))
         else:
-            nodes.append(EmitNode(idx, item.name, item.factory, next=idx + 1))
-    return nodes
+            steps.append(EmitStep(idx, item.name, item.factory, next=idx + 1))
+    return steps
 
 
 def compile_flow(flow: Flow) -> tuple[Plan, list[Finding]]:
@@ -379,7 +379,7 @@ def compile_flow(flow: Flow) -> tuple[Plan, list[Finding]]:
 
     Raises:
         DefinitionError: code ``definition_invalid``; ``.findings`` lists every finding
-            (the errors' rule codes among them); the message names the flow and the nodes.
+            (the errors' rule codes among them); the message names the flow and the steps.
     """
     findings = check_flow(flow)
     errors = [f for f in findings if f.severity is Severity.ERROR]
@@ -390,12 +390,12 @@ def compile_flow(flow: Flow) -> tuple[Plan, list[Finding]]:
             flow=flow.name,
             version=flow.version,
         )
-    nodes = _flatten(flow.items, 0)
+    steps = _flatten(flow.items, 0)
     signals: dict[str, Signal] = {}
-    for node in nodes:
-        wait = isinstance(node, PollNode | AwaitSignalNode)
-        if wait and node.signal is not None:  # type: ignore[union-attr]
-            signals[node.signal.name] = node.signal  # type: ignore[union-attr]
+    for step in steps:
+        wait = isinstance(step, PollStep | AwaitSignalStep)
+        if wait and step.signal is not None:  # type: ignore[union-attr]
+            signals[step.signal.name] = step.signal  # type: ignore[union-attr]
     streams: dict[str, Stream] = {s.name: s for s in flow.streams}
     plan = Plan(
         name=flow.name,
@@ -405,7 +405,7 @@ def compile_flow(flow: Flow) -> tuple[Plan, list[Finding]]:
         profile=flow.profile,
         trigger=flow.trigger,
         deadline=flow.deadline,
-        nodes=tuple(nodes),
+        steps=tuple(steps),
         returns=flow.returns_factory,
         signals=signals,
         streams=streams,

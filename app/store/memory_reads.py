@@ -25,9 +25,9 @@ from app.engine.ports.operator import (
     InstanceFilter,
     InstancePage,
     InstanceSummary,
-    NodeWaiting,
     OperatorAction,
     StepActivity,
+    StepWaiting,
 )
 from app.store.memory_state import RUNNING, SUSPENDED, MemoryBase, copy_json
 
@@ -252,10 +252,10 @@ class MemoryReads(MemoryBase):
             for (name, version), a in sorted(by.items())
         ]
 
-    async def waiting_by_node(
+    async def waiting_by_step(
         self, flow_name: str | None = None, flow_version: str | None = None
-    ) -> list[NodeWaiting]:
-        """See :meth:`app.engine.ports.OverviewReads.waiting_by_node`."""
+    ) -> list[StepWaiting]:
+        """See :meth:`app.engine.ports.OverviewReads.waiting_by_step`."""
         counts: dict[tuple[str, str, int], int] = {}
         for i in self._s.instances.values():
             if i.state is not SUSPENDED or i.wake_step_id is None:
@@ -266,7 +266,7 @@ class MemoryReads(MemoryBase):
                 continue
             key = (i.flow_name, i.flow_version, i.wake_step_id)
             counts[key] = counts.get(key, 0) + 1
-        return [NodeWaiting(f, v, s, n) for (f, v, s), n in sorted(counts.items())]
+        return [StepWaiting(f, v, s, n) for (f, v, s), n in sorted(counts.items())]
 
     async def step_activity(
         self, flow_name: str, flow_version: str, since: datetime

@@ -12,7 +12,7 @@ from sqlalchemy import and_, case, func, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.engine.journal import InstanceState, Outcome, StepKind
-from app.engine.ports.operator import AttemptStart, FlowActivity, NodeWaiting, StepActivity
+from app.engine.ports.operator import AttemptStart, FlowActivity, StepActivity, StepWaiting
 from app.store.base import SqlRole, const
 from app.store.mapping import INSTANCE, STEP
 
@@ -99,10 +99,10 @@ class SqlOverviewReads(SqlRole):
             for r in rows
         ]
 
-    async def waiting_by_node(
+    async def waiting_by_step(
         self, flow_name: str | None = None, flow_version: str | None = None
-    ) -> list[NodeWaiting]:
-        """Suspended instances per flow version and the plan node they wait at
+    ) -> list[StepWaiting]:
+        """Suspended instances per flow version and the plan step they wait at
         (``wake_step_id``), optionally of one flow (and version) only.
 
         Raises:
@@ -119,7 +119,7 @@ class SqlOverviewReads(SqlRole):
         query = query.group_by(c.flow_name, c.flow_version, c.wake_step_id)
         async with self._read() as conn:
             rows = (await conn.execute(query)).all()
-        return [NodeWaiting(r[0], r[1], int(r[2]), int(r[3])) for r in rows]
+        return [StepWaiting(r[0], r[1], int(r[2]), int(r[3])) for r in rows]
 
     async def step_activity(
         self, flow_name: str, flow_version: str, since: datetime

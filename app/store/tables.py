@@ -378,7 +378,7 @@ class ConsoleSessionRow(SQLModel, table=True):
 
 
 class OutboxEventRow(SQLModel, table=True):
-    """``outbox_event``: domain events written by emit nodes, for a publisher to relay."""
+    """``outbox_event``: domain events written by emit steps, for a publisher to relay."""
 
     __tablename__ = "outbox_event"
     __table_args__ = (

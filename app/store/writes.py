@@ -488,9 +488,9 @@ class SqlJournalWrites(SqlRole):
             "lease_expires_at": lease_until,
             "updated_at": now,
         }
-        attempt = ("try_step_id", "try_scope", "try_number")
+        in_flight = ("try_step_id", "try_scope", "try_number")
         async with self._write() as conn:
-            row = await fenced(conn, instance_id, token, values, returning=attempt)
+            row = await fenced(conn, instance_id, token, values, returning=in_flight)
             assert row is not None
             if row.try_step_id is None:
                 raise JournalConflict(

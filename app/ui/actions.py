@@ -31,7 +31,7 @@ from app.engine.engine import Engine
 from app.engine.journal import InstanceRecord
 from app.errors import InputInvalid
 from app.flows.capability import Signal
-from app.flows.plan import AwaitSignalNode, PollNode
+from app.flows.plan import AwaitSignalStep, PollStep
 from app.ui.pages import ConsoleRoute, need_session, problem_page, render
 from app.ui.session import Session, check_csrf, notice_signature
 
@@ -201,10 +201,10 @@ def signal_waited(engine: Engine, inst: InstanceRecord) -> Signal | None:
     plan = engine.catalog.find(inst.flow_name, inst.flow_version)
     if plan is None or inst.state.ended or inst.wake_step_id is None:
         return None
-    if not 0 <= inst.wake_step_id < len(plan.nodes):
+    if not 0 <= inst.wake_step_id < len(plan.steps):
         return None
-    node = plan.nodes[inst.wake_step_id]
-    return node.signal if isinstance(node, PollNode | AwaitSignalNode) else None
+    step = plan.steps[inst.wake_step_id]
+    return step.signal if isinstance(step, PollStep | AwaitSignalStep) else None
 
 
 def signal_fields(signal: Signal) -> list[dict[str, Any]]:

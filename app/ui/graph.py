@@ -1,11 +1,11 @@
 """A compiled plan laid out as a graph for the console's flow page (drawn as SVG).
 
-Plans point strictly forward, so node order is already a topological order: each node gets
+Plans point strictly forward, so box order is already a topological order: each box gets
 the row of its index, and a column by the edges that reach it - the main path (``next``, a
 satisfied wait, a poll's body) stays in its parent's column, a branch (``on_timeout``,
 ``on_failure``) moves one column right. Compensations sit in a column of their own, on the
-row of the step they undo. Reaching one past the last node completes the instance: it is
-drawn as the ``end`` node; a poll without ``on_timeout`` gets a ``fail`` node of its own for
+row of the step they undo. Reaching one past the last box completes the instance: it is
+drawn as the ``end`` box; a poll without ``on_timeout`` gets a ``fail`` box of its own for
 ``flow.poll_not_satisfied``.
 """
 
@@ -15,35 +15,35 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from app.flows.durations import Backoff
-from app.flows.plan import AwaitSignalNode, EmitNode, FailNode, Node, Plan, PollNode, StepNode
+from app.flows.plan import AwaitSignalStep, CapabilityStep, EmitStep, FailStep, Plan, PollStep, Step
 
-__all__ = ["Graph", "GraphEdge", "GraphNode", "describe_backoff", "human_duration", "layout"]
+__all__ = ["Graph", "GraphEdge", "GraphBox", "describe_backoff", "human_duration", "layout"]
 
-NODE_W = 250
-NODE_H = 58
+BOX_W = 250
+BOX_H = 58
 COL_W = 300
 ROW_H = 92
 MARGIN_X = 220  # room on the left for the loop and skip edges and their labels
 MARGIN_Y = 30
 
-#: Node kinds (the SVG's ``data-kind`` and CSS class).
-KINDS = ("step", "poll", "attempt", "await", "fail", "emit", "end", "compensation")
+#: Step kinds (the SVG's ``data-kind`` and CSS class).
+KINDS = ("capability", "poll", "attempt", "await", "fail", "emit", "end", "compensation")
 
 
 @dataclass(frozen=True)
-class GraphNode:
-    """One drawn node.
+class GraphBox:
+    """One drawn step.
 
     Attributes:
-        key: stable id within the graph (``"3"`` for plan node 3, ``"end"``,
-            ``"comp-0"`` for the compensation of node 0, ``"timeout-1"`` for the implicit
+        key: stable id within the graph (``"3"`` for plan box 3, ``"end"``,
+            ``"comp-0"`` for the compensation of box 0, ``"timeout-1"`` for the implicit
             failure of poll 1).
-        index: the plan node index, or None for drawn-only nodes (end, compensations,
+        index: the plan box index, or None for drawn-only boxes (end, compensations,
             implicit failures).
         kind: one of :data:`KINDS`.
         title: the main label (capability id, ``poll``, ``fail <code>``).
         details: smaller lines under the title (schedule, budget, message).
-        waiting: suspended instances waiting at this node (plan nodes only).
+        waiting: suspended instances waiting at this box (plan boxes only).
     """
 
     key: str
@@ -53,13 +53,13 @@ class GraphNode:
     details: tuple[str, ...]
     x: float
     y: float
-    w: float = NODE_W
-    h: float = NODE_H
+    w: float = BOX_W
+    h: float = BOX_H
     waiting: int = 0
 
     @property
     def cx(self) -> float:
-        """The x of the node's centre line (SVG user units)."""
+        """The x of the box's centre line (SVG user units)."""
         return self.x + self.w / 2
 
 
@@ -70,7 +70,7 @@ class GraphEdge:
     Attributes:
         kind: ``next``, ``attempt`` (poll to body), ``loop`` (body back to its poll),
             ``satisfied``, ``signal``, ``timeout``, ``failure``, ``compensation``.
-        source / target: the :attr:`GraphNode.key` of each end.
+        source / target: the :attr:`GraphBox.key` of each end.
     """
 
     source: str
@@ -85,22 +85,22 @@ class GraphEdge:
 
 @dataclass(frozen=True)
 class Graph:
-    """A laid-out plan: nodes, edges and the drawing's size (SVG user units)."""
+    """A laid-out plan: boxes, edges and the drawing's size (SVG user units)."""
 
     name: str
     version: str
-    nodes: list[GraphNode] = field(default_factory=list)
+    boxes: list[GraphBox] = field(default_factory=list)
     edges: list[GraphEdge] = field(default_factory=list)
     width: float = 0.0
     height: float = 0.0
 
-    def node(self, key: str) -> GraphNode:
-        """The node with ``key``.
+    def box(self, key: str) -> GraphBox:
+        """The box with ``key``.
 
         Raises:
-            KeyError: no such node.
+            KeyError: no such step.
         """
-        for n in self.nodes:
+        for n in self.boxes:
             if n.key == key:
                 return n
         raise KeyError(key)
@@ -131,7 +131,7 @@ def describe_backoff(backoff: Backoff) -> str:
 
 
 def _columns(plan: Plan) -> dict[int, int]:
-    """Column of every node (and of the end, at ``plan.end``): main edges keep the column,
+    """Column of every box (and of the end, at ``plan.end``): main edges keep the column,
     branches add one; the smallest wins.
     """
     column: dict[int, int] = {0: 0}
@@ -140,27 +140,27 @@ def _columns(plan: Plan) -> dict[int, int]:
         if target is not None:
             column[target] = min(column.get(target, col), col)
 
-    for node in plan.nodes:
-        col = column.setdefault(node.index, 0)
-        if isinstance(node, StepNode):
-            reach(node.next, col)
-            reach(node.failure_target, col + 1)
-        elif isinstance(node, PollNode):
-            reach(node.body_index, col)
-            reach(node.satisfied_target, col)
-            reach(node.timeout_target, col + 1)
-        elif isinstance(node, AwaitSignalNode):
-            reach(node.satisfied_target, col)
-            reach(node.timeout_target, col + 1)
-        elif isinstance(node, EmitNode):
-            reach(node.next, col)
+    for step in plan.steps:
+        col = column.setdefault(step.index, 0)
+        if isinstance(step, CapabilityStep):
+            reach(step.next, col)
+            reach(step.failure_target, col + 1)
+        elif isinstance(step, PollStep):
+            reach(step.body_index, col)
+            reach(step.satisfied_target, col)
+            reach(step.timeout_target, col + 1)
+        elif isinstance(step, AwaitSignalStep):
+            reach(step.satisfied_target, col)
+            reach(step.timeout_target, col + 1)
+        elif isinstance(step, EmitStep):
+            reach(step.next, col)
     column.setdefault(plan.end, 0)
     return column
 
 
 def _rows(plan: Plan, column: dict[int, int]) -> dict[int, int]:
-    """Row of every node (and of the end): below everything that leads to it, a poll's
-    satisfied target below its body, and never two nodes on one row of one column.
+    """Row of every box (and of the end): below everything that leads to it, a poll's
+    satisfied target below its body, and never two boxes on one row of one column.
     """
     row: dict[int, int] = {0: 0}
 
@@ -177,25 +177,25 @@ def _rows(plan: Plan, column: dict[int, int]) -> dict[int, int]:
         taken.add((column[index], at))
         if index == plan.end:
             break
-        node = plan.nodes[index]
-        if isinstance(node, StepNode):
-            below(node.next, at)
-            below(node.failure_target, at)
-        elif isinstance(node, PollNode):
-            below(node.body_index, at)
-            below(node.satisfied_target, at + 1)
-            below(node.timeout_target, at)
-        elif isinstance(node, AwaitSignalNode):
-            below(node.satisfied_target, at)
-            below(node.timeout_target, at)
-        elif isinstance(node, EmitNode):
-            below(node.next, at)
+        step = plan.steps[index]
+        if isinstance(step, CapabilityStep):
+            below(step.next, at)
+            below(step.failure_target, at)
+        elif isinstance(step, PollStep):
+            below(step.body_index, at)
+            below(step.satisfied_target, at + 1)
+            below(step.timeout_target, at)
+        elif isinstance(step, AwaitSignalStep):
+            below(step.satisfied_target, at)
+            below(step.timeout_target, at)
+        elif isinstance(step, EmitStep):
+            below(step.next, at)
     return row
 
 
-def _tries(node: StepNode) -> str:
+def _tries(step: CapabilityStep) -> str:
     """``"1 try"`` or the retry policy's bound, e.g. ``"up to 3 tries"``."""
-    retry = node.capability.options.retry
+    retry = step.capability.options.retry
     if retry is None:
         return "1 try"
     if retry.maximum_tries is not None:
@@ -205,29 +205,29 @@ def _tries(node: StepNode) -> str:
     return "retried"
 
 
-def _describe(plan: Plan, node: Node) -> tuple[str, str, tuple[str, ...]]:
-    """(kind, title, details) of a plan node."""
-    if isinstance(node, PollNode):
-        body = plan.nodes[node.body_index]
-        body_id = body.capability.id if isinstance(body, StepNode) else "?"
-        details = [describe_backoff(node.interval), f"budget {human_duration(node.timeout)}"]
+def _describe(plan: Plan, step: Step) -> tuple[str, str, tuple[str, ...]]:
+    """(kind, title, details) of a plan step."""
+    if isinstance(step, PollStep):
+        body = plan.steps[step.body_index]
+        body_id = body.capability.id if isinstance(body, CapabilityStep) else "?"
+        details = [describe_backoff(step.interval), f"budget {human_duration(step.timeout)}"]
         return "poll", f"poll {body_id}", tuple(details)
-    if isinstance(node, StepNode):
-        tries = _tries(node)
-        if node.poll_index is not None:
-            return "attempt", node.capability.id, (f"one attempt, {tries}",)
-        flags = "idempotent" if node.capability.idempotent else "not idempotent"
-        options = node.capability.options
+    if isinstance(step, CapabilityStep):
+        tries = _tries(step)
+        if step.poll_index is not None:
+            return "attempt", step.capability.id, (f"one attempt, {tries}",)
+        flags = "idempotent" if step.capability.idempotent else "not idempotent"
+        options = step.capability.options
         if options.heartbeat_timeout is not None:
             flags = f"heartbeats (timeout {human_duration(options.heartbeat_timeout)})"
-        return "step", node.capability.id, (f"{flags}, {tries}",)
-    if isinstance(node, AwaitSignalNode):
-        limit = f"timeout {human_duration(node.timeout)}" if node.timeout else "no timeout"
-        return "await", f"await {node.signal.name}", (limit,)
-    if isinstance(node, FailNode):
-        message = node.message if len(node.message) <= 36 else node.message[:35] + "…"
-        return "fail", f"fail {node.code}", (message,)
-    return "emit", f"emit {node.name}", ("outbox event",)
+        return "capability", step.capability.id, (f"{flags}, {tries}",)
+    if isinstance(step, AwaitSignalStep):
+        limit = f"timeout {human_duration(step.timeout)}" if step.timeout else "no timeout"
+        return "await", f"await {step.signal.name}", (limit,)
+    if isinstance(step, FailStep):
+        message = step.message if len(step.message) <= 36 else step.message[:35] + "…"
+        return "fail", f"fail {step.code}", (message,)
+    return "emit", f"emit {step.name}", ("outbox event",)
 
 
 def layout(plan: Plan, waiting: dict[int, int] | None = None) -> Graph:
@@ -235,21 +235,21 @@ def layout(plan: Plan, waiting: dict[int, int] | None = None) -> Graph:
 
     Args:
         plan: the compiled plan.
-        waiting: suspended instances per plan node index (``wake_step_id``); default none.
+        waiting: suspended instances per plan box index (``wake_step_id``); default none.
 
     Returns:
-        :class:`Graph` with every plan node (key ``str(index)``), the ``end`` node, one
-        node per compensation and per implicit poll failure, and their edges.
+        :class:`Graph` with every plan box (key ``str(index)``), the ``end`` step, one
+        box per compensation and per implicit poll failure, and their edges.
     """
     waiting = waiting or {}
     column = _columns(plan)
     row = _rows(plan, column)
     comp_col = max(column.values()) + 1
-    nodes: dict[str, GraphNode] = {}
+    boxes: dict[str, GraphBox] = {}
 
     def place(key: str, index: int | None, kind: str, title: str, details: tuple[str, ...],
-              row: int, col: int) -> GraphNode:  # fmt: skip
-        node = GraphNode(
+              row: int, col: int) -> GraphBox:  # fmt: skip
+        box = GraphBox(
             key=key,
             index=index,
             kind=kind,
@@ -259,13 +259,13 @@ def layout(plan: Plan, waiting: dict[int, int] | None = None) -> Graph:
             y=MARGIN_Y + row * ROW_H,
             waiting=waiting.get(index, 0) if index is not None else 0,
         )
-        nodes[key] = node
-        return node
+        boxes[key] = box
+        return box
 
-    for node in plan.nodes:
-        kind, title, details = _describe(plan, node)
+    for step in plan.steps:
+        kind, title, details = _describe(plan, step)
         place(
-            str(node.index), node.index, kind, title, details, row[node.index], column[node.index]
+            str(step.index), step.index, kind, title, details, row[step.index], column[step.index]
         )
     place("end", None, "end", "completed", ("the flow's result",), row[plan.end], column[plan.end])
 
@@ -275,75 +275,75 @@ def layout(plan: Plan, waiting: dict[int, int] | None = None) -> Graph:
         return "end" if target >= plan.end else str(target)
 
     def connect(source: str, target: str, kind: str, label: str = "") -> None:
-        edges.append(_route(nodes, source, target, kind, label))
+        edges.append(_route(boxes, source, target, kind, label))
 
-    for node in plan.nodes:
-        here = str(node.index)
-        if isinstance(node, StepNode):
-            if node.next is not None:
-                connect(here, key_of(node.next), "next")
-            if node.failure_target is not None:
-                connect(here, key_of(node.failure_target), "failure", "on failure")
-            if node.poll_index is not None:
-                connect(here, str(node.poll_index), "loop", "not yet: park")
-            if node.compensation is not None:
+    for step in plan.steps:
+        here = str(step.index)
+        if isinstance(step, CapabilityStep):
+            if step.next is not None:
+                connect(here, key_of(step.next), "next")
+            if step.failure_target is not None:
+                connect(here, key_of(step.failure_target), "failure", "on failure")
+            if step.poll_index is not None:
+                connect(here, str(step.poll_index), "loop", "not yet: park")
+            if step.compensation is not None:
                 comp = place(
-                    f"comp-{node.index}",
+                    f"comp-{step.index}",
                     None,
                     "compensation",
-                    node.compensation.id,
+                    step.compensation.id,
                     ("compensation (on failure or cancel)",),
-                    row[node.index],
+                    row[step.index],
                     comp_col,
                 )
                 connect(here, comp.key, "compensation", "undone by")
-        elif isinstance(node, PollNode):
-            connect(here, str(node.body_index), "attempt", "attempt")
-            connect(here, key_of(node.satisfied_target), "satisfied", "satisfied")
-            if node.signal is not None:
-                connect(here, key_of(node.satisfied_target), "signal", f"or {node.signal.name}")
-            budget = f"on_timeout ({human_duration(node.timeout)})"
-            if node.timeout_target is not None:
-                connect(here, key_of(node.timeout_target), "timeout", budget)
+        elif isinstance(step, PollStep):
+            connect(here, str(step.body_index), "attempt", "attempt")
+            connect(here, key_of(step.satisfied_target), "satisfied", "satisfied")
+            if step.signal is not None:
+                connect(here, key_of(step.satisfied_target), "signal", f"or {step.signal.name}")
+            budget = f"on_timeout ({human_duration(step.timeout)})"
+            if step.timeout_target is not None:
+                connect(here, key_of(step.timeout_target), "timeout", budget)
             else:
                 fail = place(
-                    f"timeout-{node.index}",
+                    f"timeout-{step.index}",
                     None,
                     "fail",
                     "fail flow.poll_not_satisfied",
                     ("no on_timeout block",),
-                    row[node.index] + 1,
-                    column[node.index] + 1,
+                    row[step.index] + 1,
+                    column[step.index] + 1,
                 )
                 connect(here, fail.key, "timeout", budget)
-        elif isinstance(node, AwaitSignalNode):
-            connect(here, key_of(node.satisfied_target), "signal", node.signal.name)
-            if node.timeout_target is not None:
-                connect(here, key_of(node.timeout_target), "timeout", "on_timeout")
-            elif node.timeout is not None:
+        elif isinstance(step, AwaitSignalStep):
+            connect(here, key_of(step.satisfied_target), "signal", step.signal.name)
+            if step.timeout_target is not None:
+                connect(here, key_of(step.timeout_target), "timeout", "on_timeout")
+            elif step.timeout is not None:
                 fail = place(
-                    f"timeout-{node.index}",
+                    f"timeout-{step.index}",
                     None,
                     "fail",
                     "fail flow.signal_not_received",
                     ("no on_timeout block",),
-                    row[node.index] + 1,
-                    column[node.index] + 1,
+                    row[step.index] + 1,
+                    column[step.index] + 1,
                 )
                 connect(here, fail.key, "timeout", "timeout")
-        elif isinstance(node, EmitNode):
-            connect(here, key_of(node.next), "next")
+        elif isinstance(step, EmitStep):
+            connect(here, key_of(step.next), "next")
 
-    width = max(n.x + n.w for n in nodes.values()) + 40
-    height = max(n.y + n.h for n in nodes.values()) + MARGIN_Y
-    return Graph(plan.name, plan.version, list(nodes.values()), edges, width, height)
+    width = max(n.x + n.w for n in boxes.values()) + 40
+    height = max(n.y + n.h for n in boxes.values()) + MARGIN_Y
+    return Graph(plan.name, plan.version, list(boxes.values()), edges, width, height)
 
 
 def _route(
-    nodes: dict[str, GraphNode], source: str, target: str, kind: str, label: str
+    boxes: dict[str, GraphBox], source: str, target: str, kind: str, label: str
 ) -> GraphEdge:
-    """The SVG path of one edge between two placed nodes."""
-    a, b = nodes[source], nodes[target]
+    """The SVG path of one edge between two placed boxes."""
+    a, b = boxes[source], boxes[target]
     if kind == "loop":  # the body back up to its poll, around the left side
         x0, y0 = a.x, a.y + a.h / 2
         x1, y1 = b.x, b.y + b.h / 2
@@ -353,13 +353,13 @@ def _route(
         return GraphEdge(source, target, kind, path, label, mid_x - 4, (y0 + y1) / 2 + 4, "end")
     if a.x == b.x and b.y > a.y:
         between = [
-            n for n in nodes.values() if n.x == a.x and a.y < n.y < b.y and n.key not in (source,)
+            n for n in boxes.values() if n.x == a.x and a.y < n.y < b.y and n.key not in (source,)
         ]
         if not between:  # straight down
             x = a.cx + (18 if kind == "signal" else 0)
             path = f"M{x:.0f},{a.y + a.h:.0f} L{x:.0f},{b.y:.0f}"
             return GraphEdge(source, target, kind, path, label, x + 6, (a.y + a.h + b.y) / 2)
-        # skip over the nodes in between, along the left side (further out when longer)
+        # skip over the boxes in between, along the left side (further out when longer)
         rows = round((b.y - a.y) / ROW_H)
         bend = a.x - 60 - 12 * rows - (22 if kind == "signal" else 0)
         y0, y1 = a.y + a.h / 2 + (8 if kind == "signal" else 0), b.y + b.h / 2

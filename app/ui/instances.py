@@ -34,7 +34,7 @@ from app.engine.engine import Engine
 from app.engine.journal import InstanceRecord, InstanceState, StepRow, WakeKind
 from app.engine.ports.operator import InstanceFilter
 from app.errors import FlowparkError, StreamNotDeclared
-from app.flows.plan import AwaitSignalNode, Plan, PollNode
+from app.flows.plan import AwaitSignalStep, Plan, PollStep
 from app.ui.pages import ConsoleRoute, need_session, overdue_threshold, render
 from app.ui.session import notice_is_signed
 from app.ui.timeline import build_timeline, parse_instant
@@ -318,21 +318,21 @@ def available_actions(plan: Plan | None, inst: InstanceRecord) -> list[dict[str,
     actions = []
     if inst.state is InstanceState.SUSPENDED and inst.wake_kind is not WakeKind.SIGNAL:
         actions.append({"name": "wake", "label": "Wake now"})  # a signal wait has no wake
-    node = (
-        plan.nodes[inst.wake_step_id]
+    step = (
+        plan.steps[inst.wake_step_id]
         if plan is not None
         and inst.wake_step_id is not None
-        and 0 <= inst.wake_step_id < len(plan.nodes)
+        and 0 <= inst.wake_step_id < len(plan.steps)
         else None
     )
-    if isinstance(node, PollNode) and EXTEND_AVAILABLE:
+    if isinstance(step, PollStep) and EXTEND_AVAILABLE:
         actions.append({"name": "extend", "label": "Extend budget"})
     if (
         inst.state is InstanceState.SUSPENDED
-        and isinstance(node, PollNode | AwaitSignalNode)
-        and node.signal is not None
+        and isinstance(step, PollStep | AwaitSignalStep)
+        and step.signal is not None
     ):
-        actions.append({"name": "signal", "label": f"Send {node.signal.name}"})
+        actions.append({"name": "signal", "label": f"Send {step.signal.name}"})
     actions.append({"name": "cancel", "label": "Cancel"})
     return actions
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from app.engine.ports.operator import AttemptStart, FlowActivity
 from app.flows.catalog import Catalog
-from app.flows.plan import PollNode, StepNode
+from app.flows.plan import CapabilityStep, PollStep
 
 __all__ = ["FlowRow", "Lateness", "lateness", "overview_rows", "percentile"]
 
@@ -58,13 +58,13 @@ def lateness(
         plan = catalog.find(start.flow_name, start.flow_version)
         if plan is None or start.previous_committed_at is None:
             continue
-        if not 0 <= start.step_id < len(plan.nodes):
+        if not 0 <= start.step_id < len(plan.steps):
             continue
-        body = plan.nodes[start.step_id]
-        if not isinstance(body, StepNode) or body.poll_index is None:
+        body = plan.steps[start.step_id]
+        if not isinstance(body, CapabilityStep) or body.poll_index is None:
             continue
-        poll = plan.nodes[body.poll_index]
-        if not isinstance(poll, PollNode):
+        poll = plan.steps[body.poll_index]
+        if not isinstance(poll, PollStep):
             continue
         scheduled = start.previous_committed_at + poll.interval.delay(
             start.scope - 1, start.instance_id

@@ -292,11 +292,11 @@ def build_console_router() -> APIRouter:
                 f"This node has no flow {name} {version}.",
             )
         reads = engine.journal.overview
-        waiting = {w.step_id: w.count for w in await reads.waiting_by_node(name, version)}
+        waiting = {w.step_id: w.count for w in await reads.waiting_by_step(name, version)}
         marked = await _marked_steps(request, engine, plan)
         activity = await reads.step_activity(name, version, engine.clock.now() - RECENT_WINDOW)
         counts: dict[str, dict[str, int]] = {}
-        for index in range(len(plan.nodes)):
+        for index in range(len(plan.steps)):
             counts[str(index)] = {
                 "parked": waiting.get(index, 0),
                 "running": activity.running.get(index, 0),

@@ -125,7 +125,7 @@ class FakeOcrService:
             client with a 10 s timeout.
         callback_token: sent as ``Authorization: Bearer <token>`` on the callbacks of a job
             whose upload gave no ``callbackToken`` (no header when None).
-        callback_attempts: tries per callback (default 3).
+        callback_tries: tries per callback (default 3).
         callback_backoff: real-time wait before retry n is ``n * callback_backoff``
             (default 200 ms).
         callback_bases: the only URL prefixes a ``callbackUrl`` may start with (same
@@ -155,20 +155,20 @@ class FakeOcrService:
         callback_client_factory: Callable[[], httpx.AsyncClient] | None = None,
         callback_token: str | None = None,
         *,
-        callback_attempts: int = 3,
+        callback_tries: int = 3,
         callback_backoff: timedelta = timedelta(milliseconds=200),
         callback_bases: tuple[str, ...] = (),
         state_file: Path | None = None,
     ) -> None:
         if per_page < timedelta(0):
             raise ValueError(f"per_page must be >= 0, got {per_page}")
-        if callback_attempts < 1:
-            raise ValueError(f"callback_attempts must be >= 1, got {callback_attempts}")
+        if callback_tries < 1:
+            raise ValueError(f"callback_tries must be >= 1, got {callback_tries}")
         self.per_page = per_page
         self._now = now or _system_utc_now
         self._callback_client_factory = callback_client_factory or _default_callback_client
         self.callback_token = callback_token
-        self.callback_attempts = callback_attempts
+        self.callback_tries = callback_tries
         self.callback_backoff = callback_backoff
         self.calls: Counter[str] = Counter()
         self.callback_outcomes: Counter[str] = Counter()
@@ -413,7 +413,7 @@ class FakeOcrService:
         if job.callback_url is not None and not job.callback_scheduled:
             job.callback_scheduled = True
             token = job.callback_token or self.callback_token
-            self._spawn(self._deliver_callback(job.job_id, job.callback_url, token), callback=True)
+            self._spawn(self._send_callback(job.job_id, job.callback_url, token), callback=True)
 
     def _start_timer(self, job: _OcrJob) -> None:
         delay = (job.due_at - job.uploaded_at).total_seconds()
@@ -459,22 +459,22 @@ class FakeOcrService:
             self._callback_client = self._callback_client_factory()
         return self._callback_client
 
-    async def _deliver_callback(self, job_id: str, url: str, token: str | None) -> None:
+    async def _send_callback(self, job_id: str, url: str, token: str | None) -> None:
         headers = {"Idempotency-Key": f"ocr-{job_id}"}
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
         payload = {"jobId": job_id, "status": "completed"}
-        for attempt in range(1, self.callback_attempts + 1):
+        for try_number in range(1, self.callback_tries + 1):
             retryable = True
             try:
                 response = await self._client().post(url, json=payload, headers=headers)
-            except Exception as exc:  # delivery must never raise: log and maybe retry
+            except Exception as exc:  # a callback must never raise: log and maybe retry
                 logger.warning(
                     "OCR callback for job %s to %s failed (try %d/%d): %r",
                     job_id,
                     url,
-                    attempt,
-                    self.callback_attempts,
+                    try_number,
+                    self.callback_tries,
                     exc,
                 )
             else:
@@ -490,12 +490,12 @@ class FakeOcrService:
                     job_id,
                     url,
                     response.status_code,
-                    attempt,
-                    self.callback_attempts,
+                    try_number,
+                    self.callback_tries,
                 )
             if not retryable:
                 break
-            if attempt < self.callback_attempts:
-                await asyncio.sleep(self.callback_backoff.total_seconds() * attempt)
+            if try_number < self.callback_tries:
+                await asyncio.sleep(self.callback_backoff.total_seconds() * try_number)
         self.callback_outcomes["failed"] += 1
         logger.error("OCR callback for job %s to %s given up", job_id, url)

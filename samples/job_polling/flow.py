@@ -228,7 +228,7 @@ class RecordJobWaitFailure(Capability):
             job_id=job_id,
             error_type=failure.error_type,
             detail=failure.detail,
-            attempt=failure.try_number,
+            try_number=failure.try_number,
         )
 
 

@@ -131,7 +131,7 @@ async def test_a_failed_instance_names_the_step_it_failed_at(store_url: str) -> 
             assert view["error"]["code"] == "flow.step_failed"
             assert view["error"]["step"] == {
                 "stepId": 1,
-                "kind": "step",
+                "kind": "capability",
                 "label": "v.boom",
                 "capabilityId": "v.boom",
             }

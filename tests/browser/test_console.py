@@ -127,10 +127,10 @@ def test_an_operator_finds_an_overdue_document_wakes_it_and_reads_its_flow(
         "comp-0": "ocr.cancel",
     }
     for key, title in titles.items():
-        node = graph.locator(f'g[data-node="{key}"]')
+        node = graph.locator(f'g[data-box="{key}"]')
         expect(node).to_be_visible()
         expect(node.locator("text.title")).to_have_text(title)
-    waiting = int(graph.locator('g[data-node="1"]').get_attribute("data-waiting") or -1)
+    waiting = int(graph.locator('g[data-box="1"]').get_attribute("data-waiting") or -1)
     assert waiting == len(docs.parked)
     for kind in ("attempt", "loop", "satisfied", "signal", "timeout", "compensation"):
         expect(graph.locator(f'g.edge[data-edge="{kind}"]')).to_have_count(1)

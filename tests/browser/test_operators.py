@@ -88,7 +88,7 @@ def test_a_failed_instance_shows_the_step_it_failed_at_in_the_journal_and_the_gr
     expect(page.locator("#live .countdown")).to_have_count(0)
     expect(page.locator("svg.timeline line.now")).to_have_count(0)
     failed_at.get_by_role("link", name="in the flow graph").click()
-    node = page.locator(f'svg.graph g[data-node="{step.group(1)}"]')
+    node = page.locator(f'svg.graph g[data-box="{step.group(1)}"]')
     expect(node).to_have_attribute("data-marked", "failed")
     expect(page.get_by_test_id("marked")).to_contain_text(f"failed at step {step.group(1)}")
 
@@ -172,7 +172,7 @@ def test_the_flow_graph_counts_each_steps_instances(
     graph = page.get_by_test_id("flow-graph")
     poll = graph.get_by_test_id("counts-1")
     parked = int(poll.get_attribute("data-parked") or -1)
-    assert parked == int(graph.locator('g[data-node="1"]').get_attribute("data-waiting") or -2)
+    assert parked == int(graph.locator('g[data-box="1"]').get_attribute("data-waiting") or -2)
     assert parked >= 1
     expect(poll).to_contain_text(f"{parked} parked")
     extract = graph.get_by_test_id("counts-5")  # document.extract decided the failure
@@ -188,7 +188,7 @@ def test_the_flow_graph_counts_each_steps_instances(
             text = label.bounding_box()
             assert box is not None and text is not None
             assert text["x"] + text["width"] <= box["x"] + box["width"] + 1, label.inner_text()
-    table = page.get_by_test_id("node-table")
-    expect(table.locator('tr[data-node="end"]')).to_contain_text(
+    table = page.get_by_test_id("step-table")
+    expect(table.locator('tr[data-box="end"]')).to_contain_text(
         end.get_attribute("data-completed") or ""
     )

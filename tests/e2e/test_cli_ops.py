@@ -215,7 +215,7 @@ def test_flows_list_and_the_plan_as_a_tree(node: SubprocessServer) -> None:
     ):
         assert part in tree.stdout, (part, tree.stdout)
     plan = as_json(cli(node, "flows", "show", "document.process", "--json"))
-    assert any(n["kind"] == "poll" for n in plan["nodes"])
+    assert any(n["kind"] == "poll" for n in plan["steps"])
 
 
 def test_exit_codes_scripts_can_trust(node: SubprocessServer) -> None:

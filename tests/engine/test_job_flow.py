@@ -161,7 +161,7 @@ async def test_a_job_that_never_ends_spends_its_tries_then_the_failure_route_run
         assert inst.failure is not None and inst.failure.code == JOB_WAIT_FAILED
         assert "execute_timeout" in inst.failure.message
         assert "job.await did not finish within 0:00:20" in inst.failure.message
-        assert inst.failure.details["attempt"] == 3
+        assert inst.failure.details["try_number"] == 3
         # the retries resumed from the checkpoint (RUNNING): no message twice
         assert await progress(h, inst_id) == ["QUEUED", "RUNNING"]
 

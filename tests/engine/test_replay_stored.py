@@ -72,19 +72,19 @@ async def _decide(h: FlowHarness, fixture: dict[str, Any]) -> Decision:
 def _recorded_form(decision: Decision) -> dict[str, Any]:
     """A decision in the fixture's terms: the row it writes first, or the park or end."""
     if isinstance(decision, Execute):
-        return {"row": [decision.node, decision.scope, str(decision.kind), decision.try_number]}
+        return {"row": [decision.step, decision.scope, str(decision.kind), decision.try_number]}
     if isinstance(decision, Record):
         row = decision.row
         return {"row": [row.step_id, row.scope, str(row.kind), row.try_number]}
     if isinstance(decision, TakeSignal):
-        return {"row": [decision.node, decision.row.scope, str(StepKind.SIGNAL), 1]}
+        return {"row": [decision.step, decision.row.scope, str(StepKind.SIGNAL), 1]}
     if isinstance(decision, BeginEnding):
         failure = decision.failure.code if decision.failure else None
         return {"ending": [str(decision.ending), failure]}
     if isinstance(decision, Finish):
         return {"ending": [str(decision.state), None]}
     assert isinstance(decision, Park), decision
-    return {"park": [decision.node, decision.scope, str(decision.kind)]}
+    return {"park": [decision.step, decision.scope, str(decision.kind)]}
 
 
 def _expected_form(recorded: dict[str, Any]) -> dict[str, Any]:
@@ -122,7 +122,7 @@ async def test_a_journal_whose_plan_changed_fails_to_resume_with_a_stable_code(
         with pytest.raises(JournalMismatch) as info:
             await _decide(h, fixture)
         assert info.value.code == expected["error"]["code"]
-        assert info.value.fields["node"] == expected["error"]["node"]
+        assert info.value.fields["step_id"] == expected["error"]["step_id"]
         assert info.value.fields["instance_id"] == instance_id
         before = len(fixture["stored"]["flow_step"])
         await resume(h, instance_id, fixture["resume"])

@@ -602,7 +602,7 @@ async def test_finish_writes_the_result_or_the_failure(sql_journal: SqlJournal) 
     )
     assert record.updated_at == at(9)
     failed = await started(sql_journal)
-    failure = FlowFailure("document.not_read_in_time", "no text after 1h", {"node": 4})
+    failure = FlowFailure("document.not_read_in_time", "no text after 1h", {"step_id": 4})
     await sql_journal.runs.finish(failed, 1, at(9), InstanceState.FAILED, failure=failure)
     assert (await sql_journal.reads.get_instance(failed)).failure == failure
     with pytest.raises(ValueError):

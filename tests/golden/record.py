@@ -193,7 +193,7 @@ SCENARIOS = [
         lambda h, i: wakes(h, i, 1),
         must_fail={
             "changedFlow": {"flow": "poll", "change": "body_renamed"},
-            "error": {"code": "journal_mismatch", "node": 2},
+            "error": {"code": "journal_mismatch", "step_id": 2},
             "instance": {"state": "failed", "failureCode": "flow.journal_mismatch"},
         },
     ),

@@ -206,7 +206,7 @@ async def test_the_signals_table_says_what_became_of_each_signal(
         page = (await http.get(f"/ui/instances/{target}")).text
         fate = re.search(r'data-testid="signal-fate">\s*(.*?)</td>', page, re.S)
         assert fate and fate.group(1).startswith("taken "), page[-3000:]
-        assert "at node 1" in fate.group(1)  # the poll's node: it ended the wait
+        assert "at step 1" in fate.group(1)  # the poll step: it ended the wait
         assert "<code>ocr.completed</code>" in page
 
 

@@ -47,7 +47,7 @@ async def test_flow_activity_counts_each_state_per_flow_version(store_url: str) 
 
         waiting = {
             (w.flow_version, w.step_id): w.count
-            for w in await journal.reads.waiting_by_node("document.process")
+            for w in await journal.reads.waiting_by_step("document.process")
         }
         assert waiting[("1.0.0", 1)] == len(seeded.overdue) + len(seeded.parked)
 
@@ -102,7 +102,7 @@ async def test_the_flow_page_draws_the_waiting_counts(
     assert page.status_code == 200
     parked = len(seeded.overdue) + len(seeded.parked)
     assert (
-        f'data-node="1" data-kind="poll" data-title="poll ocr.status" data-waiting="{parked}"'
+        f'data-box="1" data-kind="poll" data-title="poll ocr.status" data-waiting="{parked}"'
         in page.text
     )
     missing = await signed_in.get("/ui/flows/document.process/0.1.0")

@@ -127,7 +127,7 @@ BAD = {
     "on_timeout.falls_through_to_end": _f("warn.fallthrough")
     .poll_until(Good(), until=_seen, interval=FIVE, timeout="PT1M")
     .on_timeout(lambda b: b.step(Undo())),
-    "node.unreachable": _f("bad.unreachable").fail("x.y").step(Undo()),
+    "step.unreachable": _f("bad.unreachable").fail("x.y").step(Undo()),
     "builder.modifier_misplaced": _f("bad.modifier").fail("x.y").compensate_with(Undo()),
     "signal.conflicting_model": _f("bad.signal")
     .await_signal(Signal("s.a", Other))

@@ -91,7 +91,7 @@ def decide(
 def test_a_new_instance_runs_its_first_step() -> None:
     decision = decide(POLL, _instance(), [], T0)
     assert isinstance(decision, Execute)
-    assert (decision.node, decision.scope, decision.kind, decision.try_number) == (
+    assert (decision.step, decision.scope, decision.kind, decision.try_number) == (
         0,
         0,
         StepKind.STEP,
@@ -104,7 +104,7 @@ def test_a_new_instance_runs_its_first_step() -> None:
 def test_entering_a_poll_stores_its_budget_before_attempt_zero() -> None:
     decision = decide(POLL, _instance(), [STARTED], T0 + 5 * timedelta(seconds=1))
     assert isinstance(decision, Execute)
-    assert (decision.node, decision.scope) == (2, 0)
+    assert (decision.step, decision.scope) == (2, 0)
     assert decision.bag == {"Job": {"job_id": "j"}}
     [budget] = decision.store_first
     assert budget.kind is StepKind.DEADLINE and budget.capability_id == POLL_BUDGET
@@ -128,7 +128,7 @@ def test_a_claimed_wake_not_yet_due_parks_again_and_a_due_one_runs_the_attempt()
     early = decide(POLL, parked, steps, T0 + MIN / 2)
     assert early == Park(T0 + MIN, 1, 1, WakeKind.POLL, accept_signal="t.ready")
     due = decide(POLL, parked, steps, T0 + MIN + timedelta(seconds=3))
-    assert isinstance(due, Execute) and (due.node, due.scope) == (2, 1)
+    assert isinstance(due, Execute) and (due.step, due.scope) == (2, 1)
     assert due.late_by == timedelta(seconds=3)
 
 
@@ -143,7 +143,7 @@ def test_the_next_attempt_is_the_lowest_scope_without_a_successful_row() -> None
 def test_a_satisfied_poll_goes_on_and_never_calls_again() -> None:
     steps = [STARTED, BUDGET, _check(0, False, T0), _check(1, True, T0 + MIN)]
     decision = decide(POLL, _instance(), steps, T0 + MIN)
-    assert isinstance(decision, Execute) and (decision.node, decision.capability_id) == (
+    assert isinstance(decision, Execute) and (decision.step, decision.capability_id) == (
         5,
         "t.after",
     )
@@ -155,7 +155,7 @@ def test_a_waiting_signal_ends_the_poll_and_a_stale_mailbox_is_read_first() -> N
     parked = _instance(wake_at=T0 + MIN, wake_step_id=1, wake_scope=1)
     taken = decide(POLL, parked, steps, T0 + MIN / 2, signals=(signal,))
     assert isinstance(taken, TakeSignal)
-    assert (taken.node, taken.row.scope, taken.row.kind) == (1, 1, StepKind.SIGNAL)
+    assert (taken.step, taken.row.scope, taken.row.kind) == (1, 1, StepKind.SIGNAL)
     assert [n.how for n in taken.notes] == ["signalled"]
     stale = decide(POLL, parked, steps, T0 + MIN / 2, read_at=None)
     assert stale == ReadMailbox(1)
@@ -179,7 +179,7 @@ def test_a_failing_flow_unwinds_then_compensates_in_reverse_then_finishes() -> N
     ending = _instance(ending=InstanceState.FAILED, failure=begin.failure)
     undo = decide(POLL, ending, steps, now)
     assert isinstance(undo, Execute) and undo.kind is StepKind.COMPENSATION
-    assert (undo.node, undo.capability_id, undo.execution_key) == (0, "t.undo", f"{ID}:0:0:undo")
+    assert (undo.step, undo.capability_id, undo.execution_key) == (0, "t.undo", f"{ID}:0:0:undo")
     undone = StepRow(ID, 0, 0, StepKind.COMPENSATION, "t.undo", Outcome.SUCCESS, now, now)
     assert decide(POLL, ending, [*steps, undone], now) == Finish(
         InstanceState.FAILED, failure=begin.failure
@@ -195,7 +195,7 @@ def test_an_await_stores_its_timeout_with_the_park() -> None:
     steps = [STARTED]
     decision = decide(AWAIT, _instance(flow_name="t.await"), steps, T0)
     assert isinstance(decision, Park)
-    assert (decision.node, decision.kind, decision.wake_at) == (1, WakeKind.SIGNAL, T0 + 60 * MIN)
+    assert (decision.step, decision.kind, decision.wake_at) == (1, WakeKind.SIGNAL, T0 + 60 * MIN)
     [timeout] = decision.store_first
     assert timeout.kind is StepKind.DEADLINE and ends_at(timeout) == T0 + 60 * MIN
 
@@ -212,7 +212,7 @@ def test_a_row_that_does_not_fit_the_plan_is_journal_mismatch() -> None:
     with pytest.raises(JournalMismatch) as info:
         decide(POLL, _instance(), [renamed], T0)
     assert info.value.code == "journal_mismatch"
-    assert info.value.fields["node"] == 0
+    assert info.value.fields["step_id"] == 0
     gone = replace(STARTED, step_id=9)
     with pytest.raises(JournalMismatch):
         decide(POLL, _instance(), [gone], T0)

@@ -9,7 +9,7 @@ import pytest
 
 from app.errors import DefinitionError
 from app.flows import Catalog, Severity, check_flow, compile_flow
-from app.flows.plan import Plan, StepNode
+from app.flows.plan import CapabilityStep, Plan
 from app.runtime.loading import check_targets
 from samples.document_processing import OcrClient, build_document_flow
 from tests.unit.bad_flows import BAD, DUPLICATE_VERSION, WARNINGS
@@ -23,7 +23,7 @@ def test_each_bad_shape_reports_its_rule_code(code: str) -> None:
     assert matching, findings
     expected = Severity.WARNING if code in WARNINGS else Severity.ERROR
     assert matching[0].severity is expected
-    assert flow.name in matching[0].flow and matching[0].node
+    assert flow.name in matching[0].flow and matching[0].step
 
 
 @pytest.mark.parametrize("code", sorted(set(BAD) - WARNINGS))
@@ -43,7 +43,7 @@ def test_warnings_do_not_stop_registration() -> None:
 def test_the_sample_compiles_with_every_target_pointing_forward() -> None:
     plan, findings = compile_flow(build_document_flow(OcrClient(httpx.AsyncClient(), "x")))
     assert findings == []
-    assert [n.label for n in plan.nodes] == [
+    assert [n.label for n in plan.steps] == [
         "ocr.upload",
         "poll",
         "ocr.status",
@@ -52,9 +52,9 @@ def test_the_sample_compiles_with_every_target_pointing_forward() -> None:
         "document.extract",
         "emit document.processed",
     ]
-    assert plan.nodes[1].satisfied_target == 5  # type: ignore[union-attr]
-    first = plan.nodes[0]
-    assert isinstance(first, StepNode)
+    assert plan.steps[1].satisfied_target == 5  # type: ignore[union-attr]
+    first = plan.steps[0]
+    assert isinstance(first, CapabilityStep)
     with pytest.raises(ValueError, match="strictly forward"):
         Plan(
             name="p",
@@ -64,7 +64,7 @@ def test_the_sample_compiles_with_every_target_pointing_forward() -> None:
             profile=plan.profile,
             trigger=None,
             deadline=None,
-            nodes=(StepNode(0, first.capability, next=0),),
+            steps=(CapabilityStep(0, first.capability, next=0),),
         )
 
 

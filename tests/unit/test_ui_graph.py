@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from app.flows import Catalog, Flow
-from app.flows.plan import Plan, StepNode
+from app.flows.plan import CapabilityStep, Plan
 from app.ui.graph import Graph, describe_backoff, human_duration, layout
 from samples.document_processing import OcrClient, build_document_flow
 from tests.engine.flows import INTERVAL, await_flow, poll_flow
@@ -33,14 +33,14 @@ def _edges(graph: Graph, kind: str) -> set[tuple[str, str]]:
 def test_document_flow_draws_every_node_and_the_poll_edges(document_plan: Plan) -> None:
     graph = layout(document_plan, {1: 7, 5: 2})
 
-    drawn = {n.key: n for n in graph.nodes}
-    assert {str(i) for i in range(len(document_plan.nodes))} | {"end", "comp-0"} == set(drawn)
+    drawn = {n.key: n for n in graph.boxes}
+    assert {str(i) for i in range(len(document_plan.steps))} | {"end", "comp-0"} == set(drawn)
     assert drawn["0"].title == "ocr.upload" and drawn["comp-0"].title == "ocr.cancel"
     assert drawn["1"].kind == "poll" and drawn["1"].title == "poll ocr.status"
     assert drawn["1"].details == ("every 5s, x2 up to 5m, jitter 50%", "budget 4h")
     assert drawn["4"].kind == "fail" and drawn["4"].title == "fail document.not_read_in_time"
-    upload, status = document_plan.nodes[0], document_plan.nodes[2]
-    assert isinstance(upload, StepNode) and isinstance(status, StepNode)
+    upload, status = document_plan.steps[0], document_plan.steps[2]
+    assert isinstance(upload, CapabilityStep) and isinstance(status, CapabilityStep)
     upload_retry, status_retry = upload.capability.options.retry, status.capability.options.retry
     assert upload_retry is not None and status_retry is not None
     # each step's retry policy is on it
@@ -67,11 +67,11 @@ def test_document_flow_draws_every_node_and_the_poll_edges(document_plan: Plan) 
 def test_no_two_nodes_overlap_and_the_drawing_holds_them(document_plan: Plan) -> None:
     for plan in (document_plan, _plan(poll_flow(on_timeout="rejoin")), _plan(await_flow())):
         graph = layout(plan)
-        for a, b in itertools.combinations(graph.nodes, 2):
+        for a, b in itertools.combinations(graph.boxes, 2):
             apart = a.x + a.w <= b.x or b.x + b.w <= a.x or a.y + a.h <= b.y or b.y + b.h <= a.y
             assert apart, (plan.name, a.key, b.key)
-        assert all(n.x >= 0 and n.x + n.w <= graph.width for n in graph.nodes)
-        assert all(n.y >= 0 and n.y + n.h <= graph.height for n in graph.nodes)
+        assert all(n.x >= 0 and n.x + n.w <= graph.width for n in graph.boxes)
+        assert all(n.y >= 0 and n.y + n.h <= graph.height for n in graph.boxes)
 
 
 def test_a_rejoining_on_timeout_block_leads_back_to_the_main_path() -> None:
@@ -79,12 +79,12 @@ def test_a_rejoining_on_timeout_block_leads_back_to_the_main_path() -> None:
     # nodes: 0 start, 1 poll, 2 check, 3 escalate (on_timeout), 4 after
     assert _edges(graph, "timeout") == {("1", "3")}
     assert ("3", "4") in _edges(graph, "next")
-    assert graph.node("3").x > graph.node("4").x  # drawn back into the main column
+    assert graph.box("3").x > graph.box("4").x  # drawn back into the main column
 
 
 def test_a_poll_without_on_timeout_fails_the_flow_in_the_drawing() -> None:
     graph = layout(_plan(poll_flow(on_timeout="none", signal=False)))
-    implicit = graph.node("timeout-1")
+    implicit = graph.box("timeout-1")
     assert implicit.kind == "fail" and implicit.title == "fail flow.poll_not_satisfied"
     assert _edges(graph, "timeout") == {("1", "timeout-1")}
     assert _edges(graph, "signal") == set()
@@ -93,11 +93,11 @@ def test_a_poll_without_on_timeout_fails_the_flow_in_the_drawing() -> None:
 def test_an_await_signal_node_shows_its_signal_and_timeout() -> None:
     graph = layout(_plan(await_flow()))
     # nodes: 0 start, 1 await t.ready (on_timeout: 2 fail), 3 after
-    assert graph.node("1").title == "await t.ready"
-    assert graph.node("1").details == ("timeout 1h",)
+    assert graph.box("1").title == "await t.ready"
+    assert graph.box("1").details == ("timeout 1h",)
     assert _edges(graph, "signal") == {("1", "3")}
     assert _edges(graph, "timeout") == {("1", "2")}
-    assert graph.node("2").title == "fail t.no_callback"
+    assert graph.box("2").title == "fail t.no_callback"
 
 
 def test_durations_and_schedules_read_as_people_write_them() -> None:

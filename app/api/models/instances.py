@@ -54,7 +54,7 @@ class FailedStep(ApiModel):
 
     model_config = _examples(
         {"stepId": 4, "kind": "fail", "label": "fail document.not_read_in_time"},
-        {"stepId": 0, "kind": "step", "label": "ocr.upload", "capabilityId": "ocr.upload"},
+        {"stepId": 0, "kind": "capability", "label": "ocr.upload", "capabilityId": "ocr.upload"},
     )
 
     step_id: int = Field(description="the step's index in the plan")
@@ -71,7 +71,7 @@ class FlowError(ApiModel):
         {
             "code": "document.not_read_in_time",
             "message": "the OCR did not finish within the budget",
-            "details": {"node": 4},
+            "details": {"step_id": 4},
             "step": {"stepId": 4, "kind": "fail", "label": "fail document.not_read_in_time"},
         }
     )
@@ -132,7 +132,7 @@ class JournalRow(ApiModel):
     )
 
     sequence: int
-    step_id: int = Field(description="the plan node")
+    step_id: int = Field(description="the plan step (its index)")
     scope: int = Field(description="the attempt number inside a poll, 0 elsewhere")
     kind: StepKind
     capability_id: str | None

@@ -119,7 +119,7 @@ class FlowView(ApiModel):
 
 
 class PlanView(ApiModel):
-    """A flow version's compiled plan: its nodes in order; ``end`` is the index that
+    """A flow version's compiled plan: its steps in order; ``end`` is the index that
     completes the flow."""
 
     model_config = _examples(
@@ -132,8 +132,8 @@ class PlanView(ApiModel):
             "signals": ["ocr.completed"],
             "streams": [],
             "end": 2,
-            "nodes": [
-                {"index": 0, "kind": "step", "capabilityId": "ocr.upload", "next": 1},
+            "steps": [
+                {"index": 0, "kind": "capability", "capabilityId": "ocr.upload", "next": 1},
                 {"index": 1, "kind": "poll", "bodyIndex": 0, "timeoutSeconds": 3600.0},
             ],
         }
@@ -147,7 +147,7 @@ class PlanView(ApiModel):
     signals: list[str]
     streams: list[str]
     end: int
-    nodes: list[dict[str, Any]] = Field(
+    steps: list[dict[str, Any]] = Field(
         description="each with `index` and `kind` (`step`, `poll`, `await`, `fail`, "
         "`emit`) and the fields of its kind"
     )

@@ -6,7 +6,7 @@ Implemented in SQL (:mod:`app.store.listing`, :mod:`app.store.actions`,
 :mod:`app.store.overview`) and in memory (:mod:`app.store.memory`, the queries an
 in-memory node needs).
 
-Vocabulary (DESIGN.md): an *attempt* is one iteration of a parked poll, stored as the
+Vocabulary (docs/concepts.md): an *attempt* is one iteration of a parked poll, stored as the
 journal row's *scope*; a *try* is one execution of a capability under its retry policy
 (``try_number`` 1, 2, ... within one step and scope).
 """
@@ -28,7 +28,7 @@ __all__ = [
     "InstanceFilter",
     "InstancePage",
     "InstanceSummary",
-    "NodeWaiting",
+    "StepWaiting",
     "OperatorAction",
     "OperatorReads",
     "OverviewReads",
@@ -253,8 +253,8 @@ class FlowActivity:
 
 
 @dataclass(frozen=True)
-class NodeWaiting:
-    """``count`` suspended instances of a flow version wait at plan node ``step_id``."""
+class StepWaiting:
+    """``count`` suspended instances of a flow version wait at plan step ``step_id``."""
 
     flow_name: str
     flow_version: str
@@ -282,7 +282,7 @@ class AttemptStart:
     """A poll attempt (scope > 0) that started recently, with what its schedule is read from.
 
     Attributes:
-        step_id: the poll body's node index; ``scope`` the attempt.
+        step_id: the poll body's step index; ``scope`` the attempt.
         started_at: when its first try started.
         previous_committed_at: when the previous attempt's successful row was written (the
             park after it asked for this attempt), or None when it is not in the journal.
@@ -309,10 +309,10 @@ class OverviewReads(Protocol):
         """Per flow and version (sorted), the counts of :class:`FlowActivity` at ``now``."""
         ...
 
-    async def waiting_by_node(
+    async def waiting_by_step(
         self, flow_name: str | None = None, flow_version: str | None = None
-    ) -> list[NodeWaiting]:
-        """Suspended instances per flow version and the plan node they wait at."""
+    ) -> list[StepWaiting]:
+        """Suspended instances per flow version and the plan step they wait at."""
         ...
 
     async def step_activity(

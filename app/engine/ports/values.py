@@ -28,7 +28,7 @@ class Park:
         step_id / scope: the node and scope it resumes at.
         owner: the committing node: it keeps the lease when the park is refused.
         kind: what it waits for (shown and filtered by the operator's list).
-        accept_signal: the signal the parked node waits for; when one waits untaken in
+        accept_signal: the signal the parked step waits for; when one waits untaken in
             the mailbox the park is refused (``Ack.signal_pending``) and the run takes it.
         unwinding: a compensation's next try: parks even when a cancel was requested.
     """

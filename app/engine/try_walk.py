@@ -1,5 +1,5 @@
 """Tries as the decider sees them: replaying an execution's rows, the next try (its retry
-window stored first), a park until it is due, a try lost with its node, and a
+window stored first), a park until it is due, a try lost with its step, and a
 compensation's next try while unwinding (pure; see :mod:`app.engine.decider`)."""
 
 from __future__ import annotations
@@ -25,17 +25,17 @@ from app.engine.replay import Ending, Replay
 from app.engine.retries import failure_row, next_try_at, retry_start
 from app.engine.values import execution_key
 from app.errors import FlowFailure
-from app.flows.plan import StepNode
+from app.flows.plan import CapabilityStep
 
-__all__ = ["Attempts"]
+__all__ = ["TryWalk"]
 
 
-class Attempts(Replay):
-    """The tries of a walk (:class:`app.engine.nodes.Walk` adds the nodes)."""
+class TryWalk(Replay):
+    """The tries of a walk (:class:`app.engine.steps.Walk` adds the steps)."""
 
-    def attempt(
+    def replay_execution(
         self,
-        node: StepNode,
+        step: CapabilityStep,
         scope: int,
         wake_step: int,
         *,
@@ -43,9 +43,9 @@ class Attempts(Replay):
         accept: str | None = None,
         poll: int | None = None,
     ) -> StepRow | Ending | Decision:
-        """Replay (node, scope): its deciding row (a success or a final failure), or the
+        """Replay (step, scope): its deciding row (a success or a final failure), or the
         frontier's decision (the next try, a park until it is due), or an ending."""
-        rows = self.found(node.index, scope)
+        rows = self.found(step.index, scope)
         for row in rows:
             if row.outcome is Outcome.SUCCESS:
                 self.apply(row)
@@ -55,8 +55,8 @@ class Attempts(Replay):
         stop = self.interrupts()
         if stop is not None:
             return stop
-        if self.lost_try(node, scope):
-            return self.record_lost(node, scope)
+        if self.lost_try(step, scope):
+            return self.record_lost(step, scope)
         parked, wake_at = self.wake_for(wake_step, scope)
         due = wake_at
         retrying = bool(rows) and rows[-1].next_try_at is not None
@@ -66,30 +66,30 @@ class Attempts(Replay):
             due = None
         if parked and self.woken:  # an operator's wake: the next try or attempt runs now
             due = None
-        kind = WakeKind.RETRY if retrying or wake_step == node.index else WakeKind.POLL
+        kind = WakeKind.RETRY if retrying or wake_step == step.index else WakeKind.POLL
         if due is not None and self.now < due:
             wake = min(due, budget_end) if budget_end is not None else due
             return self.park(wake, wake_step, scope, accept, kind)
         late = self.now - wake_at if parked and wake_at is not None else None
-        return self.execute(node, scope, StepKind.STEP, late, budget_end, poll)
+        return self.execute(step, scope, StepKind.STEP, late, budget_end, poll)
 
     def execute(
         self,
-        node: StepNode,
+        step: CapabilityStep,
         scope: int,
         kind: StepKind,
         late: Any = None,
         budget_end: datetime | None = None,
         poll: int | None = None,
     ) -> Execute | Record:
-        """The next try of (node, scope) of ``kind``: its retry window stored first before
+        """The next try of (step, scope) of ``kind``: its retry window stored first before
         the first try; no try when the window ended (a final failure row instead)."""
-        capability = node.capability if kind is StepKind.STEP else node.compensation
+        capability = step.capability if kind is StepKind.STEP else step.compensation
         assert capability is not None
         retry = capability.options.retry
-        previous = self.found(node.index, scope, kind)
+        previous = self.found(step.index, scope, kind)
         try_number = len(previous) + 1
-        window = self.deadline(node.index, scope) if kind is StepKind.STEP else None
+        window = self.deadline(step.index, scope) if kind is StepKind.STEP else None
         first = retry_start(retry, kind, window, previous)
         total = retry.total_duration if retry is not None else None
         store: tuple[StepRow, ...] = ()
@@ -97,7 +97,7 @@ class Attempts(Replay):
             if first is None:
                 store = (
                     deadline_row(
-                        self.instance.id, node.index, scope, RETRY_TOTAL, self.now, self.now + total
+                        self.instance.id, step.index, scope, RETRY_TOTAL, self.now, self.now + total
                     ),
                 )
                 first = self.now
@@ -106,7 +106,7 @@ class Attempts(Replay):
                 detail = f"the retry window ended at {end}; no try started"
                 row = failure_row(
                     self.instance.id,
-                    node.index,
+                    step.index,
                     scope,
                     kind,
                     capability.id,
@@ -118,12 +118,12 @@ class Attempts(Replay):
                 )
                 return Record(row)
         return Execute(
-            node.index,
+            step.index,
             scope,
             kind,
             capability.id,
             try_number,
-            execution_key(self.instance.id, node.index, scope, kind),
+            execution_key(self.instance.id, step.index, scope, kind),
             dict(self.bag),
             store_first=store,
             retry_from=first,
@@ -133,34 +133,34 @@ class Attempts(Replay):
             poll=poll,
         )
 
-    def lost_try(self, node: StepNode, scope: int) -> bool:
-        """Whether the claim found a heartbeating try at (node, scope) in flight whose
+    def lost_try(self, step: CapabilityStep, scope: int) -> bool:
+        """Whether the claim found a heartbeating try at (step, scope) in flight whose
         holder is gone (its lease expired)."""
         inst = self.instance
         return (
-            inst.try_step_id == node.index
+            inst.try_step_id == step.index
             and inst.try_scope == scope
-            and inst.try_number == len(self.found(node.index, scope)) + 1
+            and inst.try_number == len(self.found(step.index, scope)) + 1
         )
 
-    def record_lost(self, node: StepNode, scope: int) -> Record:
+    def record_lost(self, step: CapabilityStep, scope: int) -> Record:
         """The failed row of a try lost with a dead node (its heartbeats stopped)."""
         inst, now = self.instance, self.now
-        previous = self.found(node.index, scope)
+        previous = self.found(step.index, scope)
         try_number = len(previous) + 1
-        retry = node.capability.options.retry
+        retry = step.capability.options.retry
         started = inst.try_started_at or now
         detail = (
             f"no heartbeat from try {try_number} since {(inst.heartbeat_at or started).isoformat()}"
         )
-        first = retry_start(retry, StepKind.STEP, self.deadline(node.index, scope), previous)
+        first = retry_start(retry, StepKind.STEP, self.deadline(step.index, scope), previous)
         next_at = next_try_at(retry, try_number, "heartbeat_timeout", now, first or started)
         row = failure_row(
             inst.id,
-            node.index,
+            step.index,
             scope,
             StepKind.STEP,
-            node.capability.id,
+            step.capability.id,
             try_number,
             ("heartbeat_timeout", detail),
             started,
@@ -169,33 +169,33 @@ class Attempts(Replay):
         )
         return Record(row, clears_try=True)
 
-    def step_failed(self, node: StepNode, row: StepRow) -> Ending:
+    def step_failed(self, step: CapabilityStep, row: StepRow) -> Ending:
         """The ending of a step that failed for good with no failure route."""
         return Ending(
             InstanceState.FAILED,
             FlowFailure(
                 "flow.step_failed",
-                f"{node.capability.id} failed after {row.try_number} tries: "
+                f"{step.capability.id} failed after {row.try_number} tries: "
                 f"{row.error_type}: {row.error_detail}",
                 {
-                    "capability_id": node.capability.id,
+                    "capability_id": step.capability.id,
                     "error_type": row.error_type,
                     "detail": row.error_detail,
-                    "node": node.index,
+                    "step_id": step.index,
                     "tries": row.try_number,
                 },
             ),
         )
 
-    def compensate(self, node: StepNode, scope: int) -> Decision | None:
-        """The compensation of (node, scope) while unwinding: its next try, a park until it
+    def compensate(self, step: CapabilityStep, scope: int) -> Decision | None:
+        """The compensation of (step, scope) while unwinding: its next try, a park until it
         is due, or None when it is done (succeeded, or failed for good)."""
-        rows = self.found(node.index, scope, StepKind.COMPENSATION)
+        rows = self.found(step.index, scope, StepKind.COMPENSATION)
         if any(r.outcome is Outcome.SUCCESS for r in rows):
             return None
         last = rows[-1] if rows else None
         if last is not None and (last.final or last.next_try_at is None):
             return None  # failed for good (recorded, logged when it happened)
         if last is not None and last.next_try_at and self.now < last.next_try_at:
-            return Park(last.next_try_at, node.index, scope, WakeKind.RETRY, unwinding=True)
-        return self.execute(node, scope, StepKind.COMPENSATION)
+            return Park(last.next_try_at, step.index, scope, WakeKind.RETRY, unwinding=True)
+        return self.execute(step, scope, StepKind.COMPENSATION)
