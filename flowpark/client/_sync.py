@@ -90,6 +90,8 @@ class Client:
     ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive (seconds)")
+        if retries < 0:
+            raise ValueError("retries must not be negative")
         if base_url is None and (http is None or not str(http.base_url)):
             raise ValueError("give base_url, or an httpx.Client with a base_url")
         self._owned = http is None
@@ -429,6 +431,8 @@ class Client:
             InstanceNotFound: 404, no instance has the id.
             TransportError: the node could not be reached.
         """
+        if seconds(timeout) < 0:
+            raise ValueError("timeout must not be negative (seconds)")
         deadline = time.monotonic() + seconds(timeout)
         view = self._send(Requests.get(instance_id), self._left(deadline))
         if str(view.state) in ENDED:

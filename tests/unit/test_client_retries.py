@@ -116,6 +116,17 @@ def test_a_client_needs_a_url_and_a_positive_timeout() -> None:
         Client()
     with pytest.raises(ValueError):
         Client("http://node", timeout=0)
+    with pytest.raises(ValueError, match="retries"):
+        Client("http://node", retries=-1)
+    with pytest.raises(ValueError, match="retries"):
+        AsyncClient("http://node", retries=-1)
+
+
+def test_a_wait_of_a_negative_timeout_is_refused_before_anything_is_sent() -> None:
+    handle, sent = scripted(started())
+    with client(handle) as c, pytest.raises(ValueError, match="timeout"):
+        c.wait(ID, timeout=-1)
+    assert sent == []
 
 
 @pytest.mark.parametrize("key", ["", "   ", "a\x00b", "a\nb", "\u00e9t\u00e9", "k" * 201, 42])
