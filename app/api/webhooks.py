@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from pydantic import BaseModel, ValidationError
 
-from app.api.inputs import _BODY_DOC, _json_body, idempotency_header
+from app.api.inputs import _BODY_DOC, MAX_KEY, _json_body, idempotency_header
 from app.api.models import SignalAnswer
 from app.api.openapi import problem_responses
 from app.engine.engine import Engine
@@ -143,6 +143,12 @@ async def keyed_instance(request: Request, plan: Plan, key: str) -> str:
     Raises:
         InstanceNotFound: 404 ``instance_not_found``: no instance of the flow ever held it.
     """
+    if len(key) > MAX_KEY:  # no start takes such a key; the answer does not echo it whole
+        raise InstanceNotFound(
+            f"no instance of {plan.name} holds the instance key the payload names: it is "
+            f"longer than {MAX_KEY} characters, which no instance key is",
+            flow=plan.name,
+        )
     engine: Engine = request.app.state.engine
     reads: OperatorReads = engine.journal.operator
     for states in ((InstanceState.RUNNING, InstanceState.SUSPENDED), ()):

@@ -339,6 +339,20 @@ def test_a_delivery_id_no_key_can_be_is_refused_in_its_own_words(
     assert instance(node, mine)["signals"] == []
 
 
+def test_a_key_longer_than_any_instance_key_is_not_found_and_not_echoed(
+    node: SubprocessServer,
+) -> None:
+    huge = json.loads(workflow_run(1))
+    huge["workflow_run"]["id"] = int("7" * 4000)  # the flow's key: f"run-{run_id}"
+    raw = json.dumps(huge).encode()
+
+    resp = post(node, "/api/v1/ci-runs/signals/ci.finished", raw, github_headers(raw))
+
+    assert resp.status_code == 404, resp.text[:300]
+    assert resp.json()["code"] == "instance_not_found"
+    assert len(resp.content) < 1000  # the 4000-digit key is not sent back
+
+
 def test_a_stripe_event_on_the_keyed_route_ends_the_wait_of_its_payment(
     node: SubprocessServer,
 ) -> None:
