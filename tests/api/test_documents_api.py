@@ -93,15 +93,17 @@ async def test_a_waiting_document_is_one_suspended_row_with_a_wake_and_no_lease(
         assert set(row) >= JOURNAL_FIELDS, row
         assert row["outcome"] == "success"
     assert [(r["kind"], r["capabilityId"], r["scope"]) for r in journal] == [
+        ("deadline", "retry.total", 0),  # the upload's retry window, before its first try
         ("step", "ocr.upload", 0),
         ("deadline", "poll.budget", 0),  # the budget, stored before attempt 0's call
+        ("deadline", "retry.total", 0),  # attempt 0's retry window
         ("step", "ocr.status", 0),
     ]
     assert len({r["stepId"] for r in journal}) == 3
     budget = view["budget"]
     assert budget["kind"] == "poll.budget"
-    assert budget["stepId"] == journal[1]["stepId"] == view["wakeStepId"]
-    assert instant(budget["startedAt"]) == instant(journal[1]["startedAt"]) <= attempt0
+    assert budget["stepId"] == journal[2]["stepId"] == view["wakeStepId"]
+    assert instant(budget["startedAt"]) == instant(journal[2]["startedAt"]) <= attempt0
     assert instant(budget["endsAt"]) == instant(budget["startedAt"]) + Waits.OCR_BUDGET
     assert 0 <= budget["usedRatio"] < 0.5
 
