@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Literal
 
@@ -18,7 +18,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.flows.durations import to_timedelta
 
-__all__ = ["DEFAULT_API_TOKEN", "SCOPES", "ApiToken", "Settings", "Subscriber", "parse_api_tokens"]
+__all__ = [
+    "DEFAULT_API_TOKEN",
+    "SCOPES",
+    "ApiToken",
+    "Settings",
+    "Subscriber",
+    "overdue_before",
+    "parse_api_tokens",
+]
 
 DEFAULT_API_TOKEN = "dev-token"
 
@@ -372,3 +380,17 @@ class Settings(BaseSettings):
     def flow_targets(self) -> list[str]:
         """``flows`` split on commas, blanks dropped (see :mod:`app.runtime.loading`)."""
         return [t.strip() for t in self.flows.split(",") if t.strip()]
+
+
+def overdue_before(settings: Settings, now: datetime) -> datetime:
+    """The instant a parked wake must precede to be overdue, as the console, ``/readyz``,
+    ``GET /api/v1/nodes`` and the gauges count it.
+
+    Args:
+        settings: the node's settings (``timer_scan_interval``, seconds).
+        now: the engine clock's instant (aware UTC).
+
+    Returns:
+        ``now`` minus two scan intervals, and at least one second before ``now``.
+    """
+    return now - max(timedelta(seconds=2 * settings.timer_scan_interval), timedelta(seconds=1))

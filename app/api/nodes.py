@@ -14,7 +14,7 @@ from app.api.models._base import _AT, _LATER, ApiModel, _examples
 from app.api.openapi import problem_responses
 from app.api.views import API
 from app.engine.engine import Engine
-from app.runtime.liveness import overdue_before
+from app.settings import overdue_before
 from app.store.nodes import NodeRecord, NodesReport, SqlNodes
 
 __all__ = ["NodeList", "NodeView", "build_nodes_router", "nodes_report", "nodes_view"]

@@ -15,7 +15,7 @@
   -> signal -> cancel).
 * every operation may answer 422 ``input_invalid``: a path, query or header holding a
   control character or a lone surrogate is refused before routing (:mod:`app.api.hygiene`).
-* ``python -m app.api.openapi > docs/openapi.json`` writes the document the samples'
+* ``python -m app.runtime.openapi > docs/openapi.json`` writes the document the samples'
   app serves; a test fails when the committed file differs.
 """
 
@@ -42,7 +42,6 @@ __all__ = [
     "REQUIRED_HEADERS_KEY",
     "PROBLEM_SCHEMA",
     "api_app",
-    "document",
     "install_openapi",
     "problem_responses",
     "request_schema",
@@ -320,19 +319,3 @@ def api_app(**kwargs: Any) -> FastAPI:
 
     install_openapi(app)
     return app
-
-
-def document() -> dict[str, Any]:
-    """The OpenAPI document of the app with the sample flows and default settings.
-
-    Returns:
-        The document as served at ``/openapi.json``.
-    """
-    from app.runtime.app import create_app
-    from app.settings import Settings
-
-    return create_app(Settings()).openapi()
-
-
-if __name__ == "__main__":
-    print(json.dumps(document(), indent=2, ensure_ascii=False))

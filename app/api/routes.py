@@ -65,6 +65,7 @@ from app.api.views import (
 from app.api.webhooks import add_keyed_signal_route, claim_delivery_id, verified_delivery
 from app.engine.engine import Engine
 from app.engine.journal import InstanceState, SignalRecord
+from app.engine.versions import unfinished_by_version, unserved
 from app.errors import (
     ErrorCode,
     IdempotencyKeyReused,
@@ -73,7 +74,6 @@ from app.errors import (
 from app.flows.capability import Signal
 from app.flows.catalog import version_key
 from app.flows.plan import Plan, Profile
-from app.runtime.versions import unfinished_by_version, unserved
 
 __all__ = [
     "add_trigger_routes",

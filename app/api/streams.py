@@ -30,7 +30,7 @@ from app.engine.engine import Engine
 from app.engine.journal import InstanceRecord
 from app.errors import ErrorCode, InputInvalid, StreamNotDeclared
 
-__all__ = ["SSE_PING_SECONDS", "STREAM_POLL_SECONDS", "build_streams_router"]
+__all__ = ["SSE_PING_SECONDS", "STREAM_POLL_SECONDS", "build_streams_router", "sse_messages"]
 
 #: How often an open event stream looks for new messages and for the instance's end.
 STREAM_POLL_SECONDS = 0.25
@@ -81,11 +81,22 @@ async def _instance_with_stream(engine: Engine, instance_id: str, name: str) -> 
     return inst
 
 
-async def _events(
+async def sse_messages(
     engine: Engine, instance_id: str, name: str, after: int | None
 ) -> AsyncIterator[ServerSentEvent]:
-    """Messages after ``after`` as they are written; once the instance has ended and every
-    message was sent, one ``end`` event (``{"instanceId", "state"}``) and the end."""
+    """A stream's messages as server-sent events, for the API's stream route and the console.
+
+    Args:
+        engine: the node's engine (its journal's reads and streams).
+        instance_id: the instance whose stream is read.
+        name: the stream's declared name.
+        after: the last sequence the reader has (None: from the first message).
+
+    Yields:
+        Each message after ``after`` as it is written (``id`` its sequence); once the instance
+        has ended and every message was sent, one ``end`` event (``{"instanceId", "state"}``),
+        then the iteration ends.
+    """
     cursor = after
     while True:
         # read the state first: a message written before the end is then surely read below
@@ -166,7 +177,7 @@ def build_streams_router() -> APIRouter:
         if accept is not None and EVENT_STREAM in accept.lower():
             cursor = _cursor(last_event_id, after)
             return EventSourceResponse(
-                _events(engine, instance_id, name, cursor), ping=SSE_PING_SECONDS
+                sse_messages(engine, instance_id, name, cursor), ping=SSE_PING_SECONDS
             )
         messages = await engine.journal.streams.read_stream(instance_id, name, after=after)
         return JSONResponse([stream_view(m) for m in messages])

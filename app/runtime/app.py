@@ -25,6 +25,7 @@ from app.api.routes import add_trigger_routes, build_router
 from app.api.streams import build_streams_router
 from app.engine.clock import Clock, SystemClock
 from app.engine.engine import Engine
+from app.engine.versions import log_unserved
 from app.errors import ErrorCode
 from app.flows import Catalog
 from app.redaction import register_secrets
@@ -37,7 +38,6 @@ from app.runtime.node import node_engine
 from app.runtime.retention import Purger
 from app.runtime.scheduler import Sweeper
 from app.runtime.telemetry import Telemetry, add_health_routes
-from app.runtime.versions import log_unserved
 from app.settings import DEFAULT_API_TOKEN, SCOPES, Settings
 from app.store import check_schema_at_head, make_async_engine
 from app.store.deliveries import SqlDeliveries

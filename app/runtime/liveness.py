@@ -9,7 +9,6 @@ logged and skipped: the next one writes again.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -20,7 +19,7 @@ from app.runtime.scheduler import Sweeper
 from app.settings import Settings
 from app.store.nodes import NodeRecord, SqlNodes
 
-__all__ = ["NodeBeat", "beat_seconds", "flowpark_version", "overdue_before"]
+__all__ = ["NodeBeat", "beat_seconds", "flowpark_version"]
 
 log = logging.getLogger("flowpark.liveness")
 
@@ -36,12 +35,6 @@ def flowpark_version() -> str:
 def beat_seconds(settings: Settings) -> float:
     """How often a node writes its liveness row: its scan interval, at least 1 s."""
     return max(1.0, float(settings.timer_scan_interval))
-
-
-def overdue_before(settings: Settings, now: datetime) -> datetime:
-    """The instant a parked wake must precede to be overdue: two scan intervals (at least
-    one second) before ``now``, as the console and the gauges count it."""
-    return now - max(timedelta(seconds=2 * settings.timer_scan_interval), timedelta(seconds=1))
 
 
 class NodeBeat:

@@ -38,7 +38,7 @@ from app.outages import OUTAGES, store_outage
 from app.runtime import tracing
 from app.runtime.metrics import CONTENT_TYPE_LATEST, Metrics, mark_process_dead, render
 from app.runtime.observe import NodeObserver
-from app.settings import Settings
+from app.settings import Settings, overdue_before
 from app.store.gauges import active_counts, pending_deliveries
 from app.store.nodes import SqlNodes
 
@@ -287,7 +287,6 @@ def add_health_routes(app: FastAPI, settings: Settings, telemetry: Telemetry) ->
 async def _sweep_warnings(request: Request, settings: Settings) -> dict[str, str]:
     """``{"sweepers": notice}`` when overdue work has no live sweeping node, else empty
     (also when the node rows cannot be read: the database check says why)."""
-    from app.runtime.liveness import overdue_before
 
     nodes = getattr(request.app.state, "nodes", None)
     engine = getattr(request.app.state, "engine", None)

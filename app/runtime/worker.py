@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.engine.clock import SystemClock
+from app.engine.versions import log_unserved
 from app.flows import Catalog
 from app.redaction import register_secrets
 from app.runtime.delivery import Deliverer
@@ -20,7 +21,6 @@ from app.runtime.node import node_engine
 from app.runtime.retention import Purger
 from app.runtime.scheduler import Sweeper
 from app.runtime.telemetry import Telemetry
-from app.runtime.versions import log_unserved
 from app.settings import Settings
 from app.store import check_schema_at_head, make_async_engine
 from app.store.deliveries import SqlDeliveries

@@ -26,7 +26,7 @@ from app.api.explain import (
 )
 from app.api.operate import display_fields, summaries
 from app.api.routes import check_instance_id
-from app.api.streams import SSE_PING_SECONDS, _events
+from app.api.streams import SSE_PING_SECONDS, sse_messages
 from app.api.values import shown_values
 from app.api.views import awaiting, display_value, failed_step
 from app.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT, open_budget
@@ -305,7 +305,7 @@ def build_instances_router() -> APIRouter:
             )
         cursor = after if after is not None and 0 <= after < 2**63 else None
         return EventSourceResponse(
-            _events(engine, instance_id, name, cursor), ping=SSE_PING_SECONDS
+            sse_messages(engine, instance_id, name, cursor), ping=SSE_PING_SECONDS
         )
 
     return router

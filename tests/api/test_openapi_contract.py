@@ -38,7 +38,7 @@ from tests.support.server import LiveServer
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "docs" / "openapi.json"
-REFRESH = "python -m app.api.openapi > docs/openapi.json"
+REFRESH = "python -m app.runtime.openapi > docs/openapi.json"
 METHODS = {"get", "post", "put", "patch", "delete", "head"}
 
 

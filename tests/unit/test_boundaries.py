@@ -273,3 +273,62 @@ def test_the_decider_imports_no_store_runtime_asyncio_or_io() -> None:
         assert outside == set(), name
         io = {m for m in imported if m.split(".")[0] in {"asyncio", "socket", "time", "threading"}}
         assert io == set(), name
+
+
+LAYERS = ("app.api", "app.runtime", "app.ui")
+
+
+def _imports_of(path: Path) -> list[ast.ImportFrom | ast.Import]:
+    """Every import statement in ``path``, inside functions and type-only blocks too."""
+    tree = ast.parse(path.read_text(), str(path))
+    return [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom | ast.Import)]
+
+
+def _layer_of(module: str) -> str | None:
+    return next(
+        (layer for layer in LAYERS if module == layer or module.startswith(layer + ".")), None
+    )
+
+
+def _layer_graph() -> dict[str, set[str]]:
+    """Which of app.api, app.runtime and app.ui each of them imports (any module of it)."""
+    graph: dict[str, set[str]] = {layer: set() for layer in LAYERS}
+    for layer in LAYERS:
+        for path in (ROOT / Path(*layer.split("."))).rglob("*.py"):
+            for node in _imports_of(path):
+                names = [node.module] if isinstance(node, ast.ImportFrom) else []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                for name in names:
+                    other = _layer_of(name or "")
+                    if other is not None and other != layer:
+                        graph[layer].add(other)
+    return graph
+
+
+def test_the_api_imports_nothing_of_the_runtime() -> None:
+    """The API layer is wired by the runtime, never the other way round: no ``app.api``
+    module imports ``app.runtime`` (the OpenAPI dump lives in ``app.runtime.openapi``)."""
+    graph = _layer_graph()
+    assert "app.api" in graph["app.runtime"]  # the walk sees the runtime's imports
+    assert "app.runtime" not in graph["app.api"]
+
+
+def test_api_runtime_and_console_import_no_circle() -> None:
+    graph = _layer_graph()
+    assert _cycles(graph) == [], graph
+
+
+def test_the_console_imports_no_private_name_of_another_package() -> None:
+    """``app.ui`` reads the API's views through their public names only."""
+    private = []
+    for path in (ROOT / "app" / "ui").rglob("*.py"):
+        for node in _imports_of(path):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and not node.module.startswith("app.ui")
+            ):
+                hidden = [a.name for a in node.names if a.name.startswith("_")]
+                private += [f"{path.name}: {node.module}.{name}" for name in hidden]
+    assert private == []

@@ -18,7 +18,7 @@ from app.flows import Catalog
 
 __all__ = ["UNFINISHED", "log_unserved", "unfinished_by_version", "unserved"]
 
-log = logging.getLogger("flowpark.runtime")
+log = logging.getLogger("flowpark.runtime")  # the name operators filter on
 
 #: The states of an instance that has not ended.
 UNFINISHED = frozenset({InstanceState.RUNNING, InstanceState.SUSPENDED})
