@@ -130,6 +130,10 @@ def server(store_url: str, tmp_path: Path) -> Iterator[SubprocessServer]:
 
 
 @pytest.mark.slow
+# hypothesis warns when the global random state moves while it draws; in a pytest-xdist
+# worker a thread left by an earlier in-process test of the worker can move it (the strategies
+# here draw from hypothesis only), so that one warning is not this test's failure
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
 def test_no_parameter_takes_an_unstorable_character(server: SubprocessServer) -> None:
     doc = httpx.get(f"{server.base_url}/openapi.json", timeout=10).json()
     params = _params(doc)

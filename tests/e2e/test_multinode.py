@@ -268,16 +268,26 @@ async def all_completed(db: AsyncEngine, n: int) -> None:
 
 
 async def assert_exactly_once(db: AsyncEngine, n: int) -> Counter[str]:
-    """Every document completed once; one journal row per (instance, step, scope), all
-    successful; one ``document.processed`` event each. Returns rows by capability."""
+    """Every document completed once; one execution row per (instance, step, scope) and at
+    most one stored window per bound, all successful; one ``document.processed`` event each.
+    Returns rows by capability."""
     assert await states(db) == Counter({"completed": n})
     assert await scalar(db, "SELECT count(DISTINCT input->>'documentId') FROM flow_instance") == n
+    # one execution per (instance, step, scope); beside it at most one stored window
+    # (a poll's budget, a call's retry window: kind deadline) per bound
     repeated = await rows(
         db,
-        "SELECT instance_id, step_id, scope, count(*) FROM flow_step "
+        "SELECT instance_id, step_id, scope, count(*) FROM flow_step WHERE kind <> 'deadline' "
         "GROUP BY instance_id, step_id, scope HAVING count(*) <> 1",
     )
     assert repeated == [], repeated[:10]
+    windows = await rows(
+        db,
+        "SELECT instance_id, step_id, scope, capability_id, count(*) FROM flow_step "
+        "WHERE kind = 'deadline' GROUP BY instance_id, step_id, scope, capability_id "
+        "HAVING count(*) <> 1",
+    )
+    assert windows == [], windows[:10]
     failed = await rows(
         db,
         "SELECT instance_id, capability_id, error_type FROM flow_step WHERE outcome <> 'success'",
