@@ -1,8 +1,9 @@
 """Input hygiene shared by the routes: JSON bodies, instance ids, Idempotency-Key headers.
 
 A body - of a start or signal route, or of any route with a body model
-(:class:`JsonBodyRoute`) - is JSON (``application/json``, ``application/*+json`` or no
-``Content-Type``), UTF-8 with no key twice in one object, nests at most ``MAX_DEPTH`` deep
+(:class:`JsonBodyRoute`) - is JSON, sent as ``application/json`` or ``application/*+json``
+(no ``Content-Type``, or any other, is 415 ``unsupported_media_type``; a request with no body
+needs none), UTF-8 with no key twice in one object, nests at most ``MAX_DEPTH`` deep
 and holds no U+0000 or lone surrogate; an instance id is at most ``MAX_INSTANCE_ID``
 well-formed characters; an ``Idempotency-Key`` is at most ``MAX_KEY`` visible ASCII
 characters.
@@ -75,13 +76,14 @@ def check_instance_id(instance_id: str) -> None:
 
 
 def _json_media_type(content_type: str | None) -> bool:
-    """A body's ``Content-Type`` is JSON: ``application/json``, ``application/*+json``, or
-    absent or empty (a hand-made request that names no type: read as JSON, as before).
+    """A body's ``Content-Type`` is JSON: ``application/json`` or ``application/*+json``, in
+    any case, with any parameters (``charset`` is ignored: JSON is UTF-8).
 
-    ``curl -d`` without a header sends ``application/x-www-form-urlencoded``: refused, and
-    the 415 says how to send JSON."""
-    if content_type is None or not content_type.strip():
-        return True
+    An absent or empty ``Content-Type`` is not JSON: one rule for every JSON body, whoever
+    sends it. ``curl -d`` without a header sends ``application/x-www-form-urlencoded``:
+    refused too, and the 415 says how to send JSON."""
+    if content_type is None:
+        return False
     media = content_type.split(";", 1)[0].strip().lower()
     return media == "application/json" or (
         media.startswith("application/") and media.endswith("+json")
@@ -89,11 +91,12 @@ def _json_media_type(content_type: str | None) -> bool:
 
 
 async def _json_body(request: Request) -> Any:
-    """The request's JSON body (``{}`` when empty).
+    """The request's JSON body (``{}`` when empty: a request with no body needs no
+    ``Content-Type``).
 
     Raises:
-        UnsupportedMediaType: ``unsupported_media_type`` (415): a non-empty body that is
-            not JSON by its ``Content-Type``.
+        UnsupportedMediaType: ``unsupported_media_type`` (415): a non-empty body sent
+            without a ``Content-Type``, or with one that is not JSON.
         InputInvalid: 422: not JSON, too deep, or a string no store can keep.
     """
     raw = await request.body()
@@ -101,10 +104,10 @@ async def _json_body(request: Request) -> Any:
         return {}
     content_type = request.headers.get("content-type")
     if not _json_media_type(content_type):
+        sent = "no Content-Type" if content_type is None else repr(content_type)
         raise UnsupportedMediaType(
-            f"the body must be JSON, sent with Content-Type: application/json "
-            f"(curl: --json, or -H 'Content-Type: application/json'), not "
-            f"{content_type!r}",
+            "the body must be JSON, sent with Content-Type: application/json "
+            f"(curl: --json, or -H 'Content-Type: application/json'), not {sent}",
         )
     try:
         # UTF-8 only (RFC 8259): json.loads would guess UTF-16 or UTF-32 from raw bytes
@@ -206,8 +209,8 @@ def _check_text(text: str, loc: tuple[str, ...]) -> None:
 
 #: The body rules every start and signal route states in its docstring (OpenAPI).
 _BODY_DOC = (
-    " The body is JSON: sent as `application/json` (or `application/*+json`, or "
-    "with no `Content-Type` at all: read as JSON), else 415 "
+    " The body is JSON, sent with `Content-Type: application/json` (or another "
+    "`application/*+json` type); a body sent with no `Content-Type`, or any other, is 415 "
     "`unsupported_media_type`; at most `max_body_bytes` (default 1 MiB), else 413 "
     "`body_too_large`; a body that is not UTF-8, an object with a repeated key or a "
     "string holding U+0000 is 422 `input_invalid`."

@@ -6,8 +6,8 @@ shape JSON. Every error leaves as problem+json (see ``app.api.problems``).
 Bodies (start and signal routes here; the routes whose body is a model, such as bulk
 actions and budget extensions, by the same check through ``JsonBodyRoute``) are JSON: a
 non-empty body must be sent as ``application/json`` or ``application/*+json`` (any
-parameters, e.g. ``charset``, are ignored: JSON is UTF-8), else 415
-``unsupported_media_type``; a body sent without any ``Content-Type`` is read as JSON too. A
+parameters, e.g. ``charset``, are ignored: JSON is UTF-8); a body sent with no
+``Content-Type``, or any other, is 415 ``unsupported_media_type``. A
 body larger than ``max_body_bytes`` is 413 ``body_too_large`` (``app.runtime.app``). A body
 that is not UTF-8 JSON, repeats a key in one object, nests deeper than ``MAX_DEPTH`` or
 holds a string (or key) with U+0000 or a lone surrogate - which no store can keep - is 422
@@ -514,8 +514,8 @@ def build_router() -> APIRouter:
         The payload's schema is the signal's in the instance's flow (stated by the flow's own
         signal route): one it does not take is 422 ``input_invalid`` naming the ``signal``.
 
-        The body is JSON: ``Content-Type: application/json`` (or ``application/*+json``, or
-        no ``Content-Type`` at all), else 415 ``unsupported_media_type``; at most
+        The body is JSON: ``Content-Type: application/json`` (or ``application/*+json``);
+        no ``Content-Type``, or any other, is 415 ``unsupported_media_type``; at most
         ``max_body_bytes``, else 413 ``body_too_large``; no string with U+0000, else 422."""
         return await _deliver(request, instance_id, name, idempotency_key)
 

@@ -13,6 +13,7 @@ from tests.support.eventually import eventually
 from tests.support.server import LiveServer, live_server
 
 NEVER = 10_000  # pages: at 0.05 s/page the job stays pending for the whole test
+JSON = {"Content-Type": "application/json"}
 
 
 async def _job_id(client: httpx.AsyncClient, instance_id: str) -> str:
@@ -78,7 +79,9 @@ async def test_signal_answers_404_409_422_and_store_nothing(client: httpx.AsyncC
         "signal_not_declared",
     )
     assert_problem(await client.post(route, json={"jobId": 7}), 422, "input_invalid")
-    assert_problem(await client.post(route, content=b"{not json"), 422, "input_invalid")
+    assert_problem(
+        await client.post(route, content=b"{not json", headers=JSON), 422, "input_invalid"
+    )
     cancelled = await client.post(f"/api/v1/instances/{instance_id}/cancel")
     assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
     assert_problem(await client.post(route, json={"jobId": "x"}), 409, "instance_ended")
