@@ -21,14 +21,17 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
+import fastapi_offline
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel
 
@@ -270,20 +273,44 @@ def install_openapi(app: FastAPI) -> None:
 
 #: Where the Swagger UI and ReDoc assets (shipped by ``fastapi-offline``) are served.
 DOCS_ASSETS = "/docs/static"
+#: ReDoc's bundle, as the node serves it (see :func:`_redoc_bundle`).
+REDOC_BUNDLE = "/redoc/redoc.standalone.js"
 _DOCS_CSP = "img-src 'self' data:; font-src 'self' data:; connect-src 'self'"
+#: The image ReDoc's sidebar footer shows instead of its vendor's logo from a CDN: an
+#: empty SVG of the logo's size, inline (nothing is fetched).
+_REDOC_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+_NO_LOGO = "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' width='1' height='1'/%3E"
 _DESCRIPTION = """Durable flows that wait on external systems.
 
-Every `/api` route needs a bearer token (`Authorization: Bearer <token>`, one of
-`FLOWPARK_API_TOKENS`): use **Authorize**. Bodies are JSON with camelCase names. Every error
-is `application/problem+json` with a stable `code`; each operation lists its codes by status.
-A path with a trailing slash names no route (404 `not_found`); nothing redirects.
+Every `/api` route needs a bearer token, one of `FLOWPARK_API_TOKENS`, sent as the header
+`Authorization: Bearer <token>` (curl: `-H 'Authorization: Bearer dev-token'`; from Python,
+`flowpark.Client(url, token=...)`). To try operations from the browser, open the Swagger UI
+page at `/docs` and enter the token once under its Authorize button; ReDoc at `/redoc` is a
+read-only reference. Bodies are JSON with camelCase names, sent with
+`Content-Type: application/json`. Every error is `application/problem+json` with a stable
+`code`; each operation lists its codes by status. A path with a trailing slash names no route
+(404 `not_found`); nothing redirects.
 """
+
+
+@functools.cache
+def _redoc_bundle() -> bytes:
+    """``fastapi-offline``'s ReDoc bundle with its one remote image (the vendor's logo in
+    the sidebar footer, from ``cdn.redoc.ly``) replaced by :data:`_NO_LOGO`: the page
+    loads nothing from outside the node, not even an image its CSP would block.
+
+    Returns:
+        The bundle's bytes (read once per process, about 1 MB).
+    """
+    source = Path(fastapi_offline.__file__).parent / "static" / "redoc.standalone.js"
+    return source.read_text(encoding="utf-8").replace(_REDOC_LOGO, _NO_LOGO).encode("utf-8")
 
 
 def api_app(**kwargs: Any) -> FastAPI:
     """The FastAPI application with flowpark's contract settings: Swagger UI (``/docs``)
-    and ReDoc (``/redoc``) served from assets in the installed packages (no CDN), no
-    trailing-slash redirects, problem-complete OpenAPI (:func:`install_openapi`).
+    and ReDoc (``/redoc``) served from assets in the installed packages (no CDN, no remote
+    image, no validator badge), no trailing-slash redirects, problem-complete OpenAPI
+    (:func:`install_openapi`).
 
     Args:
         **kwargs: more ``FastAPI`` arguments (``lifespan``).
@@ -298,7 +325,12 @@ def api_app(**kwargs: Any) -> FastAPI:
         redirect_slashes=False,
         static_url=DOCS_ASSETS,
         redoc_url=None,
-        swagger_ui_parameters={"persistAuthorization": True, "displayOperationId": True},
+        # validatorUrl: no badge image from validator.swagger.io on a node with a public name
+        swagger_ui_parameters={
+            "persistAuthorization": True,
+            "displayOperationId": True,
+            "validatorUrl": None,
+        },
         **kwargs,
     )
 
@@ -308,14 +340,22 @@ def api_app(**kwargs: Any) -> FastAPI:
         page = get_redoc_html(
             openapi_url=f"{root}{app.openapi_url}",
             title="flowpark - ReDoc",
-            redoc_js_url=f"{root}{DOCS_ASSETS}/redoc.standalone.js",
+            redoc_js_url=f"{root}{REDOC_BUNDLE}",
             redoc_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png",
             with_google_fonts=False,
         )
-        # ReDoc's bundle shows its vendor's logo from a CDN: the page may load images,
-        # fonts and data from the node only, so nothing is fetched from elsewhere
+        # images, fonts and data from the node only: should a future bundle name another
+        # remote asset, the browser refuses it (a test watches for any refusal)
         page.headers["Content-Security-Policy"] = _DOCS_CSP
         return page
+
+    @app.get(REDOC_BUNDLE, include_in_schema=False)
+    async def redoc_bundle() -> Response:
+        return Response(
+            _redoc_bundle(),
+            media_type="text/javascript",
+            headers={"Cache-Control": "public, max-age=86400"},
+        )
 
     install_openapi(app)
     return app

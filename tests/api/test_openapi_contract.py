@@ -310,3 +310,5 @@ async def test_the_docs_pages_load_their_assets_from_the_node(live: LiveServer) 
             for url in urls:
                 asset = await http.get(url)
                 assert asset.status_code == 200, url
+                if url.endswith(".js"):  # no image or font named from elsewhere either
+                    assert "cdn." not in asset.text, url
