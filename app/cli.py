@@ -40,8 +40,13 @@ FLOWS_HELP = (
 #: Seconds the start-up database check waits for the database to answer.
 DB_CHECK_TIMEOUT = 20.0
 
+#: Help texts are Markdown: a docstring's paragraphs are wrapped to the terminal's width
+#: (its line breaks are not kept; a blank line starts a paragraph, ``- `` a list item).
+#: Every command of the tree, the operator commands too, renders in this mode.
 app = typer.Typer(
-    help="flowpark: durable flows that wait on external systems.", no_args_is_help=True
+    help="flowpark: durable flows that wait on external systems.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
 )
 
 
@@ -434,10 +439,11 @@ def flows_check(
     """Check flow definitions; prints every finding (errors and warnings), one per line.
 
     Exit codes:
-    0: no error (warnings allowed);
-    1: at least one rule error;
-    2: cannot load (a target fails to import, building a flow raised, e.g. on a
-    negative duration, or it defines no flows).
+
+    - 0: no error (warnings allowed);
+    - 1: at least one rule error;
+    - 2: cannot load (a target fails to import, building a flow raised, e.g. on a
+      negative duration, or it defines no flows).
     """
     from app.runtime.loading import check_targets
     from app.settings import Settings
