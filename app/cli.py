@@ -276,6 +276,7 @@ def serve(
     targets = _flows_or_exit(flows)
     _database_or_exit(Settings().database_url)
     os.environ.setdefault("FLOWPARK_SELF_URL", f"http://{host}:{port}")
+    os.environ.setdefault("FLOWPARK_GC_FREEZE", "true")  # a node process: see app.runtime.heap
     ocr_set = bool(os.environ.get("FLOWPARK_OCR_BASE_URL"))
     jobs_set = bool(os.environ.get("FLOWPARK_JOBS_BASE_URL"))
     samples = "samples" in targets
@@ -359,6 +360,7 @@ def worker(
     _flows_or_exit(flows)
     if metrics_port is not None:
         os.environ["FLOWPARK_METRICS_PORT"] = str(metrics_port)
+    os.environ.setdefault("FLOWPARK_GC_FREEZE", "true")  # a node process: see app.runtime.heap
     settings = Settings()
     _database_or_exit(settings.database_url)
     if settings.metrics_enabled and settings.metrics_port is not None:

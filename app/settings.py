@@ -227,6 +227,13 @@ class Settings(BaseSettings):
     metrics_enabled: bool = Field(
         default=True, description="Count and serve Prometheus metrics (GET /metrics)."
     )
+    gc_freeze: bool = Field(
+        default=False,
+        description="Once the node has started, freeze the objects start-up allocated "
+        "(never scanned by the garbage collector again) and collect young objects every "
+        "10,000 allocations (app.runtime.heap). flowpark serve and flowpark worker turn it "
+        "on unless it is set; off for an app built with create_app elsewhere.",
+    )
     metrics_access: Literal["loopback", "token", "open"] = Field(
         default="loopback",
         description="Who may read /metrics: loopback (clients on a loopback address only), "

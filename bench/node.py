@@ -3,7 +3,8 @@ its own process (so its RSS is its own and it can be SIGKILLed).
 
 The node is what ``create_app``/``flowpark worker`` run: an ``Engine`` on the store with
 the ``SystemClock`` and the production ``Sweeper`` (periodic sweep + in-process wakes),
-with the ``bench.peers`` flow registered.
+with the ``bench.peers`` flow registered, its heap settled as the worker's
+(:mod:`app.runtime.heap`, when the side has it).
 
 Modes:
 * ``drive``: start N flows (``--concurrency`` at a time, at most ``--rate`` per second when
@@ -60,6 +61,7 @@ async def main(args: argparse.Namespace) -> None:
         if args.mode in ("drive", "serve"):
             sweeper = Sweeper(engine, args.scan_interval, short_wakes=args.short_wakes)
             sweeper.start()
+        _settle_heap()
         if args.mode == "serve":
             print(f"ready {time.time():.6f}", flush=True)
             stop = asyncio.Event()
@@ -103,6 +105,16 @@ async def main(args: argparse.Namespace) -> None:
         "wake_jobs_scheduled": sweeper.wakes_scheduled if sweeper else 0,
     }
     print(json.dumps(report), flush=True)
+
+
+def _settle_heap() -> None:
+    """What ``flowpark worker`` does once started (``FLOWPARK_GC_FREEZE``, on by default
+    there); a revision without :mod:`app.runtime.heap` keeps the collector's defaults."""
+    try:
+        from app.runtime.heap import settle_heap
+    except ImportError:
+        return
+    settle_heap()
 
 
 def _cpu_seconds() -> float:

@@ -6,7 +6,8 @@ own ``--host/--port`` binding makes a protocol-0 socket, so every keep-alive res
 written in two pieces waits for the client's delayed ACK (~40 ms) under Nagle's algorithm.
 Binding the socket here keeps that artefact out of the figures.
 
-``--app`` serves ``app.runtime.app:create_app`` (settings from ``FLOWPARK_*``);
+``--app`` serves ``app.runtime.app:create_app`` (settings from ``FLOWPARK_*``, with
+``FLOWPARK_GC_FREEZE`` true unless set, as ``flowpark serve`` runs it);
 ``--fake-ocr`` serves the fake OCR (see :mod:`bench.fakeocr`).
 """
 
@@ -36,7 +37,12 @@ def main() -> None:
     parser.add_argument("--pending-reads", type=int, default=None)
     args = parser.parse_args()
     if args.app:
+        import os
+
         from app.runtime.app import create_app
+
+        # as `flowpark serve` runs it (a revision without the setting ignores it)
+        os.environ.setdefault("FLOWPARK_GC_FREEZE", "true")
 
         app = create_app()
     else:

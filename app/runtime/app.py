@@ -30,6 +30,7 @@ from app.errors import ErrorCode
 from app.flows import Catalog
 from app.redaction import register_secrets
 from app.runtime.delivery import Deliverer
+from app.runtime.heap import settle_heap
 from app.runtime.http import outbound_client
 from app.runtime.liveness import NodeBeat
 from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
@@ -256,6 +257,8 @@ def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManage
                 nodes, wiring.clock, settings, wiring.catalog, "serve", workers.sweeper
             )
             await workers.beat.start()
+            if settings.gc_freeze:
+                settle_heap()  # what start-up made is kept: never scanned again
             log.info("flowpark node %s ready on %s", settings.node_id, settings.self_url)
             yield
         finally:

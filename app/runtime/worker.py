@@ -13,6 +13,7 @@ from app.engine.versions import log_unserved
 from app.flows import Catalog
 from app.redaction import register_secrets
 from app.runtime.delivery import Deliverer
+from app.runtime.heap import settle_heap
 from app.runtime.http import outbound_client
 from app.runtime.liveness import NodeBeat
 from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
@@ -99,6 +100,8 @@ async def run_worker(
                 interval_seconds=settings.retention_scan_seconds,
             )
             purger.start()
+        if settings.gc_freeze:
+            settle_heap()  # what start-up made is kept: never scanned again
         log.info(
             "flowpark worker %s sweeping every %.1fs",
             settings.node_id,
