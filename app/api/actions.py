@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Annotated, Any, cast
+from datetime import timedelta
+from typing import Annotated, Any, TypeVar
 
-from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from app.api.auth import Principal
+from app.api.models import BudgetExtension, CancelAnswer, OperatorSignalAnswer, WakeAnswer
 from app.engine.engine import Engine
 from app.engine.journal import InstanceRecord, InstanceState, WakeKind
 from app.engine.operator import extend_budget
@@ -20,17 +20,13 @@ from app.errors import FlowparkError, InstanceEnded
 
 __all__ = ["Extension", "cancel", "extend", "signal", "wake"]
 
-
-def _engine(request: Request) -> Engine:
-    return cast(Engine, request.app.state.engine)
-
-
-def _reads(request: Request) -> OperatorReads:
-    return _engine(request).journal.operator
+#: An action's answer model.
+A = TypeVar("A", WakeAnswer, CancelAnswer, BudgetExtension, OperatorSignalAnswer)
 
 
-#: An action's answer: its HTTP status and its JSON body.
-Answer = tuple[int, dict[str, Any]]
+def _stored(answer: BaseModel) -> dict[str, Any]:
+    """An answer as the action's history keeps it: its JSON, without the unset fields."""
+    return answer.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 @dataclass(frozen=True)
@@ -42,51 +38,33 @@ class _Opened:
 
 
 async def _repeat(
-    request: Request, instance_id: str, action: str, key: str | None
-) -> Answer | None:
+    reads: OperatorReads, model: type[A], instance_id: str, action: str, key: str | None
+) -> tuple[int, A] | None:
     """The first answer of an action repeated with its ``Idempotency-Key``, if any."""
     if key is None:
         return None
-    first = await _reads(request).find_action(instance_id, action, key)
+    first = await reads.find_action(instance_id, action, key)
     if first is None:
         return None
-    answer = dict(first.details.get("answer") or {"instanceId": instance_id, "pending": True})
-    return int(first.details.get("status", 200)), answer
-
-
-async def _begin(
-    request: Request, instance_id: str, action: str, key: str | None
-) -> tuple[OperatorAction, Answer | None]:
-    """Record the action before it acts (so two requests with one key act once); a
-    conflict on the key answers the first's answer."""
-    engine = _engine(request)
-    principal: Principal = request.state.principal
-    record = OperatorAction(
-        id=engine.new_id(),
-        instance_id=instance_id,
-        action=action,
-        actor=principal.name,
-        acted_at=engine.clock.now(),
-        details={"pending": True},
-        idempotency_key=key,
-    )
-    stored, created = await _reads(request).record_action(record)
-    if created:
-        return stored, None
-    repeat = await _repeat(request, instance_id, action, key)
-    assert repeat is not None
-    return stored, repeat
+    answer = first.details.get("answer") or {"instanceId": instance_id, "pending": True}
+    return int(first.details.get("status", 200)), model.model_validate(answer)
 
 
 async def _open(
-    request: Request, instance_id: str, action: str, key: str | None
-) -> _Opened | Answer:
+    engine: Engine,
+    actor: Principal,
+    model: type[A],
+    instance_id: str,
+    action: str,
+    key: str | None,
+) -> _Opened | tuple[int, A]:
     """Open an action on one instance: the answer to give now, or the instance and the
     action recorded as begun.
 
     A repeat of ``key`` answers what the first request did (even once the instance has
-    ended); else an ended instance is refused; else the action is recorded, and a
-    concurrent request that recorded it first with the same key gives its answer.
+    ended); else an ended instance is refused; else the action is recorded before it acts
+    (so two requests with one key act once), and a concurrent request that recorded it
+    first with the same key gives its answer.
 
     Returns:
         ``(status, answer)`` to answer at once, or the :class:`_Opened` instance and action.
@@ -94,107 +72,142 @@ async def _open(
     Raises:
         InstanceNotFound: 404. InstanceEnded: 409.
     """
-    first = await _repeat(request, instance_id, action, key)
+    reads = engine.journal.operator
+    first = await _repeat(reads, model, instance_id, action, key)
     if first is not None:
         return first
-    inst = await _engine(request).journal.reads.get_instance(instance_id)
+    inst = await engine.journal.reads.get_instance(instance_id)
     if inst.state.ended:
         raise InstanceEnded(
             f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
         )
-    recorded, repeat = await _begin(request, instance_id, action, key)
-    return repeat if repeat is not None else _Opened(inst, recorded)
+    record = OperatorAction(
+        id=engine.new_id(),
+        instance_id=instance_id,
+        action=action,
+        actor=actor.name,
+        acted_at=engine.clock.now(),
+        details={"pending": True},
+        idempotency_key=key,
+    )
+    stored, created = await reads.record_action(record)
+    if created:
+        return _Opened(inst, stored)
+    repeat = await _repeat(reads, model, instance_id, action, key)
+    assert repeat is not None
+    return repeat
 
 
-async def wake(request: Request, instance_id: str, key: str | None) -> Answer:
-    """Wake one instance (see the route); returns ``(status, answer)``.
+async def wake(
+    engine: Engine, actor: Principal, instance_id: str, key: str | None
+) -> tuple[int, WakeAnswer]:
+    """Wake one instance as ``actor`` (see the route).
+
+    Returns:
+        ``(status, answer)``: 200 and the :class:`~app.api.models.WakeAnswer`.
 
     Raises:
         InstanceNotFound: 404. InstanceEnded: 409.
     """
-    opened = await _open(request, instance_id, "wake", key)
+    opened = await _open(engine, actor, WakeAnswer, instance_id, "wake", key)
     if not isinstance(opened, _Opened):
         return opened
-    engine, inst, action = _engine(request), opened.instance, opened.action
-    answer: dict[str, Any] = {"instanceId": instance_id, "woken": False}
+    inst, action = opened.instance, opened.action
+    done: dict[str, Any] = {}
     if inst.state is not InstanceState.SUSPENDED:
-        answer.update(state=str(inst.state), reason=f"not parked: the instance is {inst.state}")
+        done.update(state=inst.state, reason=f"not parked: the instance is {inst.state}")
     elif inst.wake_kind is WakeKind.SIGNAL:
-        answer.update(state=str(inst.state), reason="it waits for a signal, not for a wake")
+        done.update(state=inst.state, reason="it waits for a signal, not for a wake")
     else:
         outcome = await engine.wake_now(instance_id)
         if outcome is None:
             now = await engine.journal.reads.get_instance(instance_id)
-            answer.update(state=str(now.state), reason="another node holds it now")
+            done.update(state=now.state, reason="another node holds it now")
         else:
-            answer.update(
-                woken=True,
-                state=str(outcome.state),
-                wakeAt=_at(outcome.wake_at),
-            )
-    answer.update(actionId=action.id, actor=action.actor, actedAt=_at(action.acted_at))
-    await _reads(request).complete_action(action.id, {"answer": answer, "status": 200})
+            done.update(woken=True, state=outcome.state, wake_at=outcome.wake_at)
+    answer = WakeAnswer(
+        instance_id=instance_id,
+        woken=done.pop("woken", False),
+        **done,
+        action_id=action.id,
+        actor=action.actor,
+        acted_at=action.acted_at,
+    )
+    await engine.journal.operator.complete_action(
+        action.id, {"answer": _stored(answer), "status": 200}
+    )
     return 200, answer
 
 
 async def signal(
-    request: Request, instance_id: str, name: str, payload: Any, key: str | None
-) -> Answer:
+    engine: Engine, actor: Principal, instance_id: str, name: str, payload: Any, key: str | None
+) -> tuple[int, OperatorSignalAnswer]:
     """Deliver signal ``name`` as an operator (the console's *send signal*): the same
     delivery as the signal route's, recorded in the history as action ``signal`` with the
-    token's name; returns ``(status, answer)`` with ``signalId``, ``name``, ``matched``
-    (null: it waits in the mailbox) and the instance's ``state``.
+    actor's name.
+
+    Returns:
+        ``(status, answer)``: 202 and the :class:`~app.api.models.OperatorSignalAnswer`
+        (``signalId``, ``name``, ``matched``: null while it waits in the mailbox, and the
+        instance's ``state``).
 
     Raises:
         InstanceNotFound: 404. InstanceEnded: 409. SignalNotDeclared: 404.
         InputInvalid: 422 (the payload does not validate; nothing is recorded as done).
     """
-    opened = await _open(request, instance_id, "signal", key)
+    opened = await _open(engine, actor, OperatorSignalAnswer, instance_id, "signal", key)
     if not isinstance(opened, _Opened):
         return opened
     action = opened.action
+    reads = engine.journal.operator
     try:
-        delivery = await _engine(request).deliver(instance_id, name, payload, key)
+        delivery = await engine.deliver(instance_id, name, payload, key)
     except Exception as exc:
-        await _reads(request).complete_action(
-            action.id,
-            {"answer": {"instanceId": instance_id, "name": name, "refused": str(exc)[:300]}},
-        )
+        refused = OperatorSignalAnswer(instance_id=instance_id, name=name, refused=str(exc)[:300])
+        await reads.complete_action(action.id, {"answer": _stored(refused)})
         raise
-    answer: dict[str, Any] = {
-        "instanceId": instance_id,
-        "name": name,
-        "signalId": delivery.signal.id,
-        "matched": delivery.signal.outcome,
-        "state": str(delivery.state),
-        "actionId": action.id,
-        "actor": action.actor,
-        "actedAt": _at(action.acted_at),
-    }
-    await _reads(request).complete_action(action.id, {"answer": answer, "status": 202})
+    answer = OperatorSignalAnswer(
+        instance_id=instance_id,
+        name=name,
+        signal_id=delivery.signal.id,
+        matched=delivery.signal.outcome,
+        state=delivery.state,
+        action_id=action.id,
+        actor=action.actor,
+        acted_at=action.acted_at,
+    )
+    await reads.complete_action(action.id, {"answer": _stored(answer), "status": 202})
     return 202, answer
 
 
-async def cancel(request: Request, instance_id: str, key: str | None) -> Answer:
-    """Cancel one instance (see the route); returns ``(status, answer)``.
+async def cancel(
+    engine: Engine, actor: Principal, instance_id: str, key: str | None
+) -> tuple[int, CancelAnswer]:
+    """Cancel one instance as ``actor`` (see the route).
+
+    Returns:
+        ``(status, answer)``: 200 once cancelled, 202 while another node finishes the
+        unwind, with the :class:`~app.api.models.CancelAnswer`.
 
     Raises:
         InstanceNotFound: 404. InstanceEnded: 409.
     """
-    opened = await _open(request, instance_id, "cancel", key)
+    opened = await _open(engine, actor, CancelAnswer, instance_id, "cancel", key)
     if not isinstance(opened, _Opened):
         return opened
     action = opened.action
-    after = await _engine(request).cancel(instance_id)
+    after = await engine.cancel(instance_id)
     status = 200 if after.state.ended else 202
-    answer = {
-        "instanceId": instance_id,
-        "state": str(after.state),
-        "actionId": action.id,
-        "actor": action.actor,
-        "actedAt": _at(action.acted_at),
-    }
-    await _reads(request).complete_action(action.id, {"answer": answer, "status": status})
+    answer = CancelAnswer(
+        instance_id=instance_id,
+        state=after.state,
+        action_id=action.id,
+        actor=action.actor,
+        acted_at=action.acted_at,
+    )
+    await engine.journal.operator.complete_action(
+        action.id, {"answer": _stored(answer), "status": status}
+    )
     return status, answer
 
 
@@ -267,39 +280,41 @@ class Extension(BaseModel):
         return value
 
 
-async def extend(request: Request, instance_id: str, by: timedelta, key: str | None) -> Answer:
-    """Extend a parked poll's budget (see the route); returns ``(status, answer)``.
+async def extend(
+    engine: Engine, actor: Principal, instance_id: str, by: timedelta, key: str | None
+) -> tuple[int, BudgetExtension]:
+    """Extend a parked poll's budget by ``by`` as ``actor`` (see the route).
+
+    Returns:
+        ``(status, answer)``: 200 and the :class:`~app.api.models.BudgetExtension`.
 
     Raises:
         InstanceNotFound: 404. InstanceEnded, InstanceBusy, NoBudget: 409.
     """
-    opened = await _open(request, instance_id, "extend_budget", key)
+    opened = await _open(engine, actor, BudgetExtension, instance_id, "extend_budget", key)
     if not isinstance(opened, _Opened):
         return opened
     action = opened.action
+    reads = engine.journal.operator
     try:
-        done = await extend_budget(_engine(request), instance_id, by)
+        done = await extend_budget(engine, instance_id, by)
     except FlowparkError as exc:
-        await _reads(request).complete_action(
+        await reads.complete_action(
             action.id, {"refused": str(exc.code), "extendBy": by.total_seconds()}
         )
         raise
-    answer = {
-        "instanceId": instance_id,
-        "extended": done.extended,
-        "extendBy": by.total_seconds(),
-        "stepId": done.step_id,
-        "startedAt": _at(done.started_at),
-        "previousEndsAt": _at(done.previous_ends_at),
-        "endsAt": _at(done.ends_at),
-        "cappedByDeadline": done.capped_by_deadline,
-        "actionId": action.id,
-        "actor": action.actor,
-        "actedAt": _at(action.acted_at),
-    }
-    await _reads(request).complete_action(action.id, {"answer": answer, "status": 200})
+    answer = BudgetExtension(
+        instance_id=instance_id,
+        extended=done.extended,
+        extend_by=by.total_seconds(),
+        step_id=done.step_id,
+        started_at=done.started_at,
+        previous_ends_at=done.previous_ends_at,
+        ends_at=done.ends_at,
+        capped_by_deadline=done.capped_by_deadline,
+        action_id=action.id,
+        actor=action.actor,
+        acted_at=action.acted_at,
+    )
+    await reads.complete_action(action.id, {"answer": _stored(answer), "status": 200})
     return 200, answer
-
-
-def _at(instant: datetime | None) -> str | None:
-    return instant.isoformat().replace("+00:00", "Z") if instant is not None else None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -27,6 +27,7 @@ __all__ = [
     "InstanceCheck",
     "Principal",
     "authenticate",
+    "is_token_check",
     "require_scope",
     "require_token",
 ]
@@ -112,6 +113,16 @@ def _instance_credential(request: Request, sent: bytes) -> ApiToken | None:
     return None
 
 
+#: The dependencies that check a request's token (see :func:`is_token_check`).
+_TOKEN_CHECKS: set[Callable[..., Any]] = set()
+
+
+def is_token_check(call: Callable[..., Any] | None) -> bool:
+    """``call`` is a dependency of this module that checks the request's token
+    (:func:`require_token`, or one :func:`require_scope` made)."""
+    return call is require_token or call in _TOKEN_CHECKS
+
+
 def require_scope(scope: str) -> Callable[[Request], Awaitable[Principal]]:
     """A FastAPI dependency: the request's token must hold ``scope``.
 
@@ -137,6 +148,7 @@ def require_scope(scope: str) -> Callable[[Request], Awaitable[Principal]]:
         return principal
 
     dependency.__name__ = f"require_{scope}"
+    _TOKEN_CHECKS.add(dependency)
     return dependency
 
 

@@ -8,16 +8,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
-from app.api.auth import require_scope
+from app.api.deps import DeliveriesDep, EngineDep, OperateToken, ReadToken
 from app.api.inputs import JsonBodyRoute
 from app.api.models import DeliveryView
 from app.api.openapi import problem_responses
 from app.api.views import API
-from app.engine.engine import Engine
-from app.engine.ports.outbox import Deliveries
 from app.errors import DeliveryNotFailed, DeliveryNotFound, ErrorCode
 
 __all__ = ["build_delivery_router", "delivery_view"]
@@ -47,25 +45,20 @@ def delivery_view(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _store(request: Request) -> Deliveries:
-    store: Deliveries = request.app.state.deliveries  # wired by app.runtime.app
-    return store
-
-
 def build_delivery_router() -> APIRouter:
     """``GET /api/v1/deliveries`` and ``POST /api/v1/deliveries/{deliveryId}/retry``."""
     router = APIRouter(prefix=API, route_class=JsonBodyRoute, tags=["deliveries"])
 
     @router.get(
         "/deliveries",
-        dependencies=[Depends(require_scope("read"))],
         operation_id="list_deliveries",
         response_model=list[DeliveryView],
         # an instanceId that cannot name an instance (not a UUID) is 404 instance_not_found
         responses=problem_responses(ErrorCode.INPUT_INVALID, ErrorCode.INSTANCE_NOT_FOUND),
     )
     async def deliveries(
-        request: Request,
+        token: ReadToken,
+        store: DeliveriesDep,
         state: Literal["pending", "delivered", "failed"] | None = Query(None),
         subscriber: str | None = Query(None, max_length=200),
         instance_id: str | None = Query(None, alias="instanceId", max_length=100),
@@ -78,29 +71,29 @@ def build_delivery_router() -> APIRouter:
         (tries made), ``nextTryAt`` (pending), ``lastError``/``lastStatus`` and
         ``deliveredAt``. Filters: ``state``, ``subscriber``, ``instanceId``; ``after`` a
         ``deliveryId`` (a cursor: the last one of the previous page)."""
-        rows = await _store(request).list_deliveries(
+        rows = await store.list_deliveries(
             state=state, subscriber=subscriber, instance_id=instance_id, after=after, limit=limit
         )
         return JSONResponse([delivery_view(r) for r in rows])
 
     @router.post(
         "/deliveries/{delivery_id}/retry",
-        dependencies=[Depends(require_scope("operate"))],
         operation_id="retry_delivery",
         response_model=DeliveryView,
         responses=problem_responses(
             ErrorCode.DELIVERY_NOT_FOUND, ErrorCode.DELIVERY_NOT_FAILED, ErrorCode.INPUT_INVALID
         ),
     )
-    async def retry(request: Request, delivery_id: int) -> JSONResponse:
+    async def retry(
+        token: OperateToken, engine: EngineDep, store: DeliveriesDep, delivery_id: int
+    ) -> JSONResponse:
         """Send a failed delivery again (scope ``operate``): it becomes ``pending``, due
         now, its tries counted afresh. 404 ``delivery_not_found``; 409
         ``delivery_not_failed`` when it is pending or delivered."""
-        engine: Engine = request.app.state.engine
         if not 0 <= delivery_id <= MAX_SEQUENCE:
             raise DeliveryNotFound(f"no delivery {delivery_id}", delivery_id=delivery_id)
         try:
-            row = await _store(request).retry(delivery_id, engine.clock.now())
+            row = await store.retry(delivery_id, engine.clock.now())
         except ValueError as exc:
             raise DeliveryNotFailed(str(exc), delivery_id=delivery_id) from None
         if row is None:

@@ -20,6 +20,7 @@ from typing import Any
 from fastapi import Depends, Request
 from fastapi.routing import APIRoute
 
+from app.api.auth import is_token_check
 from app.errors import (
     IdempotencyKeyInvalid,
     IdempotencyKeyMissing,
@@ -228,17 +229,32 @@ class JsonBodyRoute(APIRoute):
     check; the rules are added to its OpenAPI description.
 
     A route that declares no body is left as FastAPI makes it (a body sent there is never
-    read). Every API router uses this class (``APIRouter(route_class=JsonBodyRoute)``); a
+    read). A route that returns its answer model answers the fields the model was given
+    (``response_model_exclude_unset``): a field it was not given is absent, one given as
+    None is null. Every API router uses this class (``APIRouter(route_class=JsonBodyRoute)``); a
     test sends every operation with a JSON body in the OpenAPI document such bodies.
     """
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        # an answer model leaves out the fields its view did not set (absent, not null)
+        kwargs["response_model_exclude_unset"] = True
         super().__init__(path, endpoint, **kwargs)
         if self.body_field is None:
             return
-        # built again with the check as its last dependency: FastAPI knows whether a
-        # route takes a body only once it has read the endpoint's signature
-        kwargs["dependencies"] = [*(kwargs.get("dependencies") or ()), Depends(_checked_body)]
+        # built again with the check as its last dependency (FastAPI knows whether a route
+        # takes a body only once it has read the endpoint's signature), after the token
+        # checks the endpoint declares (``token: OperateToken``): they run first as the
+        # route's dependencies, and the endpoint's parameter gets their cached answer
+        checks = [
+            Depends(sub.call)
+            for sub in self.dependant.dependencies
+            if is_token_check(sub.call) and sub.call is not None
+        ]
+        kwargs["dependencies"] = [
+            *(kwargs.get("dependencies") or ()),
+            *checks,
+            Depends(_checked_body),
+        ]
         super().__init__(path, endpoint, **kwargs)
         if self.description:
             self.description += "\n\n" + _BODY_DOC.strip()

@@ -4,17 +4,17 @@ sweeping node to take it."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from app.api.auth import require_scope
+from app.api.deps import EngineDep, NodesDep, ReadToken, SettingsDep
 from app.api.models._base import _AT, _LATER, ApiModel, _examples
 from app.api.openapi import problem_responses
 from app.api.views import API
 from app.engine.engine import Engine
-from app.settings import overdue_before
+from app.settings import Settings, overdue_before
 from app.store.nodes import NodeRecord, NodesReport, SqlNodes
 
 __all__ = ["NodeList", "NodeView", "build_nodes_router", "nodes_report", "nodes_view"]
@@ -111,16 +111,19 @@ def nodes_view(report: NodesReport) -> dict[str, Any]:
     }
 
 
-async def nodes_report(request: Request) -> NodesReport:
+async def nodes_report(engine: Engine, nodes: SqlNodes, settings: Settings) -> NodesReport:
     """The nodes' report as of the engine clock's now (overdue: two scan intervals late).
+
+    Args:
+        engine: the node's engine (its clock).
+        nodes: the nodes' liveness rows.
+        settings: the node's settings (the scan interval).
 
     Raises:
         StoreUnavailable: the database could not be reached (``store_unavailable``).
     """
-    engine = cast(Engine, request.app.state.engine)
-    nodes = cast(SqlNodes, request.app.state.nodes)
     now = engine.clock.now()
-    return await nodes.report(now, overdue_before(request.app.state.settings, now))
+    return await nodes.report(now, overdue_before(settings, now))
 
 
 def build_nodes_router() -> APIRouter:
@@ -130,12 +133,13 @@ def build_nodes_router() -> APIRouter:
     @router.get(
         "/nodes",
         tags=["nodes"],
-        dependencies=[Depends(require_scope("read"))],
         operation_id="list_nodes",
         response_model=NodeList,
         responses=problem_responses(),
     )
-    async def list_nodes(request: Request) -> JSONResponse:
+    async def list_nodes(
+        token: ReadToken, engine: EngineDep, nodes: NodesDep, settings: SettingsDep
+    ) -> JSONResponse:
         """The node processes that wrote a liveness row in the last day, the most recently
         seen first: `id`, `role` (`serve` or `worker`), `version`, `flows` served
         (`name@version`), `sweeps`, `live` (wrote its row within three beats and did not
@@ -143,6 +147,6 @@ def build_nodes_router() -> APIRouter:
         `lastSweepAt` and `lastClaimed` (instances that sweep claimed). `overdue` counts
         parked instances due more than two scan intervals ago; `notice` says so when no
         live node sweeps them (null otherwise)."""
-        return JSONResponse(nodes_view(await nodes_report(request)))
+        return JSONResponse(nodes_view(await nodes_report(engine, nodes, settings)))
 
     return router

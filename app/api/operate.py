@@ -14,19 +14,12 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi.responses import JSONResponse, Response
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from app.api.actions import (
-    Extension,
-    _engine,
-    _reads,
-    cancel,
-    extend,
-    wake,
-)
-from app.api.auth import require_scope
+from app.api.actions import Extension, cancel, extend, wake
+from app.api.deps import CatalogDep, EngineDep, OperateToken, OperatorReadsDep, ReadToken
 from app.api.explain import (
     counts_view,
     decode_cursor,
@@ -50,6 +43,7 @@ from app.api.openapi import problem_responses
 from app.api.plans import plan_view
 from app.api.routes import check_instance_id, idempotency_header
 from app.api.views import API
+from app.engine.engine import Engine
 from app.engine.journal import InstanceState, WakeKind
 from app.engine.ports.operator import InstanceFilter, InstanceSummary, OperatorReads
 from app.errors import BulkFilterMissing, ErrorCode, InputInvalid, InstanceEnded, InstanceNotFound
@@ -84,7 +78,7 @@ def _aware(name: str, value: datetime | None) -> datetime | None:
 
 
 def instance_filter(
-    request: Request,
+    engine: EngineDep,
     flow: Annotated[str | None, Query(max_length=_MAX_TEXT, description="Flow name.")] = None,
     version: Annotated[str | None, Query(max_length=_MAX_TEXT, description="Flow version.")] = None,
     state: Annotated[
@@ -142,7 +136,7 @@ def instance_filter(
 ) -> InstanceFilter:
     """FastAPI dependency: the list's filters from the query string (AND of all given)."""
     return InstanceFilter(
-        display_fields=display_fields(_engine(request).catalog),
+        display_fields=display_fields(engine.catalog),
         display_value=display_key,
         id_prefix=id_prefix,
         flow=flow,
@@ -155,7 +149,7 @@ def instance_filter(
         instance_key=instance_key,
         created_after=_aware("createdAfter", created_after),
         created_before=_aware("createdBefore", created_before),
-        now=_engine(request).clock.now(),
+        now=engine.clock.now(),
     )
 
 
@@ -183,10 +177,9 @@ def display_fields(catalog: Catalog) -> tuple[tuple[str, str, str], ...]:
     )
 
 
-async def summaries(request: Request, rows: list[InstanceSummary]) -> list[dict[str, Any]]:
+async def summaries(engine: Engine, rows: list[InstanceSummary]) -> list[dict[str, Any]]:
     """The list's JSON rows, with the stored budget end of each poll an instance waits at
     (one read for the page)."""
-    engine = _engine(request)
     plans = {
         (r.flow_name, r.flow_version): engine.catalog.find(r.flow_name, r.flow_version)
         for r in rows
@@ -197,7 +190,7 @@ async def summaries(request: Request, rows: list[InstanceSummary]) -> list[dict[
         if not r.state.ended
         and (step := poll_of(plans[(r.flow_name, r.flow_version)], r.wake_step_id)) is not None
     }
-    ends = await _reads(request).poll_budget_ends([(i, n.index) for i, n in polls.items()])
+    ends = await engine.journal.operator.poll_budget_ends([(i, n.index) for i, n in polls.items()])
     return [
         summary_view(
             r,
@@ -339,19 +332,18 @@ def build_operator_router() -> APIRouter:
     """The operator's ``/api/v1/instances`` list and counts routes (registered before the
     ``/instances/{id}`` routes, so ``counts`` is not read as an id)."""
     router = APIRouter(prefix=API, route_class=JsonBodyRoute)
-    read = [Depends(require_scope("read"))]
-    operate = [Depends(require_scope("operate"))]
 
     @router.get(
         "/instances",
         tags=["instances"],
-        dependencies=read,
         operation_id="list_instances",
         response_model=InstanceList,
         responses=problem_responses(ErrorCode.INPUT_INVALID),
     )
     async def list_instances(
-        request: Request,
+        token: ReadToken,
+        reads: OperatorReadsDep,
+        engine: EngineDep,
         where: Annotated[InstanceFilter, Depends(instance_filter)],
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Page size.")] = DEFAULT_LIMIT,
         cursor: Annotated[
@@ -369,10 +361,10 @@ def build_operator_router() -> APIRouter:
         `capabilityId`, `attempt`, `wakeAt`), `attempt`, `budgetEndsAt`, `errorCode`,
         `instanceKey`. 422 `input_invalid` for a bad parameter or cursor."""
         after = decode_cursor(cursor) if cursor else None
-        page = await _reads(request).list_instances(where, limit=limit, after=after)
+        page = await reads.list_instances(where, limit=limit, after=after)
         return JSONResponse(
             {
-                "instances": await summaries(request, page.rows),
+                "instances": await summaries(engine, page.rows),
                 "nextCursor": encode_cursor(page.after) if page.after else None,
             }
         )
@@ -380,13 +372,14 @@ def build_operator_router() -> APIRouter:
     @router.get(
         "/instances/counts",
         tags=["instances"],
-        dependencies=read,
         operation_id="count_instances",
         response_model=InstanceCounts,
         responses=problem_responses(ErrorCode.INPUT_INVALID),
     )
     async def count_instances(
-        request: Request,
+        token: ReadToken,
+        engine: EngineDep,
+        reads: OperatorReadsDep,
         overdue: Annotated[
             float,
             Query(ge=0, le=10 * 365 * 86400, description="Overdue threshold in seconds."),
@@ -396,20 +389,19 @@ def build_operator_router() -> APIRouter:
         `flows[flow][version][state]`), totals by state, and the `overdue` (suspended with
         `wakeAt` more than `overdue` seconds ago) and `stuck` (running with an expired
         lease) counts."""
-        now = _engine(request).clock.now()
-        counts = await _reads(request).count_instances_by(now, overdue)
+        counts = await reads.count_instances_by(engine.clock.now(), overdue)
         return JSONResponse(counts_view(counts, overdue))
 
     @router.get(
         "/flows/{name}",
         tags=["flows"],
-        dependencies=read,
         operation_id="get_flow",
         response_model=PlanView,
         responses=problem_responses(ErrorCode.FLOW_NOT_FOUND, ErrorCode.INPUT_INVALID),
     )
     async def show_flow(
-        request: Request,
+        token: ReadToken,
+        catalog: CatalogDep,
         name: Annotated[str, Path(description="the flow's name")],
         version: Annotated[
             str | None, Query(max_length=_MAX_TEXT, description="Default: the latest.")
@@ -420,21 +412,26 @@ def build_operator_router() -> APIRouter:
         `emit`) and its fields (capability, retry policy, compensation, poll interval and
         `timeoutSeconds`, signal, `satisfied`/`onTimeout`/`onFailure`/`next` targets;
         `end` is the index that completes the flow). 404 `flow_not_found`."""
-        catalog = _engine(request).catalog
         plan = catalog.get(name, version) if version else catalog.latest(name)
         return JSONResponse(plan_view(plan))
 
     @router.post(
         "/instances/actions",
         tags=["instances"],
-        dependencies=operate,
         operation_id="act_on_instances",
         response_model=BulkAnswer,
         responses=problem_responses(
             ErrorCode.INPUT_INVALID, ErrorCode.BULK_FILTER_MISSING, *_BODY_CODES
         ),
     )
-    async def bulk_action(request: Request, body: BulkAction) -> JSONResponse:
+    async def bulk_action(
+        token: OperateToken,
+        engine: EngineDep,
+        body: BulkAction,
+        idempotency_key: Annotated[
+            str | None, Header(alias="Idempotency-Key", include_in_schema=False)
+        ] = None,
+    ) -> JSONResponse:
         """Act (`wake` or `cancel`) on the instances a filter selects (`filter`: the list's
         parameters as JSON, e.g. `{"waiting": "poll", "overdue": 600}`). A filter that
         names no field would select every instance: it is refused, 422
@@ -446,8 +443,7 @@ def build_operator_router() -> APIRouter:
         (`results`) and gives `nextCursor` to continue with (null once the filter's
         instances are all visited). With an `Idempotency-Key`, each instance's action is
         idempotent by that key, so a retried batch acts on none twice."""
-        engine = _engine(request)
-        key = idempotency_header(request.headers.get("idempotency-key"), required=False)
+        key = idempotency_header(idempotency_key, required=False)
         if body.filter.is_empty() and not body.all_:
             raise BulkFilterMissing(
                 "the filter names no field, so it selects every instance: give at least one "
@@ -456,7 +452,7 @@ def build_operator_router() -> APIRouter:
         where = body.filter.to_filter(engine.clock.now(), display_fields(engine.catalog))
         # checked before a dry run too, so a dry run is refused what the action would be
         after = decode_cursor(body.cursor, ("body", "cursor")) if body.cursor else None
-        reads = _reads(request)
+        reads = engine.journal.operator
         if body.dry_run:
             matched = await reads.count_matching(where)
             actionable = await _actionable(reads, where, body.action)
@@ -476,19 +472,20 @@ def build_operator_router() -> APIRouter:
         for row in page.rows:
             per_key = f"bulk:{key}" if key else None
             try:
-                status, answer = await act(request, row.id, per_key)
+                status, answer = await act(engine, token, row.id, per_key)
             except (InstanceEnded, InstanceNotFound) as exc:
                 skipped += 1
                 results.append({"instanceId": row.id, "outcome": "skipped", "code": exc.code})
                 continue
-            done = answer.get("woken", True) if body.action == "wake" else True
+            woken = getattr(answer, "woken", True)
+            done = True if woken is None else woken
             acted += 1 if done else 0
             skipped += 0 if done else 1
             results.append(
                 {
                     "instanceId": row.id,
                     "outcome": "acted" if done else "skipped",
-                    "state": answer.get("state"),
+                    "state": str(answer.state) if answer.state is not None else None,
                     "status": status,
                 }
             )
@@ -507,18 +504,19 @@ def build_operator_router() -> APIRouter:
     @router.post(
         "/instances/{instance_id}/wake",
         tags=["instances"],
-        dependencies=operate,
         operation_id="wake_instance",
         response_model=WakeAnswer,
         responses=problem_responses(*_ACTION_CODES),
     )
     async def wake_instance(
-        request: Request,
+        token: OperateToken,
+        engine: EngineDep,
+        response: Response,
         instance_id: Annotated[str, Path(description="the instance's id")],
         idempotency_key: Annotated[
             str | None, Header(alias="Idempotency-Key", description=_KEY_DOC)
         ] = None,
-    ) -> JSONResponse:
+    ) -> WakeAnswer:
         """Wake a parked instance now: it is claimed and the wait it is parked on runs at
         once (a poll's next attempt, a retry's next try), then it parks again or ends as
         the sweep would have continued it. The answer: `woken`, the `state` and `wakeAt`
@@ -527,13 +525,13 @@ def build_operator_router() -> APIRouter:
         `instance_ended` once ended. Idempotent by `Idempotency-Key`."""
         check_instance_id(instance_id)
         key = idempotency_header(idempotency_key, required=False)
-        status, answer = await wake(request, instance_id, key)
-        return JSONResponse(answer, status_code=status)
+        status, answer = await wake(engine, token, instance_id, key)
+        response.status_code = status
+        return answer
 
     @router.post(
         "/instances/{instance_id}/budget",
         tags=["instances"],
-        dependencies=operate,
         operation_id="extend_instance_budget",
         response_model=BudgetExtension,
         responses=problem_responses(
@@ -545,13 +543,15 @@ def build_operator_router() -> APIRouter:
         ),
     )
     async def extend_instance_budget(
-        request: Request,
+        token: OperateToken,
+        engine: EngineDep,
+        response: Response,
         instance_id: Annotated[str, Path(description="the instance's id")],
         body: Extension,
         idempotency_key: Annotated[
             str | None, Header(alias="Idempotency-Key", description=_KEY_DOC)
         ] = None,
-    ) -> JSONResponse:
+    ) -> BudgetExtension:
         """Extend the budget of the poll the instance is parked at: `{"extendBy": "PT2H"}`
         (an ISO-8601 duration, or seconds). The new end (`endsAt`, never past the flow
         deadline: `cappedByDeadline`) is stored in the journal, so whichever node resumes
@@ -561,13 +561,13 @@ def build_operator_router() -> APIRouter:
         by `Idempotency-Key`."""
         check_instance_id(instance_id)
         key = idempotency_header(idempotency_key, required=False)
-        status, answer = await extend(request, instance_id, body.extend_by, key)
-        return JSONResponse(answer, status_code=status)
+        status, answer = await extend(engine, token, instance_id, body.extend_by, key)
+        response.status_code = status
+        return answer
 
     @router.post(
         "/instances/{instance_id}/cancel",
         tags=["instances"],
-        dependencies=operate,
         operation_id="cancel_instance",
         response_model=CancelAnswer,
         responses={
@@ -579,19 +579,22 @@ def build_operator_router() -> APIRouter:
         },
     )
     async def cancel_instance(
-        request: Request,
+        token: OperateToken,
+        engine: EngineDep,
+        response: Response,
         instance_id: Annotated[str, Path(description="the instance's id")],
         idempotency_key: Annotated[
             str | None, Header(alias="Idempotency-Key", description=_KEY_DOC)
         ] = None,
-    ) -> JSONResponse:
+    ) -> CancelAnswer:
         """Cancel: compensations of completed steps run once, in reverse order, and the
         instance ends `cancelled` (202 while another node finishes the unwind). 409
         `instance_ended` when it had already ended. Recorded in the instance's history
         (`actionId`, `actor`, `actedAt`); idempotent by `Idempotency-Key`."""
         check_instance_id(instance_id)
         key = idempotency_header(idempotency_key, required=False)
-        status, answer = await cancel(request, instance_id, key)
-        return JSONResponse(answer, status_code=status)
+        status, answer = await cancel(engine, token, instance_id, key)
+        response.status_code = status
+        return answer
 
     return router

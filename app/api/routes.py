@@ -26,11 +26,18 @@ import json
 import logging
 from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
+from fastapi import APIRouter, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-from app.api.auth import require_scope
+from app.api.deps import (
+    DeliveryIdsDep,
+    EngineDep,
+    ReadToken,
+    SettingsDep,
+    SignalToken,
+    StartToken,
+)
 from app.api.explain import explain_view
 from app.api.inputs import (
     _BODY_DOC,
@@ -86,23 +93,19 @@ __all__ = [
 log = logging.getLogger("flowpark.api")
 
 
-def _engine(request: Request) -> Engine:
-    return request.app.state.engine  # type: ignore[no-any-return]
-
-
 #: ``_deliver``'s default body: the request's JSON body.
 _READ: Any = object()
 
 
 def _start_handler(plan: Plan):  # type: ignore[no-untyped-def]
     async def start(
+        token: StartToken,
+        engine: EngineDep,
         request: Request,
         idempotency_key: str | None = Header(
             default=None, alias="Idempotency-Key", description=IDEMPOTENCY_KEY_DOC
         ),
-        _: object = Depends(require_scope("start")),
     ) -> JSONResponse:
-        engine = _engine(request)
         key = idempotency_header(
             idempotency_key, required=bool(plan.trigger and plan.trigger.idempotent)
         )
@@ -160,13 +163,17 @@ def _start_handler(plan: Plan):  # type: ignore[no-untyped-def]
 
 
 async def _deliver(
-    request: Request, instance_id: str, name: str, key: str | None, body: Any = _READ
+    engine: Engine,
+    request: Request,
+    instance_id: str,
+    name: str,
+    key: str | None,
+    body: Any = _READ,
 ) -> JSONResponse:
     """Deliver a signal (``body``: its payload, default the request's JSON body); a repeat
     of its ``Idempotency-Key`` answers the first signal (``created: false``) when it is the
     same signal - same name, same validated payload - and 422 ``idempotency_key_reused``
     otherwise (as the start routes do)."""
-    engine = _engine(request)
     check_instance_id(instance_id)
     idempotency_key = idempotency_header(key, required=False)
     if body is _READ:
@@ -326,14 +333,15 @@ def add_trigger_routes(app: FastAPI, plans: list[Plan]) -> None:
 
             def make(sig_name: str, flow_name: str):  # type: ignore[no-untyped-def]
                 async def deliver(
+                    token: SignalToken,
+                    engine: EngineDep,
                     request: Request,
                     instance_id: str = Path(description="the instance's id"),
                     idempotency_key: str | None = Header(
                         default=None, alias="Idempotency-Key", description=IDEMPOTENCY_KEY_DOC
                     ),
-                    _: object = Depends(require_scope("signal")),
                 ) -> JSONResponse:
-                    return await _deliver(request, instance_id, sig_name, idempotency_key)
+                    return await _deliver(engine, request, instance_id, sig_name, idempotency_key)
 
                 deliver.__doc__ = (
                     f"Deliver the `{sig_name}` signal to an instance of "
@@ -388,19 +396,23 @@ def _add_signed_signal_route(app: FastAPI, plan: Plan, base: str, signal: Signal
     sig_name = signal.name
 
     async def deliver_signed(
-        request: Request, instance_id: str = Path(description="the instance's id")
+        engine: EngineDep,
+        settings: SettingsDep,
+        delivery_ids: DeliveryIdsDep,
+        request: Request,
+        instance_id: str = Path(description="the instance's id"),
     ) -> Response:
-        delivery = await verified_delivery(request, plan.name, signal)
+        delivery = await verified_delivery(request, engine, settings, plan.name, signal)
         if delivery.body is None:  # adapt: not this signal (e.g. a provider's ping)
             return Response(status_code=204)
         if delivery.idempotency_key is not None:
             check_instance_id(instance_id)
             await claim_delivery_id(
-                request, plan.name, sig_name, delivery.idempotency_key, instance_id
+                delivery_ids, engine, plan.name, sig_name, delivery.idempotency_key, instance_id
             )
         # the delivery's id is its idempotency key: a replay stores nothing new
         return await _deliver(
-            request, instance_id, sig_name, delivery.idempotency_key, delivery.body
+            engine, request, instance_id, sig_name, delivery.idempotency_key, delivery.body
         )
 
     deliver_signed.__doc__ = (
@@ -450,17 +462,17 @@ def _add_signed_signal_route(app: FastAPI, plan: Plan, base: str, signal: Signal
 def build_router() -> APIRouter:
     """The generic ``/api/v1`` routes."""
     router = APIRouter(prefix=API, route_class=JsonBodyRoute)
-    read = [Depends(require_scope("read"))]
 
     @router.get(
         "/instances/{instance_id}",
         tags=["instances"],
-        dependencies=read,
         operation_id="get_instance",
         response_model=InstanceView,
         responses=problem_responses(ErrorCode.INSTANCE_NOT_FOUND),
     )
-    async def get_instance(request: Request, instance_id: str = _INSTANCE_ID) -> JSONResponse:
+    async def get_instance(
+        token: ReadToken, engine: EngineDep, instance_id: str = _INSTANCE_ID
+    ) -> JSONResponse:
         """One instance: state, wake (``wakeAt``, ``wakeStepId``, ``wakeScope``), result or
         error (``code``, ``message``), lease, journal rows, signals, and what explains its
         wait: ``waiting`` (``kind``: poll, retry, signal or deadline; ``stepId``,
@@ -471,7 +483,6 @@ def build_router() -> APIRouter:
         number of capability executions in the journal) and ``actions`` (the operator's
         wake, extend-budget and cancel history: who and when)."""
         check_instance_id(instance_id)
-        engine = _engine(request)
         snap = await engine.journal.reads.load(instance_id)
         signals = await engine.journal.reads.list_signals(instance_id)
         actions = await engine.journal.operator.actions_of(instance_id)
@@ -484,7 +495,6 @@ def build_router() -> APIRouter:
         "/instances/{instance_id}/signals/{name}",
         tags=["signals"],
         status_code=202,
-        dependencies=[Depends(require_scope("signal"))],
         operation_id="signal_instance",
         response_model=SignalAnswer,
         responses=problem_responses(*_SIGNAL_CODES),
@@ -500,6 +510,8 @@ def build_router() -> APIRouter:
         },
     )
     async def signal_instance(
+        token: SignalToken,
+        engine: EngineDep,
         request: Request,
         instance_id: str = _INSTANCE_ID,
         name: str = Path(description="the signal's name, as the flow declares it"),
@@ -517,54 +529,52 @@ def build_router() -> APIRouter:
         The body is JSON: ``Content-Type: application/json`` (or ``application/*+json``);
         no ``Content-Type``, or any other, is 415 ``unsupported_media_type``; at most
         ``max_body_bytes``, else 413 ``body_too_large``; no string with U+0000, else 422."""
-        return await _deliver(request, instance_id, name, idempotency_key)
+        return await _deliver(engine, request, instance_id, name, idempotency_key)
 
     @router.get(
         "/reviews",
         tags=["reviews"],
-        dependencies=read,
         operation_id="list_reviews",
         response_model=list[ReviewView],
         responses=problem_responses(ErrorCode.INPUT_INVALID),
     )
-    async def reviews(request: Request, limit: int = Query(100, ge=1, le=1000)) -> JSONResponse:
+    async def reviews(
+        token: ReadToken, engine: EngineDep, limit: int = Query(100, ge=1, le=1000)
+    ) -> JSONResponse:
         """The human review queue, oldest first."""
-        items = await _engine(request).journal.reads.list_reviews(limit)
+        items = await engine.journal.reads.list_reviews(limit)
         return JSONResponse([review_view(i) for i in items])
 
     @router.get(
         "/events",
         tags=["events"],
-        dependencies=read,
         operation_id="list_events",
         response_model=list[EventView],
         responses=problem_responses(ErrorCode.INPUT_INVALID),
     )
     async def events(
-        request: Request,
+        token: ReadToken,
+        engine: EngineDep,
         limit: int = Query(100, ge=1, le=1000),
         after: int | None = Query(None, ge=0, le=MAX_SEQUENCE),
     ) -> JSONResponse:
         """The outbox of emitted events, in commit order (``after``: a sequence)."""
-        journal = _engine(request).journal
-        items = await journal.reads.list_events(limit, after)
+        items = await engine.journal.reads.list_events(limit, after)
         return JSONResponse([event_view(i) for i in items])
 
     @router.get(
         "/flows",
         tags=["flows"],
-        dependencies=read,
         operation_id="list_flows",
         response_model=list[FlowView],
         responses=problem_responses(),
     )
-    async def flows(request: Request) -> JSONResponse:
+    async def flows(token: ReadToken, engine: EngineDep) -> JSONResponse:
         """Flow versions: every version registered on this node (`served: true`), then
         every version with unfinished instances that this node does not serve (`served:
         false`: they wait for a node that serves it). `unfinished` counts the version's
         running and suspended instances; a start through a flow's route takes its newest
         served version."""
-        engine = _engine(request)
         catalog = engine.catalog
         unfinished = await unfinished_by_version(engine.journal.operator, engine.clock.now())
         served = [

@@ -16,11 +16,11 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.api.auth import require_scope
+from app.api.deps import EngineDep, ReadToken
 from app.api.inputs import JsonBodyRoute
 from app.api.models import StreamMessageView
 from app.api.openapi import problem_responses
@@ -114,12 +114,7 @@ async def sse_messages(
 
 def build_streams_router() -> APIRouter:
     """``GET /api/v1/instances/{instance_id}/streams/{name}`` (bearer token)."""
-    router = APIRouter(
-        prefix=API,
-        route_class=JsonBodyRoute,
-        dependencies=[Depends(require_scope("read"))],
-        tags=["streams"],
-    )
+    router = APIRouter(prefix=API, route_class=JsonBodyRoute, tags=["streams"])
 
     @router.get(
         "/instances/{instance_id}/streams/{name}",
@@ -146,6 +141,8 @@ def build_streams_router() -> APIRouter:
         },
     )
     async def read_stream(
+        token: ReadToken,
+        engine: EngineDep,
         request: Request,
         instance_id: str = Path(description="the instance's id"),
         name: str = Path(description="the stream's name, as the flow declares it"),
@@ -171,7 +168,6 @@ def build_streams_router() -> APIRouter:
         ``instance_not_found`` / ``stream_not_declared`` (not in the flow's
         ``streams=``).
         """
-        engine: Engine = request.app.state.engine
         await _instance_with_stream(engine, instance_id, name)
         accept = request.headers.get("accept")
         if accept is not None and EVENT_STREAM in accept.lower():

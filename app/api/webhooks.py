@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from pydantic import BaseModel, ValidationError
 
+from app.api.deps import DeliveryIds, DeliveryIdsDep, EngineDep, SettingsDep
 from app.api.inputs import _BODY_DOC, MAX_KEY, _json_body, idempotency_header
 from app.api.models import SignalAnswer
 from app.api.openapi import problem_responses
@@ -34,6 +35,7 @@ from app.errors import (
 from app.flows.capability import Signal
 from app.flows.plan import Plan
 from app.flows.webhooks import WebhookDelivery
+from app.settings import Settings
 
 __all__ = [
     "Deliver",
@@ -61,11 +63,15 @@ class VerifiedDelivery:
     body: Any
 
 
-async def verified_delivery(request: Request, flow: str, signal: Signal) -> VerifiedDelivery:
+async def verified_delivery(
+    request: Request, engine: Engine, settings: Settings, flow: str, signal: Signal
+) -> VerifiedDelivery:
     """Verify the request as a delivery of ``signal``, then read and map its body.
 
     Args:
         request: the signal route's request.
+        engine: the node's engine (its clock judges a signature's age).
+        settings: the node's settings (``signal_secrets``).
         flow: the flow's name (for the log line of a missing secret).
         signal: the declared signal; its ``verify`` is not None.
 
@@ -83,7 +89,7 @@ async def verified_delivery(request: Request, flow: str, signal: Signal) -> Veri
     """
     verifier = signal.verify
     assert verifier is not None
-    secret = request.app.state.settings.signal_secrets.get(verifier.secret)
+    secret = settings.signal_secrets.get(verifier.secret)
     if secret is None:
         log.error(
             "signal %s of %s is signed with the secret %r, which FLOWPARK_SIGNAL_SECRETS "
@@ -97,7 +103,7 @@ async def verified_delivery(request: Request, flow: str, signal: Signal) -> Veri
         )
     raw = await request.body()
     headers = {name.lower(): value for name, value in request.headers.items()}
-    now = request.app.state.engine.clock.now()
+    now = engine.clock.now()
     try:
         verifier.verify(raw, headers, secret.get_secret_value(), now)
     except SignatureInvalid as exc:
@@ -132,11 +138,11 @@ def _adapted(signal: Signal, delivery: WebhookDelivery) -> Any:
     return value
 
 
-#: ``_deliver`` of the signal routes: (request, instance id, name, key, body) -> answer
-Deliver = Callable[[Request, str, str, str | None, Any], Awaitable[Response]]
+#: ``deliver`` of the signal routes: (engine, request, instance id, name, key, body) -> answer
+Deliver = Callable[[Engine, Request, str, str, str | None, Any], Awaitable[Response]]
 
 
-async def keyed_instance(request: Request, plan: Plan, key: str) -> str:
+async def keyed_instance(engine: Engine, plan: Plan, key: str) -> str:
     """The id of the flow's running (or suspended) instance holding instance key ``key``,
     else of the newest instance of the flow that held it.
 
@@ -149,7 +155,6 @@ async def keyed_instance(request: Request, plan: Plan, key: str) -> str:
             f"longer than {MAX_KEY} characters, which no instance key is",
             flow=plan.name,
         )
-    engine: Engine = request.app.state.engine
     reads: OperatorReads = engine.journal.operator
     for states in ((InstanceState.RUNNING, InstanceState.SUSPENDED), ()):
         where = InstanceFilter(flow=plan.name, states=states, instance_key=key)
@@ -171,8 +176,10 @@ def add_keyed_signal_route(
     verifier, key_of = signal.verify, signal.instance_key
     assert verifier is not None and key_of is not None
 
-    async def deliver_keyed(request: Request) -> Response:
-        delivery = await verified_delivery(request, plan.name, signal)
+    async def deliver_keyed(
+        engine: EngineDep, settings: SettingsDep, delivery_ids: DeliveryIdsDep, request: Request
+    ) -> Response:
+        delivery = await verified_delivery(request, engine, settings, plan.name, signal)
         if delivery.body is None:  # adapt: not this signal
             return Response(status_code=204)
         try:
@@ -187,13 +194,13 @@ def add_keyed_signal_route(
         key = key_of(payload)
         if key is None:  # the payload names no instance: nothing to store
             return Response(status_code=204)
-        instance_id = await keyed_instance(request, plan, key)
+        instance_id = await keyed_instance(engine, plan, key)
         if delivery.idempotency_key is not None:
             await claim_delivery_id(
-                request, plan.name, signal.name, delivery.idempotency_key, instance_id
+                delivery_ids, engine, plan.name, signal.name, delivery.idempotency_key, instance_id
             )
         return await deliver(
-            request, instance_id, signal.name, delivery.idempotency_key, delivery.body
+            engine, request, instance_id, signal.name, delivery.idempotency_key, delivery.body
         )
 
     deliver_keyed.__doc__ = (
@@ -248,13 +255,19 @@ def _slug(name: str) -> str:
 
 
 async def claim_delivery_id(
-    request: Request, flow: str, signal: str, delivery_id: str, instance_id: str
+    delivery_ids: DeliveryIds,
+    engine: Engine,
+    flow: str,
+    signal: str,
+    delivery_id: str,
+    instance_id: str,
 ) -> None:
     """Record the instance a signed delivery id reaches first (a flow's signal's
     delivery ids are unique across instances).
 
     Args:
-        request: the signed signal route's request.
+        delivery_ids: the store of the ids' first instances.
+        engine: the node's engine (its clock stamps the claim).
         flow: the flow's name.
         signal: the signal's name.
         delivery_id: the verified delivery's id.
@@ -263,8 +276,7 @@ async def claim_delivery_id(
     Raises:
         SignalDeliveryReplayed: 409 ``signal_delivery_replayed``: it reached another first.
     """
-    now = request.app.state.engine.clock.now()
-    owner = await request.app.state.delivery_ids.claim(flow, signal, delivery_id, instance_id, now)
+    owner = await delivery_ids.claim(flow, signal, delivery_id, instance_id, engine.clock.now())
     if owner is not None and owner != instance_id:
         raise SignalDeliveryReplayed(
             f"delivery {delivery_id!r} of signal {signal} was delivered to another instance",

@@ -15,7 +15,7 @@ import math
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Form, Request
@@ -23,7 +23,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
 from app.api import actions as api_actions
-from app.api import operate
+from app.api.deps import engine_of, settings_of
 from app.api.inputs import check_storable
 from app.api.routes import check_instance_id
 from app.engine.deadlines import open_budget
@@ -92,7 +92,7 @@ EXTEND_BY = {
 
 
 def _engine(request: Request) -> Engine:
-    return cast(Engine, request.app.state.engine)
+    return engine_of(request)
 
 
 def _refusal(request: Request, session: Session, name: str) -> HTMLResponse | None:
@@ -188,7 +188,7 @@ def build_actions_router() -> APIRouter:
             done = sent
         else:
             done = await _act(request, session, name, instance_id, _key(key), extend_by)
-        signature = notice_signature(request.app.state.settings, done)
+        signature = notice_signature(settings_of(request), done)
         target = f"/ui/instances/{instance_id}?done={quote(done)}&ds={signature}"
         return RedirectResponse(target, status_code=303)
 
@@ -312,14 +312,15 @@ async def _send_signal(
             },
             status_code=422,
         )
-    request.state.principal = session.principal  # the actor the action is recorded with
-    _, answer = await api_actions.signal(request, instance_id, signal.name, payload, key)
-    if answer.get("matched") is False:
+    _, answer = await api_actions.signal(
+        engine, session.principal, instance_id, signal.name, payload, key
+    )
+    if answer.matched is False:
         return (
-            f"Signal {signal.name} sent by {answer['actor']}: the wait's match refused it; "
-            f"kept, it ended nothing (now {answer['state']})."
+            f"Signal {signal.name} sent by {answer.actor}: the wait's match refused it; "
+            f"kept, it ended nothing (now {answer.state})."
         )
-    return f"Signal {signal.name} sent by {answer['actor']}: it is now {answer['state']}."
+    return f"Signal {signal.name} sent by {answer.actor}: it is now {answer.state}."
 
 
 async def _act(
@@ -334,18 +335,19 @@ async def _act(
         InputInvalid: ``input_invalid`` (an extension the form does not offer); the
         extension's refusals (``instance_busy``, ``no_budget``: 409).
     """
-    request.state.principal = session.principal  # the actor the action is recorded with
+    engine, actor = _engine(request), session.principal  # the actor the action is recorded with
     if name == "wake":
-        _, answer = await operate.wake(request, instance_id, key)
-        if answer.get("woken"):
-            return f"Woken by {answer['actor']}: it ran and is now {answer['state']}."
-        return f"Not woken: {answer.get('reason', 'nothing to do')}."
+        _, woke = await api_actions.wake(engine, actor, instance_id, key)
+        if woke.woken:
+            return f"Woken by {woke.actor}: it ran and is now {woke.state}."
+        return f"Not woken: {woke.reason or 'nothing to do'}."
     if name == "cancel":
-        _, answer = await operate.cancel(request, instance_id, key)
-        return f"Cancel requested by {answer['actor']}: it is now {answer['state']}."
+        _, cancelled = await api_actions.cancel(engine, actor, instance_id, key)
+        return f"Cancel requested by {cancelled.actor}: it is now {cancelled.state}."
     by = EXTEND_BY.get(extend_by)
     if by is None:
         raise InputInvalid(f"extend by {extend_by[:40]!r}: choose one of the offered durations")
-    _, answer = await operate.extend(request, instance_id, by, key)
-    capped = " (capped by the flow's deadline)" if answer.get("cappedByDeadline") else ""
-    return f"Budget extended by {answer['actor']}: it now ends {answer['endsAt']}{capped}."
+    _, extended = await api_actions.extend(engine, actor, instance_id, by, key)
+    capped = " (capped by the flow's deadline)" if extended.capped_by_deadline else ""
+    ends = extended.model_dump(mode="json", by_alias=True)["endsAt"]
+    return f"Budget extended by {extended.actor}: it now ends {ends}{capped}."

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from sse_starlette import EventSourceResponse
 
+from app.api.deps import engine_of, settings_of
 from app.api.explain import (
     action_view,
     attempts_view,
@@ -66,7 +67,7 @@ SORTS = {
 
 
 def _engine(request: Request) -> Engine:
-    return cast(Engine, request.app.state.engine)
+    return engine_of(request)
 
 
 def _text(value: str | None) -> str | None:
@@ -179,7 +180,7 @@ def build_instances_router() -> APIRouter:
         page = await engine.journal.operator.list_instances(
             where, limit=limit, after=after, oldest_first=sort == "created"
         )
-        rows = await summaries(request, page.rows)
+        rows = await summaries(engine_of(request), page.rows)
         if sort not in ("created", "-created"):  # other columns sort the page shown
             rows.sort(key=SORTS[sort.lstrip("-")], reverse=sort.startswith("-"))
         names = sorted(
@@ -355,7 +356,7 @@ def action_summary(action: dict[str, Any]) -> str:
 def _signed_notices(request: Request) -> list[str]:
     """The action's notice of the redirect that led here (``?done=``), when this console
     signed it (``&ds=``); a link that only carries text shows nothing."""
-    settings = request.app.state.settings
+    settings = settings_of(request)
     signature = request.query_params.get("ds")
     return [
         n

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from fastapi import APIRouter, FastAPI, Form, Request
@@ -23,6 +23,7 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from app.api.deps import engine_of, nodes_of, settings_of
 from app.api.nodes import nodes_report
 from app.api.problems import status_of
 from app.engine.engine import Engine
@@ -117,14 +118,14 @@ class SignInRequired(Exception):
 
 
 def _engine(request: Request) -> Engine:
-    return cast(Engine, request.app.state.engine)
+    return engine_of(request)
 
 
 def overdue_threshold(request: Request) -> timedelta:
     """How late a wake must be to count as overdue: two sweep intervals (a sweep that ran
     on time would have taken it), at least one second.
     """
-    interval = float(request.app.state.settings.timer_scan_interval)
+    interval = float(settings_of(request).timer_scan_interval)
     return timedelta(seconds=max(1.0, 2 * interval))
 
 
@@ -190,7 +191,7 @@ def build_console_router() -> APIRouter:
         starts = await reads.attempt_starts(now - LATENESS_WINDOW)
         overall, by_flow = lateness(engine.catalog, starts)
         rows = overview_rows(engine.catalog, activity, by_flow)
-        nodes = await nodes_report(request)
+        nodes = await nodes_report(engine_of(request), nodes_of(request), settings_of(request))
         totals = {
             key: sum(getattr(r, key) for r in rows)
             for key in (
@@ -235,7 +236,7 @@ def build_console_router() -> APIRouter:
     async def sign_in_submit(
         request: Request, token: str = Form(""), next: str = Form("/ui")
     ) -> Response:
-        settings = request.app.state.settings
+        settings = settings_of(request)
         principal = sign_in(settings, token) if token.strip() else None
         if principal is None:
             return render(

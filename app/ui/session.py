@@ -34,6 +34,7 @@ from fastapi.responses import Response
 from itsdangerous import BadSignature, Signer, URLSafeTimedSerializer
 
 from app.api.auth import Principal
+from app.api.deps import engine_of, settings_of
 from app.settings import Settings
 from app.store.console_sessions import SqlConsoleSessions
 
@@ -127,7 +128,7 @@ async def open_session(
     """
     session_id = secrets.token_urlsafe(24)
     fingerprint = _fingerprint(settings, token.strip())
-    await _sessions(request).open(session_id, fingerprint, request.app.state.engine.clock.now())
+    await _sessions(request).open(session_id, fingerprint, engine_of(request).clock.now())
     value = _serializer(settings).dumps(
         {"s": session_id, "t": fingerprint, "c": secrets.token_urlsafe(24)}
     )
@@ -151,7 +152,7 @@ async def end_session(request: Request) -> None:
     """End the request's session in the store (sign-out), on every node."""
     session = current_session(request)
     if session is not None and session.id:
-        await _sessions(request).end(session.id, request.app.state.engine.clock.now())
+        await _sessions(request).end(session.id, engine_of(request).clock.now())
     request.state.console_session = None
 
 
@@ -162,10 +163,10 @@ async def load_session(request: Request) -> Session | None:
     """
     session = _cookie_session(request)
     if session is not None:
-        settings: Settings = request.app.state.settings
+        settings = settings_of(request)
         fingerprint = await _sessions(request).seen(
             session.id,
-            request.app.state.engine.clock.now(),
+            engine_of(request).clock.now(),
             timedelta(seconds=settings.console_idle_seconds),
             timedelta(seconds=settings.console_session_seconds),
         )
@@ -187,7 +188,7 @@ def _cookie_session(request: Request) -> Session | None:
     raw = request.cookies.get(COOKIE)
     if not raw:
         return None
-    settings: Settings = request.app.state.settings
+    settings = settings_of(request)
     try:
         data = _serializer(settings).loads(raw, max_age=int(settings.console_session_seconds))
     except BadSignature:  # includes SignatureExpired

@@ -33,6 +33,7 @@ from app.api.models.operator import (
     InstanceCounts,
     InstanceList,
     InstanceSummaryView,
+    OperatorSignalAnswer,
     WaitingView,
     WakeAnswer,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "JSON_INTEGER",
     "JournalRow",
     "LeaseView",
+    "OperatorSignalAnswer",
     "PlanView",
     "ReviewView",
     "SignalAnswer",

@@ -23,6 +23,7 @@ __all__ = [
     "InstanceCounts",
     "InstanceList",
     "InstanceSummaryView",
+    "OperatorSignalAnswer",
     "WaitingView",
     "WakeAnswer",
 ]
@@ -51,6 +52,36 @@ class WakeAnswer(ApiModel):
     action_id: str | None = None
     actor: str | None = None
     acted_at: datetime | None = None
+    pending: bool | None = None
+
+
+class OperatorSignalAnswer(ApiModel):
+    """A signal an operator sent from the console: the delivery and the recorded action
+    (``refused``: why the delivery was refused; ``pending``: a repeat of an
+    ``Idempotency-Key`` whose first request is still acting)."""
+
+    model_config = _examples(
+        {
+            "instanceId": _ID,
+            "name": "ocr.completed",
+            "signalId": "01936b2e-8c11-7d2a-b0a4-0e9f5c6d7e81",
+            "matched": None,
+            "state": "suspended",
+            "actionId": "01936b2e-b144-7a5d-83e7-31c28f9a0b14",
+            "actor": "ops-console",
+            "actedAt": _AT,
+        }
+    )
+
+    instance_id: str
+    name: str | None = None
+    signal_id: str | None = None
+    matched: bool | None = Field(default=None, description="null: it waits in the mailbox")
+    state: InstanceState | None = None
+    action_id: str | None = None
+    actor: str | None = None
+    acted_at: datetime | None = None
+    refused: str | None = None
     pending: bool | None = None
 
 
