@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query
 from fastapi.responses import JSONResponse, Response
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from app.api.actions import Extension, cancel, extend, wake
+from app.api.bulk import BulkAction, BulkFilter
 from app.api.deps import CatalogDep, EngineDep, OperateToken, OperatorReadsDep, ReadToken
 from app.api.explain import (
     counts_view,
@@ -30,7 +30,6 @@ from app.api.explain import (
 from app.api.inputs import JsonBodyRoute
 from app.api.models import (
     INSTANT_TEXT,
-    JSON_INTEGER,
     BudgetExtension,
     BulkAnswer,
     CancelAnswer,
@@ -63,8 +62,6 @@ __all__ = [
 #: Default and largest page size of the list.
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
-#: Most instances one bulk action request acts on.
-MAX_BULK = 1000
 _MAX_TEXT = 200
 
 
@@ -99,6 +96,14 @@ def instance_filter(
     error_code: Annotated[
         str | None, Query(alias="errorCode", max_length=_MAX_TEXT, description="Error code.")
     ] = None,
+    compensation_failed: Annotated[
+        bool,
+        Query(
+            alias="compensationFailed",
+            description="Ended with a compensation that failed for good (not retried with "
+            "success since): its `compensationFailures` are not empty.",
+        ),
+    ] = False,
     waiting: Annotated[
         WakeKind | None, Query(description="Suspended, waiting for poll, retry, signal, deadline.")
     ] = None,
@@ -145,6 +150,7 @@ def instance_filter(
         overdue_seconds=overdue,
         stuck=stuck,
         error_code=error_code,
+        compensation_failed=compensation_failed,
         waiting=waiting,
         instance_key=instance_key,
         created_after=_aware("createdAfter", created_after),
@@ -201,117 +207,6 @@ async def summaries(engine: Engine, rows: list[InstanceSummary]) -> list[dict[st
     ]
 
 
-class BulkFilter(BaseModel):
-    """The list's filters as a JSON body (the same names as the query parameters)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    flow: str | None = Field(default=None, max_length=_MAX_TEXT)
-    version: str | None = Field(default=None, max_length=_MAX_TEXT)
-    state: list[InstanceState] = Field(default_factory=list, max_length=5)
-    # strict: a JSON string or 0/1 is not taken for a number or a boolean
-    overdue: Annotated[float | None, JSON_INTEGER] = Field(default=None, ge=0, le=10 * 365 * 86400)
-    stuck: bool = Field(default=False, strict=True)
-    error_code: str | None = Field(default=None, alias="errorCode", max_length=_MAX_TEXT)
-    waiting: WakeKind | None = None
-    instance_key: str | None = Field(default=None, alias="instanceKey", max_length=_MAX_TEXT)
-    display_key: str | None = Field(default=None, alias="displayKey", max_length=_MAX_TEXT)
-    created_after: Annotated[AwareDatetime | None, INSTANT_TEXT] = Field(
-        default=None, alias="createdAfter"
-    )
-    created_before: Annotated[AwareDatetime | None, INSTANT_TEXT] = Field(
-        default=None, alias="createdBefore"
-    )
-
-    def is_empty(self) -> bool:
-        """No field narrows the selection: the filter selects every instance."""
-        return not (
-            self.flow is not None
-            or self.version is not None
-            or self.state
-            or self.overdue is not None
-            or self.stuck
-            or self.error_code is not None
-            or self.waiting is not None
-            or self.instance_key is not None
-            or self.display_key is not None
-            or self.created_after is not None
-            or self.created_before is not None
-        )
-
-    def to_filter(
-        self, now: datetime, fields: tuple[tuple[str, str, str], ...] = ()
-    ) -> InstanceFilter:
-        """The read model's filter, measured at ``now`` (``fields``: the display keys)."""
-        return InstanceFilter(
-            flow=self.flow,
-            version=self.version,
-            states=tuple(dict.fromkeys(self.state)),
-            overdue_seconds=self.overdue,
-            stuck=self.stuck,
-            error_code=self.error_code,
-            waiting=self.waiting,
-            instance_key=self.instance_key,
-            created_after=self.created_after,
-            created_before=self.created_before,
-            now=now,
-            display_fields=fields,
-            display_value=self.display_key,
-        )
-
-
-_NOT_NULL: dict[str, Any] = {"not": {"type": "null"}}
-#: A filter narrows the selection when one of its fields does: (JSON schema of each way).
-_NARROWING: list[dict[str, Any]] = [
-    *(
-        {"required": [name], "properties": {name: _NOT_NULL}}
-        for name in (
-            "flow",
-            "version",
-            "overdue",
-            "errorCode",
-            "waiting",
-            "instanceKey",
-            "createdAfter",
-            "createdBefore",
-        )
-    ),
-    {"required": ["state"], "properties": {"state": {"type": "array", "minItems": 1}}},
-    {"required": ["stuck"], "properties": {"stuck": {"const": True}}},
-]
-
-
-def _bulk_schema(schema: dict[str, Any]) -> None:
-    """The examples, and the rule :meth:`BulkFilter.is_empty` enforces: ``"all": true`` or
-    a filter with a field that narrows (else 422 ``bulk_filter_missing``)."""
-    schema["examples"] = [
-        {"action": "wake", "filter": {"waiting": "poll", "overdue": 600}, "limit": 100},
-        {"action": "cancel", "filter": {"flow": "document.process"}, "dryRun": True},
-        {"action": "wake", "all": True, "dryRun": True},
-    ]
-    # without "all": true, the filter must narrow (if/then: generated clients read past it)
-    schema["if"] = {"not": {"required": ["all"], "properties": {"all": {"const": True}}}}
-    schema["then"] = {"required": ["filter"], "properties": {"filter": {"anyOf": _NARROWING}}}
-
-
-class BulkAction(BaseModel):
-    """``POST /api/v1/instances/actions``: act on the instances a filter selects."""
-
-    model_config = ConfigDict(extra="forbid", json_schema_extra=_bulk_schema)
-
-    action: Literal["wake", "cancel"]
-    filter: BulkFilter = Field(default_factory=BulkFilter)
-    all_: bool = Field(
-        default=False,
-        alias="all",
-        strict=True,
-        description="Act on every instance: required when `filter` names no field.",
-    )
-    dry_run: bool = Field(default=False, alias="dryRun", strict=True)
-    limit: Annotated[int, JSON_INTEGER] = Field(default=100, ge=1, le=MAX_BULK)
-    cursor: str | None = Field(default=None, max_length=400)
-
-
 #: What an action on one instance can answer besides its own answer.
 _ACTION_CODES = (
     ErrorCode.INSTANCE_NOT_FOUND,
@@ -353,7 +248,8 @@ def build_operator_router() -> APIRouter:
         """Instances, newest first (by `createdAt`, then id), filtered by every parameter
         given (AND): `flow`, `version`, `state` (repeatable: any of), `overdue` (seconds:
         suspended with `wakeAt` that long ago), `stuck` (running, lease expired),
-        `errorCode`, `waiting` (`poll`, `retry`, `signal`, `deadline`), `instanceKey`,
+        `errorCode`, `compensationFailed` (`true`: ended with a compensation that failed
+        for good), `waiting` (`poll`, `retry`, `signal`, `deadline`), `instanceKey`,
         `createdAfter`/`createdBefore` (ISO-8601 with offset). Keyset pagination: pass the
         answer's `nextCursor` as `cursor` for the next page (`null` on the last page); rows
         started while paging never shift a page. Each row: `instanceId`, `flow`,

@@ -9,6 +9,7 @@ from typing import Any
 from app.api.values import shown_values
 from app.engine.deadlines import open_budget
 from app.engine.journal import (
+    COMPENSATION_FAILURES,
     InstanceRecord,
     InstanceState,
     Outcome,
@@ -17,8 +18,10 @@ from app.engine.journal import (
     StepRow,
     StreamMessage,
 )
+from app.engine.try_walk import DETAIL_LIMIT
 from app.engine.values import DECISION_KEY
 from app.flows.plan import AwaitSignalStep, CapabilityStep, EmitStep, FailStep, Plan, PollStep
+from app.redaction import redact
 
 __all__ = [
     "awaiting",
@@ -29,6 +32,7 @@ __all__ = [
     "step_label",
     "instance_view",
     "review_view",
+    "shown_details",
     "signal_view",
     "stream_view",
 ]
@@ -60,7 +64,7 @@ def step_view(row: StepRow, plan: Plan | None = None) -> dict[str, Any]:
     if row.error_type is not None:
         view.update(
             errorType=row.error_type,
-            errorDetail=row.error_detail,
+            errorDetail=redact(row.error_detail) if row.error_detail else row.error_detail,
             final=row.final,
             nextTryAt=_at(row.next_try_at),
         )
@@ -225,26 +229,65 @@ def failed_step(
     return {"stepId": step_id, "kind": kind, "label": label, "capabilityId": capability}
 
 
-def compensation_failures(steps: list[StepRow]) -> list[dict[str, Any]]:
-    """The compensations that failed for good (their retry policy exhausted): one entry per
-    (step, scope) with code ``compensation_failed``, the capability, its last error type
-    and detail, the number of tries and when the last one failed. Empty when none did."""
-    failed: list[dict[str, Any]] = []
+def compensation_failures(steps: list[StepRow], plan: Plan | None = None) -> list[dict[str, Any]]:
+    """The compensations that failed for good and are still failed (their retry policy
+    exhausted, or an operator's retry failed; none of their tries succeeded): one entry
+    per (step, scope), from its last try, with code ``compensation_failed``,
+    ``capabilityId`` (the compensation), ``stepId`` and ``scope`` of the step it undoes,
+    ``step`` (that step as ``error.step`` names a failed instance's step: ``{"stepId",
+    "kind", "label", "capabilityId"}``; null when this node lacks the flow version),
+    ``error`` (``{"code": the error type, "message": its text, secrets masked, at most
+    500 characters}``), ``errorType`` and ``errorDetail`` (the same, as stored), ``tries``
+    and ``failedAt``. Empty when none is."""
+    last: dict[tuple[int, int], StepRow] = {}
+    succeeded: set[tuple[int, int]] = set()
     for row in steps:
-        if row.kind is StepKind.COMPENSATION and row.outcome is Outcome.FAILURE and row.final:
-            failed.append(
-                {
-                    "code": "compensation_failed",
-                    "capabilityId": row.capability_id,
-                    "stepId": row.step_id,
-                    "scope": row.scope,
-                    "errorType": row.error_type,
-                    "errorDetail": row.error_detail,
-                    "tries": row.try_number,
-                    "failedAt": _at(row.committed_at),
-                }
-            )
+        if row.kind is not StepKind.COMPENSATION:
+            continue
+        key = (row.step_id, row.scope)
+        if row.outcome is Outcome.SUCCESS:
+            succeeded.add(key)
+        elif key not in last or last[key].try_number < row.try_number:
+            last[key] = row
+    failed: list[dict[str, Any]] = []
+    for key, row in last.items():
+        if key in succeeded or not (row.final or row.next_try_at is None):
+            continue
+        step = None
+        if plan is not None and 0 <= row.step_id < len(plan.steps):
+            kind, label, capability = step_label(plan, row.step_id)
+            step = {"stepId": row.step_id, "kind": kind, "label": label, "capabilityId": capability}
+        failed.append(
+            {
+                "code": "compensation_failed",
+                "capabilityId": row.capability_id,
+                "stepId": row.step_id,
+                "scope": row.scope,
+                "step": step,
+                "error": {
+                    "code": row.error_type,
+                    "message": redact(row.error_detail or "")[:DETAIL_LIMIT],
+                },
+                "errorType": row.error_type,
+                "errorDetail": redact(row.error_detail) if row.error_detail else None,
+                "tries": row.try_number,
+                "failedAt": _at(row.committed_at),
+            }
+        )
     return failed
+
+
+def shown_details(details: dict[str, Any]) -> dict[str, Any]:
+    """A failure's details as shown: the compensation failures' texts with secrets
+    masked."""
+    failed = details.get(COMPENSATION_FAILURES)
+    if not isinstance(failed, list):
+        return details
+    shown = [
+        {**f, "detail": redact(f["detail"])} if isinstance(f, dict) and f.get("detail") else f
+        for f in failed
+    ]
+    return {**details, COMPENSATION_FAILURES: shown}
 
 
 def instance_view(
@@ -291,7 +334,7 @@ def instance_view(
             {
                 "code": inst.failure.code,
                 "message": inst.failure.message,
-                "details": inst.failure.details,
+                "details": shown_details(inst.failure.details),
                 "step": failed_step(plan, inst, steps),
             }
             if inst.failure is not None
@@ -299,7 +342,7 @@ def instance_view(
         ),
         "budget": _budget_view(inst, steps, now),
         "journal": [step_view(r, plan) for r in steps],
-        "compensationFailures": compensation_failures(steps),
+        "compensationFailures": compensation_failures(steps, plan),
     }
     if signals is not None:
         view["signals"] = [signal_view(s) for s in signals]

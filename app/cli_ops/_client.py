@@ -111,6 +111,7 @@ class _Filters:
         created_after: str | None,
         created_before: str | None,
         display_key: str | None = None,
+        compensation_failed: bool = False,
     ) -> None:
         from app.cli_ops.times import duration_seconds, instant_text
 
@@ -122,6 +123,7 @@ class _Filters:
             "overdue": None if overdue is None else duration_seconds(overdue, "--overdue"),
             "stuck": True if stuck else None,
             "errorCode": error_code,
+            "compensationFailed": True if compensation_failed else None,
             "waiting": waiting.value if waiting else None,
             "instanceKey": instance_key,
             "createdAfter": (
@@ -156,6 +158,10 @@ OverdueOpt = Annotated[
 ]
 StuckOpt = Annotated[bool, typer.Option("--stuck", help="Running with an expired lease.")]
 ErrorOpt = Annotated[str | None, typer.Option("--error-code", help="Error code.")]
+CompensationOpt = Annotated[
+    bool,
+    typer.Option("--compensation-failed", help="Ended with a compensation that failed for good."),
+]
 WaitingOpt = Annotated[Waiting | None, typer.Option("--waiting", help="What it waits for.")]
 KeyOpt = Annotated[str | None, typer.Option("--instance-key", help="Instance key.")]
 _INSTANT = "An instant: ISO-8601, now, today, yesterday, or 2h (ago)."
@@ -189,6 +195,7 @@ _FILTER_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("created_after", AfterOpt, None),
     ("created_before", BeforeOpt, None),
     ("display_key", DisplayOpt, None),
+    ("compensation_failed", CompensationOpt, False),
 )
 
 

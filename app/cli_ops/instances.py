@@ -120,6 +120,14 @@ def _print_instance(view: dict[str, Any]) -> None:
         step = view["error"].get("step")
         if step:
             out.print(f"failed at: step {step['stepId']} ({step['label']})", markup=False)
+    for c in view.get("compensationFailures") or []:
+        undone = (c.get("step") or {}).get("label") or "-"
+        error = c.get("error") or {}
+        out.print(
+            f"compensation failed: {c['capabilityId']} undoing step {c['stepId']} ({undone}) "
+            f"after {c['tries']} tries: {error.get('code')}: {error.get('message')}",
+            markup=False,
+        )
     if view.get("waiting"):
         w = view["waiting"]
         out.print(f"waiting: {_waiting(view)}  wake at: {_short(w.get('wakeAt'))}")

@@ -26,10 +26,16 @@ from pydantic import BaseModel
 
 from app.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT
 from app.engine.decisions import BeginEnding, Decision, Finish, MailboxView
-from app.engine.journal import InstanceRecord, InstanceState, StepKind, StepRow
+from app.engine.journal import (
+    COMPENSATION_FAILURES,
+    InstanceRecord,
+    InstanceState,
+    StepKind,
+    StepRow,
+)
 from app.engine.steps import Ending, Walk, evaluate
 from app.engine.values import jsonable, revive
-from app.errors import JournalMismatch
+from app.errors import FlowFailure, JournalMismatch
 from app.flows.plan import AwaitSignalStep, CapabilityStep, EmitStep, Plan, PollStep
 
 __all__ = ["Decider", "check_fit"]
@@ -129,7 +135,21 @@ class Decider:
             decision = walk.compensate(step, scope)
             if decision is not None:
                 return decision
-        return Finish(ending.state, failure=ending.failure)
+        return Finish(ending.state, failure=_marked(ending.failure, walk.failed_compensations()))
+
+
+def _marked(failure: FlowFailure | None, failed: list[dict[str, Any]]) -> FlowFailure | None:
+    """``failure`` with the compensations that failed for good in its details
+    (:data:`~app.engine.journal.COMPENSATION_FAILURES`), or without them once none has
+    (a retry succeeded): the ending's code and message are kept."""
+    if failure is None:
+        return None
+    details = {k: v for k, v in failure.details.items() if k != COMPENSATION_FAILURES}
+    if failed:
+        details[COMPENSATION_FAILURES] = failed
+    if details == failure.details:
+        return failure
+    return FlowFailure(failure.code, failure.message, details)
 
 
 _DEADLINE_NODES: dict[str, type] = {

@@ -15,6 +15,7 @@ from typing import Any
 from app.errors import FlowFailure
 
 __all__ = [
+    "COMPENSATION_FAILURES",
     "Ack",
     "CancelAck",
     "Claim",
@@ -33,6 +34,13 @@ __all__ = [
     "StreamMessage",
     "WakeKind",
 ]
+
+
+#: The key of an ended instance's failure details that lists its compensations that failed
+#: for good (absent when none did): ``[{"capability_id", "step_id", "scope", "undoes",
+#: "error_type", "detail", "tries"}]``. The store marks such an instance
+#: (``compensation_failed``) from it.
+COMPENSATION_FAILURES = "compensation_failures"
 
 
 class InstanceState(StrEnum):

@@ -59,6 +59,10 @@ class Observer:
         """One try of ``capability`` ended ``outcome`` (success or failure) after
         ``seconds`` (engine clock)."""
 
+    def compensation_failed(self, flow: str, capability: str) -> None:
+        """A compensation (``capability``) of an instance of ``flow`` failed for good: its
+        retry policy allows no other try (or an operator's retry of it failed)."""
+
     def attempted(self, flow: str, capability: str, outcome: str) -> None:
         """One attempt of a parked poll (``capability`` its body) ended: ``satisfied``,
         ``unsatisfied`` (the instance parks for the next) or ``failed``."""

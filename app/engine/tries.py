@@ -144,6 +144,8 @@ async def make_try(run: TryRun, decision: Execute) -> StepRow | None:
             now,
             next_at,
         )
+    if not is_step and row.final and not run.ephemeral:
+        run.host.observer.compensation_failed(run.plan.name, capability.id)
     if is_step and not ctx.reviews:
         run.defer(row)
         run.record(row)

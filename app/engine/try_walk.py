@@ -27,7 +27,9 @@ from app.engine.values import execution_key
 from app.errors import FlowFailure
 from app.flows.plan import CapabilityStep
 
-__all__ = ["TryWalk"]
+__all__ = ["DETAIL_LIMIT", "TryWalk"]
+#: Most characters of a failed compensation's last error message kept in the details.
+DETAIL_LIMIT = 500
 
 
 class TryWalk(Replay):
@@ -199,3 +201,30 @@ class TryWalk(Replay):
         if last is not None and last.next_try_at and self.now < last.next_try_at:
             return Park(last.next_try_at, step.index, scope, WakeKind.RETRY, unwinding=True)
         return self.execute(step, scope, StepKind.COMPENSATION)
+
+    def failed_compensations(self) -> list[dict[str, Any]]:
+        """The compensations of the stack that failed for good (no try succeeded and the
+        last one's failure is final), latest first as the unwind ran them: each
+        ``{"capability_id", "step_id", "scope", "undoes", "error_type", "detail",
+        "tries"}`` (``undoes``: the capability of the step it undoes; ``detail`` cut to
+        :data:`DETAIL_LIMIT` characters)."""
+        failed: list[dict[str, Any]] = []
+        for step, scope in reversed(self.compensations):
+            rows = self.found(step.index, scope, StepKind.COMPENSATION)
+            if not rows or any(r.outcome is Outcome.SUCCESS for r in rows):
+                continue
+            last = rows[-1]
+            if not (last.final or last.next_try_at is None):
+                continue
+            failed.append(
+                {
+                    "capability_id": last.capability_id,
+                    "step_id": step.index,
+                    "scope": scope,
+                    "undoes": step.capability.id,
+                    "error_type": last.error_type,
+                    "detail": (last.error_detail or "")[:DETAIL_LIMIT],
+                    "tries": last.try_number,
+                }
+            )
+        return failed

@@ -136,6 +136,13 @@ class Metrics:
             ["capability", "outcome"],
             registry=r,
         )
+        self.compensations_failed = Counter(
+            "flowpark_compensations_failed",
+            "Compensations that failed for good (no try left under their retry policy, or "
+            "an operator's retry failed), by flow and compensating capability.",
+            ["flow", "capability"],
+            registry=r,
+        )
         self.attempts = Counter(
             "flowpark_attempts",
             "Attempts of parked polls, by outcome: satisfied, unsatisfied (parks for the "

@@ -53,6 +53,10 @@ class NodeObserver(Observer):
             self._child(self.metrics.tries, capability, outcome).inc()
             self._child(self.metrics.duration, capability).observe(seconds)
 
+    def compensation_failed(self, flow: str, capability: str) -> None:
+        if self.metrics is not None:
+            self._child(self.metrics.compensations_failed, flow, capability).inc()
+
     def attempted(self, flow: str, capability: str, outcome: str) -> None:
         if self.metrics is not None:
             self._child(self.metrics.attempts, capability, outcome).inc()

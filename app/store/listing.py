@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import String, and_, case, cast, func, literal, or_, select, tuple_
+from sqlalchemy import String, and_, case, cast, func, literal, or_, select, true, tuple_
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.engine.journal import InstanceState, StepKind, StepRow, WakeKind
@@ -89,6 +89,8 @@ def filter_clauses(where: InstanceFilter) -> list[ColumnElement[bool]]:
         clauses.append(c.lease_expires_at < _require_now(where))
     if where.error_code is not None:
         clauses.append(c.error_code == where.error_code)
+    if where.compensation_failed:
+        clauses.append(c.compensation_failed == true())
     if where.waiting is not None:
         clauses.append(c.state == const(_SUSPENDED))
         # inline: a kind other than poll implies the waiting partial index

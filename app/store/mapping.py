@@ -11,6 +11,7 @@ from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.sql.selectable import CTE
 
 from app.engine.journal import (
+    COMPENSATION_FAILURES,
     Heartbeat,
     InstanceRecord,
     InstanceState,
@@ -113,13 +114,16 @@ def instance_from_new(new: NewInstance) -> InstanceRecord:
 
 
 def failure_columns(failure: FlowFailure | None) -> dict[str, Any]:
-    """The ``error_*`` column values of ``failure`` (empty when None: columns untouched)."""
+    """The ``error_*`` column values of ``failure`` (empty when None: columns untouched),
+    with ``compensation_failed``: whether its details list compensations that failed for
+    good (:data:`app.engine.journal.COMPENSATION_FAILURES`)."""
     if failure is None:
         return {}
     return {
         "error_code": failure.code,
         "error_message": failure.message,
         "error_details": dict(failure.details),
+        "compensation_failed": bool(failure.details.get(COMPENSATION_FAILURES)),
     }
 
 

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from app.engine.journal import (
+    COMPENSATION_FAILURES,
     InstanceRecord,
     InstanceState,
     Outcome,
@@ -89,6 +90,8 @@ class MemoryReads(MemoryBase):
             where.version is None or i.flow_version == where.version,
             not where.states or i.state in {InstanceState(s) for s in where.states},
             where.error_code is None or code == where.error_code,
+            not where.compensation_failed
+            or bool(i.failure is not None and i.failure.details.get(COMPENSATION_FAILURES)),
             where.waiting is None or (i.state is SUSPENDED and i.wake_kind == where.waiting),
             where.instance_key is None or i.instance_key == where.instance_key,
             where.created_after is None or i.created_at > where.created_after,

@@ -228,6 +228,15 @@ class FlowInstanceRow(SQLModel, table=True):
             sqlite_where=text("error_code IS NOT NULL"),
             postgresql_where=text("error_code IS NOT NULL"),
         ),
+        # instances whose compensation failed for good (migration 0018): only they have
+        # an entry
+        Index(
+            "ix_flow_instance_compensation_failed_created",
+            "created_at",
+            "id",
+            sqlite_where=text("compensation_failed"),
+            postgresql_where=text("compensation_failed"),
+        ),
         Index(
             "ix_flow_instance_key_created",
             "instance_key",
@@ -270,6 +279,17 @@ class FlowInstanceRow(SQLModel, table=True):
     error_code: str | None = _str("error_code")
     error_message: str | None = Field(default=None, sa_column=Column("error_message", Text()))
     error_details: dict[str, Any] | None = _json("error_details")
+    # ended with a compensation that failed for good (error_details lists it)
+    compensation_failed: bool = Field(
+        default=False,
+        sa_column=Column(
+            "compensation_failed",
+            Boolean(),
+            nullable=False,
+            default=False,
+            server_default=false(),
+        ),
+    )
     instance_key: str | None = _str("instance_key")
     try_step_id: int | None = _int("try_step_id")
     try_scope: int | None = _int("try_scope")

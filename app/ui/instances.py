@@ -29,7 +29,13 @@ from app.api.operate import display_fields, summaries
 from app.api.routes import check_instance_id
 from app.api.streams import SSE_PING_SECONDS, sse_messages
 from app.api.values import shown_values
-from app.api.views import awaiting, display_value, failed_step
+from app.api.views import (
+    awaiting,
+    compensation_failures,
+    display_value,
+    failed_step,
+    shown_details,
+)
 from app.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT, open_budget
 from app.engine.engine import Engine
 from app.engine.journal import InstanceRecord, InstanceState, StepRow, WakeKind
@@ -107,6 +113,7 @@ def parse_filter(request: Request) -> tuple[InstanceFilter, list[str]]:
             overdue_threshold(request).total_seconds() if _flag(q.get("overdue")) else None
         ),
         stuck=_flag(q.get("stuck")),
+        compensation_failed=_flag(q.get("compensation_failed")),
         error_code=_text(q.get("error_code")),
         waiting=waiting,
         instance_key=_text(q.get("instance_key")),
@@ -269,6 +276,8 @@ def build_instances_router() -> APIRouter:
                     for r in snap.steps
                 },
                 "failed_at": failed_at,
+                "failure_details": shown_details(inst.failure.details) if inst.failure else {},
+                "compensation_failures": compensation_failures(snap.steps, plan),
                 "display_key": display_value(plan, inst.input),
                 "history": history,
                 "action_summary": action_summary,

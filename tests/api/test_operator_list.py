@@ -87,6 +87,8 @@ CASES: list[tuple[dict[str, Any], list[str]]] = [
     ({"waiting": "signal"}, ["signal"]),
     ({"waiting": "deadline"}, ["deadline"]),
     ({"instanceKey": "key-poll"}, ["poll"]),
+    ({"compensationFailed": "false"}, NEWEST_FIRST),
+    ({"compensationFailed": "true"}, []),  # every compensation succeeded
     ({"flow": "t.poll", "state": "suspended"}, ["deadline", "retry", "poll"]),
 ]
 
@@ -168,6 +170,7 @@ async def test_bad_parameters_are_problems_not_errors(population: Population) ->
             {"cursor": "not-a-cursor"},
             {"cursor": "W10"},
             {"createdBefore": "yesterday"},
+            {"compensationFailed": "maybe"},
             {"cursor": _cursor('["2026-01-01T00:00:00+00:00", "x"]')},
             {"cursor": _cursor('["2026-01-01T00:00:00", "01a231fb-c6c3-7b70-a8fe-e4bf8614d75c"]')},
             {"cursor": _cursor('{"a": 1}')},

@@ -485,6 +485,31 @@ async def test_the_operator_list_filters_and_pages(journal: Journal) -> None:
     }
 
 
+async def test_an_ending_that_lists_failed_compensations_is_found_by_the_filter(
+    journal: Journal,
+) -> None:
+    from app.engine.journal import COMPENSATION_FAILURES
+    from app.engine.ports.operator import InstanceFilter
+    from app.errors import FlowFailure
+
+    failed = {"capability_id": "t.undo", "step_id": 0, "scope": 0, "detail": "503"}
+    marked, clean, running = [await started(journal) for _ in range(3)]
+    cancelled = FlowFailure("flow.cancelled", "cancelled", {COMPENSATION_FAILURES: [failed]})
+    await journal.runs.finish(marked, 1, at(5), InstanceState.CANCELLED, failure=cancelled)
+    plain = FlowFailure("flow.cancelled", "cancelled")
+    await journal.runs.finish(clean, 1, at(5), InstanceState.CANCELLED, failure=plain)
+    where = InstanceFilter(compensation_failed=True)
+    page = await journal.operator.list_instances(where, limit=10)
+    assert [r.id for r in page.rows] == [marked]
+    assert await journal.operator.count_matching(where) == 1
+    assert running not in [r.id for r in page.rows]
+    stored = await journal.reads.get_instance(marked)
+    assert stored.failure is not None
+    assert stored.failure.details[COMPENSATION_FAILURES] == [failed]
+    both = InstanceFilter(compensation_failed=True, states=(InstanceState.FAILED,))
+    assert await journal.operator.count_matching(both) == 0
+
+
 async def test_the_operator_list_finds_by_display_key_and_id_prefix(journal: Journal) -> None:
     from app.engine.ports.operator import InstanceFilter
 

@@ -3,13 +3,16 @@ good is recorded and shown (both stores)."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 from app.api.views import compensation_failures, instance_view
-from app.engine.journal import InstanceState, Outcome, StepKind, WakeKind
+from app.engine.journal import COMPENSATION_FAILURES, InstanceState, Outcome, StepKind, WakeKind
+from app.engine.observe import Observer
+from app.engine.ports.operator import InstanceFilter
 from app.flows import CapabilityOptions, Flow, RetryPolicy
 from app.testing import FlowHarness, Scripted
-from tests.engine.flows import Job, Order, Start
+from tests.engine.flows import READY, Job, Order, Start
 
 RETRY_DELAY = timedelta(seconds=30)
 
@@ -116,3 +119,64 @@ async def test_a_cancel_while_a_compensation_waits_for_its_next_try_does_not_sto
         final = await h.instance(inst.id)
         assert undo.calls == 2
         assert final.state is InstanceState.FAILED  # it was failing before the cancel
+
+
+class _Counting(Observer):
+    def __init__(self) -> None:
+        self.failed: list[tuple[str, str]] = []
+
+    def compensation_failed(self, flow: str, capability: str) -> None:
+        self.failed.append((flow, capability))
+
+
+def _waiting_flow() -> Flow:
+    flow = Flow("t.undo-cancel", "1.0.0", input=Order)
+    flow.step(Start()).compensate_with(UndoWithRetry())
+    flow.await_signal(READY)
+    return flow
+
+
+async def test_a_cancel_whose_compensation_fails_for_good_marks_the_instance(
+    store_url: str,
+) -> None:
+    undo = Scripted(RuntimeError("provider stopped: password=hunter2 refused"))
+    async with FlowHarness.open(
+        [_waiting_flow()], database_url=store_url, migrate=False, substitutes=_subs(undo)
+    ) as h:
+        counting = _Counting()
+        h.engine.observer = counting
+        inst = (await h.start("t.undo-cancel", {"order_id": "o-1"})).instance
+        other = (await h.start("t.undo-cancel", {"order_id": "o-2"})).instance
+        await h.engine.cancel(inst.id)
+        final = await h.wait_until(lambda i: i.state is not InstanceState.SUSPENDED, inst.id)
+        assert final.state is InstanceState.CANCELLED  # it still ends in its state
+        assert undo.calls == 3
+        assert final.failure is not None and final.failure.code == "flow.cancelled"
+        (detail,) = final.failure.details[COMPENSATION_FAILURES]
+        assert detail == {
+            "capability_id": "t.undo",
+            "step_id": 0,
+            "scope": 0,
+            "undoes": "t.start",
+            "error_type": "RuntimeError",
+            "detail": "provider stopped: password=hunter2 refused",
+            "tries": 3,
+        }
+        assert counting.failed == [("t.undo-cancel", "t.undo")]  # once, at the last try
+        where = InstanceFilter(compensation_failed=True)
+        page = await h.engine.journal.operator.list_instances(where, limit=10)
+        assert [r.id for r in page.rows] == [inst.id]
+        assert other.id != inst.id
+        snap = await h.snapshot(inst.id)
+        plan = h.engine.catalog.get("t.undo-cancel", "1.0.0")
+        view = instance_view(snap.instance, snap.steps, plan=plan)
+        (shown,) = view["compensationFailures"]
+        assert shown["step"] == {
+            "stepId": 0,
+            "kind": "capability",
+            "label": "t.start",
+            "capabilityId": "t.start",
+        }
+        assert shown["error"]["code"] == "RuntimeError"
+        assert "hunter2" not in json.dumps(view)  # secrets masked in what is shown
+        assert view["error"]["details"][COMPENSATION_FAILURES][0]["undoes"] == "t.start"

@@ -325,26 +325,45 @@ class ActionView(ApiModel):
     details: Any
 
 
+class CompensationError(ApiModel):
+    """The last error of a compensation that failed for good."""
+
+    code: str | None = Field(description="the error's type (`HTTPStatusError`, ...)")
+    message: str = Field(description="its text, secrets masked, at most 500 characters")
+
+
 class CompensationFailure(ApiModel):
-    """A compensation that failed for good (its retry policy exhausted)."""
+    """A compensation that failed for good and is still failed (its retry policy
+    exhausted, or an operator's retry of it failed; no try of it succeeded)."""
 
     model_config = _examples(
         {
             "code": "compensation_failed",
             "capabilityId": "ocr.cancel",
-            "stepId": 1,
+            "stepId": 0,
             "scope": 0,
-            "errorType": "HTTPStatusError",
-            "errorDetail": "503 from the provider",
-            "tries": 3,
+            "step": {
+                "stepId": 0,
+                "kind": "capability",
+                "label": "ocr.upload",
+                "capabilityId": "ocr.upload",
+            },
+            "error": {"code": "ConnectTimeout", "message": "timed out"},
+            "errorType": "ConnectTimeout",
+            "errorDetail": "timed out",
+            "tries": 15,
             "failedAt": _LATER,
         }
     )
 
-    code: str
-    capability_id: str | None
-    step_id: int
+    code: str = Field(description="always `compensation_failed`")
+    capability_id: str | None = Field(description="the compensating capability")
+    step_id: int = Field(description="the plan step it undoes")
     scope: int
+    step: FailedStep | None = Field(
+        None, description="the step it undoes, named as `error.step` names a failed step"
+    )
+    error: CompensationError
     error_type: str | None
     error_detail: str | None
     tries: int

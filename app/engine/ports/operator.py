@@ -58,6 +58,8 @@ class InstanceFilter:
             (:attr:`InstanceSummary.display_value`).
         display_value: the display key's value (exact), among ``display_fields``' flows.
         id_prefix: the instance id starts with this (lowercase, as ids are written).
+        compensation_failed: ended with a compensation that failed for good and was not
+            retried with success since (its failure details list it).
     """
 
     flow: str | None = None
@@ -74,6 +76,7 @@ class InstanceFilter:
     display_fields: tuple[tuple[str, str, str], ...] = ()
     display_value: str | None = None
     id_prefix: str | None = None
+    compensation_failed: bool = False
 
 
 @dataclass(frozen=True)
