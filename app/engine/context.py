@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
@@ -15,7 +16,7 @@ from app.flows.capability import Complete, Fail, RecoveryError, Stream, bag_key
 
 __all__ = [
     "BagView",
-    "CancelRequested",
+    "Beat",
     "ExecutionContext",
     "TryHost",
     "execution_key",
@@ -27,14 +28,11 @@ M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 
-class CancelRequested(BaseException):
-    """Raised out of ``ctx.heartbeat`` when the instance is to be cancelled.
+class Beat(Enum):
+    """What a heartbeat's write answers the try: go on, or stop (a cancel was requested)."""
 
-    A ``BaseException``, as ``asyncio.CancelledError`` is: capabilities (provider clients
-    above all) often catch ``Exception`` around a call, and such a handler must not swallow
-    the cancel and keep the try going. The try that catches it records nothing and the
-    instance unwinds.
-    """
+    GO_ON = "go_on"
+    CANCEL = "cancel"
 
 
 class TryHost(Protocol):
@@ -61,8 +59,8 @@ class TryHost(Protocol):
     async def sleep(self, delay: timedelta) -> None:
         """Sleep on the engine clock."""
 
-    async def heartbeat(self, ctx: ExecutionContext, value: Any) -> None:
-        """Record a heartbeat of the try ``ctx`` runs."""
+    async def heartbeat(self, ctx: ExecutionContext, value: Any) -> Beat:
+        """Record a heartbeat of the try ``ctx`` runs; whether the try goes on."""
 
     async def write_stream(self, stream: Stream, value: BaseModel) -> bool:
         """Append to a stream of the instance."""
@@ -124,6 +122,9 @@ class ExecutionContext(BagView):
         self.puts: dict[str, Any] = {}
         self.reviews: list[ReviewRequest] = []
         self.last_heartbeat_at: datetime | None = None
+        #: set by the try's limits: ends the try for a cancel; what a heartbeat that
+        #: learned of one awaits until the limits cancel the capability's task
+        self.on_cancel: Callable[[], Awaitable[None]] | None = None
 
     @property
     def try_number(self) -> int:
@@ -166,7 +167,10 @@ class ExecutionContext(BagView):
         else:
             value = to_jsonable_python(value)  # enums, datetimes ... as the store keeps them
         self._checkpoint = value
-        await self._run.heartbeat(self, value)
+        if await self._run.heartbeat(self, value) is Beat.CANCEL and self.on_cancel is not None:
+            # the try ends here: nothing after this heartbeat runs; the limits cancel the
+            # capability's task while it waits (asyncio.CancelledError out of this call)
+            await self.on_cancel()
 
     def last_heartbeat_value(self, model: type[T]) -> T | None:
         if self._checkpoint is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -19,7 +20,7 @@ from app.errors import (
 from app.flows.capability import Capability, CapabilityOptions
 from app.outages import OUTAGES
 
-__all__ = ["CallLimits", "CapabilityTimeout", "LeaseHolder"]
+__all__ = ["CANCEL_LEARNED", "CallLimits", "CancelLearned", "CapabilityTimeout", "LeaseHolder"]
 
 
 class LeaseHolder(Protocol):
@@ -66,6 +67,17 @@ class CapabilityTimeout(Exception):
         self.kind = kind
 
 
+@dataclass(frozen=True)
+class CancelLearned:
+    """What :meth:`CallLimits.call` answers when a heartbeat of the try learned that the
+    instance is to be cancelled: the try stopped there (its task cancelled while the
+    heartbeat waited); nothing of it is committed, and the run decides again."""
+
+
+#: The one :class:`CancelLearned` value.
+CANCEL_LEARNED = CancelLearned()
+
+
 class CallLimits:
     """Runs one try of a capability within its limits while keeping the lease.
 
@@ -99,10 +111,18 @@ class CallLimits:
         a task only for a renewal it makes, so a try that ends within a third of the lease
         costs one task.
 
+        Returns:
+            What the capability returned, or :data:`CANCEL_LEARNED` when one of its
+            heartbeats learned that the instance is to be cancelled (the capability's task
+            is cancelled at that heartbeat: ``asyncio.CancelledError`` out of
+            ``ctx.heartbeat``, which ``except Exception`` does not catch).
+
         Raises:
             StaleFencingToken: a renewal was refused (another node claimed the instance
                 after the lease lapsed): the try is not started, or is cancelled at once,
                 and nothing of it is committed.
+            CapabilityTimeout: ``execute_timeout`` passed, or no heartbeat came in time.
+            Exception: what the capability raised.
         """
         if opts.heartbeat_timeout is None and self.lease_left(run) < self.lease * 2 / 3:
             await self.renew_lease(run)
@@ -110,6 +130,10 @@ class CallLimits:
         limits = _TryLimits(self, task, ctx, opts, run)
         try:
             await limits.ended  # the capability returned or raised, or a limit ended the try
+            if limits.cancel_learned:  # a heartbeat learned of a cancel: the try stops
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                return CANCEL_LEARNED
             if task.done():
                 return task.result()
             error = limits.error(capability, opts)  # what ended it, as this turn found it
@@ -185,8 +209,10 @@ class _TryLimits:
 
     ``ended`` is resolved when the capability's task is done or a limit ends the try:
     ``execute_timeout`` passed, the heartbeat watchdog found no heartbeat for
-    ``heartbeat_timeout``, or the lease keeper's renewal raised (StaleFencingToken: the
-    lease was lost). The try's caller then cancels the capability's task.
+    ``heartbeat_timeout``, the lease keeper's renewal raised (StaleFencingToken: the
+    lease was lost), or a heartbeat learned that a cancel was requested (``ctx.on_cancel``:
+    the heartbeat then waits on ``stopped`` until its task is cancelled). The try's caller
+    then cancels the capability's task.
 
     Without a heartbeat timeout, the lease keeper renews the run's lease whenever two thirds
     of it are left (every ``lease / 3``): its timer starts a renewal task; a renewal the
@@ -204,6 +230,8 @@ class _TryLimits:
         "run",
         "clock",
         "ended",
+        "stopped",
+        "cancel_learned",
         "renewal",
         "lease_error",
         "execute_expired",
@@ -228,7 +256,11 @@ class _TryLimits:
         self.opts = opts
         self.run = run
         self.clock = limits.clock
-        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self.ended: asyncio.Future[None] = loop.create_future()
+        self.stopped: asyncio.Future[None] = loop.create_future()  # cancelled by stop()
+        self.cancel_learned = False
+        ctx.on_cancel = self._cancel
         self.renewal: asyncio.Future[bool] | None = None  # the keeper's renewal in flight
         self.lease_error: BaseException | None = None
         self.execute_expired = False
@@ -261,6 +293,7 @@ class _TryLimits:
     def stop(self) -> None:
         """Cancel the timers; a renewal in flight goes on (the caller waits for it)."""
         self._stopped = True
+        self.stopped.cancel()  # a heartbeat still waiting there (another task's) ends
         self._deadline.cancel()
         if self._timer is not None:
             self._timer.cancel()
@@ -272,6 +305,13 @@ class _TryLimits:
 
     def _task_done(self, task: asyncio.Future[Any]) -> None:
         self._end()
+
+    async def _cancel(self) -> None:
+        """A heartbeat learned of a cancel: end the try, and wait (in the heartbeat) until
+        the capability's task is cancelled."""
+        self.cancel_learned = True
+        self._end()
+        await self.stopped
 
     def _execute_timeout(self) -> None:
         self.execute_expired = True

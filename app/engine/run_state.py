@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.engine.context import CancelRequested, ExecutionContext
+from app.engine.context import Beat, ExecutionContext
 from app.engine.decider import Decider
 from app.engine.host import RunHost
 from app.engine.journal import (
@@ -172,33 +172,35 @@ class RunState:
         )
 
     # -- what a capability's context calls ----------------------------------------------
-    async def heartbeat(self, ctx: ExecutionContext, value: Any) -> None:
+    async def heartbeat(self, ctx: ExecutionContext, value: Any) -> Beat:
         """Record a heartbeat of the try ``ctx`` runs: the checkpoint ``value`` and a lease
         renewed by the heartbeat timeout, in one write; an unchanged value at most once per
         third of the timeout. A try with no heartbeat timeout (or a compensation) records
         it in memory only.
 
+        Returns:
+            :attr:`Beat.CANCEL` when the write learned that a cancel was requested (the try
+            stops and the instance unwinds; nothing of the try is committed), else
+            :attr:`Beat.GO_ON`.
+
         Raises:
-            CancelRequested: the write learned that a cancel was requested; the try stops
-                and the instance unwinds (nothing of the try is committed).
             StaleFencingToken: another node took the instance over.
         """
         cap_timeout = ctx.heartbeat_timeout
         now = self.now()
         ctx.last_heartbeat_at = now
         if cap_timeout is None:
-            return
+            return Beat.GO_ON
         if self.heartbeat_written is not None:
             last_value, written_at = self.heartbeat_written
             if last_value == value and now - written_at < cap_timeout / 3:
-                return
+                return Beat.GO_ON
         ack = await self.journal.runs.record_heartbeat(
             self.instance_id, self.token, value, now, now + cap_timeout
         )
         self.heartbeat_written = (value, now)
         self.after_ack(ack)
-        if self.instance.cancel_requested:
-            raise CancelRequested(self.instance_id)
+        return Beat.CANCEL if self.instance.cancel_requested else Beat.GO_ON
 
     async def write_stream(self, stream: Stream, value: BaseModel) -> bool:
         """Append ``value`` to ``stream`` under this run's fencing token (a try whose

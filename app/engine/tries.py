@@ -11,11 +11,11 @@ import logging
 from datetime import datetime
 from typing import Any, Protocol
 
-from app.engine.context import CancelRequested, ExecutionContext, TryHost
+from app.engine.context import ExecutionContext, TryHost
 from app.engine.decisions import Execute
 from app.engine.host import RunHost
 from app.engine.journal import Ack, Outcome, ReviewRequest, StepKind, StepRow
-from app.engine.limits import CapabilityTimeout, LeaseHolder
+from app.engine.limits import CANCEL_LEARNED, CapabilityTimeout, LeaseHolder
 from app.engine.observe import LOG_CONTEXT
 from app.engine.ports import TryMark
 from app.engine.retries import failure_row, next_try_at
@@ -201,10 +201,10 @@ async def _call(
         raise  # cancelled, or the lease was lost: this try commits nothing
     except CapabilityTimeout as exc:
         return None, exc.kind, str(exc)
-    except CancelRequested:  # learned from a heartbeat: stop the try; the run unwinds
-        return None
     except Exception as exc:  # noqa: BLE001 - any exception is a failed try
         return None, type(exc).__name__, str(exc) or repr(exc)
+    if result is CANCEL_LEARNED:  # a heartbeat learned of a cancel: the run unwinds
+        return None
     return result, None, ""
 
 

@@ -264,10 +264,11 @@ class StepContext(Bag, Protocol):
 
         Raises:
             StaleFencingToken: another node took the instance over (the try must stop).
-            BaseException: an internal signal when the write learns that the instance is
-                to be cancelled. Like ``asyncio.CancelledError`` it is no ``Exception``, so
-                ``except Exception`` does not catch it; a handler that catches
-                ``BaseException`` must re-raise it. The try stops and the instance unwinds.
+            asyncio.CancelledError: the write learned that the instance is to be
+                cancelled: the engine cancels the try's task at this heartbeat, as
+                ``execute_timeout`` does. It is no ``Exception``, so ``except Exception``
+                does not catch it; a handler that catches it (or ``BaseException``) must
+                re-raise it. The try stops, commits nothing, and the instance unwinds.
         """
         ...
 

@@ -342,9 +342,45 @@ async def test_a_cancel_stops_a_heartbeating_try_at_its_next_heartbeat_write() -
         assert inst.try_number is None and inst.lease_owner is None
 
 
+async def test_a_cancel_learned_at_a_heartbeat_cancels_the_try_there() -> None:
+    """The heartbeat whose write learned of the cancel does not return: the try's task is
+    cancelled while it waits there (``asyncio.CancelledError``, as ``execute_timeout``
+    does), so nothing after it runs; no engine-made exception reaches the capability."""
+    reached, go = asyncio.Event(), asyncio.Event()
+    raised: list[type[BaseException]] = []
+    after: list[int] = []
+
+    async def body(ctx: StepContext) -> None:
+        for n in range(20):
+            try:
+                await ctx.heartbeat({"n": n})  # a changed value: written every time
+            except BaseException as exc:
+                raised.append(type(exc))
+                raise
+            after.append(n)
+            if n == 1:
+                reached.set()
+                await go.wait()
+            await ctx.sleep(EVERY)
+
+    built = flow(Paced(Script("work", body, beating())), name="hb.cancel.there")
+    async with FlowHarness.open([built]) as h:
+        built.items[0].capability.clock = h.clock  # type: ignore[union-attr]
+        inst_id = (await h.start("hb.cancel.there", {})).instance.id
+        await reached.wait()
+        assert (await h.engine.cancel(inst_id)).cancel_requested
+        go.set()
+        await h.engine.drain()
+        inst = await h.instance(inst_id)
+        assert inst.state is InstanceState.CANCELLED
+        assert raised == [asyncio.CancelledError]
+        assert after == [0, 1]  # heartbeat 2 learned of it and never returned
+        assert await rows(h, inst_id, "work") == []
+
+
 async def test_a_cancel_reaches_a_try_that_catches_every_exception() -> None:
     """A provider client's ``except Exception`` around its calls does not swallow the cancel
-    raised out of ``ctx.heartbeat``: it is a ``BaseException``, as asyncio's is."""
+    out of ``ctx.heartbeat``: it is asyncio's cancellation of the try, no ``Exception``."""
     reached, go = asyncio.Event(), asyncio.Event()
     rounds: list[float] = []
     swallowed: list[BaseException] = []

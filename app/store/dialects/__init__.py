@@ -16,6 +16,7 @@ the database themselves.
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +35,12 @@ if TYPE_CHECKING:
 __all__ = ["Dialect", "dialect_for"]
 
 
-class Dialect:
+class Dialect(ABC):
     """The statements and transaction settings one database needs (see the module).
+
+    The abstract methods are what every database says in its own SQL (an upsert, the
+    claim, the load, the delivery); the others have the default of a database with one
+    writer at a time, which a dialect overrides where it does better.
 
     Attributes:
         name: SQLAlchemy's dialect name (``postgresql``, ``sqlite``).
@@ -59,9 +64,9 @@ class Dialect:
         """The group-commit lanes of a store over ``context``, or None."""
         return None
 
+    @abstractmethod
     def insert(self, table: Table) -> Any:
         """An INSERT of ``table`` that can say ``ON CONFLICT DO NOTHING``."""
-        raise NotImplementedError
 
     def locked(self, query: Select[Any], *, skip_locked: bool = False, of: Any = None) -> Any:
         """``query`` locking the rows it reads until the transaction ends (skipping rows
@@ -84,19 +89,19 @@ class Dialect:
         database has for it."""
         return query
 
+    @abstractmethod
     async def claim_due(self, role: SqlRole, params: dict[str, Any]) -> list[Claim]:
         """``claim_due``'s statement (parameters ``c_owner``, ``c_now``, ``c_lease``,
         ``c_limit``, ``c_runnable``): the claims, expired leases (``taken_over``) first,
         then the earliest wake."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def load(self, role: SqlRole, instance_id: str) -> Snapshot:
         """The instance, its journal and its untaken signals from one snapshot.
 
         Raises:
             InstanceNotFound: no such instance.
         """
-        raise NotImplementedError
 
     async def commit_step(
         self, role: SqlRole, token: int, row: StepRow, lease_until: Any
@@ -120,6 +125,7 @@ class Dialect:
         """
         return None
 
+    @abstractmethod
     async def deliver(
         self, store: SqlMailbox, signal: NewSignal, claim: WakeClaim | None
     ) -> Delivery:
@@ -130,7 +136,6 @@ class Dialect:
             InstanceNotFound, InstanceEnded.
             IntegrityError: the signal id exists, or a repeat of its key raced it.
         """
-        raise NotImplementedError
 
 
 def dialect_for(engine: AsyncEngine) -> Dialect:
