@@ -457,7 +457,7 @@ def flows_check(
 @app.command()
 def demo(
     host: str = typer.Option("127.0.0.1"),
-    port: int = typer.Option(8000),
+    port: int = typer.Option(8000, min=0, max=65535, help="0: any free port."),
     pages: int = typer.Option(12),
     per_page: float = typer.Option(2.0),
     scan_interval: float = typer.Option(1.0),
@@ -467,6 +467,10 @@ def demo(
 
     It sends a demo document and prints its progress until it completes, then a second one
     that the fake OCR's webhook ends at once, then stops the server.
+
+    Exit codes: 2 when the port cannot be listened on (one line: which port, and how to
+    choose another); 3 when the database cannot be migrated; 1 when a document did not
+    complete.
     """
     from app.demo import run_demo
 

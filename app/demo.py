@@ -20,7 +20,7 @@ import uvicorn
 
 from app.settings import DEFAULT_API_TOKEN, Settings
 
-__all__ = ["port_refused", "run_demo"]
+__all__ = ["listening_socket", "port_refused", "run_demo"]
 
 
 def run_demo(
@@ -28,20 +28,28 @@ def run_demo(
 ) -> int:
     """Run the demo; returns the process exit code.
 
+    The demo's listening socket is bound first and held until the demo ends (uvicorn
+    serves that very socket), so no other process can take the port between the check
+    and the serving. ``port`` 0 takes any free port; the serving line names it.
+
     Returns:
-        0 when both documents completed, 1 when one did not, 3 when ``host:port`` cannot
-        be served (in use, or not an address of this machine) or the database cannot be
-        migrated (unreachable, not a database URL): one line on stderr, no traceback.
+        0 when both documents completed; 1 when one did not; 2 when ``host:port`` cannot
+        be listened on (in use, or not an address of this machine): one line on stderr
+        naming the port and how to choose another, before anything is migrated; 3 when
+        the database cannot be migrated (unreachable, not a database URL): one line on
+        stderr. Never a traceback.
     """
-    refused = port_refused(host, port)
-    if refused is not None:
+    try:
+        sock = listening_socket(host, port)
+    except OSError as exc:
         print(
-            f"error: cannot serve the demo on {host}:{port}: {refused} "
-            "(choose another with --port)",
+            f"error: cannot serve the demo on {host}:{port}: {_reason(exc)} "
+            "(choose another with --port, or --port 0 for any free port)",
             file=sys.stderr,
         )
-        return 3
-    return asyncio.run(_demo(host, port, pages, per_page, scan_interval, database_url))
+        return 2
+    with sock:
+        return asyncio.run(_demo(sock, host, pages, per_page, scan_interval, database_url))
 
 
 def _store_unavailable(detail: str) -> int:
@@ -52,29 +60,63 @@ def _store_unavailable(detail: str) -> int:
     return 3
 
 
+def _reason(exc: OSError) -> str:
+    """An ``OSError`` of a bind as a short phrase, e.g. ``address already in use``."""
+    return str(exc.strerror or exc).lower()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` and listening, with the options uvicorn uses
+    (``SO_REUSEADDR``, so a port left in ``TIME_WAIT`` is taken) and ``IPPROTO_TCP`` (as
+    :func:`app.cli_ops.serving.tcp_socket`, for ``TCP_NODELAY``).
+
+    Args:
+        host: an address or a name of this machine.
+        port: the TCP port; 0 for any free one (read it back with ``getsockname()``).
+
+    Returns:
+        The socket; the caller closes it.
+
+    Raises:
+        OSError: the host does not resolve, or the port cannot be bound (in use, not an
+            address of this machine, a privileged port).
+    """
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def port_refused(host: str, port: int) -> str | None:
     """Why ``host:port`` cannot be listened on (e.g. ``address already in use``), or None.
 
-    Binds and closes a socket with the options uvicorn uses (``SO_REUSEADDR``), so a port
-    another process listens on is refused here, and a port left in ``TIME_WAIT`` is not.
+    Binds and closes a socket as :func:`listening_socket` does, so a port another process
+    listens on is refused here, and a port left in ``TIME_WAIT`` is not. The port may be
+    taken again as soon as this returns: hold :func:`listening_socket`'s socket instead
+    where that matters.
     """
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        listening_socket(host, port).close()
     except OSError as exc:
-        return str(exc.strerror or exc).lower()
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-            probe.listen(1)
-        except OSError as exc:
-            return str(exc.strerror or exc).lower()
+        return _reason(exc)
     return None
 
 
 async def _demo(
-    host: str, port: int, pages: int, per_page: float, scan_interval: float, database_url: str
+    sock: socket.socket,
+    host: str,
+    pages: int,
+    per_page: float,
+    scan_interval: float,
+    database_url: str,
 ) -> int:
     from sqlalchemy.exc import ArgumentError, DBAPIError
 
@@ -86,7 +128,8 @@ async def _demo(
     from samples.registry import sample_flows
     from samples.settings import SampleSettings
 
-    base = f"http://{host}:{port}"
+    port = sock.getsockname()[1]
+    base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     settings = Settings(
         database_url=database_url,
         self_url=base,
@@ -116,7 +159,7 @@ async def _demo(
             **forwarded_options(settings),
         )
     )
-    serving = asyncio.create_task(server.serve())
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
             if serving.done():

@@ -1,8 +1,10 @@
 """The operator's CLI: ``flowpark instances ...``, ``flowpark nodes``, ``flowpark flows list|show``.
 
 Every command talks to a running node over its HTTP API (``--url`` / ``FLOWPARK_URL``,
-``--token`` / ``FLOWPARK_TOKEN``), never to the database. Tables for people, ``--json``
-for scripts (the API's JSON, unchanged). Errors go to stderr as ``error: <code>: <detail>``.
+``--token`` / ``FLOWPARK_TOKEN``; with no token, a loopback URL is sent the local trial's
+``dev-token``) through :class:`flowpark.client.Client`, never to the database. Tables for
+people, ``--json`` for scripts (the API's JSON, unchanged). Errors go to stderr as
+``error: <code>: <detail>``.
 
 Exit codes (scripts may rely on them):
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import ipaddress
 import json
 import os
 import re
@@ -21,6 +22,8 @@ from rich.table import Table
 
 from app.errors import ErrorCode
 from app.redaction import redact
+from app.settings import DEFAULT_API_TOKEN
+from flowpark.client import Client, ProblemError, TransportError
 
 __all__ = [
     "EXIT_CONFLICT",
@@ -36,6 +39,7 @@ __all__ = [
     "Url",
     "Waiting",
     "err",
+    "is_loopback",
     "out",
     "print_table",
     "with_filters",
@@ -88,7 +92,13 @@ class Waiting(StrEnum):
 Url = Annotated[str, typer.Option("--url", envvar="FLOWPARK_URL", help="The node's base URL.")]
 Token = Annotated[
     str | None,
-    typer.Option("--token", envvar="FLOWPARK_TOKEN", help="Bearer token.", show_default=False),
+    typer.Option(
+        "--token",
+        envvar="FLOWPARK_TOKEN",
+        help="Bearer token. Default: none, but a loopback --url (127.0.0.1, ::1, localhost) "
+        "is sent the local trial's dev-token, as a node with FLOWPARK_API_TOKENS unset takes.",
+        show_default=False,
+    ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 Key = Annotated[str | None, typer.Option("--key", help="Idempotency-Key: a repeat acts no more.")]
@@ -237,11 +247,31 @@ def with_filters(command: Callable[..., None]) -> Callable[..., None]:
     return with_options
 
 
+def is_loopback(url: str) -> bool:
+    """Whether ``url`` names this machine by its loopback address (``127.0.0.0/8``,
+    ``::1``) or as ``localhost``; no name is resolved."""
+    try:
+        host = httpx.URL(url).host
+    except (httpx.InvalidURL, ValueError, TypeError):
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class _Api:
-    """A node's HTTP API; every error leaves as ``typer.Exit`` with its exit code."""
+    """A node's HTTP API through :class:`flowpark.client.Client`; every error leaves as
+    ``typer.Exit`` with its exit code.
+
+    Without a token (no ``--token``, ``FLOWPARK_TOKEN`` unset or empty), a loopback URL is
+    sent the local trial's documented default token (``dev-token``, what a node whose
+    ``FLOWPARK_API_TOKENS`` is unset accepts); any other URL is sent none.
+    """
 
     def __init__(self, url: str, token: str | None) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
             parsed = httpx.URL(url)
             problem = None if parsed.scheme in ("http", "https") and parsed.host else ""
@@ -252,9 +282,10 @@ class _Api:
             line = f"error: {ErrorCode.USAGE}: --url {url} {what}{problem}"
             err.print(redact(line), markup=False)
             raise typer.Exit(2)
-        self.client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=30.0)
+        self.dev_default = not token and is_loopback(url)
+        self.token = DEFAULT_API_TOKEN if self.dev_default else (token or None)
+        self.client = Client(url, token=self.token)
         self.url = url
-        self.token = token
 
     def call(
         self,
@@ -265,12 +296,14 @@ class _Api:
         body: Any = None,
         key: str | None = None,
     ) -> Any:
-        headers = {"Idempotency-Key": key} if key else {}
         try:
-            resp = self.client.request(method, path, params=params, json=body, headers=headers)
-        except httpx.HTTPError as exc:
-            why = str(exc)
-            cause: BaseException | None = exc
+            return self.client.request(method, path, params=params, body=body, idempotency_key=key)
+        except ValueError as exc:  # a key the node would refuse: said as the node says it
+            err.print(f"error: {ErrorCode.IDEMPOTENCY_KEY_INVALID}: --key: {exc}", markup=False)
+            raise typer.Exit(EXIT_ERROR) from None
+        except TransportError as exc:
+            cause: BaseException | None = exc.__cause__
+            why = str(cause) if cause is not None else str(exc)
             while cause is not None:
                 if isinstance(cause, socket.gaierror):
                     why = f"the name {httpx.URL(self.url).host} does not resolve ({cause})"
@@ -279,9 +312,28 @@ class _Api:
             message = redact(f"error: {ErrorCode.UNREACHABLE}: cannot reach {self.url}: {why}")
             err.print(message, markup=False)
             raise typer.Exit(EXIT_UNREACHABLE) from None
-        if resp.status_code >= 400:
-            raise _refused(resp, tokenless=not self.token)
-        return resp.json()
+        except ProblemError as exc:
+            raise self._refused(exc) from None
+
+    def _refused(self, exc: ProblemError) -> typer.Exit:
+        problem = exc.problem
+        detail = problem.detail + _field_errors(problem.errors)
+        if exc.status == 401 and self.dev_default:
+            detail += (
+                f" (no token given: the CLI sent the local default {DEFAULT_API_TOKEN}, "
+                "which this node does not accept; pass --token or set FLOWPARK_TOKEN to "
+                "one of the node's FLOWPARK_API_TOKENS)"
+            )
+        elif exc.status == 401 and not self.token:
+            detail += " (pass --token or set FLOWPARK_TOKEN)"
+        err.print(redact(f"error: {problem.code}: {detail}"), markup=False)
+        if exc.status in (401, 403):
+            return typer.Exit(EXIT_FORBIDDEN)
+        if exc.status == 404:
+            return typer.Exit(EXIT_NOT_FOUND)
+        if exc.status == 409:
+            return typer.Exit(EXIT_CONFLICT)
+        return typer.Exit(EXIT_ERROR)
 
     def resolve(self, instance_id: str) -> str:
         """The full id of ``instance_id``, which may be the start of one (as the console
@@ -307,25 +359,6 @@ class _Api:
             )
             raise typer.Exit(2)
         return str(found[0])
-
-
-def _refused(resp: httpx.Response, *, tokenless: bool = False) -> typer.Exit:
-    try:
-        problem = resp.json()
-        code, detail = str(problem.get("code")), str(problem.get("detail"))
-        detail += _field_errors(problem.get("errors"))
-    except ValueError:
-        code, detail = f"http_{resp.status_code}", resp.text[:200]
-    if resp.status_code == 401 and tokenless:
-        detail += " (pass --token or set FLOWPARK_TOKEN)"
-    err.print(redact(f"error: {code}: {detail}"), markup=False)
-    if resp.status_code in (401, 403):
-        return typer.Exit(EXIT_FORBIDDEN)
-    if resp.status_code == 404:
-        return typer.Exit(EXIT_NOT_FOUND)
-    if resp.status_code == 409:
-        return typer.Exit(EXIT_CONFLICT)
-    return typer.Exit(EXIT_ERROR)
 
 
 def _field_errors(errors: Any) -> str:

@@ -46,6 +46,8 @@ API = "/api/v1"
 ENDED = frozenset({"completed", "failed", "cancelled"})
 #: statuses that say "not now" without having done anything: worth a retry where safe
 RETRY_STATUSES = frozenset({502, 503, 504})
+#: methods that change nothing on the node
+SAFE_METHODS = frozenset({"GET", "HEAD"})
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -62,7 +64,8 @@ class Call(Generic[M]):
     Attributes:
         method: HTTP method.
         path: path under the base URL, e.g. ``/api/v1/instances/<id>``.
-        model: the answer's model (the API's own, from ``app.api.models``).
+        model: the answer's model (the API's own, from ``app.api.models``); None: the
+            answer's JSON as it is (:meth:`Requests.any`).
         params: query parameters (lists repeat the parameter).
         body: the JSON body, or None for none.
         headers: extra headers (``Idempotency-Key``).
@@ -73,7 +76,7 @@ class Call(Generic[M]):
 
     method: str
     path: str
-    model: type[M]
+    model: type[M] | None
     params: Mapping[str, Any] | None = None
     body: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -130,6 +133,8 @@ def read_answer(call: Call[M], response: httpx.Response) -> Any:
         except ValueError:
             body = response.text
         raise problem_error(response.status_code, body)
+    if call.model is None:
+        return response.json() if response.content else None
     data = response.json()
     if call.many:
         return [call.model.model_validate(item) for item in data]
@@ -332,6 +337,27 @@ class Requests:
         """One page of ``GET /api/v1/events``."""
         params = {"after": after, "limit": limit}
         return Call("GET", f"{API}/events", EventView, params=params, safe=True, many=True)
+
+    @staticmethod
+    def any(
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None,
+        body: Any,
+        idempotency_key: str | None,
+    ) -> Call[Any]:
+        """Any request of the API, answered as its JSON; safe to repeat when it reads
+        (``GET``, ``HEAD``) or carries an idempotency key."""
+        method = method.upper()
+        return Call(
+            method,
+            path,
+            None,
+            params=params,
+            body=body,
+            headers=key_header(idempotency_key),
+            safe=method in SAFE_METHODS or idempotency_key is not None,
+        )
 
     @staticmethod
     def stream_path(instance_id: str, name: str) -> str:

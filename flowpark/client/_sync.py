@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
@@ -148,6 +148,43 @@ class Client:
                     f"{call.method} {call.path}: {type(error).__name__}: {error}"
                 ) from error
             return read_answer(call, response)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        """Send any request of the node's API; answer its JSON as it is.
+
+        For the routes this client has no method of its own (``/api/v1/instances/counts``,
+        ``/api/v1/nodes``, bulk actions, a flow's plan ...); the CLI talks to a node
+        through it. Retried as the other calls: a read (``GET``, ``HEAD``), or a write
+        with ``idempotency_key``.
+
+        Args:
+            method: the HTTP method, e.g. ``GET`` or ``POST``.
+            path: the path under the base URL, e.g. ``/api/v1/instances/counts``.
+            params: query parameters (a list repeats the parameter; None values are
+                left out).
+            body: the JSON body, or None to send none.
+            idempotency_key: the ``Idempotency-Key`` header, or None.
+
+        Returns:
+            The answer's decoded JSON (dicts, lists, ...), unchanged; None when the answer
+            has no body.
+
+        Raises:
+            ProblemError: the node answered a problem: the subclass of its ``code``
+                (``InstanceNotFound``, ``Unauthorized`` ...), as every method raises.
+            TransportError: the node could not be reached.
+            ValueError: an ``idempotency_key`` the node would refuse (before anything is
+                sent).
+        """
+        return self._send(Requests.any(method, path, params, body, idempotency_key))
 
     # -- flows and instances -----------------------------------------------------------
 
