@@ -1,9 +1,9 @@
-"""``docs/writing-flows.md`` as written: its flows module loads (``flows check``), and its
-harness tests pass on the virtual clock."""
+"""``docs/writing-flows.md`` as written: its flows folder (``flows/ci_build.py`` beside the
+fake CI) loads and checks clean (``flows check``), and its harness tests pass on the virtual
+clock. ``tests/e2e/test_writing_flows_served.py`` runs its commands against a served node."""
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,21 +11,15 @@ from pathlib import Path
 import pytest
 
 from app.runtime.loading import check_targets
-
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "writing-flows.md"
-
-
-def _python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.S)
+from tests.support.guide import guide_blocks, write_files
 
 
 @pytest.fixture
-def guide_folder(tmp_path: Path) -> Iterator[Path]:
-    """The guide's ``flows/ci_build.py`` and ``tests/test_ci_build.py``, written out."""
-    module, tests = _python_blocks()
-    (tmp_path / "flows").mkdir()
-    (tmp_path / "flows" / "ci_build.py").write_text(module)
-    (tmp_path / "test_ci_build.py").write_text(tests)
+def guide_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The guide's files, written out as the reader writes them."""
+    write_files(tmp_path, guide_blocks())
+    for knob in ("CI_BASE_URL", "CI_BUILD_BUDGET", "CI_POLL_FIRST"):
+        monkeypatch.delenv(knob, raising=False)
     modules, path = set(sys.modules), list(sys.path)
     yield tmp_path
     for name in set(sys.modules) - modules:
@@ -33,7 +27,21 @@ def guide_folder(tmp_path: Path) -> Iterator[Path]:
     sys.path[:] = path
 
 
-def test_the_guides_flows_module_checks_clean(guide_folder: Path) -> None:
+def test_every_block_of_the_page_is_marked_and_named() -> None:
+    blocks = guide_blocks()
+    files = sorted(name for name, b in blocks.items() if b.kind == "file")
+    assert files == [
+        "flows/ci_build.py",
+        "flows/fake_ci.py",
+        "pytest.ini",
+        "tests/test_ci_build.py",
+    ]
+    assert {"check", "serve", "pass", "timeout-serve", "timeout-start", "timeout-read"} <= {
+        name for name, b in blocks.items() if b.kind == "shell"
+    }
+
+
+def test_the_guides_flows_folder_checks_clean(guide_folder: Path) -> None:
     lines: list[str] = []
     assert check_targets([str(guide_folder / "flows")], lines.append) == 0
     assert lines == ["ok: ci.build@1.0.0"]
@@ -42,7 +50,7 @@ def test_the_guides_flows_module_checks_clean(guide_folder: Path) -> None:
 async def test_the_guides_harness_tests_pass(guide_folder: Path) -> None:
     sys.path.insert(0, str(guide_folder / "flows"))
     namespace: dict[str, object] = {"__name__": "test_ci_build"}
-    source = (guide_folder / "test_ci_build.py").read_text()
+    source = (guide_folder / "tests" / "test_ci_build.py").read_text()
     exec(compile(source, "docs/writing-flows.md", "exec"), namespace)
     tests = [v for k, v in namespace.items() if k.startswith("test_")]
     assert len(tests) == 2
