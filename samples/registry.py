@@ -62,6 +62,7 @@ def sample_flows(sample: SampleSettings | None = None) -> Callable[[Deps], list[
             callback_base=node.callback_url if callbacks else None,
             callback_key=key,
             admin_token=fakes_admin_token(node, settings),
+            timeout=timedelta(seconds=settings.sample_ocr_call_timeout_seconds),
         )
         jobs = JobClient(deps.http, settings.jobs_base_url or node.self_url)
         signal = replace(OCR_COMPLETED, verify=SignedWebhook(SIGNED_SECRET)) if signed else None

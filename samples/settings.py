@@ -38,6 +38,13 @@ class SampleSettings(BaseSettings):
     sample_ocr_per_page: float = Field(
         default=5.0, ge=0, description="Seconds the fake OCR takes per page."
     )
+    sample_ocr_call_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="Timeout of each call the document sample makes to the OCR provider "
+        "(seconds): a call a stalled provider does not answer fails its try after this long.",
+    )
     ocr_base_url: str | None = Field(
         default=None, description="Base URL of the OCR provider; default: this node."
     )

@@ -34,8 +34,25 @@ CRASH_DOCUMENTS = 300
 CRASH_LOOP_SECONDS = 30.0
 KILL_EVERY = 3.0  # seconds between kills
 UPLOAD_TRIES = 15  # the most tries ocr.upload's 3 minutes allow (waits 2, 4, 8, then 15 s)
-STALL_AT = 8.0  # seconds into the crash loop the provider stops (SIGSTOP)
+STALL_AT = 1.0  # seconds after the last start is answered the provider stops (SIGSTOP)
 STALL_SECONDS = 30.0
+#: pages of each document in the stall test: 20 s of OCR at 0.5 s a page, so the stall
+#: comes while every document waits for its job: its poll's first attempts (2.5 to 15 s
+#: after its start) call the provider in the stall's first half
+STALL_PAGES = 40
+#: the stall test's crash loop, from the last start on: nodes are killed during the stall
+#: and after it, less often than in the crash loop (a killed node takes up to 9 s to be
+#: back on this machine: killed every 3 s, the nodes would be down for most of the stall,
+#: and few calls would meet it)
+STALL_LOOP_SECONDS = 40.0
+STALL_KILL_EVERY = 8.0
+#: each OCR call's timeout in the stall test (seconds): three tries of a count-only policy
+#: (1 s, 2 s wait, 1 s, 4 s wait, 1 s) are over in 9 s, well inside the stall
+STALL_CALL_TIMEOUT = 1.0
+#: runs per node in the stall test: each try the stall holds takes a run slot for the call
+#: timeout, so the nodes keep trying as fast as the retry policies say
+STALL_CONCURRENCY = 16
+COUNT_ONLY_TRIES = 3  # the tries of the count-only policies the samples had before
 DOCUMENTS = "/api/v1/documents"
 
 
@@ -130,23 +147,66 @@ async def test_a_crash_loop_loses_no_document_and_creates_no_second_job(
         cluster.stop_all()
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(180)
 async def test_a_provider_stalled_for_30_s_in_a_crash_loop_fails_no_document(
     pg_url: str, tmp_path: Path
 ) -> None:
-    """The fakes process is stopped (SIGSTOP) for 30 s while 300 documents start and nodes
-    are killed: every call in flight times out, the retry policies (3 minutes, durable
-    waits) ride it out, every document completes."""
+    """The fakes process is stopped (SIGSTOP) for 30 s in the middle of a run of 300
+    documents, while nodes are killed: every call in flight times out, the retry policies
+    (3 minutes, durable waits) ride it out, every document completes.
+
+    Each call times out after 1 s here, so the stall outlasts what three quick tries ride
+    out: a count-only policy of 3 tries fails the executions caught by the stall (their
+    documents end failed), and the test checks that some execution did need more than
+    three tries to succeed."""
     subprocess.run(
         [*flowpark_command(), "db", "upgrade", "--url", pg_url],
         check=True,
         capture_output=True,
         timeout=120,
     )
-    cluster = Cluster(pg_url, tmp_path)
+    cluster = Cluster(
+        pg_url,
+        tmp_path,
+        node_settings={
+            "sample_ocr_call_timeout_seconds": str(STALL_CALL_TIMEOUT),
+            "concurrency": str(STALL_CONCURRENCY),
+        },
+    )
     db = make_async_engine(pg_url, pool_size=2)
     try:
-        await _crash_loop(cluster, db, stall=(STALL_AT, STALL_SECONDS))
+        await _crash_loop(
+            cluster,
+            db,
+            stall=(STALL_AT, STALL_SECONDS),
+            pages=STALL_PAGES,
+            loop_seconds=STALL_LOOP_SECONDS,
+            kill_every=STALL_KILL_EVERY,
+        )
+        # the stall was long enough to matter: executions that only a time-bounded policy
+        # saves (their success came after more tries than a count-only policy allows)
+        ((saved, most),) = await rows(
+            db,
+            "SELECT count(*), coalesce(max(try_number), 0) FROM flow_step "
+            "WHERE kind = 'step' AND outcome = 'success' AND try_number > :tries",
+            tries=COUNT_ONLY_TRIES,
+        )
+        ((failed_tries,),) = await rows(
+            db, "SELECT count(*) FROM flow_step WHERE kind = 'step' AND outcome = 'failure'"
+        )
+        by_try = await rows(
+            db,
+            "SELECT capability_id, try_number, outcome, count(*) FROM flow_step "
+            "WHERE kind = 'step' AND try_number > 1 GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        )
+        report(
+            "stall beyond three tries",
+            executions=saved,
+            most_tries=most,
+            failed=failed_tries,
+            retried=" ".join(f"{c}#{t}:{o}={n}" for c, t, o, n in by_try),
+        )
+        assert saved > 0, "no execution needed more than three tries: the stall proved nothing"
     finally:
         await db.dispose()
         cluster.stop_all()
@@ -167,21 +227,31 @@ async def _stall(fakes: Proc, after: float, seconds: float) -> float:
 
 
 async def _crash_loop(
-    cluster: Cluster, db: AsyncEngine, stall: tuple[float, float] | None = None
+    cluster: Cluster,
+    db: AsyncEngine,
+    stall: tuple[float, float] | None = None,
+    pages: int = 2,
+    loop_seconds: float = CRASH_LOOP_SECONDS,
+    kill_every: float = KILL_EVERY,
 ) -> None:
     fakes = await cluster.start_fakes()
     serve_a, serve_b = await cluster.start_nodes("serve-a", "serve-b")
     (worker,) = await cluster.start_nodes("worker-c", role="worker")
     victims = [serve_b, worker, serve_a]
     began = time.monotonic()
-    starts = Starter([serve_a.url, serve_b.url])
-    # the documents start while the nodes are being killed: some starts and runs are cut
+    starts = Starter([serve_a.url, serve_b.url], pages=pages)
+    # the documents start while the nodes are being killed: some starts and runs are cut;
+    # with a stall, they all start first, so that the stall comes while each one polls
     starting = asyncio.create_task(starts.run(documents(CRASH_DOCUMENTS, "crash")))
-    stalling = asyncio.create_task(_stall(fakes, *stall)) if stall is not None else None
+    stalling = None
+    if stall is not None:
+        await starting
+        began = time.monotonic()
+        stalling = asyncio.create_task(_stall(fakes, *stall))
     kills = 0
     rng = random.Random(14)
-    while time.monotonic() - began < CRASH_LOOP_SECONDS:
-        await asyncio.sleep(KILL_EVERY * rng.uniform(0.7, 1.3))
+    while time.monotonic() - began < loop_seconds:
+        await asyncio.sleep(kill_every * rng.uniform(0.7, 1.3))
         victim = victims[kills % len(victims)]
         if victim.alive():
             victim.kill()

@@ -117,6 +117,9 @@ class Cluster:
     folder: Path
     procs: list[Proc] = field(default_factory=list)
     fakes: Proc | None = None
+    #: more ``FLOWPARK_*`` settings of every node, over the defaults (lowercase names
+    #: without the prefix)
+    node_settings: dict[str, str] = field(default_factory=dict)
 
     def _env(self, **values: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWPARK_")}
@@ -173,6 +176,7 @@ class Cluster:
                 concurrency=str(CONCURRENCY),
                 **({"self_url": f"http://127.0.0.1:{port}"} if port else {}),
             )
+            env.update({f"FLOWPARK_{k.upper()}": v for k, v in self.node_settings.items()})
             node = Proc(
                 name, [*args, "--log-level", "info"], env, self.folder / f"{name}.log", port
             ).start()
