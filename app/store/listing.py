@@ -26,7 +26,7 @@ from app.engine.ports.operator import (
     InstanceSummary,
 )
 from app.store.base import SqlRole, const
-from app.store.mapping import INSTANCE, STEP, step_from_row
+from app.store.mapping import DEADLINE_END_KEY, INSTANCE, STEP, step_from_row
 
 __all__ = ["SqlOperatorReads", "display_expression", "filter_clauses"]
 
@@ -232,9 +232,9 @@ class SqlOperatorReads(SqlRole):
     async def poll_budget_ends(
         self, pairs: Sequence[tuple[str, int]]
     ) -> dict[tuple[str, int], datetime]:
-        """The stored budget end of each poll: ``values["endsAt"]`` of the deadline row in
-        force (highest try) at ``(instance_id, poll_step_id)``, scope 0, per pair that has
-        one (see :mod:`app.engine.deadlines`).
+        """The stored budget end of each poll: ``ends_at`` (or ``values["endsAt"]``) of the
+        deadline row in force (highest try) at ``(instance_id, poll_step_id)``, scope 0,
+        per pair that has one (see :mod:`app.engine.deadlines`).
 
         Args:
             pairs: ``(instance_id, poll_step_id)`` (at most a page's worth).
@@ -243,7 +243,7 @@ class SqlOperatorReads(SqlRole):
             return {}
         s = STEP.c
         query = (
-            select(s.instance_id, s.step_id, s.try_number, s["values"])
+            select(s.instance_id, s.step_id, s.try_number, s["values"], s.ends_at)
             .where(
                 or_(*(and_(s.instance_id == i, s.step_id == step) for i, step in pairs)),
                 s.scope == 0,
@@ -254,7 +254,10 @@ class SqlOperatorReads(SqlRole):
         ends: dict[tuple[str, int], datetime] = {}
         async with self._read() as conn:
             for row in await conn.execute(query):
-                value = (row[3] or {}).get("endsAt")
+                if row[4] is not None:  # as flow_step stores it (migration 0018)
+                    ends[(row[0], row[1])] = row[4]
+                    continue
+                value = (row[3] or {}).get(DEADLINE_END_KEY)
                 if isinstance(value, str):
                     ends[(row[0], row[1])] = datetime.fromisoformat(value)
         return ends

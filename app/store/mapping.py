@@ -36,6 +36,7 @@ from app.store.tables import (
 )
 
 __all__ = [
+    "DEADLINE_END_KEY",
     "EVENT",
     "HEARTBEAT",
     "INSTANCE",
@@ -168,8 +169,41 @@ def instance_from_row(row: Row[Any]) -> InstanceRecord:
     )
 
 
+#: The key of a deadline row's end instant in its values (see :mod:`app.engine.deadlines`).
+DEADLINE_END_KEY = "endsAt"
+
+
+def _stored_values(row: StepRow) -> tuple[dict[str, Any] | None, datetime | None]:
+    """``(values, ends_at)`` as ``flow_step`` stores them: a deadline row's end instant in
+    ``ends_at`` (8 bytes instead of ~46 of JSON), values with nothing in them as NULL
+    (which costs nothing in the row's null bitmap; ``{}`` costs 3 bytes and a varlena
+    header). A deadline's end is moved only when its text is what ``ends_at`` gives back
+    (aware UTC, ``isoformat``), so reading the row returns the same values."""
+    values = row.values
+    if StepKind(row.kind) is StepKind.DEADLINE and set(values) == {DEADLINE_END_KEY}:
+        text = values[DEADLINE_END_KEY]
+        if isinstance(text, str):
+            try:
+                ends = datetime.fromisoformat(text)
+            except ValueError:
+                ends = None
+            if ends is not None and ends.tzinfo is not None:
+                ends = ends.astimezone(UTC)
+                if ends.isoformat() == text:
+                    return None, ends
+    return (dict(values) or None), None
+
+
+def _read_values(values: dict[str, Any] | None, ends_at: datetime | None) -> dict[str, Any]:
+    """A journal row's values from its ``values`` and ``ends_at`` columns."""
+    if ends_at is not None:
+        return {**(values or {}), DEADLINE_END_KEY: ends_at.astimezone(UTC).isoformat()}
+    return values or {}
+
+
 def step_values(row: StepRow) -> dict[str, Any]:
     """Column values (keyed by column name) of a journal row to insert."""
+    values, ends_at = _stored_values(row)
     return {
         "instance_id": row.instance_id,
         "step_id": row.step_id,
@@ -178,7 +212,8 @@ def step_values(row: StepRow) -> dict[str, Any]:
         "capability_id": row.capability_id,
         "outcome": Outcome(row.outcome).value,
         "try_number": row.try_number,
-        "values": dict(row.values),
+        "values": values,
+        "ends_at": ends_at,
         "error_type": row.error_type,
         "error_detail": row.error_detail,
         "final": row.final,
@@ -201,7 +236,7 @@ def step_from_row(row: Row[Any]) -> StepRow:
         started_at=m["started_at"],
         committed_at=m["committed_at"],
         try_number=m["try_number"],
-        values=m["values"] or {},
+        values=_read_values(m["values"], m["ends_at"]),
         error_type=m["error_type"],
         error_detail=m["error_detail"],
         final=bool(m["final"]),
@@ -260,7 +295,7 @@ def step_from_json(m: dict[str, Any]) -> StepRow:
         started_at=started_at,
         committed_at=committed_at,
         try_number=m["try_number"],
-        values=m["values"] or {},
+        values=_read_values(m["values"], _instant(m.get("ends_at"))),
         error_type=m["error_type"],
         error_detail=m["error_detail"],
         final=bool(m["final"]),

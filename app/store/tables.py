@@ -308,7 +308,9 @@ class FlowStepRow(SQLModel, table=True):
 
     Keyed by the execution's name ``(instance_id, step_id, scope, kind, try_number)``: one
     row per execution, and the key serves every read (an instance's rows, then ordered by
-    ``sequence``). ``sequence`` is the commit order without an index of its own: an
+    ``sequence``). A deadline row keeps its end instant in ``ends_at`` and a row that
+    puts no values has ``values`` NULL (:func:`app.store.mapping.step_values`).
+    ``sequence`` is the commit order without an index of its own: an
     identity column on PostgreSQL; on SQLite the store writes the next rowid into it
     (``max(rowid) + 1`` inside the file's one write transaction), so it equals the rowid.
     """
@@ -341,6 +343,8 @@ class FlowStepRow(SQLModel, table=True):
     next_try_at: datetime | None = _instant("next_try_at")
     started_at: datetime = _instant("started_at", nullable=False)
     committed_at: datetime = _instant("committed_at", nullable=False)
+    # a deadline row's end instant (its ``values`` then NULL; migration 0018)
+    ends_at: datetime | None = _instant("ends_at")
 
 
 class FlowSignalRow(SQLModel, table=True):

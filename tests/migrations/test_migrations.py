@@ -434,3 +434,102 @@ async def test_0005_keeps_every_sequence_and_continues_after_the_highest(
     upgrade(empty_url)
     assert _steps(sync_engine) == [*before, (10, 13), (11, 14)]
     assert _diff(sync_engine, metadata) == []
+
+
+_ENDS = "2026-01-01T04:00:00.123456+00:00"
+
+
+def _insert_0017_deadlines(engine: Engine, instance_id: str) -> None:
+    """Journal rows as the 0017 code wrote them: a deadline's end in ``values``, a row
+    that puts nothing with ``{}``, a step's values."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [
+        (0, 0, "deadline", "retry.total", 1, {"endsAt": "2026-01-01T00:03:00+00:00"}),
+        (1, 0, "deadline", "poll.budget", 1, {"endsAt": _ENDS}),
+        (1, 0, "deadline", "poll.budget", 2, {"endsAt": "2026-01-01T05:00:00.000001+00:00"}),
+        (0, 0, "step", "ocr.upload", 1, {"ocr.job": {"jobId": "j-1"}}),
+        (2, 0, "step", "ocr.status", 1, {}),
+    ]
+    with engine.begin() as conn:
+        for n, (step_id, scope, kind, capability, try_number, values) in enumerate(rows):
+            conn.execute(
+                text(
+                    "INSERT INTO flow_step (sequence, instance_id, step_id, scope, kind, "
+                    'capability_id, outcome, try_number, "values", final, started_at, '
+                    "committed_at) VALUES (:seq, :id, :step, :scope, :kind, :cap, 'success', "
+                    ":try, :values, false, :at, :at)"
+                ),
+                {
+                    "seq": n + 1,
+                    "id": instance_id,
+                    "step": step_id,
+                    "scope": scope,
+                    "kind": kind,
+                    "cap": capability,
+                    "try": try_number,
+                    "values": json.dumps(values),
+                    "at": at,
+                },
+            )
+
+
+def _stored_steps(engine: Engine, *, ends: bool) -> list[tuple[Any, ...]]:
+    """``(capability, try, values, ends_at as text or None)`` by sequence."""
+    column = ", CAST(ends_at AS VARCHAR)" if ends else ""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(  # noqa: S608
+                f'SELECT capability_id, try_number, "values"{column} FROM flow_step '
+                "ORDER BY sequence"
+            )
+        ).all()
+    return [(r[0], r[1], json.loads(r[2]) if isinstance(r[2], str) else r[2], *r[3:]) for r in rows]
+
+
+async def test_0018_moves_each_deadline_end_into_ends_at_and_back(
+    empty_url: str, sync_engine: Engine
+) -> None:
+    """Upgrade moves every deadline row's ``endsAt`` into ``ends_at`` (its values NULL) and
+    the store reads the same values back; downgrade writes them back into ``values``."""
+    upgrade(empty_url, "0017")
+    instance_id = _KEYED[0][0]
+    _insert_0003_rows_at_head_shape(sync_engine, instance_id)
+    _insert_0017_deadlines(sync_engine, instance_id)
+    before = _stored_steps(sync_engine, ends=False)
+    upgrade(empty_url)
+    after = _stored_steps(sync_engine, ends=True)
+    assert [(r[0], r[1], r[2]) for r in after] == [
+        ("retry.total", 1, None),
+        ("poll.budget", 1, None),
+        ("poll.budget", 2, None),
+        ("ocr.upload", 1, {"ocr.job": {"jobId": "j-1"}}),
+        ("ocr.status", 1, {}),
+    ]
+    assert all(r[3] is not None for r in after[:3]) and all(r[3] is None for r in after[3:])
+    engine = make_async_engine(empty_url)
+    try:
+        journal = SqlJournal(engine)
+        steps = (await journal.runs.load(instance_id)).steps
+        read = await journal.operator.poll_budget_ends([(instance_id, 1)])
+    finally:
+        await engine.dispose()
+    assert [dict(s.values) for s in steps] == [r[2] for r in before]
+    assert read == {(instance_id, 1): datetime(2026, 1, 1, 5, 0, 0, 1, tzinfo=UTC)}
+    downgrade(empty_url, "0017")
+    assert _stored_steps(sync_engine, ends=False) == before
+    upgrade(empty_url)
+    assert _diff(sync_engine, metadata) == []
+
+
+def _insert_0003_rows_at_head_shape(engine: Engine, instance_id: str) -> None:
+    """One suspended ``document.process`` instance as the 0017 schema holds it."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO flow_instance (id, flow_name, flow_version, state, input, "
+                "created_at, updated_at, fencing_token, cancel_requested) VALUES (:id, "
+                "'document.process', '1.0.0', 'suspended', :input, :at, :at, 1, false)"
+            ),
+            {"id": instance_id, "input": json.dumps({"documentId": "d-1"}), "at": at},
+        )
