@@ -3,16 +3,22 @@ promise, run on each store: in memory, SQLite and PostgreSQL (the ``journal`` fi
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
+from app.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, deadline_row, ends_at
 from app.engine.journal import (
     Ack,
     EmittedEvent,
     InstanceState,
     ReviewRequest,
     StepKind,
+    StepRow,
     WakeKind,
 )
 from app.engine.ports import Commit, Journal, NewSignal, Park, StreamWrite, TryMark, WakeClaim
@@ -229,6 +235,48 @@ async def test_a_commit_that_conflicts_writes_none_of_its_parts(journal: Journal
     snapshot = await journal.runs.load(instance_id)
     assert [r.step_id for r in snapshot.steps] == [1]
     assert await journal.reads.list_events() == []
+
+
+async def test_deadline_rows_and_rows_without_values_read_back_as_written(
+    journal: Journal,
+) -> None:
+    """A deadline row (SQL stores keep its end in ``flow_step.ends_at``) and a row that put
+    no values come back with the values written, in commit order, through every read: a
+    start's rows, a commit's deferred row, a park's row, the claim's snapshot, the
+    operator's journal and budget reads. An end not in the engine's own form (another
+    offset) comes back as written too."""
+    instance_id = str(uuid.uuid4())
+    window = deadline_row(instance_id, 0, 0, RETRY_TOTAL, at(0), at(180))
+    await journal.intake.create_instance(new_instance(id=instance_id, steps=(window,)))
+    upload = step(instance_id, step_id=0, committed_at=at(2))
+    budget = deadline_row(instance_id, 1, 0, POLL_BUDGET, at(2), at(4 * 3600 + 0.5))
+    offset = replace(
+        deadline_row(instance_id, 2, 0, RETRY_TOTAL, at(2), at(182)),
+        values={"endsAt": "2026-01-01T02:03:02+02:00"},
+    )
+    empty = step(instance_id, step_id=2, values={}, committed_at=at(3))
+    await journal.runs.commit(Commit(instance_id, 1, at(2), at(32), rows=(upload, budget)))
+    await journal.runs.commit(Commit(instance_id, 1, at(2), at(32), rows=(offset,)))
+    wait = park(at(60), 1, kind=WakeKind.POLL)
+    await journal.runs.commit(Commit(instance_id, 1, at(3), at(33), rows=(empty,), park=wait))
+    written = [window, upload, budget, offset, empty]
+
+    def shape(rows: Sequence[StepRow]) -> list[tuple[Any, ...]]:
+        return [(r.step_id, r.kind, r.capability_id, dict(r.values)) for r in rows]
+
+    assert shape((await journal.runs.load(instance_id)).steps) == shape(written)
+    assert shape(await journal.operator.journal_of(instance_id)) == shape(written)
+    claims = await journal.intake.claim_due("node-b", at(100), at(130), 10, RUNNABLE)
+    assert [c.instance_id for c in claims] == [instance_id]
+    snapshot = claims[0].snapshot or await journal.runs.load(instance_id)
+    assert shape(snapshot.steps) == shape(written)
+    assert [ends_at(r) for r in snapshot.steps if r.kind is StepKind.DEADLINE] == [
+        at(180),
+        at(4 * 3600 + 0.5),
+        at(182),
+    ]
+    ends = await journal.operator.poll_budget_ends([(instance_id, 1)])
+    assert ends == {(instance_id, 1): at(4 * 3600 + 0.5)}
 
 
 async def test_a_commit_with_its_park_suspends_the_instance(journal: Journal) -> None:
