@@ -254,7 +254,7 @@ class SqlOperatorReads(SqlRole):
         ends: dict[tuple[str, int], datetime] = {}
         async with self._read() as conn:
             for row in await conn.execute(query):
-                if row[4] is not None:  # as flow_step stores it (migration 0018)
+                if row[4] is not None:  # as flow_step stores it (migration 0019)
                     ends[(row[0], row[1])] = row[4]
                     continue
                 value = (row[3] or {}).get(DEADLINE_END_KEY)

@@ -228,7 +228,7 @@ class FlowInstanceRow(SQLModel, table=True):
             sqlite_where=text("error_code IS NOT NULL"),
             postgresql_where=text("error_code IS NOT NULL"),
         ),
-        # instances whose compensation failed for good (migration 0018): only they have
+        # instances whose compensation failed for good (migration 0019): only they have
         # an entry
         Index(
             "ix_flow_instance_compensation_failed_created",
@@ -343,7 +343,7 @@ class FlowStepRow(SQLModel, table=True):
     next_try_at: datetime | None = _instant("next_try_at")
     started_at: datetime = _instant("started_at", nullable=False)
     committed_at: datetime = _instant("committed_at", nullable=False)
-    # a deadline row's end instant (its ``values`` then NULL; migration 0018)
+    # a deadline row's end instant (its ``values`` then NULL; migration 0019)
     ends_at: datetime | None = _instant("ends_at")
 
 

@@ -439,8 +439,8 @@ async def test_0005_keeps_every_sequence_and_continues_after_the_highest(
 _ENDS = "2026-01-01T04:00:00.123456+00:00"
 
 
-def _insert_0017_deadlines(engine: Engine, instance_id: str) -> None:
-    """Journal rows as the 0017 code wrote them: a deadline's end in ``values``, a row
+def _insert_0018_deadlines(engine: Engine, instance_id: str) -> None:
+    """Journal rows as the 0018 code wrote them: a deadline's end in ``values``, a row
     that puts nothing with ``{}``, a step's values."""
     at = datetime(2026, 1, 1, tzinfo=UTC)
     rows = [
@@ -486,15 +486,15 @@ def _stored_steps(engine: Engine, *, ends: bool) -> list[tuple[Any, ...]]:
     return [(r[0], r[1], json.loads(r[2]) if isinstance(r[2], str) else r[2], *r[3:]) for r in rows]
 
 
-async def test_0018_moves_each_deadline_end_into_ends_at_and_back(
+async def test_0019_moves_each_deadline_end_into_ends_at_and_back(
     empty_url: str, sync_engine: Engine
 ) -> None:
     """Upgrade moves every deadline row's ``endsAt`` into ``ends_at`` (its values NULL) and
     the store reads the same values back; downgrade writes them back into ``values``."""
-    upgrade(empty_url, "0017")
+    upgrade(empty_url, "0018")
     instance_id = _KEYED[0][0]
     _insert_0003_rows_at_head_shape(sync_engine, instance_id)
-    _insert_0017_deadlines(sync_engine, instance_id)
+    _insert_0018_deadlines(sync_engine, instance_id)
     before = _stored_steps(sync_engine, ends=False)
     upgrade(empty_url)
     after = _stored_steps(sync_engine, ends=True)
@@ -515,14 +515,14 @@ async def test_0018_moves_each_deadline_end_into_ends_at_and_back(
         await engine.dispose()
     assert [dict(s.values) for s in steps] == [r[2] for r in before]
     assert read == {(instance_id, 1): datetime(2026, 1, 1, 5, 0, 0, 1, tzinfo=UTC)}
-    downgrade(empty_url, "0017")
+    downgrade(empty_url, "0018")
     assert _stored_steps(sync_engine, ends=False) == before
     upgrade(empty_url)
     assert _diff(sync_engine, metadata) == []
 
 
 def _insert_0003_rows_at_head_shape(engine: Engine, instance_id: str) -> None:
-    """One suspended ``document.process`` instance as the 0017 schema holds it."""
+    """One suspended ``document.process`` instance as the 0018 schema holds it."""
     at = datetime(2026, 1, 1, tzinfo=UTC)
     with engine.begin() as conn:
         conn.execute(

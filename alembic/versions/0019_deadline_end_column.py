@@ -1,7 +1,7 @@
 """a deadline row's end instant in flow_step.ends_at
 
-Revision ID: 0018
-Revises: 0017
+Revision ID: 0019
+Revises: 0018
 Create Date: 2026-12-02 00:00:00
 
 A deadline row (``kind = 'deadline'``: a poll's budget, an ``await_signal`` timeout, a retry
@@ -24,8 +24,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0018"
-down_revision: str | Sequence[str] | None = "0017"
+revision: str = "0019"
+down_revision: str | Sequence[str] | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
