@@ -24,6 +24,7 @@ of a definition finding (``poll.requires_durable``).
     ├── NoBudget                   no_budget
     ├── SignalNotDeclared          signal_not_declared
     ├── SignalDeliveryReplayed     signal_delivery_replayed
+    ├── SignalPayloadInvalid       signal_payload_invalid
     ├── StreamNotDeclared          stream_not_declared
     ├── IdempotencyKeyReused       idempotency_key_reused
     ├── InstanceKeyInUse           instance_key_in_use
@@ -94,6 +95,7 @@ __all__ = [
     "SchemaBehindHead",
     "SignalDeliveryReplayed",
     "SignalNotDeclared",
+    "SignalPayloadInvalid",
     "SignatureInvalid",
     "StaleFencingToken",
     "StoreUnavailable",
@@ -232,6 +234,11 @@ class ErrorCode(StrEnum):
         "the instance's flow declares no signal of that name, or this node does not serve "
         "its flow version",
     )
+    SIGNAL_PAYLOAD_INVALID = (
+        "signal_payload_invalid",
+        "a signed signal's delivery cannot be read as the signal: the flow's `adapt` or "
+        "`instance_key` refused it (the node logs why; nothing was stored)",
+    )
     STALE_FENCING_TOKEN = (
         "stale_fencing_token",
         "a write carried a stale fencing token and was refused (never an API answer)",
@@ -341,6 +348,14 @@ class SignalNotDeclared(FlowparkError):
     """The instance's flow declares no signal of that name."""
 
     code = ErrorCode.SIGNAL_NOT_DECLARED
+
+
+class SignalPayloadInvalid(FlowparkError):
+    """A provider's delivery could not be read as the signal: the flow's ``adapt`` (or its
+    ``instance_key``) raised on it. The message is generic and stable; what was raised is
+    logged, never answered."""
+
+    code = ErrorCode.SIGNAL_PAYLOAD_INVALID
 
 
 class StreamNotDeclared(FlowparkError):

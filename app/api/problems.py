@@ -62,6 +62,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.IDEMPOTENCY_KEY_REUSED: 422,
     ErrorCode.BULK_FILTER_MISSING: 422,
     ErrorCode.INPUT_INVALID: 422,
+    ErrorCode.SIGNAL_PAYLOAD_INVALID: 422,
     ErrorCode.INTERNAL_ERROR: 500,
     ErrorCode.SCHEMA_BEHIND_HEAD: 503,
     ErrorCode.STORE_UNAVAILABLE: 503,

@@ -69,7 +69,7 @@ from app.api.views import (
     review_view,
     signal_view,
 )
-from app.api.webhooks import add_keyed_signal_route, claim_delivery_id, verified_delivery
+from app.api.webhooks import _slug, add_keyed_signal_routes, claim_delivery_id, verified_delivery
 from app.engine.engine import Engine
 from app.engine.journal import InstanceState, SignalRecord
 from app.engine.versions import unfinished_by_version, unserved
@@ -229,10 +229,6 @@ _BODY_CODES = (
 )
 
 
-def _slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name.lower())
-
-
 def _body_examples(model: type[Any]) -> list[Any]:
     config = getattr(model, "model_config", {})
     extra = config.get("json_schema_extra")
@@ -327,8 +323,6 @@ def add_trigger_routes(app: FastAPI, plans: list[Plan]) -> None:
         for signal in plan.signals.values():
             if signal.verify is not None:
                 _add_signed_signal_route(app, plan, trigger.route, signal)
-                if signal.instance_key is not None:
-                    add_keyed_signal_route(app, plan, trigger.route, signal, _deliver)
                 continue
 
             def make(sig_name: str, flow_name: str):  # type: ignore[no-untyped-def]
@@ -377,6 +371,7 @@ def add_trigger_routes(app: FastAPI, plans: list[Plan]) -> None:
                     DEFS_KEY: defs,
                 },
             )
+        add_keyed_signal_routes(app, plan, trigger.route, _deliver)
 
 
 _SIGNAL_CODES = (
@@ -424,12 +419,14 @@ def _add_signed_signal_route(app: FastAPI, plan: Plan, base: str, signal: Signal
         "the one it reached first is 409 `signal_delivery_replayed` (nothing stored)."
         + (
             " The body is the provider's own JSON, mapped to the signal's payload; a "
-            "delivery that is not this signal is answered 204 and stores nothing."
+            "delivery that is not this signal is 204, one `adapt` cannot read is 422 "
+            "`signal_payload_invalid` (nothing stored)."
             if signal.adapt is not None
             else ""
         )
         + _BODY_DOC
     )
+    adapt_codes = [ErrorCode.SIGNAL_PAYLOAD_INVALID] if signal.adapt else []
     if signal.adapt is None:
         schema, defs = request_schema(signal.model)
     else:  # the provider's own payload
@@ -449,7 +446,7 @@ def _add_signed_signal_route(app: FastAPI, plan: Plan, base: str, signal: Signal
         response_model=SignalAnswer,
         responses={
             **({204: {"description": "Not this signal: nothing stored"}} if signal.adapt else {}),
-            **problem_responses(*_SIGNAL_CODES, *_SIGNED_CODES, auth=False),
+            **problem_responses(*_SIGNAL_CODES, *_SIGNED_CODES, *adapt_codes, auth=False),
         },
         openapi_extra={
             "security": [],

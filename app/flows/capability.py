@@ -140,12 +140,15 @@ class Signal:
             signal route only; ``match=`` then sees the typed payload.
         instance_key: None (default), or a function of the typed payload giving the
             instance key (a start's ``instanceKey``) of the instance the delivery is for,
-            or None for none. A verified signal with one also has the flow's keyed route
+            or None for none. A signal with one also has the flow's keyed route
             ``POST {trigger route}/signals/{name}`` - no instance id in the URL, so a
-            provider's one webhook URL serves every instance: the delivery goes to the
-            flow's running instance holding that key (else the newest that held it, so
-            a provider's retry of a taken delivery is still answered as a repeat); none:
-            404 ``instance_not_found``.
+            provider's one webhook URL (or a caller that knows only its business key)
+            serves every instance: the delivery goes to the flow's running instance
+            holding that key (else the newest that held it, so a retry of a taken
+            delivery is still answered as a repeat); none: 404 ``instance_not_found``. The
+            keyed route of a verified signal takes the provider's signature; of any other,
+            a bearer token of the ``signal`` scope and the typed payload, as the signal's
+            instance route does.
     """
 
     name: str
@@ -153,13 +156,6 @@ class Signal:
     verify: WebhookVerifier | None = None
     adapt: Callable[[WebhookDelivery], BaseModel | dict[str, Any] | None] | None = None
     instance_key: Callable[[Any], str | None] | None = None
-
-    def __post_init__(self) -> None:
-        if self.instance_key is not None and self.verify is None:
-            raise ValueError(
-                f"signal {self.name}: instance_key= needs verify= (the keyed route takes "
-                "a provider's signed deliveries)"
-            )
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ document (RFC 9457) the node answered.
         │   └── InstanceKeyInUse    409 instance_key_in_use (.problem["instanceId"])
         ├── InvalidRequest          400, 413, 415, 422: input_invalid, idempotency_key_missing,
         │   │                           idempotency_key_invalid, bulk_filter_missing,
-        │   │                           body_too_large, unsupported_media_type
+        │   │                           body_too_large, unsupported_media_type,
+        │   │                           signal_payload_invalid
         │   └── IdempotencyKeyReused  422 idempotency_key_reused
         └── ServerError             500 internal_error; 503 store_unavailable, not_ready,
                                         schema_behind_head (retried where safe first)
@@ -190,6 +191,7 @@ _BY_CODE: dict[str, type[ProblemError]] = {
     "delivery_not_failed": Conflict,
     "idempotency_key_reused": IdempotencyKeyReused,
     "input_invalid": InvalidRequest,
+    "signal_payload_invalid": InvalidRequest,
     "idempotency_key_missing": InvalidRequest,
     "idempotency_key_invalid": InvalidRequest,
     "bulk_filter_missing": InvalidRequest,

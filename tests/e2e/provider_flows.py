@@ -9,7 +9,11 @@
   (``Stripe-Signature`` with the ``stripe`` secret), mapped to ``PaymentSucceeded``; its
   keyed route finds it by the payment intent as instance key;
 * ``hook.wait``: waits for a delivery signed by an HMAC header (``X-Signature``, base64
-  SHA-512, ``X-Delivery`` as its id), the body being the payload itself.
+  SHA-512, ``X-Delivery`` as its id), the body being the payload itself;
+* ``order.wait``: waits for ``order.paid``, a bearer-token signal with an instance key
+  (``order-<id>``): its keyed route takes the typed payload with a token of the ``signal``
+  scope; an empty ``order_id`` names no instance, and ``order_id`` ``"boom"`` makes the
+  key function raise.
 """
 
 from __future__ import annotations
@@ -121,4 +125,29 @@ hook_wait = (
     Flow("hook.wait", "1.0.0", input=Hook, trigger=HttpTrigger("POST", "/api/v1/hooks"))
     .await_signal(HOOK_CALLED)
     .returns(lambda bag: bag.get(HookCalled))
+)
+
+
+class Order(BaseModel):
+    order_id: str
+
+
+class OrderPaid(BaseModel):
+    order_id: str
+    amount: int
+
+
+def order_key(paid: OrderPaid) -> str | None:
+    """The instance key of the order ``paid`` is for; None for an empty id."""
+    if paid.order_id == "boom":
+        raise RuntimeError(f"no order {paid.order_id} in the ledger")
+    return f"order-{paid.order_id}" if paid.order_id else None
+
+
+ORDER_PAID = Signal("order.paid", OrderPaid, instance_key=order_key)
+
+order_wait = (
+    Flow("order.wait", "1.0.0", input=Order, trigger=HttpTrigger("POST", "/api/v1/orders"))
+    .await_signal(ORDER_PAID, match=lambda bag, p: bool(p.order_id == bag.input.order_id))
+    .returns(lambda bag: bag.get(OrderPaid))
 )

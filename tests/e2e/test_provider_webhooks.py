@@ -2,7 +2,10 @@
 GitHub (``X-Hub-Signature-256``), Stripe (``Stripe-Signature``) and a generic HMAC header
 each end a waiting instance with no bearer token; a wrong secret, a stale Stripe timestamp,
 a missing signature and a bearer token alone are 401 ``signature_invalid``, and a replayed
-delivery id answers the first signal: each leaves the instance as it was.
+delivery id answers the first signal: each leaves the instance as it was. A delivery the
+flow's ``adapt`` cannot read is a generic 422 ``signal_payload_invalid`` (the exception goes
+to the log, masked); an unknown name on a keyed route is 404 ``signal_not_declared`` with the
+flow's signals; a bearer-token signal with an instance key has a keyed route too.
 
 The deliveries are made the providers' way, by hand (``hmac`` over the raw body), and sent
 as raw bytes over HTTP: the node sees what a provider sends.
@@ -390,3 +393,122 @@ def test_a_generic_hmac_signed_delivery_ends_the_wait(node: SubprocessServer) ->
     assert resp.status_code == 202, resp.text
     assert ended(node, instance_id)["result"] == {"note": "done"}
     assert post(node, path, body, headers).json()["created"] is False
+
+
+# -- what the flow's functions cannot read -----------------------------------------------
+
+
+def _run_event(run: dict[str, Any]) -> bytes:
+    event = json.loads(workflow_run(1))
+    event["workflow_run"] = run
+    return json.dumps(event).encode()
+
+
+@pytest.mark.parametrize("route", ["instance", "keyed"])
+def test_a_delivery_adapt_cannot_read_is_a_generic_422_and_its_cause_is_logged(
+    node: SubprocessServer, route: str
+) -> None:
+    run_id = uuid.uuid4().int % 10**9
+    mine = start(node, "/api/v1/ci-runs", {"run_id": run_id}, instance_key=f"run-{run_id}")
+    path = ci_path(mine) if route == "instance" else "/api/v1/ci-runs/signals/ci.finished"
+    missing = _run_event({"id": run_id, "status": "completed"})  # adapt reads "conclusion"
+    wrong_type = _run_event({"id": TOKEN, "conclusion": "success"})  # run_id is an int
+
+    for body in (missing, wrong_type):  # a KeyError; a ValidationError echoing its input
+        resp = post(node, path, body, github_headers(body))
+        assert resp.status_code == 422, resp.text
+        problem = resp.json()
+        assert resp.headers["content-type"].startswith("application/problem+json")
+        assert problem["code"] == "signal_payload_invalid"
+        assert problem["signal"] == "ci.finished"
+        assert problem["detail"] == (
+            "the delivery cannot be read as a ci.finished signal of ci.wait (the node's log "
+            "says why); nothing was stored"
+        )
+        assert "errors" not in problem
+        for leak in ("KeyError", "conclusion", "ValidationError", TOKEN, "Traceback"):
+            assert leak not in resp.text
+
+    def logged() -> list[str]:
+        lines = [
+            line
+            for line in node.output().splitlines()
+            if "signal ci.finished of ci.wait: its adapt raised" in line
+        ]
+        assert any("KeyError: 'conclusion'" in line for line in lines), lines
+        assert any("ValidationError" in line for line in lines), lines
+        return lines
+
+    lines = eventually_sync(logged, timeout=10, what="the adapt's errors in the log")
+    assert not any(TOKEN in line for line in lines)  # a token in the input is masked
+    assert instance(node, mine)["signals"] == []
+
+
+def test_an_unknown_signal_on_a_keyed_route_names_it_and_lists_the_flows_signals(
+    node: SubprocessServer,
+) -> None:
+    body = workflow_run(1)
+
+    resp = post(node, "/api/v1/ci-runs/signals/ci.started", body, github_headers(body))
+
+    assert resp.status_code == 404, resp.text
+    problem = resp.json()
+    assert problem["code"] == "signal_not_declared"
+    assert problem["signal"] == "ci.started" and problem["flow"] == "ci.wait"
+    assert problem["keyedSignals"] == ["ci.finished"]
+    assert problem["declaredSignals"] == ["ci.finished"]
+    assert "'ci.started'" in problem["detail"] and "ci.finished" in problem["detail"]
+    with api(node) as client:  # a bearer flow's keyed routes too
+        other = client.post("/api/v1/orders/signals/order.refunded", json={})
+    assert other.status_code == 404 and other.json()["keyedSignals"] == ["order.paid"]
+
+
+# -- a bearer-token signal's keyed route ---------------------------------------------------
+
+ORDERS = "/api/v1/orders/signals/order.paid"
+
+
+def test_a_bearer_signal_on_the_keyed_route_finds_its_instance_by_key(
+    node: SubprocessServer,
+) -> None:
+    order = uuid.uuid4().hex[:12]
+    mine = start(node, "/api/v1/orders", {"order_id": order}, instance_key=f"order-{order}")
+    other = start(node, "/api/v1/orders", {"order_id": f"{order}-2"}, f"order-{order}-2")
+    paid = {"order_id": order, "amount": 1200}
+    key = {"Idempotency-Key": f"paid-{order}"}
+    with httpx.Client(base_url=node.base_url, timeout=30) as anonymous:
+        refused = anonymous.post(ORDERS, json=paid)
+    assert refused.status_code == 401 and refused.json()["code"] == "unauthorized"
+
+    with api(node) as client:
+        resp = client.post(ORDERS, json=paid, headers=key)
+        assert resp.status_code == 202, resp.text
+        assert resp.json()["instanceId"] == mine and resp.json()["created"] is True
+        assert ended(node, mine)["result"] == paid
+        again = client.post(ORDERS, json=paid, headers=key)  # a retry, once it ended
+        assert again.status_code == 202, again.text
+        assert again.json()["created"] is False
+        assert again.json()["signalId"] == resp.json()["signalId"]
+        reused = client.post(ORDERS, json={**paid, "amount": 1}, headers=key)
+        assert reused.status_code == 422 and reused.json()["code"] == "idempotency_key_reused"
+
+        unknown = client.post(ORDERS, json={"order_id": "nobody", "amount": 1})
+        assert unknown.status_code == 404 and unknown.json()["code"] == "instance_not_found"
+        invalid = client.post(ORDERS, json={"order_id": order})
+        assert invalid.status_code == 422 and invalid.json()["code"] == "input_invalid"
+        assert client.post(ORDERS, json={"order_id": "", "amount": 1}).status_code == 204
+        boom = client.post(ORDERS, json={"order_id": "boom", "amount": 1})
+        assert boom.status_code == 422, boom.text
+        assert boom.json()["code"] == "signal_payload_invalid"
+        assert "ledger" not in boom.text and "RuntimeError" not in boom.text
+        # the key reached this instance first: sent for another, it is refused
+        replayed = client.post(ORDERS, json={"order_id": f"{order}-2", "amount": 1200}, headers=key)
+        assert replayed.status_code == 409, replayed.text
+        assert replayed.json()["code"] == "signal_delivery_replayed"
+        schema = client.get("/openapi.json").json()
+    assert instance(node, other)["signals"] == []
+    operation = schema["paths"][ORDERS]["post"]
+    assert operation["operationId"] == "signal_order_wait_order_paid_by_key"
+    body = operation["requestBody"]["content"]["application/json"]["schema"]
+    assert set(body["properties"]) == {"order_id", "amount"}
+    assert "422" in operation["responses"] and "404" in operation["responses"]

@@ -7,6 +7,7 @@ import base64
 import hashlib
 import hmac
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -125,7 +126,7 @@ def test_a_stripe_tolerance_must_be_positive() -> None:
         StripeWebhook("s", tolerance=timedelta(0))
 
 
-def test_an_instance_key_function_needs_a_verifier() -> None:
+def test_an_instance_key_function_takes_a_verifier_or_a_bearer_token() -> None:
     from pydantic import BaseModel
 
     from flowpark import Signal
@@ -133,8 +134,9 @@ def test_an_instance_key_function_needs_a_verifier() -> None:
     class Done(BaseModel):
         run: str
 
-    with pytest.raises(ValueError, match="needs verify="):
-        Signal("ci.done", Done, instance_key=lambda p: p.run)
+    bearer = Signal("ci.done", Done, instance_key=lambda p: p.run)  # its keyed route: a token
+    assert bearer.verify is None and bearer.instance_key is not None
+    assert bearer.instance_key(Done(run="r-1")) == "r-1"
     assert Signal("ci.done", Done, verify=GitHubWebhook("gh"), instance_key=lambda p: p.run)
 
 
@@ -154,3 +156,17 @@ def test_the_clients_pages_github_example_is_a_clean_flow() -> None:
     run = {"action": "completed", "workflow_run": {"id": 7, "conclusion": "success"}}
     assert adapt(WebhookDelivery(run, "workflow_run")).run_id == 7  # type: ignore[operator]
     assert adapt(WebhookDelivery({"zen": "..."}, "ping")) is None  # type: ignore[operator]
+
+
+def test_the_clients_pages_bearer_keyed_example_names_its_instance_key() -> None:
+    import re
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "clients.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)
+    (example,) = [b for b in blocks if "ORDER_PAID" in b]
+    namespace: dict[str, Any] = {"__name__": "clients_example"}
+    exec(compile(example, "docs/clients.md", "exec"), namespace)
+    signal = namespace["ORDER_PAID"]
+    assert signal.verify is None
+    assert signal.instance_key(namespace["OrderPaid"](order_id="1234", amount=1)) == "order-1234"
