@@ -311,7 +311,7 @@ def build_console_router() -> APIRouter:
                 "session": session,
                 "section": "flows",
                 "plan": plan,
-                "graph": layout(plan, waiting),
+                "graph": layout(plan, waiting, counts),
                 "waiting_total": sum(waiting.values()),
                 "marked": marked,
                 "counts": counts,

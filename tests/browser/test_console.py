@@ -18,6 +18,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import start_server
+from tests.browser.graph_checks import graph_problems
 from tests.support.console_data import Populated, populate
 from tests.support.server import TOKEN, SubprocessServer
 
@@ -134,6 +135,7 @@ def test_an_operator_finds_an_overdue_document_wakes_it_and_reads_its_flow(
     assert waiting == len(docs.parked)
     for kind in ("attempt", "loop", "satisfied", "signal", "timeout", "compensation"):
         expect(graph.locator(f'g.edge[data-edge="{kind}"]')).to_have_count(1)
+    assert graph_problems(graph) == []
     assert problems == []
 
 

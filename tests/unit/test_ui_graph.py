@@ -4,15 +4,16 @@ a poll's loop, its signal, its on_timeout branch and the compensations."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import httpx
 import pytest
 
-from app.flows import Catalog, Flow
+from app.flows import Capability, Catalog, Flow, StepContext
 from app.flows.plan import CapabilityStep, Plan
-from app.ui.graph import Graph, describe_backoff, human_duration, layout
+from app.ui.graph import Graph, GraphEdge, describe_backoff, human_duration, layout
 from samples.document_processing import OcrClient, build_document_flow
-from tests.engine.flows import INTERVAL, await_flow, poll_flow
+from tests.engine.flows import INTERVAL, Order, await_flow, poll_flow
 
 
 def _plan(flow: Flow) -> Plan:
@@ -64,16 +65,100 @@ def test_document_flow_draws_every_node_and_the_poll_edges(document_plan: Plan) 
     assert timeout.label == "on_timeout (4h)"
     # the on_timeout block sits in a column of its own; the main path stays in one
     assert drawn["3"].x > drawn["1"].x == drawn["5"].x == drawn["end"].x
+    # the poll's body sits beside it, on its row, to its left; the next step right below it
+    assert drawn["2"].y == drawn["1"].y and drawn["2"].x + drawn["2"].w < drawn["1"].x
+    assert drawn["5"].y > drawn["1"].y and not [
+        n for n in graph.boxes if n.x == drawn["1"].x and drawn["1"].y < n.y < drawn["5"].y
+    ]
 
 
 def test_no_two_nodes_overlap_and_the_drawing_holds_them(document_plan: Plan) -> None:
-    for plan in (document_plan, _plan(poll_flow(on_timeout="rejoin")), _plan(await_flow())):
+    for plan in _plans(document_plan):
         graph = layout(plan)
         for a, b in itertools.combinations(graph.boxes, 2):
             apart = a.x + a.w <= b.x or b.x + b.w <= a.x or a.y + a.h <= b.y or b.y + b.h <= a.y
             assert apart, (plan.name, a.key, b.key)
         assert all(n.x >= 0 and n.x + n.w <= graph.width for n in graph.boxes)
         assert all(n.y >= 0 and n.y + n.h <= graph.height for n in graph.boxes)
+
+
+def _plans(document_plan: Plan) -> list[Plan]:
+    return [
+        document_plan,
+        _plan(poll_flow(on_timeout="rejoin")),
+        _plan(poll_flow(on_timeout="none", signal=False)),
+        _plan(await_flow()),
+    ]
+
+
+def _label_box(edge: GraphEdge) -> tuple[float, float, float, float]:
+    """An edge label's estimated extent (left, top, right, bottom): 11 px text."""
+    left, right = edge.label_span()
+    return left, edge.label_y - 10, right, edge.label_y + 3
+
+
+def _meets(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _points(path: str) -> list[tuple[float, float]]:
+    """The points of a path of straight lines (``M x,y L x,y``)."""
+    return [(float(x), float(y)) for x, y in re.findall(r"[ML](-?[\d.]+),(-?[\d.]+)", path)]
+
+
+def test_no_edge_label_meets_a_box_another_label_or_the_drawings_edge(
+    document_plan: Plan,
+) -> None:
+    for plan in _plans(document_plan):
+        graph = layout(plan)
+        labels = [e for e in graph.edges if e.label]
+        for edge in labels:
+            box = _label_box(edge)
+            assert box[0] >= 0 and box[2] <= graph.width, (plan.name, edge.label)
+            for n in graph.boxes:
+                assert not _meets(box, (n.x, n.y, n.x + n.w, n.y + n.h)), (edge.label, n.key)
+        for a, b in itertools.combinations(labels, 2):
+            assert not _meets(_label_box(a), _label_box(b)), (plan.name, a.label, b.label)
+
+
+def test_the_poll_edges_run_in_the_gaps_between_their_boxes(document_plan: Plan) -> None:
+    graph = layout(document_plan)
+    poll, body, after = graph.box("1"), graph.box("2"), graph.box("5")
+    by_kind = {e.kind: e for e in graph.edges}
+    for kind in ("attempt", "loop"):  # horizontal, between the body's right and the poll's left
+        (x0, y0), (x1, y1) = _points(by_kind[kind].path)
+        assert y0 == y1 and poll.y < y0 < poll.y + poll.h, kind
+        assert sorted((x0, x1)) == [body.x + body.w, poll.x], kind
+    attempt, back = (_points(by_kind[k].path) for k in ("attempt", "loop"))
+    assert attempt[0][0] == poll.x and back[1][0] == poll.x  # one out of the poll, one in
+    assert by_kind["attempt"].label_y < attempt[0][1] < back[0][1] < by_kind["loop"].label_y
+    lines = []
+    for kind in ("satisfied", "signal"):  # vertical, from the poll's bottom to the next top
+        (x0, y0), (x1, y1) = _points(by_kind[kind].path)
+        assert x0 == x1 and (y0, y1) == (poll.y + poll.h, after.y), kind
+        lines.append(x0)
+    assert lines[0] < poll.cx < lines[1]  # side by side, apart
+    assert by_kind["satisfied"].anchor == "end" and by_kind["signal"].anchor == "start"
+
+
+def test_a_long_name_widens_its_column_instead_of_being_cut() -> None:
+    class Long(Capability):
+        id = "payments.settlement_report_reconciliation"
+
+        async def execute(self, ctx: StepContext) -> None:
+            return None
+
+    flow = Flow("t.long", "1.0.0", input=Order)
+    flow.step(Long()).fail("t.reconciliation_failed", "the settlement report never " * 3)
+    graph = layout(_plan(flow))
+    long, fail = graph.box("0"), graph.box("1")
+    assert long.shown_title == long.title and long.w >= len(long.title) * 8.0 + 24
+    # a fail message wraps onto two lines, the second cut to the box
+    assert len(fail.lines) == 2 and fail.lines[1].endswith("…")
+    assert all(len(line) * 6.4 <= fail.w - 24 for line in fail.lines)
+    # counts drawn in a box widen it too
+    counted = layout(_plan(flow), counts={"0": {"parked": 12345, "running": 67890, "failed": 1}})
+    assert counted.box("0").w >= len("12345 parked · 67890 running · 1 failed") * 6.4 + 24
 
 
 def test_a_rejoining_on_timeout_block_leads_back_to_the_main_path() -> None:
