@@ -11,11 +11,18 @@
 
 Every test fails (at teardown) that leaves an aiosqlite connection open on an event loop it
 closed: see :func:`pytest_runtest_teardown`.
+
+Under pytest-xdist (``pytest -n auto``: ``--dist loadscope --no-loadscope-reorder``, see
+pyproject.toml) each module runs whole on one worker, and the workers take modules in
+collection order as they free up; :func:`pytest_collection_modifyitems` puts the costliest
+modules first (by ``tests/durations.json``), so the long multi-process modules start at once
+and the many short ones fill the workers' ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import traceback
@@ -39,6 +46,12 @@ from app.store.migrate import upgrade
 from app.store.sql_journal import SqlJournal
 
 DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+#: Seconds each test module took (sum of its tests' setup, call and teardown), measured by
+#: ``python -m tests.support.durations``; only their order matters.
+DURATIONS = Path(__file__).with_name("durations.json")
+#: What a module missing from it is taken to cost, per test (slow-marked or not).
+UNKNOWN_SLOW_SECONDS = 5.0
+UNKNOWN_SECONDS = 0.1
 
 # pytest-xdist gives its workers COLUMNS=80 and LINES=24; a worker then looks like a terminal of
 # that size to what reads them (rich's console sizes itself once, when the CLI is imported),
@@ -103,6 +116,31 @@ def _no_open_aiosqlite_connection() -> Iterator[None]:
     after the test's loop is closed: an error the worker thread raises is this test's)."""
     yield
     _fail_on_open_connections()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """On an xdist worker, order the modules costliest first (longest processing time
+    first: with the scheduler handing whole modules to whichever worker frees up, the run
+    ends with short modules, not a long one started last); a module's tests keep their
+    order. A plain run keeps the collection order."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    known: dict[str, float] = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def cost(module: str) -> float:
+        if module in known:
+            return known[module]
+        return sum(
+            UNKNOWN_SLOW_SECONDS if item.get_closest_marker("slow") else UNKNOWN_SECONDS
+            for item in modules[module]
+        )
+
+    ordered = sorted(modules, key=cost, reverse=True)  # stable: ties keep collection order
+    items[:] = [item for module in ordered for item in modules[module]]
 
 
 @pytest.hookimpl(trylast=True)

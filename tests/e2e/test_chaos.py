@@ -1,7 +1,8 @@
-"""Chaos on real processes: nodes SIGKILLed in a loop; the database stopped under load.
+"""Chaos on real processes: nodes SIGKILLed in a loop (with the provider stalled for 30 s in
+one of them). The database stopped under load is ``test_chaos_outage``.
 
 Each test runs ``flowpark fakes`` (the fake OCR, its own process) and ``flowpark serve`` /
-``flowpark worker`` nodes on PostgreSQL (the helpers of ``test_multinode``), starts
+``flowpark worker`` nodes on PostgreSQL (the helpers of :mod:`tests.e2e.cluster`), starts
 documents over HTTP and checks what the brief promises after the chaos: every document
 completes with no help, the journal holds no duplicated row, the provider created one OCR
 job per document (the execution key deduplicated every re-executed upload) and no job is
@@ -18,15 +19,24 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.store.db import CONNECT_TIMEOUT_SECONDS, STORE_WAIT_SECONDS, make_async_engine
-from tests.e2e.test_multinode import Cluster, Proc, documents, report, rows, states
+from app.store.db import make_async_engine
+from tests.e2e.cluster import (
+    Cluster,
+    Proc,
+    Starter,
+    documents,
+    no_duplicate_rows,
+    ocr_jobs,
+    provider_stats,
+    report,
+    rows,
+    states,
+)
 from tests.support.eventually import eventually
-from tests.support.own_postgres import own_postgres
-from tests.support.server import TOKEN, flowpark_command
+from tests.support.server import flowpark_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -53,79 +63,6 @@ STALL_CALL_TIMEOUT = 1.0
 #: timeout, so the nodes keep trying as fast as the retry policies say
 STALL_CONCURRENCY = 16
 COUNT_ONLY_TRIES = 3  # the tries of the count-only policies the samples had before
-DOCUMENTS = "/api/v1/documents"
-
-
-async def _no_duplicate_rows(db: AsyncEngine) -> None:
-    repeated = await rows(
-        db,
-        "SELECT instance_id, step_id, scope, kind, try_number, count(*) FROM flow_step "
-        "GROUP BY instance_id, step_id, scope, kind, try_number HAVING count(*) > 1",
-    )
-    assert repeated == [], repeated[:10]
-    events = await rows(
-        db,
-        "SELECT instance_id, count(*) FROM outbox_event GROUP BY instance_id HAVING count(*) > 1",
-    )
-    assert events == [], events[:10]
-
-
-class Starter:
-    """Starts documents over HTTP on any serve node; a start no node answers (all being
-    restarted) is repeated, with the same Idempotency-Key and body, until one does."""
-
-    def __init__(self, urls: list[str], pages: int = 2, clients: int = 16) -> None:
-        self.urls = urls
-        self.pages = pages
-        self.gate = asyncio.Semaphore(clients)
-        self.instance_ids: dict[str, str] = {}
-        self.repeated = 0
-        self.answers: Counter[int] = Counter()
-
-    async def run(self, names: list[str], within: float = 90.0) -> None:
-        headers = {"Authorization": f"Bearer {TOKEN}"}
-        async with httpx.AsyncClient(headers=headers, timeout=30) as http:
-
-            async def start(index: int, document: str) -> None:
-                deadline = time.monotonic() + within
-                turn = index
-                async with self.gate:
-                    while True:
-                        url = self.urls[turn % len(self.urls)] + DOCUMENTS
-                        turn += 1
-                        try:
-                            resp = await http.post(
-                                url,
-                                json={"documentId": document, "pages": self.pages},
-                                headers={"Idempotency-Key": document},
-                            )
-                        except httpx.TransportError:
-                            resp = None
-                        if resp is not None:
-                            self.answers[resp.status_code] += 1
-                            assert resp.status_code in (200, 202, 503), resp.text
-                            if resp.status_code != 503:
-                                self.instance_ids[document] = resp.json()["instanceId"]
-                                return
-                        self.repeated += 1
-                        assert time.monotonic() < deadline, f"no node started {document}"
-                        await asyncio.sleep(0.2)
-
-            await asyncio.gather(*(start(i, d) for i, d in enumerate(names)))
-
-
-async def _ocr_jobs(fakes: Proc) -> list[dict[str, str]]:
-    async with httpx.AsyncClient(base_url=fakes.url, timeout=30) as http:
-        resp = await http.get("/fake/ocr/jobs")
-        assert resp.status_code == 200, resp.text
-        return list(resp.json())
-
-
-async def _stats(fakes: Proc) -> dict[str, dict[str, int]]:
-    async with httpx.AsyncClient(base_url=fakes.url, timeout=30) as http:
-        resp = await http.get("/fake/stats")
-        assert resp.status_code == 200, resp.text
-        return dict(resp.json())
 
 
 @pytest.mark.timeout(300)
@@ -269,13 +206,13 @@ async def _crash_loop(
     await eventually(every_document_ended, timeout=150, interval=0.5, what="every document ended")
     finished = time.monotonic()
     assert await states(db) == Counter({"completed": CRASH_DOCUMENTS})
-    await _no_duplicate_rows(db)
-    jobs = await _ocr_jobs(fakes)
+    await no_duplicate_rows(db)
+    jobs = await ocr_jobs(fakes)
     by_document = Counter(j["documentId"] for j in jobs)
     # one OCR job per document, however often the upload ran; none left open
     assert len(jobs) == CRASH_DOCUMENTS and set(by_document.values()) == {1}, by_document
     assert {j["status"] for j in jobs} == {"completed"}
-    stats = await _stats(fakes)
+    stats = await provider_stats(fakes)
     per_key = stats["ocrUploadsByKey"]
     assert len(per_key) == CRASH_DOCUMENTS
     # the at-least-once rule: an execution reaches the provider at most once per try
@@ -294,132 +231,3 @@ async def _crash_loop(
         max_uploads_per_key=max(per_key.values()),
         start_repeats=starts.repeated,
     )
-
-
-OUTAGE_SECONDS = 10.0
-OUTAGE_DOCUMENTS = 100
-#: the longest an answer may take while the database is down (docs/operating.md)
-OUTAGE_ANSWER_BOUND = STORE_WAIT_SECONDS + CONNECT_TIMEOUT_SECONDS
-
-
-@pytest.mark.timeout(300)
-async def test_a_database_outage_answers_503_and_afterwards_every_document_completes(
-    tmp_path: Path,
-) -> None:
-    with own_postgres() as pg:
-        subprocess.run(
-            [*flowpark_command(), "db", "upgrade", "--url", pg.url],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-        nodes = Cluster(pg.url, tmp_path)
-        reader = make_async_engine(pg.url, pool_size=2)
-        try:
-            fakes = await nodes.start_fakes()
-            (serve,) = await nodes.start_nodes("serve-a")
-            await nodes.start_nodes("worker-b", role="worker")
-            names = documents(OUTAGE_DOCUMENTS, "outage")
-            before = Starter([serve.url], pages=6)  # ~3 s of OCR: parked through the outage
-            await before.run(names[: OUTAGE_DOCUMENTS // 2])
-
-            pg.stop()
-            stopped = time.monotonic()
-            answers: list[tuple[str, int, str, float]] = []
-            known = next(iter(before.instance_ids.values()))
-            headers = {"Authorization": f"Bearer {TOKEN}"}
-            async with httpx.AsyncClient(base_url=serve.url, headers=headers, timeout=60) as http:
-
-                async def probe(index: int) -> None:
-                    while time.monotonic() - stopped < OUTAGE_SECONDS:
-                        document = names[OUTAGE_DOCUMENTS // 2 + index]
-                        for method, call in (
-                            (
-                                "signal",
-                                http.post(
-                                    f"{DOCUMENTS}/{known}/signals/ocr.completed",
-                                    json={"jobId": "outage-probe"},
-                                    headers={"Idempotency-Key": f"{document}-signal"},
-                                ),
-                            ),
-                            (
-                                "start",
-                                http.post(
-                                    DOCUMENTS,
-                                    json={"documentId": document, "pages": 2},
-                                    headers={"Idempotency-Key": document},
-                                ),
-                            ),
-                            ("read", http.get(f"/api/v1/instances/{known}")),
-                        ):
-                            began = time.monotonic()
-                            resp = await call
-                            code = (
-                                resp.json().get("code", "")
-                                if resp.headers.get("content-type", "").endswith("json")
-                                else ""
-                            )
-                            answers.append(
-                                (method, resp.status_code, code, time.monotonic() - began)
-                            )
-                        await asyncio.sleep(0.2)
-
-                await asyncio.gather(*(probe(i) for i in range(8)))
-                # readiness says what is wrong, and nothing of the driver's message
-                ready = await http.get("/readyz")
-            pg.start()
-            restarted = time.monotonic()
-
-            assert answers, "no request was made during the outage"
-            statuses = Counter((m, s, c) for m, s, c, _ in answers)
-            assert all(s == 503 and c == "store_unavailable" for _, s, c in statuses), statuses
-            slowest = max(seconds for *_, seconds in answers)
-            assert slowest <= OUTAGE_ANSWER_BOUND, slowest
-            slowest_by = {m: max(sec for mm, _, _, sec in answers if mm == m) for m, *_ in answers}
-            assert ready.status_code == 503, ready.text
-            assert ready.json()["checks"]["database"] == "store_unavailable", ready.text
-            for leak in ("127.0.0.1", str(pg.port), "connection", "SELECT", "psycopg"):
-                assert leak not in ready.text, (leak, ready.text)
-
-            # afterwards, with no help: the parked documents go on; the starts refused
-            # during the outage are repeated (same Idempotency-Key) as a client would
-            after = Starter([serve.url])
-            await after.run(names[OUTAGE_DOCUMENTS // 2 :])
-
-            async def every_document_completed() -> None:
-                now = await states(reader)
-                assert now == Counter({"completed": OUTAGE_DOCUMENTS}), dict(now)
-
-            await eventually(
-                every_document_completed, timeout=90, interval=0.5, what="every document done"
-            )
-            drained = time.monotonic()
-            await _no_duplicate_rows(reader)
-            jobs = await _ocr_jobs(fakes)
-            assert len(jobs) == OUTAGE_DOCUMENTS and {j["status"] for j in jobs} == {"completed"}
-            outputs = "".join(p.output() for p in nodes.procs)
-            assert "internal_error" not in outputs, outputs[-3000:]
-            # an expected outage: one warning line per kind and interval, no traceback
-            assert "Traceback" not in outputs, outputs[-5000:]
-            lines = Counter(
-                (proc.name, line.split("store unavailable (", 1)[1].split(")", 1)[0])
-                for proc in nodes.procs
-                for line in proc.output().splitlines()
-                if "store unavailable (" in line
-            )
-            assert lines, "the outage was not logged"
-            per_interval = (restarted - stopped) / 10.0 + 2  # first line, then one per 10 s
-            assert max(lines.values()) <= per_interval, lines
-            report(
-                "database outage",
-                documents=OUTAGE_DOCUMENTS,
-                outage_s=restarted - stopped,
-                answers_during=len(answers),
-                slowest_answer_s=slowest,
-                slowest_signal_s=slowest_by.get("signal", 0.0),
-                outage_log_lines=sum(lines.values()),
-                completed_after_s=drained - restarted,
-            )
-        finally:
-            await reader.dispose()
-            nodes.stop_all()

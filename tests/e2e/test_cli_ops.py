@@ -1,6 +1,11 @@
-"""The operator CLI (``flowpark instances ...``, ``flowpark flows list|show``) run as a real
-process against a real ``flowpark serve`` process: list, explain, act, and the exit codes
-scripts rely on."""
+"""The operator CLI (``flowpark instances ...``, ``flowpark flows list|show``) against a real
+``flowpark serve`` process: list, explain, act, and the exit codes scripts rely on.
+
+The commands run in the test's process (typer's ``CliRunner``: the same typer app, exit codes
+and stdout/stderr as the console script, without a Python start-up per command); what is
+about the process itself runs the ``flowpark`` script: ``--watch`` following an instance
+while it changes, and the question a bulk action asks on a terminal.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +16,15 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
+from app.cli import app as flowpark_app
 from app.cli_ops import EXIT_CONFLICT, EXIT_FORBIDDEN, EXIT_NOT_FOUND, EXIT_UNREACHABLE
 from tests.support.eventually import eventually_sync
 from tests.support.server import TOKEN, SubprocessServer, flowpark_command, free_port
@@ -65,23 +73,31 @@ def start_document(node: SubprocessServer) -> str:
     return str(resp.json()["instanceId"])
 
 
+@dataclass(frozen=True)
+class Ran:
+    """What a command printed and its exit code (as ``subprocess.CompletedProcess``)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 def cli(
     node: SubprocessServer,
     *args: str,
     token: str | None = TOKEN,
     url: str | None = None,
     columns: int = 200,
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWPARK_")}
-    env.update(FLOWPARK_URL=url or node.base_url, COLUMNS=str(columns))
-    if token is not None:
-        env["FLOWPARK_TOKEN"] = token
-    return subprocess.run(
-        [*flowpark_command(), *args], env=env, capture_output=True, text=True, timeout=60
-    )
+) -> Ran:
+    """``flowpark *args`` with ``FLOWPARK_URL``/``FLOWPARK_TOKEN`` (and no other
+    ``FLOWPARK_*``) in the environment and ``COLUMNS`` wide, stdin and stdout not terminals."""
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("FLOWPARK_")}
+    env.update(FLOWPARK_URL=url or node.base_url, COLUMNS=str(columns), FLOWPARK_TOKEN=token)
+    done = CliRunner().invoke(flowpark_app, list(args), env=env, catch_exceptions=False)
+    return Ran(done.exit_code, done.stdout, done.stderr)
 
 
-def as_json(done: subprocess.CompletedProcess[str]) -> Any:
+def as_json(done: Ran) -> Any:
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(done.stdout)
 
