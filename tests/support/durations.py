@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 import xml.etree.ElementTree as ET
-from collections import Counter
+from collections import defaultdict
 from pathlib import Path
 
 __all__ = ["FILE", "module_seconds", "update"]
@@ -36,9 +36,9 @@ def _module_path(classname: str) -> str:
     raise ValueError(f"no test module for {classname!r}")
 
 
-def module_seconds(report: Path) -> Counter[str]:
+def module_seconds(report: Path) -> dict[str, float]:
     """Seconds per test module path in a junit XML ``report``."""
-    seconds: Counter[str] = Counter()
+    seconds: dict[str, float] = defaultdict(float)
     for case in ET.parse(report).iter("testcase"):
         seconds[_module_path(case.get("classname", ""))] += float(case.get("time", 0))
     return seconds
