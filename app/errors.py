@@ -36,6 +36,7 @@ of a definition finding (``poll.requires_durable``).
     ├── StoreUnavailable           store_unavailable
     ├── DeliveryNotFound           delivery_not_found
     ├── DeliveryNotFailed          delivery_not_failed
+    ├── CompensationNotFailed      compensation_not_failed
     ├── NotReady                   not_ready; .checks (what /readyz found)
     └── RequestRefused             an HTTP request refused before any flow is involved
         ├── Unauthorized           unauthorized
@@ -68,6 +69,7 @@ __all__ = [
     "BodyTooLarge",
     "BulkFilterMissing",
     "DefinitionError",
+    "CompensationNotFailed",
     "DeliveryNotFailed",
     "DeliveryNotFound",
     "ErrorCode",
@@ -131,6 +133,11 @@ class ErrorCode(StrEnum):
         "bulk_filter_missing",
         'a bulk action gives no filter: name at least one, or send `"all": true` to act on '
         "every instance",
+    )
+    COMPENSATION_NOT_FAILED = (
+        "compensation_not_failed",
+        "the instance has no compensation that failed for good to retry (it has not ended, "
+        "or every compensation succeeded), or this node does not serve its flow version",
     )
     DELIVERY_NOT_FAILED = (
         "delivery_not_failed",
@@ -434,6 +441,12 @@ class DeliveryNotFound(FlowparkError):
     """No event delivery with that id."""
 
     code = ErrorCode.DELIVERY_NOT_FOUND
+
+
+class CompensationNotFailed(FlowparkError):
+    """A retry of compensations asked of an instance with none that failed for good."""
+
+    code = ErrorCode.COMPENSATION_NOT_FAILED
 
 
 class DeliveryNotFailed(FlowparkError):

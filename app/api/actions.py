@@ -1,5 +1,6 @@
-"""The operator's actions on one instance: wake, cancel and extend its budget, each
-recorded with an ``Idempotency-Key`` so a repeat answers the first answer."""
+"""The operator's actions on one instance: wake, cancel, extend its budget and retry its
+compensations that failed for good, each recorded with an ``Idempotency-Key`` so a repeat
+answers the first answer."""
 
 from __future__ import annotations
 
@@ -11,17 +12,26 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from app.api.auth import Principal
-from app.api.models import BudgetExtension, CancelAnswer, OperatorSignalAnswer, WakeAnswer
+from app.api.models import (
+    BudgetExtension,
+    CancelAnswer,
+    CompensationRetryAnswer,
+    OperatorSignalAnswer,
+    RetriedCompensation,
+    WakeAnswer,
+)
 from app.engine.engine import Engine
 from app.engine.journal import InstanceRecord, InstanceState, WakeKind
-from app.engine.operator import extend_budget
+from app.engine.operator import extend_budget, retry_compensations
 from app.engine.ports.operator import OperatorAction, OperatorReads
 from app.errors import FlowparkError, InstanceEnded
 
-__all__ = ["Extension", "cancel", "extend", "signal", "wake"]
+__all__ = ["Extension", "cancel", "extend", "retry", "signal", "wake"]
 
 #: An action's answer model.
-A = TypeVar("A", WakeAnswer, CancelAnswer, BudgetExtension, OperatorSignalAnswer)
+A = TypeVar(
+    "A", WakeAnswer, CancelAnswer, BudgetExtension, OperatorSignalAnswer, CompensationRetryAnswer
+)
 
 
 def _stored(answer: BaseModel) -> dict[str, Any]:
@@ -57,12 +67,15 @@ async def _open(
     instance_id: str,
     action: str,
     key: str | None,
+    *,
+    on_ended: bool = False,
 ) -> _Opened | tuple[int, A]:
     """Open an action on one instance: the answer to give now, or the instance and the
     action recorded as begun.
 
     A repeat of ``key`` answers what the first request did (even once the instance has
-    ended); else an ended instance is refused; else the action is recorded before it acts
+    ended); else an ended instance is refused (unless ``on_ended``: an action on ended
+    instances); else the action is recorded before it acts
     (so two requests with one key act once), and a concurrent request that recorded it
     first with the same key gives its answer.
 
@@ -77,7 +90,7 @@ async def _open(
     if first is not None:
         return first
     inst = await engine.journal.reads.get_instance(instance_id)
-    if inst.state.ended:
+    if inst.state.ended and not on_ended:
         raise InstanceEnded(
             f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
         )
@@ -312,6 +325,53 @@ async def extend(
         previous_ends_at=done.previous_ends_at,
         ends_at=done.ends_at,
         capped_by_deadline=done.capped_by_deadline,
+        action_id=action.id,
+        actor=action.actor,
+        acted_at=action.acted_at,
+    )
+    await reads.complete_action(action.id, {"answer": _stored(answer), "status": 200})
+    return 200, answer
+
+
+async def retry(
+    engine: Engine, actor: Principal, instance_id: str, key: str | None
+) -> tuple[int, CompensationRetryAnswer]:
+    """Retry the compensations of an ended instance that failed for good, as ``actor``
+    (see the route).
+
+    Returns:
+        ``(status, answer)``: 200 and the :class:`~app.api.models.CompensationRetryAnswer`.
+
+    Raises:
+        InstanceNotFound: 404. CompensationNotFailed, InstanceBusy, InstanceKeyInUse: 409.
+    """
+    opened = await _open(
+        engine,
+        actor,
+        CompensationRetryAnswer,
+        instance_id,
+        "retry_compensations",
+        key,
+        on_ended=True,
+    )
+    if not isinstance(opened, _Opened):
+        return opened
+    action = opened.action
+    reads = engine.journal.operator
+    try:
+        done = await retry_compensations(engine, instance_id)
+    except FlowparkError as exc:
+        refused = CompensationRetryAnswer(instance_id=instance_id, refused=str(exc.code))
+        await reads.complete_action(action.id, {"answer": _stored(refused)})
+        raise
+    answer = CompensationRetryAnswer(
+        instance_id=instance_id,
+        retried=[
+            RetriedCompensation(step_id=step, scope=scope, capability_id=capability)
+            for step, scope, capability in done.retried
+        ],
+        state=done.state,
+        still_failed=done.still_failed,
         action_id=action.id,
         actor=action.actor,
         acted_at=action.acted_at,

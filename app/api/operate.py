@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Path, Query
 from fastapi.responses import JSONResponse, Response
 
-from app.api.actions import Extension, cancel, extend, wake
+from app.api.actions import Extension, cancel, extend, retry, wake
 from app.api.bulk import BulkAction, BulkFilter
 from app.api.deps import CatalogDep, EngineDep, OperateToken, OperatorReadsDep, ReadToken
 from app.api.explain import (
@@ -33,6 +33,7 @@ from app.api.models import (
     BudgetExtension,
     BulkAnswer,
     CancelAnswer,
+    CompensationRetryAnswer,
     InstanceCounts,
     InstanceList,
     PlanView,
@@ -490,6 +491,44 @@ def build_operator_router() -> APIRouter:
         check_instance_id(instance_id)
         key = idempotency_header(idempotency_key, required=False)
         status, answer = await cancel(engine, token, instance_id, key)
+        response.status_code = status
+        return answer
+
+    @router.post(
+        "/instances/{instance_id}/compensations/retry",
+        tags=["instances"],
+        operation_id="retry_instance_compensations",
+        response_model=CompensationRetryAnswer,
+        responses=problem_responses(
+            ErrorCode.INSTANCE_NOT_FOUND,
+            ErrorCode.IDEMPOTENCY_KEY_INVALID,
+            ErrorCode.COMPENSATION_NOT_FAILED,
+            ErrorCode.INSTANCE_BUSY,
+            ErrorCode.INSTANCE_KEY_IN_USE,
+        ),
+    )
+    async def retry_instance_compensations(
+        token: OperateToken,
+        engine: EngineDep,
+        response: Response,
+        instance_id: Annotated[str, Path(description="the instance's id")],
+        idempotency_key: Annotated[
+            str | None, Header(alias="Idempotency-Key", description=_KEY_DOC)
+        ] = None,
+    ) -> CompensationRetryAnswer:
+        """Retry the compensations of an ended (`failed` or `cancelled`) instance that
+        failed for good (its `compensationFailures`): each runs one more try now, through
+        the engine (a `retry` row in the journal asks for it; the try's row follows), and
+        the instance ends again in its state: still marked, with the new error, if a try
+        failed (`stillFailed` counts them), cleared if every one succeeded. The journal
+        keeps every try. 409 `compensation_not_failed` when none failed for good (or this
+        node does not serve its flow version), `instance_busy` while another retry of it
+        runs, `instance_key_in_use` while a running instance of its flow holds its
+        instance key. Recorded in the instance's history (`actionId`, `actor`,
+        `actedAt`); idempotent by `Idempotency-Key`."""
+        check_instance_id(instance_id)
+        key = idempotency_header(idempotency_key, required=False)
+        status, answer = await retry(engine, token, instance_id, key)
         response.status_code = status
         return answer
 

@@ -54,6 +54,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.INSTANCE_BUSY: 409,
     ErrorCode.INSTANCE_ENDED: 409,
     ErrorCode.DELIVERY_NOT_FAILED: 409,
+    ErrorCode.COMPENSATION_NOT_FAILED: 409,
     ErrorCode.INSTANCE_KEY_IN_USE: 409,
     ErrorCode.NO_BUDGET: 409,
     ErrorCode.SIGNAL_DELIVERY_REPLAYED: 409,

@@ -1,4 +1,5 @@
-"""``flowpark instances ...``: list, count, show, wake, cancel, extend and signal instances."""
+"""``flowpark instances ...``: list, count, show, wake, cancel, extend, signal instances and
+retry their compensations."""
 
 from __future__ import annotations
 
@@ -443,6 +444,40 @@ def extend(
         f"{_short(answer['previousEndsAt'])}{capped}",
         soft_wrap=True,
     )
+
+
+@instances_app.command("retry-compensations")
+def retry_compensations(
+    instance_id: Annotated[str, typer.Argument(help="The instance id, or its start when unique.")],
+    url: Url = DEFAULT_URL,
+    token: Token = None,
+    key: Key = None,
+    as_json: AsJson = False,
+) -> None:
+    """Retry the compensations of an ended instance that failed for good: each runs one
+    more try now, and the instance ends again in its state (exit 0 when every one
+    succeeded, 1 when one failed again: it stays marked)."""
+    with _api(url, token) as api:
+        instance_id = api.resolve(instance_id)
+        answer = api.call("POST", f"/api/v1/instances/{instance_id}/compensations/retry", key=key)
+    if as_json:
+        _json(answer)
+    else:
+        for c in answer.get("retried") or []:
+            out.print(
+                f"{instance_id}: retried {c['capabilityId']} (step {c['stepId']})",
+                markup=False,
+                soft_wrap=True,
+            )
+        still = answer.get("stillFailed") or 0
+        out.print(
+            f"{instance_id}: {answer.get('state')}, "
+            + (f"{still} compensation(s) still failed" if still else "no compensation failed"),
+            markup=False,
+            soft_wrap=True,
+        )
+    if answer.get("stillFailed"):
+        raise typer.Exit(EXIT_ERROR)
 
 
 @instances_app.command("signal")

@@ -197,7 +197,7 @@ def _expected_name(step: object, kind: StepKind, name: str) -> str | None:
         return None
     if kind is StepKind.STEP and isinstance(step, CapabilityStep):
         return step.capability.id
-    if kind is StepKind.COMPENSATION and isinstance(step, CapabilityStep):
+    if kind in (StepKind.COMPENSATION, StepKind.RETRY) and isinstance(step, CapabilityStep):
         return step.compensation.id if step.compensation is not None else None
     if kind is StepKind.SIGNAL and isinstance(step, PollStep | AwaitSignalStep):
         return step.signal.name if step.signal is not None else None

@@ -103,6 +103,8 @@ class Execute:
         recovery: the error of the failed step whose failure route this is.
         late_by: how late the wake this try runs at is (a parked wait's lateness).
         poll: the poll step this try is an attempt of.
+        last_try: an operator's retry of a compensation that failed for good: one try,
+            whose failure is final (the retry policy's tries were spent).
     """
 
     step: int
@@ -119,6 +121,7 @@ class Execute:
     late_by: timedelta | None = None
     poll: int | None = None
     notes: tuple[Note, ...] = ()
+    last_try: bool = False
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,7 @@ class StepKind(StrEnum):
     COMPENSATION = "compensation"  # a compensation run while unwinding
     EMIT = "emit"  # an event written to the outbox by an emit step
     DEADLINE = "deadline"  # a wait's end instant, written before the first call it bounds
+    RETRY = "retry"  # an operator's retry of a compensation that failed for good
 
 
 class Outcome(StrEnum):

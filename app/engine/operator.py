@@ -1,24 +1,33 @@
-"""Operator decisions the engine carries out: extending a parked poll's budget.
+"""Operator decisions the engine carries out: extending a parked poll's budget, retrying
+the compensations of an ended instance that failed for good.
 
 An extension is a decision like any other: a ``deadline`` journal row at the poll step
 (the next ``try_number``, the same ``started_at``, a later ``endsAt``; see
 :mod:`app.engine.deadlines`) written under a claim, so any node resuming the instance reads
 the new end from the journal. It never passes the flow deadline.
+
+A retry of compensations is a decision too: one ``retry`` journal row per compensation
+that failed for good (at its step and scope, ``after_try`` its last try), written with the
+claim that reopens the ended instance (:meth:`app.engine.ports.Intake.reopen`); the run
+that follows unwinds again, and the decider runs one more try of each compensation a row
+asks for (final if it fails), then finishes the instance in its state, marked again or
+cleared.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from app.engine.deadlines import POLL_BUDGET, deadline_row, ends_at
 from app.engine.host import NodeEngine
-from app.engine.journal import StepKind
-from app.engine.ports import Commit
-from app.errors import InstanceBusy, NoBudget
-from app.flows.plan import PollStep
+from app.engine.journal import InstanceState, Outcome, StepKind, StepRow
+from app.engine.ports import Commit, Reopen
+from app.errors import CompensationNotFailed, InstanceBusy, NoBudget, StaleFencingToken
+from app.flows.plan import CapabilityStep, PollStep
 
-__all__ = ["BudgetExtension", "extend_budget"]
+__all__ = ["BudgetExtension", "CompensationRetry", "extend_budget", "retry_compensations"]
 
 
 @dataclass(frozen=True)
@@ -129,3 +138,113 @@ async def extend_budget(engine: NodeEngine, instance_id: str, by: timedelta) -> 
         )
     finally:
         await journal.runs.release(instance_id, claim.fencing_token, engine.clock.now())
+
+
+@dataclass(frozen=True)
+class CompensationRetry:
+    """What a retry of compensations did.
+
+    Attributes:
+        retried: ``(step_id, scope, capability_id)`` of each compensation retried.
+        state: the instance's state once the retry returns (its ending: ``failed`` or
+            ``cancelled``; ``running`` while another node finishes the run).
+        still_failed: how many compensations failed for good once it returns (0: the
+            mark is cleared).
+    """
+
+    retried: tuple[tuple[int, int, str], ...]
+    state: InstanceState
+    still_failed: int
+
+
+def failed_for_good(steps: list[StepRow]) -> list[StepRow]:
+    """The last row of each compensation (step, scope) that failed for good and never
+    succeeded, in commit order."""
+    last: dict[tuple[int, int], StepRow] = {}
+    succeeded: set[tuple[int, int]] = set()
+    for row in steps:
+        if row.kind is not StepKind.COMPENSATION:
+            continue
+        key = (row.step_id, row.scope)
+        if row.outcome is Outcome.SUCCESS:
+            succeeded.add(key)
+        else:
+            last[key] = row
+    return [
+        row
+        for key, row in last.items()
+        if key not in succeeded and (row.final or row.next_try_at is None)
+    ]
+
+
+async def retry_compensations(engine: NodeEngine, instance_id: str) -> CompensationRetry:
+    """Run each compensation of the ended instance that failed for good once more, now:
+    reopen it with one ``retry`` row per compensation, run the unwind, and give it back
+    ended in its state (marked again if a try failed, cleared if every one succeeded).
+
+    Args:
+        engine: the node's engine.
+        instance_id: an instance that ended ``failed`` or ``cancelled``.
+
+    Returns:
+        :class:`CompensationRetry`.
+
+    Raises:
+        InstanceNotFound: no such instance (``instance_not_found``).
+        CompensationNotFailed: it has no compensation that failed for good, has not
+            ended, or this node does not serve its flow version
+            (``compensation_not_failed``).
+        InstanceBusy: another retry of it runs now (``instance_busy``); try again.
+        InstanceKeyInUse: a running instance of its flow holds its instance key.
+    """
+    journal = engine.journal
+    snapshot = await journal.runs.load(instance_id)
+    inst = snapshot.instance
+    plan = engine.catalog.find(inst.flow_name, inst.flow_version)
+    failed = failed_for_good(snapshot.steps)
+    if inst.state not in (InstanceState.FAILED, InstanceState.CANCELLED) or not failed:
+        raise CompensationNotFailed(
+            f"instance {instance_id} ({inst.state}) has no compensation that failed for good",
+            instance_id=instance_id,
+        )
+    if plan is None:
+        raise CompensationNotFailed(
+            f"this node does not serve flow {inst.flow_name}@{inst.flow_version}, so it "
+            "cannot run its compensations: ask a node that serves that version",
+            instance_id=instance_id,
+        )
+    now = engine.clock.now()
+    asked = [r for r in snapshot.steps if r.kind is StepKind.RETRY]
+    rows = tuple(
+        StepRow(
+            instance_id,
+            row.step_id,
+            row.scope,
+            StepKind.RETRY,
+            row.capability_id,
+            Outcome.SUCCESS,
+            now,
+            now,
+            try_number=1 + sum(1 for r in asked if (r.step_id, r.scope) == key),
+            values={"after_try": row.try_number},
+        )
+        for row in failed
+        if isinstance(plan.steps[row.step_id], CapabilityStep)
+        for key in [(row.step_id, row.scope)]
+    )
+    node = engine.config.node_id
+    claim = await journal.intake.reopen(Reopen(instance_id, node, now, now + engine.lease, rows))
+    if claim is None:
+        raise InstanceBusy(
+            f"instance {instance_id} is being retried or run elsewhere; try again",
+            instance_id=instance_id,
+        )
+    # another node that took the run over (logged by advance) finishes the retry
+    with contextlib.suppress(StaleFencingToken):
+        await engine.runs.advance(claim, gated=False)
+    after = await journal.runs.load(instance_id)
+    return CompensationRetry(
+        tuple((r.step_id, r.scope, r.capability_id) for r in rows),
+        after.instance.state,
+        len(failed_for_good(after.steps)),
+    )

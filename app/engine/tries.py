@@ -121,8 +121,12 @@ async def make_try(run: TryRun, decision: Execute) -> StepRow | None:
     if error_type is None:
         row = _succeeded(run, decision, ctx, result, started, now)
     else:
-        next_at = next_try_at(
-            opts.retry, decision.try_number, error_type, now, decision.retry_from or started
+        next_at = (
+            None
+            if decision.last_try
+            else next_try_at(
+                opts.retry, decision.try_number, error_type, now, decision.retry_from or started
+            )
         )
         log.info(
             "instance %s: %s try %d failed: %s: %s",

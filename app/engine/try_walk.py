@@ -83,6 +83,8 @@ class TryWalk(Replay):
         late: Any = None,
         budget_end: datetime | None = None,
         poll: int | None = None,
+        *,
+        last_try: bool = False,
     ) -> Execute | Record:
         """The next try of (step, scope) of ``kind``: its retry window stored first before
         the first try; no try when the window ended (a final failure row instead)."""
@@ -133,6 +135,7 @@ class TryWalk(Replay):
             recovery=self.recovery if kind is StepKind.STEP else None,
             late_by=late,
             poll=poll,
+            last_try=last_try,
         )
 
     def lost_try(self, step: CapabilityStep, scope: int) -> bool:
@@ -191,12 +194,17 @@ class TryWalk(Replay):
 
     def compensate(self, step: CapabilityStep, scope: int) -> Decision | None:
         """The compensation of (step, scope) while unwinding: its next try, a park until it
-        is due, or None when it is done (succeeded, or failed for good)."""
+        is due, or None when it is done (succeeded, or failed for good). A compensation
+        that failed for good runs once more when an operator's retry row (kind ``retry``,
+        ``after_try`` its last try) asks for it: one try, final if it fails."""
         rows = self.found(step.index, scope, StepKind.COMPENSATION)
         if any(r.outcome is Outcome.SUCCESS for r in rows):
             return None
         last = rows[-1] if rows else None
         if last is not None and (last.final or last.next_try_at is None):
+            asked = self.found(step.index, scope, StepKind.RETRY)
+            if asked and asked[-1].values.get("after_try") == last.try_number:
+                return self.execute(step, scope, StepKind.COMPENSATION, last_try=True)
             return None  # failed for good (recorded, logged when it happened)
         if last is not None and last.next_try_at and self.now < last.next_try_at:
             return Park(last.next_try_at, step.index, scope, WakeKind.RETRY, unwinding=True)

@@ -18,16 +18,19 @@ from sqlalchemy import (
     func,
     or_,
     select,
+    true,
     tuple_,
     update,
 )
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ColumnElement
 
 from app.engine.journal import Ack, CancelAck, Claim, InstanceState
-from app.errors import InstanceEnded, InstanceNotFound
+from app.engine.ports.values import Reopen
+from app.errors import InstanceEnded, InstanceKeyInUse, InstanceNotFound
 from app.store.base import SqlRole, const, instant
-from app.store.fencing import NO_LEASE, fenced
+from app.store.fencing import NO_LEASE, fenced, insert_step
 from app.store.mapping import INSTANCE
 from app.store.tables import ACTIVE_STATES
 from app.store.types import UtcDateTime, is_instance_id
@@ -222,6 +225,58 @@ class SqlClaims(SqlRole):
             f"instance {instance_id!r} has ended ({state})", instance_id=instance_id, state=state
         )
 
+    async def reopen(self, reopen: Reopen) -> Claim | None:
+        """Claim an ended instance to retry its compensations: one guarded ``UPDATE``
+        (ended ``failed`` or ``cancelled`` and ``compensation_failed``) sets it running
+        with ``ending`` its final state, leased to ``reopen.owner`` (token + 1), and the
+        retry rows are written in the same transaction.
+
+        Returns / Raises: as :meth:`app.engine.ports.Intake.reopen`.
+        """
+        c, instance_id = INSTANCE.c, reopen.instance_id
+        ended = [InstanceState.FAILED.value, InstanceState.CANCELLED.value]
+        try:
+            async with self._write() as conn:
+                found = (
+                    await conn.execute(
+                        select(c.flow_name, c.instance_key).where(c.id == instance_id)
+                    )
+                ).first()
+                if found is None:
+                    raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
+                if found.instance_key is not None:
+                    holder = select(c.id).where(
+                        c.id != instance_id,
+                        c.flow_name == found.flow_name,
+                        c.instance_key == found.instance_key,
+                        c.state.in_([const(s) for s in ACTIVE_STATES]),
+                    )
+                    if (await conn.execute(holder.limit(1))).first() is not None:
+                        raise _key_in_use(found.flow_name, found.instance_key)
+                claimed = (
+                    await conn.execute(
+                        update(INSTANCE)
+                        .where(
+                            c.id == instance_id,
+                            c.state.in_(ended),
+                            c.compensation_failed == true(),
+                        )
+                        .values(
+                            ending=c.state,
+                            **claim_values(reopen.owner, reopen.now, reopen.lease_until),
+                        )
+                        .returning(c.fencing_token)
+                    )
+                ).first()
+                if claimed is None:
+                    return None
+                for row in reopen.rows:
+                    await insert_step(conn, row, extra=self._dialect.sequence_values())
+        except IntegrityError as exc:  # another start took the key meanwhile
+            assert found is not None
+            raise _key_in_use(found.flow_name, found.instance_key) from exc
+        return Claim(instance_id, claimed.fencing_token)
+
     async def renew_lease(self, instance_id: str, token: int, lease_until: datetime) -> Ack:
         """Extend the lease to ``lease_until``.
 
@@ -252,3 +307,11 @@ class SqlClaims(SqlRole):
         values = {"state": _SUSPENDED, "wake_at": wake, "updated_at": now, **NO_LEASE}
         async with self._single(write=True) as conn:  # one UPDATE
             await fenced(conn, instance_id, token, values)
+
+
+def _key_in_use(flow: str, key: str | None) -> InstanceKeyInUse:
+    return InstanceKeyInUse(
+        f"instance key {key!r} of flow {flow!r} is held by a running instance",
+        flow=flow,
+        instance_key=key,
+    )

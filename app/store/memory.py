@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from app.engine.journal import (
+    COMPENSATION_FAILURES,
     Ack,
     CancelAck,
     Claim,
@@ -28,7 +29,7 @@ from app.engine.journal import (
     StepRow,
     StreamMessage,
 )
-from app.engine.ports.values import Commit, NewSignal, Park, StreamWrite, TryMark, WakeClaim
+from app.engine.ports.values import Commit, NewSignal, Park, Reopen, StreamWrite, TryMark, WakeClaim
 from app.errors import (
     FlowFailure,
     IdempotencyKeyReused,
@@ -457,6 +458,36 @@ class MemoryStore(MemoryReads):
             return CancelAck(RUNNING, self._claimed(inst, owner, now, lease_until))
         inst = self._put(inst, cancel_requested=True, updated_at=now)
         return CancelAck(inst.state)
+
+    async def reopen(self, reopen: Reopen) -> Claim | None:
+        """See :meth:`app.engine.ports.Intake.reopen`."""
+        require_aware(reopen.now, reopen.lease_until)
+        inst = self._get(reopen.instance_id)
+        details = inst.failure.details if inst.failure is not None else {}
+        ended = inst.state in (InstanceState.FAILED, InstanceState.CANCELLED)
+        if not ended or not details.get(COMPENSATION_FAILURES):
+            return None
+        if inst.instance_key is not None and any(
+            i.id != inst.id
+            and i.flow_name == inst.flow_name
+            and i.instance_key == inst.instance_key
+            and not i.state.ended
+            for i in self._s.instances.values()
+        ):
+            raise InstanceKeyInUse(
+                f"instance key {inst.instance_key!r} of flow {inst.flow_name!r} is held",
+                flow=inst.flow_name,
+                instance_key=inst.instance_key,
+            )
+        before = list(self._s.steps.get(inst.id, []))
+        try:
+            for row in reopen.rows:
+                self._append(row, Commit(inst.id, 0, reopen.now, reopen.lease_until), False)
+        except JournalConflict:
+            self._s.steps[inst.id] = before
+            raise
+        self._put(inst, ending=inst.state)
+        return self._claimed(self._get(inst.id), reopen.owner, reopen.now, reopen.lease_until)
 
     # -- Mailbox -------------------------------------------------------------------------
     async def deliver_signal(self, signal: NewSignal) -> tuple[SignalRecord, bool]:

@@ -1,4 +1,5 @@
-"""Operator actions from the console: wake now, extend budget, send signal, cancel.
+"""Operator actions from the console: wake now, extend budget, send signal, cancel, retry
+compensations (of an ended instance whose compensations failed for good).
 
 Each action is a confirmation page (``GET /ui/instances/{id}/actions/{name}``) whose form
 posts the session's CSRF token back (``POST`` the same URL). Only a token with the
@@ -72,6 +73,13 @@ ACTIONS = {
             "Cancel",
             "Compensations of completed steps run once, in reverse order, and the instance "
             "ends cancelled. This cannot be undone.",
+        ),
+        Action(
+            "retry-compensations",
+            "Retry compensations",
+            "Each compensation that failed for good runs one more try now. The instance ends "
+            "again as it was: cleared if every try succeeds, still marked (with the new "
+            "error) if one fails. The journal keeps every try.",
         ),
     )
 }
@@ -333,7 +341,8 @@ async def _act(
     Raises:
         InstanceNotFound: ``instance_not_found``; InstanceEnded: ``instance_ended``;
         InputInvalid: ``input_invalid`` (an extension the form does not offer); the
-        extension's refusals (``instance_busy``, ``no_budget``: 409).
+        extension's refusals (``instance_busy``, ``no_budget``: 409); a retry's
+        (``compensation_not_failed``, ``instance_busy``, ``instance_key_in_use``: 409).
     """
     engine, actor = _engine(request), session.principal  # the actor the action is recorded with
     if name == "wake":
@@ -344,6 +353,11 @@ async def _act(
     if name == "cancel":
         _, cancelled = await api_actions.cancel(engine, actor, instance_id, key)
         return f"Cancel requested by {cancelled.actor}: it is now {cancelled.state}."
+    if name == "retry-compensations":
+        _, retried = await api_actions.retry(engine, actor, instance_id, key)
+        still = retried.still_failed or 0
+        outcome = f"{still} still failed" if still else "every one succeeded"
+        return f"Compensations retried by {retried.actor}: {outcome} (it is {retried.state})."
     by = EXTEND_BY.get(extend_by)
     if by is None:
         raise InputInvalid(f"extend by {extend_by[:40]!r}: choose one of the offered durations")

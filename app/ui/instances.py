@@ -38,7 +38,13 @@ from app.api.views import (
 )
 from app.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT, open_budget
 from app.engine.engine import Engine
-from app.engine.journal import InstanceRecord, InstanceState, StepRow, WakeKind
+from app.engine.journal import (
+    COMPENSATION_FAILURES,
+    InstanceRecord,
+    InstanceState,
+    StepRow,
+    WakeKind,
+)
 from app.engine.ports.operator import InstanceFilter
 from app.errors import FlowparkError, StreamNotDeclared
 from app.flows.plan import AwaitSignalStep, Plan, PollStep
@@ -322,8 +328,12 @@ def build_instances_router() -> APIRouter:
 
 
 def available_actions(plan: Plan | None, inst: InstanceRecord) -> list[dict[str, str]]:
-    """The operator actions that make sense for ``inst`` now (name, button label)."""
+    """The operator actions that make sense for ``inst`` now (name, button label): on an
+    ended instance, only a retry of its compensations that failed for good."""
     if inst.state.ended:
+        details = inst.failure.details if inst.failure is not None else {}
+        if details.get(COMPENSATION_FAILURES):
+            return [{"name": "retry-compensations", "label": "Retry compensations"}]
         return []
     actions = []
     if inst.state is InstanceState.SUSPENDED and inst.wake_kind is not WakeKind.SIGNAL:

@@ -558,6 +558,47 @@ async def test_an_ending_that_lists_failed_compensations_is_found_by_the_filter(
     assert await journal.operator.count_matching(both) == 0
 
 
+async def test_a_marked_ending_is_reopened_once_with_its_retry_rows(journal: Journal) -> None:
+    from app.engine.journal import COMPENSATION_FAILURES, Outcome
+    from app.engine.ports import Reopen
+    from app.errors import FlowFailure
+
+    failed = {COMPENSATION_FAILURES: [{"capability_id": "ocr.cancel", "step_id": 0}]}
+    marked = await started(journal, instance_key="doc-1")
+    failure = FlowFailure("flow.cancelled", "cancelled", failed)
+    await journal.runs.finish(marked, 1, at(5), InstanceState.CANCELLED, failure=failure)
+    plain = await started(journal)
+    await journal.runs.finish(plain, 1, at(5), InstanceState.CANCELLED)
+    retry = step(marked, kind=StepKind.RETRY, capability_id="ocr.cancel", values={"after_try": 3})
+
+    def reopen(instance_id: str, *rows: object) -> Reopen:
+        return Reopen(instance_id, "node-b", at(10), at(40), rows)  # type: ignore[arg-type]
+
+    assert await journal.intake.reopen(reopen(plain)) is None  # nothing failed
+    other = await started(journal, instance_key="doc-1")  # the key is taken again meanwhile
+    with pytest.raises(InstanceKeyInUse):
+        await journal.intake.reopen(reopen(marked, retry))
+    assert (await journal.runs.load(marked)).steps == []  # nothing written
+    await journal.runs.finish(other, 1, at(6), InstanceState.COMPLETED)
+    claim = await journal.intake.reopen(reopen(marked, retry))
+    assert claim is not None and claim.fencing_token == 2
+    again = await journal.runs.load(marked)
+    inst = again.instance
+    assert (inst.state, inst.ending, inst.lease_owner) == (
+        InstanceState.RUNNING,
+        InstanceState.CANCELLED,
+        "node-b",
+    )
+    assert inst.failure is not None and inst.failure.details == failed  # kept
+    assert [(r.kind, r.values, r.outcome) for r in again.steps] == [
+        (StepKind.RETRY, {"after_try": 3}, Outcome.SUCCESS)
+    ]
+    assert await journal.intake.reopen(reopen(marked)) is None  # it runs now
+    done = FlowFailure("flow.cancelled", "cancelled")
+    await journal.runs.finish(marked, 2, at(12), InstanceState.CANCELLED, failure=done)
+    assert await journal.intake.reopen(reopen(marked)) is None  # cleared: nothing to retry
+
+
 async def test_the_operator_list_finds_by_display_key_and_id_prefix(journal: Journal) -> None:
     from app.engine.ports.operator import InstanceFilter
 

@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+import pytest
+
 from app.api.views import compensation_failures, instance_view
 from app.engine.journal import COMPENSATION_FAILURES, InstanceState, Outcome, StepKind, WakeKind
 from app.engine.observe import Observer
+from app.engine.operator import retry_compensations
 from app.engine.ports.operator import InstanceFilter
+from app.errors import CompensationNotFailed
 from app.flows import CapabilityOptions, Flow, RetryPolicy
 from app.testing import FlowHarness, Scripted
 from tests.engine.flows import READY, Job, Order, Start
@@ -180,3 +184,67 @@ async def test_a_cancel_whose_compensation_fails_for_good_marks_the_instance(
         assert shown["error"]["code"] == "RuntimeError"
         assert "hunter2" not in json.dumps(view)  # secrets masked in what is shown
         assert view["error"]["details"][COMPENSATION_FAILURES][0]["undoes"] == "t.start"
+
+
+async def test_an_operator_retry_runs_the_failed_compensation_once_more(store_url: str) -> None:
+    closed: list[str] = []
+    undo = Scripted(
+        RuntimeError("down"),
+        RuntimeError("down"),
+        RuntimeError("down"),
+        RuntimeError("still down"),  # the first retry's one try
+        lambda ctx: closed.append(ctx.get(Job).job_id),  # the second retry's
+    )
+    async with FlowHarness.open(
+        [_waiting_flow()], database_url=store_url, migrate=False, substitutes=_subs(undo)
+    ) as h:
+        counting = _Counting()
+        h.engine.observer = counting
+        inst = (await h.start("t.undo-cancel", {"order_id": "o-1"})).instance
+        with pytest.raises(CompensationNotFailed):  # nothing failed yet: it has not ended
+            await retry_compensations(h.engine, inst.id)
+        await h.engine.cancel(inst.id)
+        await h.wait_until(lambda i: i.state is not InstanceState.SUSPENDED, inst.id)
+        assert undo.calls == 3
+
+        first = await retry_compensations(h.engine, inst.id)
+        assert first.retried == ((0, 0, "t.undo"),)
+        assert (first.state, first.still_failed) == (InstanceState.CANCELLED, 1)
+        assert undo.calls == 4  # one try, no retry policy waits
+        again = await h.instance(inst.id)
+        assert again.state is InstanceState.CANCELLED and again.lease_owner is None
+        assert again.failure is not None and again.failure.code == "flow.cancelled"
+        (marked,) = again.failure.details[COMPENSATION_FAILURES]
+        assert (marked["detail"], marked["tries"]) == ("still down", 4)
+        where = InstanceFilter(compensation_failed=True)
+        assert await h.engine.journal.operator.count_matching(where) == 1
+        assert counting.failed == [("t.undo-cancel", "t.undo")] * 2
+
+        second = await retry_compensations(h.engine, inst.id)
+        assert (second.state, second.still_failed) == (InstanceState.CANCELLED, 0)
+        assert closed == ["j"]
+        cleared = await h.instance(inst.id)
+        assert cleared.state is InstanceState.CANCELLED
+        assert cleared.failure is not None and cleared.failure.code == "flow.cancelled"
+        assert COMPENSATION_FAILURES not in cleared.failure.details
+        assert await h.engine.journal.operator.count_matching(where) == 0
+        # the journal keeps every try and both operator retries
+        rows = (await h.snapshot(inst.id)).steps
+        kept = [
+            (r.kind, r.try_number, r.outcome)
+            for r in rows
+            if r.kind in (StepKind.COMPENSATION, StepKind.RETRY)
+        ]
+        assert kept == [
+            (StepKind.COMPENSATION, 1, Outcome.FAILURE),
+            (StepKind.COMPENSATION, 2, Outcome.FAILURE),
+            (StepKind.COMPENSATION, 3, Outcome.FAILURE),
+            (StepKind.RETRY, 1, Outcome.SUCCESS),
+            (StepKind.COMPENSATION, 4, Outcome.FAILURE),
+            (StepKind.RETRY, 2, Outcome.SUCCESS),
+            (StepKind.COMPENSATION, 5, Outcome.SUCCESS),
+        ]
+        assert compensation_failures(rows) == []
+        with pytest.raises(CompensationNotFailed):  # nothing is left to retry
+            await retry_compensations(h.engine, inst.id)
+        assert undo.calls == 5

@@ -28,7 +28,7 @@ from app.engine.journal import (
     StepRow,
     WakeKind,
 )
-from app.errors import JournalMismatch
+from app.errors import FlowFailure, JournalMismatch
 from app.flows.catalog import Catalog
 from app.flows.plan import Plan
 from tests.engine.flows import await_flow, poll_flow
@@ -184,6 +184,43 @@ def test_a_failing_flow_unwinds_then_compensates_in_reverse_then_finishes() -> N
     assert decide(POLL, ending, [*steps, undone], now) == Finish(
         InstanceState.FAILED, failure=begin.failure
     )
+
+
+def test_a_compensation_failed_for_good_marks_the_finish_and_a_retry_row_runs_it_once() -> None:
+    now = T0 + MIN
+    why = FlowFailure("flow.cancelled", "the instance was cancelled")
+    cancelled = _instance(cancel_requested=True, ending=InstanceState.CANCELLED, failure=why)
+    failed = StepRow(
+        ID,
+        0,
+        0,
+        StepKind.COMPENSATION,
+        "t.undo",
+        Outcome.FAILURE,
+        now,
+        now,
+        error_type="RuntimeError",
+        error_detail="x" * 900,
+        final=True,
+    )
+    finish = decide(POLL, cancelled, [STARTED, failed], now)
+    assert isinstance(finish, Finish) and finish.state is InstanceState.CANCELLED
+    assert finish.failure is not None and finish.failure.code == "flow.cancelled"
+    (marked,) = finish.failure.details["compensation_failures"]
+    assert marked["capability_id"] == "t.undo" and marked["undoes"] == "t.start"
+    assert marked["detail"] == "x" * 500 and marked["tries"] == 1  # cut
+    ended = replace(cancelled, failure=finish.failure)
+    retry = StepRow(
+        ID, 0, 0, StepKind.RETRY, "t.undo", Outcome.SUCCESS, now, now, values={"after_try": 1}
+    )
+    again = decide(POLL, ended, [STARTED, failed, retry], now)
+    assert isinstance(again, Execute) and again.kind is StepKind.COMPENSATION
+    assert (again.try_number, again.last_try) == (2, True)
+    undone = replace(failed, outcome=Outcome.SUCCESS, try_number=2, final=False)
+    cleared = decide(POLL, ended, [STARTED, failed, retry, undone], now)
+    assert isinstance(cleared, Finish) and cleared.failure is not None
+    assert cleared.failure.details == {}  # the mark is gone; code and message kept
+    assert cleared.failure.code == "flow.cancelled"
 
 
 def test_a_requested_cancel_unwinds_at_the_frontier() -> None:

@@ -29,11 +29,13 @@ from app.api.models.operator import (
     BudgetExtension,
     BulkAnswer,
     BulkResult,
+    CompensationRetryAnswer,
     CountByState,
     InstanceCounts,
     InstanceList,
     InstanceSummaryView,
     OperatorSignalAnswer,
+    RetriedCompensation,
     WaitingView,
     WakeAnswer,
 )
@@ -75,6 +77,7 @@ __all__ = [
     "LeaseView",
     "OperatorSignalAnswer",
     "PlanView",
+    "RetriedCompensation",
     "ReviewView",
     "SignalAnswer",
     "SignalView",
@@ -84,4 +87,5 @@ __all__ = [
     "TryView",
     "WaitingView",
     "WakeAnswer",
+    "CompensationRetryAnswer",
 ]

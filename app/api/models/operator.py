@@ -19,11 +19,13 @@ __all__ = [
     "BudgetExtension",
     "BulkAnswer",
     "BulkResult",
+    "CompensationRetryAnswer",
     "CountByState",
     "InstanceCounts",
     "InstanceList",
     "InstanceSummaryView",
     "OperatorSignalAnswer",
+    "RetriedCompensation",
     "WaitingView",
     "WakeAnswer",
 ]
@@ -49,6 +51,48 @@ class WakeAnswer(ApiModel):
     state: InstanceState | None = None
     wake_at: datetime | None = None
     reason: str | None = Field(None, description="why nothing was done (`woken: false`)")
+    action_id: str | None = None
+    actor: str | None = None
+    acted_at: datetime | None = None
+    pending: bool | None = None
+
+
+class RetriedCompensation(ApiModel):
+    """One compensation a retry ran again: the step it undoes and its capability."""
+
+    step_id: int
+    scope: int
+    capability_id: str
+
+
+class CompensationRetryAnswer(ApiModel):
+    """The answer to a retry of compensations: each retried (`stepId`, `scope`,
+    `capabilityId`), the instance's `state` once it returns (its ending again; `running`
+    while another node finishes), and `stillFailed`, how many compensations failed for
+    good after it (0: the mark is cleared). A repeat of an ``Idempotency-Key`` whose first
+    request is still acting answers ``pending``."""
+
+    model_config = _examples(
+        {
+            "instanceId": _ID,
+            "retried": [{"stepId": 0, "scope": 0, "capabilityId": "ocr.cancel"}],
+            "state": "cancelled",
+            "stillFailed": 0,
+            "actionId": "01936b2e-b144-7a5d-83e7-31c28f9a0b14",
+            "actor": "ops-console",
+            "actedAt": _AT,
+        }
+    )
+
+    instance_id: str
+    retried: list[RetriedCompensation] | None = Field(
+        default=None, description="each compensation retried"
+    )
+    state: InstanceState | None = None
+    still_failed: int | None = Field(
+        default=None, description="compensations failed for good after the retry (0: none)"
+    )
+    refused: str | None = Field(default=None, description="the code of the refusal, if any")
     action_id: str | None = None
     actor: str | None = None
     acted_at: datetime | None = None

@@ -2,7 +2,8 @@
 
 * :class:`RunStore` — a run from its claim to its release; a decision's outcome is one
   :class:`Commit`.
-* :class:`Intake` — starts, the sweep's claims, cancel requests.
+* :class:`Intake` — starts, the sweep's claims, cancel requests, an operator's reopening of
+  an ended instance to retry its compensations (:class:`Reopen`).
 * :class:`Mailbox` and :class:`Streams` — signals; progress messages.
 * :class:`ReadModel`, :class:`OperatorReads`, :class:`OverviewReads` — what the API, the
   operator and the console read.
@@ -19,7 +20,15 @@ from app.engine.ports.operator import OperatorReads, OverviewReads
 from app.engine.ports.outbox import ClaimedDelivery, Deliveries, Retention
 from app.engine.ports.reads import Journal, ReadModel
 from app.engine.ports.run import Intake, RunStore
-from app.engine.ports.values import Commit, NewSignal, Park, StreamWrite, TryMark, WakeClaim
+from app.engine.ports.values import (
+    Commit,
+    NewSignal,
+    Park,
+    Reopen,
+    StreamWrite,
+    TryMark,
+    WakeClaim,
+)
 
 __all__ = [
     "ClaimedDelivery",
@@ -33,6 +42,7 @@ __all__ = [
     "OverviewReads",
     "Park",
     "ReadModel",
+    "Reopen",
     "Retention",
     "RunStore",
     "StreamWrite",

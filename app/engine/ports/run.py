@@ -22,7 +22,7 @@ from app.engine.journal import (
     NewInstance,
     Snapshot,
 )
-from app.engine.ports.values import Commit, TryMark
+from app.engine.ports.values import Commit, Reopen, TryMark
 from app.errors import FlowFailure
 
 __all__ = ["Intake", "RunStore"]
@@ -189,5 +189,24 @@ class Intake(Protocol):
 
         Raises:
             InstanceNotFound, InstanceEnded.
+        """
+        ...
+
+    async def reopen(self, reopen: Reopen) -> Claim | None:
+        """Claim an instance that ended ``failed`` or ``cancelled`` with a compensation
+        that failed for good, to retry it: in one transaction, set it running with
+        ``ending`` its final state (its failure kept), lease it to ``reopen.owner`` (token
+        + 1) and write ``reopen.rows``. The run then unwinds again and finishes it in its
+        state.
+
+        Returns:
+            The claim; None when the instance is not ended with a compensation failed
+            (it runs now, another retry took it, or nothing failed).
+
+        Raises:
+            InstanceNotFound: no such instance.
+            InstanceKeyInUse: another running instance of the flow holds its instance key
+                (nothing written).
+            JournalConflict: a row exists already (a concurrent retry; nothing written).
         """
         ...

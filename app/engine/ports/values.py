@@ -15,7 +15,27 @@ from typing import Any
 
 from app.engine.journal import EmittedEvent, ReviewRequest, StepRow, WakeKind
 
-__all__ = ["Commit", "NewSignal", "Park", "StreamWrite", "TryMark", "WakeClaim"]
+__all__ = ["Commit", "NewSignal", "Park", "Reopen", "StreamWrite", "TryMark", "WakeClaim"]
+
+
+@dataclass(frozen=True)
+class Reopen:
+    """Claim an ended instance to retry its compensations that failed for good.
+
+    Attributes:
+        instance_id: the instance (ended ``failed`` or ``cancelled``, marked
+            ``compensation_failed``).
+        owner: the claiming node.
+        now: the engine-clock instant (aware UTC).
+        lease_until: the lease's end (aware UTC).
+        rows: the operator's retry rows (kind ``retry``), written with the claim.
+    """
+
+    instance_id: str
+    owner: str
+    now: datetime
+    lease_until: datetime
+    rows: tuple[StepRow, ...]
 
 
 @dataclass(frozen=True)
