@@ -46,7 +46,7 @@ from app.engine.journal import (
 from app.engine.ports.values import NewSignal, WakeClaim
 from app.errors import InstanceEnded, InstanceNotFound
 from app.store.base import JournalConflict, const
-from app.store.claims import claim_due_pick, claim_due_update, claim_values
+from app.store.claims import claim_due_pick_in_order, claim_due_update, claim_values
 from app.store.db import READ_ONLY
 from app.store.dialects import Dialect
 from app.store.fencing import RUNNING, after_commit, fenced, why
@@ -214,12 +214,13 @@ def _take_signal_statement() -> Any:
 @cache
 def _claim_due_statement() -> Any:
     """``claim_due`` as one statement, built once (bound parameters of
-    :func:`~app.store.claims.claim_due_pick`): the pick skips rows other claims hold, and
+    :func:`~app.store.claims.claim_due_pick_in_order`): the pick skips rows other claims
+    hold and reads about as many rows as it takes, and
     the claimed rows come back whole, with their journals and mailboxes: the runs need no
     load of their own (the lease keeps the journal as read). A sub-select in RETURNING
     reads the statement's snapshot, i.e. the row before this claim: it tells a lease
     takeover (the row was running) from a wake."""
-    stmt = claim_due_update(claim_due_pick().with_for_update(skip_locked=True))
+    stmt = claim_due_update(claim_due_pick_in_order())
     steps, signals = journal_aggregates()
     before = INSTANCE.alias("before")
     was_running = select(before.c.state).where(
