@@ -8,12 +8,14 @@ Binding the socket here keeps that artefact out of the figures.
 
 ``--app`` serves ``app.runtime.app:create_app`` (settings from ``FLOWPARK_*``, with
 ``FLOWPARK_GC_FREEZE`` true unless set, as ``flowpark serve`` runs it);
-``--fake-ocr`` serves the fake OCR (see :mod:`bench.fakeocr`).
+``--fake-ocr`` serves the fake OCR (see :mod:`bench.fakeocr`). With
+``FLOWPARK_BENCH_CPUPROFILE`` set the process samples its CPU (:mod:`bench.cpuprofile`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 
 import uvicorn
@@ -36,9 +38,11 @@ def main() -> None:
     what.add_argument("--fake-ocr", action="store_true")
     parser.add_argument("--pending-reads", type=int, default=None)
     args = parser.parse_args()
-    if args.app:
-        import os
+    if os.environ.get("FLOWPARK_BENCH_CPUPROFILE"):  # python -m bench.cpuprofile
+        from bench.cpuprofile import install
 
+        install(os.environ["FLOWPARK_BENCH_CPUPROFILE"])
+    if args.app:
         from app.runtime.app import create_app
 
         # as `flowpark serve` runs it (a revision without the setting ignores it)
