@@ -137,3 +137,32 @@ def test_a_key_the_node_cannot_take_is_refused_before_anything_is_sent(key: obje
     with client(handle) as c, pytest.raises(ValueError, match="idempotency_key must be"):
         c.signal(ID, "ocr.completed", {}, idempotency_key=key)  # type: ignore[arg-type]
     assert sent == []
+
+
+def test_request_answers_any_routes_json_with_the_same_retries_and_errors() -> None:
+    counts = {"byState": [], "total": 0, "overdue": 0, "stuck": 0}
+    handle, sent = scripted(httpx.Response(503, json=UNAVAILABLE), httpx.Response(200, json=counts))
+    got = client(handle).request("get", "/api/v1/instances/counts", params={"overdue": 60})
+    assert got == counts and len(sent) == 2  # a read: retried
+    assert sent[-1].method == "GET" and sent[-1].url.params["overdue"] == "60"
+    handle, sent = scripted(httpx.Response(503, json=UNAVAILABLE))
+    with pytest.raises(ServerError):
+        client(handle).request("POST", "/api/v1/instances/actions", body={"action": "wake"})
+    assert len(sent) == 1  # a write without a key: sent once
+    handle, sent = scripted(httpx.ConnectError("refused"), httpx.Response(202, json={"acted": 1}))
+    keyed = client(handle).request("POST", "/api/v1/x", body={}, idempotency_key="bulk-1")
+    assert keyed == {"acted": 1} and [r.headers["idempotency-key"] for r in sent] == ["bulk-1"] * 2
+    handle, _ = scripted(httpx.Response(204))
+    assert client(handle).request("POST", "/api/v1/x", idempotency_key="k") is None
+    in_use = {"status": 409, "code": "instance_key_in_use", "detail": "held", "instanceId": ID}
+    handle, _ = scripted(httpx.Response(409, json=in_use))
+    with pytest.raises(InstanceKeyInUse):
+        client(handle).request("POST", "/api/v1/documents", body={})
+
+
+async def test_the_async_clients_request_is_the_same() -> None:
+    handle, sent = scripted(httpx.ConnectError("refused"), httpx.Response(200, json={"nodes": []}))
+    http = httpx.AsyncClient(transport=httpx.MockTransport(handle), base_url="http://node")
+    async with http, AsyncClient(token="t", http=http) as client:
+        assert await client.request("GET", "/api/v1/nodes") == {"nodes": []}
+    assert len(sent) == 2 and sent[-1].headers["authorization"] == "Bearer t"
