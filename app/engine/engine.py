@@ -29,6 +29,7 @@ from app.engine.journal import (
     InstanceState,
     SignalRecord,
     Snapshot,
+    StepKind,
 )
 from app.engine.limits import CallLimits
 from app.engine.observe import LOG_CONTEXT, Observer
@@ -237,7 +238,9 @@ class Engine:
                 self.config.node_id,
                 halt.wake_at.isoformat() if halt.wake_at else "-",
             )
-        if halt.state.ended:
+        # an instance that ends again after an operator's retry of its compensations
+        # (its journal holds a retry row) ended once already: it is not counted twice
+        if halt.state.ended and not any(r.kind is StepKind.RETRY for r in run.steps):
             failure = inst.failure
             self.observer.ended(
                 inst.flow_name,

@@ -128,9 +128,13 @@ async def test_a_cancel_while_a_compensation_waits_for_its_next_try_does_not_sto
 class _Counting(Observer):
     def __init__(self) -> None:
         self.failed: list[tuple[str, str]] = []
+        self.endings: list[str] = []
 
     def compensation_failed(self, flow: str, capability: str) -> None:
         self.failed.append((flow, capability))
+
+    def ended(self, flow: str, version: str, state: str, code: str | None) -> None:
+        self.endings.append(state)
 
 
 def _waiting_flow() -> Flow:
@@ -220,6 +224,7 @@ async def test_an_operator_retry_runs_the_failed_compensation_once_more(store_ur
         assert await h.engine.journal.operator.count_matching(where) == 1
         assert counting.failed == [("t.undo-cancel", "t.undo")] * 2
 
+        assert counting.endings == ["cancelled"]  # ended once, not again after the retry
         second = await retry_compensations(h.engine, inst.id)
         assert (second.state, second.still_failed) == (InstanceState.CANCELLED, 0)
         assert closed == ["j"]
