@@ -348,7 +348,6 @@ def layout(
     counts = counts or {}
     column = _columns(plan)
     row = _rows(plan, column)
-    comp_col = max(column.values()) + 1
     specs: list[_Spec] = []
     for step in plan.steps:
         kind, title, details = _describe(plan, step)
@@ -368,20 +367,8 @@ def layout(
             "end", None, "end", "completed", ("the flow's result",), row[plan.end], column[plan.end]
         )
     )
-    for step in plan.steps:
-        if isinstance(step, CapabilityStep) and step.compensation is not None:
-            specs.append(
-                _Spec(
-                    f"comp-{step.index}",
-                    None,
-                    "compensation",
-                    step.compensation.id,
-                    ("runs on failure or cancel",),
-                    row[step.index],
-                    comp_col,
-                )  # fmt: skip
-            )
-        elif isinstance(step, PollStep) and step.timeout_target is None:
+    for step in plan.steps:  # the implicit failures, one column right of their wait
+        if isinstance(step, PollStep) and step.timeout_target is None:
             specs.append(
                 _Spec(
                     f"timeout-{step.index}",
@@ -391,7 +378,7 @@ def layout(
                     ("no on_timeout block",),
                     row[step.index] + 1,
                     column[step.index] + 1,
-                )  # fmt: skip
+                )
             )
         elif (
             isinstance(step, AwaitSignalStep)
@@ -407,9 +394,24 @@ def layout(
                     ("no on_timeout block",),
                     row[step.index] + 1,
                     column[step.index] + 1,
-                )  # fmt: skip
+                )
             )
 
+    # compensations in a column of their own, right of every other box
+    comp_col = max(spec.col for spec in specs) + 1
+    for step in plan.steps:
+        if isinstance(step, CapabilityStep) and step.compensation is not None:
+            specs.append(
+                _Spec(
+                    f"comp-{step.index}",
+                    None,
+                    "compensation",
+                    step.compensation.id,
+                    ("runs on failure or cancel",),
+                    row[step.index],
+                    comp_col,
+                )
+            )
     # each column as wide as its widest box needs; the columns from left to right
     first = min(spec.col for spec in specs)
     widths: dict[int, float] = {}

@@ -13,7 +13,19 @@ from app.flows import Capability, Catalog, Flow, StepContext
 from app.flows.plan import CapabilityStep, Plan
 from app.ui.graph import Graph, GraphEdge, describe_backoff, human_duration, layout
 from samples.document_processing import OcrClient, build_document_flow
-from tests.engine.flows import INTERVAL, Order, await_flow, poll_flow
+from tests.engine.flows import (
+    BUDGET,
+    INTERVAL,
+    After,
+    Check,
+    Order,
+    Start,
+    Status,
+    Undo,
+    await_flow,
+    done,
+    poll_flow,
+)
 
 
 def _plan(flow: Flow) -> Plan:
@@ -82,12 +94,22 @@ def test_no_two_nodes_overlap_and_the_drawing_holds_them(document_plan: Plan) ->
         assert all(n.y >= 0 and n.y + n.h <= graph.height for n in graph.boxes)
 
 
+def _undone_after_a_bare_poll() -> Flow:
+    """A compensated step on the row of a poll's implicit failure."""
+    flow = Flow("t.undone", "1.0.0", input=Order)
+    flow.step(Start()).poll_until(
+        Check(), until=done, interval=INTERVAL, timeout=BUDGET, reads=(Status,)
+    )
+    return flow.step(After()).compensate_with(Undo())
+
+
 def _plans(document_plan: Plan) -> list[Plan]:
     return [
         document_plan,
         _plan(poll_flow(on_timeout="rejoin")),
         _plan(poll_flow(on_timeout="none", signal=False)),
         _plan(await_flow()),
+        _plan(_undone_after_a_bare_poll()),
     ]
 
 
