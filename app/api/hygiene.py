@@ -20,6 +20,7 @@ unstorable string gets.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from urllib.parse import unquote_to_bytes
 
@@ -32,6 +33,10 @@ __all__ = ["InputHygiene", "unreadable"]
 
 #: Unicode categories refused: control characters and surrogates.
 _REFUSED = frozenset({"Cc", "Cs"})
+#: The ASCII characters of those categories (U+0000-U+001F, U+007F), found by one scan;
+#: a header value may hold a tab.
+_ASCII_REFUSED = re.compile(rb"[\x00-\x1f\x7f]")
+_ASCII_HEADER_REFUSED = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 #: Longest name of a query parameter or header shown in a problem's ``loc``.
 _SHOWN = 80
 
@@ -47,6 +52,9 @@ def unreadable(raw: bytes, *, header: bool = False) -> str | None:
     Returns:
         A phrase such as ``"holds U+0000"``, or None.
     """
+    if raw.isascii():  # most values: their control characters are the C0 set and DEL
+        found = (_ASCII_HEADER_REFUSED if header else _ASCII_REFUSED).search(raw)
+        return None if found is None else f"holds U+{found.group()[0]:04X} (a control character)"
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
