@@ -265,7 +265,7 @@ def serve(
 
     Exit codes: 3 (``error: <code>: ...``) when the database is unreachable or not migrated
     (run ``flowpark db upgrade``); 4 when a flow breaks a definition rule (one line per
-    finding: severity, rule code, flow, node); 5 when a flows target cannot be loaded.
+    finding: severity, rule code, flow, step); 5 when a flows target cannot be loaded.
     """
     import uvicorn
 

@@ -190,3 +190,19 @@ def test_the_flow_graph_counts_each_steps_instances(
     expect(table.locator('tr[data-box="end"]')).to_contain_text(
         end.get_attribute("data-completed") or ""
     )
+
+
+def test_the_heartbeating_flows_graph_reads_cleanly_too(
+    page: Page, documents: tuple[SubprocessServer, Populated]
+) -> None:
+    server, _ = documents
+    _sign_in(page, server.base_url)
+    page.goto(f"{server.base_url}/ui/flows/job.await/1.0.0")
+    graph = page.get_by_test_id("flow-graph")
+    # job.await: start, the heartbeating wait, its on_failure block rejoining the end
+    expect(graph.locator('g.edge[data-edge="failure"]')).to_have_count(1)
+    expect(
+        graph.locator('g.edge[data-edge="next"][data-source="2"][data-target="end"]')
+    ).to_have_count(1)
+    assert graph.locator("g.box").count() == 4
+    assert graph_problems(graph) == []
