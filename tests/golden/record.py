@@ -41,7 +41,9 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app.engine.operator import extend_budget
+from app.engine.journal import Outcome, StepKind, StepRow
+from app.engine.operator import extend_budget, failed_for_good
+from app.engine.ports import Reopen
 from app.engine.ports.operator import OperatorAction
 from app.store.migrate import head_revision
 from app.testing import FlowHarness, Scripted, substitute
@@ -138,6 +140,31 @@ async def noop(h: FlowHarness, instance_id: str) -> None:
     """The point is the first park."""
 
 
+async def retry_reopened(h: FlowHarness, instance_id: str) -> None:
+    """A cancel whose compensation failed for good, then an operator's retry that reopened
+    the instance (its retry row written with the claim) on a node that died before its
+    run: running, ``ending`` cancelled, under a lease that expires in 30 s."""
+    await h.engine.cancel(instance_id)
+    now = h.clock.now()
+    rows = tuple(
+        StepRow(
+            instance_id,
+            r.step_id,
+            r.scope,
+            StepKind.RETRY,
+            r.capability_id,
+            Outcome.SUCCESS,
+            now,
+            now,
+            values={"after_try": r.try_number},
+        )
+        for r in failed_for_good((await h.snapshot(instance_id)).steps)
+    )
+    assert rows, "the compensation did not fail for good"
+    reopen = Reopen(instance_id, "dead-node", now, now + timedelta(seconds=30), rows)
+    assert await h.journal.intake.reopen(reopen) is not None
+
+
 SCENARIOS = [
     Scenario(
         "poll_satisfied_on_attempt_2",
@@ -186,6 +213,12 @@ SCENARIOS = [
         {"flow": "poll", "scripts": {"t.check": [False, True]}},
         noop,
         {"via": "wake_now", "afterSeconds": 10},
+    ),
+    Scenario(
+        "compensation_retry_taken_over",
+        {"flow": "poll", "scripts": {"t.check": [False], "t.undo": ["provider down", None]}},
+        retry_reopened,
+        {"via": "takeover", "afterSeconds": 31},
     ),
     Scenario(
         "must_fail_body_renamed",
@@ -266,7 +299,8 @@ async def observed(h: FlowHarness, instance_id: str, before: int) -> dict[str, A
 
 async def resume(h: FlowHarness, instance_id: str, how: dict[str, Any]) -> None:
     """Resume the instance as ``how`` says: ``sweep`` at its recorded wake, a ``signal``
-    delivered ``afterSeconds`` after the point, or an operator's ``wake_now`` then."""
+    delivered ``afterSeconds`` after the point, an operator's ``wake_now`` then, or a
+    ``takeover``: a sweep then, of a lease that expired."""
     if how["via"] == "sweep":
         await h.advance_to_next_wake(instance_id)
         return
@@ -275,6 +309,8 @@ async def resume(h: FlowHarness, instance_id: str, how: dict[str, Any]) -> None:
         await h.engine.deliver(instance_id, how["name"], how["payload"])
     elif how["via"] == "wake_now":
         await h.engine.wake_now(instance_id)
+    elif how["via"] == "takeover":  # the sweep takes over a lease that expired
+        await h.sweep()
     else:
         raise ValueError(f"unknown resume {how['via']!r}")
 
