@@ -10,7 +10,9 @@ serve`` as the page writes it, in a child process, and the page's curl commands 
   (``ci.build_timed_out``), and the compensation cancels the build on the fake CI.
 
 The page's own knobs set the durations (``CI_BUILD_BUDGET``, shortened here from the page's
-20 s to keep the run short; ``FLOWPARK_TIMER_SCAN_INTERVAL`` as the page sets it); the node
+20 s to keep the run short; ``FLOWPARK_TIMER_SCAN_INTERVAL`` as the page sets it;
+``CI_POLL_FIRST`` lengthened on the passing build, so that only the webhook can end its wait
+in time); the node
 runs on a free port instead of the page's 8000 (``FLOWPARK_SELF_URL`` says where, as the page
 says to). Waiting is :func:`eventually` over the API.
 """
@@ -160,6 +162,9 @@ async def test_a_build_that_passes_ends_its_wait_on_the_matching_webhook(
     assert (folder / "flowpark.db").is_file()
 
     log = tmp_path / "serve.log"
+    # the page's first-check knob, set long: however slowly this machine runs the page's
+    # commands, no status check runs between the start and the webhook
+    env = {**env, "CI_POLL_FIRST": "PT1M"}
     with served(on_port(blocks["serve"], port), folder, env, log) as base:
         async with httpx.AsyncClient(base_url=base, headers=AUTH, timeout=30) as http:
             await up(http, log)
