@@ -533,3 +533,68 @@ def _insert_0003_rows_at_head_shape(engine: Engine, instance_id: str) -> None:
             ),
             {"id": instance_id, "input": json.dumps({"documentId": "d-1"}), "at": at},
         )
+
+
+def test_0018_marks_the_instances_whose_compensation_failed_for_good(
+    empty_url: str, sync_engine: Engine
+) -> None:
+    """Instances that ended before 0018 with a compensation whose last row is a final
+    failure (and none of its rows a success) are marked; a retried one that succeeded, or
+    a running one, is not."""
+    upgrade(empty_url, "0017")
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    failed, retried, running = (str(uuid.uuid4()) for _ in range(3))
+    with sync_engine.begin() as conn:
+        for instance_id, state in (
+            (failed, "cancelled"),
+            (retried, "failed"),
+            (running, "running"),
+        ):
+            conn.execute(
+                text(
+                    "INSERT INTO flow_instance (id, flow_name, flow_version, state, created_at, "
+                    "updated_at, fencing_token, cancel_requested) VALUES (:id, 'f', '1', "
+                    ":state, :at, :at, 1, false)"
+                ),
+                {"id": instance_id, "state": state, "at": at},
+            )
+        rows = [
+            (failed, 1, "failure", True),
+            (retried, 1, "failure", True),
+            (retried, 2, "success", False),
+            (running, 1, "failure", True),
+        ]
+        sqlite = sync_engine.dialect.name == "sqlite"  # the store numbers SQLite's rows
+        for n, (instance_id, try_number, outcome, final) in enumerate(rows, start=1):
+            conn.execute(
+                text(
+                    "INSERT INTO flow_step ("
+                    + ("sequence, " if sqlite else "")
+                    + "instance_id, step_id, scope, kind, capability_id, outcome, try_number, "
+                    "final, started_at, committed_at) VALUES ("
+                    + (":seq, " if sqlite else "")
+                    + ":id, 0, 0, 'compensation', 'undo', :outcome, :try, :final, :at, :at)"
+                ),
+                {
+                    "seq": n,
+                    "id": instance_id,
+                    "outcome": outcome,
+                    "try": try_number,
+                    "final": final,
+                    "at": at,
+                },
+            )
+    upgrade(empty_url)
+    with sync_engine.connect() as conn:
+        found = conn.execute(text("SELECT id, compensation_failed FROM flow_instance")).all()
+        marked: dict[Any, Any] = {row[0]: row[1] for row in found}
+    assert {str(k): bool(v) for k, v in marked.items()} == {
+        failed: True,
+        retried: False,
+        running: False,
+    }
+    downgrade(empty_url, "0017")
+    columns = {c["name"] for c in inspect(sync_engine).get_columns("flow_instance")}
+    assert "compensation_failed" not in columns
+    upgrade(empty_url)
+    assert _diff(sync_engine, metadata) == []
