@@ -360,7 +360,6 @@ def worker(
     _flows_or_exit(flows)
     if metrics_port is not None:
         os.environ["FLOWPARK_METRICS_PORT"] = str(metrics_port)
-    os.environ.setdefault("FLOWPARK_GC_FREEZE", "true")  # a node process: see app.runtime.heap
     settings = Settings()
     _database_or_exit(settings.database_url)
     if settings.metrics_enabled and settings.metrics_port is not None:
@@ -372,6 +371,7 @@ def worker(
     _logging(log_level)
     from app.runtime.loop import run
 
+    os.environ.setdefault("FLOWPARK_GC_FREEZE", "true")  # a node process: see app.runtime.heap
     run(run_worker())
 
 
