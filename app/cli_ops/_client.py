@@ -268,7 +268,8 @@ class _Api:
 
     Without a token (no ``--token``, ``FLOWPARK_TOKEN`` unset or empty), a loopback URL is
     sent the local trial's documented default token (``dev-token``, what a node whose
-    ``FLOWPARK_API_TOKENS`` is unset accepts); any other URL is sent none.
+    ``FLOWPARK_API_TOKENS`` is unset accepts); any other URL is sent none. A loopback URL
+    is reached directly, whatever ``HTTP_PROXY`` / ``ALL_PROXY`` say.
     """
 
     def __init__(self, url: str, token: str | None) -> None:
@@ -282,9 +283,14 @@ class _Api:
             line = f"error: {ErrorCode.USAGE}: --url {url} {what}{problem}"
             err.print(redact(line), markup=False)
             raise typer.Exit(2)
-        self.dev_default = not token and is_loopback(url)
+        loopback = is_loopback(url)
+        self.dev_default = not token and loopback
         self.token = DEFAULT_API_TOKEN if self.dev_default else (token or None)
-        self.client = Client(url, token=self.token)
+        # A loopback node is this machine: it is reached directly, never through a proxy
+        # from HTTP_PROXY / ALL_PROXY (which would be sent the token, dev-token included,
+        # and would reach its own loopback, not this one).
+        self.http = httpx.Client(trust_env=False) if loopback else None
+        self.client = Client(url, token=self.token, http=self.http)
         self.url = url
 
     def call(
@@ -382,6 +388,8 @@ def _api(url: str, token: str | None) -> Iterator[_Api]:
         yield api
     finally:
         api.client.close()
+        if api.http is not None:
+            api.http.close()
 
 
 def _json(value: Any) -> None:

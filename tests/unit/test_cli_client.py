@@ -4,6 +4,9 @@ default token only to a loopback node when no token is given."""
 
 from __future__ import annotations
 
+import json
+import socket
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -47,9 +50,9 @@ def node(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[httpx.Request]]:
                 raise answer
             return answer
 
-        def make(url: str, token: str | None = None) -> Client:
-            http = httpx.Client(transport=httpx.MockTransport(handle))
-            return Client(url, token=token, http=http)
+        def make(url: str, token: str | None = None, http: object = None) -> Client:
+            mock = httpx.Client(transport=httpx.MockTransport(handle))
+            return Client(url, token=token, http=mock)
 
         monkeypatch.setattr(_client, "Client", make)
         return sent
@@ -187,6 +190,37 @@ def test_a_key_the_node_cannot_take_is_refused_in_its_code_before_anything_is_se
     assert done.exit_code == EXIT_ERROR
     assert done.stderr.startswith("error: idempotency_key_invalid: --key: ")
     assert sent == []
+
+
+def test_a_loopback_node_is_reached_directly_never_through_a_proxy_of_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One listener is both the node and the proxy the environment names: a request sent
+    # through a proxy names the whole URL on its request line, a direct one only the path.
+    lines: list[str] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    body = json.dumps(PAGE).encode()
+
+    def serve() -> None:
+        with listener:
+            connection, _ = listener.accept()
+            with connection:
+                lines.append(connection.recv(65536).decode().split("\r\n")[0])
+                head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                connection.sendall(head.encode() + body)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    for name in ("NO_PROXY", "no_proxy", "FLOWPARK_TOKEN", "FLOWPARK_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{port}")
+    done = cli("instances", "list", "--url", f"http://127.0.0.1:{port}", "--json")
+    thread.join(timeout=10)
+    assert done.exit_code == 0, done.output
+    assert lines == ["GET /api/v1/instances?limit=50 HTTP/1.1"]
 
 
 def test_loopback_is_told_by_address_or_localhost_only() -> None:
