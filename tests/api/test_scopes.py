@@ -36,6 +36,7 @@ NEEDS: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/instances/{instance_id}/signals/{name}"): "signal",
     ("POST", "/api/v1/instances/{instance_id}/wake"): "operate",
     ("POST", "/api/v1/instances/{instance_id}/cancel"): "operate",
+    ("POST", "/api/v1/instances/{instance_id}/compensations/retry"): "operate",
     ("POST", "/api/v1/instances/{instance_id}/budget"): "operate",
     ("POST", "/api/v1/instances/actions"): "operate",
     ("GET", "/api/v1/deliveries"): "read",

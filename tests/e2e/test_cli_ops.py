@@ -322,7 +322,10 @@ def test_list_shows_the_display_key_and_an_id_prefix_names_an_instance(
     found = cli(node, "instances", "list", "--display-key", keys[second], "--json")
     assert [r["instanceId"] for r in json.loads(found.stdout)["instances"]] == [second]
 
-    unique = next(first[:n] for n in range(8, 37) if not second.startswith(first[:n]))
+    others = [i for i in keys if i != first]  # the module's other instances too
+    unique = next(
+        first[:n] for n in range(8, 37) if not any(i.startswith(first[:n]) for i in others)
+    )
     shown = cli(node, "instances", "show", unique, "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["instanceId"] == first
