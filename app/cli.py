@@ -8,6 +8,7 @@ and exit code :data:`EXIT_STORE`, never a traceback.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
 from contextlib import ExitStack
@@ -454,13 +455,29 @@ def flows_check(
     raise typer.Exit(check_targets(targets, typer.echo))
 
 
+def _seconds(value: float, least: float | None) -> float:
+    """``value`` if it is a finite number of seconds of at least ``least`` (None: more than 0).
+
+    Raises:
+        typer.BadParameter: it is not (exit 2, the option named).
+    """
+    if not math.isfinite(value) or (value < least if least is not None else value <= 0):
+        bound = f"at least {least:g}" if least is not None else "more than 0"
+        raise typer.BadParameter(f"{value} is not a number of seconds {bound}")
+    return value
+
+
 @app.command()
 def demo(
     host: str = typer.Option("127.0.0.1"),
     port: int = typer.Option(8000, min=0, max=65535, help="0: any free port."),
-    pages: int = typer.Option(12),
-    per_page: float = typer.Option(2.0),
-    scan_interval: float = typer.Option(1.0),
+    pages: int = typer.Option(12, min=1, max=10_000, help="The demo documents' page count."),
+    per_page: float = typer.Option(
+        2.0, callback=lambda v: _seconds(v, 0.0), help="Seconds the fake OCR takes per page (>= 0)."
+    ),
+    scan_interval: float = typer.Option(
+        1.0, callback=lambda v: _seconds(v, None), help="Seconds between two sweeps (> 0)."
+    ),
     database_url: str = typer.Option("sqlite:///flowpark.db"),
 ) -> None:
     """Run the demo: migrate, serve the samples, send documents and print their progress.
@@ -469,8 +486,8 @@ def demo(
     that the fake OCR's webhook ends at once, then stops the server.
 
     Exit codes: 2 when the port cannot be listened on (one line: which port, and how to
-    choose another); 3 when the database cannot be migrated; 1 when a document did not
-    complete.
+    choose another) or an option is out of its range (before anything is served); 3 when
+    the database cannot be migrated; 1 when a document did not complete.
     """
     from app.demo import run_demo
 

@@ -1,5 +1,11 @@
-"""The demo's progress line names the attempt count and the last attempt, not the whole list."""
+"""The demo's progress line names the attempt count and the last attempt, not the whole list;
+its options are checked before anything is served."""
 
+import pytest
+from typer.testing import CliRunner
+
+from app import demo
+from app.cli import app
 from app.demo import _last_attempt, _path
 
 
@@ -32,3 +38,30 @@ def test_the_headings_say_what_ends_each_wait() -> None:
     assert "webhook" not in _path(webhook=True, callbacks=False)
     assert "next status check" in _path(webhook=True, callbacks=False)
     assert "callbacks off" in _path(webhook=False, callbacks=False)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--pages", "0"),
+        ("--pages", "10001"),
+        ("--per-page", "-1"),
+        ("--per-page", "nan"),
+        ("--scan-interval", "0"),
+        ("--scan-interval", "inf"),
+    ],
+)
+def test_an_option_out_of_range_is_refused_by_name_before_anything_is_served(
+    monkeypatch: pytest.MonkeyPatch, option: str, value: str
+) -> None:
+    served: list[dict[str, object]] = []
+
+    def run_demo(**kwargs: object) -> int:
+        served.append(kwargs)
+        return 0
+
+    monkeypatch.setattr(demo, "run_demo", run_demo)
+    done = CliRunner().invoke(app, ["demo", option, value])
+    assert done.exit_code == 2
+    assert f"Invalid value for '{option}'" in done.output
+    assert served == []
