@@ -18,6 +18,7 @@ problem document. Example::
 from app.api.models import (
     BudgetExtension,
     CancelAnswer,
+    CompensationRetryAnswer,
     EventView,
     FlowView,
     InstanceList,
@@ -53,6 +54,7 @@ __all__ = [
     "CancelAnswer",
     "Client",
     "ClientError",
+    "CompensationRetryAnswer",
     "Conflict",
     "EventView",
     "FlowView",

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from app.api.models import (
     BudgetExtension,
     CancelAnswer,
+    CompensationRetryAnswer,
     EventView,
     FlowView,
     InstanceList,
@@ -291,6 +292,27 @@ class AsyncClient:
         """
         answer: CancelAnswer = await self._send(
             Requests.action(instance_id, "cancel", CancelAnswer, idempotency_key)
+        )
+        return answer
+
+    async def retry_compensations(
+        self, instance_id: str, *, idempotency_key: str | None = None
+    ) -> CompensationRetryAnswer:
+        """Run once more each compensation of an ended instance that failed for good.
+
+        Returns:
+            :class:`CompensationRetryAnswer`: ``retried``, the ``state`` after and
+            ``still_failed`` (0: every one succeeded, the mark is cleared).
+
+        Raises:
+            Conflict: ``compensation_not_failed`` (nothing to retry), ``instance_busy``.
+            InstanceKeyInUse: a running instance of its flow holds its key.
+            InstanceNotFound: 404. TransportError: the node could not be reached.
+        """
+        answer: CompensationRetryAnswer = await self._send(
+            Requests.action(
+                instance_id, "compensations/retry", CompensationRetryAnswer, idempotency_key
+            )
         )
         return answer
 

@@ -15,6 +15,7 @@ from app.flows import CapabilityOptions, Flow, RetryPolicy
 from app.runtime.app import create_app
 from app.settings import Settings
 from app.testing import FlowHarness, Scripted
+from flowpark.client import AsyncClient, Conflict
 from tests.engine.flows import READY, Job, Order, Start
 from tests.support.api import assert_problem
 from tests.support.server import TOKEN, LiveServer, live_server
@@ -112,8 +113,13 @@ async def test_a_failed_compensation_is_shown_listed_and_retried_until_it_clears
         view = (await client.get(f"{LIST}/{inst.id}")).json()
         assert view["compensationFailures"][0]["error"]["message"] == "still refused"
 
-        second = await client.post(retry_url(inst.id), headers={"Idempotency-Key": "r-2"})
-        assert second.status_code == 200 and second.json()["stillFailed"] == 0
+        # the Python client's call: the same route and answer
+        async with AsyncClient(served.server.base_url, OPS) as python:
+            second = await python.retry_compensations(inst.id, idempotency_key="r-2")
+            assert (second.state, second.still_failed) == (InstanceState.CANCELLED, 0)
+            with pytest.raises(Conflict) as refused:
+                await python.retry_compensations(clean.id)
+            assert refused.value.code == "compensation_not_failed"
         view = (await client.get(f"{LIST}/{inst.id}")).json()
         assert view["state"] == "cancelled" and view["compensationFailures"] == []
         assert "compensation_failures" not in view["error"]["details"]
