@@ -277,12 +277,11 @@ class FlowHarness:
             InstanceNotFound, SignalNotDeclared, InputInvalid (the payload does not
             validate), InstanceEnded: as the route answers them (404, 404, 422, 409).
         """
-        from app.api.views import signal_view
+        from app.api.views import signal_answer
 
         delivery = await self.engine.deliver(instance_id, name, payload, idempotency_key)
-        answer = signal_view(delivery.signal)
-        answer.update(instanceId=instance_id, created=delivery.created, state=str(delivery.state))
-        return answer
+        answer = signal_answer(delivery.signal, instance_id, delivery.created, delivery.state)
+        return answer.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
     async def instance(self, instance_id: str) -> InstanceRecord:
         """The instance row as stored now."""

@@ -14,7 +14,8 @@ itself::
   :data:`EngineDep` (the flowpark engine), :data:`CatalogDep` (its flow versions),
   :data:`OperatorReadsDep` (the operator's read model and action history),
   :data:`DeliveriesDep` (event deliveries), :data:`DeliveryIdsDep` (signed delivery ids),
-  :data:`NodesDep` (the nodes' liveness rows) and :data:`SettingsDep`.
+  :data:`NodesDep` (the nodes' liveness rows), :data:`SettingsDep`, and
+  :data:`NodePartsDep` (what the lifespan has built so far, for readiness).
 
 The plain functions (:func:`engine_of`, :func:`nodes_of`, :func:`settings_of`) give the
 same objects to code that holds a request but is no route (the console's helpers).
@@ -22,7 +23,8 @@ same objects to code that holds a request but is no route (the console's helpers
 
 from __future__ import annotations
 
-from typing import Annotated, Protocol, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Protocol, cast
 
 from fastapi import Depends, Request
 
@@ -34,6 +36,9 @@ from app.flows.catalog import Catalog
 from app.settings import Settings
 from app.store.nodes import SqlNodes
 
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
 __all__ = [
     "AnyToken",
     "CatalogDep",
@@ -41,6 +46,8 @@ __all__ = [
     "DeliveryIds",
     "DeliveryIdsDep",
     "EngineDep",
+    "NodeParts",
+    "NodePartsDep",
     "NodesDep",
     "OperateToken",
     "OperatorReadsDep",
@@ -48,6 +55,7 @@ __all__ = [
     "SettingsDep",
     "SignalToken",
     "StartToken",
+    "Sweeping",
     "engine_of",
     "nodes_of",
     "settings_of",
@@ -63,6 +71,26 @@ class DeliveryIds(Protocol):
         """Record ``instance_id`` as the first owner of the id unless one is; returns the
         owner recorded first (None when this call recorded it)."""
         ...
+
+
+class Sweeping(Protocol):
+    """The node's sweep job, as readiness sees it."""
+
+    @property
+    def last_success(self) -> float | None:
+        """``time.monotonic()`` when a sweep last ended without error (None: none yet)."""
+        ...
+
+
+@dataclass(frozen=True)
+class NodeParts:
+    """The node's parts as far as the lifespan has built them (each None until then, and
+    ``sweeper`` on a node that does not sweep): what ``/readyz`` checks."""
+
+    db: AsyncEngine | None
+    engine: Engine | None
+    nodes: SqlNodes | None
+    sweeper: Sweeping | None
 
 
 def engine_of(request: Request) -> Engine:
@@ -115,6 +143,16 @@ async def _nodes(request: Request) -> SqlNodes:
     return nodes_of(request)
 
 
+async def _node_parts(request: Request) -> NodeParts:
+    state = request.app.state
+    return NodeParts(
+        db=getattr(state, "db", None),
+        engine=getattr(state, "engine", None),
+        nodes=getattr(state, "nodes", None),
+        sweeper=getattr(state, "sweeper", None),
+    )
+
+
 #: The node's flowpark engine.
 EngineDep = Annotated[Engine, Depends(_engine)]
 #: The flow versions this node serves (the engine's catalog).
@@ -129,6 +167,8 @@ DeliveriesDep = Annotated[Deliveries, Depends(_deliveries)]
 DeliveryIdsDep = Annotated[DeliveryIds, Depends(_delivery_ids)]
 #: The nodes' liveness rows.
 NodesDep = Annotated[SqlNodes, Depends(_nodes)]
+#: The node's parts built so far (readiness).
+NodePartsDep = Annotated[NodeParts, Depends(_node_parts)]
 
 #: A token with the ``read`` scope.
 ReadToken = Annotated[Principal, Depends(require_scope("read"))]

@@ -1,5 +1,5 @@
-"""JSON shapes of the operator's surfaces (camelCase): list rows, counts, and the parts of
-the instance view that explain a wait (``waiting``, ``budget``, ``attempts``).
+"""The operator's answers as models: list rows, counts, and the parts of the instance view
+that explain a wait (``waiting``, ``attempts``, ``tries``, ``actions``).
 
 Vocabulary: an *attempt* is one iteration of a parked poll (the journal's *scope*); a
 *try* is one execution of a capability under its retry policy (``try`` 1, 2, ...).
@@ -14,9 +14,20 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from app.api.models import (
+    ActionView,
+    AttemptView,
+    CountByState,
+    InstanceCounts,
+    InstanceSummaryView,
+    TryError,
+    TryView,
+    WaitingView,
+)
 from app.api.values import shown_values
 from app.engine.journal import InstanceRecord, Outcome, StepKind, StepRow, WakeKind
-from app.engine.ports.operator import InstanceCounts, InstanceSummary, OperatorAction
+from app.engine.ports import operator as ports
+from app.engine.ports.operator import InstanceSummary, OperatorAction
 from app.errors import InputInvalid
 from app.flows.plan import CapabilityStep, Plan, PollStep, Step
 
@@ -31,10 +42,6 @@ __all__ = [
     "summary_view",
     "waiting_view",
 ]
-
-
-def _at(instant: datetime | None) -> str | None:
-    return instant.isoformat().replace("+00:00", "Z") if instant is not None else None
 
 
 def encode_cursor(position: tuple[datetime, str]) -> str:
@@ -85,8 +92,9 @@ def waiting_view(
     scope: int | None,
     kind: WakeKind | None,
     wake_at: datetime | None,
-) -> dict[str, Any] | None:
-    """``{"kind", "stepId", "capabilityId", "attempt", "wakeAt"}`` of a suspended instance.
+) -> WaitingView | None:
+    """What a suspended instance waits for: ``kind``, ``stepId``, ``capabilityId``,
+    ``attempt``, ``wakeAt``.
 
     ``capabilityId`` is the capability the next execution runs (a poll's body), or the
     signal's name for a signal wait; ``attempt`` is the poll attempt (scope) it waits to
@@ -107,71 +115,62 @@ def waiting_view(
         capability = step.capability.id
     elif step is not None and getattr(step, "signal", None) is not None:
         capability = step.signal.name  # type: ignore[union-attr]
-    return {
-        "kind": str(kind),
-        "stepId": step_id,
-        "capabilityId": capability,
-        "attempt": attempt,
-        "wakeAt": _at(wake_at),
-    }
+    return WaitingView(
+        kind=kind, step_id=step_id, capability_id=capability, attempt=attempt, wake_at=wake_at
+    )
 
 
 def summary_view(
     row: InstanceSummary, plan: Plan | None, budget_ends_at: datetime | None
-) -> dict[str, Any]:
+) -> InstanceSummaryView:
     """One row of ``GET /api/v1/instances``."""
     waiting = None
     if row.wake_kind is not None and row.state.value == "suspended":
         waiting = waiting_view(plan, row.wake_step_id, row.wake_scope, row.wake_kind, row.wake_at)
-    return {
-        "instanceId": row.id,
-        "flow": row.flow_name,
-        "version": row.flow_version,
-        "state": str(row.state),
-        "createdAt": _at(row.created_at),
-        "updatedAt": _at(row.updated_at),
-        "wakeAt": _at(row.wake_at) if row.state.value == "suspended" else None,
-        "waiting": waiting,
-        "attempt": waiting["attempt"] if waiting else None,
-        "budgetEndsAt": _at(budget_ends_at),
-        "deadlineAt": _at(row.deadline_at),
-        "leaseExpiresAt": _at(row.lease_expires_at) if row.state.value == "running" else None,
-        "errorCode": row.error_code,
-        "instanceKey": row.instance_key,
-        "displayKey": row.display_value,
-        "cancelRequested": row.cancel_requested,
-    }
+    return InstanceSummaryView(
+        instance_id=row.id,
+        flow=row.flow_name,
+        version=row.flow_version,
+        state=row.state,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        wake_at=row.wake_at if row.state.value == "suspended" else None,
+        waiting=waiting,
+        attempt=waiting.attempt if waiting else None,
+        budget_ends_at=budget_ends_at,
+        deadline_at=row.deadline_at,
+        lease_expires_at=row.lease_expires_at if row.state.value == "running" else None,
+        error_code=row.error_code,
+        instance_key=row.instance_key,
+        display_key=row.display_value,
+        cancel_requested=row.cancel_requested,
+    )
 
 
-def counts_view(counts: InstanceCounts, overdue_seconds: float) -> dict[str, Any]:
+def counts_view(counts: ports.InstanceCounts, overdue_seconds: float) -> InstanceCounts:
     """``GET /api/v1/instances/counts``: per flow, version and state, with totals."""
     flows: dict[str, dict[str, dict[str, int]]] = {}
     totals: dict[str, int] = {}
     for c in counts.by_state:
         flows.setdefault(c.flow_name, {}).setdefault(c.flow_version, {})[str(c.state)] = c.count
         totals[str(c.state)] = totals.get(str(c.state), 0) + c.count
-    return {
-        "byState": [
-            {
-                "flow": c.flow_name,
-                "version": c.flow_version,
-                "state": str(c.state),
-                "count": c.count,
-            }
+    return InstanceCounts(
+        by_state=[
+            CountByState(flow=c.flow_name, version=c.flow_version, state=c.state, count=c.count)
             for c in counts.by_state
         ],
-        "flows": flows,
-        "states": totals,
-        "total": sum(totals.values()),
-        "overdue": counts.overdue,
-        "overdueSeconds": overdue_seconds,
-        "stuck": counts.stuck,
-    }
+        flows=flows,
+        states=totals,
+        total=sum(totals.values()),
+        overdue=counts.overdue,
+        overdue_seconds=overdue_seconds,
+        stuck=counts.stuck,
+    )
 
 
 def attempts_view(
     plan: Plan | None, inst: InstanceRecord, steps: list[StepRow]
-) -> list[dict[str, Any]]:
+) -> list[AttemptView]:
     """Per poll attempt of the poll the instance is at (or last ran): one entry per scope
     with its scheduled wake, actual start, lateness, duration, outcome and every try.
 
@@ -190,7 +189,7 @@ def attempts_view(
         if row.step_id == body and row.kind is StepKind.STEP:
             by_scope.setdefault(row.scope, []).append(row)
     signal_rows = [r for r in steps if r.step_id == step.index and r.kind is StepKind.SIGNAL]
-    out: list[dict[str, Any]] = []
+    out: list[AttemptView] = []
     first_start = min((r.started_at for r in by_scope.get(0, [])), default=None)
     previous_commit: datetime | None = None
     for scope in sorted(by_scope):
@@ -208,48 +207,48 @@ def attempts_view(
         last = tries[-1]
         outcome = "success" if success else ("failure" if last.final else "retrying")
         out.append(
-            {
-                "attempt": scope,
-                "scheduledAt": _at(scheduled),
-                "startedAt": _at(started),
-                "latenessSeconds": (
+            AttemptView(
+                attempt=scope,
+                scheduled_at=scheduled,
+                started_at=started,
+                lateness_seconds=(
                     round((started - scheduled).total_seconds(), 3) if scheduled else None
                 ),
-                "durationSeconds": round((ended - started).total_seconds(), 3),
-                "outcome": outcome,
-                "tries": [
-                    {
-                        "try": t.try_number,
-                        "startedAt": _at(t.started_at),
-                        "committedAt": _at(t.committed_at),
-                        "outcome": str(t.outcome),
-                        "error": (
-                            {"type": t.error_type, "detail": t.error_detail}
+                duration_seconds=round((ended - started).total_seconds(), 3),
+                outcome=outcome,
+                tries=[
+                    TryView(
+                        **{"try": t.try_number},
+                        started_at=t.started_at,
+                        committed_at=t.committed_at,
+                        outcome=t.outcome,
+                        error=(
+                            TryError(type=t.error_type, detail=t.error_detail)
                             if t.outcome is Outcome.FAILURE
                             else None
                         ),
-                        "nextTryAt": _at(t.next_try_at),
-                        "values": shown_values(plan, t)[0],
-                    }
+                        next_try_at=t.next_try_at,
+                        values=shown_values(plan, t)[0],
+                    )
                     for t in tries
                 ],
-            }
+            )
         )
         previous_commit = next(
             (t.committed_at for t in tries if t.outcome is Outcome.SUCCESS), ended
         )
     for row in signal_rows:
         out.append(
-            {
-                "attempt": row.scope,
-                "scheduledAt": None,
-                "startedAt": _at(row.started_at),
-                "latenessSeconds": None,
-                "durationSeconds": 0.0,
-                "outcome": "signal",
-                "signal": row.capability_id,
-                "tries": [],
-            }
+            AttemptView(
+                attempt=row.scope,
+                scheduled_at=None,
+                started_at=row.started_at,
+                lateness_seconds=None,
+                duration_seconds=0.0,
+                outcome="signal",
+                signal=row.capability_id,
+                tries=[],
+            )
         )
     return out
 
@@ -266,28 +265,28 @@ def _current_poll(plan: Plan | None, inst: InstanceRecord, steps: list[StepRow])
     return None
 
 
-def action_view(action: OperatorAction) -> dict[str, Any]:
+def action_view(action: OperatorAction) -> ActionView:
     """One entry of an instance's operator history."""
-    return {
-        "actionId": action.id,
-        "action": action.action,
-        "actor": action.actor,
-        "actedAt": _at(action.acted_at),
-        "details": action.details,
-    }
+    return ActionView(
+        action_id=action.id,
+        action=action.action,
+        actor=action.actor,
+        acted_at=action.acted_at,
+        details=action.details,
+    )
 
 
 def explain_view(
     plan: Plan | None,
     inst: InstanceRecord,
     steps: list[StepRow],
-    now: datetime,
     actions: list[OperatorAction],
 ) -> dict[str, Any]:
-    """What the instance view adds to explain a wait (next to its ``budget``):
-    ``waiting`` (what a suspended instance waits for), ``attempts`` (per poll attempt, with
-    every try), ``tries`` (capability executions in the whole journal) and ``actions``
-    (the operator's history)."""
+    """What the instance view adds to explain a wait (next to its ``budget``), as
+    :class:`~app.api.models.InstanceView` fields by name: ``waiting`` (what a suspended
+    instance waits for), ``attempts`` (per poll attempt, with every try), ``tries``
+    (capability executions in the whole journal) and ``actions`` (the operator's
+    history)."""
     waiting = None
     if inst.state.value == "suspended":
         waiting = waiting_view(

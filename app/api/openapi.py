@@ -46,6 +46,7 @@ __all__ = [
     "PROBLEM_SCHEMA",
     "api_app",
     "install_openapi",
+    "operation_slug",
     "problem_responses",
     "request_schema",
 ]
@@ -96,6 +97,12 @@ PROBLEM_SCHEMA: dict[str, Any] = {
     "required": ["type", "title", "status", "detail", "code"],
     "additionalProperties": True,
 }
+
+
+def operation_slug(name: str) -> str:
+    """A flow's or signal's name as part of an operation id: lower case, every character
+    but letters and digits as ``_`` (``document.process`` -> ``document_process``)."""
+    return "".join(c if c.isalnum() else "_" for c in name.lower())
 
 
 def _example(code: ErrorCode) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from app.api.models import PlanView
 from app.flows.durations import Backoff, RetryPolicy
 from app.flows.plan import AwaitSignalStep, CapabilityStep, EmitStep, FailStep, Plan, PollStep, Step
 
@@ -76,19 +77,19 @@ def _step(step: Step) -> dict[str, Any]:
     return {"index": step.index, "kind": "emit", "name": step.name, "next": step.next}
 
 
-def plan_view(plan: Plan) -> dict[str, Any]:
-    """``{"name", "version", "profile", "route", "deadlineSeconds", "signals", "streams",
-    "end", "steps": [...]}``; each step has ``index`` and ``kind`` (``capability``, ``poll``,
-    ``await``, ``fail``, ``emit``) and its own fields; ``end`` is the index meaning "the
-    flow completes"."""
-    return {
-        "name": plan.name,
-        "version": plan.version,
-        "profile": str(plan.profile),
-        "route": plan.trigger.route if plan.trigger is not None else None,
-        "deadlineSeconds": _seconds(plan.deadline),
-        "signals": sorted(plan.signals),
-        "streams": sorted(plan.streams),
-        "end": plan.end,
-        "steps": [_step(n) for n in plan.steps],
-    }
+def plan_view(plan: Plan) -> PlanView:
+    """The plan: ``name``, ``version``, ``profile``, ``route``, ``deadlineSeconds``,
+    ``signals``, ``streams``, ``end`` and ``steps``; each step has ``index`` and ``kind``
+    (``capability``, ``poll``, ``await``, ``fail``, ``emit``) and its own fields; ``end`` is
+    the index meaning "the flow completes"."""
+    return PlanView(
+        name=plan.name,
+        version=plan.version,
+        profile=plan.profile,
+        route=plan.trigger.route if plan.trigger is not None else None,
+        deadline_seconds=_seconds(plan.deadline),
+        signals=sorted(plan.signals),
+        streams=sorted(plan.streams),
+        end=plan.end,
+        steps=[_step(n) for n in plan.steps],
+    )

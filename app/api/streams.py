@@ -17,15 +17,13 @@ import json
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Header, Path, Query, Request
-from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.deps import EngineDep, ReadToken
-from app.api.inputs import JsonBodyRoute
+from app.api.inputs import JsonBodyRoute, check_instance_id, well_formed
 from app.api.models import StreamMessageView
 from app.api.openapi import problem_responses
-from app.api.routes import check_instance_id, well_formed
-from app.api.views import API, stream_view
+from app.api.views import API, answer_json, stream_view
 from app.engine.engine import Engine
 from app.engine.journal import InstanceRecord
 from app.errors import ErrorCode, InputInvalid, StreamNotDeclared
@@ -103,7 +101,8 @@ async def sse_messages(
         state = (await engine.journal.reads.get_instance(instance_id)).state
         for message in await engine.journal.streams.read_stream(instance_id, name, after=cursor):
             cursor = message.sequence
-            yield ServerSentEvent(data=json.dumps(stream_view(message)), id=str(cursor))
+            data = json.dumps(answer_json(stream_view(message)))
+            yield ServerSentEvent(data=data, id=str(cursor))
         if state.ended:
             yield ServerSentEvent(
                 data=json.dumps({"instanceId": instance_id, "state": str(state)}), event="end"
@@ -154,7 +153,7 @@ def build_streams_router() -> APIRouter:
             alias="Last-Event-ID",
             description="event streams: resume after this sequence (wins over `after`)",
         ),
-    ) -> JSONResponse | EventSourceResponse:
+    ) -> list[StreamMessageView] | EventSourceResponse:
         """Read stream ``name`` of an instance, in write order.
 
         With ``Accept: text/event-stream`` the answer is Server-Sent Events: each message
@@ -176,6 +175,6 @@ def build_streams_router() -> APIRouter:
                 sse_messages(engine, instance_id, name, cursor), ping=SSE_PING_SECONDS
             )
         messages = await engine.journal.streams.read_stream(instance_id, name, after=after)
-        return JSONResponse([stream_view(m) for m in messages])
+        return [stream_view(m) for m in messages]
 
     return router

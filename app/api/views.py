@@ -1,11 +1,37 @@
-"""JSON shapes of the API (camelCase), built from engine records."""
+"""The API's answers as models (:mod:`app.api.models`), built from engine records: the
+routes return them, and the console reads the same ones (``model_dump(mode="json",
+by_alias=True, exclude_unset=True)`` gives the JSON an answer carries).
+
+A view sets exactly the fields its answer carries: a field left unset is absent from the
+JSON (the routes answer with ``response_model_exclude_unset``), one set to None is null.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel
+
+from app.api.explain import explain_view
+from app.api.models import (
+    Awaiting,
+    BudgetView,
+    CompensationFailure,
+    EventView,
+    FailedStep,
+    FlowError,
+    InstanceView,
+    JournalRow,
+    LeaseView,
+    ReviewView,
+    SignalAnswer,
+    SignalView,
+    StreamMessageView,
+)
+from app.api.models.instances import CompensationError
 from app.api.values import shown_values
 from app.engine.deadlines import open_budget
 from app.engine.journal import (
@@ -18,120 +44,148 @@ from app.engine.journal import (
     StepRow,
     StreamMessage,
 )
+from app.engine.ports.operator import OperatorAction
 from app.engine.try_walk import DETAIL_LIMIT
 from app.engine.values import DECISION_KEY
 from app.flows.plan import AwaitSignalStep, CapabilityStep, EmitStep, FailStep, Plan, PollStep
 from app.redaction import redact
 
 __all__ = [
+    "API",
+    "answer_json",
     "awaiting",
     "compensation_failures",
-    "event_view",
     "display_value",
+    "event_view",
     "failed_step",
-    "step_label",
     "instance_view",
     "review_view",
     "shown_details",
+    "signal_answer",
     "signal_view",
+    "step_label",
+    "step_view",
     "stream_view",
 ]
 
 API = "/api/v1"
 
 
-def _at(instant: datetime | None) -> str | None:
-    return instant.isoformat().replace("+00:00", "Z") if instant is not None else None
+def answer_json(answer: BaseModel) -> Any:
+    """An answer model as the JSON value its route sends (camelCase names, ISO instants,
+    the fields its view did not set left out): what the console's templates read.
+
+    Args:
+        answer: a model a view function built.
+
+    Returns:
+        A ``dict`` of JSON values.
+    """
+    return answer.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
-def step_view(row: StepRow, plan: Plan | None = None) -> dict[str, Any]:
-    """One journal row (camelCase keys), with the values it put as
-    :func:`app.api.values.shown_values` shows them."""
+def step_view(row: StepRow, plan: Plan | None = None) -> JournalRow:
+    """One journal row, with the values it put as :func:`app.api.values.shown_values`
+    shows them (``errorType``, ``errorDetail``, ``final``, ``nextTryAt`` only when it
+    failed)."""
     values, truncated = shown_values(plan, row)
-    view: dict[str, Any] = {
-        "sequence": row.sequence,
-        "stepId": row.step_id,
-        "scope": row.scope,
-        "kind": str(row.kind),
-        "capabilityId": row.capability_id,
-        "outcome": str(row.outcome),
-        "try": row.try_number,
-        "startedAt": _at(row.started_at),
-        "committedAt": _at(row.committed_at),
-        "values": values,
-        "valuesTruncated": truncated,
-    }
+    # "try" is a keyword (the field is ``try_``); a stored row always has its sequence
+    fields: dict[str, Any] = {"try": row.try_number, "sequence": row.sequence}
     if row.error_type is not None:
-        view.update(
-            errorType=row.error_type,
-            errorDetail=redact(row.error_detail) if row.error_detail else row.error_detail,
+        fields.update(
+            error_type=row.error_type,
+            error_detail=redact(row.error_detail) if row.error_detail else row.error_detail,
             final=row.final,
-            nextTryAt=_at(row.next_try_at),
+            next_try_at=row.next_try_at,
         )
-    return view
+    return JournalRow(
+        step_id=row.step_id,
+        scope=row.scope,
+        kind=row.kind,
+        capability_id=row.capability_id,
+        outcome=row.outcome,
+        started_at=row.started_at,
+        committed_at=row.committed_at,
+        values=values,
+        values_truncated=truncated,
+        **fields,
+    )
 
 
-def signal_view(signal: SignalRecord) -> dict[str, Any]:
-    """One signal as the API shows it (camelCase keys; ``outcome`` says what became of it)."""
+def signal_view(signal: SignalRecord) -> SignalView:
+    """One signal as the API shows it (``matched`` says what became of it)."""
+    return SignalView(**_signal_fields(signal))
+
+
+def _signal_fields(signal: SignalRecord) -> dict[str, Any]:
     refused = signal.outcome is False  # the store keeps the refusing wait as "taken"
-    view = {
-        "signalId": signal.id,
+    fields: dict[str, Any] = {
+        "signal_id": signal.id,
         "sequence": signal.sequence,
         "name": signal.name,
         "payload": signal.payload,
-        "receivedAt": _at(signal.received_at),
-        "takenAt": None if refused else _at(signal.taken_at),
-        "takenStepId": None if refused else signal.taken_step_id,
+        "received_at": signal.received_at,
+        "taken_at": None if refused else signal.taken_at,
+        "taken_step_id": None if refused else signal.taken_step_id,
         # true: taken by a wait; false: the wait at takenStepId refused it (its match did
         # not hold), kept and ending nothing; null: waiting in the mailbox
         "matched": signal.outcome,
         # set when the instance ended while it waited untaken (it will never be taken)
-        "discardedAt": _at(signal.discarded_at),
-        "discardedReason": signal.discarded_reason,
+        "discarded_at": signal.discarded_at,
+        "discarded_reason": signal.discarded_reason,
     }
     if refused:
-        view.update(refusedAt=_at(signal.taken_at), refusedStepId=signal.taken_step_id)
-    return view
+        fields.update(refused_at=signal.taken_at, refused_step_id=signal.taken_step_id)
+    return fields
 
 
-def stream_view(message: StreamMessage) -> dict[str, Any]:
-    """One stream message as the API shows it: ``sequence``, ``stream``, ``createdAt``,
-    ``value``."""
-    return {
-        "sequence": message.sequence,
-        "stream": message.stream,
-        "createdAt": _at(message.created_at),
-        "value": message.payload,
-    }
+def signal_answer(
+    signal: SignalRecord, instance_id: str, created: bool, state: InstanceState
+) -> SignalAnswer:
+    """The answer to a delivery: the signal as stored after the run it started, the
+    instance, whether this request stored it (``created``) and the instance's state."""
+    return SignalAnswer(
+        **_signal_fields(signal), instance_id=instance_id, created=created, state=state
+    )
 
 
-def event_view(event: dict[str, Any]) -> dict[str, Any]:
+def stream_view(message: StreamMessage) -> StreamMessageView:
+    """One stream message: ``sequence``, ``stream``, ``createdAt``, ``value``."""
+    return StreamMessageView(
+        sequence=message.sequence,
+        stream=message.stream,
+        created_at=message.created_at,
+        value=message.payload,
+    )
+
+
+def event_view(event: dict[str, Any]) -> EventView:
     """One outbox event (``GET /api/v1/events``) from the store's read dict."""
-    return {
-        "sequence": event["sequence"],
-        "id": event["id"],
-        "instanceId": event["instance_id"],
-        "name": event["name"],
-        "payload": event["payload"],
-        "createdAt": _at(event["created_at"]),
-        "publishedAt": _at(event.get("published_at")),
-    }
+    return EventView(
+        sequence=event["sequence"],
+        id=event["id"],
+        instance_id=event["instance_id"],
+        name=event["name"],
+        payload=event["payload"],
+        created_at=event["created_at"],
+        published_at=event.get("published_at"),
+    )
 
 
-def review_view(item: dict[str, Any]) -> dict[str, Any]:
+def review_view(item: dict[str, Any]) -> ReviewView:
     """One review-queue item (``GET /api/v1/reviews``) from the store's read dict."""
-    return {
-        "sequence": item["sequence"],
-        "id": item["id"],
-        "instanceId": item["instance_id"],
-        "subject": item["subject"],
-        "reason": item["reason"],
-        "details": item["details"],
-        "createdAt": _at(item["created_at"]),
-    }
+    return ReviewView(
+        sequence=item["sequence"],
+        id=item["id"],
+        instance_id=item["instance_id"],
+        subject=item["subject"],
+        reason=item["reason"],
+        details=item["details"],
+        created_at=item["created_at"],
+    )
 
 
-def awaiting(plan: Plan | None, inst: InstanceRecord) -> list[dict[str, str]]:
+def awaiting(plan: Plan | None, inst: InstanceRecord) -> list[Awaiting]:
     """The signals a caller can deliver to continue ``inst`` now (empty when none)."""
     if plan is None or inst.state.ended or inst.wake_step_id is None:
         return []
@@ -141,24 +195,25 @@ def awaiting(plan: Plan | None, inst: InstanceRecord) -> list[dict[str, str]]:
     if not isinstance(step, PollStep | AwaitSignalStep) or step.signal is None:
         return []
     base = plan.trigger.route if plan.trigger is not None else f"{API}/instances"
-    return [{"signal": step.signal.name, "href": f"{base}/{inst.id}/signals/{step.signal.name}"}]
+    name = step.signal.name
+    return [Awaiting(signal=name, href=f"{base}/{inst.id}/signals/{name}")]
 
 
 def _budget_view(
     inst: InstanceRecord, steps: list[StepRow], now: datetime | None
-) -> dict[str, Any] | None:
+) -> BudgetView | None:
     budget = open_budget(inst.state, steps)
     if budget is None:
         return None
-    return {
-        "kind": budget.name,
-        "stepId": budget.step_id,
-        "scope": budget.scope,
-        "startedAt": _at(budget.started_at),
-        "endsAt": _at(budget.ends_at),
-        "usedRatio": round(budget.used_ratio(now), 4) if now is not None else None,
-        "extensions": budget.extensions,
-    }
+    return BudgetView(
+        kind=budget.name,
+        step_id=budget.step_id,
+        scope=budget.scope,
+        started_at=budget.started_at,
+        ends_at=budget.ends_at,
+        used_ratio=round(budget.used_ratio(now), 4) if now is not None else None,
+        extensions=budget.extensions,
+    )
 
 
 def display_value(plan: Plan | None, value: Any) -> str | None:
@@ -210,10 +265,8 @@ def _failed_step_id(inst: InstanceRecord, steps: list[StepRow]) -> int | None:
     return None
 
 
-def failed_step(
-    plan: Plan | None, inst: InstanceRecord, steps: list[StepRow]
-) -> dict[str, Any] | None:
-    """Where a failed instance failed: ``{"stepId", "kind", "label", "capabilityId"}``
+def failed_step(plan: Plan | None, inst: InstanceRecord, steps: list[StepRow]) -> FailedStep | None:
+    """Where a failed instance failed (``stepId``, ``kind``, ``label``, ``capabilityId``)
     from the failure's own step, else the journal's last failed execution; None when
     neither tells (a deadline, a cancel) or this node lacks the flow version."""
     if inst.state is not InstanceState.FAILED or inst.failure is None or plan is None:
@@ -226,18 +279,20 @@ def failed_step(
     named = details.get("capability_id")
     if kind == "poll" and isinstance(named, str):
         capability, label = named, f"poll {named}"
-    return {"stepId": step_id, "kind": kind, "label": label, "capabilityId": capability}
+    return FailedStep(step_id=step_id, kind=kind, label=label, capability_id=capability)
 
 
-def compensation_failures(steps: list[StepRow], plan: Plan | None = None) -> list[dict[str, Any]]:
+def compensation_failures(
+    steps: list[StepRow], plan: Plan | None = None
+) -> list[CompensationFailure]:
     """The compensations that failed for good and are still failed (their retry policy
     exhausted, or an operator's retry failed; none of their tries succeeded): one entry
     per (step, scope), from its last try, with code ``compensation_failed``,
     ``capabilityId`` (the compensation), ``stepId`` and ``scope`` of the step it undoes,
-    ``step`` (that step as ``error.step`` names a failed instance's step: ``{"stepId",
-    "kind", "label", "capabilityId"}``; null when this node lacks the flow version),
-    ``error`` (``{"code": the error type, "message": its text, secrets masked, at most
-    500 characters}``), ``errorType`` and ``errorDetail`` (the same, as stored), ``tries``
+    ``step`` (that step as ``error.step`` names a failed instance's step: ``stepId``,
+    ``kind``, ``label``, ``capabilityId``; null when this node lacks the flow version),
+    ``error`` (``code``: the error type, ``message``: its text, secrets masked, at most
+    500 characters), ``errorType`` and ``errorDetail`` (the same, as stored), ``tries``
     and ``failedAt``. Empty when none is."""
     last: dict[tuple[int, int], StepRow] = {}
     succeeded: set[tuple[int, int]] = set()
@@ -249,30 +304,29 @@ def compensation_failures(steps: list[StepRow], plan: Plan | None = None) -> lis
             succeeded.add(key)
         elif key not in last or last[key].try_number < row.try_number:
             last[key] = row
-    failed: list[dict[str, Any]] = []
+    failed: list[CompensationFailure] = []
     for key, row in last.items():
         if key in succeeded or not (row.final or row.next_try_at is None):
             continue
         step = None
         if plan is not None and 0 <= row.step_id < len(plan.steps):
             kind, label, capability = step_label(plan, row.step_id)
-            step = {"stepId": row.step_id, "kind": kind, "label": label, "capabilityId": capability}
+            step = FailedStep(step_id=row.step_id, kind=kind, label=label, capability_id=capability)
         failed.append(
-            {
-                "code": "compensation_failed",
-                "capabilityId": row.capability_id,
-                "stepId": row.step_id,
-                "scope": row.scope,
-                "step": step,
-                "error": {
-                    "code": row.error_type,
-                    "message": redact(row.error_detail or "")[:DETAIL_LIMIT],
-                },
-                "errorType": row.error_type,
-                "errorDetail": redact(row.error_detail) if row.error_detail else None,
-                "tries": row.try_number,
-                "failedAt": _at(row.committed_at),
-            }
+            CompensationFailure(
+                code="compensation_failed",
+                capability_id=row.capability_id,
+                step_id=row.step_id,
+                scope=row.scope,
+                step=step,
+                error=CompensationError(
+                    code=row.error_type, message=redact(row.error_detail or "")[:DETAIL_LIMIT]
+                ),
+                error_type=row.error_type,
+                error_detail=redact(row.error_detail) if row.error_detail else None,
+                tries=row.try_number,
+                failed_at=row.committed_at,
+            )
         )
     return failed
 
@@ -296,57 +350,69 @@ def instance_view(
     signals: list[SignalRecord] | None = None,
     plan: Plan | None = None,
     now: datetime | None = None,
-) -> dict[str, Any]:
+    actions: Sequence[OperatorAction] = (),
+) -> InstanceView:
     """The full view of one instance (``GET /api/v1/instances/{id}``).
 
-    ``budget`` is the bound of the wait the instance is in (None when none):
-    ``{"kind": "poll.budget" | "signal.timeout" | "retry.total", "stepId", "scope",
-    "startedAt", "endsAt", "usedRatio", "extensions"}``; ``endsAt`` is the stored end
-    instant, ``usedRatio`` the share spent at ``now`` (engine clock; null without it).
+    Args:
+        inst: the instance row.
+        steps: its journal rows, in commit order.
+        signals: its signals (None: the answer has no ``signals``).
+        plan: its flow version's plan (None: this node does not serve it).
+        now: the engine clock's now (None: ``budget.usedRatio`` is null).
+        actions: its operator history, oldest first.
+
+    ``budget`` is the bound of the wait the instance is in (None when none): ``kind``
+    (``poll.budget``, ``signal.timeout`` or ``retry.total``), ``stepId``, ``scope``,
+    ``startedAt``, ``endsAt`` (the stored end instant), ``usedRatio`` (the share spent at
+    ``now``) and ``extensions``; ``waiting``, ``attempts``, ``tries`` and ``actions`` are
+    :func:`app.api.explain.explain_view`'s.
     """
     live_lease = inst.lease_owner is not None and not inst.state.ended
-    view: dict[str, Any] = {
-        "instanceId": inst.id,
-        "flow": inst.flow_name,
-        "version": inst.flow_version,
-        "state": str(inst.state),
-        "createdAt": _at(inst.created_at),
-        "updatedAt": _at(inst.updated_at),
-        "deadlineAt": _at(inst.deadline_at),
-        "wakeAt": _at(inst.wake_at),
-        "wakeStepId": inst.wake_step_id,
-        "wakeScope": inst.wake_scope,
-        "instanceKey": inst.instance_key,
-        "displayKey": display_value(plan, inst.input),
-        "cancelRequested": inst.cancel_requested,
-        "lease": (
-            {
-                "owner": inst.lease_owner,
-                "expiresAt": _at(inst.lease_expires_at),
-                "fencingToken": inst.fencing_token,
-            }
-            if live_lease
+    optional: dict[str, Any] = {}
+    if signals is not None:
+        optional["signals"] = [signal_view(s) for s in signals]
+    waits = awaiting(plan, inst)
+    if waits:
+        optional["awaiting"] = waits
+    return InstanceView(
+        instance_id=inst.id,
+        flow=inst.flow_name,
+        version=inst.flow_version,
+        state=inst.state,
+        created_at=inst.created_at,
+        updated_at=inst.updated_at,
+        deadline_at=inst.deadline_at,
+        wake_at=inst.wake_at,
+        wake_step_id=inst.wake_step_id,
+        wake_scope=inst.wake_scope,
+        instance_key=inst.instance_key,
+        display_key=display_value(plan, inst.input),
+        cancel_requested=inst.cancel_requested,
+        lease=(
+            LeaseView(
+                owner=inst.lease_owner,
+                expires_at=inst.lease_expires_at,
+                fencing_token=inst.fencing_token,
+            )
+            if live_lease and inst.lease_owner is not None
             else None
         ),
-        "input": inst.input,
-        "result": inst.result,
-        "error": (
-            {
-                "code": inst.failure.code,
-                "message": inst.failure.message,
-                "details": shown_details(inst.failure.details),
-                "step": failed_step(plan, inst, steps),
-            }
+        input=inst.input,
+        result=inst.result,
+        error=(
+            FlowError(
+                code=inst.failure.code,
+                message=inst.failure.message,
+                details=shown_details(inst.failure.details),
+                step=failed_step(plan, inst, steps),
+            )
             if inst.failure is not None
             else None
         ),
-        "budget": _budget_view(inst, steps, now),
-        "journal": [step_view(r, plan) for r in steps],
-        "compensationFailures": compensation_failures(steps, plan),
-    }
-    if signals is not None:
-        view["signals"] = [signal_view(s) for s in signals]
-    waits = awaiting(plan, inst)
-    if waits:
-        view["awaiting"] = waits
-    return view
+        budget=_budget_view(inst, steps, now),
+        journal=[step_view(r, plan) for r in steps],
+        compensation_failures=compensation_failures(steps, plan),
+        **optional,
+        **explain_view(plan, inst, steps, list(actions)),
+    )

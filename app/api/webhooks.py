@@ -1,6 +1,7 @@
 """The route hook of verified signals: a provider's delivery, checked by the signal's
 webhook verifier before anything of it is read or stored, then mapped to the signal's
-payload by its ``adapt`` function.
+payload by its ``adapt`` function; and the instance a keyed delivery names by instance key
+(the keyed routes are :mod:`app.api.keyed`'s).
 
 Secrets are read from ``FLOWPARK_SIGNAL_SECRETS`` at each delivery and never logged or put
 in an answer: a refusal says which header failed, never what was expected.
@@ -14,30 +15,24 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI, Header, Request, Response
-from fastapi import Path as FastApiPath
+from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
-from app.api.deps import DeliveryIds, DeliveryIdsDep, EngineDep, SettingsDep, SignalToken
+from app.api.deps import DeliveryIds
 from app.api.inputs import (
-    _BODY_DOC,
-    IDEMPOTENCY_KEY_DOC,
     MAX_KEY,
     _json_body,
     idempotency_header,
 )
 from app.api.models import SignalAnswer
-from app.api.openapi import DEFS_KEY, problem_responses, request_schema
 from app.engine.engine import Engine
 from app.engine.journal import InstanceState
 from app.engine.ports.operator import InstanceFilter, OperatorReads
 from app.errors import (
-    ErrorCode,
     IdempotencyKeyInvalid,
     InputInvalid,
     InstanceNotFound,
     SignalDeliveryReplayed,
-    SignalNotDeclared,
     SignalPayloadInvalid,
     SignatureInvalid,
 )
@@ -50,9 +45,10 @@ from app.settings import Settings
 __all__ = [
     "Deliver",
     "VerifiedDelivery",
-    "add_keyed_signal_routes",
     "claim_delivery_id",
     "keyed_instance",
+    "keyed_target",
+    "unreadable",
     "verified_delivery",
 ]
 
@@ -144,7 +140,7 @@ def _adapted(signal: Signal, delivery: WebhookDelivery, flow: str) -> Any:
     try:
         value = signal.adapt(delivery)
     except Exception as exc:  # noqa: BLE001 - the flow's code on a provider's JSON
-        raise _unreadable(signal, flow, "adapt", exc) from None
+        raise unreadable(signal, flow, "adapt", exc) from None
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json", by_alias=True)
     return value
@@ -154,7 +150,7 @@ def _adapted(signal: Signal, delivery: WebhookDelivery, flow: str) -> Any:
 _LOGGED = 500
 
 
-def _unreadable(signal: Signal, flow: str, function: str, exc: Exception) -> SignalPayloadInvalid:
+def unreadable(signal: Signal, flow: str, function: str, exc: Exception) -> SignalPayloadInvalid:
     """Log what the flow's ``function`` (``adapt``, ``instance_key``) raised on a delivery
     of ``signal`` (one line, secrets masked) and return the generic problem to raise."""
     log.warning(
@@ -172,7 +168,8 @@ def _unreadable(signal: Signal, flow: str, function: str, exc: Exception) -> Sig
 
 
 #: ``deliver`` of the signal routes: (engine, request, instance id, name, key, body) -> answer
-Deliver = Callable[[Engine, Request, str, str, str | None, Any], Awaitable[Response]]
+#: ``deliver`` of the signal routes: (engine, request, instance id, name, key, body) -> answer
+Deliver = Callable[[Engine, Request, str, str, str | None, Any], Awaitable[SignalAnswer]]
 
 
 async def keyed_instance(engine: Engine, plan: Plan, key: str) -> str:
@@ -201,7 +198,7 @@ async def keyed_instance(engine: Engine, plan: Plan, key: str) -> str:
     )
 
 
-async def _keyed_target(engine: Engine, plan: Plan, signal: Signal, body: Any) -> str | None:
+async def keyed_target(engine: Engine, plan: Plan, signal: Signal, body: Any) -> str | None:
     """The instance a keyed delivery of ``signal`` with payload ``body`` (JSON) is for:
     the payload validated by the signal's model, its ``instance_key`` asked; None when
     that names no instance (nothing is to be stored).
@@ -226,213 +223,10 @@ async def _keyed_target(engine: Engine, plan: Plan, signal: Signal, body: Any) -
         if key is not None and not isinstance(key, str):
             raise TypeError(f"instance_key returned a {type(key).__name__}, not a str")
     except Exception as exc:  # noqa: BLE001 - the flow's code on a delivery's payload
-        raise _unreadable(signal, plan.name, "instance_key", exc) from None
+        raise unreadable(signal, plan.name, "instance_key", exc) from None
     if key is None:
         return None
     return await keyed_instance(engine, plan, key)
-
-
-#: What a keyed route may answer besides its body's codes.
-_KEYED_CODES = (
-    ErrorCode.INPUT_INVALID,
-    ErrorCode.BODY_TOO_LARGE,
-    ErrorCode.UNSUPPORTED_MEDIA_TYPE,
-    ErrorCode.IDEMPOTENCY_KEY_INVALID,
-    ErrorCode.IDEMPOTENCY_KEY_REUSED,
-    ErrorCode.INSTANCE_NOT_FOUND,
-    ErrorCode.INSTANCE_ENDED,
-    ErrorCode.SIGNAL_DELIVERY_REPLAYED,
-    ErrorCode.SIGNAL_PAYLOAD_INVALID,
-)
-
-
-def add_keyed_signal_routes(app: FastAPI, plan: Plan, base: str, deliver: Deliver) -> None:
-    """The flow's keyed routes, ``POST {base}/signals/{name}``: one per signal with an
-    ``instance_key`` (:func:`add_keyed_signal_route`), then, when there is one, the answer
-    to any other name (:func:`add_unknown_keyed_signal_route`).
-
-    Args:
-        app: the application.
-        plan: the flow version the trigger route starts.
-        base: the flow's trigger route.
-        deliver: the signal routes' delivery (``app.api.routes``).
-    """
-    keyed = [signal for signal in plan.signals.values() if signal.instance_key is not None]
-    for signal in keyed:
-        add_keyed_signal_route(app, plan, base, signal, deliver)
-    if keyed:
-        add_unknown_keyed_signal_route(app, plan, base)
-
-
-def add_keyed_signal_route(
-    app: FastAPI, plan: Plan, base: str, signal: Signal, deliver: Deliver
-) -> None:
-    """``POST {base}/signals/{name}``: a signal delivered to the instance its payload names
-    by instance key (the signal's ``instance_key``). A verified signal's route takes the
-    provider's signed delivery (mapped by ``adapt``); any other's, a bearer token of the
-    ``signal`` scope, the typed payload and an optional ``Idempotency-Key``."""
-    if signal.verify is None:
-        _add_bearer_keyed_route(app, plan, base, signal, deliver)
-        return
-    verifier = signal.verify
-
-    async def deliver_keyed(
-        engine: EngineDep, settings: SettingsDep, delivery_ids: DeliveryIdsDep, request: Request
-    ) -> Response:
-        delivery = await verified_delivery(request, engine, settings, plan.name, signal)
-        if delivery.body is None:  # adapt: not this signal
-            return Response(status_code=204)
-        instance_id = await _keyed_target(engine, plan, signal, delivery.body)
-        if instance_id is None:  # the payload names no instance: nothing to store
-            return Response(status_code=204)
-        if delivery.idempotency_key is not None:
-            await claim_delivery_id(
-                delivery_ids, engine, plan.name, signal.name, delivery.idempotency_key, instance_id
-            )
-        return await deliver(
-            engine, request, instance_id, signal.name, delivery.idempotency_key, delivery.body
-        )
-
-    deliver_keyed.__doc__ = (
-        f"Deliver the `{signal.name}` signal to the instance of `{plan.name}` whose "
-        "instance key the payload names (one URL for the provider's webhook, for every "
-        "instance): its running instance holding the key, else the newest that held it "
-        "(a repeat of a taken delivery is answered as one); none: 404 "
-        f"`instance_not_found`. The delivery is {verifier.describe()}, instead of a "
-        "bearer token; a missing, stale or wrong signature is 401 `signature_invalid` "
-        "(nothing stored). A delivery that is not this signal, or names no instance, is "
-        "answered 204 and stores nothing; one the flow's `adapt` or `instance_key` cannot "
-        "read is 422 `signal_payload_invalid`." + _BODY_DOC
-    )
-    app.add_api_route(
-        f"{base}/signals/{signal.name}",
-        deliver_keyed,
-        methods=["POST"],
-        tags=["signals"],
-        status_code=202,
-        name=f"signal {signal.name} by instance key ({plan.name}@{plan.version})",
-        operation_id=f"signal_{_slug(plan.name)}_{_slug(signal.name)}_by_key",
-        response_model=SignalAnswer,
-        responses={
-            204: {"description": "Not this signal, or no instance named: nothing stored"},
-            **problem_responses(*_KEYED_CODES, ErrorCode.SIGNATURE_INVALID, auth=False),
-        },
-        openapi_extra={
-            "security": [],
-            "requestBody": {
-                "content": {
-                    "application/json": {
-                        "schema": {"type": "object", "description": "the provider's payload"}
-                    }
-                }
-            },
-        },
-    )
-
-
-def _add_bearer_keyed_route(
-    app: FastAPI, plan: Plan, base: str, signal: Signal, deliver: Deliver
-) -> None:
-    """The keyed route of a signal with no verifier: a bearer token of the ``signal``
-    scope, the typed payload, an optional ``Idempotency-Key`` (keyed across the flow's
-    instances, as a signed delivery's id is)."""
-
-    async def deliver_keyed(
-        token: SignalToken,
-        engine: EngineDep,
-        delivery_ids: DeliveryIdsDep,
-        request: Request,
-        idempotency_key: str | None = Header(
-            default=None, alias="Idempotency-Key", description=IDEMPOTENCY_KEY_DOC
-        ),
-    ) -> Response:
-        key = idempotency_header(idempotency_key, required=False)
-        body = await _json_body(request)
-        instance_id = await _keyed_target(engine, plan, signal, body)
-        if instance_id is None:  # the payload names no instance: nothing to store
-            return Response(status_code=204)
-        if key is not None:
-            await claim_delivery_id(delivery_ids, engine, plan.name, signal.name, key, instance_id)
-        return await deliver(engine, request, instance_id, signal.name, key, body)
-
-    deliver_keyed.__doc__ = (
-        f"Deliver the `{signal.name}` signal to the instance of `{plan.name}` whose "
-        "instance key the payload names (no instance id: the caller knows the business "
-        "key the instance was started with): its running instance holding the key, else "
-        "the newest that held it (a repeat of a taken delivery is answered as one); none: "
-        "404 `instance_not_found`. A bearer token of the `signal` scope; the body is the "
-        "signal's payload, as on its instance route. Idempotent by `Idempotency-Key` "
-        "across the flow's instances: a repeat answers the first signal (`created: "
-        "false`); the same key sent for another instance is 409 "
-        "`signal_delivery_replayed`. A payload that names no instance is answered 204 and "
-        "stores nothing; one its `instance_key` cannot read is 422 "
-        "`signal_payload_invalid`." + _BODY_DOC
-    )
-    schema, defs = request_schema(signal.model)
-    app.add_api_route(
-        f"{base}/signals/{signal.name}",
-        deliver_keyed,
-        methods=["POST"],
-        tags=["signals"],
-        status_code=202,
-        name=f"signal {signal.name} by instance key ({plan.name}@{plan.version})",
-        operation_id=f"signal_{_slug(plan.name)}_{_slug(signal.name)}_by_key",
-        response_model=SignalAnswer,
-        responses={
-            204: {"description": "No instance named: nothing stored"},
-            **problem_responses(*_KEYED_CODES),
-        },
-        openapi_extra={
-            "requestBody": {
-                "required": bool(schema.get("required")),
-                "content": {"application/json": {"schema": schema}},
-            },
-            DEFS_KEY: defs,
-        },
-    )
-
-
-def add_unknown_keyed_signal_route(app: FastAPI, plan: Plan, base: str) -> None:
-    """``POST {base}/signals/{name}`` for any other name, added after the flow's keyed
-    routes: 404 ``signal_not_declared`` naming the signal and listing the flow's keyed
-    signals (``keyedSignals``) and declared signals (``declaredSignals``), where a route
-    that is not there would answer a bare ``not_found``. Not in the OpenAPI document."""
-    keyed = sorted(n for n, s in plan.signals.items() if s.instance_key is not None)
-    declared = sorted(plan.signals)
-
-    async def unknown_keyed_signal(
-        name: str = FastApiPath(description="the signal's name"),
-    ) -> Response:
-        if name in plan.signals:
-            detail = (
-                f"signal {name!r} of {plan.name}@{plan.version} has no keyed route (it "
-                f"declares no instance_key=): deliver it on {base}/{{instanceId}}/signals/"
-                f"{name}; the keyed routes take {', '.join(keyed)}"
-            )
-        else:
-            detail = (
-                f"flow {plan.name}@{plan.version} declares no signal {name!r}; its keyed "
-                f"routes take {', '.join(keyed)}"
-            )
-        raise SignalNotDeclared(
-            detail,
-            flow=plan.name,
-            signal=name,
-            keyed_signals=keyed,
-            declared_signals=declared,
-        )
-
-    app.add_api_route(
-        f"{base}/signals/{{name}}",
-        unknown_keyed_signal,
-        methods=["POST"],
-        include_in_schema=False,
-        name=f"unknown keyed signal ({plan.name}@{plan.version})",
-    )
-
-
-def _slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name.lower())
 
 
 async def claim_delivery_id(

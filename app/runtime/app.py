@@ -14,15 +14,10 @@ from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.deliveries import build_delivery_router
 from app.api.hygiene import InputHygiene
-from app.api.models import Health
-from app.api.nodes import build_nodes_router
 from app.api.openapi import api_app
-from app.api.operate import build_operator_router
 from app.api.problems import install_problem_handlers, problem
-from app.api.routes import add_trigger_routes, build_router
-from app.api.streams import build_streams_router
+from app.api.routes import include_api_routes, include_health_routes
 from app.engine.clock import Clock, SystemClock
 from app.engine.engine import Engine
 from app.engine.versions import log_unserved
@@ -38,7 +33,7 @@ from app.runtime.logs import set_node_id
 from app.runtime.node import node_engine
 from app.runtime.retention import Purger
 from app.runtime.scheduler import Sweeper
-from app.runtime.telemetry import Telemetry, add_health_routes
+from app.runtime.telemetry import Telemetry, add_metrics_route
 from app.settings import DEFAULT_API_TOKEN, SCOPES, Settings
 from app.store import check_schema_at_head, make_async_engine
 from app.store.deliveries import SqlDeliveries
@@ -327,12 +322,7 @@ def _start_jobs(
 def _include_routers(app: FastAPI, wiring: _Wiring) -> None:
     """The API's routers, the flows' trigger routes, the console (unless disabled) and
     the routers the flows modules mounted (e.g. the samples' fake providers)."""
-    app.include_router(build_operator_router())  # before /instances/{id}
-    app.include_router(build_router())
-    app.include_router(build_delivery_router())
-    app.include_router(build_streams_router())
-    app.include_router(build_nodes_router())
-    add_trigger_routes(app, wiring.catalog.plans())
+    include_api_routes(app, wiring.catalog.plans())
     if wiring.settings.console_enabled:
         install_console(app)
     for router, _tags in wiring.deps.routers:  # not the API's: kept out of its schema
@@ -340,14 +330,6 @@ def _include_routers(app: FastAPI, wiring: _Wiring) -> None:
 
 
 def _add_health_routes(app: FastAPI, wiring: _Wiring) -> None:
-    """``/healthz`` (GET and HEAD), then the readiness and metrics routes."""
-    node_id = wiring.settings.node_id
-
-    @app.get("/healthz", tags=["ops"], operation_id="healthz", response_model=Health)
-    async def healthz() -> dict[str, str]:
-        """Liveness: the node is up (``HEAD`` answers the same, without a body)."""
-        return {"status": "ok", "node": node_id}
-
-    # HEAD as its own route: one operation id per method in the OpenAPI document
-    app.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=False)
-    add_health_routes(app, wiring.settings, wiring.telemetry)
+    """``/healthz`` (GET and HEAD) and ``/readyz``, then the metrics route."""
+    include_health_routes(app)
+    add_metrics_route(app, wiring.settings, wiring.telemetry)

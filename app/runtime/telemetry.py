@@ -18,54 +18,29 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-import time
 from datetime import timedelta
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse
-from pydantic import ConfigDict
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.auth import require_token
-from app.api.models import ApiModel
-from app.api.openapi import problem_responses
+from app.api.health import READY_TIMEOUT_SECONDS
 from app.api.problems import problem
 from app.engine.clock import Clock
-from app.errors import ErrorCode, SchemaBehindHead
+from app.errors import ErrorCode
 from app.outages import OUTAGES, store_outage
 from app.runtime import tracing
 from app.runtime.metrics import CONTENT_TYPE_LATEST, Metrics, mark_process_dead, render
 from app.runtime.observe import NodeObserver
-from app.settings import Settings, overdue_before
+from app.settings import Settings
 from app.store.gauges import active_counts, pending_deliveries
 from app.store.nodes import SqlNodes
 
-__all__ = ["READY_TIMEOUT_SECONDS", "Readiness", "Telemetry", "add_health_routes"]
+__all__ = ["Telemetry", "add_metrics_route"]
 
 log = logging.getLogger("flowpark.telemetry")
-
-#: How long ``/readyz`` waits for the database before it answers not ready.
-READY_TIMEOUT_SECONDS = 5.0
-
-
-class Readiness(ApiModel):
-    """A node ready to serve: every check ``ok``."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {"status": "ready", "checks": {"database": "ok", "schema": "ok", "sweep": "ok"}}
-            ]
-        }
-    )
-
-    status: str
-    checks: dict[str, str]
-    #: what an operator should know that does not make this node unready: ``sweepers``
-    #: says overdue work has no live sweeping node (on every node)
-    warnings: dict[str, str] | None = None
 
 
 class Telemetry:
@@ -204,11 +179,8 @@ def _loopback(host: str | None) -> bool:
         return host == "localhost"
 
 
-def add_health_routes(app: FastAPI, settings: Settings, telemetry: Telemetry) -> None:
-    """Add ``GET /metrics`` (when metrics are on) and ``GET /readyz`` to ``app``.
-
-    ``/readyz`` reads ``app.state.db`` and ``app.state.sweeper`` (set by the lifespan).
-    """
+def add_metrics_route(app: FastAPI, settings: Settings, telemetry: Telemetry) -> None:
+    """Add ``GET /metrics`` to ``app`` (when metrics are on)."""
 
     if telemetry.metrics is not None:
         metrics = telemetry.metrics
@@ -230,73 +202,3 @@ def add_health_routes(app: FastAPI, settings: Settings, telemetry: Telemetry) ->
                     )
             body = await asyncio.to_thread(render, metrics)
             return Response(body, media_type=CONTENT_TYPE_LATEST)
-
-    @app.get(
-        "/readyz",
-        tags=["ops"],
-        operation_id="readyz",
-        response_model=Readiness,
-        responses=problem_responses(ErrorCode.NOT_READY, auth=False, common=False),
-    )
-    async def readyz(request: Request) -> JSONResponse:
-        """Readiness: the database answers, its schema is at the code's head revision, and
-        (on a node that sweeps) a sweep ended without error within the last three scan
-        intervals. 200 ``{"status": "ready", "checks": {...}}``, else 503 problem
-        ``not_ready`` with the same ``checks`` (each ``ok`` or what failed; an unreachable
-        database is ``store_unavailable``, its cause in the node's log only)."""
-        from app.store import check_schema_at_head
-
-        checks: dict[str, str] = {}
-        db = getattr(request.app.state, "db", None)
-        try:
-            if db is None:
-                raise RuntimeError("the node is starting")
-            await asyncio.wait_for(check_schema_at_head(db), READY_TIMEOUT_SECONDS)
-            checks["database"] = "ok"
-            checks["schema"] = "ok"
-        except Exception as exc:  # noqa: BLE001 - each failure is reported, not raised
-            if isinstance(exc, SchemaBehindHead):
-                checks["database"] = "ok"
-                checks["schema"] = str(exc)
-            elif db is None:
-                checks["database"] = "starting"
-            else:
-                # the driver's message names hosts, ports and SQL: to the log only
-                checks["database"] = str(ErrorCode.STORE_UNAVAILABLE)
-                OUTAGES.unavailable("readyz", f"{type(exc).__name__}: {exc}")
-        sweeper = getattr(request.app.state, "sweeper", None)
-        if sweeper is not None:
-            window = 3 * settings.timer_scan_interval
-            last = sweeper.last_success
-            if last is None:
-                checks["sweep"] = "no sweep has ended yet"
-            elif time.monotonic() - last > window:
-                checks["sweep"] = f"last sweep ended {time.monotonic() - last:.1f} s ago"
-            else:
-                checks["sweep"] = "ok"
-        warnings = await _sweep_warnings(request, settings) if "schema" in checks else {}
-        if all(v == "ok" for v in checks.values()) and "database" in checks:
-            body: dict[str, Any] = {"status": "ready", "checks": checks}
-            if warnings:
-                body["warnings"] = warnings
-            return JSONResponse(body)
-        extra: dict[str, Any] = {"warnings": warnings} if warnings else {}
-        return problem(ErrorCode.NOT_READY, "the node is not ready", checks=checks, **extra)
-
-
-async def _sweep_warnings(request: Request, settings: Settings) -> dict[str, str]:
-    """``{"sweepers": notice}`` when overdue work has no live sweeping node, else empty
-    (also when the node rows cannot be read: the database check says why)."""
-
-    nodes = getattr(request.app.state, "nodes", None)
-    engine = getattr(request.app.state, "engine", None)
-    if nodes is None or engine is None:
-        return {}
-    now = engine.clock.now()
-    try:
-        report = await asyncio.wait_for(
-            nodes.report(now, overdue_before(settings, now)), READY_TIMEOUT_SECONDS
-        )
-    except Exception:  # noqa: BLE001 - the database check reports a fault
-        return {}
-    return {"sweepers": report.notice} if report.notice else {}

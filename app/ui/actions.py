@@ -25,8 +25,7 @@ from pydantic import ValidationError
 
 from app.api import actions as api_actions
 from app.api.deps import engine_of, settings_of
-from app.api.inputs import check_storable
-from app.api.routes import check_instance_id
+from app.api.inputs import check_instance_id, check_storable
 from app.engine.deadlines import open_budget
 from app.engine.engine import Engine
 from app.engine.journal import InstanceRecord

@@ -25,11 +25,12 @@ from app.api.explain import (
     encode_cursor,
     waiting_view,
 )
-from app.api.operate import display_fields, summaries
-from app.api.routes import check_instance_id
+from app.api.inputs import check_instance_id
+from app.api.instances import display_fields, summaries
 from app.api.streams import SSE_PING_SECONDS, sse_messages
 from app.api.values import shown_values
 from app.api.views import (
+    answer_json,
     awaiting,
     compensation_failures,
     display_value,
@@ -193,7 +194,7 @@ def build_instances_router() -> APIRouter:
         page = await engine.journal.operator.list_instances(
             where, limit=limit, after=after, oldest_first=sort == "created"
         )
-        rows = await summaries(engine_of(request), page.rows)
+        rows = [answer_json(r) for r in await summaries(engine, page.rows)]
         if sort not in ("created", "-created"):  # other columns sort the page shown
             rows.sort(key=SORTS[sort.lstrip("-")], reverse=sort.startswith("-"))
         names = sorted(
@@ -230,15 +231,16 @@ def build_instances_router() -> APIRouter:
         plan = engine.catalog.find(inst.flow_name, inst.flow_version)
         now = engine.clock.now()
         suspended = inst.state is InstanceState.SUSPENDED
-        waiting = (
+        waits = (
             waiting_view(plan, inst.wake_step_id, inst.wake_scope, inst.wake_kind, inst.wake_at)
             if suspended
             else None
         )
-        attempts = attempts_view(plan, inst, snap.steps)
+        waiting = answer_json(waits) if waits is not None else None
+        attempts = [answer_json(a) for a in attempts_view(plan, inst, snap.steps)]
         next_attempt = waiting.get("attempt") if waiting else None
         reads = engine.journal.operator
-        history = [action_view(a) for a in await reads.actions_of(instance_id)]
+        history = [answer_json(action_view(a)) for a in await reads.actions_of(instance_id)]
         timeline = build_timeline(
             attempts,
             now,
@@ -247,7 +249,8 @@ def build_instances_router() -> APIRouter:
             actions=history,
             ended_at=inst.updated_at if inst.state.ended else None,
         )
-        failed_at = failed_step(plan, inst, snap.steps)
+        failed = failed_step(plan, inst, snap.steps)
+        failed_at = answer_json(failed) if failed is not None else None
         budget = budget_view(inst, snap.steps, now)
         streams = []
         for name in sorted(plan.streams) if plan is not None else []:
@@ -283,13 +286,15 @@ def build_instances_router() -> APIRouter:
                 },
                 "failed_at": failed_at,
                 "failure_details": shown_details(inst.failure.details) if inst.failure else {},
-                "compensation_failures": compensation_failures(snap.steps, plan),
+                "compensation_failures": [
+                    answer_json(c) for c in compensation_failures(snap.steps, plan)
+                ],
                 "display_key": display_value(plan, inst.input),
                 "history": history,
                 "action_summary": action_summary,
                 "signals": signals,
                 "waiting": waiting,
-                "awaiting": awaiting(plan, inst),
+                "awaiting": [answer_json(a) for a in awaiting(plan, inst)],
                 "timeline": timeline,
                 "budget": budget,
                 "streams": streams,

@@ -326,7 +326,7 @@ async def _marked_steps(request: Request, engine: Engine, plan: Plan) -> dict[st
     """``?instance=ID`` on a flow page: that instance of this flow version, and the step it
     failed at (``failed``) or waits at (``waiting``), ``{"instance", "steps": {index:
     mark}}``; empty for no, a malformed or another flow's instance."""
-    from app.api.routes import check_instance_id
+    from app.api.inputs import check_instance_id
     from app.api.views import failed_step
     from app.engine.journal import InstanceState
 
@@ -344,7 +344,7 @@ async def _marked_steps(request: Request, engine: Engine, plan: Plan) -> dict[st
     steps: dict[int, str] = {}
     failed = failed_step(plan, inst, snap.steps)
     if failed is not None:
-        steps[failed["stepId"]] = "failed"
+        steps[failed.step_id] = "failed"
     elif inst.state is InstanceState.SUSPENDED and inst.wake_step_id is not None:
         steps[inst.wake_step_id] = "waiting"
     return {"instance": inst.id, "steps": steps}

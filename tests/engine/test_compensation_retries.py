@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from app.api.views import compensation_failures, instance_view
+from app.api.views import answer_json, compensation_failures, instance_view
 from app.engine.journal import COMPENSATION_FAILURES, InstanceState, Outcome, StepKind, WakeKind
 from app.engine.observe import Observer
 from app.engine.operator import retry_compensations
@@ -101,7 +101,7 @@ async def test_a_compensation_that_fails_for_good_is_visible_in_the_instance_vie
         assert final.state is InstanceState.FAILED
         assert undo.calls == 3  # maximum_tries
         snap = await h.snapshot(inst.id)
-        view = instance_view(snap.instance, snap.steps)
+        view = answer_json(instance_view(snap.instance, snap.steps))
         (failed,) = view["compensationFailures"]
         assert failed["code"] == "compensation_failed"
         assert failed["capabilityId"] == "t.undo"
@@ -177,7 +177,7 @@ async def test_a_cancel_whose_compensation_fails_for_good_marks_the_instance(
         assert other.id != inst.id
         snap = await h.snapshot(inst.id)
         plan = h.engine.catalog.get("t.undo-cancel", "1.0.0")
-        view = instance_view(snap.instance, snap.steps, plan=plan)
+        view = answer_json(instance_view(snap.instance, snap.steps, plan=plan))
         (shown,) = view["compensationFailures"]
         assert shown["step"] == {
             "stepId": 0,

@@ -29,7 +29,7 @@ SOURCES = ("app", "samples", "flowpark")
 
 #: Names that say "attempt", by module: each one is about a parked poll's attempts.
 ATTEMPT_NAMES: dict[str, set[str]] = {
-    "app/api/explain.py": {"attempt", "attempts_view"},
+    "app/api/explain.py": {"AttemptView", "attempt", "attempts_view"},
     "app/api/models/__init__.py": {"AttemptView"},
     "app/api/models/instances.py": {"AttemptView", "attempt", "attempts"},
     "app/api/models/operator.py": {"attempt"},

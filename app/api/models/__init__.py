@@ -1,9 +1,10 @@
 """The API's answer shapes as pydantic models (camelCase JSON), separate from the store's
 tables: they are the OpenAPI document's response schemas, each with an example.
 
-The routes build their answers with :mod:`app.api.views`; a test validates real answers
-against these models (unknown fields refused), so the document and the answers cannot
-drift apart.
+The routes return these models (built by :mod:`app.api.views` and its neighbours), and a
+route's return annotation is its ``response_model``: the JSON an answer carries and its
+OpenAPI schema are one object. A test validates real answers against these models too
+(unknown fields refused).
 """
 
 from app.api.models._base import INSTANT_TEXT, JSON_INTEGER, ApiModel
@@ -45,6 +46,7 @@ from app.api.models.service import (
     FlowView,
     Health,
     PlanView,
+    Readiness,
     ReviewView,
     StreamMessageView,
 )
@@ -77,6 +79,7 @@ __all__ = [
     "LeaseView",
     "OperatorSignalAnswer",
     "PlanView",
+    "Readiness",
     "RetriedCompensation",
     "ReviewView",
     "SignalAnswer",

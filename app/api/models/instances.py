@@ -60,7 +60,9 @@ class FailedStep(ApiModel):
     step_id: int = Field(description="the step's index in the plan")
     kind: str = Field(description="step, poll, await, fail or emit")
     label: str = Field(description="what the step is: its capability, or fail/poll/await ...")
-    capability_id: str | None = Field(None, description="the capability that failed, if any")
+    capability_id: str | None = Field(
+        default=None, description="the capability that failed, if any"
+    )
 
 
 class FlowError(ApiModel):
@@ -79,7 +81,7 @@ class FlowError(ApiModel):
     code: str
     message: str
     details: dict[str, Any] | None = None
-    step: FailedStep | None = Field(None, description="where it failed (null: not known)")
+    step: FailedStep | None = Field(default=None, description="where it failed (null: not known)")
 
 
 class StartAnswer(ApiModel):
@@ -97,9 +99,9 @@ class StartAnswer(ApiModel):
 
     instance_id: str = Field(description="the instance's id (a lowercase, dashed UUID)")
     status: InstanceState = Field(description="the instance's state when answered")
-    result: Any = Field(None, description="the flow's result, once completed")
-    awaiting: list[Awaiting] | None = Field(None, description="signals it waits for now")
-    error: FlowError | None = Field(None, description="why it failed (ephemeral flows)")
+    result: Any = Field(default=None, description="the flow's result, once completed")
+    awaiting: list[Awaiting] | None = Field(default=None, description="signals it waits for now")
+    error: FlowError | None = Field(default=None, description="why it failed (ephemeral flows)")
 
 
 class LeaseView(ApiModel):
@@ -149,7 +151,7 @@ class JournalRow(ApiModel):
         description="what the execution put in the state bag, by bag key: redacted by the "
         "capability's hook, each value's JSON cut at 1000 characters",
     )
-    values_truncated: bool = Field(False, description="whether a value was cut")
+    values_truncated: bool = Field(default=False, description="whether a value was cut")
 
 
 class SignalView(ApiModel):
@@ -301,7 +303,7 @@ class AttemptView(ApiModel):
     lateness_seconds: float | None
     duration_seconds: float | None
     outcome: str = Field(description="`success`, `failure`, `retrying` or `signal`")
-    signal: str | None = Field(None, description="the signal that ended the wait")
+    signal: str | None = Field(default=None, description="the signal that ended the wait")
     tries: list[TryView]
 
 
@@ -361,7 +363,7 @@ class CompensationFailure(ApiModel):
     step_id: int = Field(description="the plan step it undoes")
     scope: int
     step: FailedStep | None = Field(
-        None, description="the step it undoes, named as `error.step` names a failed step"
+        default=None, description="the step it undoes, named as `error.step` names a failed step"
     )
     error: CompensationError
     error_type: str | None
@@ -451,7 +453,7 @@ class InstanceView(ApiModel):
     wake_scope: int | None
     instance_key: str | None
     display_key: str | None = Field(
-        None, description="the value of the flow's display key (an input field it declares)"
+        default=None, description="the value of the flow's display key (an input field it declares)"
     )
     cancel_requested: bool
     lease: LeaseView | None

@@ -50,7 +50,7 @@ class WakeAnswer(ApiModel):
     woken: bool | None = None
     state: InstanceState | None = None
     wake_at: datetime | None = None
-    reason: str | None = Field(None, description="why nothing was done (`woken: false`)")
+    reason: str | None = Field(default=None, description="why nothing was done (`woken: false`)")
     action_id: str | None = None
     actor: str | None = None
     acted_at: datetime | None = None
@@ -150,12 +150,14 @@ class BudgetExtension(ApiModel):
 
     instance_id: str
     extended: bool | None = None
-    extend_by: float | None = Field(None, description="seconds")
+    extend_by: float | None = Field(default=None, description="seconds")
     step_id: int | None = None
     started_at: datetime | None = None
     previous_ends_at: datetime | None = None
     ends_at: datetime | None = None
-    capped_by_deadline: bool | None = Field(None, description="the flow deadline came first")
+    capped_by_deadline: bool | None = Field(
+        default=None, description="the flow deadline came first"
+    )
     action_id: str | None = None
     actor: str | None = None
     acted_at: datetime | None = None
@@ -171,7 +173,7 @@ class BulkResult(ApiModel):
     outcome: str = Field(description="`acted` or `skipped`")
     state: InstanceState | None = None
     status: int | None = None
-    code: str | None = Field(None, description="why it was skipped (an error code)")
+    code: str | None = Field(default=None, description="why it was skipped (an error code)")
 
 
 class BulkAnswer(ApiModel):
@@ -266,7 +268,7 @@ class InstanceSummaryView(ApiModel):
     error_code: str | None
     instance_key: str | None
     display_key: str | None = Field(
-        None, description="the value of the flow's display key (an input field it declares)"
+        default=None, description="the value of the flow's display key (an input field it declares)"
     )
     cancel_requested: bool
 

@@ -22,6 +22,7 @@ __all__ = [
     "FlowView",
     "Health",
     "PlanView",
+    "Readiness",
     "ReviewView",
     "StreamMessageView",
 ]
@@ -194,3 +195,17 @@ class Health(ApiModel):
 
     status: str
     node: str
+
+
+class Readiness(ApiModel):
+    """A node ready to serve: every check ``ok``."""
+
+    model_config = _examples(
+        {"status": "ready", "checks": {"database": "ok", "schema": "ok", "sweep": "ok"}}
+    )
+
+    status: str
+    checks: dict[str, str]
+    #: what an operator should know that does not make this node unready: ``sweepers``
+    #: says overdue work has no live sweeping node (on every node)
+    warnings: dict[str, str] | None = None
