@@ -112,6 +112,10 @@ def _start_links(plan: Plan) -> dict[str, Any]:
         "GetInstance": {"operationId": "get_instance", "parameters": instance},
         "CancelInstance": {"operationId": "cancel_instance", "parameters": instance},
         "ExtendBudget": {"operationId": "extend_instance_budget", "parameters": instance},
+        "RetryCompensations": {
+            "operationId": "retry_instance_compensations",
+            "parameters": instance,
+        },
     }
     for name in plan.signals:
         links[f"Signal_{operation_slug(name)}"] = {
