@@ -17,6 +17,7 @@ import json
 import re
 import tokenize
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 from sqlmodel import SQLModel
@@ -126,6 +127,18 @@ def _names(tree: ast.AST) -> Iterator[str]:
             yield (n.asname or n.name).rsplit(".", 1)[-1]
 
 
+@cache
+def _tree(path: Path) -> ast.Module:
+    """``path`` parsed (once for the module's tests: each walks every source file)."""
+    return ast.parse(path.read_text())
+
+
+@cache
+def _names_in(path: Path) -> frozenset[str]:
+    """Every identifier of ``path`` (see :func:`_names`), found once."""
+    return frozenset(_names(_tree(path)))
+
+
 def _python(*roots: str) -> Iterator[Path]:
     for root in roots:
         yield from sorted((ROOT / root).rglob("*.py"))
@@ -135,7 +148,7 @@ def names_saying(word: str, roots: tuple[str, ...] = SOURCES) -> dict[str, set[s
     """Every identifier under ``roots`` that contains ``word``, by module path."""
     found: dict[str, set[str]] = {}
     for path in _python(*roots):
-        hits = {n for n in _names(ast.parse(path.read_text())) if word in n.lower()}
+        hits = {n for n in _names_in(path) if word in n.lower()}
         if hits:
             found[path.relative_to(ROOT).as_posix()] = hits
     return found
@@ -197,7 +210,7 @@ def test_a_plan_step_is_never_called_node() -> None:
     found = {
         path.relative_to(ROOT).as_posix(): lines
         for path in _python(*SOURCES)
-        if (lines := steps_named_node(ast.parse(path.read_text())))
+        if (lines := steps_named_node(_tree(path)))
     }
     assert found == {}
 
@@ -207,7 +220,7 @@ def test_retired_names_are_gone_from_code_tests_and_benchmarks() -> None:
         f"{path.relative_to(ROOT).as_posix()}: {name}"
         for path in _python(*SOURCES, "tests", "bench")
         if path.name != "test_vocabulary.py"
-        for name in set(_names(ast.parse(path.read_text()))) & RETIRED_NAMES
+        for name in _names_in(path) & RETIRED_NAMES
     }
     assert sorted(used) == []
 
