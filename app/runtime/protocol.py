@@ -9,6 +9,15 @@ logged as one warning line). uvicorn itself bounds the keep-alive idle time
 (``timeout_keep_alive``, 5 s); body size is bounded by the application
 (``FLOWPARK_MAX_BODY_BYTES``). See ``docs/operating.md`` for what a reverse proxy in front
 should enforce as well.
+
+Why a subclass of uvicorn's protocol, not a setting or a middleware: the head is bounded
+before any ASGI app is called, and uvicorn 0.54's ``Config`` has no head bound for httptools
+(``h11_max_incomplete_event_size`` bounds the h11 protocol's head only, answers 400 rather
+than 431 and counts no headers; there is no head or body timeout besides the keep-alive
+idle time). The body's size is bounded by an ASGI middleware (``BodyLimit``). The body's
+time could be read there too, but an ASGI app cannot close a connection without answering
+(it would take a ``408`` problem and an error code of its own), so it stays here, where a
+too slow body closes the connection as a too slow head does.
 """
 
 from __future__ import annotations
