@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import httpx
 import typer
@@ -42,6 +43,7 @@ __all__ = [
     "is_loopback",
     "out",
     "print_table",
+    "segment",
     "with_filters",
 ]
 
@@ -245,6 +247,13 @@ def with_filters(command: Callable[..., None]) -> Callable[..., None]:
     with_options.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
     with_options.__annotations__ = {}  # the signature's (evaluated) annotations hold
     return with_options
+
+
+def segment(value: str) -> str:
+    """``value`` (an instance id, a flow or signal name as typed) quoted as one path
+    segment: a ``/``, ``?``, ``#``, ``..`` or a control character in it never changes
+    which route is called, and the node answers it as the id or name it is."""
+    return quote(value, safe="")
 
 
 def is_loopback(url: str) -> bool:

@@ -17,6 +17,7 @@ from app.cli_ops._client import (
     _json,
     out,
     print_table,
+    segment,
 )
 
 __all__ = ["flows_list", "flows_show"]
@@ -111,7 +112,7 @@ def flows_show(
     budget, signals, on_timeout blocks, fail steps, compensations."""
     params = {"version": version} if version else None
     with _api(url, token) as api:
-        plan = api.call("GET", f"/api/v1/flows/{name}", params=params)
+        plan = api.call("GET", f"/api/v1/flows/{segment(name)}", params=params)
     if as_json:
         _json(plan)
         return

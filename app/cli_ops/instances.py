@@ -30,6 +30,7 @@ from app.cli_ops._client import (
     err,
     out,
     print_table,
+    segment,
     with_filters,
 )
 from app.cli_ops.times import DURATION_HELP, duration_seconds
@@ -208,7 +209,7 @@ def show(
     it completed, 1 when it failed or was cancelled)."""
     with _api(url, token) as api:
         instance_id = api.resolve(instance_id)
-    path = f"/api/v1/instances/{instance_id}"
+    path = f"/api/v1/instances/{segment(instance_id)}"
     with _api(url, token) as api:
         view = api.call("GET", path)
         if not watch:
@@ -325,7 +326,7 @@ def _act(
                     f"error: {ErrorCode.USAGE}: give an instance id, or filters or --all, not both"
                 )
                 raise typer.Exit(2)
-            answer = api.call("POST", f"/api/v1/instances/{instance_id}/{action}", key=key)
+            answer = api.call("POST", f"/api/v1/instances/{segment(instance_id)}/{action}", key=key)
             if as_json:
                 _json(answer)
             elif action == "wake" and not answer.get("woken"):
@@ -431,7 +432,7 @@ def extend(
         instance_id = api.resolve(instance_id)
         answer = api.call(
             "POST",
-            f"/api/v1/instances/{instance_id}/budget",
+            f"/api/v1/instances/{segment(instance_id)}/budget",
             body={"extendBy": extend_by},
             key=key,
         )
@@ -459,7 +460,9 @@ def retry_compensations(
     succeeded, 1 when one failed again: it stays marked)."""
     with _api(url, token) as api:
         instance_id = api.resolve(instance_id)
-        answer = api.call("POST", f"/api/v1/instances/{instance_id}/compensations/retry", key=key)
+        answer = api.call(
+            "POST", f"/api/v1/instances/{segment(instance_id)}/compensations/retry", key=key
+        )
     if as_json:
         _json(answer)
     else:
@@ -499,7 +502,10 @@ def signal(
     with _api(url, token) as api:
         instance_id = api.resolve(instance_id)
         answer = api.call(
-            "POST", f"/api/v1/instances/{instance_id}/signals/{name}", body=payload, key=key
+            "POST",
+            f"/api/v1/instances/{segment(instance_id)}/signals/{segment(name)}",
+            body=payload,
+            key=key,
         )
     if as_json:
         _json(answer)

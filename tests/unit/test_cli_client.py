@@ -229,3 +229,29 @@ def test_loopback_is_told_by_address_or_localhost_only() -> None:
     assert not is_loopback("http://10.0.0.1:8000")
     assert not is_loopback("http://localhost.example.com")
     assert not is_loopback("http://127.0.0.1.nip.io")
+
+
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [
+        (["instances", "show", "x/../../nodes"], "/api/v1/instances/x%2F..%2F..%2Fnodes"),
+        (["instances", "cancel", "x?all=true"], "/api/v1/instances/x%3Fall%3Dtrue/cancel"),
+        (
+            ["instances", "retry-compensations", "a\x01b"],
+            "/api/v1/instances/a%01b/compensations/retry",
+        ),
+        (
+            ["instances", "signal", ID, "a/b", "--data", "{}"],
+            f"/api/v1/instances/{ID}/signals/a%2Fb",
+        ),
+        (["flows", "show", "../nodes"], "/api/v1/flows/..%2Fnodes"),
+    ],
+)
+def test_an_id_or_name_is_sent_as_one_path_segment_whatever_it_holds(
+    node: Callable[..., list[httpx.Request]], args: list[str], path: str
+) -> None:
+    sent = node(problem(404, "instance_not_found", "no such instance"))
+    done = cli(*args, "--token", "t")
+    assert done.exception is None or isinstance(done.exception, SystemExit), done.output
+    assert done.exit_code == EXIT_NOT_FOUND
+    assert sent[0].url.raw_path.decode().split("?")[0] == path
