@@ -7,6 +7,7 @@ import time.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -50,14 +51,21 @@ class ApiToken:
     scopes: frozenset[str]
 
 
+_SCOPE_LIST = re.compile(r"[a-z]+(?:\+[a-z]+)*")
+
+
 def parse_api_tokens(spec: str) -> list[ApiToken]:
     """Parse ``FLOWPARK_API_TOKENS``: comma-separated entries, each either
     ``name:token:scope+scope`` (a named token with those scopes) or a plain ``token``
-    (every scope; named ``token-N`` after its 1-based position). An entry whose last part
-    is not a ``+``-joined list of known scopes is a plain token (colons and all).
+    (every scope; named ``token-N`` after its 1-based position). An entry of three parts
+    whose last is a ``+``-joined list of lower-case words naming a scope that does not
+    exist (``ops:secret:read+operat``) is refused: read as a plain token it would hold
+    every scope the entry meant to withhold. Any other entry with colons is a plain token
+    (colons and all).
 
     Raises:
-        ValueError: two entries share a name (the message names it, never a value).
+        ValueError: two entries share a name, or an entry names an unknown scope (the
+            message names the entry and the scope, never a value).
     """
     tokens: list[ApiToken] = []
     for position, raw in enumerate(spec.split(","), start=1):
@@ -70,6 +78,12 @@ def parse_api_tokens(spec: str) -> list[ApiToken]:
             wanted = frozenset(parts[2].split("+"))
             if wanted and wanted <= frozenset(SCOPES):
                 name, value, scopes = parts[0], parts[1], wanted
+            elif _SCOPE_LIST.fullmatch(parts[2]):
+                unknown = "+".join(sorted(wanted - frozenset(SCOPES)))
+                raise ValueError(
+                    f"FLOWPARK_API_TOKENS entry {parts[0]!r} names an unknown scope "
+                    f"{unknown!r} (scopes: {'+'.join(SCOPES)})"
+                )
         if any(t.name == name for t in tokens):
             raise ValueError(f"FLOWPARK_API_TOKENS names two tokens {name!r}")
         tokens.append(ApiToken(name, value, scopes))
@@ -320,8 +334,8 @@ class Settings(BaseSettings):
     @property
     def plain_tokens_with_colons(self) -> list[str]:
         """Names (``token-N``) of plain tokens whose value has a colon: entries that look
-        like ``name:token:scope+scope`` but are not one (no scope part, an unknown or
-        misspelt scope), so they hold every scope under their whole text. Never values."""
+        like ``name:token:scope+scope`` but are not one (no scope part, a last part that is
+        no scope list), so they hold every scope under their whole text. Never values."""
         return [
             t.name
             for t in self.api_credentials

@@ -115,6 +115,17 @@ def test_plain_tokens_hold_every_scope_and_named_ones_only_theirs() -> None:
         parse_api_tokens("ops:a:read,ops:b:read")
 
 
+def test_an_entry_naming_an_unknown_scope_is_refused_not_given_every_scope() -> None:
+    # read as a plain token, a misspelt scope would hold every scope it meant to withhold
+    for spec in ("ops:ops-secret-2:read+operat", "plain,viewer:v-secret:raed"):
+        with pytest.raises(ValueError, match="unknown scope") as refused:
+            parse_api_tokens(spec)
+        assert "secret" not in str(refused.value)  # names the entry, never its value
+    assert "'operat'" in str(pytest.raises(ValueError, parse_api_tokens, "o:s:read+operat").value)
+    # a value with colons whose last part is no scope list stays a plain token
+    assert parse_api_tokens("x:y:Z9")[0].scopes == frozenset(SCOPES)
+
+
 def test_a_node_warns_of_entries_that_look_named_but_are_plain_tokens(
     _sqlite_template: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -122,13 +133,13 @@ def test_a_node_warns_of_entries_that_look_named_but_are_plain_tokens(
 
     path = tmp_path / "flowpark.db"
     shutil.copyfile(_sqlite_template, path)
-    spec = "admin:adm-secret-1,ops:ops-secret-2:read+operat,viewer:view-secret-3:read,plain-4"
+    spec = "admin:adm-secret-1,viewer:view-secret-3:read,plain-4,cfg:cfg-secret-5:Read9"
     caplog.set_level(logging.WARNING)
     with live_server(f"sqlite:///{path}", api_tokens=spec, run_sweeper=False):
         pass
     warned = [r.getMessage() for r in caplog.records if "is a plain token" in r.getMessage()]
-    assert len(warned) == 2, warned  # no scope part, and a misspelt scope
-    assert "entry token-1 " in warned[0] and "entry token-2 " in warned[1]
+    assert len(warned) == 2, warned  # no scope part, and a last part that is no scope list
+    assert "entry token-1 " in warned[0] and "entry token-4 " in warned[1]
     assert "read+signal" in warned[0]  # the scopes it could have named
-    for secret in ("adm-secret-1", "ops-secret-2", "view-secret-3", "plain-4"):
+    for secret in ("adm-secret-1", "cfg-secret-5", "view-secret-3", "plain-4"):
         assert secret not in caplog.text
