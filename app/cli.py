@@ -268,6 +268,17 @@ def serve(
     (run ``flowpark db upgrade``); 4 when a flow breaks a definition rule (one line per
     finding: severity, rule code, flow, step); 5 when a flows target cannot be loaded.
     """
+    from app.runtime.heap import hold_collector, release_collector
+
+    if workers == 1:  # the node runs in this process: until it has started, see app.runtime.heap
+        hold_collector()
+    try:
+        _serve(host, port, workers, log_level, flows)
+    finally:
+        release_collector()
+
+
+def _serve(host: str, port: int, workers: int, log_level: str, flows: list[str] | None) -> None:
     import uvicorn
 
     from app.cli_ops.serving import shared_fakes, tcp_socket
@@ -354,6 +365,16 @@ def worker(
     Serve the same flows as the other nodes. Exit codes as ``serve``: 3 when the database
     is unreachable or not migrated, 4 on a definition error, 5 when flows cannot be loaded.
     """
+    from app.runtime.heap import hold_collector, release_collector
+
+    hold_collector()  # until the worker has started: see app.runtime.heap
+    try:
+        _worker(log_level, flows, metrics_port)
+    finally:
+        release_collector()
+
+
+def _worker(log_level: str, flows: list[str] | None, metrics_port: int | None) -> None:
     from app.demo import port_refused
     from app.runtime.worker import run_worker
     from app.settings import Settings

@@ -26,11 +26,26 @@ import time
 import uuid
 from datetime import timedelta
 
-from sqlalchemy import text
 
-from app.runtime.loop import run
-from app.runtime.scheduler import Sweeper
-from bench.flows import Probe, build_peers_flow, node_engine
+def _hold_collector() -> None:
+    """What ``flowpark worker`` does first: pause the collector until the node has started
+    (:func:`app.runtime.heap.hold_collector`; :func:`_settle_heap` resumes it). A revision
+    without it keeps the collector on."""
+    try:
+        from app.runtime.heap import hold_collector
+    except ImportError:
+        return
+    hold_collector()
+
+
+if __name__ == "__main__":
+    _hold_collector()
+
+from sqlalchemy import text  # noqa: E402 - after the collector is held, as the worker
+
+from app.runtime.loop import run  # noqa: E402
+from app.runtime.scheduler import Sweeper  # noqa: E402
+from bench.flows import Probe, build_peers_flow, node_engine  # noqa: E402
 
 
 async def _count(engine, state: str) -> int:  # type: ignore[no-untyped-def]
@@ -109,7 +124,8 @@ async def main(args: argparse.Namespace) -> None:
 
 def _settle_heap() -> None:
     """What ``flowpark worker`` does once started (``FLOWPARK_GC_FREEZE``, on by default
-    there); a revision without :mod:`app.runtime.heap` keeps the collector's defaults."""
+    there; it also resumes a collector :func:`_hold_collector` paused); a revision without
+    :mod:`app.runtime.heap` keeps the collector's defaults."""
     try:
         from app.runtime.heap import settle_heap
     except ImportError:

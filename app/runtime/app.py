@@ -25,7 +25,7 @@ from app.errors import ErrorCode
 from app.flows import Catalog
 from app.redaction import register_secrets
 from app.runtime.delivery import Deliverer
-from app.runtime.heap import settle_heap
+from app.runtime.heap import release_collector, settle_heap
 from app.runtime.http import outbound_client
 from app.runtime.liveness import NodeBeat
 from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
@@ -254,6 +254,8 @@ def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManage
             await workers.beat.start()
             if settings.gc_freeze:
                 settle_heap()  # what start-up made is kept: never scanned again
+            else:
+                release_collector()  # paused for the start-up (app.runtime.heap)
             log.info("flowpark node %s ready on %s", settings.node_id, settings.self_url)
             yield
         finally:

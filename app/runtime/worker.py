@@ -13,7 +13,7 @@ from app.engine.versions import log_unserved
 from app.flows import Catalog
 from app.redaction import register_secrets
 from app.runtime.delivery import Deliverer
-from app.runtime.heap import settle_heap
+from app.runtime.heap import release_collector, settle_heap
 from app.runtime.http import outbound_client
 from app.runtime.liveness import NodeBeat
 from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
@@ -102,6 +102,8 @@ async def run_worker(
             purger.start()
         if settings.gc_freeze:
             settle_heap()  # what start-up made is kept: never scanned again
+        else:
+            release_collector()  # paused for the start-up (app.runtime.heap)
         log.info(
             "flowpark worker %s sweeping every %.1fs",
             settings.node_id,

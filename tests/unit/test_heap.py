@@ -1,6 +1,7 @@
-"""The node's garbage collector settings (app.runtime.heap): what start-up allocated is
-frozen, young objects are collected less often, and cyclic garbage made afterwards is
-still freed; the setting is off unless asked (tests/api/test_node_heap.py: the lifespan)."""
+"""The node's garbage collector settings (app.runtime.heap): the collector pauses for the
+start-up and runs again once settled or released, what start-up allocated is frozen, young
+objects are collected less often, and cyclic garbage made afterwards is still freed; the
+setting is off unless asked (tests/api/test_node_heap.py: the lifespan)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.runtime.heap import OLDER_THRESHOLDS, YOUNG_THRESHOLD, settle_heap
+from app.runtime.heap import (
+    OLDER_THRESHOLDS,
+    YOUNG_THRESHOLD,
+    hold_collector,
+    release_collector,
+    settle_heap,
+)
 from app.settings import Settings
 
 
@@ -18,6 +25,8 @@ from app.settings import Settings
 def restored_gc() -> Iterator[None]:
     thresholds = gc.get_threshold()
     yield
+    release_collector()
+    gc.enable()
     gc.unfreeze()
     gc.set_threshold(*thresholds)
 
@@ -50,6 +59,34 @@ def test_garbage_made_after_settling_is_still_freed() -> None:
     del later
     gc.collect()
     assert ref() is None
+
+
+@pytest.mark.usefixtures("restored_gc")
+def test_the_collector_pauses_for_the_start_up_until_the_heap_is_settled() -> None:
+    hold_collector()
+    assert not gc.isenabled()
+    settle_heap()
+    assert gc.isenabled()
+
+
+@pytest.mark.usefixtures("restored_gc")
+def test_a_released_hold_resumes_the_collector_with_its_thresholds() -> None:
+    thresholds = gc.get_threshold()
+    hold_collector()
+    release_collector()
+    assert gc.isenabled()
+    assert gc.get_threshold() == thresholds
+    release_collector()  # nothing held: nothing changes
+    assert gc.isenabled()
+
+
+@pytest.mark.usefixtures("restored_gc")
+def test_a_collector_that_was_off_stays_off() -> None:
+    gc.disable()
+    hold_collector()
+    release_collector()
+    settle_heap()
+    assert not gc.isenabled()
 
 
 def test_the_setting_is_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
