@@ -15,6 +15,8 @@ of a definition finding (``poll.requires_durable``).
 ::
 
     FlowparkError                  .code: ErrorCode, .message, .fields
+    ├── ActionInProgress           action_in_progress
+    ├── RepeatedRefusal            the first request's code (a repeat of its key)
     ├── DefinitionError            definition_invalid; .findings (rule codes)
     ├── FlowsUnloadable            flows_unloadable; .fields["target"]
     ├── FlowNotFound               flow_not_found
@@ -66,6 +68,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "CLI_EXIT",
+    "ActionInProgress",
     "BodyTooLarge",
     "BulkFilterMissing",
     "DefinitionError",
@@ -92,6 +95,7 @@ __all__ = [
     "NoBudget",
     "MetricsForbidden",
     "NotReady",
+    "RepeatedRefusal",
     "RequestRefused",
     "RouteNotFound",
     "SchemaBehindHead",
@@ -125,6 +129,11 @@ class ErrorCode(StrEnum):
         member.meaning = meaning
         return member
 
+    ACTION_IN_PROGRESS = (
+        "action_in_progress",
+        "an operator action's `Idempotency-Key` whose first request is still acting: try "
+        "again after `Retry-After` (past a bound, the repeat runs the action itself)",
+    )
     BODY_TOO_LARGE = (
         "body_too_large",
         "the request body is larger than `FLOWPARK_MAX_BODY_BYTES`",
@@ -298,6 +307,37 @@ class FlowparkError(Exception):
         super().__init__(message)
         self.message = message
         self.fields = fields
+
+
+class ActionInProgress(FlowparkError):
+    """A repeat of an operator action's idempotency key arrived while the first request
+    with that key is still acting (its record says pending); try again."""
+
+    code = ErrorCode.ACTION_IN_PROGRESS
+
+
+class RepeatedRefusal(FlowparkError):
+    """A repeat of an operator action's idempotency key whose first request was refused:
+    the first refusal again, with its code, message, fields and errors as they were
+    answered (so the answer is the same problem).
+
+    Args:
+        code: the first refusal's code.
+        message: its message (the problem's ``detail``).
+        errors: its ``errors`` list, if any (``loc``, ``msg``, ``type``).
+        **fields: its other members, as answered (camelCase names).
+
+    Attributes:
+        errors: as given (empty for none).
+    """
+
+    def __init__(
+        self, code: ErrorCode, message: str, errors: list[Any] | None = None, **fields: Any
+    ) -> None:
+        super().__init__(message, **fields)
+        # the code of the refusal repeated, not one of its own class
+        self.code = code  # type: ignore[misc]
+        self.errors = errors or []
 
 
 class DefinitionError(FlowparkError):

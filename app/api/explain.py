@@ -32,6 +32,7 @@ from app.errors import InputInvalid
 from app.flows.plan import CapabilityStep, Plan, PollStep, Step
 
 __all__ = [
+    "action_outcome",
     "action_view",
     "attempts_view",
     "counts_view",
@@ -265,13 +266,36 @@ def _current_poll(plan: Plan | None, inst: InstanceRecord, steps: list[StepRow])
     return None
 
 
+def action_outcome(details: Any) -> tuple[str, str | None]:
+    """What a recorded action's ``details`` say it did, for the history's readers.
+
+    Returns:
+        ``(outcome, code)``: ``("done", None)``, ``("refused", code)`` or
+        ``("pending", None)`` (acting, or its request was lost).
+    """
+    if not isinstance(details, dict):
+        return "pending", None
+    answer = details.get("answer")
+    refused = details.get("refused")
+    if refused is None and isinstance(answer, dict):
+        refused = answer.get("refused")  # as an earlier release recorded a refusal
+    if isinstance(refused, str):
+        return "refused", refused
+    if isinstance(answer, dict):
+        return "done", None
+    return "pending", None
+
+
 def action_view(action: OperatorAction) -> ActionView:
     """One entry of an instance's operator history."""
+    outcome, code = action_outcome(action.details)
     return ActionView(
         action_id=action.id,
         action=action.action,
         actor=action.actor,
         acted_at=action.acted_at,
+        outcome=outcome,
+        code=code,
         details=action.details,
     )
 

@@ -4,8 +4,9 @@ actions).
 
 Every action is recorded in the instance's history (``flow_action``) with the acting
 token's name and the instant (:mod:`app.api.actions`), and is idempotent by
-``Idempotency-Key``: a repeat answers what the first did and acts no more. Actions on an
-ended instance are 409 ``instance_ended``.
+``Idempotency-Key``: a repeat answers what the first did (its status and answer, or the
+same problem when it was refused) and acts no more; while the first still acts, a repeat
+is 409 ``action_in_progress``. Actions on an ended instance are 409 ``instance_ended``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from app.api.openapi import problem_responses
 from app.api.views import API
 from app.engine.journal import InstanceState, WakeKind
 from app.engine.ports.operator import InstanceFilter, OperatorReads
-from app.errors import BulkFilterMissing, ErrorCode, InstanceEnded, InstanceNotFound
+from app.errors import BulkFilterMissing, ErrorCode, FlowparkError
 
 __all__ = ["BulkAction", "BulkFilter", "build_operator_router"]
 
@@ -59,6 +60,7 @@ _ACTION_CODES = (
     ErrorCode.INSTANCE_NOT_FOUND,
     ErrorCode.INSTANCE_ENDED,
     ErrorCode.IDEMPOTENCY_KEY_INVALID,
+    ErrorCode.ACTION_IN_PROGRESS,
 )
 #: What a bulk action's body can answer.
 _BODY_CODES = (
@@ -66,7 +68,15 @@ _BODY_CODES = (
     ErrorCode.UNSUPPORTED_MEDIA_TYPE,
     ErrorCode.IDEMPOTENCY_KEY_INVALID,
 )
-_KEY_DOC = "Repeats with the same key answer the first request's answer."
+#: What a bulk action skips an instance for (an error code in its result).
+_SKIPPED = frozenset(
+    {ErrorCode.INSTANCE_ENDED, ErrorCode.INSTANCE_NOT_FOUND, ErrorCode.ACTION_IN_PROGRESS}
+)
+_KEY_DOC = (
+    "Repeats with the same key answer the first request's answer: the same status and "
+    "answer, or the same problem when it was refused; 409 `action_in_progress` while the "
+    "first is still acting."
+)
 _CANCEL_REF = "#/components/schemas/CancelAnswer"
 
 
@@ -100,7 +110,8 @@ def build_operator_router() -> APIRouter:
         parked are skipped); the answer counts them (`acted`, `skipped`), lists each
         (`results`) and gives `nextCursor` to continue with (null once the filter's
         instances are all visited). With an `Idempotency-Key`, each instance's action is
-        idempotent by that key, so a retried batch acts on none twice."""
+        idempotent by that key, so a retried batch acts on none twice (an instance the
+        first batch still acts on is skipped with code `action_in_progress`)."""
         key = idempotency_header(idempotency_key, required=False)
         if body.filter.is_empty() and not body.all_:
             raise BulkFilterMissing(
@@ -125,7 +136,11 @@ def build_operator_router() -> APIRouter:
             per_key = f"bulk:{key}" if key else None
             try:
                 status, answer = await act(engine, token, row.id, per_key)
-            except (InstanceEnded, InstanceNotFound) as exc:
+            except FlowparkError as exc:
+                # ended or gone since it was listed (a repeat of the batch's key answers
+                # the first refusal again), or the first batch still acts on it
+                if exc.code not in _SKIPPED:
+                    raise
                 skipped += 1
                 results.append(BulkResult(instance_id=row.id, outcome="skipped", code=exc.code))
                 continue
@@ -251,6 +266,7 @@ def build_operator_router() -> APIRouter:
             ErrorCode.COMPENSATION_NOT_FAILED,
             ErrorCode.INSTANCE_BUSY,
             ErrorCode.INSTANCE_KEY_IN_USE,
+            ErrorCode.ACTION_IN_PROGRESS,
         ),
     )
     async def retry_instance_compensations(

@@ -28,6 +28,7 @@ __all__ = [
     "errors_page",
     "install_problem_handlers",
     "problem",
+    "problem_members",
     "status_of",
 ]
 
@@ -51,6 +52,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.SIGNAL_NOT_DECLARED: 404,
     ErrorCode.STREAM_NOT_DECLARED: 404,
     ErrorCode.METHOD_NOT_ALLOWED: 405,
+    ErrorCode.ACTION_IN_PROGRESS: 409,
     ErrorCode.INSTANCE_BUSY: 409,
     ErrorCode.INSTANCE_ENDED: 409,
     ErrorCode.DELIVERY_NOT_FAILED: 409,
@@ -136,8 +138,26 @@ def _camel(name: str) -> str:
 _STORE_UNAVAILABLE_DETAIL = (
     "the database is unavailable; try again (a repeat with the same Idempotency-Key is safe)"
 )
-#: Seconds a client should wait before trying again after a ``store_unavailable`` answer.
+#: Seconds a client should wait before trying again after a ``store_unavailable`` or an
+#: ``action_in_progress`` answer.
 _RETRY_AFTER = "1"
+
+
+def problem_members(exc: FlowparkError) -> dict[str, Any]:
+    """The members of the problem an error with a mapped code is answered with, besides
+    ``type``, ``title`` and ``status`` (which its code gives): ``detail``, ``code``, its
+    fields (camelCase) and ``errors``. Raising :class:`~app.errors.RepeatedRefusal` with
+    them answers the same problem again.
+
+    Returns:
+        ``{"detail", "code", ...fields, "errors"?}`` (None fields left out).
+    """
+    members: dict[str, Any] = {"detail": exc.message, "code": str(exc.code)}
+    members.update({_camel(k): v for k, v in exc.fields.items() if v is not None})
+    errors = getattr(exc, "errors", None)
+    if errors:
+        members["errors"] = _clean(errors)
+    return members
 
 
 def install_problem_handlers(app: FastAPI) -> None:
@@ -168,11 +188,12 @@ def install_problem_handlers(app: FastAPI) -> None:
             return problem(
                 exc.code, _STORE_UNAVAILABLE_DETAIL, headers={"Retry-After": _RETRY_AFTER}
             )
-        extra: dict[str, Any] = {_camel(k): v for k, v in exc.fields.items()}
-        errors = getattr(exc, "errors", None)
-        if errors:
-            extra["errors"] = _clean(errors)
-        return problem(exc.code, exc.message, **extra)
+        extra = problem_members(exc)
+        detail, _ = extra.pop("detail"), extra.pop("code")
+        headers = (
+            {"Retry-After": _RETRY_AFTER} if exc.code is ErrorCode.ACTION_IN_PROGRESS else None
+        )
+        return problem(exc.code, detail, headers=headers, **extra)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -192,7 +192,16 @@ def _print_instance(view: dict[str, Any]) -> None:
             )
         print_table(table)
     for action in view.get("actions") or []:
-        out.print(f"action: {action['action']} by {action['actor']} at {_short(action['actedAt'])}")
+        fate = {
+            "refused": f", refused: {action.get('code')}",
+            "pending": ", no outcome recorded",
+        }.get(str(action.get("outcome")), "")
+        out.print(
+            Text(
+                f"action: {action['action']} by {action['actor']} at "
+                f"{_short(action['actedAt'])}{fate}"
+            )
+        )
 
 
 @instances_app.command("show")

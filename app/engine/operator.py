@@ -12,12 +12,17 @@ claim that reopens the ended instance (:meth:`app.engine.ports.Intake.reopen`); 
 that follows unwinds again, and the decider runs one more try of each compensation a row
 asks for (final if it fails), then finishes the instance in its state, marked again or
 cleared.
+
+Both carry out an operator action: given its id, they write it on their rows
+(``values["actionId"]``), and a second run of the same action (its first request's node died
+before the action's answer was stored) finds those rows and answers what they did instead
+of extending or retrying twice.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from app.engine.deadlines import POLL_BUDGET, deadline_row, ends_at
@@ -27,7 +32,11 @@ from app.engine.ports import Commit, Reopen
 from app.errors import CompensationNotFailed, InstanceBusy, NoBudget, StaleFencingToken
 from app.flows.plan import CapabilityStep, PollStep
 
-__all__ = ["BudgetExtension", "CompensationRetry", "extend_budget", "retry_compensations"]
+__all__ = ["ACTION", "BudgetExtension", "CompensationRetry", "extend_budget", "retry_compensations"]
+
+#: The key of a journal row's values naming the operator action that wrote it (an
+#: extension's ``deadline`` row, a retry's ``retry`` rows).
+ACTION = "actionId"
 
 
 @dataclass(frozen=True)
@@ -50,7 +59,9 @@ class BudgetExtension:
     step_id: int
 
 
-async def extend_budget(engine: NodeEngine, instance_id: str, by: timedelta) -> BudgetExtension:
+async def extend_budget(
+    engine: NodeEngine, instance_id: str, by: timedelta, action_id: str | None = None
+) -> BudgetExtension:
     """Extend the budget of the poll the instance is parked at by ``by`` (at most to the
     flow deadline), durably, then give the instance back parked as it was: its next
     decision (the sweep at its ``wake_at``) reads the new end.
@@ -59,6 +70,10 @@ async def extend_budget(engine: NodeEngine, instance_id: str, by: timedelta) -> 
         engine: the node's engine.
         instance_id: the instance.
         by: how much later the budget ends (positive).
+        action_id: the operator action it carries out (None: none), stored on the
+            extension's row (``values["actionId"]``): a second run of that action (its
+            request's node died before its answer was stored) finds the row and answers
+            that extension again instead of extending twice.
 
     Returns:
         :class:`BudgetExtension`.
@@ -113,6 +128,17 @@ async def extend_budget(engine: NodeEngine, instance_id: str, by: timedelta) -> 
                 f"instance {instance_id} does not wait in a poll with a budget",
                 instance_id=instance_id,
             )
+        done = [r for r in stored if action_id is not None and r.values.get(ACTION) == action_id]
+        if done:  # this action extended it already: the same extension again
+            row = done[0]
+            before = [r for r in stored if r.try_number < row.try_number]
+            previous = (
+                ends_at(max(before, key=lambda r: r.try_number)) if before else row.started_at
+            )
+            end = ends_at(row)
+            return BudgetExtension(
+                True, row.started_at, previous, end, end < previous + by, node.index
+            )
         last = max(stored, key=lambda r: r.try_number)
         previous = ends_at(last)
         wanted = previous + by
@@ -130,6 +156,8 @@ async def extend_budget(engine: NodeEngine, instance_id: str, by: timedelta) -> 
             committed_at=now,
             try_number=last.try_number + 1,
         )
+        if action_id is not None:
+            row = replace(row, values={**row.values, ACTION: action_id})
         await journal.runs.commit(
             Commit(instance_id, claim.fencing_token, now, now + engine.lease, rows=(row,))
         )
@@ -177,7 +205,9 @@ def failed_for_good(steps: list[StepRow]) -> list[StepRow]:
     ]
 
 
-async def retry_compensations(engine: NodeEngine, instance_id: str) -> CompensationRetry:
+async def retry_compensations(
+    engine: NodeEngine, instance_id: str, action_id: str | None = None
+) -> CompensationRetry:
     """Run each compensation of the ended instance that failed for good once more, now:
     reopen it with one ``retry`` row per compensation, run the unwind, and give it back
     ended in its state (marked again if a try failed, cleared if every one succeeded).
@@ -185,6 +215,10 @@ async def retry_compensations(engine: NodeEngine, instance_id: str) -> Compensat
     Args:
         engine: the node's engine.
         instance_id: an instance that ended ``failed`` or ``cancelled``.
+        action_id: the operator action it carries out (None: none), stored on each
+            ``retry`` row (``values["actionId"]``): a second run of that action (its
+            request's node died before its answer was stored) finds the rows and answers
+            what that retry did (the state now) instead of retrying again.
 
     Returns:
         :class:`CompensationRetry`.
@@ -202,6 +236,15 @@ async def retry_compensations(engine: NodeEngine, instance_id: str) -> Compensat
     inst = snapshot.instance
     plan = engine.catalog.find(inst.flow_name, inst.flow_version)
     failed = failed_for_good(snapshot.steps)
+    done = [
+        r
+        for r in snapshot.steps
+        if action_id is not None and r.kind is StepKind.RETRY and r.values.get(ACTION) == action_id
+    ]
+    if done:  # this action asked for its retry already (the run goes on, or went on)
+        return CompensationRetry(
+            tuple((r.step_id, r.scope, r.capability_id) for r in done), inst.state, len(failed)
+        )
     if inst.state not in (InstanceState.FAILED, InstanceState.CANCELLED) or not failed:
         raise CompensationNotFailed(
             f"instance {instance_id} ({inst.state}) has no compensation that failed for good",
@@ -226,7 +269,8 @@ async def retry_compensations(engine: NodeEngine, instance_id: str) -> Compensat
             now,
             now,
             try_number=1 + sum(1 for r in asked if (r.step_id, r.scope) == key),
-            values={"after_try": row.try_number},
+            values={"after_try": row.try_number}
+            | ({ACTION: action_id} if action_id is not None else {}),
         )
         for row in failed
         if isinstance(plan.steps[row.step_id], CapabilityStep)

@@ -65,12 +65,35 @@ class SqlOperatorActions(SqlRole):
             raise RuntimeError("an action's idempotency conflict found no first action")
         return first, False
 
-    async def complete_action(self, action_id: str, details: dict[str, Any]) -> None:
-        """Store what an action did (its answer) once it is done."""
+    async def complete_action(self, action: OperatorAction) -> bool:
+        """Store what an action did (its answer or its refusal) once it is done, unless its
+        record was retaken since (``acted_at`` moved on).
+
+        Returns:
+            True when it was stored.
+        """
+        query = (
+            update(ACTION)
+            .where(ACTION.c.id == action.id, ACTION.c.acted_at == action.acted_at)
+            .values(details=dict(action.details))
+        )
         async with self._write() as conn:
-            await conn.execute(
-                update(ACTION).where(ACTION.c.id == action_id).values(details=dict(details))
-            )
+            return bool((await conn.execute(query)).rowcount)
+
+    async def retake_action(self, seen: OperatorAction, fresh: OperatorAction) -> bool:
+        """Take record ``seen`` over for a new run (``fresh``'s actor, instant and
+        details), if it is still as ``seen`` was read (its ``acted_at``).
+
+        Returns:
+            True when this call retook it.
+        """
+        query = (
+            update(ACTION)
+            .where(ACTION.c.id == seen.id, ACTION.c.acted_at == seen.acted_at)
+            .values(actor=fresh.actor, acted_at=fresh.acted_at, details=dict(fresh.details))
+        )
+        async with self._write() as conn:
+            return bool((await conn.execute(query)).rowcount)
 
     async def find_action(
         self, instance_id: str, action: str, idempotency_key: str

@@ -184,11 +184,26 @@ class MemoryReads(MemoryBase):
         self._s.actions.append(replace(action, details=copy_json(dict(action.details))))
         return action, True
 
-    async def complete_action(self, action_id: str, details: dict[str, Any]) -> None:
+    async def complete_action(self, action: OperatorAction) -> bool:
         """See :meth:`app.engine.ports.OperatorReads.complete_action`."""
         for n, a in enumerate(self._s.actions):
-            if a.id == action_id:
-                self._s.actions[n] = replace(a, details=copy_json(dict(details)))
+            if a.id == action.id and a.acted_at == action.acted_at:
+                self._s.actions[n] = replace(a, details=copy_json(dict(action.details)))
+                return True
+        return False
+
+    async def retake_action(self, seen: OperatorAction, fresh: OperatorAction) -> bool:
+        """See :meth:`app.engine.ports.OperatorReads.retake_action`."""
+        for n, a in enumerate(self._s.actions):
+            if a.id == seen.id and a.acted_at == seen.acted_at:
+                self._s.actions[n] = replace(
+                    a,
+                    actor=fresh.actor,
+                    acted_at=fresh.acted_at,
+                    details=copy_json(dict(fresh.details)),
+                )
+                return True
+        return False
 
     async def find_action(
         self, instance_id: str, action: str, idempotency_key: str
@@ -205,11 +220,9 @@ class MemoryReads(MemoryBase):
         )
 
     async def actions_of(self, instance_id: str) -> list[OperatorAction]:
-        """See :meth:`app.engine.ports.OperatorReads.actions_of`."""
-        return sorted(
-            (a for a in self._s.actions if a.instance_id == instance_id),
-            key=lambda a: a.acted_at,
-        )
+        """See :meth:`app.engine.ports.OperatorReads.actions_of` (in the order recorded,
+        as the SQL store's sequence: a retaken record keeps its place)."""
+        return [a for a in self._s.actions if a.instance_id == instance_id]
 
     async def count_matching(self, where: InstanceFilter) -> int:
         """See :meth:`app.engine.ports.OperatorReads.count_matching`."""

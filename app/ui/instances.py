@@ -367,8 +367,16 @@ _ANSWER_FIELDS = ("woken", "reason", "state", "extendedBy", "endsAt", "cappedByD
 
 
 def action_summary(action: dict[str, Any]) -> str:
-    """One line of what an operator action did, from its recorded answer."""
+    """One line of what an operator action did, from its recorded answer: the refusal's
+    code and detail when it was refused, a note when no outcome was recorded."""
     details = action.get("details") or {}
+    if action.get("outcome") == "refused":
+        problem = details.get("problem") if isinstance(details, dict) else None
+        detail = problem.get("detail") if isinstance(problem, dict) else None
+        said = f": {str(detail)[:200]}" if detail else ""
+        return f"refused, {action.get('code')}{said}"
+    if action.get("outcome") == "pending":
+        return "no outcome recorded (in progress, or its request was lost)"
     answer = details.get("answer") if isinstance(details, dict) else None
     if not isinstance(answer, dict):
         return ""

@@ -54,6 +54,7 @@ class ActionMark:
     actor: str
     x: float
     tip: str
+    outcome: str = "done"  # done, refused or pending (the history's ``outcome``)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,15 @@ def _tip(attempt: dict[str, Any]) -> str:
         text = f"{error['type']}: {error['detail']}" if error else t.get("outcome", "")
         lines.append(f"try {t['try']}: {text}")
     return "\n".join(lines)
+
+
+def _fate(action: dict[str, Any]) -> str:
+    """What came of an action, for its mark's tip (nothing when it acted)."""
+    if action.get("outcome") == "refused":
+        return f": refused ({action.get('code')})"
+    if action.get("outcome") == "pending":
+        return ": no outcome recorded (in progress, or its request was lost)"
+    return ""
 
 
 def build_timeline(
@@ -178,7 +188,8 @@ def build_timeline(
             action=str(a.get("action")),
             actor=str(a.get("actor")),
             x=x,
-            tip=f"{a.get('action')} by {a.get('actor')} at {a.get('actedAt')}",
+            tip=f"{a.get('action')} by {a.get('actor')} at {a.get('actedAt')}" + _fate(a),
+            outcome=str(a.get("outcome") or "done"),
         )
         for a, at in acted
         if (x := x_of(at)) is not None

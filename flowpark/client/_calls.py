@@ -70,7 +70,8 @@ class Call(Generic[M]):
         body: the JSON body, or None for none.
         headers: extra headers (``Idempotency-Key``).
         safe: repeating the request changes nothing (a read, or a write with an
-            idempotency key): it is retried after a transport error or a 502/503/504.
+            idempotency key): it is retried after a transport error, a 502/503/504, or a
+            409 ``action_in_progress``.
         many: the answer is a JSON list of ``model``.
     """
 
@@ -142,10 +143,24 @@ def read_answer(call: Call[M], response: httpx.Response) -> Any:
 
 
 def retryable(call: Call[Any], response: httpx.Response | None) -> bool:
-    """Whether ``call`` may be sent again after ``response`` (None: a transport error)."""
+    """Whether ``call`` may be sent again after ``response`` (None: a transport error):
+    a safe call after a transport error, a 502/503/504, or a 409 ``action_in_progress``
+    (the first request with its key still acts)."""
     if not call.safe:
         return False
-    return response is None or response.status_code in RETRY_STATUSES
+    if response is None or response.status_code in RETRY_STATUSES:
+        return True
+    return response.status_code == 409 and _code(response) == "action_in_progress"
+
+
+def _code(response: httpx.Response) -> str | None:
+    """The problem ``code`` of an answer, if it is a problem document."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    code = body.get("code") if isinstance(body, dict) else None
+    return code if isinstance(code, str) else None
 
 
 def retry_delay(retry: int, response: httpx.Response | None) -> float:

@@ -13,7 +13,8 @@ document (RFC 9457) the node answered.
         ├── NotFound                404 flow_not_found, signal_not_declared, stream_not_declared,
         │   │                           delivery_not_found, not_found; 405 method_not_allowed
         │   └── InstanceNotFound    404 instance_not_found
-        ├── Conflict                409 instance_busy, no_budget, delivery_not_failed
+        ├── Conflict                409 instance_busy, no_budget, delivery_not_failed,
+        │   │                           action_in_progress (retried where safe first)
         │   ├── InstanceEnded       409 instance_ended
         │   └── InstanceKeyInUse    409 instance_key_in_use (.problem["instanceId"])
         ├── InvalidRequest          400, 413, 415, 422: input_invalid, idempotency_key_missing,
@@ -187,6 +188,7 @@ _BY_CODE: dict[str, type[ProblemError]] = {
     "instance_ended": InstanceEnded,
     "instance_key_in_use": InstanceKeyInUse,
     "instance_busy": Conflict,
+    "action_in_progress": Conflict,
     "no_budget": Conflict,
     "delivery_not_failed": Conflict,
     "idempotency_key_reused": IdempotencyKeyReused,

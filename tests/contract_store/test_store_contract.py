@@ -612,3 +612,31 @@ async def test_the_operator_list_finds_by_display_key_and_id_prefix(journal: Jou
     assert await journal.operator.count_matching(unkeyed) == 0
     prefixed = await journal.operator.list_instances(InstanceFilter(id_prefix=one[:8]), limit=10)
     assert one in [r.id for r in prefixed.rows]
+
+
+# ------------------------------------------------------------------- operator actions
+
+
+async def test_an_action_record_is_completed_or_retaken_only_as_it_was_read(
+    journal: Journal,
+) -> None:
+    from app.engine.ports.operator import OperatorAction
+
+    instance_id = await started(journal)
+    reads = journal.operator
+    first = OperatorAction(
+        str(uuid.uuid4()), instance_id, "wake", "ops", at(1), {"pending": True}, "k-1"
+    )
+    assert await reads.record_action(first) == (first, True)
+    again, created = await reads.record_action(replace(first, id=str(uuid.uuid4())))
+    assert (again.id, created) == (first.id, False)  # one record per key
+
+    rerun = replace(first, actor="ops-2", acted_at=at(70), details={"pending": True, "runs": 2})
+    assert await reads.retake_action(first, rerun)
+    assert not await reads.retake_action(first, replace(rerun, acted_at=at(71)))  # lost race
+    # the first run's late outcome is not kept over the retaking run's
+    assert not await reads.complete_action(replace(first, details={"answer": {}, "status": 200}))
+    done = replace(rerun, details={"answer": {"woken": True}, "status": 200, "runs": 2})
+    assert await reads.complete_action(done)
+    assert await reads.find_action(instance_id, "wake", "k-1") == done
+    assert await reads.actions_of(instance_id) == [done]

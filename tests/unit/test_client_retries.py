@@ -166,3 +166,22 @@ async def test_the_async_clients_request_is_the_same() -> None:
     async with http, AsyncClient(token="t", http=http) as client:
         assert await client.request("GET", "/api/v1/nodes") == {"nodes": []}
     assert len(sent) == 2 and sent[-1].headers["authorization"] == "Bearer t"
+
+
+def test_a_keyed_action_is_repeated_while_its_first_request_still_acts() -> None:
+    in_progress = {
+        "type": "urn:flowpark:problem:action_in_progress",
+        "title": "action_in_progress",
+        "status": 409,
+        "detail": "the first wake request with this Idempotency-Key is still acting",
+        "code": "action_in_progress",
+    }
+    woken = {"instanceId": ID, "woken": True, "state": "suspended"}
+    busy = httpx.Response(409, json=in_progress, headers={"Retry-After": "0"})
+    handle, sent = scripted(busy, httpx.Response(200, json=woken))
+    assert client(handle).wake(ID, idempotency_key="w-1").woken is True
+    assert [r.headers["idempotency-key"] for r in sent] == ["w-1"] * 2
+    handle, sent = scripted(busy)
+    with pytest.raises(Conflict) as refused:  # without a key: sent once, the problem raised
+        client(handle).wake(ID)
+    assert refused.value.code == "action_in_progress" and len(sent) == 1

@@ -308,7 +308,10 @@ class AttemptView(ApiModel):
 
 
 class ActionView(ApiModel):
-    """One operator action on an instance (wake, extend budget, cancel)."""
+    """One operator action on an instance (wake, extend_budget, cancel, signal,
+    retry_compensations): who, when, and what came of it (``outcome``; ``code``: the
+    refusal's error code), with the recorded ``details`` (its answer, or the problem it
+    was refused with)."""
 
     model_config = _examples(
         {
@@ -316,7 +319,9 @@ class ActionView(ApiModel):
             "action": "wake",
             "actor": "ops-console",
             "actedAt": _AT,
-            "details": {},
+            "outcome": "done",
+            "code": None,
+            "details": {"answer": {"woken": True, "state": "suspended"}, "status": 200},
         }
     )
 
@@ -324,6 +329,11 @@ class ActionView(ApiModel):
     action: str
     actor: str
     acted_at: datetime | None
+    outcome: str = Field(
+        description="`done` (it acted: `details.answer`), `refused` (`code`, and "
+        "`details.problem` as answered) or `pending` (its request is acting, or was lost)"
+    )
+    code: str | None = Field(default=None, description="the refusal's error code")
     details: Any
 
 
@@ -477,8 +487,7 @@ class InstanceView(ApiModel):
 
 class CancelAnswer(ApiModel):
     """The answer to a cancel: ``cancelled`` (200), or ``running`` while another node
-    finishes the unwind (202), with the recorded action. A repeat of an
-    ``Idempotency-Key`` whose first request is still acting answers ``pending``."""
+    finishes the unwind (202), with the recorded action."""
 
     model_config = _examples(
         {
@@ -495,4 +504,3 @@ class CancelAnswer(ApiModel):
     action_id: str | None = None
     actor: str | None = None
     acted_at: datetime | None = None
-    pending: bool | None = None

@@ -54,7 +54,6 @@ class WakeAnswer(ApiModel):
     action_id: str | None = None
     actor: str | None = None
     acted_at: datetime | None = None
-    pending: bool | None = None
 
 
 class RetriedCompensation(ApiModel):
@@ -69,8 +68,7 @@ class CompensationRetryAnswer(ApiModel):
     """The answer to a retry of compensations: each retried (`stepId`, `scope`,
     `capabilityId`), the instance's `state` once it returns (its ending again; `running`
     while another node finishes), and `stillFailed`, how many compensations failed for
-    good after it (0: the mark is cleared). A repeat of an ``Idempotency-Key`` whose first
-    request is still acting answers ``pending``."""
+    good after it (0: the mark is cleared)."""
 
     model_config = _examples(
         {
@@ -92,17 +90,13 @@ class CompensationRetryAnswer(ApiModel):
     still_failed: int | None = Field(
         default=None, description="compensations failed for good after the retry (0: none)"
     )
-    refused: str | None = Field(default=None, description="the code of the refusal, if any")
     action_id: str | None = None
     actor: str | None = None
     acted_at: datetime | None = None
-    pending: bool | None = None
 
 
 class OperatorSignalAnswer(ApiModel):
-    """A signal an operator sent from the console: the delivery and the recorded action
-    (``refused``: why the delivery was refused; ``pending``: a repeat of an
-    ``Idempotency-Key`` whose first request is still acting)."""
+    """A signal an operator sent from the console: the delivery and the recorded action."""
 
     model_config = _examples(
         {
@@ -125,8 +119,6 @@ class OperatorSignalAnswer(ApiModel):
     action_id: str | None = None
     actor: str | None = None
     acted_at: datetime | None = None
-    refused: str | None = None
-    pending: bool | None = None
 
 
 class BudgetExtension(ApiModel):
@@ -161,7 +153,6 @@ class BudgetExtension(ApiModel):
     action_id: str | None = None
     actor: str | None = None
     acted_at: datetime | None = None
-    pending: bool | None = None
 
 
 class BulkResult(ApiModel):

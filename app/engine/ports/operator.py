@@ -203,8 +203,25 @@ class OperatorReads(Protocol):
         action) records nothing and returns ``(first, False)``."""
         ...
 
-    async def complete_action(self, action_id: str, details: dict[str, Any]) -> None:
-        """Store what the action did (its answer, replayed to a repeat of its key)."""
+    async def complete_action(self, action: OperatorAction) -> bool:
+        """Store what the action did (``action.details``: its answer or its refusal,
+        replayed to a repeat of its key), unless the record was retaken since
+        ``action`` was recorded or retaken (its ``acted_at`` moved on).
+
+        Returns:
+            True when it was stored.
+        """
+        ...
+
+    async def retake_action(self, seen: OperatorAction, fresh: OperatorAction) -> bool:
+        """Take the record ``seen`` over for a new run of its action: store ``fresh``'s
+        ``actor``, ``acted_at`` (later than ``seen``'s) and ``details`` on it, only if it
+        is still as ``seen`` (its ``acted_at``), so of two repeats that retake one record,
+        one wins.
+
+        Returns:
+            True when this call retook it.
+        """
         ...
 
     async def find_action(
