@@ -123,7 +123,7 @@ def _check_database(url: str) -> None:
     from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
     from app.errors import FlowparkError, SchemaBehindHead, StoreUnavailable
-    from app.store import check_schema_at_head, head_revision, make_async_engine
+    from app.store import check_schema_at_head, make_async_engine
     from app.store.db import is_sqlite
 
     try:
@@ -139,6 +139,8 @@ def _check_database(url: str) -> None:
                 f"cannot open the SQLite database {path}: directory {path.parent} does not exist"
             )
         if not path.exists():
+            from app.store import head_revision  # Alembic: only for this refusal
+
             raise SchemaBehindHead(
                 f"the SQLite database {path} does not exist; run `flowpark db upgrade` to "
                 "create it and migrate it to head",

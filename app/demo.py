@@ -16,7 +16,6 @@ import time
 import uuid
 
 import httpx
-import uvicorn
 
 from app.settings import DEFAULT_API_TOKEN, Settings
 
@@ -118,6 +117,7 @@ async def _demo(
     scan_interval: float,
     database_url: str,
 ) -> int:
+    import uvicorn  # here: the worker imports this module for port_refused alone
     from sqlalchemy.exc import ArgumentError, DBAPIError
 
     from app.redaction import redact_url

@@ -13,7 +13,7 @@ import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
 
 import httpx
@@ -24,7 +24,9 @@ from rich.table import Table
 from app.errors import ErrorCode
 from app.redaction import redact
 from app.settings import DEFAULT_API_TOKEN
-from flowpark.client import Client, ProblemError, TransportError
+
+if TYPE_CHECKING:
+    from flowpark.client import ProblemError
 
 __all__ = [
     "EXIT_CONFLICT",
@@ -299,6 +301,10 @@ class _Api:
         # from HTTP_PROXY / ALL_PROXY (which would be sent the token, dev-token included,
         # and would reach its own loopback, not this one).
         self.http = httpx.Client(trust_env=False) if loopback else None
+        # imported here: it brings the API's answer models, which `flowpark worker`
+        # (this module's importer too) never needs
+        from flowpark.client import Client
+
         self.client = Client(url, token=self.token, http=self.http)
         self.url = url
 
@@ -311,6 +317,8 @@ class _Api:
         body: Any = None,
         key: str | None = None,
     ) -> Any:
+        from flowpark.client import ProblemError, TransportError
+
         try:
             return self.client.request(method, path, params=params, body=body, idempotency_key=key)
         except ValueError as exc:  # a key the node would refuse: said as the node says it

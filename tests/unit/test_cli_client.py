@@ -14,8 +14,9 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+import flowpark.client
 from app.cli import app
-from app.cli_ops import EXIT_CONFLICT, EXIT_ERROR, EXIT_FORBIDDEN, EXIT_NOT_FOUND, _client
+from app.cli_ops import EXIT_CONFLICT, EXIT_ERROR, EXIT_FORBIDDEN, EXIT_NOT_FOUND
 from app.cli_ops._client import is_loopback
 from flowpark.client import Client
 
@@ -54,7 +55,8 @@ def node(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[httpx.Request]]:
             mock = httpx.Client(transport=httpx.MockTransport(handle))
             return Client(url, token=token, http=mock)
 
-        monkeypatch.setattr(_client, "Client", make)
+        # the CLI imports the client where it makes one
+        monkeypatch.setattr(flowpark.client, "Client", make)
         return sent
 
     return script
