@@ -25,10 +25,13 @@ from dataclasses import dataclass
 
 from app.errors import StoreUnavailable
 
-__all__ = ["OUTAGES", "OutageLog", "store_outage"]
+__all__ = ["OUTAGES", "READY_TIMEOUT_SECONDS", "OutageLog", "store_outage"]
 
 #: Seconds between two lines of one kind (the counts in between are summed).
 DEFAULT_INTERVAL_SECONDS = 10.0
+#: Seconds a readiness check (``/readyz``) waits for the store before it answers "not
+#: ready", and a stopping node for a gauge refresh in flight before it cancels it.
+READY_TIMEOUT_SECONDS = 5.0
 
 
 #: Driver errors (by class, without importing the driver) that mean "not reachable now".

@@ -19,14 +19,11 @@ from app.api.models import Health, Readiness
 from app.api.openapi import problem_responses
 from app.api.problems import problem
 from app.errors import ErrorCode, SchemaBehindHead
-from app.outages import OUTAGES
+from app.outages import OUTAGES, READY_TIMEOUT_SECONDS
 from app.settings import Settings, overdue_before
 from app.store import check_schema_at_head
 
 __all__ = ["READY_TIMEOUT_SECONDS", "build_health_router"]
-
-#: How long ``/readyz`` waits for the database before it answers not ready.
-READY_TIMEOUT_SECONDS = 5.0
 
 
 def build_health_router() -> APIRouter:

@@ -30,10 +30,11 @@ from app.runtime.http import outbound_client
 from app.runtime.liveness import NodeBeat
 from app.runtime.loading import Deps, FlowSource, load_flows, register_flows
 from app.runtime.logs import set_node_id
+from app.runtime.metrics_route import add_metrics_route
 from app.runtime.node import node_engine
 from app.runtime.retention import Purger
 from app.runtime.scheduler import Sweeper
-from app.runtime.telemetry import Telemetry, add_metrics_route
+from app.runtime.telemetry import Telemetry
 from app.settings import DEFAULT_API_TOKEN, SCOPES, Settings
 from app.store import check_schema_at_head, make_async_engine
 from app.store.deliveries import SqlDeliveries

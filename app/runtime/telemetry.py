@@ -1,44 +1,35 @@
-"""A node's telemetry: its metrics, its tracing, the engine observer over both, the periodic
-refresh of the gauges, and the ``/metrics`` and ``/readyz`` routes.
+"""A node's telemetry: its metrics, its tracing, the engine observer over both and the
+periodic refresh of the gauges.
 
-Access to ``/metrics`` (``FLOWPARK_METRICS_ACCESS``):
-
-* ``loopback`` (default): answered to clients on a loopback address only; anything else
-  gets 403 ``metrics_forbidden``. For a Prometheus on the same host, or a sidecar.
-* ``token``: the request needs ``Authorization: Bearer <token>`` with one of
-  ``FLOWPARK_API_TOKENS`` (401 ``unauthorized`` otherwise).
-* ``open``: anyone who reaches the port (behind a network policy).
-
-``flowpark worker`` serves no HTTP API: ``--metrics-port`` (``FLOWPARK_METRICS_PORT``)
-gives it a metrics listener of its own on ``FLOWPARK_METRICS_HOST`` (default loopback).
+The ``/metrics`` route of ``flowpark serve`` is :mod:`app.runtime.metrics_route`; this
+module imports no web framework, so ``flowpark worker`` (which serves no HTTP API) does not
+load FastAPI to count its metrics. ``--metrics-port`` (``FLOWPARK_METRICS_PORT``) gives the
+worker a metrics listener of its own on ``FLOWPARK_METRICS_HOST`` (default loopback).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from fastapi import FastAPI, Request, Response
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.auth import require_token
-from app.api.health import READY_TIMEOUT_SECONDS
-from app.api.problems import problem
 from app.engine.clock import Clock
-from app.errors import ErrorCode
-from app.outages import OUTAGES, store_outage
+from app.outages import OUTAGES, READY_TIMEOUT_SECONDS, store_outage
 from app.runtime import tracing
-from app.runtime.metrics import CONTENT_TYPE_LATEST, Metrics, mark_process_dead, render
+from app.runtime.metrics import Metrics, mark_process_dead
 from app.runtime.observe import NodeObserver
 from app.settings import Settings
 from app.store.gauges import active_counts, pending_deliveries
 from app.store.nodes import SqlNodes
 
-__all__ = ["Telemetry", "add_metrics_route"]
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+__all__ = ["Telemetry"]
 
 log = logging.getLogger("flowpark.telemetry")
 
@@ -168,37 +159,3 @@ class Telemetry:
                 log.warning("could not refresh the database gauges", exc_info=True)
         else:
             OUTAGES.recovered("gauges")
-
-
-def _loopback(host: str | None) -> bool:
-    if host is None:
-        return False
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
-def add_metrics_route(app: FastAPI, settings: Settings, telemetry: Telemetry) -> None:
-    """Add ``GET /metrics`` to ``app`` (when metrics are on)."""
-
-    if telemetry.metrics is not None:
-        metrics = telemetry.metrics
-
-        @app.get("/metrics", include_in_schema=False)
-        async def metrics_route(request: Request) -> Response:
-            """Prometheus metrics of this node (all worker processes under ``serve
-            --workers N``); access as ``FLOWPARK_METRICS_ACCESS`` says."""
-            access = settings.metrics_access
-            if access == "token":
-                await require_token(request)
-            elif access == "loopback":
-                host = request.client.host if request.client else None
-                if not _loopback(host):
-                    return problem(
-                        ErrorCode.METRICS_FORBIDDEN,
-                        "metrics are served to loopback clients only "
-                        "(FLOWPARK_METRICS_ACCESS=loopback)",
-                    )
-            body = await asyncio.to_thread(render, metrics)
-            return Response(body, media_type=CONTENT_TYPE_LATEST)
