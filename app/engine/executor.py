@@ -96,8 +96,8 @@ class Executor(RunState):
             await self.flush()
             ack = await self.commit(decision.row)
             if decision.clears_try:
-                self.instance = replace(
-                    self.instance, try_step_id=None, try_scope=None, try_number=None
+                self.instance = self.instance.evolve(
+                    try_step_id=None, try_scope=None, try_number=None
                 )
             self.record(decision.row)
             self.after_ack(ack)
@@ -156,7 +156,7 @@ class Executor(RunState):
             await self.flush()
             if decision.wake_at is not None:
                 await self.sleep(decision.wake_at - self.now())
-            self.instance = replace(self.instance, wake_step_id=None, wake_scope=None)
+            self.instance = self.instance.evolve(wake_step_id=None, wake_scope=None)
             return None
         row, self.unflushed = self.unflushed, None
         store = decision.store_first
@@ -184,8 +184,7 @@ class Executor(RunState):
         if (
             decision.kind is not WakeKind.RETRY
         ):  # the wait this run parked on, as a claim would find it
-            self.instance = replace(
-                self.instance,
+            self.instance = self.instance.evolve(
                 wake_at=decision.wake_at,
                 wake_step_id=decision.step,
                 wake_scope=decision.scope,
@@ -277,7 +276,7 @@ class Executor(RunState):
         await self.journal.runs.begin_ending(
             self.instance_id, self.token, self.now(), ending, failure
         )
-        self.instance = replace(self.instance, ending=ending, failure=failure)
+        self.instance = self.instance.evolve(ending=ending, failure=failure)
 
     async def finish(self, decision: Finish) -> Halt | None:
         """Write the final state; None when a completion was refused (a cancel came)."""
@@ -291,7 +290,7 @@ class Executor(RunState):
             failure=decision.failure,
         )
         if not ack.applied:
-            self.instance = replace(self.instance, cancel_requested=True)
+            self.instance = self.instance.evolve(cancel_requested=True)
             return None
         self.settle(
             state=decision.state,

@@ -6,7 +6,6 @@ validates fails at once."""
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 
 from app.engine.executor import Executor
 from app.engine.host import RunHost
@@ -37,7 +36,7 @@ async def fail_broken(host: RunHost, run: Executor, exc: Exception) -> Halt:
     if run.instance.ending is None:
         await run.begin_ending(InstanceState.FAILED, failure)
     else:  # unwinding already: it ends failed, for this reason
-        run.instance = replace(run.instance, ending=InstanceState.FAILED, failure=failure)
+        run.instance = run.instance.evolve(ending=InstanceState.FAILED, failure=failure)
     return await run.run()
 
 

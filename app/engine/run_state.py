@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -112,14 +111,14 @@ class RunState:
     def after_ack(self, ack: Ack) -> None:
         """Take note of what a write answered (a cancel requested meanwhile)."""
         if ack.cancel_requested and not self.instance.cancel_requested:
-            self.instance = replace(self.instance, cancel_requested=True)
+            self.instance = self.instance.evolve(cancel_requested=True)
 
     def record(self, row: StepRow) -> None:
         """Remember a row this run committed or deferred: the wake the claim found is
         consumed by it."""
         self.steps.append(row)
         if self.instance.wake_step_id is not None:
-            self.instance = replace(self.instance, wake_step_id=None, wake_scope=None)
+            self.instance = self.instance.evolve(wake_step_id=None, wake_scope=None)
 
     def defer(self, row: StepRow) -> None:
         """Keep ``row`` for the next write to carry."""
@@ -159,8 +158,7 @@ class RunState:
 
     def settle(self, **changes: Any) -> None:
         """Keep :attr:`instance` as the run last wrote it (a start answers with it)."""
-        self.instance = replace(
-            self.instance,
+        self.instance = self.instance.evolve(
             updated_at=self.now(),
             try_step_id=None,
             try_scope=None,
