@@ -123,6 +123,7 @@ async def _demo(
     from app.redaction import redact_url
     from app.runtime.app import create_app
     from app.runtime.forwarded import forwarded_options
+    from app.runtime.protocol import BoundedHttpToolsProtocol
     from app.store.db import sync_url
     from app.store.migrate import upgrade
     from samples.registry import sample_flows
@@ -156,6 +157,8 @@ async def _demo(
             port=port,
             log_level="warning",
             lifespan="on",
+            # the head and time bounds, and problem+json refusals, of flowpark serve
+            http=BoundedHttpToolsProtocol,
             **forwarded_options(settings),
         )
     )

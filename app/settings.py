@@ -184,10 +184,12 @@ class Settings(BaseSettings):
         default=16384,
         ge=1024,
         description="Largest request head accepted (request line and headers, bytes, default "
-        "16 KiB); past it the answer is 431 and the connection is closed.",
+        "16 KiB); past it the answer is 431 headers_too_large and the connection is closed.",
     )
     max_headers: int = Field(
-        default=100, ge=10, description="Most request headers accepted (431 past it)."
+        default=100,
+        ge=10,
+        description="Most request headers accepted (431 headers_too_large past it).",
     )
     header_timeout_seconds: float = Field(
         default=10.0,

@@ -10,8 +10,9 @@ Refused, once percent-decoded and read as UTF-8:
 * in a header value: the same, but a tab (HTTP's own field whitespace) is allowed; the
   ``Authorization`` header is left to the bearer check, which answers 401 ``unauthorized``
   for any value that is no token (it is compared as bytes and never stored). (The
-  HTTP server refuses most raw control bytes in the request line and headers itself, with
-  a plain-text 400, before the app.)
+  node's HTTP protocol refuses raw C0 control bytes and DEL in the request line and
+  headers itself, 400 ``request_malformed`` as a problem, before the app:
+  :mod:`app.runtime.protocol`.)
 
 The problem's ``errors`` say where: ``{"loc": ["query", "flow"], "msg": ..., "type":
 "string_unstorable"}`` (``["path"]``, ``["header", "<name>"]``), the same ``type`` a body's

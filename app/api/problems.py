@@ -40,6 +40,7 @@ PROBLEM_JSON = "application/problem+json"
 #: ``internal_error`` (a test keeps every code either here or named internal).
 STATUS: dict[ErrorCode, int] = {
     ErrorCode.IDEMPOTENCY_KEY_INVALID: 400,
+    ErrorCode.REQUEST_MALFORMED: 400,
     ErrorCode.IDEMPOTENCY_KEY_MISSING: 400,
     ErrorCode.UNAUTHORIZED: 401,
     ErrorCode.FORBIDDEN: 403,
@@ -62,6 +63,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.SIGNAL_DELIVERY_REPLAYED: 409,
     ErrorCode.BODY_TOO_LARGE: 413,
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
+    ErrorCode.HEADERS_TOO_LARGE: 431,
     ErrorCode.IDEMPOTENCY_KEY_REUSED: 422,
     ErrorCode.BULK_FILTER_MISSING: 422,
     ErrorCode.INPUT_INVALID: 422,

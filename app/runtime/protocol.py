@@ -10,6 +10,19 @@ logged as one warning line). uvicorn itself bounds the keep-alive idle time
 (``FLOWPARK_MAX_BODY_BYTES``). See ``docs/operating.md`` for what a reverse proxy in front
 should enforce as well.
 
+Every refusal it answers is ``application/problem+json``, as the application's are: a head
+past its bounds is 431 ``headers_too_large``, and a request httptools cannot parse (a
+control byte in the request line or a header value, a malformed request line or header) is
+400 ``request_malformed`` - uvicorn's own answer to that is a plain-text 400, written before
+any application code runs, so this protocol writes the problem instead (the same body the
+application's handlers build, by :func:`app.api.problems.problem`). The connection is
+closed after either. What httptools passes (a DEL or a C1 control, a lone surrogate's
+bytes) the application refuses itself (422 ``input_invalid``, :mod:`app.api.hygiene`).
+The answers this protocol does not make: a too slow head or body gets none (the
+connection is closed); and uvicorn still answers a plain-text ``500 Internal Server
+Error`` for an application that fails before it starts an answer, which flowpark's
+handlers never leave it to (every exception is answered as a problem).
+
 Why a subclass of uvicorn's protocol, not a setting or a middleware: the head is bounded
 before any ASGI app is called, and uvicorn 0.54's ``Config`` has no head bound for httptools
 (``h11_max_incomplete_event_size`` bounds the h11 protocol's head only, answers 400 rather
@@ -25,11 +38,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import cache
+from http import HTTPStatus
 from typing import Any
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.api.problems import problem
+from app.errors import ErrorCode
 from app.settings import Settings
 
 __all__ = ["BoundedHttpToolsProtocol"]
@@ -100,13 +116,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self.handle_websocket_upgrade()
             else:
                 self._unsupported_upgrade_warning()
-        except httptools.HttpParserError:
+        except httptools.HttpParserError as exc:
             if self._too_large:
                 self._refuse_head()
                 return
-            msg = "Invalid HTTP request received."
-            self.logger.warning(msg)
-            self.send_400_response(msg)
+            self.logger.warning("Invalid HTTP request received: %s", exc)
+            self.send_400_response(str(exc))
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -137,6 +152,22 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._too_large = True
             raise _HeadTooLarge  # stops the parser; data_received answers 431
 
+    def send_400_response(self, msg: str) -> None:
+        """Refuse a request httptools could not parse: 400 ``request_malformed`` as a
+        problem (uvicorn's own is plain text), then close the connection.
+
+        Args:
+            msg: the parser's reason (a fixed phrase of llhttp's, never the request's
+                bytes), e.g. ``Invalid header value char``.
+        """
+        self._disarm()
+        reason = msg.strip().rstrip(".")[:100] or "unparsable"
+        self._answer_problem(
+            ErrorCode.REQUEST_MALFORMED,
+            f"the request is not valid HTTP/1.1 ({reason}), so no route saw it; the "
+            "connection is closed",
+        )
+
     def _refuse_head(self) -> None:
         self._disarm()
         client = "%s:%d" % self.client if self.client else "a client"  # noqa: UP031
@@ -146,11 +177,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._max_bytes,
             self._max_headers,
         )
-        body = b"request header fields too large"
-        self.transport.write(
-            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-            b"content-type: text/plain; charset=utf-8\r\n"
-            b"content-length: " + str(len(body)).encode() + b"\r\n"
-            b"connection: close\r\n\r\n" + body
+        self._answer_problem(
+            ErrorCode.HEADERS_TOO_LARGE,
+            f"the request head (request line and headers) is past {self._max_bytes} bytes "
+            f"or {self._max_headers} headers; the connection is closed",
+            maxHeaderBytes=self._max_bytes,
+            maxHeaders=self._max_headers,
         )
+
+    def _answer_problem(self, code: ErrorCode, detail: str, **fields: Any) -> None:
+        """Write the problem answer for ``code`` (``connection: close``) and close."""
+        answer = problem(code, detail, **fields)
+        status = HTTPStatus(answer.status_code)
+        head = [f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode("ascii")]
+        for name, value in [*self.server_state.default_headers, *answer.raw_headers]:
+            head.append(name + b": " + value + b"\r\n")
+        head.append(b"connection: close\r\n\r\n")
+        self.transport.write(b"".join(head) + bytes(answer.body))
         self.transport.close()

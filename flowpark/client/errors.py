@@ -17,10 +17,11 @@ document (RFC 9457) the node answered.
         │   │                           action_in_progress (retried where safe first)
         │   ├── InstanceEnded       409 instance_ended
         │   └── InstanceKeyInUse    409 instance_key_in_use (.problem["instanceId"])
-        ├── InvalidRequest          400, 413, 415, 422: input_invalid, idempotency_key_missing,
+        ├── InvalidRequest          400, 413, 415, 422, 431: input_invalid, idempotency_key_missing,
         │   │                           idempotency_key_invalid, bulk_filter_missing,
         │   │                           body_too_large, unsupported_media_type,
-        │   │                           signal_payload_invalid
+        │   │                           signal_payload_invalid, request_malformed,
+        │   │                           headers_too_large
         │   └── IdempotencyKeyReused  422 idempotency_key_reused
         └── ServerError             500 internal_error; 503 store_unavailable, not_ready,
                                         schema_behind_head (retried where safe first)
@@ -162,7 +163,7 @@ class InstanceKeyInUse(Conflict):
 
 
 class InvalidRequest(ProblemError):
-    """400, 413, 415 or 422: the request was refused as it was; nothing was done."""
+    """400, 413, 415, 422 or 431: the request was refused as it was; nothing was done."""
 
 
 class IdempotencyKeyReused(InvalidRequest):
@@ -199,6 +200,8 @@ _BY_CODE: dict[str, type[ProblemError]] = {
     "bulk_filter_missing": InvalidRequest,
     "body_too_large": InvalidRequest,
     "unsupported_media_type": InvalidRequest,
+    "request_malformed": InvalidRequest,
+    "headers_too_large": InvalidRequest,
     "internal_error": ServerError,
     "store_unavailable": ServerError,
     "not_ready": ServerError,

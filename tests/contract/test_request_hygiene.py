@@ -1,7 +1,8 @@
 """A property test over the whole OpenAPI document, on each store: a NUL, another control
 character or a lone surrogate in any path, query or header parameter of any operation is
-refused - 422 ``input_invalid`` (problem+json, ``string_unstorable``) from the app, or the
-HTTP server's own plain 400 for raw control bytes in a header - and never answers 500.
+refused - 422 ``input_invalid`` (problem+json, ``string_unstorable``) from the app, or 400
+``request_malformed`` (problem+json) from the node's HTTP protocol for raw control bytes in
+a header - and never answers 500.
 
 Requests are written on a raw socket (an HTTP client refuses to send such bytes), to a
 real server on loopback; a lone surrogate travels as the bytes of its UTF-16-ish UTF-8 form
@@ -99,8 +100,10 @@ def _check(port: int, param: Param, value: str) -> None:
     status, headers, body = _send(port, _request(param, value))
     shown = (param, value.encode("utf-8", "surrogatepass"), status, body[:300])
     assert status != 500, shown
-    if status == 400 and headers.get("content-type", "").startswith("text/plain"):
-        # the HTTP server's own refusal of a raw control byte (before the app)
+    if status == 400:
+        # the node's HTTP protocol refuses a raw control byte before the app: a problem too
+        assert headers.get("content-type") == "application/problem+json", shown
+        assert json.loads(body)["code"] == "request_malformed", shown
         assert param.where == "header" or any(c < " " or c == "\x7f" for c in value), shown
         return
     assert status == 422, shown

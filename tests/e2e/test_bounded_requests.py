@@ -1,12 +1,15 @@
 """Bounded requests on a real ``flowpark serve``: a request head past its size or count is
-431; a client too slow with its head or body is cut off; one that disconnects mid-body is
-one log line, never a 500 or a traceback."""
+431 ``headers_too_large`` and one the HTTP parser refuses is 400 ``request_malformed``, both
+problem+json over a raw socket; a client too slow with its head or body is cut off; one
+that disconnects mid-body is one log line, never a 500 or a traceback."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -62,6 +65,66 @@ def _read_all(sock: socket.socket) -> bytes:
             break
         chunks.append(data)
     return b"".join(chunks)
+
+
+def _answer(server: SubprocessServer, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` raw and read the answer until the server closes the connection:
+    ``(status, headers by lower-case name, body)``."""
+    sock = _connect(server)
+    try:
+        sock.sendall(request)
+        raw = _read_all(sock)
+    finally:
+        sock.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+def _problem(answer: tuple[int, dict[str, str], bytes], status: int, code: str) -> dict[str, Any]:
+    got, headers, body = answer
+    assert got == status, answer
+    assert headers["content-type"] == "application/problem+json", headers
+    assert headers["connection"] == "close" and int(headers["content-length"]) == len(body)
+    problem: dict[str, Any] = json.loads(body)
+    assert (problem["code"], problem["status"], problem["title"]) == (code, status, code)
+    assert problem["type"] == f"urn:flowpark:problem:{code}"
+    return problem
+
+
+@pytest.mark.parametrize(
+    "request_head",
+    [
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Bad: a\x01b\r\n\r\n",  # a control byte
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Bad: a\x00b\r\n\r\n",
+        b"GET /health\x01z HTTP/1.1\r\nHost: x\r\n\r\n",  # one in the request line
+        b"GET /healthz HTTP/9\r\nHost: x\r\n\r\n",  # no HTTP/1.x request line
+        b"GET /healthz HTTP/1.1\r\nNo Colon Here\r\n\r\n",
+    ],
+    ids=["header-soh", "header-nul", "path-soh", "version", "no-colon"],
+)
+def test_a_request_the_parser_refuses_is_a_400_problem(
+    server: SubprocessServer, request_head: bytes
+) -> None:
+    problem = _problem(_answer(server, request_head), 400, "request_malformed")
+    assert "not valid HTTP/1.1" in problem["detail"]
+    assert "\x01" not in problem["detail"] and "\x00" not in problem["detail"]
+
+
+def test_a_long_path_or_header_block_is_a_431_problem(server: SubprocessServer) -> None:
+    long_path = b"GET /" + b"a" * 10_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    long_header = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 10_000 + b"\r\n\r\n"
+    many = b"GET /healthz HTTP/1.1\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(80))
+    for request in (long_path, long_header, many + b"\r\n"):
+        problem = _problem(_answer(server, request), 431, "headers_too_large")
+        assert (problem["maxHeaderBytes"], problem["maxHeaders"]) == (8192, 50)
+    # a control character httptools passes (C1, as UTF-8) is the application's refusal
+    status, headers, body = _answer(
+        server, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-C1: a\xc2\x85b\r\nConnection: close\r\n\r\n"
+    )
+    assert (status, headers["content-type"]) == (422, "application/problem+json")
+    assert json.loads(body)["code"] == "input_invalid"
 
 
 def test_a_head_past_its_size_or_count_is_431(server: SubprocessServer) -> None:
