@@ -72,6 +72,7 @@ from app.error_codes import CLI_EXIT, ErrorCode
 
 __all__ = [
     "CLI_EXIT",
+    "SHOWN_CHARS",
     "ActionInProgress",
     "BodyTooLarge",
     "BulkFilterMissing",
@@ -114,7 +115,29 @@ __all__ = [
     "StreamNotDeclared",
     "Unauthorized",
     "UnsupportedMediaType",
+    "shown",
 ]
+
+
+#: Most characters of a value an error echoes (a name, an id, a path a request sent) before
+#: it is cut with an ellipsis (:func:`shown`).
+SHOWN_CHARS = 100
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``value`` as an error message or field echoes it: its text, cut to its first
+    ``limit`` characters and an ellipsis (``…``) when longer, so a huge name sent in a
+    request is never answered (or logged) whole.
+
+    Args:
+        value: what the request sent (a signal or flow name, a path, a header's value).
+        limit: most characters kept (default :data:`SHOWN_CHARS`, 100).
+
+    Returns:
+        The text, at most ``limit`` + 1 characters.
+    """
+    text = value if isinstance(value, str) else str(value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 class FlowparkError(Exception):

@@ -27,6 +27,7 @@ from app.errors import (
     InputInvalid,
     InstanceNotFound,
     UnsupportedMediaType,
+    shown,
 )
 
 __all__ = [
@@ -68,12 +69,8 @@ def check_instance_id(instance_id: str) -> None:
         InstanceNotFound: ``instance_not_found``.
     """
     if not well_formed(instance_id):
-        shown = (
-            instance_id
-            if len(instance_id) <= MAX_INSTANCE_ID
-            else (instance_id[:MAX_INSTANCE_ID] + "...")
-        )
-        raise InstanceNotFound(f"no instance {shown!r}", instance_id=shown)
+        echoed = shown(instance_id)
+        raise InstanceNotFound(f"no instance {echoed!r}", instance_id=echoed)
 
 
 def _json_media_type(content_type: str | None) -> bool:
@@ -201,10 +198,10 @@ def _check_text(text: str, loc: tuple[str, ...]) -> None:
             return
         except UnicodeEncodeError:
             problem = "contains a lone surrogate (not valid Unicode)"
-    shown = [part if well_formed(part) else repr(part)[:MAX_INSTANCE_ID] for part in loc]
+    where = [part if well_formed(part) else shown(repr(part)) for part in loc]
     raise InputInvalid(
         f"a string in the body {problem}",
-        errors=[{"loc": shown, "msg": f"the string {problem}", "type": "string_unstorable"}],
+        errors=[{"loc": where, "msg": f"the string {problem}", "type": "string_unstorable"}],
     )
 
 

@@ -13,7 +13,7 @@ from app.api.inputs import _BODY_DOC, IDEMPOTENCY_KEY_DOC, _json_body, idempoten
 from app.api.models import SignalAnswer
 from app.api.openapi import DEFS_KEY, operation_slug, problem_responses, request_schema
 from app.api.webhooks import Deliver, claim_delivery_id, keyed_target, verified_delivery
-from app.errors import ErrorCode, SignalNotDeclared
+from app.errors import ErrorCode, SignalNotDeclared, shown
 from app.flows.capability import Signal
 from app.flows.plan import Plan
 
@@ -199,13 +199,13 @@ def add_unknown_keyed_signal_route(router: APIRouter, plan: Plan, base: str) -> 
             )
         else:
             detail = (
-                f"flow {plan.name}@{plan.version} declares no signal {name!r}; its keyed "
-                f"routes take {', '.join(keyed)}"
+                f"flow {plan.name}@{plan.version} declares no signal {shown(name)!r}; its "
+                f"keyed routes take {', '.join(keyed)}"
             )
         raise SignalNotDeclared(
             detail,
             flow=plan.name,
-            signal=name,
+            signal=shown(name),
             keyed_signals=keyed,
             declared_signals=declared,
         )

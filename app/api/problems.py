@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from app.errors import CLI_EXIT, ErrorCode, FlowparkError
+from app.errors import CLI_EXIT, ErrorCode, FlowparkError, shown
 from app.outages import OUTAGES
 
 __all__ = [
@@ -105,6 +105,9 @@ def problem(
         detail: the human-readable sentence.
         headers: extra response headers.
         **fields: extra members of the body (camelCase names); None values are left out.
+            A text past :data:`_MOST_ECHOED` characters (the detail too) is cut with an
+            ellipsis: each place that echoes what a request sent bounds it to 100
+            (:func:`app.errors.shown`); this bounds what one of them would miss.
 
     Returns:
         The response: ``{"type": "urn:flowpark:problem:<code>", "title", "status",
@@ -118,16 +121,24 @@ def problem(
         "type": f"urn:flowpark:problem:{code}",
         "title": str(code),
         "status": status,
-        "detail": detail,
+        "detail": shown(detail, 4 * _MOST_ECHOED),
         "code": str(code),
     }
-    body.update({k: v for k, v in fields.items() if v is not None})
+    body.update(
+        {
+            k: shown(v, _MOST_ECHOED) if isinstance(v, str) else v
+            for k, v in fields.items()
+            if v is not None
+        }
+    )
     if status == 401:
         headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
 _INTERNAL_DETAIL = "an unexpected error occurred; it was logged"
+#: Most characters of a problem's text field (four times that for its detail).
+_MOST_ECHOED = 500
 
 
 def _camel(name: str) -> str:
@@ -212,7 +223,7 @@ def install_problem_handlers(app: FastAPI) -> None:
             log.error("HTTP %s on %s %s", exc.status_code, request.method, request.url.path)
             return problem(ErrorCode.INTERNAL_ERROR, _INTERNAL_DETAIL)
         if exc.status_code == 404 and exc.detail == "Not Found":
-            path = request.url.path[:200]
+            path = shown(request.url.path)
             return problem(
                 code,
                 f"no route {request.method} {path}: GET /api/v1/flows lists the flows' "
@@ -264,7 +275,9 @@ _ERRORS_PAGE = """# Errors
 Every error the HTTP API answers is `application/problem+json` (RFC 9457) with a stable
 `code` that scripts may match on, next to `type` (`urn:flowpark:problem:<code>`), `title`,
 `status`, `detail`, and structured fields such as `instanceId`; validation problems carry
-`errors` (each with `loc`, `msg`, `type`). The OpenAPI document (`/docs`,
+`errors` (each with `loc`, `msg`, `type`). A value the request sent that a problem echoes
+(a signal, flow, stream or route name, an id, a body's key in `loc`) is cut to its first
+100 characters and an ellipsis (`…`). The OpenAPI document (`/docs`,
 `docs/openapi.json`) lists, for each operation, the statuses it can answer and the codes of
 each status.
 
@@ -298,8 +311,9 @@ def _clean(errors: list[Any]) -> list[dict[str, Any]]:
         if isinstance(err, dict):
             out.append(
                 {
-                    "loc": [str(p) for p in err.get("loc", ())],
-                    "msg": str(err.get("msg", "")),
+                    # a body's own keys and a query's names are in loc: bounded as echoed
+                    "loc": [shown(p) for p in err.get("loc", ())],
+                    "msg": shown(err.get("msg", ""), 300),
                     "type": str(err.get("type", "")),
                 }
             )

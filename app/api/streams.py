@@ -26,7 +26,7 @@ from app.api.openapi import problem_responses
 from app.api.views import API, answer_json, stream_view
 from app.engine.engine import Engine
 from app.engine.journal import InstanceRecord
-from app.errors import ErrorCode, InputInvalid, StreamNotDeclared
+from app.errors import ErrorCode, InputInvalid, StreamNotDeclared, shown
 
 __all__ = ["SSE_PING_SECONDS", "STREAM_POLL_SECONDS", "build_streams_router", "sse_messages"]
 
@@ -51,7 +51,7 @@ def _cursor(last_event_id: str | None, after: int | None) -> int | None:
     value = last_event_id.strip()
     # ASCII digits only: str.isdigit() also holds for "²" or "١", which int() refuses
     if not (value.isascii() and value.isdigit()) or int(value) > MAX_SEQUENCE:
-        raise InputInvalid(f"Last-Event-ID must be a message sequence, got {value!r}")
+        raise InputInvalid(f"Last-Event-ID must be a message sequence, got {shown(value)!r}")
     return int(value)
 
 
@@ -71,9 +71,9 @@ async def _instance_with_stream(engine: Engine, instance_id: str, name: str) -> 
     # for any name that could be a stream's (a NUL would break the PostgreSQL query)
     if (plan is not None and name not in plan.streams) or not well_formed(name, MAX_NAME):
         raise StreamNotDeclared(
-            f"flow {inst.flow_name}@{inst.flow_version} declares no stream {name[:MAX_NAME]!r}",
+            f"flow {inst.flow_name}@{inst.flow_version} declares no stream {shown(name)!r}",
             instance_id=instance_id,
-            stream=name[:MAX_NAME],
+            stream=shown(name),
             streams=sorted(plan.streams) if plan is not None else None,
         )
     return inst

@@ -26,7 +26,13 @@ from app.engine.journal import (
 )
 from app.engine.outcomes import RunOutcome, StartResult
 from app.engine.ports import NewSignal, WakeClaim
-from app.errors import InputInvalid, SignalNotDeclared, StaleFencingToken, StoreUnavailable
+from app.errors import (
+    InputInvalid,
+    SignalNotDeclared,
+    StaleFencingToken,
+    StoreUnavailable,
+    shown,
+)
 from app.flows.plan import AwaitSignalStep, Plan, PollStep
 from app.outages import OUTAGES
 
@@ -188,15 +194,16 @@ async def deliver(
     if plan is None:
         raise SignalNotDeclared(
             f"this node does not serve flow {inst.flow_name}@{inst.flow_version}, so it "
-            f"cannot take signal {name!r} for it: send it to a node that serves that version",
+            f"cannot take signal {shown(name)!r} for it: send it to a node that serves that "
+            "version",
             instance_id=instance_id,
-            signal=name,
+            signal=shown(name),
         )
     if signal is None:
         raise SignalNotDeclared(
-            f"flow {inst.flow_name}@{inst.flow_version} declares no signal {name!r}",
+            f"flow {inst.flow_name}@{inst.flow_version} declares no signal {shown(name)!r}",
             instance_id=instance_id,
-            signal=name,
+            signal=shown(name),
         )
     data = _validated(signal.model, name, payload)
     # the store decides "ended" atomically with the insert; a repeated key gets the

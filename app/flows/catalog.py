@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from app.errors import FlowNotFound
+from app.errors import FlowNotFound, shown
 from app.flows.builder import Flow
 from app.flows.plan import Plan
 from app.flows.rules import Finding, compile_flow
@@ -48,7 +48,9 @@ class Catalog:
             return self._plans[(name, version)]
         except KeyError:
             raise FlowNotFound(
-                f"flow {name}@{version} is not registered on this node", flow=name, version=version
+                f"flow {shown(name)}@{shown(version)} is not registered on this node",
+                flow=shown(name),
+                version=shown(version),
             ) from None
 
     def find(self, name: str, version: str) -> Plan | None:
@@ -59,7 +61,7 @@ class Catalog:
         """The highest registered version of ``name``. Raises FlowNotFound."""
         versions = [p for (n, _), p in self._plans.items() if n == name]
         if not versions:
-            raise FlowNotFound(f"flow {name} is not registered", flow=name)
+            raise FlowNotFound(f"flow {shown(name)} is not registered", flow=shown(name))
         return max(versions, key=lambda p: version_key(p.version))
 
     def plans(self) -> list[Plan]:

@@ -29,7 +29,7 @@ from app.api.inputs import check_instance_id, check_storable
 from app.engine.deadlines import open_budget
 from app.engine.engine import Engine
 from app.engine.journal import InstanceRecord
-from app.errors import InputInvalid
+from app.errors import InputInvalid, shown
 from app.flows.capability import Signal
 from app.flows.plan import AwaitSignalStep, PollStep
 from app.ui.pages import ConsoleRoute, need_session, problem_page, render
@@ -104,7 +104,9 @@ def _engine(request: Request) -> Engine:
 
 def _refusal(request: Request, session: Session, name: str) -> HTMLResponse | None:
     if name not in ACTIONS:
-        return problem_page(request, 404, "not_found", "No such action", f"No action {name!r}.")
+        return problem_page(
+            request, 404, "not_found", "No such action", f"No action {shown(name)!r}."
+        )
     if not session.can_operate:
         return problem_page(
             request,

@@ -47,7 +47,7 @@ from app.engine.journal import (
     WakeKind,
 )
 from app.engine.ports.operator import InstanceFilter
-from app.errors import FlowparkError, StreamNotDeclared
+from app.errors import FlowparkError, StreamNotDeclared, shown
 from app.flows.plan import AwaitSignalStep, Plan, PollStep
 from app.ui.pages import ConsoleRoute, need_session, overdue_threshold, render
 from app.ui.session import notice_is_signed
@@ -320,9 +320,9 @@ def build_instances_router() -> APIRouter:
         plan = engine.catalog.find(inst.flow_name, inst.flow_version)
         if plan is None or name not in plan.streams:
             raise StreamNotDeclared(
-                f"flow {inst.flow_name}@{inst.flow_version} declares no stream {name[:200]!r}",
+                f"flow {inst.flow_name}@{inst.flow_version} declares no stream {shown(name)!r}",
                 instance_id=instance_id,
-                stream=name[:200],
+                stream=shown(name),
             )
         cursor = after if after is not None and 0 <= after < 2**63 else None
         return EventSourceResponse(
