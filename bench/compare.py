@@ -55,6 +55,8 @@ ROWS = [
     ("node_ready_s", "restart: node ready s from spawn", "lower"),
     ("resumed_after_ready_s", "restart: 500 overdue resumed s after ready", "lower"),
     ("resumed_from_spawn_s", "restart: 500 overdue resumed s from spawn", "lower"),
+    ("node_ready_cpu_s", "  node CPU s up to ready", "lower"),
+    ("resume_cpu_s", "  node CPU s from ready until the 500 resumed", "lower"),
     ("bytes_per_parked", "bytes per parked document.process", "lower"),
     ("park_statements_per_start", "  SQL statements per document.process start", "lower"),
     ("park_starts_per_s", "document.process starts/s (engine, 32 callers)", "higher"),

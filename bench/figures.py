@@ -18,7 +18,8 @@ Groups:
   side's sustained rate of its ``start`` run in the same round): wake lag p50/p99.
 * ``restart``: a node parks 500 flows and is SIGKILLed; once all are overdue a new node is
   spawned: ``node_ready_s`` (spawn to its ready line) and ``resumed_after_ready_s`` (ready
-  to the last of the 500 resumed).
+  to the last of the 500 resumed), and the node's CPU seconds over each: ``node_ready_cpu_s``
+  and ``resume_cpu_s``.
 * ``park``: N ``document.process`` starts through the engine API (fake OCR pending, no
   sweep): ``bytes_per_parked`` and each relation's ``pg_relation_size`` (heap, TOAST and
   every index) per parked instance.
@@ -150,6 +151,15 @@ async def group_restart(store: BenchStore, n: int, **_: Any) -> dict[str, Any]:
         "node_ready_s": crash["node_boot_s"],
         "resumed_after_ready_s": crash["last_from_ready_s"],
         "resumed_from_spawn_s": crash["last_from_spawn_s"],
+        # a revision of the harness before these figures has no such keys
+        **{
+            key: crash[name]
+            for key, name in (
+                ("node_ready_cpu_s", "node_boot_cpu_s"),
+                ("resume_cpu_s", "resume_cpu_s"),
+            )
+            if name in crash
+        },
     }
 
 
