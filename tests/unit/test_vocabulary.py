@@ -19,6 +19,7 @@ import tokenize
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from sqlmodel import SQLModel
 
@@ -328,3 +329,64 @@ def test_the_checks_catch_a_planted_misuse() -> None:
         "docs/x.md:1: poll node",
         "docs/x.md:1: maximum_attempts",
     ]
+
+
+#: The words before "node" that make it the process in a command's help: "a node", "every
+#: node", "the node's base URL" ... (a finding's "flow, node" meant its step).
+_PROCESS_NODE = {
+    "a",
+    "another",
+    "each",
+    "every",
+    "no",
+    "one",
+    "other",
+    "several",
+    "sweeping",
+    "the",
+    "this",
+    "whichever",
+}
+
+
+def _helps() -> Iterator[tuple[str, str]]:
+    """``(command, --help text)`` of every ``flowpark`` command and group."""
+    import typer
+    from typer.testing import CliRunner
+
+    from app.cli import app
+
+    def walk(command: Any, path: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+        yield path
+        for name, sub in sorted(getattr(command, "commands", {}).items()):
+            yield from walk(sub, (*path, name))
+
+    runner = CliRunner()
+    for path in walk(typer.main.get_command(app), ()):
+        done = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "400"})
+        assert done.exit_code == 0, (path, done.output)
+        yield " ".join(("flowpark", *path)), done.output
+
+
+def help_misuses(helps: Iterator[tuple[str, str]]) -> list[str]:
+    """``command: words`` for each "node" a help text uses for anything but the process
+    (and each forbidden phrase it says)."""
+    hits = []
+    for command, text in helps:
+        words = re.sub(r"[│╭╮╰╯─]+", " ", text)  # rich's boxes
+        # the word before on its line ("flow, node"); after "flowpark" (or the test
+        # runner's "root") it is the command's name
+        for m in re.finditer(r"(\w+)[ ,]+nodes?\b", words, re.IGNORECASE):
+            if m.group(1).lower() not in _PROCESS_NODE | {"flowpark", "root"}:
+                hits.append(f"{command}: {m.group(0)}")
+        hits += [f"{command}: {hit}" for hit in forbidden_phrases(iter([(command, words)]))]
+    return hits
+
+
+def test_command_help_says_node_only_for_the_process() -> None:
+    helps = list(_helps())
+    assert len(helps) > 15  # every command was rendered
+    assert help_misuses(iter(helps)) == []
+    # serve's help before it named the step of a definition finding
+    planted = [("flowpark serve", "one line per finding: severity, rule code, flow, node);")]
+    assert help_misuses(iter(planted)) == ["flowpark serve: flow, node"]
