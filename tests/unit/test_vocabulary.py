@@ -16,6 +16,7 @@ import io
 import json
 import re
 import tokenize
+import unicodedata
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -108,6 +109,8 @@ FORBIDDEN_PHRASES = (
     r"\bsends (?:made|were made|ran out)\b",
     r"\bDESIGN\.md\b",  # not in the repository: docs/concepts.md defines the words
 )
+#: Any of them (a text it finds nothing in has none of them, on no line).
+_ANY_PHRASE = re.compile("|".join(f"(?:{p})" for p in FORBIDDEN_PHRASES), re.IGNORECASE)
 
 
 #: The words the API, the columns and the settings are checked for.
@@ -129,15 +132,38 @@ def _names(tree: ast.AST) -> Iterator[str]:
 
 
 @cache
-def _tree(path: Path) -> ast.Module:
-    """``path`` parsed (once for the module's tests: each walks every source file)."""
-    return ast.parse(path.read_text())
+def _source(path: Path) -> str:
+    """``path``'s text, read once for the module's tests."""
+    return path.read_text()
 
 
 @cache
+def _identifier_text(path: Path) -> str:
+    """``path``'s text as the parser reads its identifiers (NFKC-normalised): every name
+    :func:`_names` finds in ``path`` is a piece of it, so a file whose text lacks a word
+    has no name that says it (and need not be parsed to know)."""
+    text = _source(path)
+    return text if text.isascii() else unicodedata.normalize("NFKC", text)
+
+
+def _may_say(path: Path, word: str) -> bool:
+    """Whether a name of ``path`` may contain ``word`` (lower case), by its text."""
+    return word in _identifier_text(path).lower()
+
+
+@cache
+def _parsed(path: Path) -> tuple[frozenset[str], tuple[int, ...]]:
+    """``path``'s identifiers (:func:`_names`) and the lines of its plan steps named node
+    (:func:`steps_named_node`), from one parse. The tree is not kept: a few hundred
+    thousand nodes held for the session would make every full garbage collection of the
+    tests after these several times slower."""
+    tree = ast.parse(_source(path))
+    return frozenset(_names(tree)), tuple(steps_named_node(tree))
+
+
 def _names_in(path: Path) -> frozenset[str]:
     """Every identifier of ``path`` (see :func:`_names`), found once."""
-    return frozenset(_names(_tree(path)))
+    return _parsed(path)[0]
 
 
 def _python(*roots: str) -> Iterator[Path]:
@@ -149,6 +175,8 @@ def names_saying(word: str, roots: tuple[str, ...] = SOURCES) -> dict[str, set[s
     """Every identifier under ``roots`` that contains ``word``, by module path."""
     found: dict[str, set[str]] = {}
     for path in _python(*roots):
+        if not _may_say(path, word):
+            continue
         hits = {n for n in _names_in(path) if word in n.lower()}
         if hits:
             found[path.relative_to(ROOT).as_posix()] = hits
@@ -209,9 +237,10 @@ def steps_named_node(tree: ast.AST) -> list[int]:
 
 def test_a_plan_step_is_never_called_node() -> None:
     found = {
-        path.relative_to(ROOT).as_posix(): lines
+        path.relative_to(ROOT).as_posix(): list(lines)
         for path in _python(*SOURCES)
-        if (lines := steps_named_node(_tree(path)))
+        if "steps" in _identifier_text(path) and _may_say(path, "node")
+        if (lines := _parsed(path)[1])
     }
     assert found == {}
 
@@ -221,6 +250,7 @@ def test_retired_names_are_gone_from_code_tests_and_benchmarks() -> None:
         f"{path.relative_to(ROOT).as_posix()}: {name}"
         for path in _python(*SOURCES, "tests", "bench")
         if path.name != "test_vocabulary.py"
+        and any(retired in _identifier_text(path) for retired in RETIRED_NAMES)
         for name in _names_in(path) & RETIRED_NAMES
     }
     assert sorted(used) == []
@@ -263,11 +293,23 @@ def _texts() -> Iterator[tuple[str, str]]:
     for path in sorted((ROOT / "app" / "ui" / "templates").glob("*.html")):
         yield path.relative_to(ROOT).as_posix(), path.read_text()
     for path in _python(*SOURCES):
-        yield path.relative_to(ROOT).as_posix(), _prose(path.read_text())
+        yield path.relative_to(ROOT).as_posix(), _python_prose(_source(path))
+
+
+def _python_prose(source: str) -> str:
+    """What a module says in words (:func:`_prose`); nothing when its text holds no
+    phrase (then its strings and comments hold none either)."""
+    return _prose(source) if _ANY_PHRASE.search(source) else ""
 
 
 def _prose(source: str) -> str:
-    """The strings and comments of a Python module, each on its own line numbers."""
+    """The strings and comments of a Python module, each on its own line numbers.
+
+    Each piece is a copy of the module's text; two on one line are joined by a space after
+    the first one's closing quote (a comment ends its line). No phrase holds a quote before
+    a space, so a phrase found here is one of the module's text: a module whose text holds
+    no phrase is not tokenized.
+    """
     lines = [""] * (source.count("\n") + 1)
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type in (tokenize.STRING, tokenize.COMMENT):
@@ -280,6 +322,8 @@ def forbidden_phrases(texts: Iterator[tuple[str, str]]) -> list[str]:
     """``file:line: phrase`` for every forbidden phrase in ``texts``."""
     hits = []
     for name, text in texts:
+        if not _ANY_PHRASE.search(text):  # no phrase crosses a line: none on any line
+            continue
         for number, line in enumerate(text.splitlines(), 1):
             for pattern in FORBIDDEN_PHRASES:
                 for m in re.finditer(pattern, line, re.IGNORECASE):
@@ -328,6 +372,11 @@ def test_the_checks_catch_a_planted_misuse() -> None:
     assert forbidden_phrases(iter(text)) == [
         "docs/x.md:1: poll node",
         "docs/x.md:1: maximum_attempts",
+    ]
+    module = 'def f() -> None:\n    """Walk the poll\'s nodes."""\n    g("x", "y")  # at node 3\n'
+    assert forbidden_phrases(iter([("app/x.py", _python_prose(module))])) == [
+        "app/x.py:2: poll's nodes",
+        "app/x.py:3: at node 3",
     ]
 
 
