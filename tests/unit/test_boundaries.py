@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -24,12 +25,19 @@ FORBIDDEN = (
 )
 
 
+@cache
+def _imports_of(path: Path) -> tuple[ast.ImportFrom | ast.Import, ...]:
+    """Every import statement in ``path``, inside functions and type-only blocks too
+    (parsed once for the module's tests; only the statements are kept)."""
+    tree = ast.parse(path.read_text(), str(path))
+    return tuple(n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom | ast.Import))
+
+
 @pytest.mark.parametrize("package", ["app/engine", "app/flows"])
 def test_core_imports_no_framework_or_driver(package: str) -> None:
     offenders = []
     for path in (ROOT / package).rglob("*.py"):
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
+        for node in _imports_of(path):
             names = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -180,7 +188,7 @@ def _engine_imports(path: Path) -> set[str]:
     """The ``app.engine`` modules ``path`` imports: every ``import`` and ``from`` statement
     anywhere in it (inside functions and ``if TYPE_CHECKING:`` blocks too)."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in _imports_of(path):
         if isinstance(node, ast.ImportFrom) and node.module:
             base = node.module
             if base == "app.engine":  # from app.engine import outside, sweeps
@@ -260,9 +268,8 @@ def test_the_decider_imports_no_store_runtime_asyncio_or_io() -> None:
     pure = ["decider", "steps", "try_walk", "replay", "decisions", "retries", "values"]
     allowed = {f"app.engine.{m}" for m in [*pure, "journal", "deadlines", "context", "observe"]}
     for name in pure:
-        tree = ast.parse((ENGINE / f"{name}.py").read_text())
         imported: set[str] = set()
-        for node in ast.walk(tree):
+        for node in _imports_of(ENGINE / f"{name}.py"):
             if isinstance(node, ast.ImportFrom) and node.module:
                 imported.add(node.module)
             elif isinstance(node, ast.Import):
@@ -276,12 +283,6 @@ def test_the_decider_imports_no_store_runtime_asyncio_or_io() -> None:
 
 
 LAYERS = ("app.api", "app.runtime", "app.ui")
-
-
-def _imports_of(path: Path) -> list[ast.ImportFrom | ast.Import]:
-    """Every import statement in ``path``, inside functions and type-only blocks too."""
-    tree = ast.parse(path.read_text(), str(path))
-    return [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom | ast.Import)]
 
 
 def _layer_of(module: str) -> str | None:
