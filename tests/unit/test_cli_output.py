@@ -21,12 +21,13 @@ def _closed_port() -> int:
 
 
 def test_an_unreachable_node_is_one_line_without_the_urls_password(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, retries_at_once: list[float]
 ) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     url = f"http://operator:hunter2-secret@127.0.0.1:{_closed_port()}/some/long/path/prefix"
     done = CliRunner().invoke(app, ["instances", "list", "--url", url, "--token", "t0ken"])
     assert done.exit_code == EXIT_UNREACHABLE
+    assert len(retries_at_once) == 3  # the read was sent again before the CLI gave up
     assert "hunter2-secret" not in done.stderr + done.stdout
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: unreachable: "), lines

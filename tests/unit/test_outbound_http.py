@@ -198,7 +198,7 @@ async def test_a_failed_connect_is_named_for_what_it_is_not_a_timeout() -> None:
         await client.aclose()
 
 
-def test_the_cli_says_a_node_name_does_not_resolve() -> None:
+def test_the_cli_says_a_node_name_does_not_resolve(retries_at_once: list[float]) -> None:
     from typer.testing import CliRunner
 
     from app.cli import app
@@ -207,4 +207,5 @@ def test_the_cli_says_a_node_name_does_not_resolve() -> None:
         app, ["instances", "list", "--url", "http://no-such-name.invalid:8000", "--token", "t"]
     )
     assert done.exit_code == 3
+    assert len(retries_at_once) == 3  # the read was sent again before the CLI gave up
     assert "the name no-such-name.invalid does not resolve" in done.stderr
