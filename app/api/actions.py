@@ -36,7 +36,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from app.api.auth import Principal
-from app.api.explain import action_outcome
+from app.api.explain import action_outcome, step_ref
 from app.api.models import (
     BudgetExtension,
     CancelAnswer,
@@ -495,10 +495,16 @@ async def retry(
         inst: InstanceRecord, action: OperatorAction
     ) -> tuple[int, CompensationRetryAnswer]:
         done = await retry_compensations(engine, instance_id, action.id)
+        plan = engine.catalog.find(inst.flow_name, inst.flow_version)
         return 200, CompensationRetryAnswer(
             instance_id=instance_id,
             retried=[
-                RetriedCompensation(step_id=step, scope=scope, capability_id=capability)
+                RetriedCompensation(
+                    step_id=step,
+                    scope=scope,
+                    capability_id=capability,
+                    step=step_ref(plan, step),
+                )
                 for step, scope, capability in done.retried
             ],
             state=done.state,

@@ -18,6 +18,7 @@ from app.api.models import (
     ActionView,
     AttemptView,
     CountByState,
+    FailedStep,
     InstanceCounts,
     InstanceSummaryView,
     TryError,
@@ -29,7 +30,15 @@ from app.engine.journal import InstanceRecord, Outcome, StepKind, StepRow, WakeK
 from app.engine.ports import operator as ports
 from app.engine.ports.operator import InstanceSummary, OperatorAction
 from app.errors import InputInvalid
-from app.flows.plan import CapabilityStep, Plan, PollStep, Step
+from app.flows.plan import (
+    AwaitSignalStep,
+    CapabilityStep,
+    EmitStep,
+    FailStep,
+    Plan,
+    PollStep,
+    Step,
+)
 
 __all__ = [
     "action_outcome",
@@ -40,6 +49,8 @@ __all__ = [
     "encode_cursor",
     "explain_view",
     "poll_of",
+    "step_label",
+    "step_ref",
     "summary_view",
     "waiting_view",
 ]
@@ -87,25 +98,70 @@ def _step(plan: Plan | None, step_id: int | None) -> Step | None:
     return plan.steps[step_id]
 
 
+def step_label(plan: Plan, step_id: int) -> tuple[str, str, str | None]:
+    """``(kind, label, capability id)`` of a plan step: ``("capability", "ocr.upload",
+    "ocr.upload")``, ``("fail", "fail document.ocr_failed", None)`` ..."""
+    step = plan.steps[step_id]
+    if isinstance(step, CapabilityStep):
+        return "capability", step.capability.id, step.capability.id
+    if isinstance(step, PollStep):
+        return "poll", "poll", None
+    if isinstance(step, AwaitSignalStep):
+        return "await", f"await {step.signal.name}", None
+    if isinstance(step, FailStep):
+        return "fail", f"fail {step.code}", None
+    if isinstance(step, EmitStep):
+        return "emit", f"emit {step.name}", None
+    return "step", type(step).__name__, None  # pragma: no cover - every kind is above
+
+
+def step_ref(plan: Plan | None, step_id: int) -> FailedStep | None:
+    """Plan step ``step_id`` as ``error.step`` names one (``stepId``, ``kind``, ``label``,
+    ``capabilityId``), or None when ``plan`` lacks it."""
+    if plan is None or not 0 <= step_id < len(plan.steps):
+        return None
+    kind, label, capability = step_label(plan, step_id)
+    return FailedStep(step_id=step_id, kind=kind, label=label, capability_id=capability)
+
+
 def waiting_view(
     plan: Plan | None,
     step_id: int | None,
     scope: int | None,
     kind: WakeKind | None,
     wake_at: datetime | None,
+    *,
+    unwinding: bool = False,
 ) -> WaitingView | None:
     """What a suspended instance waits for: ``kind``, ``stepId``, ``capabilityId``,
-    ``attempt``, ``wakeAt``.
+    ``attempt``, ``wakeAt`` (and ``undoes`` for a compensation's next try).
 
     ``capabilityId`` is the capability the next execution runs (a poll's body), or the
     signal's name for a signal wait; ``attempt`` is the poll attempt (scope) it waits to
-    run, None outside polls.
+    run, None outside polls. An instance that ``unwinding`` (its ending set: it runs its
+    compensations) and waits to retry waits for a compensation's next try: then
+    ``capabilityId`` is the compensating capability, ``stepId`` the step it undoes and
+    ``undoes`` that step, as ``compensationFailures`` names them.
     """
     if kind is None or step_id is None:
         return None
     step = _step(plan, step_id)
     capability: str | None = None
     attempt: int | None = None
+    if (
+        unwinding
+        and kind is WakeKind.RETRY
+        and isinstance(step, CapabilityStep)
+        and step.compensation is not None
+    ):
+        return WaitingView(
+            kind=kind,
+            step_id=step_id,
+            capability_id=step.compensation.id,
+            attempt=None,
+            wake_at=wake_at,
+            undoes=step_ref(plan, step_id),
+        )
     if isinstance(step, PollStep):
         body = plan.steps[step.body_index] if plan is not None else None
         capability = body.capability.id if isinstance(body, CapabilityStep) else None
@@ -127,7 +183,14 @@ def summary_view(
     """One row of ``GET /api/v1/instances``."""
     waiting = None
     if row.wake_kind is not None and row.state.value == "suspended":
-        waiting = waiting_view(plan, row.wake_step_id, row.wake_scope, row.wake_kind, row.wake_at)
+        waiting = waiting_view(
+            plan,
+            row.wake_step_id,
+            row.wake_scope,
+            row.wake_kind,
+            row.wake_at,
+            unwinding=row.ending is not None,
+        )
     return InstanceSummaryView(
         instance_id=row.id,
         flow=row.flow_name,
@@ -314,7 +377,12 @@ def explain_view(
     waiting = None
     if inst.state.value == "suspended":
         waiting = waiting_view(
-            plan, inst.wake_step_id, inst.wake_scope, inst.wake_kind, inst.wake_at
+            plan,
+            inst.wake_step_id,
+            inst.wake_scope,
+            inst.wake_kind,
+            inst.wake_at,
+            unwinding=inst.ending is not None,
         )
     return {
         "waiting": waiting,

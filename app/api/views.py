@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.api.explain import explain_view
+from app.api.explain import explain_view, step_label
 from app.api.models import (
     Awaiting,
     BudgetView,
@@ -47,7 +47,7 @@ from app.engine.journal import (
 from app.engine.ports.operator import OperatorAction
 from app.engine.try_walk import DETAIL_LIMIT
 from app.engine.values import DECISION_KEY
-from app.flows.plan import AwaitSignalStep, CapabilityStep, EmitStep, FailStep, Plan, PollStep
+from app.flows.plan import AwaitSignalStep, Plan, PollStep
 from app.redaction import redact
 
 __all__ = [
@@ -224,23 +224,6 @@ def display_value(plan: Plan | None, value: Any) -> str | None:
     if found is None or isinstance(found, dict | list):
         return None
     return found if isinstance(found, str) else json.dumps(found)
-
-
-def step_label(plan: Plan, step_id: int) -> tuple[str, str, str | None]:
-    """``(kind, label, capability id)`` of a plan step: ``("capability", "ocr.upload",
-    "ocr.upload")``, ``("fail", "fail document.ocr_failed", None)`` ..."""
-    step = plan.steps[step_id]
-    if isinstance(step, CapabilityStep):
-        return "capability", step.capability.id, step.capability.id
-    if isinstance(step, PollStep):
-        return "poll", "poll", None
-    if isinstance(step, AwaitSignalStep):
-        return "await", f"await {step.signal.name}", None
-    if isinstance(step, FailStep):
-        return "fail", f"fail {step.code}", None
-    if isinstance(step, EmitStep):
-        return "emit", f"emit {step.name}", None
-    return "step", type(step).__name__, None  # pragma: no cover - every kind is above
 
 
 def _failed_step_id(inst: InstanceRecord, steps: list[StepRow]) -> int | None:

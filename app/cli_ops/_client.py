@@ -426,6 +426,12 @@ def _waiting(row: dict[str, Any]) -> str:
     text = str(waiting["kind"])
     if waiting.get("attempt") is not None:
         text += f" #{waiting['attempt']}"
+    undoes = waiting.get("undoes")
+    if undoes:  # a compensation's next try: the compensating capability, the step undone
+        return (
+            f"{text} compensation {waiting.get('capabilityId')} undoing step "
+            f"{undoes['stepId']} ({undoes['label']})"
+        )
     if waiting.get("capabilityId"):
         text += f" {waiting['capabilityId']}"
     return text

@@ -476,8 +476,10 @@ def retry_compensations(
         _json(answer)
     else:
         for c in answer.get("retried") or []:
+            undone = (c.get("step") or {}).get("label")
             out.print(
-                f"{instance_id}: retried {c['capabilityId']} (step {c['stepId']})",
+                f"{instance_id}: retried {c['capabilityId']} undoing step {c['stepId']}"
+                + (f" ({undone})" if undone else ""),
                 markup=False,
                 soft_wrap=True,
             )

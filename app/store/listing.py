@@ -49,6 +49,7 @@ _SUMMARY = (
     INSTANCE.c.error_code,
     INSTANCE.c.instance_key,
     INSTANCE.c.cancel_requested,
+    INSTANCE.c.ending,
 )
 
 
@@ -143,6 +144,7 @@ def _summary(row: Any) -> InstanceSummary:
         instance_key=m["instance_key"],
         display_value=m.get("display_value"),
         cancel_requested=bool(m["cancel_requested"]),
+        ending=InstanceState(m["ending"]) if m["ending"] is not None else None,
     )
 
 

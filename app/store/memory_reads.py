@@ -375,4 +375,5 @@ def _summary(i: InstanceRecord, display_value: str | None = None) -> InstanceSum
         instance_key=i.instance_key,
         cancel_requested=i.cancel_requested,
         display_value=display_value,
+        ending=i.ending,
     )

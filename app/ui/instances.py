@@ -232,7 +232,14 @@ def build_instances_router() -> APIRouter:
         now = engine.clock.now()
         suspended = inst.state is InstanceState.SUSPENDED
         waits = (
-            waiting_view(plan, inst.wake_step_id, inst.wake_scope, inst.wake_kind, inst.wake_at)
+            waiting_view(
+                plan,
+                inst.wake_step_id,
+                inst.wake_scope,
+                inst.wake_kind,
+                inst.wake_at,
+                unwinding=inst.ending is not None,
+            )
             if suspended
             else None
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import httpx
 import pytest
 from fastapi import FastAPI
 
@@ -101,7 +102,9 @@ async def test_a_failed_compensation_is_shown_listed_and_retried_until_it_clears
         first = await client.post(retry_url(inst.id), headers={"Idempotency-Key": "r-1"})
         assert first.status_code == 200, first.text
         answer = first.json()
-        assert answer["retried"] == [{"stepId": 0, "scope": 0, "capabilityId": "t.undo"}]
+        assert answer["retried"] == [
+            {"stepId": 0, "scope": 0, "capabilityId": "t.undo", "step": failed["step"]}
+        ]
         assert (answer["state"], answer["stillFailed"], answer["actor"]) == (
             "cancelled",
             1,
@@ -160,3 +163,44 @@ async def test_bad_retry_requests_are_problems(served: Served) -> None:
     async with served.server.client(token=VIEWER) as viewer:
         assert_problem(await viewer.post(retry_url(inst.id)), 403, "forbidden")
     assert served.undo.calls == 0
+
+
+UNDONE = {"stepId": 0, "kind": "capability", "label": "t.start", "capabilityId": "t.start"}
+
+
+async def test_a_compensation_waiting_for_its_next_try_is_named_as_a_compensation(
+    served: Served,
+) -> None:
+    h = served.h
+    inst = (await h.start("t.undo-api", {"order_id": "o-w"})).instance
+    await h.engine.cancel(inst.id)  # t.undo's first try fails: it waits for its second
+    parked = await h.instance(inst.id)
+    assert (parked.state, parked.ending) == (InstanceState.SUSPENDED, InstanceState.CANCELLED)
+    async with served.server.client(token=OPS) as client:
+        view = (await client.get(f"{LIST}/{inst.id}")).json()
+        (row,) = [
+            r
+            for r in (await client.get(LIST, params={"flow": "t.undo-api"})).json()["instances"]
+            if r["instanceId"] == inst.id
+        ]
+    async with httpx.AsyncClient(base_url=served.server.base_url, timeout=30) as console:
+        assert (await console.post("/ui/sign-in", data={"token": OPS})).status_code == 303
+        page = (await console.get(f"/ui/instances/{inst.id}")).text
+    # the compensating capability and the step it undoes, as compensationFailures name them
+    for waiting in (view["waiting"], row["waiting"]):
+        assert waiting["kind"] == "retry" and waiting["capabilityId"] == "t.undo"
+        assert (waiting["stepId"], waiting["undoes"]) == (0, UNDONE)
+    assert "of compensation <code>t.undo</code>, undoing step 0" in page
+
+
+async def test_the_retry_answer_names_the_step_each_compensation_undoes(served: Served) -> None:
+    h = served.h
+    inst = (await h.start("t.undo-api", {"order_id": "o-n"})).instance
+    await h.engine.cancel(inst.id)
+    await h.wait_until(lambda i: i.state is not InstanceState.SUSPENDED, inst.id)
+    async with served.server.client(token=OPS) as client:
+        answer = (await client.post(retry_url(inst.id))).json()
+        view = (await client.get(f"{LIST}/{inst.id}")).json()
+    (retried,) = answer["retried"]
+    assert retried == {"stepId": 0, "scope": 0, "capabilityId": "t.undo", "step": UNDONE}
+    assert view["waiting"] is None  # ended again

@@ -16,7 +16,14 @@ __all__ = ["node"]  # the scripted node fixture, shared
 
 RETRIED: dict[str, Any] = {
     "instanceId": ID,
-    "retried": [{"stepId": 0, "scope": 0, "capabilityId": "ocr.cancel"}],
+    "retried": [
+        {
+            "stepId": 0,
+            "scope": 0,
+            "capabilityId": "ocr.cancel",
+            "step": {"stepId": 0, "kind": "capability", "label": "ocr.upload"},
+        }
+    ],
     "state": "cancelled",
     "stillFailed": 0,
     "actionId": "a-1",
@@ -35,7 +42,7 @@ def test_retry_compensations_posts_the_retry_and_exits_0_once_cleared(
     assert request.method == "POST"
     assert request.url.path == f"/api/v1/instances/{ID}/compensations/retry"
     assert request.headers["Idempotency-Key"] == "r-1"
-    assert "retried ocr.cancel (step 0)" in done.output
+    assert "retried ocr.cancel undoing step 0 (ocr.upload)" in done.output
     assert "cancelled, no compensation failed" in done.output
 
 
@@ -98,3 +105,27 @@ def test_show_prints_each_compensation_that_failed(
         "compensation failed: ocr.cancel undoing step 0 (ocr.upload) after 15 tries: "
         "ConnectTimeout: timed out"
     ) in done.output
+
+
+def test_show_names_a_compensation_waiting_for_its_next_try(
+    node: Callable[..., list[httpx.Request]],
+) -> None:
+    view = {
+        "instanceId": ID,
+        "flow": "document.process",
+        "version": "1.0.0",
+        "state": "suspended",
+        "createdAt": "2026-12-02T09:00:00Z",
+        "waiting": {
+            "kind": "retry",
+            "stepId": 0,
+            "capabilityId": "ocr.cancel",
+            "attempt": None,
+            "wakeAt": "2026-12-02T10:00:00Z",
+            "undoes": {"stepId": 0, "kind": "capability", "label": "ocr.upload"},
+        },
+    }
+    node(httpx.Response(200, json=view))
+    done = cli("instances", "show", ID, "--token", "t")
+    assert done.exit_code == 0, done.output
+    assert "waiting: retry compensation ocr.cancel undoing step 0 (ocr.upload)" in done.output

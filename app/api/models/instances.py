@@ -16,6 +16,7 @@ from app.api.models._base import (
     _examples,
 )
 from app.api.models.operator import (
+    FailedStep,
     WaitingView,
 )
 from app.engine.journal import InstanceState, Outcome, StepKind
@@ -47,22 +48,6 @@ class Awaiting(ApiModel):
 
     signal: str = Field(description="the signal's name")
     href: str = Field(description="the path to POST it to")
-
-
-class FailedStep(ApiModel):
-    """The plan step where an instance failed."""
-
-    model_config = _examples(
-        {"stepId": 4, "kind": "fail", "label": "fail document.not_read_in_time"},
-        {"stepId": 0, "kind": "capability", "label": "ocr.upload", "capabilityId": "ocr.upload"},
-    )
-
-    step_id: int = Field(description="the step's index in the plan")
-    kind: str = Field(description="step, poll, await, fail or emit")
-    label: str = Field(description="what the step is: its capability, or fail/poll/await ...")
-    capability_id: str | None = Field(
-        default=None, description="the capability that failed, if any"
-    )
 
 
 class FlowError(ApiModel):

@@ -21,6 +21,7 @@ __all__ = [
     "BulkResult",
     "CompensationRetryAnswer",
     "CountByState",
+    "FailedStep",
     "InstanceCounts",
     "InstanceList",
     "InstanceSummaryView",
@@ -29,6 +30,22 @@ __all__ = [
     "WaitingView",
     "WakeAnswer",
 ]
+
+
+class FailedStep(ApiModel):
+    """The plan step where an instance failed."""
+
+    model_config = _examples(
+        {"stepId": 4, "kind": "fail", "label": "fail document.not_read_in_time"},
+        {"stepId": 0, "kind": "capability", "label": "ocr.upload", "capabilityId": "ocr.upload"},
+    )
+
+    step_id: int = Field(description="the step's index in the plan")
+    kind: str = Field(description="step, poll, await, fail or emit")
+    label: str = Field(description="what the step is: its capability, or fail/poll/await ...")
+    capability_id: str | None = Field(
+        default=None, description="the capability that failed, if any"
+    )
 
 
 class WakeAnswer(ApiModel):
@@ -57,11 +74,18 @@ class WakeAnswer(ApiModel):
 
 
 class RetriedCompensation(ApiModel):
-    """One compensation a retry ran again: the step it undoes and its capability."""
+    """One compensation a retry ran again, named as ``compensationFailures`` names one:
+    ``capabilityId`` the compensating capability, ``stepId`` and ``scope`` the execution it
+    undoes, ``step`` that step as ``error.step`` names a step."""
 
-    step_id: int
+    step_id: int = Field(description="the plan step it undoes")
     scope: int
-    capability_id: str
+    capability_id: str = Field(description="the compensating capability")
+    step: FailedStep | None = Field(
+        default=None,
+        description="the step it undoes, named as `error.step` names a step (null when this "
+        "node lacks the flow version)",
+    )
 
 
 class CompensationRetryAnswer(ApiModel):
@@ -73,7 +97,19 @@ class CompensationRetryAnswer(ApiModel):
     model_config = _examples(
         {
             "instanceId": _ID,
-            "retried": [{"stepId": 0, "scope": 0, "capabilityId": "ocr.cancel"}],
+            "retried": [
+                {
+                    "stepId": 0,
+                    "scope": 0,
+                    "capabilityId": "ocr.cancel",
+                    "step": {
+                        "stepId": 0,
+                        "kind": "capability",
+                        "label": "ocr.upload",
+                        "capabilityId": "ocr.upload",
+                    },
+                }
+            ],
             "state": "cancelled",
             "stillFailed": 0,
             "actionId": "01936b2e-b144-7a5d-83e7-31c28f9a0b14",
@@ -195,7 +231,10 @@ class BulkAnswer(ApiModel):
 
 
 class WaitingView(ApiModel):
-    """What a suspended instance waits for."""
+    """What a suspended instance waits for. While it unwinds, a compensation's next try
+    is named as ``compensationFailures`` names a compensation: ``kind`` ``retry``,
+    ``capabilityId`` the compensating capability, ``stepId`` the step it undoes, and
+    ``undoes`` that step as ``error.step`` names a step."""
 
     model_config = _examples(
         {
@@ -212,6 +251,11 @@ class WaitingView(ApiModel):
     capability_id: str | None = Field(description="the capability (or signal) awaited")
     attempt: int | None = Field(description="the poll attempt (scope) it waits to run")
     wake_at: datetime | None
+    undoes: FailedStep | None = Field(
+        default=None,
+        description="a compensation's next try: the step it undoes (as "
+        "`compensationFailures[].step`); null for any other wait",
+    )
 
 
 class InstanceSummaryView(ApiModel):

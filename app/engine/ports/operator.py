@@ -106,6 +106,8 @@ class InstanceSummary:
     cancel_requested: bool = False
     #: the value of its flow's display key (an input field), when the flow declares one
     display_value: str | None = None
+    #: FAILED or CANCELLED while it runs its compensations (unwinding), else None
+    ending: InstanceState | None = None
 
 
 @dataclass(frozen=True)
