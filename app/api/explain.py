@@ -52,6 +52,7 @@ __all__ = [
     "step_label",
     "step_ref",
     "summary_view",
+    "waiting_of",
     "waiting_view",
 ]
 
@@ -177,20 +178,26 @@ def waiting_view(
     )
 
 
+def waiting_of(plan: Plan | None, row: InstanceRecord | InstanceSummary) -> WaitingView | None:
+    """What an instance or a list row waits for (:func:`waiting_view` of its wake
+    columns) while it is suspended, else None."""
+    if row.wake_kind is None or row.state.value != "suspended":
+        return None
+    return waiting_view(
+        plan,
+        row.wake_step_id,
+        row.wake_scope,
+        row.wake_kind,
+        row.wake_at,
+        unwinding=row.ending is not None,
+    )
+
+
 def summary_view(
     row: InstanceSummary, plan: Plan | None, budget_ends_at: datetime | None
 ) -> InstanceSummaryView:
     """One row of ``GET /api/v1/instances``."""
-    waiting = None
-    if row.wake_kind is not None and row.state.value == "suspended":
-        waiting = waiting_view(
-            plan,
-            row.wake_step_id,
-            row.wake_scope,
-            row.wake_kind,
-            row.wake_at,
-            unwinding=row.ending is not None,
-        )
+    waiting = waiting_of(plan, row)
     return InstanceSummaryView(
         instance_id=row.id,
         flow=row.flow_name,
@@ -374,18 +381,8 @@ def explain_view(
     instance waits for), ``attempts`` (per poll attempt, with every try), ``tries``
     (capability executions in the whole journal) and ``actions`` (the operator's
     history)."""
-    waiting = None
-    if inst.state.value == "suspended":
-        waiting = waiting_view(
-            plan,
-            inst.wake_step_id,
-            inst.wake_scope,
-            inst.wake_kind,
-            inst.wake_at,
-            unwinding=inst.ending is not None,
-        )
     return {
-        "waiting": waiting,
+        "waiting": waiting_of(plan, inst),
         "attempts": attempts_view(plan, inst, steps),
         "tries": sum(1 for r in steps if r.kind is StepKind.STEP),
         "actions": [action_view(a) for a in actions],

@@ -23,7 +23,7 @@ from app.api.explain import (
     attempts_view,
     decode_cursor,
     encode_cursor,
-    waiting_view,
+    waiting_of,
 )
 from app.api.inputs import check_instance_id
 from app.api.instances import display_fields, summaries
@@ -231,18 +231,7 @@ def build_instances_router() -> APIRouter:
         plan = engine.catalog.find(inst.flow_name, inst.flow_version)
         now = engine.clock.now()
         suspended = inst.state is InstanceState.SUSPENDED
-        waits = (
-            waiting_view(
-                plan,
-                inst.wake_step_id,
-                inst.wake_scope,
-                inst.wake_kind,
-                inst.wake_at,
-                unwinding=inst.ending is not None,
-            )
-            if suspended
-            else None
-        )
+        waits = waiting_of(plan, inst)
         waiting = answer_json(waits) if waits is not None else None
         attempts = [answer_json(a) for a in attempts_view(plan, inst, snap.steps)]
         next_attempt = waiting.get("attempt") if waiting else None
