@@ -325,6 +325,7 @@ def _serve(host: str, port: int, workers: int, log_level: str, flows: list[str] 
         from app.runtime.forwarded import forwarded_options
         from app.runtime.protocol import BoundedHttpToolsProtocol
 
+        node_settings = Settings()
         config = uvicorn.Config(
             "app.runtime.app:create_app",
             host=host,
@@ -335,8 +336,9 @@ def _serve(host: str, port: int, workers: int, log_level: str, flows: list[str] 
             log_config=log_config(log_level),
             # request head size and count, head and body time: bounded per connection
             http=BoundedHttpToolsProtocol,
+            timeout_keep_alive=node_settings.keep_alive_seconds,
             # forwarded headers only from FLOWPARK_FORWARDED_ALLOW_IPS's proxies
-            **forwarded_options(Settings()),
+            **forwarded_options(node_settings),
         )
         sock = tcp_socket(host, port)
         if workers > 1:
@@ -436,6 +438,7 @@ def fakes(
     set_node_id(f"fakes-{port}")
     sock = tcp_socket(host, port)  # a port in use: one line, exit 1
     _logging(log_level)
+    node_settings = Settings()
     config = uvicorn.Config(
         create_fakes_server(
             sample=SampleSettings(sample_callback_token=SecretStr(callback_token))
@@ -447,7 +450,8 @@ def fakes(
         port=port,
         log_level=log_level,
         log_config=log_config(log_level),
-        **forwarded_options(Settings()),
+        timeout_keep_alive=node_settings.keep_alive_seconds,
+        **forwarded_options(node_settings),
     )
     server = uvicorn.Server(config)
     server.run(sockets=[sock])

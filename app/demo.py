@@ -159,6 +159,7 @@ async def _demo(
             lifespan="on",
             # the head and time bounds, and problem+json refusals, of flowpark serve
             http=BoundedHttpToolsProtocol,
+            timeout_keep_alive=settings.keep_alive_seconds,
             **forwarded_options(settings),
         )
     )

@@ -203,6 +203,13 @@ class Settings(BaseSettings):
         description="Longest a client may take to send a request's body once its head "
         "arrived; a slower client's connection is closed.",
     )
+    keep_alive_seconds: int = Field(
+        default=20,
+        ge=1,
+        description="Longest an idle connection is kept open between two requests. Longer "
+        "than the clients' own idle expiry (httpx 5 s, aiohttp 15 s), so that a client never "
+        "sends a request on a connection the node is closing.",
+    )
     flows: str = Field(
         default="samples",
         description="Comma-separated flows to serve, each a module path (mycompany.flows), "

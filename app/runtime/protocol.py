@@ -6,7 +6,7 @@ is at most ``FLOWPARK_MAX_HEADER_BYTES`` bytes and ``FLOWPARK_MAX_HEADERS`` head
 ``FLOWPARK_HEADER_TIMEOUT_SECONDS`` of the connection or of the request's first byte, and its
 body within ``FLOWPARK_BODY_TIMEOUT_SECONDS`` of the head (else the connection is closed,
 logged as one warning line). uvicorn itself bounds the keep-alive idle time
-(``timeout_keep_alive``, 5 s); body size is bounded by the application
+(``timeout_keep_alive``, ``FLOWPARK_KEEP_ALIVE_SECONDS``); body size is bounded by the application
 (``FLOWPARK_MAX_BODY_BYTES``). See ``docs/operating.md`` for what a reverse proxy in front
 should enforce as well.
 

@@ -22,6 +22,8 @@ pytestmark = pytest.mark.slow
 
 HEAD_TIMEOUT = 1.0
 BODY_TIMEOUT = 1.5
+#: longer than the head timeout: an idle connection between requests is bounded by this alone
+KEEP_ALIVE = 2
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +36,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SubprocessServe
         folder / "serve.log",
         header_timeout_seconds=str(HEAD_TIMEOUT),
         body_timeout_seconds=str(BODY_TIMEOUT),
+        keep_alive_seconds=str(KEEP_ALIVE),
         max_header_bytes="8192",
         max_headers="50",
     ) as live:
@@ -160,6 +163,28 @@ def test_a_client_too_slow_with_its_head_or_body_is_cut_off(server: SubprocessSe
         assert server.output().count("disconnected before its POST") == 1
 
     eventually_sync(cut_off_logged, timeout=10, what="the cut-off body logged once")
+
+
+def test_an_idle_connection_is_kept_for_the_keep_alive_time(server: SubprocessServer) -> None:
+    sock = _connect(server)
+    began = time.monotonic()
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = _read_all(sock)  # the answer, then nothing until the server closes the connection
+    took = time.monotonic() - began
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:80]
+    # kept past the head timeout (which bounds a started head only), closed at keep-alive
+    assert KEEP_ALIVE - 0.2 <= took < KEEP_ALIVE + 5, took
+
+
+def test_the_default_keep_alive_outlasts_the_clients_idle_expiry() -> None:
+    """A client that reuses a pooled connection just as the node closes it gets a read
+    error; the node's idle time must be longer than httpx's and aiohttp's own."""
+    from app.settings import Settings
+
+    node = Settings().keep_alive_seconds
+    assert node > httpx.Limits().keepalive_expiry  # type: ignore[operator]
+    assert node > 15.0  # aiohttp's TCPConnector keepalive_timeout when not given
 
 
 async def test_a_client_gone_mid_body_is_one_line_not_a_500(server: SubprocessServer) -> None:

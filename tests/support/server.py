@@ -174,6 +174,7 @@ def live_server(
             lifespan="on",
             log_level="warning",
             log_config=None,
+            timeout_keep_alive=settings.keep_alive_seconds,
             **forwarded_options(settings),
         )
     )
