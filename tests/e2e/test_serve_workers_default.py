@@ -57,10 +57,13 @@ async def test_serve_with_two_workers_shares_one_fakes_process(
                 interval=0.1,
                 what="two workers are up",
             )
-            # 3 pages x 0.5 s: each document parks after attempt 0; its job completes
-            # before the first wake (5 s at most), so either a callback or a sweep ends it
+            # 6 pages x 0.5 s: each document parks after attempt 0 (its status check comes
+            # within 3 s of the upload even when 30 starts share two loaded workers; with
+            # 1.5 s jobs a slow start saw every job done there and no callback was needed);
+            # attempt 1 is due 2.5-5 s after the park, so for most documents the callback at
+            # 3 s comes first and for the rest a sweep ends them
             started = await asyncio.gather(
-                *(start_document(client, f"d-{i}", pages=3) for i in range(DOCUMENTS))
+                *(start_document(client, f"d-{i}", pages=6) for i in range(DOCUMENTS))
             )
             assert [r.status_code for r in started] == [202] * DOCUMENTS
             ids = [r.json()["instanceId"] for r in started]
