@@ -266,9 +266,10 @@ def serve(
 ) -> None:
     """Run a node with the HTTP API and the sweep (every node sweeps).
 
-    Exit codes: 3 (``error: <code>: ...``) when the database is unreachable or not migrated
-    (run ``flowpark db upgrade``); 4 when a flow breaks a definition rule (one line per
-    finding: severity, rule code, flow, step); 5 when a flows target cannot be loaded.
+    Exit codes: 1 when the host and port cannot be listened on (one line: which, and why);
+    3 (``error: <code>: ...``) when the database is unreachable or not migrated (run
+    ``flowpark db upgrade``); 4 when a flow breaks a definition rule (one line per finding:
+    severity, rule code, flow, step); 5 when a flows target cannot be loaded.
     """
     from app.runtime.heap import hold_collector, release_collector
 

@@ -83,8 +83,11 @@ def authenticate(request: Request) -> Principal:
     tokens: tuple[ApiToken, ...] = getattr(
         request.app.state, "credentials", request.app.state.settings.api_credentials
     )
-    if scheme.lower() != "bearer" or not token:
+    if not header:
         raise Unauthorized("missing bearer token")
+    if scheme.lower() != "bearer" or not token.strip():
+        # the header's value is a secret whatever its form: never echoed
+        raise Unauthorized("the Authorization header is not 'Bearer <token>'")
     sent = _header_bytes(token.strip(" \t"))
     found: ApiToken | None = None
     for candidate in tokens:

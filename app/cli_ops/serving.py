@@ -4,6 +4,7 @@ process that ``serve --workers N`` runs beside its workers."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -126,7 +127,12 @@ def tcp_socket(host: str, port: int) -> socket.socket:
         sock.bind(address)
     except OSError as exc:
         sock.close()
-        typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror}", err=True)
+        hint = (
+            " (choose another with --port, or --port 0 for any free port)"
+            if exc.errno == errno.EADDRINUSE
+            else ""
+        )
+        typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror}{hint}", err=True)
         raise typer.Exit(1) from None
     sock.set_inheritable(True)  # the worker processes serve the same socket
     return sock

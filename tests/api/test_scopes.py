@@ -143,3 +143,16 @@ def test_a_node_warns_of_entries_that_look_named_but_are_plain_tokens(
     assert "read+signal" in warned[0]  # the scopes it could have named
     for secret in ("adm-secret-1", "cfg-secret-5", "view-secret-3", "plain-4"):
         assert secret not in caplog.text
+
+
+async def test_an_authorization_header_that_is_not_bearer_is_named_and_not_echoed(
+    scoped: LiveServer,
+) -> None:
+    async with scoped.client(token=None, timeout=10) as client:
+        missing = assert_problem(await client.get("/api/v1/flows"), 401, "unauthorized")
+        assert missing["detail"] == "missing bearer token"
+        for value in ("s3cret-value", "Basic s3cret-value", "Bearer"):
+            resp = await client.get("/api/v1/flows", headers={"Authorization": value})
+            body = assert_problem(resp, 401, "unauthorized")
+            assert body["detail"] == "the Authorization header is not 'Bearer <token>'", value
+            assert "s3cret" not in resp.text

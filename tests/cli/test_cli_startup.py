@@ -140,4 +140,5 @@ def test_the_fakes_on_a_port_in_use_are_one_line(tmp_path: Path) -> None:
         done = _run(["fakes", "--port", str(port)], f"sqlite:///{tmp_path}/x.db", tmp_path)
     line = _cannot_listen(done, f"127.0.0.1:{port}")
     assert "address already in use" in line.lower()
+    assert line.endswith("(choose another with --port, or --port 0 for any free port)"), line
     assert done.stdout == ""  # no server log lines either
