@@ -29,6 +29,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
+import sysconfig
+import traceback
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,7 +125,24 @@ def _one_line(value: object) -> str:
 
 
 def _why(exc: BaseException) -> str:
-    return _one_line(f"{type(exc).__name__}: {exc}")
+    where = _where(exc)
+    return _one_line(f"{type(exc).__name__}: {exc}" + (f" (at {where})" if where else ""))
+
+
+def _where(exc: BaseException) -> str | None:
+    """``file:line`` of the innermost frame of ``exc``'s traceback in the author's code (not
+    flowpark's, the standard library's or an installed package's), or None."""
+    if isinstance(exc, SyntaxError):
+        return None  # its message already names the file and the line
+    skipped = {Path(p).resolve() for p in sysconfig.get_paths().values()}
+    skipped.add(Path(__file__).resolve().parents[1])  # flowpark's own package
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename.startswith("<"):
+            continue
+        path = Path(frame.filename).resolve()
+        if not any(path.is_relative_to(root) for root in skipped):
+            return f"{frame.filename}:{frame.lineno}"
+    return None
 
 
 def _import_beside(path: Path, target: str) -> ModuleType:
@@ -176,8 +195,13 @@ def resolve_target(target: str) -> list[ModuleType]:
             try:
                 return [importlib.import_module(target)]
             except ModuleNotFoundError as exc:
-                if exc.name != target.split(".")[0] or not Path(target).exists():
+                if exc.name != target.split(".")[0]:
                     raise
+                if not Path(target).exists():
+                    raise FlowsUnloadable(
+                        f"cannot load {target}: no module, .py file or folder of that name",
+                        target=target,
+                    ) from exc
         return _import_path(target)
     except FlowsUnloadable:
         raise

@@ -162,7 +162,7 @@ def test_definition_errors_name_flow_node_and_rule_and_register_nothing(tmp_path
 @pytest.mark.parametrize(
     ("target", "why"),
     [
-        ("missing_module", "ModuleNotFoundError: No module named 'missing_module'"),
+        ("missing_module", "no module, .py file or folder of that name"),
         ("./nowhere.py", "no such .py file or folder"),
         ("json", "it defines no flow"),
     ],
@@ -172,6 +172,26 @@ def test_an_unloadable_target_says_why(target: str, why: str) -> None:
         load_flows([target], _deps())
     assert raised.value.code == "flows_unloadable"
     assert why in raised.value.message and "\n" not in raised.value.message
+
+
+def test_a_flows_function_that_raises_is_named_by_its_file_and_line(tmp_path: Path) -> None:
+    folder = tmp_path / "several"
+    folder.mkdir()
+    (folder / "a_fine.py").write_text("import json\n")
+    (folder / "b_broken.py").write_text("def flows(deps):\n    raise RuntimeError('boom')\n")
+    with pytest.raises(FlowsUnloadable) as raised:
+        load_flows([str(folder)], _deps())
+    message = raised.value.message
+    assert message.startswith(f"cannot load {folder}: RuntimeError: boom (at "), message
+    assert message.endswith(f"{folder / 'b_broken.py'}:2)"), message
+
+
+def test_a_module_that_imports_a_missing_module_names_that_module(tmp_path: Path) -> None:
+    (tmp_path / "needs_more.py").write_text("import not_installed_anywhere\n")
+    with pytest.raises(FlowsUnloadable) as raised:
+        load_flows([str(tmp_path / "needs_more.py")], _deps())
+    assert "No module named 'not_installed_anywhere'" in raised.value.message
+    assert f"(at {tmp_path / 'needs_more.py'}:1)" in raised.value.message
 
 
 @pytest.mark.parametrize("command", [["serve", "--port", "9"], ["worker"]], ids=lambda c: c[0])
@@ -194,8 +214,8 @@ def test_serve_refuses_a_missing_module_in_one_line(tmp_path: Path) -> None:
     done = _run(["serve", "--port", "9", "--flows", "missing_module"], tmp_path)
     assert done.returncode == EXIT_FLOWS_UNLOADABLE, done.stdout + done.stderr
     assert done.stderr.strip().splitlines() == [
-        "error: flows_unloadable: cannot load missing_module: ModuleNotFoundError: "
-        "No module named 'missing_module'"
+        "error: flows_unloadable: cannot load missing_module: no module, .py file or "
+        "folder of that name"
     ]
 
 
