@@ -23,6 +23,7 @@ from app.engine.engine import Engine
 from app.engine.versions import log_unserved
 from app.errors import ErrorCode
 from app.flows import Catalog
+from app.flows.plan import Plan
 from app.redaction import register_secrets
 from app.runtime.delivery import Deliverer
 from app.runtime.heap import release_collector, settle_heap
@@ -239,6 +240,7 @@ def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManage
         try:
             await check_schema_at_head(db)
             _warn_about_tokens(settings)
+            _warn_about_signal_secrets(settings, wiring.catalog.plans())
             workers.engine = engine = _build_engine(wiring, db)
             app.state.engine = engine
             app.state.db = db
@@ -282,6 +284,27 @@ def _warn_about_tokens(settings: Settings) -> None:
             name,
             "+".join(SCOPES),
         )
+
+
+def _warn_about_signal_secrets(settings: Settings, plans: Sequence[Plan]) -> None:
+    """Log a warning for each served signal signed with a secret ``FLOWPARK_SIGNAL_SECRETS``
+    does not hold (its every delivery would be refused with 401 ``signature_invalid``);
+    the secret's name is logged, never a value."""
+    held = settings.signal_secrets
+    warned: set[tuple[str, str]] = set()
+    for plan in plans:
+        for signal in plan.signals.values():
+            if (plan.name, signal.name) in warned:
+                continue  # another version of the flow
+            warned.add((plan.name, signal.name))
+            if signal.verify is not None and signal.verify.secret not in held:
+                log.warning(
+                    "signal %s of %s is signed with the secret %r, which "
+                    "FLOWPARK_SIGNAL_SECRETS does not hold: every delivery will be refused",
+                    signal.name,
+                    plan.name,
+                    signal.verify.secret,
+                )
 
 
 def _build_engine(wiring: _Wiring, db: AsyncEngine) -> Engine:
