@@ -93,6 +93,7 @@ _NARROWING: list[dict[str, Any]] = [
             "errorCode",
             "waiting",
             "instanceKey",
+            "displayKey",
             "createdAfter",
             "createdBefore",
         )
