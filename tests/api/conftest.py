@@ -20,7 +20,6 @@ import pytest
 
 from tests.support.server import LiveServer, live_server
 
-
 #: seconds between the session server's periodic sweeps
 LIVE_SCAN_INTERVAL = 2.0
 
