@@ -272,11 +272,12 @@ def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh database of each kind, migrated to head (a copy of a per-session template)."""
+@contextmanager
+def _fresh_store(request: pytest.FixtureRequest, directory: Path) -> Iterator[str]:
+    """A fresh database of the kind ``request.param`` names, migrated to head (a SQLite
+    file in ``directory`` copied from the session's template, or a PostgreSQL clone)."""
     if request.param == "sqlite":
-        path = tmp_path / "flowpark.db"
+        path = directory / "flowpark.db"
         shutil.copyfile(request.getfixturevalue("_sqlite_template"), path)
         yield f"sqlite:///{path}"
     else:
@@ -286,6 +287,25 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
             yield make_url(pg_admin_url()).set(database=name).render_as_string(hide_password=False)
         finally:
             clones.drop(name)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database of each kind, migrated to head (a copy of a per-session template)."""
+    with _fresh_store(request, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def module_store_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """As :func:`store_url`, one database of each kind for a whole module (for a module's
+    server its tests share: one start instead of one per test)."""
+    with _fresh_store(request, tmp_path_factory.mktemp("module-store")) as url:
+        yield url
 
 
 @pytest.fixture

@@ -25,10 +25,11 @@ NEVER = 10_000  # pages: at 0.05 s/page the OCR job stays pending for the whole 
 MiB = 1 << 20
 
 
-@pytest.fixture
-def server(store_url: str) -> Iterator[LiveServer]:
-    """A server of its own on a fresh SQLite file or PostgreSQL database (``store_url``)."""
-    with live_server(store_url) as live:
+@pytest.fixture(scope="module")
+def server(module_store_url: str) -> Iterator[LiveServer]:
+    """The module's server of each store, on a fresh SQLite file or PostgreSQL database
+    (the tests use fresh ids and count what they stored themselves: they share it)."""
+    with live_server(module_store_url) as live:
         yield live
 
 
@@ -38,14 +39,20 @@ async def http(server: LiveServer) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-def _count(url: str, sql: str) -> int:
+def _count(url: str, sql: str, **params: str) -> int:
     """One ``count(*)`` on either database (what is really stored)."""
     engine = create_engine(sync_url(url))
     try:
         with engine.connect() as conn:
-            return int(conn.execute(text(sql)).scalar_one())
+            return int(conn.execute(text(sql), params).scalar_one())
     finally:
         engine.dispose()
+
+
+def _signals(url: str, instance_id: str) -> int:
+    """The signals stored for ``instance_id``."""
+    sql = "SELECT count(*) FROM flow_signal WHERE CAST(instance_id AS TEXT) = :id"
+    return _count(url, sql, id=instance_id)
 
 
 async def _parked_document(http: httpx.AsyncClient) -> str:
@@ -183,7 +190,7 @@ async def test_a_signal_with_a_nul_is_422_and_stores_nothing(
 
     view = (await http.get(f"/api/v1/instances/{instance_id}")).json()
     assert view["state"] == "suspended" and view["signals"] == []
-    assert _count(server.database_url, "SELECT count(*) FROM flow_signal") == 0
+    assert _signals(server.database_url, instance_id) == 0
 
 
 # -- body size -----------------------------------------------------------------------------
@@ -213,7 +220,7 @@ async def test_a_body_over_max_body_bytes_is_413_on_every_body_route(
     # the connection (and the server) go on serving
     view = (await http.get(f"/api/v1/instances/{instance_id}")).json()
     assert view["state"] == "suspended" and view["signals"] == []
-    assert _count(server.database_url, "SELECT count(*) FROM flow_signal") == 0
+    assert _signals(server.database_url, instance_id) == 0
 
 
 async def test_a_chunked_body_is_cut_at_the_bound(
@@ -234,7 +241,7 @@ async def test_a_chunked_body_is_cut_at_the_bound(
     )
 
     assert_problem(resp, 413, "body_too_large")
-    assert _count(server.database_url, "SELECT count(*) FROM flow_signal") == 0
+    assert _signals(server.database_url, instance_id) == 0
 
 
 async def test_the_bound_is_inclusive_and_a_setting(

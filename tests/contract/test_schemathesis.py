@@ -79,7 +79,7 @@ def test_schemathesis_finds_nothing(store_url: str, tmp_path: Path) -> None:
         for phase in ("Examples", "Coverage", "Fuzzing", "Stateful"):
             assert re.search(rf"✅\s+{phase}", output), (phase, summary)
         assert re.search(r"API Links:\s+[1-9]\d* covered", output), output[:3000]
-        assert "Schemathesis found" not in output
+        assert "FAILURES" not in output  # (its hints may say "Schemathesis found no ...")
         assert re.search(r"\b0 failures\b|\d+ passed", summary), summary
         assert server.process.poll() is None, server.output()[-3000:]
         server_log = server.output()
