@@ -29,6 +29,18 @@ __all__ = ["eventually", "eventually_sync"]
 
 T = TypeVar("T")
 
+#: each pause between calls is this many times the one before ...
+GROWTH = 1.5
+#: ... up to this many seconds (or ``interval``, when that is longer): a long wait polls a
+#: few times a second, not twenty (each call of a check on a server costs CPU on both sides)
+LONGEST_PAUSE = 0.25
+
+
+def _pause(interval: float, calls: int) -> float:
+    """Seconds to wait after the ``calls``-th failing call: ``interval`` first, then
+    growing by :data:`GROWTH` up to ``max(interval, LONGEST_PAUSE)``."""
+    return min(interval * GROWTH ** (calls - 1), max(interval, LONGEST_PAUSE))
+
 
 @overload
 async def eventually(
@@ -66,7 +78,7 @@ async def eventually(
         check: sync or async callable; fails by raising ``AssertionError`` or returning
             ``False``.
         timeout: seconds before giving up (monotonic clock).
-        interval: seconds between calls.
+        interval: seconds between the first calls; the pauses then grow (:func:`_pause`).
         what: a description for the failure message.
         turns: instead of ``timeout`` and ``interval``: give up after this many calls, one
             event-loop turn apart (no wall-clock time is waited for).
@@ -99,7 +111,7 @@ async def eventually(
             raise AssertionError(
                 f"{label} still failing after {timeout}s ({calls} calls): {last}"
             ) from last
-        await asyncio.sleep(0 if turns is not None else interval)
+        await asyncio.sleep(0 if turns is not None else _pause(interval, calls))
 
 
 def eventually_sync(
@@ -114,7 +126,7 @@ def eventually_sync(
     Args:
         check: fails by raising ``AssertionError`` or returning ``False``.
         timeout: seconds before giving up (monotonic clock).
-        interval: seconds between calls.
+        interval: seconds between the first calls; the pauses then grow (:func:`_pause`).
         what: a description for the failure message.
 
     Returns:
@@ -140,4 +152,4 @@ def eventually_sync(
             raise AssertionError(
                 f"{label} still failing after {timeout}s ({calls} calls): {last}"
             ) from last
-        time.sleep(interval)
+        time.sleep(_pause(interval, calls))
