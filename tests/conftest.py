@@ -266,7 +266,8 @@ def _pg_clones(_pg_template: str) -> Iterator[_PgClones]:
 
 @pytest.fixture(scope="session")
 def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A SQLite file migrated to head once per session, copied by ``store_url``."""
+    """A SQLite file migrated to head once per session, copied by ``store_url`` and
+    ``module_store_url``."""
     path = tmp_path_factory.mktemp("template") / "flowpark.db"
     upgrade(f"sqlite:///{path}")
     return path
@@ -289,16 +290,18 @@ def _fresh_store(request: pytest.FixtureRequest, directory: Path) -> Iterator[st
             clones.drop(name)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+#: the stores :func:`store_url` and :func:`module_store_url` give each test, in turn
+STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=STORES)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh database of each kind, migrated to head (a copy of a per-session template)."""
     with _fresh_store(request, tmp_path) as url:
         yield url
 
 
-@pytest.fixture(
-    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-)
+@pytest.fixture(scope="module", params=STORES)
 def module_store_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:

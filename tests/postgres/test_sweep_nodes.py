@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 
 from app.engine.engine import Engine, EngineConfig
 from app.engine.journal import InstanceState
@@ -48,7 +48,7 @@ def poll_subs(check: Scripted) -> dict[str, Scripted]:
 async def test_three_nodes_sweeping_due_instances_make_exactly_one_attempt_each(
     store_url: str,
 ) -> None:
-    due = DUE[store_url.split(":", 1)[0].split("+", 1)[0]]
+    due = DUE[make_url(store_url).get_backend_name()]
     check = Scripted(Status(done=False))
     # small batches and few slots: each node makes many claim statements that interleave
     config = EngineConfig(node_id="starter", sweep_batch=25, concurrency=8)
