@@ -10,7 +10,7 @@ from app.engine.deadlines import ends_at
 from app.engine.journal import Outcome, StepKind, StepRow
 from app.flows.durations import RetryPolicy
 
-__all__ = ["failure_row", "next_try_at", "retry_start"]
+__all__ = ["failure_row", "next_try_at", "retry_start", "window_ended_row"]
 
 
 def next_try_at(
@@ -105,4 +105,42 @@ def failure_row(
         error_detail=error[1][:2000],
         final=next_at is None,
         next_try_at=next_at,
+    )
+
+
+def window_ended_row(
+    instance_id: str,
+    step: int,
+    scope: int,
+    capability_id: str,
+    try_number: int,
+    end: datetime,
+    now: datetime,
+) -> StepRow:
+    """The final failure row of a try that does not start: the retry window ended.
+
+    Args:
+        instance_id: the instance.
+        step: the capability step.
+        scope: the scope.
+        capability_id: the capability not called.
+        try_number: the try (1-based) that does not start.
+        end: the retry window's end (aware UTC).
+        now: when the try would have started, at or past ``end`` (aware UTC).
+
+    Returns:
+        The row (error type ``retry_window_ended``), not yet committed.
+    """
+    detail = f"the retry window ended at {end.isoformat()}; no try started"
+    return failure_row(
+        instance_id,
+        step,
+        scope,
+        StepKind.STEP,
+        capability_id,
+        try_number,
+        ("retry_window_ended", detail),
+        now,
+        now,
+        None,
     )

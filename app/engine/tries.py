@@ -18,7 +18,7 @@ from app.engine.journal import Ack, Outcome, ReviewRequest, StepKind, StepRow
 from app.engine.limits import CANCEL_LEARNED, CapabilityTimeout, LeaseHolder
 from app.engine.observe import LOG_CONTEXT
 from app.engine.ports import TryMark
-from app.engine.retries import failure_row, next_try_at
+from app.engine.retries import failure_row, next_try_at, window_ended_row
 from app.engine.values import DECISION_KEY, jsonable
 from app.errors import StaleFencingToken
 from app.flows.capability import Capability, Complete, Fail
@@ -93,8 +93,24 @@ async def make_try(run: TryRun, decision: Execute) -> StepRow | None:
     assert capability is not None
     opts = capability.options
     await run.flush()
-    checkpoint = await _start_row(run, decision) if is_step and opts.heartbeat_timeout else None
     started = run.now()
+    end = _window_end(decision, capability)
+    if end is not None and started >= end:  # the run's writes took it past the window
+        row = window_ended_row(
+            run.instance_id,
+            decision.step,
+            decision.scope,
+            capability.id,
+            decision.try_number,
+            end,
+            started,
+        )
+        run.defer(row)
+        run.record(row)
+        return row
+    checkpoint = (
+        await _start_row(run, decision, started) if is_step and opts.heartbeat_timeout else None
+    )
     ctx = ExecutionContext(
         run,
         bag=decision.bag,
@@ -160,16 +176,27 @@ async def make_try(run: TryRun, decision: Execute) -> StepRow | None:
     return row
 
 
-async def _start_row(run: TryRun, decision: Execute) -> Any:
-    """For a heartbeating step: record the try's start (its heartbeat timeout renews the
-    lease) and release whoever waits for the run. Returns the last checkpoint."""
+def _window_end(decision: Execute, capability: Capability) -> datetime | None:
+    """The retry window's end for a retry of a step (None: no window, or the first try,
+    which the window is opened by)."""
+    retry = capability.options.retry
+    total = retry.total_duration if retry is not None else None
+    if decision.kind is not StepKind.STEP or decision.try_number == 1 or total is None:
+        return None
+    return decision.retry_from + total if decision.retry_from is not None else None
+
+
+async def _start_row(run: TryRun, decision: Execute, started: datetime) -> Any:
+    """For a heartbeating step: record the try's start at ``started`` (its heartbeat
+    timeout renews the lease) and release whoever waits for the run. Returns the last
+    checkpoint."""
     step = run.plan.steps[decision.step]
     assert isinstance(step, CapabilityStep)
     hb_timeout = step.capability.options.heartbeat_timeout
     assert hb_timeout is not None
     runs = run.journal.runs
     beat = await runs.last_heartbeat(run.instance_id, decision.step, decision.scope)
-    mark = TryMark(decision.step, decision.scope, decision.try_number, run.now())
+    mark = TryMark(decision.step, decision.scope, decision.try_number, started)
     ack: Ack = await runs.start_try(run.instance_id, run.token, mark, run.now() + hb_timeout)
     run.after_ack(ack)
     if run.detach is not None and not run.detach.done():

@@ -22,7 +22,7 @@ from app.engine.journal import (
     WakeKind,
 )
 from app.engine.replay import Ending, Replay
-from app.engine.retries import failure_row, next_try_at, retry_start
+from app.engine.retries import failure_row, next_try_at, retry_start, window_ended_row
 from app.engine.values import execution_key
 from app.errors import FlowFailure
 from app.flows.plan import CapabilityStep
@@ -106,19 +106,14 @@ class TryWalk(Replay):
                 )
                 first = self.now
             if previous and self.now >= first + total:  # woken late: no try starts
-                end = (first + total).isoformat()
-                detail = f"the retry window ended at {end}; no try started"
-                row = failure_row(
+                row = window_ended_row(
                     self.instance.id,
                     step.index,
                     scope,
-                    kind,
                     capability.id,
                     try_number,
-                    ("retry_window_ended", detail),
+                    first + total,
                     self.now,
-                    self.now,
-                    None,
                 )
                 return Record(row)
         return Execute(

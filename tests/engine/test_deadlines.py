@@ -252,3 +252,36 @@ async def test_a_retry_woken_after_its_window_ended_starts_no_try(store_url: str
         ]
         assert tries[1].started_at == tries[1].committed_at == t0 + timedelta(minutes=6)
         assert calls.calls == 1  # the provider was not called past the window
+
+
+async def test_a_retry_decided_inside_its_window_but_reached_after_it_starts_no_try(
+    store_url: str, monkeypatch: Any
+) -> None:
+    from app.engine.executor import Executor
+
+    calls = Scripted(RuntimeError("down"), Status(done=True))
+    subs = {"t.start": Scripted(Job(job_id="j")), "t.check": calls, "t.after": Scripted(None)}
+    async with FlowHarness.open(
+        [retry_flow()], database_url=store_url, migrate=False, substitutes=subs
+    ) as h:
+        t0 = h.clock.now()
+        end = t0 + timedelta(minutes=5)
+        started = await h.start("t.retried", {"order_id": "o-1"})
+        h.clock.set(end - timedelta(milliseconds=1))  # try 2 is decided inside the window
+        flush = Executor.flush
+
+        async def slow_flush(self: Executor) -> None:  # the run's writes take 5 ms
+            await flush(self)
+            h.clock.advance(timedelta(milliseconds=5))
+
+        monkeypatch.setattr(Executor, "flush", slow_flush)
+        await h.engine.sweep()
+        inst = await h.instance(started.instance.id)
+        assert inst.state is InstanceState.FAILED
+        tries = [r for r in (await h.snapshot(inst.id)).steps if r.capability_id == "t.check"]
+        assert [(r.try_number, r.error_type, r.final) for r in tries] == [
+            (1, "RuntimeError", False),
+            (2, "retry_window_ended", True),
+        ]
+        assert tries[1].started_at >= end  # refused at the instant it would have started
+        assert calls.calls == 1  # the provider was not called past the window
