@@ -22,9 +22,11 @@ and the many short ones fill the workers' ends.
 from __future__ import annotations
 
 import asyncio
+import compileall
 import json
 import os
 import shutil
+import sys
 import traceback
 import uuid
 import weakref
@@ -116,6 +118,23 @@ def _no_open_aiosqlite_connection() -> Iterator[None]:
     after the test's loop is closed: an error the worker thread raises is this test's)."""
     yield
     _fail_on_open_connections()
+
+
+#: The packages whose bytecode the suite's processes share (see :func:`pytest_configure`).
+COMPILED = ("app", "flowpark", "samples")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Where bytecode is not written (``PYTHONDONTWRITEBYTECODE``), compile the product's
+    modules once, before any worker starts: every process the suite starts (the xdist
+    workers and some 170 ``flowpark`` nodes and commands) then reads them instead of each
+    compiling the same 170 modules again (0.3 s of CPU per process). Nothing is written
+    where bytecode is written anyway: the first process to import a module caches it."""
+    if not sys.dont_write_bytecode or hasattr(config, "workerinput"):
+        return
+    root = Path(__file__).resolve().parents[1]
+    for package in COMPILED:
+        compileall.compile_dir(root / package, quiet=1)
 
 
 #: ``pytest -n auto``'s workers per core: most of the suite's time is spent waiting (on the
