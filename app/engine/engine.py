@@ -107,6 +107,7 @@ class Engine:
         )
         self.wake_listeners: list[Callable[[str, datetime], None]] = []
         self.claiming = True
+        self.not_runnable_counted_at: datetime | None = None
 
     # -- starting ----------------------------------------------------------------------
     def validate_input(self, plan: Plan, payload: Any) -> BaseModel:

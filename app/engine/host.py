@@ -7,7 +7,7 @@ these protocols, never the engine, so no module of the engine imports back into 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from app.engine.clock import Clock
@@ -69,3 +69,7 @@ class NodeEngine(RunHost, Protocol):
     @property
     def claiming(self) -> bool:
         """False once the node stopped claiming (shutdown)."""
+
+    #: When this node's sweep last counted the due instances it cannot run (engine
+    #: clock); None before its first sweep.
+    not_runnable_counted_at: datetime | None

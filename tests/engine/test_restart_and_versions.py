@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from uuid6 import uuid7
 
 from app.engine.journal import InstanceState
@@ -156,3 +158,34 @@ def test_one_instance_gets_the_same_schedule_on_every_node() -> None:
     first = [Waits.OCR_POLLING.delay(n, instance_id) for n in range(8)]
     again = [Waits.OCR_POLLING.delay(n, instance_id) for n in range(8)]
     assert first == again
+
+
+async def test_a_node_counts_the_instances_it_cannot_run_on_its_first_sweep_then_every_30_s(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from app.engine.sweeps import NOT_RUNNABLE_EVERY
+
+    url = _db(tmp_path)
+    async with FlowHarness.open(
+        [poll_flow(version="1.0.0")],
+        database_url=url,
+        migrate=False,
+        substitutes=subs(Scripted(Status(done=False))),
+    ) as h:
+        wake = (await h.start("t.poll", ORDER)).instance.wake_at
+    assert wake is not None
+    async with FlowHarness.open(
+        [poll_flow(version="2.0.0")],
+        database_url=url,
+        migrate=False,
+        substitutes=subs(Scripted(Status(done=True))),
+        start=wake,
+    ) as h2:
+        caplog.set_level(logging.WARNING, logger="flowpark.engine")
+        assert (await h2.sweep()).not_runnable == 1  # the first sweep counts
+        h2.clock.advance(NOT_RUNNABLE_EVERY - timedelta(seconds=1))
+        assert (await h2.sweep()).not_runnable is None  # not counted again yet
+        h2.clock.advance(timedelta(seconds=1))
+        assert (await h2.sweep()).not_runnable == 1
+        warned = [r for r in caplog.records if "not registered on node" in r.getMessage()]
+        assert len(warned) == 2, [r.getMessage() for r in warned]
