@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import shutil
 from collections import Counter
-from datetime import timedelta
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 from uuid6 import uuid7
 
-from app.engine.journal import InstanceState
+from app.engine.journal import InstanceRecord, InstanceState
 from app.flows import Backoff
 from app.testing import FlowHarness, Scripted, _sqlite_template
 from samples.document_processing import Waits
@@ -90,26 +91,39 @@ async def test_a_restart_mid_wait_resumes_every_instance_with_its_attempts_and_b
         assert (await h2.instance(ids[-1])).state is InstanceState.CANCELLED
 
 
-async def test_an_instance_runs_on_its_version_and_waits_where_that_version_is_missing(
-    tmp_path: Path,
-) -> None:
-    url = _db(tmp_path)
+async def _parked_on_1_0_0(url: str) -> InstanceRecord:
+    """Start ``t.poll`` 1.0.0 on ``url``: it parks on its first attempt (not done)."""
     async with FlowHarness.open(
         [poll_flow(version="1.0.0")],
         database_url=url,
         migrate=False,
         substitutes=subs(Scripted(Status(done=False))),
     ) as h:
-        old = (await h.start("t.poll", ORDER)).instance
-        wake = old.wake_at
-    # a node deployed with 2.0.0 only: leaves the 1.0.0 instance parked, counts it
-    async with FlowHarness.open(
-        [poll_flow(version="2.0.0")],
+        return (await h.start("t.poll", ORDER)).instance
+
+
+def _node_serving(
+    url: str, versions: list[str], start: datetime | None
+) -> AbstractAsyncContextManager[FlowHarness]:
+    """A node on ``url`` serving ``t.poll`` at ``versions`` (its polls done), its clock at
+    ``start``."""
+    return FlowHarness.open(
+        [poll_flow(version=v) for v in versions],
         database_url=url,
         migrate=False,
         substitutes=subs(Scripted(Status(done=True))),
-        start=wake,
-    ) as h2:
+        start=start,
+    )
+
+
+async def test_an_instance_runs_on_its_version_and_waits_where_that_version_is_missing(
+    tmp_path: Path,
+) -> None:
+    url = _db(tmp_path)
+    old = await _parked_on_1_0_0(url)
+    wake = old.wake_at
+    # a node deployed with 2.0.0 only: leaves the 1.0.0 instance parked, counts it
+    async with _node_serving(url, ["2.0.0"], wake) as h2:
         report = await h2.sweep()
         assert report.claimed == 0 and report.not_runnable == 1
         inst = await h2.instance(old.id)
@@ -117,13 +131,7 @@ async def test_an_instance_runs_on_its_version_and_waits_where_that_version_is_m
         new = (await h2.start("t.poll", ORDER)).instance
         assert new.flow_version == "2.0.0" and new.state is InstanceState.COMPLETED
     # a node with both versions: the old instance finishes on 1.0.0
-    async with FlowHarness.open(
-        [poll_flow(version="1.0.0"), poll_flow(version="2.0.0")],
-        database_url=url,
-        migrate=False,
-        substitutes=subs(Scripted(Status(done=True))),
-        start=wake,
-    ) as h3:
+    async with _node_serving(url, ["1.0.0", "2.0.0"], wake) as h3:
         report = await h3.sweep()
         assert report.advanced == 1 and report.not_runnable == 0
         done = await h3.instance(old.id)
@@ -166,21 +174,8 @@ async def test_a_node_counts_the_instances_it_cannot_run_on_its_first_sweep_then
     from app.engine.sweeps import NOT_RUNNABLE_EVERY
 
     url = _db(tmp_path)
-    async with FlowHarness.open(
-        [poll_flow(version="1.0.0")],
-        database_url=url,
-        migrate=False,
-        substitutes=subs(Scripted(Status(done=False))),
-    ) as h:
-        wake = (await h.start("t.poll", ORDER)).instance.wake_at
-    assert wake is not None
-    async with FlowHarness.open(
-        [poll_flow(version="2.0.0")],
-        database_url=url,
-        migrate=False,
-        substitutes=subs(Scripted(Status(done=True))),
-        start=wake,
-    ) as h2:
+    wake = (await _parked_on_1_0_0(url)).wake_at
+    async with _node_serving(url, ["2.0.0"], wake) as h2:
         caplog.set_level(logging.WARNING, logger="flowpark.engine")
         assert (await h2.sweep()).not_runnable == 1  # the first sweep counts
         h2.clock.advance(NOT_RUNNABLE_EVERY - timedelta(seconds=1))
