@@ -14,12 +14,15 @@ import socket
 import sys
 import time
 import uuid
+from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 
+from app.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT
 from app.settings import DEFAULT_API_TOKEN, Settings
 
-__all__ = ["listening_socket", "port_refused", "run_demo"]
+__all__ = ["journal_lines", "listening_socket", "port_refused", "run_demo"]
 
 
 def run_demo(
@@ -236,9 +239,10 @@ async def _document(
         line = (view["state"], view["wakeAt"], len(view["journal"]))
         if line != last:
             last = line
+            wakes = f"wakes at {_instant(view['wakeAt'])}  " if view["wakeAt"] else ""
             print(
-                f"t+{time.monotonic() - started:5.1f}s state={view['state']:<9} "
-                f"wakeAt={view['wakeAt']} {_last_attempt(view['attempts'])}"
+                f"t+{time.monotonic() - started:5.1f}s state={view['state']:<9}  {wakes}"
+                f"{_last_attempt(view['attempts'])}"
             )
         if view["state"] in ("completed", "failed", "cancelled"):
             break
@@ -246,12 +250,9 @@ async def _document(
             print("gave up after 120 s")
             return False
         await asyncio.sleep(0.25)
-    print("journal:")
-    for row in view["journal"]:
-        print(
-            f"  #{row['sequence']:<4} step {row['stepId']} scope {row['scope']:<3} "
-            f"{row['kind']:<12} {row['capabilityId']:<20} {row['outcome']}"
-        )
+    print("journal (what the engine stored, in commit order):")
+    for sentence in journal_lines(view["journal"]):
+        print(f"  {sentence}")
     print(f"result: {view['result']}  error: {view['error']}  ({time.monotonic() - started:.1f}s)")
     return bool(view["state"] == "completed")
 
@@ -263,16 +264,99 @@ def _last_attempt(attempts: list[dict[str, object]]) -> str:
         attempts: The ``attempts`` list of ``GET /api/v1/instances/{id}`` (camelCase keys).
 
     Returns:
-        ``"attempts=0"`` when there is none, else e.g. ``"attempts=3 last=#2 success
-        (0.80 s late)"`` or ``"attempts=4 last=#3 signal ocr.completed"``.
+        ``"attempts: 0"`` when there is none, else e.g. ``"attempts: 3, last #2 success
+        (0.80 s late)"`` or ``"attempts: 4, last #3 ended by signal ocr.completed"``.
     """
     if not attempts:
-        return "attempts=0"
+        return "attempts: 0"
     last = attempts[-1]
-    text = f"attempts={len(attempts)} last=#{last['attempt']} {last['outcome']}"
     if last.get("signal"):
-        text += f" {last['signal']}"
+        text = (
+            f"attempts: {len(attempts)}, last #{last['attempt']} ended by signal {last['signal']}"
+        )
+    else:
+        text = f"attempts: {len(attempts)}, last #{last['attempt']} {last['outcome']}"
     lateness = last.get("latenessSeconds")
     if isinstance(lateness, (int, float)):
         text += f" ({lateness:.2f} s late)"
     return text
+
+
+#: What each stored bound is called (the console's words).
+_BOUNDS = {
+    POLL_BUDGET: "poll budget",
+    SIGNAL_TIMEOUT: "signal timeout",
+    RETRY_TOTAL: "retry window",
+}
+
+
+def journal_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The journal of ``GET /api/v1/instances/{id}`` as one plain sentence per row.
+
+    Args:
+        rows: its ``journal`` list (camelCase keys), in commit order.
+
+    Returns:
+        One line per row: ``#<sequence>``, the step's index and name, then what the row
+        says, e.g. ``#5    step 2 ocr.status           attempt 0, try 1: success`` or
+        ``#3    step 1 poll                 poll budget stored: ends 01:05:06 UTC``.
+    """
+    polls = {
+        row["stepId"]
+        for row in rows
+        if row["kind"] == "deadline" and row["capabilityId"] == POLL_BUDGET
+    }
+    executions = {  # the capability each (step, scope) ran: what a retry window bounds
+        (row["stepId"], row["scope"]): row["capabilityId"]
+        for row in rows
+        if row["kind"] in ("step", "compensation")
+    }
+    return [_journal_line(row, polls, executions) for row in rows]
+
+
+def _journal_line(
+    row: dict[str, Any], polls: set[int], executions: dict[tuple[int, int], str]
+) -> str:
+    """One journal row as a sentence; ``polls`` are the steps that are polls (their next
+    step is the body whose executions are the attempts), ``executions`` the capability
+    each (step, scope) ran."""
+    kind, name, step = row["kind"], row["capabilityId"], row["stepId"]
+    in_poll = step - 1 in polls or (kind == "signal" and step in polls)
+    attempt = f"attempt {row['scope']}" if in_poll else ""
+    if kind == "deadline":
+        bound = _BOUNDS.get(name, name)
+        what = f"{bound} stored: ends {_instant((row.get('values') or {}).get('endsAt'))}"
+        if name == POLL_BUDGET:
+            name = "poll"
+        else:
+            name = executions.get((step, row["scope"]), "await" if name == SIGNAL_TIMEOUT else name)
+            what = f"{attempt}, {what}" if attempt else what
+    elif kind == "step":
+        what = f"try {row['try']}: {row['outcome']}"
+        if row.get("errorType"):
+            retry = "final" if row.get("final") else f"next try {_instant(row.get('nextTryAt'))}"
+            what += f" ({row['errorType']}; {retry})"
+        what = f"{attempt}, {what}" if attempt else what
+    elif kind == "signal":
+        what = "signal taken: the wait ends" + (f" (during {attempt})" if attempt else "")
+        name = f"signal {name}"
+    elif kind == "emit":
+        what = "event written to the outbox"
+        name = f"emit {name}"
+    elif kind == "compensation":
+        what = f"compensation (undo) try {row['try']}: {row['outcome']}"
+    else:
+        what = f"{kind}: {row['outcome']}"
+    return f"#{row['sequence']:<4} step {step} {name:<26} {what}"
+
+
+def _instant(text: object) -> str:
+    """An API instant (ISO-8601, UTC) as ``HH:MM:SS UTC`` (with its date when it is not
+    today's), or ``?`` when there is none."""
+    if not isinstance(text, str):
+        return "?"
+    at = datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    shown = at.strftime("%H:%M:%S UTC")
+    if at.date() != datetime.now(UTC).date():
+        shown = f"{at.date().isoformat()} {shown}"
+    return shown

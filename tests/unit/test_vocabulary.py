@@ -37,7 +37,7 @@ ATTEMPT_NAMES: dict[str, set[str]] = {
     "app/api/models/instances.py": {"AttemptView", "attempt", "attempts"},
     "app/api/models/operator.py": {"attempt"},
     "app/cli_ops/instances.py": {"attempts"},
-    "app/demo.py": {"_last_attempt", "attempts"},
+    "app/demo.py": {"_last_attempt", "attempt", "attempts"},  # journal rows of a poll attempt
     "app/engine/observe.py": {"attempted"},
     "app/engine/decisions.py": {"attempt"},  # a poll note: the attempt a verdict is about
     "app/engine/executor.py": {"attempt", "attempted"},  # the observer hears a poll attempt end
