@@ -7,12 +7,12 @@ and exit code :data:`EXIT_STORE`, never a traceback.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import re
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -38,8 +38,10 @@ FLOWS_HELP = (
     "Flows to serve: a module path (mycompany.flows), a .py file or a folder of .py files "
     "(its folder goes on sys.path). Repeatable. Default: FLOWPARK_FLOWS, else the samples."
 )
-#: Seconds the start-up database check waits for the database to answer.
-DB_CHECK_TIMEOUT = 20.0
+#: Options of several commands (each command gives its own default).
+HostOpt = Annotated[str, typer.Option("--host", metavar="HOST")]
+LogLevelOpt = Annotated[str, typer.Option("--log-level", metavar="LEVEL")]
+FlowsOpt = Annotated[list[str] | None, typer.Option("--flows", metavar="TARGET", help=FLOWS_HELP)]
 
 #: Help texts are Markdown: a docstring's paragraphs are wrapped to the terminal's width
 #: (its line breaks are not kept; a blank line starts a paragraph, ``- `` a list item).
@@ -109,68 +111,6 @@ def _refuse(exc: Exception) -> typer.Exit:
     return typer.Exit(EXIT_STORE)
 
 
-def _check_database(url: str) -> None:
-    """Refuse a database the service cannot run on, before anything starts.
-
-    A SQLite file that does not exist is not created (the service would otherwise leave
-    an empty file behind).
-
-    Raises:
-        SchemaBehindHead: not migrated to head (or a SQLite file that does not exist).
-        StoreUnavailable: an invalid URL, or the database cannot be reached.
-    """
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-
-    from app.errors import FlowparkError, SchemaBehindHead, StoreUnavailable
-    from app.store import check_schema_at_head, make_async_engine
-    from app.store.db import is_sqlite
-
-    try:
-        parsed = make_url(url)
-        sqlite = is_sqlite(parsed)
-    except (ValueError, SQLAlchemyError) as exc:
-        raise StoreUnavailable(f"invalid FLOWPARK_DATABASE_URL: {exc}") from exc
-    shown = parsed.render_as_string(hide_password=True)
-    if sqlite and parsed.database and parsed.database != ":memory:":
-        path = Path(parsed.database)
-        if not path.parent.is_dir():
-            raise StoreUnavailable(
-                f"cannot open the SQLite database {path}: directory {path.parent} does not exist"
-            )
-        if not path.exists():
-            from app.store import head_revision  # Alembic: only for this refusal
-
-            raise SchemaBehindHead(
-                f"the SQLite database {path} does not exist; run `flowpark db upgrade` to "
-                "create it and migrate it to head",
-                current=None,
-                head=head_revision(),
-            )
-
-    async def check() -> None:
-        engine = make_async_engine(url, pool_size=1)
-        try:
-            await asyncio.wait_for(check_schema_at_head(engine), DB_CHECK_TIMEOUT)
-        finally:
-            await engine.dispose()
-
-    try:
-        asyncio.run(check())
-    except FlowparkError:
-        raise
-    except ValueError as exc:  # an in-memory SQLite database, an unsupported backend
-        raise StoreUnavailable(f"invalid FLOWPARK_DATABASE_URL {shown}: {exc}") from exc
-    except TimeoutError as exc:
-        raise StoreUnavailable(
-            f"the database at {shown} did not answer within {DB_CHECK_TIMEOUT:.0f} s"
-        ) from exc
-    except DBAPIError as exc:
-        raise StoreUnavailable(f"cannot use the database at {shown}: {exc.orig}") from exc
-    except (OSError, SQLAlchemyError) as exc:
-        raise StoreUnavailable(f"cannot use the database at {shown}: {exc}") from exc
-
-
 def _flows_or_exit(given: list[str] | None) -> list[str]:
     """Load and check the flows a node will serve before anything starts.
 
@@ -210,10 +150,11 @@ def _absolute(target: str) -> str:
 
 
 def _database_or_exit(url: str) -> None:
+    from app.cli_ops.serving import check_database
     from app.errors import FlowparkError
 
     try:
-        _check_database(url)
+        check_database(url)
     except FlowparkError as exc:
         raise _refuse(exc) from None
 
@@ -221,7 +162,10 @@ def _database_or_exit(url: str) -> None:
 @db_app.command("upgrade")
 def db_upgrade(
     url: str = typer.Option(
-        None, help="Database URL (default: FLOWPARK_DATABASE_URL or sqlite:///flowpark.db)"
+        None,
+        "--url",
+        metavar="URL",
+        help="Database URL (default: FLOWPARK_DATABASE_URL or sqlite:///flowpark.db)",
     ),
 ) -> None:
     """Migrate the database to the latest schema (Alembic upgrade head)."""
@@ -253,16 +197,17 @@ def db_upgrade(
 
 @app.command()
 def serve(
-    host: str = typer.Option("127.0.0.1"),
-    port: int = typer.Option(8000),
+    host: HostOpt = "127.0.0.1",
+    port: int = typer.Option(8000, "--port", metavar="PORT"),
     workers: int = typer.Option(
         1,
+        metavar="N",
         help="uvicorn worker processes (each sweeps). With more than one and "
         "neither FLOWPARK_OCR_BASE_URL nor FLOWPARK_JOBS_BASE_URL set, serve also "
         "runs `flowpark fakes` on a free loopback port for all of them.",
     ),
-    log_level: str = typer.Option("info"),
-    flows: list[str] = typer.Option(None, "--flows", help=FLOWS_HELP),
+    log_level: LogLevelOpt = "info",
+    flows: FlowsOpt = None,
 ) -> None:
     """Run a node with the HTTP API and the sweep (every node sweeps).
 
@@ -355,11 +300,12 @@ def _serve(host: str, port: int, workers: int, log_level: str, flows: list[str] 
 
 @app.command()
 def worker(
-    log_level: str = typer.Option("info"),
-    flows: list[str] = typer.Option(None, "--flows", help=FLOWS_HELP),
+    log_level: LogLevelOpt = "info",
+    flows: FlowsOpt = None,
     metrics_port: int = typer.Option(
         None,
         min=1,
+        metavar="PORT",
         max=65535,
         help="Serve Prometheus metrics on this port at /metrics (default: "
         "FLOWPARK_METRICS_PORT; none). Bound to FLOWPARK_METRICS_HOST (default 127.0.0.1).",
@@ -404,21 +350,23 @@ def _worker(log_level: str, flows: list[str] | None, metrics_port: int | None) -
 
 @app.command()
 def fakes(
-    host: str = typer.Option("127.0.0.1"),
-    port: int = typer.Option(8100),
+    host: HostOpt = "127.0.0.1",
+    port: int = typer.Option(8100, "--port", metavar="PORT"),
     per_page: float = typer.Option(
         None,
         min=0,
+        metavar="SECONDS",
         help="Seconds the fake OCR takes per page (default: FLOWPARK_SAMPLE_OCR_PER_PAGE).",
     ),
     callback_token: str = typer.Option(
         None,
+        metavar="TOKEN",
         help="The key of the OCR callbacks' tokens (each job's: its instance's only) and of "
         "the admin token (default: FLOWPARK_SAMPLE_CALLBACK_TOKEN, else derived from "
         "FLOWPARK_API_TOKENS; nodes must use the same); callbacks go only below the node's "
         "public base URL (FLOWPARK_PUBLIC_BASE_URL, else FLOWPARK_SELF_URL).",
     ),
-    log_level: str = typer.Option("info"),
+    log_level: LogLevelOpt = "info",
 ) -> None:
     """Serve the fake OCR and job services alone, in their own process.
 
@@ -465,7 +413,7 @@ def flows_check(
     target: list[str] = typer.Argument(
         None, help="flows targets, as --flows (default: FLOWPARK_FLOWS, else the samples)"
     ),
-    flows: list[str] = typer.Option(None, "--flows", help=FLOWS_HELP),
+    flows: FlowsOpt = None,
 ) -> None:
     """Check flow definitions; prints every finding (errors and warnings), one per line.
 
@@ -497,16 +445,26 @@ def _seconds(value: float, least: float | None) -> float:
 
 @app.command()
 def demo(
-    host: str = typer.Option("127.0.0.1"),
-    port: int = typer.Option(8000, min=0, max=65535, help="0: any free port."),
-    pages: int = typer.Option(12, min=1, max=10_000, help="The demo documents' page count."),
+    host: HostOpt = "127.0.0.1",
+    port: int = typer.Option(
+        8000, "--port", min=0, max=65535, metavar="PORT", help="0: any free port."
+    ),
+    pages: int = typer.Option(
+        12, min=1, max=10_000, metavar="N", help="The demo documents' page count."
+    ),
     per_page: float = typer.Option(
-        2.0, callback=lambda v: _seconds(v, 0.0), help="Seconds the fake OCR takes per page (>= 0)."
+        2.0,
+        callback=lambda v: _seconds(v, 0.0),
+        metavar="SECONDS",
+        help="Seconds the fake OCR takes per page (>= 0).",
     ),
     scan_interval: float = typer.Option(
-        1.0, callback=lambda v: _seconds(v, None), help="Seconds between two sweeps (> 0)."
+        1.0,
+        callback=lambda v: _seconds(v, None),
+        metavar="SECONDS",
+        help="Seconds between two sweeps (> 0).",
     ),
-    database_url: str = typer.Option("sqlite:///flowpark.db"),
+    database_url: str = typer.Option("sqlite:///flowpark.db", metavar="URL"),
 ) -> None:
     """Run the demo: migrate, serve the samples, send documents and print their progress.
 

@@ -93,19 +93,24 @@ class Waiting(StrEnum):
     deadline = "deadline"
 
 
-Url = Annotated[str, typer.Option("--url", envvar="FLOWPARK_URL", help="The node's base URL.")]
+Url = Annotated[
+    str, typer.Option("--url", envvar="FLOWPARK_URL", metavar="URL", help="The node's base URL.")
+]
 Token = Annotated[
     str | None,
     typer.Option(
         "--token",
         envvar="FLOWPARK_TOKEN",
+        metavar="TOKEN",
         help="Bearer token. Default: none, but a loopback --url (127.0.0.1, ::1, localhost) "
         "is sent the local trial's dev-token, as a node with FLOWPARK_API_TOKENS unset takes.",
         show_default=False,
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
-Key = Annotated[str | None, typer.Option("--key", help="Idempotency-Key: a repeat acts no more.")]
+Key = Annotated[
+    str | None, typer.Option("--key", metavar="KEY", help="Idempotency-Key: a repeat acts no more.")
+]
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
@@ -158,8 +163,10 @@ class _Filters:
         return bool(self.query())
 
 
-FlowOpt = Annotated[str | None, typer.Option("--flow", help="Flow name.")]
-VersionOpt = Annotated[str | None, typer.Option("--version", help="Flow version.")]
+FlowOpt = Annotated[str | None, typer.Option("--flow", metavar="NAME", help="Flow name.")]
+VersionOpt = Annotated[
+    str | None, typer.Option("--version", metavar="VERSION", help="Flow version.")
+]
 StateOpt = Annotated[
     list[State] | None, typer.Option("--state", help="State (repeat for any of several).")
 ]
@@ -167,32 +174,39 @@ OverdueOpt = Annotated[
     str | None,
     typer.Option(
         "--overdue",
+        metavar="DURATION",
         help="Suspended with wakeAt more than this long ago (90, 15m, 2h, PT2H).",
     ),
 ]
 StuckOpt = Annotated[bool, typer.Option("--stuck", help="Running with an expired lease.")]
-ErrorOpt = Annotated[str | None, typer.Option("--error-code", help="Error code.")]
+ErrorOpt = Annotated[str | None, typer.Option("--error-code", metavar="CODE", help="Error code.")]
 CompensationOpt = Annotated[
     bool,
     typer.Option("--compensation-failed", help="Ended with a compensation that failed for good."),
 ]
 WaitingOpt = Annotated[Waiting | None, typer.Option("--waiting", help="What it waits for.")]
-KeyOpt = Annotated[str | None, typer.Option("--instance-key", help="Instance key.")]
+KeyOpt = Annotated[str | None, typer.Option("--instance-key", metavar="KEY", help="Instance key.")]
 _INSTANT = "An instant: ISO-8601, now, today, yesterday, or 2h (ago)."
 AfterOpt = Annotated[
     str | None,
     typer.Option(
-        "--created-after", help="An instant: ISO-8601, now, today, yesterday, or 2h (ago)."
+        "--created-after",
+        metavar="INSTANT",
+        help="An instant: ISO-8601, now, today, yesterday, or 2h (ago).",
     ),
 ]
 DisplayOpt = Annotated[
     str | None,
-    typer.Option("--display-key", help="The flow's display key value (e.g. a documentId)."),
+    typer.Option(
+        "--display-key", metavar="VALUE", help="The flow's display key value (e.g. a documentId)."
+    ),
 ]
 BeforeOpt = Annotated[
     str | None,
     typer.Option(
-        "--created-before", help="An instant: ISO-8601, now, today, yesterday, or 2h (ago)."
+        "--created-before",
+        metavar="INSTANT",
+        help="An instant: ISO-8601, now, today, yesterday, or 2h (ago).",
     ),
 ]
 

@@ -103,7 +103,9 @@ def _describe(plan: dict[str, Any], step: dict[str, Any]) -> str:
 
 def flows_show(
     name: Annotated[str, typer.Argument(help="The flow's name.")],
-    version: Annotated[str | None, typer.Option(help="Default: the latest.")] = None,
+    version: Annotated[
+        str | None, typer.Option("--version", metavar="VERSION", help="Default: the latest.")
+    ] = None,
     url: Url = DEFAULT_URL,
     token: Token = None,
     as_json: AsJson = False,

@@ -50,8 +50,11 @@ def list_instances(
     token: Token = None,
     *,
     filters: _Filters,
-    limit: Annotated[int, typer.Option(min=1, max=1000, help="Page size.")] = 50,
-    cursor: Annotated[str | None, typer.Option(help="nextCursor of a previous page.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, metavar="N", help="Page size.")] = 50,
+    cursor: Annotated[
+        str | None,
+        typer.Option("--cursor", metavar="CURSOR", help="nextCursor of a previous page."),
+    ] = None,
     all_pages: Annotated[bool, typer.Option("--all", help="Follow every page.")] = False,
     as_json: AsJson = False,
 ) -> None:
@@ -96,7 +99,9 @@ def list_instances(
 def counts(
     url: Url = DEFAULT_URL,
     token: Token = None,
-    overdue: Annotated[float, typer.Option(help="Overdue threshold, seconds.")] = 0.0,
+    overdue: Annotated[
+        float, typer.Option(metavar="SECONDS", help="Overdue threshold, seconds.")
+    ] = 0.0,
     as_json: AsJson = False,
 ) -> None:
     """Instance counts by flow, version and state, with overdue and stuck totals."""
@@ -210,7 +215,9 @@ def show(
     url: Url = DEFAULT_URL,
     token: Token = None,
     watch: Annotated[bool, typer.Option(help="Follow it until it ends.")] = False,
-    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between looks.")] = 2.0,
+    interval: Annotated[
+        float, typer.Option(min=0.1, metavar="SECONDS", help="Seconds between looks.")
+    ] = 2.0,
     as_json: AsJson = False,
 ) -> None:
     """Explain one instance: state, what it waits for, budget, attempts with every try's
@@ -371,7 +378,9 @@ def _act(
         )
 
 
-Batch = Annotated[int, typer.Option(min=1, max=1000, help="Instances per bulk request.")]
+Batch = Annotated[
+    int, typer.Option(min=1, max=1000, metavar="N", help="Instances per bulk request.")
+]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Count the matches; act on none.")]
 Every = Annotated[
     bool,
@@ -428,7 +437,9 @@ def cancel(
 @instances_app.command("extend")
 def extend(
     instance_id: Annotated[str, typer.Argument(help="The instance id, or its start when unique.")],
-    by: Annotated[str, typer.Option("--by", help=f"How much later: {DURATION_HELP}.")],
+    by: Annotated[
+        str, typer.Option("--by", metavar="DURATION", help=f"How much later: {DURATION_HELP}.")
+    ],
     url: Url = DEFAULT_URL,
     token: Token = None,
     key: Key = None,
@@ -498,7 +509,9 @@ def retry_compensations(
 def signal(
     instance_id: Annotated[str, typer.Argument(help="The instance id, or its start when unique.")],
     name: Annotated[str, typer.Argument(help="The signal's name.")],
-    data: Annotated[str, typer.Option("--data", help="The payload as JSON.")] = "{}",
+    data: Annotated[
+        str, typer.Option("--data", metavar="JSON", help="The payload as JSON.")
+    ] = "{}",
     url: Url = DEFAULT_URL,
     token: Token = None,
     key: Key = None,

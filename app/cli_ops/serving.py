@@ -1,9 +1,11 @@
-"""How ``flowpark serve`` and ``flowpark fakes`` listen: a TCP socket bound before uvicorn
-starts (a port in use is one line, not a traceback), and the shared ``flowpark fakes``
-process that ``serve --workers N`` runs beside its workers."""
+"""How ``flowpark serve`` and ``flowpark fakes`` start: the database checked before anything
+starts (:func:`check_database`), a TCP socket bound before uvicorn starts (a port in use is
+one line, not a traceback), and the shared ``flowpark fakes`` process that
+``serve --workers N`` runs beside its workers."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import signal
@@ -13,11 +15,21 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import typer
 
-__all__ = ["FAKES_START_TIMEOUT", "free_loopback_port", "shared_fakes", "tcp_socket"]
+__all__ = [
+    "DB_CHECK_TIMEOUT",
+    "FAKES_START_TIMEOUT",
+    "check_database",
+    "free_loopback_port",
+    "shared_fakes",
+    "tcp_socket",
+]
 
+#: Seconds the start-up database check waits for the database to answer.
+DB_CHECK_TIMEOUT = 20.0
 #: Seconds ``serve`` waits for the ``flowpark fakes`` process it starts to answer.
 FAKES_START_TIMEOUT = 30.0
 
@@ -136,3 +148,65 @@ def tcp_socket(host: str, port: int) -> socket.socket:
         raise typer.Exit(1) from None
     sock.set_inheritable(True)  # the worker processes serve the same socket
     return sock
+
+
+def check_database(url: str) -> None:
+    """Refuse a database the service cannot run on, before anything starts.
+
+    A SQLite file that does not exist is not created (the service would otherwise leave
+    an empty file behind).
+
+    Raises:
+        SchemaBehindHead: not migrated to head (or a SQLite file that does not exist).
+        StoreUnavailable: an invalid URL, or the database cannot be reached.
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    from app.errors import FlowparkError, SchemaBehindHead, StoreUnavailable
+    from app.store import check_schema_at_head, make_async_engine
+    from app.store.db import is_sqlite
+
+    try:
+        parsed = make_url(url)
+        sqlite = is_sqlite(parsed)
+    except (ValueError, SQLAlchemyError) as exc:
+        raise StoreUnavailable(f"invalid FLOWPARK_DATABASE_URL: {exc}") from exc
+    shown = parsed.render_as_string(hide_password=True)
+    if sqlite and parsed.database and parsed.database != ":memory:":
+        path = Path(parsed.database)
+        if not path.parent.is_dir():
+            raise StoreUnavailable(
+                f"cannot open the SQLite database {path}: directory {path.parent} does not exist"
+            )
+        if not path.exists():
+            from app.store import head_revision  # Alembic: only for this refusal
+
+            raise SchemaBehindHead(
+                f"the SQLite database {path} does not exist; run `flowpark db upgrade` to "
+                "create it and migrate it to head",
+                current=None,
+                head=head_revision(),
+            )
+
+    async def check() -> None:
+        engine = make_async_engine(url, pool_size=1)
+        try:
+            await asyncio.wait_for(check_schema_at_head(engine), DB_CHECK_TIMEOUT)
+        finally:
+            await engine.dispose()
+
+    try:
+        asyncio.run(check())
+    except FlowparkError:
+        raise
+    except ValueError as exc:  # an in-memory SQLite database, an unsupported backend
+        raise StoreUnavailable(f"invalid FLOWPARK_DATABASE_URL {shown}: {exc}") from exc
+    except TimeoutError as exc:
+        raise StoreUnavailable(
+            f"the database at {shown} did not answer within {DB_CHECK_TIMEOUT:.0f} s"
+        ) from exc
+    except DBAPIError as exc:
+        raise StoreUnavailable(f"cannot use the database at {shown}: {exc.orig}") from exc
+    except (OSError, SQLAlchemyError) as exc:
+        raise StoreUnavailable(f"cannot use the database at {shown}: {exc}") from exc

@@ -81,11 +81,11 @@ def test_db_upgrade_on_an_unreachable_database_is_one_line(tmp_path: Path) -> No
 
 
 def test_a_migrated_database_passes_the_check(_sqlite_template: Path, tmp_path: Path) -> None:
-    from app.cli import _check_database
+    from app.cli_ops.serving import check_database
 
     path = tmp_path / "flowpark.db"
     shutil.copyfile(_sqlite_template, path)
-    _check_database(f"sqlite:///{path}")  # no exception
+    check_database(f"sqlite:///{path}")  # no exception
 
 
 def test_version_prints_the_installed_version() -> None:
