@@ -11,6 +11,7 @@ import math
 import os
 import re
 from contextlib import ExitStack
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -38,9 +39,21 @@ FLOWS_HELP = (
     "Flows to serve: a module path (mycompany.flows), a .py file or a folder of .py files "
     "(its folder goes on sys.path). Repeatable. Default: FLOWPARK_FLOWS, else the samples."
 )
+
+
+class LogLevel(StrEnum):
+    """The levels ``--log-level`` takes (the root logger's and uvicorn's)."""
+
+    CRITICAL = "critical"
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+    DEBUG = "debug"
+
+
 #: Options of several commands (each command gives its own default).
 HostOpt = Annotated[str, typer.Option("--host", metavar="HOST")]
-LogLevelOpt = Annotated[str, typer.Option("--log-level", metavar="LEVEL")]
+LogLevelOpt = Annotated[LogLevel, typer.Option("--log-level", case_sensitive=False)]
 FlowsOpt = Annotated[list[str] | None, typer.Option("--flows", metavar="TARGET", help=FLOWS_HELP)]
 
 #: Help texts are Markdown: a docstring's paragraphs are wrapped to the terminal's width
@@ -198,15 +211,18 @@ def db_upgrade(
 @app.command()
 def serve(
     host: HostOpt = "127.0.0.1",
-    port: int = typer.Option(8000, "--port", metavar="PORT"),
+    port: int = typer.Option(
+        8000, "--port", min=0, max=65535, metavar="PORT", help="0: any free port."
+    ),
     workers: int = typer.Option(
         1,
+        min=1,
         metavar="N",
         help="uvicorn worker processes (each sweeps). With more than one and "
         "neither FLOWPARK_OCR_BASE_URL nor FLOWPARK_JOBS_BASE_URL set, serve also "
         "runs `flowpark fakes` on a free loopback port for all of them.",
     ),
-    log_level: LogLevelOpt = "info",
+    log_level: LogLevelOpt = LogLevel.INFO,
     flows: FlowsOpt = None,
 ) -> None:
     """Run a node with the HTTP API and the sweep (every node sweeps).
@@ -300,7 +316,7 @@ def _serve(host: str, port: int, workers: int, log_level: str, flows: list[str] 
 
 @app.command()
 def worker(
-    log_level: LogLevelOpt = "info",
+    log_level: LogLevelOpt = LogLevel.INFO,
     flows: FlowsOpt = None,
     metrics_port: int = typer.Option(
         None,
@@ -351,7 +367,9 @@ def _worker(log_level: str, flows: list[str] | None, metrics_port: int | None) -
 @app.command()
 def fakes(
     host: HostOpt = "127.0.0.1",
-    port: int = typer.Option(8100, "--port", metavar="PORT"),
+    port: int = typer.Option(
+        8100, "--port", min=0, max=65535, metavar="PORT", help="0: any free port."
+    ),
     per_page: float = typer.Option(
         None,
         min=0,
@@ -366,7 +384,7 @@ def fakes(
         "FLOWPARK_API_TOKENS; nodes must use the same); callbacks go only below the node's "
         "public base URL (FLOWPARK_PUBLIC_BASE_URL, else FLOWPARK_SELF_URL).",
     ),
-    log_level: LogLevelOpt = "info",
+    log_level: LogLevelOpt = LogLevel.INFO,
 ) -> None:
     """Serve the fake OCR and job services alone, in their own process.
 
@@ -411,7 +429,9 @@ def fakes(
 @flows_app.command("check")
 def flows_check(
     target: list[str] = typer.Argument(
-        None, help="flows targets, as --flows (default: FLOWPARK_FLOWS, else the samples)"
+        None,
+        metavar="TARGET",
+        help="flows targets, as --flows (default: FLOWPARK_FLOWS, else the samples)",
     ),
     flows: FlowsOpt = None,
 ) -> None:

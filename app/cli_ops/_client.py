@@ -13,7 +13,7 @@ import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 from urllib.parse import quote
 
 import httpx
@@ -52,6 +52,10 @@ __all__ = [
 #: A canonical instance id, and the start of one the CLI completes.
 _FULL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _ID_PREFIX = re.compile(r"[0-9a-f][0-9a-f-]{3,34}")
+#: The console's short form of an id: its first and last characters around an ellipsis.
+_SHORT_ID = re.compile(r"(?P<start>[0-9a-f][0-9a-f-]{3,34})(?:…|\.\.\.)(?P<end>[0-9a-f-]{1,31})")
+#: Pages of a prefix's ids looked through for a short form's end before asking for more.
+_MOST_PAGES = 5
 
 EXIT_ERROR = 1
 EXIT_UNREACHABLE = 3
@@ -346,7 +350,10 @@ class _Api:
                     why = f"the name {httpx.URL(self.url).host} does not resolve ({cause})"
                     break
                 cause = cause.__cause__ or cause.__context__
-            message = redact(f"error: {ErrorCode.UNREACHABLE}: cannot reach {self.url}: {why}")
+            message = redact(
+                f"error: {ErrorCode.UNREACHABLE}: cannot reach {self.url}: {why} (is a node "
+                "serving there? pass its URL with --url or set FLOWPARK_URL)"
+            )
             err.print(message, markup=False)
             raise typer.Exit(EXIT_UNREACHABLE) from None
         except ProblemError as exc:
@@ -373,29 +380,50 @@ class _Api:
         return typer.Exit(EXIT_ERROR)
 
     def resolve(self, instance_id: str) -> str:
-        """The full id of ``instance_id``, which may be the start of one (as the console
-        and the tables show it): a full id is returned as given; a prefix that one
-        instance id starts with gives that id.
+        """The full id of ``instance_id``: a full id (any case), the start of one (4
+        characters or more), or the console's short form (``01a242e6…3058c5``: its start
+        and end around an ellipsis, or ``...``), when one instance id matches.
 
         Raises:
-            typer.Exit: 4 when no instance id starts with it, 2 when several do.
+            typer.Exit: 2 when it is no id, a start or a short form (too short, other
+                characters), or several ids match; 4 when none does.
         """
         text = instance_id.strip().lower()
-        if _FULL_ID.fullmatch(text) or not _ID_PREFIX.fullmatch(text):
-            return instance_id
-        page = self.call("GET", "/api/v1/instances", params={"idPrefix": text, "limit": 2})
-        found = [row["instanceId"] for row in page["instances"]]
+        if _FULL_ID.fullmatch(text):
+            return text
+        short = _SHORT_ID.fullmatch(text)
+        if short is None and not _ID_PREFIX.fullmatch(text):
+            self._usage(
+                f"{instance_id!r} is no instance id: give the id, its first 4 characters or "
+                "more, or the console's short form (01a242e6…3058c5)"
+            )
+        found = self._ids_starting(short["start"] if short else text, short["end"] if short else "")
         if not found:
-            err.print(f"error: instance_not_found: no instance id starts with {text}", markup=False)
+            err.print(f"error: instance_not_found: no instance id matches {text}", markup=False)
             raise typer.Exit(EXIT_NOT_FOUND)
         if len(found) > 1:
-            err.print(
-                f"error: {ErrorCode.USAGE}: more than one instance id starts with {text}: "
-                "give more of it",
-                markup=False,
-            )
-            raise typer.Exit(2)
-        return str(found[0])
+            self._usage(f"more than one instance id matches {text}: give more of it")
+        return found[0]
+
+    def _ids_starting(self, start: str, end: str) -> list[str]:
+        """Up to two ids that start with ``start`` and end with ``end``, looked for in the
+        first :data:`_MOST_PAGES` pages of ids with that start (exit 2 past them)."""
+        found: list[str] = []
+        params: dict[str, Any] = {"idPrefix": start, "limit": 1000 if end else 2}
+        for _ in range(_MOST_PAGES):
+            page = self.call("GET", "/api/v1/instances", params=params)
+            found += [
+                str(r["instanceId"]) for r in page["instances"] if r["instanceId"].endswith(end)
+            ]
+            if len(found) > 1 or not end or not page.get("nextCursor"):
+                return found[:2]
+            params["cursor"] = page["nextCursor"]
+        self._usage(f"too many instance ids start with {start}: give more of its start")
+
+    @staticmethod
+    def _usage(message: str) -> NoReturn:
+        err.print(f"error: {ErrorCode.USAGE}: {message}", markup=False)
+        raise typer.Exit(2)
 
 
 def _field_errors(errors: Any) -> str:

@@ -102,7 +102,7 @@ def _describe(plan: dict[str, Any], step: dict[str, Any]) -> str:
 
 
 def flows_show(
-    name: Annotated[str, typer.Argument(help="The flow's name.")],
+    name: Annotated[str, typer.Argument(metavar="FLOW", help="The flow's name.")],
     version: Annotated[
         str | None, typer.Option("--version", metavar="VERSION", help="Default: the latest.")
     ] = None,

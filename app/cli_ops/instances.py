@@ -38,6 +38,12 @@ from app.errors import ErrorCode
 
 __all__ = ["instances_app"]
 
+#: What an instance id argument takes (see ``_Api.resolve``).
+_ID_HELP = (
+    "The instance id, its start (4 characters or more) or the console's short form "
+    "(01a242e6…3058c5), when one id matches."
+)
+
 instances_app = typer.Typer(
     help="Find, explain and act on instances, over a node's HTTP API.", no_args_is_help=True
 )
@@ -100,13 +106,18 @@ def counts(
     url: Url = DEFAULT_URL,
     token: Token = None,
     overdue: Annotated[
-        float, typer.Option(metavar="SECONDS", help="Overdue threshold, seconds.")
-    ] = 0.0,
+        str,
+        typer.Option(
+            metavar="DURATION",
+            help=f"Count as overdue what is suspended past its wake by more: {DURATION_HELP}.",
+        ),
+    ] = "0",
     as_json: AsJson = False,
 ) -> None:
     """Instance counts by flow, version and state, with overdue and stuck totals."""
+    seconds = duration_seconds(overdue, "--overdue")
     with _api(url, token) as api:
-        answer = api.call("GET", "/api/v1/instances/counts", params={"overdue": overdue})
+        answer = api.call("GET", "/api/v1/instances/counts", params={"overdue": seconds})
     if as_json:
         _json(answer)
         return
@@ -211,7 +222,7 @@ def _print_instance(view: dict[str, Any]) -> None:
 
 @instances_app.command("show")
 def show(
-    instance_id: Annotated[str, typer.Argument(help="The instance id, or its start when unique.")],
+    instance_id: Annotated[str, typer.Argument(metavar="ID", help=_ID_HELP)],
     url: Url = DEFAULT_URL,
     token: Token = None,
     watch: Annotated[bool, typer.Option(help="Follow it until it ends.")] = False,
@@ -390,7 +401,7 @@ Yes = Annotated[
     bool, typer.Option("--yes", "-y", help="Do not ask before a bulk cancel on a terminal.")
 ]
 OptionalId = Annotated[
-    str | None, typer.Argument(help="The instance id (or use filters for a bulk action).")
+    str | None, typer.Argument(metavar="ID", help=f"{_ID_HELP} Or use filters for a bulk action.")
 ]
 
 
@@ -436,7 +447,7 @@ def cancel(
 
 @instances_app.command("extend")
 def extend(
-    instance_id: Annotated[str, typer.Argument(help="The instance id, or its start when unique.")],
+    instance_id: Annotated[str, typer.Argument(metavar="ID", help=_ID_HELP)],
     by: Annotated[
         str, typer.Option("--by", metavar="DURATION", help=f"How much later: {DURATION_HELP}.")
     ],
@@ -469,7 +480,7 @@ def extend(
 
 @instances_app.command("retry-compensations")
 def retry_compensations(
-    instance_id: Annotated[str, typer.Argument(help="The instance id, or its start when unique.")],
+    instance_id: Annotated[str, typer.Argument(metavar="ID", help=_ID_HELP)],
     url: Url = DEFAULT_URL,
     token: Token = None,
     key: Key = None,
@@ -507,8 +518,8 @@ def retry_compensations(
 
 @instances_app.command("signal")
 def signal(
-    instance_id: Annotated[str, typer.Argument(help="The instance id, or its start when unique.")],
-    name: Annotated[str, typer.Argument(help="The signal's name.")],
+    instance_id: Annotated[str, typer.Argument(metavar="ID", help=_ID_HELP)],
+    name: Annotated[str, typer.Argument(metavar="SIGNAL", help="The signal's name.")],
     data: Annotated[
         str, typer.Option("--data", metavar="JSON", help="The payload as JSON.")
     ] = "{}",

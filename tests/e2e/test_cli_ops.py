@@ -342,10 +342,15 @@ def test_list_shows_the_display_key_and_an_id_prefix_names_an_instance(
     assert second.startswith(common)  # ids made the same minute share their start
     ambiguous = cli(node, "instances", "show", common)
     assert ambiguous.returncode == 2
-    assert ambiguous.stderr.startswith("error: usage: more than one instance id starts with")
+    assert ambiguous.stderr.startswith("error: usage: more than one instance id matches")
     missing = cli(node, "instances", "show", "ffff0000")
     assert missing.returncode == EXIT_NOT_FOUND
-    assert "no instance id starts with ffff0000" in missing.stderr
+    assert "no instance id matches ffff0000" in missing.stderr
+    # the console's short form (its first 8 and last 6 characters), and a full id in capitals
+    for given in (f"{first[:8]}…{first[-6:]}", f"{first[:8]}...{first[-6:]}", first.upper()):
+        shown = cli(node, "instances", "show", given, "--json")
+        assert shown.returncode == 0, (given, shown.stderr)
+        assert json.loads(shown.stdout)["instanceId"] == first
 
 
 def _document_key(node: SubprocessServer, instance_id: str) -> str:

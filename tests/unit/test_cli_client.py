@@ -236,12 +236,6 @@ def test_loopback_is_told_by_address_or_localhost_only() -> None:
 @pytest.mark.parametrize(
     ("args", "path"),
     [
-        (["instances", "show", "x/../../nodes"], "/api/v1/instances/x%2F..%2F..%2Fnodes"),
-        (["instances", "cancel", "x?all=true"], "/api/v1/instances/x%3Fall%3Dtrue/cancel"),
-        (
-            ["instances", "retry-compensations", "a\x01b"],
-            "/api/v1/instances/a%01b/compensations/retry",
-        ),
         (
             ["instances", "signal", ID, "a/b", "--data", "{}"],
             f"/api/v1/instances/{ID}/signals/a%2Fb",
@@ -257,3 +251,57 @@ def test_an_id_or_name_is_sent_as_one_path_segment_whatever_it_holds(
     assert done.exception is None or isinstance(done.exception, SystemExit), done.output
     assert done.exit_code == EXIT_NOT_FOUND
     assert sent[0].url.raw_path.decode().split("?")[0] == path
+
+
+@pytest.mark.parametrize(
+    ("command", "given"),
+    [
+        ("wake", "01a"),
+        ("show", ""),
+        ("show", "x/../../nodes"),
+        ("cancel", "x?all=true"),
+        ("retry-compensations", "a\x01b"),
+        ("extend", "01a2 32b9"),
+        ("signal", "not-an-id"),
+    ],
+)
+def test_what_is_no_instance_id_is_a_usage_error_sent_nowhere(
+    node: Callable[..., list[httpx.Request]], command: str, given: str
+) -> None:
+    sent = node(httpx.Response(200, json=PAGE))
+    more = {"extend": ["--by", "1h"], "signal": ["ocr.completed"]}.get(command, [])
+    done = cli("instances", command, given, *more)
+    assert done.exit_code == 2, done.output
+    assert done.stderr.startswith(f"error: usage: {given!r} is no instance id"), done.stderr
+    assert sent == []
+
+
+def test_a_full_id_in_capitals_is_sent_in_lower_case(
+    node: Callable[..., list[httpx.Request]],
+) -> None:
+    sent = node(problem(404, "instance_not_found", "no instance"))
+    done = cli("instances", "wake", ID.upper())
+    assert done.exit_code == EXIT_NOT_FOUND
+    assert [r.url.path for r in sent] == [f"/api/v1/instances/{ID}/wake"]
+
+
+def test_the_consoles_short_form_finds_the_one_id_with_that_start_and_end(
+    node: Callable[..., list[httpx.Request]],
+) -> None:
+    twin = ID[:-6] + "000000"  # the same start (made the same minute), another end
+    page = {"instances": [{"instanceId": twin}, {"instanceId": ID}], "nextCursor": None}
+    sent = node(httpx.Response(200, json=page), problem(404, "instance_not_found", "gone"))
+    done = cli("instances", "wake", f"{ID[:8]}…{ID[-6:]}")
+    assert done.exit_code == EXIT_NOT_FOUND, done.output
+    assert sent[0].url.params["idPrefix"] == ID[:8]
+    assert sent[1].url.path == f"/api/v1/instances/{ID}/wake"
+
+
+def test_a_short_form_two_ids_match_asks_for_more(
+    node: Callable[..., list[httpx.Request]],
+) -> None:
+    page = {"instances": [{"instanceId": ID}, {"instanceId": ID}], "nextCursor": None}
+    node(httpx.Response(200, json=page))
+    done = cli("instances", "wake", f"{ID[:8]}...{ID[-2:]}")
+    assert done.exit_code == 2
+    assert "more than one instance id matches" in done.stderr

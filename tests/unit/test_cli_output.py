@@ -13,6 +13,9 @@ from typer.testing import CliRunner
 from app.cli import app
 from app.cli_ops import EXIT_UNREACHABLE, _client
 
+#: An instance id (the commands take it as it is: nothing is looked up)
+ID = "01a232b9-0995-7449-8556-23fef0c5e08e"
+
 
 def _closed_port() -> int:
     with socket.socket() as s:
@@ -32,6 +35,9 @@ def test_an_unreachable_node_is_one_line_without_the_urls_password(
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: unreachable: "), lines
     assert "operator:***@127.0.0.1" in lines[0]
+    assert lines[0].endswith(
+        "(is a node serving there? pass its URL with --url or set FLOWPARK_URL)"
+    )
 
 
 def test_the_next_cursor_is_printed_whole_on_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -100,7 +106,7 @@ def test_extend_sends_every_duration_form_as_seconds(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(_client._Api, "call", call)
     for by in ("3600", "1.5", "PT2H", "2h", "90m", "1h30m", "1e3", "1d"):
-        done = CliRunner().invoke(app, ["instances", "extend", "some-id", "--by", by])
+        done = CliRunner().invoke(app, ["instances", "extend", ID, "--by", by])
         assert done.exit_code == 0, done.output
     assert bodies == [3600.0, 1.5, 7200.0, 7200.0, 5400.0, 5400.0, 1000.0, 86400.0]
 
@@ -119,7 +125,7 @@ def test_extend_refuses_what_is_no_duration_in_its_own_words(
     monkeypatch: pytest.MonkeyPatch, by: str, says: str
 ) -> None:
     monkeypatch.setattr(_client._Api, "call", lambda *a, **k: pytest.fail("nothing is sent"))
-    done = CliRunner().invoke(app, ["instances", "extend", "some-id", "--by", by])
+    done = CliRunner().invoke(app, ["instances", "extend", ID, "--by", by])
     assert done.exit_code == 2
     assert done.stderr.startswith(f"error: usage: --by {by!r} {says}"), done.stderr
     assert "pydantic" not in done.stderr and "Input should" not in done.stderr
@@ -190,3 +196,20 @@ def test_a_list_on_a_narrow_terminal_fits_its_width(monkeypatch: pytest.MonkeyPa
     done = CliRunner().invoke(app, ["flows", "list", "--token", "t0ken"])
     assert done.exit_code == 0, done.output
     assert max(len(line) for line in done.stdout.splitlines()) <= 60
+
+
+def test_counts_take_the_overdue_threshold_as_list_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[Any] = []
+
+    def call(self: Any, method: str, path: str, **kwargs: Any) -> Any:
+        sent.append(kwargs["params"]["overdue"])
+        return {"byState": [], "overdue": 0, "stuck": 0, "total": 0}
+
+    monkeypatch.setattr(_client._Api, "call", call)
+    for given in ("15m", "90", "PT2H"):
+        done = CliRunner().invoke(app, ["instances", "counts", "--overdue", given])
+        assert done.exit_code == 0, done.output
+    assert sent == [900.0, 90.0, 7200.0]
+    refused = CliRunner().invoke(app, ["instances", "counts", "--overdue", "-1"])
+    assert refused.exit_code == 2
+    assert refused.stderr.startswith("error: usage: --overdue '-1' is not a duration")
