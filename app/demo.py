@@ -9,6 +9,7 @@ OCR's complete-now route calls the ``ocr.completed`` signal, which ends the wait
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import sys
@@ -175,7 +176,7 @@ async def _demo(
             await asyncio.sleep(0.05)
         print(
             f"flowpark serving on {base} (sweep every {scan_interval}s, fake OCR "
-            f"{per_page}s/page); OpenAPI at {base}/docs"
+            f"{per_page}s/page); OpenAPI at {base}/docs, console at {base}/ui"
         )
         headers = {"Authorization": f"Bearer {token}"}
         async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
@@ -183,8 +184,12 @@ async def _demo(
             ok = await _document(client, pages, webhook=False, callbacks=callbacks)
             ok = await _document(client, pages, webhook=True, callbacks=callbacks) and ok
             events = (await client.get("/api/v1/events")).json()
+            names = ", ".join(sorted({e["name"] for e in events}))
+            print(f"outbox: {len(events)} event(s) in this database: {names}")
             print(
-                f"outbox: {len(events)} event(s): " + ", ".join(sorted({e["name"] for e in events}))
+                "next: `flowpark serve` runs a node that stays up (its console at /ui, "
+                "`flowpark instances list` lists what ran); the README's 'Your own flows' "
+                "serves yours"
             )
         return 0 if ok else 1
     finally:
@@ -222,7 +227,7 @@ async def _document(
         json={"documentId": doc_id, "contentType": "application/pdf", "pages": pages},
         headers={"Idempotency-Key": f"{doc_id}-key"},
     )
-    print(f"POST /api/v1/documents -> {resp.status_code} {resp.json()}")
+    print(f"POST /api/v1/documents -> {resp.status_code} {json.dumps(resp.json())}")
     if resp.status_code != 202:
         return False
     instance_id = resp.json()["instanceId"]
@@ -253,7 +258,12 @@ async def _document(
     print("journal (what the engine stored, in commit order):")
     for sentence in journal_lines(view["journal"]):
         print(f"  {sentence}")
-    print(f"result: {view['result']}  error: {view['error']}  ({time.monotonic() - started:.1f}s)")
+    ended = (
+        f"result: {json.dumps(view['result'])}"
+        if view["error"] is None
+        else (f"error: {json.dumps(view['error'])}")
+    )
+    print(f"{ended}  ({time.monotonic() - started:.1f}s)")
     return bool(view["state"] == "completed")
 
 

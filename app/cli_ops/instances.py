@@ -383,9 +383,11 @@ def _act(
             f"({totals['matched']} match the filter); nothing done (--dry-run)"
         )
     else:
+        left = totals["matched"] - totals["actionable"]
         out.print(
             f"{action}: {totals['acted']} acted on, {totals['skipped']} skipped "
             f"of {totals['matched']} matching"
+            + (f"; {left} in a state {action} does not act on" if left > 0 else "")
         )
 
 

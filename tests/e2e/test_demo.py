@@ -39,5 +39,6 @@ def test_demo_completes_both_documents(tmp_path: Path) -> None:
 
     assert result.returncode == 0, output
     assert output.count("state=completed") == 2, output
-    assert "result: {'documentId'" in output, output
+    assert 'result: {"documentId"' in output, output  # JSON, as the API answers
+    assert "console at http://127.0.0.1:" in output and "/ui" in output, output
     assert "document.processed" in output, output

@@ -213,3 +213,13 @@ def test_counts_take_the_overdue_threshold_as_list_does(monkeypatch: pytest.Monk
     refused = CliRunner().invoke(app, ["instances", "counts", "--overdue", "-1"])
     assert refused.exit_code == 2
     assert refused.stderr.startswith("error: usage: --overdue '-1' is not a duration")
+
+
+def test_a_bulk_action_says_what_it_could_not_act_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers = {"matched": 3, "actionable": 0, "acted": 0, "skipped": 0}
+    monkeypatch.setattr(_client._Api, "call", lambda *a, **k: answers)
+    done = CliRunner().invoke(app, ["instances", "wake", "--state", "completed"])
+    assert done.exit_code == 0, done.output
+    assert done.stdout.strip() == (
+        "wake: 0 acted on, 0 skipped of 3 matching; 3 in a state wake does not act on"
+    )
