@@ -259,7 +259,12 @@ def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManage
                 settle_heap()  # what start-up made is kept: never scanned again
             else:
                 release_collector()  # paused for the start-up (app.runtime.heap)
-            log.info("flowpark node %s ready on %s", settings.node_id, settings.self_url)
+            log.info(
+                "flowpark node %s ready on %s (API docs at /docs%s)",
+                settings.node_id,
+                settings.self_url,
+                ", console at /ui" if settings.console_enabled else "",
+            )
             yield
         finally:
             await workers.stop()

@@ -22,6 +22,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.deps import engine_of, nodes_of, settings_of
 from app.api.nodes import nodes_report
@@ -406,6 +407,21 @@ def install_console(app: FastAPI) -> None:
     app.include_router(build_instances_router())
     app.include_router(build_actions_router())
     app.include_router(_fallback_router())
+    app.include_router(_root_router())
+
+
+def _root_router() -> APIRouter:
+    """``GET /`` from a browser (``Accept`` names ``text/html``) goes to the console (307);
+    any other client keeps the API's ``404 not_found`` problem for it."""
+    router = APIRouter(include_in_schema=False)
+
+    @router.get("/")
+    async def root(request: Request) -> Response:
+        if "text/html" in request.headers.get("accept", ""):
+            return RedirectResponse("/ui", status_code=307)
+        raise StarletteHTTPException(404)
+
+    return router
 
 
 def _fallback_router() -> APIRouter:

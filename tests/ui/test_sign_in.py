@@ -127,3 +127,14 @@ async def test_pages_are_not_cached_framed_or_open_to_other_scripts(
         assert resp.headers["x-frame-options"] == "DENY", path
         policy = resp.headers["content-security-policy"]
         assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy, path
+
+
+async def test_a_browser_at_the_root_is_sent_to_the_console_an_api_client_gets_a_problem(
+    browser_less: httpx.AsyncClient,
+) -> None:
+    page = await browser_less.get("/", headers={"Accept": "text/html,application/xhtml+xml"})
+    assert page.status_code == 307 and page.headers["location"] == "/ui"
+    api = await browser_less.get("/", headers={"Accept": "application/json"})
+    assert api.status_code == 404
+    assert api.headers["content-type"] == "application/problem+json"
+    assert api.json()["code"] == "not_found"
