@@ -12,6 +12,7 @@ import re
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 from urllib.parse import quote
@@ -156,6 +157,14 @@ class _Filters:
                 None if created_before is None else instant_text(created_before, "--created-before")
             ),
         }
+        after, before = self.values["createdAfter"], self.values["createdBefore"]
+        if after and before and datetime.fromisoformat(after) >= datetime.fromisoformat(before):
+            err.print(
+                f"error: {ErrorCode.USAGE}: --created-after ({after}) is not before "
+                f"--created-before ({before}): no instance was created between them",
+                markup=False,
+            )
+            raise typer.Exit(2)
 
     def query(self) -> dict[str, Any]:
         return {k: v for k, v in self.values.items() if v is not None}
@@ -190,13 +199,13 @@ CompensationOpt = Annotated[
 ]
 WaitingOpt = Annotated[Waiting | None, typer.Option("--waiting", help="What it waits for.")]
 KeyOpt = Annotated[str | None, typer.Option("--instance-key", metavar="KEY", help="Instance key.")]
-_INSTANT = "An instant: ISO-8601, now, today, yesterday, or 2h (ago)."
+_INSTANT = "An instant: ISO-8601 (without an offset: UTC), now, today, yesterday, or 2h (ago)."
 AfterOpt = Annotated[
     str | None,
     typer.Option(
         "--created-after",
         metavar="INSTANT",
-        help="An instant: ISO-8601, now, today, yesterday, or 2h (ago).",
+        help=_INSTANT,
     ),
 ]
 DisplayOpt = Annotated[
@@ -210,7 +219,7 @@ BeforeOpt = Annotated[
     typer.Option(
         "--created-before",
         metavar="INSTANT",
-        help="An instant: ISO-8601, now, today, yesterday, or 2h (ago).",
+        help=_INSTANT,
     ),
 ]
 

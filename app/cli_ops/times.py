@@ -23,7 +23,9 @@ from app.flows.durations import to_timedelta
 __all__ = ["DURATION_HELP", "INSTANT_HELP", "duration_seconds", "instant_text"]
 
 DURATION_HELP = "90, 90s, 15m, 2h, 1d, 1h30m or PT2H"
-INSTANT_HELP = "ISO-8601 (2026-12-01T09:30Z), now, today, yesterday, or 2h (ago)"
+INSTANT_HELP = (
+    "ISO-8601 (2026-12-01T09:30Z; without an offset: UTC), now, today, yesterday, or 2h (ago)"
+)
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 

@@ -144,13 +144,13 @@ def test_filters_take_durations_and_instants_as_people_type_them(
 
     monkeypatch.setattr(_client._Api, "call", call)
     args = ["instances", "list", "--overdue", "15m", "--created-after", "yesterday"]
-    done = CliRunner().invoke(app, [*args, "--created-before", "2026-12-01T09:30"])
+    done = CliRunner().invoke(app, [*args, "--created-before", "2099-12-01T09:30"])
     assert done.exit_code == 0, done.output
     [params] = sent
     assert params["overdue"] == 900.0
     midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     assert params["createdAfter"] == (midnight - timedelta(days=1)).isoformat()
-    assert params["createdBefore"] == "2026-12-01T09:30:00+00:00"
+    assert params["createdBefore"] == "2099-12-01T09:30:00+00:00"  # no offset: UTC
     bad = CliRunner().invoke(app, ["instances", "list", "--created-after", "last tuesday"])
     assert bad.exit_code == 2
     assert bad.stderr.startswith("error: usage: --created-after 'last tuesday' is not an instant")
@@ -223,3 +223,15 @@ def test_a_bulk_action_says_what_it_could_not_act_on(monkeypatch: pytest.MonkeyP
     assert done.stdout.strip() == (
         "wake: 0 acted on, 0 skipped of 3 matching; 3 in a state wake does not act on"
     )
+
+
+def test_a_reversed_creation_range_is_a_usage_error_sent_nowhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_client._Api, "call", lambda *a, **k: pytest.fail("nothing is sent"))
+    args = ["--created-after", "2026-12-05", "--created-before", "2026-12-01"]
+    done = CliRunner().invoke(app, ["instances", "list", *args])
+    assert done.exit_code == 2
+    assert done.stderr.startswith(
+        "error: usage: --created-after (2026-12-05T00:00:00+00:00) is not before --created-before"
+    ), done.stderr
