@@ -162,6 +162,25 @@ def _absolute(target: str) -> str:
     return str(Path(target).expanduser().resolve()) if is_path(target) else target
 
 
+def _warn_unknown_settings(targets: list[str]) -> None:
+    """One ``warning:`` line on stderr for each ``FLOWPARK_*`` variable that names no
+    setting (a typo is otherwise silently ignored), with the closest setting's name."""
+    from app.settings import unknown_names
+
+    known: list[str] = []
+    if "samples" in targets:
+        from samples.settings import SampleSettings
+
+        known = [f"FLOWPARK_{name.upper()}" for name in SampleSettings.model_fields]
+    for name, close in unknown_names(os.environ, known):
+        hint = f" (did you mean {close}?)" if close else ""
+        typer.echo(
+            f"warning: {name} is no flowpark setting and is ignored{hint}; "
+            "docs/settings.md lists them",
+            err=True,
+        )
+
+
 def _database_or_exit(url: str) -> None:
     from app.cli_ops.serving import check_database
     from app.errors import FlowparkError
@@ -250,6 +269,7 @@ def _serve(host: str, port: int, workers: int, log_level: str, flows: list[str] 
     from app.settings import Settings
 
     targets = _flows_or_exit(flows)
+    _warn_unknown_settings(targets)
     _database_or_exit(Settings().database_url)
     os.environ.setdefault("FLOWPARK_SELF_URL", f"http://{host}:{port}")
     os.environ.setdefault("FLOWPARK_GC_FREEZE", "true")  # a node process: see app.runtime.heap
@@ -346,7 +366,7 @@ def _worker(log_level: str, flows: list[str] | None, metrics_port: int | None) -
     from app.runtime.worker import run_worker
     from app.settings import Settings
 
-    _flows_or_exit(flows)
+    _warn_unknown_settings(_flows_or_exit(flows))
     if metrics_port is not None:
         os.environ["FLOWPARK_METRICS_PORT"] = str(metrics_port)
     settings = Settings()

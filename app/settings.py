@@ -6,13 +6,16 @@ import time.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import socket
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -21,12 +24,14 @@ from app.flows.durations import to_timedelta
 
 __all__ = [
     "DEFAULT_API_TOKEN",
+    "OTHER_NAMES",
     "SCOPES",
     "ApiToken",
     "Settings",
     "Subscriber",
     "overdue_before",
     "parse_api_tokens",
+    "unknown_names",
 ]
 
 DEFAULT_API_TOKEN = "dev-token"
@@ -357,6 +362,16 @@ class Settings(BaseSettings):
         parse_api_tokens(value)  # two entries with one name: refused when the node starts
         return value
 
+    @field_validator("self_url", "public_base_url")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("it is not an http:// or https:// base URL (a scheme and a host)")
+        return value.strip()
+
     @field_validator("retention")
     @classmethod
     def _retention_is_a_duration(cls, value: str) -> str:
@@ -424,3 +439,40 @@ def overdue_before(settings: Settings, now: datetime) -> datetime:
         ``now`` minus two scan intervals, and at least one second before ``now``.
     """
     return now - max(timedelta(seconds=2 * settings.timer_scan_interval), timedelta(seconds=1))
+
+
+#: ``FLOWPARK_*`` names read outside :class:`Settings`: the operator CLI's node URL and
+#: token; and the starts of those the repository's tests and benchmarks read.
+OTHER_NAMES = frozenset({"FLOWPARK_URL", "FLOWPARK_TOKEN"})
+_DEVELOPMENT = ("FLOWPARK_TEST_", "FLOWPARK_BENCH_", "FLOWPARK_GOLDEN_", "FLOWPARK_MULTINODE_")
+
+
+def unknown_names(
+    environ: Mapping[str, str], known: Iterable[str] = ()
+) -> list[tuple[str, str | None]]:
+    """The ``FLOWPARK_*`` variables of ``environ`` that name no setting, each with the
+    closest setting's name (or None), sorted by name.
+
+    Args:
+        environ: the environment (``os.environ``).
+        known: more names read from it (a served flow's settings).
+
+    Returns:
+        ``[(name, suggestion), ...]``: the names ``Settings``, :data:`OTHER_NAMES` and
+        ``known`` do not hold.
+    """
+    names = {f"FLOWPARK_{field.upper()}" for field in Settings.model_fields}
+    names |= OTHER_NAMES | {name.upper() for name in known}
+    unknown = sorted(
+        n
+        for n in environ
+        if n.upper().startswith("FLOWPARK_")
+        and n.upper() not in names
+        and not n.upper().startswith(_DEVELOPMENT)
+    )
+    tails = [n.removeprefix("FLOWPARK_") for n in names]  # compared without the shared start
+    found = []
+    for name in unknown:
+        close = difflib.get_close_matches(name.upper().removeprefix("FLOWPARK_"), tails, 1, 0.6)
+        found.append((name, f"FLOWPARK_{close[0]}" if close else None))
+    return found
