@@ -41,12 +41,14 @@ __all__ = [
     "State",
     "Token",
     "Url",
+    "WHOLE_ID_COLUMNS",
     "Waiting",
     "err",
     "is_loopback",
     "out",
     "print_table",
     "segment",
+    "shown_id",
     "with_filters",
 ]
 
@@ -73,6 +75,21 @@ _PIPED_WIDTH = 100_000
 # soft_wrap: a line on stderr is never broken at the terminal's width (80 columns when
 # piped), so an error stays one line and a cursor can be copied whole.
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+#: Terminal columns under which a table shows an instance id in the console's short form.
+WHOLE_ID_COLUMNS = 120
+
+
+def shown_id(instance_id: str) -> str:
+    """An instance id as a table shows it: whole when piped or on a terminal of
+    :data:`WHOLE_ID_COLUMNS` columns or more, else the console's short form (its first 8
+    and last 6 characters around an ellipsis, ``01a242e6…3058c5``), which every command
+    that takes an id takes too."""
+    fitted = out.is_terminal or "COLUMNS" in os.environ
+    if not fitted or out.width >= WHOLE_ID_COLUMNS or len(instance_id) <= 15:
+        return instance_id
+    return f"{instance_id[:8]}…{instance_id[-6:]}"
 
 
 def print_table(table: Table) -> None:

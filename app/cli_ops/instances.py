@@ -31,6 +31,7 @@ from app.cli_ops._client import (
     out,
     print_table,
     segment,
+    shown_id,
     with_filters,
 )
 from app.cli_ops.times import DURATION_HELP, duration_seconds
@@ -86,7 +87,7 @@ def list_instances(
         table.add_column(column, overflow="fold")
     for r in rows:
         table.add_row(
-            r["instanceId"],
+            shown_id(r["instanceId"]),
             Text(r.get("displayKey") or r.get("instanceKey") or "-"),
             f"{r['flow']}@{r['version']}",
             r["state"],

@@ -235,3 +235,26 @@ def test_a_reversed_creation_range_is_a_usage_error_sent_nowhere(
     assert done.stderr.startswith(
         "error: usage: --created-after (2026-12-05T00:00:00+00:00) is not before --created-before"
     ), done.stderr
+
+
+def test_a_narrow_terminal_lists_ids_in_the_consoles_short_form(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    row: dict[str, Any] = {
+        "instanceId": ID,
+        "flow": "document.process",
+        "version": "1.0.0",
+        "state": "suspended",
+        "waitingFor": {"kind": "poll", "capability": "ocr.status"},
+        "wakeAt": "2026-01-01T12:00:00Z",
+    }
+    answer = {"instances": [row], "nextCursor": None}
+    monkeypatch.setattr(_client._Api, "call", lambda self, *a, **k: answer)
+    for columns in ("80", "120"):
+        monkeypatch.setenv("COLUMNS", columns)
+        done = CliRunner().invoke(app, ["instances", "list", "--token", "t0ken"])
+        assert done.exit_code == 0, done.output
+        if columns == "80":
+            assert f"{ID[:8]}…{ID[-6:]}" in done.stdout and ID not in done.stdout, done.stdout
+        else:
+            assert ID in done.stdout, done.stdout
