@@ -247,6 +247,7 @@ def serve(
     """Run a node with the HTTP API and the sweep (every node sweeps).
 
     Exit codes: 1 when the host and port cannot be listened on (one line: which, and why);
+    2 when an option or a ``FLOWPARK_*`` setting is invalid (one line: which, and why);
     3 (``error: <code>: ...``) when the database is unreachable or not migrated (run
     ``flowpark db upgrade``); 4 when a flow breaks a definition rule (one line per finding:
     severity, rule code, flow, step); 5 when a flows target cannot be loaded.
@@ -349,8 +350,9 @@ def worker(
 ) -> None:
     """Run a node that only sweeps (no HTTP API): another node of the same database.
 
-    Serve the same flows as the other nodes. Exit codes as ``serve``: 3 when the database
-    is unreachable or not migrated, 4 on a definition error, 5 when flows cannot be loaded.
+    Serve the same flows as the other nodes. Exit codes as ``serve``: 2 when an option or a
+    ``FLOWPARK_*`` setting is invalid, 3 when the database is unreachable or not migrated,
+    4 on a definition error, 5 when flows cannot be loaded.
     """
     from app.runtime.heap import hold_collector, release_collector
 
