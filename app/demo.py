@@ -288,7 +288,7 @@ def _last_attempt(attempts: list[dict[str, object]]) -> str:
         text = f"attempts: {len(attempts)}, last #{last['attempt']} {last['outcome']}"
     lateness = last.get("latenessSeconds")
     if isinstance(lateness, (int, float)):
-        text += f" ({lateness:.2f} s late)"
+        text += f" ({-lateness:.2f} s early)" if lateness < 0 else f" ({lateness:.2f} s late)"
     return text
 
 

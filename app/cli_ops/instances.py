@@ -131,6 +131,14 @@ def counts(
     out.print(f"overdue: {answer['overdue']}  stuck: {answer['stuck']}  total: {answer['total']}")
 
 
+def _lateness(seconds: float | None) -> str:
+    """An attempt's lateness as the attempts table shows it: ``-`` when unknown, ``<n>
+    early`` for an attempt started before it was due (an operator's wake), else ``<n>``."""
+    if seconds is None:
+        return "-"
+    return f"{-seconds:g} early" if seconds < 0 else f"{seconds:g}"
+
+
 def _print_instance(view: dict[str, Any]) -> None:
     out.print(f"[bold]{view['instanceId']}[/bold]  {view['flow']}@{view['version']}")
     out.print(f"state: [bold]{view['state']}[/bold]  created: {_short(view['createdAt'])}")
@@ -175,7 +183,7 @@ def _print_instance(view: dict[str, Any]) -> None:
                 str(a["attempt"]),
                 _short(a.get("scheduledAt")),
                 _short(a.get("startedAt")),
-                "-" if a.get("latenessSeconds") is None else f"{a['latenessSeconds']:g}",
+                _lateness(a.get("latenessSeconds")),
                 f"{a.get('durationSeconds', 0):g}",
                 a["outcome"],
                 tries or a.get("signal", "-"),

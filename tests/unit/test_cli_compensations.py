@@ -129,3 +129,25 @@ def test_show_names_a_compensation_waiting_for_its_next_try(
     done = cli("instances", "show", ID, "--token", "t")
     assert done.exit_code == 0, done.output
     assert "waiting: retry compensation ocr.cancel undoing step 0 (ocr.upload)" in done.output
+
+
+def test_show_says_an_attempt_started_before_it_was_due_was_early(
+    node: Callable[..., list[httpx.Request]],
+) -> None:
+    attempt = {"attempt": 4, "outcome": "success", "durationSeconds": 0.01, "tries": []}
+    view = {
+        "instanceId": ID,
+        "flow": "document.process",
+        "version": "1.0.0",
+        "state": "suspended",
+        "createdAt": "2026-12-02T09:00:00Z",
+        "attempts": [
+            {**attempt, "attempt": 3, "latenessSeconds": 0.25},
+            {**attempt, "latenessSeconds": -36.695},  # an operator's wake, 36.7 s before due
+        ],
+    }
+    node(httpx.Response(200, json=view))
+    done = cli("instances", "show", ID, "--token", "t")
+    assert done.exit_code == 0, done.output
+    assert "36.695 early" in done.output and "-36.695" not in done.output
+    assert " 0.25 " in done.output

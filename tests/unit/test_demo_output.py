@@ -22,6 +22,11 @@ def test_last_polled_attempt_with_lateness() -> None:
     assert _last_attempt(attempts) == "attempts: 2, last #1 success (0.80 s late)"
 
 
+def test_an_attempt_woken_before_it_was_due_is_early_not_negatively_late() -> None:
+    attempts = [{"attempt": 0, "outcome": "success", "latenessSeconds": -1.5}]
+    assert _last_attempt(attempts) == "attempts: 1, last #0 success (1.50 s early)"
+
+
 def test_last_attempt_ended_by_a_signal() -> None:
     attempts = [
         {"attempt": 0, "outcome": "success", "latenessSeconds": 0.0},
