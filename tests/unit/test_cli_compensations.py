@@ -14,6 +14,19 @@ from tests.unit.test_cli_client import ID, PAGE, cli, node, problem
 
 __all__ = ["node"]  # the scripted node fixture, shared
 
+
+def _view(state: str, **fields: Any) -> dict[str, Any]:
+    """An instance view of the sample flow in ``state`` with ``fields`` (camelCase)."""
+    view: dict[str, Any] = {
+        "instanceId": ID,
+        "flow": "document.process",
+        "version": "1.0.0",
+        "state": state,
+        "createdAt": "2026-12-02T09:00:00Z",
+    }
+    return {**view, **fields}
+
+
 RETRIED: dict[str, Any] = {
     "instanceId": ID,
     "retried": [
@@ -89,15 +102,11 @@ def test_show_prints_each_compensation_that_failed(
         "tries": 15,
         "failedAt": "2026-12-02T10:00:00Z",
     }
-    view = {
-        "instanceId": ID,
-        "flow": "document.process",
-        "version": "1.0.0",
-        "state": "cancelled",
-        "createdAt": "2026-12-02T09:00:00Z",
-        "error": {"code": "flow.cancelled", "message": "the instance was cancelled"},
-        "compensationFailures": [failure],
-    }
+    view = _view(
+        "cancelled",
+        error={"code": "flow.cancelled", "message": "the instance was cancelled"},
+        compensationFailures=[failure],
+    )
     node(httpx.Response(200, json=view))
     done = cli("instances", "show", ID, "--token", "t")
     assert done.exit_code == 0, done.output
@@ -110,13 +119,9 @@ def test_show_prints_each_compensation_that_failed(
 def test_show_names_a_compensation_waiting_for_its_next_try(
     node: Callable[..., list[httpx.Request]],
 ) -> None:
-    view = {
-        "instanceId": ID,
-        "flow": "document.process",
-        "version": "1.0.0",
-        "state": "suspended",
-        "createdAt": "2026-12-02T09:00:00Z",
-        "waiting": {
+    view = _view(
+        "suspended",
+        waiting={
             "kind": "retry",
             "stepId": 0,
             "capabilityId": "ocr.cancel",
@@ -124,7 +129,7 @@ def test_show_names_a_compensation_waiting_for_its_next_try(
             "wakeAt": "2026-12-02T10:00:00Z",
             "undoes": {"stepId": 0, "kind": "capability", "label": "ocr.upload"},
         },
-    }
+    )
     node(httpx.Response(200, json=view))
     done = cli("instances", "show", ID, "--token", "t")
     assert done.exit_code == 0, done.output
@@ -135,17 +140,13 @@ def test_show_says_an_attempt_started_before_it_was_due_was_early(
     node: Callable[..., list[httpx.Request]],
 ) -> None:
     attempt = {"attempt": 4, "outcome": "success", "durationSeconds": 0.01, "tries": []}
-    view = {
-        "instanceId": ID,
-        "flow": "document.process",
-        "version": "1.0.0",
-        "state": "suspended",
-        "createdAt": "2026-12-02T09:00:00Z",
-        "attempts": [
+    view = _view(
+        "suspended",
+        attempts=[
             {**attempt, "attempt": 3, "latenessSeconds": 0.25},
             {**attempt, "latenessSeconds": -36.695},  # an operator's wake, 36.7 s before due
         ],
-    }
+    )
     node(httpx.Response(200, json=view))
     done = cli("instances", "show", ID, "--token", "t")
     assert done.exit_code == 0, done.output
