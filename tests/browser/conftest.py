@@ -25,11 +25,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
 
-from tests.support.eventually import eventually_sync
 from tests.support.server import SubprocessServer, serve_subprocess
 
 __all__ = ["CHROMIUM_ARGS", "start_server"]
@@ -119,19 +117,7 @@ def start_server(
     """
     shutil.copyfile(template, database)
     with serve_subprocess(f"sqlite:///{database}", log_path, settings=settings_env) as server:
-
-        def ready() -> None:
-            assert server.process.poll() is None, f"server exited:\n{server.output()}"
-            try:
-                status = httpx.get(f"{server.base_url}/healthz", timeout=2.0).status_code
-            except httpx.TransportError as exc:
-                raise AssertionError(f"not answering yet: {exc!r}") from exc
-            assert status == 200, status
-
-        try:
-            eventually_sync(ready, timeout=SERVER_READY_SECONDS, interval=0.1, what="/healthz")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n--- server output ---\n{server.output()}") from None
+        server.wait_serving(SERVER_READY_SECONDS)
         yield server
 
 

@@ -17,10 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.support.eventually import eventually_sync
 from tests.support.server import TOKEN, serve_subprocess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,16 +41,7 @@ def test_schemathesis_finds_nothing(store_url: str, tmp_path: Path) -> None:
         sample_ocr_per_page="0.05",
         timer_scan_interval="0.5",
     ) as server:
-
-        def ready() -> None:
-            assert server.process.poll() is None, f"server exited:\n{server.output()}"
-            try:
-                status = httpx.get(f"{server.base_url}/healthz", timeout=2.0).status_code
-            except httpx.TransportError as exc:
-                raise AssertionError(f"not answering yet: {exc!r}") from exc
-            assert status == 200
-
-        eventually_sync(ready, timeout=30, interval=0.1, what="/healthz")
+        server.wait_serving(30)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
         run = subprocess.run(
             [

@@ -275,6 +275,8 @@ def two_delivering_nodes(
             )
             for name in ("a", "b")
         }
+        for node in nodes.values():  # both answer before a test asks either of them
+            node.wait_serving()
         yield nodes
 
 

@@ -36,6 +36,7 @@ from app.runtime.forwarded import forwarded_options
 from app.settings import Settings
 from samples.registry import sample_flows
 from samples.settings import SampleSettings
+from tests.support.eventually import eventually_sync
 
 __all__ = [
     "TOKEN",
@@ -228,6 +229,29 @@ class SubprocessServer:
         return httpx.AsyncClient(
             base_url=self.base_url, timeout=timeout, headers={"Authorization": f"Bearer {token}"}
         )
+
+    def wait_serving(self, timeout: float = STARTUP_TIMEOUT) -> None:
+        """Return once ``/healthz`` answers 200.
+
+        Raises:
+            AssertionError: the node exited, or did not answer within ``timeout`` seconds
+                (the message holds its output).
+        """
+
+        def serving() -> None:
+            assert self.process.poll() is None, "the node exited"
+            try:
+                status = httpx.get(f"{self.base_url}/healthz", timeout=2.0).status_code
+            except httpx.TransportError as exc:
+                raise AssertionError(f"not serving yet: {exc}") from exc
+            assert status == 200, status
+
+        try:
+            eventually_sync(
+                serving, timeout=timeout, interval=0.1, what=f"{self.base_url} /healthz"
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- server output ---\n{self.output()}") from None
 
 
 def flowpark_command() -> list[str]:
