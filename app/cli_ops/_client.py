@@ -49,6 +49,7 @@ __all__ = [
     "print_table",
     "segment",
     "shown_id",
+    "usage_error",
     "with_filters",
 ]
 
@@ -90,6 +91,16 @@ def shown_id(instance_id: str) -> str:
     if not fitted or out.width >= WHOLE_ID_COLUMNS or len(instance_id) <= 15:
         return instance_id
     return f"{instance_id[:8]}…{instance_id[-6:]}"
+
+
+def usage_error(message: str) -> NoReturn:
+    """Print ``error: usage: <message>`` (one line, on stderr) and exit 2.
+
+    Raises:
+        typer.Exit: always, with code 2.
+    """
+    err.print(f"error: {ErrorCode.USAGE}: {message}", markup=False)
+    raise typer.Exit(2)
 
 
 def print_table(table: Table) -> None:
@@ -176,12 +187,10 @@ class _Filters:
         }
         after, before = self.values["createdAfter"], self.values["createdBefore"]
         if after and before and datetime.fromisoformat(after) >= datetime.fromisoformat(before):
-            err.print(
-                f"error: {ErrorCode.USAGE}: --created-after ({after}) is not before "
-                f"--created-before ({before}): no instance was created between them",
-                markup=False,
+            usage_error(
+                f"--created-after ({after}) is not before --created-before ({before}): "
+                "no instance was created between them"
             )
-            raise typer.Exit(2)
 
     def query(self) -> dict[str, Any]:
         return {k: v for k, v in self.values.items() if v is not None}
@@ -419,7 +428,7 @@ class _Api:
             return text
         short = _SHORT_ID.fullmatch(text)
         if short is None and not _ID_PREFIX.fullmatch(text):
-            self._usage(
+            usage_error(
                 f"{instance_id!r} is no instance id: give the id, its first 4 characters or "
                 "more, or the console's short form (01a242e6…3058c5)"
             )
@@ -428,7 +437,7 @@ class _Api:
             err.print(f"error: instance_not_found: no instance id matches {text}", markup=False)
             raise typer.Exit(EXIT_NOT_FOUND)
         if len(found) > 1:
-            self._usage(f"more than one instance id matches {text}: give more of it")
+            usage_error(f"more than one instance id matches {text}: give more of it")
         return found[0]
 
     def _ids_starting(self, start: str, end: str) -> list[str]:
@@ -444,12 +453,7 @@ class _Api:
             if len(found) > 1 or not end or not page.get("nextCursor"):
                 return found[:2]
             params["cursor"] = page["nextCursor"]
-        self._usage(f"too many instance ids start with {start}: give more of its start")
-
-    @staticmethod
-    def _usage(message: str) -> NoReturn:
-        err.print(f"error: {ErrorCode.USAGE}: {message}", markup=False)
-        raise typer.Exit(2)
+        usage_error(f"too many instance ids start with {start}: give more of its start")
 
 
 def _field_errors(errors: Any) -> str:

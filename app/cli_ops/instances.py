@@ -32,10 +32,10 @@ from app.cli_ops._client import (
     print_table,
     segment,
     shown_id,
+    usage_error,
     with_filters,
 )
 from app.cli_ops.times import DURATION_HELP, duration_seconds
-from app.errors import ErrorCode
 
 __all__ = ["instances_app"]
 
@@ -358,10 +358,7 @@ def _act(
         if instance_id is not None:
             instance_id = api.resolve(instance_id)
             if filters.any() or every:
-                err.print(
-                    f"error: {ErrorCode.USAGE}: give an instance id, or filters or --all, not both"
-                )
-                raise typer.Exit(2)
+                usage_error("give an instance id, or filters or --all, not both")
             answer = api.call("POST", f"/api/v1/instances/{segment(instance_id)}/{action}", key=key)
             if as_json:
                 _json(answer)
@@ -377,11 +374,10 @@ def _act(
                 )
             return
         if not filters.any() and not every:
-            err.print(
-                f"error: {ErrorCode.USAGE}: {action} needs an instance id, at least one "
-                "filter, or --all to act on every instance"
+            usage_error(
+                f"{action} needs an instance id, at least one filter, or --all to act on "
+                "every instance"
             )
-            raise typer.Exit(2)
         totals = _bulk(api, action, filters, every, batch, dry_run, key, yes)
     if as_json:
         _json(totals)
@@ -543,8 +539,7 @@ def signal(
     try:
         payload = json.loads(data)
     except ValueError as exc:
-        err.print(f"error: {ErrorCode.USAGE}: --data is not JSON: {exc}")
-        raise typer.Exit(2) from None
+        usage_error(f"--data is not JSON: {exc}")
     with _api(url, token) as api:
         instance_id = api.resolve(instance_id)
         answer = api.call(
