@@ -46,6 +46,10 @@ SCAN = 0.5
 LEASE = 2.0
 #: Work between the end instant and the ending write (a claim, a run), on a loaded machine.
 SLACK = timedelta(seconds=1.5)
+#: The same after a retry window: the ending write follows a last try's claim, its call to
+#: the provider and its failure's commit, each delayed on a loaded machine (4.6 s seen on
+#: two cores running the whole suite).
+TRY_SLACK = 4 * SLACK
 NODE = Path(__file__).with_name("deadline_node.py")
 #: The store the two nodes share (``store_url``'s PostgreSQL kind only).
 TWO_NODES_STORE = pytest.mark.parametrize(
@@ -293,6 +297,6 @@ async def test_killed_in_a_heartbeating_try_the_retry_window_holds(
         called = [r for r in tries if r["errorType"] != "retry_window_ended"]
         assert all(instant(r["startedAt"]) <= ends for r in called)  # none after the window
         ended_at = instant(final["updatedAt"])
-        assert ended_at <= ends + timedelta(seconds=SCAN) + SLACK, (ended_at, ends, tries)
+        assert ended_at <= ends + timedelta(seconds=SCAN) + TRY_SLACK, (ended_at, ends, tries)
         # the last try was refused a successor because it would start past the end
         assert instant(tries[-1]["committedAt"]) + timedelta(seconds=0.5) > ends
