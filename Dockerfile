@@ -11,12 +11,12 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY alembic ./alembic
-COPY app ./app
 COPY samples ./samples
 COPY flowpark ./flowpark
 RUN pip wheel --no-deps --wheel-dir /dist .
 
-# Run the installed distribution: no source tree beside it.
+# Run the installed distribution; beside it only app/, the deployable application
+# (uvicorn app.main:app), which is never installed.
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -28,6 +28,7 @@ RUN pip install /dist/*.whl && rm -rf /dist
 RUN useradd --system --create-home --home-dir /var/lib/flowpark flowpark
 USER flowpark
 WORKDIR /var/lib/flowpark
+COPY app /opt/flowpark/app
 
 # SQLite file on a volume; set FLOWPARK_DATABASE_URL=postgresql://... for PostgreSQL.
 # FLOWPARK_SELF_URL: how the node calls itself (the samples' fake providers and webhooks).
@@ -43,4 +44,4 @@ EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4)"]
 
-CMD ["sh", "-c", "flowpark db upgrade && exec flowpark serve --host 0.0.0.0 --port 8000"]
+CMD ["sh", "-c", "flowpark db upgrade && exec uvicorn --app-dir /opt/flowpark app.main:app --host 0.0.0.0 --port 8000"]

@@ -1,8 +1,8 @@
 """Alembic environment for flowpark.
 
 The database URL is, in order: ``-x url=...`` on the command line, the ``url`` config
-attribute (set by :func:`app.store.migrate.upgrade`), ``FLOWPARK_DATABASE_URL``, or
-``sqlite:///flowpark.db``. Plain URLs are accepted; :func:`app.store.db.sync_url` picks the
+attribute (set by :func:`flowpark.store.migrate.upgrade`), ``FLOWPARK_DATABASE_URL``, or
+``sqlite:///flowpark.db``. Plain URLs are accepted; :func:`flowpark.store.db.sync_url` picks the
 synchronous driver.
 """
 
@@ -15,8 +15,8 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Connection
 
-from app.store.db import is_sqlite, sync_url
-from app.store.tables import include_in_compare, metadata
+from flowpark.store.db import is_sqlite, sync_url
+from flowpark.store.tables import include_in_compare, metadata
 
 DEFAULT_URL = "sqlite:///flowpark.db"
 

@@ -16,8 +16,8 @@ import importlib
 import logging
 import sys
 
-from app.runtime.loop import run
 from bench.common import bench_store, err_console, machine
+from flowpark.runtime.loop import run
 
 SCENARIOS = {
     # name: (module, default N)

@@ -38,9 +38,9 @@ from rich.table import Table
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from app.store.db import sync_url
-from app.store.migrate import upgrade
-from app.store.tables import metadata
+from flowpark.store.db import sync_url
+from flowpark.store.migrate import upgrade
+from flowpark.store.tables import metadata
 
 __all__ = [
     "API_TOKEN",
@@ -223,7 +223,7 @@ def _log_file(name: str) -> Path:
 
 @contextmanager
 def spawn_fake_ocr(*, pending_reads: int | None = None) -> Iterator[Server]:
-    """The fake OCR provider (``samples.fakes``) in its own uvicorn process on loopback.
+    """The fake OCR provider (``flowpark.samples.fakes``) in its own uvicorn process on loopback.
 
     ``pending_reads``: a job answers ``pending`` to that many status reads, then
     ``completed`` (None: pending until completed by the ``complete`` route).

@@ -39,28 +39,36 @@ __all__ = ["LAYERS", "install", "layer_table"]
 
 #: (layer, path prefixes): the first layer one of whose prefixes starts a frame's file wins.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("database: store, SQLAlchemy, psycopg", ("psycopg/", "sqlalchemy/", "greenlet", "app/store/")),
+    (
+        "database: store, SQLAlchemy, psycopg",
+        ("psycopg/", "sqlalchemy/", "greenlet", "flowpark/store/"),
+    ),
     (
         "outbound calls: httpx, aiohttp, the sample's OCR client",
         ("httpx/", "httpx_aiohttp/", "aiohttp/", "yarl/", "multidict/", "aiohappyeyeballs/")
-        + ("samples/", "app/runtime/http.py"),
+        + ("samples/", "flowpark/runtime/http.py"),
     ),
     (
         "metrics, logs, traces",
-        ("prometheus_client/", "opentelemetry/", "logging/", "app/runtime/observe.py")
-        + ("app/runtime/metrics.py", "app/runtime/logs.py", "app/runtime/tracing.py"),
+        ("prometheus_client/", "opentelemetry/", "logging/", "flowpark/runtime/observe.py")
+        + (
+            "flowpark/runtime/metrics.py",
+            "flowpark/runtime/logs.py",
+            "flowpark/runtime/tracing.py",
+        ),
     ),
-    ("engine: start, decide, execute, park", ("app/engine/", "app/flows/")),
+    ("engine: start, decide, execute, park", ("flowpark/engine/", "flowpark/flows/")),
     (
         "HTTP in and out: uvicorn, Starlette, FastAPI, middleware, auth, body, answer",
-        ("uvicorn/", "starlette/", "fastapi/", "app/api/", "app/runtime/app.py"),
+        ("uvicorn/", "starlette/", "fastapi/", "flowpark/api/", "flowpark/runtime/app.py"),
     ),
     ("event loop", ("asyncio/", "uvloop/")),
 ]
 
 
 def _short(path: str, roots: list[str]) -> str:
-    """``path`` from its ``sys.path`` entry on (``app/engine/engine.py``, ``httpx/_client.py``)."""
+    """``path`` from its ``sys.path`` entry on
+    (``flowpark/engine/engine.py``, ``httpx/_client.py``)."""
     for root in roots:
         if path.startswith(root):
             return path[len(root) :]
@@ -185,7 +193,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--folded", default=None, help="also keep the folded stacks here")
     args = parser.parse_args()
-    from app.runtime.loop import run
+    from flowpark.runtime.loop import run
 
     run(_profile(args.n, args.folded))
     return 0

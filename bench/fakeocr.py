@@ -1,4 +1,4 @@
-"""The fake OCR provider of ``samples.fakes`` as the benchmarks run it: in its own process
+"""The fake OCR provider of ``flowpark.samples.fakes`` as the benchmarks run it: in its own process
 (``python -m bench.serve --fake-ocr``, uvicorn on loopback).
 
 The provider is a third party: running it in its own process keeps its in-memory jobs out
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections import Counter
 from datetime import timedelta
 
-from samples.fakes import FakeOcrService
-from samples.fakes.ocr import OcrJobView
+from flowpark.samples.fakes import FakeOcrService
+from flowpark.samples.fakes.ocr import OcrJobView
 
 __all__ = ["CountingOcr"]
 

@@ -339,7 +339,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=None)
     parser.add_argument("--rate", type=float, default=None)
     args = parser.parse_args()
-    from app.runtime.loop import run
+    from flowpark.runtime.loop import run
 
     job, default_n = GROUPS[args.group]
     n = args.n or default_n

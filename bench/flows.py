@@ -19,10 +19,10 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel
 
-from app.engine.clock import SystemClock
-from app.engine.engine import Engine, EngineConfig
-from app.flows import Backoff, Capability, Catalog, Flow, StepContext
-from app.store import SqlJournal, make_async_engine
+from flowpark.engine.clock import SystemClock
+from flowpark.engine.engine import Engine, EngineConfig
+from flowpark.flows import Backoff, Capability, Catalog, Flow, StepContext
+from flowpark.store import SqlJournal, make_async_engine
 
 __all__ = ["PeersInput", "Probe", "ProbeCheck", "build_peers_flow", "node_engine"]
 
@@ -113,8 +113,8 @@ async def node_engine(
     http = None
     if ocr_url is not None:
         # imported here: a node without the OCR starts faster (see the peers restart)
-        from app.runtime.http import outbound_client
-        from samples.document_processing import OcrClient, build_document_flow
+        from flowpark.runtime.http import outbound_client
+        from flowpark.samples.document_processing import OcrClient, build_document_flow
 
         http = outbound_client(10)
         catalog.register(build_document_flow(OcrClient(http, ocr_url)))
@@ -122,8 +122,8 @@ async def node_engine(
         catalog.register(flow)
     telemetry = None
     if metrics:
-        from app.runtime.telemetry import Telemetry
-        from app.settings import Settings
+        from flowpark.runtime.telemetry import Telemetry
+        from flowpark.settings import Settings
 
         telemetry = Telemetry(Settings(database_url=url, node_id=node_id))
     # keyword arguments only when set, so the harness also drives older revisions of the

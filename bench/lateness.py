@@ -19,9 +19,9 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from app.runtime.scheduler import Sweeper
 from bench.common import BenchStore, Result, percentiles, progress, run_concurrently, sql
 from bench.flows import Probe, build_peers_flow, node_engine
+from flowpark.runtime.scheduler import Sweeper
 
 __all__ = ["run", "wait_completed"]
 

@@ -29,10 +29,10 @@ import httpx
 from sqlalchemy import create_engine, text
 from sqlalchemy.dialects import postgresql
 
-from app.engine.ports.operator import InstanceFilter
-from app.store.db import sync_url
-from app.store.listing import SqlOperatorReads
 from bench.common import API_TOKEN, BenchStore, Result, err_console, percentiles, spawn_server
+from flowpark.engine.ports.operator import InstanceFilter
+from flowpark.store.db import sync_url
+from flowpark.store.listing import SqlOperatorReads
 
 __all__ = ["FILTERS", "run"]
 
@@ -148,8 +148,8 @@ def _plans(store: BenchStore, now: datetime, filters: dict[str, dict[str, Any]])
     """EXPLAIN of each filter's first-page statement (as the store builds it)."""
     from sqlalchemy import select
 
-    from app.store.listing import _SUMMARY, filter_clauses
-    from app.store.mapping import INSTANCE
+    from flowpark.store.listing import _SUMMARY, filter_clauses
+    from flowpark.store.mapping import INSTANCE
 
     assert SqlOperatorReads  # the statement below is list_instances' first page
     eng = create_engine(sync_url(store.url))
@@ -177,7 +177,7 @@ async def _measure_store(
     store: BenchStore, now: datetime, filters: dict[str, dict[str, Any]], repeat: int
 ) -> dict[str, list[float]]:
     """The same first pages through the store's read model in this process (no HTTP)."""
-    from app.store import SqlJournal, make_async_engine
+    from flowpark.store import SqlJournal, make_async_engine
 
     db = make_async_engine(store.url)
     reads = SqlJournal(db).reads

@@ -4,7 +4,7 @@ its own process (so its RSS is its own and it can be SIGKILLed).
 The node is what ``create_app``/``flowpark worker`` run: an ``Engine`` on the store with
 the ``SystemClock`` and the production ``Sweeper`` (periodic sweep + in-process wakes),
 with the ``bench.peers`` flow registered, its heap settled as the worker's
-(:mod:`app.runtime.heap`, when the side has it).
+(:mod:`flowpark.runtime.heap`, when the side has it).
 
 Modes:
 * ``drive``: start N flows (``--concurrency`` at a time, at most ``--rate`` per second when
@@ -29,10 +29,10 @@ from datetime import timedelta
 
 def _hold_collector() -> None:
     """What ``flowpark worker`` does first: pause the collector until the node has started
-    (:func:`app.runtime.heap.hold_collector`; :func:`_settle_heap` resumes it). A revision
+    (:func:`flowpark.runtime.heap.hold_collector`; :func:`_settle_heap` resumes it). A revision
     without it keeps the collector on."""
     try:
-        from app.runtime.heap import hold_collector
+        from flowpark.runtime.heap import hold_collector
     except ImportError:
         return
     hold_collector()
@@ -43,9 +43,9 @@ if __name__ == "__main__":
 
 from sqlalchemy import text  # noqa: E402 - after the collector is held, as the worker
 
-from app.runtime.loop import run  # noqa: E402
-from app.runtime.scheduler import Sweeper  # noqa: E402
 from bench.flows import Probe, build_peers_flow, node_engine  # noqa: E402
+from flowpark.runtime.loop import run  # noqa: E402
+from flowpark.runtime.scheduler import Sweeper  # noqa: E402
 
 
 async def _count(engine, state: str) -> int:  # type: ignore[no-untyped-def]
@@ -125,9 +125,9 @@ async def main(args: argparse.Namespace) -> None:
 def _settle_heap() -> None:
     """What ``flowpark worker`` does once started (``FLOWPARK_GC_FREEZE``, on by default
     there; it also resumes a collector :func:`_hold_collector` paused); a revision without
-    :mod:`app.runtime.heap` keeps the collector's defaults."""
+    :mod:`flowpark.runtime.heap` keeps the collector's defaults."""
     try:
-        from app.runtime.heap import settle_heap
+        from flowpark.runtime.heap import settle_heap
     except ImportError:
         return
     settle_heap()

@@ -20,8 +20,8 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from app.store.db import sync_url
 from bench.common import pg_admin_url
+from flowpark.store.db import sync_url
 
 __all__ = ["pgbench_tps"]
 

@@ -4,7 +4,7 @@ Setup: the ``signal`` scenario's run (N documents started over HTTP, their OCR j
 completed, each ended by its ``ocr.completed`` signal), so every instance is completed
 with the rows a real one leaves: journal (with its deadline row), signal, outbox event.
 Then the store's size is read (``bytes_per_document``), the retention purge deletes every
-ended instance (:class:`app.store.retention.SqlRetention`, batches of 500, cutoff in the
+ended instance (:class:`flowpark.store.retention.SqlRetention`, batches of 500, cutoff in the
 future), and the size is read again after a plain ``VACUUM`` (space reusable, files not
 shrunk: ``bytes_per_document_after_purge``) and after ``VACUUM FULL`` (files rewritten:
 ``bytes_per_document_after_vacuum_full``). Also ``purge_s`` and ``instances_per_s``.
@@ -18,10 +18,10 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
-from app.store.db import make_async_engine, sync_url
-from app.store.retention import SqlRetention
 from bench import signal as signal_bench
 from bench.common import BenchStore, Result, store_size_bytes
+from flowpark.store.db import make_async_engine, sync_url
+from flowpark.store.retention import SqlRetention
 
 __all__ = ["run"]
 

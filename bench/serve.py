@@ -6,7 +6,7 @@ own ``--host/--port`` binding makes a protocol-0 socket, so every keep-alive res
 written in two pieces waits for the client's delayed ACK (~40 ms) under Nagle's algorithm.
 Binding the socket here keeps that artefact out of the figures.
 
-``--app`` serves ``app.runtime.app:create_app`` (settings from ``FLOWPARK_*``, with
+``--app`` serves ``flowpark.runtime.app:create_app`` (settings from ``FLOWPARK_*``, with
 ``FLOWPARK_GC_FREEZE`` true unless set, as ``flowpark serve`` runs it);
 ``--fake-ocr`` serves the fake OCR (see :mod:`bench.fakeocr`). With
 ``FLOWPARK_BENCH_CPUPROFILE`` set the process samples its CPU (:mod:`bench.cpuprofile`).
@@ -43,7 +43,7 @@ def main() -> None:
 
         install(os.environ["FLOWPARK_BENCH_CPUPROFILE"])
     if args.app:
-        from app.runtime.app import create_app
+        from flowpark.runtime.app import create_app
 
         # as `flowpark serve` runs it (a revision without the setting ignores it)
         os.environ.setdefault("FLOWPARK_GC_FREEZE", "true")
@@ -51,7 +51,7 @@ def main() -> None:
         app = create_app()
     else:
         from bench.fakeocr import CountingOcr
-        from samples.fakes import FakeJobService, create_fakes_app
+        from flowpark.samples.fakes import FakeJobService, create_fakes_app
 
         app = create_fakes_app(CountingOcr(args.pending_reads), FakeJobService())
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")

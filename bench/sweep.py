@@ -22,7 +22,6 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app.store import make_async_engine
 from bench.common import (
     BenchStore,
     CpuMeter,
@@ -33,6 +32,7 @@ from bench.common import (
     sql,
 )
 from bench.flows import document_input, node_engine
+from flowpark.store import make_async_engine
 
 __all__ = ["run", "baseline_tps"]
 

@@ -15,8 +15,8 @@ start and follow instances from a service with :class:`flowpark.Client` (or
 
 from typing import TYPE_CHECKING, Any
 
-from app.errors import DefinitionError, FlowFailure, FlowsUnloadable
-from app.flows import (
+from flowpark.errors import DefinitionError, FlowFailure, FlowsUnloadable
+from flowpark.flows import (
     Backoff,
     Bag,
     Block,
@@ -44,7 +44,7 @@ from app.flows import (
     bag_key,
     check_flow,
 )
-from app.runtime.loading import Deps
+from flowpark.runtime.loading import Deps
 
 if TYPE_CHECKING:  # loaded on first use: a flows module's import loads no HTTP client
     from flowpark.client import AsyncClient, Client

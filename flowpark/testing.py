@@ -1,10 +1,347 @@
-"""Testing flows on a virtual clock: the production engine and journal on a real store.
+"""A harness for testing flows: the production engine, plan, journal and sweep on a real store,
+driven by a virtual clock.
 
-See :class:`FlowHarness` (open a harness over your flows, start instances, move the clock to
-each instant an instance recorded) and :class:`Scripted` (a stand-in capability playing
-scripted outcomes).
+Example (pytest with pytest-asyncio)::
+
+    from flowpark.testing import FlowHarness, Scripted
+
+    async def test_document_waits_then_completes():
+        async with FlowHarness.open(
+            [my_flow],
+            substitutes={"ocr.status": Scripted(pending, pending, done)},
+        ) as h:
+            started = await h.start("document.process", {"documentId": "d1", "pages": 1})
+            assert started.instance.state == "suspended"
+            assert not await h.holds_lease(started.instance.id)
+            await h.advance_to_next_wake(started.instance.id)   # attempt 1
+            await h.advance_to_next_wake(started.instance.id)   # attempt 2: done
+            assert (await h.instance(started.instance.id)).state == "completed"
+            assert await h.calls(started.instance.id, "ocr.status") == 3
+
+The clock moves to the instant the instance itself recorded (``wake_at``), never to one the
+test computes, so jittered schedules need no copy of the random draw.
 """
 
-from app.testing import FlowHarness, Scripted, substitute
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from flowpark.engine.clock import VirtualClock
+from flowpark.engine.engine import Engine, EngineConfig, StartResult, SweepReport
+from flowpark.engine.journal import InstanceRecord, Snapshot, StepKind
+from flowpark.flows.builder import AwaitItem, Flow, Item, PollItem, StepItem
+from flowpark.flows.capability import Capability, Decision, StepContext
+from flowpark.flows.catalog import Catalog
+from flowpark.store.db import make_async_engine
+from flowpark.store.migrate import head_revision, upgrade
+from flowpark.store.sql_journal import SqlJournal
 
 __all__ = ["FlowHarness", "Scripted", "substitute"]
+
+_TEMPLATES: dict[str, Path] = {}
+
+
+class Scripted(Capability):
+    """A stand-in capability that plays scripted outcomes, one per call.
+
+    Each outcome is a pydantic model (put in the bag), a :class:`~flowpark.flows.Decision`
+    (returned), an exception instance (raised: a failed try), ``None`` (nothing), or a
+    callable ``f(ctx)`` (sync or async) whose return value is treated the same way. The
+    last outcome repeats when the script runs out.
+
+    Attributes:
+        calls: how many times it ran.
+    """
+
+    def __init__(self, *outcomes: Any) -> None:
+        if not outcomes:
+            raise ValueError("Scripted needs at least one outcome")
+        self.outcomes = list(outcomes)
+        self.calls = 0
+
+    def bind(self, original: Capability) -> Scripted:
+        """Take over ``original``'s id, flags, bag types and options."""
+        self.id = original.id  # type: ignore[misc]
+        self.idempotent = original.idempotent  # type: ignore[misc]
+        self.reads = original.reads  # type: ignore[misc]
+        self.puts = original.puts  # type: ignore[misc]
+        self.options = original.options  # type: ignore[misc]
+        self.secret_fields = original.secret_fields  # type: ignore[misc]
+        self._original = original
+        return self
+
+    def redact(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The stood-in capability's redaction (its own hook, when bound)."""
+        original = getattr(self, "_original", None)
+        return original.redact(values) if original is not None else super().redact(values)
+
+    async def execute(self, ctx: StepContext) -> Decision | None:
+        """Play the next scripted outcome (the last repeats)."""
+        outcome = self.outcomes[min(self.calls, len(self.outcomes) - 1)]
+        self.calls += 1
+        if callable(outcome) and not isinstance(outcome, BaseModel | BaseException):
+            outcome = outcome(ctx)
+            if hasattr(outcome, "__await__"):
+                outcome = await outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if isinstance(outcome, BaseModel):
+            ctx.put(outcome)
+            return None
+        return outcome  # type: ignore[no-any-return]
+
+
+def _swap(items: list[Item], subs: Mapping[str, Capability]) -> None:
+    for item in items:
+        if isinstance(item, StepItem):
+            cap = item.capability
+            if isinstance(cap, Capability) and cap.id in subs:
+                item.capability = subs[cap.id]
+            if item.compensation is not None and item.compensation.id in subs:
+                item.compensation = subs[item.compensation.id]
+            if item.on_failure:
+                _swap(item.on_failure, subs)
+        elif isinstance(item, PollItem):
+            if isinstance(item.body, Capability) and item.body.id in subs:
+                item.body = subs[item.body.id]
+            if item.on_timeout:
+                _swap(item.on_timeout, subs)
+        elif isinstance(item, AwaitItem) and item.on_timeout:
+            _swap(item.on_timeout, subs)
+
+
+def _originals(items: list[Item]) -> dict[str, Capability]:
+    found: dict[str, Capability] = {}
+    for item in items:
+        if isinstance(item, StepItem):
+            if isinstance(item.capability, Capability):
+                found[item.capability.id] = item.capability
+            if item.compensation is not None:
+                found[item.compensation.id] = item.compensation
+            found.update(_originals(item.on_failure or []))
+        elif isinstance(item, PollItem):
+            if isinstance(item.body, Capability):
+                found[item.body.id] = item.body
+            found.update(_originals(item.on_timeout or []))
+        elif isinstance(item, AwaitItem):
+            found.update(_originals(item.on_timeout or []))
+    return found
+
+
+def substitute(flow: Flow, substitutes: Mapping[str, Capability]) -> Flow:
+    """Replace capabilities of ``flow`` by id (in place; returns the flow).
+
+    :class:`Scripted` stand-ins take over the original's id, flags and options.
+
+    Raises:
+        KeyError: an id that the flow does not use.
+    """
+    originals = _originals(flow.items)
+    for cap_id, stand_in in substitutes.items():
+        if cap_id not in originals:
+            raise KeyError(f"{flow.name} has no capability {cap_id!r}")
+        if isinstance(stand_in, Scripted):
+            stand_in.bind(originals[cap_id])
+    _swap(flow.items, substitutes)
+    return flow
+
+
+def _sqlite_template() -> Path:
+    head = head_revision()
+    if head not in _TEMPLATES:
+        folder = Path(tempfile.mkdtemp(prefix="flowpark-template-"))
+        path = folder / "template.db"
+        upgrade(f"sqlite:///{path}")
+        _TEMPLATES[head] = path
+    return _TEMPLATES[head]
+
+
+class FlowHarness:
+    """The production engine on a real store with a virtual clock.
+
+    Build with :meth:`open` (an async context manager). Attributes: ``clock``
+    (:class:`VirtualClock`), ``engine``, ``journal`` (:class:`SqlJournal`), ``catalog``.
+    """
+
+    def __init__(self, engine: Engine, journal: SqlJournal, clock: VirtualClock, db: Any) -> None:
+        self.engine = engine
+        self.journal = journal
+        self.clock = clock
+        self.catalog = engine.catalog
+        self._db = db
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        flows: Iterable[Flow],
+        *,
+        database_url: str | None = None,
+        substitutes: Mapping[str, Capability] | None = None,
+        start: datetime | None = None,
+        config: EngineConfig | None = None,
+        migrate: bool = True,
+    ) -> AsyncIterator[FlowHarness]:
+        """Open a harness.
+
+        Args:
+            flows: flows to register (capabilities substituted first).
+            database_url: a store URL (``postgresql://...`` to test on PostgreSQL);
+                default a fresh SQLite file in a temporary folder, migrated to head.
+            substitutes: capability id -> stand-in (:class:`Scripted` or any Capability).
+            start: the virtual clock's first instant (aware UTC).
+            config: engine config (default node ``harness``, 30 s lease).
+            migrate: run ``alembic upgrade head`` on ``database_url`` first.
+        """
+        folder = None
+        if database_url is None:
+            folder = Path(tempfile.mkdtemp(prefix="flowpark-harness-"))
+            shutil.copyfile(_sqlite_template(), folder / "flowpark.db")
+            database_url = f"sqlite:///{folder / 'flowpark.db'}"
+        elif migrate:
+            upgrade(database_url)
+        catalog = Catalog()
+        for flow in flows:
+            if substitutes:
+                substitute(
+                    flow, {k: v for k, v in substitutes.items() if k in _originals(flow.items)}
+                )
+            catalog.register(flow)
+        db = make_async_engine(database_url)
+        clock = VirtualClock(start)
+        journal = SqlJournal(db)
+        engine = Engine(journal, catalog, clock, config or EngineConfig(node_id="harness"))
+        try:
+            yield cls(engine, journal, clock, db)
+        finally:
+            # runs still going in the background (a test that failed before draining) are
+            # cancelled first: a run left going would use the pool after its disposal and
+            # leave a connection unreturned into the next test
+            await engine.close()
+            await db.dispose()
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+
+    def with_engine(self, *, node_id: str, clock: VirtualClock | None = None) -> Engine:
+        """Another engine (another 'node') on the same store and catalog."""
+        return Engine(
+            self.journal,
+            self.catalog,
+            clock or self.clock,
+            replace(self.engine.config, node_id=node_id),
+        )
+
+    async def start(
+        self,
+        flow: str,
+        payload: Any,
+        *,
+        version: str | None = None,
+        idempotency_key: str | None = None,
+        instance_key: str | None = None,
+    ) -> StartResult:
+        """Start ``flow`` (latest version unless given) and advance it until it parks or
+        ends, or until it starts a try of a heartbeating capability: that run goes on in the
+        background (``await h.engine.drain()`` waits for it; the try's ``ctx.sleep`` waits
+        on the virtual clock)."""
+        plan = self.catalog.get(flow, version) if version else self.catalog.latest(flow)
+        return await self.engine.start(
+            plan, payload, idempotency_key=idempotency_key, instance_key=instance_key
+        )
+
+    async def signal(
+        self,
+        instance_id: str,
+        name: str,
+        payload: Any,
+        *,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Deliver signal ``name`` to the instance as its HTTP route does, and answer what
+        the route answers (its JSON body): ``signalId``, ``name``, ``payload``,
+        ``receivedAt``, ``takenAt``, ``takenStepId``, ``matched`` (true: a wait took it;
+        false: the wait's ``match`` refused it, kept and ending nothing; null: it waits in
+        the mailbox), ``instanceId``, ``created`` (false for a repeat of
+        ``idempotency_key``) and the instance's ``state`` after the run it started.
+
+        Raises:
+            InstanceNotFound, SignalNotDeclared, InputInvalid (the payload does not
+            validate), InstanceEnded: as the route answers them (404, 404, 422, 409).
+        """
+        from flowpark.api.views import signal_answer
+
+        delivery = await self.engine.deliver(instance_id, name, payload, idempotency_key)
+        answer = signal_answer(delivery.signal, instance_id, delivery.created, delivery.state)
+        return answer.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+    async def instance(self, instance_id: str) -> InstanceRecord:
+        """The instance row as stored now."""
+        return await self.journal.reads.get_instance(instance_id)
+
+    async def snapshot(self, instance_id: str) -> Snapshot:
+        """The instance, its journal and its untaken signals, as stored now."""
+        return await self.journal.reads.load(instance_id)
+
+    async def holds_lease(self, instance_id: str) -> bool:
+        """True when any node holds a live lease on the instance."""
+        inst = await self.instance(instance_id)
+        return (
+            inst.lease_owner is not None
+            and inst.lease_expires_at is not None
+            and inst.lease_expires_at > self.clock.now()
+        )
+
+    async def calls(
+        self, instance_id: str, capability_id: str, kind: StepKind = StepKind.STEP
+    ) -> int:
+        """Journal rows of ``capability_id`` (one per try) for the instance."""
+        snap = await self.snapshot(instance_id)
+        return sum(1 for r in snap.steps if r.capability_id == capability_id and r.kind is kind)
+
+    async def sweep(self) -> SweepReport:
+        """Sweep once at the virtual clock's now (claims due instances and advances them)."""
+        return await self.engine.sweep()
+
+    async def advance_to_next_wake(self, instance_id: str | None = None) -> SweepReport:
+        """Move the clock to the recorded ``wake_at`` of ``instance_id`` (or the earliest
+        suspended instance's) and sweep.
+
+        Raises:
+            AssertionError: the instance is not parked with a wake instant.
+        """
+        if instance_id is not None:
+            inst = await self.instance(instance_id)
+            assert inst.wake_at is not None, f"{instance_id} has no wake ({inst.state})"
+            target = inst.wake_at
+        else:
+            target = await self.journal.reads.next_wake()
+            assert target is not None, "no parked instance has a wake instant"
+        if target > self.clock.now():
+            self.clock.set(target)
+        return await self.sweep()
+
+    async def advance(self, delta: timedelta) -> SweepReport:
+        """Move the clock forward by ``delta`` and sweep."""
+        self.clock.advance(delta)
+        return await self.sweep()
+
+    async def wait_until(
+        self, predicate: Callable[[InstanceRecord], bool], instance_id: str, *, limit: int = 1000
+    ) -> InstanceRecord:
+        """Advance from wake to wake until ``predicate(instance)`` holds (at most ``limit``
+        wakes)."""
+        for _ in range(limit):
+            inst = await self.instance(instance_id)
+            if predicate(inst):
+                return inst
+            await self.advance_to_next_wake(instance_id)
+        raise AssertionError(f"{instance_id} did not reach the expected state")

@@ -11,12 +11,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 
-from app.flows import Flow, SignedWebhook
-from app.redaction import register_secrets
-from app.runtime.loading import Deps
-from samples.document_processing import OCR_COMPLETED, OcrClient, build_document_flow
-from samples.job_polling import JobClient, build_job_flow
-from samples.settings import (
+from flowpark.flows import Flow, SignedWebhook
+from flowpark.redaction import register_secrets
+from flowpark.runtime.loading import Deps
+from flowpark.samples.document_processing import OCR_COMPLETED, OcrClient, build_document_flow
+from flowpark.samples.job_polling import JobClient, build_job_flow
+from flowpark.samples.settings import (
     SampleSettings,
     callback_credential,
     fakes_admin_token,
@@ -36,7 +36,7 @@ def sample_flows(sample: SampleSettings | None = None) -> Callable[[Deps], list[
         sample: the samples' settings (default: read from ``FLOWPARK_*``).
 
     Returns:
-        A callable that, given the node's :class:`~app.runtime.loading.Deps`, mounts the
+        A callable that, given the node's :class:`~flowpark.runtime.loading.Deps`, mounts the
         fake providers when the node serves HTTP (and closes them when it stops) and returns
         the two sample flows bound to ``deps.http``.
     """
@@ -83,8 +83,13 @@ def flows(deps: Deps) -> list[Flow]:
 
 
 def _mount_fakes(deps: Deps, settings: SampleSettings) -> None:
-    from samples.fakes import FakeJobService, FakeOcrService, create_jobs_router, create_ocr_router
-    from samples.settings import fakes_state_file
+    from flowpark.samples.fakes import (
+        FakeJobService,
+        FakeOcrService,
+        create_jobs_router,
+        create_ocr_router,
+    )
+    from flowpark.samples.settings import fakes_state_file
 
     # each job's callback carries the token its upload gave (one instance's only)
     ocr = FakeOcrService(

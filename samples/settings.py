@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.settings import ApiToken, Settings
+from flowpark.settings import ApiToken, Settings
 
 __all__ = [
     "SampleSettings",

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
 
-from app.store.migrate import upgrade  # noqa: E402
+from flowpark.store.migrate import upgrade  # noqa: E402
 from tests.browser.conftest import CHROMIUM_ARGS, start_server  # noqa: E402
 from tests.support.console_data import populate  # noqa: E402
 from tests.support.server import TOKEN  # noqa: E402

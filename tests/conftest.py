@@ -43,9 +43,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.store.db import make_async_engine, sync_url
-from app.store.migrate import upgrade
-from app.store.sql_journal import SqlJournal
+from flowpark.store.db import make_async_engine, sync_url
+from flowpark.store.migrate import upgrade
+from flowpark.store.sql_journal import SqlJournal
 
 DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 #: Seconds each test module took (sum of its tests' setup, call and teardown), measured by
@@ -121,7 +121,7 @@ def _no_open_aiosqlite_connection() -> Iterator[None]:
 
 
 #: The packages whose bytecode the suite's processes share (see :func:`pytest_configure`).
-COMPILED = ("app", "flowpark", "samples")
+COMPILED = ("flowpark", "samples")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -18,7 +18,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 # Frozen copies of the model types: a migration never imports app code that may change.
-INSTANT = sa.DateTime(timezone=True)  # app.store.types.UtcDateTime: timestamptz / naive UTC
+INSTANT = sa.DateTime(timezone=True)  # flowpark.store.types.UtcDateTime: timestamptz / naive UTC
 SEQUENCE = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 

@@ -25,7 +25,7 @@ down_revision: str | Sequence[str] | None = "0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-INSTANT = sa.DateTime(timezone=True)  # frozen copy of app.store.types.UtcDateTime
+INSTANT = sa.DateTime(timezone=True)  # frozen copy of flowpark.store.types.UtcDateTime
 _KEYED = "idempotency_key IS NOT NULL"
 
 

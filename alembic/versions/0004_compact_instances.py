@@ -17,7 +17,7 @@ one instance row, two journal rows; two runs each on a quiet machine):
 * ``flow_instance.id`` and every ``instance_id`` column (``flow_step``, ``flow_signal``,
   ``flow_heartbeat``, ``flow_stream``, ``outbox_event``, ``review_item``) become ``uuid``
   on PostgreSQL: 16 bytes instead of 37 in each row and index entry (ids are uuid7
-  strings; ``app.store.types.InstanceId`` keeps them canonical strings in Python).
+  strings; ``flowpark.store.types.InstanceId`` keeps them canonical strings in Python).
   1,261 -> 1,073 bytes per instance (flow_instance heap 308 -> 263, its primary key
   103 -> 59, flow_step heap 434 -> 387, uq_flow_step_execution 169 -> 117). SQLite keeps
   its text columns (nothing to rewrite).
@@ -60,7 +60,7 @@ ID_COLUMNS = (
     ("outbox_event", "instance_id"),
     ("review_item", "instance_id"),
 )
-# Frozen copy of app.store.types.is_instance_id as SQL (SQLite's GLOB is case-sensitive).
+# Frozen copy of flowpark.store.types.is_instance_id as SQL (SQLite's GLOB is case-sensitive).
 _HEX = "[0-9a-f]"
 _SQLITE_CANONICAL = "-".join(_HEX * n for n in (8, 4, 4, 4, 12))
 _PG_CANONICAL = "^" + "-".join(f"{_HEX}{{{n}}}" for n in (8, 4, 4, 4, 12)) + "$"

@@ -8,7 +8,7 @@ Create Date: 2026-12-01 00:00:00
 entry, inserted in the keys' (random) order, so the index's pages stay partly empty. On
 PostgreSQL it becomes a unique index on the first 16 bytes of SHA-256 over
 ``flow_name || LF || idempotency_key`` as a ``uuid`` (the expression is
-:data:`app.store.tables.IDEMPOTENCY_DIGEST_SQL`, frozen below). Measured with
+:data:`flowpark.store.tables.IDEMPOTENCY_DIGEST_SQL`, frozen below). Measured with
 ``python -m bench park --store postgres`` (a parked ``document.process``, autovacuum
 off): the index went from 138.4 to 68.4 bytes per instance at n=100,000 (141 -> 67 at
 n=10,000). Lookups name the expression so
@@ -32,7 +32,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _NAME = "uq_flow_instance_idempotency"
-# frozen copy of app.store.tables.IDEMPOTENCY_DIGEST_SQL at this revision
+# frozen copy of flowpark.store.tables.IDEMPOTENCY_DIGEST_SQL at this revision
 _DIGEST = (
     "(encode(substr(sha256(replace(flow_name || chr(10) || idempotency_key, chr(92), "
     "chr(92) || chr(92))::bytea), 1, 16), 'hex')::uuid)"

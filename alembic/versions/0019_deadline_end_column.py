@@ -30,7 +30,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _KEY = "endsAt"
-# SQLAlchemy's SQLite text of a naive UTC instant (app.store.types.UtcDateTime)
+# SQLAlchemy's SQLite text of a naive UTC instant (flowpark.store.types.UtcDateTime)
 _SQLITE_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 
 _PG_UP = (

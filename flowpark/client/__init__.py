@@ -1,7 +1,7 @@
 """A typed Python client of a flowpark node's HTTP API: :class:`Client` (blocking) and
 :class:`AsyncClient` (asyncio or trio), both on httpx.
 
-Answers are the API's own pydantic models (``app.api.models``: ``StartAnswer``,
+Answers are the API's own pydantic models (``flowpark.api.models``: ``StartAnswer``,
 ``InstanceView``, ``SignalAnswer``, ...); errors are the classes of
 :mod:`flowpark.client.errors`, one per family of problem ``code`` s, each carrying the
 problem document. Example::
@@ -15,7 +15,7 @@ problem document. Example::
         print(done.state, done.result)
 """
 
-from app.api.models import (
+from flowpark.api.models import (
     BudgetExtension,
     CancelAnswer,
     CompensationRetryAnswer,

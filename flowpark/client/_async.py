@@ -13,7 +13,7 @@ import anyio
 import httpx
 from pydantic import BaseModel
 
-from app.api.models import (
+from flowpark.api.models import (
     BudgetExtension,
     CancelAnswer,
     CompensationRetryAnswer,
@@ -54,7 +54,7 @@ class AsyncClient:
     :class:`~flowpark.client.Client`, awaited; ``list`` and ``events`` are async
     iterators).
 
-    Every answer is the API's own model (``app.api.models``: :class:`StartAnswer`,
+    Every answer is the API's own model (``flowpark.api.models``: :class:`StartAnswer`,
     :class:`InstanceView`, ...); every error answer raises the
     :mod:`flowpark.client.errors` class of its problem ``code``. Requests that are safe
     to repeat - reads, and writes given an idempotency key - are retried after a

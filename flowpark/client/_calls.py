@@ -16,7 +16,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel
 
-from app.api.models import (
+from flowpark.api.models import (
     EventView,
     FlowView,
     InstanceList,
@@ -64,7 +64,7 @@ class Call(Generic[M]):
     Attributes:
         method: HTTP method.
         path: path under the base URL, e.g. ``/api/v1/instances/<id>``.
-        model: the answer's model (the API's own, from ``app.api.models``); None: the
+        model: the answer's model (the API's own, from ``flowpark.api.models``); None: the
             answer's JSON as it is (:meth:`Requests.any`).
         params: query parameters (lists repeat the parameter).
         body: the JSON body, or None for none.

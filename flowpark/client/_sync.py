@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel
 
-from app.api.models import (
+from flowpark.api.models import (
     BudgetExtension,
     CancelAnswer,
     CompensationRetryAnswer,
@@ -53,7 +53,7 @@ _STREAM_MARGIN = 20.0
 class Client:
     """A blocking client of a flowpark node's HTTP API.
 
-    Every answer is the API's own model (``app.api.models``: :class:`StartAnswer`,
+    Every answer is the API's own model (``flowpark.api.models``: :class:`StartAnswer`,
     :class:`InstanceView`, ...); every error answer raises the
     :mod:`flowpark.client.errors` class of its problem ``code``. Requests that are safe
     to repeat - reads, and writes given an idempotency key - are retried after a

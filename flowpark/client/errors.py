@@ -102,7 +102,7 @@ class WaitTimeout(ClientError):
     """:meth:`~flowpark.client.Client.wait` ran out of time before the instance ended.
 
     Attributes:
-        instance: the last :class:`~app.api.models.InstanceView` read (not ended).
+        instance: the last :class:`~flowpark.api.models.InstanceView` read (not ended).
     """
 
     def __init__(self, message: str, instance: Any) -> None:

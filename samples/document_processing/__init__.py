@@ -1,13 +1,13 @@
 """The document.process sample (parked poll)."""
 
-from samples.document_processing.flow import (
+from flowpark.samples.document_processing.flow import (
     NOT_READ_IN_TIME,
     OCR_COMPLETED,
     OcrClient,
     Waits,
     build_document_flow,
 )
-from samples.document_processing.models import (
+from flowpark.samples.document_processing.models import (
     DocumentProcessed,
     DocumentResult,
     ExtractedFields,

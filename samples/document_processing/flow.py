@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import httpx
 
-from app.flows import (
+from flowpark.flows import (
     Backoff,
     Bag,
     Capability,
@@ -24,8 +24,8 @@ from app.flows import (
     Signal,
     StepContext,
 )
-from app.flows.capability import CapabilityOptions
-from samples.document_processing.models import (
+from flowpark.flows.capability import CapabilityOptions
+from flowpark.samples.document_processing.models import (
     DocumentProcessed,
     DocumentResult,
     ExtractedFields,
@@ -34,7 +34,7 @@ from samples.document_processing.models import (
     OcrStatus,
     ProcessDocument,
 )
-from samples.settings import instance_callback_token
+from flowpark.samples.settings import instance_callback_token
 
 __all__ = [
     "NOT_READ_IN_TIME",
@@ -76,7 +76,7 @@ class OcrClient:
         callback_base: flowpark's own public base URL for the provider's webhook, or None
             for no callback.
         callback_key: the key of each job's callback token
-            (:func:`samples.settings.instance_callback_token`: it opens the signal route
+            (:func:`flowpark.samples.settings.instance_callback_token`: it opens the signal route
             of the uploading instance only); None: the callback carries no token.
         admin_token: sent on the provider's cancel route (an admin route off loopback).
         timeout: per-call timeout (default 10 s).

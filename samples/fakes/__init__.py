@@ -1,12 +1,12 @@
 """Fake external services flowpark's flows talk to over real HTTP.
 
-* :mod:`samples.fakes.ocr` — a third-party OCR provider (``/fake/ocr``) with completion
+* :mod:`flowpark.samples.fakes.ocr` — a third-party OCR provider (``/fake/ocr``) with completion
   callbacks.
-* :mod:`samples.fakes.jobs` — a job runner (``/fake/jobs``) with clock-driven job states.
+* :mod:`flowpark.samples.fakes.jobs` — a job runner (``/fake/jobs``) with clock-driven job states.
 
 A node serving the samples mounts both routers (so by default it calls itself);
 :func:`create_fakes_app` serves them as a separate app, e.g. for multi-node setups
-(``flowpark fakes``, :mod:`samples.fakes.server`).
+(``flowpark fakes``, :mod:`flowpark.samples.fakes.server`).
 """
 
 from collections.abc import AsyncIterator
@@ -14,9 +14,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from samples.fakes.jobs import FakeJobService, create_jobs_router
-from samples.fakes.ocr import FakeOcrService
-from samples.fakes.ocr_routes import create_ocr_router
+from flowpark.samples.fakes.jobs import FakeJobService, create_jobs_router
+from flowpark.samples.fakes.ocr import FakeOcrService
+from flowpark.samples.fakes.ocr_routes import create_ocr_router
 
 __all__ = [
     "FakeJobService",

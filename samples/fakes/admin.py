@@ -1,6 +1,6 @@
 """Who may use the fakes' admin routes (list every job, complete, cancel, fail one): a
 client on a loopback address, or one sending ``Authorization: Bearer <admin token>``
-(:func:`samples.settings.fakes_admin_token`: derived from the node's API tokens, so every
+(:func:`flowpark.samples.settings.fakes_admin_token`: derived from the node's API tokens, so every
 node and the ``flowpark fakes`` process sharing them know it, and no caller without them).
 Anyone else gets 403 ``{"code": "fake.admin_only"}``: the routes that create a job and read
 one job by its id stay open, as a provider's public API would.

@@ -14,7 +14,7 @@ Routes (prefix ``/fake/jobs``):
 * ``POST /{jobId}/complete`` -> the job view, ``SUCCEEDED`` (admin)
 * ``POST /{jobId}/fail`` (body optional ``{"reason": str}``) -> the job view, ``FAILED``
   (admin: a loopback client, or one with the admin token; else 403
-  ``{"code": "fake.admin_only"}``, see :mod:`samples.fakes.admin`)
+  ``{"code": "fake.admin_only"}``, see :mod:`flowpark.samples.fakes.admin`)
 
 Unknown jobs answer 404 ``{"code": "job.not_found"}``; completing a failed job or failing a
 succeeded one answers 409 ``{"code": "job.already_finished", "state": ...}``.
@@ -33,8 +33,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from app.engine.clock import ensure_utc
-from samples.fakes.admin import admin_refusal
+from flowpark.engine.clock import ensure_utc
+from flowpark.samples.fakes.admin import admin_refusal
 
 __all__ = [
     "DEFAULT_FAIL_REASON",

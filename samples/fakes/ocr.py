@@ -29,7 +29,7 @@ Routes (prefix ``/fake/ocr``):
 
 Unknown jobs answer 404 ``{"code": "ocr.job_not_found"}``. Admin routes answer a loopback
 client, or one with the admin token, else 403 ``{"code": "fake.admin_only"}``
-(:mod:`samples.fakes.admin`).
+(:mod:`flowpark.samples.fakes.admin`).
 """
 
 import asyncio
@@ -45,8 +45,8 @@ from typing import Any
 
 import httpx
 
-from app.engine.clock import ensure_utc
-from samples.fakes.ocr_models import (
+from flowpark.engine.clock import ensure_utc
+from flowpark.samples.fakes.ocr_models import (
     MAX_PAGES,
     OcrCallbackNotAllowed,
     OcrCancelResult,

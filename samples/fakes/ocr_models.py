@@ -1,4 +1,4 @@
-"""The fake OCR provider's wire models and errors (see :mod:`samples.fakes.ocr`)."""
+"""The fake OCR provider's wire models and errors (see :mod:`flowpark.samples.fakes.ocr`)."""
 
 from typing import Literal
 

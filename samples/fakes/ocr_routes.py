@@ -1,14 +1,15 @@
 """The fake OCR provider's HTTP routes (``/fake/ocr``) over a
-:class:`~samples.fakes.ocr.FakeOcrService`; see :mod:`samples.fakes.ocr` for the routes."""
+:class:`~flowpark.samples.fakes.ocr.FakeOcrService`; see :mod:`flowpark.samples.fakes.ocr`
+for the routes."""
 
 from typing import Any
 
 from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse
 
-from samples.fakes.admin import admin_refusal
-from samples.fakes.ocr import FakeOcrService
-from samples.fakes.ocr_models import (
+from flowpark.samples.fakes.admin import admin_refusal
+from flowpark.samples.fakes.ocr import FakeOcrService
+from flowpark.samples.fakes.ocr_models import (
     OcrCallbackNotAllowed,
     OcrCancelResult,
     OcrJobAccepted,

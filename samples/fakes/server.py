@@ -11,10 +11,10 @@ from datetime import timedelta
 
 from fastapi import FastAPI
 
-from app.redaction import register_secrets
-from app.settings import Settings
-from samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
-from samples.settings import SampleSettings, callback_credential, fakes_admin_token
+from flowpark.redaction import register_secrets
+from flowpark.samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
+from flowpark.samples.settings import SampleSettings, callback_credential, fakes_admin_token
+from flowpark.settings import Settings
 
 __all__ = ["create_fakes_server"]
 
@@ -36,10 +36,10 @@ def create_fakes_server(
             ``sample.sample_ocr_per_page``).
 
     Each OCR callback carries the token its upload gave (one instance's only,
-    :func:`samples.settings.instance_callback_token`) and goes only below
+    :func:`flowpark.samples.settings.instance_callback_token`) and goes only below
     ``settings.callback_url`` (flowpark's public base URL). The admin routes (list,
     complete, cancel, fail) answer loopback clients, or ones with
-    :func:`samples.settings.fakes_admin_token`.
+    :func:`flowpark.samples.settings.fakes_admin_token`.
 
     Returns:
         A FastAPI app (``GET /fake/stats`` counts the requests served) whose lifespan

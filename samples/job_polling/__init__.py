@@ -1,6 +1,6 @@
 """The job.await sample (heartbeating capability)."""
 
-from samples.job_polling.flow import (
+from flowpark.samples.job_polling.flow import (
     JOB_FAILED,
     JOB_PROGRESS,
     JOB_WAIT_FAILED,
@@ -13,7 +13,7 @@ from samples.job_polling.flow import (
     await_job_options,
     build_job_flow,
 )
-from samples.job_polling.models import JobHandle, JobRequest, JobState, JobStatus
+from flowpark.samples.job_polling.models import JobHandle, JobRequest, JobState, JobStatus
 
 __all__ = [
     "JOB_FAILED",

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
-from app.flows import (
+from flowpark.flows import (
     Capability,
     CapabilityOptions,
     Decision,
@@ -28,7 +28,7 @@ from app.flows import (
     StepContext,
     Stream,
 )
-from samples.job_polling.models import JobHandle, JobRequest, JobState, JobStatus
+from flowpark.samples.job_polling.models import JobHandle, JobRequest, JobState, JobStatus
 
 __all__ = [
     "JOB_FAILED",

@@ -16,11 +16,11 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from app.engine.journal import NewInstance
-from app.flows import Flow
-from app.runtime.app import create_app
-from app.settings import Settings
-from app.testing import FlowHarness, Scripted
+from flowpark.engine.journal import NewInstance
+from flowpark.flows import Flow
+from flowpark.runtime.app import create_app
+from flowpark.settings import Settings
+from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import Job, Status, await_flow, poll_flow
 from tests.support.server import LiveServer, live_server
 

@@ -10,14 +10,14 @@ from datetime import timedelta
 
 import pytest
 
-from app.api import actions
-from app.api.auth import Principal
-from app.api.problems import problem_members
-from app.engine.deadlines import POLL_BUDGET
-from app.engine.journal import StepKind
-from app.engine.operator import extend_budget
-from app.engine.ports.operator import OperatorAction
-from app.errors import FlowparkError, InputInvalid, RepeatedRefusal
+from flowpark.api import actions
+from flowpark.api.auth import Principal
+from flowpark.api.problems import problem_members
+from flowpark.engine.deadlines import POLL_BUDGET
+from flowpark.engine.journal import StepKind
+from flowpark.engine.operator import extend_budget
+from flowpark.engine.ports.operator import OperatorAction
+from flowpark.errors import FlowparkError, InputInvalid, RepeatedRefusal
 from tests.api.operator_support import Operated, operated
 from tests.support.api import assert_problem, instant
 from tests.support.server import TOKEN

@@ -11,12 +11,12 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.engine.journal import InstanceState
-from app.flows import CapabilityOptions, Flow, RetryPolicy
-from app.runtime.app import create_app
-from app.settings import Settings
-from app.testing import FlowHarness, Scripted
 from flowpark.client import AsyncClient, Conflict
+from flowpark.engine.journal import InstanceState
+from flowpark.flows import CapabilityOptions, Flow, RetryPolicy
+from flowpark.runtime.app import create_app
+from flowpark.settings import Settings
+from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import READY, Job, Order, Start
 from tests.support.api import assert_problem
 from tests.support.server import TOKEN, LiveServer, live_server

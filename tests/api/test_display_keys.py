@@ -10,9 +10,9 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from app.api.models import InstanceList, InstanceView
-from app.errors import DefinitionError
-from app.flows import Backoff, Capability, Catalog, Flow, HttpTrigger, StepContext
+from flowpark.api.models import InstanceList, InstanceView
+from flowpark.errors import DefinitionError
+from flowpark.flows import Backoff, Capability, Catalog, Flow, HttpTrigger, StepContext
 from tests.api.operator_support import operated
 
 

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from samples.document_processing import Waits
+from flowpark.samples.document_processing import Waits
 from tests.support.api import (
     DOCUMENTS,
     all_events,

@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.api.problems import problem
-from app.api.streams import _cursor
-from app.errors import SHOWN_CHARS, ErrorCode, InputInvalid, shown
+from flowpark.api.problems import problem
+from flowpark.api.streams import _cursor
+from flowpark.errors import SHOWN_CHARS, ErrorCode, InputInvalid, shown
 from tests.api.operator_support import Operated, operated
 from tests.support.api import assert_problem
 

@@ -12,9 +12,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-import app.errors as errors
-from app.api.problems import STATUS, errors_page, install_problem_handlers
-from app.errors import CLI_EXIT, ErrorCode, FlowparkError
+import flowpark.errors as errors
+from flowpark.api.problems import STATUS, errors_page, install_problem_handlers
+from flowpark.errors import CLI_EXIT, ErrorCode, FlowparkError
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Codes that are never answered as themselves: an API answer is 500 internal_error.
@@ -60,7 +60,7 @@ def test_docs_error_table_is_generated_from_the_enum() -> None:
     page = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
     assert page == errors_page(), (
         "docs/errors.md differs from the error codes; refresh it with "
-        "`python -m app.api.problems > docs/errors.md`"
+        "`python -m flowpark.api.problems > docs/errors.md`"
     )
     for code in ErrorCode:
         assert f"| `{code}` |" in page

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
-from samples.fakes.ocr import OcrCallbackNotAllowed
+from flowpark.samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
+from flowpark.samples.fakes.ocr import OcrCallbackNotAllowed
 
 CALLBACK_URL = "http://flowpark.test/callbacks/ocr"
 CALLBACK_BASE = "http://flowpark.test"
@@ -279,7 +279,7 @@ async def test_ocr_callback_gives_up_after_three_tries_and_logs(
 ) -> None:
     sink.statuses = [500, 500, 500, 500]
     job_id = (await upload(client, 1, callbackUrl=CALLBACK_URL))["jobId"]
-    with caplog.at_level(logging.WARNING, logger="samples.fakes.ocr"):
+    with caplog.at_level(logging.WARNING, logger="flowpark.samples.fakes.ocr"):
         resp = await client.post(f"/fake/ocr/jobs/{job_id}/complete")
         assert resp.status_code == 200
         await ocr.drain()

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from app.flows import Capability, Flow, HttpTrigger, Signal, StepContext
-from app.runtime.app import create_app
+from flowpark.flows import Capability, Flow, HttpTrigger, Signal, StepContext
+from flowpark.runtime.app import create_app
 from tests.support.api import wait_for_state
 from tests.support.server import live_server
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.store.migrate import downgrade, upgrade
+from flowpark.store.migrate import downgrade, upgrade
 from tests.support.eventually import eventually
 from tests.support.scrape import Scrape
 from tests.support.server import TOKEN, LiveServer, live_server

@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.api.models import InstanceView
-from app.api.values import MAX_VALUE_CHARS
-from app.flows import Backoff, Capability, Flow, HttpTrigger, StepContext
+from flowpark.api.models import InstanceView
+from flowpark.api.values import MAX_VALUE_CHARS
+from flowpark.flows import Backoff, Capability, Flow, HttpTrigger, StepContext
 from tests.api.operator_support import operated
 
 

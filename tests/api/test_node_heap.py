@@ -1,4 +1,4 @@
-"""A node's lifespan settles its heap (app.runtime.heap) once started, when
+"""A node's lifespan settles its heap (flowpark.runtime.heap) once started, when
 ``FLOWPARK_GC_FREEZE`` asks, and otherwise only resumes a collector paused for the
 start-up, leaving its settings alone."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.runtime import app as runtime_app
+from flowpark.runtime import app as runtime_app
 from tests.support.server import server_settings
 
 

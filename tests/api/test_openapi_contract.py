@@ -14,7 +14,7 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from app.api.models import (
+from flowpark.api.models import (
     BudgetExtension,
     BulkAnswer,
     CancelAnswer,
@@ -31,14 +31,14 @@ from app.api.models import (
     StartAnswer,
     WakeAnswer,
 )
-from app.api.problems import PROBLEM_JSON, STATUS
-from app.errors import ErrorCode
+from flowpark.api.problems import PROBLEM_JSON, STATUS
+from flowpark.errors import ErrorCode
 from tests.support.api import DOCUMENTS, assert_problem, start_document
 from tests.support.server import LiveServer
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "docs" / "openapi.json"
-REFRESH = "python -m app.runtime.openapi > docs/openapi.json"
+REFRESH = "python -m flowpark.runtime.openapi > docs/openapi.json"
 METHODS = {"get", "post", "put", "patch", "delete", "head"}
 
 
@@ -121,7 +121,7 @@ async def test_every_body_has_a_schema_and_an_example(doc: dict[str, Any]) -> No
                 assert "schema" in media, (method, path, where, media_type)
                 assert _has_example(doc, media), (
                     f"{method} {path} {where} {media_type}: no example; declare "
-                    "response_model=<a model of app.api.models with examples> and "
+                    "response_model=<a model of flowpark.api.models with examples> and "
                     "responses=problem_responses(...) on the route"
                 )
 

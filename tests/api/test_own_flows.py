@@ -7,14 +7,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from app.runtime.app import create_app
+from flowpark.runtime.app import create_app
 from tests.support.api import wait_for_state
 from tests.support.server import live_server, server_settings
 
 STAMP = """
 from pydantic import BaseModel
 
-from app.flows import Capability, Flow, HttpTrigger, StepContext
+from flowpark.flows import Capability, Flow, HttpTrigger, StepContext
 
 
 class Order(BaseModel):

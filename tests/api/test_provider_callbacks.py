@@ -11,13 +11,13 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from app.settings import Settings
-from samples.settings import (
+from flowpark.samples.settings import (
     SampleSettings,
     callback_credential,
     fakes_admin_token,
     instance_callback_token,
 )
+from flowpark.settings import Settings
 from tests.support.api import DOCUMENTS, assert_problem, start_document, wait_for_state
 from tests.support.eventually import eventually
 from tests.support.server import TOKEN, LiveServer, live_server

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from app.store.db import sync_url
+from flowpark.store.db import sync_url
 from tests.support.api import DOCUMENTS, assert_problem, start_document, wait_for_state
 from tests.support.db import count_instances
 from tests.support.server import LiveServer, live_server

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from app.engine.clock import SystemClock
-from app.engine.engine import SweepReport
-from app.runtime.app import create_app
-from app.runtime.scheduler import Sweeper
+from flowpark.engine.clock import SystemClock
+from flowpark.engine.engine import SweepReport
+from flowpark.runtime.app import create_app
+from flowpark.runtime.scheduler import Sweeper
 from tests.support.eventually import eventually
 from tests.support.server import server_settings
 

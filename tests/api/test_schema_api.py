@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
-from app.errors import SchemaBehindHead
-from app.runtime.app import create_app
-from app.store.migrate import downgrade, upgrade
+from flowpark.errors import SchemaBehindHead
+from flowpark.runtime.app import create_app
+from flowpark.store.migrate import downgrade, upgrade
 from tests.support.db import query
 from tests.support.server import ServerStartFailed, live_server, server_settings
 

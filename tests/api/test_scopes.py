@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.settings import SCOPES, parse_api_tokens
+from flowpark.settings import SCOPES, parse_api_tokens
 from tests.support.api import assert_problem
 from tests.support.server import LiveServer, live_server
 

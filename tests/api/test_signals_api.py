@@ -132,7 +132,7 @@ async def test_the_fake_ocr_webhook_ends_the_wait_at_once(
 async def test_a_signal_refused_by_match_is_not_shown_as_taken(
     client: httpx.AsyncClient, doc_id: str
 ) -> None:
-    from app.api.models import InstanceView
+    from flowpark.api.models import InstanceView
 
     started = await start_document(client, doc_id, pages=400)
     instance_id = started.json()["instanceId"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
+from flowpark.samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
 from tests.support.api import DOCUMENTS, wait_for_state
 from tests.support.server import LiveServer, live_server
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from samples.document_processing import Waits
+from flowpark.samples.document_processing import Waits
 from tests.support.api import instant, start_document, wait_for_state
 from tests.support.db import query
 from tests.support.eventually import eventually

@@ -38,7 +38,7 @@ def test_alert_rules_unit_tests_pass() -> None:
 
 
 def test_every_metric_the_rules_name_exists() -> None:
-    from app.runtime.metrics import Metrics
+    from flowpark.runtime.metrics import Metrics
 
     exposed = {m.name for m in Metrics("n").registry.collect()}
     text = (RULES / "flowpark-alerts.yml").read_text()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import EXIT_STORE
+from flowpark.cli.main import EXIT_STORE
 
 
 def _closed_port() -> int:
@@ -37,7 +37,7 @@ def test_a_database_url_that_cannot_be_used_is_one_line(
     if command == "demo":
         args = ["demo", "--port", str(_closed_port()), "--database-url", url]
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
+        [sys.executable, "-m", "flowpark.cli.main", *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,

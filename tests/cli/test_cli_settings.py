@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import EXIT_SETTINGS
-from app.settings import Settings
+from flowpark.cli.main import EXIT_SETTINGS
+from flowpark.settings import Settings
 from tests.support.server import flowpark_command
 
 SECRET = "whsec_c2VjcmV0LXRoYXQtbXVzdC1ub3QtbGVhaw"

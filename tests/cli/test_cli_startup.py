@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import EXIT_STORE
+from flowpark.cli.main import EXIT_STORE
 from tests.support.server import flowpark_command, free_port
 
 COMMANDS = [["serve", "--port", "9"], ["worker"]]  # port 9: never reached
@@ -81,7 +81,7 @@ def test_db_upgrade_on_an_unreachable_database_is_one_line(tmp_path: Path) -> No
 
 
 def test_a_migrated_database_passes_the_check(_sqlite_template: Path, tmp_path: Path) -> None:
-    from app.cli_ops.serving import check_database
+    from flowpark.cli.serving import check_database
 
     path = tmp_path / "flowpark.db"
     shutil.copyfile(_sqlite_template, path)
@@ -93,7 +93,7 @@ def test_version_prints_the_installed_version() -> None:
 
     from typer.testing import CliRunner
 
-    from app.cli import app
+    from flowpark.cli.main import app
 
     done = CliRunner().invoke(app, ["--version"])
     assert done.exit_code == 0, done.output

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from app import demo
-from app.demo import port_refused, run_demo
+from flowpark.cli import demo
+from flowpark.cli.demo import port_refused, run_demo
 
 
 def test_a_free_port_is_not_refused() -> None:
@@ -31,7 +31,7 @@ def test_the_demo_on_a_busy_port_prints_one_line_and_exits_2(tmp_path: Path) -> 
         assert port_refused("127.0.0.1", port) == "address already in use"
         db = tmp_path / "demo.db"
         done = subprocess.run(
-            [sys.executable, "-m", "app.cli", "demo", "--port", str(port)]
+            [sys.executable, "-m", "flowpark.cli.main", "demo", "--port", str(port)]
             + ["--database-url", f"sqlite:///{db}"],
             capture_output=True,
             text=True,
@@ -55,7 +55,7 @@ def test_the_port_is_held_from_the_check_to_the_serving(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     taken: list[str | None] = []
-    from app.store import migrate
+    from flowpark.store import migrate
 
     upgrade = migrate.upgrade
 

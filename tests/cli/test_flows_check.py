@@ -14,7 +14,7 @@ BAD_FILE = Path(__file__).resolve().parents[1] / "unit" / "bad_flows.py"
 
 def test_flows_check_prints_every_rule_code_and_exits_1() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "flows", "check", str(BAD_FILE)],
+        [sys.executable, "-m", "flowpark.cli.main", "flows", "check", str(BAD_FILE)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -33,7 +33,7 @@ def test_flows_check_exits_2_when_building_a_flow_raises(tmp_path: Path) -> None
         "interval=FIVE, timeout=timedelta(seconds=-1))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "flows", "check", str(module)],
+        [sys.executable, "-m", "flowpark.cli.main", "flows", "check", str(module)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -45,7 +45,7 @@ def test_flows_check_exits_2_when_building_a_flow_raises(tmp_path: Path) -> None
 
 def test_flows_check_passes_the_samples() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "flows", "check"],
+        [sys.executable, "-m", "flowpark.cli.main", "flows", "check"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import EXIT_FLOWS_INVALID, EXIT_FLOWS_UNLOADABLE
-from app.errors import DefinitionError, FlowsUnloadable
-from app.flows import Catalog
-from app.runtime.http import outbound_client
-from app.runtime.loading import Deps, load_flows, register_flows
-from app.settings import Settings
+from flowpark.cli.main import EXIT_FLOWS_INVALID, EXIT_FLOWS_UNLOADABLE
+from flowpark.errors import DefinitionError, FlowsUnloadable
+from flowpark.flows import Catalog
+from flowpark.runtime.http import outbound_client
+from flowpark.runtime.loading import Deps, load_flows, register_flows
+from flowpark.settings import Settings
 from tests.support.server import flowpark_command
 
 PROVIDER = '''
@@ -30,7 +30,7 @@ GREETING = "hello"
 GREET = """
 from pydantic import BaseModel
 
-from app.flows import Capability, Flow, HttpTrigger, StepContext
+from flowpark.flows import Capability, Flow, HttpTrigger, StepContext
 from provider import GREETING
 
 
@@ -60,7 +60,7 @@ SEEN = []
 BROKEN = """
 from pydantic import BaseModel
 
-from app.flows import Backoff, Capability, Flow, StepContext
+from flowpark.flows import Backoff, Capability, Flow, StepContext
 
 
 class In(BaseModel):
@@ -244,7 +244,7 @@ def test_the_node_settings_hold_no_sample_setting() -> None:
 def test_a_flows_module_reads_its_own_settings_without_the_node_knowing_them() -> None:
     source = textwrap.dedent(
         """
-        from samples.settings import SampleSettings
+        from flowpark.samples.settings import SampleSettings
         assert SampleSettings(sample_ocr_per_page=1).sample_ocr_per_page == 1
         """
     )

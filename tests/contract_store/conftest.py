@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.engine.ports import Journal
-from app.store import SqlJournal, make_async_engine
-from app.store.memory import MemoryStore
+from flowpark.engine.ports import Journal
+from flowpark.store import SqlJournal, make_async_engine
+from flowpark.store.memory import MemoryStore
 from tests.conftest import pg_admin_url
 
 

@@ -1,4 +1,4 @@
-"""What every store promises through its ports (:mod:`app.engine.ports`), one body per
+"""What every store promises through its ports (:mod:`flowpark.engine.ports`), one body per
 promise, run on each store: in memory, SQLite and PostgreSQL (the ``journal`` fixture)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from app.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, deadline_row, ends_at
-from app.engine.journal import (
+from flowpark.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, deadline_row, ends_at
+from flowpark.engine.journal import (
     Ack,
     EmittedEvent,
     InstanceState,
@@ -21,8 +21,8 @@ from app.engine.journal import (
     StepRow,
     WakeKind,
 )
-from app.engine.ports import Commit, Journal, NewSignal, Park, StreamWrite, TryMark, WakeClaim
-from app.errors import (
+from flowpark.engine.ports import Commit, Journal, NewSignal, Park, StreamWrite, TryMark, WakeClaim
+from flowpark.errors import (
     IdempotencyKeyReused,
     InstanceEnded,
     InstanceKeyInUse,
@@ -508,7 +508,7 @@ async def test_a_stream_keeps_its_bound_and_its_fence(journal: Journal) -> None:
 
 
 async def test_the_operator_list_filters_and_pages(journal: Journal) -> None:
-    from app.engine.ports.operator import InstanceFilter
+    from flowpark.engine.ports.operator import InstanceFilter
 
     ids = [await started(journal, created_at=T0 + timedelta(seconds=n)) for n in range(3)]
     waiting = ids[0]
@@ -536,9 +536,9 @@ async def test_the_operator_list_filters_and_pages(journal: Journal) -> None:
 async def test_an_ending_that_lists_failed_compensations_is_found_by_the_filter(
     journal: Journal,
 ) -> None:
-    from app.engine.journal import COMPENSATION_FAILURES
-    from app.engine.ports.operator import InstanceFilter
-    from app.errors import FlowFailure
+    from flowpark.engine.journal import COMPENSATION_FAILURES
+    from flowpark.engine.ports.operator import InstanceFilter
+    from flowpark.errors import FlowFailure
 
     failed = {"capability_id": "t.undo", "step_id": 0, "scope": 0, "detail": "503"}
     marked, clean, running = [await started(journal) for _ in range(3)]
@@ -559,9 +559,9 @@ async def test_an_ending_that_lists_failed_compensations_is_found_by_the_filter(
 
 
 async def test_a_marked_ending_is_reopened_once_with_its_retry_rows(journal: Journal) -> None:
-    from app.engine.journal import COMPENSATION_FAILURES, Outcome
-    from app.engine.ports import Reopen
-    from app.errors import FlowFailure
+    from flowpark.engine.journal import COMPENSATION_FAILURES, Outcome
+    from flowpark.engine.ports import Reopen
+    from flowpark.errors import FlowFailure
 
     failed = {COMPENSATION_FAILURES: [{"capability_id": "ocr.cancel", "step_id": 0}]}
     marked = await started(journal, instance_key="doc-1")
@@ -600,7 +600,7 @@ async def test_a_marked_ending_is_reopened_once_with_its_retry_rows(journal: Jou
 
 
 async def test_the_operator_list_finds_by_display_key_and_id_prefix(journal: Journal) -> None:
-    from app.engine.ports.operator import InstanceFilter
+    from flowpark.engine.ports.operator import InstanceFilter
 
     one = await started(journal, input={"document": "d-1"})
     await started(journal, input={"document": "d-2"})
@@ -620,7 +620,7 @@ async def test_the_operator_list_finds_by_display_key_and_id_prefix(journal: Jou
 async def test_an_action_record_is_completed_or_retaken_only_as_it_was_read(
     journal: Journal,
 ) -> None:
-    from app.engine.ports.operator import OperatorAction
+    from flowpark.engine.ports.operator import OperatorAction
 
     instance_id = await started(journal)
     reads = journal.operator

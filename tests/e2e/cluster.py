@@ -29,7 +29,7 @@ import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.store.db import make_async_engine
+from flowpark.store.db import make_async_engine
 from tests.support.eventually import eventually
 from tests.support.server import TOKEN, flowpark_command, free_port
 

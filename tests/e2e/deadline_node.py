@@ -25,7 +25,7 @@ import httpx  # noqa: E402
 import uvicorn  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-from app.flows import (  # noqa: E402
+from flowpark.flows import (  # noqa: E402
     Backoff,
     Capability,
     CapabilityOptions,
@@ -34,9 +34,9 @@ from app.flows import (  # noqa: E402
     RetryPolicy,
     StepContext,
 )
-from app.runtime.app import create_app  # noqa: E402
-from app.runtime.loading import Deps  # noqa: E402
-from app.settings import Settings  # noqa: E402
+from flowpark.runtime.app import create_app  # noqa: E402
+from flowpark.runtime.loading import Deps  # noqa: E402
+from flowpark.settings import Settings  # noqa: E402
 
 BUDGET = timedelta(seconds=8)
 WINDOW = timedelta(seconds=20)

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.store.migrate import upgrade
+from flowpark.store.migrate import upgrade
 from tests.support.eventually import eventually, eventually_sync
 from tests.support.server import TOKEN, SubprocessServer, serve_subprocess
 
@@ -180,7 +180,7 @@ def test_an_idle_connection_is_kept_for_the_keep_alive_time(server: SubprocessSe
 def test_the_default_keep_alive_outlasts_the_clients_idle_expiry() -> None:
     """A client that reuses a pooled connection just as the node closes it gets a read
     error; the node's idle time must be longer than httpx's and aiohttp's own."""
-    from app.settings import Settings
+    from flowpark.settings import Settings
 
     node = Settings().keep_alive_seconds
     assert node > httpx.Limits().keepalive_expiry  # type: ignore[operator]

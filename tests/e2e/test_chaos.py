@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.store.db import make_async_engine
+from flowpark.store.db import make_async_engine
 from tests.e2e.cluster import (
     Cluster,
     Proc,

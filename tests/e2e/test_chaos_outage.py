@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.store.db import CONNECT_TIMEOUT_SECONDS, STORE_WAIT_SECONDS, make_async_engine
+from flowpark.store.db import CONNECT_TIMEOUT_SECONDS, STORE_WAIT_SECONDS, make_async_engine
 from tests.e2e.cluster import (
     DOCUMENTS,
     Cluster,

@@ -24,8 +24,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from app.cli import app as flowpark_app
-from app.cli_ops import EXIT_CONFLICT, EXIT_FORBIDDEN, EXIT_NOT_FOUND, EXIT_UNREACHABLE
+from flowpark.cli import EXIT_CONFLICT, EXIT_FORBIDDEN, EXIT_NOT_FOUND, EXIT_UNREACHABLE
+from flowpark.cli.main import app as flowpark_app
 from tests.support.eventually import eventually_sync
 from tests.support.server import TOKEN, SubprocessServer, flowpark_command, free_port
 from tests.support.server import serve_subprocess as serve

@@ -30,11 +30,11 @@ import pytest
 from pydantic import BaseModel
 from sqlalchemy import create_engine, insert
 
-from app.flows import Bag, Flow, HttpTrigger
-from app.runtime.app import create_app
-from app.runtime.loading import Deps
-from app.store.db import sync_url
-from app.store.tables import OutboxEventRow
+from flowpark.flows import Bag, Flow, HttpTrigger
+from flowpark.runtime.app import create_app
+from flowpark.runtime.loading import Deps
+from flowpark.store.db import sync_url
+from flowpark.store.tables import OutboxEventRow
 from tests.conftest import _pg_database
 from tests.support.eventually import eventually
 from tests.support.server import SubprocessServer, free_port, live_server, serve_subprocess

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from app.runtime.app import create_app
+from flowpark.runtime.app import create_app
 from tests.e2e.test_delivery import FAST_RETRIES, SECRET, emitter_flows, subscriber
 from tests.support.eventually import eventually
 from tests.support.scrape import Scrape

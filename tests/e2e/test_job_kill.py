@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
+from flowpark.samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
 from tests.support.eventually import eventually
 from tests.support.server import LiveServer, SubprocessServer, live_server, serve_subprocess
 

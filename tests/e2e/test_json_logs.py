@@ -10,7 +10,7 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.store.migrate import upgrade
+from flowpark.store.migrate import upgrade
 from tests.support.eventually import eventually
 from tests.support.obs_flows import obs_server
 from tests.support.server import TOKEN

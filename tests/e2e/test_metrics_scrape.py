@@ -18,9 +18,9 @@ import httpx
 import pytest
 from uuid6 import uuid7
 
-from app.engine.journal import NewInstance
-from app.store import SqlJournal, make_async_engine
-from app.store.migrate import upgrade
+from flowpark.engine.journal import NewInstance
+from flowpark.store import SqlJournal, make_async_engine
+from flowpark.store.migrate import upgrade
 from tests.support.eventually import eventually
 from tests.support.obs_flows import obs_server
 from tests.support.scrape import Scrape

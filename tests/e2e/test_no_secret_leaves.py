@@ -14,8 +14,8 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.cli import EXIT_STORE
-from app.store.migrate import upgrade
+from flowpark.cli.main import EXIT_STORE
+from flowpark.store.migrate import upgrade
 from tests.support.eventually import eventually
 from tests.support.server import flowpark_command, free_port, live_server
 from tests.support.tcp_proxy import TcpProxy

@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from app.runtime.app import create_app
-from app.settings import Settings
+from flowpark.runtime.app import create_app
+from flowpark.settings import Settings
 from tests.support.eventually import eventually
 from tests.support.obs_flows import flows
 from tests.support.server import TOKEN, live_server

@@ -2,7 +2,7 @@
 none of the HTTP stack (FastAPI, Starlette, uvicorn, the API and the console, Jinja2),
 no tracing SDK when no ``OTEL_*`` asks for one, no Alembic when the database is at head;
 the garbage collector paused until the worker has started and running afterwards
-(app.runtime.heap). Each of them was a share of the worker's start-up CPU."""
+(flowpark.runtime.heap). Each of them was a share of the worker's start-up CPU."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ pytestmark = pytest.mark.slow
 
 #: Top-level packages and app packages a started worker must not have imported.
 NOT_LOADED = ("fastapi", "starlette", "uvicorn", "jinja2", "opentelemetry", "alembic", "mako")
-NOT_LOADED_APP = ("app.api", "app.ui")
+NOT_LOADED_APP = ("flowpark.api", "flowpark.ui")
 
 # Runs the console script's worker command; where the worker settles its heap (started,
 # first sweep begun) it prints what it imported and whether the collector was paused,
 # then stops itself as an operator would.
 PROBE = f"""
 import gc, json, os, signal, sys
-import app.runtime.worker as worker
+import flowpark.runtime.worker as worker
 settle = worker.settle_heap
 def settled():
     held = not gc.isenabled()
@@ -38,7 +38,7 @@ def settled():
     print(json.dumps({{"held": held, "enabled": gc.isenabled(), "loaded": loaded}}), flush=True)
     os.kill(os.getpid(), signal.SIGTERM)
 worker.settle_heap = settled
-from app.cli import main
+from flowpark.cli.main import main
 sys.argv = ["flowpark", "worker"]
 main()
 """

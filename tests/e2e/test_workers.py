@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from samples.fakes.server import create_fakes_server
+from flowpark.samples.fakes.server import create_fakes_server
 from tests.support.api import all_events, start_document, wait_for_state
 from tests.support.db import query
 from tests.support.eventually import eventually

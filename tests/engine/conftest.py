@@ -9,7 +9,7 @@ import httpx
 import pytest
 import uvicorn
 
-from samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
+from flowpark.samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
 from tests.support.eventually import eventually
 from tests.support.server import free_port
 

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel
 
-from app.flows import (
+from flowpark.flows import (
     Backoff,
     Bag,
     Capability,

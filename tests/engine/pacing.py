@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from app.engine.clock import VirtualClock
-from app.flows import Capability, Decision, StepContext
-from samples.fakes.jobs import FakeJobService, create_jobs_router
+from flowpark.engine.clock import VirtualClock
+from flowpark.flows import Capability, Decision, StepContext
+from flowpark.samples.fakes.jobs import FakeJobService, create_jobs_router
 
 __all__ = ["JobWorld", "Paced"]
 

@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 
-from app.engine.journal import InstanceState, StepKind
-from app.flows import Capability, Flow, StepContext
-from app.testing import FlowHarness, Scripted
+from flowpark.engine.journal import InstanceState, StepKind
+from flowpark.flows import Capability, Flow, StepContext
+from flowpark.testing import FlowHarness, Scripted
 
 
 class When(BaseModel):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from app.engine.journal import InstanceState, StepKind
-from app.errors import InstanceEnded
-from app.testing import FlowHarness, Scripted
+from flowpark.engine.journal import InstanceState, StepKind
+from flowpark.errors import InstanceEnded
+from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import Job, Status, poll_flow
 from tests.support.journal import wake_at
 

@@ -8,14 +8,20 @@ from datetime import timedelta
 
 import pytest
 
-from app.api.views import answer_json, compensation_failures, instance_view
-from app.engine.journal import COMPENSATION_FAILURES, InstanceState, Outcome, StepKind, WakeKind
-from app.engine.observe import Observer
-from app.engine.operator import retry_compensations
-from app.engine.ports.operator import InstanceFilter
-from app.errors import CompensationNotFailed
-from app.flows import CapabilityOptions, Flow, RetryPolicy
-from app.testing import FlowHarness, Scripted
+from flowpark.api.views import answer_json, compensation_failures, instance_view
+from flowpark.engine.journal import (
+    COMPENSATION_FAILURES,
+    InstanceState,
+    Outcome,
+    StepKind,
+    WakeKind,
+)
+from flowpark.engine.observe import Observer
+from flowpark.engine.operator import retry_compensations
+from flowpark.engine.ports.operator import InstanceFilter
+from flowpark.errors import CompensationNotFailed
+from flowpark.flows import CapabilityOptions, Flow, RetryPolicy
+from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import READY, Job, Order, Start
 
 RETRY_DELAY = timedelta(seconds=30)

@@ -14,11 +14,11 @@ from typing import Any
 
 from sqlalchemy import event
 
-from app.engine.clock import VirtualClock
-from app.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT, ends_at, open_budget
-from app.engine.journal import InstanceState, StepKind
-from app.flows import Backoff, Capability, CapabilityOptions, Flow, RetryPolicy, StepContext
-from app.testing import FlowHarness, Scripted
+from flowpark.engine.clock import VirtualClock
+from flowpark.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT, ends_at, open_budget
+from flowpark.engine.journal import InstanceState, StepKind
+from flowpark.flows import Backoff, Capability, CapabilityOptions, Flow, RetryPolicy, StepContext
+from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import After, Check, Job, Order, Start, Status, await_flow, done
 from tests.postgres.nodes import INTERVAL, Held, slow_flow, slow_subs
 
@@ -257,7 +257,7 @@ async def test_a_retry_woken_after_its_window_ended_starts_no_try(store_url: str
 async def test_a_retry_decided_inside_its_window_but_reached_after_it_starts_no_try(
     store_url: str, monkeypatch: Any
 ) -> None:
-    from app.engine.executor import Executor
+    from flowpark.engine.executor import Executor
 
     calls = Scripted(RuntimeError("down"), Status(done=True))
     subs = {"t.start": Scripted(Job(job_id="j")), "t.check": calls, "t.after": Scripted(None)}

@@ -7,8 +7,8 @@ import asyncio
 
 from sqlalchemy import text
 
-from app.engine.journal import InstanceState
-from app.testing import FlowHarness, Scripted
+from flowpark.engine.journal import InstanceState
+from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import Status, poll_flow
 from tests.postgres.nodes import Held
 

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import httpx
 
-from app.flows import Flow
-from flowpark.testing import FlowHarness, Scripted
-from samples.document_processing import (
+from flowpark.flows import Flow
+from flowpark.samples.document_processing import (
     ExtractedFields,
     OcrClient,
     OcrJob,
     OcrStatus,
     build_document_flow,
 )
+from flowpark.testing import FlowHarness, Scripted
 
 
 async def test_a_document_waits_in_one_row_then_completes() -> None:

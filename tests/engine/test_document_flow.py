@@ -7,10 +7,9 @@ from typing import Any
 
 import httpx
 
-from app.engine.journal import Ack, InstanceState, StepKind, StepRow
-from app.flows import Flow
-from app.testing import FlowHarness, Scripted
-from samples.document_processing import (
+from flowpark.engine.journal import Ack, InstanceState, StepKind, StepRow
+from flowpark.flows import Flow
+from flowpark.samples.document_processing import (
     NOT_READ_IN_TIME,
     OcrClient,
     OcrJob,
@@ -18,7 +17,8 @@ from samples.document_processing import (
     Waits,
     build_document_flow,
 )
-from samples.document_processing.models import ExtractedFields
+from flowpark.samples.document_processing.models import ExtractedFields
+from flowpark.testing import FlowHarness, Scripted
 
 DOC = {"documentId": "doc-1", "contentType": "application/pdf", "pages": 3}
 

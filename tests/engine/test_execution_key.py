@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from app.engine.context import execution_key
-from app.engine.journal import InstanceState, StepKind
-from app.flows import StepContext
-from app.testing import FlowHarness, Scripted
+from flowpark.engine.context import execution_key
+from flowpark.engine.journal import InstanceState, StepKind
+from flowpark.flows import StepContext
+from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import Job, Status, poll_flow
 
 ENDED = {InstanceState.COMPLETED, InstanceState.FAILED, InstanceState.CANCELLED}

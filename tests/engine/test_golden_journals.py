@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from app.testing import FlowHarness, Scripted
+from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import Job, Status, poll_flow
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

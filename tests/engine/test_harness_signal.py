@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import httpx
 
-from flowpark.testing import FlowHarness, Scripted
-from samples.document_processing import (
+from flowpark.samples.document_processing import (
     ExtractedFields,
     OcrClient,
     OcrJob,
     OcrStatus,
     build_document_flow,
 )
+from flowpark.testing import FlowHarness, Scripted
 
 
 async def test_signal_answers_as_the_route_does_matched_included() -> None:

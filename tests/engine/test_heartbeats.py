@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from app.engine.journal import InstanceState, NewInstance, Outcome, StepKind, StepRow
-from app.engine.ports import StreamWrite
-from app.errors import StaleFencingToken
-from app.flows import (
+from flowpark.engine.journal import InstanceState, NewInstance, Outcome, StepKind, StepRow
+from flowpark.engine.ports import StreamWrite
+from flowpark.errors import StaleFencingToken
+from flowpark.flows import (
     Capability,
     CapabilityOptions,
     Decision,
@@ -23,8 +23,8 @@ from app.flows import (
     StepContext,
     Stream,
 )
-from app.store import SqlJournal
-from app.testing import FlowHarness
+from flowpark.store import SqlJournal
+from flowpark.testing import FlowHarness
 from tests.engine.pacing import Paced
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

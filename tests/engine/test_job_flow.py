@@ -17,11 +17,10 @@ from typing import Any
 
 import pytest
 
-from app.engine.journal import InstanceState, Outcome, StepKind, StepRow
-from app.errors import InstanceKeyInUse
-from app.flows import Flow
-from app.testing import FlowHarness
-from samples.job_polling import (
+from flowpark.engine.journal import InstanceState, Outcome, StepKind, StepRow
+from flowpark.errors import InstanceKeyInUse
+from flowpark.flows import Flow
+from flowpark.samples.job_polling import (
     JOB_FAILED,
     JOB_WAIT_FAILED,
     AwaitJob,
@@ -30,6 +29,7 @@ from samples.job_polling import (
     await_job_options,
     build_job_flow,
 )
+from flowpark.testing import FlowHarness
 from tests.engine.pacing import JobWorld, Paced
 
 JOB = "job-1"

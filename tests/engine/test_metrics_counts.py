@@ -12,14 +12,14 @@ from prometheus_client import generate_latest
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.engine.clock import SystemClock
-from app.engine.journal import InstanceState
-from app.runtime.metrics import Metrics
-from app.runtime.observe import NodeObserver
-from app.runtime.telemetry import Telemetry
-from app.settings import Settings, Subscriber
-from app.store.deliveries import DELIVERY, SqlDeliveries
-from app.testing import FlowHarness, Scripted
+from flowpark.engine.clock import SystemClock
+from flowpark.engine.journal import InstanceState
+from flowpark.runtime.metrics import Metrics
+from flowpark.runtime.observe import NodeObserver
+from flowpark.runtime.telemetry import Telemetry
+from flowpark.settings import Settings, Subscriber
+from flowpark.store.deliveries import DELIVERY, SqlDeliveries
+from flowpark.testing import FlowHarness, Scripted
 from tests.e2e.test_delivery import SECRET, emit_events
 from tests.engine.flows import Job, ephemeral_flow
 from tests.support.scrape import Scrape

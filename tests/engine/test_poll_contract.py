@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from app.engine.journal import InstanceState, Outcome, StepKind
-from app.flows import Backoff
-from app.testing import FlowHarness, Scripted
+from flowpark.engine.journal import InstanceState, Outcome, StepKind
+from flowpark.flows import Backoff
+from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import BUDGET, INTERVAL, Job, Status, poll_flow
 
 ORDER = {"order_id": "o-1"}
@@ -242,7 +242,7 @@ async def test_cancel_runs_compensations_once_in_reverse_order(store_url: str) -
         cancelled = await h.engine.cancel(inst.id)
         assert cancelled.state is InstanceState.CANCELLED
         assert order == ["undo"]
-        from app.errors import InstanceEnded
+        from flowpark.errors import InstanceEnded
 
         with pytest.raises(InstanceEnded):
             await h.engine.cancel(inst.id)

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from app.engine.decider import Decider
-from app.engine.decisions import (
+from flowpark.engine.decider import Decider
+from flowpark.engine.decisions import (
     BeginEnding,
     Decision,
     Execute,
@@ -23,10 +23,10 @@ from app.engine.decisions import (
     Record,
     TakeSignal,
 )
-from app.engine.journal import StepKind
-from app.engine.ports import NewSignal
-from app.errors import JournalMismatch
-from app.testing import FlowHarness
+from flowpark.engine.journal import StepKind
+from flowpark.engine.ports import NewSignal
+from flowpark.errors import JournalMismatch
+from flowpark.testing import FlowHarness
 from tests.golden.record import observed, resume
 from tests.golden.stored import fixture_names, load_fixture, resumed_harness
 

@@ -9,12 +9,12 @@ from typing import Any
 
 from sqlalchemy import func, insert, select, update
 
-from app.engine.journal import InstanceState
-from app.engine.ports import StreamWrite
-from app.flows import Flow
-from app.store.deliveries import SqlDeliveries
-from app.store.retention import SqlRetention
-from app.store.tables import (
+from flowpark.engine.journal import InstanceState
+from flowpark.engine.ports import StreamWrite
+from flowpark.flows import Flow
+from flowpark.store.deliveries import SqlDeliveries
+from flowpark.store.retention import SqlRetention
+from flowpark.store.tables import (
     EventDeliveryRow,
     FlowActionRow,
     FlowHeartbeatRow,
@@ -22,7 +22,7 @@ from app.store.tables import (
     SignalDeliveryRow,
     metadata,
 )
-from app.testing import FlowHarness, Scripted
+from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import READY, Job, Order, Start
 
 DELIVERY = EventDeliveryRow.__table__  # type: ignore[attr-defined]
@@ -144,7 +144,7 @@ def test_the_retention_setting_is_an_iso_duration_or_empty() -> None:
     import pytest
     from pydantic import ValidationError
 
-    from app.settings import Settings
+    from flowpark.settings import Settings
 
     assert Settings().retention_period == RETENTION  # the default, P30D
     assert Settings(retention="PT12H").retention_period == timedelta(hours=12)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from app.engine.clock import SystemClock
-from app.engine.engine import Engine, EngineConfig
-from app.flows import Backoff, Capability, Catalog, Flow, StepContext
-from app.runtime.scheduler import WAKE_GRANULARITY, Sweeper
-from app.store import SqlJournal, make_async_engine, upgrade
+from flowpark.engine.clock import SystemClock
+from flowpark.engine.engine import Engine, EngineConfig
+from flowpark.flows import Backoff, Capability, Catalog, Flow, StepContext
+from flowpark.runtime.scheduler import WAKE_GRANULARITY, Sweeper
+from flowpark.store import SqlJournal, make_async_engine, upgrade
 from tests.support.eventually import eventually
 
 

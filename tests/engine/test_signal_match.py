@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from app.engine.journal import InstanceState, StepKind
-from app.flows import Bag, Flow
-from app.testing import FlowHarness, Scripted
+from flowpark.engine.journal import InstanceState, StepKind
+from flowpark.flows import Bag, Flow
+from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import (
     INTERVAL,
     READY,

@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from app.engine.journal import InstanceState, StepKind
-from app.errors import InputInvalid, InstanceEnded, InstanceNotFound, SignalNotDeclared
-from app.flows import Capability, CapabilityOptions, Flow, StepContext
-from app.testing import FlowHarness, Scripted
+from flowpark.engine.journal import InstanceState, StepKind
+from flowpark.errors import InputInvalid, InstanceEnded, InstanceNotFound, SignalNotDeclared
+from flowpark.flows import Capability, CapabilityOptions, Flow, StepContext
+from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import READY, Job, Order, Start, Status, await_flow, poll_flow
 from tests.support.journal import wake_at
 

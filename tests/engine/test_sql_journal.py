@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.engine.journal import (
+from flowpark.engine.journal import (
     Ack,
     CancelAck,
     EmittedEvent,
@@ -19,8 +19,8 @@ from app.engine.journal import (
     ReviewRequest,
     StepKind,
 )
-from app.engine.ports import NewSignal, StreamWrite, TryMark, WakeClaim
-from app.errors import (
+from flowpark.engine.ports import NewSignal, StreamWrite, TryMark, WakeClaim
+from flowpark.errors import (
     FlowFailure,
     IdempotencyKeyReused,
     InstanceEnded,
@@ -28,7 +28,7 @@ from app.errors import (
     InstanceNotFound,
     StaleFencingToken,
 )
-from app.store import JournalConflict, SqlJournal
+from flowpark.store import JournalConflict, SqlJournal
 from tests.support.journal import FLOW, LEASE, T0, at, new_instance, park_at, park_commit, step
 
 RUNNABLE = [FLOW]

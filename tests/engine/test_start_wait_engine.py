@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from app.engine.engine import EngineConfig
-from app.engine.journal import InstanceState
-from app.testing import FlowHarness
+from flowpark.engine.engine import EngineConfig
+from flowpark.engine.journal import InstanceState
+from flowpark.testing import FlowHarness
 from tests.engine.flows import Status
 from tests.postgres.nodes import Held, slow_flow, slow_subs
 

@@ -14,9 +14,9 @@ from sqlalchemy import Column, Integer, MetaData, Table, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import StatementError
 
-from app.errors import InstanceNotFound
-from app.store.db import make_async_engine
-from app.store.types import InstanceId, UtcDateTime, is_instance_id
+from flowpark.errors import InstanceNotFound
+from flowpark.store.db import make_async_engine
+from flowpark.store.types import InstanceId, UtcDateTime, is_instance_id
 
 TOKYO = timezone(timedelta(hours=9))
 SQLITE = sqlite.dialect()

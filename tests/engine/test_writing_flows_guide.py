@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.runtime.loading import check_targets
+from flowpark.runtime.loading import check_targets
 from tests.support.guide import guide_blocks, write_files
 
 

@@ -41,12 +41,12 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app.engine.journal import Outcome, StepKind, StepRow
-from app.engine.operator import extend_budget, failed_for_good
-from app.engine.ports import Reopen
-from app.engine.ports.operator import OperatorAction
-from app.store.migrate import head_revision
-from app.testing import FlowHarness, Scripted, substitute
+from flowpark.engine.journal import Outcome, StepKind, StepRow
+from flowpark.engine.operator import extend_budget, failed_for_good
+from flowpark.engine.ports import Reopen
+from flowpark.engine.ports.operator import OperatorAction
+from flowpark.store.migrate import head_revision
+from flowpark.testing import FlowHarness, Scripted, substitute
 from tests.engine.flows import Check, Job, Ready, Status, await_flow, poll_flow
 
 STORED = Path(__file__).resolve().parent / "stored"

@@ -12,8 +12,8 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
-from app.store.migrate import upgrade
-from app.testing import FlowHarness
+from flowpark.store.migrate import upgrade
+from flowpark.testing import FlowHarness
 from tests.golden.record import STORED, TABLES, flows_of, stand_ins
 
 __all__ = ["fixture_names", "load_fixture", "resumed_harness"]

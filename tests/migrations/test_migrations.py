@@ -18,20 +18,20 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Index, MetaData, create_engine, inspect, text
 from sqlalchemy.engine import Engine
 
-from app.engine.journal import Outcome, StepKind, StepRow
-from app.errors import SchemaBehindHead
-from app.store.db import make_async_engine, sync_url
-from app.store.migrate import (
+from flowpark.engine.journal import Outcome, StepKind, StepRow
+from flowpark.errors import SchemaBehindHead
+from flowpark.store.db import make_async_engine, sync_url
+from flowpark.store.migrate import (
     check_schema_at_head,
     current_revision,
     downgrade,
     head_revision,
     upgrade,
 )
-from app.store.schema import check_schema_at_head as startup_check
-from app.store.schema import script_head
-from app.store.sql_journal import SqlJournal
-from app.store.tables import IDEMPOTENCY_DIGEST_SQL, include_in_compare, metadata
+from flowpark.store.schema import check_schema_at_head as startup_check
+from flowpark.store.schema import script_head
+from flowpark.store.sql_journal import SqlJournal
+from flowpark.store.tables import IDEMPOTENCY_DIGEST_SQL, include_in_compare, metadata
 
 TABLES = {
     "flow_instance",
@@ -181,7 +181,7 @@ async def test_service_refuses_a_schema_behind_head(empty_url: str) -> None:
 
 
 async def test_start_up_check_reads_revisions_without_alembic(empty_url: str) -> None:
-    """The node's check (app.store.schema) refuses what Alembic's refuses, with the same
+    """The node's check (flowpark.store.schema) refuses what Alembic's refuses, with the same
     fields, and at head it passes on its own reading of the scripts and the table."""
     assert script_head() == head_revision()
     engine = make_async_engine(empty_url)
@@ -205,7 +205,7 @@ def test_start_up_check_at_head_imports_no_alembic(tmp_path: Path) -> None:
     upgrade(url)
     probe = (
         "import asyncio, sys\n"
-        "from app.store import check_schema_at_head, make_async_engine\n"
+        "from flowpark.store import check_schema_at_head, make_async_engine\n"
         "async def main():\n"
         f"    engine = make_async_engine({url!r})\n"
         "    await check_schema_at_head(engine)\n"
@@ -220,7 +220,7 @@ def test_start_up_check_at_head_imports_no_alembic(tmp_path: Path) -> None:
 def _previous_revision() -> str:
     from alembic.script import ScriptDirectory
 
-    from app.store.migrate import alembic_config
+    from flowpark.store.migrate import alembic_config
 
     script = ScriptDirectory.from_config(alembic_config()).get_revision(head_revision())
     assert script is not None and isinstance(script.down_revision, str)

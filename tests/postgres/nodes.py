@@ -9,9 +9,9 @@ from typing import Any
 
 from sqlalchemy import text
 
-from app.engine.clock import VirtualClock
-from app.flows import Backoff, Capability, CapabilityOptions, Flow, StepContext
-from app.testing import FlowHarness, Scripted
+from flowpark.engine.clock import VirtualClock
+from flowpark.flows import Backoff, Capability, CapabilityOptions, Flow, StepContext
+from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import After, Job, Order, Start, Status, done
 from tests.support.eventually import eventually
 

@@ -1,4 +1,4 @@
-"""PostgreSQL group commit (app.store.batched through app.store.lanes): concurrent starts,
+"""PostgreSQL group commit (flowpark.store.batched through flowpark.store.lanes): concurrent starts,
 journal commits, parks and completions share one statement per batch, and every item keeps
 its own answer: created / repeat / key conflicts, stale tokens, cancel flags, waiting
 signals and journal conflicts reach only their own callers."""
@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from app.engine.journal import Ack, EmittedEvent, InstanceState, StepKind, StepRow
-from app.engine.ports import NewSignal, TryMark
-from app.errors import (
+from flowpark.engine.journal import Ack, EmittedEvent, InstanceState, StepKind, StepRow
+from flowpark.engine.ports import NewSignal, TryMark
+from flowpark.errors import (
     IdempotencyKeyReused,
     InstanceKeyInUse,
     StaleFencingToken,
 )
-from app.store import JournalConflict, SqlJournal
-from app.store import writes as store_writes
-from app.store.batched import Lanes
-from app.store.lanes import Lane
+from flowpark.store import JournalConflict, SqlJournal
+from flowpark.store import writes as store_writes
+from flowpark.store.batched import Lanes
+from flowpark.store.lanes import Lane
 from tests.support.journal import LEASE, T0, at, commit_of, new_instance, park_at, park_commit
 from tests.support.journal import step as journal_step
 

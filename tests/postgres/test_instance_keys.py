@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from app.errors import InstanceKeyInUse
-from app.store import SqlJournal
-from app.store.db import make_async_engine
+from flowpark.errors import InstanceKeyInUse
+from flowpark.store import SqlJournal
+from flowpark.store.db import make_async_engine
 from tests.support.journal import new_instance
 
 pytestmark = pytest.mark.postgres

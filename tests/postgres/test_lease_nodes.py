@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from app.engine.clock import VirtualClock
-from app.engine.engine import Engine, EngineConfig, SweepReport
-from app.engine.journal import InstanceState
-from app.store import SqlJournal
-from app.testing import FlowHarness
+from flowpark.engine.clock import VirtualClock
+from flowpark.engine.engine import Engine, EngineConfig, SweepReport
+from flowpark.engine.journal import InstanceState
+from flowpark.store import SqlJournal
+from flowpark.testing import FlowHarness
 from tests.engine.flows import Status
 from tests.postgres.nodes import (
     Held,

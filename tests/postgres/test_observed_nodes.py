@@ -9,9 +9,9 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from app.engine.clock import VirtualClock
-from app.engine.observe import Observer
-from app.testing import FlowHarness
+from flowpark.engine.clock import VirtualClock
+from flowpark.engine.observe import Observer
+from flowpark.testing import FlowHarness
 from tests.engine.flows import Status
 from tests.postgres.nodes import Held, slow_flow, slow_subs
 

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from app.engine.journal import NewInstance
-from app.store import SqlJournal, make_async_engine, upgrade
+from flowpark.engine.journal import NewInstance
+from flowpark.store import SqlJournal, make_async_engine, upgrade
 from tests.support.journal import park_at, park_commit
 
 pytestmark = pytest.mark.postgres

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from app.engine.journal import InstanceState, StepKind
-from app.engine.ports import NewSignal, WakeClaim
-from app.store import SqlJournal
+from flowpark.engine.journal import InstanceState, StepKind
+from flowpark.engine.ports import NewSignal, WakeClaim
+from flowpark.store import SqlJournal
 from tests.support.eventually import eventually
 from tests.support.journal import at, commit_of, new_instance, park_at, park_commit, step
 

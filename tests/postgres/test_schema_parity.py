@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import create_engine, inspect
 from sqlalchemy.engine.interfaces import ReflectedIndex
 
-from app.store.db import sync_url
-from app.store.migrate import upgrade
+from flowpark.store.db import sync_url
+from flowpark.store.migrate import upgrade
 
 pytestmark = pytest.mark.postgres
 

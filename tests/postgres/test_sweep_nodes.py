@@ -15,9 +15,9 @@ from datetime import timedelta
 
 from sqlalchemy import make_url, text
 
-from app.engine.engine import Engine, EngineConfig
-from app.engine.journal import InstanceState
-from app.testing import FlowHarness, Scripted
+from flowpark.engine.engine import Engine, EngineConfig
+from flowpark.engine.journal import InstanceState
+from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import Job, Status, poll_flow
 from tests.postgres.nodes import (
     INTERVAL,

@@ -7,8 +7,15 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app.engine.journal import InstanceRecord, NewInstance, Outcome, StepKind, StepRow, WakeKind
-from app.engine.ports import Commit, Park
+from flowpark.engine.journal import (
+    InstanceRecord,
+    NewInstance,
+    Outcome,
+    StepKind,
+    StepRow,
+    WakeKind,
+)
+from flowpark.engine.ports import Commit, Park
 
 __all__ = [
     "FLOW",

@@ -24,9 +24,9 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel
 
-from app.flows import Backoff, Capability, Flow, HttpTrigger, Signal, StepContext
-from app.runtime.loading import Deps
-from app.settings import Settings
+from flowpark.flows import Backoff, Capability, Flow, HttpTrigger, Signal, StepContext
+from flowpark.runtime.loading import Deps
+from flowpark.settings import Settings
 from tests.support.server import TOKEN, free_port
 
 __all__ = ["NUDGE", "flows", "obs_server"]
@@ -166,8 +166,8 @@ def obs_server(
 def main() -> None:  # pragma: no cover - runs in the server process
     import uvicorn
 
-    from app.runtime.app import create_app
-    from app.runtime.logs import configure_logging, log_config
+    from flowpark.runtime.app import create_app
+    from flowpark.runtime.logs import configure_logging, log_config
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)

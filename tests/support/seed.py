@@ -15,10 +15,10 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from app.flows import Flow
-from app.testing import FlowHarness, Scripted
-from samples.document_processing import OcrClient, build_document_flow
-from samples.document_processing.models import ExtractedFields, OcrJob, OcrStatus
+from flowpark.flows import Flow
+from flowpark.samples.document_processing import OcrClient, build_document_flow
+from flowpark.samples.document_processing.models import ExtractedFields, OcrJob, OcrStatus
+from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import Status, await_flow, poll_flow
 
 __all__ = ["Seeded", "seed_console_data"]

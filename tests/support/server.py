@@ -31,11 +31,11 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from app.runtime.app import create_app
-from app.runtime.forwarded import forwarded_options
-from app.settings import Settings
-from samples.registry import sample_flows
-from samples.settings import SampleSettings
+from flowpark.runtime.app import create_app
+from flowpark.runtime.forwarded import forwarded_options
+from flowpark.samples.registry import sample_flows
+from flowpark.samples.settings import SampleSettings
+from flowpark.settings import Settings
 from tests.support.eventually import eventually_sync
 
 __all__ = [
@@ -259,7 +259,7 @@ def flowpark_command() -> list[str]:
     script = Path(sys.executable).with_name("flowpark")
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "from app.cli import main; main()"]
+    return [sys.executable, "-c", "from flowpark.cli.main import main; main()"]
 
 
 @contextmanager

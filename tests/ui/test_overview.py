@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from app.store.db import make_async_engine
-from app.store.sql_journal import SqlJournal
-from app.ui.overview import percentile
+from flowpark.store.db import make_async_engine
+from flowpark.store.sql_journal import SqlJournal
+from flowpark.ui.overview import percentile
 from tests.support.seed import Seeded, seed_console_data
 
 
@@ -128,7 +128,7 @@ async def test_step_activity_places_running_completed_and_failed_instances(store
 
 
 async def test_flow_activity_counts_recently_cancelled_instances(store_url: str) -> None:
-    from app.testing import FlowHarness, Scripted
+    from flowpark.testing import FlowHarness, Scripted
     from tests.engine.flows import Job, await_flow
 
     subs = {"t.start": Scripted(Job(job_id="j")), "t.undo": Scripted(None)}

@@ -12,11 +12,11 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.engine.clock import VirtualClock
-from app.runtime.app import create_app
-from app.settings import Settings
-from samples.registry import sample_flows
-from samples.settings import SampleSettings
+from flowpark.engine.clock import VirtualClock
+from flowpark.runtime.app import create_app
+from flowpark.samples.registry import sample_flows
+from flowpark.samples.settings import SampleSettings
+from flowpark.settings import Settings
 from tests.support.server import TOKEN, LiveServer, live_server
 
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from pydantic import BaseModel
 
-from app.flows import (
+from flowpark.flows import (
     Backoff,
     Capability,
     CapabilityOptions,

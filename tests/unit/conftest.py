@@ -116,7 +116,7 @@ def _tls_context_made_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """An httpx client made with the default TLS settings gets the context made for the
     first one with the same settings (the CA file or directory the environment names, or
     certifi's); other settings get a context of their own, as without this. The node's
-    outbound client (httpx over aiohttp, app.runtime.http) asks httpx for its context too."""
+    outbound client (httpx over aiohttp, flowpark.runtime.http) asks httpx for its context too."""
     monkeypatch.setattr(httpx._transports.default, "create_ssl_context", _context)
     monkeypatch.setattr(httpx, "create_ssl_context", _context)
 

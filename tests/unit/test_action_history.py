@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.api.explain import action_outcome
-from app.ui.instances import action_summary
-from app.ui.timeline import build_timeline
+from flowpark.api.explain import action_outcome
+from flowpark.ui.instances import action_summary
+from flowpark.ui.timeline import build_timeline
 from tests.unit.test_cli_client import ID, cli, node
 
 __all__ = ["node"]  # the scripted node fixture, shared

@@ -33,7 +33,7 @@ def _imports_of(path: Path) -> tuple[ast.ImportFrom | ast.Import, ...]:
     return tuple(n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom | ast.Import))
 
 
-@pytest.mark.parametrize("package", ["app/engine", "app/flows"])
+@pytest.mark.parametrize("package", ["flowpark/engine", "flowpark/flows"])
 def test_core_imports_no_framework_or_driver(package: str) -> None:
     offenders = []
     for path in (ROOT / package).rglob("*.py"):
@@ -47,14 +47,14 @@ def test_core_imports_no_framework_or_driver(package: str) -> None:
                 f"{path.name}: {n}"
                 for n in names
                 if n.split(".")[0] in FORBIDDEN
-                or n.startswith("app.store")
-                or n.startswith("app.api")
+                or n.startswith("flowpark.store")
+                or n.startswith("flowpark.api")
             ]
     assert offenders == []
 
 
 EXPORTS = {
-    "app.flows": [
+    "flowpark.flows": [
         "Backoff",
         "Bag",
         "Block",
@@ -87,7 +87,7 @@ EXPORTS = {
         "compile_flow",
         "to_timedelta",
     ],
-    "app.testing": ["FlowHarness", "Scripted", "substitute"],
+    "flowpark.testing": ["FlowHarness", "Scripted", "substitute"],
     "flowpark": [
         "AsyncClient",
         "Backoff",
@@ -122,8 +122,7 @@ EXPORTS = {
         "bag_key",
         "check_flow",
     ],
-    "flowpark.testing": ["FlowHarness", "Scripted", "substitute"],
-    "app.runtime.loading": [
+    "flowpark.runtime.loading": [
         "Deps",
         "FlowSource",
         "check_targets",
@@ -133,8 +132,8 @@ EXPORTS = {
         "register_flows",
         "resolve_target",
     ],
-    "app.ui": ["build_console_router", "install_console"],
-    "app.engine": [
+    "flowpark.ui": ["build_console_router", "install_console"],
+    "flowpark.engine": [
         "Clock",
         "Commit",
         "Engine",
@@ -173,35 +172,35 @@ def test_no_module_is_over_600_lines() -> None:
     """A module past this size holds more than one topic: split it by what its parts do."""
     sizes = {
         str(path.relative_to(ROOT)): len(path.read_text().splitlines())
-        for package in ("app", "samples", "flowpark")
+        for package in ("app", "flowpark")
         for path in (ROOT / package).rglob("*.py")
     }
     assert len(sizes) > 50  # the walk found the packages
     assert {p: n for p, n in sizes.items() if n > MAX_MODULE_LINES} == {}
 
 
-ENGINE = ROOT / "app" / "engine"
+ENGINE = ROOT / "flowpark" / "engine"
 MAX_ENGINE_MODULE_LINES = 400
 
 
 def _engine_imports(path: Path) -> set[str]:
-    """The ``app.engine`` modules ``path`` imports: every ``import`` and ``from`` statement
+    """The ``flowpark.engine`` modules ``path`` imports: every ``import`` and ``from`` statement
     anywhere in it (inside functions and ``if TYPE_CHECKING:`` blocks too)."""
     found: set[str] = set()
     for node in _imports_of(path):
         if isinstance(node, ast.ImportFrom) and node.module:
             base = node.module
-            if base == "app.engine":  # from app.engine import outside, sweeps
-                found.update(f"app.engine.{alias.name}" for alias in node.names)
-            elif base.startswith("app.engine."):
+            if base == "flowpark.engine":  # from flowpark.engine import outside, sweeps
+                found.update(f"flowpark.engine.{alias.name}" for alias in node.names)
+            elif base.startswith("flowpark.engine."):
                 found.add(base)
         elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("app.engine."))
+            found.update(a.name for a in node.names if a.name.startswith("flowpark.engine."))
     return found
 
 
 def _engine_graph() -> dict[str, set[str]]:
-    modules = {f"app.engine.{p.stem}": p for p in ENGINE.glob("*.py") if p.stem != "__init__"}
+    modules = {f"flowpark.engine.{p.stem}": p for p in ENGINE.glob("*.py") if p.stem != "__init__"}
     return {name: _engine_imports(path) & set(modules) for name, path in modules.items()}
 
 
@@ -242,12 +241,14 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_engine_has_no_import_cycle() -> None:
-    """No module of ``app.engine`` imports (directly or around a circle, type-only imports
+    """No module of ``flowpark.engine`` imports (directly or around a circle, type-only imports
     and imports inside functions included) a module that imports it back: each part
     depends on the parts below it and on protocols, never on the engine above it."""
     graph = _engine_graph()
-    assert len(graph) > 15 and "app.engine.executor" in graph
-    assert "app.engine.decisions" in graph["app.engine.executor"]  # the walk finds imports
+    assert len(graph) > 15 and "flowpark.engine.executor" in graph
+    assert (
+        "flowpark.engine.decisions" in graph["flowpark.engine.executor"]
+    )  # the walk finds imports
     assert _cycles(graph) == []
 
 
@@ -266,7 +267,9 @@ def test_the_decider_imports_no_store_runtime_asyncio_or_io() -> None:
     """The decider and the modules it is built from are pure: no store, runtime, asyncio,
     clock or I/O; a test of the decider needs no database, no clock and no event loop."""
     pure = ["decider", "steps", "try_walk", "replay", "decisions", "retries", "values"]
-    allowed = {f"app.engine.{m}" for m in [*pure, "journal", "deadlines", "context", "observe"]}
+    allowed = {
+        f"flowpark.engine.{m}" for m in [*pure, "journal", "deadlines", "context", "observe"]
+    }
     for name in pure:
         imported: set[str] = set()
         for node in _imports_of(ENGINE / f"{name}.py"):
@@ -274,15 +277,19 @@ def test_the_decider_imports_no_store_runtime_asyncio_or_io() -> None:
                 imported.add(node.module)
             elif isinstance(node, ast.Import):
                 imported.update(a.name for a in node.names)
-        engine = {m for m in imported if m.startswith("app.engine")}
+        engine = {m for m in imported if m.startswith("flowpark.engine")}
         assert engine <= allowed, (name, engine - allowed)
-        outside = {m for m in imported if m.startswith(("app.store", "app.runtime", "app.api"))}
+        outside = {
+            m
+            for m in imported
+            if m.startswith(("flowpark.store", "flowpark.runtime", "flowpark.api"))
+        }
         assert outside == set(), name
         io = {m for m in imported if m.split(".")[0] in {"asyncio", "socket", "time", "threading"}}
         assert io == set(), name
 
 
-LAYERS = ("app.api", "app.runtime", "app.ui")
+LAYERS = ("flowpark.api", "flowpark.runtime", "flowpark.ui")
 
 
 def _layer_of(module: str) -> str | None:
@@ -292,7 +299,7 @@ def _layer_of(module: str) -> str | None:
 
 
 def _layer_graph() -> dict[str, set[str]]:
-    """Which of app.api, app.runtime and app.ui each of them imports (any module of it)."""
+    """Which of flowpark.api, .runtime and .ui each of them imports (any module of it)."""
     graph: dict[str, set[str]] = {layer: set() for layer in LAYERS}
     for layer in LAYERS:
         for path in (ROOT / Path(*layer.split("."))).rglob("*.py"):
@@ -308,11 +315,11 @@ def _layer_graph() -> dict[str, set[str]]:
 
 
 def test_the_api_imports_nothing_of_the_runtime() -> None:
-    """The API layer is wired by the runtime, never the other way round: no ``app.api``
-    module imports ``app.runtime`` (the OpenAPI dump lives in ``app.runtime.openapi``)."""
+    """The API layer is wired by the runtime, never the other way round: no ``flowpark.api``
+    module imports ``flowpark.runtime`` (the OpenAPI dump lives in ``flowpark.runtime.openapi``)."""
     graph = _layer_graph()
-    assert "app.api" in graph["app.runtime"]  # the walk sees the runtime's imports
-    assert "app.runtime" not in graph["app.api"]
+    assert "flowpark.api" in graph["flowpark.runtime"]  # the walk sees the runtime's imports
+    assert "flowpark.runtime" not in graph["flowpark.api"]
 
 
 def test_api_runtime_and_console_import_no_circle() -> None:
@@ -321,14 +328,14 @@ def test_api_runtime_and_console_import_no_circle() -> None:
 
 
 def test_the_console_imports_no_private_name_of_another_package() -> None:
-    """``app.ui`` reads the API's views through their public names only."""
+    """``flowpark.ui`` reads the API's views through their public names only."""
     private = []
-    for path in (ROOT / "app" / "ui").rglob("*.py"):
+    for path in (ROOT / "flowpark" / "ui").rglob("*.py"):
         for node in _imports_of(path):
             if (
                 isinstance(node, ast.ImportFrom)
                 and node.module
-                and not node.module.startswith("app.ui")
+                and not node.module.startswith("flowpark.ui")
             ):
                 hidden = [a.name for a in node.names if a.name.startswith("_")]
                 private += [f"{path.name}: {node.module}.{name}" for name in hidden]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.api.bulk import BulkAction, BulkFilter
+from flowpark.api.bulk import BulkAction, BulkFilter
 
 #: a value of each filter field that narrows the selection
 NARROWING_VALUES: dict[str, Any] = {

@@ -15,9 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 import flowpark.client
-from app.cli import app
-from app.cli_ops import EXIT_CONFLICT, EXIT_ERROR, EXIT_FORBIDDEN, EXIT_NOT_FOUND
-from app.cli_ops._client import is_loopback
+from flowpark.cli import EXIT_CONFLICT, EXIT_ERROR, EXIT_FORBIDDEN, EXIT_NOT_FOUND
+from flowpark.cli._client import is_loopback
+from flowpark.cli.main import app
 from flowpark.client import Client
 
 ID = "01a232b9-0995-7449-8556-23fef0c5e08e"

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from app.cli_ops import EXIT_CONFLICT, EXIT_ERROR
+from flowpark.cli import EXIT_CONFLICT, EXIT_ERROR
 from tests.unit.test_cli_client import ID, PAGE, cli, node, problem
 
 __all__ = ["node"]  # the scripted node fixture, shared

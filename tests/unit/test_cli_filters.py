@@ -9,9 +9,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from app.cli import app
-from app.cli_ops import _client
-from app.cli_ops.instances import instances_app
+from flowpark.cli import _client
+from flowpark.cli.instances import instances_app
+from flowpark.cli.main import app
 
 FILTER_OPTIONS = {
     "--flow",

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from app.cli import app
-from app.cli_ops import EXIT_UNREACHABLE, _client
+from flowpark.cli import EXIT_UNREACHABLE, _client
+from flowpark.cli.main import app
 
 #: An instance id (the commands take it as it is: nothing is looked up)
 ID = "01a232b9-0995-7449-8556-23fef0c5e08e"

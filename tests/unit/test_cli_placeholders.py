@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from app.cli import app
+from flowpark.cli.main import app
 
 
 def _commands(command: Any, path: tuple[str, ...] = ("flowpark",)) -> Iterator[tuple[str, Any]]:

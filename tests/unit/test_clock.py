@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.engine.clock import Clock, SystemClock, VirtualClock
+from flowpark.engine.clock import Clock, SystemClock, VirtualClock
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 S = timedelta(seconds=1)

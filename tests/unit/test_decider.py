@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.engine.deadlines import POLL_BUDGET, deadline_row, ends_at
-from app.engine.decider import Decider
-from app.engine.decisions import (
+from flowpark.engine.deadlines import POLL_BUDGET, deadline_row, ends_at
+from flowpark.engine.decider import Decider
+from flowpark.engine.decisions import (
     BeginEnding,
     Execute,
     Finish,
@@ -19,7 +19,7 @@ from app.engine.decisions import (
     ReadMailbox,
     TakeSignal,
 )
-from app.engine.journal import (
+from flowpark.engine.journal import (
     InstanceRecord,
     InstanceState,
     Outcome,
@@ -28,9 +28,9 @@ from app.engine.journal import (
     StepRow,
     WakeKind,
 )
-from app.errors import FlowFailure, JournalMismatch
-from app.flows.catalog import Catalog
-from app.flows.plan import Plan
+from flowpark.errors import FlowFailure, JournalMismatch
+from flowpark.flows.catalog import Catalog
+from flowpark.flows.plan import Plan
 from tests.engine.flows import await_flow, poll_flow
 
 T0 = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from app.engine.clock import VirtualClock
-from app.engine.ports.outbox import ClaimedDelivery
-from app.runtime.delivery import Deliverer, delivery_body
-from app.settings import Settings
+from flowpark.engine.clock import VirtualClock
+from flowpark.engine.ports.outbox import ClaimedDelivery
+from flowpark.runtime.delivery import Deliverer, delivery_body
+from flowpark.settings import Settings
 
 
 def test_each_delay_doubles_up_to_the_cap_with_jitter_below_it() -> None:

@@ -5,9 +5,9 @@ are checked before anything is served."""
 import pytest
 from typer.testing import CliRunner
 
-from app import demo
-from app.cli import app
-from app.demo import _last_attempt, _path, journal_lines
+from flowpark.cli import demo
+from flowpark.cli.demo import _last_attempt, _path, journal_lines
+from flowpark.cli.main import app
 
 
 def test_no_attempt_yet() -> None:

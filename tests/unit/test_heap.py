@@ -1,4 +1,4 @@
-"""The node's garbage collector settings (app.runtime.heap): the collector pauses for the
+"""The node's garbage collector settings (flowpark.runtime.heap): the collector pauses for the
 start-up and runs again once settled or released, what start-up allocated is frozen, young
 objects are collected less often, and cyclic garbage made afterwards is still freed; the
 setting is off unless asked (tests/api/test_node_heap.py: the lifespan)."""
@@ -11,14 +11,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.runtime.heap import (
+from flowpark.runtime.heap import (
     OLDER_THRESHOLDS,
     YOUNG_THRESHOLD,
     hold_collector,
     release_collector,
     settle_heap,
 )
-from app.settings import Settings
+from flowpark.settings import Settings
 
 
 @pytest.fixture

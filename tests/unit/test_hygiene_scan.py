@@ -1,4 +1,4 @@
-"""The request-line and header check (app.api.hygiene.unreadable) refuses exactly the
+"""The request-line and header check (flowpark.api.hygiene.unreadable) refuses exactly the
 characters whose Unicode category is a control character or a surrogate: its scan of an
 ASCII value agrees with the category of every character, for every ASCII byte in every
 position, in a header value (where a tab is allowed) and elsewhere."""
@@ -9,7 +9,7 @@ import unicodedata
 
 import pytest
 
-from app.api.hygiene import unreadable
+from flowpark.api.hygiene import unreadable
 
 
 def by_category(raw: bytes, *, header: bool) -> str | None:

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.engine.journal import InstanceRecord, InstanceState, WakeKind
-from app.errors import FlowFailure
+from flowpark.engine.journal import InstanceRecord, InstanceState, WakeKind
+from flowpark.errors import FlowFailure
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 

@@ -1,4 +1,4 @@
-"""Lane: group commit of concurrent submits into batches (app.store.lanes).
+"""Lane: group commit of concurrent submits into batches (flowpark.store.lanes).
 
 Deterministic: the tests never wait on wall-clock time. A batch is held open with an
 ``asyncio.Event``; "let the loop run" is a bounded number of ``sleep(0)`` yields
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from app.store.lanes import Lane
+from flowpark.store.lanes import Lane
 from tests.support.eventually import eventually
 
 

@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from app.engine.clock import VirtualClock
-from app.engine.context import ExecutionContext
-from app.engine.engine import Engine, EngineConfig
-from app.engine.executor import Executor
-from app.engine.journal import Ack, Claim, InstanceRecord, InstanceState
-from app.engine.limits import CapabilityTimeout
-from app.errors import StaleFencingToken, StoreUnavailable
-from app.flows import Capability, CapabilityOptions, Flow, StepContext
-from app.flows.catalog import Catalog
-from app.outages import OUTAGES
+from flowpark.engine.clock import VirtualClock
+from flowpark.engine.context import ExecutionContext
+from flowpark.engine.engine import Engine, EngineConfig
+from flowpark.engine.executor import Executor
+from flowpark.engine.journal import Ack, Claim, InstanceRecord, InstanceState
+from flowpark.engine.limits import CapabilityTimeout
+from flowpark.errors import StaleFencingToken, StoreUnavailable
+from flowpark.flows import Capability, CapabilityOptions, Flow, StepContext
+from flowpark.flows.catalog import Catalog
+from flowpark.outages import OUTAGES
 from tests.support.eventually import eventually
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

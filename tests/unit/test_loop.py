@@ -1,4 +1,4 @@
-"""app.runtime.loop: the event loop a node process runs on."""
+"""flowpark.runtime.loop: the event loop a node process runs on."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import uvloop
 
-from app.runtime.loop import loop_factory, run
+from flowpark.runtime.loop import loop_factory, run
 
 
 def test_run_returns_the_result_on_uvloop_and_closes_its_loop() -> None:

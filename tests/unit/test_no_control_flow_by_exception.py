@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from app.store.dialects import Dialect
-from app.store.dialects.postgres import PostgresDialect
-from app.store.dialects.sqlite import SqliteDialect
+from flowpark.store.dialects import Dialect
+from flowpark.store.dialects.postgres import PostgresDialect
+from flowpark.store.dialects.sqlite import SqliteDialect
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,14 +39,14 @@ def _names(package: str, wanted: str) -> list[str]:
 
 
 def test_nothing_in_app_raises_not_implemented_error() -> None:
-    assert _names("app", "NotImplementedError") == []
+    assert _names("flowpark", "NotImplementedError") == []
 
 
 def test_no_engine_exception_derives_from_base_exception() -> None:
     # asyncio's cancellation is how a try is stopped (a limit, a cancel learned at a
     # heartbeat); the engine makes no exception of its own that handlers cannot catch
     found = []
-    for path, tree in _trees("app/engine", "BaseException"):
+    for path, tree in _trees("flowpark/engine", "BaseException"):
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef) and any(
                 isinstance(base, ast.Name) and base.id == "BaseException" for base in node.bases

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.runtime import logs
+from flowpark.runtime import logs
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_every_line_carries_the_node_id(captured: io.StringIO) -> None:
 
 
 def test_the_default_node_id_is_the_settings_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from app.settings import Settings
+    from flowpark.settings import Settings
 
     monkeypatch.setattr(logs, "_node_id", None)
     monkeypatch.delenv("FLOWPARK_NODE_ID", raising=False)

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from app.errors import StoreUnavailable
-from app.outages import OutageLog
+from flowpark.errors import StoreUnavailable
+from flowpark.outages import OutageLog
 
 
 class Monotonic:

@@ -1,4 +1,4 @@
-"""The node's outbound client (app.runtime.http): httpx's API over aiohttp, real sockets."""
+"""The node's outbound client (flowpark.runtime.http): httpx's API over aiohttp, real sockets."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.runtime.http import outbound_client
+from flowpark.runtime.http import outbound_client
 
 
 @pytest.fixture
@@ -178,7 +178,7 @@ async def test_a_proxy_named_by_the_environment_is_used(
 async def test_a_failed_connect_is_named_for_what_it_is_not_a_timeout() -> None:
     import socket as _socket
 
-    from app.runtime.http import NameNotResolved, outbound_client
+    from flowpark.runtime.http import NameNotResolved, outbound_client
 
     listener = _socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -201,7 +201,7 @@ async def test_a_failed_connect_is_named_for_what_it_is_not_a_timeout() -> None:
 def test_the_cli_says_a_node_name_does_not_resolve(retries_at_once: list[float]) -> None:
     from typer.testing import CliRunner
 
-    from app.cli import app
+    from flowpark.cli.main import app
 
     done = CliRunner().invoke(
         app, ["instances", "list", "--url", "http://no-such-name.invalid:8000", "--token", "t"]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import app.engine.ports as ports
-from app.store import SqlJournal, make_async_engine
-from app.store.memory import MemoryStore
+import flowpark.engine.ports as ports
+from flowpark.store import SqlJournal, make_async_engine
+from flowpark.store.memory import MemoryStore
 
 MAX_PARAMETERS = 6
 
@@ -65,8 +65,8 @@ def test_the_ports_are_protocols_with_methods() -> None:
 
 @pytest.mark.parametrize("protocol", _protocols(), ids=lambda p: p.__name__)
 def test_no_port_method_takes_more_than_six_parameters(protocol: type) -> None:
-    """A wider call takes a value (a :class:`~app.engine.ports.Commit`, a
-    :class:`~app.engine.ports.NewSignal`), not a list of parameters."""
+    """A wider call takes a value (a :class:`~flowpark.engine.ports.Commit`, a
+    :class:`~flowpark.engine.ports.NewSignal`), not a list of parameters."""
     wide = {
         name: count
         for name, method in _methods(protocol).items()
@@ -111,7 +111,7 @@ def test_the_sql_journal_composes_its_ports_as_objects_of_their_own() -> None:
 
 @pytest.mark.parametrize("module", ["memory", "memory_reads", "memory_state"])
 def test_the_memory_store_imports_no_sql(module: str) -> None:
-    path = Path(__file__).resolve().parents[2] / "app" / "store" / f"{module}.py"
+    path = Path(__file__).resolve().parents[2] / "flowpark" / "store" / f"{module}.py"
     tree = ast.parse(path.read_text())
     imported = [
         name
@@ -125,4 +125,4 @@ def test_the_memory_store_imports_no_sql(module: str) -> None:
         )
     ]
     assert [n for n in imported if n.split(".")[0] in ("sqlalchemy", "sqlmodel", "alembic")] == []
-    assert [n for n in imported if n.startswith("app.store") and "memory" not in n] == []
+    assert [n for n in imported if n.startswith("flowpark.store") and "memory" not in n] == []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import httpx
 
-from samples.document_processing.flow import OcrClient
-from samples.job_polling.flow import JobClient
+from flowpark.samples.document_processing.flow import OcrClient
+from flowpark.samples.job_polling.flow import JobClient
 
 TRICKY = "a/b?c#d"
 

@@ -7,10 +7,10 @@ import logging
 import pytest
 from pydantic import SecretStr
 
-from app import redaction
-from app.redaction import MASK, RedactingFormatter, redact, redact_url, register_secrets
-from app.settings import Settings
-from samples.settings import SampleSettings, callback_credential
+from flowpark import redaction
+from flowpark.redaction import MASK, RedactingFormatter, redact, redact_url, register_secrets
+from flowpark.samples.settings import SampleSettings, callback_credential
+from flowpark.settings import Settings
 
 
 @pytest.fixture(autouse=True)

@@ -7,11 +7,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.errors import DefinitionError
-from app.flows import Catalog, Severity, check_flow, compile_flow
-from app.flows.plan import CapabilityStep, Plan
-from app.runtime.loading import check_targets
-from samples.document_processing import OcrClient, build_document_flow
+from flowpark.errors import DefinitionError
+from flowpark.flows import Catalog, Severity, check_flow, compile_flow
+from flowpark.flows.plan import CapabilityStep, Plan
+from flowpark.runtime.loading import check_targets
+from flowpark.samples.document_processing import OcrClient, build_document_flow
 from tests.unit.bad_flows import BAD, DUPLICATE_VERSION, WARNINGS
 
 
@@ -107,7 +107,7 @@ def test_a_signals_payload_is_a_put_of_the_wait_that_takes_it() -> None:
 
     from pydantic import BaseModel
 
-    from app.flows import Backoff, Capability, Flow, Signal, StepContext
+    from flowpark.flows import Backoff, Capability, Flow, Signal, StepContext
 
     class Order(BaseModel):
         order_id: str

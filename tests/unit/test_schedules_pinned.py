@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from app.flows import Backoff, RetryPolicy
-from samples.document_processing.flow import Waits
+from flowpark.flows import Backoff, RetryPolicy
+from flowpark.samples.document_processing.flow import Waits
 
 SEED = "01a2b3c4-0000-7000-8000-000000000001"
 

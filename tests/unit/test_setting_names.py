@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from app.cli import app
-from app.settings import Settings, unknown_names
+from flowpark.cli.main import app
+from flowpark.settings import Settings, unknown_names
 
 
 def test_a_misspelt_setting_is_named_with_the_closest_one() -> None:

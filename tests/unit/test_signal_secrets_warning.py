@@ -9,11 +9,11 @@ import logging
 import pytest
 from pydantic import SecretStr
 
-from app.flows import Catalog
-from app.runtime.app import _warn_about_signal_secrets
-from app.runtime.http import outbound_client
-from app.runtime.loading import Deps, load_flows, register_flows
-from app.settings import Settings
+from flowpark.flows import Catalog
+from flowpark.runtime.app import _warn_about_signal_secrets
+from flowpark.runtime.http import outbound_client
+from flowpark.runtime.loading import Deps, load_flows, register_flows
+from flowpark.settings import Settings
 
 #: the records of the warning's logger only (another test's server may be logging in this
 #: process, e.g. a session-scoped one of another module on the same xdist worker)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import event, text
 
-import app.store
-from app.errors import StoreUnavailable
-from app.store import SqlJournal
-from app.store.db import (
+import flowpark.store
+from flowpark.errors import StoreUnavailable
+from flowpark.store import SqlJournal
+from flowpark.store.db import (
     READ_ONLY,
     STORE_WAIT_SECONDS,
     async_url,
@@ -162,8 +162,8 @@ async def test_hundred_overlapping_read_then_write_transactions(sqlite_url: str)
 
 
 def test_store_exports_are_pinned() -> None:
-    assert app.store.__all__ == sorted(app.store.__all__)
-    assert app.store.__all__ == [
+    assert flowpark.store.__all__ == sorted(flowpark.store.__all__)
+    assert flowpark.store.__all__ == [
         "JournalConflict",
         "SqlJournal",
         "UtcDateTime",
@@ -190,8 +190,8 @@ async def test_unreachable_database_is_store_unavailable() -> None:
 async def test_a_write_behind_another_process_lock_is_refused_in_bounded_time(
     _sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.store.db as db_module
-    from app.store import SqlJournal
+    import flowpark.store.db as db_module
+    from flowpark.store import SqlJournal
 
     monkeypatch.setattr(db_module, "SQLITE_BUSY_TIMEOUT_MS", 300)
     path = tmp_path / "locked.db"
@@ -215,8 +215,8 @@ async def test_a_write_behind_another_process_lock_is_refused_in_bounded_time(
 async def test_a_writer_queued_past_the_bound_in_this_process_is_refused(
     _sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.store.base as base_module
-    from app.store import SqlJournal
+    import flowpark.store.base as base_module
+    from flowpark.store import SqlJournal
 
     monkeypatch.setattr(base_module, "STORE_WAIT_SECONDS", 0.2)
     path = tmp_path / "queued.db"

@@ -10,9 +10,9 @@ import logging
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from app.engine.observe import LOG_CONTEXT
-from app.runtime import tracing
-from app.runtime.logs import ContextFilter, RedactingJsonFormatter, log_config
+from flowpark.engine.observe import LOG_CONTEXT
+from flowpark.runtime import tracing
+from flowpark.runtime.logs import ContextFilter, RedactingJsonFormatter, log_config
 
 OTEL = (
     "OTEL_SDK_DISABLED",

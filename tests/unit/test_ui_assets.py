@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_htmx_and_the_styles_are_package_files() -> None:
-    static = files("app.ui") / "static"
+    static = files("flowpark.ui") / "static"
     htmx = (static / "htmx.min.js").read_text()
     assert htmx.startswith("var htmx=function()")
     assert "Zero-Clause BSD" in (static / "htmx.LICENSE").read_text()
@@ -21,12 +21,12 @@ def test_htmx_and_the_styles_are_package_files() -> None:
 
 def test_the_wheel_takes_the_templates_and_static_files() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    patterns = config["tool"]["setuptools"]["package-data"]["app.ui"]
+    patterns = config["tool"]["setuptools"]["package-data"]["flowpark.ui"]
     assert "templates/*.html" in patterns and "static/*" in patterns
 
 
 def test_no_template_or_script_reaches_another_site() -> None:
-    package = files("app.ui")
+    package = files("flowpark.ui")
     sources = [
         *(package / "templates").iterdir(),
         package / "static" / "console.js",

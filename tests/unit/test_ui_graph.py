@@ -9,10 +9,10 @@ import re
 import httpx
 import pytest
 
-from app.flows import Capability, Catalog, Flow, StepContext
-from app.flows.plan import CapabilityStep, Plan
-from app.ui.graph import Graph, GraphEdge, describe_backoff, human_duration, layout
-from samples.document_processing import OcrClient, build_document_flow
+from flowpark.flows import Capability, Catalog, Flow, StepContext
+from flowpark.flows.plan import CapabilityStep, Plan
+from flowpark.samples.document_processing import OcrClient, build_document_flow
+from flowpark.ui.graph import Graph, GraphEdge, describe_backoff, human_duration, layout
 from tests.engine.flows import (
     BUDGET,
     INTERVAL,

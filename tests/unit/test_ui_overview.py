@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from app.engine.ports.operator import AttemptStart, FlowActivity
-from app.flows import Catalog
-from app.ui.overview import lateness, overview_rows
+from flowpark.engine.ports.operator import AttemptStart, FlowActivity
+from flowpark.flows import Catalog
+from flowpark.ui.overview import lateness, overview_rows
 from tests.engine.flows import poll_flow
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)

@@ -24,50 +24,57 @@ from typing import Any
 
 from sqlmodel import SQLModel
 
-import app.store.tables  # noqa: F401 - registers every table on SQLModel.metadata
-from app.settings import Settings
+import flowpark.store.tables  # noqa: F401 - registers every table on SQLModel.metadata
+from flowpark.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("app", "samples", "flowpark")
+SOURCES = ("app", "flowpark")
 
 #: Names that say "attempt", by module: each one is about a parked poll's attempts.
 ATTEMPT_NAMES: dict[str, set[str]] = {
-    "app/api/explain.py": {"AttemptView", "attempt", "attempts_view"},
-    "app/api/models/__init__.py": {"AttemptView"},
-    "app/api/models/instances.py": {"AttemptView", "attempt", "attempts"},
-    "app/api/models/operator.py": {"attempt"},
-    "app/cli_ops/instances.py": {"attempts"},
-    "app/demo.py": {"_last_attempt", "attempt", "attempts"},  # journal rows of a poll attempt
-    "app/engine/observe.py": {"attempted"},
-    "app/engine/decisions.py": {"attempt"},  # a poll note: the attempt a verdict is about
-    "app/engine/executor.py": {"attempt", "attempted"},  # the observer hears a poll attempt end
-    "app/engine/steps.py": {"attempt", "attempts"},  # poll attempts (notes, the timeout)
-    "app/flows/durations.py": {"attempt"},  # Backoff: the wait after poll attempt n
-    "app/runtime/metrics.py": {"attempts"},  # flowpark_attempts: poll attempts
-    "app/runtime/observe.py": {"attempted", "attempts"},
-    "app/store/overview.py": {"AttemptStart", "MAX_ATTEMPT_STARTS", "attempt_starts"},
-    "app/engine/ports/operator.py": {"AttemptStart", "attempt_starts"},
-    "app/store/memory_reads.py": {"AttemptStart", "attempt_starts"},
-    "app/ui/instances.py": {"attempts", "attempts_view", "next_attempt"},
-    "app/ui/overview.py": {"AttemptStart"},
-    "app/ui/pages.py": {"attempt_starts"},
-    "app/ui/timeline.py": {"attempt", "attempts", "next_attempt"},
+    "flowpark/api/explain.py": {"AttemptView", "attempt", "attempts_view"},
+    "flowpark/api/models/__init__.py": {"AttemptView"},
+    "flowpark/api/models/instances.py": {"AttemptView", "attempt", "attempts"},
+    "flowpark/api/models/operator.py": {"attempt"},
+    "flowpark/cli/instances.py": {"attempts"},
+    "flowpark/cli/demo.py": {
+        "_last_attempt",
+        "attempt",
+        "attempts",
+    },  # journal rows of a poll attempt
+    "flowpark/engine/observe.py": {"attempted"},
+    "flowpark/engine/decisions.py": {"attempt"},  # a poll note: the attempt a verdict is about
+    "flowpark/engine/executor.py": {
+        "attempt",
+        "attempted",
+    },  # the observer hears a poll attempt end
+    "flowpark/engine/steps.py": {"attempt", "attempts"},  # poll attempts (notes, the timeout)
+    "flowpark/flows/durations.py": {"attempt"},  # Backoff: the wait after poll attempt n
+    "flowpark/runtime/metrics.py": {"attempts"},  # flowpark_attempts: poll attempts
+    "flowpark/runtime/observe.py": {"attempted", "attempts"},
+    "flowpark/store/overview.py": {"AttemptStart", "MAX_ATTEMPT_STARTS", "attempt_starts"},
+    "flowpark/engine/ports/operator.py": {"AttemptStart", "attempt_starts"},
+    "flowpark/store/memory_reads.py": {"AttemptStart", "attempt_starts"},
+    "flowpark/ui/instances.py": {"attempts", "attempts_view", "next_attempt"},
+    "flowpark/ui/overview.py": {"AttemptStart"},
+    "flowpark/ui/pages.py": {"attempt_starts"},
+    "flowpark/ui/timeline.py": {"attempt", "attempts", "next_attempt"},
 }
 
 #: Modules about plans and their steps: no name in them says "node" (but ``node_id``, the
 #: process a log line or a lease names).
 PLAN_MODULES = (
-    "app/api/explain.py",
-    "app/api/plans.py",
-    "app/cli_ops/flows.py",
-    "app/engine/context.py",
-    "app/engine/deadlines.py",
-    "app/engine/run_mailbox.py",
-    "app/engine/tries.py",
-    "app/engine/walker.py",
-    "app/flows/",
-    "app/ui/graph.py",
-    "app/ui/timeline.py",
+    "flowpark/api/explain.py",
+    "flowpark/api/plans.py",
+    "flowpark/cli/flows.py",
+    "flowpark/engine/context.py",
+    "flowpark/engine/deadlines.py",
+    "flowpark/engine/run_mailbox.py",
+    "flowpark/engine/tries.py",
+    "flowpark/engine/walker.py",
+    "flowpark/flows/",
+    "flowpark/ui/graph.py",
+    "flowpark/ui/timeline.py",
 )
 
 #: A name anywhere that puts "node" beside a plan's words means a step.
@@ -290,7 +297,7 @@ def test_columns_and_settings_never_say_attempt_and_node_only_for_the_process() 
 def _texts() -> Iterator[tuple[str, str]]:
     for path in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]:
         yield path.relative_to(ROOT).as_posix(), path.read_text()
-    for path in sorted((ROOT / "app" / "ui" / "templates").glob("*.html")):
+    for path in sorted((ROOT / "flowpark" / "ui" / "templates").glob("*.html")):
         yield path.relative_to(ROOT).as_posix(), path.read_text()
     for path in _python(*SOURCES):
         yield path.relative_to(ROOT).as_posix(), _python_prose(_source(path))
@@ -342,7 +349,7 @@ PLAN_PAGES = ("_graph.html", "_timeline.html", "flow.html", "instance.html")
 def test_console_text_says_node_only_for_the_process() -> None:
     """On the pages about a plan its entries are steps; "node" is this (or a) node."""
     hits = []
-    for path in [ROOT / "app" / "ui" / "templates" / name for name in PLAN_PAGES]:
+    for path in [ROOT / "flowpark" / "ui" / "templates" / name for name in PLAN_PAGES]:
         # the words a person reads: no tags, no template code
         text = re.sub(r"<[^>]+>|\{%.*?%\}|\{\{.*?\}\}|\{#.*?#\}", " ", path.read_text(), flags=re.S)
         for m in re.finditer(r"(\w+)\W+nodes?\b", text, re.IGNORECASE):
@@ -355,17 +362,17 @@ def test_the_checks_catch_a_planted_misuse() -> None:
     """Each check fails on a misuse of the kind it guards against."""
     planted = ast.parse("class StepContext:\n    def attempt(self) -> int: ...\n")
     found = names_saying("attempt")
-    found.setdefault("app/flows/capability.py", set()).update(
+    found.setdefault("flowpark/flows/capability.py", set()).update(
         n for n in _names(planted) if "attempt" in n
     )
-    assert misuses(found, ATTEMPT_NAMES) == ["app/flows/capability.py: attempt"]
+    assert misuses(found, ATTEMPT_NAMES) == ["flowpark/flows/capability.py: attempt"]
     planted = ast.parse("for node in plan.steps: pass\nclass PollNode: ...\n")
     found = names_saying("node")
-    found.setdefault("app/engine/walker.py", set()).add("node")
-    found.setdefault("app/store/read_model.py", set()).add("PollNode")
+    found.setdefault("flowpark/engine/walker.py", set()).add("node")
+    found.setdefault("flowpark/store/read_model.py", set()).add("PollNode")
     assert plan_nodes(found) == [
-        "app/engine/walker.py: node",
-        "app/store/read_model.py: PollNode",
+        "flowpark/engine/walker.py: node",
+        "flowpark/store/read_model.py: PollNode",
     ]
     assert steps_named_node(ast.parse("node = plan.steps[2]\nfor n in plan.steps: pass\n")) == [1]
     text = [("docs/x.md", "the poll node commits nothing; RetryPolicy(maximum_attempts=3)")]
@@ -403,7 +410,7 @@ def _helps() -> Iterator[tuple[str, str]]:
     import typer
     from typer.testing import CliRunner
 
-    from app.cli import app
+    from flowpark.cli.main import app
 
     def walk(command: Any, path: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
         yield path

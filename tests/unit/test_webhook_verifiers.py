@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from app.errors import SignatureInvalid
 from flowpark import GitHubWebhook, HmacWebhook, StripeWebhook
+from flowpark.errors import SignatureInvalid
 
 NOW = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
 

@@ -1,8 +1,0 @@
-"""The web console at ``/ui``: server-rendered pages over the operator read model.
-
-Mounted by :func:`app.runtime.app.create_app` unless ``FLOWPARK_CONSOLE_ENABLED=false``.
-"""
-
-from app.ui.pages import build_console_router, install_console
-
-__all__ = ["build_console_router", "install_console"]

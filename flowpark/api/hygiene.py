@@ -1,0 +1,143 @@
+"""Input hygiene of the request line and headers, before any route (and so any store) sees
+the request: a path, a query parameter (name or value) or a header value that holds a
+character no store can keep or no log can show is answered 422 ``input_invalid``.
+
+Refused, once percent-decoded and read as UTF-8:
+
+* in the path and the query string: bytes that are not UTF-8 (which is how a lone
+  surrogate, U+D800-U+DFFF, can arrive: it has no UTF-8 form), and every control character
+  (U+0000-U+001F, U+007F-U+009F; a tab too);
+* in a header value: the same, but a tab (HTTP's own field whitespace) is allowed; the
+  ``Authorization`` header is left to the bearer check, which answers 401 ``unauthorized``
+  for any value that is no token (it is compared as bytes and never stored). (The
+  node's HTTP protocol refuses raw C0 control bytes and DEL in the request line and
+  headers itself, 400 ``request_malformed`` as a problem, before the app:
+  :mod:`flowpark.runtime.protocol`.)
+
+The problem's ``errors`` say where: ``{"loc": ["query", "flow"], "msg": ..., "type":
+"string_unstorable"}`` (``["path"]``, ``["header", "<name>"]``), the same ``type`` a body's
+unstorable string gets.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from urllib.parse import unquote_to_bytes
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from flowpark.api.problems import problem
+from flowpark.errors import ErrorCode
+
+__all__ = ["InputHygiene", "unreadable"]
+
+#: Unicode categories refused: control characters and surrogates.
+_REFUSED = frozenset({"Cc", "Cs"})
+#: The ASCII characters of those categories (U+0000-U+001F, U+007F), found by one scan;
+#: a header value may hold a tab.
+_ASCII_REFUSED = re.compile(rb"[\x00-\x1f\x7f]")
+_ASCII_HEADER_REFUSED = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+#: Longest name of a query parameter or header shown in a problem's ``loc``.
+_SHOWN = 80
+
+
+def unreadable(raw: bytes, *, header: bool = False) -> str | None:
+    """Why ``raw`` (percent-decoded bytes of a path or query part, or a header value)
+    cannot be taken, or None when it can.
+
+    Args:
+        raw: the bytes as sent (already percent-decoded for a path or query part).
+        header: ``raw`` is a header value: a tab is allowed.
+
+    Returns:
+        A phrase such as ``"holds U+0000"``, or None.
+    """
+    if raw.isascii():  # most values: their control characters are the C0 set and DEL
+        found = (_ASCII_HEADER_REFUSED if header else _ASCII_REFUSED).search(raw)
+        return None if found is None else f"holds U+{found.group()[0]:04X} (a control character)"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "is not UTF-8 (a lone surrogate has no UTF-8 form)"
+    for ch in text:
+        if header and ch == "\t":
+            continue
+        if unicodedata.category(ch) in _REFUSED:
+            return f"holds U+{ord(ch):04X} (a control character)"
+    return None
+
+
+def _shown(name: bytes) -> str:
+    text = name.decode("latin-1")[:_SHOWN]
+    return text if unreadable(name) is None else repr(text)
+
+
+def _query_refusal(query: bytes) -> tuple[list[str], str] | None:
+    for part in query.split(b"&"):
+        if not part:
+            continue
+        name, _, value = part.partition(b"=")
+        decoded_name = unquote_to_bytes(name.replace(b"+", b" "))
+        why = unreadable(decoded_name)
+        if why is not None:
+            return ["query"], f"a query parameter's name {why}"
+        why = unreadable(unquote_to_bytes(value.replace(b"+", b" ")))
+        if why is not None:
+            shown = _shown(decoded_name)
+            return ["query", shown], f"the query parameter {shown} {why}"
+    return None
+
+
+def _refusal(scope: Scope) -> tuple[list[str], str] | None:
+    """Where and why the request's path, query or headers cannot be taken (None: they
+    can)."""
+    raw_path = scope.get("raw_path")
+    path = (
+        unquote_to_bytes(raw_path)
+        if raw_path
+        else scope.get("path", "").encode("utf-8", "surrogatepass")
+    )
+    why = unreadable(path)
+    if why is not None:
+        return ["path"], f"the path {why}"
+    found = _query_refusal(scope.get("query_string", b""))
+    if found is not None:
+        return found
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            continue
+        why = unreadable(value, header=True)
+        if why is not None:
+            shown = _shown(name)
+            return ["header", shown], f"the header {shown} {why}"
+    return None
+
+
+class InputHygiene:
+    """ASGI middleware: a request whose path, query string or headers break the rules of
+    this module is answered 422 ``input_invalid`` (problem+json) before routing.
+
+    Args:
+        app: the application to hand every other request to.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """ASGI entry: refuse an unreadable request line or header, else pass it on."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        found = _refusal(scope)
+        if found is None:
+            await self.app(scope, receive, send)
+            return
+        loc, why = found
+        response = problem(
+            ErrorCode.INPUT_INVALID,
+            f"{why}, which no store can keep",
+            errors=[{"loc": loc, "msg": why, "type": "string_unstorable"}],
+        )
+        await response(scope, receive, send)

@@ -1,0 +1,196 @@
+"""Start routes: one per flow with an HTTP trigger (``POST /api/v1/documents`` ...), with
+the flow's signal routes beside it.
+
+A start is the measured hot path: the route builds its :class:`~flowpark.api.models.StartAnswer`
+and FastAPI serialises it straight to JSON bytes (pydantic's serializer, no intermediate
+dict); the status (202 durable, 200 ephemeral) is the route's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import APIRouter, Header, Request, Response
+
+from flowpark.api.deps import EngineDep, StartToken
+from flowpark.api.inputs import (
+    _BODY_DOC,
+    IDEMPOTENCY_KEY_DOC,
+    INSTANCE_KEY_SCHEMA,
+    MAX_KEY,
+    JsonBodyRoute,
+    _json_body,
+    idempotency_header,
+)
+from flowpark.api.models import FlowError, StartAnswer
+from flowpark.api.openapi import (
+    DEFS_KEY,
+    REQUIRED_HEADERS_KEY,
+    operation_slug,
+    problem_responses,
+    request_schema,
+)
+from flowpark.api.signals import BODY_CODES, add_signal_routes, body_examples
+from flowpark.api.views import API, awaiting
+from flowpark.engine.journal import InstanceState
+from flowpark.errors import ErrorCode, InputInvalid
+from flowpark.flows.catalog import version_key
+from flowpark.flows.plan import Plan, Profile
+
+__all__ = ["build_trigger_router"]
+
+
+def _start_handler(plan: Plan) -> Callable[..., Awaitable[StartAnswer]]:
+    async def start(
+        token: StartToken,
+        engine: EngineDep,
+        request: Request,
+        response: Response,
+        idempotency_key: str | None = Header(
+            default=None, alias="Idempotency-Key", description=IDEMPOTENCY_KEY_DOC
+        ),
+    ) -> StartAnswer:
+        key = idempotency_header(
+            idempotency_key, required=bool(plan.trigger and plan.trigger.idempotent)
+        )
+        body = await _json_body(request)
+        instance_key = None
+        if isinstance(body, dict) and "instanceKey" in body:
+            body = dict(body)
+            instance_key = body.pop("instanceKey")
+            if not isinstance(instance_key, str) or not 0 < len(instance_key) <= MAX_KEY:
+                raise InputInvalid(
+                    f"instanceKey must be a non-empty string of at most {MAX_KEY} characters"
+                )
+        started = await engine.start(plan, body, idempotency_key=key, instance_key=instance_key)
+        inst = started.instance
+        if plan.profile is Profile.EPHEMERAL:  # 200, the route's status
+            if inst.failure is None:
+                return StartAnswer(instance_id=inst.id, status=inst.state, result=inst.result)
+            error = FlowError(code=inst.failure.code, message=inst.failure.message)
+            return StartAnswer(
+                instance_id=inst.id, status=inst.state, result=inst.result, error=error
+            )
+        response.headers["Location"] = f"{API}/instances/{inst.id}"  # 202, the route's status
+        fields: dict[str, Any] = {}
+        if inst.state is InstanceState.COMPLETED:
+            fields["result"] = inst.result
+        waits = awaiting(plan, inst)
+        if waits:
+            fields["awaiting"] = waits
+        return StartAnswer(instance_id=inst.id, status=inst.state, **fields)
+
+    start.__doc__ = (
+        f"Start `{plan.name}` {plan.version}. Requires a bearer token"
+        + (" and an `Idempotency-Key` header" if plan.trigger and plan.trigger.idempotent else "")
+        + ". "
+        + (
+            "Runs inside the request and answers 200 with `instanceId`, `status` and the "
+            "`result` (or `error`)."
+            if plan.profile is Profile.EPHEMERAL
+            else "Answers 202 once the instance parks or ends: `instanceId`, `status` (its "
+            "state then), `result` once completed, and `awaiting` (the signals it waits for "
+            "now, each with the path to POST it to); `Location` is the instance's URL. When "
+            "it has done neither within `FLOWPARK_START_WAIT_SECONDS` (default 2 s), 202 "
+            'with `"status": "running"`: the instance is durably created and its run goes '
+            "on on the node (follow `Location`). A replay with the same `Idempotency-Key` "
+            "answers the same instance with its state now."
+        )
+        + " The body is the flow's input, plus an optional `instanceKey` (a business id "
+        "unique among the flow's running instances: 409 `instance_key_in_use` when one holds "
+        "it)." + _BODY_DOC
+    )
+    return start
+
+
+def _start_links(plan: Plan) -> dict[str, Any]:
+    """OpenAPI links from a start's answer to the reads and actions on its instance
+    (schemathesis walks them: start -> read -> signal -> cancel)."""
+    instance = {"instance_id": "$response.body#/instanceId"}
+    links: dict[str, Any] = {
+        "GetInstance": {"operationId": "get_instance", "parameters": instance},
+        "CancelInstance": {"operationId": "cancel_instance", "parameters": instance},
+        "ExtendBudget": {"operationId": "extend_instance_budget", "parameters": instance},
+        "RetryCompensations": {
+            "operationId": "retry_instance_compensations",
+            "parameters": instance,
+        },
+    }
+    for name in plan.signals:
+        links[f"Signal_{operation_slug(name)}"] = {
+            "operationId": f"signal_{operation_slug(plan.name)}_{operation_slug(name)}",
+            "parameters": instance,
+        }
+    return links
+
+
+def _start_operation(plan: Plan) -> dict[str, Any]:
+    trigger = plan.trigger
+    assert trigger is not None
+    ephemeral = plan.profile is Profile.EPHEMERAL
+    status = 200 if ephemeral else 202
+    codes = [*BODY_CODES, ErrorCode.INSTANCE_KEY_IN_USE]
+    if trigger.idempotent:
+        codes.append(ErrorCode.IDEMPOTENCY_KEY_MISSING)
+    schema, defs = request_schema(plan.input_model, {"instanceKey": INSTANCE_KEY_SCHEMA})
+    body: dict[str, Any] = {"schema": schema}
+    examples = body_examples(plan.input_model)
+    if examples:
+        body["example"] = examples[0]
+    answer: dict[str, Any] = {
+        "description": (
+            "The instance's outcome (an ephemeral flow runs inside the request)"
+            if ephemeral
+            else "The instance once it parked or ended; `Location` is its URL"
+        ),
+    }
+    if not ephemeral:
+        answer["headers"] = {
+            "Location": {"description": "the instance's URL", "schema": {"type": "string"}}
+        }
+        answer["links"] = _start_links(plan)
+    extra: dict[str, Any] = {
+        # required when the input has required fields (none: `{}` or nothing)
+        "requestBody": {
+            "required": bool(schema.get("required")),
+            "content": {"application/json": body},
+        },
+        DEFS_KEY: defs,
+    }
+    if trigger.idempotent:
+        extra[REQUIRED_HEADERS_KEY] = ["Idempotency-Key"]
+    return {
+        "status_code": status,
+        "responses": {status: answer, **problem_responses(*codes)},
+        "openapi_extra": extra,
+        "operation_id": f"start_{operation_slug(plan.name)}",
+    }
+
+
+def build_trigger_router(plans: list[Plan]) -> APIRouter:
+    """One start route per flow with an HTTP trigger, plus its signal routes
+    (:func:`flowpark.api.signals.add_signal_routes`). Where several versions of a flow declare
+    the same route, it starts the newest (instances finish on their own version)."""
+    router = APIRouter(route_class=JsonBodyRoute)
+    newest: dict[tuple[str, str], Plan] = {}
+    for plan in plans:
+        if plan.trigger is not None:
+            route = (plan.trigger.method.upper(), plan.trigger.route)
+            held = newest.get(route)
+            if held is None or version_key(plan.version) > version_key(held.version):
+                newest[route] = plan
+    for plan in plans:
+        trigger = plan.trigger
+        if trigger is None or newest[(trigger.method.upper(), trigger.route)] is not plan:
+            continue
+        router.add_api_route(
+            trigger.route,
+            _start_handler(plan),
+            methods=[trigger.method.upper()],
+            tags=["flows"],
+            name=f"start {plan.name}@{plan.version}",
+            **_start_operation(plan),
+        )
+        add_signal_routes(router, plan, trigger.route)
+    return router

@@ -1,0 +1,42 @@
+"""The engine: a pure decider (what an instance does next, from its plan, journal, mailbox
+and the clock's instant) and an executor that carries each decision out under a lease;
+clocks; the sweep. Imports nothing from fastapi, sqlalchemy, apscheduler or httpx."""
+
+from flowpark.engine.clock import Clock, SystemClock, VirtualClock
+from flowpark.engine.config import EngineConfig
+from flowpark.engine.engine import Engine, StartResult, SweepReport
+from flowpark.engine.journal import InstanceRecord, InstanceState, Snapshot, StepRow
+from flowpark.engine.outcomes import RunOutcome
+from flowpark.engine.ports import (
+    Commit,
+    Intake,
+    Journal,
+    Mailbox,
+    Park,
+    ReadModel,
+    RunStore,
+    Streams,
+)
+
+__all__ = [
+    "Clock",
+    "Commit",
+    "Engine",
+    "EngineConfig",
+    "InstanceRecord",
+    "InstanceState",
+    "Intake",
+    "Journal",
+    "Mailbox",
+    "Park",
+    "ReadModel",
+    "RunOutcome",
+    "RunStore",
+    "Snapshot",
+    "StartResult",
+    "StepRow",
+    "Streams",
+    "SweepReport",
+    "SystemClock",
+    "VirtualClock",
+]

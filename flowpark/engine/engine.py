@@ -1,0 +1,369 @@
+"""``Engine``: starts instances, advances them from their journal, sweeps due ones.
+
+The engine imports nothing from fastapi, sqlalchemy, apscheduler or httpx; it reaches
+storage through :class:`flowpark.engine.journal.Journal` and time through
+:class:`flowpark.engine.clock.Clock`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import to_json
+from uuid6 import uuid7
+
+from flowpark.engine import outside, sweeps
+from flowpark.engine.clock import Clock
+from flowpark.engine.config import EngineConfig
+from flowpark.engine.ephemeral import run_ephemeral
+from flowpark.engine.executor import Executor
+from flowpark.engine.failures import fail_broken, fail_mismatch, fail_unreadable
+from flowpark.engine.journal import (
+    Claim,
+    InstanceRecord,
+    InstanceState,
+    SignalRecord,
+    Snapshot,
+    StepKind,
+)
+from flowpark.engine.limits import CallLimits
+from flowpark.engine.observe import LOG_CONTEXT, Observer
+from flowpark.engine.outcomes import Halt, RunOutcome, StartResult
+from flowpark.engine.outside import SignalDelivery
+from flowpark.engine.ports import Journal
+from flowpark.engine.runs import RunTasks
+from flowpark.engine.sweeps import SweepReport
+from flowpark.errors import (
+    FlowparkError,
+    InputInvalid,
+    JournalMismatch,
+    StaleFencingToken,
+)
+from flowpark.flows.catalog import Catalog
+from flowpark.flows.plan import Plan, Profile
+
+__all__ = ["Engine", "EngineConfig", "SignalDelivery", "StartResult", "SweepReport"]
+
+log = logging.getLogger("flowpark.engine")
+
+
+class Engine:
+    """Runs flows durably.
+
+    The engine composes its parts: each run is an :class:`~flowpark.engine.executor.Executor`
+    that asks the pure :class:`~flowpark.engine.decider.Decider` for the next decision and
+    carries it out; a :class:`~flowpark.engine.limits.CallLimits` (``limits``: runs one
+    capability call under its timeouts, the lease keeper and the heartbeat watchdog) and
+    :class:`~flowpark.engine.runs.RunTasks` (``runs``: the runs in flight, the run slots, the
+    runs gone on in the background). The sweep is :mod:`flowpark.engine.sweeps`; wakes,
+    signals and cancels from outside a run are :mod:`flowpark.engine.outside`.
+
+    Args:
+        journal: the store (one implementation: ``flowpark.store.SqlJournal``).
+        catalog: registered plans.
+        clock: the engine clock (``SystemClock``; ``VirtualClock`` in tests).
+        config: :class:`EngineConfig`.
+        id_factory: makes instance, signal, event and review ids (default: uuid7 strings,
+            ``str(uuid6.uuid7())``). Every id it returns must be a UUID string in canonical
+            form (36 characters, lowercase hex, dashed, as ``str(uuid.UUID(...))`` gives):
+            PostgreSQL stores instance ids as ``uuid``, and the store refuses a start with
+            any other id (``ValueError``) and finds no instance by one
+            (``instance_not_found``). Time-ordered UUIDs (uuid7) keep the id indexes
+            compact.
+        observer: told what the engine does (metrics, traces: :mod:`flowpark.engine.observe`);
+            default: nothing is reported.
+
+    Attributes:
+        claiming: False once :meth:`stop_claiming` was called: sweeps claim nothing more.
+    """
+
+    def __init__(
+        self,
+        journal: Journal,
+        catalog: Catalog,
+        clock: Clock,
+        config: EngineConfig | None = None,
+        id_factory: Callable[[], str] | None = None,
+        observer: Observer | None = None,
+    ) -> None:
+        self.observer = observer or Observer()
+        self.journal = journal
+        self.catalog = catalog
+        self.clock = clock
+        self.config = config or EngineConfig()
+        self.lease = self.config.lease
+        self.new_id = id_factory or (lambda: str(uuid7()))
+        self.limits = CallLimits(clock, self.lease, self.config.node_id)
+        self.runs = RunTasks(
+            lambda claim, detach: self.advance(claim, detach=detach),
+            clock,
+            self.config.concurrency,
+            self.config.node_id,
+        )
+        self.wake_listeners: list[Callable[[str, datetime], None]] = []
+        self.claiming = True
+        self.not_runnable_counted_at: datetime | None = None
+
+    # -- starting ----------------------------------------------------------------------
+    def validate_input(self, plan: Plan, payload: Any) -> BaseModel:
+        """Validate a start payload. Raises InputInvalid (``input_invalid``)."""
+        try:  # JSON names only (camelCase aliases): a field's Python name is not accepted
+            return plan.input_model.model_validate_json(
+                to_json(payload), by_alias=True, by_name=False
+            )
+        except ValidationError as exc:
+            raise InputInvalid(
+                f"input of {plan.name} is invalid",
+                errors=exc.errors(include_url=False, include_context=False),
+                flow=plan.name,
+            ) from None
+        except (ValueError, RecursionError) as exc:  # not JSON-able, or nested too deep
+            raise InputInvalid(
+                f"input of {plan.name} cannot be read: {exc}", flow=plan.name
+            ) from None
+
+    async def start(
+        self,
+        plan: Plan,
+        payload: Any,
+        *,
+        idempotency_key: str | None = None,
+        instance_key: str | None = None,
+    ) -> StartResult:
+        """Start an instance of ``plan`` and advance it until it parks or ends, or until
+        ``config.start_wait`` passed (then the answer is the instance ``running`` and the
+        run goes on in the background; the instance row is durable before any of it).
+
+        Args:
+            plan: the flow version to run.
+            payload: the input (validated against ``plan.input_model``).
+            idempotency_key: repeats with the same key and body return the first instance.
+            instance_key: a business id unique among the flow's non-ended instances.
+
+        Returns:
+            :class:`StartResult`; for an ephemeral plan ``result`` holds the output and no
+            row is written (``instance.state`` is final).
+
+        Raises:
+            InputInvalid, IdempotencyKeyReused, InstanceKeyInUse.
+        """
+        model = self.validate_input(plan, payload)
+        data = model.model_dump(mode="json", by_alias=True)
+        if plan.profile is Profile.EPHEMERAL:
+            return await run_ephemeral(self, plan, data)
+        with self.observer.start_span(plan.name, plan.version):
+            return await outside.start(self, plan, data, idempotency_key, instance_key)
+
+    # -- advancing ---------------------------------------------------------------------
+    async def advance(
+        self, claim: Claim, *, detach: asyncio.Future[None] | None = None
+    ) -> RunOutcome:
+        """Advance a claimed instance until it parks or ends.
+
+        A stale fencing token (another node claimed it meanwhile) stops the run, logged;
+        nothing half-written remains because every write is one transaction.
+
+        Args:
+            claim: the lease this node holds.
+            detach: resolved by the run when it starts a try of a heartbeating capability
+                (a wait that may last minutes), so a caller can stop waiting for it.
+        """
+        snapshot = claim.snapshot or await self.journal.runs.load(claim.instance_id)
+        inst = snapshot.instance
+        LOG_CONTEXT.set({"instance_id": inst.id, "flow": inst.flow_name})
+        if claim.taken_over:
+            self.observer.taken_over(inst.flow_name)
+        with self.observer.run_span(inst.id, inst.flow_name, inst.flow_version, inst.trace_context):
+            return await self._advance(claim, inst, snapshot, detach)
+
+    async def _advance(
+        self,
+        claim: Claim,
+        inst: InstanceRecord,
+        snapshot: Snapshot,
+        detach: asyncio.Future[None] | None,
+    ) -> RunOutcome:
+        plan = self.catalog.find(inst.flow_name, inst.flow_version)
+        if plan is None:
+            log.warning(
+                "instance %s: flow %s@%s is not registered on node %s; left parked",
+                inst.id,
+                inst.flow_name,
+                inst.flow_version,
+                self.config.node_id,
+            )
+            await self.journal.runs.release(inst.id, claim.fencing_token, self.clock.now())
+            return RunOutcome(inst.id, InstanceState.SUSPENDED, inst.wake_at, runnable=False)
+        try:
+            run = Executor(self, plan, inst, claim, snapshot.steps, snapshot.signals)
+        except Exception as exc:  # noqa: BLE001 - stored input no longer fits its model
+            return await fail_unreadable(self, inst, claim, exc)
+        run.detach = detach
+        halt = await self._run(run, claim)
+        return self._outcome(run, halt)
+
+    async def _run(self, run: Executor, claim: Claim) -> Halt:
+        """Run until the instance parks or ends; a broken run (not a lost race) fails."""
+        try:
+            return await run.run()
+        except JournalMismatch as exc:
+            return await fail_mismatch(self, run, exc)
+        except StaleFencingToken:
+            self.observer.fencing_refused(run.instance.flow_name)
+            log.warning(
+                "instance %s: fencing token %d is stale on node %s; stopped",
+                run.instance_id,
+                claim.fencing_token,
+                self.config.node_id,
+            )
+            raise
+        except (FlowparkError, asyncio.CancelledError):
+            raise  # a lost race, the store unreachable, shutdown: a later claim retries
+        except Exception as exc:  # noqa: BLE001 - never re-claim a broken run forever
+            return await fail_broken(self, run, exc)
+
+    def _outcome(self, run: Executor, halt: Halt) -> RunOutcome:
+        """Report how ``run`` stopped (logs, observer, wake listeners) and answer it."""
+        inst = run.instance
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "instance %s: %s after %d tries on node %s (wake at %s)",
+                inst.id,
+                halt.state.value,
+                run.tries,
+                self.config.node_id,
+                halt.wake_at.isoformat() if halt.wake_at else "-",
+            )
+        # an instance that ends again after an operator's retry of its compensations
+        # (its journal holds a retry row) ended once already: it is not counted twice
+        if halt.state.ended and not any(r.kind is StepKind.RETRY for r in run.steps):
+            failure = inst.failure
+            self.observer.ended(
+                inst.flow_name,
+                inst.flow_version,
+                halt.state.value,
+                failure.code if failure is not None else None,
+            )
+        elif halt.state is InstanceState.SUSPENDED and halt.wake_at is not None:
+            for listener in self.wake_listeners:
+                listener(inst.id, halt.wake_at)
+        return RunOutcome(
+            inst.id,
+            halt.state,
+            halt.wake_at,
+            run.tries,
+            instance=inst if inst.state is halt.state else None,
+            signals_taken=tuple(run.taken),
+        )
+
+    # -- sweeping ----------------------------------------------------------------------
+    async def sweep(
+        self, *, limit: int | None = None, again: Callable[[], bool] | None = None
+    ) -> SweepReport:
+        """Claim due instances (parked with ``wake_at <= now``, or running with an expired
+        lease) and advance each, until none is due or ``limit`` were claimed.
+
+        Back-pressure: a claim asks for at most ``sweep_batch`` instances and never more
+        than this node's free run slots (``concurrency``), so every claimed instance starts
+        at once and no lease runs out in a queue. While every slot is busy the sweep waits
+        for runs to end, then claims again (once a quarter of the slots, or of the batch,
+        is free).
+
+        Args:
+            limit: claim at most this many instances in all.
+            again: asked whenever this sweep found nothing more due: True means more may
+                be due now (an in-process wake fired meanwhile), so it claims again
+                instead of returning (one sweep per node keeps all its run slots).
+
+        Returns:
+            :class:`SweepReport`; runs refused on a stale fencing token count as
+            ``failed_runs`` (logged by :meth:`advance`), other run errors are logged here.
+
+        Raises:
+            StoreUnavailable: a claim failed (the runs already started finish first).
+        """
+        return await sweeps.sweep(self, limit, again)
+
+    def stop_claiming(self) -> None:
+        """Node shutdown: sweeps claim no more instances; a sweep in progress finishes the
+        runs it started and returns, so a stopping node does not keep taking new work
+        during its grace period. Starts, signals and cancels still work."""
+        self.claiming = False
+
+    async def drain(self) -> None:
+        """Wait until every run this engine continued in the background has parked or
+        ended (their errors are logged, not raised)."""
+        await self.runs.drain()
+
+    async def close(self) -> None:
+        """Cancel the runs continued in the background (node shutdown). A cancelled try
+        commits nothing: its heartbeat timeout lets any node retry it from its checkpoint."""
+        await self.runs.close()
+
+    async def wake(self, instance_id: str) -> RunOutcome | None:
+        """Claim one instance now (if nobody holds it) and advance it.
+
+        Returns:
+            The run's outcome; None when the instance was not claimable.
+        """
+        return await outside.wake(self, instance_id)
+
+    async def wake_now(self, instance_id: str) -> RunOutcome | None:
+        """An operator's wake: claim the parked instance and run the wait it is parked on
+        now (a poll's next attempt, a retry's next try), then advance it until it parks or
+        ends, as the sweep would have at its wake.
+
+        Returns:
+            The run's outcome; None when the instance was not claimable (not parked, or
+            running under a live lease: nothing was done).
+
+        Raises:
+            InstanceNotFound: no such instance (``instance_not_found``).
+        """
+        return await outside.wake(self, instance_id, woken=True)
+
+    # -- signals and cancel ------------------------------------------------------------
+    async def deliver(
+        self, instance_id: str, name: str, payload: Any, idempotency_key: str | None = None
+    ) -> SignalDelivery:
+        """Store a signal first; if the instance is parked on a wait that accepts it, the
+        same store transaction claims it, and the instance is continued now (until it
+        parks or ends, or goes on in the background at a heartbeating capability).
+
+        Returns:
+            :class:`SignalDelivery`: the signal and the instance's state as they stand
+            once this returns (from what the run knows, not read back), and whether the
+            signal is new (a repeat of ``idempotency_key`` answers the first signal).
+
+        Raises:
+            InstanceNotFound (``instance_not_found``), SignalNotDeclared
+            (``signal_not_declared``), InputInvalid (``input_invalid``), InstanceEnded
+            (``instance_ended``; nothing stored).
+        """
+        return await outside.deliver(self, instance_id, name, payload, idempotency_key)
+
+    async def deliver_signal(
+        self, instance_id: str, name: str, payload: Any, idempotency_key: str | None = None
+    ) -> tuple[SignalRecord, bool]:
+        """:meth:`deliver`, answering ``(signal, created)`` only.
+
+        Raises:
+            As :meth:`deliver`.
+        """
+        delivery = await self.deliver(instance_id, name, payload, idempotency_key)
+        return delivery.signal, delivery.created
+
+    async def cancel(self, instance_id: str) -> InstanceRecord:
+        """Cancel an instance: compensations of completed steps run once, in reverse order,
+        and it ends ``cancelled``. A running instance held by another node is flagged and
+        that node unwinds it at its next write.
+
+        Raises:
+            InstanceNotFound, InstanceEnded (completion won the race).
+        """
+        return await outside.cancel(self, instance_id)

@@ -1,0 +1,307 @@
+"""The executor: one run of one claimed instance. It asks the decider
+(:mod:`flowpark.engine.decider`) for the next decision, carries it out (a try under its limits,
+a park, a signal taken, an ending), commits the outcome under the claim's fencing token,
+and asks again, until the instance parks or ends.
+
+A row a try executed is *deferred*: the run's next write carries it (a park writes it in
+the same statement, an emit's commit too), so a parked poll's attempt costs one write.
+Every other write commits the deferred row first, so a row is durable before anything
+that follows it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from flowpark.engine.decisions import (
+    BeginEnding,
+    Decision,
+    Emit,
+    Execute,
+    Finish,
+    MailboxView,
+    Note,
+    Park,
+    ReadMailbox,
+    Record,
+    RefuseSignal,
+    TakeSignal,
+)
+from flowpark.engine.journal import (
+    Ack,
+    EmittedEvent,
+    InstanceState,
+    Outcome,
+    StepKind,
+    StepRow,
+    WakeKind,
+)
+from flowpark.engine.outcomes import Halt
+from flowpark.engine.ports import Park as ParkAt
+from flowpark.engine.run_state import RunState
+from flowpark.engine.tries import make_try
+from flowpark.errors import FlowFailure
+from flowpark.flows.plan import CapabilityStep
+
+__all__ = ["Executor"]
+
+log = logging.getLogger("flowpark.engine")
+
+
+class Executor(RunState):
+    """Carries out the decisions of one run (see the module docstring), over the state
+    :class:`~flowpark.engine.run_state.RunState` keeps.
+
+    Args:
+        As :class:`~flowpark.engine.run_state.RunState`.
+    """
+
+    # -- the loop ----------------------------------------------------------------------
+    async def run(self) -> Halt:
+        """Decide and carry out until the instance parks or ends.
+
+        Returns:
+            How the run left the instance.
+
+        Raises:
+            JournalMismatch: the journal does not fit the plan (``journal_mismatch``).
+            StaleFencingToken: another node claimed the instance meanwhile.
+        """
+        while True:
+            halt = await self.step(self.decide())
+            if halt is not None:
+                return halt
+
+    def decide(self) -> Decision:
+        """The decider's next decision over what this run knows."""
+        return self.decider.decide(
+            self.instance,
+            self.steps,
+            MailboxView(self.signals, self.read_at),
+            self.now(),
+            claimed=self.claimed,
+            woken=self.woken,
+        )
+
+    async def step(self, decision: Decision) -> Halt | None:
+        """Carry out one decision; a :class:`Halt` when the run stops there."""
+        self.report(decision.notes)
+        if isinstance(decision, Execute):
+            await self.execute(decision)
+        elif isinstance(decision, Park):
+            return await self.park(decision)
+        elif isinstance(decision, Record):
+            await self.store(decision.store_first)
+            await self.flush()
+            ack = await self.commit(decision.row)
+            if decision.clears_try:
+                self.instance = self.instance.evolve(
+                    try_step_id=None, try_scope=None, try_number=None
+                )
+            self.record(decision.row)
+            self.after_ack(ack)
+        elif isinstance(decision, ReadMailbox):
+            await self.read_mailbox()
+        elif isinstance(decision, TakeSignal):
+            await self.take(decision)
+        elif isinstance(decision, RefuseSignal):
+            await self.refuse(decision)
+        elif isinstance(decision, Emit):
+            await self.emit(decision)
+        elif isinstance(decision, BeginEnding):
+            await self.begin_ending(decision.ending, decision.failure)
+        else:
+            return await self.finish(decision)
+        return None
+
+    def report(self, notes: tuple[Note, ...]) -> None:
+        """Tell the observer what the decision's walk noted (once each per run): a poll
+        attempt's verdict, a poll's wait ended."""
+        for note in notes:
+            key = (note.poll, note.how, note.attempt)
+            if key in self.noted or self.ephemeral:
+                continue
+            self.noted.add(key)
+            if note.attempt is None:
+                self.host.observer.poll_ended(self.plan.name, note.used, note.how)
+                continue
+            body = self.plan.steps[note.poll + 1]
+            assert isinstance(body, CapabilityStep)
+            self.host.observer.attempted(self.plan.name, body.capability.id, note.how)
+
+    async def store(self, rows: tuple[StepRow, ...]) -> None:
+        """Commit deadline rows now (the first with the deferred row)."""
+        for row in rows:
+            deferred, self.unflushed = self.unflushed, None
+            ack = await self.commit(*((row,) if deferred is None else (deferred, row)))
+            self.steps.append(row)  # no action: the wake the claim found stays
+            self.after_ack(ack)
+
+    async def execute(self, decision: Execute) -> None:
+        """Make the try; a poll's attempt is judged for the observer."""
+        cancelled = self.instance.cancel_requested
+        await self.store(decision.store_first)
+        if self.instance.cancel_requested and not cancelled:
+            return  # learned with the deadline's write: decide again (the run unwinds)
+        if decision.late_by is not None and not self.ephemeral:
+            self.host.observer.woke(self.plan.name, decision.late_by.total_seconds())
+        await make_try(self, decision)
+
+    # -- parks ------------------------------------------------------------------------
+    async def park(self, decision: Park) -> Halt | None:
+        """Suspend as ``decision`` says; None when the store refused (a signal waits, a
+        cancel was requested) or an ephemeral run slept until the wake."""
+        if self.ephemeral:
+            await self.flush()
+            if decision.wake_at is not None:
+                await self.sleep(decision.wake_at - self.now())
+            self.instance = self.instance.evolve(wake_step_id=None, wake_scope=None)
+            return None
+        row, self.unflushed = self.unflushed, None
+        store = decision.store_first
+        if store and row is None and len(store) == 1:
+            row, store = store[0], ()  # the park carries the wait's deadline
+        if store:
+            self.unflushed = row
+            await self.store(store)
+            row = None
+        ack = await self._write_park(decision, row)
+        if row is not None and row.kind is StepKind.DEADLINE:
+            self.steps.append(row)  # the carried deadline (a step row was recorded already)
+        if ack.applied:
+            self.settle(
+                state=InstanceState.SUSPENDED,
+                wake_at=decision.wake_at,
+                wake_step_id=decision.step,
+                wake_scope=decision.scope,
+                wake_kind=decision.kind,
+                lease_owner=None,
+                lease_expires_at=None,
+            )
+            return Halt(InstanceState.SUSPENDED, decision.wake_at)
+        self.after_ack(ack)
+        if (
+            decision.kind is not WakeKind.RETRY
+        ):  # the wait this run parked on, as a claim would find it
+            self.instance = self.instance.evolve(
+                wake_at=decision.wake_at,
+                wake_step_id=decision.step,
+                wake_scope=decision.scope,
+            )
+        if ack.signal_pending:
+            snapshot = await self.journal.runs.load(self.instance_id)
+            self.signals, self.read_at = tuple(snapshot.signals), len(self.steps)
+        elif not ack.cancel_requested:  # pragma: no cover
+            raise RuntimeError("park was refused for no stated reason")
+        return None
+
+    async def _write_park(self, decision: Park, row: StepRow | None) -> Ack:
+        """The park's write: with the row it carries, if any, in the same statement (a
+        carried row's park is refused under a cancel request, unwinding or not)."""
+        park = ParkAt(
+            decision.wake_at,
+            decision.step,
+            decision.scope,
+            self.host.config.node_id,
+            decision.kind,
+            decision.accept_signal,
+            decision.unwinding and row is None,
+        )
+        if row is not None:
+            return await self.commit(row, park=park, at=row.committed_at)
+        return await self.commit(park=park)
+
+    # -- signals ------------------------------------------------------------------------
+    async def read_mailbox(self) -> None:
+        """Read the untaken signals again."""
+        self.signals = tuple(await self.journal.mailbox.pending_signals(self.instance_id))
+        self.read_at = len(self.steps)
+
+    async def take(self, decision: TakeSignal) -> None:
+        """Take a signal: mark it taken and journal it in one write."""
+        await self.flush()
+        signal, row = decision.signal, decision.row
+        ack = await self.commit(row, take_signal=signal.id)
+        received = (row.committed_at - signal.received_at).total_seconds()
+        self.host.observer.signal_taken(self.plan.name, received)
+        self.signals = tuple(s for s in self.signals if s.id != signal.id)
+        self.taken.append(replace(signal, taken_at=row.committed_at, taken_step_id=decision.step))
+        self.record(row)
+        self.after_ack(ack)
+
+    async def refuse(self, decision: RefuseSignal) -> None:
+        """Mark a signal the wait's match refuses (kept, out of the mailbox)."""
+        await self.flush()
+        signal, now = decision.signal, self.now()
+        ack = await self.journal.mailbox.refuse_signal(
+            self.instance_id, self.token, signal.id, decision.step, now
+        )
+        self.signals = tuple(s for s in self.signals if s.id != signal.id)
+        self.taken.append(replace(signal, taken_at=now, taken_step_id=decision.step, matched=False))
+        self.after_ack(ack)
+        log.info(
+            "instance %s: signal %s (%s) does not match the wait at step %d: kept, refused",
+            self.instance_id,
+            signal.id,
+            signal.name,
+            decision.step,
+        )
+
+    # -- emits and endings --------------------------------------------------------------
+    async def emit(self, decision: Emit) -> None:
+        """Write the event and the emit step's row (with the deferred row) in one write."""
+        now = self.now()
+        event = EmittedEvent(self.new_id(), decision.name, decision.payload)
+        row = StepRow(
+            self.instance_id,
+            decision.step,
+            0,
+            StepKind.EMIT,
+            decision.name,
+            Outcome.SUCCESS,
+            now,
+            now,
+            values={"event_id": event.id},
+        )
+        deferred, self.unflushed = self.unflushed, None
+        rows = (row,) if deferred is None else (deferred, row)
+        ack = await self.commit(*rows, events=(event,))
+        self.record(row)
+        self.after_ack(ack)
+
+    async def begin_ending(self, ending: InstanceState, failure: FlowFailure | None) -> None:
+        """Store that the instance unwinds towards ``ending``."""
+        await self.flush()
+        await self.journal.runs.begin_ending(
+            self.instance_id, self.token, self.now(), ending, failure
+        )
+        self.instance = self.instance.evolve(ending=ending, failure=failure)
+
+    async def finish(self, decision: Finish) -> Halt | None:
+        """Write the final state; None when a completion was refused (a cancel came)."""
+        await self.flush()
+        ack = await self.journal.runs.finish(
+            self.instance_id,
+            self.token,
+            self.now(),
+            decision.state,
+            result=decision.result,
+            failure=decision.failure,
+        )
+        if not ack.applied:
+            self.instance = self.instance.evolve(cancel_requested=True)
+            return None
+        self.settle(
+            state=decision.state,
+            result=decision.result,
+            failure=decision.failure,
+            ending=None,
+            wake_at=None,
+            wake_step_id=None,
+            wake_scope=None,
+            wake_kind=None,
+            lease_owner=None,
+            lease_expires_at=None,
+        )
+        return Halt(decision.state)

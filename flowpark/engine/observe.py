@@ -1,0 +1,110 @@
+"""What the engine reports while it works, for metrics, traces and logs.
+
+The engine calls an :class:`Observer` at a few points of a run; the runtime implements it
+with Prometheus metrics and OpenTelemetry spans (:mod:`flowpark.runtime.observe`), so the engine
+imports neither. The default :class:`Observer` does nothing. Every method must be cheap and
+must not raise: it runs on the hot path of every run.
+
+The engine also keeps the *log context* of the work in progress in a context variable
+(:data:`LOG_CONTEXT`): the instance, flow, node (``step``) and scope a log line is about,
+which a log formatter adds to each line (see :func:`flowpark.runtime.logs.log_config`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
+from contextvars import ContextVar
+from typing import Any
+
+__all__ = ["LOG_CONTEXT", "NULL_SPAN", "Observer", "PollEnd", "log_context"]
+
+#: The log context of the run in progress in this task: ``instance_id``, ``flow``, and
+#: while a capability runs ``step`` and ``scope`` (None outside any run).
+LOG_CONTEXT: ContextVar[Mapping[str, Any] | None] = ContextVar("flowpark_log_context", default=None)
+
+#: A re-enterable context manager that does nothing (the span of a silent observer).
+NULL_SPAN: AbstractContextManager[None] = nullcontext()
+
+
+def log_context() -> Mapping[str, Any]:
+    """The log context of the current task (see :data:`LOG_CONTEXT`); empty outside a
+    run."""
+    return LOG_CONTEXT.get() or {}
+
+
+class PollEnd:
+    """How a parked poll ended (the ``how`` of :meth:`Observer.poll_ended`)."""
+
+    SATISFIED = "satisfied"
+    SIGNALLED = "signalled"
+    TIMED_OUT = "timed_out"
+
+
+class Observer:
+    """Receives what the engine does. Subclass and override what you need.
+
+    Labels passed are bounded (flow names, capability ids, outcomes, error codes); instance
+    ids only ever go to spans, never to a metric label.
+    """
+
+    def started(self, flow: str, version: str, instance_id: str) -> None:
+        """A start created instance ``instance_id`` of ``flow`` ``version``."""
+
+    def ended(self, flow: str, version: str, state: str, code: str | None) -> None:
+        """An instance ended ``state`` (completed, failed, cancelled); ``code``: the failure
+        code (``flow.poll_not_satisfied`` ...) or None."""
+
+    def tried(self, capability: str, outcome: str, seconds: float) -> None:
+        """One try of ``capability`` ended ``outcome`` (success or failure) after
+        ``seconds`` (engine clock)."""
+
+    def compensation_failed(self, flow: str, capability: str) -> None:
+        """A compensation (``capability``) of an instance of ``flow`` failed for good: its
+        retry policy allows no other try (or an operator's retry of it failed)."""
+
+    def attempted(self, flow: str, capability: str, outcome: str) -> None:
+        """One attempt of a parked poll (``capability`` its body) ended: ``satisfied``,
+        ``unsatisfied`` (the instance parks for the next) or ``failed``."""
+
+    def woke(self, flow: str, lateness_seconds: float) -> None:
+        """A parked attempt started ``lateness_seconds`` after its ``wake_at``."""
+
+    def poll_ended(self, flow: str, used_ratio: float, how: str) -> None:
+        """A parked poll ended (:class:`PollEnd`) after using ``used_ratio`` of its budget
+        (elapsed since the poll was entered / the timeout)."""
+
+    def signal_taken(self, flow: str, seconds: float) -> None:
+        """A wait took a signal ``seconds`` after it was delivered."""
+
+    def taken_over(self, flow: str) -> None:
+        """This node claimed an instance whose previous holder's lease had expired."""
+
+    def fencing_refused(self, flow: str) -> None:
+        """A write of this node was refused: another node holds the instance now."""
+
+    def swept(self, seconds: float, claimed: int) -> None:
+        """A sweep claimed ``claimed`` instances and advanced them in ``seconds`` (engine
+        clock)."""
+
+    def trace_context(self) -> dict[str, str] | None:
+        """The current trace context to store with a new instance (W3C ``traceparent`` /
+        ``tracestate`` headers), or None when nothing is traced."""
+        return None
+
+    def start_span(self, flow: str, version: str) -> AbstractContextManager[Any]:
+        """A span around one start (create and first advance)."""
+        return NULL_SPAN
+
+    def run_span(
+        self, instance_id: str, flow: str, version: str, trace_context: Mapping[str, str] | None
+    ) -> AbstractContextManager[Any]:
+        """A span around one run of an instance (claim to park or end), joined to the trace
+        of the instance's start (``trace_context`` as :meth:`trace_context` gave it)."""
+        return NULL_SPAN
+
+    def call_span(
+        self, instance_id: str, flow: str, capability: str, step: int, scope: int, try_number: int
+    ) -> AbstractContextManager[Any]:
+        """A span around one capability try (outbound calls made in it are its children)."""
+        return NULL_SPAN

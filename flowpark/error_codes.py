@@ -1,0 +1,200 @@
+"""flowpark's one list of error codes: :class:`ErrorCode` (each a stable string with its
+meaning, the docs' error table) and :data:`CLI_EXIT` (the codes only the CLI prints).
+
+The error tree that carries them is :mod:`flowpark.errors`, which exports both names too; import
+them from there.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["CLI_EXIT", "ErrorCode"]
+
+
+class ErrorCode(StrEnum):
+    """Every error code flowpark raises or answers with. A member is its string value
+    (``ErrorCode.INPUT_INVALID == "input_invalid"``); values never change between
+    releases.
+
+    Attributes:
+        meaning: when the code is raised or answered (the docs' error table).
+    """
+
+    meaning: str
+
+    def __new__(cls, value: str, meaning: str) -> ErrorCode:
+        """A member with its code ``value`` and a one-line ``meaning``."""
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.meaning = meaning
+        return member
+
+    ACTION_IN_PROGRESS = (
+        "action_in_progress",
+        "an operator action's `Idempotency-Key` whose first request is still acting: try "
+        "again after `Retry-After` (past a bound, the repeat runs the action itself)",
+    )
+    BODY_TOO_LARGE = (
+        "body_too_large",
+        "the request body is larger than `FLOWPARK_MAX_BODY_BYTES`",
+    )
+    BULK_FILTER_MISSING = (
+        "bulk_filter_missing",
+        'a bulk action gives no filter: name at least one, or send `"all": true` to act on '
+        "every instance",
+    )
+    COMPENSATION_NOT_FAILED = (
+        "compensation_not_failed",
+        "the instance has no compensation that failed for good to retry (it has not ended, "
+        "or every compensation succeeded), or this node does not serve its flow version",
+    )
+    DELIVERY_NOT_FAILED = (
+        "delivery_not_failed",
+        "only a failed event delivery can be retried (it is pending or delivered)",
+    )
+    DELIVERY_NOT_FOUND = ("delivery_not_found", "no such event delivery")
+    DEFINITION_INVALID = (
+        "definition_invalid",
+        "a flow definition broke a rule (raised at registration; never an API answer)",
+    )
+    FLOW_NOT_FOUND = ("flow_not_found", "no such flow or version")
+    FLOWS_UNLOADABLE = (
+        "flows_unloadable",
+        "a flows target (`--flows`, `FLOWPARK_FLOWS`) cannot be loaded: it does not import, "
+        "building its flows raised, or it defines no flow (the node refuses to start; never "
+        "an API answer)",
+    )
+    FORBIDDEN = (
+        "forbidden",
+        "the bearer token is known but lacks the route's scope (`missingScope` names it)",
+    )
+    IDEMPOTENCY_KEY_INVALID = (
+        "idempotency_key_invalid",
+        "the `Idempotency-Key` header is longer than 200 characters or not visible ASCII",
+    )
+    IDEMPOTENCY_KEY_MISSING = (
+        "idempotency_key_missing",
+        "the route requires an `Idempotency-Key` header",
+    )
+    IDEMPOTENCY_KEY_REUSED = (
+        "idempotency_key_reused",
+        "the `Idempotency-Key` was used before with a different body",
+    )
+    HEADERS_TOO_LARGE = (
+        "headers_too_large",
+        "the request head (request line and headers) is larger than "
+        "`FLOWPARK_MAX_HEADER_BYTES` or has more than `FLOWPARK_MAX_HEADERS` headers (the "
+        "connection is closed)",
+    )
+    INPUT_INVALID = (
+        "input_invalid",
+        "malformed JSON, or a body, payload, parameter or header that does not validate",
+    )
+    INSTANCE_BUSY = (
+        "instance_busy",
+        "a node runs the instance now (the action needs it parked); try again",
+    )
+    INSTANCE_ENDED = (
+        "instance_ended",
+        "the instance is completed, failed or cancelled (nothing was stored)",
+    )
+    INSTANCE_KEY_IN_USE = (
+        "instance_key_in_use",
+        "a running instance of the flow already holds that `instanceKey`",
+    )
+    INSTANCE_NOT_FOUND = (
+        "instance_not_found",
+        "no such instance (also any id that is not a canonical, lowercase, dashed UUID)",
+    )
+    INTERNAL_ERROR = ("internal_error", "an unexpected error (a bug; it was logged)")
+    JOURNAL_CONFLICT = (
+        "journal_conflict",
+        "a write contradicts the journal (an engine invariant; never an API answer)",
+    )
+    JOURNAL_MISMATCH = (
+        "journal_mismatch",
+        "an instance's journal does not fit the plan of its flow version: the plan changed "
+        "under a registered version (the instance fails with flow.journal_mismatch; never an "
+        "API answer)",
+    )
+    METHOD_NOT_ALLOWED = ("method_not_allowed", "the route does not answer that method")
+    NO_BUDGET = (
+        "no_budget",
+        "the instance does not wait in a poll with a budget (nothing to extend), or this "
+        "node does not serve its flow version",
+    )
+    METRICS_FORBIDDEN = (
+        "metrics_forbidden",
+        "`/metrics` asked from off loopback while `FLOWPARK_METRICS_ACCESS=loopback`",
+    )
+    NOT_FOUND = ("not_found", "no route at that path")
+    NOT_READY = (
+        "not_ready",
+        "`/readyz`: the database, its schema or the sweep is not as a serving node needs",
+    )
+    SETTINGS_INVALID = (
+        "settings_invalid",
+        "the CLI: a `FLOWPARK_*` variable does not validate (no node answers it)",
+    )
+    REQUEST_MALFORMED = (
+        "request_malformed",
+        "the request is not valid HTTP/1.1 (a control byte in the request line or a header, "
+        "a malformed request line or header): refused by the HTTP server before any route, "
+        "the connection closed",
+    )
+    SCHEMA_BEHIND_HEAD = (
+        "schema_behind_head",
+        "the database is not migrated to head (run `flowpark db upgrade`)",
+    )
+    SIGNATURE_INVALID = (
+        "signature_invalid",
+        "a signed signal's delivery (Standard Webhooks, GitHub, Stripe or an HMAC header) "
+        "has a missing, malformed or stale signature header, or one that does not verify "
+        "with the signal's secret",
+    )
+    SIGNAL_DELIVERY_REPLAYED = (
+        "signal_delivery_replayed",
+        "a signed signal's delivery id reached another instance first: a delivery is one "
+        "event for one instance, so its replay to this one is refused and stores nothing",
+    )
+    SIGNAL_NOT_DECLARED = (
+        "signal_not_declared",
+        "the instance's flow declares no signal of that name, or this node does not serve "
+        "its flow version",
+    )
+    SIGNAL_PAYLOAD_INVALID = (
+        "signal_payload_invalid",
+        "a signed signal's delivery cannot be read as the signal: the flow's `adapt` or "
+        "`instance_key` refused it (the node logs why; nothing was stored)",
+    )
+    STALE_FENCING_TOKEN = (
+        "stale_fencing_token",
+        "a write carried a stale fencing token and was refused (never an API answer)",
+    )
+    STORE_UNAVAILABLE = ("store_unavailable", "the database cannot be reached")
+    STREAM_NOT_DECLARED = (
+        "stream_not_declared",
+        "the instance's flow declares no stream of that name",
+    )
+    UNAUTHORIZED = ("unauthorized", "missing or unknown bearer token")
+    UNREACHABLE = (
+        "unreachable",
+        "the CLI: the `--url` node does not answer (no node answers it)",
+    )
+    UNSUPPORTED_MEDIA_TYPE = (
+        "unsupported_media_type",
+        "a body that is not JSON by its `Content-Type`",
+    )
+    USAGE = (
+        "usage",
+        "the CLI: a bad option or argument (no node answers it)",
+    )
+
+
+#: The codes only the CLI prints (a node never answers them), with the CLI's exit code.
+CLI_EXIT: dict[ErrorCode, int] = {
+    ErrorCode.SETTINGS_INVALID: 2,
+    ErrorCode.UNREACHABLE: 3,
+    ErrorCode.USAGE: 2,
+}

@@ -1,0 +1,36 @@
+"""The engine a node runs (``flowpark serve`` and ``flowpark worker`` alike)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from flowpark.engine.clock import Clock
+from flowpark.engine.engine import Engine, EngineConfig
+from flowpark.flows import Catalog
+from flowpark.runtime.observe import NodeObserver
+from flowpark.settings import Settings
+from flowpark.store import SqlJournal
+
+__all__ = ["node_engine"]
+
+
+def node_engine(
+    settings: Settings, db: AsyncEngine, catalog: Catalog, clock: Clock, observer: NodeObserver
+) -> Engine:
+    """The engine a node (``serve`` or ``worker``) runs: on the SQL journal over ``db``,
+    configured from ``settings`` (node id, lease, sweep batch, concurrency, start wait)."""
+    return Engine(
+        SqlJournal(db, on_batch=observer.batched),
+        catalog,
+        clock,
+        EngineConfig(
+            node_id=settings.node_id,
+            lease=timedelta(seconds=settings.lease_seconds),
+            sweep_batch=settings.sweep_batch,
+            concurrency=settings.concurrency,
+            start_wait=timedelta(seconds=settings.start_wait_seconds),
+        ),
+        observer=observer,
+    )

@@ -1,0 +1,106 @@
+"""The counts behind the gauges of ``/metrics``: one grouped query over the instances that
+have not ended, and one over the pending event deliveries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Integer, and_, case, func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql.elements import ColumnElement
+
+from flowpark.store.db import READ_ONLY
+from flowpark.store.mapping import INSTANCE
+from flowpark.store.tables import ACTIVE_STATES, EventDeliveryRow
+
+__all__ = ["FlowCounts", "active_counts", "pending_deliveries"]
+
+DELIVERY = EventDeliveryRow.__table__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class FlowCounts:
+    """The instances of one flow that have not ended.
+
+    Attributes:
+        flow: the flow name.
+        parked: suspended instances (waiting for a wake or a signal).
+        running: running instances under a live lease.
+        overdue: parked instances whose ``wake_at`` is before ``overdue_before``.
+        stuck: running instances whose lease expired before ``stuck_before`` (no node is
+            advancing them; the sweep takes them over).
+    """
+
+    flow: str
+    parked: int
+    running: int
+    overdue: int
+    stuck: int
+
+
+def _count(condition: ColumnElement[bool]) -> ColumnElement[int]:
+    return func.coalesce(func.sum(case((condition, 1), else_=0)), 0).cast(Integer)
+
+
+async def active_counts(
+    engine: AsyncEngine, now: datetime, overdue_before: datetime, stuck_before: datetime
+) -> list[FlowCounts]:
+    """Count the instances that have not ended, by flow: one query.
+
+    Args:
+        engine: the service's database engine.
+        now: the engine clock's instant (aware UTC): a lease expiring before it is expired.
+        overdue_before: a parked instance due before this instant is overdue.
+        stuck_before: a running instance whose lease expired before this instant is stuck.
+
+    Returns:
+        One :class:`FlowCounts` per flow with an instance that has not ended, by name.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError / OSError: the database could not be read.
+    """
+    state = INSTANCE.c.state
+    lease = INSTANCE.c.lease_expires_at
+    query = (
+        select(
+            INSTANCE.c.flow_name,
+            _count(state == "suspended").label("parked"),
+            _count(and_(state == "running", lease >= now)).label("running"),
+            _count(and_(state == "suspended", INSTANCE.c.wake_at < overdue_before)).label(
+                "overdue"
+            ),
+            _count(and_(state == "running", lease < stuck_before)).label("stuck"),
+        )
+        .where(state.in_(list(ACTIVE_STATES)))
+        .group_by(INSTANCE.c.flow_name)
+        .order_by(INSTANCE.c.flow_name)
+    )
+    async with engine.execution_options(**READ_ONLY).connect() as conn:
+        rows = (await conn.execute(query)).all()
+    return [FlowCounts(r.flow_name, r.parked, r.running, r.overdue, r.stuck) for r in rows]
+
+
+async def pending_deliveries(engine: AsyncEngine) -> dict[str, int]:
+    """Count the pending event deliveries (due or waiting for their next send), by
+    subscriber: one grouped query that reads the pending rows only, through an index (the
+    partial ``ix_event_delivery_due`` on PostgreSQL, ``ix_event_delivery_state`` on
+    SQLite), as :func:`active_counts` reads the instances that have not ended.
+
+    Args:
+        engine: the service's database engine.
+
+    Returns:
+        The number of pending deliveries of each subscriber that has one.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError / OSError: the database could not be read.
+    """
+    query = (
+        select(DELIVERY.c.subscriber, func.count().label("pending"))
+        .where(DELIVERY.c.state == "pending")
+        .group_by(DELIVERY.c.subscriber)
+    )
+    async with engine.execution_options(**READ_ONLY).connect() as conn:
+        rows = (await conn.execute(query)).all()
+    return {r.subscriber: int(r.pending) for r in rows}

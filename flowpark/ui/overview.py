@@ -1,0 +1,132 @@
+"""The overview page's figures: per flow and version counts, and wake lateness percentiles.
+
+Wake lateness is how long after its scheduled instant a poll attempt started. The scheduled
+instant of attempt *n* is what the park after attempt *n - 1* asked for: that attempt's
+commit plus the poll's interval for *n - 1* (the same seeded jitter as the engine's), never
+past the budget's end. Only attempts started in the window count.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from flowpark.engine.ports.operator import AttemptStart, FlowActivity
+from flowpark.flows.catalog import Catalog
+from flowpark.flows.plan import CapabilityStep, PollStep
+
+__all__ = ["FlowRow", "Lateness", "lateness", "overview_rows", "percentile"]
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (0-1) of ``values`` by the nearest-rank method, or None when
+    empty.
+    """
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass(frozen=True)
+class Lateness:
+    """Wake lateness over a window: p50 and p99 in seconds (None without samples)."""
+
+    samples: int = 0
+    p50: float | None = None
+    p99: float | None = None
+
+    @classmethod
+    def of(cls, values: list[float]) -> Lateness:
+        """The percentiles of ``values`` (seconds)."""
+        return cls(len(values), percentile(values, 0.5), percentile(values, 0.99))
+
+
+def lateness(
+    catalog: Catalog, starts: list[AttemptStart]
+) -> tuple[Lateness, dict[tuple[str, str], Lateness]]:
+    """Lateness of ``starts`` overall and per (flow, version), in seconds (never below
+    zero: an attempt cannot start before the park that asked for it committed).
+
+    Attempts of a flow version this node does not have, or whose schedule is not in the
+    journal, are left out.
+    """
+    overall: list[float] = []
+    by_flow: dict[tuple[str, str], list[float]] = {}
+    for start in starts:
+        plan = catalog.find(start.flow_name, start.flow_version)
+        if plan is None or start.previous_committed_at is None:
+            continue
+        if not 0 <= start.step_id < len(plan.steps):
+            continue
+        body = plan.steps[start.step_id]
+        if not isinstance(body, CapabilityStep) or body.poll_index is None:
+            continue
+        poll = plan.steps[body.poll_index]
+        if not isinstance(poll, PollStep):
+            continue
+        scheduled = start.previous_committed_at + poll.interval.delay(
+            start.scope - 1, start.instance_id
+        )
+        if start.first_started_at is not None:
+            scheduled = min(scheduled, start.first_started_at + poll.timeout)
+        late = max(0.0, (start.started_at - scheduled).total_seconds())
+        overall.append(late)
+        by_flow.setdefault((start.flow_name, start.flow_version), []).append(late)
+    return Lateness.of(overall), {k: Lateness.of(v) for k, v in by_flow.items()}
+
+
+@dataclass(frozen=True)
+class FlowRow:
+    """One row of the overview table."""
+
+    flow: str
+    version: str
+    known: bool
+    running: int = 0
+    suspended: int = 0
+    due_soon: int = 0
+    overdue: int = 0
+    stuck: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    failures: tuple[tuple[str, int], ...] = ()
+    p50: float | None = None
+    p99: float | None = None
+    samples: int = 0
+
+
+def overview_rows(
+    catalog: Catalog,
+    activity: list[FlowActivity],
+    late_by_flow: dict[tuple[str, str], Lateness],
+) -> list[FlowRow]:
+    """A row per flow version with instances or registered here (sorted by flow, version)."""
+    seen: dict[tuple[str, str], FlowActivity] = {(a.flow_name, a.flow_version): a for a in activity}
+    keys = set(seen) | {p.key for p in catalog.plans()}
+    rows = []
+    for name, version in sorted(keys):
+        a = seen.get((name, version), FlowActivity(name, version))
+        late = late_by_flow.get((name, version), Lateness())
+        rows.append(
+            FlowRow(
+                flow=name,
+                version=version,
+                known=catalog.find(name, version) is not None,
+                running=a.running,
+                suspended=a.suspended,
+                due_soon=a.due_soon,
+                overdue=a.overdue,
+                stuck=a.stuck,
+                completed=a.completed_recently,
+                failed=a.failed_recently,
+                cancelled=a.cancelled_recently,
+                failures=a.failures,
+                p50=late.p50,
+                p99=late.p99,
+                samples=late.samples,
+            )
+        )
+    return rows
