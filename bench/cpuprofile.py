@@ -68,7 +68,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 
 def _short(path: str, roots: list[str]) -> str:
     """``path`` from its ``sys.path`` entry on
-    (``flowpark/engine/engine.py``, ``httpx/_client.py``)."""
+    (``flowpark/engine/node/engine.py``, ``httpx/_client.py``)."""
     for root in roots:
         if path.startswith(root):
             return path[len(root) :]

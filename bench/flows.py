@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel
 
 from flowpark.engine.clock import SystemClock
-from flowpark.engine.engine import Engine, EngineConfig
+from flowpark.engine.node.engine import Engine, EngineConfig
 from flowpark.flows import Backoff, Capability, Catalog, Flow, StepContext
 from flowpark.store import SqlJournal, make_async_engine
 

@@ -36,8 +36,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from flowpark.engine.clock import VirtualClock
-from flowpark.engine.engine import Engine, EngineConfig, StartResult, SweepReport
-from flowpark.engine.journal import InstanceRecord, Snapshot, StepKind
+from flowpark.engine.node.engine import Engine, EngineConfig, StartResult, SweepReport
+from flowpark.engine.records import InstanceRecord, Snapshot, StepKind
 from flowpark.flows.builder import AwaitItem, Flow, Item, PollItem, StepItem
 from flowpark.flows.capability import Capability, Decision, StepContext
 from flowpark.flows.catalog import Catalog

@@ -46,10 +46,10 @@ from flowpark.api.models import (
     WakeAnswer,
 )
 from flowpark.api.problems import STATUS, problem_members, status_of
-from flowpark.engine.engine import Engine
-from flowpark.engine.journal import InstanceRecord, InstanceState, WakeKind
-from flowpark.engine.operator import extend_budget, retry_compensations
+from flowpark.engine.node.engine import Engine
+from flowpark.engine.node.operator import extend_budget, retry_compensations
 from flowpark.engine.ports.operator import OperatorAction
+from flowpark.engine.records import InstanceRecord, InstanceState, WakeKind
 from flowpark.errors import (
     ActionInProgress,
     ErrorCode,

@@ -9,8 +9,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from flowpark.api.models import INSTANT_TEXT, JSON_INTEGER
-from flowpark.engine.journal import InstanceState, WakeKind
 from flowpark.engine.ports.operator import InstanceFilter
+from flowpark.engine.records import InstanceState, WakeKind
 
 __all__ = ["MAX_BULK", "BulkAction", "BulkFilter"]
 

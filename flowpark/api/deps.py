@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Protocol, cast
 from fastapi import Depends, Request
 
 from flowpark.api.auth import Principal, require_scope, require_token
-from flowpark.engine.engine import Engine
+from flowpark.engine.node.engine import Engine
 from flowpark.engine.ports.operator import OperatorReads
 from flowpark.engine.ports.outbox import Deliveries
 from flowpark.flows.catalog import Catalog
@@ -100,7 +100,7 @@ def engine_of(request: Request) -> Engine:
         request: any request to the app.
 
     Returns:
-        The :class:`~flowpark.engine.engine.Engine` the lifespan built.
+        The :class:`~flowpark.engine.node.engine.Engine` the lifespan built.
     """
     return cast(Engine, request.app.state.engine)
 

@@ -26,9 +26,9 @@ from flowpark.api.models import (
     WaitingView,
 )
 from flowpark.api.values import shown_values
-from flowpark.engine.journal import InstanceRecord, Outcome, StepKind, StepRow, WakeKind
 from flowpark.engine.ports import operator as ports
 from flowpark.engine.ports.operator import InstanceSummary, OperatorAction
+from flowpark.engine.records import InstanceRecord, Outcome, StepKind, StepRow, WakeKind
 from flowpark.errors import InputInvalid
 from flowpark.flows.plan import (
     AwaitSignalStep,

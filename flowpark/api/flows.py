@@ -14,7 +14,7 @@ from flowpark.api.models import FlowView, PlanView
 from flowpark.api.openapi import problem_responses
 from flowpark.api.plans import plan_view
 from flowpark.api.views import API
-from flowpark.engine.versions import unfinished_by_version, unserved
+from flowpark.engine.node.versions import unfinished_by_version, unserved
 from flowpark.errors import ErrorCode
 
 __all__ = ["build_flows_router"]

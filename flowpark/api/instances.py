@@ -24,9 +24,9 @@ from flowpark.api.models import (
 )
 from flowpark.api.openapi import problem_responses
 from flowpark.api.views import API, instance_view
-from flowpark.engine.engine import Engine
-from flowpark.engine.journal import InstanceState, WakeKind
+from flowpark.engine.node.engine import Engine
 from flowpark.engine.ports.operator import InstanceFilter, InstanceSummary
+from flowpark.engine.records import InstanceState, WakeKind
 from flowpark.errors import ErrorCode, InputInvalid
 from flowpark.flows.catalog import Catalog
 

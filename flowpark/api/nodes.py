@@ -13,7 +13,7 @@ from flowpark.api.deps import EngineDep, NodesDep, ReadToken, SettingsDep
 from flowpark.api.models._base import _AT, _LATER, ApiModel, _examples
 from flowpark.api.openapi import problem_responses
 from flowpark.api.views import API
-from flowpark.engine.engine import Engine
+from flowpark.engine.node.engine import Engine
 from flowpark.settings import Settings, overdue_before
 from flowpark.store.nodes import NodeRecord, NodesReport, SqlNodes
 

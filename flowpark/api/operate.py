@@ -32,8 +32,8 @@ from flowpark.api.models import (
 )
 from flowpark.api.openapi import problem_responses
 from flowpark.api.views import API
-from flowpark.engine.journal import InstanceState, WakeKind
 from flowpark.engine.ports.operator import InstanceFilter, OperatorReads
+from flowpark.engine.records import InstanceState, WakeKind
 from flowpark.errors import BulkFilterMissing, ErrorCode, FlowparkError
 
 __all__ = ["BulkAction", "BulkFilter", "build_operator_router"]

@@ -30,8 +30,8 @@ from flowpark.api.models import SignalAnswer
 from flowpark.api.openapi import DEFS_KEY, operation_slug, problem_responses, request_schema
 from flowpark.api.views import API, signal_answer
 from flowpark.api.webhooks import claim_delivery_id, verified_delivery
-from flowpark.engine.engine import Engine
-from flowpark.engine.journal import SignalRecord
+from flowpark.engine.node.engine import Engine
+from flowpark.engine.records import SignalRecord
 from flowpark.errors import ErrorCode, IdempotencyKeyReused
 from flowpark.flows.capability import Signal
 from flowpark.flows.plan import Plan

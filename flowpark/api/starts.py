@@ -33,7 +33,7 @@ from flowpark.api.openapi import (
 )
 from flowpark.api.signals import BODY_CODES, add_signal_routes, body_examples
 from flowpark.api.views import API, awaiting
-from flowpark.engine.journal import InstanceState
+from flowpark.engine.records import InstanceState
 from flowpark.errors import ErrorCode, InputInvalid
 from flowpark.flows.catalog import version_key
 from flowpark.flows.plan import Plan, Profile

@@ -24,8 +24,8 @@ from flowpark.api.inputs import JsonBodyRoute, check_instance_id, well_formed
 from flowpark.api.models import StreamMessageView
 from flowpark.api.openapi import problem_responses
 from flowpark.api.views import API, answer_json, stream_view
-from flowpark.engine.engine import Engine
-from flowpark.engine.journal import InstanceRecord
+from flowpark.engine.node.engine import Engine
+from flowpark.engine.records import InstanceRecord
 from flowpark.errors import ErrorCode, InputInvalid, StreamNotDeclared, shown
 
 __all__ = ["SSE_PING_SECONDS", "STREAM_POLL_SECONDS", "build_streams_router", "sse_messages"]

@@ -7,7 +7,7 @@ import json
 import logging
 from typing import Any
 
-from flowpark.engine.journal import StepKind, StepRow
+from flowpark.engine.records import StepKind, StepRow
 from flowpark.flows.capability import Capability
 from flowpark.flows.plan import CapabilityStep, Plan
 

@@ -33,8 +33,10 @@ from flowpark.api.models import (
 )
 from flowpark.api.models.instances import CompensationError
 from flowpark.api.values import shown_values
-from flowpark.engine.deadlines import open_budget
-from flowpark.engine.journal import (
+from flowpark.engine.decide.deadlines import open_budget
+from flowpark.engine.decide.try_walk import DETAIL_LIMIT
+from flowpark.engine.ports.operator import OperatorAction
+from flowpark.engine.records import (
     COMPENSATION_FAILURES,
     InstanceRecord,
     InstanceState,
@@ -44,8 +46,6 @@ from flowpark.engine.journal import (
     StepRow,
     StreamMessage,
 )
-from flowpark.engine.ports.operator import OperatorAction
-from flowpark.engine.try_walk import DETAIL_LIMIT
 from flowpark.engine.values import DECISION_KEY
 from flowpark.flows.plan import AwaitSignalStep, Plan, PollStep
 from flowpark.redaction import redact

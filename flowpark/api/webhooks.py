@@ -25,9 +25,9 @@ from flowpark.api.inputs import (
     idempotency_header,
 )
 from flowpark.api.models import SignalAnswer
-from flowpark.engine.engine import Engine
-from flowpark.engine.journal import InstanceState
+from flowpark.engine.node.engine import Engine
 from flowpark.engine.ports.operator import InstanceFilter, OperatorReads
+from flowpark.engine.records import InstanceState
 from flowpark.errors import (
     IdempotencyKeyInvalid,
     InputInvalid,

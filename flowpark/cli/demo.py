@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from flowpark.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT
+from flowpark.engine.decide.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT
 from flowpark.settings import DEFAULT_API_TOKEN, Settings
 
 __all__ = ["journal_lines", "listening_socket", "port_refused", "run_demo"]

@@ -4,8 +4,7 @@ clocks; the sweep. Imports nothing from fastapi, sqlalchemy, apscheduler or http
 
 from flowpark.engine.clock import Clock, SystemClock, VirtualClock
 from flowpark.engine.config import EngineConfig
-from flowpark.engine.engine import Engine, StartResult, SweepReport
-from flowpark.engine.journal import InstanceRecord, InstanceState, Snapshot, StepRow
+from flowpark.engine.node.engine import Engine, StartResult, SweepReport
 from flowpark.engine.outcomes import RunOutcome
 from flowpark.engine.ports import (
     Commit,
@@ -17,6 +16,7 @@ from flowpark.engine.ports import (
     RunStore,
     Streams,
 )
+from flowpark.engine.records import InstanceRecord, InstanceState, Snapshot, StepRow
 
 __all__ = [
     "Clock",

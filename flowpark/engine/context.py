@@ -10,7 +10,7 @@ from typing import Any, Protocol, TypeVar
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from flowpark.engine.journal import ReviewRequest, StepKind
+from flowpark.engine.records import ReviewRequest, StepKind
 from flowpark.engine.values import execution_key, jsonable, revive
 from flowpark.flows.capability import Complete, Fail, RecoveryError, Stream, bag_key
 
@@ -36,7 +36,7 @@ class Beat(Enum):
 
 
 class TryHost(Protocol):
-    """What a try's context uses of its run (:class:`flowpark.engine.executor.Executor`)."""
+    """What a try's context uses of its run (:class:`flowpark.engine.execute.executor.Executor`)."""
 
     @property
     def instance_id(self) -> str:

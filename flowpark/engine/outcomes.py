@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from flowpark.engine.journal import InstanceRecord, InstanceState, SignalRecord
+from flowpark.engine.records import InstanceRecord, InstanceState, SignalRecord
 
 __all__ = ["Halt", "RunOutcome", "StartResult"]
 

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from pydantic_core import to_json, to_jsonable_python
 
-from flowpark.engine.journal import StepKind
+from flowpark.engine.records import StepKind
 
 __all__ = ["DECISION_KEY", "execution_key", "jsonable", "revive"]
 

@@ -19,8 +19,8 @@ from flowpark.api.openapi import api_app
 from flowpark.api.problems import install_problem_handlers, problem
 from flowpark.api.routes import include_api_routes, include_health_routes
 from flowpark.engine.clock import Clock, SystemClock
-from flowpark.engine.engine import Engine
-from flowpark.engine.versions import log_unserved
+from flowpark.engine.node.engine import Engine
+from flowpark.engine.node.versions import log_unserved
 from flowpark.errors import ErrorCode
 from flowpark.flows import Catalog
 from flowpark.flows.plan import Plan

@@ -7,7 +7,7 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from flowpark.engine.clock import Clock
-from flowpark.engine.engine import Engine, EngineConfig
+from flowpark.engine.node.engine import Engine, EngineConfig
 from flowpark.flows import Catalog
 from flowpark.runtime.observe import NodeObserver
 from flowpark.settings import Settings

@@ -23,7 +23,7 @@ from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from flowpark.engine.engine import Engine
+from flowpark.engine.node.engine import Engine
 from flowpark.outages import OUTAGES, store_outage
 
 __all__ = ["WAKE_GRANULARITY", "Sweeper"]

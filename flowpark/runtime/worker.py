@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flowpark.engine.clock import SystemClock
-from flowpark.engine.versions import log_unserved
+from flowpark.engine.node.versions import log_unserved
 from flowpark.flows import Catalog
 from flowpark.redaction import register_secrets
 from flowpark.runtime.delivery import Deliverer

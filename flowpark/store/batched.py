@@ -25,7 +25,7 @@ from typing import Any
 from pydantic_core import PydanticSerializationError, to_json
 from sqlalchemy.exc import DataError, IntegrityError
 
-from flowpark.engine.journal import EmittedEvent, NewInstance, StepRow
+from flowpark.engine.records import EmittedEvent, NewInstance, StepRow
 from flowpark.store.base import SqlRole
 from flowpark.store.lanes import Lane
 from flowpark.store.mapping import step_values

@@ -27,8 +27,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ColumnElement
 
-from flowpark.engine.journal import Ack, CancelAck, Claim, InstanceState
 from flowpark.engine.ports.values import Reopen
+from flowpark.engine.records import Ack, CancelAck, Claim, InstanceState
 from flowpark.errors import InstanceEnded, InstanceKeyInUse, InstanceNotFound
 from flowpark.store.base import SqlRole, const, instant
 from flowpark.store.fencing import NO_LEASE, fenced, insert_step

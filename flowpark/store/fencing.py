@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ClauseElement
 
-from flowpark.engine.journal import EmittedEvent, InstanceState, ReviewRequest, StepRow
+from flowpark.engine.records import EmittedEvent, InstanceState, ReviewRequest, StepRow
 from flowpark.errors import InstanceNotFound, StaleFencingToken
 from flowpark.store.base import JournalConflict
 from flowpark.store.mapping import EVENT, INSTANCE, REVIEW, STEP, step_values

@@ -17,7 +17,6 @@ from typing import Any
 from sqlalchemy import String, and_, case, cast, func, literal, or_, select, true, tuple_
 from sqlalchemy.sql.elements import ColumnElement
 
-from flowpark.engine.journal import InstanceState, StepKind, StepRow, WakeKind
 from flowpark.engine.ports.operator import (
     InstanceCount,
     InstanceCounts,
@@ -25,6 +24,7 @@ from flowpark.engine.ports.operator import (
     InstancePage,
     InstanceSummary,
 )
+from flowpark.engine.records import InstanceState, StepKind, StepRow, WakeKind
 from flowpark.store.base import SqlRole, const
 from flowpark.store.mapping import DEADLINE_END_KEY, INSTANCE, STEP, step_from_row
 
@@ -236,7 +236,7 @@ class SqlOperatorReads(SqlRole):
     ) -> dict[tuple[str, int], datetime]:
         """The stored budget end of each poll: ``ends_at`` (or ``values["endsAt"]``) of the
         deadline row in force (highest try) at ``(instance_id, poll_step_id)``, scope 0,
-        per pair that has one (see :mod:`flowpark.engine.deadlines`).
+        per pair that has one (see :mod:`flowpark.engine.decide.deadlines`).
 
         Args:
             pairs: ``(instance_id, poll_step_id)`` (at most a page's worth).

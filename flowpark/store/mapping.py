@@ -1,4 +1,4 @@
-"""Conversions between table rows and the engine's frozen records (``flowpark.engine.journal``).
+"""Conversions between table rows and the engine's frozen records (``flowpark.engine.records``).
 
 Records read whole from one row, column for field (:class:`Heartbeat`,
 :class:`StreamMessage`), are validated by pydantic (a ``TypeAdapter`` of the record's
@@ -23,7 +23,7 @@ from sqlalchemy import JSON, Row, Table, bindparam, func, insert, select
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.sql.selectable import CTE
 
-from flowpark.engine.journal import (
+from flowpark.engine.records import (
     COMPENSATION_FAILURES,
     Heartbeat,
     InstanceRecord,
@@ -130,7 +130,7 @@ def instance_from_new(new: NewInstance) -> InstanceRecord:
 def failure_columns(failure: FlowFailure | None) -> dict[str, Any]:
     """The ``error_*`` column values of ``failure`` (empty when None: columns untouched),
     with ``compensation_failed``: whether its details list compensations that failed for
-    good (:data:`flowpark.engine.journal.COMPENSATION_FAILURES`)."""
+    good (:data:`flowpark.engine.records.COMPENSATION_FAILURES`)."""
     if failure is None:
         return {}
     return {
@@ -182,7 +182,8 @@ def instance_from_row(row: Row[Any]) -> InstanceRecord:
     )
 
 
-#: The key of a deadline row's end instant in its values (see :mod:`flowpark.engine.deadlines`).
+#: The key of a deadline row's end instant in its values (see
+# :mod:`flowpark.engine.decide.deadlines`).
 DEADLINE_END_KEY = "endsAt"
 
 

@@ -1,6 +1,7 @@
 """``MemoryStore``: every port of :class:`flowpark.engine.ports.Journal` in one process's memory.
 
-The store of a run that writes no rows (an ephemeral flow: :mod:`flowpark.engine.ephemeral`), and
+The store of a run that writes no rows (an ephemeral flow: :mod:`flowpark.engine.node.ephemeral`),
+and
 the twin the contract suite (``tests/contract_store``) runs beside SQLite and PostgreSQL:
 the same claims, fences, commits, parks, mailbox and reads, with the same answers and errors.
 It imports no SQL driver. Every call runs without awaiting anything, so each is atomic on
@@ -13,7 +14,16 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from flowpark.engine.journal import (
+from flowpark.engine.ports.values import (
+    Commit,
+    NewSignal,
+    Park,
+    Reopen,
+    StreamWrite,
+    TryMark,
+    WakeClaim,
+)
+from flowpark.engine.records import (
     COMPENSATION_FAILURES,
     Ack,
     CancelAck,
@@ -28,15 +38,6 @@ from flowpark.engine.journal import (
     StepKind,
     StepRow,
     StreamMessage,
-)
-from flowpark.engine.ports.values import (
-    Commit,
-    NewSignal,
-    Park,
-    Reopen,
-    StreamWrite,
-    TryMark,
-    WakeClaim,
 )
 from flowpark.errors import (
     FlowFailure,

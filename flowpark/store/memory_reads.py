@@ -9,15 +9,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from flowpark.engine.journal import (
-    COMPENSATION_FAILURES,
-    InstanceRecord,
-    InstanceState,
-    Outcome,
-    SignalRecord,
-    StepKind,
-    StepRow,
-)
 from flowpark.engine.ports.operator import (
     AttemptStart,
     FlowActivity,
@@ -29,6 +20,15 @@ from flowpark.engine.ports.operator import (
     OperatorAction,
     StepActivity,
     StepWaiting,
+)
+from flowpark.engine.records import (
+    COMPENSATION_FAILURES,
+    InstanceRecord,
+    InstanceState,
+    Outcome,
+    SignalRecord,
+    StepKind,
+    StepRow,
 )
 from flowpark.store.memory_state import RUNNING, SUSPENDED, MemoryBase, copy_json
 

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from flowpark.engine.journal import (
+from flowpark.engine.ports.operator import OperatorAction
+from flowpark.engine.ports.values import StreamWrite
+from flowpark.engine.records import (
     Claim,
     Heartbeat,
     InstanceRecord,
@@ -18,8 +20,6 @@ from flowpark.engine.journal import (
     StepRow,
     StreamMessage,
 )
-from flowpark.engine.ports.operator import OperatorAction
-from flowpark.engine.ports.values import StreamWrite
 from flowpark.errors import (
     InstanceNotFound,
     StaleFencingToken,

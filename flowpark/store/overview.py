@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from flowpark.engine.journal import InstanceState, Outcome, StepKind
 from flowpark.engine.ports.operator import AttemptStart, FlowActivity, StepActivity, StepWaiting
+from flowpark.engine.records import InstanceState, Outcome, StepKind
 from flowpark.store.base import SqlRole, const
 from flowpark.store.mapping import INSTANCE, STEP
 

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from flowpark.engine.journal import (
+from flowpark.engine.records import (
     InstanceRecord,
     InstanceState,
     SignalRecord,

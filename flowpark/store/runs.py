@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from sqlalchemy import update
 
-from flowpark.engine.journal import Ack, StepKind
 from flowpark.engine.ports.values import Commit
+from flowpark.engine.records import Ack, StepKind
 from flowpark.store.base import SqlContext, instant
 from flowpark.store.claims import SqlClaims
 from flowpark.store.fencing import after_commit, fenced, insert_step

@@ -20,7 +20,8 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from flowpark.engine.journal import (
+from flowpark.engine.ports.values import NewSignal, WakeClaim
+from flowpark.engine.records import (
     Ack,
     Delivery,
     InstanceState,
@@ -28,7 +29,6 @@ from flowpark.engine.journal import (
     StepKind,
     StepRow,
 )
-from flowpark.engine.ports.values import NewSignal, WakeClaim
 from flowpark.errors import InstanceEnded
 from flowpark.store.base import JournalConflict, SqlRole
 from flowpark.store.fencing import fenced, insert_step
@@ -104,7 +104,7 @@ class SqlMailbox(SqlRole):
         (journal and mailbox, the new signal included). SQLite: one write transaction.
 
         Returns:
-            :class:`~flowpark.engine.journal.Delivery`: the signal, whether it is new, the state
+            :class:`~flowpark.engine.records.Delivery`: the signal, whether it is new, the state
             the delivery found, and the claim when it made one.
 
         Raises:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from sqlalchemy import func, insert, select
 
-from flowpark.engine.journal import InstanceState, StreamMessage
 from flowpark.engine.ports.values import StreamWrite
+from flowpark.engine.records import InstanceState, StreamMessage
 from flowpark.errors import InstanceNotFound, StaleFencingToken
 from flowpark.store.base import SqlRole
 from flowpark.store.mapping import INSTANCE, STREAM, stream_from_row

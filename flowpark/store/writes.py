@@ -15,7 +15,8 @@ from typing import Any
 from sqlalchemy import and_, exists, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from flowpark.engine.journal import (
+from flowpark.engine.ports.values import Park, TryMark
+from flowpark.engine.records import (
     Ack,
     EmittedEvent,
     Heartbeat,
@@ -26,7 +27,6 @@ from flowpark.engine.journal import (
     Snapshot,
     StepRow,
 )
-from flowpark.engine.ports.values import Park, TryMark
 from flowpark.errors import FlowFailure, IdempotencyKeyReused, InstanceKeyInUse
 from flowpark.store.base import JournalConflict, SqlRole, const, instant
 from flowpark.store.batched import CommitItem, FinishItem, require_aware

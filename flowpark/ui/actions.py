@@ -26,9 +26,9 @@ from pydantic import ValidationError
 from flowpark.api import actions as api_actions
 from flowpark.api.deps import engine_of, settings_of
 from flowpark.api.inputs import check_instance_id, check_storable
-from flowpark.engine.deadlines import open_budget
-from flowpark.engine.engine import Engine
-from flowpark.engine.journal import InstanceRecord
+from flowpark.engine.decide.deadlines import open_budget
+from flowpark.engine.node.engine import Engine
+from flowpark.engine.records import InstanceRecord
 from flowpark.errors import InputInvalid, shown
 from flowpark.flows.capability import Signal
 from flowpark.flows.plan import AwaitSignalStep, PollStep

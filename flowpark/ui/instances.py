@@ -38,16 +38,16 @@ from flowpark.api.views import (
     failed_step,
     shown_details,
 )
-from flowpark.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT, open_budget
-from flowpark.engine.engine import Engine
-from flowpark.engine.journal import (
+from flowpark.engine.decide.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT, open_budget
+from flowpark.engine.node.engine import Engine
+from flowpark.engine.ports.operator import InstanceFilter
+from flowpark.engine.records import (
     COMPENSATION_FAILURES,
     InstanceRecord,
     InstanceState,
     StepRow,
     WakeKind,
 )
-from flowpark.engine.ports.operator import InstanceFilter
 from flowpark.errors import FlowparkError, StreamNotDeclared, shown
 from flowpark.flows.plan import AwaitSignalStep, Plan, PollStep
 from flowpark.ui.pages import ConsoleRoute, need_session, overdue_threshold, render

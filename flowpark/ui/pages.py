@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from flowpark.api.deps import engine_of, nodes_of, settings_of
 from flowpark.api.nodes import nodes_report
 from flowpark.api.problems import status_of
-from flowpark.engine.engine import Engine
+from flowpark.engine.node.engine import Engine
 from flowpark.errors import FlowparkError
 from flowpark.flows.plan import Plan
 from flowpark.ui.graph import human_duration, layout
@@ -329,7 +329,7 @@ async def _marked_steps(request: Request, engine: Engine, plan: Plan) -> dict[st
     mark}}``; empty for no, a malformed or another flow's instance."""
     from flowpark.api.inputs import check_instance_id
     from flowpark.api.views import failed_step
-    from flowpark.engine.journal import InstanceState
+    from flowpark.engine.records import InstanceState
 
     wanted = request.query_params.get("instance") or ""
     if not wanted:

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from flowpark.engine.journal import NewInstance
+from flowpark.engine.records import NewInstance
 from flowpark.flows import Flow
 from flowpark.runtime.app import create_app
 from flowpark.settings import Settings

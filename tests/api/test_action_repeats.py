@@ -13,10 +13,10 @@ import pytest
 from flowpark.api import actions
 from flowpark.api.auth import Principal
 from flowpark.api.problems import problem_members
-from flowpark.engine.deadlines import POLL_BUDGET
-from flowpark.engine.journal import StepKind
-from flowpark.engine.operator import extend_budget
+from flowpark.engine.decide.deadlines import POLL_BUDGET
+from flowpark.engine.node.operator import extend_budget
 from flowpark.engine.ports.operator import OperatorAction
+from flowpark.engine.records import StepKind
 from flowpark.errors import FlowparkError, InputInvalid, RepeatedRefusal
 from tests.api.operator_support import Operated, operated
 from tests.support.api import assert_problem, instant

@@ -12,7 +12,7 @@ import pytest
 from fastapi import FastAPI
 
 from flowpark.client import AsyncClient, Conflict
-from flowpark.engine.journal import InstanceState
+from flowpark.engine.records import InstanceState
 from flowpark.flows import CapabilityOptions, Flow, RetryPolicy
 from flowpark.runtime.app import create_app
 from flowpark.settings import Settings

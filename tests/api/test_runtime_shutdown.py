@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from flowpark.engine.clock import SystemClock
-from flowpark.engine.engine import SweepReport
+from flowpark.engine.node.engine import SweepReport
 from flowpark.runtime.app import create_app
 from flowpark.runtime.scheduler import Sweeper
 from tests.support.eventually import eventually

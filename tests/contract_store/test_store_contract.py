@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from flowpark.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, deadline_row, ends_at
-from flowpark.engine.journal import (
+from flowpark.engine.decide.deadlines import POLL_BUDGET, RETRY_TOTAL, deadline_row, ends_at
+from flowpark.engine.ports import Commit, Journal, NewSignal, Park, StreamWrite, TryMark, WakeClaim
+from flowpark.engine.records import (
     Ack,
     EmittedEvent,
     InstanceState,
@@ -21,7 +22,6 @@ from flowpark.engine.journal import (
     StepRow,
     WakeKind,
 )
-from flowpark.engine.ports import Commit, Journal, NewSignal, Park, StreamWrite, TryMark, WakeClaim
 from flowpark.errors import (
     IdempotencyKeyReused,
     InstanceEnded,
@@ -536,8 +536,8 @@ async def test_the_operator_list_filters_and_pages(journal: Journal) -> None:
 async def test_an_ending_that_lists_failed_compensations_is_found_by_the_filter(
     journal: Journal,
 ) -> None:
-    from flowpark.engine.journal import COMPENSATION_FAILURES
     from flowpark.engine.ports.operator import InstanceFilter
+    from flowpark.engine.records import COMPENSATION_FAILURES
     from flowpark.errors import FlowFailure
 
     failed = {"capability_id": "t.undo", "step_id": 0, "scope": 0, "detail": "503"}
@@ -559,8 +559,8 @@ async def test_an_ending_that_lists_failed_compensations_is_found_by_the_filter(
 
 
 async def test_a_marked_ending_is_reopened_once_with_its_retry_rows(journal: Journal) -> None:
-    from flowpark.engine.journal import COMPENSATION_FAILURES, Outcome
     from flowpark.engine.ports import Reopen
+    from flowpark.engine.records import COMPENSATION_FAILURES, Outcome
     from flowpark.errors import FlowFailure
 
     failed = {COMPENSATION_FAILURES: [{"capability_id": "ocr.cancel", "step_id": 0}]}

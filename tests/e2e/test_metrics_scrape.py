@@ -18,7 +18,7 @@ import httpx
 import pytest
 from uuid6 import uuid7
 
-from flowpark.engine.journal import NewInstance
+from flowpark.engine.records import NewInstance
 from flowpark.store import SqlJournal, make_async_engine
 from flowpark.store.migrate import upgrade
 from tests.support.eventually import eventually

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 
-from flowpark.engine.journal import InstanceState, StepKind
+from flowpark.engine.records import InstanceState, StepKind
 from flowpark.flows import Capability, Flow, StepContext
 from flowpark.testing import FlowHarness, Scripted
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from flowpark.engine.journal import InstanceState, StepKind
+from flowpark.engine.records import InstanceState, StepKind
 from flowpark.errors import InstanceEnded
 from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import Job, Status, poll_flow

@@ -9,16 +9,16 @@ from datetime import timedelta
 import pytest
 
 from flowpark.api.views import answer_json, compensation_failures, instance_view
-from flowpark.engine.journal import (
+from flowpark.engine.node.operator import retry_compensations
+from flowpark.engine.observe import Observer
+from flowpark.engine.ports.operator import InstanceFilter
+from flowpark.engine.records import (
     COMPENSATION_FAILURES,
     InstanceState,
     Outcome,
     StepKind,
     WakeKind,
 )
-from flowpark.engine.observe import Observer
-from flowpark.engine.operator import retry_compensations
-from flowpark.engine.ports.operator import InstanceFilter
 from flowpark.errors import CompensationNotFailed
 from flowpark.flows import CapabilityOptions, Flow, RetryPolicy
 from flowpark.testing import FlowHarness, Scripted

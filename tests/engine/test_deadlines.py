@@ -15,8 +15,14 @@ from typing import Any
 from sqlalchemy import event
 
 from flowpark.engine.clock import VirtualClock
-from flowpark.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT, ends_at, open_budget
-from flowpark.engine.journal import InstanceState, StepKind
+from flowpark.engine.decide.deadlines import (
+    POLL_BUDGET,
+    RETRY_TOTAL,
+    SIGNAL_TIMEOUT,
+    ends_at,
+    open_budget,
+)
+from flowpark.engine.records import InstanceState, StepKind
 from flowpark.flows import Backoff, Capability, CapabilityOptions, Flow, RetryPolicy, StepContext
 from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import After, Check, Job, Order, Start, Status, await_flow, done
@@ -257,7 +263,7 @@ async def test_a_retry_woken_after_its_window_ended_starts_no_try(store_url: str
 async def test_a_retry_decided_inside_its_window_but_reached_after_it_starts_no_try(
     store_url: str, monkeypatch: Any
 ) -> None:
-    from flowpark.engine.executor import Executor
+    from flowpark.engine.execute.executor import Executor
 
     calls = Scripted(RuntimeError("down"), Status(done=True))
     subs = {"t.start": Scripted(Job(job_id="j")), "t.check": calls, "t.after": Scripted(None)}

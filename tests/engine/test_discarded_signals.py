@@ -7,7 +7,7 @@ import asyncio
 
 from sqlalchemy import text
 
-from flowpark.engine.journal import InstanceState
+from flowpark.engine.records import InstanceState
 from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import Status, poll_flow
 from tests.postgres.nodes import Held

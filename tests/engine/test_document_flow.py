@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from flowpark.engine.journal import Ack, InstanceState, StepKind, StepRow
+from flowpark.engine.records import Ack, InstanceState, StepKind, StepRow
 from flowpark.flows import Flow
 from flowpark.samples.document_processing import (
     NOT_READ_IN_TIME,

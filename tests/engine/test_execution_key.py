@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flowpark.engine.context import execution_key
-from flowpark.engine.journal import InstanceState, StepKind
+from flowpark.engine.records import InstanceState, StepKind
 from flowpark.flows import StepContext
 from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import Job, Status, poll_flow

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from flowpark.engine.journal import InstanceState, NewInstance, Outcome, StepKind, StepRow
 from flowpark.engine.ports import StreamWrite
+from flowpark.engine.records import InstanceState, NewInstance, Outcome, StepKind, StepRow
 from flowpark.errors import StaleFencingToken
 from flowpark.flows import (
     Capability,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from flowpark.engine.journal import InstanceState, Outcome, StepKind, StepRow
+from flowpark.engine.records import InstanceState, Outcome, StepKind, StepRow
 from flowpark.errors import InstanceKeyInUse
 from flowpark.flows import Flow
 from flowpark.samples.job_polling import (

@@ -13,7 +13,7 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from flowpark.engine.clock import SystemClock
-from flowpark.engine.journal import InstanceState
+from flowpark.engine.records import InstanceState
 from flowpark.runtime.metrics import Metrics
 from flowpark.runtime.observe import NodeObserver
 from flowpark.runtime.telemetry import Telemetry

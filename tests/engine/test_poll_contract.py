@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from flowpark.engine.journal import InstanceState, Outcome, StepKind
+from flowpark.engine.records import InstanceState, Outcome, StepKind
 from flowpark.flows import Backoff
 from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import BUDGET, INTERVAL, Job, Status, poll_flow

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from flowpark.engine.decider import Decider
-from flowpark.engine.decisions import (
+from flowpark.engine.decide.decider import Decider
+from flowpark.engine.decide.decisions import (
     BeginEnding,
     Decision,
     Execute,
@@ -23,8 +23,8 @@ from flowpark.engine.decisions import (
     Record,
     TakeSignal,
 )
-from flowpark.engine.journal import StepKind
 from flowpark.engine.ports import NewSignal
+from flowpark.engine.records import StepKind
 from flowpark.errors import JournalMismatch
 from flowpark.testing import FlowHarness
 from tests.golden.record import observed, resume

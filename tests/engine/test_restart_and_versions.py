@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from uuid6 import uuid7
 
-from flowpark.engine.journal import InstanceRecord, InstanceState
+from flowpark.engine.records import InstanceRecord, InstanceState
 from flowpark.flows import Backoff
 from flowpark.samples.document_processing import Waits
 from flowpark.testing import FlowHarness, Scripted, _sqlite_template
@@ -171,7 +171,7 @@ def test_one_instance_gets_the_same_schedule_on_every_node() -> None:
 async def test_a_node_counts_the_instances_it_cannot_run_on_its_first_sweep_then_every_30_s(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from flowpark.engine.sweeps import NOT_RUNNABLE_EVERY
+    from flowpark.engine.node.sweeps import NOT_RUNNABLE_EVERY
 
     url = _db(tmp_path)
     wake = (await _parked_on_1_0_0(url)).wake_at

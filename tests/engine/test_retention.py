@@ -9,8 +9,8 @@ from typing import Any
 
 from sqlalchemy import func, insert, select, update
 
-from flowpark.engine.journal import InstanceState
 from flowpark.engine.ports import StreamWrite
+from flowpark.engine.records import InstanceState
 from flowpark.flows import Flow
 from flowpark.store.deliveries import SqlDeliveries
 from flowpark.store.retention import SqlRetention

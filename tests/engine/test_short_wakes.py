@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from flowpark.engine.clock import SystemClock
-from flowpark.engine.engine import Engine, EngineConfig
+from flowpark.engine.node.engine import Engine, EngineConfig
 from flowpark.flows import Backoff, Capability, Catalog, Flow, StepContext
 from flowpark.runtime.scheduler import WAKE_GRANULARITY, Sweeper
 from flowpark.store import SqlJournal, make_async_engine, upgrade

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from flowpark.engine.journal import InstanceState, StepKind
+from flowpark.engine.records import InstanceState, StepKind
 from flowpark.flows import Bag, Flow
 from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import (

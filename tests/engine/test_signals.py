@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from flowpark.engine.journal import InstanceState, StepKind
+from flowpark.engine.records import InstanceState, StepKind
 from flowpark.errors import InputInvalid, InstanceEnded, InstanceNotFound, SignalNotDeclared
 from flowpark.flows import Capability, CapabilityOptions, Flow, StepContext
 from flowpark.testing import FlowHarness, Scripted

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from flowpark.engine.journal import (
+from flowpark.engine.ports import NewSignal, StreamWrite, TryMark, WakeClaim
+from flowpark.engine.records import (
     Ack,
     CancelAck,
     EmittedEvent,
@@ -19,7 +20,6 @@ from flowpark.engine.journal import (
     ReviewRequest,
     StepKind,
 )
-from flowpark.engine.ports import NewSignal, StreamWrite, TryMark, WakeClaim
 from flowpark.errors import (
     FlowFailure,
     IdempotencyKeyReused,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from flowpark.engine.engine import EngineConfig
-from flowpark.engine.journal import InstanceState
+from flowpark.engine.node.engine import EngineConfig
+from flowpark.engine.records import InstanceState
 from flowpark.testing import FlowHarness
 from tests.engine.flows import Status
 from tests.postgres.nodes import Held, slow_flow, slow_subs

@@ -41,10 +41,10 @@ from typing import Any
 
 from sqlalchemy import text
 
-from flowpark.engine.journal import Outcome, StepKind, StepRow
-from flowpark.engine.operator import extend_budget, failed_for_good
+from flowpark.engine.node.operator import extend_budget, failed_for_good
 from flowpark.engine.ports import Reopen
 from flowpark.engine.ports.operator import OperatorAction
+from flowpark.engine.records import Outcome, StepKind, StepRow
 from flowpark.store.migrate import head_revision
 from flowpark.testing import FlowHarness, Scripted, substitute
 from tests.engine.flows import Check, Job, Ready, Status, await_flow, poll_flow

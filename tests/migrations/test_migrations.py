@@ -18,7 +18,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Index, MetaData, create_engine, inspect, text
 from sqlalchemy.engine import Engine
 
-from flowpark.engine.journal import Outcome, StepKind, StepRow
+from flowpark.engine.records import Outcome, StepKind, StepRow
 from flowpark.errors import SchemaBehindHead
 from flowpark.store.db import make_async_engine, sync_url
 from flowpark.store.migrate import (

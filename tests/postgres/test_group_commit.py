@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from flowpark.engine.journal import Ack, EmittedEvent, InstanceState, StepKind, StepRow
 from flowpark.engine.ports import NewSignal, TryMark
+from flowpark.engine.records import Ack, EmittedEvent, InstanceState, StepKind, StepRow
 from flowpark.errors import (
     IdempotencyKeyReused,
     InstanceKeyInUse,

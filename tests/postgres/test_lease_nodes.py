@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from flowpark.engine.clock import VirtualClock
-from flowpark.engine.engine import Engine, EngineConfig, SweepReport
-from flowpark.engine.journal import InstanceState
+from flowpark.engine.node.engine import Engine, EngineConfig, SweepReport
+from flowpark.engine.records import InstanceState
 from flowpark.store import SqlJournal
 from flowpark.testing import FlowHarness
 from tests.engine.flows import Status

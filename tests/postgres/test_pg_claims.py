@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from flowpark.engine.journal import NewInstance
+from flowpark.engine.records import NewInstance
 from flowpark.store import SqlJournal, make_async_engine, upgrade
 from tests.support.journal import park_at, park_commit
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from flowpark.engine.journal import InstanceState, StepKind
 from flowpark.engine.ports import NewSignal, WakeClaim
+from flowpark.engine.records import InstanceState, StepKind
 from flowpark.store import SqlJournal
 from tests.support.eventually import eventually
 from tests.support.journal import at, commit_of, new_instance, park_at, park_commit, step

@@ -15,8 +15,8 @@ from datetime import timedelta
 
 from sqlalchemy import make_url, text
 
-from flowpark.engine.engine import Engine, EngineConfig
-from flowpark.engine.journal import InstanceState
+from flowpark.engine.node.engine import Engine, EngineConfig
+from flowpark.engine.records import InstanceState
 from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import Job, Status, poll_flow
 from tests.postgres.nodes import (

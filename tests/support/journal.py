@@ -7,7 +7,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from flowpark.engine.journal import (
+from flowpark.engine.ports import Commit, Park
+from flowpark.engine.records import (
     InstanceRecord,
     NewInstance,
     Outcome,
@@ -15,7 +16,6 @@ from flowpark.engine.journal import (
     StepRow,
     WakeKind,
 )
-from flowpark.engine.ports import Commit, Park
 
 __all__ = [
     "FLOW",

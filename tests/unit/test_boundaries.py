@@ -190,17 +190,20 @@ def _engine_imports(path: Path) -> set[str]:
     for node in _imports_of(path):
         if isinstance(node, ast.ImportFrom) and node.module:
             base = node.module
-            if base == "flowpark.engine":  # from flowpark.engine import outside, sweeps
-                found.update(f"flowpark.engine.{alias.name}" for alias in node.names)
-            elif base.startswith("flowpark.engine."):
-                found.add(base)
+            if base == "flowpark.engine" or base.startswith("flowpark.engine."):
+                found.add(base)  # and each name, in case it is a module (from ... import sweeps)
+                found.update(f"{base}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("flowpark.engine."))
     return found
 
 
 def _engine_graph() -> dict[str, set[str]]:
-    modules = {f"flowpark.engine.{p.stem}": p for p in ENGINE.glob("*.py") if p.stem != "__init__"}
+    modules = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts): p
+        for p in ENGINE.rglob("*.py")
+        if p.stem != "__init__"
+    }
     return {name: _engine_imports(path) & set(modules) for name, path in modules.items()}
 
 
@@ -245,11 +248,35 @@ def test_the_engine_has_no_import_cycle() -> None:
     and imports inside functions included) a module that imports it back: each part
     depends on the parts below it and on protocols, never on the engine above it."""
     graph = _engine_graph()
-    assert len(graph) > 15 and "flowpark.engine.executor" in graph
+    assert len(graph) > 15 and "flowpark.engine.execute.executor" in graph
     assert (
-        "flowpark.engine.decisions" in graph["flowpark.engine.executor"]
+        "flowpark.engine.decide.decisions" in graph["flowpark.engine.execute.executor"]
     )  # the walk finds imports
     assert _cycles(graph) == []
+
+
+#: The engine's folders, each allowed to import only those after it (and the engine's root
+#: modules): a node's work feeds runs, a run carries out decisions, a decision is pure.
+ENGINE_FOLDERS = ("node", "execute", "decide")
+
+
+def test_the_engine_folders_import_downward_only() -> None:
+    graph = _engine_graph()
+    found = []
+    for name, imports in graph.items():
+        parts = name.split(".")
+        root_module = len(parts) == 3
+        for other in imports:
+            other_folder = other.split(".")[2] if len(other.split(".")) == 4 else None
+            if other_folder is None:
+                continue
+            if root_module and other_folder in ENGINE_FOLDERS:
+                found.append(f"{name} -> {other}")  # a root module imports no folder
+            elif not root_module and parts[2] in ENGINE_FOLDERS:
+                allowed = ENGINE_FOLDERS[ENGINE_FOLDERS.index(parts[2]) :]
+                if other_folder in ENGINE_FOLDERS and other_folder not in allowed:
+                    found.append(f"{name} -> {other}")
+    assert found == []
 
 
 def test_the_cycle_check_finds_a_cycle() -> None:
@@ -266,13 +293,14 @@ def test_no_engine_module_is_over_400_lines() -> None:
 def test_the_decider_imports_no_store_runtime_asyncio_or_io() -> None:
     """The decider and the modules it is built from are pure: no store, runtime, asyncio,
     clock or I/O; a test of the decider needs no database, no clock and no event loop."""
-    pure = ["decider", "steps", "try_walk", "replay", "decisions", "retries", "values"]
-    allowed = {
-        f"flowpark.engine.{m}" for m in [*pure, "journal", "deadlines", "context", "observe"]
+    pure = sorted(p.stem for p in (ENGINE / "decide").glob("*.py") if p.stem != "__init__")
+    assert "decider" in pure and "try_walk" in pure
+    allowed = {f"flowpark.engine.decide.{m}" for m in pure} | {
+        f"flowpark.engine.{m}" for m in ["records", "values", "context", "observe"]
     }
     for name in pure:
         imported: set[str] = set()
-        for node in _imports_of(ENGINE / f"{name}.py"):
+        for node in _imports_of(ENGINE / "decide" / f"{name}.py"):
             if isinstance(node, ast.ImportFrom) and node.module:
                 imported.add(node.module)
             elif isinstance(node, ast.Import):

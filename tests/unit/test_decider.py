@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from flowpark.engine.deadlines import POLL_BUDGET, deadline_row, ends_at
-from flowpark.engine.decider import Decider
-from flowpark.engine.decisions import (
+from flowpark.engine.decide.deadlines import POLL_BUDGET, deadline_row, ends_at
+from flowpark.engine.decide.decider import Decider
+from flowpark.engine.decide.decisions import (
     BeginEnding,
     Execute,
     Finish,
@@ -19,7 +19,7 @@ from flowpark.engine.decisions import (
     ReadMailbox,
     TakeSignal,
 )
-from flowpark.engine.journal import (
+from flowpark.engine.records import (
     InstanceRecord,
     InstanceState,
     Outcome,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from flowpark.engine.journal import InstanceRecord, InstanceState, WakeKind
+from flowpark.engine.records import InstanceRecord, InstanceState, WakeKind
 from flowpark.errors import FlowFailure
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -17,10 +17,10 @@ from pydantic import BaseModel
 
 from flowpark.engine.clock import VirtualClock
 from flowpark.engine.context import ExecutionContext
-from flowpark.engine.engine import Engine, EngineConfig
-from flowpark.engine.executor import Executor
-from flowpark.engine.journal import Ack, Claim, InstanceRecord, InstanceState
-from flowpark.engine.limits import CapabilityTimeout
+from flowpark.engine.execute.executor import Executor
+from flowpark.engine.execute.limits import CapabilityTimeout
+from flowpark.engine.node.engine import Engine, EngineConfig
+from flowpark.engine.records import Ack, Claim, InstanceRecord, InstanceState
 from flowpark.errors import StaleFencingToken, StoreUnavailable
 from flowpark.flows import Capability, CapabilityOptions, Flow, StepContext
 from flowpark.flows.catalog import Catalog

@@ -43,12 +43,17 @@ ATTEMPT_NAMES: dict[str, set[str]] = {
         "attempts",
     },  # journal rows of a poll attempt
     "flowpark/engine/observe.py": {"attempted"},
-    "flowpark/engine/decisions.py": {"attempt"},  # a poll note: the attempt a verdict is about
-    "flowpark/engine/executor.py": {
+    "flowpark/engine/decide/decisions.py": {
+        "attempt"
+    },  # a poll note: the attempt a verdict is about
+    "flowpark/engine/execute/executor.py": {
         "attempt",
         "attempted",
     },  # the observer hears a poll attempt end
-    "flowpark/engine/steps.py": {"attempt", "attempts"},  # poll attempts (notes, the timeout)
+    "flowpark/engine/decide/steps.py": {
+        "attempt",
+        "attempts",
+    },  # poll attempts (notes, the timeout)
     "flowpark/flows/durations.py": {"attempt"},  # Backoff: the wait after poll attempt n
     "flowpark/runtime/metrics.py": {"attempts"},  # flowpark_attempts: poll attempts
     "flowpark/runtime/observe.py": {"attempted", "attempts"},
@@ -68,9 +73,9 @@ PLAN_MODULES = (
     "flowpark/api/plans.py",
     "flowpark/cli/flows.py",
     "flowpark/engine/context.py",
-    "flowpark/engine/deadlines.py",
+    "flowpark/engine/decide/deadlines.py",
     "flowpark/engine/run_mailbox.py",
-    "flowpark/engine/tries.py",
+    "flowpark/engine/execute/tries.py",
     "flowpark/engine/walker.py",
     "flowpark/flows/",
     "flowpark/ui/graph.py",

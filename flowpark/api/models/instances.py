@@ -19,7 +19,7 @@ from flowpark.api.models.operator import (
     FailedStep,
     WaitingView,
 )
-from flowpark.engine.journal import InstanceState, Outcome, StepKind
+from flowpark.engine.records import InstanceState, Outcome, StepKind
 
 __all__ = [
     "ActionView",

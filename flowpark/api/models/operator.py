@@ -13,7 +13,7 @@ from flowpark.api.models._base import (
     ApiModel,
     _examples,
 )
-from flowpark.engine.journal import InstanceState, WakeKind
+from flowpark.engine.records import InstanceState, WakeKind
 
 __all__ = [
     "BudgetExtension",

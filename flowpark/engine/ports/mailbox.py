@@ -10,8 +10,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
-from flowpark.engine.journal import Ack, Delivery, SignalRecord, StreamMessage
 from flowpark.engine.ports.values import NewSignal, StreamWrite, WakeClaim
+from flowpark.engine.records import Ack, Delivery, SignalRecord, StreamMessage
 
 __all__ = ["Mailbox", "Streams"]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from flowpark.engine.journal import InstanceState, StepRow, WakeKind
+from flowpark.engine.records import InstanceState, StepRow, WakeKind
 
 __all__ = [
     "AttemptStart",

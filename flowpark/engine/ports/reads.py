@@ -7,10 +7,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Protocol
 
-from flowpark.engine.journal import InstanceRecord, InstanceState, SignalRecord, Snapshot
 from flowpark.engine.ports.mailbox import Mailbox, Streams
 from flowpark.engine.ports.operator import OperatorReads, OverviewReads
 from flowpark.engine.ports.run import Intake, RunStore
+from flowpark.engine.records import InstanceRecord, InstanceState, SignalRecord, Snapshot
 
 __all__ = ["Journal", "ReadModel"]
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Protocol
 
-from flowpark.engine.journal import (
+from flowpark.engine.ports.values import Commit, Reopen, TryMark
+from flowpark.engine.records import (
     Ack,
     CancelAck,
     Claim,
@@ -22,7 +23,6 @@ from flowpark.engine.journal import (
     NewInstance,
     Snapshot,
 )
-from flowpark.engine.ports.values import Commit, Reopen, TryMark
 from flowpark.errors import FlowFailure
 
 __all__ = ["Intake", "RunStore"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from flowpark.engine.journal import EmittedEvent, ReviewRequest, StepRow, WakeKind
+from flowpark.engine.records import EmittedEvent, ReviewRequest, StepRow, WakeKind
 
 __all__ = ["Commit", "NewSignal", "Park", "Reopen", "StreamWrite", "TryMark", "WakeClaim"]
 
@@ -79,7 +79,7 @@ class Commit:
         take_signal: the id of the mailbox signal the last row (kind ``signal``) takes.
         park: suspend the instance after the rows, or None to keep it running.
 
-    The :class:`~flowpark.engine.journal.Ack` answered is the park's (``applied=False`` with
+    The :class:`~flowpark.engine.records.Ack` answered is the park's (``applied=False`` with
     ``cancel_requested`` or ``signal_pending`` when it was refused; the rows are written
     in every case) and ``Ack(applied=True)`` without a park.
     """

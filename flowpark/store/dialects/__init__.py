@@ -24,8 +24,8 @@ from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Select
 
-from flowpark.engine.journal import Ack, Claim, Delivery, NewInstance, Snapshot, StepRow
 from flowpark.engine.ports.values import NewSignal, WakeClaim
+from flowpark.engine.records import Ack, Claim, Delivery, NewInstance, Snapshot, StepRow
 
 if TYPE_CHECKING:
     from flowpark.store.base import SqlContext, SqlRole

@@ -34,7 +34,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Select
 
-from flowpark.engine.journal import (
+from flowpark.engine.ports.values import NewSignal, WakeClaim
+from flowpark.engine.records import (
     Ack,
     Claim,
     Delivery,
@@ -43,7 +44,6 @@ from flowpark.engine.journal import (
     Snapshot,
     StepRow,
 )
-from flowpark.engine.ports.values import NewSignal, WakeClaim
 from flowpark.errors import InstanceEnded, InstanceNotFound
 from flowpark.store.base import JournalConflict, const
 from flowpark.store.claims import claim_due_pick_in_order, claim_due_update, claim_values

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Integer, Table, bindparam, insert, select, tuple_, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from flowpark.engine.journal import Claim, Delivery, InstanceState, Snapshot
 from flowpark.engine.ports.values import NewSignal, WakeClaim
+from flowpark.engine.records import Claim, Delivery, InstanceState, Snapshot
 from flowpark.errors import InstanceEnded, InstanceNotFound
 from flowpark.store.base import const
 from flowpark.store.claims import claim_due_pick, claim_due_update, claim_values

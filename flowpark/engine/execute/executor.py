@@ -1,5 +1,6 @@
 """The executor: one run of one claimed instance. It asks the decider
-(:mod:`flowpark.engine.decider`) for the next decision, carries it out (a try under its limits,
+(:mod:`flowpark.engine.decide.decider`) for the next decision, carries it out (a try under its
+limits,
 a park, a signal taken, an ending), commits the outcome under the claim's fencing token,
 and asks again, until the instance parks or ends.
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from flowpark.engine.decisions import (
+from flowpark.engine.decide.decisions import (
     BeginEnding,
     Decision,
     Emit,
@@ -28,7 +29,11 @@ from flowpark.engine.decisions import (
     RefuseSignal,
     TakeSignal,
 )
-from flowpark.engine.journal import (
+from flowpark.engine.execute.run_state import RunState
+from flowpark.engine.execute.tries import make_try
+from flowpark.engine.outcomes import Halt
+from flowpark.engine.ports import Park as ParkAt
+from flowpark.engine.records import (
     Ack,
     EmittedEvent,
     InstanceState,
@@ -37,10 +42,6 @@ from flowpark.engine.journal import (
     StepRow,
     WakeKind,
 )
-from flowpark.engine.outcomes import Halt
-from flowpark.engine.ports import Park as ParkAt
-from flowpark.engine.run_state import RunState
-from flowpark.engine.tries import make_try
 from flowpark.errors import FlowFailure
 from flowpark.flows.plan import CapabilityStep
 
@@ -51,10 +52,10 @@ log = logging.getLogger("flowpark.engine")
 
 class Executor(RunState):
     """Carries out the decisions of one run (see the module docstring), over the state
-    :class:`~flowpark.engine.run_state.RunState` keeps.
+    :class:`~flowpark.engine.execute.run_state.RunState` keeps.
 
     Args:
-        As :class:`~flowpark.engine.run_state.RunState`.
+        As :class:`~flowpark.engine.execute.run_state.RunState`.
     """
 
     # -- the loop ----------------------------------------------------------------------

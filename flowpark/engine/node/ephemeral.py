@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from flowpark.engine.executor import Executor
-from flowpark.engine.host import RunHost
-from flowpark.engine.journal import Claim, InstanceState, NewInstance
+from flowpark.engine.execute.executor import Executor
+from flowpark.engine.execute.host import RunHost
 from flowpark.engine.outcomes import Halt, StartResult
+from flowpark.engine.records import Claim, InstanceState, NewInstance
 from flowpark.flows.plan import Plan
 
 __all__ = ["run_ephemeral"]

@@ -13,9 +13,11 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
-from flowpark.engine.deadlines import POLL_BUDGET, deadline_row
-from flowpark.engine.host import NodeEngine
-from flowpark.engine.journal import (
+from flowpark.engine.decide.deadlines import POLL_BUDGET, deadline_row
+from flowpark.engine.node.host import NodeEngine
+from flowpark.engine.outcomes import RunOutcome, StartResult
+from flowpark.engine.ports import NewSignal, WakeClaim
+from flowpark.engine.records import (
     Claim,
     InstanceRecord,
     InstanceState,
@@ -24,8 +26,6 @@ from flowpark.engine.journal import (
     Snapshot,
     StepRow,
 )
-from flowpark.engine.outcomes import RunOutcome, StartResult
-from flowpark.engine.ports import NewSignal, WakeClaim
 from flowpark.errors import (
     InputInvalid,
     SignalNotDeclared,

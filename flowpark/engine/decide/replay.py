@@ -1,7 +1,7 @@
 """The state a decider's walk rebuilds from the journal rows: the bag, the rows by
 execution, the wake the claim found, the compensation stack, and the checks every frontier
 makes (an ending being unwound, a cancel, the flow deadline) (pure; see
-:mod:`flowpark.engine.decider`)."""
+:mod:`flowpark.engine.decide.decider`)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from flowpark.engine.context import BagView
-from flowpark.engine.deadlines import ends_at
-from flowpark.engine.decisions import (
+from flowpark.engine.decide.deadlines import ends_at
+from flowpark.engine.decide.decisions import (
     MailboxView,
     Note,
     Park,
 )
-from flowpark.engine.journal import (
+from flowpark.engine.records import (
     InstanceRecord,
     InstanceState,
     StepKind,

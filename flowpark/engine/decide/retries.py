@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from flowpark.engine.deadlines import ends_at
-from flowpark.engine.journal import Outcome, StepKind, StepRow
+from flowpark.engine.decide.deadlines import ends_at
+from flowpark.engine.records import Outcome, StepKind, StepRow
 from flowpark.flows.durations import RetryPolicy
 
 __all__ = ["failure_row", "next_try_at", "retry_start", "window_ended_row"]

@@ -1,28 +1,28 @@
 """Tries as the decider sees them: replaying an execution's rows, the next try (its retry
 window stored first), a park until it is due, a try lost with its step, and a
-compensation's next try while unwinding (pure; see :mod:`flowpark.engine.decider`)."""
+compensation's next try while unwinding (pure; see :mod:`flowpark.engine.decide.decider`)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from flowpark.engine.deadlines import RETRY_TOTAL, deadline_row
-from flowpark.engine.decisions import (
+from flowpark.engine.decide.deadlines import RETRY_TOTAL, deadline_row
+from flowpark.engine.decide.decisions import (
     Decision,
     Execute,
     Park,
     Record,
 )
-from flowpark.engine.journal import (
+from flowpark.engine.decide.replay import Ending, Replay
+from flowpark.engine.decide.retries import failure_row, next_try_at, retry_start, window_ended_row
+from flowpark.engine.records import (
     InstanceState,
     Outcome,
     StepKind,
     StepRow,
     WakeKind,
 )
-from flowpark.engine.replay import Ending, Replay
-from flowpark.engine.retries import failure_row, next_try_at, retry_start, window_ended_row
 from flowpark.engine.values import execution_key
 from flowpark.errors import FlowFailure
 from flowpark.flows.plan import CapabilityStep
@@ -33,7 +33,7 @@ DETAIL_LIMIT = 500
 
 
 class TryWalk(Replay):
-    """The tries of a walk (:class:`flowpark.engine.steps.Walk` adds the steps)."""
+    """The tries of a walk (:class:`flowpark.engine.decide.steps.Walk` adds the steps)."""
 
     def replay_execution(
         self,

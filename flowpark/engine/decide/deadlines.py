@@ -1,6 +1,6 @@
 """Deadlines: every wait's end as an absolute UTC instant, stored before what it bounds.
 
-A deadline is a journal row of kind ``deadline`` (:class:`~flowpark.engine.journal.StepKind`):
+A deadline is a journal row of kind ``deadline`` (:class:`~flowpark.engine.records.StepKind`):
 
 =====================  ====================  =================================================
 ``capability_id``      ``(step_id, scope)``  bounds
@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from flowpark.engine.journal import InstanceState, Outcome, StepKind, StepRow
+from flowpark.engine.records import InstanceState, Outcome, StepKind, StepRow
 
 __all__ = [
     "POLL_BUDGET",

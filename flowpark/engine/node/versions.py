@@ -12,8 +12,8 @@ import logging
 from collections.abc import Mapping
 from datetime import datetime
 
-from flowpark.engine.journal import InstanceState
 from flowpark.engine.ports.operator import OperatorReads
+from flowpark.engine.records import InstanceState
 from flowpark.flows import Catalog
 
 __all__ = ["UNFINISHED", "log_unserved", "unfinished_by_version", "unserved"]

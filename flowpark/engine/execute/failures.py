@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import logging
 
-from flowpark.engine.executor import Executor
-from flowpark.engine.host import RunHost
-from flowpark.engine.journal import Claim, InstanceRecord, InstanceState
+from flowpark.engine.execute.executor import Executor
+from flowpark.engine.execute.host import RunHost
 from flowpark.engine.outcomes import Halt, RunOutcome
+from flowpark.engine.records import Claim, InstanceRecord, InstanceState
 from flowpark.errors import FlowFailure, JournalMismatch
 
 __all__ = ["fail_broken", "fail_mismatch", "fail_unreadable"]

@@ -1,7 +1,7 @@
 """The state of one run (:class:`RunState`): the instance as the run knows it, the
 journal and mailbox it read and wrote, the row it deferred, its lease; and what a try's
 context and limits call on it (a heartbeat, a stream message, a lease renewal's answer).
-:class:`flowpark.engine.executor.Executor` adds the loop that carries out decisions."""
+:class:`flowpark.engine.execute.executor.Executor` adds the loop that carries out decisions."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from flowpark.engine.context import Beat, ExecutionContext
-from flowpark.engine.decider import Decider
-from flowpark.engine.host import RunHost
-from flowpark.engine.journal import (
+from flowpark.engine.decide.decider import Decider
+from flowpark.engine.execute.host import RunHost
+from flowpark.engine.ports import Commit, Journal, Park, StreamWrite
+from flowpark.engine.records import (
     Ack,
     Claim,
     EmittedEvent,
@@ -24,7 +25,6 @@ from flowpark.engine.journal import (
     SignalRecord,
     StepRow,
 )
-from flowpark.engine.ports import Commit, Journal, Park, StreamWrite
 from flowpark.errors import StreamNotDeclared
 from flowpark.flows.capability import Stream
 from flowpark.flows.plan import Plan

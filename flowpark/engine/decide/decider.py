@@ -4,13 +4,15 @@ row, its journal, its mailbox and the engine clock's instant.
 Each call walks the plan from step 0 over the committed rows (the frontier scan): a step
 with a deciding row is not executed again; its values go back into the state bag and a
 completed compensable step goes on the compensation stack. The first step without one is
-the frontier, where the answer is one :mod:`flowpark.engine.decisions` value: run a try, park,
+the frontier, where the answer is one :mod:`flowpark.engine.decide.decisions` value: run a try,
+park,
 take a signal, emit, unwind, finish. So a resume, a restart on another node and the rebuilt
 compensation stack all come from the same rows, and a test of the decider needs no store,
 no clock and no event loop.
 
 The semantics of the steps (a poll's attempts and budget, an ``await_signal``, tries and retry
-windows, compensations) are in :mod:`flowpark.engine.steps`; this module holds the entry point,
+windows, compensations) are in :mod:`flowpark.engine.decide.steps`; this module holds the entry
+point,
 the journal's fit to the plan, and the ending of a walk. Nothing here does I/O: flow
 expressions (``until``, a match, an emit's factory, ``returns``) are the only user code it
 calls, and an exception in one fails the flow (``flow.expression_failed``).
@@ -24,16 +26,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from flowpark.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT
-from flowpark.engine.decisions import BeginEnding, Decision, Finish, MailboxView
-from flowpark.engine.journal import (
+from flowpark.engine.decide.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT
+from flowpark.engine.decide.decisions import BeginEnding, Decision, Finish, MailboxView
+from flowpark.engine.decide.steps import Ending, Walk, evaluate
+from flowpark.engine.records import (
     COMPENSATION_FAILURES,
     InstanceRecord,
     InstanceState,
     StepKind,
     StepRow,
 )
-from flowpark.engine.steps import Ending, Walk, evaluate
 from flowpark.engine.values import jsonable, revive
 from flowpark.errors import FlowFailure, JournalMismatch
 from flowpark.flows.plan import AwaitSignalStep, CapabilityStep, EmitStep, Plan, PollStep
@@ -82,7 +84,7 @@ class Decider:
             woken: an operator's wake: the wait the claim found is due now.
 
         Returns:
-            One decision value (:mod:`flowpark.engine.decisions`).
+            One decision value (:mod:`flowpark.engine.decide.decisions`).
 
         Raises:
             JournalMismatch: a row does not fit the plan (``journal_mismatch``).
@@ -140,7 +142,7 @@ class Decider:
 
 def _marked(failure: FlowFailure | None, failed: list[dict[str, Any]]) -> FlowFailure | None:
     """``failure`` with the compensations that failed for good in its details
-    (:data:`~flowpark.engine.journal.COMPENSATION_FAILURES`), or without them once none has
+    (:data:`~flowpark.engine.records.COMPENSATION_FAILURES`), or without them once none has
     (a retry succeeded): the ending's code and message are kept."""
     if failure is None:
         return None

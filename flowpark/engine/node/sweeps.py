@@ -1,5 +1,5 @@
 """The sweep of a node: claim due instances while run slots are free, start each run,
-collect them as they end (see :meth:`flowpark.engine.engine.Engine.sweep`)."""
+collect them as they end (see :meth:`flowpark.engine.node.engine.Engine.sweep`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from flowpark.engine.host import NodeEngine
-from flowpark.engine.journal import Claim
+from flowpark.engine.node.host import NodeEngine
 from flowpark.engine.outcomes import RunOutcome
+from flowpark.engine.records import Claim
 from flowpark.errors import StaleFencingToken, StoreUnavailable
 from flowpark.outages import OUTAGES
 
@@ -48,7 +48,7 @@ class SweepReport:
 async def sweep(
     engine: NodeEngine, limit: int | None, again: Callable[[], bool] | None
 ) -> SweepReport:
-    """One sweep of ``engine`` (:meth:`flowpark.engine.engine.Engine.sweep` tells the rules).
+    """One sweep of ``engine`` (:meth:`flowpark.engine.node.engine.Engine.sweep` tells the rules).
 
     Args:
         engine: the node's engine.
@@ -86,7 +86,7 @@ async def sweep(
 
 
 class SweepPass:
-    """The state of one :meth:`~flowpark.engine.engine.Engine.sweep`: the runs it started and
+    """The state of one :meth:`~flowpark.engine.node.engine.Engine.sweep`: the runs it started and
     the report it fills.
 
     Args:

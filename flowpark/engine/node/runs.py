@@ -11,8 +11,8 @@ from datetime import timedelta
 from typing import Any
 
 from flowpark.engine.clock import Clock
-from flowpark.engine.journal import Claim, InstanceState
 from flowpark.engine.outcomes import RunOutcome
+from flowpark.engine.records import Claim, InstanceState
 from flowpark.errors import StaleFencingToken, StoreUnavailable
 from flowpark.outages import OUTAGES
 

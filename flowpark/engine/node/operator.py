@@ -3,7 +3,8 @@ the compensations of an ended instance that failed for good.
 
 An extension is a decision like any other: a ``deadline`` journal row at the poll step
 (the next ``try_number``, the same ``started_at``, a later ``endsAt``; see
-:mod:`flowpark.engine.deadlines`) written under a claim, so any node resuming the instance reads
+:mod:`flowpark.engine.decide.deadlines`) written under a claim, so any node resuming the instance
+reads
 the new end from the journal. It never passes the flow deadline.
 
 A retry of compensations is a decision too: one ``retry`` journal row per compensation
@@ -25,10 +26,10 @@ import contextlib
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from flowpark.engine.deadlines import POLL_BUDGET, deadline_row, ends_at
-from flowpark.engine.host import NodeEngine
-from flowpark.engine.journal import InstanceState, Outcome, StepKind, StepRow
+from flowpark.engine.decide.deadlines import POLL_BUDGET, deadline_row, ends_at
+from flowpark.engine.node.host import NodeEngine
 from flowpark.engine.ports import Commit, Reopen
+from flowpark.engine.records import InstanceState, Outcome, StepKind, StepRow
 from flowpark.errors import CompensationNotFailed, InstanceBusy, NoBudget, StaleFencingToken
 from flowpark.flows.plan import CapabilityStep, PollStep
 

@@ -1,4 +1,5 @@
-"""One try of a capability, as an :class:`~flowpark.engine.decisions.Execute` decision names it:
+"""One try of a capability, as an :class:`~flowpark.engine.decide.decisions.Execute` decision names
+it:
 its start row (for a heartbeating capability), the call under the capability's limits,
 and the journal row that records how it ended (success with its values and decision, or
 failure with the retry policy's answer: the next try's instant, or final). A capability's
@@ -12,13 +13,13 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from flowpark.engine.context import ExecutionContext, TryHost
-from flowpark.engine.decisions import Execute
-from flowpark.engine.host import RunHost
-from flowpark.engine.journal import Ack, Outcome, ReviewRequest, StepKind, StepRow
-from flowpark.engine.limits import CANCEL_LEARNED, CapabilityTimeout, LeaseHolder
+from flowpark.engine.decide.decisions import Execute
+from flowpark.engine.decide.retries import failure_row, next_try_at, window_ended_row
+from flowpark.engine.execute.host import RunHost
+from flowpark.engine.execute.limits import CANCEL_LEARNED, CapabilityTimeout, LeaseHolder
 from flowpark.engine.observe import LOG_CONTEXT
 from flowpark.engine.ports import TryMark
-from flowpark.engine.retries import failure_row, next_try_at, window_ended_row
+from flowpark.engine.records import Ack, Outcome, ReviewRequest, StepKind, StepRow
 from flowpark.engine.values import DECISION_KEY, jsonable
 from flowpark.errors import StaleFencingToken
 from flowpark.flows.capability import Capability, Complete, Fail
@@ -30,7 +31,7 @@ log = logging.getLogger("flowpark.engine")
 
 
 class TryRun(LeaseHolder, TryHost, Protocol):
-    """What a try uses of its run (:class:`flowpark.engine.executor.Executor`).
+    """What a try uses of its run (:class:`flowpark.engine.execute.executor.Executor`).
 
     Attributes:
         tries: tries this run made.

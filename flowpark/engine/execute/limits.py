@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 from flowpark.engine.clock import Clock, Timer
 from flowpark.engine.context import ExecutionContext
-from flowpark.engine.journal import Ack
 from flowpark.engine.ports import Journal
+from flowpark.engine.records import Ack
 from flowpark.errors import (
     StaleFencingToken,
     StoreUnavailable,
@@ -24,7 +24,8 @@ __all__ = ["CANCEL_LEARNED", "CallLimits", "CancelLearned", "CapabilityTimeout",
 
 
 class LeaseHolder(Protocol):
-    """The run a try belongs to, as its limits see it (:class:`flowpark.engine.executor.Executor`).
+    """The run a try belongs to, as its limits see it
+    (:class:`flowpark.engine.execute.executor.Executor`).
 
     Attributes:
         lease_expires_at: the lease expiry the run last wrote (the keeper updates it).

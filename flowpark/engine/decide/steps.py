@@ -1,6 +1,7 @@
 """One walk of the decider over a plan: the semantics of capability steps, polls, awaits, emits
-and fail steps (pure; see :mod:`flowpark.engine.decider`). Tries are
-:mod:`flowpark.engine.try_walk`; the state rebuilt from the rows is :mod:`flowpark.engine.replay`.
+and fail steps (pure; see :mod:`flowpark.engine.decide.decider`). Tries are
+:mod:`flowpark.engine.decide.try_walk`; the state rebuilt from the rows is
+:mod:`flowpark.engine.decide.replay`.
 
 A handler answers the next step's index (the walk goes on), an :class:`Ending` (the walk
 ends: complete, fail or cancel) or a decision (the frontier is here).
@@ -15,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from flowpark.engine.deadlines import POLL_BUDGET, SIGNAL_TIMEOUT, deadline_row, ends_at
-from flowpark.engine.decisions import (
+from flowpark.engine.decide.deadlines import POLL_BUDGET, SIGNAL_TIMEOUT, deadline_row, ends_at
+from flowpark.engine.decide.decisions import (
     Decision,
     Emit,
     Execute,
@@ -27,7 +28,10 @@ from flowpark.engine.decisions import (
     RefuseSignal,
     TakeSignal,
 )
-from flowpark.engine.journal import (
+from flowpark.engine.decide.replay import Ending, budget_used, evaluate
+from flowpark.engine.decide.try_walk import TryWalk
+from flowpark.engine.observe import PollEnd
+from flowpark.engine.records import (
     InstanceState,
     Outcome,
     SignalRecord,
@@ -35,9 +39,6 @@ from flowpark.engine.journal import (
     StepRow,
     WakeKind,
 )
-from flowpark.engine.observe import PollEnd
-from flowpark.engine.replay import Ending, budget_used, evaluate
-from flowpark.engine.try_walk import TryWalk
 from flowpark.engine.values import jsonable, revive
 from flowpark.errors import FlowFailure
 from flowpark.flows.capability import RecoveryError, bag_key

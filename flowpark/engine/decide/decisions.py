@@ -14,7 +14,8 @@
      +-- BeginEnding   the instance unwinds towards failed or cancelled (stored first)
      +-- Finish        write the final state
 
-The executor (:mod:`flowpark.engine.executor`) carries a decision out and asks again. Each value
+The executor (:mod:`flowpark.engine.execute.executor`) carries a decision out and asks again. Each
+value
 holds all the executor needs, computed from the journal: rows to store first (deadlines,
 written before what they bound), the state bag a capability reads, the execution key.
 Nothing here does I/O.
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from flowpark.engine.journal import InstanceState, SignalRecord, StepKind, StepRow, WakeKind
+from flowpark.engine.records import InstanceState, SignalRecord, StepKind, StepRow, WakeKind
 from flowpark.errors import FlowFailure
 from flowpark.flows.capability import RecoveryError
 

@@ -1,7 +1,7 @@
 """``Engine``: starts instances, advances them from their journal, sweeps due ones.
 
 The engine imports nothing from fastapi, sqlalchemy, apscheduler or httpx; it reaches
-storage through :class:`flowpark.engine.journal.Journal` and time through
+storage through :class:`flowpark.engine.records.Journal` and time through
 :class:`flowpark.engine.clock.Clock`.
 """
 
@@ -17,13 +17,20 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 from uuid6 import uuid7
 
-from flowpark.engine import outside, sweeps
 from flowpark.engine.clock import Clock
 from flowpark.engine.config import EngineConfig
-from flowpark.engine.ephemeral import run_ephemeral
-from flowpark.engine.executor import Executor
-from flowpark.engine.failures import fail_broken, fail_mismatch, fail_unreadable
-from flowpark.engine.journal import (
+from flowpark.engine.execute.executor import Executor
+from flowpark.engine.execute.failures import fail_broken, fail_mismatch, fail_unreadable
+from flowpark.engine.execute.limits import CallLimits
+from flowpark.engine.node import outside, sweeps
+from flowpark.engine.node.ephemeral import run_ephemeral
+from flowpark.engine.node.outside import SignalDelivery
+from flowpark.engine.node.runs import RunTasks
+from flowpark.engine.node.sweeps import SweepReport
+from flowpark.engine.observe import LOG_CONTEXT, Observer
+from flowpark.engine.outcomes import Halt, RunOutcome, StartResult
+from flowpark.engine.ports import Journal
+from flowpark.engine.records import (
     Claim,
     InstanceRecord,
     InstanceState,
@@ -31,13 +38,6 @@ from flowpark.engine.journal import (
     Snapshot,
     StepKind,
 )
-from flowpark.engine.limits import CallLimits
-from flowpark.engine.observe import LOG_CONTEXT, Observer
-from flowpark.engine.outcomes import Halt, RunOutcome, StartResult
-from flowpark.engine.outside import SignalDelivery
-from flowpark.engine.ports import Journal
-from flowpark.engine.runs import RunTasks
-from flowpark.engine.sweeps import SweepReport
 from flowpark.errors import (
     FlowparkError,
     InputInvalid,
@@ -55,13 +55,14 @@ log = logging.getLogger("flowpark.engine")
 class Engine:
     """Runs flows durably.
 
-    The engine composes its parts: each run is an :class:`~flowpark.engine.executor.Executor`
-    that asks the pure :class:`~flowpark.engine.decider.Decider` for the next decision and
-    carries it out; a :class:`~flowpark.engine.limits.CallLimits` (``limits``: runs one
+    The engine composes its parts: each run is an
+    :class:`~flowpark.engine.execute.executor.Executor`
+    that asks the pure :class:`~flowpark.engine.decide.decider.Decider` for the next decision and
+    carries it out; a :class:`~flowpark.engine.execute.limits.CallLimits` (``limits``: runs one
     capability call under its timeouts, the lease keeper and the heartbeat watchdog) and
-    :class:`~flowpark.engine.runs.RunTasks` (``runs``: the runs in flight, the run slots, the
-    runs gone on in the background). The sweep is :mod:`flowpark.engine.sweeps`; wakes,
-    signals and cancels from outside a run are :mod:`flowpark.engine.outside`.
+    :class:`~flowpark.engine.node.runs.RunTasks` (``runs``: the runs in flight, the run slots, the
+    runs gone on in the background). The sweep is :mod:`flowpark.engine.node.sweeps`; wakes,
+    signals and cancels from outside a run are :mod:`flowpark.engine.node.outside`.
 
     Args:
         journal: the store (one implementation: ``flowpark.store.SqlJournal``).
