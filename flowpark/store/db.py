@@ -31,6 +31,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 __all__ = [
+    "CONNECT_ARGS",
     "CONNECT_TIMEOUT_SECONDS",
     "READ_ONLY",
     "READ_ONLY_OPTION",
@@ -53,8 +54,21 @@ READ_ONLY: dict[str, Any] = {READ_ONLY_OPTION: True}
 #: use), for SQLite's write lock (held by another process), for this process's SQLite
 #: writer queue.
 STORE_WAIT_SECONDS = 10.0
-#: The longest a new PostgreSQL connection takes to be made (an unreachable server).
+#: The longest a new PostgreSQL connection takes to be made (an unreachable server), per
+#: host of the URL's list.
 CONNECT_TIMEOUT_SECONDS = 5
+#: libpq's connection parameters flowpark sets unless the URL's query sets them: the
+#: connect timeout above, and TCP settings that notice a server that vanished without
+#: closing its connections (a lost machine, a partition) in tens of seconds instead of the
+#: operating system's hours: keepalive probes after 10 s idle, every 5 s, 3 unanswered end
+#: the connection; data unacknowledged for 15 s ends it (``tcp_user_timeout``, ms).
+CONNECT_ARGS: dict[str, int] = {
+    "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 15_000,
+}
 
 SQLITE_BUSY_TIMEOUT_MS = int(STORE_WAIT_SECONDS * 1000)
 
@@ -255,7 +269,9 @@ def make_async_engine(url: str | URL, *, pool_size: int = 20, **kwargs: Any) -> 
     Returns:
         An engine whose SQLite connections run in WAL mode with ``BEGIN IMMEDIATE`` write
         transactions and a busy timeout of :data:`STORE_WAIT_SECONDS`, whose PostgreSQL
-        sessions use UTC and connect within :data:`CONNECT_TIMEOUT_SECONDS` (per host),
+        sessions use UTC, connect within :data:`CONNECT_TIMEOUT_SECONDS` (per host) and
+        drop a connection to a vanished server in seconds (:data:`CONNECT_ARGS`, each
+        unless the URL's query sets it),
         whose PostgreSQL connections refused as read-only (a standby) are dropped and raised
         as :class:`sqlalchemy.exc.OperationalError` (an outage, ``store_unavailable`` at the
         store's edge), and whose pool gives a connection within :data:`STORE_WAIT_SECONDS`
@@ -278,7 +294,9 @@ def make_async_engine(url: str | URL, *, pool_size: int = 20, **kwargs: Any) -> 
     if _backend(target) == "postgresql":
         kwargs.setdefault("pool_recycle", 1800)
         connect_args = dict(kwargs.pop("connect_args", {}))
-        connect_args.setdefault("connect_timeout", CONNECT_TIMEOUT_SECONDS)
+        for name, value in CONNECT_ARGS.items():
+            if name not in target.query:  # the URL's own setting wins
+                connect_args.setdefault(name, value)
         kwargs["connect_args"] = connect_args
     engine = create_async_engine(target, pool_size=pool_size, **kwargs)
     if _backend(target) == "sqlite":

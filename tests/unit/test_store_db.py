@@ -16,6 +16,7 @@ import flowpark.store
 from flowpark.errors import StoreUnavailable
 from flowpark.store import SqlJournal
 from flowpark.store.db import (
+    CONNECT_ARGS,
     READ_ONLY,
     STORE_WAIT_SECONDS,
     async_url,
@@ -286,3 +287,27 @@ def test_the_password_of_a_host_list_is_a_secret_to_mask() -> None:
 
     settings = Settings(database_url="postgresql://app:not-for-logs@h1:5433,h2:5434/fp")
     assert "not-for-logs" in settings.secret_values()
+
+
+async def test_a_vanished_server_is_noticed_in_seconds_unless_the_url_says_otherwise() -> None:
+    """Each new connection asks libpq for a connect timeout and TCP keepalives; a parameter
+    the URL's query sets is the URL's."""
+    seen: list[dict[str, object]] = []
+    engine = make_async_engine(
+        "postgresql://postgres@127.0.0.1:1,127.0.0.1:2/nowhere?connect_timeout=2"
+    )
+
+    @event.listens_for(engine.sync_engine, "do_connect")
+    def capture(
+        _dialect: object, _record: object, _args: object, params: dict[str, object]
+    ) -> None:
+        seen.append(dict(params))
+
+    try:
+        with pytest.raises(StoreUnavailable):
+            await SqlJournal(engine).reads.ping()
+    finally:
+        await engine.dispose()
+    assert seen, "no connection was attempted"
+    assert {k: seen[0][k] for k in CONNECT_ARGS} == {**CONNECT_ARGS, "connect_timeout": "2"}
+    assert (seen[0]["host"], seen[0]["port"]) == ("127.0.0.1,127.0.0.1", "1,2")
