@@ -124,7 +124,9 @@ class Settings(BaseSettings):
 
     database_url: str = Field(
         default="sqlite:///flowpark.db",
-        description="SQLAlchemy-style URL: sqlite:///file.db or postgresql://user@host/db.",
+        description="SQLAlchemy-style URL: sqlite:///file.db or postgresql://user@host/db; "
+        "several PostgreSQL hosts as libpq takes them (postgresql://user@h1:5432,h2:5432/db) "
+        "reach whichever is the primary (target_session_attrs=read-write is added).",
     )
     api_tokens: str = Field(
         default=DEFAULT_API_TOKEN,
@@ -394,8 +396,9 @@ class Settings(BaseSettings):
         logs (:func:`flowpark.redaction.register_secrets`): the API token values (not the public
         default ``dev-token``), the console's cookie secret, the subscribers' and signed
         signals' webhook secrets and the database password."""
-        from sqlalchemy.engine import make_url
         from sqlalchemy.exc import ArgumentError
+
+        from flowpark.store.db import parse_url
 
         values = {v for v in self.tokens if v != DEFAULT_API_TOKEN}
         if self.console_secret is not None:
@@ -404,7 +407,7 @@ class Settings(BaseSettings):
         values.update(s.secret.get_secret_value() for s in self.subscribers)
         values.update(secret.get_secret_value() for secret in self.signal_secrets.values())
         try:
-            password = make_url(self.database_url).password
+            password = parse_url(self.database_url).password
         except (ArgumentError, ValueError):
             password = None
         if password:

@@ -201,13 +201,12 @@ def db_upgrade(
     ),
 ) -> None:
     """Migrate the database to the latest schema (Alembic upgrade head)."""
-    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, DBAPIError
 
     from flowpark.errors import StoreUnavailable
     from flowpark.redaction import redact_url, register_secrets
     from flowpark.settings import Settings
-    from flowpark.store.db import sync_url
+    from flowpark.store.db import parse_url, sync_url
     from flowpark.store.migrate import upgrade
 
     settings = Settings()
@@ -220,7 +219,7 @@ def db_upgrade(
     try:
         upgrade(target)
     except DBAPIError as exc:  # unreachable: one line, no traceback
-        shown = make_url(target).render_as_string(hide_password=True)
+        shown = parse_url(target).render_as_string(hide_password=True)
         raise _refuse(
             StoreUnavailable(f"cannot migrate the database at {shown}: {exc.orig}")
         ) from None

@@ -160,15 +160,14 @@ def check_database(url: str) -> None:
         SchemaBehindHead: not migrated to head (or a SQLite file that does not exist).
         StoreUnavailable: an invalid URL, or the database cannot be reached.
     """
-    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
     from flowpark.errors import FlowparkError, SchemaBehindHead, StoreUnavailable
     from flowpark.store import check_schema_at_head, make_async_engine
-    from flowpark.store.db import is_sqlite
+    from flowpark.store.db import is_sqlite, parse_url
 
     try:
-        parsed = make_url(url)
+        parsed = parse_url(url)
         sqlite = is_sqlite(parsed)
     except (ValueError, SQLAlchemyError) as exc:
         raise StoreUnavailable(f"invalid FLOWPARK_DATABASE_URL: {exc}") from exc

@@ -10,25 +10,37 @@ SQLite's busy handler (``busy_timeout``) instead of failing with "database is lo
 deferred transaction tries to upgrade its lock. Read-only transactions (connections carrying
 :data:`READ_ONLY`) start with a plain ``BEGIN``.
 
-PostgreSQL sessions use the UTC time zone.
+PostgreSQL sessions use the UTC time zone. A PostgreSQL URL may name several hosts, as libpq
+does (``postgresql://user@h1:5432,h2:5432/db``), or as SQLAlchemy does
+(``?host=h1:5432&host=h2:5432`` or ``?host=h1,h2&port=5432,5432``); with several hosts and no
+``target_session_attrs`` of its own, ``target_session_attrs=read-write`` is added, so a new
+connection goes to the host that takes writes (the primary after a failover). A statement
+refused because its connection is on a read-only server (a standby, SQLSTATE 25006) drops
+that connection and every other one the pool holds, like a lost connection: the error is an
+outage (``store_unavailable``), and the next checkout connects anew.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.engine import URL, Connection, ExceptionContext, make_url
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 __all__ = [
+    "CONNECT_ARGS",
     "CONNECT_TIMEOUT_SECONDS",
     "READ_ONLY",
     "READ_ONLY_OPTION",
+    "STANDBY_SQLSTATES",
     "STORE_WAIT_SECONDS",
     "async_url",
     "is_sqlite",
     "make_async_engine",
+    "parse_url",
     "sync_url",
 ]
 
@@ -42,10 +54,94 @@ READ_ONLY: dict[str, Any] = {READ_ONLY_OPTION: True}
 #: use), for SQLite's write lock (held by another process), for this process's SQLite
 #: writer queue.
 STORE_WAIT_SECONDS = 10.0
-#: The longest a new PostgreSQL connection takes to be made (an unreachable server).
+#: The longest a new PostgreSQL connection takes to be made (an unreachable server), per
+#: host of the URL's list.
 CONNECT_TIMEOUT_SECONDS = 5
+#: libpq's connection parameters flowpark sets unless the URL's query sets them: the
+#: connect timeout above, and TCP settings that notice a server that vanished without
+#: closing its connections (a lost machine, a partition) in tens of seconds instead of the
+#: operating system's hours: keepalive probes after 10 s idle, every 5 s, 3 unanswered end
+#: the connection; data unacknowledged for 15 s ends it (``tcp_user_timeout``, ms).
+CONNECT_ARGS: dict[str, int] = {
+    "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 15_000,
+}
 
 SQLITE_BUSY_TIMEOUT_MS = int(STORE_WAIT_SECONDS * 1000)
+
+#: SQLSTATEs saying the connection is on a server that takes no writes (now): a standby,
+#: or a primary being demoted. ``25006`` read_only_sql_transaction ("cannot execute INSERT
+#: in a read-only transaction"). The connection is dropped as if lost (see the module).
+STANDBY_SQLSTATES = frozenset({"25006"})
+
+#: ``scheme://[user[:password]@]h1[:p1],h2[:p2]...[/db][?query]``: libpq's multi-host form
+#: (user and password as SQLAlchemy's own URL pattern reads them).
+_MULTIHOST = re.compile(
+    r"^(?P<head>[\w+]+://(?:[^:/]*(?::[^@]*)?@)?)(?P<hosts>[^/?]*,[^/?]*)(?P<tail>[/?].*)?$",
+    re.DOTALL,
+)
+_HOST_PORT = re.compile(r"^(?:\[(?P<v6>[^\]]+)\]|(?P<name>[^:\[\]]*))(?::(?P<port>\d*))?$")
+
+
+def _split_hosts(hosts: str) -> tuple[list[str], list[str]]:
+    names: list[str] = []
+    ports: list[str] = []
+    for token in hosts.split(","):
+        found = _HOST_PORT.match(token.strip())
+        if found is None or not (found["v6"] or found["name"]):
+            raise ValueError(f"cannot read host {token!r} of the host list {hosts!r}")
+        names.append(found["v6"] or found["name"])
+        ports.append(found["port"] or "")
+    return names, ports
+
+
+def _several_hosts(url: URL) -> bool:
+    given = url.query.get("host")
+    if isinstance(given, tuple):
+        return len(given) > 1
+    return given is not None and "," in given
+
+
+def parse_url(url: str | URL) -> URL:
+    """Parse a database URL, libpq's multi-host form included.
+
+    Args:
+        url: ``sqlite:///path.db``, ``postgresql://user@host:5432/db``, or several hosts:
+            ``postgresql://user@h1:5432,h2:5433/db`` (libpq's form),
+            ``postgresql://user@/db?host=h1:5432&host=h2:5433`` or
+            ``postgresql://user@/db?host=h1,h2&port=5432,5433`` (SQLAlchemy's forms).
+
+    Returns:
+        The URL; libpq's host list moved into ``host=h1,h2&port=p1,p2`` query parameters
+        (SQLAlchemy's parser reads one host only); with several hosts,
+        ``target_session_attrs=read-write`` unless the URL sets it.
+
+    Raises:
+        ValueError: the host list has an entry that is not ``host``, ``host:port`` or
+            ``[v6]:port``, or names hosts both before the path and in ``host=``.
+        sqlalchemy.exc.ArgumentError: not a URL at all.
+    """
+    if isinstance(url, str):
+        several = _MULTIHOST.match(url)
+        if several is None:
+            parsed = make_url(url)
+        else:
+            parsed = make_url(several["head"] + (several["tail"] or "/"))
+            if "host" in parsed.query or "port" in parsed.query:
+                raise ValueError("hosts named both before the path and in host= or port=")
+            names, ports = _split_hosts(several["hosts"])
+            query = {"host": ",".join(names)}
+            if any(ports):
+                query["port"] = ",".join(ports)
+            parsed = parsed.update_query_dict(query)
+    else:
+        parsed = url
+    if _several_hosts(parsed) and "target_session_attrs" not in parsed.query:
+        parsed = parsed.update_query_dict({"target_session_attrs": "read-write"})
+    return parsed
 
 
 def _backend(url: URL) -> str:
@@ -58,7 +154,7 @@ def _backend(url: URL) -> str:
 
 
 def _normalise(url: str | URL, *, async_driver: bool) -> URL:
-    parsed = make_url(url) if isinstance(url, str) else url
+    parsed = parse_url(url)
     backend = _backend(parsed)
     if backend == "postgresql":
         return parsed.set(drivername="postgresql+psycopg")
@@ -98,7 +194,7 @@ def sync_url(url: str | URL) -> str:
 
 def is_sqlite(url: str | URL) -> bool:
     """Whether ``url`` names a SQLite database."""
-    return _backend(make_url(url) if isinstance(url, str) else url) == "sqlite"
+    return _backend(parse_url(url)) == "sqlite"
 
 
 def _setup_sqlite(engine: AsyncEngine) -> None:
@@ -124,7 +220,26 @@ def _setup_sqlite(engine: AsyncEngine) -> None:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def _read_only_is_lost(context: ExceptionContext) -> OperationalError | None:
+    """A statement refused by a read-only server: drop its connection (and the pool's
+    others, opened to the same server) as a lost one, and raise it as an outage."""
+    original = context.original_exception
+    if getattr(original, "sqlstate", None) not in STANDBY_SQLSTATES:
+        return None
+    context.is_disconnect = True
+    context.invalidate_pool_on_disconnect = True
+    return OperationalError(
+        context.statement,
+        context.parameters,
+        original,
+        hide_parameters=True,
+        connection_invalidated=True,
+    )
+
+
 def _setup_postgresql(engine: AsyncEngine) -> None:
+    event.listen(engine.sync_engine, "handle_error", _read_only_is_lost)
+
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         autocommit = dbapi_connection.autocommit
@@ -141,8 +256,9 @@ def make_async_engine(url: str | URL, *, pool_size: int = 20, **kwargs: Any) -> 
     """Create the service's async engine for ``url``.
 
     Args:
-        url: ``sqlite:///path.db``, ``postgresql://...`` or ``postgres://...``; the driver is
-            chosen here (aiosqlite, psycopg 3).
+        url: ``sqlite:///path.db``, ``postgresql://...`` or ``postgres://...`` (several
+            hosts in any form :func:`parse_url` reads); the driver is chosen here
+            (aiosqlite, psycopg 3).
         pool_size: connections at most, each kept open once opened (no overflow: a
             connection opened for a burst and closed after it costs PostgreSQL a backend
             start, and each new backend begins its inserts on a fresh heap page, leaving
@@ -153,12 +269,17 @@ def make_async_engine(url: str | URL, *, pool_size: int = 20, **kwargs: Any) -> 
     Returns:
         An engine whose SQLite connections run in WAL mode with ``BEGIN IMMEDIATE`` write
         transactions and a busy timeout of :data:`STORE_WAIT_SECONDS`, whose PostgreSQL
-        sessions use UTC and connect within :data:`CONNECT_TIMEOUT_SECONDS`, and whose pool
-        gives a connection within :data:`STORE_WAIT_SECONDS` or raises.
+        sessions use UTC, connect within :data:`CONNECT_TIMEOUT_SECONDS` (per host) and
+        drop a connection to a vanished server in seconds (:data:`CONNECT_ARGS`, each
+        unless the URL's query sets it),
+        whose PostgreSQL connections refused as read-only (a standby) are dropped and raised
+        as :class:`sqlalchemy.exc.OperationalError` (an outage, ``store_unavailable`` at the
+        store's edge), and whose pool gives a connection within :data:`STORE_WAIT_SECONDS`
+        or raises.
 
     Raises:
         ValueError: the URL names another database, or an in-memory SQLite database (each
-            connection would get its own empty database).
+            connection would get its own empty database), or a host list it cannot read.
     """
     target = _normalise(url, async_driver=True)
     if _backend(target) == "sqlite" and target.database in (None, "", ":memory:"):
@@ -173,7 +294,9 @@ def make_async_engine(url: str | URL, *, pool_size: int = 20, **kwargs: Any) -> 
     if _backend(target) == "postgresql":
         kwargs.setdefault("pool_recycle", 1800)
         connect_args = dict(kwargs.pop("connect_args", {}))
-        connect_args.setdefault("connect_timeout", CONNECT_TIMEOUT_SECONDS)
+        for name, value in CONNECT_ARGS.items():
+            if name not in target.query:  # the URL's own setting wins
+                connect_args.setdefault(name, value)
         kwargs["connect_args"] = connect_args
     engine = create_async_engine(target, pool_size=pool_size, **kwargs)
     if _backend(target) == "sqlite":

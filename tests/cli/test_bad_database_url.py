@@ -1,5 +1,6 @@
 """``flowpark db upgrade`` and ``flowpark demo`` refuse a database URL they cannot use (not a
-URL, an unsupported database, an unreachable server) with one line ``error:
+URL, an unsupported database, a host list it cannot read, an unreachable server or hosts)
+with one line ``error:
 store_unavailable: ...`` and exit code 3: no traceback, and never the URL's password."""
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ URLS = {
     "not a URL": "nonsense",
     "unsupported": "mysql://app:pw-secret-1@127.0.0.1/x",
     "unreachable": f"postgresql://app:pw-secret-1@127.0.0.1:{_closed_port()}/x",
+    "unreadable host list": "postgresql://app:pw-secret-1@db-a:5432,db-b:x/flowpark",
+    "no host of the list answers": (
+        f"postgresql://app:pw-secret-1@127.0.0.1:{_closed_port()},127.0.0.1:{_closed_port()}/x"
+    ),
 }
 
 

@@ -57,13 +57,18 @@ class OwnPostgres:
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(args[:2])} failed: {done.stdout}{done.stderr}")
 
-    def start(self) -> None:
-        """Start the server and wait until it accepts connections."""
+    def start(self, *settings: str) -> None:
+        """Start the server and wait until it accepts connections.
+
+        Args:
+            *settings: more ``name=value`` server settings, after (over) the defaults.
+        """
         options = (
             f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
             "-c max_connections=200"
         )
+        options += "".join(f" -c {setting}" for setting in settings)
         self._run(
             "pg_ctl", "-D", str(self.folder / "data"), "-o", options,
             "-l", str(self.folder / "server.log"), "-w", "start",

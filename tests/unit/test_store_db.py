@@ -9,16 +9,19 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import make_url
 
 import flowpark.store
 from flowpark.errors import StoreUnavailable
 from flowpark.store import SqlJournal
 from flowpark.store.db import (
+    CONNECT_ARGS,
     READ_ONLY,
     STORE_WAIT_SECONDS,
     async_url,
     make_async_engine,
+    parse_url,
     sync_url,
 )
 
@@ -48,6 +51,40 @@ from flowpark.store.db import (
 def test_urls_get_flowparks_drivers(given: str, expected_async: str, expected_sync: str) -> None:
     assert async_url(given) == expected_async
     assert sync_url(given) == expected_sync
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        "postgresql://u:p@h1:5433,h2:5434/fp",  # libpq's form
+        "postgresql://u:p@/fp?host=h1:5433&host=h2:5434",  # SQLAlchemy's two forms
+        "postgresql://u:p@/fp?host=h1,h2&port=5433,5434",
+    ],
+)
+def test_several_hosts_reach_the_writable_one(given: str) -> None:
+    """Each spelling gives psycopg one host list, one port list and read-write sessions."""
+    url = make_url(async_url(given))
+    args = create_engine(sync_url(given)).dialect.create_connect_args(url)[1]
+    assert (args["host"], args["port"]) == ("h1,h2", "5433,5434")
+    assert args["target_session_attrs"] == "read-write"
+    assert (args["user"], args["password"], args["dbname"]) == ("u", "p", "fp")
+
+
+def test_a_host_list_keeps_its_own_session_attrs_query_and_ipv6_hosts() -> None:
+    url = parse_url(
+        "postgresql://u@db-a,[::1]:6432/fp?target_session_attrs=primary&sslmode=require"
+    )
+    assert dict(url.query) == {
+        "host": "db-a,::1",
+        "port": ",6432",
+        "target_session_attrs": "primary",
+        "sslmode": "require",
+    }
+    assert parse_url("postgresql://u@db:5432/fp").query == {}  # one host: nothing added
+    with pytest.raises(ValueError, match="host list"):
+        parse_url("postgresql://u@h1:5432,h2:x/fp")
+    with pytest.raises(ValueError, match="both"):
+        parse_url("postgresql://u@h1,h2/fp?host=h3")
 
 
 def test_other_databases_are_refused() -> None:
@@ -243,3 +280,34 @@ async def test_a_writer_queued_past_the_bound_in_this_process_is_refused(
             await conn.execute(text("SELECT 1"))
     finally:
         await engine.dispose()
+
+
+def test_the_password_of_a_host_list_is_a_secret_to_mask() -> None:
+    from flowpark.settings import Settings
+
+    settings = Settings(database_url="postgresql://app:not-for-logs@h1:5433,h2:5434/fp")
+    assert "not-for-logs" in settings.secret_values()
+
+
+async def test_a_vanished_server_is_noticed_in_seconds_unless_the_url_says_otherwise() -> None:
+    """Each new connection asks libpq for a connect timeout and TCP keepalives; a parameter
+    the URL's query sets is the URL's."""
+    seen: list[dict[str, object]] = []
+    engine = make_async_engine(
+        "postgresql://postgres@127.0.0.1:1,127.0.0.1:2/nowhere?connect_timeout=2"
+    )
+
+    @event.listens_for(engine.sync_engine, "do_connect")
+    def capture(
+        _dialect: object, _record: object, _args: object, params: dict[str, object]
+    ) -> None:
+        seen.append(dict(params))
+
+    try:
+        with pytest.raises(StoreUnavailable):
+            await SqlJournal(engine).reads.ping()
+    finally:
+        await engine.dispose()
+    assert seen, "no connection was attempted"
+    assert {k: seen[0][k] for k in CONNECT_ARGS} == {**CONNECT_ARGS, "connect_timeout": "2"}
+    assert (seen[0]["host"], seen[0]["port"]) == ("127.0.0.1,127.0.0.1", "1,2")
