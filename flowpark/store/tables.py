@@ -35,6 +35,7 @@ from flowpark.store.types import InstanceId, UtcDateTime
 __all__ = [
     "ACTIVE_STATES",
     "ConsoleSessionRow",
+    "CorrelationRow",
     "ENDED_WHERE",
     "IDEMPOTENCY_DIGEST_SQL",
     "WAITING_WHERE",
@@ -396,6 +397,22 @@ class SignalDeliveryRow(SQLModel, table=True):
     delivery_id: str = _str("delivery_id", nullable=False, primary_key=True)
     instance_id: str = _instance_id("instance_id")
     received_at: datetime = _instant("received_at", nullable=False)
+
+
+class CorrelationRow(SQLModel, table=True):
+    """``flow_correlation``: a correlation key a live instance holds - the id a provider
+    minted for what one of its steps started; unique per flow and provider, written with
+    the step's journal row, deleted when the instance finishes."""
+
+    model_config = _TABLE
+    __tablename__ = "flow_correlation"
+    __table_args__ = (Index("ix_flow_correlation_instance", "instance_id"),)
+
+    flow_name: str = _str("flow_name", nullable=False, primary_key=True)
+    provider: str = _str("provider", nullable=False, primary_key=True)
+    key: str = _str("key", nullable=False, primary_key=True)
+    instance_id: str = _instance_id("instance_id")
+    created_at: datetime = _instant("created_at", nullable=False)
 
 
 class ConsoleSessionRow(SQLModel, table=True):

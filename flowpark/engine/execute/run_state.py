@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from flowpark.engine.context import Beat, ExecutionContext
 from flowpark.engine.decide.decider import Decider
 from flowpark.engine.execute.host import RunHost
-from flowpark.engine.ports import Commit, Journal, Park, StreamWrite
+from flowpark.engine.ports import Commit, Correlation, Journal, Park, StreamWrite
 from flowpark.engine.records import (
     Ack,
     Claim,
@@ -138,6 +138,7 @@ class RunState:
         take_signal: str | None = None,
         park: Park | None = None,
         at: datetime | None = None,
+        correlations: tuple[Correlation, ...] = (),
     ) -> Ack:
         """Write ``rows`` (and what goes with them) as one :class:`Commit` under this run's
         fencing token, at ``at`` (default now); a try in flight's lease is renewed to the
@@ -153,6 +154,7 @@ class RunState:
                 reviews,
                 take_signal,
                 park,
+                correlations,
             )
         )
 

@@ -18,10 +18,10 @@ from flowpark.engine.decide.retries import failure_row, next_try_at, window_ende
 from flowpark.engine.execute.host import RunHost
 from flowpark.engine.execute.limits import CANCEL_LEARNED, CapabilityTimeout, LeaseHolder
 from flowpark.engine.observe import LOG_CONTEXT
-from flowpark.engine.ports import TryMark
+from flowpark.engine.ports import Correlation, TryMark
 from flowpark.engine.records import Ack, Outcome, ReviewRequest, StepKind, StepRow
 from flowpark.engine.values import DECISION_KEY, jsonable
-from flowpark.errors import StaleFencingToken
+from flowpark.errors import CorrelationKeyInUse, ErrorCode, StaleFencingToken
 from flowpark.flows.capability import Capability, Complete, Fail
 from flowpark.flows.plan import CapabilityStep, Plan
 
@@ -67,7 +67,12 @@ class TryRun(LeaseHolder, TryHost, Protocol):
     def defer(self, row: StepRow) -> None:
         """Keep ``row`` for the run's next write to carry."""
 
-    async def commit(self, *rows: StepRow, reviews: tuple[ReviewRequest, ...] = ()) -> Ack:
+    async def commit(
+        self,
+        *rows: StepRow,
+        reviews: tuple[ReviewRequest, ...] = (),
+        correlations: tuple[Correlation, ...] = (),
+    ) -> Ack:
         """Write ``rows`` as one commit under the run's fencing token."""
 
 
@@ -167,14 +172,45 @@ async def make_try(run: TryRun, decision: Execute) -> StepRow | None:
         )
     if not is_step and row.final and not run.ephemeral:
         run.host.observer.compensation_failed(run.plan.name, capability.id)
-    if is_step and not ctx.reviews:
+    correlations = _correlations(run, ctx, row)
+    if is_step and not ctx.reviews and not correlations:
         run.defer(row)
         run.record(row)
         return row
-    ack = await run.commit(row, reviews=tuple(ctx.reviews))
+    try:
+        ack = await run.commit(row, reviews=tuple(ctx.reviews), correlations=correlations)
+    except CorrelationKeyInUse as exc:  # nothing written: the step fails for good instead
+        row = _key_in_use(row, decision, exc, now)
+        log.info("instance %s: %s", run.instance_id, exc.message)
+        ack = await run.commit(row)
     run.record(row)
     run.after_ack(ack)
     return row
+
+
+def _correlations(run: TryRun, ctx: ExecutionContext, row: StepRow) -> tuple[Correlation, ...]:
+    """The correlation keys a successful try recorded (a failed try records none)."""
+    if row.outcome is not Outcome.SUCCESS:
+        return ()
+    return tuple(Correlation(run.plan.name, p, k) for p, k in ctx.correlations)
+
+
+def _key_in_use(
+    row: StepRow, decision: Execute, exc: CorrelationKeyInUse, now: datetime
+) -> StepRow:
+    """The final failure row of a try whose correlation key another instance holds."""
+    return failure_row(
+        row.instance_id,
+        decision.step,
+        decision.scope,
+        decision.kind,
+        decision.capability_id,
+        decision.try_number,
+        (ErrorCode.CORRELATION_KEY_IN_USE.value, exc.message),
+        row.started_at,
+        now,
+        None,
+    )
 
 
 def _window_end(decision: Execute, capability: Capability) -> datetime | None:
