@@ -8,7 +8,8 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from flowpark import Capability, Correlate, Flow, Signal, StepContext
-from flowpark.engine.records import InstanceState, Outcome, StepKind
+from flowpark.engine.ports import Commit
+from flowpark.engine.records import Ack, InstanceState, Outcome, StepKind
 from flowpark.testing import FlowHarness
 
 
@@ -132,3 +133,48 @@ async def test_a_compensation_records_no_key() -> None:
         assert undo[-1].error_type == "ValueError"
         assert "compensation" in (undo[-1].error_detail or "")
         assert await held(h, inst.id) == []
+
+
+async def test_the_keys_ride_on_the_write_that_carries_the_row() -> None:
+    async with FlowHarness.open([build_flow()]) as h:
+        commits: list[Commit] = []
+        commit = h.journal.runs.commit
+
+        async def spied(value: Commit) -> Ack:
+            commits.append(value)
+            return await commit(value)
+
+        h.journal.runs.commit = spied  # type: ignore[method-assign]
+        inst = (await h.start("ci.build", {"run_id": "r-9"})).instance
+        assert inst.state is InstanceState.SUSPENDED
+        # one write: the step's row, its keys and the wait's park together
+        assert [([r.capability_id for r in c.rows], c.park is not None) for c in commits] == [
+            (["ci.start"], True)
+        ]
+        assert [(k.provider, k.key) for k in commits[0].correlations] == [
+            ("ci", "r-9"),
+            ("ci.log", "log-r-9"),
+        ]
+
+
+async def test_a_refused_key_of_a_row_committed_at_once_fails_its_step_too() -> None:
+    class StartAndReview(StartBuild):
+        async def execute(self, ctx: StepContext) -> None:
+            ctx.request_review("run", "look at it")  # its row is committed at once
+            await super().execute(ctx)
+
+    flow = (
+        Flow("ci.build", "1.0.0", input=Build)
+        .step(StartAndReview())
+        .await_signal(DONE)
+        .returns(lambda bag: bag.get(Done).run_id)
+    )
+    async with FlowHarness.open([flow]) as h:
+        first = (await h.start("ci.build", {"run_id": "r-5"})).instance
+        second = (await h.start("ci.build", {"run_id": "r-5"})).instance
+        assert first.state is InstanceState.SUSPENDED
+        assert second.state is InstanceState.FAILED
+        rows = [r for r in (await h.snapshot(second.id)).steps if r.kind is StepKind.STEP]
+        assert [(r.error_type, r.final) for r in rows] == [("correlation_key_in_use", True)]
+        reviews = await h.journal.reads.list_reviews()
+        assert [r["instance_id"] for r in reviews] == [first.id]  # the refused try's: none

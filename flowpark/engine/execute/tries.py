@@ -21,7 +21,7 @@ from flowpark.engine.observe import LOG_CONTEXT
 from flowpark.engine.ports import Correlation, TryMark
 from flowpark.engine.records import Ack, Outcome, ReviewRequest, StepKind, StepRow
 from flowpark.engine.values import DECISION_KEY, jsonable
-from flowpark.errors import CorrelationKeyInUse, ErrorCode, StaleFencingToken
+from flowpark.errors import StaleFencingToken
 from flowpark.flows.capability import Capability, Complete, Fail
 from flowpark.flows.plan import CapabilityStep, Plan
 
@@ -64,15 +64,13 @@ class TryRun(LeaseHolder, TryHost, Protocol):
     def record(self, row: StepRow) -> None:
         """Remember a row committed (or deferred) by the run."""
 
-    def defer(self, row: StepRow) -> None:
-        """Keep ``row`` for the run's next write to carry."""
+    def defer(self, row: StepRow, keys: tuple[Correlation, ...] = ()) -> None:
+        """Keep ``row`` (and the correlation keys it records) for the run's next write."""
 
-    async def commit(
-        self,
-        *rows: StepRow,
-        reviews: tuple[ReviewRequest, ...] = (),
-        correlations: tuple[Correlation, ...] = (),
-    ) -> Ack:
+    def keep_keys(self, row: StepRow, keys: tuple[Correlation, ...]) -> None:
+        """Write ``keys`` with ``row``, in whichever commit carries it."""
+
+    async def commit(self, *rows: StepRow, reviews: tuple[ReviewRequest, ...] = ()) -> Ack:
         """Write ``rows`` as one commit under the run's fencing token."""
 
 
@@ -172,17 +170,13 @@ async def make_try(run: TryRun, decision: Execute) -> StepRow | None:
         )
     if not is_step and row.final and not run.ephemeral:
         run.host.observer.compensation_failed(run.plan.name, capability.id)
-    correlations = _correlations(run, ctx, row)
-    if is_step and not ctx.reviews and not correlations:
-        run.defer(row)
+    keys = _correlations(run, ctx, row)
+    if is_step and not ctx.reviews:
+        run.defer(row, keys)  # the keys go with the row, in whichever write carries it
         run.record(row)
         return row
-    try:
-        ack = await run.commit(row, reviews=tuple(ctx.reviews), correlations=correlations)
-    except CorrelationKeyInUse as exc:  # nothing written: the step fails for good instead
-        row = _key_in_use(row, decision, exc, now)
-        log.info("instance %s: %s", run.instance_id, exc.message)
-        ack = await run.commit(row)
+    run.keep_keys(row, keys)
+    ack = await run.commit(row, reviews=tuple(ctx.reviews))
     run.record(row)
     run.after_ack(ack)
     return row
@@ -193,24 +187,6 @@ def _correlations(run: TryRun, ctx: ExecutionContext, row: StepRow) -> tuple[Cor
     if row.outcome is not Outcome.SUCCESS:
         return ()
     return tuple(Correlation(run.plan.name, p, k) for p, k in ctx.correlations)
-
-
-def _key_in_use(
-    row: StepRow, decision: Execute, exc: CorrelationKeyInUse, now: datetime
-) -> StepRow:
-    """The final failure row of a try whose correlation key another instance holds."""
-    return failure_row(
-        row.instance_id,
-        decision.step,
-        decision.scope,
-        decision.kind,
-        decision.capability_id,
-        decision.try_number,
-        (ErrorCode.CORRELATION_KEY_IN_USE.value, exc.message),
-        row.started_at,
-        now,
-        None,
-    )
 
 
 def _window_end(decision: Execute, capability: Capability) -> datetime | None:
