@@ -144,7 +144,7 @@ async def test_the_keys_ride_on_the_write_that_carries_the_row() -> None:
             commits.append(value)
             return await commit(value)
 
-        h.journal.runs.commit = spied  # type: ignore[method-assign]
+        h.journal.runs.commit = spied  # type: ignore[method-assign,assignment]
         inst = (await h.start("ci.build", {"run_id": "r-9"})).instance
         assert inst.state is InstanceState.SUSPENDED
         # one write: the step's row, its keys and the wait's park together
