@@ -4,6 +4,8 @@ promise, run in memory, on SQLite and on PostgreSQL (the ``journal`` fixture).""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from flowpark.engine.ports import Commit, Correlation, Journal, Park
@@ -124,3 +126,24 @@ async def test_a_completion_refused_under_a_cancel_keeps_the_keys(journal: Journ
 def test_a_commit_of_keys_needs_a_row() -> None:
     with pytest.raises(ValueError, match="correlation keys"):
         Commit("i", 1, at(1), at(31), correlations=(CI,))
+
+
+async def test_two_instances_racing_for_one_key_record_one_holder(journal: Journal) -> None:
+    first, second = await started(journal), await started(journal)
+
+    async def record(instance_id: str) -> str:
+        row = step(instance_id, step_id=1)
+        commit = Commit(instance_id, 1, at(2), at(32), (row,), correlations=(CI,))
+        try:
+            await journal.runs.commit(commit)
+        except CorrelationKeyInUse:
+            return "refused"
+        return "recorded"
+
+    outcomes = await asyncio.gather(record(first), record(second))
+    assert sorted(outcomes) == ["recorded", "refused"]
+    winner = first if outcomes[0] == "recorded" else second
+    loser = second if winner == first else first
+    found = await journal.correlations.holder(FLOW[0], "ci", "run-17")
+    assert found is not None and found.instance_id == winner
+    assert (await journal.runs.load(loser)).steps == []
