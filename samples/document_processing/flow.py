@@ -17,7 +17,6 @@ from flowpark.flows import (
     Backoff,
     Bag,
     Capability,
-    Correlate,
     Decision,
     Flow,
     HttpTrigger,
@@ -46,12 +45,7 @@ __all__ = [
 ]
 
 NOT_READ_IN_TIME = "document.not_read_in_time"
-#: The provider's webhook: on the instance's route (the job's callback URL names the
-#: instance), or on the one provider route ``/api/v1/providers/ocr/signals/ocr.completed``,
-#: which finds the instance by the job id its upload recorded (``ctx.correlate``).
-OCR_COMPLETED = Signal(
-    "ocr.completed", OcrCompleted, correlate=Correlate("ocr", key=lambda done: done.job_id)
-)
+OCR_COMPLETED = Signal("ocr.completed", OcrCompleted)
 ROUTE = "/api/v1/documents"
 
 
@@ -151,8 +145,7 @@ class OcrClient:
 
 
 class UploadToOcr(Capability):
-    """``ocr.upload``: send the document to the provider; puts :class:`OcrJob` and records
-    the job id as the instance's ``ocr`` correlation key (a webhook naming the job finds it).
+    """``ocr.upload``: send the document to the provider; puts :class:`OcrJob`.
 
     Creating a job is not idempotent by itself: the call carries the execution key as the
     provider's idempotency key, so its tries (a stalled provider, a crash after the call)
@@ -171,7 +164,6 @@ class UploadToOcr(Capability):
         job_id = await self.ocr.upload(
             doc.document_id, doc.pages, ctx.instance_id, ctx.execution_key
         )
-        ctx.correlate("ocr", job_id)
         ctx.put(OcrJob(job_id=job_id))
 
 
