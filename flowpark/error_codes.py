@@ -49,6 +49,22 @@ class ErrorCode(StrEnum):
         "the instance has no compensation that failed for good to retry (it has not ended, "
         "or every compensation succeeded), or this node does not serve its flow version",
     )
+    CORRELATION_KEY_AMBIGUOUS = (
+        "correlation_key_ambiguous",
+        "a provider signal's delivery names a correlation key that live instances of more "
+        "than one flow hold: it cannot go to one instance (nothing stored)",
+    )
+    CORRELATION_KEY_IN_USE = (
+        "correlation_key_in_use",
+        "a step recorded a correlation key (`ctx.correlate`) that another live instance of "
+        "the flow holds for that provider: the step fails for good with this error type "
+        "(the key is not recorded); never an API answer",
+    )
+    CORRELATION_KEY_UNKNOWN = (
+        "correlation_key_unknown",
+        "a provider signal's delivery names a correlation key that no live instance holds "
+        "(never recorded, or released when its instance ended): nothing stored",
+    )
     DELIVERY_NOT_FAILED = (
         "delivery_not_failed",
         "only a failed event delivery can be retried (it is pending or delivered)",

@@ -40,6 +40,9 @@ of a definition finding (``poll.requires_durable``).
     ├── DeliveryNotFound           delivery_not_found
     ├── DeliveryNotFailed          delivery_not_failed
     ├── CompensationNotFailed      compensation_not_failed
+    ├── CorrelationKeyInUse        correlation_key_in_use
+    ├── CorrelationKeyUnknown      correlation_key_unknown
+    ├── CorrelationKeyAmbiguous    correlation_key_ambiguous
     ├── NotReady                   not_ready; .checks (what /readyz found)
     └── RequestRefused             an HTTP request refused before any flow is involved
         ├── Unauthorized           unauthorized
@@ -78,6 +81,9 @@ __all__ = [
     "BulkFilterMissing",
     "DefinitionError",
     "CompensationNotFailed",
+    "CorrelationKeyAmbiguous",
+    "CorrelationKeyInUse",
+    "CorrelationKeyUnknown",
     "DeliveryNotFailed",
     "DeliveryNotFound",
     "ErrorCode",
@@ -340,6 +346,27 @@ class CompensationNotFailed(FlowparkError):
     """A retry of compensations asked of an instance with none that failed for good."""
 
     code = ErrorCode.COMPENSATION_NOT_FAILED
+
+
+class CorrelationKeyInUse(FlowparkError):
+    """A commit records a correlation key another live instance of the flow holds for that
+    provider; nothing was written. The engine turns it into the step's final failure
+    (error type ``correlation_key_in_use``)."""
+
+    code = ErrorCode.CORRELATION_KEY_IN_USE
+
+
+class CorrelationKeyUnknown(FlowparkError):
+    """A provider signal's delivery names a correlation key no live instance holds."""
+
+    code = ErrorCode.CORRELATION_KEY_UNKNOWN
+
+
+class CorrelationKeyAmbiguous(FlowparkError):
+    """A provider signal's delivery names a correlation key live instances of more than one
+    flow hold."""
+
+    code = ErrorCode.CORRELATION_KEY_AMBIGUOUS
 
 
 class DeliveryNotFailed(FlowparkError):

@@ -72,6 +72,10 @@ class DeliveryIds(Protocol):
         owner recorded first (None when this call recorded it)."""
         ...
 
+    async def owner(self, flow: str, signal: str, delivery_id: str) -> str | None:
+        """The instance the id reached first, or None when it reached none."""
+        ...
+
 
 class Sweeping(Protocol):
     """The node's sweep job, as readiness sees it."""

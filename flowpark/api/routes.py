@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from flowpark.api.correlated import build_provider_signals_router
 from flowpark.api.deliveries import build_delivery_router
 from flowpark.api.events import build_events_router
 from flowpark.api.flows import build_flows_router
@@ -46,7 +47,7 @@ __all__ = ["include_api_routes", "include_health_routes"]
 def include_api_routes(app: FastAPI, plans: list[Plan]) -> None:
     """Include the ``/api/v1`` routes: operator actions, instances, flows, signals,
     events and reviews, deliveries, streams, nodes, then the start and signal routes of
-    ``plans`` (the flows with an HTTP trigger).
+    ``plans`` (the flows with an HTTP trigger) and their provider signal routes.
 
     Args:
         app: the application.
@@ -63,6 +64,7 @@ def include_api_routes(app: FastAPI, plans: list[Plan]) -> None:
     app.include_router(build_streams_router())
     app.include_router(build_nodes_router())
     app.include_router(build_trigger_router(plans))
+    app.include_router(build_provider_signals_router(plans))
 
 
 def include_health_routes(app: FastAPI) -> None:

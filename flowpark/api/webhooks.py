@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fastapi import Request
@@ -45,11 +45,14 @@ from flowpark.settings import Settings
 __all__ = [
     "Deliver",
     "VerifiedDelivery",
+    "adapted",
     "claim_delivery_id",
     "keyed_instance",
     "keyed_target",
+    "typed_payload",
     "unreadable",
     "verified_delivery",
+    "verified_webhook",
 ]
 
 log = logging.getLogger("flowpark.api")
@@ -85,11 +88,37 @@ async def verified_delivery(
         The delivery's idempotency key and the payload to deliver.
 
     Raises:
+        SignatureInvalid, InputInvalid, UnsupportedMediaType, IdempotencyKeyInvalid: as
+            :func:`verified_webhook`.
+        SignalPayloadInvalid: 422 ``signal_payload_invalid``: ``adapt`` raised on it (what
+            it raised is logged, not answered).
+    """
+    delivery = await verified_webhook(request, engine, settings, flow, signal)
+    body = delivery.payload if signal.adapt is None else adapted(signal, delivery, flow)
+    return VerifiedDelivery(delivery.delivery_id, body)
+
+
+async def verified_webhook(
+    request: Request, engine: Engine, settings: Settings, flow: str, signal: Signal
+) -> WebhookDelivery:
+    """Verify the request as a delivery of ``signal`` and read it (not yet mapped by
+    ``adapt``).
+
+    Args:
+        request: the signal route's request.
+        engine: the node's engine (its clock judges a signature's age).
+        settings: the node's settings (``signal_secrets``).
+        flow: the flow's name, or what the log line of a missing secret names.
+        signal: the declared signal; its ``verify`` is not None.
+
+    Returns:
+        The verified delivery: the provider's JSON, its event type, its delivery id (checked
+        as an ``Idempotency-Key`` is) and its headers.
+
+    Raises:
         SignatureInvalid: 401 ``signature_invalid``: the node holds no such secret, or the
             verifier refused the delivery.
         InputInvalid: 422 ``input_invalid``: the body is not JSON a store can keep.
-        SignalPayloadInvalid: 422 ``signal_payload_invalid``: ``adapt`` raised on it (what
-            it raised is logged, not answered).
         UnsupportedMediaType: 415 ``unsupported_media_type``: the body is not JSON.
         IdempotencyKeyInvalid: 400 ``idempotency_key_invalid``: the delivery's id (e.g.
             ``X-GitHub-Delivery``) is over 200 characters or not visible ASCII.
@@ -125,11 +154,10 @@ async def verified_delivery(
             raise IdempotencyKeyInvalid(
                 f"signal {signal.name}: the delivery's id {why}", signal=signal.name
             ) from None
-    body = delivery.payload if signal.adapt is None else _adapted(signal, delivery, flow)
-    return VerifiedDelivery(key, body)
+    return replace(delivery, delivery_id=key)
 
 
-def _adapted(signal: Signal, delivery: WebhookDelivery, flow: str) -> Any:
+def adapted(signal: Signal, delivery: WebhookDelivery, flow: str) -> Any:
     """The signal's payload that ``adapt`` makes of ``delivery`` (as JSON), or None.
 
     Raises:
@@ -167,7 +195,6 @@ def unreadable(signal: Signal, flow: str, function: str, exc: Exception) -> Sign
     )
 
 
-#: ``deliver`` of the signal routes: (engine, request, instance id, name, key, body) -> answer
 #: ``deliver`` of the signal routes: (engine, request, instance id, name, key, body) -> answer
 Deliver = Callable[[Engine, Request, str, str, str | None, Any], Awaitable[SignalAnswer]]
 
@@ -211,13 +238,7 @@ async def keyed_target(engine: Engine, plan: Plan, signal: Signal, body: Any) ->
     """
     key_of = signal.instance_key
     assert key_of is not None
-    try:
-        payload = signal.model.model_validate_json(json.dumps(body), by_alias=True, by_name=False)
-    except ValidationError as exc:
-        raise InputInvalid(
-            f"payload of signal {signal.name} is invalid",
-            errors=exc.errors(include_url=False, include_context=False),
-        ) from None
+    payload = typed_payload(signal, body)
     try:
         key = key_of(payload)
         if key is not None and not isinstance(key, str):
@@ -227,6 +248,21 @@ async def keyed_target(engine: Engine, plan: Plan, signal: Signal, body: Any) ->
     if key is None:
         return None
     return await keyed_instance(engine, plan, key)
+
+
+def typed_payload(signal: Signal, body: Any) -> Any:
+    """``body`` (JSON) validated by ``signal``'s model, as the engine validates it.
+
+    Raises:
+        InputInvalid: 422 ``input_invalid``: the payload does not validate.
+    """
+    try:
+        return signal.model.model_validate_json(json.dumps(body), by_alias=True, by_name=False)
+    except ValidationError as exc:
+        raise InputInvalid(
+            f"payload of signal {signal.name} is invalid",
+            errors=exc.errors(include_url=False, include_context=False),
+        ) from None
 
 
 async def claim_delivery_id(

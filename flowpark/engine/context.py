@@ -13,6 +13,7 @@ from pydantic_core import to_jsonable_python
 from flowpark.engine.records import ReviewRequest, StepKind
 from flowpark.engine.values import execution_key, jsonable, revive
 from flowpark.flows.capability import Complete, Fail, RecoveryError, Stream, bag_key
+from flowpark.flows.correlation import check_correlation_key, check_provider_name
 
 __all__ = [
     "BagView",
@@ -121,6 +122,9 @@ class ExecutionContext(BagView):
         self.heartbeat_timeout = heartbeat_timeout
         self.puts: dict[str, Any] = {}
         self.reviews: list[ReviewRequest] = []
+        #: ``(provider, key)`` pairs recorded by ``correlate``, in order, without repeats
+        self.correlations: list[tuple[str, str]] = []
+        self._kind = kind
         self.last_heartbeat_at: datetime | None = None
         #: set by the try's limits: ends the try for a cancel; what a heartbeat that
         #: learned of one awaits until the limits cancel the capability's task
@@ -160,6 +164,13 @@ class ExecutionContext(BagView):
         self, subject: str, reason: str, details: dict[str, Any] | None = None
     ) -> None:
         self.reviews.append(ReviewRequest(self._run.new_id(), subject, reason, details or {}))
+
+    def correlate(self, provider: str, key: str) -> None:
+        if self._kind is not StepKind.STEP:
+            raise ValueError("a compensation records no correlation key")
+        pair = (check_provider_name(provider), check_correlation_key(key))
+        if pair not in self.correlations:
+            self.correlations.append(pair)
 
     async def heartbeat(self, value: Any = None) -> None:
         if isinstance(value, BaseModel):

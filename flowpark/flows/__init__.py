@@ -17,6 +17,7 @@ from flowpark.flows.capability import (
     bag_key,
 )
 from flowpark.flows.catalog import Catalog
+from flowpark.flows.correlation import Correlate
 from flowpark.flows.durations import Backoff, RetryPolicy, to_timedelta
 from flowpark.flows.plan import HttpTrigger, Plan, Profile
 from flowpark.flows.rules import Finding, Severity, check_flow, compile_flow
@@ -36,6 +37,7 @@ __all__ = [
     "CapabilityOptions",
     "Catalog",
     "Complete",
+    "Correlate",
     "Decision",
     "Fail",
     "Finding",

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from flowpark.flows.correlation import Correlate
 from flowpark.flows.durations import RetryPolicy
 from flowpark.flows.webhooks import WebhookDelivery, WebhookVerifier
 
@@ -149,6 +150,15 @@ class Signal:
             keyed route of a verified signal takes the provider's signature; of any other,
             a bearer token of the ``signal`` scope and the typed payload, as the signal's
             instance route does.
+        correlate: None (default), or a :class:`~flowpark.flows.correlation.Correlate`
+            naming a provider and a function of the typed payload giving the provider's
+            id that a step of the instance recorded (``ctx.correlate(provider, key)``).
+            A signal with one also has the fixed route
+            ``POST /api/v1/providers/{provider}/signals/{name}``, shared by every flow
+            declaring it: the delivery goes to the one live instance holding the key;
+            none: 404 ``correlation_key_unknown`` (nothing stored). It takes the
+            provider's signature when the signal is verified, else a bearer token of the
+            ``signal`` scope and the typed payload.
     """
 
     name: str
@@ -156,6 +166,7 @@ class Signal:
     verify: WebhookVerifier | None = None
     adapt: Callable[[WebhookDelivery], BaseModel | dict[str, Any] | None] | None = None
     instance_key: Callable[[Any], str | None] | None = None
+    correlate: Correlate | None = None
 
 
 @dataclass(frozen=True)
@@ -250,6 +261,28 @@ class StepContext(Bag, Protocol):
         self, subject: str, reason: str, details: dict[str, Any] | None = None
     ) -> None:
         """Queue an item for human review (committed with this step's journal row)."""
+        ...
+
+    def correlate(self, provider: str, key: str) -> None:
+        """Record ``key``, the id ``provider`` minted for what this step started (the CI
+        run, the OCR job), so that a signal declared with
+        ``correlate=Correlate(provider, ...)`` finds this instance by it.
+
+        The key is written with this step's journal row (one transaction), only when the
+        try succeeds; it is released when the instance ends. It is unique among the live
+        instances of the flow for ``provider``: when another one holds it, the step fails
+        for good (no retry) with the error type ``correlation_key_in_use``, its failure
+        route (if any) seeing it as the recovery error. The instance may hold several
+        keys; recording one it holds already changes nothing.
+
+        Args:
+            provider: the provider's name (1 to 64 of ``a-z 0-9 _ . -``).
+            key: the provider's id (1 to 200 characters, no control character).
+
+        Raises:
+            ValueError: ``provider`` or ``key`` is malformed, or this is a compensation
+                (it records nothing): a failed try.
+        """
         ...
 
     async def heartbeat(self, value: Any = None) -> None:

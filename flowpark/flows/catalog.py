@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from flowpark.errors import FlowNotFound, shown
+from flowpark.errors import DefinitionError, FlowNotFound, shown
 from flowpark.flows.builder import Flow
 from flowpark.flows.plan import Plan
-from flowpark.flows.rules import Finding, compile_flow
+from flowpark.flows.rules import Finding, Severity, compile_flow
 
 __all__ = ["Catalog", "version_key"]
 
@@ -31,16 +31,50 @@ class Catalog:
         """Compile and register ``flow``; returns its warnings (also logged).
 
         Raises:
-            DefinitionError: the flow breaks a rule (code ``definition_invalid``).
+            DefinitionError: the flow breaks a rule (code ``definition_invalid``), or it
+                declares a provider signal (``Signal(correlate=...)``) that a registered
+                flow declares with another verifier (rule
+                ``signal.correlate_verify_differs``: the provider's one URL has one).
             ValueError: the same name and version is already registered.
         """
         plan, findings = compile_flow(flow)
         if plan.key in self._plans:
             raise ValueError(f"flow {plan.name}@{plan.version} is already registered")
+        self._check_provider_signals(plan)
         for finding in findings:
             log.warning("%s", finding)
         self._plans[plan.key] = plan
         return findings
+
+    def _check_provider_signals(self, plan: Plan) -> None:
+        """Refuse a provider signal that a registered plan declares with another verifier."""
+        for signal in plan.signals.values():
+            if signal.correlate is None:
+                continue
+            for other in self._plans.values():
+                theirs = other.signals.get(signal.name)
+                if (
+                    theirs is None
+                    or theirs.correlate is None
+                    or theirs.correlate.provider != signal.correlate.provider
+                    or theirs.verify == signal.verify
+                ):
+                    continue
+                finding = Finding(
+                    "signal.correlate_verify_differs",
+                    Severity.ERROR,
+                    plan.name,
+                    f"signal {signal.name}",
+                    f"provider signal {signal.correlate.provider}/{signal.name} is verified "
+                    f"by {signal.verify!r} here and by {theirs.verify!r} in "
+                    f"{other.name}@{other.version}: its one route takes one verifier",
+                )
+                raise DefinitionError(
+                    f"flow {plan.name}@{plan.version} is invalid: {finding}",
+                    [finding],
+                    flow=plan.name,
+                    version=plan.version,
+                )
 
     def get(self, name: str, version: str) -> Plan:
         """The plan of ``name``@``version``. Raises FlowNotFound (``flow_not_found``)."""

@@ -233,7 +233,7 @@ _FINISH_COLUMNS: tuple[tuple[str, str], ...] = (
     ("result", "json"),
 )
 # A signal still waiting untaken in a finished instance's mailbox is marked discarded in
-# the same statement (it will never be taken).
+# the same statement (it will never be taken); the correlation keys it holds are released.
 _FINISH_SQL = (
     "WITH done AS (UPDATE flow_instance i SET state = 'completed', updated_at = t.now, "
     "ending = NULL, wake_at = NULL, wake_step_id = NULL, wake_scope = NULL, "
@@ -244,7 +244,8 @@ _FINISH_SQL = (
     "AND NOT i.cancel_requested RETURNING i.id, t.token, t.now), "
     "discarded AS (UPDATE flow_signal s SET discarded_at = done.now, "
     "discarded_reason = 'instance_completed' FROM done WHERE s.instance_id = done.id "
-    "AND s.taken_at IS NULL AND s.discarded_at IS NULL) "
+    "AND s.taken_at IS NULL AND s.discarded_at IS NULL), "
+    "released AS (DELETE FROM flow_correlation c USING done WHERE c.instance_id = done.id) "
     "SELECT done.id::text AS id, done.token FROM done"
 )
 

@@ -67,3 +67,26 @@ class SqlDeliveryIds(SqlPart):
             await conn.execute(statement)
             found = (await conn.execute(owner)).scalar_one_or_none()
         return None if found is None else str(found)
+
+    async def owner(self, flow: str, signal: str, delivery_id: str) -> str | None:
+        """The instance ``delivery_id`` of ``flow``'s ``signal`` reached first.
+
+        Args:
+            flow: the flow's name.
+            signal: the signal's name.
+            delivery_id: the provider's delivery id.
+
+        Returns:
+            The instance's id, or None when the id reached none.
+
+        Raises:
+            StoreUnavailable: the database could not be reached.
+        """
+        owner = select(DELIVERY_ID.c.instance_id).where(
+            DELIVERY_ID.c.flow_name == flow,
+            DELIVERY_ID.c.signal_name == signal,
+            DELIVERY_ID.c.delivery_id == delivery_id,
+        )
+        async with self._read() as conn:
+            found = (await conn.execute(owner)).scalar_one_or_none()
+        return None if found is None else str(found)

@@ -1,8 +1,7 @@
 """``MemoryStore``: every port of :class:`flowpark.engine.ports.Journal` in one process's memory.
 
 The store of a run that writes no rows (an ephemeral flow: :mod:`flowpark.engine.node.ephemeral`),
-and
-the twin the contract suite (``tests/contract_store``) runs beside SQLite and PostgreSQL:
+and the twin the contract suite (``tests/contract_store``) runs beside SQLite and PostgreSQL:
 the same claims, fences, commits, parks, mailbox and reads, with the same answers and errors.
 It imports no SQL driver. Every call runs without awaiting anything, so each is atomic on
 its event loop as a transaction is in SQL. Nothing survives the process.
@@ -46,12 +45,14 @@ from flowpark.errors import (
     InstanceKeyInUse,
     JournalConflict,
 )
+from flowpark.store.memory_correlations import MemoryCorrelations
 from flowpark.store.memory_reads import MemoryReads
 from flowpark.store.memory_state import (
     NO_LEASE,
     NO_TRY,
     RUNNING,
     SUSPENDED,
+    append_row,
     append_stream,
     copy_json,
     require_aware,
@@ -66,12 +67,14 @@ class MemoryStore(MemoryReads):
     Attributes:
         runs / intake / mailbox / streams / reads / operator / overview: this object (each
             port's methods have distinct names).
+        correlations: the correlation keys (:class:`MemoryCorrelations`).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.runs = self.intake = self.mailbox = self.streams = self
         self.reads = self.operator = self.overview = self
+        self.correlations = MemoryCorrelations(self._s)
 
     # -- RunStore ----------------------------------------------------------------------
     async def claim(
@@ -91,43 +94,7 @@ class MemoryStore(MemoryReads):
         return Snapshot(inst, list(self._s.steps.get(instance_id, [])), pending)
 
     def _append(self, row: StepRow, commit: Commit, last: bool) -> None:
-        key = (row.step_id, row.scope, row.kind, row.try_number)
-        rows = self._s.steps.setdefault(row.instance_id, [])
-        if any((r.step_id, r.scope, r.kind, r.try_number) == key for r in rows):
-            raise JournalConflict(
-                f"instance {row.instance_id!r}: step {row.step_id} scope {row.scope} "
-                f"{row.kind} try {row.try_number} conflicts with the journal",
-                instance_id=row.instance_id,
-                step_id=row.step_id,
-                scope=row.scope,
-            )
-        rows.append(replace(row, values=copy_json(row.values), sequence=next(self._s.sequence)))
-        if not last:
-            return
-        for event in commit.events:
-            self._s.events.append(
-                {
-                    "sequence": next(self._s.sequence),
-                    "id": event.id,
-                    "instance_id": row.instance_id,
-                    "name": event.name,
-                    "payload": copy_json(dict(event.payload)),
-                    "created_at": row.committed_at,
-                    "published_at": None,
-                }
-            )
-        for review in commit.reviews:
-            self._s.reviews.append(
-                {
-                    "sequence": next(self._s.sequence),
-                    "id": review.id,
-                    "instance_id": row.instance_id,
-                    "subject": review.subject,
-                    "reason": review.reason,
-                    "details": copy_json(dict(review.details)),
-                    "created_at": row.committed_at,
-                }
-            )
+        append_row(self._s, row, commit, last)
 
     def _check(self, commit: Commit) -> None:
         """Refuse, before anything is written, what the commit would conflict on."""
@@ -180,6 +147,7 @@ class MemoryStore(MemoryReads):
             raise ValueError("a commit writes a row, a park or both")
         inst = self._fence(commit.instance_id, commit.token)
         self._check(commit)
+        self.correlations.record(commit)  # a key in use refuses the commit before any write
         if commit.rows:
             for n, row in enumerate(commit.rows):
                 self._append(row, commit, n == len(commit.rows) - 1)
@@ -325,6 +293,7 @@ class MemoryStore(MemoryReads):
         if failure is not None:
             changes["failure"] = failure
         inst = self._put(inst, **changes)
+        self.correlations.release(instance_id)
         signals = self._s.signals.get(instance_id, [])
         for n, s in enumerate(signals):
             if s.taken_at is None and s.discarded_at is None:

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from flowpark.engine.ports.operator import OperatorAction
-from flowpark.engine.ports.values import StreamWrite
+from flowpark.engine.ports.values import Commit, StreamWrite
 from flowpark.engine.records import (
     Claim,
     Heartbeat,
@@ -20,10 +20,7 @@ from flowpark.engine.records import (
     StepRow,
     StreamMessage,
 )
-from flowpark.errors import (
-    InstanceNotFound,
-    StaleFencingToken,
-)
+from flowpark.errors import InstanceNotFound, JournalConflict, StaleFencingToken
 
 __all__ = [
     "NO_LEASE",
@@ -32,6 +29,7 @@ __all__ = [
     "SUSPENDED",
     "MemoryBase",
     "MemoryState",
+    "append_row",
     "append_stream",
     "copy_json",
     "require_aware",
@@ -79,6 +77,8 @@ class MemoryState:
     actions: list[OperatorAction] = field(default_factory=list)
     idempotency: dict[str, str] = field(default_factory=dict)  # instance id -> its key
     sizes: dict[tuple[str, str, int], int] = field(default_factory=dict)  # stream messages
+    # (flow, provider, key) -> (the instance holding it, when it was recorded)
+    correlations: dict[tuple[str, str, str], tuple[str, datetime]] = field(default_factory=dict)
     sequence: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
 
@@ -137,6 +137,52 @@ class MemoryBase:
             inst.state is RUNNING
             and inst.lease_expires_at is not None
             and inst.lease_expires_at < now
+        )
+
+
+def append_row(state: MemoryState, row: StepRow, commit: Commit, last: bool) -> None:
+    """Append ``row`` to its instance's journal in ``state`` (with the commit's events and
+    reviews when it is the ``last``).
+
+    Raises:
+        JournalConflict: the journal holds its execution and try already.
+    """
+    key = (row.step_id, row.scope, row.kind, row.try_number)
+    rows = state.steps.setdefault(row.instance_id, [])
+    if any((r.step_id, r.scope, r.kind, r.try_number) == key for r in rows):
+        raise JournalConflict(
+            f"instance {row.instance_id!r}: step {row.step_id} scope {row.scope} "
+            f"{row.kind} try {row.try_number} conflicts with the journal",
+            instance_id=row.instance_id,
+            step_id=row.step_id,
+            scope=row.scope,
+        )
+    rows.append(replace(row, values=copy_json(row.values), sequence=next(state.sequence)))
+    if not last:
+        return
+    for event in commit.events:
+        state.events.append(
+            {
+                "sequence": next(state.sequence),
+                "id": event.id,
+                "instance_id": row.instance_id,
+                "name": event.name,
+                "payload": copy_json(dict(event.payload)),
+                "created_at": row.committed_at,
+                "published_at": None,
+            }
+        )
+    for review in commit.reviews:
+        state.reviews.append(
+            {
+                "sequence": next(state.sequence),
+                "id": review.id,
+                "instance_id": row.instance_id,
+                "subject": review.subject,
+                "reason": review.reason,
+                "details": copy_json(dict(review.details)),
+                "created_at": row.committed_at,
+            }
         )
 
 

@@ -17,6 +17,7 @@ from flowpark.engine.ports.values import Commit
 from flowpark.engine.records import Ack, StepKind
 from flowpark.store.base import SqlContext, instant
 from flowpark.store.claims import SqlClaims
+from flowpark.store.correlations import record_correlations
 from flowpark.store.fencing import after_commit, fenced, insert_step
 from flowpark.store.mapping import SIGNAL
 from flowpark.store.signals import SqlMailbox, signal_not_waiting
@@ -45,6 +46,8 @@ class SqlRuns(SqlClaims, SqlJournalWrites):
         Returns / Raises: as :meth:`flowpark.engine.ports.RunStore.commit`.
         """
         rows, park = commit.rows, commit.park
+        if commit.correlations:  # rare: the general transaction writes the keys too
+            return await self._commit_transaction(commit)
         plain = not commit.events and not commit.reviews
         if commit.take_signal is not None:
             if park is None and len(rows) == 1 and plain:
@@ -73,8 +76,9 @@ class SqlRuns(SqlClaims, SqlJournalWrites):
 
     async def _commit_transaction(self, commit: Commit) -> Ack:
         """Any shape of commit as one write transaction: the fence (clearing a try in
-        flight), the rows in order (events and reviews with the last), the signal taken,
-        then the park unless a cancel was requested or an accepted signal waits."""
+        flight), the rows in order (events and reviews with the last), the correlation
+        keys, the signal taken, then the park unless a cancel was requested or an accepted
+        signal waits."""
         if commit.take_signal is not None and commit.rows[-1].kind != StepKind.SIGNAL:
             raise ValueError("the row that takes a signal is of kind 'signal'")
         park = commit.park
@@ -90,6 +94,11 @@ class SqlRuns(SqlClaims, SqlJournalWrites):
                     list(commit.events) if n == last else None,
                     list(commit.reviews) if n == last else None,
                     extra=self._dialect.sequence_values(),
+                )
+            if commit.correlations:
+                at = commit.rows[-1].committed_at
+                await record_correlations(
+                    conn, self._dialect, commit.instance_id, commit.correlations, at
                 )
             if commit.take_signal is not None:
                 row = commit.rows[-1]

@@ -20,6 +20,7 @@ from flowpark.engine.ports import Journal
 from flowpark.store.actions import SqlOperatorActions
 from flowpark.store.base import SqlContext
 from flowpark.store.batched import Lanes
+from flowpark.store.correlations import SqlCorrelations
 from flowpark.store.listing import SqlOperatorReads
 from flowpark.store.memory import MemoryStore
 from flowpark.store.overview import SqlOverviewReads
@@ -54,6 +55,8 @@ class SqlJournal:
         reads: the HTTP API's reads (:class:`SqlReadModel`).
         operator / overview: the operator's queries and the console overview's counts
             (the same object as ``reads``).
+        correlations: which live instance holds a provider's id
+            (:class:`~flowpark.store.correlations.SqlCorrelations`).
 
     On PostgreSQL, concurrent starts, journal commits, parks and completions are grouped
     into one statement per batch (:mod:`flowpark.store.batched`); each keeps its own fence.
@@ -72,6 +75,7 @@ class SqlJournal:
         self.reads = SqlReadModel(context)
         self.operator = self.reads
         self.overview = self.reads
+        self.correlations = SqlCorrelations(context)
 
     @property
     def engine(self) -> AsyncEngine:

@@ -3,9 +3,8 @@
 Every ``*_at`` column is a :class:`~flowpark.store.types.UtcDateTime` (aware UTC in Python).
 ``flow_instance.id`` and every ``instance_id`` column is an
 :class:`~flowpark.store.types.InstanceId` (a canonical UUID string in Python; ``uuid`` on
-PostgreSQL, text on SQLite). Signal, event and review ids are text.
-JSON columns store SQL NULL for ``None``. Constraint and index names are explicit so that
-migrations and autogenerate agree on every backend.
+PostgreSQL, text on SQLite). Signal, event and review ids are text. JSON columns store SQL
+NULL for ``None``. Constraint and index names are explicit (migrations and autogenerate agree).
 """
 
 from datetime import datetime
@@ -35,6 +34,7 @@ from flowpark.store.types import InstanceId, UtcDateTime
 __all__ = [
     "ACTIVE_STATES",
     "ConsoleSessionRow",
+    "CorrelationRow",
     "ENDED_WHERE",
     "IDEMPOTENCY_DIGEST_SQL",
     "WAITING_WHERE",
@@ -64,12 +64,10 @@ WAITING_WHERE = "state = 'suspended' AND wake_kind <> 'poll'"
 
 metadata = SQLModel.metadata
 
-#: Every table's pydantic config. The store reads and writes through the tables' Core
-#: ``__table__`` only, so their pydantic validators and serializers are built on first use
-#: (``defer_build``), not when a node imports the store. The module also has no
-#: ``from __future__ import annotations``: pydantic and SQLAlchemy's declarative scan
-#: would each evaluate every column's annotation string again (the two together took a
-#: quarter of the ~0.1 s this module cost a node's start-up).
+#: Every table's pydantic config. The store uses the tables' Core ``__table__`` only, so
+#: their validators and serializers are built on first use (``defer_build``), not at import.
+#: No ``from __future__ import annotations``: pydantic and SQLAlchemy's declarative scan
+#: would each evaluate every annotation string again (a quarter of this module's ~0.1 s).
 _TABLE: Any = ConfigDict(defer_build=True)  # SQLModel types it as its own TypedDict
 
 
@@ -396,6 +394,21 @@ class SignalDeliveryRow(SQLModel, table=True):
     delivery_id: str = _str("delivery_id", nullable=False, primary_key=True)
     instance_id: str = _instance_id("instance_id")
     received_at: datetime = _instant("received_at", nullable=False)
+
+
+class CorrelationRow(SQLModel, table=True):
+    """``flow_correlation``: a provider's id a live instance's step recorded (per flow and
+    provider unique; written with the step's row, deleted when the instance finishes)."""
+
+    model_config = _TABLE
+    __tablename__ = "flow_correlation"
+    __table_args__ = (Index("ix_flow_correlation_instance", "instance_id"),)
+
+    flow_name: str = _str("flow_name", nullable=False, primary_key=True)
+    provider: str = _str("provider", nullable=False, primary_key=True)
+    key: str = _str("key", nullable=False, primary_key=True)
+    instance_id: str = _instance_id("instance_id")
+    created_at: datetime = _instant("created_at", nullable=False)
 
 
 class ConsoleSessionRow(SQLModel, table=True):

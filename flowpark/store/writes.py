@@ -30,6 +30,7 @@ from flowpark.engine.records import (
 from flowpark.errors import FlowFailure, IdempotencyKeyReused, InstanceKeyInUse
 from flowpark.store.base import JournalConflict, SqlRole, const, instant
 from flowpark.store.batched import CommitItem, FinishItem, require_aware
+from flowpark.store.correlations import release_correlations
 from flowpark.store.fencing import (
     NO_LEASE,
     NO_TRY,
@@ -398,7 +399,8 @@ class SqlJournalWrites(SqlRole):
         """Write a final state, ``result`` (COMPLETED) or ``failure``; clear the wake, the
         lease, the try and ``ending``. In the same transaction, every signal still
         waiting untaken in the mailbox is marked discarded (``discarded_at`` = ``now``,
-        ``discarded_reason`` = ``instance_<state>``): it will never be taken.
+        ``discarded_reason`` = ``instance_<state>``): it will never be taken; and the
+        correlation keys the instance holds are released.
 
         Returns:
             For COMPLETED, ``Ack(applied=False, cancel_requested=True)`` and nothing changed
@@ -444,6 +446,7 @@ class SqlJournalWrites(SqlRole):
                     )
                     .values(discarded_at=now, discarded_reason=f"instance_{state.value}")
                 )
+                await release_correlations(conn, instance_id)
         if row is None:
             return Ack(applied=False, cancel_requested=True)
         return Ack(applied=True, cancel_requested=row.cancel_requested)

@@ -13,7 +13,15 @@
 * ``order.wait``: waits for ``order.paid``, a bearer-token signal with an instance key
   (``order-<id>``): its keyed route takes the typed payload with a token of the ``signal``
   scope; an empty ``order_id`` names no instance, and ``order_id`` ``"boom"`` makes the
-  key function raise.
+  key function raise;
+* ``ci.build``: a step starts a CI run and records its id with ``ctx.correlate("ci", ...)``,
+  then waits for GitHub's ``workflow_run`` event (``ci.completed``), which the provider
+  signal route ``/api/v1/providers/ci/signals/ci.completed`` routes by that id;
+* ``ci.gated``: the same, with a bearer-token ``ci.gate`` wait between the run's start and
+  the wait for its completion (a completion delivered before the wait is kept for it);
+* ``parcel.track``: records a carrier's tracking number; the bearer-token provider signal
+  ``parcel.delivered`` (route ``/api/v1/providers/carrier/signals/parcel.delivered``) ends
+  its wait.
 """
 
 from __future__ import annotations
@@ -24,11 +32,14 @@ from pydantic import BaseModel
 
 from flowpark import (
     Bag,
+    Capability,
+    Correlate,
     Flow,
     GitHubWebhook,
     HmacWebhook,
     HttpTrigger,
     Signal,
+    StepContext,
     StripeWebhook,
     WebhookDelivery,
 )
@@ -150,4 +161,82 @@ order_wait = (
     Flow("order.wait", "1.0.0", input=Order, trigger=HttpTrigger("POST", "/api/v1/orders"))
     .await_signal(ORDER_PAID, match=lambda bag, p: bool(p.order_id == bag.input.order_id))
     .returns(lambda bag: bag.get(OrderPaid))
+)
+
+
+# -- correlation keys: a provider's id recorded mid-flow finds the instance ---------------
+
+
+class CiRun(BaseModel):
+    run_id: int
+
+
+class Gate(BaseModel):
+    note: str = ""
+
+
+BUILD_COMPLETED = Signal(
+    "ci.completed",
+    BuildFinished,
+    verify=GitHubWebhook("github"),
+    adapt=build_finished,
+    correlate=Correlate("ci", key=lambda payload: payload.run_id),
+)
+GATE = Signal("ci.gate", Gate)
+
+
+class StartCiRun(Capability):
+    """Starts a CI run; the CI "mints" the run id the input names (the test knows it)."""
+
+    id = "ci.start"
+    puts = (CiRun,)
+
+    async def execute(self, ctx: StepContext) -> None:
+        ctx.correlate("ci", str(ctx.input.run_id))
+        ctx.put(CiRun(run_id=ctx.input.run_id))
+
+
+ci_build = (
+    Flow("ci.build", "1.0.0", input=BuildRun, trigger=HttpTrigger("POST", "/api/v1/builds"))
+    .step(StartCiRun())
+    .await_signal(BUILD_COMPLETED)
+    .returns(lambda bag: bag.get(BuildFinished))
+)
+
+ci_gated = (
+    Flow("ci.gated", "1.0.0", input=BuildRun, trigger=HttpTrigger("POST", "/api/v1/gated"))
+    .step(StartCiRun())
+    .await_signal(GATE)
+    .await_signal(BUILD_COMPLETED)
+    .returns(lambda bag: bag.get(BuildFinished))
+)
+
+
+class Parcel(BaseModel):
+    tracking: str
+
+
+class ParcelDelivered(BaseModel):
+    tracking: str
+    signed_by: str
+
+
+class ShipParcel(Capability):
+    id = "parcel.ship"
+
+    async def execute(self, ctx: StepContext) -> None:
+        ctx.correlate("carrier", ctx.input.tracking)
+
+
+PARCEL_DELIVERED = Signal(
+    "parcel.delivered",
+    ParcelDelivered,
+    correlate=Correlate("carrier", key=lambda payload: payload.tracking or None),
+)
+
+parcel_track = (
+    Flow("parcel.track", "1.0.0", input=Parcel, trigger=HttpTrigger("POST", "/api/v1/parcels"))
+    .step(ShipParcel())
+    .await_signal(PARCEL_DELIVERED)
+    .returns(lambda bag: bag.get(ParcelDelivered))
 )

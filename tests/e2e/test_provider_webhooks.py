@@ -5,7 +5,12 @@ a missing signature and a bearer token alone are 401 ``signature_invalid``, and 
 delivery id answers the first signal: each leaves the instance as it was. A delivery the
 flow's ``adapt`` cannot read is a generic 422 ``signal_payload_invalid`` (the exception goes
 to the log, masked); an unknown name on a keyed route is 404 ``signal_not_declared`` with the
-flow's signals; a bearer-token signal with an instance key has a keyed route too.
+flow's signals; a bearer-token signal with an instance key has a keyed route too. At the
+one fixed URL of a provider signal (``/api/v1/providers/ci/signals/ci.completed``), a GitHub
+delivery finds the instance by the CI run id a step recorded (``ctx.correlate``): a wrong
+signature is 401, an unknown run id 404 ``correlation_key_unknown`` (nothing kept for a later
+holder), a completion before the wait is kept for it, and a replayed delivery id is
+delivered once.
 
 The deliveries are made the providers' way, by hand (``hmac`` over the raw body), and sent
 as raw bytes over HTTP: the node sees what a provider sends.
@@ -512,3 +517,104 @@ def test_a_bearer_signal_on_the_keyed_route_finds_its_instance_by_key(
     body = operation["requestBody"]["content"]["application/json"]["schema"]
     assert set(body["properties"]) == {"order_id", "amount"}
     assert "422" in operation["responses"] and "404" in operation["responses"]
+
+
+# -- correlation keys: one fixed URL, the CI run id recorded mid-flow ----------------------
+
+CI_COMPLETED = "/api/v1/providers/ci/signals/ci.completed"
+
+
+def suspended_without_signals(node: SubprocessServer, instance_id: str) -> None:
+    view = instance(node, instance_id)
+    assert view["state"] == "suspended", view["state"]
+    assert view["signals"] == []
+
+
+def test_a_webhook_at_the_fixed_url_finds_the_run_recorded_mid_flow(
+    node: SubprocessServer,
+) -> None:
+    run_id = uuid.uuid4().int % 10**9
+    bystander = start(node, "/api/v1/builds", {"run_id": run_id + 1})
+    instance_id = start(node, "/api/v1/builds", {"run_id": run_id})
+    body = workflow_run(run_id)
+    resp = post(node, CI_COMPLETED, body, github_headers(body))
+    assert resp.status_code == 202, resp.text
+    assert (resp.json()["instanceId"], resp.json()["created"]) == (instance_id, True)
+    view = ended(node, instance_id)
+    assert view["result"] == {"run_id": run_id, "conclusion": "success"}
+    suspended_without_signals(node, bystander)
+
+
+def test_a_wrong_signature_at_the_fixed_url_is_401_and_stores_nothing(
+    node: SubprocessServer,
+) -> None:
+    run_id = uuid.uuid4().int % 10**9
+    instance_id = start(node, "/api/v1/builds", {"run_id": run_id})
+    body = workflow_run(run_id)
+    for headers in (github_headers(body, secret="not-the-secret"), {}):
+        resp = post(node, CI_COMPLETED, body, headers)
+        assert resp.status_code == 401, resp.text
+        assert resp.headers["content-type"].startswith("application/problem+json")
+        assert resp.json()["code"] == "signature_invalid"
+        assert GITHUB_SECRET not in resp.text
+    suspended_without_signals(node, instance_id)
+
+
+def test_an_unknown_run_id_is_404_and_nothing_waits_for_a_later_holder(
+    node: SubprocessServer,
+) -> None:
+    run_id = uuid.uuid4().int % 10**9
+    waiting = start(node, "/api/v1/builds", {"run_id": run_id + 1})
+    body = workflow_run(run_id)
+    resp = post(node, CI_COMPLETED, body, github_headers(body))
+    assert resp.status_code == 404, resp.text
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    assert resp.json()["code"] == "correlation_key_unknown"
+    suspended_without_signals(node, waiting)
+    # an instance that records that run id afterwards finds nothing of the refused delivery
+    later = start(node, "/api/v1/builds", {"run_id": run_id})
+    suspended_without_signals(node, later)
+
+
+def test_a_completion_before_the_wait_is_kept_and_taken_when_reached(
+    node: SubprocessServer,
+) -> None:
+    run_id = uuid.uuid4().int % 10**9
+    instance_id = start(node, "/api/v1/gated", {"run_id": run_id})  # waits on ci.gate
+    body = workflow_run(run_id)
+    resp = post(node, CI_COMPLETED, body, github_headers(body))
+    assert resp.status_code == 202, resp.text
+    assert resp.json()["takenAt"] is None  # kept in the mailbox
+    view = instance(node, instance_id)
+    assert view["state"] == "suspended"
+    assert [s["name"] for s in view["signals"]] == ["ci.completed"]
+    with api(node) as client:
+        gate = client.post(f"/api/v1/gated/{instance_id}/signals/ci.gate", json={"note": "go"})
+    assert gate.status_code == 202, gate.text
+    view = ended(node, instance_id)
+    assert view["result"] == {"run_id": run_id, "conclusion": "success"}
+    assert all(s["takenAt"] is not None for s in view["signals"])
+
+
+def test_a_replayed_delivery_id_at_the_fixed_url_is_delivered_once(
+    node: SubprocessServer,
+) -> None:
+    run_id = uuid.uuid4().int % 10**9
+    instance_id = start(node, "/api/v1/gated", {"run_id": run_id})
+    body = workflow_run(run_id)
+    headers = github_headers(body)
+    first = post(node, CI_COMPLETED, body, headers)
+    again = post(node, CI_COMPLETED, body, headers)
+    assert (first.status_code, again.status_code) == (202, 202), again.text
+    assert (first.json()["created"], again.json()["created"]) == (True, False)
+    assert again.json()["signalId"] == first.json()["signalId"]
+    assert len(instance(node, instance_id)["signals"]) == 1
+    with api(node) as client:
+        client.post(f"/api/v1/gated/{instance_id}/signals/ci.gate", json={})
+    ended(node, instance_id)
+    # GitHub's redelivery after the run ended (the key released): the first signal still
+    late = post(node, CI_COMPLETED, body, headers)
+    assert late.status_code == 202, late.text
+    assert (late.json()["created"], late.json()["signalId"]) == (False, first.json()["signalId"])
+    names = [s["name"] for s in instance(node, instance_id)["signals"]]
+    assert names == ["ci.completed", "ci.gate"]

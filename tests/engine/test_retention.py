@@ -15,6 +15,7 @@ from flowpark.flows import Flow
 from flowpark.store.deliveries import SqlDeliveries
 from flowpark.store.retention import SqlRetention
 from flowpark.store.tables import (
+    CorrelationRow,
     EventDeliveryRow,
     FlowActionRow,
     FlowHeartbeatRow,
@@ -89,6 +90,12 @@ async def _life(h: FlowHarness, key: str, *, end: bool) -> str:
     if end:
         await h.engine.deliver(inst.id, "t.ready", {"job_id": key})
         assert (await h.instance(inst.id)).state is InstanceState.COMPLETED
+    async with h.journal.engine.begin() as conn:  # an ending released its keys: one put back
+        await conn.execute(
+            insert(CorrelationRow.__table__).values(  # type: ignore[attr-defined]
+                flow_name="t.life", provider="p", key=key, instance_id=inst.id, created_at=now
+            )
+        )
     return inst.id
 
 

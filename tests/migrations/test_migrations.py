@@ -46,6 +46,7 @@ TABLES = {
     "flow_node",
     "signal_delivery",
     "console_session",
+    "flow_correlation",
 }
 
 

@@ -29,7 +29,7 @@ from flowpark.engine.decide.decisions import (
     RefuseSignal,
     TakeSignal,
 )
-from flowpark.engine.execute.run_state import RunState
+from flowpark.engine.execute.run_state import KeysRefused, RunState
 from flowpark.engine.execute.tries import make_try
 from flowpark.engine.outcomes import Halt
 from flowpark.engine.ports import Park as ParkAt
@@ -86,7 +86,14 @@ class Executor(RunState):
         )
 
     async def step(self, decision: Decision) -> Halt | None:
-        """Carry out one decision; a :class:`Halt` when the run stops there."""
+        """Carry out one decision; a :class:`Halt` when the run stops there (None: decide
+        again, also when a step's correlation key was refused and its try failed)."""
+        try:
+            return await self._carry_out(decision)
+        except KeysRefused:
+            return None  # the journal now holds the try's failure: decide from it
+
+    async def _carry_out(self, decision: Decision) -> Halt | None:
         self.report(decision.notes)
         if isinstance(decision, Execute):
             await self.execute(decision)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,8 +15,9 @@ from pydantic import BaseModel
 
 from flowpark.engine.context import Beat, ExecutionContext
 from flowpark.engine.decide.decider import Decider
+from flowpark.engine.decide.retries import failure_row
 from flowpark.engine.execute.host import RunHost
-from flowpark.engine.ports import Commit, Journal, Park, StreamWrite
+from flowpark.engine.ports import Commit, Correlation, Journal, Park, StreamWrite
 from flowpark.engine.records import (
     Ack,
     Claim,
@@ -25,11 +27,18 @@ from flowpark.engine.records import (
     SignalRecord,
     StepRow,
 )
-from flowpark.errors import StreamNotDeclared
+from flowpark.errors import CorrelationKeyInUse, ErrorCode, StreamNotDeclared
 from flowpark.flows.capability import Stream
 from flowpark.flows.plan import Plan
 
-__all__ = ["RunState"]
+__all__ = ["KeysRefused", "RunState"]
+
+log = logging.getLogger("flowpark.engine")
+
+
+class KeysRefused(Exception):  # noqa: N818 - an outcome the executor handles, not an error
+    """A commit carried correlation keys another live instance holds: the keyed try was
+    committed as a final failure instead; the run decides again (internal to the engine)."""
 
 
 class RunState:
@@ -79,6 +88,8 @@ class RunState:
         self.detach: asyncio.Future[None] | None = None
         self.lease_expires_at: datetime | None = instance.lease_expires_at
         self.unflushed: StepRow | None = None
+        #: a step's row (committed or deferred) and the correlation keys to write with it
+        self.keyed: tuple[StepRow, tuple[Correlation, ...]] | None = None
         self.noted: set[tuple[int, str, int | None]] = set()
 
     # -- what a try and its limits use -------------------------------------------------
@@ -120,9 +131,14 @@ class RunState:
         if self.instance.wake_step_id is not None:
             self.instance = self.instance.evolve(wake_step_id=None, wake_scope=None)
 
-    def defer(self, row: StepRow) -> None:
-        """Keep ``row`` for the next write to carry."""
+    def defer(self, row: StepRow, keys: tuple[Correlation, ...] = ()) -> None:
+        """Keep ``row`` (and the correlation keys it records) for the next write to carry."""
         self.unflushed = row
+        self.keep_keys(row, keys)
+
+    def keep_keys(self, row: StepRow, keys: tuple[Correlation, ...]) -> None:
+        """Write ``keys`` with ``row``, in whichever commit carries it."""
+        self.keyed = (row, keys) if keys else None
 
     async def flush(self) -> None:
         """Commit the deferred row, if any."""
@@ -139,22 +155,64 @@ class RunState:
         park: Park | None = None,
         at: datetime | None = None,
     ) -> Ack:
-        """Write ``rows`` (and what goes with them) as one :class:`Commit` under this run's
-        fencing token, at ``at`` (default now); a try in flight's lease is renewed to the
-        run's."""
-        return await self.journal.runs.commit(
-            Commit(
-                self.instance_id,
-                self.token,
-                at or self.now(),
-                self.lease_until(),
-                rows,
-                events,
-                reviews,
-                take_signal,
-                park,
-            )
+        """Write ``rows`` (and what goes with them: the correlation keys of a row among
+        them) as one :class:`Commit` under this run's fencing token, at ``at`` (default now);
+        a try in flight's lease is renewed to the run's.
+
+        Raises:
+            KeysRefused: a key another live instance holds: nothing of the commit was
+                written; the keyed row's try was committed as a final failure instead
+                (``correlation_key_in_use``) and the run must decide again.
+        """
+        keyed = self.keyed
+        keys = keyed[1] if keyed is not None and any(r is keyed[0] for r in rows) else ()
+        commit = Commit(
+            self.instance_id,
+            self.token,
+            at or self.now(),
+            self.lease_until(),
+            rows,
+            events,
+            reviews,
+            take_signal,
+            park,
+            keys,
         )
+        if not keys:
+            return await self.journal.runs.commit(commit)
+        self.keyed = None
+        try:
+            return await self.journal.runs.commit(commit)
+        except CorrelationKeyInUse as exc:
+            assert keyed is not None
+            await self._refused(keyed[0], exc)
+            raise KeysRefused(exc.message) from exc
+
+    async def _refused(self, row: StepRow, exc: CorrelationKeyInUse) -> None:
+        """Commit the try of ``row`` as failed for good with ``correlation_key_in_use`` (in
+        place of ``row``, which was not written) and keep the journal as the store has it."""
+        now = self.now()
+        failed = failure_row(
+            row.instance_id,
+            row.step_id,
+            row.scope,
+            row.kind,
+            row.capability_id,
+            row.try_number,
+            (ErrorCode.CORRELATION_KEY_IN_USE.value, exc.message),
+            row.started_at,
+            now,
+            None,
+        )
+        log.info("instance %s: %s", self.instance_id, exc.message)
+        ack = await self.journal.runs.commit(
+            Commit(self.instance_id, self.token, now, self.lease_until(), (failed,))
+        )
+        if any(r is row for r in self.steps):
+            self.steps = [failed if r is row else r for r in self.steps]
+        else:
+            self.steps.append(failed)
+        self.after_ack(ack)
 
     def settle(self, **changes: Any) -> None:
         """Keep :attr:`instance` as the run last wrote it (a start answers with it)."""

@@ -18,7 +18,7 @@ from flowpark.engine.decide.retries import failure_row, next_try_at, window_ende
 from flowpark.engine.execute.host import RunHost
 from flowpark.engine.execute.limits import CANCEL_LEARNED, CapabilityTimeout, LeaseHolder
 from flowpark.engine.observe import LOG_CONTEXT
-from flowpark.engine.ports import TryMark
+from flowpark.engine.ports import Correlation, TryMark
 from flowpark.engine.records import Ack, Outcome, ReviewRequest, StepKind, StepRow
 from flowpark.engine.values import DECISION_KEY, jsonable
 from flowpark.errors import StaleFencingToken
@@ -64,8 +64,11 @@ class TryRun(LeaseHolder, TryHost, Protocol):
     def record(self, row: StepRow) -> None:
         """Remember a row committed (or deferred) by the run."""
 
-    def defer(self, row: StepRow) -> None:
-        """Keep ``row`` for the run's next write to carry."""
+    def defer(self, row: StepRow, keys: tuple[Correlation, ...] = ()) -> None:
+        """Keep ``row`` (and the correlation keys it records) for the run's next write."""
+
+    def keep_keys(self, row: StepRow, keys: tuple[Correlation, ...]) -> None:
+        """Write ``keys`` with ``row``, in whichever commit carries it."""
 
     async def commit(self, *rows: StepRow, reviews: tuple[ReviewRequest, ...] = ()) -> Ack:
         """Write ``rows`` as one commit under the run's fencing token."""
@@ -167,14 +170,23 @@ async def make_try(run: TryRun, decision: Execute) -> StepRow | None:
         )
     if not is_step and row.final and not run.ephemeral:
         run.host.observer.compensation_failed(run.plan.name, capability.id)
+    keys = _correlations(run, ctx, row)
     if is_step and not ctx.reviews:
-        run.defer(row)
+        run.defer(row, keys)  # the keys go with the row, in whichever write carries it
         run.record(row)
         return row
+    run.keep_keys(row, keys)
     ack = await run.commit(row, reviews=tuple(ctx.reviews))
     run.record(row)
     run.after_ack(ack)
     return row
+
+
+def _correlations(run: TryRun, ctx: ExecutionContext, row: StepRow) -> tuple[Correlation, ...]:
+    """The correlation keys a successful try recorded (a failed try records none)."""
+    if row.outcome is not Outcome.SUCCESS:
+        return ()
+    return tuple(Correlation(run.plan.name, p, k) for p, k in ctx.correlations)
 
 
 def _window_end(decision: Execute, capability: Capability) -> datetime | None:

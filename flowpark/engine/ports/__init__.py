@@ -5,6 +5,7 @@
 * :class:`Intake` — starts, the sweep's claims, cancel requests, an operator's reopening of
   an ended instance to retry its compensations (:class:`Reopen`).
 * :class:`Mailbox` and :class:`Streams` — signals; progress messages.
+* :class:`Correlations` — which live instance holds a provider's id (:class:`Correlation`).
 * :class:`ReadModel`, :class:`OperatorReads`, :class:`OverviewReads` — what the API, the
   operator and the console read.
 * :class:`Deliveries` and :class:`Retention` — the outbox's sends; purging ended instances.
@@ -15,6 +16,7 @@ The engine imports these; the store implements them (:class:`flowpark.store.SqlJ
 parameters: a wider call takes a value.
 """
 
+from flowpark.engine.ports.correlations import CorrelationHolder, Correlations
 from flowpark.engine.ports.mailbox import Mailbox, Streams
 from flowpark.engine.ports.operator import OperatorReads, OverviewReads
 from flowpark.engine.ports.outbox import ClaimedDelivery, Deliveries, Retention
@@ -22,6 +24,7 @@ from flowpark.engine.ports.reads import Journal, ReadModel
 from flowpark.engine.ports.run import Intake, RunStore
 from flowpark.engine.ports.values import (
     Commit,
+    Correlation,
     NewSignal,
     Park,
     Reopen,
@@ -33,6 +36,9 @@ from flowpark.engine.ports.values import (
 __all__ = [
     "ClaimedDelivery",
     "Commit",
+    "Correlation",
+    "CorrelationHolder",
+    "Correlations",
     "Deliveries",
     "Intake",
     "Journal",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Protocol
 
+from flowpark.engine.ports.correlations import Correlations
 from flowpark.engine.ports.mailbox import Mailbox, Streams
 from flowpark.engine.ports.operator import OperatorReads, OverviewReads
 from flowpark.engine.ports.run import Intake, RunStore
@@ -82,6 +83,7 @@ class Journal(Protocol):
         reads: the HTTP API's reads.
         operator: the operator's list, counts and actions.
         overview: the console overview's counts.
+        correlations: which live instance holds a provider's id.
     """
 
     @property
@@ -111,6 +113,10 @@ class Journal(Protocol):
     @property
     def overview(self) -> OverviewReads:
         """The console overview's counts."""
+
+    @property
+    def correlations(self) -> Correlations:
+        """Which live instance holds a provider's id."""
 
     def scratch(self) -> Journal:
         """A new, empty store in memory with the same ports: where a run that writes no

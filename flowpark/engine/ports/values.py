@@ -15,7 +15,16 @@ from typing import Any
 
 from flowpark.engine.records import EmittedEvent, ReviewRequest, StepRow, WakeKind
 
-__all__ = ["Commit", "NewSignal", "Park", "Reopen", "StreamWrite", "TryMark", "WakeClaim"]
+__all__ = [
+    "Commit",
+    "Correlation",
+    "NewSignal",
+    "Park",
+    "Reopen",
+    "StreamWrite",
+    "TryMark",
+    "WakeClaim",
+]
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,21 @@ class Park:
 
 
 @dataclass(frozen=True)
+class Correlation:
+    """A correlation key a step recorded: the id ``provider`` minted for what it started.
+
+    Attributes:
+        flow_name: the instance's flow (keys are unique per flow and provider).
+        provider: the provider's name.
+        key: the provider's id.
+    """
+
+    flow_name: str
+    provider: str
+    key: str
+
+
+@dataclass(frozen=True)
 class Commit:
     """One decision's outcome, written in one transaction behind the fence.
 
@@ -78,6 +102,10 @@ class Commit:
         reviews: review items written with the last row.
         take_signal: the id of the mailbox signal the last row (kind ``signal``) takes.
         park: suspend the instance after the rows, or None to keep it running.
+        correlations: correlation keys the instance holds from this commit on (written
+            with the rows; one the instance holds already is kept as it is); a key another
+            live instance of the flow holds refuses the whole commit
+            (``CorrelationKeyInUse``, nothing written).
 
     The :class:`~flowpark.engine.records.Ack` answered is the park's (``applied=False`` with
     ``cancel_requested`` or ``signal_pending`` when it was refused; the rows are written
@@ -93,6 +121,7 @@ class Commit:
     reviews: tuple[ReviewRequest, ...] = ()
     take_signal: str | None = None
     park: Park | None = None
+    correlations: tuple[Correlation, ...] = ()
 
     def __post_init__(self) -> None:
         for row in self.rows:
@@ -101,8 +130,12 @@ class Commit:
                     f"a commit of instance {self.instance_id!r} carries a row of "
                     f"{row.instance_id!r}"
                 )
-        if (self.events or self.reviews or self.take_signal is not None) and not self.rows:
-            raise ValueError("events, reviews and a taken signal go with a journal row")
+        if (
+            self.events or self.reviews or self.correlations or self.take_signal is not None
+        ) and not self.rows:
+            raise ValueError(
+                "events, reviews, correlation keys and a taken signal go with a journal row"
+            )
 
 
 @dataclass(frozen=True)
