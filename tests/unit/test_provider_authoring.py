@@ -32,7 +32,7 @@ def cap(cap_id: str, provider: Provider | None) -> Capability:
         async def execute(self, ctx: StepContext) -> None:
             return None
 
-    Cap.provider = provider  # type: ignore[misc]
+    Cap.provider = provider
     return Cap()
 
 
@@ -124,7 +124,10 @@ def test_a_pushback_is_a_429_or_503_or_the_exception() -> None:
     assert pushback_of(ValueError("x"), NOW) is None
     raised = ProviderPushback(timedelta(seconds=3), status=429, detail="quota")
     assert pushback_of(raised, NOW) == (NOW + timedelta(seconds=3), 429, "quota")
-    assert pushback_of(ProviderPushback(NOW + timedelta(hours=1)), NOW)[0] == NOW + timedelta(
-        hours=1
-    )  # type: ignore[index]
-    assert pushback_of(ProviderPushback(), NOW)[0] is None  # type: ignore[index]
+    later = NOW + timedelta(hours=1)
+    assert pushback_of(ProviderPushback(later), NOW) == (
+        later,
+        None,
+        "provider pushback (status None)",
+    )
+    assert pushback_of(ProviderPushback(), NOW) == (None, None, "provider pushback (status None)")
