@@ -31,6 +31,8 @@ from flowpark.flows import (
     HmacWebhook,
     HttpTrigger,
     Profile,
+    Provider,
+    ProviderPushback,
     RecoveryError,
     RetryPolicy,
     Severity,
@@ -43,6 +45,7 @@ from flowpark.flows import (
     WebhookDelivery,
     bag_key,
     check_flow,
+    retry_after_instant,
 )
 from flowpark.runtime.loading import Deps
 
@@ -70,6 +73,8 @@ __all__ = [
     "HmacWebhook",
     "HttpTrigger",
     "Profile",
+    "Provider",
+    "ProviderPushback",
     "RecoveryError",
     "RetryPolicy",
     "Severity",
@@ -82,6 +87,7 @@ __all__ = [
     "WebhookDelivery",
     "bag_key",
     "check_flow",
+    "retry_after_instant",
 ]
 
 

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from pydantic import BaseModel
 
 from flowpark.flows.durations import RetryPolicy
+from flowpark.flows.providers import Provider
 from flowpark.flows.webhooks import WebhookDelivery, WebhookVerifier
 
 __all__ = [
@@ -323,6 +324,10 @@ class Capability(ABC):
         secret_fields: names of fields whose values the instance views (API, CLI, console)
             show as ``"***"``, at any depth of a value it put; the journal keeps them, since
             later steps read them. Override :meth:`redact` for other rules.
+        provider: the :class:`~flowpark.flows.providers.Provider` it calls, or None (default):
+            each try then takes a token of the provider's shared budget first (a try without
+            one is deferred, not run), and a 429/503 or ``ProviderPushback`` it raises parks
+            the instance until the provider's ``Retry-After`` instead of failing the try.
     """
 
     id: ClassVar[str] = ""
@@ -331,6 +336,7 @@ class Capability(ABC):
     puts: ClassVar[tuple[type[BaseModel], ...]] = ()
     options: ClassVar[CapabilityOptions] = CapabilityOptions()
     secret_fields: ClassVar[tuple[str, ...]] = ()
+    provider: ClassVar[Provider | None] = None
 
     def redact(self, values: dict[str, Any]) -> dict[str, Any]:
         """The values one execution put, as the instance views show them.

@@ -46,6 +46,7 @@ from flowpark.errors import (
     InstanceKeyInUse,
     JournalConflict,
 )
+from flowpark.store.memory_providers import MemoryProviderLimits
 from flowpark.store.memory_reads import MemoryReads
 from flowpark.store.memory_state import (
     NO_LEASE,
@@ -65,13 +66,14 @@ class MemoryStore(MemoryReads):
 
     Attributes:
         runs / intake / mailbox / streams / reads / operator / overview: this object (each
-            port's methods have distinct names).
+            port's methods have distinct names). providers: a MemoryProviderLimits.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.runs = self.intake = self.mailbox = self.streams = self
         self.reads = self.operator = self.overview = self
+        self.providers = MemoryProviderLimits()
 
     # -- RunStore ----------------------------------------------------------------------
     async def claim(

@@ -23,6 +23,7 @@ from flowpark.store.batched import Lanes
 from flowpark.store.listing import SqlOperatorReads
 from flowpark.store.memory import MemoryStore
 from flowpark.store.overview import SqlOverviewReads
+from flowpark.store.providers import SqlProviderLimits
 from flowpark.store.reads import SqlReads
 from flowpark.store.runs import SqlRuns
 from flowpark.store.signals import SqlMailbox
@@ -54,6 +55,8 @@ class SqlJournal:
         reads: the HTTP API's reads (:class:`SqlReadModel`).
         operator / overview: the operator's queries and the console overview's counts
             (the same object as ``reads``).
+        providers: the providers' shared limits
+            (:class:`~flowpark.store.providers.SqlProviderLimits`).
 
     On PostgreSQL, concurrent starts, journal commits, parks and completions are grouped
     into one statement per batch (:mod:`flowpark.store.batched`); each keeps its own fence.
@@ -72,6 +75,7 @@ class SqlJournal:
         self.reads = SqlReadModel(context)
         self.operator = self.reads
         self.overview = self.reads
+        self.providers = SqlProviderLimits(context)
 
     @property
     def engine(self) -> AsyncEngine:

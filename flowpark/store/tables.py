@@ -585,3 +585,7 @@ class FlowNodeRow(SQLModel, table=True):
     stopped_at: datetime | None = _instant("stopped_at")
     last_sweep_at: datetime | None = _instant("last_sweep_at")
     last_claimed: int | None = _int("last_claimed")
+
+
+# the providers' tables register on the same metadata (flowpark.store.provider_tables)
+from flowpark.store import provider_tables as _provider_tables  # noqa: E402,F401

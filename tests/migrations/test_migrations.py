@@ -46,6 +46,8 @@ TABLES = {
     "flow_node",
     "signal_delivery",
     "console_session",
+    "flow_provider",
+    "flow_provider_minute",
 }
 
 

@@ -25,6 +25,7 @@ WIRED = {
     "reads": ports.ReadModel,
     "operator": ports.OperatorReads,
     "overview": ports.OverviewReads,
+    "providers": ports.ProviderLimits,
 }
 
 

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from flowpark.engine.ports.mailbox import Mailbox, Streams
 from flowpark.engine.ports.operator import OperatorReads, OverviewReads
+from flowpark.engine.ports.providers import ProviderLimits
 from flowpark.engine.ports.run import Intake, RunStore
 from flowpark.engine.records import InstanceRecord, InstanceState, SignalRecord, Snapshot
 
@@ -82,6 +83,7 @@ class Journal(Protocol):
         reads: the HTTP API's reads.
         operator: the operator's list, counts and actions.
         overview: the console overview's counts.
+        providers: the providers' shared limits.
     """
 
     @property
@@ -111,6 +113,10 @@ class Journal(Protocol):
     @property
     def overview(self) -> OverviewReads:
         """The console overview's counts."""
+
+    @property
+    def providers(self) -> ProviderLimits:
+        """The providers' shared limits and call tallies."""
 
     def scratch(self) -> Journal:
         """A new, empty store in memory with the same ports: where a run that writes no
