@@ -1,4 +1,5 @@
-"""The operator's CLI: ``flowpark instances ...``, ``flowpark nodes``, ``flowpark flows list|show``
+"""The operator's CLI: ``flowpark instances ...``, ``flowpark nodes``, ``flowpark providers ...``,
+``flowpark flows list|show``
 (and ``flowpark flows simulate``, which reads the flow definitions, not a node).
 
 Every command talks to a running node over its HTTP API (``--url`` / ``FLOWPARK_URL``,
@@ -34,6 +35,7 @@ from flowpark.cli._client import (
 from flowpark.cli.flows import flows_list, flows_show
 from flowpark.cli.instances import instances_app
 from flowpark.cli.nodes import nodes_list
+from flowpark.cli.providers import providers_app
 from flowpark.cli.simulate import flows_simulate
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "EXIT_UNREACHABLE",
     "add_operator_commands",
     "instances_app",
+    "providers_app",
 ]
 
 
@@ -52,6 +55,7 @@ def add_operator_commands(app: typer.Typer, flows_app: typer.Typer) -> None:
     group."""
     app.add_typer(instances_app, name="instances")
     app.command("nodes")(nodes_list)
+    app.add_typer(providers_app, name="providers")
     flows_app.command("list")(flows_list)
     flows_app.command("show")(flows_show)
     flows_app.command("simulate")(flows_simulate)

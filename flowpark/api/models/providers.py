@@ -86,7 +86,7 @@ class ProviderView(ApiModel):
         "overridden by FLOWPARK_PROVIDER_LIMITS, or set by an operator)."
     )
     burst: int
-    max_in_flight: int | None = Field(description="Calls in flight at once, per node.")
+    max_in_flight: int | None = Field(description="Calls in flight at once on each node.")
     floor_ratio: float = Field(description="Pushback never lowers the rate below this share.")
     effective_rate: float = Field(
         description="The rate the nodes hold to now (calls/s): the limit, lowered by pushback."
@@ -141,5 +141,8 @@ class LimitChangeBody(ApiModel):
         default=None, ge=1, le=1_000_000, description="Calls at once above the rate (>= 1)."
     )
     max_in_flight: Annotated[int | None, JSON_INTEGER] = Field(
-        default=None, ge=0, le=1_000_000, description="Calls in flight per node; 0 removes the cap."
+        default=None,
+        ge=0,
+        le=1_000_000,
+        description="Calls in flight on each node; 0 removes the cap.",
     )
