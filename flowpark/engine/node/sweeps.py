@@ -7,15 +7,18 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
+from flowpark.engine.decide.deadlines import ends_at
 from flowpark.engine.node.host import NodeEngine
 from flowpark.engine.outcomes import RunOutcome
-from flowpark.engine.records import Claim
+from flowpark.engine.records import Claim, StepKind
 from flowpark.errors import StaleFencingToken, StoreUnavailable
 from flowpark.outages import OUTAGES
 
-__all__ = ["NOT_RUNNABLE_EVERY", "SweepPass", "SweepReport", "sweep"]
+__all__ = ["NOT_RUNNABLE_EVERY", "SweepPass", "SweepReport", "nearest_deadline", "sweep"]
+
+_NO_DEADLINE = datetime.max.replace(tzinfo=UTC)
 
 #: How often a node's sweep counts (and warns of) the due instances whose flow version it
 #: does not serve: on its first sweep, then at most once per this span (engine clock). The
@@ -43,6 +46,18 @@ class SweepReport:
     failed_runs: int = 0
     not_runnable: int | None = None
     outcomes: list[RunOutcome] = field(default_factory=list)
+
+
+def nearest_deadline(claim: Claim) -> datetime:
+    """The nearest deadline of a claimed instance, as far as its claim's snapshot tells:
+    the flow deadline, or the latest stored wait end (a poll's budget, a retry window,
+    a signal timeout); far in the future when none is known."""
+    snapshot = claim.snapshot
+    if snapshot is None:
+        return _NO_DEADLINE
+    ends = [ends_at(row) for row in snapshot.steps if row.kind is StepKind.DEADLINE]
+    found = [d for d in (snapshot.instance.deadline_at, ends[-1] if ends else None) if d]
+    return min(found) if found else _NO_DEADLINE
 
 
 async def sweep(
@@ -161,6 +176,8 @@ class SweepPass:
             self.failure, self.more, claims, held = exc, False, [], 0
         self.more = self.more and len(claims) == held  # fewer claims than slots: none due
         self.report.claimed += len(claims)
+        # nearest deadline first: runs begin (and take provider tokens) in this order
+        claims.sort(key=nearest_deadline)
         for claim in claims:
             # the run holds the slot taken for it until it ends, also when it goes on in
             # the background

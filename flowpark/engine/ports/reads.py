@@ -57,8 +57,9 @@ class ReadModel(Protocol):
         """Number of instances, optionally only those in ``state``."""
         ...
 
-    async def next_wake(self) -> datetime | None:
-        """The earliest ``wake_at`` among suspended instances (aware UTC), or None."""
+    async def next_wake(self, after: datetime | None = None) -> datetime | None:
+        """The earliest ``wake_at`` among suspended instances (aware UTC), or None; with
+        ``after``, the earliest later than it (the sweep's next in-process wake)."""
         ...
 
     async def ping(self) -> None:
