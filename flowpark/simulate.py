@@ -41,6 +41,7 @@ from flowpark.store.memory import MemoryStore
 
 __all__ = [
     "DEFAULT_SAMPLE",
+    "declared_limit",
     "Second",
     "Simulation",
     "Step",
@@ -259,6 +260,54 @@ def _capabilities(items: list[Item]) -> tuple[list[str], list[str], str | None]:
     return ids, compensations, first_poll
 
 
+def _providers(items: list[Item]) -> dict[str, str]:
+    """Capability id -> the name of the provider it declares (those that declare one)."""
+    found: dict[str, str] = {}
+    for item in items:
+        caps: list[Any] = []
+        nested: list[Item] = []
+        if isinstance(item, StepItem):
+            caps = [item.capability, item.compensation]
+            nested = item.on_failure or []
+        elif isinstance(item, PollItem):
+            caps = [item.body, item.compensation]
+            nested = item.on_timeout or []
+        elif isinstance(item, AwaitItem):
+            nested = item.on_timeout or []
+        for cap in caps:
+            provider = getattr(cap, "provider", None)
+            if isinstance(cap, Capability) and provider is not None:
+                found[cap.id] = provider.name
+        found.update(_providers(nested))
+    return found
+
+
+def declared_limit(flow: Flow, scripted: str | None = None) -> tuple[str, float] | None:
+    """The provider the scripted capability (default: the first poll's body) declares and
+    its declared rate (calls/s), or None when it declares none."""
+    _ids, _comps, first_poll = _capabilities(flow.items)
+    wanted = scripted or first_poll
+    for cap in _originals(flow.items):
+        provider = getattr(cap, "provider", None)
+        if cap.id == wanted and provider is not None:
+            return str(provider.name), float(provider.rate_per_second)
+    return None
+
+
+def _originals(items: list[Item]) -> list[Capability]:
+    found: list[Capability] = []
+    for item in items:
+        if isinstance(item, StepItem | PollItem):
+            main = item.capability if isinstance(item, StepItem) else item.body
+            found += [c for c in (main, item.compensation) if isinstance(c, Capability)]
+            found += _originals(
+                (item.on_failure if isinstance(item, StepItem) else item.on_timeout) or []
+            )
+        elif isinstance(item, AwaitItem):
+            found += _originals(item.on_timeout or [])
+    return found
+
+
 class _Watch(Observer):
     def __init__(self, record: _Record) -> None:
         self.record = record
@@ -403,8 +452,9 @@ async def simulate(
         sample: instances run through the engine at most.
         scripted: the capability that plays the script (default: the first poll's body).
         provider_capabilities: the capabilities whose calls count as the provider's
-            (default: the scripted one and every capability sharing its id's prefix before
-            the first dot, e.g. ``ocr.*``).
+            (default: every capability declaring the scripted one's provider; when it
+            declares none, the scripted one and every capability sharing its id's prefix
+            before the first dot, e.g. ``ocr.*``).
         payload: each instance's input (default: a placeholder of the flow's input model).
         horizon: virtual time after which the run stops.
 
@@ -427,9 +477,14 @@ async def simulate(
             else f"{flow.name} has no parked poll: name the capability to script"
         )
     prefix = scripted.split(".", 1)[0] + "."
-    counted = tuple(
-        provider_capabilities or sorted({i for i in ids if i == scripted or i.startswith(prefix)})
+    declared = _providers(flow.items)
+    provider = declared.get(scripted)
+    same = (
+        {i for i, name in declared.items() if name == provider}
+        if provider is not None
+        else {i for i in ids if i == scripted or i.startswith(prefix)}
     )
+    counted = tuple(provider_capabilities or sorted(same))
     clock = VirtualClock(T0)
     record = _Record(clock)
     _stand_in(flow.items, scripted, record, script)

@@ -155,6 +155,13 @@ def _print(sim: Any) -> None:
         )
     if not figures["compensations"]:
         out.print("no compensation ran")
+    if sim.max_delay_s >= 1:
+        out.print(
+            f"[yellow]At this limit calls wait up to {_duration(sim.max_delay_s)[1:]}: the "
+            "ends, budgets and compensations above are the run's without the limit; with it "
+            "they come later, and budgets or deadlines shorter than the wait run out "
+            "(the engine defers a call, never past its deadline).[/yellow]"
+        )
     out.print(
         f"[dim]The calls per second are the sample's scaled by {sim.scale:,.4g}, the limit "
         "applied as a deferral queue (a deferred call does not move its instance's later "
@@ -182,9 +189,13 @@ def flows_simulate(
             "--limit",
             min=0.001,
             metavar="CALLS_PER_S",
-            help="The provider's limit (default: none).",
+            help="The provider's limit (default: the scripted capability's provider's, "
+            "FLOWPARK_PROVIDER_LIMITS applied).",
         ),
     ] = None,
+    no_limit: Annotated[
+        bool, typer.Option("--no-limit", help="Apply no limit (the herd without one).")
+    ] = False,
     sample: Annotated[
         int,
         typer.Option(
@@ -231,7 +242,7 @@ def flows_simulate(
     from flowpark.runtime.http import outbound_client
     from flowpark.runtime.loading import Deps, load_flows
     from flowpark.settings import Settings
-    from flowpark.simulate import parse_script, simulate
+    from flowpark.simulate import declared_limit, parse_script, simulate
 
     try:
         steps = parse_script(script)
@@ -252,6 +263,13 @@ def flows_simulate(
     flow = max(
         found, key=lambda f: tuple(int(p) if p.isdigit() else 0 for p in f.version.split("."))
     )
+    if limit is None and not no_limit:
+        declared = declared_limit(flow, capability)
+        if declared is not None:
+            override = settings.provider_limits.get(declared[0], {})
+            limit = float(override.get("rate_per_second", declared[1]))
+    if no_limit:
+        limit = None
     try:
         data = json.loads(payload) if payload is not None else None
         sim = asyncio.run(

@@ -138,6 +138,12 @@ class NodeObserver(Observer):
         if self.metrics is not None:
             self._child(self.metrics.provider_deferrals, provider, reason).inc()
 
+    def provider_limit(self, provider: str, limit: float, effective_rate: float) -> None:
+        """The store told ``provider``'s limit and effective rate (calls/s)."""
+        if self.metrics is not None:
+            self._child(self.metrics.provider_limit, provider).set(limit)
+            self._child(self.metrics.provider_effective_rate, provider).set(effective_rate)
+
     def trace_context(self) -> dict[str, str] | None:
         return self.tracing.context() if self.tracing is not None else None
 

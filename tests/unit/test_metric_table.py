@@ -37,8 +37,7 @@ def test_provider_events_count_by_provider() -> None:
     observer.provider_call("ocr", "ok")
     observer.provider_call("ocr", "pushback")
     observer.provider_deferred("ocr", "budget")
-    metrics.provider_limit.labels("ocr").set(50)
-    metrics.provider_effective_rate.labels("ocr").set(25)
+    observer.provider_limit("ocr", 50, 25)
     scrape = Scrape(generate_latest(metrics.registry).decode())
     calls = "flowpark_provider_calls_total"
     assert scrape.value(calls, provider="ocr", outcome="ok") == 2
