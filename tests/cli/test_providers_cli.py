@@ -24,7 +24,7 @@ async def test_list_show_and_set_a_limit(_sqlite_template: Path, tmp_path: Path)
     async with operated(f"sqlite:///{tmp_path / 'flowpark.db'}", [flow()]) as op:
         h = op.h
         now = h.clock.now()
-        state = ProviderState("ocr", 10, 2, None, 10, None, None, 0, now, "declared")
+        state = ProviderState("ocr", 10, 20, None, 10, None, None, 0, now, "declared")
         await h.journal.providers.declare([state], now)
         waiting = await deferred(op, 30, WakeKind.PROVIDER_BUDGET)
         common = ["--url", op.server.base_url, "--token", op.server.token]
@@ -33,7 +33,7 @@ async def test_list_show_and_set_a_limit(_sqlite_template: Path, tmp_path: Path)
         assert listed.exit_code == 0, listed.output
         lines = listed.output.splitlines()
         assert lines[0].split()[:4] == ["PROVIDER", "LIMIT", "BURST", "EFFECTIVE"]
-        assert lines[1].split()[:4] == ["ocr", "10/s", "2", "10/s"]
+        assert lines[1].split()[:4] == ["ocr", "10/s", "20", "10/s"]
         assert "1 + 0 by pushback" in lines[1] and "declared" in lines[1]
 
         as_json = runner.invoke(app, ["providers", "list", *common, "--json"])
@@ -46,7 +46,7 @@ async def test_list_show_and_set_a_limit(_sqlite_template: Path, tmp_path: Path)
 
         changed = runner.invoke(app, ["providers", "set", "ocr", "--rate", "25", *common])
         assert changed.exit_code == 0, changed.output
-        assert "25/s, burst 2" in changed.output and "token-1" in changed.output
+        assert "25/s, burst 20" in changed.output and "token-1" in changed.output
         assert (await h.journal.providers.states())[0].rate_per_second == 25
 
         bad = runner.invoke(app, ["providers", "set", "ocr", "--rate", "0", *common])
