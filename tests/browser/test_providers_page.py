@@ -86,3 +86,10 @@ def test_an_operator_sees_the_calls_against_the_limit_and_why_it_was_lowered(
     box = chart.bounding_box()
     assert box is not None and box["width"] > 300 and box["height"] > 60
     assert "calls per second" in (chart.get_attribute("aria-label") or "")
+
+    # the flows page names each flow's providers, linked to this page
+    page.get_by_role("link", name="Flows").click()
+    row = page.locator("tr", has=page.get_by_role("link", name="document.process"))
+    row.get_by_role("link", name="ocr").click()
+    expect(page).to_have_url(f"{base}/ui/providers#ocr")
+    expect(page.locator("section#ocr")).to_be_visible()
