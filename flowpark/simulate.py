@@ -24,7 +24,7 @@ import types
 import typing
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -37,6 +37,7 @@ from flowpark.engine.observe import Observer, PollEnd
 from flowpark.flows.builder import AwaitItem, Flow, Item, PollItem, StepItem
 from flowpark.flows.capability import Bag, Capability, Decision, StepContext
 from flowpark.flows.catalog import Catalog
+from flowpark.flows.providers import Provider
 from flowpark.store.memory import MemoryStore
 
 __all__ = [
@@ -163,6 +164,19 @@ class _Record:
         return (self.clock.now() - T0).total_seconds()
 
 
+_UNBOUNDED: dict[str, Provider] = {}
+
+
+def _unbounded(provider: Provider) -> Provider:
+    """``provider`` without a limit (one object per name): the sample's calls are not
+    deferred for budget (the limit is applied to the scaled load), while a pushback still
+    pauses the provider for every sampled instance, as it does for every instance."""
+    key = f"{provider.name}:{provider.floor_ratio}"
+    if key not in _UNBOUNDED:
+        _UNBOUNDED[key] = replace(provider, rate_per_second=1e9, burst=10**9, max_in_flight=None)
+    return _UNBOUNDED[key]
+
+
 class _StandIn(Capability):
     """Answers at once in place of ``original`` (its id, flags, bag types, options); the
     scripted one plays ``script`` per instance."""
@@ -175,6 +189,9 @@ class _StandIn(Capability):
         self.reads = original.reads  # type: ignore[misc]
         self.puts = original.puts  # type: ignore[misc]
         self.options = original.options  # type: ignore[misc]
+        provider = getattr(original, "provider", None)
+        if provider is not None:  # its pushbacks pause the provider; its limit is the queue's
+            self.provider = _unbounded(provider)  # type: ignore[misc]
         self._record = record
         self._script = script
 

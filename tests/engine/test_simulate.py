@@ -91,6 +91,25 @@ async def test_a_provider_that_never_finishes_runs_out_the_budget_and_compensate
     assert sim.calls_by_capability["t.escalate"] == 1
 
 
+async def test_a_pushback_parks_until_its_retry_after_and_fails_nothing() -> None:
+    # p.poll (tests/api/test_providers_api.py): p.upload and p.check name the provider
+    # ocr; a check every minute. Check 0 at +0 s (pending), check 1 at +60 s answers 429
+    # with Retry-After: 30: not a failed try, parked until +90 s plus its jitter (up to a
+    # fifth of 30 s); check 2 between +90 s and +96 s is done.
+    from tests.api.test_providers_api import flow
+
+    sim = await simulate(flow(), 10, parse_script("pending,429:30,done"))
+    assert sim.provider_capabilities == ("p.check", "p.upload")
+    assert sim.calls_per_instance == [4] * 10
+    due = {s.at: s.demand for s in sim.seconds if s.demand}
+    assert (due.pop(0), due.pop(60)) == (20, 10)
+    assert sum(due.values()) == 10 and all(90 <= at <= 96 for at in due)
+    [(state, code)] = sim.ends
+    count, first, last = sim.ends[(state, code)]
+    assert (state, count) == ("completed", 10) and 90 <= first <= last <= 96.1
+    assert sim.compensations == {}
+
+
 def test_the_command_prints_the_figures_of_the_sample_at_100000_instances() -> None:
     from flowpark.cli.main import app
 
