@@ -234,6 +234,11 @@ async def _one(
     if writes_before is not None and writes_after is not None and served:
         figures["extra_statements_per_call"] = round((writes_after - writes_before) / served, 4)
     err_console.print(f"{label}: {figures}")
+    # calls the provider saw in each whole second from the first call once due (details)
+    figures["calls_per_s"] = [
+        sum(sum(buckets.get(b, (0, 0))) for b in range(start, start + 10))
+        for start in range(begun, last + 1, 10)
+    ]
     return figures
 
 
@@ -280,7 +285,12 @@ async def run(
         targets["pushback_failed"] = ("0", b["failed"] == 0)
         if b["recovered_s"] is not None:
             targets["pushback_recovered_s"] = ("<= 60", b["recovered_s"] <= 60)
-    flat = {f"{name}_{key}": value for name, fig in runs.items() for key, value in fig.items()}
+    flat = {
+        f"{name}_{key}": value
+        for name, fig in runs.items()
+        for key, value in fig.items()
+        if key != "calls_per_s"
+    }
     return Result(
         "providers",
         store.kind,
