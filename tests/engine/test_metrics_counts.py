@@ -141,3 +141,18 @@ async def test_the_provider_gauges_read_the_shared_limits(sql_journal: SqlJourna
     # its counters start at zero, so a first pushback shows as an increase
     calls = "flowpark_provider_calls_total"
     assert scrape.value(calls, provider="ocr", outcome="pushback") == 0
+
+
+async def test_provider_calls_and_deferrals_count_by_provider(store_url: str) -> None:
+    from tests.api.test_providers_api import OCR, flow
+
+    metrics = Metrics("n")
+    async with FlowHarness.open([flow()], database_url=store_url, migrate=False) as h:
+        h.engine.observer = h.engine.providers.observer = NodeObserver(metrics)
+        for n in range(11):  # 2 calls each (upload, check 0): a burst of 20, then deferral
+            await h.start("p.poll", {"order_id": f"o-{n}"})
+    scrape = Scrape(generate_latest(metrics.registry).decode())
+    ok = scrape.value("flowpark_provider_calls_total", provider="ocr", outcome="ok")
+    deferred = scrape.value("flowpark_provider_deferrals_total", provider="ocr", reason="budget")
+    assert ok == OCR.burst and deferred >= 1
+    assert scrape.value("flowpark_provider_limit", provider="ocr") == OCR.rate_per_second
