@@ -261,8 +261,10 @@ class ProviderBudget:
         """
         local = self._of(provider)
         local.tokens = 0
-        local.pause = max(until - now, timedelta(seconds=1))
-        local.probe_at = now
+        if local.paused_until is None or local.paused_until <= now:
+            # a new pause: one probe per this interval while later pushbacks extend it
+            local.pause = max(until - now, timedelta(seconds=1))
+            local.probe_at = now
         if local.paused_until is None or local.paused_until < until:
             local.paused_until = until
         reported = local.reported_until
