@@ -24,7 +24,7 @@ from flowpark.flows import (
     StepContext,
 )
 from flowpark.testing import FlowHarness, Scripted
-from tests.engine.flows import Check, Job, Order, Start, Status, done
+from tests.engine.flows import READY, Check, Job, Order, Start, Status, done
 
 T0 = datetime(2026, 12, 6, 10, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -318,3 +318,45 @@ async def test_a_heartbeating_try_pushed_back_parks_and_keeps_its_checkpoint() -
         assert snap.instance.state == "completed"
         assert Watch.seen == [None, "page-3"]  # the next try read the checkpoint
         assert [r.try_number for r in snap.steps] == [1]
+
+
+async def test_a_deferral_never_parks_past_the_flow_deadline() -> None:
+    flow = call_flow("p.due", deadline=5 * S)
+    async with FlowHarness.open([flow], start=T0) as h:
+        await h.start("p.due", {})  # takes the one token
+        h.engine.providers._of(SLOW).cursor = T0 + 60 * S  # deferred work queued for a minute
+        late = await h.start("p.due", {})
+        inst = await h.instance(late.instance.id)
+        assert (inst.wake_kind, inst.wake_at) == ("provider_budget", T0 + 5 * S)
+        await h.advance_to_next_wake(late.instance.id)
+        ended = await h.instance(late.instance.id)
+        assert ended.state == "failed" and ended.failure is not None
+        assert ended.failure.code == "flow.deadline_exceeded"
+        assert await h.calls(late.instance.id, "p.call") == 0
+
+
+class UndoCall(Capability):
+    id = "p.undo"
+    idempotent = True
+    provider = SLOW
+
+    async def execute(self, ctx: StepContext) -> None:
+        return None
+
+
+async def test_a_compensation_without_budget_is_deferred_while_unwinding() -> None:
+    flow = Flow("p.undo", "1.0.0", input=Order)
+    flow.step(Start()).compensate_with(UndoCall())
+    flow.await_signal(READY, timeout=timedelta(hours=1))
+    async with FlowHarness.open([flow], start=T0) as h:
+        ids = [(await h.start("p.undo", {})).instance.id for _ in range(2)]
+        first, second = [await h.engine.cancel(i) for i in ids]
+        assert first.state == "cancelled"
+        assert (second.state, second.wake_kind) == ("suspended", "provider_budget")
+        assert second.ending == "cancelled"
+        await h.advance_to_next_wake(ids[1])
+        done = await h.snapshot(ids[1])
+        assert done.instance.state == "cancelled"
+        assert [r.kind for r in done.steps if r.capability_id == "p.undo"] == [
+            StepKind.COMPENSATION
+        ]
