@@ -128,3 +128,18 @@ async def test_a_setting_overrides_the_declared_limit() -> None:
     await budget.acquire(Provider("p", rate_per_second=50.0, burst=1), T0)
     (state,) = await store.states()
     assert (state.rate_per_second, state.updated_by) == (2.0, "setting")
+
+
+async def test_a_flush_sends_the_counts_without_taking_a_token() -> None:
+    store = Counting()
+    budget = ProviderBudget(store, "n1")
+    provider = Provider("p", rate_per_second=10.0, burst=1)
+    assert await budget.acquire(provider, T0) == Granted()
+    budget.release(provider, "ok")
+    await budget.flush(T0 + MS)
+    assert (store.grants[-1].wanted, store.grants[-1].ok) == (0, 1)
+    (minute,) = await store.tallies("p", T0)
+    assert minute.ok == 1
+    await budget.flush(T0 + 2 * MS)  # nothing new: no statement
+    assert len(store.grants) == 2
+    assert await budget.acquire(provider, T0 + timedelta(seconds=1)) == Granted()

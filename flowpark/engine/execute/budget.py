@@ -241,6 +241,21 @@ class ProviderBudget:
             local.paused_until = paused
         self.observer.provider_limit(provider.name, state.rate_per_second, state.effective_rate)
 
+    async def flush(self, now: datetime) -> None:
+        """Report the outcome counts not yet sent (a grant of no token per provider with
+        counts): the store's per-minute tally stays current when calls stop.
+
+        Raises:
+            StoreUnavailable: the store could not be reached.
+        """
+        for local in self._local.values():
+            if not local.declared or not any(local.counts.values()):
+                continue
+            async with local.lock:
+                counts, local.counts = local.counts, dict.fromkeys(OUTCOMES, 0)
+                request = GrantRequest(local.provider.name, self.node_id, 0, now, **counts)
+                local.state = (await self.limits.grant(request)).state
+
     def release(self, provider: Provider, outcome: str) -> None:
         """A granted call ended: ``ok``, ``failed`` or ``pushback`` (counted for the tally
         and the observer); ``none`` for a token not used for a call."""

@@ -87,6 +87,7 @@ async def sweep(
     report, began, runnable = sweep_pass.report, sweep_pass.began, sweep_pass.runnable
     engine.observer.swept((engine.clock.now() - began).total_seconds(), report.claimed)
     now = engine.clock.now()
+    await engine.providers.flush(now)  # the calls' counts, into the store's tally
     counted = engine.not_runnable_counted_at
     if counted is None or now >= counted + NOT_RUNNABLE_EVERY or now < counted:
         engine.not_runnable_counted_at = now
