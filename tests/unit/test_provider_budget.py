@@ -59,7 +59,8 @@ async def test_tokens_come_in_batches_and_deferrals_at_the_providers_pace() -> N
     deferred = verdicts[10:]
     assert all(isinstance(v, Deferred) and v.reason == "budget" for v in deferred)
     instants = [v.until for v in deferred if isinstance(v, Deferred)]
-    assert instants == [T0 + 10 * MS * n for n in (1, 2, 3, 4)]  # one token's time apart
+    # from when a whole batch is expected again, one token's time apart
+    assert instants == [T0 + 100 * MS + 10 * MS * n for n in (0, 1, 2, 3)]
     assert len(store.grants) == 2  # the batch, one more ask; none before the instant it named
     assert heard.deferrals == [("fast", "budget")] * 4
     for _ in range(10):
@@ -143,3 +144,17 @@ async def test_a_flush_sends_the_counts_without_taking_a_token() -> None:
     await budget.flush(T0 + 2 * MS)  # nothing new: no statement
     assert len(store.grants) == 2
     assert await budget.acquire(provider, T0 + timedelta(seconds=1)) == Granted()
+
+
+async def test_a_backlog_pays_about_one_grant_per_batch_not_one_per_call() -> None:
+    store = Counting()
+    budget = ProviderBudget(store, "n1")
+    provider = Provider("p", rate_per_second=100.0, burst=1)
+    calls = 0
+    for tick in range(1000):  # 5 s of work always waiting, asked every 5 ms
+        now = T0 + 5 * MS * tick
+        while isinstance(await budget.acquire(provider, now), Granted):
+            calls += 1
+            budget.release(provider, "ok")
+    assert 480 <= calls <= 511  # the rate (and the first bucket), no more
+    assert len(store.grants) / calls < 0.3  # a batch is 100 * 0.1 s = 10 tokens
