@@ -266,7 +266,8 @@ class FlowInstanceRow(SQLModel, table=True):
     wake_at: datetime | None = _instant("wake_at")
     wake_step_id: int | None = _int("wake_step_id")
     wake_scope: int | None = _int("wake_scope")
-    # what a suspended instance waits for: poll, retry, signal or deadline (WAKE_KINDS)
+    # what a suspended instance waits for: poll, retry, signal, deadline, provider_budget or
+    # provider_pushback (WakeKind)
     wake_kind: str | None = _str("wake_kind")
     lease_owner: str | None = _str("lease_owner")
     lease_expires_at: datetime | None = _instant("lease_expires_at")

@@ -119,3 +119,14 @@ async def test_outcome_counts_are_tallied_per_minute(journal: Journal) -> None:
     assert minutes[0].minute == T0.replace(second=0, microsecond=0)
     assert len(await limits.tallies("ocr", at(61))) == 1
     assert replace(minutes[1]).ok == 1
+
+
+async def test_concurrent_grants_never_take_more_than_the_bucket_holds(journal: Journal) -> None:
+    import asyncio
+
+    limits = journal.providers
+    await limits.declare([declared(rate=10.0, burst=4)], T0)
+    grants = await asyncio.gather(
+        *(limits.grant(GrantRequest("ocr", f"n{i}", 3, at(0.5))) for i in range(6))
+    )
+    assert sum(g.granted for g in grants) == 4  # the full bucket, once, whoever asked

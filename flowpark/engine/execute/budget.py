@@ -8,7 +8,8 @@ shared limit, granted by the store in batches, taken one per try.
 * **Deferral.** Without a token the answer is :class:`Deferred` with the instant budget is
   expected; deferrals of one provider are handed out one token's time apart (at the
   effective rate), so deferred work comes back at the provider's pace, in the order it was
-  deferred. The store is not asked again before the instant its last grant named.
+  deferred. After a grant short of a batch the store is not asked again before a whole
+  batch is expected.
 * **Pushback.** :meth:`ProviderBudget.pushback` pauses the provider on this node until its
   ``Retry-After`` and reports it to the store (which pauses it on every node and lowers its
   effective rate); reports of one pause are coalesced. While a provider is paused, one call
@@ -42,7 +43,7 @@ from flowpark.flows.providers import Provider
 __all__ = ["TOKEN_LIFE", "Deferred", "Granted", "ProviderBudget", "declared_state"]
 
 #: Tokens a node holds unused for longer than this are dropped.
-TOKEN_LIFE = timedelta(seconds=1)
+TOKEN_LIFE = timedelta(milliseconds=500)
 #: A pause reported to the store again only when it ends this much later than the last one.
 REPORT_SLACK = timedelta(seconds=1)
 #: The outcomes a call ends with.
@@ -232,7 +233,10 @@ class ProviderBudget:
         state = local.state = grant.state
         local.tokens = grant.granted
         local.expires_at = now + TOKEN_LIFE
-        local.next_at = None if grant.granted else grant.next_at
+        # short of a batch: not asked again before a whole batch is expected, so a node
+        # in a backlog pays one grant per batch, not one per token as the bucket refills
+        batch_more = timedelta(seconds=(wanted - 1) / max(state.effective_rate, 1e-6))
+        local.next_at = None if grant.granted >= wanted else grant.next_at + batch_more
         paused = state.paused_until
         if paused is not None and paused > now:
             if local.paused_until is None or local.paused_until < paused:
@@ -240,6 +244,21 @@ class ProviderBudget:
                 local.probe_at = local.probe_at or now
             local.paused_until = paused
         self.observer.provider_limit(provider.name, state.rate_per_second, state.effective_rate)
+
+    async def flush(self, now: datetime) -> None:
+        """Report the outcome counts not yet sent (a grant of no token per provider with
+        counts): the store's per-minute tally stays current when calls stop.
+
+        Raises:
+            StoreUnavailable: the store could not be reached.
+        """
+        for local in self._local.values():
+            if not local.declared or not any(local.counts.values()):
+                continue
+            async with local.lock:
+                counts, local.counts = local.counts, dict.fromkeys(OUTCOMES, 0)
+                request = GrantRequest(local.provider.name, self.node_id, 0, now, **counts)
+                local.state = (await self.limits.grant(request)).state
 
     def release(self, provider: Provider, outcome: str) -> None:
         """A granted call ended: ``ok``, ``failed`` or ``pushback`` (counted for the tally
@@ -261,8 +280,10 @@ class ProviderBudget:
         """
         local = self._of(provider)
         local.tokens = 0
-        local.pause = max(until - now, timedelta(seconds=1))
-        local.probe_at = now
+        if local.paused_until is None or local.paused_until <= now:
+            # a new pause: one probe per this interval while later pushbacks extend it
+            local.pause = max(until - now, timedelta(seconds=1))
+            local.probe_at = now
         if local.paused_until is None or local.paused_until < until:
             local.paused_until = until
         reported = local.reported_until

@@ -14,6 +14,7 @@ import random
 from datetime import datetime, timedelta
 
 from flowpark.engine.decide.decisions import Execute, Park
+from flowpark.engine.execute.tries import PushedBack
 from flowpark.engine.records import InstanceRecord, StepKind, WakeKind
 from flowpark.flows.plan import CapabilityStep, Plan, PollStep
 
@@ -23,6 +24,7 @@ __all__ = [
     "PUSHBACK_JITTER",
     "deferral_bound",
     "deferral_park",
+    "pushback_reason",
     "pushback_until",
 ]
 
@@ -92,3 +94,17 @@ def pushback_until(until: datetime | None, now: datetime, seed: str) -> datetime
         base = now + MIN_DEFERRAL
     spread = min((base - now) * PUSHBACK_JITTER, MAX_PUSHBACK_JITTER)
     return base + spread * random.Random(seed).random()
+
+
+def pushback_reason(pushed: PushedBack, decision: Execute, now: datetime) -> str:
+    """Why the provider's effective rate is lowered, for people: ``"429 from ocr.status at
+    2026-12-06T10:00:00+00:00; Retry-After 5 s"`` (at most 500 characters)."""
+    what = str(pushed.status) if pushed.status is not None else "pushback"
+    text = f"{what} from {decision.capability_id} at {now.isoformat()}; "
+    if pushed.until is None:
+        text += f"no Retry-After (backoff {DEFAULT_PUSHBACK.total_seconds():g} s)"
+    else:
+        text += f"Retry-After {(pushed.until - now).total_seconds():g} s"
+    if pushed.detail and pushed.detail != f"HTTP {pushed.status}":
+        text += f"; {pushed.detail}"
+    return text[:500]

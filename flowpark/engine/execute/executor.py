@@ -31,7 +31,7 @@ from flowpark.engine.decide.decisions import (
     TakeSignal,
 )
 from flowpark.engine.execute.budget import Deferred
-from flowpark.engine.execute.deferral import deferral_park, pushback_until
+from flowpark.engine.execute.deferral import deferral_park, pushback_reason, pushback_until
 from flowpark.engine.execute.run_state import RunState
 from flowpark.engine.execute.tries import PushedBack, make_try
 from flowpark.engine.outcomes import Halt
@@ -177,9 +177,9 @@ class Executor(RunState):
         seed = f"{decision.execution_key}:{decision.try_number}:{now.isoformat()}"
         until = pushback_until(made.until, now, seed)
         if provider is not None:
-            reason = f"{made.status or 'pushback'} from {decision.capability_id} at "
-            reason += f"{now.isoformat()}; {made.detail}; until {until.isoformat()}"
-            await budget.pushback(provider, now, made.until or until, reason[:500])
+            await budget.pushback(
+                provider, now, made.until or until, pushback_reason(made, decision, now)
+            )
         if not self.ephemeral:
             self.host.observer.provider_deferred(
                 provider.name if provider is not None else decision.capability_id, "pushback"

@@ -90,7 +90,7 @@ class GrantRequest:
     Attributes:
         name: the provider.
         node_id: the asking node (logs).
-        wanted: tokens wanted (>= 1).
+        wanted: tokens wanted (0: only report the outcome counts).
         now: the engine-clock instant (aware UTC).
         ok / pushback / failed / deferred: the node's outcome counts of this provider's
             calls since its last grant, added to the minute of ``now``.
