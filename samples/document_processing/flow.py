@@ -64,12 +64,16 @@ class Waits:
     DEADLINE = timedelta(hours=6)
     OCR_CALL_TIMEOUT = timedelta(seconds=10)
     #: Every call to the provider is tried for up to 3 minutes from its first try, waiting
-    #: 2 s, 4 s, 8 s, then 15 s between tries (each wait a park): a provider that stalls
-    #: for a minute or two fails no document; one down for longer fails the step.
+    #: about 2 s, 4 s, 8 s, then 15 s between tries (each wait a park, cut by up to a fifth
+    #: at random so that documents failing together do not retry as one wave): a provider
+    #: that stalls for a minute or two fails no document; one down for longer fails the
+    #: step. (A 429 or 503 is no failed try: the provider's pushback parks the call until
+    #: its Retry-After.)
     PROVIDER_RETRY = RetryPolicy(
         initial_interval=timedelta(seconds=2),
         maximum_interval=timedelta(seconds=15),
         total_duration=timedelta(minutes=3),
+        jitter=0.2,
     )
 
 
