@@ -1,7 +1,7 @@
 """The chain over real HTTP: a node serving the samples, its fake OCR admitting 3 calls/s,
-one at once (``FLOWPARK_OCR_RATE_LIMIT``), three documents at once. The calls the fake refuses with 429
-and ``Retry-After`` are pushbacks: parked until then, not failed tries; every document
-completes, and the provider's row says it was pushed back and why."""
+one at once (``FLOWPARK_OCR_RATE_LIMIT``), three documents at once. The calls the fake
+refuses with 429 and ``Retry-After`` are pushbacks: parked until then, not failed tries;
+every document completes, and the provider's row says it was pushed back and why."""
 
 from __future__ import annotations
 
