@@ -142,6 +142,13 @@ class _Checker:
         provider = cap.provider
         if provider is None:
             return
+        if not isinstance(provider, Provider):
+            self.error(
+                "provider.name_invalid",
+                where,
+                f"{cap.id}.provider must be a Provider (or None), not {provider!r}",
+            )
+            return
         if not PROVIDER_NAME.fullmatch(provider.name):
             self.error(
                 "provider.name_invalid",

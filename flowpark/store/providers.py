@@ -5,9 +5,9 @@ A grant is one ``UPDATE ... RETURNING`` over the provider's row: refill the buck
 time elapsed since its last refill, take up to the tokens wanted, recover the effective rate
 additively (see :mod:`flowpark.engine.ports.providers` for the arithmetic, which
 :mod:`flowpark.store.memory_providers` follows in Python). A node asks for a batch of tokens
-at a time, so the statement is paid once per batch, not per call; the outcome counts the
-request carries are added to the minute's row in the same transaction, only when there are
-any. Every instant is the engine clock's, passed in; the database's own time is never read.
+at a time, so the statement is paid once per batch, not per call. The outcome counts the
+request carries go into the minute's row: on PostgreSQL in the same statement (an upsert in
+a data-modifying CTE), on SQLite in the same transaction. Every instant is the engine clock's, passed in; the database's own time is never read.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Float, Integer, case, cast, func, insert, literal, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -179,7 +180,12 @@ class SqlProviderLimits(SqlRole):
             .returning(P.last_granted, P.tokens, *_STATE_COLUMNS)
         )
         counts = (request.ok, request.pushback, request.failed, request.deferred)
-        if any(counts):
+        if any(counts) and self._dialect.name == "postgresql":
+            # one statement: the tally's upsert rides on the grant as a data-modifying CTE
+            statement = _with_tally(statement, request, counts)
+            async with self._single(write=True) as conn:
+                row = (await conn.execute(statement)).first()
+        elif any(counts):
             async with self._write() as conn:
                 row = (await conn.execute(statement)).first()
                 if row is not None:
@@ -298,6 +304,34 @@ class SqlProviderLimits(SqlRole):
         async with self._read() as conn:
             rows = (await conn.execute(query)).all()
         return [ProviderMinute(*row) for row in rows]
+
+
+def _with_tally(grant: Any, request: GrantRequest, counts: tuple[int, int, int, int]) -> Any:
+    """PostgreSQL: ``grant`` (an ``UPDATE ... RETURNING``) with the minute's tally upserted in
+    the same statement, answering the grant's row."""
+    granted = grant.cte("granted")
+    ok, pushback, failed, deferred = counts
+    upsert = pg_insert(PROVIDER_MINUTE).from_select(
+        ["provider", "minute", "ok", "pushback", "failed", "deferred"],
+        select(
+            granted.c.name,
+            instant(minute_of(request.now)),
+            literal(ok, Integer()),
+            literal(pushback, Integer()),
+            literal(failed, Integer()),
+            literal(deferred, Integer()),
+        ),
+    )
+    upsert = upsert.on_conflict_do_update(
+        index_elements=["provider", "minute"],
+        set_={
+            "ok": M.ok + upsert.excluded.ok,
+            "pushback": M.pushback + upsert.excluded.pushback,
+            "failed": M.failed + upsert.excluded.failed,
+            "deferred": M.deferred + upsert.excluded.deferred,
+        },
+    )
+    return select(granted).add_cte(upsert.cte("tallied"))
 
 
 def _new_row(new: ProviderState, now: datetime) -> dict[str, Any]:

@@ -60,6 +60,12 @@ def test_the_plan_lists_each_provider_once_compensations_included() -> None:
     assert plan.provider_of("ocr.status") is OCR
 
 
+def test_a_provider_that_is_no_provider_is_a_definition_error() -> None:
+    odd = cap("c.odd", None)
+    type(odd).provider = "ocr"  # type: ignore[assignment]
+    assert [f.code for f in check_flow(flow("p.odd", odd))] == ["provider.name_invalid"]
+
+
 @pytest.mark.parametrize("name", ["OCR", "", "a b", "x" * 65, "ocr/1"])
 def test_a_malformed_provider_name_is_a_definition_error(name: str) -> None:
     codes = [f.code for f in check_flow(flow("p.bad", cap("c.one", Provider(name, 1.0))))]

@@ -239,10 +239,11 @@ class ProviderBudget:
         local.next_at = None if grant.granted >= wanted else grant.next_at + batch_more
         paused = state.paused_until
         if paused is not None and paused > now:
-            if local.paused_until is None or local.paused_until < paused:
-                local.pause = max(local.pause, min(paused - now, timedelta(minutes=5)))
-                local.probe_at = local.probe_at or now
-            local.paused_until = paused
+            if local.paused_until is None or local.paused_until <= now:
+                # a pause another node reported: this node's probe waits one interval too
+                local.pause = min(paused - now, timedelta(minutes=5))
+                local.probe_at = now
+            local.paused_until = max(paused, local.paused_until or paused)
         self.observer.provider_limit(provider.name, state.rate_per_second, state.effective_rate)
 
     async def flush(self, now: datetime) -> None:
