@@ -212,6 +212,8 @@ async def _one(
         "mean_per_s_backlog": round(served / span, 1),
         "failed": n - states.get("completed", 0),
         "calls": served + sum(r for _, r in buckets.values()),
+        # a call before the due instant would be a wake before its wake_at
+        "calls_before_due": sum(sum(v) for b, v in buckets.items() if b < first_due),
         "backlog_s": round(span, 1),
         "calls_during_pushback": None,
         "recovered_s": None,
@@ -273,6 +275,7 @@ async def run(
         )
     a = runs["limited"]
     targets = {
+        "limited_calls_before_due": ("0", a["calls_before_due"] == 0),
         "limited_peak_per_s": (f"<= {1.1 * limit:g}", a["peak_per_s"] <= 1.1 * limit),
         "limited_mean_per_s_backlog": (
             f">= {0.9 * limit:g}",
@@ -283,6 +286,12 @@ async def run(
     b = runs.get("pushback")
     if b is not None:
         targets["pushback_failed"] = ("0", b["failed"] == 0)
+        # the instances, plus one probe per Retry-After interval (5 s) per node
+        bound = n + nodes * -(-int(window[1]) // 5)
+        targets["pushback_calls_during_pushback"] = (
+            f"<= {bound}",
+            b["calls_during_pushback"] is not None and b["calls_during_pushback"] <= bound,
+        )
         recovered = b["recovered_s"]
         targets["pushback_recovered_s"] = ("<= 60", recovered is not None and recovered <= 60)
     flat = {
