@@ -20,8 +20,8 @@ Figures per run: ``limit_per_s``; ``peak_per_s`` (the most calls the provider sa
 last call); ``failed`` (documents not completed); ``calls_during_pushback``; ``recovered_s``
 (from the pushback's end to the end of the first 1 s window at >= 90 % of the limit; null
 when it never was, ``drained_after_pushback_s`` then says when the backlog ended);
-``extra_statements_per_call`` (PostgreSQL: rows written to ``flow_provider`` and
-``flow_provider_minute`` per call the provider served).
+``extra_statements_per_call`` (PostgreSQL: statements that wrote the provider's
+``flow_provider`` row, grants and pushbacks, per call the provider served).
 """
 
 from __future__ import annotations
@@ -90,7 +90,9 @@ def _states(store: BenchStore, since: datetime) -> dict[str, int]:
 
 
 def _provider_writes(store: BenchStore) -> int | None:
-    """Rows written so far to the providers' tables (PostgreSQL's statistics)."""
+    """Statements so far that wrote the providers' limits: each grant and each pushback
+    updates its provider's ``flow_provider`` row once (a grant's tally of the minute rides
+    in the same statement), so PostgreSQL's count of updated rows counts them."""
     if store.kind != "postgres":
         return None
     db = _sync(store)
@@ -98,8 +100,8 @@ def _provider_writes(store: BenchStore) -> int | None:
         with db.connect() as conn:
             conn.exec_driver_sql("SELECT pg_stat_clear_snapshot()")
             row = conn.exec_driver_sql(
-                "SELECT coalesce(sum(n_tup_ins + n_tup_upd), 0) FROM pg_stat_user_tables "
-                "WHERE relname IN ('flow_provider', 'flow_provider_minute')"
+                "SELECT coalesce(sum(n_tup_upd), 0) FROM pg_stat_user_tables "
+                "WHERE relname = 'flow_provider'"
             ).scalar_one()
             return int(row)
     finally:
