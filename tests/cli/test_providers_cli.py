@@ -36,6 +36,13 @@ async def test_list_show_and_set_a_limit(_sqlite_template: Path, tmp_path: Path)
         assert lines[1].split()[:4] == ["ocr", "10/s", "20", "10/s"]
         assert "1 + 0 by pushback" in lines[1] and "declared" in lines[1]
 
+        # the deferred instance is found by what it waits for
+        found = runner.invoke(
+            app, ["instances", "list", "--waiting", "provider_budget", "--json", *common]
+        )
+        assert found.exit_code == 0, found.output
+        assert [r["instanceId"] for r in json.loads(found.output)["instances"]] == [waiting]
+
         as_json = runner.invoke(app, ["providers", "list", *common, "--json"])
         assert json.loads(as_json.output)[0]["deferred"] == 1
 
