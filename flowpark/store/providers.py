@@ -7,7 +7,9 @@ additively (see :mod:`flowpark.engine.ports.providers` for the arithmetic, which
 :mod:`flowpark.store.memory_providers` follows in Python). A node asks for a batch of tokens
 at a time, so the statement is paid once per batch, not per call. The outcome counts the
 request carries go into the minute's row: on PostgreSQL in the same statement (an upsert in
-a data-modifying CTE), on SQLite in the same transaction. Every instant is the engine clock's, passed in; the database's own time is never read.
+a data-modifying CTE), on SQLite in the same transaction. Every instant is the engine
+clock's, passed in; the database's own time is never read. Declarations by several nodes at
+once make one row (PostgreSQL: ``ON CONFLICT DO NOTHING``; SQLite: one writer at a time).
 """
 
 from __future__ import annotations
@@ -120,7 +122,11 @@ class SqlProviderLimits(SqlRole):
             for new in providers:
                 row = known.get(new.name)
                 if row is None:
-                    await conn.execute(insert(PROVIDER).values(**_new_row(new, now)))
+                    adding = insert(PROVIDER).values(**_new_row(new, now))
+                    if self._dialect.name == "postgresql":  # another node's declaration won
+                        adding = pg_insert(PROVIDER).values(**_new_row(new, now))
+                        adding = adding.on_conflict_do_nothing(index_elements=["name"])
+                    await conn.execute(adding)
                 elif replaces(row.updated_by, new.updated_by):
                     lowered = row.lowered_s is not None
                     effective = (

@@ -130,3 +130,10 @@ async def test_concurrent_grants_never_take_more_than_the_bucket_holds(journal: 
         *(limits.grant(GrantRequest("ocr", f"n{i}", 3, at(0.5))) for i in range(6))
     )
     assert sum(g.granted for g in grants) == 4  # the full bucket, once, whoever asked
+
+
+async def test_nodes_declaring_one_provider_at_once_make_one_row(journal: Journal) -> None:
+    import asyncio
+
+    await asyncio.gather(*(journal.providers.declare([declared()], T0) for _ in range(4)))
+    assert [s.name for s in await journal.providers.states()] == ["ocr"]

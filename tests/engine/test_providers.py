@@ -360,3 +360,36 @@ async def test_a_compensation_without_budget_is_deferred_while_unwinding() -> No
         assert [r.kind for r in done.steps if r.capability_id == "p.undo"] == [
             StepKind.COMPENSATION
         ]
+
+
+class PacedCheck(Check):
+    id = "p.paced"
+    provider = Provider("paced", rate_per_second=4.0, burst=1)
+
+
+async def test_overdue_instances_after_a_restart_go_out_at_the_providers_pace() -> None:
+    flow = Flow("p.paced", "1.0.0", input=Order)
+    flow.step(Start())
+    flow.poll_until(PacedCheck(), until=done, interval=Backoff.fixed(10 * S), timeout=3600 * S)
+    subs = {"p.paced": Scripted(*[Status(done=False)] * 4, Status(done=True))}
+    async with FlowHarness.open([flow], start=T0, substitutes=subs) as h:
+        ids = []
+        for _ in range(4):  # attempt 0 of each, within the provider's first second
+            ids.append((await h.start("p.paced", {})).instance.id)
+            h.clock.advance(S / 4)
+        h.clock.set(T0 + 300 * S)  # no node was up: every attempt 1 is long overdue
+        for _ in range(100):
+            states = [(await h.instance(i)).state for i in ids]
+            if all(state == "completed" for state in states):
+                break
+            await h.advance_to_next_wake()
+        starts = []
+        for i in ids:
+            snap = await h.snapshot(i)
+            assert snap.instance.state == "completed"
+            starts += [r.started_at for r in snap.steps if r.scope == 1 and r.kind is StepKind.STEP]
+        starts.sort()
+        assert len(starts) == 4
+        assert starts[0] == T0 + 300 * S  # the first goes at once
+        gaps = [(b - a).total_seconds() for a, b in zip(starts, starts[1:], strict=False)]
+        assert all(gap >= 0.24 for gap in gaps), gaps  # then one per 1/4 s, not all at once
