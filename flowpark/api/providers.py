@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Depends, Path, Request
@@ -30,6 +30,7 @@ from flowpark.api.models.providers import (
 )
 from flowpark.api.openapi import problem_responses
 from flowpark.api.views import API
+from flowpark.engine.execute.budget import declared_state
 from flowpark.engine.node.engine import Engine
 from flowpark.engine.ports import LimitChange, ProviderMinute, ProviderState
 from flowpark.engine.ports.provider_waits import DEFERRAL_KINDS, ProviderWaits, WaitGroup
@@ -134,8 +135,12 @@ async def provider_views(
         StoreUnavailable: the database could not be reached.
     """
     now = engine.clock.now()
+    stored = {s.name: s for s in await engine.journal.providers.states()}
+    for provider in engine.catalog.providers():  # declared here, not yet called: no row
+        if provider.name not in stored:
+            stored[provider.name] = _declared(engine, provider.name, now)
     states: list[ProviderState] = [
-        s for s in await engine.journal.providers.states() if name is None or s.name == name
+        state for key, state in sorted(stored.items()) if name is None or key == name
     ]
     if name is not None and not states:
         raise ProviderNotFound(f"no provider {name!r} is declared", provider=name)
@@ -155,6 +160,14 @@ async def provider_views(
             (_view(state, flows[state.name], load, previous, await _oldest(waits, load)), minutes)
         )
     return views
+
+
+def _declared(engine: Engine, name: str, now: datetime) -> ProviderState:
+    """The state a node declares for the provider ``name`` its flows call (its
+    ``FLOWPARK_PROVIDER_LIMITS`` override applied), as the store will hold it from the first
+    call on."""
+    provider = next(p for p in engine.catalog.providers() if p.name == name)
+    return declared_state(provider, now, engine.config.provider_limits.get(name))
 
 
 async def _oldest(waits: ProviderWaits, load: _Load) -> OldestDeferralView | None:
@@ -220,8 +233,13 @@ async def _change(
         burst=body.burst,
         max_in_flight=body.max_in_flight,
     )
+    limits = engine.journal.providers
+    if name not in {s.name for s in await limits.states()} and name in {
+        p.name for p in engine.catalog.providers()
+    }:  # declared by this node's flows but never called yet: its row first
+        await limits.declare([_declared(engine, name, change.at)], change.at)
     try:
-        state = await engine.journal.providers.set_limit(change)
+        state = await limits.set_limit(change)
     except ValueError as exc:
         raise InputInvalid(str(exc)) from exc
     log.info(
@@ -245,12 +263,13 @@ def build_providers_router() -> APIRouter:
     async def list_providers(
         token: ReadToken, engine: EngineDep, waits: ProviderWaitsDep
     ) -> list[ProviderView]:
-        """The declared providers, by name: the limit in force (`ratePerSecond`, `burst`,
-        `maxInFlight`, who set it and when), the `effectiveRate` the nodes hold to now and
-        why it is `lowered`, `pausedUntil` (a pushback's Retry-After), `pushbacks` seen,
-        the calls of the last complete minute by outcome, the instances `deferred` now
-        (no budget) or parked by a pushback, every parked instance `waiting` for it, and the
-        `oldestDeferral`."""
+        """The providers this node's flows declare, and any other the shared limits hold,
+        by name (one not called yet shows its declaration): the limit in force
+        (`ratePerSecond`, `burst`, `maxInFlight`, who set it and when), the
+        `effectiveRate` the nodes hold to now and why it is `lowered`, `pausedUntil` (a
+        pushback's Retry-After), `pushbacks` seen, the calls of the last complete minute
+        by outcome, the instances `deferred` now (no budget) or parked by a pushback, every
+        parked instance `waiting` for it, and the `oldestDeferral`."""
         return [view for view, _ in await provider_views(engine, waits)]
 
     @router.get(

@@ -170,3 +170,23 @@ async def test_an_operator_changes_a_limit_live(store_url: str) -> None:
             unknown = await client.put(f"{LIST}/nope/limit", json={"ratePerSecond": 1})
             assert unknown.status_code == 404 and unknown.json()["code"] == "provider_not_found"
             assert (await client.get(f"{LIST}/ocr")).json()["burst"] == 4
+
+
+async def test_a_provider_not_called_yet_shows_its_declaration_and_takes_a_change(
+    store_url: str,
+) -> None:
+    setting = {"ocr": {"rate_per_second": 7}}
+    async with operated(store_url, [flow()], provider_limits=setting) as op:
+        assert await op.h.journal.providers.states() == []  # no call yet: no row
+        async with op.client() as client:
+            [ocr] = (await client.get(LIST)).json()
+            assert (ocr["name"], ocr["ratePerSecond"], ocr["burst"]) == ("ocr", 7, 20)
+            assert ocr["updatedBy"] == "setting" and ocr["flows"] == ["p.poll@1.0.0"]
+            assert ocr["waiting"] == 0 and ocr["lastMinute"]["ok"] == 0
+            assert (await client.get(f"{LIST}/ocr")).json()["minutes"] == []
+
+            put = await client.put(f"{LIST}/ocr/limit", json={"ratePerSecond": 5})
+            assert put.status_code == 200, put.text
+            assert (put.json()["ratePerSecond"], put.json()["updatedBy"]) == (5, "token-1")
+        [state] = await op.h.journal.providers.states()
+        assert (state.rate_per_second, state.burst, state.updated_by) == (5, 20, "token-1")
