@@ -338,7 +338,7 @@ class Settings(BaseSettings):
         '"github": "..."}; a signal declared with SignedWebhook("ocr") (or GitHubWebhook, '
         "StripeWebhook, HmacWebhook) is verified with the secret of that name.",
     )
-    provider_limits: dict[str, dict[str, float]] = Field(
+    provider_limits: dict[str, dict[str, float | None]] = Field(
         default_factory=dict,
         description="Overrides of declared provider limits by provider name, as JSON: "
         '{"ocr": {"rate_per_second": 20, "burst": 2}} (keys rate_per_second, burst, '

@@ -36,4 +36,4 @@ class EngineConfig:
     sweep_batch: int = 100
     concurrency: int = 32
     start_wait: timedelta | None = None
-    provider_limits: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    provider_limits: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)

@@ -30,8 +30,9 @@ __all__ = [
     "retry_after_instant",
 ]
 
-#: The format of a provider's name (rule ``provider.name_invalid``).
-PROVIDER_NAME = re.compile(r"[a-z0-9_.-]{1,64}")
+#: The format of a provider's name (rule ``provider.name_invalid``): 1 to 64 of
+#: ``a-z 0-9 _ . -``, starting with a letter or digit (it is a URL segment and a label).
+PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 #: HTTP statuses that are a provider's pushback (not a failed try).
 PUSHBACK_STATUSES = frozenset({429, 503})
 
@@ -49,7 +50,8 @@ class Provider:
             provider = OCR
 
     Attributes:
-        name: stable name, ``[a-z0-9_.-]`` (1 to 64 characters), unique per node: two
+        name: stable name, 1 to 64 of ``a-z 0-9 _ . -`` starting with a letter or digit,
+            unique per node: two
             different declarations under one name are a definition error
             (``provider.conflicting_declaration``); a malformed one too
             (``provider.name_invalid``).

@@ -30,7 +30,8 @@ code                                     severity  rule
 ``failure_route.unbounded_retry``        warning   a failure route whose retries never end
 ``flow.deadline_not_positive``           error     a deadline must be > 0
 ``trigger.route_invalid``                error     trigger routes start with ``/``
-``provider.name_invalid``                error     a provider's name is ``[a-z0-9_.-]``, 1 to 64
+``provider.name_invalid``                error     a provider's name is 1 to 64 of ``a-z 0-9 _ .
+                                                   -``, starting with a letter or digit
 ``provider.conflicting_declaration``     error     two different providers under one name (in
                                                    a flow, or across the flows of a node)
 ``flow.duplicate_version``               error     two flows with one name and version (only
@@ -153,7 +154,8 @@ class _Checker:
             self.error(
                 "provider.name_invalid",
                 where,
-                f"provider name {provider.name!r} of {cap.id} must be 1 to 64 of [a-z0-9_.-]",
+                f"provider name {provider.name!r} of {cap.id} must be 1 to 64 of a-z, 0-9, "
+                "'_', '.', '-' starting with a letter or digit",
             )
         known = self.providers.setdefault(provider.name, provider)
         if known != provider:

@@ -66,7 +66,7 @@ def test_a_provider_that_is_no_provider_is_a_definition_error() -> None:
     assert [f.code for f in check_flow(flow("p.odd", odd))] == ["provider.name_invalid"]
 
 
-@pytest.mark.parametrize("name", ["OCR", "", "a b", "x" * 65, "ocr/1"])
+@pytest.mark.parametrize("name", ["OCR", "", "a b", "x" * 65, "ocr/1", ".ocr", "-x"])
 def test_a_malformed_provider_name_is_a_definition_error(name: str) -> None:
     codes = [f.code for f in check_flow(flow("p.bad", cap("c.one", Provider(name, 1.0))))]
     assert codes == ["provider.name_invalid"]

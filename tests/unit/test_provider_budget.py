@@ -125,10 +125,13 @@ async def test_max_in_flight_caps_this_nodes_calls() -> None:
 
 async def test_a_setting_overrides_the_declared_limit() -> None:
     store = Counting()
-    budget = ProviderBudget(store, "n1", overrides={"p": {"rate_per_second": 2.0}})
-    await budget.acquire(Provider("p", rate_per_second=50.0, burst=1), T0)
+    overrides = {"p": {"rate_per_second": 2, "burst": 3.0, "max_in_flight": None}}
+    budget = ProviderBudget(store, "n1", overrides=overrides)
+    await budget.acquire(Provider("p", rate_per_second=50.0, burst=1, max_in_flight=4), T0)
     (state,) = await store.states()
-    assert (state.rate_per_second, state.updated_by) == (2.0, "setting")
+    assert (state.rate_per_second, state.burst, state.max_in_flight) == (2.0, 3, None)
+    assert type(state.burst) is int
+    assert state.updated_by == "setting"
 
 
 async def test_a_flush_sends_the_counts_without_taking_a_token() -> None:

@@ -113,8 +113,13 @@ def declared_state(
     """
     by = "declared"
     if override:
-        known = {"rate_per_second", "burst", "max_in_flight", "floor_ratio"}
-        provider = replace(provider, **{k: v for k, v in override.items() if k in known})
+        changes: dict[str, Any] = {}
+        for key, value in override.items():
+            if key in ("rate_per_second", "floor_ratio"):
+                changes[key] = float(value)
+            elif key in ("burst", "max_in_flight"):
+                changes[key] = None if value is None else int(value)
+        provider = replace(provider, **changes)
         by = "setting"
     return ProviderState(
         provider.name,
