@@ -267,7 +267,7 @@ def flows_simulate(
         declared = declared_limit(flow, capability)
         if declared is not None:
             override = settings.provider_limits.get(declared[0], {})
-            limit = float(override.get("rate_per_second", declared[1]))
+            limit = float(override.get("rate_per_second") or declared[1])
     if no_limit:
         limit = None
     try:
