@@ -1,7 +1,7 @@
 """``python -m bench <scenario> --store sqlite|postgres --n N [--json]``, or
 ``python -m bench compare --against REV [--scenarios ...] [--rounds N]`` (see bench/compare.py).
 
-Scenarios: park, sweep, start, lateness, signal, peers, console, list, retention (see
+Scenarios: park, sweep, start, lateness, signal, peers, console, list, retention, providers (see
 BENCHMARKS.md).
 Each run makes a fresh database (PostgreSQL: ``flowpark_bench_<random>`` on
 ``FLOWPARK_BENCH_PG_URL``, default the local server; SQLite: a temporary file), runs,
@@ -30,6 +30,7 @@ SCENARIOS = {
     "console": ("bench.console", 10_000),
     "list": ("bench.listing", 1_000_000),
     "retention": ("bench.retention", 2_000),
+    "providers": ("bench.providers", 2_000),
 }
 
 
@@ -71,7 +72,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=None,
         help="lateness: starts per second (default 25); peers: starts per "
-        "second of the lag phase (default 1000)",
+        "second of the lag phase (default 1000); providers: the limit (default 50)",
     )
     parser.add_argument(
         "--engine-concurrency",
@@ -100,6 +101,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="peers: the node counts Prometheus metrics (on, as a deployed node does) or "
         "not (off, the default); compare: only the throughput phase, run with metrics off "
         "and on in turn (twice each), wakes/s of both",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="providers: 200 documents and a 10 s pushback (a check that it works)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     return parser.parse_args(argv)

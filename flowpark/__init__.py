@@ -32,6 +32,8 @@ from flowpark.flows import (
     HmacWebhook,
     HttpTrigger,
     Profile,
+    Provider,
+    ProviderPushback,
     RecoveryError,
     RetryPolicy,
     Severity,
@@ -44,6 +46,7 @@ from flowpark.flows import (
     WebhookDelivery,
     bag_key,
     check_flow,
+    retry_after_instant,
 )
 from flowpark.runtime.loading import Deps
 
@@ -72,6 +75,8 @@ __all__ = [
     "HmacWebhook",
     "HttpTrigger",
     "Profile",
+    "Provider",
+    "ProviderPushback",
     "RecoveryError",
     "RetryPolicy",
     "Severity",
@@ -84,6 +89,7 @@ __all__ = [
     "WebhookDelivery",
     "bag_key",
     "check_flow",
+    "retry_after_instant",
 ]
 
 

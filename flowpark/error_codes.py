@@ -153,6 +153,7 @@ class ErrorCode(StrEnum):
         "settings_invalid",
         "the CLI: a `FLOWPARK_*` variable does not validate (no node answers it)",
     )
+    PROVIDER_NOT_FOUND = ("provider_not_found", "no provider of that name is declared")
     REQUEST_MALFORMED = (
         "request_malformed",
         "the request is not valid HTTP/1.1 (a control byte in the request line or a header, "

@@ -21,6 +21,7 @@ of a definition finding (``poll.requires_durable``).
     ├── DefinitionError            definition_invalid; .findings (rule codes)
     ├── FlowsUnloadable            flows_unloadable; .fields["target"]
     ├── FlowNotFound               flow_not_found
+    ├── ProviderNotFound           provider_not_found
     ├── InstanceNotFound           instance_not_found
     ├── InstanceEnded              instance_ended
     ├── InstanceBusy               instance_busy
@@ -107,6 +108,7 @@ __all__ = [
     "NoBudget",
     "MetricsForbidden",
     "NotReady",
+    "ProviderNotFound",
     "RepeatedRefusal",
     "RequestMalformed",
     "RequestRefused",
@@ -224,6 +226,12 @@ class FlowNotFound(FlowparkError):
     """No flow of that name (and version) is registered."""
 
     code = ErrorCode.FLOW_NOT_FOUND
+
+
+class ProviderNotFound(FlowparkError):
+    """No provider of that name is declared (in the store's shared limits)."""
+
+    code = ErrorCode.PROVIDER_NOT_FOUND
 
 
 class InstanceNotFound(FlowparkError):

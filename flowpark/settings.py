@@ -340,6 +340,12 @@ class Settings(BaseSettings):
         '"github": "..."}; a signal declared with SignedWebhook("ocr") (or GitHubWebhook, '
         "StripeWebhook, HmacWebhook) is verified with the secret of that name.",
     )
+    provider_limits: dict[str, dict[str, float | None]] = Field(
+        default_factory=dict,
+        description="Overrides of declared provider limits by provider name, as JSON: "
+        '{"ocr": {"rate_per_second": 20, "burst": 2}} (keys rate_per_second, burst, '
+        "max_in_flight, floor_ratio). An operator's live change is kept over it.",
+    )
 
     @cached_property
     def api_credentials(self) -> tuple[ApiToken, ...]:

@@ -76,6 +76,7 @@ class Scripted(Capability):
         self.puts = original.puts  # type: ignore[misc]
         self.options = original.options  # type: ignore[misc]
         self.secret_fields = original.secret_fields  # type: ignore[misc]
+        self.provider = original.provider  # type: ignore[misc]
         self._original = original
         return self
 

@@ -89,6 +89,7 @@ def _mount_fakes(deps: Deps, settings: SampleSettings) -> None:
         create_jobs_router,
         create_ocr_router,
     )
+    from flowpark.samples.fakes.ratelimit import RateGate
     from flowpark.samples.settings import fakes_state_file
 
     # each job's callback carries the token its upload gave (one instance's only)
@@ -96,6 +97,7 @@ def _mount_fakes(deps: Deps, settings: SampleSettings) -> None:
         per_page=timedelta(seconds=settings.sample_ocr_per_page),
         callback_bases=(deps.settings.callback_url,),
         state_file=fakes_state_file(deps.settings, settings, "ocr"),
+        gate=RateGate(settings.ocr_rate_limit, settings.ocr_rate_burst),
     )
     jobs = FakeJobService(
         queued_for=timedelta(seconds=settings.job_queued_seconds),

@@ -48,6 +48,18 @@ class SampleSettings(BaseSettings):
     ocr_base_url: str | None = Field(
         default=None, description="Base URL of the OCR provider; default: this node."
     )
+    ocr_rate_limit: float | None = Field(
+        default=None,
+        gt=0,
+        description="Calls per second the fake OCR admits (uploads and status reads "
+        "together); beyond it, it answers 429 with Retry-After. Unset: no limit.",
+    )
+    ocr_rate_burst: int | None = Field(
+        default=None,
+        ge=1,
+        description="Calls the fake OCR admits at once above its rate (the bucket's "
+        "capacity). Unset: one second's worth of FLOWPARK_OCR_RATE_LIMIT.",
+    )
     ocr_callbacks: bool = Field(
         default=True, description="Ask the OCR provider to call the ocr.completed webhook."
     )

@@ -151,7 +151,7 @@ def waiting_view(
     attempt: int | None = None
     if (
         unwinding
-        and kind is WakeKind.RETRY
+        and kind in (WakeKind.RETRY, WakeKind.PROVIDER_BUDGET, WakeKind.PROVIDER_PUSHBACK)
         and isinstance(step, CapabilityStep)
         and step.compensation is not None
     ):

@@ -43,7 +43,8 @@ def build_flows_router() -> APIRouter:
         step): `steps`, each with `index`, `kind` (`capability`, `poll`, `await`, `fail`,
         `emit`) and its fields (capability, retry policy, compensation, poll interval and
         `timeoutSeconds`, signal, `satisfied`/`onTimeout`/`onFailure`/`next` targets;
-        `end` is the index that completes the flow). 404 `flow_not_found`."""
+        `end` is the index that completes the flow) and the `providers` its capabilities
+        call. 404 `flow_not_found`."""
         plan = catalog.get(name, version) if version else catalog.latest(name)
         return plan_view(plan)
 
@@ -71,6 +72,7 @@ def build_flows_router() -> APIRouter:
                 signals=sorted(p.signals),
                 streams=sorted(p.streams),
                 deadline_seconds=p.deadline.total_seconds() if p.deadline else None,
+                providers=[provider.name for provider in p.providers],
             )
             for p in sorted(catalog.plans(), key=lambda p: p.key)
         ]

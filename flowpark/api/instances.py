@@ -80,7 +80,11 @@ def instance_filter(
         ),
     ] = False,
     waiting: Annotated[
-        WakeKind | None, Query(description="Suspended, waiting for poll, retry, signal, deadline.")
+        WakeKind | None,
+        Query(
+            description="Suspended, waiting for poll, retry, signal, deadline, "
+            "provider_budget or provider_pushback."
+        ),
     ] = None,
     instance_key: Annotated[
         str | None, Query(alias="instanceKey", max_length=_MAX_TEXT, description="Instance key.")
@@ -196,7 +200,8 @@ def build_instances_router() -> APIRouter:
         given (AND): `flow`, `version`, `state` (repeatable: any of), `overdue` (seconds:
         suspended with `wakeAt` that long ago), `stuck` (running, lease expired),
         `errorCode`, `compensationFailed` (`true`: ended with a compensation that failed
-        for good), `waiting` (`poll`, `retry`, `signal`, `deadline`), `instanceKey`,
+        for good), `waiting` (`poll`, `retry`, `signal`, `deadline`, `provider_budget`,
+        `provider_pushback`), `instanceKey`,
         `createdAfter`/`createdBefore` (ISO-8601 with offset). Keyset pagination: pass the
         answer's `nextCursor` as `cursor` for the next page (`null` on the last page); rows
         started while paging never shift a page. Each row: `instanceId`, `flow`,
@@ -241,7 +246,8 @@ def build_instances_router() -> APIRouter:
     ) -> InstanceView:
         """One instance: state, wake (``wakeAt``, ``wakeStepId``, ``wakeScope``), result or
         error (``code``, ``message``), lease, journal rows, signals, and what explains its
-        wait: ``waiting`` (``kind``: poll, retry, signal or deadline; ``stepId``,
+        wait: ``waiting`` (``kind``: poll, retry, signal, deadline, provider_budget or
+        provider_pushback; ``stepId``,
         ``capabilityId``, ``attempt``, ``wakeAt``), ``budget`` of the poll it waits at
         (``startedAt``, ``endsAt``, ``usedRatio``), ``attempts`` (one entry per poll
         attempt: ``scheduledAt``, ``startedAt``, ``latenessSeconds``, ``durationSeconds``,

@@ -87,9 +87,9 @@ def _step(step: Step) -> dict[str, Any]:
 
 def plan_view(plan: Plan) -> PlanView:
     """The plan: ``name``, ``version``, ``profile``, ``route``, ``deadlineSeconds``,
-    ``signals``, ``streams``, ``end`` and ``steps``; each step has ``index`` and ``kind``
-    (``capability``, ``poll``, ``await``, ``fail``, ``emit``) and its own fields; ``end`` is
-    the index meaning "the flow completes"."""
+    ``signals``, ``streams``, ``providers``, ``end`` and ``steps``; each step has ``index``
+    and ``kind`` (``capability``, ``poll``, ``await``, ``fail``, ``emit``) and its own fields;
+    ``end`` is the index meaning "the flow completes"."""
     return PlanView(
         name=plan.name,
         version=plan.version,
@@ -98,6 +98,7 @@ def plan_view(plan: Plan) -> PlanView:
         deadline_seconds=_seconds(plan.deadline),
         signals=sorted(plan.signals),
         streams=sorted(plan.streams),
+        providers=[provider.name for provider in plan.providers],
         end=plan.end,
         steps=[_step(n) for n in plan.steps],
     )

@@ -49,6 +49,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.CORRELATION_KEY_UNKNOWN: 404,
     ErrorCode.METRICS_FORBIDDEN: 403,
     ErrorCode.FLOW_NOT_FOUND: 404,
+    ErrorCode.PROVIDER_NOT_FOUND: 404,
     ErrorCode.INSTANCE_NOT_FOUND: 404,
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.SIGNAL_NOT_DECLARED: 404,

@@ -36,6 +36,7 @@ from flowpark.api.health import build_health_router
 from flowpark.api.instances import build_instances_router
 from flowpark.api.nodes import build_nodes_router
 from flowpark.api.operate import build_operator_router
+from flowpark.api.providers import build_providers_router
 from flowpark.api.signals import build_signals_router
 from flowpark.api.starts import build_trigger_router
 from flowpark.api.streams import build_streams_router
@@ -46,8 +47,8 @@ __all__ = ["include_api_routes", "include_health_routes"]
 
 def include_api_routes(app: FastAPI, plans: list[Plan]) -> None:
     """Include the ``/api/v1`` routes: operator actions, instances, flows, signals,
-    events and reviews, deliveries, streams, nodes, then the start and signal routes of
-    ``plans`` (the flows with an HTTP trigger) and their provider signal routes.
+    events and reviews, deliveries, streams, nodes, providers, then the start and signal
+    routes of ``plans`` (the flows with an HTTP trigger) and their provider signal routes.
 
     Args:
         app: the application.
@@ -63,6 +64,7 @@ def include_api_routes(app: FastAPI, plans: list[Plan]) -> None:
     app.include_router(build_delivery_router())
     app.include_router(build_streams_router())
     app.include_router(build_nodes_router())
+    app.include_router(build_providers_router())
     app.include_router(build_trigger_router(plans))
     app.include_router(build_provider_signals_router(plans))
 

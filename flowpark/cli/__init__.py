@@ -1,4 +1,6 @@
-"""The operator's CLI: ``flowpark instances ...``, ``flowpark nodes``, ``flowpark flows list|show``.
+"""The operator's CLI: ``flowpark instances ...``, ``flowpark nodes``, ``flowpark providers ...``,
+``flowpark flows list|show``
+(and ``flowpark flows simulate``, which reads the flow definitions, not a node).
 
 Every command talks to a running node over its HTTP API (``--url`` / ``FLOWPARK_URL``,
 ``--token`` / ``FLOWPARK_TOKEN``; with no token, a loopback URL is sent the local trial's
@@ -33,6 +35,8 @@ from flowpark.cli._client import (
 from flowpark.cli.flows import flows_list, flows_show
 from flowpark.cli.instances import instances_app
 from flowpark.cli.nodes import nodes_list
+from flowpark.cli.providers import providers_app
+from flowpark.cli.simulate import flows_simulate
 
 __all__ = [
     "EXIT_CONFLICT",
@@ -42,6 +46,7 @@ __all__ = [
     "EXIT_UNREACHABLE",
     "add_operator_commands",
     "instances_app",
+    "providers_app",
 ]
 
 
@@ -50,5 +55,7 @@ def add_operator_commands(app: typer.Typer, flows_app: typer.Typer) -> None:
     group."""
     app.add_typer(instances_app, name="instances")
     app.command("nodes")(nodes_list)
+    app.add_typer(providers_app, name="providers")
     flows_app.command("list")(flows_list)
     flows_app.command("show")(flows_show)
+    flows_app.command("simulate")(flows_simulate)

@@ -124,6 +124,8 @@ class Waiting(StrEnum):
     retry = "retry"
     signal = "signal"
     deadline = "deadline"
+    provider_budget = "provider_budget"  # a deferred try: its provider had no budget
+    provider_pushback = "provider_pushback"  # a try its provider pushed back (429/503)
 
 
 Url = Annotated[

@@ -34,7 +34,7 @@ def flows_list(url: Url = DEFAULT_URL, token: Token = None, as_json: AsJson = Fa
     table = Table(box=None, header_style="bold")
     for column in ("FLOW", "VERSION"):
         table.add_column(column, no_wrap=True)  # names are copied into commands: never cut
-    for column in ("SERVED", "UNFINISHED", "PROFILE", "ROUTE", "SIGNALS"):
+    for column in ("SERVED", "UNFINISHED", "PROFILE", "ROUTE", "SIGNALS", "PROVIDERS"):
         table.add_column(column, overflow="fold")
     for f in flows:
         table.add_row(
@@ -45,6 +45,7 @@ def flows_list(url: Url = DEFAULT_URL, token: Token = None, as_json: AsJson = Fa
             f.get("profile") or "-",
             f.get("route") or "-",
             ", ".join(f.get("signals", [])),
+            ", ".join(f.get("providers", [])) or "-",
         )
     print_table(table)
 
@@ -111,7 +112,8 @@ def flows_show(
     as_json: AsJson = False,
 ) -> None:
     """Print a flow's compiled plan as a tree: steps, the poll with its interval and
-    budget, signals, on_timeout blocks, fail steps, compensations."""
+    budget, signals, on_timeout blocks, fail steps, compensations, and the providers its
+    capabilities call."""
     params = {"version": version} if version else None
     with _api(url, token) as api:
         plan = api.call("GET", f"/api/v1/flows/{segment(name)}", params=params)
@@ -121,6 +123,8 @@ def flows_show(
     deadline = plan.get("deadlineSeconds")
     title = f"[bold]{plan['name']}@{plan['version']}[/bold] ({plan['profile']}"
     title += f", deadline {_seconds(deadline)})" if deadline else ")"
+    if plan.get("providers"):
+        title += f"; providers: {', '.join(plan['providers'])}"
     tree = Tree(title)
     branches: dict[int, Tree] = {}
     for step in plan["steps"]:

@@ -407,13 +407,21 @@ def fakes(
         "FLOWPARK_API_TOKENS; nodes must use the same); callbacks go only below the node's "
         "public base URL (FLOWPARK_PUBLIC_BASE_URL, else FLOWPARK_SELF_URL).",
     ),
+    rate_limit: float = typer.Option(
+        None,
+        min=0.001,
+        metavar="CALLS_PER_S",
+        help="Calls/s the fake OCR admits; beyond it, 429 with Retry-After (default: "
+        "FLOWPARK_OCR_RATE_LIMIT, else none; burst: FLOWPARK_OCR_RATE_BURST).",
+    ),
     log_level: LogLevelOpt = LogLevel.INFO,
 ) -> None:
     """Serve the fake OCR and job services alone, in their own process.
 
     With several nodes, point every node's FLOWPARK_OCR_BASE_URL (and
     FLOWPARK_JOBS_BASE_URL) at this server: a job uploaded through one node is read by
-    whichever node sweeps the instance next.
+    whichever node sweeps the instance next. The fake OCR counts its calls per 100 ms and
+    can refuse calls (a rate, a pushback window): see docs/providers.md.
     """
     import uvicorn
     from pydantic import SecretStr
@@ -429,11 +437,12 @@ def fakes(
     sock = tcp_socket(host, port)  # a port in use: one line, exit 1
     _logging(log_level)
     node_settings = Settings()
+    token = SecretStr(callback_token) if callback_token else None
+    given = {"sample_callback_token": token, "ocr_rate_limit": rate_limit}
+    overrides = {k: v for k, v in given.items() if v}
     config = uvicorn.Config(
         create_fakes_server(
-            sample=SampleSettings(sample_callback_token=SecretStr(callback_token))
-            if callback_token
-            else None,
+            sample=SampleSettings(**overrides),  # type: ignore[arg-type]
             per_page=per_page,
         ),
         host=host,

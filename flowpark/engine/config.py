@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 __all__ = ["EngineConfig"]
@@ -26,6 +27,8 @@ class EngineConfig:
             the run goes on in the background; None (default): until it parks or ends (or
             reaches a heartbeating capability). The server sets it from
             ``FLOWPARK_START_WAIT_SECONDS`` (2 s).
+        provider_limits: overrides of declared provider limits by provider name
+            (``{"ocr": {"rate_per_second": 20}}``, from ``FLOWPARK_PROVIDER_LIMITS``).
     """
 
     node_id: str = "node-1"
@@ -33,3 +36,4 @@ class EngineConfig:
     sweep_batch: int = 100
     concurrency: int = 32
     start_wait: timedelta | None = None
+    provider_limits: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)

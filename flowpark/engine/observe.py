@@ -87,6 +87,19 @@ class Observer:
         """A sweep claimed ``claimed`` instances and advanced them in ``seconds`` (engine
         clock)."""
 
+    def provider_call(self, provider: str, outcome: str) -> None:
+        """A call of ``provider`` that took a token ended: ``ok``, ``failed`` or
+        ``pushback`` (the provider answered 429/503 or the capability raised
+        ``ProviderPushback``)."""
+
+    def provider_deferred(self, provider: str, reason: str) -> None:
+        """A try of a capability calling ``provider`` was deferred: ``budget`` (no token)
+        or ``pushback`` (the provider is paused after a pushback)."""
+
+    def provider_limit(self, provider: str, limit: float, effective_rate: float) -> None:
+        """The store told ``provider``'s limit and effective rate (calls per second), at a
+        grant or a pushback of this node."""
+
     def trace_context(self) -> dict[str, str] | None:
         """The current trace context to store with a new instance (W3C ``traceparent`` /
         ``tracestate`` headers), or None when nothing is traced."""

@@ -65,6 +65,8 @@ class WakeKind(StrEnum):
     RETRY = "retry"  # the next try of a failed capability, under its retry policy
     SIGNAL = "signal"  # a signal (an await_signal step, with or without a timeout)
     DEADLINE = "deadline"  # the flow deadline, which comes before any other wake
+    PROVIDER_BUDGET = "provider_budget"  # a try deferred: its provider had no budget
+    PROVIDER_PUSHBACK = "provider_pushback"  # a try its provider pushed back (429/503)
 
 
 class StepKind(StrEnum):

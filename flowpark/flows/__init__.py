@@ -20,6 +20,7 @@ from flowpark.flows.catalog import Catalog
 from flowpark.flows.correlation import Correlate
 from flowpark.flows.durations import Backoff, RetryPolicy, to_timedelta
 from flowpark.flows.plan import HttpTrigger, Plan, Profile
+from flowpark.flows.providers import Provider, ProviderPushback, retry_after_instant
 from flowpark.flows.rules import Finding, Severity, check_flow, compile_flow
 from flowpark.flows.webhooks import (
     GitHubWebhook,
@@ -48,6 +49,8 @@ __all__ = [
     "HttpTrigger",
     "Plan",
     "Profile",
+    "Provider",
+    "ProviderPushback",
     "RecoveryError",
     "RetryPolicy",
     "Severity",
@@ -61,5 +64,6 @@ __all__ = [
     "bag_key",
     "check_flow",
     "compile_flow",
+    "retry_after_instant",
     "to_timedelta",
 ]

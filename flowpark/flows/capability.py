@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from flowpark.flows.correlation import Correlate
 from flowpark.flows.durations import RetryPolicy
+from flowpark.flows.providers import Provider
 from flowpark.flows.webhooks import WebhookDelivery, WebhookVerifier
 
 __all__ = [
@@ -356,6 +357,10 @@ class Capability(ABC):
         secret_fields: names of fields whose values the instance views (API, CLI, console)
             show as ``"***"``, at any depth of a value it put; the journal keeps them, since
             later steps read them. Override :meth:`redact` for other rules.
+        provider: the :class:`~flowpark.flows.providers.Provider` it calls, or None (default):
+            each try then takes a token of the provider's shared budget first (a try without
+            one is deferred, not run), and a 429/503 or ``ProviderPushback`` it raises parks
+            the instance until the provider's ``Retry-After`` instead of failing the try.
     """
 
     id: ClassVar[str] = ""
@@ -364,6 +369,7 @@ class Capability(ABC):
     puts: ClassVar[tuple[type[BaseModel], ...]] = ()
     options: ClassVar[CapabilityOptions] = CapabilityOptions()
     secret_fields: ClassVar[tuple[str, ...]] = ()
+    provider: ClassVar[Provider | None] = None
 
     def redact(self, values: dict[str, Any]) -> dict[str, Any]:
         """The values one execution put, as the instance views show them.

@@ -7,7 +7,8 @@ import logging
 from flowpark.errors import DefinitionError, FlowNotFound, shown
 from flowpark.flows.builder import Flow
 from flowpark.flows.plan import Plan
-from flowpark.flows.rules import Finding, Severity, compile_flow
+from flowpark.flows.providers import Provider
+from flowpark.flows.rules import Finding, Severity, compile_flow, provider_clashes
 
 __all__ = ["Catalog", "version_key"]
 
@@ -34,13 +35,23 @@ class Catalog:
             DefinitionError: the flow breaks a rule (code ``definition_invalid``), or it
                 declares a provider signal (``Signal(correlate=...)``) that a registered
                 flow declares with another verifier (rule
-                ``signal.correlate_verify_differs``: the provider's one URL has one).
+                ``signal.correlate_verify_differs``: the provider's one URL has one), or a
+                provider that a registered flow declares with other limits (rule
+                ``provider.conflicting_declaration``).
             ValueError: the same name and version is already registered.
         """
         plan, findings = compile_flow(flow)
         if plan.key in self._plans:
             raise ValueError(f"flow {plan.name}@{plan.version} is already registered")
         self._check_provider_signals(plan)
+        clashes = provider_clashes([*self._plans.values(), plan])
+        if clashes:
+            raise DefinitionError(
+                f"flow {plan.name}@{plan.version} is invalid: " + "; ".join(map(str, clashes)),
+                [*findings, *clashes],
+                flow=plan.name,
+                version=plan.version,
+            )
         for finding in findings:
             log.warning("%s", finding)
         self._plans[plan.key] = plan
@@ -101,6 +112,14 @@ class Catalog:
     def plans(self) -> list[Plan]:
         """Every registered plan."""
         return list(self._plans.values())
+
+    def providers(self) -> list[Provider]:
+        """Every provider the registered plans call, each once, sorted by name."""
+        found: dict[str, Provider] = {}
+        for plan in self._plans.values():
+            for provider in plan.providers:
+                found.setdefault(provider.name, provider)
+        return [found[name] for name in sorted(found)]
 
     def runnable(self) -> list[tuple[str, str]]:
         """Every registered (name, version)."""

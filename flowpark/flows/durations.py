@@ -138,6 +138,10 @@ class RetryPolicy:
         maximum_tries: tries in all, or None for no count limit.
         total_duration: bound on when a try may start, or None.
         non_retryable: error type names (``"ValueError"``) that fail at once.
+        jitter: fraction of each delay that may be cut away at random (0 = none, < 1), as
+            :class:`Backoff` does: the draw is seeded by the execution and the try, so one
+            instance's schedule is reproducible while instances that failed together
+            come back spread apart, not as one wave.
     """
 
     initial_interval: timedelta = timedelta(seconds=1)
@@ -146,8 +150,11 @@ class RetryPolicy:
     maximum_tries: int | None = None
     total_duration: timedelta | None = None
     non_retryable: tuple[str, ...] = ()
+    jitter: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.jitter < 1.0:
+            raise ValueError("RetryPolicy.jitter must be in [0, 1)")
         if self.maximum_tries is not None and self.maximum_tries < 1:
             raise ValueError("RetryPolicy.maximum_tries must be >= 1")
         if self.backoff_coefficient < 1.0:
@@ -164,6 +171,15 @@ class RetryPolicy:
             self.backoff_coefficient ** min(try_number - 1, 64)
         )
         return timedelta(seconds=min(seconds, self.maximum_interval.total_seconds()))
+
+    def jittered_delay_after(self, try_number: int, seed: str) -> timedelta:
+        """:meth:`delay_after` with :attr:`jitter` applied, drawn from ``seed`` (the
+        execution's key) and the try: the same answer on every node and replay."""
+        base = self.delay_after(try_number)
+        if self.jitter == 0.0:
+            return base
+        factor = 1.0 - self.jitter * random.Random(f"{seed}:retry:{try_number}").random()
+        return timedelta(seconds=base.total_seconds() * factor)
 
     def allows_another(
         self, try_number: int, error_type: str, elapsed_at_next_start: timedelta

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from flowpark.flows.capability import Bag, Capability, Signal, SignalMatch, Stream
 from flowpark.flows.durations import Backoff
+from flowpark.flows.providers import Provider
 
 __all__ = [
     "AwaitSignalStep",
@@ -183,6 +184,7 @@ class Plan:
         returns: builds the result from the bag at the end, or None (result is None).
         signals: every signal the flow can take, by name.
         streams: streams its capabilities declare, by name.
+        providers: the providers its capabilities (compensations included) call, by name.
     """
 
     name: str
@@ -198,6 +200,7 @@ class Plan:
     streams: dict[str, Stream] = field(default_factory=dict)
     #: the input field (JSON name) that names an instance to people, or None
     display_key: str | None = None
+    providers: tuple[Provider, ...] = ()
 
     def __post_init__(self) -> None:
         for step in self.steps:
@@ -217,6 +220,15 @@ class Plan:
     def end(self) -> int:
         """The index one past the last step: reaching it completes the instance."""
         return len(self.steps)
+
+    def provider_of(self, capability_id: str) -> Provider | None:
+        """The provider the capability ``capability_id`` of this plan calls, or None."""
+        for step in self.steps:
+            if isinstance(step, CapabilityStep):
+                for cap in (step.capability, step.compensation):
+                    if cap is not None and cap.id == capability_id:
+                        return cap.provider
+        return None
 
     def compensable_steps(self) -> list[CapabilityStep]:
         """The capability steps that declare a compensation, in plan order."""

@@ -30,6 +30,10 @@ code                                     severity  rule
 ``failure_route.unbounded_retry``        warning   a failure route whose retries never end
 ``flow.deadline_not_positive``           error     a deadline must be > 0
 ``trigger.route_invalid``                error     trigger routes start with ``/``
+``provider.name_invalid``                error     a provider's name is 1 to 64 of ``a-z 0-9 _ .
+                                                   -``, starting with a letter or digit
+``provider.conflicting_declaration``     error     two different providers under one name (in
+                                                   a flow, or across the flows of a node)
 ``flow.duplicate_version``               error     two flows with one name and version (only
                                                    ``flowpark flows check``, which sees several
                                                    flows; ``Catalog.register`` refuses the
@@ -59,8 +63,9 @@ from flowpark.flows.plan import (
     Profile,
     Step,
 )
+from flowpark.flows.providers import PROVIDER_NAME, Provider
 
-__all__ = ["Finding", "Severity", "check_flow", "compile_flow"]
+__all__ = ["Finding", "Severity", "check_flow", "compile_flow", "provider_clashes"]
 
 HEARTBEAT_MARGIN = timedelta(seconds=10)
 
@@ -92,6 +97,7 @@ class _Checker:
         self.findings: list[Finding] = []
         self.ids: dict[str, type] = {}
         self.signals: dict[str, Signal] = {}
+        self.providers: dict[str, Provider] = {}
 
     def add(self, code: str, severity: Severity, step: str, message: str) -> None:
         ref = f"{self.flow.name}@{self.flow.version}"
@@ -121,6 +127,7 @@ class _Checker:
                 where,
                 f"{type(cap).__name__}.execute must be `async def` (the engine awaits it)",
             )
+        self.provider(cap, where)
         opts = cap.options
         hb = opts.heartbeat_timeout
         declared = hb is not None and opts.poll_interval is not None and opts.call_timeout
@@ -130,6 +137,33 @@ class _Checker:
                 where,
                 f"poll_interval {opts.poll_interval} + call_timeout {opts.call_timeout} "
                 f"exceeds heartbeat_timeout {hb} - 10s",
+            )
+
+    def provider(self, cap: Capability, where: str) -> None:
+        provider = cap.provider
+        if provider is None:
+            return
+        if not isinstance(provider, Provider):
+            self.error(
+                "provider.name_invalid",
+                where,
+                f"{cap.id}.provider must be a Provider (or None), not {provider!r}",
+            )
+            return
+        if not PROVIDER_NAME.fullmatch(provider.name):
+            self.error(
+                "provider.name_invalid",
+                where,
+                f"provider name {provider.name!r} of {cap.id} must be 1 to 64 of a-z, 0-9, "
+                "'_', '.', '-' starting with a letter or digit",
+            )
+        known = self.providers.setdefault(provider.name, provider)
+        if known != provider:
+            self.error(
+                "provider.conflicting_declaration",
+                where,
+                f"provider {provider.name!r} is declared twice with different limits: "
+                f"{known} and {provider}",
             )
 
     def signal(self, sig: Signal, where: str) -> None:
@@ -309,6 +343,48 @@ class _Checker:
         self.reads(flow.returns_reads, have, "returns")
 
 
+def provider_clashes(plans: list[Plan], ref: str = "flows") -> list[Finding]:
+    """The ``provider.conflicting_declaration`` findings across ``plans`` (one node's
+    flows): a provider name declared with different limits by two of them.
+
+    Args:
+        plans: the compiled plans a node serves.
+        ref: what the findings name as their flow.
+
+    Returns:
+        One error finding per clash (empty when every name has one declaration).
+    """
+    seen: dict[str, tuple[Provider, str]] = {}
+    findings: list[Finding] = []
+    for plan in plans:
+        for provider in plan.providers:
+            known = seen.setdefault(provider.name, (provider, f"{plan.name}@{plan.version}"))
+            if known[0] != provider:
+                findings.append(
+                    Finding(
+                        "provider.conflicting_declaration",
+                        Severity.ERROR,
+                        f"{plan.name}@{plan.version}",
+                        "providers",
+                        f"provider {provider.name!r} is declared as {provider} here and as "
+                        f"{known[0]} by {known[1]}",
+                    )
+                )
+    return findings
+
+
+def _providers(steps: list[Step]) -> tuple[Provider, ...]:
+    """The providers the capabilities of ``steps`` call (compensations included), in plan
+    order, each once."""
+    found: dict[str, Provider] = {}
+    for step in steps:
+        if isinstance(step, CapabilityStep):
+            for cap in (step.capability, step.compensation):
+                if cap is not None and cap.provider is not None:
+                    found.setdefault(cap.provider.name, cap.provider)
+    return tuple(found.values())
+
+
 def check_flow(flow: Flow) -> list[Finding]:
     """Every finding for ``flow`` (errors and warnings), in definition order."""
     checker = _Checker(flow)
@@ -410,5 +486,6 @@ def compile_flow(flow: Flow) -> tuple[Plan, list[Finding]]:
         signals=signals,
         streams=streams,
         display_key=flow.display_key,
+        providers=_providers(steps),
     )
     return plan, findings

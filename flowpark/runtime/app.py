@@ -41,6 +41,7 @@ from flowpark.store import check_schema_at_head, make_async_engine
 from flowpark.store.deliveries import SqlDeliveries
 from flowpark.store.delivery_ids import SqlDeliveryIds
 from flowpark.store.nodes import SqlNodes
+from flowpark.store.provider_waits import SqlProviderWaits
 from flowpark.store.retention import SqlRetention
 from flowpark.ui import install_console
 
@@ -251,6 +252,7 @@ def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManage
             _start_jobs(wiring, workers, db, app.state.deliveries)
             app.state.sweeper = workers.sweeper
             app.state.nodes = nodes = SqlNodes(db)
+            app.state.provider_waits = SqlProviderWaits(db)
             workers.beat = NodeBeat(
                 nodes, wiring.clock, settings, wiring.catalog, "serve", workers.sweeper
             )

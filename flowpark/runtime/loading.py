@@ -40,7 +40,14 @@ from typing import TYPE_CHECKING, Any
 from flowpark.errors import DefinitionError, FlowsUnloadable
 from flowpark.flows.builder import Flow
 from flowpark.flows.catalog import Catalog
-from flowpark.flows.rules import Finding, Severity, check_flow
+from flowpark.flows.plan import Plan
+from flowpark.flows.rules import (
+    Finding,
+    Severity,
+    check_flow,
+    compile_flow,
+    provider_clashes,
+)
 from flowpark.settings import ApiToken, Settings
 
 if TYPE_CHECKING:
@@ -302,12 +309,20 @@ def findings_of(flows: Sequence[Flow]) -> list[tuple[Flow, list[Finding]]]:
     """Every flow with its findings, a second flow of one name and version included."""
     seen: set[tuple[str, str]] = set()
     out = []
+    plans: list[Plan] = []
     for flow in flows:
         findings = check_flow(flow)
         key = (flow.name, flow.version)
         if key in seen:
             findings.append(_duplicate(flow))
         seen.add(key)
+        if not any(f.severity is Severity.ERROR for f in findings):
+            # a provider declared with other limits by an earlier flow of the node
+            plan = compile_flow(flow)[0]
+            clashes = provider_clashes([*plans, plan])
+            findings.extend(clashes)
+            if not clashes:
+                plans.append(plan)
         out.append((flow, findings))
     return out
 

@@ -31,8 +31,10 @@ from prometheus_client import (
 
 __all__ = [
     "CONTENT_TYPE_LATEST",
+    "DEFERRAL_REASONS",
     "DELIVERY_OUTCOMES",
     "MULTIPROC_ENV",
+    "PROVIDER_OUTCOMES",
     "Metrics",
     "mark_process_dead",
     "multiprocess_dir",
@@ -51,6 +53,10 @@ RATIO = (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 DELIVERY_OUTCOMES = ("delivered", "failed", "gave_up")
 #: Buckets (seconds) for delivery lag, which retries after a backoff stretch: 50 ms to 1 day.
 LAG = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 86400)
+#: The outcomes of a provider call (``flowpark_provider_calls``) and the reasons of a
+#: deferral (``flowpark_provider_deferrals``).
+PROVIDER_OUTCOMES = ("ok", "pushback", "failed")
+DEFERRAL_REASONS = ("budget", "pushback")
 #: Buckets for counts per sweep and per group-commit batch.
 COUNTS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500)
 
@@ -272,6 +278,32 @@ class Metrics:
             ["subscriber"],
             registry=r,
             multiprocess_mode="mostrecent",
+        )
+        self.provider_calls = Counter(
+            "flowpark_provider_calls",
+            "Calls to a declared provider, by outcome: ok, pushback (it answered 429 or "
+            "503, or the capability raised ProviderPushback) or failed.",
+            ["provider", "outcome"],
+            registry=r,
+        )
+        self.provider_deferrals = Counter(
+            "flowpark_provider_deferrals",
+            "Due calls parked again instead of run, by reason: budget (the provider's "
+            "limit had none) or pushback (until the provider's Retry-After).",
+            ["provider", "reason"],
+            registry=r,
+        )
+        provider = {"registry": r, "multiprocess_mode": "mostrecent", "labelnames": ["provider"]}
+        self.provider_limit = Gauge(
+            "flowpark_provider_limit",
+            "The provider's limit in force, calls per second (all nodes together).",
+            **provider,  # type: ignore[arg-type]
+        )
+        self.provider_effective_rate = Gauge(
+            "flowpark_provider_effective_rate",
+            "The provider's effective rate, calls per second: the limit, lowered by "
+            "pushback and recovering after a clean interval.",
+            **provider,  # type: ignore[arg-type]
         )
         self.info = Gauge(
             "flowpark_node_info",

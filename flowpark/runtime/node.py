@@ -20,7 +20,8 @@ def node_engine(
     settings: Settings, db: AsyncEngine, catalog: Catalog, clock: Clock, observer: NodeObserver
 ) -> Engine:
     """The engine a node (``serve`` or ``worker``) runs: on the SQL journal over ``db``,
-    configured from ``settings`` (node id, lease, sweep batch, concurrency, start wait)."""
+    configured from ``settings`` (node id, lease, sweep batch, concurrency, start wait,
+    provider limit overrides)."""
     return Engine(
         SqlJournal(db, on_batch=observer.batched),
         catalog,
@@ -31,6 +32,7 @@ def node_engine(
             sweep_batch=settings.sweep_batch,
             concurrency=settings.concurrency,
             start_wait=timedelta(seconds=settings.start_wait_seconds),
+            provider_limits=settings.provider_limits,
         ),
         observer=observer,
     )

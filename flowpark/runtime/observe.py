@@ -12,7 +12,12 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from flowpark.engine.observe import NULL_SPAN, Observer, PollEnd
-from flowpark.runtime.metrics import DELIVERY_OUTCOMES, Metrics
+from flowpark.runtime.metrics import (
+    DEFERRAL_REASONS,
+    DELIVERY_OUTCOMES,
+    PROVIDER_OUTCOMES,
+    Metrics,
+)
 from flowpark.runtime.tracing import Tracing
 
 __all__ = ["NodeObserver"]
@@ -112,6 +117,32 @@ class NodeObserver(Observer):
         event was emitted (engine clock; a negative lag counts as 0)."""
         if self.metrics is not None:
             self._child(self.metrics.delivery_lag, subscriber).observe(max(lag_seconds, 0.0))
+
+    def providers_declared(self, names: Iterable[str]) -> None:
+        """Start the provider counters of ``names`` at zero for every outcome and reason
+        (so that a first pushback shows as an increase)."""
+        if self.metrics is not None:
+            for name in names:
+                for outcome in PROVIDER_OUTCOMES:
+                    self._child(self.metrics.provider_calls, name, outcome)
+                for reason in DEFERRAL_REASONS:
+                    self._child(self.metrics.provider_deferrals, name, reason)
+
+    def provider_call(self, provider: str, outcome: str) -> None:
+        """A call to ``provider`` ended ``outcome`` (ok, pushback or failed)."""
+        if self.metrics is not None:
+            self._child(self.metrics.provider_calls, provider, outcome).inc()
+
+    def provider_deferred(self, provider: str, reason: str) -> None:
+        """A due call to ``provider`` was parked again (reason budget or pushback)."""
+        if self.metrics is not None:
+            self._child(self.metrics.provider_deferrals, provider, reason).inc()
+
+    def provider_limit(self, provider: str, limit: float, effective_rate: float) -> None:
+        """The store told ``provider``'s limit and effective rate (calls/s)."""
+        if self.metrics is not None:
+            self._child(self.metrics.provider_limit, provider).set(limit)
+            self._child(self.metrics.provider_effective_rate, provider).set(effective_rate)
 
     def trace_context(self) -> dict[str, str] | None:
         return self.tracing.context() if self.tracing is not None else None

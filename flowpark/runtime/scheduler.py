@@ -32,13 +32,15 @@ log = logging.getLogger("flowpark.sweep")
 
 #: in-process wakes due within the same slot share one job (fired at the slot's end)
 WAKE_GRANULARITY = timedelta(milliseconds=10)
+#: the next wake ahead, read after each sweep, is scheduled in slots of this size
+NEXT_WAKE_GRANULARITY = timedelta(milliseconds=50)
 #: how long stopping waits for an in-flight sweep before cancelling it
 STOP_GRACE_SECONDS = 30.0
 
 
-def _slot(instant: datetime) -> datetime:
-    """``instant`` rounded up to the next :data:`WAKE_GRANULARITY` boundary (aware UTC)."""
-    step = WAKE_GRANULARITY.total_seconds()
+def _slot(instant: datetime, granularity: timedelta = WAKE_GRANULARITY) -> datetime:
+    """``instant`` rounded up to the next ``granularity`` boundary (aware UTC)."""
+    step = granularity.total_seconds()
     return datetime.fromtimestamp(math.ceil(instant.timestamp() / step) * step, UTC)
 
 
@@ -100,6 +102,10 @@ class Sweeper:
             self.last_success = time.monotonic()
             self.last_sweep_at = self.engine.clock.now()
             self.last_claimed = claimed
+            if self.short_wakes and self.engine.claiming:
+                ahead = await self.engine.journal.reads.next_wake(after=self.last_sweep_at)
+                if ahead is not None:
+                    self._parked("", ahead, NEXT_WAKE_GRANULARITY)
         except Exception as exc:
             if store_outage(exc):
                 OUTAGES.unavailable("sweep", exc)
@@ -120,7 +126,9 @@ class Sweeper:
         self._slots.discard(slot)
         await self.run_once()
 
-    def _parked(self, instance_id: str, wake_at: datetime) -> None:
+    def _parked(
+        self, instance_id: str, wake_at: datetime, granularity: timedelta = WAKE_GRANULARITY
+    ) -> None:
         """Engine wake listener: schedule an in-process wake unless a periodic sweep at or
         after ``wake_at`` is near: an instance due just after the next scan would
         otherwise wait for the scan after it, so wakes before the scan after next (next
@@ -135,7 +143,7 @@ class Sweeper:
             and wake_at >= next_scan + timedelta(seconds=self.interval * 1.1)
         ):
             return
-        slot = _slot(wake_at)
+        slot = _slot(wake_at, granularity)
         if slot in self._slots:
             return
         self._slots.add(slot)

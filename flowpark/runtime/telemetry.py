@@ -23,7 +23,7 @@ from flowpark.runtime import tracing
 from flowpark.runtime.metrics import Metrics, mark_process_dead
 from flowpark.runtime.observe import NodeObserver
 from flowpark.settings import Settings
-from flowpark.store.gauges import active_counts, pending_deliveries
+from flowpark.store.gauges import active_counts, pending_deliveries, provider_rates
 from flowpark.store.nodes import SqlNodes
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ class Telemetry:
         self._refreshing: asyncio.Future[None] | None = None
         self._first: asyncio.Future[None] | None = None
         self._unconfigured_seen = False  # pending deliveries of a subscriber now unknown
+        self._providers_seen: set[str] = set()  # their counters start at zero once
 
     def instrument_client(self, client: Any) -> None:
         """Trace ``client``'s outbound calls (when traced)."""
@@ -105,7 +106,8 @@ class Telemetry:
         return {f for f in (self._first, self._refreshing) if f is not None and not f.done()}
 
     async def refresh(self, db: AsyncEngine, clock: Clock) -> None:
-        """Set the database pool gauge, the instance gauges (one grouped query) and, when
+        """Set the database pool gauge, the instance gauges (one grouped query), the
+        providers' limit and effective rate gauges (one read of their rows) and, when
         subscribers are configured, the pending deliveries gauge (one more).
 
         An instance is overdue when parked and due for more than two scan intervals, stuck
@@ -141,6 +143,12 @@ class Telemetry:
                 for gauge in (metrics.parked, metrics.running, metrics.overdue, metrics.stuck):
                     gauge.labels(flow).set(0)
             metrics.flows_seen |= seen
+            for name, limit, effective in await provider_rates(db):
+                metrics.provider_limit.labels(name).set(limit)
+                metrics.provider_effective_rate.labels(name).set(effective)
+                if name not in self._providers_seen:
+                    self.observer.providers_declared([name])
+                    self._providers_seen.add(name)
             if self.settings.subscribers:
                 configured = {s.name for s in self.settings.subscribers}
                 pending = dict.fromkeys(configured, 0)

@@ -23,7 +23,8 @@ from flowpark.engine.ports.values import Correlation
 from flowpark.errors import CorrelationKeyInUse
 from flowpark.store.base import SqlRole
 from flowpark.store.mapping import INSTANCE
-from flowpark.store.tables import ACTIVE_STATES, CorrelationRow
+from flowpark.store.provider_tables import CORRELATION
+from flowpark.store.tables import ACTIVE_STATES
 
 if TYPE_CHECKING:
     from flowpark.store.dialects import Dialect
@@ -35,8 +36,6 @@ __all__ = [
     "record_correlations",
     "release_correlations",
 ]
-
-CORRELATION = CorrelationRow.__table__  # type: ignore[attr-defined]
 
 
 def key_in_use(instance_id: str, correlation: Correlation, holder: str) -> CorrelationKeyInUse:

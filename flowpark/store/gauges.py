@@ -12,9 +12,10 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from flowpark.store.db import READ_ONLY
 from flowpark.store.mapping import INSTANCE
+from flowpark.store.provider_tables import PROVIDER
 from flowpark.store.tables import ACTIVE_STATES, EventDeliveryRow
 
-__all__ = ["FlowCounts", "active_counts", "pending_deliveries"]
+__all__ = ["FlowCounts", "active_counts", "pending_deliveries", "provider_rates"]
 
 DELIVERY = EventDeliveryRow.__table__  # type: ignore[attr-defined]
 
@@ -104,3 +105,25 @@ async def pending_deliveries(engine: AsyncEngine) -> dict[str, int]:
     async with engine.execution_options(**READ_ONLY).connect() as conn:
         rows = (await conn.execute(query)).all()
     return {r.subscriber: int(r.pending) for r in rows}
+
+
+async def provider_rates(engine: AsyncEngine) -> list[tuple[str, float, float]]:
+    """Each declared provider's limit and effective rate (calls per second): one read of
+    ``flow_provider``'s rows (one per provider).
+
+    Args:
+        engine: the service's database engine.
+
+    Returns:
+        ``(name, limit, effective rate)`` per provider, by name.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError / OSError: the database could not be read.
+    """
+    columns = PROVIDER.c
+    query = select(columns.name, columns.rate_per_second, columns.effective_rate).order_by(
+        columns.name
+    )
+    async with engine.execution_options(**READ_ONLY).connect() as conn:
+        rows = (await conn.execute(query)).all()
+    return [(r.name, float(r.rate_per_second), float(r.effective_rate)) for r in rows]

@@ -46,6 +46,7 @@ from flowpark.errors import (
     JournalConflict,
 )
 from flowpark.store.memory_correlations import MemoryCorrelations
+from flowpark.store.memory_providers import MemoryProviderLimits
 from flowpark.store.memory_reads import MemoryReads
 from flowpark.store.memory_state import (
     NO_LEASE,
@@ -68,6 +69,7 @@ class MemoryStore(MemoryReads):
         runs / intake / mailbox / streams / reads / operator / overview: this object (each
             port's methods have distinct names).
         correlations: the correlation keys (:class:`MemoryCorrelations`).
+        providers: the providers' shared limits (:class:`MemoryProviderLimits`).
     """
 
     def __init__(self) -> None:
@@ -75,6 +77,7 @@ class MemoryStore(MemoryReads):
         self.runs = self.intake = self.mailbox = self.streams = self
         self.reads = self.operator = self.overview = self
         self.correlations = MemoryCorrelations(self._s)
+        self.providers = MemoryProviderLimits()
 
     # -- RunStore ----------------------------------------------------------------------
     async def claim(

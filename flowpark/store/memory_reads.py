@@ -68,12 +68,13 @@ class MemoryReads(MemoryBase):
         wanted = InstanceState(state) if state is not None else None
         return sum(1 for i in self._s.instances.values() if wanted is None or i.state is wanted)
 
-    async def next_wake(self) -> datetime | None:
+    async def next_wake(self, after: datetime | None = None) -> datetime | None:
         """See :meth:`flowpark.engine.ports.ReadModel.next_wake`."""
         wakes = [
             i.wake_at
             for i in self._s.instances.values()
             if i.state is SUSPENDED and i.wake_at is not None
+            if after is None or i.wake_at > after
         ]
         return min(wakes, default=None)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, func, select, text
@@ -108,12 +109,16 @@ class SqlReads(SqlRole):
         async with self._read() as conn:
             return int((await conn.execute(query)).scalar_one())
 
-    async def next_wake(self) -> Any:
-        """The earliest ``wake_at`` among suspended instances (aware UTC), or None."""
+    async def next_wake(self, after: datetime | None = None) -> Any:
+        """The earliest ``wake_at`` among suspended instances (aware UTC), or None; with
+        ``after``, the earliest later than it."""
+        later = INSTANCE.c.wake_at > after if after is not None else INSTANCE.c.wake_at.is_not(None)
         query = (
             select(INSTANCE.c.wake_at)
             .where(
-                INSTANCE.c.state == InstanceState.SUSPENDED.value, INSTANCE.c.wake_at.is_not(None)
+                INSTANCE.c.state == InstanceState.SUSPENDED.value,
+                INSTANCE.c.wake_at.is_not(None),
+                later,
             )
             .order_by(INSTANCE.c.wake_at)
             .limit(1)

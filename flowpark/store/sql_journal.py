@@ -24,6 +24,7 @@ from flowpark.store.correlations import SqlCorrelations
 from flowpark.store.listing import SqlOperatorReads
 from flowpark.store.memory import MemoryStore
 from flowpark.store.overview import SqlOverviewReads
+from flowpark.store.providers import SqlProviderLimits
 from flowpark.store.reads import SqlReads
 from flowpark.store.runs import SqlRuns
 from flowpark.store.signals import SqlMailbox
@@ -57,6 +58,8 @@ class SqlJournal:
             (the same object as ``reads``).
         correlations: which live instance holds a provider's id
             (:class:`~flowpark.store.correlations.SqlCorrelations`).
+        providers: the providers' shared limits
+            (:class:`~flowpark.store.providers.SqlProviderLimits`).
 
     On PostgreSQL, concurrent starts, journal commits, parks and completions are grouped
     into one statement per batch (:mod:`flowpark.store.batched`); each keeps its own fence.
@@ -76,6 +79,7 @@ class SqlJournal:
         self.operator = self.reads
         self.overview = self.reads
         self.correlations = SqlCorrelations(context)
+        self.providers = SqlProviderLimits(context)
 
     @property
     def engine(self) -> AsyncEngine:

@@ -34,7 +34,6 @@ from flowpark.store.types import InstanceId, UtcDateTime
 __all__ = [
     "ACTIVE_STATES",
     "ConsoleSessionRow",
-    "CorrelationRow",
     "ENDED_WHERE",
     "IDEMPOTENCY_DIGEST_SQL",
     "WAITING_WHERE",
@@ -264,7 +263,8 @@ class FlowInstanceRow(SQLModel, table=True):
     wake_at: datetime | None = _instant("wake_at")
     wake_step_id: int | None = _int("wake_step_id")
     wake_scope: int | None = _int("wake_scope")
-    # what a suspended instance waits for: poll, retry, signal or deadline (WAKE_KINDS)
+    # what a suspended instance waits for: poll, retry, signal, deadline, provider_budget or
+    # provider_pushback (WakeKind)
     wake_kind: str | None = _str("wake_kind")
     lease_owner: str | None = _str("lease_owner")
     lease_expires_at: datetime | None = _instant("lease_expires_at")
@@ -394,21 +394,6 @@ class SignalDeliveryRow(SQLModel, table=True):
     delivery_id: str = _str("delivery_id", nullable=False, primary_key=True)
     instance_id: str = _instance_id("instance_id")
     received_at: datetime = _instant("received_at", nullable=False)
-
-
-class CorrelationRow(SQLModel, table=True):
-    """``flow_correlation``: a provider's id a live instance's step recorded (per flow and
-    provider unique; written with the step's row, deleted when the instance finishes)."""
-
-    model_config = _TABLE
-    __tablename__ = "flow_correlation"
-    __table_args__ = (Index("ix_flow_correlation_instance", "instance_id"),)
-
-    flow_name: str = _str("flow_name", nullable=False, primary_key=True)
-    provider: str = _str("provider", nullable=False, primary_key=True)
-    key: str = _str("key", nullable=False, primary_key=True)
-    instance_id: str = _instance_id("instance_id")
-    created_at: datetime = _instant("created_at", nullable=False)
 
 
 class ConsoleSessionRow(SQLModel, table=True):
@@ -598,3 +583,7 @@ class FlowNodeRow(SQLModel, table=True):
     stopped_at: datetime | None = _instant("stopped_at")
     last_sweep_at: datetime | None = _instant("last_sweep_at")
     last_claimed: int | None = _int("last_claimed")
+
+
+# the providers' tables (limits, tallies, correlation keys) register on the same metadata
+from flowpark.store import provider_tables as _provider_tables  # noqa: E402,F401

@@ -402,9 +402,11 @@ def install_console(app: FastAPI) -> None:
     app.mount("/ui/static", StaticFiles(directory=str(STATIC)), name="console-static")
     from flowpark.ui.actions import build_actions_router
     from flowpark.ui.instances import build_instances_router
+    from flowpark.ui.providers import build_providers_router
 
     app.include_router(build_console_router())
     app.include_router(build_instances_router())
+    app.include_router(build_providers_router())
     app.include_router(build_actions_router())
     app.include_router(_fallback_router())
     app.include_router(_root_router())

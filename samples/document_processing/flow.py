@@ -20,6 +20,7 @@ from flowpark.flows import (
     Decision,
     Flow,
     HttpTrigger,
+    Provider,
     RetryPolicy,
     Signal,
     StepContext,
@@ -38,6 +39,7 @@ from flowpark.samples.settings import instance_callback_token
 
 __all__ = [
     "NOT_READ_IN_TIME",
+    "OCR",
     "OCR_COMPLETED",
     "OcrClient",
     "Waits",
@@ -47,6 +49,11 @@ __all__ = [
 NOT_READ_IN_TIME = "document.not_read_in_time"
 OCR_COMPLETED = Signal("ocr.completed", OcrCompleted)
 ROUTE = "/api/v1/documents"
+#: The OCR vendor every capability of the flow calls: 100 calls/s of all nodes together,
+#: 50 at once above it. A deployment sets its contract's figure with
+#: ``FLOWPARK_PROVIDER_LIMITS='{"ocr": {"rate_per_second": 20}}'``; an operator changes it
+#: live with ``flowpark providers set ocr --rate 20``.
+OCR = Provider("ocr", rate_per_second=100, burst=50)
 
 
 class Waits:
@@ -57,12 +64,16 @@ class Waits:
     DEADLINE = timedelta(hours=6)
     OCR_CALL_TIMEOUT = timedelta(seconds=10)
     #: Every call to the provider is tried for up to 3 minutes from its first try, waiting
-    #: 2 s, 4 s, 8 s, then 15 s between tries (each wait a park): a provider that stalls
-    #: for a minute or two fails no document; one down for longer fails the step.
+    #: about 2 s, 4 s, 8 s, then 15 s between tries (each wait a park, cut by up to a fifth
+    #: at random so that documents failing together do not retry as one wave): a provider
+    #: that stalls for a minute or two fails no document; one down for longer fails the
+    #: step. (A 429 or 503 is no failed try: the provider's pushback parks the call until
+    #: its Retry-After.)
     PROVIDER_RETRY = RetryPolicy(
         initial_interval=timedelta(seconds=2),
         maximum_interval=timedelta(seconds=15),
         total_duration=timedelta(minutes=3),
+        jitter=0.2,
     )
 
 
@@ -153,6 +164,7 @@ class UploadToOcr(Capability):
     """
 
     id = "ocr.upload"
+    provider = OCR
     puts = (OcrJob,)
     options = CapabilityOptions(retry=Waits.PROVIDER_RETRY)
 
@@ -171,6 +183,7 @@ class CancelOcrJob(Capability):
     """``ocr.cancel``: compensation of ``ocr.upload``: close the provider's job."""
 
     id = "ocr.cancel"
+    provider = OCR
     idempotent = True
     reads = (OcrJob,)
     options = CapabilityOptions(retry=Waits.PROVIDER_RETRY)
@@ -186,6 +199,7 @@ class CheckOcrStatus(Capability):
     """``ocr.status``: one status check; "pending" is an answer, not an error."""
 
     id = "ocr.status"
+    provider = OCR
     idempotent = True
     reads = (OcrJob,)
     puts = (OcrStatus,)
@@ -230,6 +244,7 @@ class ExtractFields(Capability):
     """``document.extract``: read ``key: value`` lines off the completed OCR text."""
 
     id = "document.extract"
+    provider = OCR
     idempotent = True
     reads = (OcrJob,)
     puts = (ExtractedFields,)

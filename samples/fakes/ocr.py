@@ -26,6 +26,10 @@ Routes (prefix ``/fake/ocr``):
 * ``GET /jobs/{jobId}`` -> ``{"jobId", "documentId", "pages", "status", "text"}``
 * ``POST /jobs/{jobId}/cancel`` -> ``{"jobId", "status"}`` (admin)
 * ``POST /jobs/{jobId}/complete`` -> the job view (409 if the job was cancelled) (admin)
+* ``/admin/load``, ``/admin/rate``, ``/admin/pushback`` (admin): the rate limit and the calls
+  per 100 ms of :mod:`flowpark.samples.fakes.ratelimit`; beyond the rate, or in a scripted
+  pushback window, ``POST /jobs`` and ``GET /jobs/{jobId}`` answer 429 (or 503) with
+  ``Retry-After``
 
 Unknown jobs answer 404 ``{"code": "ocr.job_not_found"}``. Admin routes answer a loopback
 client, or one with the admin token, else 403 ``{"code": "fake.admin_only"}``
@@ -59,6 +63,7 @@ from flowpark.samples.fakes.ocr_models import (
     OcrUploadRequest,
     ocr_text,
 )
+from flowpark.samples.fakes.ratelimit import RateGate
 
 __all__ = [
     "MAX_PAGES",
@@ -134,6 +139,9 @@ class FakeOcrService:
         state_file: a JSON-lines file that keeps the jobs across restarts (read at
             construction when it exists, appended to on every change); None (default):
             memory only.
+        gate: the rate limit and load recorder in front of the upload and status routes
+            (:class:`~flowpark.samples.fakes.ratelimit.RateGate`); default one with no limit
+            (it only counts).
 
     Attributes:
         calls: requests served, keyed by route name (``upload``, ``list``, ``status``,
@@ -159,6 +167,7 @@ class FakeOcrService:
         callback_backoff: timedelta = timedelta(milliseconds=200),
         callback_bases: tuple[str, ...] = (),
         state_file: Path | None = None,
+        gate: RateGate | None = None,
     ) -> None:
         if per_page < timedelta(0):
             raise ValueError(f"per_page must be >= 0, got {per_page}")
@@ -181,6 +190,7 @@ class FakeOcrService:
         self._callback_client: httpx.AsyncClient | None = None
         self._closed = False
         self.state_file = state_file
+        self.gate = gate or RateGate()
         if state_file is not None:
             self._replay(state_file)
 

@@ -19,6 +19,7 @@ from flowpark.samples.fakes.ocr_models import (
     OcrJobView,
     OcrUploadRequest,
 )
+from flowpark.samples.fakes.ratelimit import create_gate_router
 
 __all__ = ["create_ocr_router"]
 
@@ -57,6 +58,8 @@ def create_ocr_router(service: FakeOcrService, admin_token: str | None = None) -
         response: Response,
         idempotency_key: str | None = Header(default=None, max_length=200),
     ) -> Any:
+        if (refusal := service.gate.admit()) is not None:
+            return refusal.response()
         service.calls["upload"] += 1
         known = idempotency_key is not None and idempotency_key in service._by_key
         if idempotency_key is not None:
@@ -85,6 +88,8 @@ def create_ocr_router(service: FakeOcrService, admin_token: str | None = None) -
 
     @router.get("/jobs/{job_id}", response_model=OcrJobView, responses=not_found)
     async def status(job_id: str) -> Any:
+        if (refusal := service.gate.admit()) is not None:
+            return refusal.response()
         service.calls["status"] += 1
         try:
             return service.get(job_id)
@@ -120,4 +125,5 @@ def create_ocr_router(service: FakeOcrService, admin_token: str | None = None) -
         except OcrJobCancelled as exc:
             return JSONResponse(status_code=409, content={"code": exc.code})
 
+    router.include_router(create_gate_router(service.gate, admin_token))
     return router

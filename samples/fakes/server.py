@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from flowpark.redaction import register_secrets
 from flowpark.samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
+from flowpark.samples.fakes.ratelimit import RateGate
 from flowpark.samples.settings import SampleSettings, callback_credential, fakes_admin_token
 from flowpark.settings import Settings
 
@@ -30,8 +31,8 @@ def create_fakes_server(
 
     Args:
         settings: the node settings, read for ``api_tokens``; default from ``FLOWPARK_*``.
-        sample: read for ``sample_ocr_per_page``, ``job_queued_seconds`` and
-            ``job_succeed_seconds``; default from ``FLOWPARK_*``.
+        sample: read for ``sample_ocr_per_page``, ``ocr_rate_limit``, ``ocr_rate_burst``,
+            ``job_queued_seconds`` and ``job_succeed_seconds``; default from ``FLOWPARK_*``.
         per_page: seconds the fake OCR takes per page (default
             ``sample.sample_ocr_per_page``).
 
@@ -51,7 +52,9 @@ def create_fakes_server(
     admin = fakes_admin_token(settings, sample)
     register_secrets([callback_credential(settings, sample).value, admin])
     ocr = FakeOcrService(
-        per_page=timedelta(seconds=seconds), callback_bases=(settings.callback_url,)
+        per_page=timedelta(seconds=seconds),
+        callback_bases=(settings.callback_url,),
+        gate=RateGate(sample.ocr_rate_limit, sample.ocr_rate_burst),
     )
     jobs = FakeJobService(
         queued_for=timedelta(seconds=sample.job_queued_seconds),

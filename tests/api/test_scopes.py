@@ -30,6 +30,10 @@ NEEDS: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/flows"): "read",
     ("GET", "/api/v1/flows/{name}"): "read",
     ("GET", "/api/v1/nodes"): "read",
+    ("GET", "/api/v1/providers"): "read",
+    ("GET", "/api/v1/providers/{name}"): "read",
+    ("PUT", "/api/v1/providers/{name}/limit"): "operate",
+    ("PATCH", "/api/v1/providers/{name}/limit"): "operate",
     ("POST", "/api/v1/documents"): "start",
     ("POST", "/api/v1/jobs"): "start",
     ("POST", "/api/v1/documents/{instance_id}/signals/ocr.completed"): "signal",
@@ -73,7 +77,8 @@ async def _call(server: LiveServer, method: str, path: str, token: str | None) -
     async with server.client(token=token, timeout=10) as client:
         if method == "GET":
             return await client.get(_concrete(path))
-        return await client.post(_concrete(path), json={"action": "wake", "dryRun": True})
+        body = {"action": "wake", "dryRun": True}
+        return await client.request(method, _concrete(path), json=body)
 
 
 def test_every_api_route_names_its_scope(scoped: LiveServer) -> None:

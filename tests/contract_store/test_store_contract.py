@@ -186,6 +186,8 @@ async def test_claim_due_takes_expired_leases_then_the_earliest_wake(journal: Jo
         state = (await journal.reads.get_instance(waiting)).state
         assert state is InstanceState.SUSPENDED
     assert await journal.reads.next_wake() == at(1)
+    assert await journal.reads.next_wake(after=at(1)) == at(500)  # the next wake ahead
+    assert await journal.reads.next_wake(after=at(500)) is None
 
 
 # -------------------------------------------------------------------------- commits

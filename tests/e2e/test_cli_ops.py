@@ -240,8 +240,10 @@ def test_flows_list_and_the_plan_as_a_tree(node: SubprocessServer) -> None:
         "body: [",
         "ocr.status",
         "fail document.not_read_in_time",
+        "providers: ocr",
     ):
         assert part in tree.stdout, (part, tree.stdout)
+    assert "PROVIDERS" in listed.stdout.splitlines()[0]
     plan = as_json(cli(node, "flows", "show", "document.process", "--json"))
     assert any(n["kind"] == "poll" for n in plan["steps"])
 

@@ -19,6 +19,7 @@ from flowpark.runtime.observe import NodeObserver
 from flowpark.runtime.telemetry import Telemetry
 from flowpark.settings import Settings, Subscriber
 from flowpark.store.deliveries import DELIVERY, SqlDeliveries
+from flowpark.store.sql_journal import SqlJournal
 from flowpark.testing import FlowHarness, Scripted
 from tests.e2e.test_delivery import SECRET, emit_events
 from tests.engine.flows import Job, ephemeral_flow
@@ -121,3 +122,37 @@ async def test_the_pending_gauge_counts_each_subscribers_waiting_deliveries(
         await conn.execute(update(DELIVERY).values(state="failed"))
     await telemetry.refresh(sql_engine, SystemClock())
     assert pending() == {"audit": 0, "billing": 0, "": 0}  # zero, not the last figure
+
+
+async def test_the_provider_gauges_read_the_shared_limits(sql_journal: SqlJournal) -> None:
+    from flowpark.engine.ports import PushbackReport
+    from flowpark.engine.ports.providers import ProviderState
+
+    now = datetime.now(UTC)
+    state = ProviderState("ocr", 40, 4, None, 40, None, None, 0, now, "declared")
+    await sql_journal.providers.declare([state], now)
+    await sql_journal.providers.pushback(PushbackReport("ocr", now, now, "429"))
+    telemetry = Telemetry(Settings())
+    assert telemetry.metrics is not None
+    await telemetry.refresh(sql_journal.engine, SystemClock())
+    scrape = Scrape(generate_latest(telemetry.metrics.registry).decode())
+    assert scrape.value("flowpark_provider_limit", provider="ocr") == 40
+    assert scrape.value("flowpark_provider_effective_rate", provider="ocr") == 20
+    # its counters start at zero, so a first pushback shows as an increase
+    calls = "flowpark_provider_calls_total"
+    assert scrape.value(calls, provider="ocr", outcome="pushback") == 0
+
+
+async def test_provider_calls_and_deferrals_count_by_provider(store_url: str) -> None:
+    from tests.api.test_providers_api import OCR, flow
+
+    metrics = Metrics("n")
+    async with FlowHarness.open([flow()], database_url=store_url, migrate=False) as h:
+        h.engine.observer = h.engine.providers.observer = NodeObserver(metrics)
+        for n in range(11):  # 2 calls each (upload, check 0): a burst of 20, then deferral
+            await h.start("p.poll", {"order_id": f"o-{n}"})
+    scrape = Scrape(generate_latest(metrics.registry).decode())
+    ok = scrape.value("flowpark_provider_calls_total", provider="ocr", outcome="ok")
+    deferred = scrape.value("flowpark_provider_deferrals_total", provider="ocr", reason="budget")
+    assert ok == OCR.burst and deferred >= 1
+    assert scrape.value("flowpark_provider_limit", provider="ocr") == OCR.rate_per_second

@@ -13,9 +13,9 @@ from flowpark.engine.ports import StreamWrite
 from flowpark.engine.records import InstanceState
 from flowpark.flows import Flow
 from flowpark.store.deliveries import SqlDeliveries
+from flowpark.store.provider_tables import CORRELATION
 from flowpark.store.retention import SqlRetention
 from flowpark.store.tables import (
-    CorrelationRow,
     EventDeliveryRow,
     FlowActionRow,
     FlowHeartbeatRow,
@@ -92,7 +92,7 @@ async def _life(h: FlowHarness, key: str, *, end: bool) -> str:
         assert (await h.instance(inst.id)).state is InstanceState.COMPLETED
     async with h.journal.engine.begin() as conn:  # an ending released its keys: one put back
         await conn.execute(
-            insert(CorrelationRow.__table__).values(  # type: ignore[attr-defined]
+            insert(CORRELATION).values(
                 flow_name="t.life", provider="p", key=key, instance_id=inst.id, created_at=now
             )
         )

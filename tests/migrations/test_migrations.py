@@ -47,6 +47,8 @@ TABLES = {
     "signal_delivery",
     "console_session",
     "flow_correlation",
+    "flow_provider",
+    "flow_provider_minute",
 }
 
 

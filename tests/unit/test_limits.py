@@ -25,6 +25,7 @@ from flowpark.errors import StaleFencingToken, StoreUnavailable
 from flowpark.flows import Capability, CapabilityOptions, Flow, StepContext
 from flowpark.flows.catalog import Catalog
 from flowpark.outages import OUTAGES
+from flowpark.store.memory_providers import MemoryProviderLimits  # noqa: E402
 from tests.support.eventually import eventually
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -43,6 +44,7 @@ class Journal:
     def __init__(self) -> None:
         self.renewals: list[datetime] = []
         self.outcomes: list[BaseException | asyncio.Event | None] = []
+        self.providers = MemoryProviderLimits()  # the engine's budget is built over it
 
     @property
     def runs(self) -> Journal:

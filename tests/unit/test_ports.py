@@ -26,6 +26,7 @@ WIRED = {
     "operator": ports.OperatorReads,
     "overview": ports.OverviewReads,
     "correlations": ports.Correlations,
+    "providers": ports.ProviderLimits,
 }
 
 

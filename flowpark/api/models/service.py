@@ -105,6 +105,7 @@ class FlowView(ApiModel):
             "signals": ["ocr.completed"],
             "streams": [],
             "deadlineSeconds": None,
+            "providers": ["ocr"],
         }
     )
 
@@ -117,6 +118,9 @@ class FlowView(ApiModel):
     signals: list[str] = Field(default_factory=list)
     streams: list[str] = Field(default_factory=list)
     deadline_seconds: float | None = None
+    providers: list[str] = Field(
+        default_factory=list, description="The providers its capabilities call, by name."
+    )
 
 
 class PlanView(ApiModel):
@@ -132,6 +136,7 @@ class PlanView(ApiModel):
             "deadlineSeconds": None,
             "signals": ["ocr.completed"],
             "streams": [],
+            "providers": ["ocr"],
             "end": 2,
             "steps": [
                 {"index": 0, "kind": "capability", "capabilityId": "ocr.upload", "next": 1},
@@ -147,6 +152,11 @@ class PlanView(ApiModel):
     deadline_seconds: float | None
     signals: list[str]
     streams: list[str]
+    providers: list[str] = Field(
+        default_factory=list,
+        description="The providers its capabilities call (compensations included), by name: "
+        "`GET /api/v1/providers/{name}` shows each one's limit and load.",
+    )
     end: int
     steps: list[dict[str, Any]] = Field(
         description="each with `index` and `kind` (`step`, `poll`, `await`, `fail`, "

@@ -14,7 +14,12 @@ __all__ = ["failure_row", "next_try_at", "retry_start", "window_ended_row"]
 
 
 def next_try_at(
-    policy: RetryPolicy | None, try_number: int, error_type: str, now: datetime, first: datetime
+    policy: RetryPolicy | None,
+    try_number: int,
+    error_type: str,
+    now: datetime,
+    first: datetime,
+    seed: str = "",
 ) -> datetime | None:
     """The retry policy's answer after failed try ``try_number``.
 
@@ -24,13 +29,14 @@ def next_try_at(
         error_type: what failed it.
         now: when it failed (aware UTC).
         first: when the tries began (``total_duration`` counts from it).
+        seed: the execution's key: the policy's jitter is drawn from it and the try.
 
     Returns:
         When the next try is due, or None when the policy allows no other.
     """
     if policy is None:
         return None
-    delay = policy.delay_after(try_number)
+    delay = policy.jittered_delay_after(try_number, seed)
     if policy.allows_another(try_number, error_type, (now + delay) - first):
         return now + delay
     return None

@@ -154,7 +154,8 @@ class TryWalk(Replay):
             f"no heartbeat from try {try_number} since {(inst.heartbeat_at or started).isoformat()}"
         )
         first = retry_start(retry, StepKind.STEP, self.deadline(step.index, scope), previous)
-        next_at = next_try_at(retry, try_number, "heartbeat_timeout", now, first or started)
+        key = execution_key(inst.id, step.index, scope, StepKind.STEP)
+        next_at = next_try_at(retry, try_number, "heartbeat_timeout", now, first or started, key)
         row = failure_row(
             inst.id,
             step.index,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from datetime import datetime
 
 from flowpark.engine.decide.decisions import (
     BeginEnding,
@@ -29,8 +30,10 @@ from flowpark.engine.decide.decisions import (
     RefuseSignal,
     TakeSignal,
 )
+from flowpark.engine.execute.budget import Deferred
+from flowpark.engine.execute.deferral import deferral_park, pushback_reason, pushback_until
 from flowpark.engine.execute.run_state import KeysRefused, RunState
-from flowpark.engine.execute.tries import make_try
+from flowpark.engine.execute.tries import PushedBack, make_try
 from flowpark.engine.outcomes import Halt
 from flowpark.engine.ports import Park as ParkAt
 from flowpark.engine.records import (
@@ -44,6 +47,7 @@ from flowpark.engine.records import (
 )
 from flowpark.errors import FlowFailure
 from flowpark.flows.plan import CapabilityStep
+from flowpark.flows.providers import Provider
 
 __all__ = ["Executor"]
 
@@ -96,8 +100,8 @@ class Executor(RunState):
     async def _carry_out(self, decision: Decision) -> Halt | None:
         self.report(decision.notes)
         if isinstance(decision, Execute):
-            await self.execute(decision)
-        elif isinstance(decision, Park):
+            return await self.execute(decision)
+        if isinstance(decision, Park):
             return await self.park(decision)
         elif isinstance(decision, Record):
             await self.store(decision.store_first)
@@ -146,15 +150,68 @@ class Executor(RunState):
             self.steps.append(row)  # no action: the wake the claim found stays
             self.after_ack(ack)
 
-    async def execute(self, decision: Execute) -> None:
-        """Make the try; a poll's attempt is judged for the observer."""
+    async def execute(self, decision: Execute) -> Halt | None:
+        """Make the try (a poll's attempt is judged for the observer), after taking a token
+        of its provider's budget; without one, or when the provider pushes the call back,
+        park instead (:mod:`flowpark.engine.execute.deferral`)."""
         cancelled = self.instance.cancel_requested
         await self.store(decision.store_first)
         if self.instance.cancel_requested and not cancelled:
-            return  # learned with the deadline's write: decide again (the run unwinds)
+            return None  # learned with the deadline's write: decide again (the run unwinds)
+        provider = None if self.ephemeral else self._provider(decision)
+        budget = self.host.providers
+        if provider is not None:
+            verdict = await budget.acquire(provider, self.now())
+            if isinstance(verdict, Deferred):
+                pushed = verdict.reason == "pushback"
+                kind = WakeKind.PROVIDER_PUSHBACK if pushed else WakeKind.PROVIDER_BUDGET
+                return await self.postpone(decision, verdict.until, kind)
         if decision.late_by is not None and not self.ephemeral:
             self.host.observer.woke(self.plan.name, decision.late_by.total_seconds())
-        await make_try(self, decision)
+        outcome = "none"
+        try:
+            made = await make_try(self, decision)
+            if isinstance(made, PushedBack):
+                outcome = "pushback"
+            elif made is not None and made.error_type != "retry_window_ended":
+                outcome = "ok" if made.outcome is Outcome.SUCCESS else "failed"
+        finally:
+            if provider is not None:
+                budget.release(provider, outcome)
+        if not isinstance(made, PushedBack):
+            return None
+        now = self.now()
+        seed = f"{decision.execution_key}:{decision.try_number}:{now.isoformat()}"
+        until = pushback_until(made.until, now, seed)
+        if provider is not None:
+            await budget.pushback(
+                provider, now, made.until or until, pushback_reason(made, decision, now)
+            )
+        if not self.ephemeral:
+            self.host.observer.provider_deferred(
+                provider.name if provider is not None else decision.capability_id, "pushback"
+            )
+        log.info(
+            "instance %s: %s pushed back (%s); parked until %s",
+            self.instance_id,
+            decision.capability_id,
+            made.detail,
+            until.isoformat(),
+        )
+        return await self.postpone(decision, until, WakeKind.PROVIDER_PUSHBACK)
+
+    def _provider(self, decision: Execute) -> Provider | None:
+        """The provider the try's capability calls, or None."""
+        step = self.plan.steps[decision.step]
+        assert isinstance(step, CapabilityStep)
+        capability = step.capability if decision.kind is StepKind.STEP else step.compensation
+        return capability.provider if capability is not None else None
+
+    async def postpone(self, decision: Execute, until: datetime, kind: WakeKind) -> Halt | None:
+        """Park the try ``decision`` names until ``until`` (capped at its bounding
+        deadline); no row, not a try. An ephemeral run sleeps and decides again."""
+        park = deferral_park(self.plan, self.instance, decision, until, self.now(), kind)
+        return await self.park(park)
 
     # -- parks ------------------------------------------------------------------------
     async def park(self, decision: Park) -> Halt | None:

@@ -10,6 +10,7 @@ from typing import Protocol
 
 from flowpark.engine.clock import Clock
 from flowpark.engine.config import EngineConfig
+from flowpark.engine.execute.budget import ProviderBudget
 from flowpark.engine.execute.limits import CallLimits
 from flowpark.engine.observe import Observer
 from flowpark.engine.ports import Journal
@@ -44,6 +45,10 @@ class RunHost(Protocol):
     @property
     def limits(self) -> CallLimits:
         """Runs one capability call under its timeouts, lease keeper and heartbeat watch."""
+
+    @property
+    def providers(self) -> ProviderBudget:
+        """This node's budget of provider calls (tokens of the shared limits)."""
 
     @property
     def observer(self) -> Observer:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -24,10 +25,27 @@ from flowpark.engine.values import DECISION_KEY, jsonable
 from flowpark.errors import StaleFencingToken
 from flowpark.flows.capability import Capability, Complete, Fail
 from flowpark.flows.plan import CapabilityStep, Plan
+from flowpark.flows.providers import ProviderPushback, pushback_of
 
-__all__ = ["TryRun", "make_try"]
+__all__ = ["PushedBack", "TryRun", "make_try"]
 
 log = logging.getLogger("flowpark.engine")
+
+
+@dataclass(frozen=True)
+class PushedBack:
+    """A try its provider pushed back (a 429/503, or ``ProviderPushback``): no row, no
+    failed try; the run parks until ``until``.
+
+    Attributes:
+        until: the provider's ``Retry-After`` instant, or None for the default backoff.
+        status: the HTTP status, if any.
+        detail: the answer's short text.
+    """
+
+    until: datetime | None
+    status: int | None
+    detail: str
 
 
 class TryRun(LeaseHolder, TryHost, Protocol):
@@ -74,7 +92,7 @@ class TryRun(LeaseHolder, TryHost, Protocol):
         """Write ``rows`` as one commit under the run's fencing token."""
 
 
-async def make_try(run: TryRun, decision: Execute) -> StepRow | None:
+async def make_try(run: TryRun, decision: Execute) -> StepRow | PushedBack | None:
     """Run the try ``decision`` names and record its row (deferred for a step: the run's
     next write carries it; at once for a compensation, or a row with review requests).
 
@@ -84,7 +102,8 @@ async def make_try(run: TryRun, decision: Execute) -> StepRow | None:
 
     Returns:
         The row; None when a heartbeat learned that a cancel was requested (the try
-        stopped; nothing of it is committed; the run decides again).
+        stopped; nothing of it is committed; the run decides again); :class:`PushedBack`
+        when the provider pushed the call back (nothing committed; the run parks).
 
     Raises:
         StaleFencingToken: another node took the instance over (nothing committed).
@@ -129,8 +148,10 @@ async def make_try(run: TryRun, decision: Execute) -> StepRow | None:
     run.heartbeat_written = None
     run.tries += 1
     called = await _call(run, capability, ctx, decision)
-    if called is None:
-        return None
+    if called is None or isinstance(called, PushedBack):
+        if called is not None:
+            run.tries -= 1  # not a try: the provider did not take the call
+        return called
     result, error_type, detail = called
     now = run.now()
     run.host.observer.tried(
@@ -145,7 +166,12 @@ async def make_try(run: TryRun, decision: Execute) -> StepRow | None:
             None
             if decision.last_try
             else next_try_at(
-                opts.retry, decision.try_number, error_type, now, decision.retry_from or started
+                opts.retry,
+                decision.try_number,
+                error_type,
+                now,
+                decision.retry_from or started,
+                decision.execution_key,
             )
         )
         log.info(
@@ -219,9 +245,11 @@ async def _start_row(run: TryRun, decision: Execute, started: datetime) -> Any:
 
 async def _call(
     run: TryRun, capability: Capability, ctx: ExecutionContext, decision: Execute
-) -> tuple[Fail | Complete | None, str | None, str] | None:
+) -> tuple[Fail | Complete | None, str | None, str] | PushedBack | None:
     """Call the capability under its limits: ``(decision, error type, detail)``, the error
-    type None when the call succeeded; None when a heartbeat learned of a cancel."""
+    type None when the call succeeded; None when a heartbeat learned of a cancel;
+    :class:`PushedBack` for a provider's pushback (``ProviderPushback`` from any
+    capability; a 429/503 status error from one that names its provider)."""
     LOG_CONTEXT.set(
         {
             "instance_id": run.instance_id,
@@ -246,6 +274,10 @@ async def _call(
     except CapabilityTimeout as exc:
         return None, exc.kind, str(exc)
     except Exception as exc:  # noqa: BLE001 - any exception is a failed try
+        if capability.provider is not None or isinstance(exc, ProviderPushback):
+            pushed = pushback_of(exc, run.now())
+            if pushed is not None:
+                return PushedBack(*pushed)
         return None, type(exc).__name__, str(exc) or repr(exc)
     if result is CANCEL_LEARNED:  # a heartbeat learned of a cancel: the run unwinds
         return None

@@ -19,6 +19,7 @@ from uuid6 import uuid7
 
 from flowpark.engine.clock import Clock
 from flowpark.engine.config import EngineConfig
+from flowpark.engine.execute.budget import ProviderBudget
 from flowpark.engine.execute.executor import Executor
 from flowpark.engine.execute.failures import fail_broken, fail_mismatch, fail_unreadable
 from flowpark.engine.execute.limits import CallLimits
@@ -100,6 +101,9 @@ class Engine:
         self.lease = self.config.lease
         self.new_id = id_factory or (lambda: str(uuid7()))
         self.limits = CallLimits(clock, self.lease, self.config.node_id)
+        self.providers = ProviderBudget(
+            journal.providers, self.config.node_id, self.config.provider_limits, self.observer
+        )
         self.runs = RunTasks(
             lambda claim, detach: self.advance(claim, detach=detach),
             clock,

@@ -40,6 +40,7 @@ async def run_ephemeral(engine: RunHost, plan: Plan, data: dict[str, Any]) -> St
         lease = engine.lease
         new_id = staticmethod(engine.new_id)
         limits = engine.limits
+        providers = engine.providers  # not asked: an ephemeral run takes no provider budget
         observer = engine.observer
         config = engine.config
 

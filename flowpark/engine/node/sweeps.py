@@ -6,16 +6,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 
+from flowpark.engine.decide.deadlines import ends_at
 from flowpark.engine.node.host import NodeEngine
 from flowpark.engine.outcomes import RunOutcome
-from flowpark.engine.records import Claim
-from flowpark.errors import StaleFencingToken, StoreUnavailable
+from flowpark.engine.records import Claim, StepKind
+from flowpark.errors import FlowparkError, StaleFencingToken, StoreUnavailable
 from flowpark.outages import OUTAGES
 
-__all__ = ["NOT_RUNNABLE_EVERY", "SweepPass", "SweepReport", "sweep"]
+__all__ = ["NOT_RUNNABLE_EVERY", "SweepPass", "SweepReport", "nearest_deadline", "sweep"]
+
+_NO_DEADLINE = datetime.max.replace(tzinfo=UTC)
 
 #: How often a node's sweep counts (and warns of) the due instances whose flow version it
 #: does not serve: on its first sweep, then at most once per this span (engine clock). The
@@ -45,6 +48,18 @@ class SweepReport:
     outcomes: list[RunOutcome] = field(default_factory=list)
 
 
+def nearest_deadline(claim: Claim) -> datetime:
+    """The nearest deadline of a claimed instance, as far as its claim's snapshot tells:
+    the flow deadline, or the latest stored wait end (a poll's budget, a retry window,
+    a signal timeout); far in the future when none is known."""
+    snapshot = claim.snapshot
+    if snapshot is None:
+        return _NO_DEADLINE
+    ends = [ends_at(row) for row in snapshot.steps if row.kind is StepKind.DEADLINE]
+    found = [d for d in (snapshot.instance.deadline_at, ends[-1] if ends else None) if d]
+    return min(found) if found else _NO_DEADLINE
+
+
 async def sweep(
     engine: NodeEngine, limit: int | None, again: Callable[[], bool] | None
 ) -> SweepReport:
@@ -72,6 +87,7 @@ async def sweep(
     report, began, runnable = sweep_pass.report, sweep_pass.began, sweep_pass.runnable
     engine.observer.swept((engine.clock.now() - began).total_seconds(), report.claimed)
     now = engine.clock.now()
+    await engine.providers.flush(now)  # the calls' counts, into the store's tally
     counted = engine.not_runnable_counted_at
     if counted is None or now >= counted + NOT_RUNNABLE_EVERY or now < counted:
         engine.not_runnable_counted_at = now
@@ -120,6 +136,8 @@ class SweepPass:
         # of a callback on every run in flight per ended run)
         self.ended: asyncio.Queue[asyncio.Future[RunOutcome]] = asyncio.Queue()
         self.more = True
+        # the node's flows call providers: deferred work nearest its deadline goes first
+        self.by_deadline = bool(engine.catalog.providers())
 
     async def run(self) -> None:
         """Claim and start runs while any is due and slots are free; return once every run
@@ -161,6 +179,8 @@ class SweepPass:
             self.failure, self.more, claims, held = exc, False, [], 0
         self.more = self.more and len(claims) == held  # fewer claims than slots: none due
         self.report.claimed += len(claims)
+        if self.by_deadline and len(claims) > 1:
+            claims = await self._by_deadline(claims)
         for claim in claims:
             # the run holds the slot taken for it until it ends, also when it goes on in
             # the background
@@ -169,6 +189,22 @@ class SweepPass:
             waiting = runs.outcome(claim, *started)
             self.runs[waiting] = (claim.instance_id, started[0])
             waiting.add_done_callback(self.ended.put_nowait)
+
+    async def _by_deadline(self, claims: list[Claim]) -> list[Claim]:
+        """The claims nearest their deadline first (runs begin, and take provider tokens,
+        in this order), each with its snapshot (read here when the claim has none: its
+        run then reads nothing again)."""
+        loaded = []
+        for claim in claims:
+            if claim.snapshot is None:
+                try:
+                    snapshot = await self.engine.journal.runs.load(claim.instance_id)
+                except FlowparkError:
+                    loaded.append(claim)  # its run meets the error and reports it
+                    continue
+                claim = replace(claim, snapshot=snapshot)
+            loaded.append(claim)
+        return sorted(loaded, key=nearest_deadline)
 
     async def _claim_with_slots(self, wanted: int, *, wait: bool) -> tuple[list[Claim], int]:
         """Hold up to ``wanted`` free run slots (waiting for one when ``wait``), claim that

@@ -9,6 +9,7 @@
 * :class:`ReadModel`, :class:`OperatorReads`, :class:`OverviewReads` — what the API, the
   operator and the console read.
 * :class:`Deliveries` and :class:`Retention` — the outbox's sends; purging ended instances.
+* :class:`ProviderLimits` — providers' shared limits (a token bucket per provider).
 * :class:`Journal` — all of them, composed: what a node's wiring builds.
 
 The engine imports these; the store implements them (:class:`flowpark.store.SqlJournal`, and
@@ -20,6 +21,15 @@ from flowpark.engine.ports.correlations import CorrelationHolder, Correlations
 from flowpark.engine.ports.mailbox import Mailbox, Streams
 from flowpark.engine.ports.operator import OperatorReads, OverviewReads
 from flowpark.engine.ports.outbox import ClaimedDelivery, Deliveries, Retention
+from flowpark.engine.ports.providers import (
+    Grant,
+    GrantRequest,
+    LimitChange,
+    ProviderLimits,
+    ProviderMinute,
+    ProviderState,
+    PushbackReport,
+)
 from flowpark.engine.ports.reads import Journal, ReadModel
 from flowpark.engine.ports.run import Intake, RunStore
 from flowpark.engine.ports.values import (
@@ -40,13 +50,20 @@ __all__ = [
     "CorrelationHolder",
     "Correlations",
     "Deliveries",
+    "Grant",
+    "GrantRequest",
     "Intake",
     "Journal",
+    "LimitChange",
     "Mailbox",
     "NewSignal",
     "OperatorReads",
     "OverviewReads",
     "Park",
+    "ProviderLimits",
+    "ProviderMinute",
+    "ProviderState",
+    "PushbackReport",
     "ReadModel",
     "Reopen",
     "Retention",

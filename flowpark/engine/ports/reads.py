@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from flowpark.engine.ports.correlations import Correlations
 from flowpark.engine.ports.mailbox import Mailbox, Streams
 from flowpark.engine.ports.operator import OperatorReads, OverviewReads
+from flowpark.engine.ports.providers import ProviderLimits
 from flowpark.engine.ports.run import Intake, RunStore
 from flowpark.engine.records import InstanceRecord, InstanceState, SignalRecord, Snapshot
 
@@ -57,8 +58,9 @@ class ReadModel(Protocol):
         """Number of instances, optionally only those in ``state``."""
         ...
 
-    async def next_wake(self) -> datetime | None:
-        """The earliest ``wake_at`` among suspended instances (aware UTC), or None."""
+    async def next_wake(self, after: datetime | None = None) -> datetime | None:
+        """The earliest ``wake_at`` among suspended instances (aware UTC), or None; with
+        ``after``, the earliest later than it (the sweep's next in-process wake)."""
         ...
 
     async def ping(self) -> None:
@@ -84,6 +86,7 @@ class Journal(Protocol):
         operator: the operator's list, counts and actions.
         overview: the console overview's counts.
         correlations: which live instance holds a provider's id.
+        providers: the providers' shared limits.
     """
 
     @property
@@ -117,6 +120,10 @@ class Journal(Protocol):
     @property
     def correlations(self) -> Correlations:
         """Which live instance holds a provider's id."""
+
+    @property
+    def providers(self) -> ProviderLimits:
+        """The providers' shared limits and call tallies."""
 
     def scratch(self) -> Journal:
         """A new, empty store in memory with the same ports: where a run that writes no

@@ -1,0 +1,360 @@
+"""``SqlProviderLimits``: the providers' shared limits in ``flow_provider`` and their call
+tallies in ``flow_provider_minute`` (:class:`flowpark.engine.ports.providers.ProviderLimits`).
+
+A grant is one ``UPDATE ... RETURNING`` over the provider's row: refill the bucket for the
+time elapsed since its last refill, take up to the tokens wanted, recover the effective rate
+additively (see :mod:`flowpark.engine.ports.providers` for the arithmetic, which
+:mod:`flowpark.store.memory_providers` follows in Python). A node asks for a batch of tokens
+at a time, so the statement is paid once per batch, not per call. The outcome counts the
+request carries go into the minute's row: on PostgreSQL in the same statement (an upsert in
+a data-modifying CTE), on SQLite in the same transaction. Every instant is the engine
+clock's, passed in; the database's own time is never read. Declarations by several nodes at
+once make one row (PostgreSQL: ``ON CONFLICT DO NOTHING``; SQLite: one writer at a time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Float, Integer, case, cast, func, insert, literal, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.elements import ColumnElement
+
+from flowpark.engine.ports.providers import (
+    CLEAN_INTERVAL,
+    DECREASE,
+    GRANT_SPAN,
+    Grant,
+    GrantRequest,
+    LimitChange,
+    ProviderMinute,
+    ProviderState,
+    PushbackReport,
+)
+from flowpark.errors import ProviderNotFound
+from flowpark.store.base import SqlRole, instant
+from flowpark.store.memory_providers import (
+    EPSILON,
+    RECOVERY_PER_SECOND,
+    check_change,
+    minute_of,
+    next_token_at,
+    replaces,
+)
+from flowpark.store.provider_tables import PROVIDER, PROVIDER_MINUTE
+
+__all__ = ["SqlProviderLimits"]
+
+P = PROVIDER.c
+M = PROVIDER_MINUTE.c
+
+
+def _least(a: Any, b: Any) -> ColumnElement[Any]:
+    return case((a < b, a), else_=b)
+
+
+def _greatest(a: Any, b: Any) -> ColumnElement[Any]:
+    return case((a > b, a), else_=b)
+
+
+def _state(row: Any) -> ProviderState:
+    return ProviderState(
+        name=row.name,
+        rate_per_second=float(row.rate_per_second),
+        burst=int(row.burst),
+        max_in_flight=row.max_in_flight,
+        effective_rate=float(row.effective_rate),
+        lowered_reason=row.lowered_reason,
+        paused_until=row.paused_until,
+        pushbacks=int(row.pushbacks),
+        updated_at=row.updated_at,
+        updated_by=row.updated_by,
+        floor_ratio=float(row.floor_ratio),
+    )
+
+
+_STATE_COLUMNS = (
+    P.name,
+    P.rate_per_second,
+    P.burst,
+    P.max_in_flight,
+    P.effective_rate,
+    P.lowered_reason,
+    P.paused_until,
+    P.pushbacks,
+    P.updated_at,
+    P.updated_by,
+    P.floor_ratio,
+)
+
+
+def _missing(name: str) -> ProviderNotFound:
+    return ProviderNotFound(f"no provider {name!r} is declared", provider=name)
+
+
+class SqlProviderLimits(SqlRole):
+    """:class:`flowpark.engine.ports.providers.ProviderLimits` over ``flow_provider``.
+
+    Args:
+        context: the store's context (:class:`flowpark.store.base.SqlContext`).
+    """
+
+    def _floor(self, value: ColumnElement[Any]) -> ColumnElement[Any]:
+        """``floor`` of a non-negative float, as an integer (SQLite's cast truncates;
+        PostgreSQL's rounds, so it floors first)."""
+        if self._dialect.name == "postgresql":
+            return cast(func.floor(value), Integer)
+        return cast(value, Integer)
+
+    async def declare(self, providers: Sequence[ProviderState], now: datetime) -> None:
+        """See :meth:`flowpark.engine.ports.providers.ProviderLimits.declare`."""
+        if not providers:
+            return
+        async with self._write() as conn:
+            names = [p.name for p in providers]
+            known = {
+                row.name: row
+                for row in (await conn.execute(select(PROVIDER).where(P.name.in_(names)))).all()
+            }
+            for new in providers:
+                row = known.get(new.name)
+                if row is None:
+                    adding = insert(PROVIDER).values(**_new_row(new, now))
+                    if self._dialect.name == "postgresql":  # another node's declaration won
+                        adding = pg_insert(PROVIDER).values(**_new_row(new, now))
+                        adding = adding.on_conflict_do_nothing(index_elements=["name"])
+                    await conn.execute(adding)
+                elif replaces(row.updated_by, new.updated_by):
+                    lowered = row.lowered_s is not None
+                    effective = (
+                        min(float(row.effective_rate), new.rate_per_second)
+                        if lowered
+                        else new.rate_per_second
+                    )
+                    await conn.execute(
+                        update(PROVIDER)
+                        .where(P.name == new.name)
+                        .values(
+                            rate_per_second=new.rate_per_second,
+                            burst=new.burst,
+                            max_in_flight=new.max_in_flight,
+                            floor_ratio=new.floor_ratio,
+                            effective_rate=effective,
+                            updated_at=now,
+                            updated_by=new.updated_by,
+                        )
+                    )
+
+    async def grant(self, request: GrantRequest) -> Grant:
+        """See :meth:`flowpark.engine.ports.providers.ProviderLimits.grant`."""
+        now_s = literal(request.now.timestamp(), Float())
+        wanted = literal(request.wanted, Integer())
+        elapsed = _greatest(now_s - P.refilled_s, literal(0.0, Float()))
+        capacity = _greatest(cast(P.burst, Float), P.rate_per_second * GRANT_SPAN.total_seconds())
+        available = _least(capacity, P.tokens + elapsed * P.effective_rate)
+        whole = self._floor(available + EPSILON)
+        start = _greatest(
+            P.refilled_s,
+            func.coalesce(P.lowered_s, 0.0) + CLEAN_INTERVAL.total_seconds(),
+        )
+        recovered = (
+            P.rate_per_second
+            * RECOVERY_PER_SECOND
+            * _greatest(now_s - start, literal(0.0, Float()))
+        )
+        paused = P.paused_until.is_not(None) & (P.paused_until > instant(request.now))
+        granted = case(
+            (paused, literal(0, Integer())),
+            (whole >= wanted, wanted),
+            else_=whole,
+        )
+        statement = (
+            update(PROVIDER)
+            .where(P.name == request.name)
+            .values(
+                last_granted=granted,
+                tokens=case(
+                    (paused, literal(0.0, Float())),
+                    else_=_greatest(available - granted, literal(0.0, Float())),
+                ),
+                refilled_s=_greatest(P.refilled_s, now_s),
+                effective_rate=_least(P.rate_per_second, P.effective_rate + recovered),
+            )
+            .returning(P.last_granted, P.tokens, *_STATE_COLUMNS)
+        )
+        counts = (request.ok, request.pushback, request.failed, request.deferred)
+        if any(counts) and self._dialect.name == "postgresql":
+            # one statement: the tally's upsert rides on the grant as a data-modifying CTE
+            statement = _with_tally(statement, request, counts)
+            async with self._single(write=True) as conn:
+                row = (await conn.execute(statement)).first()
+        elif any(counts):
+            async with self._write() as conn:
+                row = (await conn.execute(statement)).first()
+                if row is not None:
+                    await self._tally(conn, request.name, request.now, counts)
+        else:
+            async with self._single(write=True) as conn:
+                row = (await conn.execute(statement)).first()
+        if row is None:
+            raise _missing(request.name)
+        state = _state(row)
+        # the bucket filled at the rate in force before this grant's recovery
+        next_at = next_token_at(
+            request.now, float(row.tokens), state.effective_rate, state.paused_until
+        )
+        return Grant(int(row.last_granted), next_at, state)
+
+    async def _tally(
+        self, conn: AsyncConnection, name: str, now: datetime, counts: tuple[int, int, int, int]
+    ) -> None:
+        minute = minute_of(now)
+        ok, pushback, failed, deferred = counts
+        done = await conn.execute(
+            update(PROVIDER_MINUTE)
+            .where(M.provider == name, M.minute == minute)
+            .values(
+                ok=M.ok + ok,
+                pushback=M.pushback + pushback,
+                failed=M.failed + failed,
+                deferred=M.deferred + deferred,
+            )
+        )
+        if done.rowcount == 0:
+            await conn.execute(
+                insert(PROVIDER_MINUTE).values(
+                    provider=name,
+                    minute=minute,
+                    ok=ok,
+                    pushback=pushback,
+                    failed=failed,
+                    deferred=deferred,
+                )
+            )
+
+    async def pushback(self, report: PushbackReport) -> ProviderState:
+        """See :meth:`flowpark.engine.ports.providers.ProviderLimits.pushback`."""
+        now_s = report.now.timestamp()
+        interval = max(0.0, (report.until - report.now).total_seconds())
+        lower = P.lowered_s.is_(None) | (P.lowered_s <= now_s - interval)
+        until = instant(report.until)
+        statement = (
+            update(PROVIDER)
+            .where(P.name == report.name)
+            .values(
+                effective_rate=case(
+                    (
+                        lower,
+                        _greatest(P.rate_per_second * P.floor_ratio, P.effective_rate * DECREASE),
+                    ),
+                    else_=P.effective_rate,
+                ),
+                lowered_s=case((lower, literal(now_s, Float())), else_=P.lowered_s),
+                paused_until=case(
+                    (P.paused_until.is_(None) | (P.paused_until < until), until),
+                    else_=P.paused_until,
+                ),
+                pushbacks=P.pushbacks + 1,
+                lowered_reason=report.reason,
+            )
+            .returning(*_STATE_COLUMNS)
+        )
+        async with self._single(write=True) as conn:
+            row = (await conn.execute(statement)).first()
+        if row is None:
+            raise _missing(report.name)
+        return _state(row)
+
+    async def set_limit(self, change: LimitChange) -> ProviderState:
+        """See :meth:`flowpark.engine.ports.providers.ProviderLimits.set_limit`."""
+        check_change(change)
+        values: dict[str, Any] = {"updated_at": change.at, "updated_by": change.by}
+        if change.rate_per_second is not None:
+            rate = literal(change.rate_per_second, Float())
+            values["rate_per_second"] = rate
+            values["effective_rate"] = case(
+                (P.lowered_s.is_(None), rate), else_=_least(P.effective_rate, rate)
+            )
+        if change.burst is not None:
+            values["burst"] = change.burst
+        if change.max_in_flight is not None:
+            values["max_in_flight"] = change.max_in_flight or None
+        statement = (
+            update(PROVIDER)
+            .where(P.name == change.name)
+            .values(**values)
+            .returning(*_STATE_COLUMNS)
+        )
+        async with self._single(write=True) as conn:
+            row = (await conn.execute(statement)).first()
+        if row is None:
+            raise _missing(change.name)
+        return _state(row)
+
+    async def states(self) -> list[ProviderState]:
+        """See :meth:`flowpark.engine.ports.providers.ProviderLimits.states`."""
+        async with self._read() as conn:
+            rows = (await conn.execute(select(*_STATE_COLUMNS).order_by(P.name))).all()
+        return [_state(row) for row in rows]
+
+    async def tallies(self, name: str, since: datetime) -> list[ProviderMinute]:
+        """See :meth:`flowpark.engine.ports.providers.ProviderLimits.tallies`."""
+        query = (
+            select(M.minute, M.ok, M.pushback, M.failed, M.deferred)
+            .where(M.provider == name, M.minute >= minute_of(since))
+            .order_by(M.minute)
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(query)).all()
+        return [ProviderMinute(*row) for row in rows]
+
+
+def _with_tally(grant: Any, request: GrantRequest, counts: tuple[int, int, int, int]) -> Any:
+    """PostgreSQL: ``grant`` (an ``UPDATE ... RETURNING``) with the minute's tally upserted in
+    the same statement, answering the grant's row."""
+    granted = grant.cte("granted")
+    ok, pushback, failed, deferred = counts
+    upsert = pg_insert(PROVIDER_MINUTE).from_select(
+        ["provider", "minute", "ok", "pushback", "failed", "deferred"],
+        select(
+            granted.c.name,
+            instant(minute_of(request.now)),
+            literal(ok, Integer()),
+            literal(pushback, Integer()),
+            literal(failed, Integer()),
+            literal(deferred, Integer()),
+        ),
+    )
+    upsert = upsert.on_conflict_do_update(
+        index_elements=["provider", "minute"],
+        set_={
+            "ok": M.ok + upsert.excluded.ok,
+            "pushback": M.pushback + upsert.excluded.pushback,
+            "failed": M.failed + upsert.excluded.failed,
+            "deferred": M.deferred + upsert.excluded.deferred,
+        },
+    )
+    return select(granted).add_cte(upsert.cte("tallied"))
+
+
+def _new_row(new: ProviderState, now: datetime) -> dict[str, Any]:
+    return {
+        "name": new.name,
+        "rate_per_second": new.rate_per_second,
+        "burst": new.burst,
+        "max_in_flight": new.max_in_flight,
+        "floor_ratio": new.floor_ratio,
+        "effective_rate": new.rate_per_second,
+        "tokens": float(new.burst),
+        "refilled_s": now.timestamp(),
+        "lowered_s": None,
+        "last_granted": 0,
+        "lowered_reason": None,
+        "paused_until": None,
+        "pushbacks": 0,
+        "updated_at": now,
+        "updated_by": new.updated_by,
+    }

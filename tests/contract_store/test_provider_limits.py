@@ -1,0 +1,139 @@
+"""What every store promises about providers' shared limits
+(:class:`flowpark.engine.ports.providers.ProviderLimits`): one body per promise, run in
+memory, on SQLite and on PostgreSQL (the ``journal`` fixture)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from flowpark.engine.ports import GrantRequest, Journal, LimitChange, PushbackReport
+from flowpark.engine.ports.providers import ProviderState
+from flowpark.errors import ProviderNotFound
+from tests.support.journal import T0, at
+
+
+def declared(
+    name: str = "ocr", rate: float = 10.0, burst: int = 2, by: str = "declared"
+) -> ProviderState:
+    return ProviderState(name, rate, burst, None, rate, None, None, 0, T0, by)
+
+
+async def test_a_declared_provider_grants_its_burst_then_at_its_rate(journal: Journal) -> None:
+    limits = journal.providers
+    await limits.declare([declared()], T0)
+    first = await limits.grant(GrantRequest("ocr", "n1", 5, T0))
+    assert first.granted == 2  # the full bucket: the burst
+    assert first.next_at == T0 + timedelta(seconds=0.1)  # one token at 10/s
+    assert (await limits.grant(GrantRequest("ocr", "n1", 5, T0))).granted == 0
+    later = await limits.grant(GrantRequest("ocr", "n1", 5, at(0.35)))
+    assert later.granted == 2  # 3.5 tokens refilled, capped at the burst of 2
+    assert later.state.effective_rate == 10.0
+
+
+async def test_grants_add_up_to_the_rate_whoever_asks(journal: Journal) -> None:
+    limits = journal.providers
+    await limits.declare([declared(rate=20.0, burst=1)], T0)
+    total = 0
+    for tick in range(1, 201):  # 10 s in 50 ms steps, two nodes asking in turn
+        node = f"n{tick % 2}"
+        total += (await limits.grant(GrantRequest("ocr", node, 4, at(tick * 0.05)))).granted
+    assert 199 <= total <= 201  # 20/s for 10 s (+ the initial burst)
+
+
+async def test_pushback_pauses_halves_once_per_interval_and_floors(journal: Journal) -> None:
+    limits = journal.providers
+    await limits.declare([declared(rate=10.0, burst=5)], T0)
+    state = await limits.pushback(PushbackReport("ocr", T0, at(5), "429; Retry-After 5 s"))
+    assert state.effective_rate == 5.0
+    assert state.paused_until == at(5)
+    assert state.pushbacks == 1
+    assert state.lowered_reason == "429; Retry-After 5 s"
+    # a second pushback within the interval: counted, pause kept, no second halving
+    again = await limits.pushback(PushbackReport("ocr", at(1), at(4), "429"))
+    assert (again.effective_rate, again.paused_until, again.pushbacks) == (5.0, at(5), 2)
+    paused = await limits.grant(GrantRequest("ocr", "n1", 3, at(2)))
+    assert paused.granted == 0
+    assert paused.next_at == at(5)
+    for second in (6, 12, 18, 24):  # later pushbacks halve again, down to the floor
+        state = await limits.pushback(PushbackReport("ocr", at(second), at(second + 5), "503"))
+    assert state.effective_rate == pytest.approx(1.0)  # 10 * floor_ratio 0.1
+
+
+async def test_the_effective_rate_recovers_additively_after_a_clean_interval(
+    journal: Journal,
+) -> None:
+    limits = journal.providers
+    await limits.declare([declared(rate=10.0, burst=1)], T0)
+    await limits.pushback(PushbackReport("ocr", T0, at(1), "429"))
+    assert (await limits.grant(GrantRequest("ocr", "n1", 1, at(4)))).state.effective_rate == 5.0
+    # clean from 5 s on: +10 % of the limit per 5 s
+    grant = await limits.grant(GrantRequest("ocr", "n1", 1, at(15)))
+    assert grant.state.effective_rate == pytest.approx(7.0)
+    grant = await limits.grant(GrantRequest("ocr", "n1", 1, at(60)))
+    assert grant.state.effective_rate == 10.0
+
+
+async def test_an_operator_change_is_kept_and_a_setting_replaces_a_declaration(
+    journal: Journal,
+) -> None:
+    limits = journal.providers
+    await limits.declare([declared("a"), declared("b")], T0)
+    await limits.declare([declared("a", rate=3.0, by="setting")], at(1))
+    changed = await limits.set_limit(LimitChange("b", "ops", at(2), rate_per_second=7.0, burst=3))
+    assert (changed.rate_per_second, changed.burst, changed.updated_by) == (7.0, 3, "ops")
+    assert changed.updated_at == at(2)
+    await limits.declare([declared("a", rate=50.0), declared("b", rate=50.0)], at(3))
+    await limits.declare([declared("b", rate=9.0, by="setting")], at(3))
+    states = {s.name: s for s in await limits.states()}
+    assert states["a"].rate_per_second == 3.0  # a declaration does not replace a setting
+    assert states["a"].updated_by == "setting"
+    assert states["b"].rate_per_second == 7.0  # nothing replaces an operator's change
+    assert states["b"].effective_rate == 7.0
+    with pytest.raises(ValueError):
+        await limits.set_limit(LimitChange("a", "ops", at(4), rate_per_second=0.0))
+
+
+async def test_an_unknown_provider_is_refused(journal: Journal) -> None:
+    with pytest.raises(ProviderNotFound):
+        await journal.providers.grant(GrantRequest("nope", "n1", 1, T0))
+    with pytest.raises(ProviderNotFound):
+        await journal.providers.set_limit(LimitChange("nope", "ops", T0, burst=2))
+    with pytest.raises(ProviderNotFound):
+        await journal.providers.pushback(PushbackReport("nope", T0, at(1), "429"))
+
+
+async def test_outcome_counts_are_tallied_per_minute(journal: Journal) -> None:
+    limits = journal.providers
+    await limits.declare([declared()], T0)
+    await limits.grant(GrantRequest("ocr", "n1", 1, at(1), ok=3, failed=1))
+    await limits.grant(GrantRequest("ocr", "n2", 1, at(2), ok=2, pushback=1, deferred=4))
+    await limits.grant(GrantRequest("ocr", "n1", 1, at(61), ok=1))
+    minutes = await limits.tallies("ocr", T0)
+    assert [(m.ok, m.pushback, m.failed, m.deferred) for m in minutes] == [
+        (5, 1, 1, 4),
+        (1, 0, 0, 0),
+    ]
+    assert minutes[0].minute == T0.replace(second=0, microsecond=0)
+    assert len(await limits.tallies("ocr", at(61))) == 1
+    assert replace(minutes[1]).ok == 1
+
+
+async def test_concurrent_grants_never_take_more_than_the_bucket_holds(journal: Journal) -> None:
+    import asyncio
+
+    limits = journal.providers
+    await limits.declare([declared(rate=10.0, burst=4)], T0)
+    grants = await asyncio.gather(
+        *(limits.grant(GrantRequest("ocr", f"n{i}", 3, at(0.5))) for i in range(6))
+    )
+    assert sum(g.granted for g in grants) == 4  # the full bucket, once, whoever asked
+
+
+async def test_nodes_declaring_one_provider_at_once_make_one_row(journal: Journal) -> None:
+    import asyncio
+
+    await asyncio.gather(*(journal.providers.declare([declared()], T0) for _ in range(4)))
+    assert [s.name for s in await journal.providers.states()] == ["ocr"]
