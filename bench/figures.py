@@ -261,7 +261,7 @@ async def group_sql(store: BenchStore, n: int, **_: Any) -> dict[str, Any]:
     flow = build_peers_flow(probe, polls=3, wait=timedelta(hours=1))
     out: dict[str, Any] = {}
     async with node_engine(store.url, flows=[flow], concurrency=100) as engine:
-        sync = engine.journal.engine.sync_engine  # type: ignore[attr-defined]
+        sync = engine.store.engine.sync_engine  # type: ignore[attr-defined]
         event.listen(sync, "before_cursor_execute", on_execute)
         for name in ("begin", "commit", "rollback"):
             event.listen(sync, name, counter(name))

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from flowpark.engine.clock import SystemClock
 from flowpark.engine.node.engine import Engine, EngineConfig
 from flowpark.flows import Backoff, Capability, Catalog, Flow, StepContext
-from flowpark.store import SqlJournal, make_async_engine
+from flowpark.store import SqlStore, make_async_engine
 
 __all__ = ["PeersInput", "Probe", "ProbeCheck", "build_peers_flow", "node_engine"]
 
@@ -128,7 +128,7 @@ async def node_engine(
         telemetry = Telemetry(Settings(database_url=url, node_id=node_id))
     # keyword arguments only when set, so the harness also drives older revisions of the
     # engine (``bench compare --against REV``)
-    journal = SqlJournal(db, on_batch=telemetry.observer.batched) if telemetry else SqlJournal(db)
+    journal = SqlStore(db, on_batch=telemetry.observer.batched) if telemetry else SqlStore(db)
     engine = Engine(
         journal,
         catalog,

@@ -177,10 +177,10 @@ async def _measure_store(
     store: BenchStore, now: datetime, filters: dict[str, dict[str, Any]], repeat: int
 ) -> dict[str, list[float]]:
     """The same first pages through the store's read model in this process (no HTTP)."""
-    from flowpark.store import SqlJournal, make_async_engine
+    from flowpark.store import SqlStore, make_async_engine
 
     db = make_async_engine(store.url)
-    reads = SqlJournal(db).reads
+    reads = SqlStore(db).reads
     timings: dict[str, list[float]] = {}
     try:
         for params in filters.values():  # warm-up

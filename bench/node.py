@@ -49,7 +49,7 @@ from flowpark.runtime.scheduler import Sweeper  # noqa: E402
 
 
 async def _count(engine, state: str) -> int:  # type: ignore[no-untyped-def]
-    async with engine.journal.engine.connect() as conn:
+    async with engine.store.engine.connect() as conn:
         return int(
             (
                 await conn.execute(

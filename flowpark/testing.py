@@ -43,7 +43,7 @@ from flowpark.flows.capability import Capability, Decision, StepContext
 from flowpark.flows.catalog import Catalog
 from flowpark.store.db import make_async_engine
 from flowpark.store.migrate import head_revision, upgrade
-from flowpark.store.sql_journal import SqlJournal
+from flowpark.store.sql_store import SqlStore
 
 __all__ = ["FlowHarness", "Scripted", "substitute"]
 
@@ -169,12 +169,12 @@ class FlowHarness:
     """The production engine on a real store with a virtual clock.
 
     Build with :meth:`open` (an async context manager). Attributes: ``clock``
-    (:class:`VirtualClock`), ``engine``, ``journal`` (:class:`SqlJournal`), ``catalog``.
+    (:class:`VirtualClock`), ``engine``, ``journal`` (:class:`SqlStore`), ``catalog``.
     """
 
-    def __init__(self, engine: Engine, journal: SqlJournal, clock: VirtualClock, db: Any) -> None:
+    def __init__(self, engine: Engine, store: SqlStore, clock: VirtualClock, db: Any) -> None:
         self.engine = engine
-        self.journal = journal
+        self.store = store
         self.clock = clock
         self.catalog = engine.catalog
         self._db = db
@@ -218,10 +218,10 @@ class FlowHarness:
             catalog.register(flow)
         db = make_async_engine(database_url)
         clock = VirtualClock(start)
-        journal = SqlJournal(db)
-        engine = Engine(journal, catalog, clock, config or EngineConfig(node_id="harness"))
+        store = SqlStore(db)
+        engine = Engine(store, catalog, clock, config or EngineConfig(node_id="harness"))
         try:
-            yield cls(engine, journal, clock, db)
+            yield cls(engine, store, clock, db)
         finally:
             # runs still going in the background (a test that failed before draining) are
             # cancelled first: a run left going would use the pool after its disposal and
@@ -234,7 +234,7 @@ class FlowHarness:
     def with_engine(self, *, node_id: str, clock: VirtualClock | None = None) -> Engine:
         """Another engine (another 'node') on the same store and catalog."""
         return Engine(
-            self.journal,
+            self.store,
             self.catalog,
             clock or self.clock,
             replace(self.engine.config, node_id=node_id),
@@ -285,11 +285,11 @@ class FlowHarness:
 
     async def instance(self, instance_id: str) -> InstanceRecord:
         """The instance row as stored now."""
-        return await self.journal.reads.get_instance(instance_id)
+        return await self.store.reads.get_instance(instance_id)
 
     async def snapshot(self, instance_id: str) -> Snapshot:
         """The instance, its journal and its untaken signals, as stored now."""
-        return await self.journal.reads.load(instance_id)
+        return await self.store.reads.load(instance_id)
 
     async def holds_lease(self, instance_id: str) -> bool:
         """True when any node holds a live lease on the instance."""
@@ -323,7 +323,7 @@ class FlowHarness:
             assert inst.wake_at is not None, f"{instance_id} has no wake ({inst.state})"
             target = inst.wake_at
         else:
-            target = await self.journal.reads.next_wake()
+            target = await self.store.reads.next_wake()
             assert target is not None, "no parked instance has a wake instant"
         if target > self.clock.now():
             self.clock.set(target)

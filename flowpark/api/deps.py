@@ -128,7 +128,7 @@ async def _settings(request: Request) -> Settings:
 
 
 async def _operator_reads(request: Request) -> OperatorReads:
-    return engine_of(request).journal.operator
+    return engine_of(request).store.operator
 
 
 async def _deliveries(request: Request) -> Deliveries:
@@ -159,7 +159,7 @@ EngineDep = Annotated[Engine, Depends(_engine)]
 CatalogDep = Annotated[Catalog, Depends(_catalog)]
 #: The node's settings.
 SettingsDep = Annotated[Settings, Depends(_settings)]
-#: The operator's read model and action history (``engine.journal.operator``).
+#: The operator's read model and action history (``engine.store.operator``).
 OperatorReadsDep = Annotated[OperatorReads, Depends(_operator_reads)]
 #: Event deliveries to subscribers.
 DeliveriesDep = Annotated[Deliveries, Depends(_deliveries)]

@@ -244,7 +244,7 @@ def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManage
             workers.engine = engine = _build_engine(wiring, db)
             app.state.engine = engine
             app.state.db = db
-            await log_unserved(engine.journal.operator, wiring.catalog, wiring.clock.now())
+            await log_unserved(engine.store.operator, wiring.catalog, wiring.clock.now())
             wiring.telemetry.start(db, wiring.clock)
             app.state.deliveries = SqlDeliveries(db)
             app.state.delivery_ids = SqlDeliveryIds(db)

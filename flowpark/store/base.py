@@ -2,7 +2,7 @@
 
 :class:`SqlContext` holds the engine and opens transactions; each role of the store
 (:class:`SqlRole` subclasses: runs, mailbox, streams, read models) is given
-the one context of its :class:`~flowpark.store.sql_journal.SqlJournal`.
+the one context of its :class:`~flowpark.store.sql_store.SqlStore`.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class SqlContext:
         self._single_engine = self.dialect.single_engine(engine)
         # one writer at a time: this process's writers queue here, not in the busy handler
         self._write_lock = self.dialect.write_lock()
-        # group commit (flowpark.store.batched) where the dialect has it; see SqlJournal
+        # group commit (flowpark.store.batched) where the dialect has it; see SqlStore
         self.lanes: Lanes | None = None
 
     @property
@@ -147,7 +147,7 @@ class SqlContext:
 
 class SqlRole:
     """One role of the store over a shared :class:`SqlContext` (composed, not inherited:
-    the roles of one :class:`~flowpark.store.sql_journal.SqlJournal` share its transactions and
+    the roles of one :class:`~flowpark.store.sql_store.SqlStore` share its transactions and
     group-commit lanes).
 
     Args:
@@ -177,7 +177,7 @@ class SqlRole:
 
 
 class SqlPart(SqlRole):
-    """A store part that stands alone, outside :class:`~flowpark.store.sql_journal.SqlJournal`'s
+    """A store part that stands alone, outside :class:`~flowpark.store.sql_store.SqlStore`'s
     roles, with a context of its own over ``engine`` (e.g. the outbox deliveries).
 
     Args:

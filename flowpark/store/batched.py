@@ -300,7 +300,7 @@ class Lanes:
 
 
 class PgBatches(SqlRole):
-    """The batch bodies of :class:`flowpark.store.sql_journal.SqlJournal`'s PostgreSQL lanes.
+    """The batch bodies of :class:`flowpark.store.sql_store.SqlStore`'s PostgreSQL lanes.
 
     Each takes the items of one batch and answers per item; ``None`` sends that item to
     the one-at-a-time path (which raises the precise error, or applies it).

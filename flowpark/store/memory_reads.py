@@ -13,11 +13,11 @@ from flowpark.engine.ports.operator import (
     AttemptStart,
     FlowActivity,
     InstanceCount,
-    InstanceCounts,
     InstanceFilter,
     InstancePage,
     InstanceSummary,
     OperatorAction,
+    StateCounts,
     StepActivity,
     StepWaiting,
 )
@@ -139,7 +139,7 @@ class MemoryReads(MemoryBase):
         rows = rows[:limit]
         return InstancePage(rows, (rows[-1].created_at, rows[-1].id) if more and rows else None)
 
-    async def count_instances_by(self, now: datetime, overdue_seconds: float) -> InstanceCounts:
+    async def count_instances_by(self, now: datetime, overdue_seconds: float) -> StateCounts:
         """See :meth:`flowpark.engine.ports.OperatorReads.count_instances_by`."""
         counts: dict[tuple[str, str, str], int] = {}
         for i in self._s.instances.values():
@@ -147,7 +147,7 @@ class MemoryReads(MemoryBase):
             counts[key] = counts.get(key, 0) + 1
         overdue = InstanceFilter(overdue_seconds=overdue_seconds, now=now)
         stuck = InstanceFilter(stuck=True, now=now)
-        return InstanceCounts(
+        return StateCounts(
             by_state=[
                 InstanceCount(f, v, InstanceState(s), n) for (f, v, s), n in sorted(counts.items())
             ],

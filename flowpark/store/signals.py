@@ -70,7 +70,7 @@ _PENDING_SIGNALS = (
 
 class SqlMailbox(SqlRole):
     """The signal mailbox (:class:`flowpark.engine.ports.Mailbox`) of
-    :class:`flowpark.store.sql_journal.SqlJournal`."""
+    :class:`flowpark.store.sql_store.SqlStore`."""
 
     _fenced: Any
     _why: Any

@@ -1,4 +1,4 @@
-"""``SqlJournal``: the SQL implementation of the engine's ports
+"""``SqlStore``: the SQL implementation of the engine's ports
 (:class:`flowpark.engine.ports.Journal`).
 
 The ports are composed, each an object of its own over one shared context (engine,
@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from flowpark.engine.ports import Journal
+from flowpark.engine.ports import Store
 from flowpark.store.actions import SqlOperatorActions
 from flowpark.store.base import SqlContext
 from flowpark.store.batched import Lanes
@@ -28,7 +28,7 @@ from flowpark.store.runs import SqlRuns
 from flowpark.store.signals import SqlMailbox
 from flowpark.store.streams import SqlStreams
 
-__all__ = ["SqlJournal", "SqlReadModel"]
+__all__ = ["SqlStore", "SqlReadModel"]
 
 
 class SqlReadModel(SqlReads, SqlOperatorReads, SqlOperatorActions, SqlOverviewReads):
@@ -38,7 +38,7 @@ class SqlReadModel(SqlReads, SqlOperatorReads, SqlOperatorActions, SqlOverviewRe
     object; its queries are grouped by module."""
 
 
-class SqlJournal:
+class SqlStore:
     """The store: the ports of :class:`flowpark.engine.ports.Journal` over one database.
 
     Args:
@@ -83,7 +83,7 @@ class SqlJournal:
         """Whether the store is PostgreSQL (claims use ``FOR UPDATE SKIP LOCKED``)."""
         return self._context.dialect.name == "postgresql"
 
-    def scratch(self) -> Journal:
+    def scratch(self) -> Store:
         """A new, empty :class:`~flowpark.store.memory.MemoryStore` (an ephemeral run's store)."""
         return MemoryStore()
 

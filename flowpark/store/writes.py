@@ -78,7 +78,7 @@ def park_values(park: Park, at: datetime) -> dict[str, Any]:
 
 
 class SqlJournalWrites(SqlRole):
-    """The lease holder's journal of :class:`flowpark.store.sql_journal.SqlJournal`."""
+    """The lease holder's journal of :class:`flowpark.store.sql_store.SqlStore`."""
 
     async def create_instance(self, new: NewInstance) -> tuple[InstanceRecord, bool]:
         """Insert a running instance leased to ``new.lease_owner`` (fencing token 1) with its

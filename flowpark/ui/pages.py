@@ -183,7 +183,7 @@ def build_console_router() -> APIRouter:
     async def overview(request: Request) -> HTMLResponse:
         session = need_session(request)
         engine = _engine(request)
-        reads = engine.journal.overview
+        reads = engine.store.overview
         now = engine.clock.now()
         overdue = overdue_threshold(request)
         activity = await reads.flow_activity(
@@ -293,7 +293,7 @@ def build_console_router() -> APIRouter:
                 "No such flow",
                 f"This node has no flow {name} {version}.",
             )
-        reads = engine.journal.overview
+        reads = engine.store.overview
         waiting = {w.step_id: w.count for w in await reads.waiting_by_step(name, version)}
         marked = await _marked_steps(request, engine, plan)
         activity = await reads.step_activity(name, version, engine.clock.now() - RECENT_WINDOW)
@@ -336,7 +336,7 @@ async def _marked_steps(request: Request, engine: Engine, plan: Plan) -> dict[st
         return {}
     try:
         check_instance_id(wanted)
-        snap = await engine.journal.reads.load(wanted)
+        snap = await engine.store.reads.load(wanted)
     except FlowparkError:
         return {}
     inst = snap.instance

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from flowpark.engine.decide.deadlines import POLL_BUDGET, RETRY_TOTAL, deadline_row, ends_at
-from flowpark.engine.ports import Commit, Journal, NewSignal, Park, StreamWrite, TryMark, WakeClaim
+from flowpark.engine.ports import Commit, NewSignal, Park, Store, StreamWrite, TryMark, WakeClaim
 from flowpark.engine.records import (
     Ack,
     EmittedEvent,
@@ -39,13 +39,13 @@ def park(wake_at: object, step_id: int = 3, **changes: object) -> Park:
     return Park(wake_at, step_id, 0, "node-a", **changes)  # type: ignore[arg-type]
 
 
-async def started(journal: Journal, **changes: object) -> str:
+async def started(journal: Store, **changes: object) -> str:
     record, created = await journal.intake.create_instance(new_instance(**changes))
     assert created
     return record.id
 
 
-async def parked(journal: Journal, wake_at: object = None, step_id: int = 3) -> str:
+async def parked(journal: Store, wake_at: object = None, step_id: int = 3) -> str:
     """An instance started by node-a (token 1) and parked at ``step_id`` until ``wake_at``."""
     instance_id = await started(journal)
     ack = await journal.runs.commit(
@@ -64,7 +64,7 @@ def signal(
 # ------------------------------------------------------------------------- starts
 
 
-async def test_a_start_is_running_leased_with_token_one(journal: Journal) -> None:
+async def test_a_start_is_running_leased_with_token_one(journal: Store) -> None:
     new = new_instance(instance_key="doc-1")
     record, created = await journal.intake.create_instance(new)
     assert created and record.id == new.id
@@ -78,7 +78,7 @@ async def test_a_start_is_running_leased_with_token_one(journal: Journal) -> Non
     assert (await journal.runs.load(new.id)).steps == []
 
 
-async def test_a_repeated_idempotency_key_returns_the_first_instance(journal: Journal) -> None:
+async def test_a_repeated_idempotency_key_returns_the_first_instance(journal: Store) -> None:
     first, _ = await journal.intake.create_instance(new_instance(idempotency_key="k"))
     again, created = await journal.intake.create_instance(new_instance(idempotency_key="k"))
     assert not created and again.id == first.id
@@ -89,7 +89,7 @@ async def test_a_repeated_idempotency_key_returns_the_first_instance(journal: Jo
     assert await journal.reads.count_instances() == 1
 
 
-async def test_an_instance_key_is_held_while_its_instance_is_active(journal: Journal) -> None:
+async def test_an_instance_key_is_held_while_its_instance_is_active(journal: Store) -> None:
     holder = await started(journal, instance_key="doc")
     with pytest.raises(InstanceKeyInUse):
         await journal.intake.create_instance(new_instance(instance_key="doc"))
@@ -98,7 +98,7 @@ async def test_an_instance_key_is_held_while_its_instance_is_active(journal: Jou
     assert created
 
 
-async def test_an_unknown_instance_is_not_found(journal: Journal) -> None:
+async def test_an_unknown_instance_is_not_found(journal: Store) -> None:
     missing = "00000000-0000-4000-8000-000000000000"
     with pytest.raises(InstanceNotFound):
         await journal.runs.load(missing)
@@ -110,7 +110,7 @@ async def test_an_unknown_instance_is_not_found(journal: Journal) -> None:
 # ------------------------------------------------------------------ claims, fencing
 
 
-async def test_a_claim_leases_a_parked_instance_and_moves_the_token(journal: Journal) -> None:
+async def test_a_claim_leases_a_parked_instance_and_moves_the_token(journal: Store) -> None:
     instance_id = await parked(journal, at(60))
     claim = await journal.runs.claim(instance_id, "node-b", at(10), at(40))
     assert claim is not None and claim.fencing_token == 2
@@ -126,7 +126,7 @@ async def test_a_claim_leases_a_parked_instance_and_moves_the_token(journal: Jou
     assert later is not None and later.fencing_token == 3
 
 
-async def test_a_stale_token_writes_nothing(journal: Journal) -> None:
+async def test_a_stale_token_writes_nothing(journal: Store) -> None:
     instance_id = await parked(journal, at(60))
     assert await journal.runs.claim(instance_id, "node-b", at(10), at(40)) is not None
     before = await journal.runs.load(instance_id)
@@ -146,7 +146,7 @@ async def test_a_stale_token_writes_nothing(journal: Journal) -> None:
     assert await journal.runs.load(instance_id) == before
 
 
-async def test_renew_extends_the_lease_and_release_gives_it_back(journal: Journal) -> None:
+async def test_renew_extends_the_lease_and_release_gives_it_back(journal: Store) -> None:
     instance_id = await started(journal)
     assert await journal.runs.renew_lease(instance_id, 1, at(90)) == Ack()
     assert (await journal.reads.get_instance(instance_id)).lease_expires_at == at(90)
@@ -165,7 +165,7 @@ async def test_renew_extends_the_lease_and_release_gives_it_back(journal: Journa
     assert (await journal.reads.get_instance(instance_id)).wake_at == at(5)
 
 
-async def test_claim_due_takes_expired_leases_then_the_earliest_wake(journal: Journal) -> None:
+async def test_claim_due_takes_expired_leases_then_the_earliest_wake(journal: Store) -> None:
     late = await parked(journal, at(30))
     early = await parked(journal, at(20))
     not_due = await parked(journal, at(500))
@@ -191,7 +191,7 @@ async def test_claim_due_takes_expired_leases_then_the_earliest_wake(journal: Jo
 # -------------------------------------------------------------------------- commits
 
 
-async def test_a_commit_appends_its_rows_events_and_reviews(journal: Journal) -> None:
+async def test_a_commit_appends_its_rows_events_and_reviews(journal: Store) -> None:
     instance_id = await started(journal)
     first = step(instance_id, step_id=1, committed_at=at(2))
     second = step(instance_id, step_id=2, kind=StepKind.EMIT, committed_at=at(3))
@@ -222,7 +222,7 @@ async def test_a_commit_appends_its_rows_events_and_reviews(journal: Journal) ->
     assert [(r["id"], r["details"]) for r in reviews] == [("r-1", {"score": 0.2})]
 
 
-async def test_a_commit_that_conflicts_writes_none_of_its_parts(journal: Journal) -> None:
+async def test_a_commit_that_conflicts_writes_none_of_its_parts(journal: Store) -> None:
     instance_id = await started(journal)
     row = step(instance_id, step_id=1)
     await journal.runs.commit(Commit(instance_id, 1, at(2), at(32), rows=(row,)))
@@ -238,7 +238,7 @@ async def test_a_commit_that_conflicts_writes_none_of_its_parts(journal: Journal
 
 
 async def test_deadline_rows_and_rows_without_values_read_back_as_written(
-    journal: Journal,
+    journal: Store,
 ) -> None:
     """A deadline row (SQL stores keep its end in ``flow_step.ends_at``) and a row that put
     no values come back with the values written, in commit order, through every read: a
@@ -279,7 +279,7 @@ async def test_deadline_rows_and_rows_without_values_read_back_as_written(
     assert ends == {(instance_id, 1): at(4 * 3600 + 0.5)}
 
 
-async def test_a_commit_with_its_park_suspends_the_instance(journal: Journal) -> None:
+async def test_a_commit_with_its_park_suspends_the_instance(journal: Store) -> None:
     instance_id = await started(journal)
     row = step(instance_id, step_id=2, committed_at=at(4))
     wait = park(at(60), 2, kind=WakeKind.POLL)
@@ -296,7 +296,7 @@ async def test_a_commit_with_its_park_suspends_the_instance(journal: Journal) ->
     assert [r.step_id for r in (await journal.runs.load(instance_id)).steps] == [2]
 
 
-async def test_a_park_is_refused_when_a_cancel_was_requested(journal: Journal) -> None:
+async def test_a_park_is_refused_when_a_cancel_was_requested(journal: Store) -> None:
     instance_id = await started(journal)
     requested = await journal.intake.request_cancel(instance_id, "node-b", at(3), at(33))
     assert requested.claim is None  # node-a's lease is live: it will see the flag
@@ -315,7 +315,7 @@ async def test_a_park_is_refused_when_a_cancel_was_requested(journal: Journal) -
     assert (await journal.reads.get_instance(instance_id)).state is InstanceState.SUSPENDED
 
 
-async def test_a_park_is_refused_while_an_accepted_signal_waits(journal: Journal) -> None:
+async def test_a_park_is_refused_while_an_accepted_signal_waits(journal: Store) -> None:
     instance_id = await started(journal)
     await journal.mailbox.deliver_signal(signal(instance_id, "s-1", seconds=3))
     row = step(instance_id, step_id=4, committed_at=at(4))
@@ -338,7 +338,7 @@ async def test_a_park_is_refused_while_an_accepted_signal_waits(journal: Journal
 
 
 async def test_signals_are_stored_in_arrival_order_and_a_key_repeats_the_first(
-    journal: Journal,
+    journal: Store,
 ) -> None:
     instance_id = await started(journal)
     first, created = await journal.mailbox.deliver_signal(signal(instance_id, "s-1", "k-1"))
@@ -355,7 +355,7 @@ async def test_signals_are_stored_in_arrival_order_and_a_key_repeats_the_first(
 
 
 async def test_a_signal_for_an_ended_instance_is_refused_but_a_repeat_answers(
-    journal: Journal,
+    journal: Store,
 ) -> None:
     instance_id = await started(journal)
     first, _ = await journal.mailbox.deliver_signal(signal(instance_id, "s-1", "k-1"))
@@ -372,7 +372,7 @@ async def test_a_signal_for_an_ended_instance_is_refused_but_a_repeat_answers(
 
 
 async def test_a_delivery_claims_an_instance_parked_on_a_wait_that_accepts_it(
-    journal: Journal,
+    journal: Store,
 ) -> None:
     waiting = await parked(journal, None, step_id=4)
     elsewhere = await parked(journal, None, step_id=7)
@@ -390,7 +390,7 @@ async def test_a_delivery_claims_an_instance_parked_on_a_wait_that_accepts_it(
     assert again.claim is None and again.state is InstanceState.RUNNING
 
 
-async def test_a_commit_takes_a_signal_with_its_row(journal: Journal) -> None:
+async def test_a_commit_takes_a_signal_with_its_row(journal: Store) -> None:
     instance_id = await started(journal)
     await journal.mailbox.deliver_signal(signal(instance_id, "s-1", seconds=3))
     row = step(
@@ -417,7 +417,7 @@ async def test_a_commit_takes_a_signal_with_its_row(journal: Journal) -> None:
     assert [r.step_id for r in (await journal.runs.load(instance_id)).steps] == [5]
 
 
-async def test_a_refused_signal_leaves_the_mailbox_without_a_row(journal: Journal) -> None:
+async def test_a_refused_signal_leaves_the_mailbox_without_a_row(journal: Store) -> None:
     instance_id = await started(journal)
     await journal.mailbox.deliver_signal(signal(instance_id, "s-1", seconds=3))
     assert await journal.mailbox.refuse_signal(instance_id, 1, "s-1", 5, at(6)) == Ack()
@@ -435,7 +435,7 @@ async def test_a_refused_signal_leaves_the_mailbox_without_a_row(journal: Journa
 
 
 async def test_a_completion_is_refused_under_a_cancel_and_unwinding_ends_it(
-    journal: Journal,
+    journal: Store,
 ) -> None:
     instance_id = await started(journal)
     flagged = await journal.intake.request_cancel(instance_id, "node-b", at(2), at(32))
@@ -456,7 +456,7 @@ async def test_a_completion_is_refused_under_a_cancel_and_unwinding_ends_it(
         await journal.intake.request_cancel(instance_id, "node-b", at(6), at(36))
 
 
-async def test_a_cancel_claims_a_parked_instance(journal: Journal) -> None:
+async def test_a_cancel_claims_a_parked_instance(journal: Store) -> None:
     instance_id = await parked(journal, at(600))
     answer = await journal.intake.request_cancel(instance_id, "node-b", at(5), at(35))
     assert answer.claim is not None and answer.claim.fencing_token == 2
@@ -468,7 +468,7 @@ async def test_a_cancel_claims_a_parked_instance(journal: Journal) -> None:
 
 
 async def test_a_try_in_flight_keeps_its_checkpoint_and_a_commit_clears_it(
-    journal: Journal,
+    journal: Store,
 ) -> None:
     instance_id = await started(journal)
     assert await journal.runs.start_try(instance_id, 1, TryMark(4, 0, 1, at(1)), at(20)) == Ack()
@@ -487,7 +487,7 @@ async def test_a_try_in_flight_keeps_its_checkpoint_and_a_commit_clears_it(
         await journal.runs.record_heartbeat(instance_id, 1, {"page": 4}, at(6), at(26))
 
 
-async def test_a_stream_keeps_its_bound_and_its_fence(journal: Journal) -> None:
+async def test_a_stream_keeps_its_bound_and_its_fence(journal: Store) -> None:
     instance_id = await started(journal)
 
     def message(n: int) -> StreamWrite:
@@ -507,7 +507,7 @@ async def test_a_stream_keeps_its_bound_and_its_fence(journal: Journal) -> None:
 # ------------------------------------------------------------------- the read model
 
 
-async def test_the_operator_list_filters_and_pages(journal: Journal) -> None:
+async def test_the_operator_list_filters_and_pages(journal: Store) -> None:
     from flowpark.engine.ports.operator import InstanceFilter
 
     ids = [await started(journal, created_at=T0 + timedelta(seconds=n)) for n in range(3)]
@@ -534,7 +534,7 @@ async def test_the_operator_list_filters_and_pages(journal: Journal) -> None:
 
 
 async def test_an_ending_that_lists_failed_compensations_is_found_by_the_filter(
-    journal: Journal,
+    journal: Store,
 ) -> None:
     from flowpark.engine.ports.operator import InstanceFilter
     from flowpark.engine.records import COMPENSATION_FAILURES
@@ -558,7 +558,7 @@ async def test_an_ending_that_lists_failed_compensations_is_found_by_the_filter(
     assert await journal.operator.count_matching(both) == 0
 
 
-async def test_a_marked_ending_is_reopened_once_with_its_retry_rows(journal: Journal) -> None:
+async def test_a_marked_ending_is_reopened_once_with_its_retry_rows(journal: Store) -> None:
     from flowpark.engine.ports import Reopen
     from flowpark.engine.records import COMPENSATION_FAILURES, Outcome
     from flowpark.errors import FlowFailure
@@ -599,7 +599,7 @@ async def test_a_marked_ending_is_reopened_once_with_its_retry_rows(journal: Jou
     assert await journal.intake.reopen(reopen(marked)) is None  # cleared: nothing to retry
 
 
-async def test_the_operator_list_finds_by_display_key_and_id_prefix(journal: Journal) -> None:
+async def test_the_operator_list_finds_by_display_key_and_id_prefix(journal: Store) -> None:
     from flowpark.engine.ports.operator import InstanceFilter
 
     one = await started(journal, input={"document": "d-1"})
@@ -618,7 +618,7 @@ async def test_the_operator_list_finds_by_display_key_and_id_prefix(journal: Jou
 
 
 async def test_an_action_record_is_completed_or_retaken_only_as_it_was_read(
-    journal: Journal,
+    journal: Store,
 ) -> None:
     from flowpark.engine.ports.operator import OperatorAction
 

@@ -44,7 +44,7 @@ async def _dead_node_holds(h: FlowHarness, held: Held, flow: str) -> tuple[async
 async def _running(h: FlowHarness) -> list:  # type: ignore[type-arg]
     from sqlalchemy import text
 
-    async with h.journal.engine.connect() as conn:
+    async with h.store.engine.connect() as conn:
         ids = (await conn.execute(text("SELECT id FROM flow_instance"))).scalars().all()
     return [await h.instance(str(i)) for i in ids]
 
@@ -131,16 +131,16 @@ async def test_a_first_node_polls_budget_is_stored_with_the_instance(store_url: 
             if not statement.lstrip().upper().startswith("SELECT"):
                 writes.append(statement)
 
-        event.listen(h.journal.engine.sync_engine, "before_cursor_execute", count)
+        event.listen(h.store.engine.sync_engine, "before_cursor_execute", count)
         started, instance_id = await _dead_node_holds(h, held, "t.pollfirst")
-        event.remove(h.journal.engine.sync_engine, "before_cursor_execute", count)
+        event.remove(h.store.engine.sync_engine, "before_cursor_execute", count)
         inst = await h.instance(instance_id)
         snap = await h.snapshot(instance_id)
         (budget,) = snap.steps  # in attempt 0's call: the budget only
         assert budget.kind is StepKind.DEADLINE and budget.capability_id == POLL_BUDGET
         assert budget.started_at == inst.created_at == t0
         assert ends_at(budget) == t0 + HOUR
-        if h.journal.is_postgresql:
+        if h.store.is_postgresql:
             assert len(writes) == 1, writes  # the start's one statement, then the call
 
         clock_b = VirtualClock(t0 + LEASE + SCAN)

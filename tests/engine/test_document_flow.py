@@ -56,7 +56,7 @@ async def test_waiting_costs_one_row_and_holds_no_lease() -> None:
         assert not await h.holds_lease(inst.id)
         assert inst.lease_owner is None
         assert status.calls == 1  # one attempt per invocation, never a loop in-process
-        assert await h.journal.reads.count_instances() == 1
+        assert await h.store.reads.count_instances() == 1
 
 
 async def test_each_wake_makes_exactly_one_attempt_then_completes() -> None:
@@ -73,7 +73,7 @@ async def test_each_wake_makes_exactly_one_attempt_then_completes() -> None:
         snap = await h.snapshot(inst.id)
         status_rows = [(r.step_id, r.scope) for r in snap.steps if r.capability_id == "ocr.status"]
         assert status_rows == [(2, 0), (2, 1), (2, 2)]
-        events = await h.journal.reads.list_events()
+        events = await h.store.reads.list_events()
         assert [e["name"] for e in events] == ["document.processed"]
 
 
@@ -84,14 +84,14 @@ async def test_the_emit_writes_the_extract_row_with_its_own(store_url: str) -> N
     ) as h:
         inst = (await h.start("document.process", DOC)).instance
         commits: list[tuple[str, str | None]] = []
-        commit_step = h.journal.runs.commit_step
+        commit_step = h.store.runs.commit_step
 
         async def spied(token: int, row: StepRow, *args: Any, **kwargs: Any) -> Ack:
             deferred = kwargs.get("deferred")
             commits.append((row.capability_id, deferred and deferred.capability_id))
             return await commit_step(token, row, *args, **kwargs)
 
-        h.journal.runs.commit_step = spied  # type: ignore[method-assign]
+        h.store.runs.commit_step = spied  # type: ignore[method-assign]
         await h.advance_to_next_wake(inst.id)
         assert (await h.instance(inst.id)).state is InstanceState.COMPLETED
         # the status row before the extract runs (with the extract's retry window, stored
@@ -109,7 +109,7 @@ async def test_the_emit_writes_the_extract_row_with_its_own(store_url: str) -> N
             "document.processed",
         ]
         assert [r.sequence for r in steps] == sorted(r.sequence for r in steps)  # type: ignore[type-var]
-        assert [e["name"] for e in await h.journal.reads.list_events()] == ["document.processed"]
+        assert [e["name"] for e in await h.store.reads.list_events()] == ["document.processed"]
 
 
 async def test_waits_follow_the_jittered_backoff_and_never_pass_the_budget() -> None:
@@ -163,7 +163,7 @@ async def test_budget_runs_out_escalates_fails_and_cancels_the_real_ocr_job(
         final = await h.wait_until(lambda i: i.state.ended, inst.id)
         assert final.state is InstanceState.FAILED
         assert final.failure is not None and final.failure.code == NOT_READ_IN_TIME
-        reviews = await h.journal.reads.list_reviews()
+        reviews = await h.store.reads.list_reviews()
         assert [r["subject"] for r in reviews] == ["doc-1"]
         job = (await http.get(f"{base}/fake/ocr/jobs/{job_id}")).json()
         assert job["status"] == "cancelled"

@@ -69,7 +69,7 @@ def open_harness(store_url: str, world: JobWorld, paced: Paced) -> Any:
 
 async def progress(h: FlowHarness, instance_id: str) -> list[str]:
     return [
-        m.payload["state"] for m in await h.journal.streams.read_stream(instance_id, "JobProgress")
+        m.payload["state"] for m in await h.store.streams.read_stream(instance_id, "JobProgress")
     ]
 
 

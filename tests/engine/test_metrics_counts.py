@@ -44,7 +44,7 @@ async def test_ephemeral_runs_count_as_started_and_ended(store_url: str) -> None
         assert failed.instance.state is InstanceState.FAILED
         assert failed.instance.failure is not None
         code = failed.instance.failure.code
-        assert await h.journal.reads.count_instances() == 0  # still no row
+        assert await h.store.reads.count_instances() == 0  # still no row
 
     scrape = Scrape(generate_latest(metrics.registry).decode())
     flow = {"flow": "t.quick", "version": "1.0.0"}

@@ -147,7 +147,7 @@ async def test_an_ephemeral_flow_runs_inside_the_call_and_writes_no_rows() -> No
         assert started.instance.state is InstanceState.COMPLETED
         assert started.result == {"job": "e-1"}
         assert after.calls == 1
-        assert await h.journal.reads.count_instances() == 0
+        assert await h.store.reads.count_instances() == 0
 
 
 def test_ten_thousand_instances_started_together_do_not_wake_in_the_same_second() -> None:

@@ -1,4 +1,4 @@
-"""SqlJournal on real stores (a migrated SQLite file and a PostgreSQL database)."""
+"""SqlStore on real stores (a migrated SQLite file and a PostgreSQL database)."""
 
 from __future__ import annotations
 
@@ -28,19 +28,19 @@ from flowpark.errors import (
     InstanceNotFound,
     StaleFencingToken,
 )
-from flowpark.store import JournalConflict, SqlJournal
+from flowpark.store import JournalConflict, SqlStore
 from tests.support.journal import FLOW, LEASE, T0, at, new_instance, park_at, park_commit, step
 
 RUNNABLE = [FLOW]
 
 
-async def started(journal: SqlJournal, **changes: Any) -> str:
+async def started(journal: SqlStore, **changes: Any) -> str:
     record, created = await journal.intake.create_instance(new_instance(**changes))
     assert created
     return record.id
 
 
-async def parked(journal: SqlJournal, wake_at: datetime, **changes: Any) -> str:
+async def parked(journal: SqlStore, wake_at: datetime, **changes: Any) -> str:
     instance_id = await started(journal, **changes)
     ack = await journal.runs.commit(park_commit(instance_id, 1, T0, park_at(wake_at, 3, 0)))
     assert ack == Ack(applied=True, cancel_requested=False)
@@ -50,7 +50,7 @@ async def parked(journal: SqlJournal, wake_at: datetime, **changes: Any) -> str:
 # ------------------------------------------------------------------------- create
 
 
-async def test_create_instance_is_running_and_leased(sql_journal: SqlJournal) -> None:
+async def test_create_instance_is_running_and_leased(sql_journal: SqlStore) -> None:
     new = new_instance(instance_key="doc-1")
     record, created = await sql_journal.intake.create_instance(new)
     assert created
@@ -67,7 +67,7 @@ async def test_create_instance_is_running_and_leased(sql_journal: SqlJournal) ->
     assert (snapshot.instance, snapshot.steps, snapshot.signals) == (record, [], [])
 
 
-async def test_unknown_instance_is_not_found(sql_journal: SqlJournal) -> None:
+async def test_unknown_instance_is_not_found(sql_journal: SqlStore) -> None:
     with pytest.raises(InstanceNotFound) as info:
         await sql_journal.runs.load("nope")
     assert info.value.code == "instance_not_found"
@@ -75,7 +75,7 @@ async def test_unknown_instance_is_not_found(sql_journal: SqlJournal) -> None:
         await sql_journal.reads.get_instance("nope")
 
 
-async def test_ids_are_canonical_uuid_strings(sql_journal: SqlJournal) -> None:
+async def test_ids_are_canonical_uuid_strings(sql_journal: SqlStore) -> None:
     """Only the canonical spelling names an instance, on both stores (PostgreSQL's uuid
     input would read the others as the same id); a start needs a canonical id."""
     instance_id = await started(sql_journal)
@@ -92,7 +92,7 @@ async def test_ids_are_canonical_uuid_strings(sql_journal: SqlJournal) -> None:
     assert (await sql_journal.reads.get_instance(instance_id)).id == instance_id
 
 
-async def test_idempotent_start_returns_the_first_instance(sql_journal: SqlJournal) -> None:
+async def test_idempotent_start_returns_the_first_instance(sql_journal: SqlStore) -> None:
     first, created = await sql_journal.intake.create_instance(
         new_instance(idempotency_key="k-1", input={"document": "d-1"})
     )
@@ -120,7 +120,7 @@ ODD_KEYS = ["a\\101", "aA", "\\x41", "A", "naïve ✓", "naive ✓", "k\\\\", "k
 
 
 async def test_keys_that_differ_in_any_character_are_different_keys(
-    sql_journal: SqlJournal,
+    sql_journal: SqlStore,
 ) -> None:
     """On PostgreSQL the key is indexed by a digest of its text (migration 0006): every
     byte counts, backslashes included, and a repeat of each still finds its instance."""
@@ -143,7 +143,7 @@ async def test_keys_that_differ_in_any_character_are_different_keys(
     assert await sql_journal.reads.count_instances() == len(ODD_KEYS)
 
 
-async def test_a_repeat_is_the_same_input_and_instance_key(sql_journal: SqlJournal) -> None:
+async def test_a_repeat_is_the_same_input_and_instance_key(sql_journal: SqlStore) -> None:
     """The stored row's input and instance key are the request a repeat is judged by: the
     input as canonical JSON (key order does not matter, ``1`` is not ``true``)."""
     request = {"document": "d-1", "pages": 1, "tags": {"a": 1, "b": [True, None]}}
@@ -174,7 +174,7 @@ async def test_a_repeat_is_the_same_input_and_instance_key(sql_journal: SqlJourn
     assert await sql_journal.reads.count_instances() == 1
 
 
-async def test_instance_key_is_held_while_the_instance_is_active(sql_journal: SqlJournal) -> None:
+async def test_instance_key_is_held_while_the_instance_is_active(sql_journal: SqlStore) -> None:
     holder, _ = await sql_journal.intake.create_instance(
         new_instance(instance_key="doc-7", idempotency_key="k-7")
     )
@@ -200,7 +200,7 @@ async def test_instance_key_is_held_while_the_instance_is_active(sql_journal: Sq
 
 
 async def test_a_start_that_conflicts_gets_the_domain_error_or_the_first_instance(
-    sql_journal: SqlJournal,
+    sql_journal: SqlStore,
 ) -> None:
     """The start's one INSERT is the check: a conflicting start reads what holds the key
     and gets the domain error, or the first instance for a repeat; nothing is written."""
@@ -223,7 +223,7 @@ async def test_a_start_that_conflicts_gets_the_domain_error_or_the_first_instanc
 
 
 async def test_a_key_holder_that_ends_during_a_conflicting_start_lets_it_in(
-    sql_journal: SqlJournal, monkeypatch: pytest.MonkeyPatch
+    sql_journal: SqlStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The INSERT met a holder of the instance key that ended before the start could read
     it: the start tries its INSERT again instead of failing."""
@@ -245,7 +245,7 @@ async def test_a_key_holder_that_ends_during_a_conflicting_start_lets_it_in(
     assert await sql_journal.reads.count_instances(InstanceState.RUNNING) == 1
 
 
-async def test_hundred_concurrent_starts(sql_journal: SqlJournal) -> None:
+async def test_hundred_concurrent_starts(sql_journal: SqlStore) -> None:
     results = await asyncio.gather(
         *(sql_journal.intake.create_instance(new_instance()) for _ in range(100))
     )
@@ -255,7 +255,7 @@ async def test_hundred_concurrent_starts(sql_journal: SqlJournal) -> None:
 
 
 async def test_hundred_concurrent_identical_starts_make_one_instance(
-    sql_journal: SqlJournal,
+    sql_journal: SqlStore,
 ) -> None:
     results = await asyncio.gather(
         *(
@@ -273,7 +273,7 @@ async def test_hundred_concurrent_identical_starts_make_one_instance(
 # ------------------------------------------------------------------------- claims
 
 
-async def test_claim_due_takes_due_instances_oldest_wake_first(sql_journal: SqlJournal) -> None:
+async def test_claim_due_takes_due_instances_oldest_wake_first(sql_journal: SqlStore) -> None:
     late = await parked(sql_journal, at(50))
     early = await parked(sql_journal, at(10))
     middle = await parked(sql_journal, at(30))
@@ -298,14 +298,14 @@ async def test_claim_due_takes_due_instances_oldest_wake_first(sql_journal: SqlJ
     assert (record.wake_at, record.wake_step_id, record.wake_scope) == (at(10), 3, 0)
 
 
-async def test_claim_due_takes_over_expired_leases(sql_journal: SqlJournal) -> None:
+async def test_claim_due_takes_over_expired_leases(sql_journal: SqlStore) -> None:
     crashed = await started(sql_journal)  # lease until T0+30s, never renewed
     assert await sql_journal.intake.claim_due("node-b", at(30), at(60), 10, RUNNABLE) == []
     claims = await sql_journal.intake.claim_due("node-b", at(31), at(61), 10, RUNNABLE)
     assert [(c.instance_id, c.fencing_token) for c in claims] == [(crashed, 2)]
 
 
-async def test_concurrent_sweeps_never_claim_an_instance_twice(sql_journal: SqlJournal) -> None:
+async def test_concurrent_sweeps_never_claim_an_instance_twice(sql_journal: SqlStore) -> None:
     ids = set()
     for i in range(30):
         ids.add(await parked(sql_journal, at(i)))
@@ -323,7 +323,7 @@ async def test_concurrent_sweeps_never_claim_an_instance_twice(sql_journal: SqlJ
     assert not set(claimed) & {c.instance_id for c in leftovers}
 
 
-async def test_claim_one_instance(sql_journal: SqlJournal) -> None:
+async def test_claim_one_instance(sql_journal: SqlStore) -> None:
     running = await started(sql_journal)
     assert await sql_journal.runs.claim(running, "node-b", at(1), at(31)) is None  # live lease
     sleeping = await parked(sql_journal, at(3600))
@@ -335,7 +335,7 @@ async def test_claim_one_instance(sql_journal: SqlJournal) -> None:
 # ------------------------------------------------------------------------- fencing
 
 
-async def test_stale_token_writes_nothing(sql_journal: SqlJournal) -> None:
+async def test_stale_token_writes_nothing(sql_journal: SqlStore) -> None:
     instance_id = await started(sql_journal)
     # node-a's lease expires; node-b takes over with token 2
     claims = await sql_journal.intake.claim_due("node-b", at(31), at(61), 10, RUNNABLE)
@@ -366,7 +366,7 @@ async def test_stale_token_writes_nothing(sql_journal: SqlJournal) -> None:
         await sql_journal.runs.renew_lease("nope", 1, at(99))
 
 
-async def test_writes_after_park_are_stale(sql_journal: SqlJournal) -> None:
+async def test_writes_after_park_are_stale(sql_journal: SqlStore) -> None:
     instance_id = await parked(sql_journal, at(60))
     with pytest.raises(StaleFencingToken):
         await sql_journal.runs.renew_lease(instance_id, 1, at(99))
@@ -378,7 +378,7 @@ async def test_writes_after_park_are_stale(sql_journal: SqlJournal) -> None:
 
 
 async def test_journal_sequences_are_the_commit_order_across_instances(
-    sql_journal: SqlJournal,
+    sql_journal: SqlStore,
 ) -> None:
     """``sequence`` has no index of its own (the journal is keyed by execution): it is
     still unique and grows in commit order across instances, one at a time or batched."""
@@ -397,7 +397,7 @@ async def test_journal_sequences_are_the_commit_order_across_instances(
         await sql_journal.runs.commit_step(1, step(first, 1), at(40))
 
 
-async def test_commit_step_appends_row_events_and_reviews(sql_journal: SqlJournal) -> None:
+async def test_commit_step_appends_row_events_and_reviews(sql_journal: SqlStore) -> None:
     instance_id = await started(sql_journal)
     await sql_journal.runs.start_try(instance_id, 1, TryMark(0, 0, 1, at(1)), at(20))
     row = step(instance_id, error_type=None)
@@ -437,7 +437,7 @@ async def test_commit_step_appends_row_events_and_reviews(sql_journal: SqlJourna
 
 
 async def test_a_commit_carries_the_deferred_row_before_its_own(
-    sql_journal: SqlJournal,
+    sql_journal: SqlStore,
 ) -> None:
     instance_id = await started(sql_journal)
     await sql_journal.runs.start_try(instance_id, 1, TryMark(3, 0, 1, at(1)), at(20))
@@ -481,7 +481,7 @@ async def test_a_commit_carries_the_deferred_row_before_its_own(
 
 
 async def test_duplicate_step_row_is_a_conflict_and_writes_nothing(
-    sql_journal: SqlJournal,
+    sql_journal: SqlStore,
 ) -> None:
     instance_id = await started(sql_journal)
     await sql_journal.runs.commit_step(1, step(instance_id), at(40))
@@ -495,7 +495,7 @@ async def test_duplicate_step_row_is_a_conflict_and_writes_nothing(
     assert record.lease_expires_at == T0 + LEASE  # nothing of the refused commit
 
 
-async def test_ack_reports_the_cancel_flag(sql_journal: SqlJournal) -> None:
+async def test_ack_reports_the_cancel_flag(sql_journal: SqlStore) -> None:
     instance_id = await started(sql_journal)
     cancel = await sql_journal.intake.request_cancel(instance_id, "api", at(1), at(31))
     assert cancel == CancelAck(state=InstanceState.RUNNING, claim=None)  # node-a holds it
@@ -506,7 +506,7 @@ async def test_ack_reports_the_cancel_flag(sql_journal: SqlJournal) -> None:
 # ------------------------------------------------------------------------- lifecycle
 
 
-async def test_park_suspends_and_releases_the_lease(sql_journal: SqlJournal) -> None:
+async def test_park_suspends_and_releases_the_lease(sql_journal: SqlStore) -> None:
     instance_id = await started(sql_journal)
     await sql_journal.runs.start_try(instance_id, 1, TryMark(2, 0, 1, at(1)), at(20))
     assert await sql_journal.runs.commit(
@@ -520,7 +520,7 @@ async def test_park_suspends_and_releases_the_lease(sql_journal: SqlJournal) -> 
     assert (record.fencing_token, record.updated_at) == (1, at(5))
 
 
-async def test_park_is_refused_while_the_awaited_signal_waits(sql_journal: SqlJournal) -> None:
+async def test_park_is_refused_while_the_awaited_signal_waits(sql_journal: SqlStore) -> None:
     instance_id = await started(sql_journal)
     await sql_journal.mailbox.deliver_signal(
         NewSignal(instance_id, "approved", {}, None, at(1), "s-1")
@@ -540,7 +540,7 @@ async def test_park_is_refused_while_the_awaited_signal_waits(sql_journal: SqlJo
 
 
 async def test_parked_without_a_wake_only_a_claim_or_cancel_wakes_it(
-    sql_journal: SqlJournal,
+    sql_journal: SqlStore,
 ) -> None:
     waiting = await started(sql_journal)
     await sql_journal.runs.commit(park_commit(waiting, 1, at(1), park_at(None, 2, 0, "approved")))
@@ -559,7 +559,7 @@ async def test_parked_without_a_wake_only_a_claim_or_cancel_wakes_it(
     assert claim is not None and claim.fencing_token == 2
 
 
-async def test_park_and_completion_are_refused_after_a_cancel(sql_journal: SqlJournal) -> None:
+async def test_park_and_completion_are_refused_after_a_cancel(sql_journal: SqlStore) -> None:
     instance_id = await started(sql_journal)
     await sql_journal.intake.request_cancel(instance_id, "api", at(1), at(31))
     before = await sql_journal.reads.get_instance(instance_id)
@@ -590,7 +590,7 @@ async def test_park_and_completion_are_refused_after_a_cancel(sql_journal: SqlJo
     assert (final.lease_owner, final.lease_expires_at, final.wake_at) == (None, None, None)
 
 
-async def test_finish_writes_the_result_or_the_failure(sql_journal: SqlJournal) -> None:
+async def test_finish_writes_the_result_or_the_failure(sql_journal: SqlStore) -> None:
     done = await started(sql_journal)
     ack = await sql_journal.runs.finish(done, 1, at(9), InstanceState.COMPLETED, {"pages": 3})
     assert ack == Ack(True, False)
@@ -611,7 +611,7 @@ async def test_finish_writes_the_result_or_the_failure(sql_journal: SqlJournal) 
     assert await sql_journal.reads.count_instances(InstanceState.FAILED) == 1
 
 
-async def test_release_keeps_the_wake(sql_journal: SqlJournal) -> None:
+async def test_release_keeps_the_wake(sql_journal: SqlStore) -> None:
     instance_id = await parked(sql_journal, at(600))
     claim = await sql_journal.runs.claim(instance_id, "node-b", at(1), at(31))
     assert claim is not None
@@ -631,7 +631,7 @@ async def test_release_keeps_the_wake(sql_journal: SqlJournal) -> None:
 # ------------------------------------------------------------------------- heartbeats
 
 
-async def test_heartbeats_keep_the_latest_checkpoint(sql_journal: SqlJournal) -> None:
+async def test_heartbeats_keep_the_latest_checkpoint(sql_journal: SqlStore) -> None:
     instance_id = await started(sql_journal)
     with pytest.raises(JournalConflict):  # no try in flight
         await sql_journal.runs.record_heartbeat(instance_id, 1, {"pct": 1}, at(1), at(20))
@@ -665,7 +665,7 @@ async def test_heartbeats_keep_the_latest_checkpoint(sql_journal: SqlJournal) ->
 # ------------------------------------------------------------------------- signals
 
 
-async def test_deliver_signal_rules(sql_journal: SqlJournal) -> None:
+async def test_deliver_signal_rules(sql_journal: SqlStore) -> None:
     with pytest.raises(InstanceNotFound):
         await sql_journal.mailbox.deliver_signal(
             NewSignal("nope", "approved", {}, None, at(1), "s-0")
@@ -708,7 +708,7 @@ async def test_deliver_signal_rules(sql_journal: SqlJournal) -> None:
     ]
 
 
-async def test_concurrent_repeats_of_a_signal_store_it_once(sql_journal: SqlJournal) -> None:
+async def test_concurrent_repeats_of_a_signal_store_it_once(sql_journal: SqlStore) -> None:
     instance_id = await started(sql_journal)
     results = await asyncio.gather(
         *(
@@ -723,7 +723,7 @@ async def test_concurrent_repeats_of_a_signal_store_it_once(sql_journal: SqlJour
     assert len(await sql_journal.reads.list_signals(instance_id)) == 1
 
 
-async def test_take_signal_marks_it_and_journals_it(sql_journal: SqlJournal) -> None:
+async def test_take_signal_marks_it_and_journals_it(sql_journal: SqlStore) -> None:
     instance_id = await started(sql_journal)
     await sql_journal.mailbox.deliver_signal(
         NewSignal(instance_id, "approved", {"by": "ana"}, None, at(1), "s-1")
@@ -748,7 +748,7 @@ async def test_take_signal_marks_it_and_journals_it(sql_journal: SqlJournal) -> 
     assert len((await sql_journal.runs.load(instance_id)).steps) == 1
 
 
-async def test_a_refused_take_writes_nothing(sql_journal: SqlJournal) -> None:
+async def test_a_refused_take_writes_nothing(sql_journal: SqlStore) -> None:
     instance_id = await started(sql_journal)
     await sql_journal.mailbox.deliver_signal(
         NewSignal(instance_id, "approved", {}, None, at(1), "s-1")
@@ -768,7 +768,7 @@ async def test_a_refused_take_writes_nothing(sql_journal: SqlJournal) -> None:
 
 
 async def test_a_delivery_claims_an_instance_parked_on_a_wait_that_accepts_it(
-    sql_journal: SqlJournal,
+    sql_journal: SqlStore,
 ) -> None:
     instance_id = await started(sql_journal)
     await sql_journal.runs.commit_step(1, step(instance_id), at(40))
@@ -814,7 +814,7 @@ async def test_a_delivery_claims_an_instance_parked_on_a_wait_that_accepts_it(
 
 
 async def test_a_delivery_claims_nothing_that_does_not_wait_for_it(
-    sql_journal: SqlJournal,
+    sql_journal: SqlStore,
 ) -> None:
     running = await started(sql_journal)
     delivery = await sql_journal.mailbox.deliver_and_claim(
@@ -848,7 +848,7 @@ async def test_a_delivery_claims_nothing_that_does_not_wait_for_it(
         )
 
 
-async def test_get_signal_reads_one_signal_as_stored(sql_journal: SqlJournal) -> None:
+async def test_get_signal_reads_one_signal_as_stored(sql_journal: SqlStore) -> None:
     instance_id = await started(sql_journal)
     first, _ = await sql_journal.mailbox.deliver_signal(
         NewSignal(instance_id, "approved", {"x": 1}, "k", at(1), "s-1")
@@ -865,7 +865,7 @@ async def test_get_signal_reads_one_signal_as_stored(sql_journal: SqlJournal) ->
 # ------------------------------------------------------------------------- cancel
 
 
-async def test_request_cancel_claims_unleased_instances(sql_journal: SqlJournal) -> None:
+async def test_request_cancel_claims_unleased_instances(sql_journal: SqlStore) -> None:
     with pytest.raises(InstanceNotFound):
         await sql_journal.intake.request_cancel("nope", "api", at(1), at(31))
     sleeping = await parked(sql_journal, at(3600))
@@ -885,7 +885,7 @@ async def test_request_cancel_claims_unleased_instances(sql_journal: SqlJournal)
 # ------------------------------------------------------------------------- streams
 
 
-async def test_streams_are_ordered_and_bounded(sql_journal: SqlJournal) -> None:
+async def test_streams_are_ordered_and_bounded(sql_journal: SqlStore) -> None:
     instance_id = await started(sql_journal)
     assert await sql_journal.streams.write_stream(
         StreamWrite(instance_id, "progress", {"pct": 10}, 40, at(1)), 100
@@ -912,7 +912,7 @@ async def test_streams_are_ordered_and_bounded(sql_journal: SqlJournal) -> None:
         await sql_journal.streams.write_stream(StreamWrite("nope", "progress", {}, 1, at(1)), 100)
 
 
-async def test_naive_instants_are_refused(sql_journal: SqlJournal) -> None:
+async def test_naive_instants_are_refused(sql_journal: SqlStore) -> None:
     naive = datetime(2026, 1, 1)
     with pytest.raises(ValueError, match="aware"):
         await sql_journal.intake.claim_due("node-a", naive, at(30), 10, RUNNABLE)
@@ -921,5 +921,5 @@ async def test_naive_instants_are_refused(sql_journal: SqlJournal) -> None:
     assert await sql_journal.reads.count_instances() == 0
 
 
-async def test_ping(sql_journal: SqlJournal) -> None:
+async def test_ping(sql_journal: SqlStore) -> None:
     await sql_journal.reads.ping()

@@ -123,7 +123,7 @@ async def wakes(h: FlowHarness, instance_id: str, n: int) -> None:
 async def extended(h: FlowHarness, instance_id: str) -> None:
     """Nine wakes (parked at the budget's end), then an operator extends it by 5 min."""
     await wakes(h, instance_id, 9)
-    await h.journal.reads.record_action(
+    await h.store.reads.record_action(
         OperatorAction(
             id="0190a000-0000-7000-8000-000000000001",
             instance_id=instance_id,
@@ -162,7 +162,7 @@ async def retry_reopened(h: FlowHarness, instance_id: str) -> None:
     )
     assert rows, "the compensation did not fail for good"
     reopen = Reopen(instance_id, "dead-node", now, now + timedelta(seconds=30), rows)
-    assert await h.journal.intake.reopen(reopen) is not None
+    assert await h.store.intake.reopen(reopen) is not None
 
 
 SCENARIOS = [
@@ -243,7 +243,7 @@ def jsonable(value: Any) -> Any:
 async def dump(h: FlowHarness, instance_id: str) -> dict[str, list[dict[str, Any]]]:
     """The instance's rows in each table, raw, as the store holds them."""
     stored: dict[str, list[dict[str, Any]]] = {}
-    async with h.journal.engine.connect() as conn:
+    async with h.store.engine.connect() as conn:
         for table in TABLES:
             key = "id" if table == "flow_instance" else "instance_id"
             order = "" if table == "flow_instance" else " ORDER BY rowid"
@@ -277,7 +277,7 @@ async def observed(h: FlowHarness, instance_id: str, before: int) -> dict[str, A
     taken, and where the instance is."""
     snap = await h.snapshot(instance_id)
     inst = snap.instance
-    signals = await h.journal.reads.list_signals(instance_id)
+    signals = await h.store.reads.list_signals(instance_id)
     return {
         "rows": [row_form(r) for r in snap.steps[before:]],
         "signals": [

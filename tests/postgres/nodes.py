@@ -108,14 +108,14 @@ async def count_rows(h: FlowHarness, capability_id: str, scope: int | None = Non
     if scope is not None:
         sql += " AND scope = :scope"
         params["scope"] = scope
-    async with h.journal.engine.connect() as conn:
+    async with h.store.engine.connect() as conn:
         return int((await conn.execute(text(sql), params)).scalar_one())
 
 
 async def duplicate_executions(h: FlowHarness) -> list[tuple[Any, ...]]:
     """(instance, step, scope, kind) with more than one row of the same try, or more than
     one successful row: both mean an execution ran twice."""
-    async with h.journal.engine.connect() as conn:
+    async with h.store.engine.connect() as conn:
         tries = (
             await conn.execute(
                 text(

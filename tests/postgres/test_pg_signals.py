@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from flowpark.engine.ports import NewSignal, WakeClaim
 from flowpark.engine.records import InstanceState, StepKind
-from flowpark.store import SqlJournal
+from flowpark.store import SqlStore
 from tests.support.eventually import eventually
 from tests.support.journal import at, commit_of, new_instance, park_at, park_commit, step
 
@@ -24,7 +24,7 @@ pytestmark = [
 WAIT = 4  # the node index of the wait that accepts "approved"
 
 
-async def waiting_on_a_lock(journal: SqlJournal) -> bool:
+async def waiting_on_a_lock(journal: SqlStore) -> bool:
     """Whether a session of this database waits for a lock (another session holds it)."""
     async with journal.engine.connect() as conn:
         waiting = await conn.scalar(
@@ -36,14 +36,14 @@ async def waiting_on_a_lock(journal: SqlJournal) -> bool:
     return bool(waiting)
 
 
-async def started(journal: SqlJournal) -> str:
+async def started(journal: SqlStore) -> str:
     record, created = await journal.intake.create_instance(new_instance())
     assert created
     return record.id
 
 
 def deliver(
-    journal: SqlJournal, instance_id: str, signal_id: str, key: str | None = None, **changes: Any
+    journal: SqlStore, instance_id: str, signal_id: str, key: str | None = None, **changes: Any
 ) -> Any:
     return journal.mailbox.deliver_and_claim(
         NewSignal(instance_id, "approved", {"by": signal_id}, key, at(5), signal_id),
@@ -52,7 +52,7 @@ def deliver(
 
 
 async def test_a_park_committed_while_the_delivery_waits_is_seen_and_claimed(
-    sql_journal: SqlJournal,
+    sql_journal: SqlStore,
 ) -> None:
     """The lost-wake-up race: the run parks (its last row with it) while the delivery waits
     for the row; the park's own mailbox check ran before the signal existed, so the
@@ -91,7 +91,7 @@ async def test_a_park_committed_while_the_delivery_waits_is_seen_and_claimed(
 
 
 async def test_a_delivery_waits_for_a_batched_park_and_then_claims(
-    sql_journal: SqlJournal,
+    sql_journal: SqlStore,
 ) -> None:
     """The same race through the store's own park (the group-commit statement)."""
     instance_id = await started(sql_journal)
@@ -124,7 +124,7 @@ async def test_a_delivery_waits_for_a_batched_park_and_then_claims(
 
 
 async def test_concurrent_deliveries_claim_a_parked_instance_once(
-    sql_journal: SqlJournal,
+    sql_journal: SqlStore,
 ) -> None:
     instance_id = await started(sql_journal)
     await sql_journal.runs.commit(park_commit(instance_id, 1, at(1), park_at(None, WAIT, 0)))
@@ -143,7 +143,7 @@ async def test_concurrent_deliveries_claim_a_parked_instance_once(
 
 
 async def test_concurrent_repeats_of_one_key_store_and_claim_once(
-    sql_journal: SqlJournal,
+    sql_journal: SqlStore,
 ) -> None:
     instance_id = await started(sql_journal)
     await sql_journal.runs.commit(park_commit(instance_id, 1, at(1), park_at(None, WAIT, 0)))

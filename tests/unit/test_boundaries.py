@@ -141,7 +141,6 @@ EXPORTS = {
         "InstanceRecord",
         "InstanceState",
         "Intake",
-        "Journal",
         "Mailbox",
         "Park",
         "ReadModel",
@@ -150,6 +149,7 @@ EXPORTS = {
         "Snapshot",
         "StartResult",
         "StepRow",
+        "Store",
         "Streams",
         "SweepReport",
         "SystemClock",
@@ -368,3 +368,56 @@ def test_the_console_imports_no_private_name_of_another_package() -> None:
                 hidden = [a.name for a in node.names if a.name.startswith("_")]
                 private += [f"{path.name}: {node.module}.{name}" for name in hidden]
     assert private == []
+
+
+def _type_names(path: Path) -> set[str]:
+    """The classes ``path`` defines and its module-level type aliases (``Name = A | B``)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ClassDef):
+            names.add(node.name)
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.BinOp)
+            and isinstance(node.value.op, ast.BitOr)
+        ):
+            names.update(
+                t.id for t in node.targets if isinstance(t, ast.Name) and t.id[0].isupper()
+            )
+    return names
+
+
+def _defined_twice() -> dict[str, list[str]]:
+    where: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "flowpark").rglob("*.py")):
+        if "samples" in path.relative_to(ROOT).parts:
+            continue  # flowpark/samples links to samples/: flows a user could have written
+        for name in _type_names(path):
+            where.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    return {name: paths for name, paths in where.items() if len(paths) > 1}
+
+
+def test_no_class_name_is_defined_twice() -> None:
+    """One name, one meaning: no two classes (or type aliases) under ``flowpark/`` share a
+    name. The only pairs are the client's errors: each is the node's error of the same
+    problem ``code`` as a caller receives it (the client maps the code to it)."""
+    from flowpark import errors
+    from flowpark.client import errors as client_errors
+
+    twice = _defined_twice()
+    assert "FlowparkError" not in twice  # the walk sees the error tree
+    mirrored = {
+        name: paths
+        for name, paths in twice.items()
+        if paths == ["flowpark/client/errors.py", "flowpark/errors.py"]
+    }
+    assert {n: p for n, p in twice.items() if n not in mirrored} == {}
+    for name in mirrored:
+        code = str(getattr(errors, name).code)
+        assert client_errors._BY_CODE.get(code) is getattr(client_errors, name), name
+
+
+def test_the_twice_defined_check_sees_a_class_and_an_alias(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("class Park:\n    pass\n\nDecision = int | str\n")
+    assert _type_names(tmp_path / "a.py") == {"Park", "Decision"}

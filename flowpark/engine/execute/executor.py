@@ -17,22 +17,22 @@ from dataclasses import replace
 
 from flowpark.engine.decide.decisions import (
     BeginEnding,
-    Decision,
     Emit,
     Execute,
     Finish,
     MailboxView,
     Note,
-    Park,
     ReadMailbox,
     Record,
     RefuseSignal,
+    RunDecision,
+    Suspend,
     TakeSignal,
 )
 from flowpark.engine.execute.run_state import RunState
 from flowpark.engine.execute.tries import make_try
 from flowpark.engine.outcomes import Halt
-from flowpark.engine.ports import Park as ParkAt
+from flowpark.engine.ports import Park
 from flowpark.engine.records import (
     Ack,
     EmittedEvent,
@@ -74,7 +74,7 @@ class Executor(RunState):
             if halt is not None:
                 return halt
 
-    def decide(self) -> Decision:
+    def decide(self) -> RunDecision:
         """The decider's next decision over what this run knows."""
         return self.decider.decide(
             self.instance,
@@ -85,15 +85,15 @@ class Executor(RunState):
             woken=self.woken,
         )
 
-    async def step(self, decision: Decision) -> Halt | None:
+    async def step(self, decision: RunDecision) -> Halt | None:
         """Carry out one decision; a :class:`Halt` when the run stops there."""
         self.report(decision.notes)
         if isinstance(decision, Execute):
             await self.execute(decision)
-        elif isinstance(decision, Park):
+        elif isinstance(decision, Suspend):
             return await self.park(decision)
         elif isinstance(decision, Record):
-            await self.store(decision.store_first)
+            await self.store_rows(decision.store_first)
             await self.flush()
             ack = await self.commit(decision.row)
             if decision.clears_try:
@@ -131,7 +131,7 @@ class Executor(RunState):
             assert isinstance(body, CapabilityStep)
             self.host.observer.attempted(self.plan.name, body.capability.id, note.how)
 
-    async def store(self, rows: tuple[StepRow, ...]) -> None:
+    async def store_rows(self, rows: tuple[StepRow, ...]) -> None:
         """Commit deadline rows now (the first with the deferred row)."""
         for row in rows:
             deferred, self.unflushed = self.unflushed, None
@@ -142,7 +142,7 @@ class Executor(RunState):
     async def execute(self, decision: Execute) -> None:
         """Make the try; a poll's attempt is judged for the observer."""
         cancelled = self.instance.cancel_requested
-        await self.store(decision.store_first)
+        await self.store_rows(decision.store_first)
         if self.instance.cancel_requested and not cancelled:
             return  # learned with the deadline's write: decide again (the run unwinds)
         if decision.late_by is not None and not self.ephemeral:
@@ -150,7 +150,7 @@ class Executor(RunState):
         await make_try(self, decision)
 
     # -- parks ------------------------------------------------------------------------
-    async def park(self, decision: Park) -> Halt | None:
+    async def park(self, decision: Suspend) -> Halt | None:
         """Suspend as ``decision`` says; None when the store refused (a signal waits, a
         cancel was requested) or an ephemeral run slept until the wake."""
         if self.ephemeral:
@@ -165,7 +165,7 @@ class Executor(RunState):
             row, store = store[0], ()  # the park carries the wait's deadline
         if store:
             self.unflushed = row
-            await self.store(store)
+            await self.store_rows(store)
             row = None
         ack = await self._write_park(decision, row)
         if row is not None and row.kind is StepKind.DEADLINE:
@@ -191,16 +191,16 @@ class Executor(RunState):
                 wake_scope=decision.scope,
             )
         if ack.signal_pending:
-            snapshot = await self.journal.runs.load(self.instance_id)
+            snapshot = await self.store.runs.load(self.instance_id)
             self.signals, self.read_at = tuple(snapshot.signals), len(self.steps)
         elif not ack.cancel_requested:  # pragma: no cover
             raise RuntimeError("park was refused for no stated reason")
         return None
 
-    async def _write_park(self, decision: Park, row: StepRow | None) -> Ack:
+    async def _write_park(self, decision: Suspend, row: StepRow | None) -> Ack:
         """The park's write: with the row it carries, if any, in the same statement (a
         carried row's park is refused under a cancel request, unwinding or not)."""
-        park = ParkAt(
+        park = Park(
             decision.wake_at,
             decision.step,
             decision.scope,
@@ -216,7 +216,7 @@ class Executor(RunState):
     # -- signals ------------------------------------------------------------------------
     async def read_mailbox(self) -> None:
         """Read the untaken signals again."""
-        self.signals = tuple(await self.journal.mailbox.pending_signals(self.instance_id))
+        self.signals = tuple(await self.store.mailbox.pending_signals(self.instance_id))
         self.read_at = len(self.steps)
 
     async def take(self, decision: TakeSignal) -> None:
@@ -235,7 +235,7 @@ class Executor(RunState):
         """Mark a signal the wait's match refuses (kept, out of the mailbox)."""
         await self.flush()
         signal, now = decision.signal, self.now()
-        ack = await self.journal.mailbox.refuse_signal(
+        ack = await self.store.mailbox.refuse_signal(
             self.instance_id, self.token, signal.id, decision.step, now
         )
         self.signals = tuple(s for s in self.signals if s.id != signal.id)
@@ -274,7 +274,7 @@ class Executor(RunState):
     async def begin_ending(self, ending: InstanceState, failure: FlowFailure | None) -> None:
         """Store that the instance unwinds towards ``ending``."""
         await self.flush()
-        await self.journal.runs.begin_ending(
+        await self.store.runs.begin_ending(
             self.instance_id, self.token, self.now(), ending, failure
         )
         self.instance = self.instance.evolve(ending=ending, failure=failure)
@@ -282,7 +282,7 @@ class Executor(RunState):
     async def finish(self, decision: Finish) -> Halt | None:
         """Write the final state; None when a completion was refused (a cancel came)."""
         await self.flush()
-        ack = await self.journal.runs.finish(
+        ack = await self.store.runs.finish(
             self.instance_id,
             self.token,
             self.now(),

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from flowpark.engine.context import Beat, ExecutionContext
 from flowpark.engine.decide.decider import Decider
 from flowpark.engine.execute.host import RunHost
-from flowpark.engine.ports import Commit, Journal, Park, StreamWrite
+from flowpark.engine.ports import Commit, Park, Store, StreamWrite
 from flowpark.engine.records import (
     Ack,
     Claim,
@@ -60,7 +60,7 @@ class RunState:
         ephemeral: bool = False,
     ) -> None:
         self.host = host
-        self.journal: Journal = host.journal
+        self.store: Store = host.store
         self.plan = plan
         self.decider = Decider(plan, instance.input)
         self.input = self.decider.input
@@ -142,7 +142,7 @@ class RunState:
         """Write ``rows`` (and what goes with them) as one :class:`Commit` under this run's
         fencing token, at ``at`` (default now); a try in flight's lease is renewed to the
         run's."""
-        return await self.journal.runs.commit(
+        return await self.store.runs.commit(
             Commit(
                 self.instance_id,
                 self.token,
@@ -193,7 +193,7 @@ class RunState:
             last_value, written_at = self.heartbeat_written
             if last_value == value and now - written_at < cap_timeout / 3:
                 return Beat.GO_ON
-        ack = await self.journal.runs.record_heartbeat(
+        ack = await self.store.runs.record_heartbeat(
             self.instance_id, self.token, value, now, now + cap_timeout
         )
         self.heartbeat_written = (value, now)
@@ -222,6 +222,4 @@ class RunState:
         if self.ephemeral:
             return False
         message = StreamWrite(self.instance_id, stream.name, payload, size, self.now())
-        return await self.journal.streams.write_stream(
-            message, declared.max_bytes, token=self.token
-        )
+        return await self.store.streams.write_stream(message, declared.max_bytes, token=self.token)

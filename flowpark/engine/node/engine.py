@@ -29,7 +29,7 @@ from flowpark.engine.node.runs import RunTasks
 from flowpark.engine.node.sweeps import SweepReport
 from flowpark.engine.observe import LOG_CONTEXT, Observer
 from flowpark.engine.outcomes import Halt, RunOutcome, StartResult
-from flowpark.engine.ports import Journal
+from flowpark.engine.ports import Store
 from flowpark.engine.records import (
     Claim,
     InstanceRecord,
@@ -65,7 +65,7 @@ class Engine:
     signals and cancels from outside a run are :mod:`flowpark.engine.node.outside`.
 
     Args:
-        journal: the store (one implementation: ``flowpark.store.SqlJournal``).
+        store: the store (one implementation: ``flowpark.store.SqlStore``).
         catalog: registered plans.
         clock: the engine clock (``SystemClock``; ``VirtualClock`` in tests).
         config: :class:`EngineConfig`.
@@ -85,7 +85,7 @@ class Engine:
 
     def __init__(
         self,
-        journal: Journal,
+        store: Store,
         catalog: Catalog,
         clock: Clock,
         config: EngineConfig | None = None,
@@ -93,7 +93,7 @@ class Engine:
         observer: Observer | None = None,
     ) -> None:
         self.observer = observer or Observer()
-        self.journal = journal
+        self.store = store
         self.catalog = catalog
         self.clock = clock
         self.config = config or EngineConfig()
@@ -174,7 +174,7 @@ class Engine:
             detach: resolved by the run when it starts a try of a heartbeating capability
                 (a wait that may last minutes), so a caller can stop waiting for it.
         """
-        snapshot = claim.snapshot or await self.journal.runs.load(claim.instance_id)
+        snapshot = claim.snapshot or await self.store.runs.load(claim.instance_id)
         inst = snapshot.instance
         LOG_CONTEXT.set({"instance_id": inst.id, "flow": inst.flow_name})
         if claim.taken_over:
@@ -198,7 +198,7 @@ class Engine:
                 inst.flow_version,
                 self.config.node_id,
             )
-            await self.journal.runs.release(inst.id, claim.fencing_token, self.clock.now())
+            await self.store.runs.release(inst.id, claim.fencing_token, self.clock.now())
             return RunOutcome(inst.id, InstanceState.SUSPENDED, inst.wake_at, runnable=False)
         try:
             run = Executor(self, plan, inst, claim, snapshot.steps, snapshot.signals)

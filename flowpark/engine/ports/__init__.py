@@ -8,9 +8,9 @@
 * :class:`ReadModel`, :class:`OperatorReads`, :class:`OverviewReads` — what the API, the
   operator and the console read.
 * :class:`Deliveries` and :class:`Retention` — the outbox's sends; purging ended instances.
-* :class:`Journal` — all of them, composed: what a node's wiring builds.
+* :class:`Store` — all of them, composed: what a node's wiring builds.
 
-The engine imports these; the store implements them (:class:`flowpark.store.SqlJournal`, and
+The engine imports these; the store implements them (:class:`flowpark.store.SqlStore`, and
 :class:`flowpark.store.memory.MemoryStore` in memory). No port method takes more than six
 parameters: a wider call takes a value.
 """
@@ -18,7 +18,7 @@ parameters: a wider call takes a value.
 from flowpark.engine.ports.mailbox import Mailbox, Streams
 from flowpark.engine.ports.operator import OperatorReads, OverviewReads
 from flowpark.engine.ports.outbox import ClaimedDelivery, Deliveries, Retention
-from flowpark.engine.ports.reads import Journal, ReadModel
+from flowpark.engine.ports.reads import ReadModel, Store
 from flowpark.engine.ports.run import Intake, RunStore
 from flowpark.engine.ports.values import (
     Commit,
@@ -35,7 +35,6 @@ __all__ = [
     "Commit",
     "Deliveries",
     "Intake",
-    "Journal",
     "Mailbox",
     "NewSignal",
     "OperatorReads",
@@ -45,6 +44,7 @@ __all__ = [
     "Reopen",
     "Retention",
     "RunStore",
+    "Store",
     "StreamWrite",
     "Streams",
     "TryMark",

@@ -176,7 +176,7 @@ def _take_signal_statement() -> Any:
 
     The fenced UPDATE applies only while the signal waits untaken; the signal is marked
     and the row inserted only behind it. No result row: nothing was written (a stale
-    token, no instance, or the signal is unknown or taken: see :meth:`SqlJournal._why`).
+    token, no instance, or the signal is unknown or taken: see :meth:`SqlStore._why`).
     """
     instance_id = bindparam("f_id", type_=INSTANCE.c.id.type)
     signal_id = bindparam("t_signal", type_=String())
