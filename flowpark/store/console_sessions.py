@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import delete, insert, or_, select, update
 
-from flowpark.store.base import SqlPart
+from flowpark.store.parts import SqlPart
 from flowpark.store.tables import ConsoleSessionRow
 
 __all__ = ["TOUCH_SECONDS", "SqlConsoleSessions"]

@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func, select, update
 
-from flowpark.store.base import SqlPart, const
+from flowpark.store.base import const
+from flowpark.store.parts import SqlPart
 from flowpark.store.tables import FlowInstanceRow, FlowNodeRow
 
 __all__ = [

@@ -18,11 +18,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from flowpark.engine.ports import Store
 from flowpark.store.actions import SqlOperatorActions
-from flowpark.store.base import SqlContext
-from flowpark.store.batched import Lanes
+from flowpark.store.lanes import Lanes
 from flowpark.store.listing import SqlOperatorReads
 from flowpark.store.memory import MemoryStore
 from flowpark.store.overview import SqlOverviewReads
+from flowpark.store.parts import context_for
 from flowpark.store.reads import SqlReads
 from flowpark.store.runs import SqlRuns
 from flowpark.store.signals import SqlMailbox
@@ -62,7 +62,7 @@ class SqlStore:
     def __init__(
         self, engine: AsyncEngine, *, on_batch: Callable[[str, int], None] | None = None
     ) -> None:
-        context = SqlContext(engine)
+        context = context_for(engine)
         context.lanes = context.dialect.make_lanes(context, on_batch)
         self._context = context
         self.mailbox = SqlMailbox(context)

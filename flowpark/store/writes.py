@@ -29,7 +29,7 @@ from flowpark.engine.records import (
 )
 from flowpark.errors import FlowFailure, IdempotencyKeyReused, InstanceKeyInUse
 from flowpark.store.base import JournalConflict, SqlRole, const, instant
-from flowpark.store.batched import CommitItem, FinishItem, require_aware
+from flowpark.store.batched import require_aware
 from flowpark.store.fencing import (
     NO_LEASE,
     NO_TRY,
@@ -38,6 +38,7 @@ from flowpark.store.fencing import (
     fenced,
     insert_step,
 )
+from flowpark.store.lanes import CommitItem, FinishItem
 from flowpark.store.mapping import (
     HEARTBEAT,
     INSTANCE,

@@ -22,8 +22,7 @@ from flowpark.errors import (
 )
 from flowpark.store import JournalConflict, SqlStore
 from flowpark.store import writes as store_writes
-from flowpark.store.batched import Lanes
-from flowpark.store.lanes import Lane
+from flowpark.store.lanes import Lane, Lanes
 from tests.support.journal import LEASE, T0, at, commit_of, new_instance, park_at, park_commit
 from tests.support.journal import step as journal_step
 

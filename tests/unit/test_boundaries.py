@@ -255,6 +255,72 @@ def test_the_engine_has_no_import_cycle() -> None:
     assert _cycles(graph) == []
 
 
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _flowpark_imports(path: Path, modules: set[str], name: str | None = None) -> set[str]:
+    """The ``flowpark`` modules (and packages) ``path`` (the module ``name``) imports,
+    anywhere in it (inside functions and ``if TYPE_CHECKING:`` blocks too), relative
+    imports resolved."""
+    name = name or _module_name(path)
+    package = name if path.stem == "__init__" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in _imports_of(path):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+        else:
+            found.update(alias.name for alias in node.names)
+    return (found & modules) - {name}
+
+
+def _flowpark_graph() -> dict[str, set[str]]:
+    """Every module and package of ``flowpark`` (the samples aside: they import only the
+    public names) with the ones it imports."""
+    paths = [
+        p
+        for p in (ROOT / "flowpark").rglob("*.py")
+        if "samples" not in p.relative_to(ROOT / "flowpark").parts
+    ]
+    modules = {_module_name(p) for p in paths}
+    return {_module_name(p): _flowpark_imports(p, modules) for p in paths}
+
+
+def test_no_package_has_an_import_cycle() -> None:
+    """No module of ``flowpark`` imports (directly or around a circle, type-only imports and
+    imports inside functions included) a module that imports it back: in every package
+    each module builds on the ones below it."""
+    graph = _flowpark_graph()
+    assert len(graph) > 150
+    assert "flowpark.store.base" in graph["flowpark.store.claims"]  # the walk finds imports
+    assert "flowpark.store.base" in graph["flowpark.store.dialects.postgres"]
+    assert _cycles(graph) == []
+
+
+def test_the_import_walk_sees_function_type_only_and_relative_imports(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from flowpark.store.base import SqlRole\n"
+        "def f():\n    from flowpark.store import claims\n"
+        "from .fencing import fenced\n"
+    )
+    modules = set(_flowpark_graph())
+    found = _flowpark_imports(planted, modules, "flowpark.store.planted")
+    assert found == {
+        "flowpark.store",
+        "flowpark.store.base",
+        "flowpark.store.claims",
+        "flowpark.store.fencing",
+    }
+
+
 #: The engine's folders, each allowed to import only those after it (and the engine's root
 #: modules): a node's work feeds runs, a run carries out decisions, a decision is pure.
 ENGINE_FOLDERS = ("node", "execute", "decide")
