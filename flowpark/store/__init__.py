@@ -1,7 +1,7 @@
 """Storage: SQLModel tables, the SQL journal, engines and migrations.
 
 The only package that writes SQL. The engine sees it through
-:class:`flowpark.engine.ports.Journal` (its ports by use), implemented by :class:`SqlStore`.
+:class:`flowpark.engine.ports.Store` (its ports by use), implemented by :class:`SqlStore`.
 """
 
 from typing import TYPE_CHECKING, Any

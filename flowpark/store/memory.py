@@ -1,4 +1,4 @@
-"""``MemoryStore``: every port of :class:`flowpark.engine.ports.Journal` in one process's memory.
+"""``MemoryStore``: every port of :class:`flowpark.engine.ports.Store` in one process's memory.
 
 The store of a run that writes no rows (an ephemeral flow: :mod:`flowpark.engine.node.ephemeral`),
 and
@@ -52,6 +52,7 @@ from flowpark.store.memory_state import (
     NO_TRY,
     RUNNING,
     SUSPENDED,
+    MemoryBase,
     append_stream,
     copy_json,
     require_aware,
@@ -60,18 +61,20 @@ from flowpark.store.memory_state import (
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore(MemoryReads):
-    """Every port of :class:`flowpark.engine.ports.Journal` over one in-memory state.
+class MemoryStore(MemoryBase):
+    """Every port of :class:`flowpark.engine.ports.Store` over one in-memory state.
 
     Attributes:
-        runs / intake / mailbox / streams / reads / operator / overview: this object (each
-            port's methods have distinct names).
+        runs / intake / mailbox / streams: this object (each port's methods have distinct
+            names).
+        reads / operator / overview: one :class:`~flowpark.store.memory_reads.MemoryReads`
+            over the same state.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.runs = self.intake = self.mailbox = self.streams = self
-        self.reads = self.operator = self.overview = self
+        self.reads = self.operator = self.overview = MemoryReads(self)
 
     # -- RunStore ----------------------------------------------------------------------
     async def claim(
@@ -86,9 +89,7 @@ class MemoryStore(MemoryReads):
 
     async def load(self, instance_id: str) -> Snapshot:
         """See :meth:`flowpark.engine.ports.RunStore.load`."""
-        inst = self._get(instance_id)
-        pending = [s for s in self._s.signals.get(instance_id, []) if s.taken_at is None]
-        return Snapshot(inst, list(self._s.steps.get(instance_id, [])), pending)
+        return self._snapshot(instance_id)
 
     def _append(self, row: StepRow, commit: Commit, last: bool) -> None:
         key = (row.step_id, row.scope, row.kind, row.try_number)
@@ -594,5 +595,5 @@ class MemoryStore(MemoryReads):
         return [m for m in stored if after is None or m.sequence > after]
 
     def scratch(self) -> MemoryStore:
-        """A new, empty store (see :meth:`flowpark.engine.ports.Journal.scratch`)."""
+        """A new, empty store (see :meth:`flowpark.engine.ports.Store.scratch`)."""
         return MemoryStore()

@@ -27,6 +27,7 @@ from flowpark.engine.records import (
     InstanceState,
     Outcome,
     SignalRecord,
+    Snapshot,
     StepKind,
     StepRow,
 )
@@ -35,14 +36,28 @@ from flowpark.store.memory_state import RUNNING, SUSPENDED, MemoryBase, copy_jso
 __all__ = ["MemoryReads"]
 
 
-class MemoryReads(MemoryBase):
+class MemoryReads:
     """:class:`~flowpark.engine.ports.ReadModel`, :class:`~flowpark.engine.ports.OperatorReads` and
-    :class:`~flowpark.engine.ports.OverviewReads` over the store's state."""
+    :class:`~flowpark.engine.ports.OverviewReads` over the state of a
+    :class:`~flowpark.store.memory.MemoryStore` (composed: the store holds one as its
+    ``reads``, ``operator`` and ``overview``).
+
+    Args:
+        base: the store's state and fences.
+    """
+
+    def __init__(self, base: MemoryBase) -> None:
+        self._base = base
+        self._s = base._s
 
     # -- ReadModel ----------------------------------------------------------------------
+    async def load(self, instance_id: str) -> Snapshot:
+        """See :meth:`flowpark.engine.ports.ReadModel.load`."""
+        return self._base._snapshot(instance_id)
+
     async def get_instance(self, instance_id: str) -> InstanceRecord:
         """See :meth:`flowpark.engine.ports.ReadModel.get_instance`."""
-        return self._get(instance_id)
+        return self._base._get(instance_id)
 
     async def list_signals(self, instance_id: str) -> list[SignalRecord]:
         """See :meth:`flowpark.engine.ports.ReadModel.list_signals`."""

@@ -17,6 +17,7 @@ from flowpark.engine.records import (
     InstanceRecord,
     InstanceState,
     SignalRecord,
+    Snapshot,
     StepRow,
     StreamMessage,
 )
@@ -94,6 +95,16 @@ class MemoryBase:
         if inst is None:
             raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
         return inst
+
+    def _snapshot(self, instance_id: str) -> Snapshot:
+        """The instance, its journal and its untaken signals.
+
+        Raises:
+            InstanceNotFound: no such instance.
+        """
+        inst = self._get(instance_id)
+        pending = [s for s in self._s.signals.get(instance_id, []) if s.taken_at is None]
+        return Snapshot(inst, list(self._s.steps.get(instance_id, [])), pending)
 
     def _fence(self, instance_id: str, token: int) -> InstanceRecord:
         """The instance if ``token`` is current and it runs.

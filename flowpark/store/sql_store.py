@@ -1,5 +1,5 @@
 """``SqlStore``: the SQL implementation of the engine's ports
-(:class:`flowpark.engine.ports.Journal`).
+(:class:`flowpark.engine.ports.Store`).
 
 The ports are composed, each an object of its own over one shared context (engine,
 transactions, PostgreSQL group-commit lanes): a run's claims, commits and lease, with
@@ -39,7 +39,7 @@ class SqlReadModel(SqlReads, SqlOperatorReads, SqlOperatorActions, SqlOverviewRe
 
 
 class SqlStore:
-    """The store: the ports of :class:`flowpark.engine.ports.Journal` over one database.
+    """The store: the ports of :class:`flowpark.engine.ports.Store` over one database.
 
     Args:
         engine: an engine from :func:`flowpark.store.db.make_async_engine`, migrated to head.

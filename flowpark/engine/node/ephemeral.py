@@ -1,5 +1,5 @@
 """Ephemeral runs: the same decider and executor, inside the caller, writing no rows: the
-run's store is the durable store's scratch twin (:meth:`flowpark.engine.ports.Journal.scratch`,
+run's store is the durable store's scratch twin (:meth:`flowpark.engine.ports.Store.scratch`,
 in memory), dropped when the call returns.
 
 An ephemeral flow cannot wait (definition rules refuse polls and awaits), so a run either
