@@ -1,9 +1,9 @@
 """``MemoryStore``: every port of :class:`flowpark.engine.ports.Store` in one process's memory.
 
-The store of a run that writes no rows (an ephemeral flow: :mod:`flowpark.engine.node.ephemeral`),
-and
-the twin the contract suite (``tests/contract_store``) runs beside SQLite and PostgreSQL:
-the same claims, fences, commits, parks, mailbox and reads, with the same answers and errors.
+The store of a run that writes no rows (an ephemeral flow: :mod:`flowpark.engine.node.ephemeral`)
+and the twin the contract suite (``tests/contract_store``) runs beside SQLite and PostgreSQL:
+the same claims, fences, commits, parks, mailbox, reads, deliveries and purge, with the same
+answers and errors.
 It imports no SQL driver. Every call runs without awaiting anything, so each is atomic on
 its event loop as a transaction is in SQL. Nothing survives the process.
 """
@@ -36,7 +36,6 @@ from flowpark.engine.records import (
     SignalRecord,
     Snapshot,
     StepKind,
-    StepRow,
     StreamMessage,
 )
 from flowpark.errors import (
@@ -46,6 +45,7 @@ from flowpark.errors import (
     InstanceKeyInUse,
     JournalConflict,
 )
+from flowpark.store.memory_outbox import MemoryDeliveries, MemoryRetention
 from flowpark.store.memory_reads import MemoryReads
 from flowpark.store.memory_state import (
     NO_LEASE,
@@ -67,14 +67,16 @@ class MemoryStore(MemoryBase):
     Attributes:
         runs / intake / mailbox / streams: this object (each port's methods have distinct
             names).
-        reads / operator / overview: one :class:`~flowpark.store.memory_reads.MemoryReads`
-            over the same state.
+        reads (also operator, overview), deliveries, retention: parts over the same state
+            (:mod:`flowpark.store.memory_reads`, :mod:`flowpark.store.memory_outbox`).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.runs = self.intake = self.mailbox = self.streams = self
         self.reads = self.operator = self.overview = MemoryReads(self)
+        self.deliveries = MemoryDeliveries(self)
+        self.retention = MemoryRetention(self)
 
     # -- RunStore ----------------------------------------------------------------------
     async def claim(
@@ -90,45 +92,6 @@ class MemoryStore(MemoryBase):
     async def load(self, instance_id: str) -> Snapshot:
         """See :meth:`flowpark.engine.ports.RunStore.load`."""
         return self._snapshot(instance_id)
-
-    def _append(self, row: StepRow, commit: Commit, last: bool) -> None:
-        key = (row.step_id, row.scope, row.kind, row.try_number)
-        rows = self._s.steps.setdefault(row.instance_id, [])
-        if any((r.step_id, r.scope, r.kind, r.try_number) == key for r in rows):
-            raise JournalConflict(
-                f"instance {row.instance_id!r}: step {row.step_id} scope {row.scope} "
-                f"{row.kind} try {row.try_number} conflicts with the journal",
-                instance_id=row.instance_id,
-                step_id=row.step_id,
-                scope=row.scope,
-            )
-        rows.append(replace(row, values=copy_json(row.values), sequence=next(self._s.sequence)))
-        if not last:
-            return
-        for event in commit.events:
-            self._s.events.append(
-                {
-                    "sequence": next(self._s.sequence),
-                    "id": event.id,
-                    "instance_id": row.instance_id,
-                    "name": event.name,
-                    "payload": copy_json(dict(event.payload)),
-                    "created_at": row.committed_at,
-                    "published_at": None,
-                }
-            )
-        for review in commit.reviews:
-            self._s.reviews.append(
-                {
-                    "sequence": next(self._s.sequence),
-                    "id": review.id,
-                    "instance_id": row.instance_id,
-                    "subject": review.subject,
-                    "reason": review.reason,
-                    "details": copy_json(dict(review.details)),
-                    "created_at": row.committed_at,
-                }
-            )
 
     def _check(self, commit: Commit) -> None:
         """Refuse, before anything is written, what the commit would conflict on."""

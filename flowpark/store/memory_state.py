@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from flowpark.engine.ports.operator import OperatorAction
-from flowpark.engine.ports.values import StreamWrite
+from flowpark.engine.ports.values import Commit, StreamWrite
 from flowpark.engine.records import (
     Claim,
     Heartbeat,
@@ -23,6 +23,7 @@ from flowpark.engine.records import (
 )
 from flowpark.errors import (
     InstanceNotFound,
+    JournalConflict,
     StaleFencingToken,
 )
 
@@ -77,6 +78,7 @@ class MemoryState:
     streams: dict[tuple[str, str], list[StreamMessage]] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     reviews: list[dict[str, Any]] = field(default_factory=list)
+    deliveries: list[dict[str, Any]] = field(default_factory=list)  # the outbox's sends
     actions: list[OperatorAction] = field(default_factory=list)
     idempotency: dict[str, str] = field(default_factory=dict)  # instance id -> its key
     sizes: dict[tuple[str, str, int], int] = field(default_factory=dict)  # stream messages
@@ -105,6 +107,50 @@ class MemoryBase:
         inst = self._get(instance_id)
         pending = [s for s in self._s.signals.get(instance_id, []) if s.taken_at is None]
         return Snapshot(inst, list(self._s.steps.get(instance_id, [])), pending)
+
+    def _append(self, row: StepRow, commit: Commit, last: bool) -> None:
+        """Append ``row`` (and with the ``last`` row, the commit's events and reviews).
+
+        Raises:
+            JournalConflict: the row's (step, scope, kind, try) is in the journal already.
+        """
+        key = (row.step_id, row.scope, row.kind, row.try_number)
+        rows = self._s.steps.setdefault(row.instance_id, [])
+        if any((r.step_id, r.scope, r.kind, r.try_number) == key for r in rows):
+            raise JournalConflict(
+                f"instance {row.instance_id!r}: step {row.step_id} scope {row.scope} "
+                f"{row.kind} try {row.try_number} conflicts with the journal",
+                instance_id=row.instance_id,
+                step_id=row.step_id,
+                scope=row.scope,
+            )
+        rows.append(replace(row, values=copy_json(row.values), sequence=next(self._s.sequence)))
+        if not last:
+            return
+        for event in commit.events:
+            self._s.events.append(
+                {
+                    "sequence": next(self._s.sequence),
+                    "id": event.id,
+                    "instance_id": row.instance_id,
+                    "name": event.name,
+                    "payload": copy_json(dict(event.payload)),
+                    "created_at": row.committed_at,
+                    "published_at": None,
+                }
+            )
+        for review in commit.reviews:
+            self._s.reviews.append(
+                {
+                    "sequence": next(self._s.sequence),
+                    "id": review.id,
+                    "instance_id": row.instance_id,
+                    "subject": review.subject,
+                    "reason": review.reason,
+                    "details": copy_json(dict(review.details)),
+                    "created_at": row.committed_at,
+                }
+            )
 
     def _fence(self, instance_id: str, token: int) -> InstanceRecord:
         """The instance if ``token`` is current and it runs.
