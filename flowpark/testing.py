@@ -1,5 +1,5 @@
-"""A harness for testing flows: the production engine, plan, journal and sweep on a real store,
-driven by a virtual clock.
+"""A harness for testing flows: the production engine, plan, journal and sweep on a store (the
+in-memory twin by default, or a SQLite or PostgreSQL database), driven by a virtual clock.
 
 Example (pytest with pytest-asyncio)::
 
@@ -24,13 +24,10 @@ test computes, so jittered schedules need no copy of the random draw.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -42,12 +39,11 @@ from flowpark.flows.builder import AwaitItem, Flow, Item, PollItem, StepItem
 from flowpark.flows.capability import Capability, Decision, StepContext
 from flowpark.flows.catalog import Catalog
 from flowpark.store.db import make_async_engine
-from flowpark.store.migrate import head_revision, upgrade
+from flowpark.store.memory import MemoryStore
+from flowpark.store.migrate import upgrade
 from flowpark.store.sql_store import SqlStore
 
 __all__ = ["FlowHarness", "Scripted", "substitute"]
-
-_TEMPLATES: dict[str, Path] = {}
 
 
 class Scripted(Capability):
@@ -155,24 +151,17 @@ def substitute(flow: Flow, substitutes: Mapping[str, Capability]) -> Flow:
     return flow
 
 
-def _sqlite_template() -> Path:
-    head = head_revision()
-    if head not in _TEMPLATES:
-        folder = Path(tempfile.mkdtemp(prefix="flowpark-template-"))
-        path = folder / "template.db"
-        upgrade(f"sqlite:///{path}")
-        _TEMPLATES[head] = path
-    return _TEMPLATES[head]
-
-
 class FlowHarness:
-    """The production engine on a real store with a virtual clock.
+    """The production engine on a store with a virtual clock.
 
     Build with :meth:`open` (an async context manager). Attributes: ``clock``
-    (:class:`VirtualClock`), ``engine``, ``journal`` (:class:`SqlStore`), ``catalog``.
+    (:class:`VirtualClock`), ``engine``, ``store`` (a :class:`MemoryStore`, or a
+    :class:`SqlStore` when opened with a ``database_url``), ``catalog``.
     """
 
-    def __init__(self, engine: Engine, store: SqlStore, clock: VirtualClock, db: Any) -> None:
+    def __init__(
+        self, engine: Engine, store: SqlStore | MemoryStore, clock: VirtualClock, db: Any
+    ) -> None:
         self.engine = engine
         self.store = store
         self.clock = clock
@@ -195,19 +184,15 @@ class FlowHarness:
 
         Args:
             flows: flows to register (capabilities substituted first).
-            database_url: a store URL (``postgresql://...`` to test on PostgreSQL);
-                default a fresh SQLite file in a temporary folder, migrated to head.
+            database_url: a store URL (``sqlite:///...``, or ``postgresql://...`` to test on
+                PostgreSQL); default the in-memory store, the same answers and errors as the
+                SQL stores (they all pass one contract suite), nothing written to disk.
             substitutes: capability id -> stand-in (:class:`Scripted` or any Capability).
             start: the virtual clock's first instant (aware UTC).
             config: engine config (default node ``harness``, 30 s lease).
             migrate: run ``alembic upgrade head`` on ``database_url`` first.
         """
-        folder = None
-        if database_url is None:
-            folder = Path(tempfile.mkdtemp(prefix="flowpark-harness-"))
-            shutil.copyfile(_sqlite_template(), folder / "flowpark.db")
-            database_url = f"sqlite:///{folder / 'flowpark.db'}"
-        elif migrate:
+        if database_url is not None and migrate:
             upgrade(database_url)
         catalog = Catalog()
         for flow in flows:
@@ -216,9 +201,9 @@ class FlowHarness:
                     flow, {k: v for k, v in substitutes.items() if k in _originals(flow.items)}
                 )
             catalog.register(flow)
-        db = make_async_engine(database_url)
+        db = make_async_engine(database_url) if database_url is not None else None
         clock = VirtualClock(start)
-        store = SqlStore(db)
+        store = SqlStore(db) if db is not None else MemoryStore()
         engine = Engine(store, catalog, clock, config or EngineConfig(node_id="harness"))
         try:
             yield cls(engine, store, clock, db)
@@ -227,9 +212,8 @@ class FlowHarness:
             # cancelled first: a run left going would use the pool after its disposal and
             # leave a connection unreturned into the next test
             await engine.close()
-            await db.dispose()
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
+            if db is not None:
+                await db.dispose()
 
     def with_engine(self, *, node_id: str, clock: VirtualClock | None = None) -> Engine:
         """Another engine (another 'node') on the same store and catalog."""
@@ -318,6 +302,7 @@ class FlowHarness:
         Raises:
             AssertionError: the instance is not parked with a wake instant.
         """
+        target: datetime | None
         if instance_id is not None:
             inst = await self.instance(instance_id)
             assert inst.wake_at is not None, f"{instance_id} has no wake ({inst.state})"

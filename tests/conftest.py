@@ -7,7 +7,9 @@
 * ``store_url``: parametrized ``sqlite`` / ``postgres`` (marked ``postgres``): a fresh
   database migrated to head with Alembic (copied from a template migrated once a session;
   a PostgreSQL clone is made while the test before it runs).
-* ``sql_engine`` / ``sql_journal``: an async engine and a :class:`SqlStore` on ``store_url``.
+* ``sql_store_url``: the same, for the tests of the SQL stores (the engine tier overrides
+  ``store_url`` with the memory store).
+* ``sql_engine`` / ``sql_journal``: an async engine and a :class:`SqlStore` on ``sql_store_url``.
 
 Every test fails (at teardown) that leaves an aiosqlite connection open on an event loop it
 closed: see :func:`pytest_runtest_teardown`.
@@ -330,10 +332,18 @@ def module_store_url(
         yield url
 
 
+@pytest.fixture(params=STORES)
+def sql_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """As :func:`store_url`, for the tests of the SQL stores themselves: the engine tier
+    overrides ``store_url`` with the memory store (``tests/engine/conftest.py``), never this."""
+    with _fresh_store(request, tmp_path) as url:
+        yield url
+
+
 @pytest.fixture
-async def sql_engine(store_url: str) -> AsyncIterator[AsyncEngine]:
-    """The service's async engine on ``store_url``; disposed after the test."""
-    engine = make_async_engine(store_url)
+async def sql_engine(sql_store_url: str) -> AsyncIterator[AsyncEngine]:
+    """The service's async engine on ``sql_store_url``; disposed after the test."""
+    engine = make_async_engine(sql_store_url)
     try:
         yield engine
     finally:

@@ -512,7 +512,8 @@ class MemoryStore(MemoryBase):
         if claim is None or state is not SUSPENDED or inst.wake_step_id not in claim.wake_steps:
             return Delivery(record, True, state)
         claimed = self._claimed(inst, claim.owner, signal.received_at, claim.lease_until)
-        return Delivery(record, True, state, replace(claimed))
+        # the claim brings the journal, as the SQL stores' one statement does: the run loads nothing
+        return Delivery(record, True, state, replace(claimed, snapshot=self._snapshot(inst.id)))
 
     async def get_signal(self, instance_id: str, signal_id: str) -> SignalRecord | None:
         """See :meth:`flowpark.engine.ports.Mailbox.get_signal`."""

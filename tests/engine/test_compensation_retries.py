@@ -57,7 +57,7 @@ def _subs(undo: Scripted) -> dict[str, Scripted]:
 
 
 async def test_a_compensation_that_fails_twice_is_tried_again_after_durable_waits(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     closed: list[str] = []
     undo = Scripted(
@@ -96,7 +96,7 @@ async def test_a_compensation_that_fails_twice_is_tried_again_after_durable_wait
 
 
 async def test_a_compensation_that_fails_for_good_is_visible_in_the_instance_view(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     undo = Scripted(RuntimeError("job service says 500"))
     async with FlowHarness.open(
@@ -151,7 +151,7 @@ def _waiting_flow() -> Flow:
 
 
 async def test_a_cancel_whose_compensation_fails_for_good_marks_the_instance(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     undo = Scripted(RuntimeError("provider stopped: password=hunter2 refused"))
     async with FlowHarness.open(
@@ -196,7 +196,9 @@ async def test_a_cancel_whose_compensation_fails_for_good_marks_the_instance(
         assert view["error"]["details"][COMPENSATION_FAILURES][0]["undoes"] == "t.start"
 
 
-async def test_an_operator_retry_runs_the_failed_compensation_once_more(store_url: str) -> None:
+async def test_an_operator_retry_runs_the_failed_compensation_once_more(
+    store_url: str | None,
+) -> None:
     closed: list[str] = []
     undo = Scripted(
         RuntimeError("down"),

@@ -19,6 +19,7 @@ from flowpark.samples.document_processing import (
 )
 from flowpark.samples.document_processing.models import ExtractedFields
 from flowpark.testing import FlowHarness, Scripted
+from tests.support.harness import sql_of
 
 DOC = {"documentId": "doc-1", "contentType": "application/pdf", "pages": 3}
 
@@ -77,21 +78,22 @@ async def test_each_wake_makes_exactly_one_attempt_then_completes() -> None:
         assert [e["name"] for e in events] == ["document.processed"]
 
 
-async def test_the_emit_writes_the_extract_row_with_its_own(store_url: str) -> None:
+async def test_the_emit_writes_the_extract_row_with_its_own(sql_store_url: str) -> None:
     status = Scripted(pending(), done())
     async with FlowHarness.open(
-        [_flow()], database_url=store_url, migrate=False, substitutes=scripted(status)
+        [_flow()], database_url=sql_store_url, migrate=False, substitutes=scripted(status)
     ) as h:
         inst = (await h.start("document.process", DOC)).instance
         commits: list[tuple[str, str | None]] = []
-        commit_step = h.store.runs.commit_step
+        runs = sql_of(h).runs  # the SQL store's one-statement commit
+        commit_step = runs.commit_step
 
         async def spied(token: int, row: StepRow, *args: Any, **kwargs: Any) -> Ack:
             deferred = kwargs.get("deferred")
             commits.append((row.capability_id, deferred and deferred.capability_id))
             return await commit_step(token, row, *args, **kwargs)
 
-        h.store.runs.commit_step = spied  # type: ignore[method-assign]
+        runs.commit_step = spied  # type: ignore[method-assign]
         await h.advance_to_next_wake(inst.id)
         assert (await h.instance(inst.id)).state is InstanceState.COMPLETED
         # the status row before the extract runs (with the extract's retry window, stored

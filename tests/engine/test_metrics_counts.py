@@ -27,7 +27,7 @@ from tests.support.scrape import Scrape
 ORDER = {"order_id": "o-1"}
 
 
-async def test_ephemeral_runs_count_as_started_and_ended(store_url: str) -> None:
+async def test_ephemeral_runs_count_as_started_and_ended(store_url: str | None) -> None:
     metrics = Metrics("n")
     start = Scripted(Job(job_id="e-1"), Job(job_id="e-2"), RuntimeError("provider down"))
     async with FlowHarness.open(
@@ -56,7 +56,7 @@ async def test_ephemeral_runs_count_as_started_and_ended(store_url: str) -> None
 
 
 async def test_an_ephemeral_run_whose_caller_goes_away_counts_as_cancelled(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     metrics = Metrics("n")
     calling = asyncio.Event()
@@ -85,9 +85,9 @@ async def test_an_ephemeral_run_whose_caller_goes_away_counts_as_cancelled(
 
 
 async def test_the_pending_gauge_counts_each_subscribers_waiting_deliveries(
-    store_url: str, sql_engine: AsyncEngine
+    sql_store_url: str, sql_engine: AsyncEngine
 ) -> None:
-    emit_events(store_url, instances=2, per_instance=2)
+    emit_events(sql_store_url, instances=2, per_instance=2)
     deliveries = SqlDeliveries(sql_engine)
     # "gone" was configured when these were relayed, and is not any more
     assert await deliveries.relay(["audit", "gone"], datetime.now(UTC)) == 4  # events

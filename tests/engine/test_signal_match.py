@@ -57,7 +57,7 @@ def _subs(check: Scripted) -> dict[str, Scripted]:
     }
 
 
-async def test_a_signal_for_another_job_leaves_the_poll_parked(store_url: str) -> None:
+async def test_a_signal_for_another_job_leaves_the_poll_parked(store_url: str | None) -> None:
     check = Scripted(Status(done=False))
     async with FlowHarness.open(
         [_matching_poll()], database_url=store_url, migrate=False, substitutes=_subs(check)
@@ -94,7 +94,9 @@ async def test_a_signal_for_another_job_leaves_the_poll_parked(store_url: str) -
         assert [s.outcome for s in signals] == [False, True]
 
 
-async def test_an_await_takes_only_its_own_signal_even_from_the_mailbox(store_url: str) -> None:
+async def test_an_await_takes_only_its_own_signal_even_from_the_mailbox(
+    store_url: str | None,
+) -> None:
     holder: dict[str, FlowHarness] = {}
 
     async def start_with_early_signals(ctx: object) -> Job:

@@ -108,7 +108,9 @@ async def test_signals_are_listed_in_arrival_order_within_one_millisecond() -> N
         assert [s.taken_at is not None for s in listed] == [True] + [False] * 19
 
 
-async def test_a_signal_and_a_due_sweep_race_to_exactly_one_continuation(store_url: str) -> None:
+async def test_a_signal_and_a_due_sweep_race_to_exactly_one_continuation(
+    store_url: str | None,
+) -> None:
     check = Scripted(Status(done=False))
     async with FlowHarness.open(
         [poll_flow()], database_url=store_url, migrate=False, substitutes=subs(check)
@@ -161,7 +163,7 @@ def counting(journal: object, *names: str) -> dict[str, int]:
 
 
 async def test_a_delivery_answers_from_the_run_it_started_without_reading_back(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     check = Scripted(Status(done=False))
     async with FlowHarness.open(
@@ -204,7 +206,9 @@ async def test_a_delivery_answers_from_the_run_it_started_without_reading_back(
         )
 
 
-async def test_a_signal_that_waits_in_the_mailbox_is_answered_untaken(store_url: str) -> None:
+async def test_a_signal_that_waits_in_the_mailbox_is_answered_untaken(
+    store_url: str | None,
+) -> None:
     async with FlowHarness.open(
         [poll_flow()],
         database_url=store_url,
@@ -226,7 +230,7 @@ async def test_a_signal_that_waits_in_the_mailbox_is_answered_untaken(store_url:
 
 
 async def test_a_run_that_goes_on_in_the_background_is_answered_as_stored(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     release = asyncio.Event()
 

@@ -48,6 +48,7 @@ from flowpark.engine.records import Outcome, StepKind, StepRow
 from flowpark.store.migrate import head_revision
 from flowpark.testing import FlowHarness, Scripted, substitute
 from tests.engine.flows import Check, Job, Ready, Status, await_flow, poll_flow
+from tests.support.harness import sql_of
 
 STORED = Path(__file__).resolve().parent / "stored"
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -243,7 +244,7 @@ def jsonable(value: Any) -> Any:
 async def dump(h: FlowHarness, instance_id: str) -> dict[str, list[dict[str, Any]]]:
     """The instance's rows in each table, raw, as the store holds them."""
     stored: dict[str, list[dict[str, Any]]] = {}
-    async with h.store.engine.connect() as conn:
+    async with sql_of(h).engine.connect() as conn:
         for table in TABLES:
             key = "id" if table == "flow_instance" else "instance_id"
             order = "" if table == "flow_instance" else " ORDER BY rowid"

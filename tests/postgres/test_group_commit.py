@@ -28,7 +28,7 @@ from tests.support.journal import step as journal_step
 
 pytestmark = [
     pytest.mark.postgres,
-    pytest.mark.parametrize("store_url", ["postgres"], indirect=True),
+    pytest.mark.parametrize("sql_store_url", ["postgres"], indirect=True),
 ]
 
 

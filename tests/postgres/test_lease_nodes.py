@@ -32,6 +32,7 @@ from tests.postgres.nodes import (
     slow_flow,
     slow_subs,
 )
+from tests.support.harness import sql_of
 
 LEASE = timedelta(seconds=30)
 SCAN = timedelta(seconds=1)
@@ -200,7 +201,7 @@ async def test_a_try_does_not_start_on_a_lease_that_lapsed_before_the_call(
             taken.append(await b.sweep())
 
         a = Engine(
-            _with_slow_claims(h.store, stall),
+            _with_slow_claims(sql_of(h), stall),
             h.catalog,
             h.clock,
             replace(h.engine.config, node_id="node-a"),

@@ -18,7 +18,7 @@ from tests.support.journal import at, commit_of, new_instance, park_at, park_com
 
 pytestmark = [
     pytest.mark.postgres,
-    pytest.mark.parametrize("store_url", ["postgres"], indirect=True),
+    pytest.mark.parametrize("sql_store_url", ["postgres"], indirect=True),
 ]
 
 WAIT = 4  # the node index of the wait that accepts "approved"

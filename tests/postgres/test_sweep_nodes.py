@@ -29,6 +29,7 @@ from tests.postgres.nodes import (
     slow_subs,
 )
 from tests.support.eventually import eventually
+from tests.support.harness import sql_of
 
 #: due instances the three nodes sweep: on PostgreSQL 300; on SQLite, whose one writer at
 #: a time serialises the claims anyway, 100 (still a dozen interleaved claims of 8 slots)
@@ -236,7 +237,7 @@ async def test_a_node_claims_no_more_than_its_free_run_slots(store_url: str) -> 
         sweep = asyncio.create_task(h.sweep())
         await eventually(lambda: len(in_flight) == 4, timeout=10, what="4 runs in flight")
         # nothing claimed waits for a slot: exactly the runs in flight hold leases
-        async with h.store.engine.connect() as conn:
+        async with sql_of(h).engine.connect() as conn:
             leased = (
                 await conn.execute(
                     text("SELECT count(*) FROM flow_instance WHERE lease_owner = 'node-a'")
