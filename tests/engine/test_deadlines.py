@@ -3,7 +3,8 @@ middle of that call (its run cancelled, its lease left to lapse) does not move t
 
 Node A starts the instance on its own virtual clock; its call is held mid-way and never
 returns. Node B, one lease later on another clock, takes the instance over and must honour
-the end instant A stored: on SQLite and PostgreSQL (``sql_store_url``).
+the end instant A stored: on the memory store, and on SQLite and PostgreSQL where a test
+counts the statements a start makes (``sql_store_url``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from flowpark.engine.decide.deadlines import (
     ends_at,
     open_budget,
 )
+from flowpark.engine.ports.operator import InstanceFilter
 from flowpark.engine.records import InstanceState, StepKind
 from flowpark.flows import Backoff, Capability, CapabilityOptions, Flow, RetryPolicy, StepContext
 from flowpark.testing import FlowHarness, Scripted
@@ -43,11 +45,8 @@ async def _dead_node_holds(h: FlowHarness, held: Held, flow: str) -> tuple[async
 
 
 async def _running(h: FlowHarness) -> list:  # type: ignore[type-arg]
-    from sqlalchemy import text
-
-    async with sql_of(h).engine.connect() as conn:
-        ids = (await conn.execute(text("SELECT id FROM flow_instance"))).scalars().all()
-    return [await h.instance(str(i)) for i in ids]
+    page = await h.store.operator.list_instances(InstanceFilter(), limit=10)
+    return [await h.instance(row.id) for row in page.rows]
 
 
 async def _bury(started: asyncio.Task) -> None:  # type: ignore[type-arg]
@@ -56,12 +55,12 @@ async def _bury(started: asyncio.Task) -> None:  # type: ignore[type-arg]
 
 
 async def test_a_poll_budget_survives_a_node_dying_in_attempt_zeros_call(
-    sql_store_url: str,
+    store_url: str | None,
 ) -> None:
     held = Held(Status(done=False))
     async with FlowHarness.open(
         [slow_flow()],
-        database_url=sql_store_url,
+        database_url=store_url,
         migrate=False,
         substitutes=slow_subs(held, Status(done=False)),
     ) as h:
@@ -175,7 +174,7 @@ def retry_flow() -> Flow:
     return flow
 
 
-async def test_a_retry_window_survives_a_node_dying_in_the_first_try(sql_store_url: str) -> None:
+async def test_a_retry_window_survives_a_node_dying_in_the_first_try(store_url: str | None) -> None:
     held = Held(Status(done=False))
     subs = {
         "t.start": Scripted(Job(job_id="j")),
@@ -183,7 +182,7 @@ async def test_a_retry_window_survives_a_node_dying_in_the_first_try(sql_store_u
         "t.after": Scripted(None),
     }
     async with FlowHarness.open(
-        [retry_flow()], database_url=sql_store_url, migrate=False, substitutes=subs
+        [retry_flow()], database_url=store_url, migrate=False, substitutes=subs
     ) as h:
         t0 = h.clock.now()
         started, instance_id = await _dead_node_holds(h, held, "t.retried")
@@ -212,11 +211,11 @@ async def test_a_retry_window_survives_a_node_dying_in_the_first_try(sql_store_u
 
 
 async def test_an_await_signal_timeout_is_stored_with_the_park_and_honoured(
-    sql_store_url: str,
+    store_url: str | None,
 ) -> None:
     subs = {"t.start": Scripted(Job(job_id="j")), "t.after": Scripted(None)}
     async with FlowHarness.open(
-        [await_flow()], database_url=sql_store_url, migrate=False, substitutes=subs
+        [await_flow()], database_url=store_url, migrate=False, substitutes=subs
     ) as h:
         t0 = h.clock.now()
         inst = (await h.start("t.await", {"order_id": "o-1"})).instance
@@ -238,11 +237,11 @@ async def test_an_await_signal_timeout_is_stored_with_the_park_and_honoured(
         assert final.failure is not None and final.failure.code == "t.no_callback"
 
 
-async def test_a_retry_woken_after_its_window_ended_starts_no_try(sql_store_url: str) -> None:
+async def test_a_retry_woken_after_its_window_ended_starts_no_try(store_url: str | None) -> None:
     calls = Scripted(RuntimeError("down"), RuntimeError("down"), Status(done=True))
     subs = {"t.start": Scripted(Job(job_id="j")), "t.check": calls, "t.after": Scripted(None)}
     async with FlowHarness.open(
-        [retry_flow()], database_url=sql_store_url, migrate=False, substitutes=subs
+        [retry_flow()], database_url=store_url, migrate=False, substitutes=subs
     ) as h:
         t0 = h.clock.now()
         started = await h.start("t.retried", {"order_id": "o-1"})
@@ -264,14 +263,14 @@ async def test_a_retry_woken_after_its_window_ended_starts_no_try(sql_store_url:
 
 
 async def test_a_retry_decided_inside_its_window_but_reached_after_it_starts_no_try(
-    sql_store_url: str, monkeypatch: Any
+    store_url: str | None, monkeypatch: Any
 ) -> None:
     from flowpark.engine.execute.executor import Executor
 
     calls = Scripted(RuntimeError("down"), Status(done=True))
     subs = {"t.start": Scripted(Job(job_id="j")), "t.check": calls, "t.after": Scripted(None)}
     async with FlowHarness.open(
-        [retry_flow()], database_url=sql_store_url, migrate=False, substitutes=subs
+        [retry_flow()], database_url=store_url, migrate=False, substitutes=subs
     ) as h:
         t0 = h.clock.now()
         end = t0 + timedelta(minutes=5)
