@@ -24,20 +24,17 @@ same objects to code that holds a request but is no route (the console's helpers
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Protocol, cast
+from typing import Annotated, Protocol, cast
 
 from fastapi import Depends, Request
 
 from flowpark.api.auth import Principal, require_scope, require_token
 from flowpark.engine.node.engine import Engine
+from flowpark.engine.ports.nodes import Nodes, Schema
 from flowpark.engine.ports.operator import OperatorReads
 from flowpark.engine.ports.outbox import Deliveries
 from flowpark.flows.catalog import Catalog
 from flowpark.settings import Settings
-from flowpark.store.nodes import SqlNodes
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = [
     "AnyToken",
@@ -87,9 +84,9 @@ class NodeParts:
     """The node's parts as far as the lifespan has built them (each None until then, and
     ``sweeper`` on a node that does not sweep): what ``/readyz`` checks."""
 
-    db: AsyncEngine | None
+    schema: Schema | None
     engine: Engine | None
-    nodes: SqlNodes | None
+    nodes: Nodes | None
     sweeper: Sweeping | None
 
 
@@ -110,9 +107,9 @@ def settings_of(request: Request) -> Settings:
     return cast(Settings, request.app.state.settings)
 
 
-def nodes_of(request: Request) -> SqlNodes:
+def nodes_of(request: Request) -> Nodes:
     """The nodes' liveness rows (set by the app's lifespan)."""
-    return cast(SqlNodes, request.app.state.nodes)
+    return cast(Nodes, request.app.state.nodes)
 
 
 async def _engine(request: Request) -> Engine:
@@ -139,14 +136,14 @@ async def _delivery_ids(request: Request) -> DeliveryIds:
     return cast(DeliveryIds, request.app.state.delivery_ids)
 
 
-async def _nodes(request: Request) -> SqlNodes:
+async def _nodes(request: Request) -> Nodes:
     return nodes_of(request)
 
 
 async def _node_parts(request: Request) -> NodeParts:
     state = request.app.state
     return NodeParts(
-        db=getattr(state, "db", None),
+        schema=getattr(state, "schema", None),
         engine=getattr(state, "engine", None),
         nodes=getattr(state, "nodes", None),
         sweeper=getattr(state, "sweeper", None),
@@ -166,7 +163,7 @@ DeliveriesDep = Annotated[Deliveries, Depends(_deliveries)]
 #: The first instance each signed delivery id reached.
 DeliveryIdsDep = Annotated[DeliveryIds, Depends(_delivery_ids)]
 #: The nodes' liveness rows.
-NodesDep = Annotated[SqlNodes, Depends(_nodes)]
+NodesDep = Annotated[Nodes, Depends(_nodes)]
 #: The node's parts built so far (readiness).
 NodePartsDep = Annotated[NodeParts, Depends(_node_parts)]
 

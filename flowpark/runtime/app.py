@@ -38,10 +38,12 @@ from flowpark.runtime.scheduler import Sweeper
 from flowpark.runtime.telemetry import Telemetry
 from flowpark.settings import DEFAULT_API_TOKEN, SCOPES, Settings
 from flowpark.store import check_schema_at_head, make_async_engine
+from flowpark.store.console_sessions import SqlConsoleSessions
 from flowpark.store.deliveries import SqlDeliveries
 from flowpark.store.delivery_ids import SqlDeliveryIds
 from flowpark.store.nodes import SqlNodes
 from flowpark.store.retention import SqlRetention
+from flowpark.store.schema import SqlSchema
 from flowpark.ui import install_console
 
 __all__ = ["BodyLimit", "create_app"]
@@ -251,6 +253,8 @@ def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManage
             _start_jobs(wiring, workers, db, app.state.deliveries)
             app.state.sweeper = workers.sweeper
             app.state.nodes = nodes = SqlNodes(db)
+            app.state.console_sessions = SqlConsoleSessions(db)
+            app.state.schema = SqlSchema(db)
             workers.beat = NodeBeat(
                 nodes, wiring.clock, settings, wiring.catalog, "serve", workers.sweeper
             )

@@ -45,6 +45,7 @@ from flowpark.errors import (
     InstanceKeyInUse,
     JournalConflict,
 )
+from flowpark.store.memory_node import MemoryConsoleSessions, MemoryNodes, MemorySchema
 from flowpark.store.memory_outbox import MemoryDeliveries, MemoryRetention
 from flowpark.store.memory_reads import MemoryReads
 from flowpark.store.memory_state import (
@@ -67,8 +68,9 @@ class MemoryStore(MemoryBase):
     Attributes:
         runs / intake / mailbox / streams: this object (each port's methods have distinct
             names).
-        reads (also operator, overview), deliveries, retention: parts over the same state
-            (:mod:`flowpark.store.memory_reads`, :mod:`flowpark.store.memory_outbox`).
+        reads (also operator, overview), deliveries, retention, nodes, console_sessions,
+            schema: parts over the same state (:mod:`flowpark.store.memory_reads`,
+            :mod:`flowpark.store.memory_outbox`, :mod:`flowpark.store.memory_node`).
     """
 
     def __init__(self) -> None:
@@ -77,6 +79,9 @@ class MemoryStore(MemoryBase):
         self.reads = self.operator = self.overview = MemoryReads(self)
         self.deliveries = MemoryDeliveries(self)
         self.retention = MemoryRetention(self)
+        self.nodes = MemoryNodes(self)
+        self.console_sessions = MemoryConsoleSessions()
+        self.schema = MemorySchema()
 
     # -- RunStore ----------------------------------------------------------------------
     async def claim(

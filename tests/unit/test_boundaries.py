@@ -487,3 +487,18 @@ def test_no_class_name_is_defined_twice() -> None:
 def test_the_twice_defined_check_sees_a_class_and_an_alias(tmp_path: Path) -> None:
     (tmp_path / "a.py").write_text("class Park:\n    pass\n\nDecision = int | str\n")
     assert _type_names(tmp_path / "a.py") == {"Park", "Decision"}
+
+
+@pytest.mark.parametrize("package", ["flowpark/api", "flowpark/ui"])
+def test_the_api_and_the_console_import_ports_and_models_never_a_store_module(
+    package: str,
+) -> None:
+    """The HTTP API and the console reach storage through the engine's ports (the runtime
+    wires the store behind them): no module of theirs imports ``flowpark.store``."""
+    found = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in (ROOT / package).rglob("*.py")
+        for name in _flowpark_imports(path, set(_flowpark_graph()))
+        if name == "flowpark.store" or name.startswith("flowpark.store.")
+    ]
+    assert found == []
