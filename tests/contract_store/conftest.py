@@ -1,4 +1,4 @@
-"""The store under contract: one fixture, ``journal``, parametrized over every store — in
+"""The store under contract: one fixture, ``store``, parametrized over every store — in
 memory, SQLite and PostgreSQL (marked ``postgres``; it FAILS when the server at
 ``FLOWPARK_TEST_PG_URL`` is unreachable, as every PostgreSQL test does). Each SQL store is
 a fresh database migrated to head (a copy of the session's template, see
@@ -20,7 +20,7 @@ from tests.conftest import pg_admin_url
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def journal(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     """Every port of one store (the same test body runs on each)."""
     if request.param == "memory":
         yield MemoryStore()

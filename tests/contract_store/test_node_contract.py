@@ -1,6 +1,6 @@
 """What every store promises for a node's own records (:mod:`flowpark.engine.ports.nodes`):
 liveness rows, console sessions and the schema check, one body per promise, run on each
-store: in memory, SQLite and PostgreSQL (the ``journal`` fixture)."""
+store: in memory, SQLite and PostgreSQL (the ``store`` fixture)."""
 
 from __future__ import annotations
 
@@ -20,25 +20,25 @@ MINUTE = timedelta(minutes=1)
 DAY = timedelta(days=1)
 
 
-def nodes_of(journal: Store) -> Nodes:
-    if isinstance(journal, MemoryStore):
-        return journal.nodes
-    assert isinstance(journal, SqlStore)
-    return SqlNodes(journal.engine)
+def nodes_of(store: Store) -> Nodes:
+    if isinstance(store, MemoryStore):
+        return store.nodes
+    assert isinstance(store, SqlStore)
+    return SqlNodes(store.engine)
 
 
-def sessions_of(journal: Store) -> ConsoleSessions:
-    if isinstance(journal, MemoryStore):
-        return journal.console_sessions
-    assert isinstance(journal, SqlStore)
-    return SqlConsoleSessions(journal.engine)
+def sessions_of(store: Store) -> ConsoleSessions:
+    if isinstance(store, MemoryStore):
+        return store.console_sessions
+    assert isinstance(store, SqlStore)
+    return SqlConsoleSessions(store.engine)
 
 
-def schema_of(journal: Store) -> Schema:
-    if isinstance(journal, MemoryStore):
-        return journal.schema
-    assert isinstance(journal, SqlStore)
-    return SqlSchema(journal.engine)
+def schema_of(store: Store) -> Schema:
+    if isinstance(store, MemoryStore):
+        return store.schema
+    assert isinstance(store, SqlStore)
+    return SqlSchema(store.engine)
 
 
 def record(node_id: str, seen: int, **changes: object) -> NodeRecord:
@@ -56,8 +56,8 @@ def record(node_id: str, seen: int, **changes: object) -> NodeRecord:
     return NodeRecord(**values)  # type: ignore[arg-type]
 
 
-async def test_a_beat_writes_or_replaces_the_nodes_row(journal: Store) -> None:
-    nodes = nodes_of(journal)
+async def test_a_beat_writes_or_replaces_the_nodes_row(store: Store) -> None:
+    nodes = nodes_of(store)
     await nodes.beat(record("a", 10))
     await nodes.beat(record("b", 20, role="worker", last_sweep_at=at(19), last_claimed=3))
     await nodes.beat(record("a", 30, stopped_at=at(30)))
@@ -72,29 +72,29 @@ async def test_a_beat_writes_or_replaces_the_nodes_row(journal: Store) -> None:
     assert listed[1].sweeping(at(25)) and not listed[1].sweeping(at(60))
 
 
-async def test_a_beat_forgets_nodes_unseen_for_a_day(journal: Store) -> None:
-    nodes = nodes_of(journal)
+async def test_a_beat_forgets_nodes_unseen_for_a_day(store: Store) -> None:
+    nodes = nodes_of(store)
     await nodes.beat(record("old", 0))
     await nodes.beat(record("new", int(DAY.total_seconds()) + 60))
     assert [n.id for n in await nodes.list_nodes()] == ["new"]
 
 
 async def test_the_report_counts_parked_instances_due_before_the_threshold(
-    journal: Store,
+    store: Store,
 ) -> None:
-    nodes = nodes_of(journal)
+    nodes = nodes_of(store)
     await nodes.beat(record("a", 10))
     for wake in (60, 120, 600):
-        instance_id = await started(journal)
-        await journal.runs.commit(Commit(instance_id, 1, at(2), at(32), park=park(at(wake))))
-    await started(journal)  # running: not overdue
+        instance_id = await started(store)
+        await store.runs.commit(Commit(instance_id, 1, at(2), at(32), park=park(at(wake))))
+    await started(store)  # running: not overdue
     report = await nodes.report(at(700), overdue_before=at(300))
     assert (report.overdue, [n.id for n in report.nodes], report.now) == (2, ["a"], at(700))
     assert report.notice is not None and "2 overdue instances" in report.notice
 
 
-async def test_a_session_is_open_until_idle_old_or_ended(journal: Store) -> None:
-    sessions = sessions_of(journal)
+async def test_a_session_is_open_until_idle_old_or_ended(store: Store) -> None:
+    sessions = sessions_of(store)
     idle, lifetime = 10 * MINUTE, 60 * MINUTE
     await sessions.open("s1", "fp-1", at(0))
     assert await sessions.seen("s1", at(60), idle, lifetime) == "fp-1"  # marked seen at 60 s
@@ -110,5 +110,5 @@ async def test_a_session_is_open_until_idle_old_or_ended(journal: Store) -> None
     assert await sessions.seen("nope", at(6), idle, lifetime) is None
 
 
-async def test_the_schema_of_a_migrated_store_is_at_head(journal: Store) -> None:
-    await schema_of(journal).check_at_head()  # raises when it is not
+async def test_the_schema_of_a_migrated_store_is_at_head(store: Store) -> None:
+    await schema_of(store).check_at_head()  # raises when it is not

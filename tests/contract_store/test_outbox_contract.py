@@ -1,6 +1,6 @@
 """What every store promises through its outbox ports (:class:`~flowpark.engine.ports.Deliveries`
 and :class:`~flowpark.engine.ports.Retention`), one body per promise, run on each store: in
-memory, SQLite and PostgreSQL (the ``journal`` fixture)."""
+memory, SQLite and PostgreSQL (the ``store`` fixture)."""
 
 from __future__ import annotations
 
@@ -17,33 +17,33 @@ from tests.contract_store.test_store_contract import started
 from tests.support.journal import at, step
 
 
-def deliveries_of(journal: Store) -> Deliveries:
+def deliveries_of(store: Store) -> Deliveries:
     """The store's deliveries: the memory store's twin, or the SQL part over its engine."""
-    if isinstance(journal, MemoryStore):
-        return journal.deliveries
-    assert isinstance(journal, SqlStore)
-    return SqlDeliveries(journal.engine)
+    if isinstance(store, MemoryStore):
+        return store.deliveries
+    assert isinstance(store, SqlStore)
+    return SqlDeliveries(store.engine)
 
 
-def retention_of(journal: Store) -> Retention:
-    if isinstance(journal, MemoryStore):
-        return journal.retention
-    assert isinstance(journal, SqlStore)
-    return SqlRetention(journal.engine)
+def retention_of(store: Store) -> Retention:
+    if isinstance(store, MemoryStore):
+        return store.retention
+    assert isinstance(store, SqlStore)
+    return SqlRetention(store.engine)
 
 
-async def emitted(journal: Store, *names: str) -> str:
+async def emitted(store: Store, *names: str) -> str:
     """An instance whose emit row carries one outbox event per name (ids ``<name>-<i>``)."""
-    instance_id = await started(journal)
+    instance_id = await started(store)
     row = step(instance_id, step_id=1, kind=StepKind.EMIT, committed_at=at(2))
     events = tuple(EmittedEvent(f"{instance_id}-{n}", n, {"n": n}) for n in names)
-    await journal.runs.commit(Commit(instance_id, 1, at(2), at(32), rows=(row,), events=events))
+    await store.runs.commit(Commit(instance_id, 1, at(2), at(32), rows=(row,), events=events))
     return instance_id
 
 
-async def test_relay_writes_one_delivery_per_event_and_subscriber_once(journal: Store) -> None:
-    deliveries = deliveries_of(journal)
-    instance_id = await emitted(journal, "a.done", "b.done")
+async def test_relay_writes_one_delivery_per_event_and_subscriber_once(store: Store) -> None:
+    deliveries = deliveries_of(store)
+    instance_id = await emitted(store, "a.done", "b.done")
     assert await deliveries.relay([], at(3)) == 0  # no subscriber: nothing relayed
     assert await deliveries.list_deliveries() == []
     assert await deliveries.relay(["hook-1", "hook-2"], at(3)) == 2
@@ -59,19 +59,19 @@ async def test_relay_writes_one_delivery_per_event_and_subscriber_once(journal: 
     assert await deliveries.count_by_state() == {"pending": 4}
 
 
-async def test_relay_takes_at_most_limit_events_oldest_first(journal: Store) -> None:
-    deliveries = deliveries_of(journal)
-    await emitted(journal, "e1", "e2", "e3")
+async def test_relay_takes_at_most_limit_events_oldest_first(store: Store) -> None:
+    deliveries = deliveries_of(store)
+    await emitted(store, "e1", "e2", "e3")
     assert await deliveries.relay(["hook"], at(3), limit=2) == 2
     assert [d["event_name"] for d in await deliveries.list_deliveries()] == ["e1", "e2"]
     assert await deliveries.relay(["hook"], at(3), limit=2) == 1
 
 
 async def test_claim_leases_due_deliveries_in_each_instances_event_order(
-    journal: Store,
+    store: Store,
 ) -> None:
-    deliveries = deliveries_of(journal)
-    instance_id = await emitted(journal, "first", "second")
+    deliveries = deliveries_of(store)
+    instance_id = await emitted(store, "first", "second")
     await deliveries.relay(["hook"], at(3))
     claimed = await deliveries.claim("node-a", at(4), at(34), limit=10)
     # the second event waits while the first is pending for the same subscriber
@@ -89,9 +89,9 @@ async def test_claim_leases_due_deliveries_in_each_instances_event_order(
     assert [c.event_name for c in after] == ["second"]
 
 
-async def test_finish_records_delivered_due_again_or_failed(journal: Store) -> None:
-    deliveries = deliveries_of(journal)
-    await emitted(journal, "x")
+async def test_finish_records_delivered_due_again_or_failed(store: Store) -> None:
+    deliveries = deliveries_of(store)
+    await emitted(store, "x")
     await deliveries.relay(["ok", "later", "broken"], at(3))
     claimed = {c.subscriber: c for c in await deliveries.claim("node-a", at(4), at(34), 10)}
     assert await deliveries.finish(claimed["ok"], "node-a", delivered_at=at(5), status=204)
@@ -116,9 +116,9 @@ async def test_finish_records_delivered_due_again_or_failed(journal: Store) -> N
     assert await deliveries.count_by_state() == {"delivered": 1, "pending": 1, "failed": 1}
 
 
-async def test_retry_makes_a_failed_delivery_pending_and_due_now(journal: Store) -> None:
-    deliveries = deliveries_of(journal)
-    await emitted(journal, "x")
+async def test_retry_makes_a_failed_delivery_pending_and_due_now(store: Store) -> None:
+    deliveries = deliveries_of(store)
+    await emitted(store, "x")
     await deliveries.relay(["hook"], at(3))
     (claimed,) = await deliveries.claim("node-a", at(4), at(34), 10)
     sequence = claimed.sequence
@@ -134,10 +134,10 @@ async def test_retry_makes_a_failed_delivery_pending_and_due_now(journal: Store)
     ]
 
 
-async def test_list_deliveries_filters_and_pages(journal: Store) -> None:
-    deliveries = deliveries_of(journal)
-    one = await emitted(journal, "a", "b")
-    two = await emitted(journal, "c")
+async def test_list_deliveries_filters_and_pages(store: Store) -> None:
+    deliveries = deliveries_of(store)
+    one = await emitted(store, "a", "b")
+    two = await emitted(store, "c")
     await deliveries.relay(["h1", "h2"], at(3))
     everything = await deliveries.list_deliveries()
     assert len(everything) == 6
@@ -151,30 +151,30 @@ async def test_list_deliveries_filters_and_pages(journal: Store) -> None:
 
 
 async def test_purge_deletes_ended_instances_before_the_cutoff_with_their_rows(
-    journal: Store,
+    store: Store,
 ) -> None:
-    retention = retention_of(journal)
-    old = await emitted(journal, "old.done")
-    await journal.runs.finish(old, 1, at(5), InstanceState.COMPLETED)
-    recent = await started(journal)
-    await journal.runs.finish(recent, 1, at(50), InstanceState.FAILED)
-    running = await started(journal)
+    retention = retention_of(store)
+    old = await emitted(store, "old.done")
+    await store.runs.finish(old, 1, at(5), InstanceState.COMPLETED)
+    recent = await started(store)
+    await store.runs.finish(recent, 1, at(50), InstanceState.FAILED)
+    running = await started(store)
     assert await retention.purge_batch(at(5)) == 0  # ended at 5 s: not before the cutoff
     assert await retention.purge(at(10)) == 1
     with pytest.raises(InstanceNotFound):
-        await journal.reads.get_instance(old)
-    assert [e["instance_id"] for e in await journal.reads.list_events()] == []
-    assert (await journal.reads.get_instance(recent)).state is InstanceState.FAILED
-    assert (await journal.reads.get_instance(running)).state is InstanceState.RUNNING
+        await store.reads.get_instance(old)
+    assert [e["instance_id"] for e in await store.reads.list_events()] == []
+    assert (await store.reads.get_instance(recent)).state is InstanceState.FAILED
+    assert (await store.reads.get_instance(running)).state is InstanceState.RUNNING
     assert await retention.purge(at(3600)) == 1  # the failed one; the running one stays
-    assert await journal.reads.count_instances() == 1
+    assert await store.reads.count_instances() == 1
 
 
-async def test_purge_keeps_an_instance_whose_delivery_is_pending(journal: Store) -> None:
-    retention = retention_of(journal)
-    deliveries = deliveries_of(journal)
-    instance_id = await emitted(journal, "done")
-    await journal.runs.finish(instance_id, 1, at(5), InstanceState.COMPLETED)
+async def test_purge_keeps_an_instance_whose_delivery_is_pending(store: Store) -> None:
+    retention = retention_of(store)
+    deliveries = deliveries_of(store)
+    instance_id = await emitted(store, "done")
+    await store.runs.finish(instance_id, 1, at(5), InstanceState.COMPLETED)
     await deliveries.relay(["hook"], at(6))
     assert await retention.purge(at(100)) == 0  # its event is not delivered yet
     (claimed,) = await deliveries.claim("node-a", at(7), at(37), 10)
@@ -184,12 +184,12 @@ async def test_purge_keeps_an_instance_whose_delivery_is_pending(journal: Store)
 
 
 async def test_purge_runs_batches_until_one_is_short_or_most_were_deleted(
-    journal: Store,
+    store: Store,
 ) -> None:
-    retention = retention_of(journal)
+    retention = retention_of(store)
     for _ in range(3):
-        instance_id = await started(journal)
-        await journal.runs.finish(instance_id, 1, at(5), InstanceState.CANCELLED)
+        instance_id = await started(store)
+        await store.runs.finish(instance_id, 1, at(5), InstanceState.CANCELLED)
     assert await retention.purge(at(10), limit=1, most=2) == 2
     assert await retention.purge(at(10), limit=1) == 1
-    assert await journal.reads.count_instances() == 0
+    assert await store.reads.count_instances() == 0
