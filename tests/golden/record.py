@@ -33,6 +33,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -321,7 +322,11 @@ async def record(scenario: Scenario) -> dict[str, Any]:
     spec = scenario.spec
     scripts = spec.get("scripts", {})
     subs = stand_ins(scripts)
-    async with FlowHarness.open(flows_of(spec), substitutes=subs, start=T0) as h:
+    folder = Path(
+        tempfile.mkdtemp(prefix="flowpark-record-")
+    )  # the rows are dumped as SQLite holds them
+    url = f"sqlite:///{folder / 'record.db'}"
+    async with FlowHarness.open(flows_of(spec), database_url=url, substitutes=subs, start=T0) as h:
         flow = "t.await" if spec["flow"] == "await" else "t.poll"
         instance_id = (await h.start(flow, ORDER)).instance.id
         await scenario.to_point(h, instance_id)
