@@ -9,7 +9,7 @@
   a PostgreSQL clone is made while the test before it runs).
 * ``sql_store_url``: the same, for the tests of the SQL stores (the engine tier overrides
   ``store_url`` with the memory store).
-* ``sql_engine`` / ``sql_journal``: an async engine and a :class:`SqlStore` on ``sql_store_url``.
+* ``sql_engine`` / ``sql_store``: an async engine and a :class:`SqlStore` on ``sql_store_url``.
 
 Every test fails (at teardown) that leaves an aiosqlite connection open on an event loop it
 closed: see :func:`pytest_runtest_teardown`.
@@ -351,6 +351,6 @@ async def sql_engine(sql_store_url: str) -> AsyncIterator[AsyncEngine]:
 
 
 @pytest.fixture
-def sql_journal(sql_engine: AsyncEngine) -> SqlStore:
+def sql_store(sql_engine: AsyncEngine) -> SqlStore:
     """A :class:`SqlStore` on a fresh migrated database (SQLite and PostgreSQL)."""
     return SqlStore(sql_engine)

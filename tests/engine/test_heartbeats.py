@@ -266,7 +266,7 @@ async def test_business_outcomes_end_the_flow_without_retries() -> None:
         assert await h.calls(done.id, "after") == 0  # completed early
 
 
-async def test_a_stream_write_under_a_stale_token_is_refused(sql_journal: SqlStore) -> None:
+async def test_a_stream_write_under_a_stale_token_is_refused(sql_store: SqlStore) -> None:
     new = NewInstance(
         id=str(uuid.uuid4()),
         flow_name="hb.test",
@@ -277,28 +277,28 @@ async def test_a_stream_write_under_a_stale_token_is_refused(sql_journal: SqlSto
         lease_owner="a",
         lease_expires_at=T0 + timedelta(seconds=30),
     )
-    inst, _ = await sql_journal.intake.create_instance(new)
+    inst, _ = await sql_store.intake.create_instance(new)
     old = inst.fencing_token
-    assert await sql_journal.streams.write_stream(
+    assert await sql_store.streams.write_stream(
         StreamWrite(inst.id, "Log", {"n": 1}, 7, T0), 100, token=old
     )
-    await sql_journal.runs.release(inst.id, old, T0)
-    claim = await sql_journal.runs.claim(inst.id, "b", T0, T0 + timedelta(seconds=30))
+    await sql_store.runs.release(inst.id, old, T0)
+    claim = await sql_store.runs.claim(inst.id, "b", T0, T0 + timedelta(seconds=30))
     assert claim is not None and claim.fencing_token > old
     with pytest.raises(StaleFencingToken) as info:
-        await sql_journal.streams.write_stream(
+        await sql_store.streams.write_stream(
             StreamWrite(inst.id, "Log", {"n": 2}, 7, T0), 100, token=old
         )
     assert info.value.code == "stale_fencing_token"
-    assert await sql_journal.streams.write_stream(
+    assert await sql_store.streams.write_stream(
         StreamWrite(inst.id, "Log", {"n": 3}, 7, T0), 100, token=claim.fencing_token
     )
-    await sql_journal.runs.finish(inst.id, claim.fencing_token, T0, InstanceState.COMPLETED)
+    await sql_store.runs.finish(inst.id, claim.fencing_token, T0, InstanceState.COMPLETED)
     with pytest.raises(StaleFencingToken):  # ended: no try writes any more
-        await sql_journal.streams.write_stream(
+        await sql_store.streams.write_stream(
             StreamWrite(inst.id, "Log", {"n": 4}, 7, T0), 100, token=claim.fencing_token
         )
-    assert [m.payload["n"] for m in await sql_journal.streams.read_stream(inst.id, "Log")] == [1, 3]
+    assert [m.payload["n"] for m in await sql_store.streams.read_stream(inst.id, "Log")] == [1, 3]
 
 
 async def test_a_cancel_stops_a_heartbeating_try_at_its_next_heartbeat_write() -> None:

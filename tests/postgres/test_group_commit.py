@@ -39,9 +39,9 @@ def step(instance_id: str, step_id: int = 0, scope: int = 0, **changes: Any) -> 
 
 
 @pytest.fixture
-def journal(sql_journal: SqlStore) -> SqlStore:
-    assert sql_journal.is_postgresql and sql_journal.lanes is not None
-    return sql_journal
+def journal(sql_store: SqlStore) -> SqlStore:
+    assert sql_store.is_postgresql and sql_store.lanes is not None
+    return sql_store
 
 
 async def started(journal: SqlStore, count: int = 1, **changes: Any) -> list[str]:

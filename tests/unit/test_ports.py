@@ -101,7 +101,7 @@ def test_each_store_implements_each_port_it_is_wired_as(
         ], name
 
 
-def test_the_sql_journal_composes_its_ports_as_objects_of_their_own() -> None:
+def test_the_sql_store_composes_its_ports_as_objects_of_their_own() -> None:
     journal = SqlStore(make_async_engine("sqlite:///unused.db"))
     for attribute in WIRED:
         assert not issubclass(SqlStore, type(getattr(journal, attribute))), attribute
