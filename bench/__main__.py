@@ -17,7 +17,9 @@ import logging
 import sys
 
 from bench.common import bench_store, err_console, machine
-from flowpark.runtime.loop import run
+from bench.compat import name_of
+
+run = name_of("flowpark.runtime.loop", "run")
 
 SCENARIOS = {
     # name: (module, default N)

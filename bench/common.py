@@ -38,9 +38,12 @@ from rich.table import Table
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from flowpark.store.db import sync_url
-from flowpark.store.migrate import upgrade
-from flowpark.store.tables import metadata
+from bench.compat import name_of
+
+sync_url = name_of("flowpark.store.db", "sync_url")
+upgrade = name_of("flowpark.store.migrate", "upgrade")
+metadata = name_of("flowpark.store.tables", "metadata")
+
 
 __all__ = [
     "API_TOKEN",

@@ -4,8 +4,10 @@ figures for REV and for this tree, measured interleaved in one sitting, as ratio
 REV is checked out in a temporary git worktree. Each figure group (:mod:`bench.figures`)
 runs in its own process for each side in turn (A B, then B A in the next round, and so
 on), with ``PYTHONPATH`` = a copy of this tree's ``bench/`` (the harness, the same for
-both sides) then the side's tree (its ``app``, ``samples`` and migrations); each process
-reports the commit whose ``app`` it imported, and the table prints both. Both trees and
+both sides) then the side's tree (its ``flowpark`` package, or ``app`` and ``samples``
+before the one-package move: the harness imports through :mod:`bench.compat`, which picks
+the side's layout, and its migrations); each process reports the commit whose engine it
+imported, and the table prints both. Both trees and
 the harness are byte-compiled first (:func:`compile_tree`), as an installed node is. The
 fake OCR provider runs from this tree for both sides. Every round also runs the pgbench baseline
 (:mod:`bench.pgbase`: 1-client single-row UPDATE commits/s on the same server), and the
@@ -109,6 +111,11 @@ def compile_tree(tree: Path, harness: Path) -> None:
     )
 
 
+#: Where a side's process imports its engine from: ``flowpark.engine`` in this tree, ``app.engine``
+#: in a revision from before the one-package move (:mod:`bench.compat` picks).
+_PROBE = "from bench.compat import module; print(module('flowpark.engine.clock').__file__)"
+
+
 def _env(harness: Path, tree: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(harness), str(tree)])
@@ -190,15 +197,15 @@ def compare(
         trees = {"REV": rev, "HEAD": REPO}
         for name, tree in trees.items():
             probe = subprocess.run(
-                [sys.executable, "-c", "import app; print(app.__file__)"],
+                [sys.executable, "-c", _PROBE],
                 cwd=harness,
                 env=_env(harness, tree),
                 capture_output=True,
                 text=True,
                 check=True,
             ).stdout.strip()
-            if not probe.startswith(str(tree)):
-                raise RuntimeError(f"{name} imports app from {probe}, not from {tree}")
+            if not probe.startswith(str(tree.resolve())):
+                raise RuntimeError(f"{name} imports its engine from {probe}, not from {tree}")
             compile_tree(tree, harness)
             err_console.print(f"{name}: {_git('log', '-1', '--format=%h %s', cwd=tree)[:100]}")
         for r in range(rounds):

@@ -35,6 +35,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from bench.compat import name_of
+
 __all__ = ["LAYERS", "install", "layer_table"]
 
 #: (layer, path prefixes): the first layer one of whose prefixes starts a frame's file wins.
@@ -193,7 +195,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--folded", default=None, help="also keep the folded stacks here")
     args = parser.parse_args()
-    from flowpark.runtime.loop import run
+    run = name_of("flowpark.runtime.loop", "run")
 
     run(_profile(args.n, args.folded))
     return 0

@@ -14,8 +14,11 @@ from __future__ import annotations
 from collections import Counter
 from datetime import timedelta
 
-from flowpark.samples.fakes import FakeOcrService
-from flowpark.samples.fakes.ocr import OcrJobView
+from bench.compat import name_of
+
+FakeOcrService = name_of("flowpark.samples.fakes", "FakeOcrService")
+OcrJobView = name_of("flowpark.samples.fakes.ocr", "OcrJobView")
+
 
 __all__ = ["CountingOcr"]
 

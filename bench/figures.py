@@ -45,15 +45,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BenchStore, bench_store, err_console, rss_mb, sql
+from bench.compat import module, name_of, store_of
 
 __all__ = ["GROUPS", "relation_sizes"]
 
 
 def side() -> dict[str, Any]:
-    """Which code this process runs: the ``app`` package's folder and its git commit."""
-    import app
-
-    root = Path(app.__file__).resolve().parents[1]
+    """Which code this process runs: the tree its engine is imported from (``flowpark``, or
+    ``app`` before the one-package move: :mod:`bench.compat`) and its git commit."""
+    root = Path(str(module("flowpark.engine.clock").__file__)).resolve().parents[2]
     commit = subprocess.run(
         ["git", "-C", str(root), "rev-parse", "--short=10", "HEAD"],
         capture_output=True,
@@ -261,7 +261,7 @@ async def group_sql(store: BenchStore, n: int, **_: Any) -> dict[str, Any]:
     flow = build_peers_flow(probe, polls=3, wait=timedelta(hours=1))
     out: dict[str, Any] = {}
     async with node_engine(store.url, flows=[flow], concurrency=100) as engine:
-        sync = engine.journal.engine.sync_engine  # type: ignore[attr-defined]
+        sync = store_of(engine).engine.sync_engine  # type: ignore[attr-defined]
         event.listen(sync, "before_cursor_execute", on_execute)
         for name in ("begin", "commit", "rollback"):
             event.listen(sync, name, counter(name))
@@ -339,7 +339,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=None)
     parser.add_argument("--rate", type=float, default=None)
     args = parser.parse_args()
-    from flowpark.runtime.loop import run
+    run = name_of("flowpark.runtime.loop", "run")
 
     job, default_n = GROUPS[args.group]
     n = args.n or default_n

@@ -19,10 +19,19 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel
 
-from flowpark.engine.clock import SystemClock
-from flowpark.engine.node.engine import Engine, EngineConfig
-from flowpark.flows import Backoff, Capability, Catalog, Flow, StepContext
-from flowpark.store import SqlJournal, make_async_engine
+from bench.compat import name_of
+
+SystemClock = name_of("flowpark.engine.clock", "SystemClock")
+Engine = name_of("flowpark.engine.node.engine", "Engine")
+EngineConfig = name_of("flowpark.engine.node.engine", "EngineConfig")
+Backoff = name_of("flowpark.flows", "Backoff")
+Capability = name_of("flowpark.flows", "Capability")
+Catalog = name_of("flowpark.flows", "Catalog")
+Flow = name_of("flowpark.flows", "Flow")
+StepContext = name_of("flowpark.flows", "StepContext")
+SqlStore = name_of("flowpark.store", "SqlStore")
+make_async_engine = name_of("flowpark.store", "make_async_engine")
+
 
 __all__ = ["PeersInput", "Probe", "ProbeCheck", "build_peers_flow", "node_engine"]
 
@@ -113,8 +122,9 @@ async def node_engine(
     http = None
     if ocr_url is not None:
         # imported here: a node without the OCR starts faster (see the peers restart)
-        from flowpark.runtime.http import outbound_client
-        from flowpark.samples.document_processing import OcrClient, build_document_flow
+        outbound_client = name_of("flowpark.runtime.http", "outbound_client")
+        OcrClient = name_of("flowpark.samples.document_processing", "OcrClient")
+        build_document_flow = name_of("flowpark.samples.document_processing", "build_document_flow")
 
         http = outbound_client(10)
         catalog.register(build_document_flow(OcrClient(http, ocr_url)))
@@ -122,13 +132,13 @@ async def node_engine(
         catalog.register(flow)
     telemetry = None
     if metrics:
-        from flowpark.runtime.telemetry import Telemetry
-        from flowpark.settings import Settings
+        Telemetry = name_of("flowpark.runtime.telemetry", "Telemetry")
+        Settings = name_of("flowpark.settings", "Settings")
 
         telemetry = Telemetry(Settings(database_url=url, node_id=node_id))
     # keyword arguments only when set, so the harness also drives older revisions of the
     # engine (``bench compare --against REV``)
-    journal = SqlJournal(db, on_batch=telemetry.observer.batched) if telemetry else SqlJournal(db)
+    journal = SqlStore(db, on_batch=telemetry.observer.batched) if telemetry else SqlStore(db)
     engine = Engine(
         journal,
         catalog,

@@ -20,8 +20,10 @@ from datetime import timedelta
 from typing import Any
 
 from bench.common import BenchStore, Result, percentiles, progress, run_concurrently, sql
+from bench.compat import name_of
 from bench.flows import Probe, build_peers_flow, node_engine
-from flowpark.runtime.scheduler import Sweeper
+
+Sweeper = name_of("flowpark.runtime.scheduler", "Sweeper")
 
 __all__ = ["run", "wait_completed"]
 

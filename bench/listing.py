@@ -30,9 +30,11 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.dialects import postgresql
 
 from bench.common import API_TOKEN, BenchStore, Result, err_console, percentiles, spawn_server
-from flowpark.engine.ports.operator import InstanceFilter
-from flowpark.store.db import sync_url
-from flowpark.store.listing import SqlOperatorReads
+from bench.compat import name_of
+
+InstanceFilter = name_of("flowpark.engine.ports.operator", "InstanceFilter")
+sync_url = name_of("flowpark.store.db", "sync_url")
+SqlOperatorReads = name_of("flowpark.store.listing", "SqlOperatorReads")
 
 __all__ = ["FILTERS", "run"]
 
@@ -148,8 +150,9 @@ def _plans(store: BenchStore, now: datetime, filters: dict[str, dict[str, Any]])
     """EXPLAIN of each filter's first-page statement (as the store builds it)."""
     from sqlalchemy import select
 
-    from flowpark.store.listing import _SUMMARY, filter_clauses
-    from flowpark.store.mapping import INSTANCE
+    _SUMMARY = name_of("flowpark.store.listing", "_SUMMARY")
+    filter_clauses = name_of("flowpark.store.listing", "filter_clauses")
+    INSTANCE = name_of("flowpark.store.mapping", "INSTANCE")
 
     assert SqlOperatorReads  # the statement below is list_instances' first page
     eng = create_engine(sync_url(store.url))
@@ -177,10 +180,11 @@ async def _measure_store(
     store: BenchStore, now: datetime, filters: dict[str, dict[str, Any]], repeat: int
 ) -> dict[str, list[float]]:
     """The same first pages through the store's read model in this process (no HTTP)."""
-    from flowpark.store import SqlJournal, make_async_engine
+    SqlStore = name_of("flowpark.store", "SqlStore")
+    make_async_engine = name_of("flowpark.store", "make_async_engine")
 
     db = make_async_engine(store.url)
-    reads = SqlJournal(db).reads
+    reads = SqlStore(db).reads
     timings: dict[str, list[float]] = {}
     try:
         for params in filters.values():  # warm-up

@@ -26,13 +26,15 @@ import time
 import uuid
 from datetime import timedelta
 
+from bench.compat import name_of, store_of
+
 
 def _hold_collector() -> None:
     """What ``flowpark worker`` does first: pause the collector until the node has started
     (:func:`flowpark.runtime.heap.hold_collector`; :func:`_settle_heap` resumes it). A revision
     without it keeps the collector on."""
     try:
-        from flowpark.runtime.heap import hold_collector
+        hold_collector = name_of("flowpark.runtime.heap", "hold_collector")
     except ImportError:
         return
     hold_collector()
@@ -44,12 +46,13 @@ if __name__ == "__main__":
 from sqlalchemy import text  # noqa: E402 - after the collector is held, as the worker
 
 from bench.flows import Probe, build_peers_flow, node_engine  # noqa: E402
-from flowpark.runtime.loop import run  # noqa: E402
-from flowpark.runtime.scheduler import Sweeper  # noqa: E402
+
+run = name_of("flowpark.runtime.loop", "run")
+Sweeper = name_of("flowpark.runtime.scheduler", "Sweeper")
 
 
 async def _count(engine, state: str) -> int:  # type: ignore[no-untyped-def]
-    async with engine.journal.engine.connect() as conn:
+    async with store_of(engine).engine.connect() as conn:
         return int(
             (
                 await conn.execute(
@@ -127,7 +130,7 @@ def _settle_heap() -> None:
     there; it also resumes a collector :func:`_hold_collector` paused); a revision without
     :mod:`flowpark.runtime.heap` keeps the collector's defaults."""
     try:
-        from flowpark.runtime.heap import settle_heap
+        settle_heap = name_of("flowpark.runtime.heap", "settle_heap")
     except ImportError:
         return
     settle_heap()

@@ -21,7 +21,9 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from bench.common import pg_admin_url
-from flowpark.store.db import sync_url
+from bench.compat import name_of
+
+sync_url = name_of("flowpark.store.db", "sync_url")
 
 __all__ = ["pgbench_tps"]
 

@@ -78,7 +78,7 @@ async def measure(store: BenchStore, n: int, concurrency: int) -> dict[str, Any]
 
     flow = build_peers_flow(Probe(), polls=3, wait=timedelta(hours=1))
     async with node_engine(store.url, flows=[flow], concurrency=100) as engine:
-        sync = engine.journal.engine.sync_engine  # type: ignore[attr-defined]
+        sync = engine.store.engine.sync_engine  # type: ignore[attr-defined]
         plan = engine.catalog.latest("bench.peers")
         run_id = uuid.uuid4().hex[:6]
 

@@ -20,8 +20,11 @@ from sqlalchemy import create_engine, text
 
 from bench import signal as signal_bench
 from bench.common import BenchStore, Result, store_size_bytes
-from flowpark.store.db import make_async_engine, sync_url
-from flowpark.store.retention import SqlRetention
+from bench.compat import name_of
+
+make_async_engine = name_of("flowpark.store.db", "make_async_engine")
+sync_url = name_of("flowpark.store.db", "sync_url")
+SqlRetention = name_of("flowpark.store.retention", "SqlRetention")
 
 __all__ = ["run"]
 

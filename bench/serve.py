@@ -20,6 +20,8 @@ import socket
 
 import uvicorn
 
+from bench.compat import name_of
+
 
 def bound_socket(port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -43,7 +45,7 @@ def main() -> None:
 
         install(os.environ["FLOWPARK_BENCH_CPUPROFILE"])
     if args.app:
-        from flowpark.runtime.app import create_app
+        create_app = name_of("flowpark.runtime.app", "create_app")
 
         # as `flowpark serve` runs it (a revision without the setting ignores it)
         os.environ.setdefault("FLOWPARK_GC_FREEZE", "true")
@@ -51,7 +53,9 @@ def main() -> None:
         app = create_app()
     else:
         from bench.fakeocr import CountingOcr
-        from flowpark.samples.fakes import FakeJobService, create_fakes_app
+
+        FakeJobService = name_of("flowpark.samples.fakes", "FakeJobService")
+        create_fakes_app = name_of("flowpark.samples.fakes", "create_fakes_app")
 
         app = create_fakes_app(CountingOcr(args.pending_reads), FakeJobService())
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")

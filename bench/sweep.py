@@ -31,8 +31,10 @@ from bench.common import (
     spawn_fake_ocr,
     sql,
 )
+from bench.compat import name_of
 from bench.flows import document_input, node_engine
-from flowpark.store import make_async_engine
+
+make_async_engine = name_of("flowpark.store", "make_async_engine")
 
 __all__ = ["run", "baseline_tps"]
 

@@ -45,7 +45,7 @@ __all__ = [
     "declared_limit",
     "Second",
     "Simulation",
-    "Step",
+    "ScriptStep",
     "parse_script",
     "placeholder",
     "queue_load",
@@ -60,7 +60,7 @@ _TOKEN = re.compile(r"^(pending|done|fail|429|503)(?::(\d+(?:\.\d+)?))?(?:\*(\d+
 
 
 @dataclass(frozen=True)
-class Step:
+class ScriptStep:
     """One answer of the scripted provider: ``pending`` (the wait goes on), ``done`` (the
     wait is satisfied), ``fail`` (a failed try) or ``429``/``503`` (a pushback, with
     ``retry_after`` seconds, None: no ``Retry-After``)."""
@@ -69,7 +69,7 @@ class Step:
     retry_after: float | None = None
 
 
-def parse_script(text: str) -> list[Step]:
+def parse_script(text: str) -> list[ScriptStep]:
     """Parse a provider timeline: comma-separated answers, each ``pending``, ``done``,
     ``fail``, ``429[:SECONDS]`` or ``503[:SECONDS]``, optionally ``*COUNT``
     (``pending*40,429:60,done``). Each instance plays it from its start; the last answer
@@ -78,7 +78,7 @@ def parse_script(text: str) -> list[Step]:
     Raises:
         ValueError: an answer that is none of these, or a count of 0.
     """
-    steps: list[Step] = []
+    steps: list[ScriptStep] = []
     for raw in text.split(","):
         token = raw.strip()
         match = _TOKEN.match(token)
@@ -93,7 +93,7 @@ def parse_script(text: str) -> list[Step]:
         times = int(count) if count is not None else 1
         if times < 1:
             raise ValueError(f"{token!r}: the count must be at least 1")
-        steps += [Step(answer, float(seconds) if seconds is not None else None)] * times
+        steps += [ScriptStep(answer, float(seconds) if seconds is not None else None)] * times
     return steps
 
 
@@ -182,7 +182,7 @@ class _StandIn(Capability):
     scripted one plays ``script`` per instance."""
 
     def __init__(
-        self, original: Capability, record: _Record, script: Sequence[Step] | None
+        self, original: Capability, record: _Record, script: Sequence[ScriptStep] | None
     ) -> None:
         self.id = original.id  # type: ignore[misc]
         self.idempotent = original.idempotent  # type: ignore[misc]
@@ -219,7 +219,9 @@ class _StandIn(Capability):
         return None
 
 
-def _stand_in(items: list[Item], scripted: str, record: _Record, script: Sequence[Step]) -> None:
+def _stand_in(
+    items: list[Item], scripted: str, record: _Record, script: Sequence[ScriptStep]
+) -> None:
     def swap(cap: Any) -> Any:
         if not isinstance(cap, Capability):
             return cap
@@ -448,7 +450,7 @@ class Simulation:
 async def simulate(
     flow: Flow,
     instances: int,
-    script: Sequence[Step],
+    script: Sequence[ScriptStep],
     *,
     limit: float | None = None,
     sample: int = DEFAULT_SAMPLE,
@@ -521,7 +523,7 @@ async def simulate(
     try:
         for _ in range(runs):
             await engine.start(plan, payload)
-        store = engine.journal
+        store = engine.store
         end = T0 + horizon
         while (wake := await store.reads.next_wake()) is not None and wake <= end:
             if wake > clock.now():

@@ -1,5 +1,5 @@
-"""A harness for testing flows: the production engine, plan, journal and sweep on a real store,
-driven by a virtual clock.
+"""A harness for testing flows: the production engine, plan, journal and sweep on a store (the
+in-memory twin by default, or a SQLite or PostgreSQL database), driven by a virtual clock.
 
 Example (pytest with pytest-asyncio)::
 
@@ -24,13 +24,10 @@ test computes, so jittered schedules need no copy of the random draw.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -42,12 +39,11 @@ from flowpark.flows.builder import AwaitItem, Flow, Item, PollItem, StepItem
 from flowpark.flows.capability import Capability, Decision, StepContext
 from flowpark.flows.catalog import Catalog
 from flowpark.store.db import make_async_engine
-from flowpark.store.migrate import head_revision, upgrade
-from flowpark.store.sql_journal import SqlJournal
+from flowpark.store.memory import MemoryStore
+from flowpark.store.migrate import upgrade
+from flowpark.store.sql_store import SqlStore
 
 __all__ = ["FlowHarness", "Scripted", "substitute"]
-
-_TEMPLATES: dict[str, Path] = {}
 
 
 class Scripted(Capability):
@@ -156,26 +152,19 @@ def substitute(flow: Flow, substitutes: Mapping[str, Capability]) -> Flow:
     return flow
 
 
-def _sqlite_template() -> Path:
-    head = head_revision()
-    if head not in _TEMPLATES:
-        folder = Path(tempfile.mkdtemp(prefix="flowpark-template-"))
-        path = folder / "template.db"
-        upgrade(f"sqlite:///{path}")
-        _TEMPLATES[head] = path
-    return _TEMPLATES[head]
-
-
 class FlowHarness:
-    """The production engine on a real store with a virtual clock.
+    """The production engine on a store with a virtual clock.
 
     Build with :meth:`open` (an async context manager). Attributes: ``clock``
-    (:class:`VirtualClock`), ``engine``, ``journal`` (:class:`SqlJournal`), ``catalog``.
+    (:class:`VirtualClock`), ``engine``, ``store`` (a :class:`MemoryStore`, or a
+    :class:`SqlStore` when opened with a ``database_url``), ``catalog``.
     """
 
-    def __init__(self, engine: Engine, journal: SqlJournal, clock: VirtualClock, db: Any) -> None:
+    def __init__(
+        self, engine: Engine, store: SqlStore | MemoryStore, clock: VirtualClock, db: Any
+    ) -> None:
         self.engine = engine
-        self.journal = journal
+        self.store = store
         self.clock = clock
         self.catalog = engine.catalog
         self._db = db
@@ -196,19 +185,15 @@ class FlowHarness:
 
         Args:
             flows: flows to register (capabilities substituted first).
-            database_url: a store URL (``postgresql://...`` to test on PostgreSQL);
-                default a fresh SQLite file in a temporary folder, migrated to head.
+            database_url: a store URL (``sqlite:///...``, or ``postgresql://...`` to test on
+                PostgreSQL); default the in-memory store, the same answers and errors as the
+                SQL stores (they all pass one contract suite), nothing written to disk.
             substitutes: capability id -> stand-in (:class:`Scripted` or any Capability).
             start: the virtual clock's first instant (aware UTC).
             config: engine config (default node ``harness``, 30 s lease).
             migrate: run ``alembic upgrade head`` on ``database_url`` first.
         """
-        folder = None
-        if database_url is None:
-            folder = Path(tempfile.mkdtemp(prefix="flowpark-harness-"))
-            shutil.copyfile(_sqlite_template(), folder / "flowpark.db")
-            database_url = f"sqlite:///{folder / 'flowpark.db'}"
-        elif migrate:
+        if database_url is not None and migrate:
             upgrade(database_url)
         catalog = Catalog()
         for flow in flows:
@@ -217,25 +202,24 @@ class FlowHarness:
                     flow, {k: v for k, v in substitutes.items() if k in _originals(flow.items)}
                 )
             catalog.register(flow)
-        db = make_async_engine(database_url)
+        db = make_async_engine(database_url) if database_url is not None else None
         clock = VirtualClock(start)
-        journal = SqlJournal(db)
-        engine = Engine(journal, catalog, clock, config or EngineConfig(node_id="harness"))
+        store = SqlStore(db) if db is not None else MemoryStore()
+        engine = Engine(store, catalog, clock, config or EngineConfig(node_id="harness"))
         try:
-            yield cls(engine, journal, clock, db)
+            yield cls(engine, store, clock, db)
         finally:
             # runs still going in the background (a test that failed before draining) are
             # cancelled first: a run left going would use the pool after its disposal and
             # leave a connection unreturned into the next test
             await engine.close()
-            await db.dispose()
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
+            if db is not None:
+                await db.dispose()
 
     def with_engine(self, *, node_id: str, clock: VirtualClock | None = None) -> Engine:
         """Another engine (another 'node') on the same store and catalog."""
         return Engine(
-            self.journal,
+            self.store,
             self.catalog,
             clock or self.clock,
             replace(self.engine.config, node_id=node_id),
@@ -286,11 +270,11 @@ class FlowHarness:
 
     async def instance(self, instance_id: str) -> InstanceRecord:
         """The instance row as stored now."""
-        return await self.journal.reads.get_instance(instance_id)
+        return await self.store.reads.get_instance(instance_id)
 
     async def snapshot(self, instance_id: str) -> Snapshot:
         """The instance, its journal and its untaken signals, as stored now."""
-        return await self.journal.reads.load(instance_id)
+        return await self.store.reads.load(instance_id)
 
     async def holds_lease(self, instance_id: str) -> bool:
         """True when any node holds a live lease on the instance."""
@@ -319,12 +303,13 @@ class FlowHarness:
         Raises:
             AssertionError: the instance is not parked with a wake instant.
         """
+        target: datetime | None
         if instance_id is not None:
             inst = await self.instance(instance_id)
             assert inst.wake_at is not None, f"{instance_id} has no wake ({inst.state})"
             target = inst.wake_at
         else:
-            target = await self.journal.reads.next_wake()
+            target = await self.store.reads.next_wake()
             assert target is not None, "no parked instance has a wake instant"
         if target > self.clock.now():
             self.clock.set(target)

@@ -1,4 +1,4 @@
-"""Shared fixtures: fresh, migrated databases of each kind, and a SqlJournal over them.
+"""Shared fixtures: fresh, migrated databases of each kind, and a SqlStore over them.
 
 * ``sqlite_url``: a SQLite file in the test's tmp dir (not migrated).
 * ``pg_url``: a freshly created, uniquely named PostgreSQL database (not migrated), dropped
@@ -7,7 +7,9 @@
 * ``store_url``: parametrized ``sqlite`` / ``postgres`` (marked ``postgres``): a fresh
   database migrated to head with Alembic (copied from a template migrated once a session;
   a PostgreSQL clone is made while the test before it runs).
-* ``sql_engine`` / ``sql_journal``: an async engine and a :class:`SqlJournal` on ``store_url``.
+* ``sql_store_url``: the same, for the tests of the SQL stores (the engine tier overrides
+  ``store_url`` with the memory store).
+* ``sql_engine`` / ``sql_store``: an async engine and a :class:`SqlStore` on ``sql_store_url``.
 
 Every test fails (at teardown) that leaves an aiosqlite connection open on an event loop it
 closed: see :func:`pytest_runtest_teardown`.
@@ -45,7 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from flowpark.store.db import make_async_engine, sync_url
 from flowpark.store.migrate import upgrade
-from flowpark.store.sql_journal import SqlJournal
+from flowpark.store.sql_store import SqlStore
 
 DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 #: Seconds each test module took (sum of its tests' setup, call and teardown), measured by
@@ -330,10 +332,18 @@ def module_store_url(
         yield url
 
 
+@pytest.fixture(params=STORES)
+def sql_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """As :func:`store_url`, for the tests of the SQL stores themselves: the engine tier
+    overrides ``store_url`` with the memory store (``tests/engine/conftest.py``), never this."""
+    with _fresh_store(request, tmp_path) as url:
+        yield url
+
+
 @pytest.fixture
-async def sql_engine(store_url: str) -> AsyncIterator[AsyncEngine]:
-    """The service's async engine on ``store_url``; disposed after the test."""
-    engine = make_async_engine(store_url)
+async def sql_engine(sql_store_url: str) -> AsyncIterator[AsyncEngine]:
+    """The service's async engine on ``sql_store_url``; disposed after the test."""
+    engine = make_async_engine(sql_store_url)
     try:
         yield engine
     finally:
@@ -341,6 +351,6 @@ async def sql_engine(store_url: str) -> AsyncIterator[AsyncEngine]:
 
 
 @pytest.fixture
-def sql_journal(sql_engine: AsyncEngine) -> SqlJournal:
-    """A :class:`SqlJournal` on a fresh migrated database (SQLite and PostgreSQL)."""
-    return SqlJournal(sql_engine)
+def sql_store(sql_engine: AsyncEngine) -> SqlStore:
+    """A :class:`SqlStore` on a fresh migrated database (SQLite and PostgreSQL)."""
+    return SqlStore(sql_engine)

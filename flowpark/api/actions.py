@@ -172,11 +172,11 @@ async def _open(
         InstanceNotFound: 404. InstanceEnded: 409. RepeatedRefusal: the first refusal.
         ActionInProgress: 409, the first request is acting.
     """
-    reads = engine.journal.operator
+    reads = engine.store.operator
     for _ in range(3):  # a lost race reads the winner's record again
         first = await reads.find_action(instance_id, action, key) if key is not None else None
         if first is None:
-            inst = await engine.journal.reads.get_instance(instance_id)
+            inst = await engine.store.reads.get_instance(instance_id)
             if inst.state.ended and not on_ended:
                 raise InstanceEnded(
                     f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
@@ -230,7 +230,7 @@ async def _complete(engine: Engine, action: OperatorAction) -> None:
     """Store ``action``'s details; a store that fails here leaves the record pending (a
     repeat runs it again past the bound) and the request's own answer stands."""
     try:
-        stored = await engine.journal.operator.complete_action(action)
+        stored = await engine.store.operator.complete_action(action)
     except Exception:
         log.warning("the outcome of action %s could not be stored", action.id, exc_info=True)
         return
@@ -260,7 +260,7 @@ async def _act(
     record, inst = opened.action, opened.instance
     try:
         if inst is None:
-            inst = await engine.journal.reads.get_instance(instance_id)
+            inst = await engine.store.reads.get_instance(instance_id)
             if inst.state.ended and not on_ended:
                 raise InstanceEnded(
                     f"instance {instance_id} has ended ({inst.state})", instance_id=instance_id
@@ -300,7 +300,7 @@ async def wake(
         else:
             outcome = await engine.wake_now(instance_id)
             if outcome is None:
-                now = await engine.journal.reads.get_instance(instance_id)
+                now = await engine.store.reads.get_instance(instance_id)
                 done.update(state=now.state, reason="another node holds it now")
             else:
                 done.update(woken=True, state=outcome.state, wake_at=outcome.wake_at)

@@ -149,7 +149,7 @@ async def _route(
             check_correlation_key(read.key)
         except ValueError:
             continue  # no step records such a key
-        holder = await engine.journal.correlations.holder(read.plan.name, provider, read.key)
+        holder = await engine.store.correlations.holder(read.plan.name, provider, read.key)
         if holder is None:
             continue
         if holder.instance_id not in found or read.plan.version == holder.flow_version:
@@ -187,7 +187,7 @@ async def _repeat(
         owner = await delivery_ids.owner(flow, name, delivery_id)
         if owner is None:
             continue
-        version = (await engine.journal.reads.get_instance(owner)).flow_version
+        version = (await engine.store.reads.get_instance(owner)).flow_version
         same = [r for r in reads if r.plan.name == flow and r.plan.version == version]
         return owner, (same or [r for r in reads if r.plan.name == flow])[0].body
     return None

@@ -24,20 +24,17 @@ same objects to code that holds a request but is no route (the console's helpers
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Protocol, cast
+from typing import Annotated, Protocol, cast
 
 from fastapi import Depends, Request
 
 from flowpark.api.auth import Principal, require_scope, require_token
 from flowpark.engine.node.engine import Engine
+from flowpark.engine.ports.nodes import Nodes, Schema
 from flowpark.engine.ports.operator import OperatorReads
 from flowpark.engine.ports.outbox import Deliveries
 from flowpark.flows.catalog import Catalog
 from flowpark.settings import Settings
-from flowpark.store.nodes import SqlNodes
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = [
     "AnyToken",
@@ -91,9 +88,9 @@ class NodeParts:
     """The node's parts as far as the lifespan has built them (each None until then, and
     ``sweeper`` on a node that does not sweep): what ``/readyz`` checks."""
 
-    db: AsyncEngine | None
+    schema: Schema | None
     engine: Engine | None
-    nodes: SqlNodes | None
+    nodes: Nodes | None
     sweeper: Sweeping | None
 
 
@@ -114,9 +111,9 @@ def settings_of(request: Request) -> Settings:
     return cast(Settings, request.app.state.settings)
 
 
-def nodes_of(request: Request) -> SqlNodes:
+def nodes_of(request: Request) -> Nodes:
     """The nodes' liveness rows (set by the app's lifespan)."""
-    return cast(SqlNodes, request.app.state.nodes)
+    return cast(Nodes, request.app.state.nodes)
 
 
 async def _engine(request: Request) -> Engine:
@@ -132,7 +129,7 @@ async def _settings(request: Request) -> Settings:
 
 
 async def _operator_reads(request: Request) -> OperatorReads:
-    return engine_of(request).journal.operator
+    return engine_of(request).store.operator
 
 
 async def _deliveries(request: Request) -> Deliveries:
@@ -143,14 +140,14 @@ async def _delivery_ids(request: Request) -> DeliveryIds:
     return cast(DeliveryIds, request.app.state.delivery_ids)
 
 
-async def _nodes(request: Request) -> SqlNodes:
+async def _nodes(request: Request) -> Nodes:
     return nodes_of(request)
 
 
 async def _node_parts(request: Request) -> NodeParts:
     state = request.app.state
     return NodeParts(
-        db=getattr(state, "db", None),
+        schema=getattr(state, "schema", None),
         engine=getattr(state, "engine", None),
         nodes=getattr(state, "nodes", None),
         sweeper=getattr(state, "sweeper", None),
@@ -163,14 +160,14 @@ EngineDep = Annotated[Engine, Depends(_engine)]
 CatalogDep = Annotated[Catalog, Depends(_catalog)]
 #: The node's settings.
 SettingsDep = Annotated[Settings, Depends(_settings)]
-#: The operator's read model and action history (``engine.journal.operator``).
+#: The operator's read model and action history (``engine.store.operator``).
 OperatorReadsDep = Annotated[OperatorReads, Depends(_operator_reads)]
 #: Event deliveries to subscribers.
 DeliveriesDep = Annotated[Deliveries, Depends(_deliveries)]
 #: The first instance each signed delivery id reached.
 DeliveryIdsDep = Annotated[DeliveryIds, Depends(_delivery_ids)]
 #: The nodes' liveness rows.
-NodesDep = Annotated[SqlNodes, Depends(_nodes)]
+NodesDep = Annotated[Nodes, Depends(_nodes)]
 #: The node's parts built so far (readiness).
 NodePartsDep = Annotated[NodeParts, Depends(_node_parts)]
 

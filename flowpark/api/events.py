@@ -29,7 +29,7 @@ def build_events_router() -> APIRouter:
         token: ReadToken, engine: EngineDep, limit: int = Query(100, ge=1, le=1000)
     ) -> list[ReviewView]:
         """The human review queue, oldest first."""
-        items = await engine.journal.reads.list_reviews(limit)
+        items = await engine.store.reads.list_reviews(limit)
         return [review_view(i) for i in items]
 
     @router.get(
@@ -45,7 +45,7 @@ def build_events_router() -> APIRouter:
         after: int | None = Query(None, ge=0, le=MAX_SEQUENCE),
     ) -> list[EventView]:
         """The outbox of emitted events, in commit order (``after``: a sequence)."""
-        items = await engine.journal.reads.list_events(limit, after)
+        items = await engine.store.reads.list_events(limit, after)
         return [event_view(i) for i in items]
 
     return router

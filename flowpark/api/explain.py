@@ -218,7 +218,7 @@ def summary_view(
     )
 
 
-def counts_view(counts: ports.InstanceCounts, overdue_seconds: float) -> InstanceCounts:
+def counts_view(counts: ports.StateCounts, overdue_seconds: float) -> InstanceCounts:
     """``GET /api/v1/instances/counts``: per flow, version and state, with totals."""
     flows: dict[str, dict[str, dict[str, int]]] = {}
     totals: dict[str, int] = {}

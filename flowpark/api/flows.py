@@ -60,7 +60,7 @@ def build_flows_router() -> APIRouter:
         running and suspended instances; a start through a flow's route takes its newest
         served version."""
         catalog = engine.catalog
-        unfinished = await unfinished_by_version(engine.journal.operator, engine.clock.now())
+        unfinished = await unfinished_by_version(engine.store.operator, engine.clock.now())
         served = [
             FlowView(
                 name=p.name,

@@ -21,7 +21,6 @@ from flowpark.api.problems import problem
 from flowpark.errors import ErrorCode, SchemaBehindHead
 from flowpark.outages import OUTAGES, READY_TIMEOUT_SECONDS
 from flowpark.settings import Settings, overdue_before
-from flowpark.store import check_schema_at_head
 
 __all__ = ["READY_TIMEOUT_SECONDS", "build_health_router"]
 
@@ -53,18 +52,18 @@ def build_health_router() -> APIRouter:
         ``not_ready`` with the same ``checks`` (each ``ok`` or what failed; an unreachable
         database is ``store_unavailable``, its cause in the node's log only)."""
         checks: dict[str, str] = {}
-        db = parts.db
+        schema = parts.schema
         try:
-            if db is None:
+            if schema is None:
                 raise RuntimeError("the node is starting")
-            await asyncio.wait_for(check_schema_at_head(db), READY_TIMEOUT_SECONDS)
+            await asyncio.wait_for(schema.check_at_head(), READY_TIMEOUT_SECONDS)
             checks["database"] = "ok"
             checks["schema"] = "ok"
         except Exception as exc:  # noqa: BLE001 - each failure is reported, not raised
             if isinstance(exc, SchemaBehindHead):
                 checks["database"] = "ok"
                 checks["schema"] = str(exc)
-            elif db is None:
+            elif schema is None:
                 checks["database"] = "starting"
             else:
                 # the driver's message names hosts, ports and SQL: to the log only

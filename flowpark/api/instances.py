@@ -164,7 +164,7 @@ async def summaries(engine: Engine, rows: list[InstanceSummary]) -> list[Instanc
         if not r.state.ended
         and (step := poll_of(plans[(r.flow_name, r.flow_version)], r.wake_step_id)) is not None
     }
-    ends = await engine.journal.operator.poll_budget_ends([(i, n.index) for i, n in polls.items()])
+    ends = await engine.store.operator.poll_budget_ends([(i, n.index) for i, n in polls.items()])
     return [
         summary_view(
             r,
@@ -255,9 +255,9 @@ def build_instances_router() -> APIRouter:
         number of capability executions in the journal) and ``actions`` (the operator's
         wake, extend-budget and cancel history: who and when)."""
         check_instance_id(instance_id)
-        snap = await engine.journal.reads.load(instance_id)
-        signals = await engine.journal.reads.list_signals(instance_id)
-        actions = await engine.journal.operator.actions_of(instance_id)
+        snap = await engine.store.reads.load(instance_id)
+        signals = await engine.store.reads.list_signals(instance_id)
+        actions = await engine.store.operator.actions_of(instance_id)
         plan = engine.catalog.find(snap.instance.flow_name, snap.instance.flow_version)
         now = engine.clock.now()
         return instance_view(snap.instance, snap.steps, signals, plan, now, actions)

@@ -14,8 +14,8 @@ from flowpark.api.models._base import _AT, _LATER, ApiModel, _examples
 from flowpark.api.openapi import problem_responses
 from flowpark.api.views import API
 from flowpark.engine.node.engine import Engine
+from flowpark.engine.ports.nodes import NodeRecord, Nodes, NodesReport
 from flowpark.settings import Settings, overdue_before
-from flowpark.store.nodes import NodeRecord, NodesReport, SqlNodes
 
 __all__ = ["NodeList", "NodeView", "build_nodes_router", "nodes_report", "nodes_view"]
 
@@ -111,7 +111,7 @@ def nodes_view(report: NodesReport) -> dict[str, Any]:
     }
 
 
-async def nodes_report(engine: Engine, nodes: SqlNodes, settings: Settings) -> NodesReport:
+async def nodes_report(engine: Engine, nodes: Nodes, settings: Settings) -> NodesReport:
     """The nodes' report as of the engine clock's now (overdue: two scan intervals late).
 
     Args:

@@ -121,7 +121,7 @@ def build_operator_router() -> APIRouter:
         where = body.filter.to_filter(engine.clock.now(), display_fields(engine.catalog))
         # checked before a dry run too, so a dry run is refused what the action would be
         after = decode_cursor(body.cursor, ("body", "cursor")) if body.cursor else None
-        reads = engine.journal.operator
+        reads = engine.store.operator
         if body.dry_run:
             matched = await reads.count_matching(where)
             actionable = await _actionable(reads, where, body.action)

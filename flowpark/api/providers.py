@@ -135,7 +135,7 @@ async def provider_views(
         StoreUnavailable: the database could not be reached.
     """
     now = engine.clock.now()
-    stored = {s.name: s for s in await engine.journal.providers.states()}
+    stored = {s.name: s for s in await engine.store.providers.states()}
     for provider in engine.catalog.providers():  # declared here, not yet called: no row
         if provider.name not in stored:
             stored[provider.name] = _declared(engine, provider.name, now)
@@ -154,7 +154,7 @@ async def provider_views(
     views = []
     for state in states:
         load = loads.get(state.name, _Load())
-        minutes = await engine.journal.providers.tallies(state.name, now - HOUR)
+        minutes = await engine.store.providers.tallies(state.name, now - HOUR)
         previous = next((m for m in minutes if m.minute == last_minute), None)
         views.append(
             (_view(state, flows[state.name], load, previous, await _oldest(waits, load)), minutes)
@@ -233,7 +233,7 @@ async def _change(
         burst=body.burst,
         max_in_flight=body.max_in_flight,
     )
-    limits = engine.journal.providers
+    limits = engine.store.providers
     if name not in {s.name for s in await limits.states()} and name in {
         p.name for p in engine.catalog.providers()
     }:  # declared by this node's flows but never called yet: its row first

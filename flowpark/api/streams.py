@@ -65,7 +65,7 @@ async def _instance_with_stream(engine: Engine, instance_id: str, name: str) -> 
             (``stream_not_declared``).
     """
     check_instance_id(instance_id)
-    inst = await engine.journal.reads.get_instance(instance_id)
+    inst = await engine.store.reads.get_instance(instance_id)
     plan = engine.catalog.find(inst.flow_name, inst.flow_version)
     # a flow version this node does not run: its stored messages are served as they are,
     # for any name that could be a stream's (a NUL would break the PostgreSQL query)
@@ -98,8 +98,8 @@ async def sse_messages(
     cursor = after
     while True:
         # read the state first: a message written before the end is then surely read below
-        state = (await engine.journal.reads.get_instance(instance_id)).state
-        for message in await engine.journal.streams.read_stream(instance_id, name, after=cursor):
+        state = (await engine.store.reads.get_instance(instance_id)).state
+        for message in await engine.store.streams.read_stream(instance_id, name, after=cursor):
             cursor = message.sequence
             data = json.dumps(answer_json(stream_view(message)))
             yield ServerSentEvent(data=data, id=str(cursor))
@@ -174,7 +174,7 @@ def build_streams_router() -> APIRouter:
             return EventSourceResponse(
                 sse_messages(engine, instance_id, name, cursor), ping=SSE_PING_SECONDS
             )
-        messages = await engine.journal.streams.read_stream(instance_id, name, after=after)
+        messages = await engine.store.streams.read_stream(instance_id, name, after=after)
         return [stream_view(m) for m in messages]
 
     return router

@@ -212,7 +212,7 @@ async def keyed_instance(engine: Engine, plan: Plan, key: str) -> str:
             f"longer than {MAX_KEY} characters, which no instance key is",
             flow=plan.name,
         )
-    reads: OperatorReads = engine.journal.operator
+    reads: OperatorReads = engine.store.operator
     for states in ((InstanceState.RUNNING, InstanceState.SUSPENDED), ()):
         where = InstanceFilter(flow=plan.name, states=states, instance_key=key)
         page = await reads.list_instances(where, limit=1, after=None)

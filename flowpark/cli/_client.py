@@ -22,6 +22,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from flowpark.cli.consoles import err, out
+from flowpark.cli.times import duration_seconds, instant_text
 from flowpark.errors import ErrorCode
 from flowpark.redaction import redact
 from flowpark.settings import DEFAULT_API_TOKEN
@@ -69,13 +71,9 @@ EXIT_FORBIDDEN = 6
 
 _ENDED = ("completed", "failed", "cancelled")
 
-out = Console(highlight=False)
 # Piped or redirected (and no COLUMNS set), a table keeps one row per line whatever its
 # width, so it can be grepped and its ids copied; on a terminal, rich fits it to the terminal.
 _PIPED_WIDTH = 100_000
-# soft_wrap: a line on stderr is never broken at the terminal's width (80 columns when
-# piped), so an error stays one line and a cursor can be copied whole.
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 #: Terminal columns under which a table shows an instance id in the console's short form.
@@ -167,8 +165,6 @@ class _Filters:
         display_key: str | None = None,
         compensation_failed: bool = False,
     ) -> None:
-        from flowpark.cli.times import duration_seconds, instant_text
-
         self.values: dict[str, Any] = {
             "displayKey": display_key,
             "flow": flow,

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 import typer
 
-from flowpark.cli._client import err
+from flowpark.cli.consoles import err
 from flowpark.errors import ErrorCode
 from flowpark.flows.durations import to_timedelta
 

@@ -47,6 +47,11 @@ __all__ = ["AsyncClient"]
 M = TypeVar("M", bound=BaseModel)
 #: seconds the last read of a wait may take past its deadline at most
 _LAST_READ = 2.0
+# unasync: sync only
+# #: a sync wait leaves the stream for reads when less than this remains (seconds): the
+# #: node's keep-alive comes every 15 s, so a read of the stream can outlast a short rest
+# _STREAM_MARGIN = 20.0
+# unasync: end
 
 
 class AsyncClient:
@@ -63,8 +68,9 @@ class AsyncClient:
     Example::
 
         async with AsyncClient("http://127.0.0.1:8000", token="dev-token") as client:
-            started = await client.start("document.process", {"documentId": "inv-42"},
-                                         idempotency_key="inv-42")
+            started = await client.start(
+                "document.process", {"documentId": "inv-42"}, idempotency_key="inv-42"
+            )
             done = await client.wait(started.instance_id, timeout=60)
 
     Args:
@@ -507,9 +513,14 @@ class AsyncClient:
             except ClientError:
                 self._flows = []
         stream = stream_of(self._flows or [], view.flow, view.version)
+        # unasync: async only
         if stream is not None:
             with anyio.move_on_after(deadline - time.monotonic()):
                 await self._follow(instance_id, stream, deadline)
+        # unasync: sync only
+        # if stream is not None and self._left(deadline) > _STREAM_MARGIN:
+        #     self._follow(instance_id, stream, deadline - _STREAM_MARGIN)
+        # unasync: end
         read = 0
         while True:
             view = await self._send(Requests.get(instance_id), self._left(deadline))

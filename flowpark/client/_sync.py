@@ -1,3 +1,5 @@
+# Written by scripts/unasync.py from _async.py: edit that file, then run the script
+# (scripts/check fails when this file is not what it writes).
 """The blocking client: :class:`Client`."""
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ class Client:
     Example::
 
         with Client("http://127.0.0.1:8000", token="dev-token") as client:
-            started = client.start("document.process", {"documentId": "inv-42"},
-                                   idempotency_key="inv-42")
+            started = client.start(
+                "document.process", {"documentId": "inv-42"}, idempotency_key="inv-42"
+            )
             done = client.wait(started.instance_id, timeout=60)
 
     Args:

@@ -9,11 +9,11 @@ from flowpark.engine.outcomes import RunOutcome
 from flowpark.engine.ports import (
     Commit,
     Intake,
-    Journal,
     Mailbox,
     Park,
     ReadModel,
     RunStore,
+    Store,
     Streams,
 )
 from flowpark.engine.records import InstanceRecord, InstanceState, Snapshot, StepRow
@@ -26,7 +26,6 @@ __all__ = [
     "InstanceRecord",
     "InstanceState",
     "Intake",
-    "Journal",
     "Mailbox",
     "Park",
     "ReadModel",
@@ -35,6 +34,7 @@ __all__ = [
     "Snapshot",
     "StartResult",
     "StepRow",
+    "Store",
     "Streams",
     "SweepReport",
     "SystemClock",

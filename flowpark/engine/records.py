@@ -1,7 +1,7 @@
 """The records the engine and the store exchange: frozen values, no behaviour.
 
 The storage ports, one per use, are in :mod:`flowpark.engine.ports` (implemented by
-:class:`flowpark.store.SqlJournal`). Every instant is aware UTC from the engine's clock.
+:class:`flowpark.store.SqlStore`). Every instant is aware UTC from the engine's clock.
 """
 
 from __future__ import annotations
@@ -309,7 +309,7 @@ class Claim:
 
 @dataclass(frozen=True)
 class Delivery:
-    """A signal delivery's answer (:meth:`Journal.deliver_and_claim`).
+    """A signal delivery's answer (:meth:`Mailbox.deliver_and_claim`).
 
     Attributes:
         signal: the stored signal; for a repeat of its idempotency key, the first signal as

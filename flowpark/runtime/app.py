@@ -38,11 +38,13 @@ from flowpark.runtime.scheduler import Sweeper
 from flowpark.runtime.telemetry import Telemetry
 from flowpark.settings import DEFAULT_API_TOKEN, SCOPES, Settings
 from flowpark.store import check_schema_at_head, make_async_engine
+from flowpark.store.console_sessions import SqlConsoleSessions
 from flowpark.store.deliveries import SqlDeliveries
 from flowpark.store.delivery_ids import SqlDeliveryIds
 from flowpark.store.nodes import SqlNodes
 from flowpark.store.provider_waits import SqlProviderWaits
 from flowpark.store.retention import SqlRetention
+from flowpark.store.schema import SqlSchema
 from flowpark.ui import install_console
 
 __all__ = ["BodyLimit", "create_app"]
@@ -245,7 +247,7 @@ def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManage
             workers.engine = engine = _build_engine(wiring, db)
             app.state.engine = engine
             app.state.db = db
-            await log_unserved(engine.journal.operator, wiring.catalog, wiring.clock.now())
+            await log_unserved(engine.store.operator, wiring.catalog, wiring.clock.now())
             wiring.telemetry.start(db, wiring.clock)
             app.state.deliveries = SqlDeliveries(db)
             app.state.delivery_ids = SqlDeliveryIds(db)
@@ -253,6 +255,8 @@ def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManage
             app.state.sweeper = workers.sweeper
             app.state.nodes = nodes = SqlNodes(db)
             app.state.provider_waits = SqlProviderWaits(db)
+            app.state.console_sessions = SqlConsoleSessions(db)
+            app.state.schema = SqlSchema(db)
             workers.beat = NodeBeat(
                 nodes, wiring.clock, settings, wiring.catalog, "serve", workers.sweeper
             )

@@ -14,10 +14,11 @@ from importlib.metadata import PackageNotFoundError, version
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from flowpark.engine.clock import Clock
+from flowpark.engine.ports.nodes import NodeRecord
 from flowpark.flows import Catalog
 from flowpark.runtime.scheduler import Sweeper
 from flowpark.settings import Settings
-from flowpark.store.nodes import NodeRecord, SqlNodes
+from flowpark.store.nodes import SqlNodes
 
 __all__ = ["NodeBeat", "beat_seconds", "flowpark_version"]
 

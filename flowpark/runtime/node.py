@@ -11,7 +11,7 @@ from flowpark.engine.node.engine import Engine, EngineConfig
 from flowpark.flows import Catalog
 from flowpark.runtime.observe import NodeObserver
 from flowpark.settings import Settings
-from flowpark.store import SqlJournal
+from flowpark.store import SqlStore
 
 __all__ = ["node_engine"]
 
@@ -23,7 +23,7 @@ def node_engine(
     configured from ``settings`` (node id, lease, sweep batch, concurrency, start wait,
     provider limit overrides)."""
     return Engine(
-        SqlJournal(db, on_batch=observer.batched),
+        SqlStore(db, on_batch=observer.batched),
         catalog,
         clock,
         EngineConfig(

@@ -103,7 +103,7 @@ class Sweeper:
             self.last_sweep_at = self.engine.clock.now()
             self.last_claimed = claimed
             if self.short_wakes and self.engine.claiming:
-                ahead = await self.engine.journal.reads.next_wake(after=self.last_sweep_at)
+                ahead = await self.engine.store.reads.next_wake(after=self.last_sweep_at)
                 if ahead is not None:
                     self._parked("", ahead, NEXT_WAKE_GRANULARITY)
         except Exception as exc:

@@ -68,7 +68,7 @@ async def run_worker(
         register_flows(catalog, load_flows(settings.flow_targets if flows is None else flows, deps))
         await check_schema_at_head(db)
         engine = node_engine(settings, db, catalog, SystemClock(), telemetry.observer)
-        await log_unserved(engine.journal.operator, catalog, engine.clock.now())
+        await log_unserved(engine.store.operator, catalog, engine.clock.now())
         clock = engine.clock
         telemetry.start(db, clock)
         if telemetry.metrics is not None and settings.metrics_port is not None:

@@ -1,7 +1,7 @@
 """Storage: SQLModel tables, the SQL journal, engines and migrations.
 
 The only package that writes SQL. The engine sees it through
-:class:`flowpark.engine.ports.Journal` (its ports by use), implemented by :class:`SqlJournal`.
+:class:`flowpark.engine.ports.Store` (its ports by use), implemented by :class:`SqlStore`.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from flowpark.store.base import JournalConflict
 from flowpark.store.db import make_async_engine, sync_url
 from flowpark.store.schema import check_schema_at_head
-from flowpark.store.sql_journal import SqlJournal
+from flowpark.store.sql_store import SqlStore
 from flowpark.store.types import UtcDateTime
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "JournalConflict",
-    "SqlJournal",
+    "SqlStore",
     "UtcDateTime",
     "check_schema_at_head",
     "current_revision",

@@ -18,19 +18,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_json
 from sqlalchemy.exc import DataError, IntegrityError
 
-from flowpark.engine.records import EmittedEvent, NewInstance, StepRow
+from flowpark.engine.records import NewInstance
 from flowpark.store.base import SqlRole
-from flowpark.store.lanes import Lane
+from flowpark.store.lanes import CommitAnswer, CommitItem, FinishItem, Lane, Lanes
 from flowpark.store.mapping import step_values
 
-__all__ = ["CommitAnswer", "CommitItem", "FinishItem", "Lanes", "PgBatches", "require_aware"]
+__all__ = ["PgBatches", "require_aware"]
 
 _STEP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("instance_id", "uuid"),
@@ -250,58 +249,8 @@ _FINISH_SQL = (
 )
 
 
-@dataclass(frozen=True)
-class CommitItem:
-    """A journal row to commit under ``token``, optionally parking the instance with it.
-
-    Attributes:
-        park: ``(now, wake_at, wake_step_id, wake_scope, accept_signal, owner, wake_kind)``
-            or None.
-        events: outbox events written with the row (an emit's commit; not with ``park``).
-        deferred: a row of the same instance committed before ``row``, with it (not with
-            ``park``).
-    """
-
-    token: int
-    row: StepRow
-    lease_until: datetime
-    park: tuple[datetime, datetime | None, int, int, str | None, str, str | None] | None = None
-    events: tuple[EmittedEvent, ...] = ()
-    deferred: StepRow | None = None
-
-
-@dataclass(frozen=True)
-class CommitAnswer:
-    """What a batched commit did: the row is in; ``parked`` unless a cancel was requested
-    (``cancel_requested``) or an accepted signal waits (``signal_pending``)."""
-
-    cancel_requested: bool
-    parked: bool = False
-    signal_pending: bool = False
-
-
-@dataclass(frozen=True)
-class FinishItem:
-    """Complete the instance ``id`` under ``token`` with ``result`` at ``now``."""
-
-    id: str
-    token: int
-    now: datetime
-    result: Any
-
-
-@dataclass(frozen=True)
-class Lanes:
-    """The PostgreSQL store's group-commit lanes (see :class:`PgBatches`)."""
-
-    create: Lane[NewInstance, bool | None]
-    commit: Lane[CommitItem, CommitAnswer | None]
-    park: Lane[CommitItem, CommitAnswer | None]
-    finish: Lane[FinishItem, bool | None]
-
-
 class PgBatches(SqlRole):
-    """The batch bodies of :class:`flowpark.store.sql_journal.SqlJournal`'s PostgreSQL lanes.
+    """The batch bodies of :class:`flowpark.store.sql_store.SqlStore`'s PostgreSQL lanes.
 
     Each takes the items of one batch and answers per item; ``None`` sends that item to
     the one-at-a-time path (which raises the precise error, or applies it).

@@ -147,7 +147,7 @@ def claim_due_update(pick: Select[Any]) -> Any:
 
 class SqlClaims(SqlRole):
     """Claims and leases (of :class:`flowpark.engine.ports.RunStore` and
-    :class:`flowpark.engine.ports.Intake`) of :class:`flowpark.store.sql_journal.SqlJournal`."""
+    :class:`flowpark.engine.ports.Intake`) of :class:`flowpark.store.sql_store.SqlStore`."""
 
     async def claim(
         self, instance_id: str, owner: str, now: datetime, lease_until: datetime

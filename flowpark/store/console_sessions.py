@@ -3,7 +3,8 @@
 A sign-in writes a row; each console request reads it back (:meth:`SqlConsoleSessions.seen`):
 a session is open while its row is not ended, was seen within the idle timeout and is
 younger than its lifetime. The row's ``last_seen_at`` is written again at most once per
-:data:`TOUCH_SECONDS` (or a quarter of the idle timeout, if shorter), not on every page.
+:data:`~flowpark.engine.ports.nodes.TOUCH_SECONDS` (or a quarter of the idle timeout, if
+shorter), not on every page.
 Rows idle or ended for a day are deleted at the next sign-in.
 """
 
@@ -13,19 +14,18 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import delete, insert, or_, select, update
 
-from flowpark.store.base import SqlPart
+from flowpark.engine.ports.nodes import SESSIONS_KEPT, TOUCH_SECONDS
+from flowpark.store.parts import SqlPart
 from flowpark.store.tables import ConsoleSessionRow
 
-__all__ = ["TOUCH_SECONDS", "SqlConsoleSessions"]
+__all__ = ["SqlConsoleSessions"]
 
 SESSION = ConsoleSessionRow.__table__  # type: ignore[attr-defined]
-#: Seconds between two writes of a session's ``last_seen_at`` (at most).
-TOUCH_SECONDS = 30.0
-_KEPT = timedelta(days=1)
 
 
 class SqlConsoleSessions(SqlPart):
-    """Console sessions: opened at sign-in, seen on each request, ended at sign-out."""
+    """Console sessions (:class:`~flowpark.engine.ports.nodes.ConsoleSessions`): opened at
+    sign-in, seen on each request, ended at sign-out."""
 
     async def open(self, session_id: str, fingerprint: str, now: datetime) -> None:
         """Record a new session (and delete rows ended or idle for a day).
@@ -38,7 +38,10 @@ class SqlConsoleSessions(SqlPart):
         async with self._write() as conn:
             await conn.execute(
                 delete(SESSION).where(
-                    or_(SESSION.c.ended_at < now - _KEPT, SESSION.c.last_seen_at < now - _KEPT)
+                    or_(
+                        SESSION.c.ended_at < now - SESSIONS_KEPT,
+                        SESSION.c.last_seen_at < now - SESSIONS_KEPT,
+                    )
                 )
             )
             await conn.execute(
@@ -55,7 +58,7 @@ class SqlConsoleSessions(SqlPart):
         self, session_id: str, now: datetime, idle: timedelta, lifetime: timedelta
     ) -> str | None:
         """The session's token fingerprint when it is open at ``now``, else None; an open
-        one is marked seen (at most once per :data:`TOUCH_SECONDS`).
+        one is marked seen (at most once per :data:`~flowpark.engine.ports.nodes.TOUCH_SECONDS`).
 
         Args:
             session_id: the cookie's session id.

@@ -20,35 +20,21 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from flowpark.engine.ports.correlations import CorrelationHolder
 from flowpark.engine.ports.values import Correlation
-from flowpark.errors import CorrelationKeyInUse
 from flowpark.store.base import SqlRole
 from flowpark.store.mapping import INSTANCE
+from flowpark.store.memory_correlations import key_in_use
 from flowpark.store.provider_tables import CORRELATION
 from flowpark.store.tables import ACTIVE_STATES
 
 if TYPE_CHECKING:
-    from flowpark.store.dialects import Dialect
+    from flowpark.store.base import Dialect
 
 __all__ = [
     "CORRELATION",
     "SqlCorrelations",
-    "key_in_use",
     "record_correlations",
     "release_correlations",
 ]
-
-
-def key_in_use(instance_id: str, correlation: Correlation, holder: str) -> CorrelationKeyInUse:
-    """The refusal of ``instance_id``'s commit of a key ``holder`` holds."""
-    return CorrelationKeyInUse(
-        f"correlation key {correlation.key!r} of provider {correlation.provider!r} is held "
-        f"by another live instance of {correlation.flow_name} ({holder})",
-        flow=correlation.flow_name,
-        provider=correlation.provider,
-        key=correlation.key,
-        instance_id=instance_id,
-        holder_id=holder,
-    )
 
 
 async def record_correlations(

@@ -22,7 +22,7 @@ from sqlalchemy import and_, exists, func, insert, or_, select, update
 from sqlalchemy.sql import Select
 
 from flowpark.engine.ports.outbox import ClaimedDelivery
-from flowpark.store.base import SqlPart
+from flowpark.store.parts import SqlPart
 from flowpark.store.tables import EventDeliveryRow, OutboxEventRow
 
 __all__ = ["SqlDeliveries"]

@@ -13,7 +13,8 @@ from datetime import datetime
 
 from sqlalchemy import literal, select
 
-from flowpark.store.base import SqlPart, instant
+from flowpark.store.base import instant
+from flowpark.store.parts import SqlPart
 from flowpark.store.tables import FlowInstanceRow, SignalDeliveryRow
 
 __all__ = ["SqlDeliveryIds"]

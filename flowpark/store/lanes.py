@@ -15,9 +15,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Lane"]
+from flowpark.engine.records import EmittedEvent, NewInstance, StepRow
+
+__all__ = ["CommitAnswer", "CommitItem", "FinishItem", "Lane", "Lanes"]
 
 log = logging.getLogger("flowpark.store")
 
@@ -118,3 +122,54 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
     """Mark an answer seen: a caller cancelled while its batch ran does not read it."""
     if not future.cancelled():
         future.exception()
+
+
+@dataclass(frozen=True)
+class CommitItem:
+    """A journal row to commit under ``token``, optionally parking the instance with it.
+
+    Attributes:
+        park: ``(now, wake_at, wake_step_id, wake_scope, accept_signal, owner, wake_kind)``
+            or None.
+        events: outbox events written with the row (an emit's commit; not with ``park``).
+        deferred: a row of the same instance committed before ``row``, with it (not with
+            ``park``).
+    """
+
+    token: int
+    row: StepRow
+    lease_until: datetime
+    park: tuple[datetime, datetime | None, int, int, str | None, str, str | None] | None = None
+    events: tuple[EmittedEvent, ...] = ()
+    deferred: StepRow | None = None
+
+
+@dataclass(frozen=True)
+class CommitAnswer:
+    """What a batched commit did: the row is in; ``parked`` unless a cancel was requested
+    (``cancel_requested``) or an accepted signal waits (``signal_pending``)."""
+
+    cancel_requested: bool
+    parked: bool = False
+    signal_pending: bool = False
+
+
+@dataclass(frozen=True)
+class FinishItem:
+    """Complete the instance ``id`` under ``token`` with ``result`` at ``now``."""
+
+    id: str
+    token: int
+    now: datetime
+    result: Any
+
+
+@dataclass(frozen=True)
+class Lanes:
+    """The PostgreSQL store's group-commit lanes (filled by
+    :class:`~flowpark.store.batched.PgBatches`)."""
+
+    create: Lane[NewInstance, bool | None]
+    commit: Lane[CommitItem, CommitAnswer | None]
+    park: Lane[CommitItem, CommitAnswer | None]
+    finish: Lane[FinishItem, bool | None]

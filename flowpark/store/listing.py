@@ -19,10 +19,10 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from flowpark.engine.ports.operator import (
     InstanceCount,
-    InstanceCounts,
     InstanceFilter,
     InstancePage,
     InstanceSummary,
+    StateCounts,
 )
 from flowpark.engine.records import InstanceState, StepKind, StepRow, WakeKind
 from flowpark.store.base import SqlRole, const
@@ -200,7 +200,7 @@ class SqlOperatorReads(SqlRole):
         position = (rows[-1].created_at, rows[-1].id) if more and rows else None
         return InstancePage(rows, position)
 
-    async def count_instances_by(self, now: datetime, overdue_seconds: float) -> InstanceCounts:
+    async def count_instances_by(self, now: datetime, overdue_seconds: float) -> StateCounts:
         """Counts by flow, version and state, plus overdue and stuck totals.
 
         Args:
@@ -225,7 +225,7 @@ class SqlOperatorReads(SqlRole):
             rows = (await conn.execute(by)).all()
             overdue_count = int((await conn.execute(overdue)).scalar_one())
             stuck_count = int((await conn.execute(stuck)).scalar_one())
-        return InstanceCounts(
+        return StateCounts(
             by_state=[InstanceCount(r[0], r[1], InstanceState(r[2]), int(r[3])) for r in rows],
             overdue=overdue_count,
             stuck=stuck_count,

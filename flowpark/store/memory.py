@@ -1,8 +1,9 @@
-"""``MemoryStore``: every port of :class:`flowpark.engine.ports.Journal` in one process's memory.
+"""``MemoryStore``: every port of :class:`flowpark.engine.ports.Store` in one process's memory.
 
-The store of a run that writes no rows (an ephemeral flow: :mod:`flowpark.engine.node.ephemeral`),
+The store of a run that writes no rows (an ephemeral flow: :mod:`flowpark.engine.node.ephemeral`)
 and the twin the contract suite (``tests/contract_store``) runs beside SQLite and PostgreSQL:
-the same claims, fences, commits, parks, mailbox and reads, with the same answers and errors.
+the same claims, fences, commits, parks, mailbox, reads, deliveries and purge, with the same
+answers and errors.
 It imports no SQL driver. Every call runs without awaiting anything, so each is atomic on
 its event loop as a transaction is in SQL. Nothing survives the process.
 """
@@ -35,7 +36,6 @@ from flowpark.engine.records import (
     SignalRecord,
     Snapshot,
     StepKind,
-    StepRow,
     StreamMessage,
 )
 from flowpark.errors import (
@@ -46,6 +46,8 @@ from flowpark.errors import (
     JournalConflict,
 )
 from flowpark.store.memory_correlations import MemoryCorrelations
+from flowpark.store.memory_node import MemoryConsoleSessions, MemoryNodes, MemorySchema
+from flowpark.store.memory_outbox import MemoryDeliveries, MemoryRetention
 from flowpark.store.memory_providers import MemoryProviderLimits
 from flowpark.store.memory_reads import MemoryReads
 from flowpark.store.memory_state import (
@@ -53,7 +55,7 @@ from flowpark.store.memory_state import (
     NO_TRY,
     RUNNING,
     SUSPENDED,
-    append_row,
+    MemoryBase,
     append_stream,
     copy_json,
     require_aware,
@@ -62,12 +64,15 @@ from flowpark.store.memory_state import (
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore(MemoryReads):
-    """Every port of :class:`flowpark.engine.ports.Journal` over one in-memory state.
+class MemoryStore(MemoryBase):
+    """Every port of :class:`flowpark.engine.ports.Store` over one in-memory state.
 
     Attributes:
-        runs / intake / mailbox / streams / reads / operator / overview: this object (each
-            port's methods have distinct names).
+        runs / intake / mailbox / streams: this object (each port's methods have distinct
+            names).
+        reads (also operator, overview), deliveries, retention, nodes, console_sessions,
+            schema: parts over the same state (:mod:`flowpark.store.memory_reads`,
+            :mod:`flowpark.store.memory_outbox`, :mod:`flowpark.store.memory_node`).
         correlations: the correlation keys (:class:`MemoryCorrelations`).
         providers: the providers' shared limits (:class:`MemoryProviderLimits`).
     """
@@ -75,7 +80,12 @@ class MemoryStore(MemoryReads):
     def __init__(self) -> None:
         super().__init__()
         self.runs = self.intake = self.mailbox = self.streams = self
-        self.reads = self.operator = self.overview = self
+        self.reads = self.operator = self.overview = MemoryReads(self)
+        self.deliveries = MemoryDeliveries(self)
+        self.retention = MemoryRetention(self)
+        self.nodes = MemoryNodes(self)
+        self.console_sessions = MemoryConsoleSessions()
+        self.schema = MemorySchema()
         self.correlations = MemoryCorrelations(self._s)
         self.providers = MemoryProviderLimits()
 
@@ -92,12 +102,7 @@ class MemoryStore(MemoryReads):
 
     async def load(self, instance_id: str) -> Snapshot:
         """See :meth:`flowpark.engine.ports.RunStore.load`."""
-        inst = self._get(instance_id)
-        pending = [s for s in self._s.signals.get(instance_id, []) if s.taken_at is None]
-        return Snapshot(inst, list(self._s.steps.get(instance_id, [])), pending)
-
-    def _append(self, row: StepRow, commit: Commit, last: bool) -> None:
-        append_row(self._s, row, commit, last)
+        return self._snapshot(instance_id)
 
     def _check(self, commit: Commit) -> None:
         """Refuse, before anything is written, what the commit would conflict on."""
@@ -520,7 +525,8 @@ class MemoryStore(MemoryReads):
         if claim is None or state is not SUSPENDED or inst.wake_step_id not in claim.wake_steps:
             return Delivery(record, True, state)
         claimed = self._claimed(inst, claim.owner, signal.received_at, claim.lease_until)
-        return Delivery(record, True, state, replace(claimed))
+        # the claim brings the journal, as the SQL stores' one statement does: the run loads nothing
+        return Delivery(record, True, state, replace(claimed, snapshot=self._snapshot(inst.id)))
 
     async def get_signal(self, instance_id: str, signal_id: str) -> SignalRecord | None:
         """See :meth:`flowpark.engine.ports.Mailbox.get_signal`."""
@@ -566,5 +572,5 @@ class MemoryStore(MemoryReads):
         return [m for m in stored if after is None or m.sequence > after]
 
     def scratch(self) -> MemoryStore:
-        """A new, empty store (see :meth:`flowpark.engine.ports.Journal.scratch`)."""
+        """A new, empty store (see :meth:`flowpark.engine.ports.Store.scratch`)."""
         return MemoryStore()

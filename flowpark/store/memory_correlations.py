@@ -4,14 +4,27 @@ state of a :class:`~flowpark.store.memory.MemoryStore`."""
 from __future__ import annotations
 
 from flowpark.engine.ports.correlations import CorrelationHolder
-from flowpark.engine.ports.values import Commit
+from flowpark.engine.ports.values import Commit, Correlation
 from flowpark.engine.records import InstanceState
-from flowpark.store.correlations import key_in_use
+from flowpark.errors import CorrelationKeyInUse
 from flowpark.store.memory_state import MemoryState
 
-__all__ = ["MemoryCorrelations"]
+__all__ = ["MemoryCorrelations", "key_in_use"]
 
 _LIVE = (InstanceState.RUNNING, InstanceState.SUSPENDED)
+
+
+def key_in_use(instance_id: str, correlation: Correlation, holder: str) -> CorrelationKeyInUse:
+    """The refusal of ``instance_id``'s commit of a key ``holder`` holds."""
+    return CorrelationKeyInUse(
+        f"correlation key {correlation.key!r} of provider {correlation.provider!r} is held "
+        f"by another live instance of {correlation.flow_name} ({holder})",
+        flow=correlation.flow_name,
+        provider=correlation.provider,
+        key=correlation.key,
+        instance_id=instance_id,
+        holder_id=holder,
+    )
 
 
 class MemoryCorrelations:

@@ -13,11 +13,11 @@ from flowpark.engine.ports.operator import (
     AttemptStart,
     FlowActivity,
     InstanceCount,
-    InstanceCounts,
     InstanceFilter,
     InstancePage,
     InstanceSummary,
     OperatorAction,
+    StateCounts,
     StepActivity,
     StepWaiting,
 )
@@ -27,6 +27,7 @@ from flowpark.engine.records import (
     InstanceState,
     Outcome,
     SignalRecord,
+    Snapshot,
     StepKind,
     StepRow,
 )
@@ -35,14 +36,28 @@ from flowpark.store.memory_state import RUNNING, SUSPENDED, MemoryBase, copy_jso
 __all__ = ["MemoryReads"]
 
 
-class MemoryReads(MemoryBase):
+class MemoryReads:
     """:class:`~flowpark.engine.ports.ReadModel`, :class:`~flowpark.engine.ports.OperatorReads` and
-    :class:`~flowpark.engine.ports.OverviewReads` over the store's state."""
+    :class:`~flowpark.engine.ports.OverviewReads` over the state of a
+    :class:`~flowpark.store.memory.MemoryStore` (composed: the store holds one as its
+    ``reads``, ``operator`` and ``overview``).
+
+    Args:
+        base: the store's state and fences.
+    """
+
+    def __init__(self, base: MemoryBase) -> None:
+        self._base = base
+        self._s = base._s
 
     # -- ReadModel ----------------------------------------------------------------------
+    async def load(self, instance_id: str) -> Snapshot:
+        """See :meth:`flowpark.engine.ports.ReadModel.load`."""
+        return self._base._snapshot(instance_id)
+
     async def get_instance(self, instance_id: str) -> InstanceRecord:
         """See :meth:`flowpark.engine.ports.ReadModel.get_instance`."""
-        return self._get(instance_id)
+        return self._base._get(instance_id)
 
     async def list_signals(self, instance_id: str) -> list[SignalRecord]:
         """See :meth:`flowpark.engine.ports.ReadModel.list_signals`."""
@@ -140,7 +155,7 @@ class MemoryReads(MemoryBase):
         rows = rows[:limit]
         return InstancePage(rows, (rows[-1].created_at, rows[-1].id) if more and rows else None)
 
-    async def count_instances_by(self, now: datetime, overdue_seconds: float) -> InstanceCounts:
+    async def count_instances_by(self, now: datetime, overdue_seconds: float) -> StateCounts:
         """See :meth:`flowpark.engine.ports.OperatorReads.count_instances_by`."""
         counts: dict[tuple[str, str, str], int] = {}
         for i in self._s.instances.values():
@@ -148,7 +163,7 @@ class MemoryReads(MemoryBase):
             counts[key] = counts.get(key, 0) + 1
         overdue = InstanceFilter(overdue_seconds=overdue_seconds, now=now)
         stuck = InstanceFilter(stuck=True, now=now)
-        return InstanceCounts(
+        return StateCounts(
             by_state=[
                 InstanceCount(f, v, InstanceState(s), n) for (f, v, s), n in sorted(counts.items())
             ],

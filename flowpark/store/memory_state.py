@@ -17,6 +17,7 @@ from flowpark.engine.records import (
     InstanceRecord,
     InstanceState,
     SignalRecord,
+    Snapshot,
     StepRow,
     StreamMessage,
 )
@@ -74,6 +75,7 @@ class MemoryState:
     streams: dict[tuple[str, str], list[StreamMessage]] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     reviews: list[dict[str, Any]] = field(default_factory=list)
+    deliveries: list[dict[str, Any]] = field(default_factory=list)  # the outbox's sends
     actions: list[OperatorAction] = field(default_factory=list)
     idempotency: dict[str, str] = field(default_factory=dict)  # instance id -> its key
     sizes: dict[tuple[str, str, int], int] = field(default_factory=dict)  # stream messages
@@ -94,6 +96,20 @@ class MemoryBase:
         if inst is None:
             raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
         return inst
+
+    def _snapshot(self, instance_id: str) -> Snapshot:
+        """The instance, its journal and its untaken signals.
+
+        Raises:
+            InstanceNotFound: no such instance.
+        """
+        inst = self._get(instance_id)
+        pending = [s for s in self._s.signals.get(instance_id, []) if s.taken_at is None]
+        return Snapshot(inst, list(self._s.steps.get(instance_id, [])), pending)
+
+    def _append(self, row: StepRow, commit: Commit, last: bool) -> None:
+        """See :func:`append_row`."""
+        append_row(self._s, row, commit, last)
 
     def _fence(self, instance_id: str, token: int) -> InstanceRecord:
         """The instance if ``token`` is current and it runs.

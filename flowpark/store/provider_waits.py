@@ -14,11 +14,11 @@ from datetime import datetime
 from sqlalchemy import func, select
 
 from flowpark.engine.ports.provider_waits import OldestWait, WaitGroup
-from flowpark.store.base import SqlPart
 from flowpark.store.db import READ_ONLY
 from flowpark.store.mapping import INSTANCE
 from flowpark.store.memory import MemoryStore
 from flowpark.store.memory_state import SUSPENDED
+from flowpark.store.parts import SqlPart
 
 __all__ = ["MemoryProviderWaits", "SqlProviderWaits"]
 

@@ -33,7 +33,7 @@ _INSTANCE_BY_ID = select(INSTANCE).where(INSTANCE.c.id == bindparam("id"))
 
 class SqlReads(SqlRole):
     """The read model (:class:`flowpark.engine.ports.ReadModel`) of
-    :class:`flowpark.store.sql_journal.SqlJournal`: each call one read transaction, one
+    :class:`flowpark.store.sql_store.SqlStore`: each call one read transaction, one
     snapshot."""
 
     async def load(self, instance_id: str) -> Snapshot:

@@ -20,7 +20,7 @@ from datetime import datetime
 
 from sqlalchemy import delete, exists, select
 
-from flowpark.store.base import SqlPart
+from flowpark.store.parts import SqlPart
 from flowpark.store.tables import EventDeliveryRow, FlowInstanceRow, metadata
 
 __all__ = ["ENDED_STATES", "SqlRetention"]

@@ -28,7 +28,7 @@ __all__ = ["SqlRuns"]
 
 class SqlRuns(SqlClaims, SqlJournalWrites):
     """Claims, leases and the lease holder's journal of
-    :class:`flowpark.store.sql_journal.SqlJournal`.
+    :class:`flowpark.store.sql_store.SqlStore`.
 
     Args:
         context: the store's context.

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from flowpark.store.db import READ_ONLY
 
-__all__ = ["check_schema_at_head", "script_head"]
+__all__ = ["SqlSchema", "check_schema_at_head", "script_head"]
 
 _STORE = Path(__file__).resolve().parent
 #: the migrations in an installed distribution, else the source tree's ``alembic/``
@@ -78,3 +78,22 @@ async def check_schema_at_head(engine: AsyncEngine) -> None:
     from flowpark.store.migrate import check_schema_at_head as alembic_check
 
     await alembic_check(engine)
+
+
+class SqlSchema:
+    """The database's schema revision (:class:`~flowpark.engine.ports.nodes.Schema`).
+
+    Args:
+        engine: the service's engine (:func:`flowpark.store.db.make_async_engine`).
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def check_at_head(self) -> None:
+        """See :func:`check_schema_at_head`.
+
+        Raises:
+            SchemaBehindHead: the schema is at another revision (``schema_behind_head``).
+        """
+        await check_schema_at_head(self._engine)

@@ -39,7 +39,7 @@ from flowpark.store.mapping import (
 )
 from flowpark.store.types import is_instance_id
 
-__all__ = ["SqlMailbox", "signal_not_waiting"]
+__all__ = ["SqlMailbox", "repeat_after_race", "signal_by_key", "signal_not_waiting"]
 
 _RUNNING = InstanceState.RUNNING.value
 
@@ -68,9 +68,49 @@ _PENDING_SIGNALS = (
 )
 
 
+async def signal_by_key(
+    conn: AsyncConnection, instance_id: str, idempotency_key: str | None
+) -> SignalRecord | None:
+    """The signal of the instance holding ``idempotency_key``, or None."""
+    if idempotency_key is None:
+        return None
+    row = (
+        await conn.execute(
+            select(SIGNAL).where(
+                SIGNAL.c.instance_id == instance_id,
+                SIGNAL.c.idempotency_key == idempotency_key,
+            )
+        )
+    ).first()
+    return signal_from_row(row) if row is not None else None
+
+
+async def repeat_after_race(
+    mailbox: SqlRole,
+    instance_id: str,
+    idempotency_key: str | None,
+    signal_id: str,
+    cause: BaseException | None,
+) -> Delivery:
+    """The answer of ``mailbox``'s delivery whose insert lost to a concurrent repeat of its key:
+    that repeat's signal, committed by now.
+
+    Raises:
+        JournalConflict: no signal holds the key (the insert failed on ``signal_id``).
+    """
+    async with mailbox._read() as conn:
+        first = await signal_by_key(conn, instance_id, idempotency_key)
+        state = (
+            await conn.execute(select(INSTANCE.c.state).where(INSTANCE.c.id == instance_id))
+        ).scalar_one_or_none()
+    if first is not None and state is not None:
+        return Delivery(first, False, InstanceState(state))
+    raise JournalConflict(f"signal {signal_id!r} exists already", signal_id=signal_id) from cause
+
+
 class SqlMailbox(SqlRole):
     """The signal mailbox (:class:`flowpark.engine.ports.Mailbox`) of
-    :class:`flowpark.store.sql_journal.SqlJournal`."""
+    :class:`flowpark.store.sql_store.SqlStore`."""
 
     _fenced: Any
     _why: Any
@@ -116,33 +156,9 @@ class SqlMailbox(SqlRole):
         try:
             return await self._dialect.deliver(self, signal, claim_for)
         except IntegrityError as exc:  # the signal id exists, or a repeat raced the insert
-            return await self._repeat_after_race(
-                signal.instance_id, signal.idempotency_key, signal.signal_id, exc
+            return await repeat_after_race(
+                self, signal.instance_id, signal.idempotency_key, signal.signal_id, exc
             )
-
-    async def _repeat_after_race(
-        self,
-        instance_id: str,
-        idempotency_key: str | None,
-        signal_id: str,
-        cause: BaseException | None,
-    ) -> Delivery:
-        """The answer of a delivery whose insert lost to a concurrent repeat of its key:
-        that repeat's signal, committed by now.
-
-        Raises:
-            JournalConflict: no signal holds the key (the insert failed on ``signal_id``).
-        """
-        async with self._read() as conn:
-            first = await self._signal_by_key(conn, instance_id, idempotency_key)
-            state = (
-                await conn.execute(select(INSTANCE.c.state).where(INSTANCE.c.id == instance_id))
-            ).scalar_one_or_none()
-        if first is not None and state is not None:
-            return Delivery(first, False, InstanceState(state))
-        raise JournalConflict(
-            f"signal {signal_id!r} exists already", signal_id=signal_id
-        ) from cause
 
     async def pending_signals(self, instance_id: str) -> list[SignalRecord]:
         """Untaken signals of the instance, in arrival order (one statement)."""
@@ -163,21 +179,6 @@ class SqlMailbox(SqlRole):
                     )
                 )
             ).first()
-        return signal_from_row(row) if row is not None else None
-
-    async def _signal_by_key(
-        self, conn: AsyncConnection, instance_id: str, idempotency_key: str | None
-    ) -> SignalRecord | None:
-        if idempotency_key is None:
-            return None
-        row = (
-            await conn.execute(
-                select(SIGNAL).where(
-                    SIGNAL.c.instance_id == instance_id,
-                    SIGNAL.c.idempotency_key == idempotency_key,
-                )
-            )
-        ).first()
         return signal_from_row(row) if row is not None else None
 
     async def take_signal(self, token: int, signal_id: str, row: StepRow) -> Ack:

@@ -15,7 +15,7 @@ __all__ = ["SqlStreams"]
 
 
 class SqlStreams(SqlRole):
-    """The streams of :class:`flowpark.store.sql_journal.SqlJournal`."""
+    """The streams of :class:`flowpark.store.sql_store.SqlStore`."""
 
     async def write_stream(
         self, message: StreamWrite, max_bytes: int, *, token: int | None = None

@@ -586,4 +586,4 @@ class FlowNodeRow(SQLModel, table=True):
 
 
 # the providers' tables (limits, tallies, correlation keys) register on the same metadata
-from flowpark.store import provider_tables as _provider_tables  # noqa: E402,F401
+from flowpark.store.provider_tables import PROVIDER as _PROVIDER  # noqa: E402,F401

@@ -29,7 +29,7 @@ from flowpark.engine.records import (
 )
 from flowpark.errors import FlowFailure, IdempotencyKeyReused, InstanceKeyInUse
 from flowpark.store.base import JournalConflict, SqlRole, const, instant
-from flowpark.store.batched import CommitItem, FinishItem, require_aware
+from flowpark.store.batched import require_aware
 from flowpark.store.correlations import release_correlations
 from flowpark.store.fencing import (
     NO_LEASE,
@@ -39,6 +39,7 @@ from flowpark.store.fencing import (
     fenced,
     insert_step,
 )
+from flowpark.store.lanes import CommitItem, FinishItem
 from flowpark.store.mapping import (
     HEARTBEAT,
     INSTANCE,
@@ -79,7 +80,7 @@ def park_values(park: Park, at: datetime) -> dict[str, Any]:
 
 
 class SqlJournalWrites(SqlRole):
-    """The lease holder's journal of :class:`flowpark.store.sql_journal.SqlJournal`."""
+    """The lease holder's journal of :class:`flowpark.store.sql_store.SqlStore`."""
 
     async def create_instance(self, new: NewInstance) -> tuple[InstanceRecord, bool]:
         """Insert a running instance leased to ``new.lease_owner`` (fencing token 1) with its

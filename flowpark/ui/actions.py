@@ -139,7 +139,7 @@ def build_actions_router() -> APIRouter:
         if refused is not None:
             return refused
         check_instance_id(instance_id)
-        snap = await _engine(request).journal.reads.load(instance_id)
+        snap = await _engine(request).store.reads.load(instance_id)
         signal = signal_waited(_engine(request), snap.instance) if name == "signal" else None
         if name == "signal" and signal is None:
             return problem_page(
@@ -281,7 +281,7 @@ async def _send_signal(
     """Validate the form against the signal's model and deliver it as an operator; the
     form again with what is wrong, or the sentence the instance page shows."""
     engine = _engine(request)
-    snap = await engine.journal.reads.load(instance_id)
+    snap = await engine.store.reads.load(instance_id)
     signal = signal_waited(engine, snap.instance)
     if signal is None:
         return problem_page(

@@ -192,7 +192,7 @@ def build_instances_router() -> APIRouter:
         sort = q.get("sort") or "-created"
         if sort.lstrip("-") not in SORTS:
             sort = "-created"
-        page = await engine.journal.operator.list_instances(
+        page = await engine.store.operator.list_instances(
             where, limit=limit, after=after, oldest_first=sort == "created"
         )
         rows = [answer_json(r) for r in await summaries(engine, page.rows)]
@@ -226,9 +226,9 @@ def build_instances_router() -> APIRouter:
         session = need_session(request)
         check_instance_id(instance_id)
         engine = _engine(request)
-        snap = await engine.journal.reads.load(instance_id)
+        snap = await engine.store.reads.load(instance_id)
         inst = snap.instance
-        signals = await engine.journal.reads.list_signals(instance_id)
+        signals = await engine.store.reads.list_signals(instance_id)
         plan = engine.catalog.find(inst.flow_name, inst.flow_version)
         now = engine.clock.now()
         suspended = inst.state is InstanceState.SUSPENDED
@@ -236,7 +236,7 @@ def build_instances_router() -> APIRouter:
         waiting = answer_json(waits) if waits is not None else None
         attempts = [answer_json(a) for a in attempts_view(plan, inst, snap.steps)]
         next_attempt = waiting.get("attempt") if waiting else None
-        reads = engine.journal.operator
+        reads = engine.store.operator
         history = [answer_json(action_view(a)) for a in await reads.actions_of(instance_id)]
         timeline = build_timeline(
             attempts,
@@ -251,7 +251,7 @@ def build_instances_router() -> APIRouter:
         budget = budget_view(inst, snap.steps, now)
         streams = []
         for name in sorted(plan.streams) if plan is not None else []:
-            messages = await engine.journal.streams.read_stream(instance_id, name)
+            messages = await engine.store.streams.read_stream(instance_id, name)
             after = messages[-1].sequence if messages else None
             url = f"/ui/instances/{instance_id}/streams/{name}"
             streams.append(
@@ -313,7 +313,7 @@ def build_instances_router() -> APIRouter:
         need_session(request)
         check_instance_id(instance_id)
         engine = _engine(request)
-        inst = await engine.journal.reads.get_instance(instance_id)
+        inst = await engine.store.reads.get_instance(instance_id)
         plan = engine.catalog.find(inst.flow_name, inst.flow_version)
         if plan is None or name not in plan.streams:
             raise StreamNotDeclared(

@@ -17,12 +17,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from fastapi import APIRouter, FastAPI, Form, Request
+from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
-from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from flowpark.api.deps import engine_of, nodes_of, settings_of
 from flowpark.api.nodes import nodes_report
@@ -49,7 +47,6 @@ __all__ = [
     "RECENT_WINDOW",
     "ConsoleRoute",
     "build_console_router",
-    "install_console",
     "need_session",
     "overdue_threshold",
     "render",
@@ -183,7 +180,7 @@ def build_console_router() -> APIRouter:
     async def overview(request: Request) -> HTMLResponse:
         session = need_session(request)
         engine = _engine(request)
-        reads = engine.journal.overview
+        reads = engine.store.overview
         now = engine.clock.now()
         overdue = overdue_threshold(request)
         activity = await reads.flow_activity(
@@ -293,7 +290,7 @@ def build_console_router() -> APIRouter:
                 "No such flow",
                 f"This node has no flow {name} {version}.",
             )
-        reads = engine.journal.overview
+        reads = engine.store.overview
         waiting = {w.step_id: w.count for w in await reads.waiting_by_step(name, version)}
         marked = await _marked_steps(request, engine, plan)
         activity = await reads.step_activity(name, version, engine.clock.now() - RECENT_WINDOW)
@@ -336,7 +333,7 @@ async def _marked_steps(request: Request, engine: Engine, plan: Plan) -> dict[st
         return {}
     try:
         check_instance_id(wanted)
-        snap = await engine.journal.reads.load(wanted)
+        snap = await engine.store.reads.load(wanted)
     except FlowparkError:
         return {}
     inst = snap.instance
@@ -395,50 +392,3 @@ class ConsoleRoute(APIRoute):
                 return problem_page(request, status, exc.code, title, exc.message)
 
         return guarded
-
-
-def install_console(app: FastAPI) -> None:
-    """Serve the console on ``app`` at ``/ui`` with its static files at ``/ui/static``."""
-    app.mount("/ui/static", StaticFiles(directory=str(STATIC)), name="console-static")
-    from flowpark.ui.actions import build_actions_router
-    from flowpark.ui.instances import build_instances_router
-    from flowpark.ui.providers import build_providers_router
-
-    app.include_router(build_console_router())
-    app.include_router(build_instances_router())
-    app.include_router(build_providers_router())
-    app.include_router(build_actions_router())
-    app.include_router(_fallback_router())
-    app.include_router(_root_router())
-
-
-def _root_router() -> APIRouter:
-    """``GET /`` from a browser (``Accept`` names ``text/html``) goes to the console (307);
-    any other client keeps the API's ``404 not_found`` problem for it."""
-    router = APIRouter(include_in_schema=False)
-
-    @router.get("/")
-    async def root(request: Request) -> Response:
-        if "text/html" in request.headers.get("accept", ""):
-            return RedirectResponse("/ui", status_code=307)
-        raise StarletteHTTPException(404)
-
-    return router
-
-
-def _fallback_router() -> APIRouter:
-    """Last of the console's routes: ``/ui/`` and any path with a trailing slash go to the
-    page without it (308); any other unknown ``/ui`` path is a console 404 page."""
-    router = APIRouter(prefix="/ui", include_in_schema=False, route_class=ConsoleRoute)
-
-    @router.get("/{rest:path}", response_class=HTMLResponse)
-    async def elsewhere(request: Request, rest: str) -> Response:
-        if rest.endswith("/") or rest == "":
-            target = "/ui/" + rest.strip("/") if rest.strip("/") else "/ui"
-            query = f"?{request.url.query}" if request.url.query else ""
-            return RedirectResponse(target.rstrip("/") + query, status_code=308)
-        return problem_page(
-            request, 404, "not_found", "Not found", "The console has no page at this address."
-        )
-
-    return router

@@ -28,6 +28,7 @@ import hmac
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import cast
 
 from fastapi import Request
 from fastapi.responses import Response
@@ -35,8 +36,8 @@ from itsdangerous import BadSignature, Signer, URLSafeTimedSerializer
 
 from flowpark.api.auth import Principal
 from flowpark.api.deps import engine_of, settings_of
+from flowpark.engine.ports.nodes import ConsoleSessions
 from flowpark.settings import Settings
-from flowpark.store.console_sessions import SqlConsoleSessions
 
 __all__ = [
     "COOKIE",
@@ -116,8 +117,8 @@ def sign_in(settings: Settings, token: str) -> Principal | None:
     return principal if principal is not None and "read" in principal.scopes else None
 
 
-def _sessions(request: Request) -> SqlConsoleSessions:
-    return SqlConsoleSessions(request.app.state.db)
+def _sessions(request: Request) -> ConsoleSessions:
+    return cast(ConsoleSessions, request.app.state.console_sessions)
 
 
 async def open_session(

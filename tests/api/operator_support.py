@@ -83,7 +83,7 @@ class Operated:
             lease_owner="dead-node",
             lease_expires_at=now - timedelta(seconds=1),
         )
-        record, _ = await self.h.journal.intake.create_instance(new)
+        record, _ = await self.h.store.intake.create_instance(new)
         return record.id
 
 

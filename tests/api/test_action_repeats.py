@@ -49,7 +49,7 @@ async def pending(op: Operated, instance_id: str, action: str, key: str) -> Oper
         details={"pending": True},
         idempotency_key=key,
     )
-    stored, created = await op.h.journal.operator.record_action(record)
+    stored, created = await op.h.store.operator.record_action(record)
     assert created
     return stored
 
@@ -174,17 +174,17 @@ async def test_a_refusal_that_says_try_again_leaves_the_key_to_act(op: Operated)
     h = op.h
     inst = (await h.start("t.poll", {"order_id": "o-busy"}, version="1.0.0")).instance
     ops = Principal("ops", frozenset({"operate"}))
-    held = await h.journal.runs.claim(
+    held = await h.store.runs.claim(
         inst.id, "other-node", h.clock.now(), h.clock.now() + timedelta(minutes=1)
     )
     assert held is not None  # another node runs it now
     with pytest.raises(FlowparkError) as busy:
         await actions.extend(h.engine, ops, inst.id, timedelta(minutes=1), "busy-1")
     assert busy.value.code == "instance_busy"
-    await h.journal.runs.release(inst.id, held.fencing_token, h.clock.now())
+    await h.store.runs.release(inst.id, held.fencing_token, h.clock.now())
     status, answer = await actions.extend(h.engine, ops, inst.id, timedelta(minutes=1), "busy-1")
     assert status == 200 and answer.extended is True
-    (action,) = await h.journal.operator.actions_of(inst.id)
+    (action,) = await h.store.operator.actions_of(inst.id)
     assert action.details["answer"]["extended"] is True and action.details["runs"] == 2
 
 

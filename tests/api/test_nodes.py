@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from flowpark.engine.ports.nodes import NodeRecord
 from flowpark.store.db import make_async_engine
-from flowpark.store.nodes import NodeRecord, SqlNodes
+from flowpark.store.nodes import SqlNodes
 from tests.api.operator_support import operated
 from tests.support.eventually import eventually
 from tests.support.server import live_server
@@ -118,7 +119,7 @@ async def test_a_sweeping_node_reports_its_sweeps_and_marks_its_row_stopped(
 def test_the_notice_speaks_only_of_overdue_work(overdue: int) -> None:
     from datetime import UTC, datetime
 
-    from flowpark.store.nodes import NodesReport
+    from flowpark.engine.ports.nodes import NodesReport
 
     now = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
     report = NodesReport([], now, overdue)

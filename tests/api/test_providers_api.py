@@ -77,11 +77,11 @@ async def deferred(op: Operated, seconds: float, kind: WakeKind) -> str:
         lease_owner="n-1",
         lease_expires_at=now + timedelta(seconds=30),
     )
-    record, _ = await h.journal.intake.create_instance(new)
+    record, _ = await h.store.intake.create_instance(new)
     poll = h.catalog.get("p.poll", "1.0.0").steps[1].index
     park = Park(now + timedelta(seconds=2), poll, 1, "n-1", kind=kind)
     at = now - timedelta(seconds=seconds)
-    await h.journal.runs.commit(Commit(record.id, 1, at, at + timedelta(seconds=30), park=park))
+    await h.store.runs.commit(Commit(record.id, 1, at, at + timedelta(seconds=30), park=park))
     return record.id
 
 
@@ -90,7 +90,7 @@ async def test_a_provider_shows_its_limit_load_and_waits(store_url: str) -> None
         h = op.h
         now = h.clock.now()
         state = ProviderState("ocr", 10, 20, None, 10, None, None, 0, now, "declared")
-        await h.journal.providers.declare([state], now)
+        await h.store.providers.declare([state], now)
         for n in range(3):
             started = await h.start("p.poll", {"order_id": f"o-{n}"})
             assert started.instance.state == "suspended"
@@ -99,9 +99,9 @@ async def test_a_provider_shows_its_limit_load_and_waits(store_url: str) -> None
         await deferred(op, 5, WakeKind.PROVIDER_PUSHBACK)
         previous = now.replace(second=0, microsecond=0) - timedelta(minutes=1)
         request = GrantRequest("ocr", "n-1", 1, previous, ok=7, pushback=1, failed=2, deferred=3)
-        await h.journal.providers.grant(request)
+        await h.store.providers.grant(request)
         reason = "429 from p.check; Retry-After 5 s"
-        await h.journal.providers.pushback(
+        await h.store.providers.pushback(
             PushbackReport("ocr", now, now + timedelta(seconds=5), reason)
         )
 
@@ -143,7 +143,7 @@ async def test_an_operator_changes_a_limit_live(store_url: str) -> None:
         h = op.h
         now = h.clock.now()
         state = ProviderState("ocr", 10, 20, None, 10, None, None, 0, now, "declared")
-        await h.journal.providers.declare([state], now)
+        await h.store.providers.declare([state], now)
         async with op.client() as client:
             put = await client.put(f"{LIST}/ocr/limit", json={"ratePerSecond": 20, "burst": 4})
             assert put.status_code == 200, put.text
@@ -157,7 +157,7 @@ async def test_an_operator_changes_a_limit_live(store_url: str) -> None:
             assert patched.status_code == 200, patched.text
             assert (patched.json()["ratePerSecond"], patched.json()["maxInFlight"]) == (20, 8)
             # a declaration after the operator's change does not replace it
-            await h.journal.providers.declare([state], now + timedelta(seconds=1))
+            await h.store.providers.declare([state], now + timedelta(seconds=1))
             again = (await client.get(f"{LIST}/ocr")).json()
             assert again["ratePerSecond"] == 20
 
@@ -177,7 +177,7 @@ async def test_a_provider_not_called_yet_shows_its_declaration_and_takes_a_chang
 ) -> None:
     setting = {"ocr": {"rate_per_second": 7}}
     async with operated(store_url, [flow()], provider_limits=setting) as op:
-        assert await op.h.journal.providers.states() == []  # no call yet: no row
+        assert await op.h.store.providers.states() == []  # no call yet: no row
         async with op.client() as client:
             [ocr] = (await client.get(LIST)).json()
             assert (ocr["name"], ocr["ratePerSecond"], ocr["burst"]) == ("ocr", 7, 20)
@@ -188,5 +188,5 @@ async def test_a_provider_not_called_yet_shows_its_declaration_and_takes_a_chang
             put = await client.put(f"{LIST}/ocr/limit", json={"ratePerSecond": 5})
             assert put.status_code == 200, put.text
             assert (put.json()["ratePerSecond"], put.json()["updatedBy"]) == (5, "token-1")
-        [state] = await op.h.journal.providers.states()
+        [state] = await op.h.store.providers.states()
         assert (state.rate_per_second, state.burst, state.updated_by) == (5, 20, "token-1")

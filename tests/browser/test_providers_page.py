@@ -16,7 +16,7 @@ from playwright.sync_api import Page, expect
 
 from flowpark.engine.ports import GrantRequest, PushbackReport
 from flowpark.engine.ports.providers import ProviderState
-from flowpark.store import SqlJournal, make_async_engine
+from flowpark.store import SqlStore, make_async_engine
 from tests.browser.conftest import start_server
 from tests.support.server import TOKEN, SubprocessServer
 
@@ -28,7 +28,7 @@ async def _seed(database: Path) -> None:
     and a pushback in the last minute (the effective rate halves)."""
     engine = make_async_engine(f"sqlite:///{database}")
     try:
-        limits = SqlJournal(engine).providers
+        limits = SqlStore(engine).providers
         now = datetime.now(UTC)
         minute = now.replace(second=0, microsecond=0)
         state = ProviderState("ocr", 50, 5, None, 50, None, None, 0, now, "declared")

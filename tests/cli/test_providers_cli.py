@@ -25,7 +25,7 @@ async def test_list_show_and_set_a_limit(_sqlite_template: Path, tmp_path: Path)
         h = op.h
         now = h.clock.now()
         state = ProviderState("ocr", 10, 20, None, 10, None, None, 0, now, "declared")
-        await h.journal.providers.declare([state], now)
+        await h.store.providers.declare([state], now)
         waiting = await deferred(op, 30, WakeKind.PROVIDER_BUDGET)
         common = ["--url", op.server.base_url, "--token", op.server.token]
 
@@ -54,7 +54,7 @@ async def test_list_show_and_set_a_limit(_sqlite_template: Path, tmp_path: Path)
         changed = runner.invoke(app, ["providers", "set", "ocr", "--rate", "25", *common])
         assert changed.exit_code == 0, changed.output
         assert "25/s, burst 20" in changed.output and "token-1" in changed.output
-        assert (await h.journal.providers.states())[0].rate_per_second == 25
+        assert (await h.store.providers.states())[0].rate_per_second == 25
 
         bad = runner.invoke(app, ["providers", "set", "ocr", "--rate", "0", *common])
         assert bad.exit_code == 1 and "input_invalid" in bad.output

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from flowpark.engine.ports import GrantRequest, Journal, LimitChange, PushbackReport
+from flowpark.engine.ports import GrantRequest, LimitChange, PushbackReport, Store
 from flowpark.engine.ports.providers import ProviderState
 from flowpark.errors import ProviderNotFound
 from tests.support.journal import T0, at
@@ -21,8 +21,8 @@ def declared(
     return ProviderState(name, rate, burst, None, rate, None, None, 0, T0, by)
 
 
-async def test_a_declared_provider_grants_its_burst_then_at_its_rate(journal: Journal) -> None:
-    limits = journal.providers
+async def test_a_declared_provider_grants_its_burst_then_at_its_rate(store: Store) -> None:
+    limits = store.providers
     await limits.declare([declared()], T0)
     first = await limits.grant(GrantRequest("ocr", "n1", 5, T0))
     assert first.granted == 2  # the full bucket: the burst
@@ -33,8 +33,8 @@ async def test_a_declared_provider_grants_its_burst_then_at_its_rate(journal: Jo
     assert later.state.effective_rate == 10.0
 
 
-async def test_grants_add_up_to_the_rate_whoever_asks(journal: Journal) -> None:
-    limits = journal.providers
+async def test_grants_add_up_to_the_rate_whoever_asks(store: Store) -> None:
+    limits = store.providers
     await limits.declare([declared(rate=20.0, burst=1)], T0)
     total = 0
     for tick in range(1, 201):  # 10 s in 50 ms steps, two nodes asking in turn
@@ -43,8 +43,8 @@ async def test_grants_add_up_to_the_rate_whoever_asks(journal: Journal) -> None:
     assert 199 <= total <= 201  # 20/s for 10 s (+ the initial burst)
 
 
-async def test_pushback_pauses_halves_once_per_interval_and_floors(journal: Journal) -> None:
-    limits = journal.providers
+async def test_pushback_pauses_halves_once_per_interval_and_floors(store: Store) -> None:
+    limits = store.providers
     await limits.declare([declared(rate=10.0, burst=5)], T0)
     state = await limits.pushback(PushbackReport("ocr", T0, at(5), "429; Retry-After 5 s"))
     assert state.effective_rate == 5.0
@@ -63,9 +63,9 @@ async def test_pushback_pauses_halves_once_per_interval_and_floors(journal: Jour
 
 
 async def test_the_effective_rate_recovers_additively_after_a_clean_interval(
-    journal: Journal,
+    store: Store,
 ) -> None:
-    limits = journal.providers
+    limits = store.providers
     await limits.declare([declared(rate=10.0, burst=1)], T0)
     await limits.pushback(PushbackReport("ocr", T0, at(1), "429"))
     assert (await limits.grant(GrantRequest("ocr", "n1", 1, at(4)))).state.effective_rate == 5.0
@@ -77,9 +77,9 @@ async def test_the_effective_rate_recovers_additively_after_a_clean_interval(
 
 
 async def test_an_operator_change_is_kept_and_a_setting_replaces_a_declaration(
-    journal: Journal,
+    store: Store,
 ) -> None:
-    limits = journal.providers
+    limits = store.providers
     await limits.declare([declared("a"), declared("b")], T0)
     await limits.declare([declared("a", rate=3.0, by="setting")], at(1))
     changed = await limits.set_limit(LimitChange("b", "ops", at(2), rate_per_second=7.0, burst=3))
@@ -96,17 +96,17 @@ async def test_an_operator_change_is_kept_and_a_setting_replaces_a_declaration(
         await limits.set_limit(LimitChange("a", "ops", at(4), rate_per_second=0.0))
 
 
-async def test_an_unknown_provider_is_refused(journal: Journal) -> None:
+async def test_an_unknown_provider_is_refused(store: Store) -> None:
     with pytest.raises(ProviderNotFound):
-        await journal.providers.grant(GrantRequest("nope", "n1", 1, T0))
+        await store.providers.grant(GrantRequest("nope", "n1", 1, T0))
     with pytest.raises(ProviderNotFound):
-        await journal.providers.set_limit(LimitChange("nope", "ops", T0, burst=2))
+        await store.providers.set_limit(LimitChange("nope", "ops", T0, burst=2))
     with pytest.raises(ProviderNotFound):
-        await journal.providers.pushback(PushbackReport("nope", T0, at(1), "429"))
+        await store.providers.pushback(PushbackReport("nope", T0, at(1), "429"))
 
 
-async def test_outcome_counts_are_tallied_per_minute(journal: Journal) -> None:
-    limits = journal.providers
+async def test_outcome_counts_are_tallied_per_minute(store: Store) -> None:
+    limits = store.providers
     await limits.declare([declared()], T0)
     await limits.grant(GrantRequest("ocr", "n1", 1, at(1), ok=3, failed=1))
     await limits.grant(GrantRequest("ocr", "n2", 1, at(2), ok=2, pushback=1, deferred=4))
@@ -121,10 +121,10 @@ async def test_outcome_counts_are_tallied_per_minute(journal: Journal) -> None:
     assert replace(minutes[1]).ok == 1
 
 
-async def test_concurrent_grants_never_take_more_than_the_bucket_holds(journal: Journal) -> None:
+async def test_concurrent_grants_never_take_more_than_the_bucket_holds(store: Store) -> None:
     import asyncio
 
-    limits = journal.providers
+    limits = store.providers
     await limits.declare([declared(rate=10.0, burst=4)], T0)
     grants = await asyncio.gather(
         *(limits.grant(GrantRequest("ocr", f"n{i}", 3, at(0.5))) for i in range(6))
@@ -132,8 +132,8 @@ async def test_concurrent_grants_never_take_more_than_the_bucket_holds(journal: 
     assert sum(g.granted for g in grants) == 4  # the full bucket, once, whoever asked
 
 
-async def test_nodes_declaring_one_provider_at_once_make_one_row(journal: Journal) -> None:
+async def test_nodes_declaring_one_provider_at_once_make_one_row(store: Store) -> None:
     import asyncio
 
-    await asyncio.gather(*(journal.providers.declare([declared()], T0) for _ in range(4)))
-    assert [s.name for s in await journal.providers.states()] == ["ocr"]
+    await asyncio.gather(*(store.providers.declare([declared()], T0) for _ in range(4)))
+    assert [s.name for s in await store.providers.states()] == ["ocr"]

@@ -5,39 +5,37 @@ and on PostgreSQL."""
 
 from __future__ import annotations
 
-from flowpark.engine.ports import Commit, Journal, Park
+from flowpark.engine.ports import Commit, Park, Store
 from flowpark.engine.ports.provider_waits import DEFERRAL_KINDS, ProviderWaits, WaitGroup
 from flowpark.engine.records import WakeKind
 from flowpark.store.memory import MemoryStore
 from flowpark.store.provider_waits import MemoryProviderWaits, SqlProviderWaits
-from flowpark.store.sql_journal import SqlJournal
+from flowpark.store.sql_store import SqlStore
 from tests.support.journal import FLOW, at, new_instance
 
 
-def waits_of(journal: Journal) -> ProviderWaits:
-    if isinstance(journal, MemoryStore):
-        return MemoryProviderWaits(journal)
-    assert isinstance(journal, SqlJournal)
-    return SqlProviderWaits(journal.engine)
+def waits_of(store: Store) -> ProviderWaits:
+    if isinstance(store, MemoryStore):
+        return MemoryProviderWaits(store)
+    assert isinstance(store, SqlStore)
+    return SqlProviderWaits(store.engine)
 
 
-async def park_at(
-    journal: Journal, seconds: float, step_id: int, kind: WakeKind, wake: float
-) -> str:
-    record, _ = await journal.intake.create_instance(new_instance())
+async def park_at(store: Store, seconds: float, step_id: int, kind: WakeKind, wake: float) -> str:
+    record, _ = await store.intake.create_instance(new_instance())
     park = Park(at(wake), step_id, 0, "node-a", kind=kind)
-    await journal.runs.commit(Commit(record.id, 1, at(seconds), at(seconds + 30), park=park))
+    await store.runs.commit(Commit(record.id, 1, at(seconds), at(seconds + 30), park=park))
     return record.id
 
 
-async def test_parked_instances_group_by_step_and_kind(journal: Journal) -> None:
-    waits = waits_of(journal)
+async def test_parked_instances_group_by_step_and_kind(store: Store) -> None:
+    waits = waits_of(store)
     assert await waits.wait_groups() == []
-    await park_at(journal, 5, 3, WakeKind.PROVIDER_BUDGET, 9)
-    first = await park_at(journal, 2, 3, WakeKind.PROVIDER_BUDGET, 8)
-    await park_at(journal, 4, 3, WakeKind.POLL, 60)
-    pushed = await park_at(journal, 7, 5, WakeKind.PROVIDER_PUSHBACK, 12)
-    await journal.intake.create_instance(new_instance())  # running: not parked
+    await park_at(store, 5, 3, WakeKind.PROVIDER_BUDGET, 9)
+    first = await park_at(store, 2, 3, WakeKind.PROVIDER_BUDGET, 8)
+    await park_at(store, 4, 3, WakeKind.POLL, 60)
+    pushed = await park_at(store, 7, 5, WakeKind.PROVIDER_PUSHBACK, 12)
+    await store.intake.create_instance(new_instance())  # running: not parked
     groups = await waits.wait_groups()
     name, version = FLOW
     assert groups == [

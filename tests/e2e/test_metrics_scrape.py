@@ -19,7 +19,7 @@ import pytest
 from uuid6 import uuid7
 
 from flowpark.engine.records import NewInstance
-from flowpark.store import SqlJournal, make_async_engine
+from flowpark.store import SqlStore, make_async_engine
 from flowpark.store.migrate import upgrade
 from tests.support.eventually import eventually
 from tests.support.obs_flows import obs_server
@@ -80,7 +80,7 @@ async def test_metrics_count_a_known_scenario_exactly(pg_url: str, tmp_path: Pat
             lease_owner="dead-node",
             lease_expires_at=now - timedelta(minutes=1),
         )
-        _, created = await SqlJournal(db).intake.create_instance(orphan)
+        _, created = await SqlStore(db).intake.create_instance(orphan)
         assert created
     finally:
         await db.dispose()

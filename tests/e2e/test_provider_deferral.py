@@ -17,7 +17,7 @@ from flowpark import Backoff, Capability, Deps, Flow, HttpTrigger, Provider, Ste
 from flowpark.engine.records import StepKind
 from flowpark.runtime.app import create_app
 from flowpark.samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
-from flowpark.store import SqlJournal, make_async_engine
+from flowpark.store import SqlStore, make_async_engine
 from tests.support.eventually import eventually
 from tests.support.server import live_server
 
@@ -101,7 +101,7 @@ async def test_a_budget_ending_while_deferred_runs_on_timeout_within_a_scan(
                 await eventually(both_failed, timeout=30, what="both budgets ended")
     store = make_async_engine(url)
     try:
-        journal = SqlJournal(store)
+        journal = SqlStore(store)
         for instance_id in ids:
             snap = await journal.reads.load(instance_id)
             inst = snap.instance

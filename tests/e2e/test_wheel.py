@@ -1,6 +1,10 @@
 """The distribution as a team installs it: a wheel built from the repository, installed in a
 fresh virtualenv in an empty folder outside it, migrating its database and serving a flows
-folder of its own (``--flows``) whose flow polls its own provider over real HTTP."""
+folder of its own (``--flows``) whose flow polls its own provider over real HTTP.
+
+The wheel owns one top-level name, ``flowpark``: the team's flows import their own ``app``
+package (``app.clients``), which no installed package shadows, and the samples the demo
+serves are ``flowpark.samples``."""
 
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ from datetime import timedelta
 
 from pydantic import BaseModel
 
-from ci_client import CiClient
+from app.clients import CiClient
 from flowpark import Backoff, Capability, Deps, Flow, HttpTrigger, StepContext
 
 
@@ -86,7 +90,7 @@ def flows(deps: Deps) -> list[Flow]:
 '''
 
 CI_CLIENT = '''
-"""The CI provider's HTTP client (a sibling module of the flows)."""
+"""The CI provider's HTTP client, in the team's own ``app`` package beside the flows."""
 
 import os
 
@@ -199,7 +203,9 @@ def test_the_wheel_serves_a_flows_folder_of_its_own(tmp_path: Path, ci: str) -> 
     flows = work / "flows"
     flows.mkdir(parents=True)
     (flows / "builds.py").write_text(BUILDS)
-    (flows / "ci_client.py").write_text(CI_CLIENT)
+    (flows / "app").mkdir()
+    (flows / "app" / "__init__.py").write_text('"""The team\'s own application package."""\n')
+    (flows / "app" / "clients.py").write_text(CI_CLIENT)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLOWPARK_", "PYTHON"))}
     env.update(
@@ -209,6 +215,14 @@ def test_the_wheel_serves_a_flows_folder_of_its_own(tmp_path: Path, ci: str) -> 
         FLOWPARK_START_WAIT_SECONDS="30",  # the start answers once parked, however loaded
         CI_BASE_URL=ci,
     )
+    python = str(venv / "bin" / "python")
+    for missing in ("app", "samples"):  # the wheel puts one package into site-packages
+        done = subprocess.run(
+            [python, "-c", f"import {missing}"], cwd=work, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 1, done
+        assert f"ModuleNotFoundError: No module named '{missing}'" in done.stderr
+    _run([python, "-c", "import flowpark.samples.registry"], cwd=work, env=env)
     flowpark = str(venv / "bin" / "flowpark")
     _run([flowpark, "db", "upgrade"], cwd=work, env=env)
     _run([flowpark, "flows", "check", "--flows", "flows"], cwd=work, env=env)
@@ -262,3 +276,24 @@ def test_the_wheel_serves_a_flows_folder_of_its_own(tmp_path: Path, ci: str) -> 
         node.terminate()
         node.wait(30)
         log.close()
+    # the demo serves the samples the wheel carries (flowpark.samples), with its fastest
+    # options: one page, no OCR time, a 0.1 s sweep
+    demo = _run(
+        [
+            flowpark,
+            "demo",
+            "--port",
+            "0",
+            "--pages",
+            "1",
+            "--per-page",
+            "0",
+            "--scan-interval",
+            "0.1",
+            "--database-url",
+            f"sqlite:///{work}/demo.db",
+        ],
+        cwd=work,
+        env={k: v for k, v in env.items() if k != "FLOWPARK_DATABASE_URL"},
+    )
+    assert demo.stdout.count("completed") >= 2, demo.stdout

@@ -1,4 +1,7 @@
-"""Engine-tier fixtures: the document flow with scripted or real (HTTP) capabilities."""
+"""Engine-tier fixtures: the store (the memory store by default; the SQL stores are tested
+through the contract suite, the end-to-end tests and the modules here that look at their
+tables, which ask for ``sql_store_url``), and the document flow with scripted or real
+(HTTP) capabilities."""
 
 from __future__ import annotations
 
@@ -12,6 +15,14 @@ import uvicorn
 from flowpark.samples.fakes import FakeJobService, FakeOcrService, create_fakes_app
 from tests.support.eventually import eventually
 from tests.support.server import free_port
+
+
+@pytest.fixture
+def store_url() -> None:
+    """No database: a :class:`~flowpark.testing.FlowHarness` opened with ``database_url=None``
+    runs on the memory store, which passes the same contract suite as SQLite and PostgreSQL
+    (``tests/contract_store``)."""
+    return None
 
 
 @pytest.fixture

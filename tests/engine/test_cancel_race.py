@@ -12,7 +12,7 @@ from tests.support.journal import wake_at
 
 
 async def test_cancel_racing_completion_ends_in_one_state_the_answer_agrees_with(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     undo = Scripted(None)
     subs = {

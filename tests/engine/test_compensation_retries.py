@@ -57,7 +57,7 @@ def _subs(undo: Scripted) -> dict[str, Scripted]:
 
 
 async def test_a_compensation_that_fails_twice_is_tried_again_after_durable_waits(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     closed: list[str] = []
     undo = Scripted(
@@ -96,7 +96,7 @@ async def test_a_compensation_that_fails_twice_is_tried_again_after_durable_wait
 
 
 async def test_a_compensation_that_fails_for_good_is_visible_in_the_instance_view(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     undo = Scripted(RuntimeError("job service says 500"))
     async with FlowHarness.open(
@@ -151,7 +151,7 @@ def _waiting_flow() -> Flow:
 
 
 async def test_a_cancel_whose_compensation_fails_for_good_marks_the_instance(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     undo = Scripted(RuntimeError("provider stopped: password=hunter2 refused"))
     async with FlowHarness.open(
@@ -178,7 +178,7 @@ async def test_a_cancel_whose_compensation_fails_for_good_marks_the_instance(
         }
         assert counting.failed == [("t.undo-cancel", "t.undo")]  # once, at the last try
         where = InstanceFilter(compensation_failed=True)
-        page = await h.engine.journal.operator.list_instances(where, limit=10)
+        page = await h.engine.store.operator.list_instances(where, limit=10)
         assert [r.id for r in page.rows] == [inst.id]
         assert other.id != inst.id
         snap = await h.snapshot(inst.id)
@@ -196,7 +196,9 @@ async def test_a_cancel_whose_compensation_fails_for_good_marks_the_instance(
         assert view["error"]["details"][COMPENSATION_FAILURES][0]["undoes"] == "t.start"
 
 
-async def test_an_operator_retry_runs_the_failed_compensation_once_more(store_url: str) -> None:
+async def test_an_operator_retry_runs_the_failed_compensation_once_more(
+    store_url: str | None,
+) -> None:
     closed: list[str] = []
     undo = Scripted(
         RuntimeError("down"),
@@ -227,7 +229,7 @@ async def test_an_operator_retry_runs_the_failed_compensation_once_more(store_ur
         (marked,) = again.failure.details[COMPENSATION_FAILURES]
         assert (marked["detail"], marked["tries"]) == ("still down", 4)
         where = InstanceFilter(compensation_failed=True)
-        assert await h.engine.journal.operator.count_matching(where) == 1
+        assert await h.engine.store.operator.count_matching(where) == 1
         assert counting.failed == [("t.undo-cancel", "t.undo")] * 2
 
         assert counting.endings == ["cancelled"]  # ended once, not again after the retry
@@ -238,7 +240,7 @@ async def test_an_operator_retry_runs_the_failed_compensation_once_more(store_ur
         assert cleared.state is InstanceState.CANCELLED
         assert cleared.failure is not None and cleared.failure.code == "flow.cancelled"
         assert COMPENSATION_FAILURES not in cleared.failure.details
-        assert await h.engine.journal.operator.count_matching(where) == 0
+        assert await h.engine.store.operator.count_matching(where) == 0
         # the journal keeps every try and both operator retries
         rows = (await h.snapshot(inst.id)).steps
         kept = [

@@ -59,7 +59,7 @@ def build_flow() -> Flow:
 
 
 async def held(h: FlowHarness, instance_id: str) -> list[tuple[str, str]]:
-    return [(c.provider, c.key) for c in await h.journal.correlations.held(instance_id)]
+    return [(c.provider, c.key) for c in await h.store.correlations.held(instance_id)]
 
 
 async def test_a_recorded_key_is_held_while_the_instance_waits_and_released_at_its_end() -> None:
@@ -67,7 +67,7 @@ async def test_a_recorded_key_is_held_while_the_instance_waits_and_released_at_i
         inst = (await h.start("ci.build", {"run_id": "r-1"})).instance
         assert inst.state is InstanceState.SUSPENDED
         assert await held(h, inst.id) == [("ci", "r-1"), ("ci.log", "log-r-1")]
-        found = await h.journal.correlations.holder("ci.build", "ci", "r-1")
+        found = await h.store.correlations.holder("ci.build", "ci", "r-1")
         assert found is not None and found.instance_id == inst.id
         # the key was written with the step's row: the same instant
         row = next(r for r in (await h.snapshot(inst.id)).steps if r.capability_id == "ci.start")
@@ -75,7 +75,7 @@ async def test_a_recorded_key_is_held_while_the_instance_waits_and_released_at_i
         await h.signal(inst.id, "ci.done", {"run_id": "r-1"})
         assert (await h.instance(inst.id)).state is InstanceState.COMPLETED
         assert await held(h, inst.id) == []
-        assert await h.journal.correlations.holder("ci.build", "ci", "r-1") is None
+        assert await h.store.correlations.holder("ci.build", "ci", "r-1") is None
 
 
 async def test_a_key_another_live_instance_holds_fails_the_step_for_good() -> None:
@@ -138,13 +138,13 @@ async def test_a_compensation_records_no_key() -> None:
 async def test_the_keys_ride_on_the_write_that_carries_the_row() -> None:
     async with FlowHarness.open([build_flow()]) as h:
         commits: list[Commit] = []
-        commit = h.journal.runs.commit
+        commit = h.store.runs.commit
 
         async def spied(value: Commit) -> Ack:
             commits.append(value)
             return await commit(value)
 
-        h.journal.runs.commit = spied  # type: ignore[method-assign,assignment]
+        h.store.runs.commit = spied  # type: ignore[method-assign,assignment]
         inst = (await h.start("ci.build", {"run_id": "r-9"})).instance
         assert inst.state is InstanceState.SUSPENDED
         # one write: the step's row, its keys and the wait's park together
@@ -176,5 +176,5 @@ async def test_a_refused_key_of_a_row_committed_at_once_fails_its_step_too() -> 
         assert second.state is InstanceState.FAILED
         rows = [r for r in (await h.snapshot(second.id)).steps if r.kind is StepKind.STEP]
         assert [(r.error_type, r.final) for r in rows] == [("correlation_key_in_use", True)]
-        reviews = await h.journal.reads.list_reviews()
+        reviews = await h.store.reads.list_reviews()
         assert [r["instance_id"] for r in reviews] == [first.id]  # the refused try's: none

@@ -3,7 +3,8 @@ middle of that call (its run cancelled, its lease left to lapse) does not move t
 
 Node A starts the instance on its own virtual clock; its call is held mid-way and never
 returns. Node B, one lease later on another clock, takes the instance over and must honour
-the end instant A stored: on SQLite and PostgreSQL (``store_url``).
+the end instant A stored: on the memory store, and on SQLite and PostgreSQL where a test
+counts the statements a start makes (``sql_store_url``).
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from flowpark.engine.decide.deadlines import (
     ends_at,
     open_budget,
 )
+from flowpark.engine.ports.operator import InstanceFilter
 from flowpark.engine.records import InstanceState, StepKind
 from flowpark.flows import Backoff, Capability, CapabilityOptions, Flow, RetryPolicy, StepContext
 from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import After, Check, Job, Order, Start, Status, await_flow, done
 from tests.postgres.nodes import INTERVAL, Held, slow_flow, slow_subs
+from tests.support.harness import sql_of
 
 LEASE = timedelta(seconds=30)
 SCAN = timedelta(seconds=1)
@@ -42,11 +45,8 @@ async def _dead_node_holds(h: FlowHarness, held: Held, flow: str) -> tuple[async
 
 
 async def _running(h: FlowHarness) -> list:  # type: ignore[type-arg]
-    from sqlalchemy import text
-
-    async with h.journal.engine.connect() as conn:
-        ids = (await conn.execute(text("SELECT id FROM flow_instance"))).scalars().all()
-    return [await h.instance(str(i)) for i in ids]
+    page = await h.store.operator.list_instances(InstanceFilter(), limit=10)
+    return [await h.instance(row.id) for row in page.rows]
 
 
 async def _bury(started: asyncio.Task) -> None:  # type: ignore[type-arg]
@@ -54,7 +54,9 @@ async def _bury(started: asyncio.Task) -> None:  # type: ignore[type-arg]
     await asyncio.gather(started, return_exceptions=True)
 
 
-async def test_a_poll_budget_survives_a_node_dying_in_attempt_zeros_call(store_url: str) -> None:
+async def test_a_poll_budget_survives_a_node_dying_in_attempt_zeros_call(
+    store_url: str | None,
+) -> None:
     held = Held(Status(done=False))
     async with FlowHarness.open(
         [slow_flow()],
@@ -113,14 +115,14 @@ def poll_first_flow() -> Flow:
     return flow
 
 
-async def test_a_first_node_polls_budget_is_stored_with_the_instance(store_url: str) -> None:
+async def test_a_first_node_polls_budget_is_stored_with_the_instance(sql_store_url: str) -> None:
     """The poll is entered at the start's instant: its budget row goes in with the instance
     (the start's one statement), so no write precedes attempt 0's call; a node that takes
     the instance over reads the same end."""
     held = Held(Status(done=False))
     async with FlowHarness.open(
         [poll_first_flow()],
-        database_url=store_url,
+        database_url=sql_store_url,
         migrate=False,
         substitutes={"t.slow": Scripted(held, Status(done=False)), "t.after": Scripted(None)},
     ) as h:
@@ -131,16 +133,16 @@ async def test_a_first_node_polls_budget_is_stored_with_the_instance(store_url: 
             if not statement.lstrip().upper().startswith("SELECT"):
                 writes.append(statement)
 
-        event.listen(h.journal.engine.sync_engine, "before_cursor_execute", count)
+        event.listen(sql_of(h).engine.sync_engine, "before_cursor_execute", count)
         started, instance_id = await _dead_node_holds(h, held, "t.pollfirst")
-        event.remove(h.journal.engine.sync_engine, "before_cursor_execute", count)
+        event.remove(sql_of(h).engine.sync_engine, "before_cursor_execute", count)
         inst = await h.instance(instance_id)
         snap = await h.snapshot(instance_id)
         (budget,) = snap.steps  # in attempt 0's call: the budget only
         assert budget.kind is StepKind.DEADLINE and budget.capability_id == POLL_BUDGET
         assert budget.started_at == inst.created_at == t0
         assert ends_at(budget) == t0 + HOUR
-        if h.journal.is_postgresql:
+        if sql_of(h).is_postgresql:
             assert len(writes) == 1, writes  # the start's one statement, then the call
 
         clock_b = VirtualClock(t0 + LEASE + SCAN)
@@ -172,7 +174,7 @@ def retry_flow() -> Flow:
     return flow
 
 
-async def test_a_retry_window_survives_a_node_dying_in_the_first_try(store_url: str) -> None:
+async def test_a_retry_window_survives_a_node_dying_in_the_first_try(store_url: str | None) -> None:
     held = Held(Status(done=False))
     subs = {
         "t.start": Scripted(Job(job_id="j")),
@@ -209,7 +211,7 @@ async def test_a_retry_window_survives_a_node_dying_in_the_first_try(store_url: 
 
 
 async def test_an_await_signal_timeout_is_stored_with_the_park_and_honoured(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     subs = {"t.start": Scripted(Job(job_id="j")), "t.after": Scripted(None)}
     async with FlowHarness.open(
@@ -235,7 +237,7 @@ async def test_an_await_signal_timeout_is_stored_with_the_park_and_honoured(
         assert final.failure is not None and final.failure.code == "t.no_callback"
 
 
-async def test_a_retry_woken_after_its_window_ended_starts_no_try(store_url: str) -> None:
+async def test_a_retry_woken_after_its_window_ended_starts_no_try(store_url: str | None) -> None:
     calls = Scripted(RuntimeError("down"), RuntimeError("down"), Status(done=True))
     subs = {"t.start": Scripted(Job(job_id="j")), "t.check": calls, "t.after": Scripted(None)}
     async with FlowHarness.open(
@@ -261,7 +263,7 @@ async def test_a_retry_woken_after_its_window_ended_starts_no_try(store_url: str
 
 
 async def test_a_retry_decided_inside_its_window_but_reached_after_it_starts_no_try(
-    store_url: str, monkeypatch: Any
+    store_url: str | None, monkeypatch: Any
 ) -> None:
     from flowpark.engine.execute.executor import Executor
 

@@ -19,6 +19,7 @@ from flowpark.samples.document_processing import (
 )
 from flowpark.samples.document_processing.models import ExtractedFields
 from flowpark.testing import FlowHarness, Scripted
+from tests.support.harness import sql_of
 
 DOC = {"documentId": "doc-1", "contentType": "application/pdf", "pages": 3}
 
@@ -56,7 +57,7 @@ async def test_waiting_costs_one_row_and_holds_no_lease() -> None:
         assert not await h.holds_lease(inst.id)
         assert inst.lease_owner is None
         assert status.calls == 1  # one attempt per invocation, never a loop in-process
-        assert await h.journal.reads.count_instances() == 1
+        assert await h.store.reads.count_instances() == 1
 
 
 async def test_each_wake_makes_exactly_one_attempt_then_completes() -> None:
@@ -73,25 +74,26 @@ async def test_each_wake_makes_exactly_one_attempt_then_completes() -> None:
         snap = await h.snapshot(inst.id)
         status_rows = [(r.step_id, r.scope) for r in snap.steps if r.capability_id == "ocr.status"]
         assert status_rows == [(2, 0), (2, 1), (2, 2)]
-        events = await h.journal.reads.list_events()
+        events = await h.store.reads.list_events()
         assert [e["name"] for e in events] == ["document.processed"]
 
 
-async def test_the_emit_writes_the_extract_row_with_its_own(store_url: str) -> None:
+async def test_the_emit_writes_the_extract_row_with_its_own(sql_store_url: str) -> None:
     status = Scripted(pending(), done())
     async with FlowHarness.open(
-        [_flow()], database_url=store_url, migrate=False, substitutes=scripted(status)
+        [_flow()], database_url=sql_store_url, migrate=False, substitutes=scripted(status)
     ) as h:
         inst = (await h.start("document.process", DOC)).instance
         commits: list[tuple[str, str | None]] = []
-        commit_step = h.journal.runs.commit_step
+        runs = sql_of(h).runs  # the SQL store's one-statement commit
+        commit_step = runs.commit_step
 
         async def spied(token: int, row: StepRow, *args: Any, **kwargs: Any) -> Ack:
             deferred = kwargs.get("deferred")
             commits.append((row.capability_id, deferred and deferred.capability_id))
             return await commit_step(token, row, *args, **kwargs)
 
-        h.journal.runs.commit_step = spied  # type: ignore[method-assign]
+        runs.commit_step = spied  # type: ignore[method-assign]
         await h.advance_to_next_wake(inst.id)
         assert (await h.instance(inst.id)).state is InstanceState.COMPLETED
         # the status row before the extract runs (with the extract's retry window, stored
@@ -109,7 +111,7 @@ async def test_the_emit_writes_the_extract_row_with_its_own(store_url: str) -> N
             "document.processed",
         ]
         assert [r.sequence for r in steps] == sorted(r.sequence for r in steps)  # type: ignore[type-var]
-        assert [e["name"] for e in await h.journal.reads.list_events()] == ["document.processed"]
+        assert [e["name"] for e in await h.store.reads.list_events()] == ["document.processed"]
 
 
 async def test_waits_follow_the_jittered_backoff_and_never_pass_the_budget() -> None:
@@ -163,7 +165,7 @@ async def test_budget_runs_out_escalates_fails_and_cancels_the_real_ocr_job(
         final = await h.wait_until(lambda i: i.state.ended, inst.id)
         assert final.state is InstanceState.FAILED
         assert final.failure is not None and final.failure.code == NOT_READ_IN_TIME
-        reviews = await h.journal.reads.list_reviews()
+        reviews = await h.store.reads.list_reviews()
         assert [r["subject"] for r in reviews] == ["doc-1"]
         job = (await http.get(f"{base}/fake/ocr/jobs/{job_id}")).json()
         assert job["status"] == "cancelled"

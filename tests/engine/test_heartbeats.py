@@ -23,7 +23,7 @@ from flowpark.flows import (
     StepContext,
     Stream,
 )
-from flowpark.store import SqlJournal
+from flowpark.store import SqlStore
 from flowpark.testing import FlowHarness
 from tests.engine.pacing import Paced
 
@@ -114,7 +114,7 @@ async def test_a_try_reads_the_checkpoint_its_predecessor_recorded() -> None:
         await h.engine.drain()
         assert (await h.instance(inst_id)).state is InstanceState.COMPLETED
         assert seen == [(1, None), (2, Mark(round=2))]
-        beat = await h.journal.runs.last_heartbeat(inst_id, 0, 0)
+        beat = await h.store.runs.last_heartbeat(inst_id, 0, 0)
         assert beat is not None and (beat.try_number, beat.value) == (1, {"round": 2})
 
 
@@ -131,7 +131,7 @@ async def test_an_unchanged_value_is_written_once_per_third_of_the_timeout_a_cha
         paced.clock = h.clock
         t0 = h.clock.now()
         written: list[tuple[Any, float, float]] = []
-        record = h.journal.runs.record_heartbeat
+        record = h.store.runs.record_heartbeat
 
         async def spy(
             instance_id: str, token: int, value: Any, now: datetime, lease_until: datetime
@@ -139,7 +139,7 @@ async def test_an_unchanged_value_is_written_once_per_third_of_the_timeout_a_cha
             written.append((value, (now - t0).total_seconds(), (lease_until - t0).total_seconds()))
             return await record(instance_id, token, value, now, lease_until)
 
-        h.journal.runs.record_heartbeat = spy  # type: ignore[method-assign]
+        h.store.runs.record_heartbeat = spy  # type: ignore[method-assign]
         await h.start("hb.test", {})
         await h.engine.drain()
         # third of 30 s: "same" at 0 and 10 s (not at 2..8 or 12..18), "other" at once at
@@ -220,7 +220,7 @@ async def test_a_write_past_the_streams_bound_is_dropped_and_reported_false() ->
         # and is dropped; a smaller one still fits (12 bytes: 43); "ééééé" is 21 bytes in
         # UTF-8 and would make 64
         assert answers == [True, False, True, False]
-        stored = await h.journal.streams.read_stream(inst_id, "Log")
+        stored = await h.store.streams.read_stream(inst_id, "Log")
         assert [m.payload["text"] for m in stored] == ["x" * 20, "z"]
         assert stored[0].sequence < stored[1].sequence
 
@@ -266,7 +266,7 @@ async def test_business_outcomes_end_the_flow_without_retries() -> None:
         assert await h.calls(done.id, "after") == 0  # completed early
 
 
-async def test_a_stream_write_under_a_stale_token_is_refused(sql_journal: SqlJournal) -> None:
+async def test_a_stream_write_under_a_stale_token_is_refused(sql_store: SqlStore) -> None:
     new = NewInstance(
         id=str(uuid.uuid4()),
         flow_name="hb.test",
@@ -277,28 +277,28 @@ async def test_a_stream_write_under_a_stale_token_is_refused(sql_journal: SqlJou
         lease_owner="a",
         lease_expires_at=T0 + timedelta(seconds=30),
     )
-    inst, _ = await sql_journal.intake.create_instance(new)
+    inst, _ = await sql_store.intake.create_instance(new)
     old = inst.fencing_token
-    assert await sql_journal.streams.write_stream(
+    assert await sql_store.streams.write_stream(
         StreamWrite(inst.id, "Log", {"n": 1}, 7, T0), 100, token=old
     )
-    await sql_journal.runs.release(inst.id, old, T0)
-    claim = await sql_journal.runs.claim(inst.id, "b", T0, T0 + timedelta(seconds=30))
+    await sql_store.runs.release(inst.id, old, T0)
+    claim = await sql_store.runs.claim(inst.id, "b", T0, T0 + timedelta(seconds=30))
     assert claim is not None and claim.fencing_token > old
     with pytest.raises(StaleFencingToken) as info:
-        await sql_journal.streams.write_stream(
+        await sql_store.streams.write_stream(
             StreamWrite(inst.id, "Log", {"n": 2}, 7, T0), 100, token=old
         )
     assert info.value.code == "stale_fencing_token"
-    assert await sql_journal.streams.write_stream(
+    assert await sql_store.streams.write_stream(
         StreamWrite(inst.id, "Log", {"n": 3}, 7, T0), 100, token=claim.fencing_token
     )
-    await sql_journal.runs.finish(inst.id, claim.fencing_token, T0, InstanceState.COMPLETED)
+    await sql_store.runs.finish(inst.id, claim.fencing_token, T0, InstanceState.COMPLETED)
     with pytest.raises(StaleFencingToken):  # ended: no try writes any more
-        await sql_journal.streams.write_stream(
+        await sql_store.streams.write_stream(
             StreamWrite(inst.id, "Log", {"n": 4}, 7, T0), 100, token=claim.fencing_token
         )
-    assert [m.payload["n"] for m in await sql_journal.streams.read_stream(inst.id, "Log")] == [1, 3]
+    assert [m.payload["n"] for m in await sql_store.streams.read_stream(inst.id, "Log")] == [1, 3]
 
 
 async def test_a_cancel_stops_a_heartbeating_try_at_its_next_heartbeat_write() -> None:
@@ -425,4 +425,4 @@ async def test_a_heartbeat_without_a_heartbeat_timeout_is_kept_in_memory_only() 
         inst = (await h.start("hb.test", {})).instance
         assert inst.state is InstanceState.COMPLETED, inst.failure
         assert seen == ["local"]
-        assert await h.journal.runs.last_heartbeat(inst.id, 0, 0) is None
+        assert await h.store.runs.last_heartbeat(inst.id, 0, 0) is None

@@ -60,7 +60,7 @@ def flow(world: JobWorld) -> Flow:
     return build_job_flow(JobClient(world.http, JobWorld.BASE_URL))
 
 
-def open_harness(store_url: str, world: JobWorld, paced: Paced) -> Any:
+def open_harness(store_url: str | None, world: JobWorld, paced: Paced) -> Any:
     """The harness on ``store_url`` (SQLite, and PostgreSQL under the postgres marker)."""
     return FlowHarness.open(
         [flow(world)], substitutes={"job.await": paced}, database_url=store_url, migrate=False
@@ -69,7 +69,7 @@ def open_harness(store_url: str, world: JobWorld, paced: Paced) -> Any:
 
 async def progress(h: FlowHarness, instance_id: str) -> list[str]:
     return [
-        m.payload["state"] for m in await h.journal.streams.read_stream(instance_id, "JobProgress")
+        m.payload["state"] for m in await h.store.streams.read_stream(instance_id, "JobProgress")
     ]
 
 
@@ -79,7 +79,7 @@ async def rows(h: FlowHarness, instance_id: str, capability_id: str) -> list[Ste
 
 
 async def test_job_completes_with_its_result_and_reports_each_state_once(
-    world: JobWorld, store_url: str
+    world: JobWorld, store_url: str | None
 ) -> None:
     # the try waits at its first sleep until the start's answer was read: ungated, the paced
     # wait could finish the job while the start read the instance back
@@ -110,7 +110,7 @@ async def test_job_completes_with_its_result_and_reports_each_state_once(
 
 
 async def test_a_failed_job_fails_the_flow_without_retries_or_the_failure_route(
-    world: JobWorld, store_url: str
+    world: JobWorld, store_url: str | None
 ) -> None:
     paced = paced_await(world)
     async with open_harness(store_url, world, paced) as h:
@@ -129,7 +129,7 @@ async def test_a_failed_job_fails_the_flow_without_retries_or_the_failure_route(
 
 
 async def test_a_job_that_never_ends_spends_its_tries_then_the_failure_route_runs_once(
-    world: JobWorld, store_url: str
+    world: JobWorld, store_url: str | None
 ) -> None:
     world.service.succeed_after = NEVER
     paced = paced_await(world, execute_timeout=timedelta(seconds=20))
@@ -167,7 +167,7 @@ async def test_a_job_that_never_ends_spends_its_tries_then_the_failure_route_run
 
 
 async def test_the_samples_ten_minute_wait_leaves_no_time_for_a_retry(
-    world: JobWorld, store_url: str
+    world: JobWorld, store_url: str | None
 ) -> None:
     world.service.succeed_after = NEVER
     paced = paced_await(world)
@@ -191,7 +191,7 @@ async def test_the_samples_ten_minute_wait_leaves_no_time_for_a_retry(
 
 
 async def test_a_try_lost_with_its_node_is_retried_from_the_checkpoint_on_another_node(
-    world: JobWorld, store_url: str
+    world: JobWorld, store_url: str | None
 ) -> None:
     world.service.succeed_after = timedelta(minutes=2)
     # node a's try gets stuck right after reporting RUNNING (its 2nd sleep, at 2 s)
@@ -238,7 +238,7 @@ async def test_a_try_lost_with_its_node_is_retried_from_the_checkpoint_on_anothe
 
 
 async def test_instance_keys_are_unique_among_running_instances_and_reusable_after(
-    world: JobWorld, store_url: str
+    world: JobWorld, store_url: str | None
 ) -> None:
     # the first try waits at its first sleep until the key checks are done: ungated, its
     # paced sleeps let it finish the job (and free the key) while a slow store still

@@ -19,7 +19,7 @@ from flowpark.runtime.observe import NodeObserver
 from flowpark.runtime.telemetry import Telemetry
 from flowpark.settings import Settings, Subscriber
 from flowpark.store.deliveries import DELIVERY, SqlDeliveries
-from flowpark.store.sql_journal import SqlJournal
+from flowpark.store.sql_store import SqlStore
 from flowpark.testing import FlowHarness, Scripted
 from tests.e2e.test_delivery import SECRET, emit_events
 from tests.engine.flows import Job, ephemeral_flow
@@ -28,7 +28,7 @@ from tests.support.scrape import Scrape
 ORDER = {"order_id": "o-1"}
 
 
-async def test_ephemeral_runs_count_as_started_and_ended(store_url: str) -> None:
+async def test_ephemeral_runs_count_as_started_and_ended(store_url: str | None) -> None:
     metrics = Metrics("n")
     start = Scripted(Job(job_id="e-1"), Job(job_id="e-2"), RuntimeError("provider down"))
     async with FlowHarness.open(
@@ -45,7 +45,7 @@ async def test_ephemeral_runs_count_as_started_and_ended(store_url: str) -> None
         assert failed.instance.state is InstanceState.FAILED
         assert failed.instance.failure is not None
         code = failed.instance.failure.code
-        assert await h.journal.reads.count_instances() == 0  # still no row
+        assert await h.store.reads.count_instances() == 0  # still no row
 
     scrape = Scrape(generate_latest(metrics.registry).decode())
     flow = {"flow": "t.quick", "version": "1.0.0"}
@@ -57,7 +57,7 @@ async def test_ephemeral_runs_count_as_started_and_ended(store_url: str) -> None
 
 
 async def test_an_ephemeral_run_whose_caller_goes_away_counts_as_cancelled(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     metrics = Metrics("n")
     calling = asyncio.Event()
@@ -86,9 +86,9 @@ async def test_an_ephemeral_run_whose_caller_goes_away_counts_as_cancelled(
 
 
 async def test_the_pending_gauge_counts_each_subscribers_waiting_deliveries(
-    store_url: str, sql_engine: AsyncEngine
+    sql_store_url: str, sql_engine: AsyncEngine
 ) -> None:
-    emit_events(store_url, instances=2, per_instance=2)
+    emit_events(sql_store_url, instances=2, per_instance=2)
     deliveries = SqlDeliveries(sql_engine)
     # "gone" was configured when these were relayed, and is not any more
     assert await deliveries.relay(["audit", "gone"], datetime.now(UTC)) == 4  # events
@@ -124,17 +124,17 @@ async def test_the_pending_gauge_counts_each_subscribers_waiting_deliveries(
     assert pending() == {"audit": 0, "billing": 0, "": 0}  # zero, not the last figure
 
 
-async def test_the_provider_gauges_read_the_shared_limits(sql_journal: SqlJournal) -> None:
+async def test_the_provider_gauges_read_the_shared_limits(sql_store: SqlStore) -> None:
     from flowpark.engine.ports import PushbackReport
     from flowpark.engine.ports.providers import ProviderState
 
     now = datetime.now(UTC)
     state = ProviderState("ocr", 40, 4, None, 40, None, None, 0, now, "declared")
-    await sql_journal.providers.declare([state], now)
-    await sql_journal.providers.pushback(PushbackReport("ocr", now, now, "429"))
+    await sql_store.providers.declare([state], now)
+    await sql_store.providers.pushback(PushbackReport("ocr", now, now, "429"))
     telemetry = Telemetry(Settings())
     assert telemetry.metrics is not None
-    await telemetry.refresh(sql_journal.engine, SystemClock())
+    await telemetry.refresh(sql_store.engine, SystemClock())
     scrape = Scrape(generate_latest(telemetry.metrics.registry).decode())
     assert scrape.value("flowpark_provider_limit", provider="ocr") == 40
     assert scrape.value("flowpark_provider_effective_rate", provider="ocr") == 20

@@ -32,7 +32,7 @@ def not_yet() -> Status:
 
 
 async def test_budget_runs_from_attempt_zero_and_the_timeout_path_makes_no_call(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     check = Scripted(not_yet())
     s = subs(check)
@@ -55,7 +55,7 @@ async def test_budget_runs_from_attempt_zero_and_the_timeout_path_makes_no_call(
         assert scopes == list(range(10))
 
 
-async def test_an_on_timeout_block_without_fail_rejoins_the_flow(store_url: str) -> None:
+async def test_an_on_timeout_block_without_fail_rejoins_the_flow(store_url: str | None) -> None:
     s = subs(Scripted(not_yet()))
     async with FlowHarness.open(
         [poll_flow(on_timeout="rejoin")], database_url=store_url, migrate=False, substitutes=s
@@ -68,7 +68,7 @@ async def test_an_on_timeout_block_without_fail_rejoins_the_flow(store_url: str)
 
 
 async def test_a_poll_without_on_timeout_fails_not_satisfied_and_compensates(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     s = subs(Scripted(not_yet()))
     async with FlowHarness.open(
@@ -83,7 +83,9 @@ async def test_a_poll_without_on_timeout_fails_not_satisfied_and_compensates(
         assert await h.calls(inst.id, "t.undo", StepKind.COMPENSATION) == 1
 
 
-async def test_a_late_wake_past_the_budget_times_out_without_another_call(store_url: str) -> None:
+async def test_a_late_wake_past_the_budget_times_out_without_another_call(
+    store_url: str | None,
+) -> None:
     check = Scripted(not_yet())
     s = subs(check)
     async with FlowHarness.open(
@@ -98,7 +100,7 @@ async def test_a_late_wake_past_the_budget_times_out_without_another_call(store_
 
 
 async def test_after_downtime_of_six_intervals_each_due_instance_is_attempted_once(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     check = Scripted(not_yet())
     async with FlowHarness.open(
@@ -116,7 +118,7 @@ async def test_after_downtime_of_six_intervals_each_due_instance_is_attempted_on
 
 
 async def test_a_delivered_signal_ends_the_wait_with_one_row_and_no_further_attempt(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     check = Scripted(not_yet())
     s = subs(check)
@@ -141,7 +143,7 @@ async def test_a_delivered_signal_ends_the_wait_with_one_row_and_no_further_atte
 
 
 @pytest.mark.parametrize("fails", [1, 3])
-async def test_failed_tries_park_durably_between_retries(fails: int, store_url: str) -> None:
+async def test_failed_tries_park_durably_between_retries(fails: int, store_url: str | None) -> None:
     boom = [ConnectionError("status endpoint refused")] * fails
     check = Scripted(*boom, Status(done=True))
     s = subs(check)
@@ -160,7 +162,7 @@ async def test_failed_tries_park_durably_between_retries(fails: int, store_url: 
         assert gaps == [timedelta(seconds=10 * 2**k) for k in range(fails)]
 
 
-async def test_an_attempt_whose_retries_are_exhausted_fails_the_flow(store_url: str) -> None:
+async def test_an_attempt_whose_retries_are_exhausted_fails_the_flow(store_url: str | None) -> None:
     check = Scripted(not_yet(), ConnectionError("refused"))
     s = subs(check)
     async with FlowHarness.open(
@@ -178,7 +180,7 @@ async def test_an_attempt_whose_retries_are_exhausted_fails_the_flow(store_url: 
 
 
 async def test_a_budget_that_ends_during_retries_escalates_once_and_compensates_once(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     check = Scripted(not_yet(), ConnectionError("refused"))
     s = subs(check)
@@ -200,7 +202,7 @@ async def test_a_budget_that_ends_during_retries_escalates_once_and_compensates_
 
 
 async def test_the_deadline_wakes_a_parked_instance_and_fails_it_with_compensation(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     s = subs(Scripted(not_yet()))
     flow = poll_flow(deadline=timedelta(minutes=5), interval=Backoff.fixed("PT4M"))
@@ -216,7 +218,7 @@ async def test_the_deadline_wakes_a_parked_instance_and_fails_it_with_compensati
         assert s["t.undo"].calls == 1 and s["t.check"].calls == 2
 
 
-async def test_any_node_resumes_an_instance_from_its_rows(store_url: str) -> None:
+async def test_any_node_resumes_an_instance_from_its_rows(store_url: str | None) -> None:
     check = Scripted(not_yet(), not_yet(), Status(done=True))
     async with FlowHarness.open(
         [poll_flow()], database_url=store_url, migrate=False, substitutes=subs(check)
@@ -232,7 +234,7 @@ async def test_any_node_resumes_an_instance_from_its_rows(store_url: str) -> Non
         assert check.calls == 3
 
 
-async def test_cancel_runs_compensations_once_in_reverse_order(store_url: str) -> None:
+async def test_cancel_runs_compensations_once_in_reverse_order(store_url: str | None) -> None:
     order: list[str] = []
     s = subs(Scripted(not_yet()), t_undo=Scripted(lambda ctx: order.append("undo")))
     async with FlowHarness.open(

@@ -83,7 +83,7 @@ async def test_a_try_without_budget_is_deferred_to_the_expected_instant_not_run(
         assert snap.instance.state == "completed"
         (row,) = snap.steps
         assert (row.try_number, row.started_at) == (1, T0 + 2 * S)
-        minutes = await h.journal.providers.tallies("slow", T0)
+        minutes = await h.store.providers.tallies("slow", T0)
         assert sum(m.deferred for m in minutes) >= 2
 
 
@@ -147,7 +147,7 @@ async def test_a_429_with_retry_after_seconds_parks_until_then_and_spends_no_try
         assert inst.wake_at is not None
         assert T0 + 30 * S <= inst.wake_at <= T0 + 36 * S  # Retry-After, jittered a little
         assert await _rows(h, started.instance.id) == []  # not a failed try
-        (state,) = await h.journal.providers.states()
+        (state,) = await h.store.providers.states()
         assert (state.effective_rate, state.pushbacks) == (5.0, 1)
         assert state.paused_until == T0 + 30 * S
         assert state.lowered_reason == f"429 from p.ocr at {T0.isoformat()}; Retry-After 30 s"
@@ -241,7 +241,7 @@ async def test_two_engines_on_one_store_stay_within_the_limit(store_url: str) ->
         other = h.with_engine(node_id="other")
         ids = [(await h.start("p.shared", {})).instance.id for _ in range(30)]
         for turn in range(400):
-            target = await h.journal.reads.next_wake()
+            target = await h.store.reads.next_wake()
             if target is None:
                 break
             if target > h.clock.now():

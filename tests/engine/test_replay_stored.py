@@ -15,12 +15,12 @@ import pytest
 from flowpark.engine.decide.decider import Decider
 from flowpark.engine.decide.decisions import (
     BeginEnding,
-    Decision,
     Execute,
     Finish,
     MailboxView,
-    Park,
     Record,
+    RunDecision,
+    Suspend,
     TakeSignal,
 )
 from flowpark.engine.ports import NewSignal
@@ -43,13 +43,13 @@ async def test_a_stored_journal_resumes_as_recorded(name: str, tmp_path: Path) -
         assert await observed(h, instance_id, before) == fixture["next"]
 
 
-async def _decide(h: FlowHarness, fixture: dict[str, Any]) -> Decision:
+async def _decide(h: FlowHarness, fixture: dict[str, Any]) -> RunDecision:
     """The decider's first decision on resuming the fixture's instance as recorded."""
     instance_id, how = fixture["instanceId"], fixture["resume"]
     point = datetime.fromisoformat(fixture["point"])
     if how["via"] == "signal":  # the signal is stored first, as a delivery does
         now = point + timedelta(seconds=how["afterSeconds"])
-        await h.journal.mailbox.deliver_signal(
+        await h.store.mailbox.deliver_signal(
             NewSignal(instance_id, how["name"], how["payload"], None, now, h.engine.new_id())
         )
     snapshot = await h.snapshot(instance_id)
@@ -69,7 +69,7 @@ async def _decide(h: FlowHarness, fixture: dict[str, Any]) -> Decision:
     )
 
 
-def _recorded_form(decision: Decision) -> dict[str, Any]:
+def _recorded_form(decision: RunDecision) -> dict[str, Any]:
     """A decision in the fixture's terms: the row it writes first, or the park or end."""
     if isinstance(decision, Execute):
         return {"row": [decision.step, decision.scope, str(decision.kind), decision.try_number]}
@@ -83,7 +83,7 @@ def _recorded_form(decision: Decision) -> dict[str, Any]:
         return {"ending": [str(decision.ending), failure]}
     if isinstance(decision, Finish):
         return {"ending": [str(decision.state), None]}
-    assert isinstance(decision, Park), decision
+    assert isinstance(decision, Suspend), decision
     return {"park": [decision.step, decision.scope, str(decision.kind)]}
 
 

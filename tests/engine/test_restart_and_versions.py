@@ -15,7 +15,7 @@ from uuid6 import uuid7
 from flowpark.engine.records import InstanceRecord, InstanceState
 from flowpark.flows import Backoff
 from flowpark.samples.document_processing import Waits
-from flowpark.testing import FlowHarness, Scripted, _sqlite_template
+from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import Job, Status, ephemeral_flow, poll_flow
 
 ORDER = {"order_id": "o-1"}
@@ -31,16 +31,18 @@ def subs(check: Scripted) -> dict[str, Scripted]:
     }
 
 
-def _db(tmp_path: Path) -> str:
+@pytest.fixture
+def url(tmp_path: Path, _sqlite_template: Path) -> str:
+    """A SQLite file migrated to head: what a restarted node finds (the store outlives the
+    first harness)."""
     path = tmp_path / "restart.db"
-    shutil.copyfile(_sqlite_template(), path)
+    shutil.copyfile(_sqlite_template, path)
     return f"sqlite:///{path}"
 
 
 async def test_a_restart_mid_wait_resumes_every_instance_with_its_attempts_and_budget(
-    tmp_path: Path,
+    url: str,
 ) -> None:
-    url = _db(tmp_path)
     expo = Backoff.exponential("PT1M", "PT30M")
     before: dict[str, tuple[int | None, object]] = {}
     async with FlowHarness.open(
@@ -117,9 +119,8 @@ def _node_serving(
 
 
 async def test_an_instance_runs_on_its_version_and_waits_where_that_version_is_missing(
-    tmp_path: Path,
+    url: str,
 ) -> None:
-    url = _db(tmp_path)
     old = await _parked_on_1_0_0(url)
     wake = old.wake_at
     # a node deployed with 2.0.0 only: leaves the 1.0.0 instance parked, counts it
@@ -147,7 +148,7 @@ async def test_an_ephemeral_flow_runs_inside_the_call_and_writes_no_rows() -> No
         assert started.instance.state is InstanceState.COMPLETED
         assert started.result == {"job": "e-1"}
         assert after.calls == 1
-        assert await h.journal.reads.count_instances() == 0
+        assert await h.store.reads.count_instances() == 0
 
 
 def test_ten_thousand_instances_started_together_do_not_wake_in_the_same_second() -> None:
@@ -169,11 +170,10 @@ def test_one_instance_gets_the_same_schedule_on_every_node() -> None:
 
 
 async def test_a_node_counts_the_instances_it_cannot_run_on_its_first_sweep_then_every_30_s(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     from flowpark.engine.node.sweeps import NOT_RUNNABLE_EVERY
 
-    url = _db(tmp_path)
     wake = (await _parked_on_1_0_0(url)).wake_at
     async with _node_serving(url, ["2.0.0"], wake) as h2:
         caplog.set_level(logging.WARNING, logger="flowpark.engine")

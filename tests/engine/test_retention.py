@@ -1,6 +1,6 @@
 """The retention purge: ended instances older than the retention are deleted with every row
 of every table that names them; instances within the window, or not ended, are untouched
-(SQLite and PostgreSQL, ``store_url``)."""
+(SQLite and PostgreSQL, ``sql_store_url``)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from flowpark.store.tables import (
 )
 from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import READY, Job, Order, Start
+from tests.support.harness import sql_of
 
 DELIVERY = EventDeliveryRow.__table__  # type: ignore[attr-defined]
 RETENTION = timedelta(days=30)
@@ -46,7 +47,7 @@ def _tables() -> list[Any]:
 
 async def _rows_by_table(h: FlowHarness, instance_id: str) -> dict[str, int]:
     counts = {}
-    async with h.journal.engine.connect() as conn:
+    async with sql_of(h).engine.connect() as conn:
         for table in _tables():
             column = table.c.id if table.name == "flow_instance" else table.c.instance_id
             counts[table.name] = (
@@ -60,9 +61,9 @@ async def _life(h: FlowHarness, key: str, *, end: bool) -> str:
     stream message, heartbeat; ended (completed) when ``end``."""
     inst = (await h.start("t.life", {"order_id": key})).instance
     now = h.clock.now()
-    await SqlDeliveries(h.journal.engine).relay(["audit"], now)
-    await h.journal.streams.write_stream(StreamWrite(inst.id, "S", {"at": key}, 10, now), 1000)
-    async with h.journal.engine.begin() as conn:
+    await SqlDeliveries(sql_of(h).engine).relay(["audit"], now)
+    await h.store.streams.write_stream(StreamWrite(inst.id, "S", {"at": key}, 10, now), 1000)
+    async with sql_of(h).engine.begin() as conn:
         await conn.execute(
             insert(FlowHeartbeatRow.__table__).values(  # type: ignore[attr-defined]
                 instance_id=inst.id, step_id=0, scope=0, try_number=1, value=None, recorded_at=now
@@ -90,7 +91,7 @@ async def _life(h: FlowHarness, key: str, *, end: bool) -> str:
     if end:
         await h.engine.deliver(inst.id, "t.ready", {"job_id": key})
         assert (await h.instance(inst.id)).state is InstanceState.COMPLETED
-    async with h.journal.engine.begin() as conn:  # an ending released its keys: one put back
+    async with sql_of(h).engine.begin() as conn:  # an ending released its keys: one put back
         await conn.execute(
             insert(CORRELATION).values(
                 flow_name="t.life", provider="p", key=key, instance_id=inst.id, created_at=now
@@ -100,11 +101,11 @@ async def _life(h: FlowHarness, key: str, *, end: bool) -> str:
 
 
 async def test_the_purge_deletes_old_ended_instances_and_every_row_of_them(
-    store_url: str,
+    sql_store_url: str,
 ) -> None:
     subs = {"t.start": Scripted(Job(job_id="j"))}
     async with FlowHarness.open(
-        [life_flow()], database_url=store_url, migrate=False, substitutes=subs
+        [life_flow()], database_url=sql_store_url, migrate=False, substitutes=subs
     ) as h:
         t0 = h.clock.now()
         old = [await _life(h, f"old-{i}", end=True) for i in range(3)]
@@ -113,7 +114,7 @@ async def test_the_purge_deletes_old_ended_instances_and_every_row_of_them(
         h.clock.set(t0 + 20 * DAY)
         recent = await _life(h, "recent", end=True)  # ended within the window
         # the old ones' deliveries ended (one delivered, two failed for good)
-        async with h.journal.engine.begin() as conn:
+        async with sql_of(h).engine.begin() as conn:
             for instance_id, state in zip(old, ("delivered", "failed", "failed"), strict=True):
                 await conn.execute(
                     update(DELIVERY)
@@ -127,7 +128,7 @@ async def test_the_purge_deletes_old_ended_instances_and_every_row_of_them(
             assert all(counts.values()), counts
 
         h.clock.set(t0 + RETENTION + DAY)
-        retention = SqlRetention(h.journal.engine)
+        retention = SqlRetention(sql_of(h).engine)
         deleted = await retention.purge(h.clock.now() - RETENTION, limit=2)  # two batches
 
         assert deleted == 3
@@ -137,7 +138,7 @@ async def test_the_purge_deletes_old_ended_instances_and_every_row_of_them(
         assert {i: await _rows_by_table(h, i) for i in (waiting, recent, undelivered)} == kept
         assert await retention.purge(h.clock.now() - RETENTION) == 0  # nothing more
         # once its delivery ended (failed: visible in the deliveries list), it goes too
-        async with h.journal.engine.begin() as conn:
+        async with sql_of(h).engine.begin() as conn:
             await conn.execute(
                 update(DELIVERY).where(DELIVERY.c.instance_id == undelivered).values(state="failed")
             )

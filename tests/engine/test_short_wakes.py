@@ -13,7 +13,7 @@ from flowpark.engine.clock import SystemClock
 from flowpark.engine.node.engine import Engine, EngineConfig
 from flowpark.flows import Backoff, Capability, Catalog, Flow, StepContext
 from flowpark.runtime.scheduler import WAKE_GRANULARITY, Sweeper
-from flowpark.store import SqlJournal, make_async_engine, upgrade
+from flowpark.store import SqlStore, make_async_engine, upgrade
 from tests.support.eventually import eventually
 
 
@@ -44,14 +44,14 @@ def _flow(wait: timedelta) -> Flow:
     )
 
 
-async def _wait_state(journal: SqlJournal, instance_id: str, state: str, within: float) -> None:
+async def _wait_state(journal: SqlStore, instance_id: str, state: str, within: float) -> None:
     async def reached() -> bool:
         return (await journal.reads.get_instance(instance_id)).state == state
 
     await eventually(reached, timeout=within, interval=0.02, what=f"{instance_id} {state}")
 
 
-async def _wait_due(journal: SqlJournal, instance_id: str) -> None:
+async def _wait_due(journal: SqlStore, instance_id: str) -> None:
     """Until the instance's wake instant has passed (it is parked and due)."""
 
     async def due() -> None:
@@ -68,7 +68,7 @@ async def test_a_short_wait_is_woken_in_process_long_before_the_next_scan(tmp_pa
     db = make_async_engine(url)
     catalog = Catalog()
     catalog.register(_flow(timedelta(milliseconds=200)))
-    journal = SqlJournal(db)
+    journal = SqlStore(db)
     engine = Engine(journal, catalog, SystemClock(), EngineConfig(node_id="n1"))
     sweeper = Sweeper(engine, interval_seconds=600)
     sweeper.start()
@@ -91,7 +91,7 @@ async def test_no_in_process_wake_when_disabled_and_a_restarted_node_sweeps_at_o
     db = make_async_engine(url)
     catalog = Catalog()
     catalog.register(_flow(timedelta(milliseconds=100)))
-    journal = SqlJournal(db)
+    journal = SqlStore(db)
     engine = Engine(journal, catalog, SystemClock(), EngineConfig(node_id="n1"))
     try:
         # a node without a sweeper parks it (then "dies"): the row is all there is; once

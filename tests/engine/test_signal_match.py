@@ -57,7 +57,7 @@ def _subs(check: Scripted) -> dict[str, Scripted]:
     }
 
 
-async def test_a_signal_for_another_job_leaves_the_poll_parked(store_url: str) -> None:
+async def test_a_signal_for_another_job_leaves_the_poll_parked(store_url: str | None) -> None:
     check = Scripted(Status(done=False))
     async with FlowHarness.open(
         [_matching_poll()], database_url=store_url, migrate=False, substitutes=_subs(check)
@@ -78,7 +78,7 @@ async def test_a_signal_for_another_job_leaves_the_poll_parked(store_url: str) -
             parked.wake_at,
         )
         assert await h.calls(inst.id, "t.ready", StepKind.SIGNAL) == 0
-        (kept,) = await h.journal.reads.list_signals(inst.id)
+        (kept,) = await h.store.reads.list_signals(inst.id)
         assert kept.matched is False and kept.taken_step_id == after.wake_step_id
         # the next attempt runs as planned, and the refused signal does not come back
         await h.advance_to_next_wake(inst.id)
@@ -90,11 +90,13 @@ async def test_a_signal_for_another_job_leaves_the_poll_parked(store_url: str) -
         assert good.state is InstanceState.COMPLETED
         final = await h.instance(inst.id)
         assert final.result == {"job": "job-7"}
-        signals = await h.journal.reads.list_signals(inst.id)
+        signals = await h.store.reads.list_signals(inst.id)
         assert [s.outcome for s in signals] == [False, True]
 
 
-async def test_an_await_takes_only_its_own_signal_even_from_the_mailbox(store_url: str) -> None:
+async def test_an_await_takes_only_its_own_signal_even_from_the_mailbox(
+    store_url: str | None,
+) -> None:
     holder: dict[str, FlowHarness] = {}
 
     async def start_with_early_signals(ctx: object) -> Job:
@@ -113,7 +115,7 @@ async def test_an_await_takes_only_its_own_signal_even_from_the_mailbox(store_ur
         inst = (await h.start("t.match-await", {"order_id": "o-1"})).instance
         assert inst.state is InstanceState.COMPLETED
         assert inst.result == {"job_id": "job-7"}
-        first, second = await h.journal.reads.list_signals(inst.id)
+        first, second = await h.store.reads.list_signals(inst.id)
         assert (first.outcome, second.outcome) == (False, True)
 
 

@@ -61,11 +61,11 @@ async def test_signal_answers_for_unknown_undeclared_invalid_and_ended() -> None
             await h.engine.deliver_signal(inst.id, "t.other", {})
         with pytest.raises(InputInvalid):
             await h.engine.deliver_signal(inst.id, "t.ready", {"job_id": 5})
-        assert await h.journal.reads.list_signals(inst.id) == []
+        assert await h.store.reads.list_signals(inst.id) == []
         await h.engine.cancel(inst.id)
         with pytest.raises(InstanceEnded):
             await h.engine.deliver_signal(inst.id, "t.ready", {"job_id": "j"}, "late")
-        assert await h.journal.reads.list_signals(inst.id) == []
+        assert await h.store.reads.list_signals(inst.id) == []
 
 
 async def test_await_signal_parks_without_a_timer_call_and_times_out_durably() -> None:
@@ -103,12 +103,14 @@ async def test_signals_are_listed_in_arrival_order_within_one_millisecond() -> N
         inst = (await h.start("t.await", ORDER)).instance
         assert inst.state is InstanceState.COMPLETED
         assert inst.result == {"job_id": "j0"}  # the first to arrive is taken
-        listed = await h.journal.reads.list_signals(inst.id)
+        listed = await h.store.reads.list_signals(inst.id)
         assert [s.payload["job_id"] for s in listed] == [f"j{n}" for n in range(20)]
         assert [s.taken_at is not None for s in listed] == [True] + [False] * 19
 
 
-async def test_a_signal_and_a_due_sweep_race_to_exactly_one_continuation(store_url: str) -> None:
+async def test_a_signal_and_a_due_sweep_race_to_exactly_one_continuation(
+    store_url: str | None,
+) -> None:
     check = Scripted(Status(done=False))
     async with FlowHarness.open(
         [poll_flow()], database_url=store_url, migrate=False, substitutes=subs(check)
@@ -161,7 +163,7 @@ def counting(journal: object, *names: str) -> dict[str, int]:
 
 
 async def test_a_delivery_answers_from_the_run_it_started_without_reading_back(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     check = Scripted(Status(done=False))
     async with FlowHarness.open(
@@ -170,7 +172,7 @@ async def test_a_delivery_answers_from_the_run_it_started_without_reading_back(
         inst = (await h.start("t.poll", ORDER)).instance
         assert inst.state is InstanceState.SUSPENDED
         calls = counting(
-            h.journal,
+            h.store,
             "reads.get_instance",
             "reads.load",
             "runs.load",
@@ -191,7 +193,7 @@ async def test_a_delivery_answers_from_the_run_it_started_without_reading_back(
         }
         assert (delivery.created, delivery.state) == (True, InstanceState.COMPLETED)
         assert (delivery.flow_name, delivery.flow_version) == ("t.poll", "1.0.0")
-        (stored,) = await h.journal.reads.list_signals(inst.id)
+        (stored,) = await h.store.reads.list_signals(inst.id)
         assert delivery.signal == stored
         assert stored.taken_at is not None and stored.taken_step_id == 1
         assert check.calls == 1
@@ -204,7 +206,9 @@ async def test_a_delivery_answers_from_the_run_it_started_without_reading_back(
         )
 
 
-async def test_a_signal_that_waits_in_the_mailbox_is_answered_untaken(store_url: str) -> None:
+async def test_a_signal_that_waits_in_the_mailbox_is_answered_untaken(
+    store_url: str | None,
+) -> None:
     async with FlowHarness.open(
         [poll_flow()],
         database_url=store_url,
@@ -213,20 +217,20 @@ async def test_a_signal_that_waits_in_the_mailbox_is_answered_untaken(store_url:
     ) as h:
         inst = (await h.start("t.poll", ORDER)).instance
         # the instance holds a live lease elsewhere: the signal waits for that run
-        claim = await h.journal.runs.claim(
+        claim = await h.store.runs.claim(
             inst.id, "node-b", h.clock.now(), h.clock.now() + timedelta(seconds=30)
         )
         assert claim is not None
         delivery = await h.engine.deliver(inst.id, "t.ready", {"job_id": "j"})
         assert (delivery.created, delivery.state) == (True, InstanceState.RUNNING)
         assert delivery.signal.taken_at is None
-        assert [s.id for s in await h.journal.mailbox.pending_signals(inst.id)] == [
+        assert [s.id for s in await h.store.mailbox.pending_signals(inst.id)] == [
             delivery.signal.id
         ]
 
 
 async def test_a_run_that_goes_on_in_the_background_is_answered_as_stored(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     release = asyncio.Event()
 
@@ -247,7 +251,7 @@ async def test_a_run_that_goes_on_in_the_background_is_answered_as_stored(
         # the run took the signal, then went on in the background at the heartbeating step
         assert (delivery.created, delivery.state) == (True, InstanceState.RUNNING)
         assert delivery.signal.taken_at is not None and delivery.signal.taken_step_id == 1
-        assert delivery.signal == (await h.journal.reads.list_signals(inst.id))[0]
+        assert delivery.signal == (await h.store.reads.list_signals(inst.id))[0]
         release.set()
         await h.engine.drain()
         assert (await h.instance(inst.id)).state is InstanceState.COMPLETED

@@ -14,7 +14,7 @@ from tests.postgres.nodes import Held, slow_flow, slow_subs
 
 
 async def test_a_start_answers_running_after_start_wait_and_the_run_goes_on(
-    store_url: str,
+    store_url: str | None,
 ) -> None:
     held = Held(Status(done=False))
     async with FlowHarness.open(

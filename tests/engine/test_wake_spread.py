@@ -11,7 +11,7 @@ from flowpark.engine.clock import SystemClock
 from flowpark.engine.node.engine import Engine, EngineConfig
 from flowpark.flows import Backoff, Catalog, Flow
 from flowpark.runtime.scheduler import Sweeper
-from flowpark.store import SqlJournal, make_async_engine, upgrade
+from flowpark.store import SqlStore, make_async_engine, upgrade
 from tests.engine.test_short_wakes import Count, Key, Polls
 from tests.support.eventually import eventually
 
@@ -35,7 +35,7 @@ async def test_a_sweep_claims_each_wake_near_its_own_instant(tmp_path: Path) -> 
     catalog = Catalog()
     for n, wait in enumerate(WAITS):
         catalog.register(_flow(f"test.spread{n}", wait))
-    journal = SqlJournal(db)
+    journal = SqlStore(db)
     parker = Engine(journal, catalog, SystemClock(), EngineConfig(node_id="parker"))
     sweeping = Engine(journal, catalog, SystemClock(), EngineConfig(node_id="sweeper"))
     sweeper = Sweeper(sweeping, interval_seconds=600)

@@ -33,6 +33,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -48,6 +49,7 @@ from flowpark.engine.records import Outcome, StepKind, StepRow
 from flowpark.store.migrate import head_revision
 from flowpark.testing import FlowHarness, Scripted, substitute
 from tests.engine.flows import Check, Job, Ready, Status, await_flow, poll_flow
+from tests.support.harness import sql_of
 
 STORED = Path(__file__).resolve().parent / "stored"
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -123,7 +125,7 @@ async def wakes(h: FlowHarness, instance_id: str, n: int) -> None:
 async def extended(h: FlowHarness, instance_id: str) -> None:
     """Nine wakes (parked at the budget's end), then an operator extends it by 5 min."""
     await wakes(h, instance_id, 9)
-    await h.journal.reads.record_action(
+    await h.store.reads.record_action(
         OperatorAction(
             id="0190a000-0000-7000-8000-000000000001",
             instance_id=instance_id,
@@ -162,7 +164,7 @@ async def retry_reopened(h: FlowHarness, instance_id: str) -> None:
     )
     assert rows, "the compensation did not fail for good"
     reopen = Reopen(instance_id, "dead-node", now, now + timedelta(seconds=30), rows)
-    assert await h.journal.intake.reopen(reopen) is not None
+    assert await h.store.intake.reopen(reopen) is not None
 
 
 SCENARIOS = [
@@ -243,7 +245,7 @@ def jsonable(value: Any) -> Any:
 async def dump(h: FlowHarness, instance_id: str) -> dict[str, list[dict[str, Any]]]:
     """The instance's rows in each table, raw, as the store holds them."""
     stored: dict[str, list[dict[str, Any]]] = {}
-    async with h.journal.engine.connect() as conn:
+    async with sql_of(h).engine.connect() as conn:
         for table in TABLES:
             key = "id" if table == "flow_instance" else "instance_id"
             order = "" if table == "flow_instance" else " ORDER BY rowid"
@@ -277,7 +279,7 @@ async def observed(h: FlowHarness, instance_id: str, before: int) -> dict[str, A
     taken, and where the instance is."""
     snap = await h.snapshot(instance_id)
     inst = snap.instance
-    signals = await h.journal.reads.list_signals(instance_id)
+    signals = await h.store.reads.list_signals(instance_id)
     return {
         "rows": [row_form(r) for r in snap.steps[before:]],
         "signals": [
@@ -320,7 +322,11 @@ async def record(scenario: Scenario) -> dict[str, Any]:
     spec = scenario.spec
     scripts = spec.get("scripts", {})
     subs = stand_ins(scripts)
-    async with FlowHarness.open(flows_of(spec), substitutes=subs, start=T0) as h:
+    folder = Path(
+        tempfile.mkdtemp(prefix="flowpark-record-")
+    )  # the rows are dumped as SQLite holds them
+    url = f"sqlite:///{folder / 'record.db'}"
+    async with FlowHarness.open(flows_of(spec), database_url=url, substitutes=subs, start=T0) as h:
         flow = "t.await" if spec["flow"] == "await" else "t.poll"
         instance_id = (await h.start(flow, ORDER)).instance.id
         await scenario.to_point(h, instance_id)

@@ -30,7 +30,7 @@ from flowpark.store.migrate import (
 )
 from flowpark.store.schema import check_schema_at_head as startup_check
 from flowpark.store.schema import script_head
-from flowpark.store.sql_journal import SqlJournal
+from flowpark.store.sql_store import SqlStore
 from flowpark.store.tables import IDEMPOTENCY_DIGEST_SQL, include_in_compare, metadata
 
 TABLES = {
@@ -413,7 +413,7 @@ async def test_0005_keeps_every_sequence_and_continues_after_the_highest(
     assert keys["constrained_columns"] == ["instance_id", "step_id", "scope", "kind", "try_number"]
     engine = make_async_engine(empty_url)
     try:
-        journal = SqlJournal(engine)
+        journal = SqlStore(engine)
         row = StepRow(
             instance_id=instance_id,
             step_id=13,
@@ -511,7 +511,7 @@ async def test_0019_moves_each_deadline_end_into_ends_at_and_back(
     assert all(r[3] is not None for r in after[:3]) and all(r[3] is None for r in after[3:])
     engine = make_async_engine(empty_url)
     try:
-        journal = SqlJournal(engine)
+        journal = SqlStore(engine)
         steps = (await journal.runs.load(instance_id)).steps
         read = await journal.operator.poll_budget_ends([(instance_id, 1)])
     finally:

@@ -14,6 +14,7 @@ from flowpark.flows import Backoff, Capability, CapabilityOptions, Flow, StepCon
 from flowpark.testing import FlowHarness, Scripted
 from tests.engine.flows import After, Job, Order, Start, Status, done
 from tests.support.eventually import eventually
+from tests.support.harness import sql_of
 
 __all__ = [
     "INTERVAL",
@@ -108,14 +109,14 @@ async def count_rows(h: FlowHarness, capability_id: str, scope: int | None = Non
     if scope is not None:
         sql += " AND scope = :scope"
         params["scope"] = scope
-    async with h.journal.engine.connect() as conn:
+    async with sql_of(h).engine.connect() as conn:
         return int((await conn.execute(text(sql), params)).scalar_one())
 
 
 async def duplicate_executions(h: FlowHarness) -> list[tuple[Any, ...]]:
     """(instance, step, scope, kind) with more than one row of the same try, or more than
     one successful row: both mean an execution ran twice."""
-    async with h.journal.engine.connect() as conn:
+    async with sql_of(h).engine.connect() as conn:
         tries = (
             await conn.execute(
                 text(

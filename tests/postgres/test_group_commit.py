@@ -20,16 +20,15 @@ from flowpark.errors import (
     InstanceKeyInUse,
     StaleFencingToken,
 )
-from flowpark.store import JournalConflict, SqlJournal
+from flowpark.store import JournalConflict, SqlStore
 from flowpark.store import writes as store_writes
-from flowpark.store.batched import Lanes
-from flowpark.store.lanes import Lane
+from flowpark.store.lanes import Lane, Lanes
 from tests.support.journal import LEASE, T0, at, commit_of, new_instance, park_at, park_commit
 from tests.support.journal import step as journal_step
 
 pytestmark = [
     pytest.mark.postgres,
-    pytest.mark.parametrize("store_url", ["postgres"], indirect=True),
+    pytest.mark.parametrize("sql_store_url", ["postgres"], indirect=True),
 ]
 
 
@@ -40,12 +39,12 @@ def step(instance_id: str, step_id: int = 0, scope: int = 0, **changes: Any) -> 
 
 
 @pytest.fixture
-def journal(sql_journal: SqlJournal) -> SqlJournal:
-    assert sql_journal.is_postgresql and sql_journal.lanes is not None
-    return sql_journal
+def journal(sql_store: SqlStore) -> SqlStore:
+    assert sql_store.is_postgresql and sql_store.lanes is not None
+    return sql_store
 
 
-async def started(journal: SqlJournal, count: int = 1, **changes: Any) -> list[str]:
+async def started(journal: SqlStore, count: int = 1, **changes: Any) -> list[str]:
     results = await asyncio.gather(
         *(journal.intake.create_instance(new_instance(**changes)) for _ in range(count))
     )
@@ -53,7 +52,7 @@ async def started(journal: SqlJournal, count: int = 1, **changes: Any) -> list[s
     return [record.id for record, _ in results]
 
 
-def lanes(journal: SqlJournal) -> Lanes:
+def lanes(journal: SqlStore) -> Lanes:
     assert journal.lanes is not None
     return journal.lanes
 
@@ -62,7 +61,7 @@ def counts(lane: Lane[Any, Any]) -> tuple[int, int]:
     return lane.batches, lane.items
 
 
-async def row_version(journal: SqlJournal, instance_id: str) -> tuple[str, str]:
+async def row_version(journal: SqlStore, instance_id: str) -> tuple[str, str]:
     """The instance row's ``xmin`` and ``ctid``: both change with a new row version."""
     async with journal.engine.connect() as conn:
         row = (
@@ -78,7 +77,7 @@ def journal_rows(rows: list[StepRow]) -> list[StepRow]:
     return [replace(r, sequence=None) for r in rows]
 
 
-async def make_stale(journal: SqlJournal, instance_id: str) -> None:
+async def make_stale(journal: SqlStore, instance_id: str) -> None:
     """node-a (token 1) loses the instance: parked, then claimed by node-b (token 2)."""
     assert await journal.runs.commit(park_commit(instance_id, 1, T0, park_at(at(60), 1, 0))) == Ack(
         True, False
@@ -91,7 +90,7 @@ async def make_stale(journal: SqlJournal, instance_id: str) -> None:
 
 
 async def test_fifty_concurrent_starts_in_one_batch_each_get_their_own_answer(
-    journal: SqlJournal,
+    journal: SqlStore,
 ) -> None:
     plain = [new_instance() for _ in range(30)]
     # one idempotency key: 8 repeats of one request, 2 other requests
@@ -149,7 +148,7 @@ async def test_fifty_concurrent_starts_in_one_batch_each_get_their_own_answer(
 
 
 async def test_two_concurrent_starts_with_one_id_are_one_start_and_one_conflict(
-    journal: SqlJournal,
+    journal: SqlStore,
 ) -> None:
     """One at a time, a second start with an id that exists (and no keys) raises
     JournalConflict. In one batch, both rows carry the same id: one is inserted, and
@@ -167,7 +166,7 @@ async def test_two_concurrent_starts_with_one_id_are_one_start_and_one_conflict(
     assert await journal.reads.count_instances() == 1
 
 
-async def test_a_start_batched_with_a_refused_one_is_still_created(journal: SqlJournal) -> None:
+async def test_a_start_batched_with_a_refused_one_is_still_created(journal: SqlStore) -> None:
     """One item the database refuses (a NUL in a text key) fails the batch statement
     (DataError): every start of the batch goes alone; the good one must be created."""
     good, bad = new_instance(), new_instance(instance_key="doc\x00bad")
@@ -183,7 +182,7 @@ async def test_a_start_batched_with_a_refused_one_is_still_created(journal: SqlJ
 
 
 async def test_a_keyed_start_batched_with_a_refused_one_reports_created(
-    journal: SqlJournal,
+    journal: SqlStore,
 ) -> None:
     good = new_instance(idempotency_key="k-good")
     bad = new_instance(instance_key="doc\x00bad")
@@ -200,7 +199,7 @@ async def test_a_keyed_start_batched_with_a_refused_one_reports_created(
 # ------------------------------------------------------------------------- parks
 
 
-async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal) -> None:
+async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlStore) -> None:
     ids = await started(journal, 50)
     stale, cancelled, signalled, other_signal, busy = ids[:5]
     await make_stale(journal, stale)
@@ -284,7 +283,7 @@ async def test_fifty_concurrent_commit_and_park_in_one_batch(journal: SqlJournal
 
 
 async def test_a_waiting_signal_leaves_the_instance_as_before_but_for_the_row(
-    journal: SqlJournal,
+    journal: SqlStore,
 ) -> None:
     """commit_and_park's contract for a waiting accepted signal: the row is committed, the
     instance stays running, leased to the owner until lease_until, with the refused park's
@@ -309,7 +308,7 @@ async def test_a_waiting_signal_leaves_the_instance_as_before_but_for_the_row(
     assert [s.step_id for s in (await journal.runs.load(instance_id)).steps] == [0]
 
 
-async def test_a_journal_row_that_exists_fails_only_its_own_commit(journal: SqlJournal) -> None:
+async def test_a_journal_row_that_exists_fails_only_its_own_commit(journal: SqlStore) -> None:
     ids = await started(journal, 12)
     duplicate = ids[0]
     assert await journal.runs.commit_step(1, step(duplicate), at(40)) == Ack(True, False)
@@ -333,7 +332,7 @@ async def test_a_journal_row_that_exists_fails_only_its_own_commit(journal: SqlJ
         ]
 
 
-async def test_a_journal_row_that_exists_fails_only_its_own_park(journal: SqlJournal) -> None:
+async def test_a_journal_row_that_exists_fails_only_its_own_park(journal: SqlStore) -> None:
     ids = await started(journal, 10)
     duplicate = ids[0]
     await journal.runs.commit_step(1, step(duplicate), at(40))
@@ -366,7 +365,7 @@ async def test_a_journal_row_that_exists_fails_only_its_own_park(journal: SqlJou
 
 
 async def test_a_value_json_cannot_encode_as_utf8_fails_no_other_item_of_its_batch(
-    journal: SqlJournal,
+    journal: SqlStore,
 ) -> None:
     """A lone surrogate (text a capability decoded with ``surrogateescape``) cannot be
     encoded by pydantic-core: the batch's JSON is not made, and each item goes alone (as
@@ -417,7 +416,7 @@ async def test_a_value_json_cannot_encode_as_utf8_fails_no_other_item_of_its_bat
 
 
 async def test_two_commits_of_one_instance_in_one_batch_land_once_each(
-    journal: SqlJournal,
+    journal: SqlStore,
 ) -> None:
     (instance_id,) = await started(journal)
     rows = [step(instance_id, step_id=n, committed_at=at(2 + n)) for n in range(3)]
@@ -433,7 +432,7 @@ async def test_two_commits_of_one_instance_in_one_batch_land_once_each(
 # ------------------------------------------------------------------------- commits
 
 
-async def test_a_plain_commit_makes_no_new_instance_row_version(journal: SqlJournal) -> None:
+async def test_a_plain_commit_makes_no_new_instance_row_version(journal: SqlStore) -> None:
     (instance_id,) = await started(journal)
     version = await row_version(journal, instance_id)
     before = await journal.reads.get_instance(instance_id)
@@ -445,7 +444,7 @@ async def test_a_plain_commit_makes_no_new_instance_row_version(journal: SqlJour
 
 
 async def test_a_commit_that_clears_an_attempt_writes_the_instance_row(
-    journal: SqlJournal,
+    journal: SqlStore,
 ) -> None:
     (instance_id,) = await started(journal)
     await journal.runs.start_try(instance_id, 1, TryMark(0, 0, 1, at(1)), at(20))
@@ -459,7 +458,7 @@ async def test_a_commit_that_clears_an_attempt_writes_the_instance_row(
     assert (inst.lease_expires_at, inst.updated_at) == (at(40), at(2))
 
 
-async def test_a_batch_of_plain_and_busy_commits(journal: SqlJournal) -> None:
+async def test_a_batch_of_plain_and_busy_commits(journal: SqlStore) -> None:
     ids = await started(journal, 10)
     busy = set(ids[::2])
     for instance_id in busy:
@@ -487,7 +486,7 @@ async def test_a_batch_of_plain_and_busy_commits(journal: SqlJournal) -> None:
 
 
 async def test_a_stale_token_in_a_commit_batch_fails_only_its_caller(
-    journal: SqlJournal,
+    journal: SqlStore,
 ) -> None:
     ids = await started(journal, 8)
     stale = ids[3]
@@ -503,7 +502,7 @@ async def test_a_stale_token_in_a_commit_batch_fails_only_its_caller(
     assert await journal.runs.load(stale) == before
 
 
-async def outbox(journal: SqlJournal) -> dict[str, tuple[str, str, Any]]:
+async def outbox(journal: SqlStore) -> dict[str, tuple[str, str, Any]]:
     """Outbox events by id: (instance id, name, payload)."""
     return {
         e["id"]: (e["instance_id"], e["name"], e["payload"])
@@ -526,7 +525,7 @@ def emit_row(instance_id: str) -> StepRow:
 
 
 async def test_emit_commits_share_a_batch_with_plain_ones_and_a_stale_one_writes_no_event(
-    journal: SqlJournal,
+    journal: SqlStore,
 ) -> None:
     ids = await started(journal, 10)
     stale = ids[0]
@@ -550,7 +549,7 @@ async def test_emit_commits_share_a_batch_with_plain_ones_and_a_stale_one_writes
 
 
 async def test_emit_commits_carrying_deferred_rows_share_a_batch(
-    journal: SqlJournal, monkeypatch: pytest.MonkeyPatch
+    journal: SqlStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ids = await started(journal, 8)
     busy = ids[0]
@@ -597,7 +596,7 @@ async def test_emit_commits_carrying_deferred_rows_share_a_batch(
     assert (inst.try_step_id, inst.lease_expires_at, inst.updated_at) == (None, at(40), at(2))
 
 
-async def test_an_event_id_that_exists_fails_only_its_own_commit(journal: SqlJournal) -> None:
+async def test_an_event_id_that_exists_fails_only_its_own_commit(journal: SqlStore) -> None:
     ids = await started(journal, 6)
     first, twin = ids[0], ids[1]
     taken = emitted(first)
@@ -617,7 +616,7 @@ async def test_an_event_id_that_exists_fails_only_its_own_commit(journal: SqlJou
 
 
 async def test_a_commit_waits_for_a_claim_in_flight_and_is_refused_once_it_commits(
-    journal: SqlJournal,
+    journal: SqlStore,
 ) -> None:
     """The FOR SHARE fence: a claim that commits while the batch waits for the row makes
     the token stale; nothing is written."""
@@ -653,7 +652,7 @@ async def test_a_commit_waits_for_a_claim_in_flight_and_is_refused_once_it_commi
     assert (await journal.runs.load(instance_id)).steps == []
 
 
-async def test_a_cancelled_caller_does_not_cut_the_batch_statement(journal: SqlJournal) -> None:
+async def test_a_cancelled_caller_does_not_cut_the_batch_statement(journal: SqlStore) -> None:
     ids = await started(journal, 3)
     lane = lanes(journal).commit
     callers = [asyncio.ensure_future(journal.runs.commit_step(1, step(i), at(40))) for i in ids]
@@ -672,7 +671,7 @@ async def test_a_cancelled_caller_does_not_cut_the_batch_statement(journal: SqlJ
 # ------------------------------------------------------------------------- finish
 
 
-async def test_many_completions_at_once(journal: SqlJournal) -> None:
+async def test_many_completions_at_once(journal: SqlStore) -> None:
     ids = await started(journal, 20)
     cancelled, stale = ids[4], ids[9]
     await journal.intake.request_cancel(cancelled, "api", at(1), at(31))

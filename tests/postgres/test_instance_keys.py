@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from flowpark.errors import InstanceKeyInUse
-from flowpark.store import SqlJournal
+from flowpark.store import SqlStore
 from flowpark.store.db import make_async_engine
 from tests.support.journal import new_instance
 
@@ -24,7 +24,7 @@ async def test_concurrent_starts_with_one_key_on_several_nodes_create_one_instan
 ) -> None:
     engines = [make_async_engine(store_url) for _ in range(NODES)]
     try:
-        journals = [SqlJournal(e) for e in engines]
+        journals = [SqlStore(e) for e in engines]
         for round_ in range(3):  # three contests, each for a key of its own
             key = f"doc-{round_}"
             news = [

@@ -21,7 +21,7 @@ import pytest
 from flowpark.engine.clock import VirtualClock
 from flowpark.engine.node.engine import Engine, EngineConfig, SweepReport
 from flowpark.engine.records import InstanceState
-from flowpark.store import SqlJournal
+from flowpark.store import SqlStore
 from flowpark.testing import FlowHarness
 from tests.engine.flows import Status
 from tests.postgres.nodes import (
@@ -32,6 +32,7 @@ from tests.postgres.nodes import (
     slow_flow,
     slow_subs,
 )
+from tests.support.harness import sql_of
 
 LEASE = timedelta(seconds=30)
 SCAN = timedelta(seconds=1)
@@ -175,7 +176,7 @@ class _SlowClaims:
         return claims
 
 
-def _with_slow_claims(journal: SqlJournal, stall: Callable[[], Awaitable[None]]) -> SqlJournal:
+def _with_slow_claims(journal: SqlStore, stall: Callable[[], Awaitable[None]]) -> SqlStore:
     """The same store with its claims role replaced (the roles are composed)."""
     slow = copy.copy(journal)
     slow.intake = _SlowClaims(journal.intake, stall)  # type: ignore[assignment]
@@ -200,7 +201,7 @@ async def test_a_try_does_not_start_on_a_lease_that_lapsed_before_the_call(
             taken.append(await b.sweep())
 
         a = Engine(
-            _with_slow_claims(h.journal, stall),
+            _with_slow_claims(sql_of(h), stall),
             h.catalog,
             h.clock,
             replace(h.engine.config, node_id="node-a"),

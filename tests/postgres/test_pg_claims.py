@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from flowpark.engine.records import NewInstance
-from flowpark.store import SqlJournal, make_async_engine, upgrade
+from flowpark.store import SqlStore, make_async_engine, upgrade
 from tests.support.journal import park_at, park_commit
 
 pytestmark = pytest.mark.postgres
@@ -21,7 +21,7 @@ RUNNABLE = [("document.process", "1.0.0")]
 async def test_claim_due_skips_locked_rows_without_waiting(pg_url: str) -> None:
     upgrade(pg_url)
     engine = make_async_engine(pg_url)
-    journal = SqlJournal(engine)
+    journal = SqlStore(engine)
     try:
         ids = []
         for n in range(3):
@@ -68,7 +68,7 @@ async def test_claim_due_takes_expired_leases_then_wakes_in_order_up_to_its_limi
     earliest wakes (ties by id), a held row stepped over, no more than the limit taken."""
     upgrade(pg_url)
     engine = make_async_engine(pg_url)
-    journal = SqlJournal(engine)
+    journal = SqlStore(engine)
 
     async def start(n: int, lease_seconds: int) -> str:
         record, _ = await journal.intake.create_instance(

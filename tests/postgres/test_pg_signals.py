@@ -12,19 +12,19 @@ from sqlalchemy import text
 
 from flowpark.engine.ports import NewSignal, WakeClaim
 from flowpark.engine.records import InstanceState, StepKind
-from flowpark.store import SqlJournal
+from flowpark.store import SqlStore
 from tests.support.eventually import eventually
 from tests.support.journal import at, commit_of, new_instance, park_at, park_commit, step
 
 pytestmark = [
     pytest.mark.postgres,
-    pytest.mark.parametrize("store_url", ["postgres"], indirect=True),
+    pytest.mark.parametrize("sql_store_url", ["postgres"], indirect=True),
 ]
 
 WAIT = 4  # the node index of the wait that accepts "approved"
 
 
-async def waiting_on_a_lock(journal: SqlJournal) -> bool:
+async def waiting_on_a_lock(journal: SqlStore) -> bool:
     """Whether a session of this database waits for a lock (another session holds it)."""
     async with journal.engine.connect() as conn:
         waiting = await conn.scalar(
@@ -36,14 +36,14 @@ async def waiting_on_a_lock(journal: SqlJournal) -> bool:
     return bool(waiting)
 
 
-async def started(journal: SqlJournal) -> str:
+async def started(journal: SqlStore) -> str:
     record, created = await journal.intake.create_instance(new_instance())
     assert created
     return record.id
 
 
 def deliver(
-    journal: SqlJournal, instance_id: str, signal_id: str, key: str | None = None, **changes: Any
+    journal: SqlStore, instance_id: str, signal_id: str, key: str | None = None, **changes: Any
 ) -> Any:
     return journal.mailbox.deliver_and_claim(
         NewSignal(instance_id, "approved", {"by": signal_id}, key, at(5), signal_id),
@@ -52,14 +52,14 @@ def deliver(
 
 
 async def test_a_park_committed_while_the_delivery_waits_is_seen_and_claimed(
-    sql_journal: SqlJournal,
+    sql_store: SqlStore,
 ) -> None:
     """The lost-wake-up race: the run parks (its last row with it) while the delivery waits
     for the row; the park's own mailbox check ran before the signal existed, so the
     delivery must see the park and claim, and its journal must hold the park's row."""
-    instance_id = await started(sql_journal)
+    instance_id = await started(sql_store)
     last = step(instance_id, step_id=3)
-    async with sql_journal.engine.connect() as node_a:
+    async with sql_store.engine.connect() as node_a:
         await node_a.execute(
             text(
                 "UPDATE flow_instance SET state = 'suspended', wake_step_id = :wait, "
@@ -75,8 +75,8 @@ async def test_a_park_committed_while_the_delivery_waits_is_seen_and_claimed(
             ),
             {"id": instance_id, "at": last.committed_at},
         )
-        delivery = asyncio.ensure_future(deliver(sql_journal, instance_id, "s-1"))
-        await eventually(lambda: waiting_on_a_lock(sql_journal), what="the delivery blocks")
+        delivery = asyncio.ensure_future(deliver(sql_store, instance_id, "s-1"))
+        await eventually(lambda: waiting_on_a_lock(sql_store), what="the delivery blocks")
         assert not delivery.done()  # it waits for the row the park holds
         await node_a.commit()
     answer = await asyncio.wait_for(delivery, timeout=10)
@@ -84,21 +84,21 @@ async def test_a_park_committed_while_the_delivery_waits_is_seen_and_claimed(
     assert answer.claim is not None and answer.claim.fencing_token == 2
     # its statement began before the park's row existed: the engine must load the journal
     assert answer.claim.snapshot is None
-    snapshot = await sql_journal.runs.load(instance_id)
+    snapshot = await sql_store.runs.load(instance_id)
     assert [(r.step_id, r.kind) for r in snapshot.steps] == [(3, StepKind.STEP)]
     assert [s.id for s in snapshot.signals] == ["s-1"]
     assert snapshot.instance.state is InstanceState.RUNNING
 
 
 async def test_a_delivery_waits_for_a_batched_park_and_then_claims(
-    sql_journal: SqlJournal,
+    sql_store: SqlStore,
 ) -> None:
     """The same race through the store's own park (the group-commit statement)."""
-    instance_id = await started(sql_journal)
+    instance_id = await started(sql_store)
     deliveries = []
 
     async def park() -> None:
-        await sql_journal.runs.commit(
+        await sql_store.runs.commit(
             commit_of(
                 1,
                 step(instance_id, step_id=3),
@@ -108,53 +108,51 @@ async def test_a_delivery_waits_for_a_batched_park_and_then_claims(
         )
 
     async def signal() -> None:
-        deliveries.append(await deliver(sql_journal, instance_id, "s-1"))
+        deliveries.append(await deliver(sql_store, instance_id, "s-1"))
 
     await asyncio.gather(park(), signal())
     (answer,) = deliveries
-    record = await sql_journal.reads.get_instance(instance_id)
+    record = await sql_store.reads.get_instance(instance_id)
     if answer.claim is None:  # the delivery came first: the park saw it and stayed running
         assert record.state is InstanceState.RUNNING and record.fencing_token == 1
     else:  # the park came first: the delivery claimed the instance
         assert record.state is InstanceState.RUNNING and record.fencing_token == 2
         assert answer.claim.fencing_token == 2
-    snapshot = await sql_journal.runs.load(instance_id)
+    snapshot = await sql_store.runs.load(instance_id)
     assert [s.id for s in snapshot.signals] == ["s-1"]
     assert [r.step_id for r in snapshot.steps] == [3]
 
 
 async def test_concurrent_deliveries_claim_a_parked_instance_once(
-    sql_journal: SqlJournal,
+    sql_store: SqlStore,
 ) -> None:
-    instance_id = await started(sql_journal)
-    await sql_journal.runs.commit(park_commit(instance_id, 1, at(1), park_at(None, WAIT, 0)))
+    instance_id = await started(sql_store)
+    await sql_store.runs.commit(park_commit(instance_id, 1, at(1), park_at(None, WAIT, 0)))
     answers = await asyncio.wait_for(
         asyncio.gather(
-            *(deliver(sql_journal, instance_id, f"s-{n}", owner=f"node-{n}") for n in range(10))
+            *(deliver(sql_store, instance_id, f"s-{n}", owner=f"node-{n}") for n in range(10))
         ),
         timeout=20,
     )
     assert all(a.created for a in answers)
     claims = [a for a in answers if a.claim is not None]
     assert len(claims) == 1
-    record = await sql_journal.reads.get_instance(instance_id)
+    record = await sql_store.reads.get_instance(instance_id)
     assert record.fencing_token == 2 and record.state is InstanceState.RUNNING
-    assert len(await sql_journal.mailbox.pending_signals(instance_id)) == 10
+    assert len(await sql_store.mailbox.pending_signals(instance_id)) == 10
 
 
 async def test_concurrent_repeats_of_one_key_store_and_claim_once(
-    sql_journal: SqlJournal,
+    sql_store: SqlStore,
 ) -> None:
-    instance_id = await started(sql_journal)
-    await sql_journal.runs.commit(park_commit(instance_id, 1, at(1), park_at(None, WAIT, 0)))
+    instance_id = await started(sql_store)
+    await sql_store.runs.commit(park_commit(instance_id, 1, at(1), park_at(None, WAIT, 0)))
     answers = await asyncio.wait_for(
-        asyncio.gather(
-            *(deliver(sql_journal, instance_id, f"s-{n}", key="hook") for n in range(20))
-        ),
+        asyncio.gather(*(deliver(sql_store, instance_id, f"s-{n}", key="hook") for n in range(20))),
         timeout=20,
     )
     assert sum(a.created for a in answers) == 1
     assert len({a.signal.id for a in answers}) == 1
     assert sum(a.claim is not None for a in answers) == 1
-    assert len(await sql_journal.reads.list_signals(instance_id)) == 1
-    assert (await sql_journal.reads.get_instance(instance_id)).fencing_token == 2
+    assert len(await sql_store.reads.list_signals(instance_id)) == 1
+    assert (await sql_store.reads.get_instance(instance_id)).fencing_token == 2

@@ -5,7 +5,7 @@ claims no more than its free run slots, a stopping node claims nothing more, and
 node's instances come before a backlog of overdue wakes.
 
 Each test runs on SQLite and PostgreSQL (``store_url``); the production engine and
-``SqlJournal`` with virtual clocks.
+``SqlStore`` with virtual clocks.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from tests.postgres.nodes import (
     slow_subs,
 )
 from tests.support.eventually import eventually
+from tests.support.harness import sql_of
 
 #: due instances the three nodes sweep: on PostgreSQL 300; on SQLite, whose one writer at
 #: a time serialises the claims anyway, 100 (still a dozen interleaved claims of 8 slots)
@@ -198,7 +199,7 @@ async def test_a_dead_nodes_instance_is_taken_over_before_a_backlog_of_overdue_w
         assert held.wake_at is not None
         h.clock.set(held.wake_at)
         # node A claims it, then dies: its lease ends after every backlog wake
-        claim = await h.journal.runs.claim(
+        claim = await h.store.runs.claim(
             held.id, "node-a", h.clock.now(), h.clock.now() + timedelta(seconds=30)
         )
         assert claim is not None
@@ -236,7 +237,7 @@ async def test_a_node_claims_no_more_than_its_free_run_slots(store_url: str) -> 
         sweep = asyncio.create_task(h.sweep())
         await eventually(lambda: len(in_flight) == 4, timeout=10, what="4 runs in flight")
         # nothing claimed waits for a slot: exactly the runs in flight hold leases
-        async with h.journal.engine.connect() as conn:
+        async with sql_of(h).engine.connect() as conn:
             leased = (
                 await conn.execute(
                     text("SELECT count(*) FROM flow_instance WHERE lease_owner = 'node-a'")

@@ -114,7 +114,7 @@ async def seed_console_data(database_url: str, *, now: datetime | None = None) -
         await h.advance_to_next_wake(seeded.overdue[0])  # one has a second attempt
         stuck = await document("stuck-1")
         lease = h.engine.lease
-        claim = await h.journal.runs.claim(stuck, "gone-node", h.clock.now(), h.clock.now() + lease)
+        claim = await h.store.runs.claim(stuck, "gone-node", h.clock.now(), h.clock.now() + lease)
         assert claim is not None
         seeded.stuck = stuck
         seeded.unknown_version = await document("old-1", "0.1.0")

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 
 from flowpark.store.db import make_async_engine
-from flowpark.store.sql_journal import SqlJournal
+from flowpark.store.sql_store import SqlStore
 from flowpark.ui.overview import percentile
 from tests.support.seed import Seeded, seed_console_data
 
@@ -18,7 +18,7 @@ async def test_flow_activity_counts_each_state_per_flow_version(store_url: str) 
     seeded = await seed_console_data(store_url, now=now)
     db = make_async_engine(store_url)
     try:
-        journal = SqlJournal(db)
+        journal = SqlStore(db)
         activity = await journal.reads.flow_activity(
             now,
             overdue=timedelta(seconds=5),
@@ -114,7 +114,7 @@ async def test_step_activity_places_running_completed_and_failed_instances(store
     await seed_console_data(store_url, now=now)
     db = make_async_engine(store_url)
     try:
-        reads = SqlJournal(db).reads
+        reads = SqlStore(db).reads
         got = await reads.step_activity("document.process", "1.0.0", now - timedelta(hours=1))
         assert got.completed == 1
         assert sum(got.failed.values()) == 1
@@ -138,7 +138,7 @@ async def test_flow_activity_counts_recently_cancelled_instances(store_url: str)
         started = await h.start("t.await", {"order_id": "o-c"})
         await h.engine.cancel(started.instance.id)
         now = h.clock.now()
-        [activity] = await h.journal.reads.flow_activity(
+        [activity] = await h.store.reads.flow_activity(
             now,
             overdue=timedelta(seconds=5),
             due_within=timedelta(minutes=1),

@@ -149,7 +149,6 @@ EXPORTS = {
         "InstanceRecord",
         "InstanceState",
         "Intake",
-        "Journal",
         "Mailbox",
         "Park",
         "ReadModel",
@@ -158,6 +157,7 @@ EXPORTS = {
         "Snapshot",
         "StartResult",
         "StepRow",
+        "Store",
         "Streams",
         "SweepReport",
         "SystemClock",
@@ -261,6 +261,72 @@ def test_the_engine_has_no_import_cycle() -> None:
         "flowpark.engine.decide.decisions" in graph["flowpark.engine.execute.executor"]
     )  # the walk finds imports
     assert _cycles(graph) == []
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _flowpark_imports(path: Path, modules: set[str], name: str | None = None) -> set[str]:
+    """The ``flowpark`` modules (and packages) ``path`` (the module ``name``) imports,
+    anywhere in it (inside functions and ``if TYPE_CHECKING:`` blocks too), relative
+    imports resolved."""
+    name = name or _module_name(path)
+    package = name if path.stem == "__init__" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in _imports_of(path):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+        else:
+            found.update(alias.name for alias in node.names)
+    return (found & modules) - {name}
+
+
+def _flowpark_graph() -> dict[str, set[str]]:
+    """Every module and package of ``flowpark`` (the samples aside: they import only the
+    public names) with the ones it imports."""
+    paths = [
+        p
+        for p in (ROOT / "flowpark").rglob("*.py")
+        if "samples" not in p.relative_to(ROOT / "flowpark").parts
+    ]
+    modules = {_module_name(p) for p in paths}
+    return {_module_name(p): _flowpark_imports(p, modules) for p in paths}
+
+
+def test_no_package_has_an_import_cycle() -> None:
+    """No module of ``flowpark`` imports (directly or around a circle, type-only imports and
+    imports inside functions included) a module that imports it back: in every package
+    each module builds on the ones below it."""
+    graph = _flowpark_graph()
+    assert len(graph) > 150
+    assert "flowpark.store.base" in graph["flowpark.store.claims"]  # the walk finds imports
+    assert "flowpark.store.base" in graph["flowpark.store.dialects.postgres"]
+    assert _cycles(graph) == []
+
+
+def test_the_import_walk_sees_function_type_only_and_relative_imports(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from flowpark.store.base import SqlRole\n"
+        "def f():\n    from flowpark.store import claims\n"
+        "from .fencing import fenced\n"
+    )
+    modules = set(_flowpark_graph())
+    found = _flowpark_imports(planted, modules, "flowpark.store.planted")
+    assert found == {
+        "flowpark.store",
+        "flowpark.store.base",
+        "flowpark.store.claims",
+        "flowpark.store.fencing",
+    }
 
 
 #: The engine's folders, each allowed to import only those after it (and the engine's root
@@ -376,3 +442,71 @@ def test_the_console_imports_no_private_name_of_another_package() -> None:
                 hidden = [a.name for a in node.names if a.name.startswith("_")]
                 private += [f"{path.name}: {node.module}.{name}" for name in hidden]
     assert private == []
+
+
+def _type_names(path: Path) -> set[str]:
+    """The classes ``path`` defines and its module-level type aliases (``Name = A | B``)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ClassDef):
+            names.add(node.name)
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.BinOp)
+            and isinstance(node.value.op, ast.BitOr)
+        ):
+            names.update(
+                t.id for t in node.targets if isinstance(t, ast.Name) and t.id[0].isupper()
+            )
+    return names
+
+
+def _defined_twice() -> dict[str, list[str]]:
+    where: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "flowpark").rglob("*.py")):
+        if "samples" in path.relative_to(ROOT).parts:
+            continue  # flowpark/samples links to samples/: flows a user could have written
+        for name in _type_names(path):
+            where.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    return {name: paths for name, paths in where.items() if len(paths) > 1}
+
+
+def test_no_class_name_is_defined_twice() -> None:
+    """One name, one meaning: no two classes (or type aliases) under ``flowpark/`` share a
+    name. The only pairs are the client's errors: each is the node's error of the same
+    problem ``code`` as a caller receives it (the client maps the code to it)."""
+    from flowpark import errors
+    from flowpark.client import errors as client_errors
+
+    twice = _defined_twice()
+    assert "FlowparkError" not in twice  # the walk sees the error tree
+    mirrored = {
+        name: paths
+        for name, paths in twice.items()
+        if paths == ["flowpark/client/errors.py", "flowpark/errors.py"]
+    }
+    assert {n: p for n, p in twice.items() if n not in mirrored} == {}
+    for name in mirrored:
+        code = str(getattr(errors, name).code)
+        assert client_errors._BY_CODE.get(code) is getattr(client_errors, name), name
+
+
+def test_the_twice_defined_check_sees_a_class_and_an_alias(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("class Park:\n    pass\n\nDecision = int | str\n")
+    assert _type_names(tmp_path / "a.py") == {"Park", "Decision"}
+
+
+@pytest.mark.parametrize("package", ["flowpark/api", "flowpark/ui"])
+def test_the_api_and_the_console_import_ports_and_models_never_a_store_module(
+    package: str,
+) -> None:
+    """The HTTP API and the console reach storage through the engine's ports (the runtime
+    wires the store behind them): no module of theirs imports ``flowpark.store``."""
+    found = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in (ROOT / package).rglob("*.py")
+        for name in _flowpark_imports(path, set(_flowpark_graph()))
+        if name == "flowpark.store" or name.startswith("flowpark.store.")
+    ]
+    assert found == []

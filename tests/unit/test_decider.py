@@ -15,8 +15,8 @@ from flowpark.engine.decide.decisions import (
     Execute,
     Finish,
     MailboxView,
-    Park,
     ReadMailbox,
+    Suspend,
     TakeSignal,
 )
 from flowpark.engine.records import (
@@ -115,8 +115,8 @@ def test_entering_a_poll_stores_its_budget_before_attempt_zero() -> None:
 def test_after_an_unsatisfied_attempt_of_this_run_the_poll_parks_for_its_interval() -> None:
     steps = [STARTED, BUDGET, _check(0, False, T0)]
     decision = decide(POLL, _instance(), steps, T0, claimed=2)
-    assert isinstance(decision, Park)
-    assert replace(decision, notes=()) == Park(
+    assert isinstance(decision, Suspend)
+    assert replace(decision, notes=()) == Suspend(
         T0 + MIN, 1, 1, WakeKind.POLL, accept_signal="t.ready"
     )
     assert [(n.how, n.attempt) for n in decision.notes] == [("unsatisfied", 0)]
@@ -126,7 +126,7 @@ def test_a_claimed_wake_not_yet_due_parks_again_and_a_due_one_runs_the_attempt()
     steps = [STARTED, BUDGET, _check(0, False, T0)]
     parked = _instance(wake_at=T0 + MIN, wake_step_id=1, wake_scope=1)
     early = decide(POLL, parked, steps, T0 + MIN / 2)
-    assert early == Park(T0 + MIN, 1, 1, WakeKind.POLL, accept_signal="t.ready")
+    assert early == Suspend(T0 + MIN, 1, 1, WakeKind.POLL, accept_signal="t.ready")
     due = decide(POLL, parked, steps, T0 + MIN + timedelta(seconds=3))
     assert isinstance(due, Execute) and (due.step, due.scope) == (2, 1)
     assert due.late_by == timedelta(seconds=3)
@@ -231,7 +231,7 @@ def test_a_requested_cancel_unwinds_at_the_frontier() -> None:
 def test_an_await_stores_its_timeout_with_the_park() -> None:
     steps = [STARTED]
     decision = decide(AWAIT, _instance(flow_name="t.await"), steps, T0)
-    assert isinstance(decision, Park)
+    assert isinstance(decision, Suspend)
     assert (decision.step, decision.kind, decision.wake_at) == (1, WakeKind.SIGNAL, T0 + 60 * MIN)
     [timeout] = decision.store_first
     assert timeout.kind is StepKind.DEADLINE and ends_at(timeout) == T0 + 60 * MIN

@@ -37,7 +37,7 @@ class In(BaseModel):
     pass
 
 
-class Journal:
+class RenewingStore:
     """``renew_lease`` records each renewal's ``lease_until`` and plays ``outcomes`` in
     turn: None (renewed), an exception to raise, or an Event to wait for first."""
 
@@ -47,7 +47,7 @@ class Journal:
         self.providers = MemoryProviderLimits()  # the engine's budget is built over it
 
     @property
-    def runs(self) -> Journal:
+    def runs(self) -> RenewingStore:
         """A run's port: the lease keeper's renewals and a heartbeat's writes (this fake
         plays them)."""
         return self
@@ -87,13 +87,13 @@ class Body(Capability):
 class World:
     def __init__(self) -> None:
         self.clock = VirtualClock(T0)
-        self.journal = Journal()
+        self.store = RenewingStore()
         flow = Flow("t.limits", "1.0.0", input=In)
         flow.step(Body(hang))
         catalog = Catalog()
         catalog.register(flow)
         self.engine = Engine(
-            self.journal,  # type: ignore[arg-type]  # a stand-in with renew_lease only
+            self.store,  # type: ignore[arg-type]  # a stand-in with renew_lease only
             catalog,
             self.clock,
             EngineConfig(node_id="n", lease=LEASE),
@@ -147,7 +147,7 @@ async def test_a_short_try_costs_one_task_and_leaves_no_timer_behind() -> None:
     # this test, the call and its capability: no timer, keeper or watchdog task
     assert seen == [3, 3]
     assert w.clock.next_sleeper_due() is None
-    assert w.journal.renewals == []
+    assert w.store.renewals == []
 
 
 async def test_execute_timeout_is_measured_on_the_engine_clock() -> None:
@@ -179,7 +179,7 @@ async def test_the_keeper_renews_whenever_two_thirds_of_the_lease_are_left() -> 
         await eventually(
             functools.partial(
                 lambda n: (
-                    len(w.journal.renewals) == n
+                    len(w.store.renewals) == n
                     and w.clock.next_sleeper_due() == w.clock.now() + LEASE / 3
                 ),
                 n,
@@ -188,7 +188,7 @@ async def test_the_keeper_renews_whenever_two_thirds_of_the_lease_are_left() -> 
             turns=TURNS,
         )
         assert w.run.lease_expires_at == w.clock.now() + LEASE
-    assert w.journal.renewals == [T0 + LEASE / 3 * n + LEASE for n in (1, 2, 3)]
+    assert w.store.renewals == [T0 + LEASE / 3 * n + LEASE for n in (1, 2, 3)]
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
@@ -200,7 +200,7 @@ async def test_a_renewal_the_store_cannot_make_is_tried_again_after_a_tenth_of_t
 ) -> None:
     OUTAGES.recovered("lease")  # a line of its own, whatever another test logged before
     w = World()
-    w.journal.outcomes = [StoreUnavailable("database unreachable")]
+    w.store.outcomes = [StoreUnavailable("database unreachable")]
     cap = Body(hang)
     call = w.call(cap, PLAIN)
     await cap.entered.wait()
@@ -214,7 +214,7 @@ async def test_a_renewal_the_store_cannot_make_is_tried_again_after_a_tenth_of_t
     assert "store unavailable (lease): database unreachable" in caplog.text
     w.clock.advance(LEASE / 10)
     await eventually(
-        lambda: len(w.journal.renewals) == 2 and w.run.lease_expires_at == w.clock.now() + LEASE,
+        lambda: len(w.store.renewals) == 2 and w.run.lease_expires_at == w.clock.now() + LEASE,
         what="the retry",
         turns=TURNS,
     )
@@ -226,7 +226,7 @@ async def test_a_renewal_the_store_cannot_make_is_tried_again_after_a_tenth_of_t
 async def test_a_refused_renewal_ends_the_try_at_once() -> None:
     w = World()
     refused = StaleFencingToken("stale")
-    w.journal.outcomes = [refused]
+    w.store.outcomes = [refused]
     cap = Body(hang)
     call = w.call(cap, PLAIN)
     await cap.entered.wait()
@@ -241,7 +241,7 @@ async def test_a_refused_renewal_ends_the_try_at_once() -> None:
 async def test_a_renewal_in_flight_finishes_when_the_try_ends() -> None:
     w = World()
     release = asyncio.Event()
-    w.journal.outcomes = [release]
+    w.store.outcomes = [release]
     finish = asyncio.Event()
 
     async def body(ctx: StepContext) -> str:
@@ -252,7 +252,7 @@ async def test_a_renewal_in_flight_finishes_when_the_try_ends() -> None:
     call = w.call(cap, PLAIN)
     await cap.entered.wait()
     w.clock.advance(LEASE / 3)
-    await eventually(lambda: len(w.journal.renewals) == 1, what="the renewal started", turns=TURNS)
+    await eventually(lambda: len(w.store.renewals) == 1, what="the renewal started", turns=TURNS)
     finish.set()  # the capability returns while the renewal waits on the store
     for _ in range(20):
         await asyncio.sleep(0)
@@ -270,18 +270,18 @@ async def test_a_try_starts_on_a_renewed_lease_when_less_than_two_thirds_are_lef
     seen: list[int] = []
 
     async def body(ctx: StepContext) -> None:
-        seen.append(len(w.journal.renewals))
+        seen.append(len(w.store.renewals))
 
     await w.call(Body(body), PLAIN)
     assert seen == [1]
-    assert w.journal.renewals == [T0 + LEASE / 3 + S + LEASE]
+    assert w.store.renewals == [T0 + LEASE / 3 + S + LEASE]
 
     w = World()
     w.clock.advance(LEASE / 3)  # exactly two thirds left: the try starts at once
     seen.clear()
 
     async def hangs(ctx: StepContext) -> None:
-        seen.append(len(w.journal.renewals))
+        seen.append(len(w.store.renewals))
         await asyncio.Future()
 
     cap = Body(hangs)
@@ -289,8 +289,8 @@ async def test_a_try_starts_on_a_renewed_lease_when_less_than_two_thirds_are_lef
     await cap.entered.wait()
     assert seen == [0]
     # the keeper renews on the loop's next turns, the clock standing still
-    await eventually(lambda: len(w.journal.renewals) == 1, what="the keeper's renewal", turns=TURNS)
-    assert w.journal.renewals == [w.clock.now() + LEASE]
+    await eventually(lambda: len(w.store.renewals) == 1, what="the keeper's renewal", turns=TURNS)
+    assert w.store.renewals == [w.clock.now() + LEASE]
     assert not call.done()
     call.cancel()
     await asyncio.gather(call, return_exceptions=True)
@@ -299,7 +299,7 @@ async def test_a_try_starts_on_a_renewed_lease_when_less_than_two_thirds_are_lef
 async def test_a_refused_pre_call_renewal_starts_no_try() -> None:
     w = World()
     w.clock.advance(LEASE)
-    w.journal.outcomes = [StaleFencingToken("stale")]
+    w.store.outcomes = [StaleFencingToken("stale")]
     cap = Body(hang)
     with pytest.raises(StaleFencingToken):
         await w.call(cap, PLAIN)
@@ -335,7 +335,7 @@ async def test_the_watchdog_ends_a_try_whose_heartbeats_stop() -> None:
     assert info.value.kind == "heartbeat_timeout"
     assert str(info.value) == "t.body recorded no heartbeat for 0:00:30"
     assert cap.cancelled == 1
-    assert w.journal.renewals == []
+    assert w.store.renewals == []
 
 
 async def test_execute_timeout_wins_when_both_timeouts_pass_in_one_move() -> None:

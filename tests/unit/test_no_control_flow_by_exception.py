@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flowpark.store.dialects import Dialect
+from flowpark.store.base import Dialect
 from flowpark.store.dialects.postgres import PostgresDialect
 from flowpark.store.dialects.sqlite import SqliteDialect
 

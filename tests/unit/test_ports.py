@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 import flowpark.engine.ports as ports
-from flowpark.store import SqlJournal, make_async_engine
+from flowpark.store import SqlStore, make_async_engine
 from flowpark.store.memory import MemoryStore
 
 MAX_PARAMETERS = 6
 
-#: the Journal's attribute -> the port it is typed as
+#: the Store's attribute -> the port it is typed as
 WIRED = {
     "runs": ports.RunStore,
     "intake": ports.Intake,
@@ -51,7 +51,7 @@ def test_the_ports_are_protocols_with_methods() -> None:
     assert {p.__name__ for p in found} >= {
         "Deliveries",
         "Intake",
-        "Journal",
+        "Store",
         "Mailbox",
         "OperatorReads",
         "OverviewReads",
@@ -61,7 +61,7 @@ def test_the_ports_are_protocols_with_methods() -> None:
         "Streams",
     }
     for protocol in found:
-        if protocol is not ports.Journal:
+        if protocol is not ports.Store:
             assert _methods(protocol), protocol.__name__
 
 
@@ -77,15 +77,13 @@ def test_no_port_method_takes_more_than_six_parameters(protocol: type) -> None:
     assert wide == {}
 
 
-def test_the_journal_port_names_every_wired_port() -> None:
-    declared = {
-        name for name, member in vars(ports.Journal).items() if isinstance(member, property)
-    }
+def test_the_store_port_names_every_wired_port() -> None:
+    declared = {name for name, member in vars(ports.Store).items() if isinstance(member, property)}
     assert declared == set(WIRED)
 
 
 def _stores() -> list[object]:
-    return [SqlJournal(make_async_engine("sqlite:///unused.db")), MemoryStore()]
+    return [SqlStore(make_async_engine("sqlite:///unused.db")), MemoryStore()]
 
 
 @pytest.mark.parametrize("store", _stores(), ids=lambda s: type(s).__name__)
@@ -105,10 +103,10 @@ def test_each_store_implements_each_port_it_is_wired_as(
         ], name
 
 
-def test_the_sql_journal_composes_its_ports_as_objects_of_their_own() -> None:
-    journal = SqlJournal(make_async_engine("sqlite:///unused.db"))
+def test_the_sql_store_composes_its_ports_as_objects_of_their_own() -> None:
+    journal = SqlStore(make_async_engine("sqlite:///unused.db"))
     for attribute in WIRED:
-        assert not issubclass(SqlJournal, type(getattr(journal, attribute))), attribute
+        assert not issubclass(SqlStore, type(getattr(journal, attribute))), attribute
 
 
 @pytest.mark.parametrize("module", ["memory", "memory_reads", "memory_state"])

@@ -14,7 +14,7 @@ from sqlalchemy.engine import make_url
 
 import flowpark.store
 from flowpark.errors import StoreUnavailable
-from flowpark.store import SqlJournal
+from flowpark.store import SqlStore
 from flowpark.store.db import (
     CONNECT_ARGS,
     READ_ONLY,
@@ -202,7 +202,7 @@ def test_store_exports_are_pinned() -> None:
     assert flowpark.store.__all__ == sorted(flowpark.store.__all__)
     assert flowpark.store.__all__ == [
         "JournalConflict",
-        "SqlJournal",
+        "SqlStore",
         "UtcDateTime",
         "check_schema_at_head",
         "current_revision",
@@ -218,7 +218,7 @@ async def test_unreachable_database_is_store_unavailable() -> None:
     engine = make_async_engine("postgresql://postgres@127.0.0.1:1/nowhere")
     try:
         with pytest.raises(StoreUnavailable) as info:
-            await SqlJournal(engine).reads.ping()
+            await SqlStore(engine).reads.ping()
         assert info.value.code == "store_unavailable"
     finally:
         await engine.dispose()
@@ -228,7 +228,7 @@ async def test_a_write_behind_another_process_lock_is_refused_in_bounded_time(
     _sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import flowpark.store.db as db_module
-    from flowpark.store import SqlJournal
+    from flowpark.store import SqlStore
 
     monkeypatch.setattr(db_module, "SQLITE_BUSY_TIMEOUT_MS", 300)
     path = tmp_path / "locked.db"
@@ -237,7 +237,7 @@ async def test_a_write_behind_another_process_lock_is_refused_in_bounded_time(
     holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
     engine = make_async_engine(f"sqlite:///{path}")
     try:
-        journal = SqlJournal(engine)
+        journal = SqlStore(engine)
         began = time.monotonic()
         with pytest.raises(StoreUnavailable):
             async with journal.runs._write() as conn:
@@ -253,14 +253,14 @@ async def test_a_writer_queued_past_the_bound_in_this_process_is_refused(
     _sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import flowpark.store.base as base_module
-    from flowpark.store import SqlJournal
+    from flowpark.store import SqlStore
 
     monkeypatch.setattr(base_module, "STORE_WAIT_SECONDS", 0.2)
     path = tmp_path / "queued.db"
     shutil.copyfile(_sqlite_template, path)
     engine = make_async_engine(f"sqlite:///{path}")
     try:
-        journal = SqlJournal(engine)
+        journal = SqlStore(engine)
         holding = asyncio.Event()
         release = asyncio.Event()
 
@@ -305,7 +305,7 @@ async def test_a_vanished_server_is_noticed_in_seconds_unless_the_url_says_other
 
     try:
         with pytest.raises(StoreUnavailable):
-            await SqlJournal(engine).reads.ping()
+            await SqlStore(engine).reads.ping()
     finally:
         await engine.dispose()
     assert seen, "no connection was attempted"

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from flowpark.engine.decide.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT
-from flowpark.engine.decide.decisions import BeginEnding, Decision, Finish, MailboxView
+from flowpark.engine.decide.decisions import BeginEnding, Finish, MailboxView, RunDecision
 from flowpark.engine.decide.steps import Ending, Walk, evaluate
 from flowpark.engine.records import (
     COMPENSATION_FAILURES,
@@ -69,7 +69,7 @@ class Decider:
         *,
         claimed: int | None = None,
         woken: bool = False,
-    ) -> Decision:
+    ) -> RunDecision:
         """The instance's next decision.
 
         Args:
@@ -116,7 +116,7 @@ class Decider:
         if steps:
             self._fitted = (id(steps), len(steps), steps[-1])
 
-    def _end(self, walk: Walk, ending: Ending) -> Decision:
+    def _end(self, walk: Walk, ending: Ending) -> RunDecision:
         """A walk that ends: complete, or unwind (compensations in reverse order), then
         finish."""
         if ending.state is InstanceState.COMPLETED:

@@ -2,11 +2,11 @@
 
 ::
 
-    Decision
+    RunDecision
      +-- Execute       run one try of a capability (a step, a poll's attempt, a compensation)
      +-- Record        commit a row no call made (a try lost with its step, a retry window
      |                 that ended before the next try could start)
-     +-- Park          suspend until an instant (and/or a signal)
+     +-- Suspend       suspend until an instant (and/or a signal)
      +-- ReadMailbox   the mailbox is older than the journal: read it again
      +-- TakeSignal    a waiting signal ends the wait
      +-- RefuseSignal  a waiting signal does not belong to the wait (its match said no)
@@ -34,16 +34,16 @@ from flowpark.flows.capability import RecoveryError
 
 __all__ = [
     "BeginEnding",
-    "Decision",
     "Emit",
     "Execute",
     "Finish",
     "MailboxView",
     "Note",
-    "Park",
     "ReadMailbox",
     "Record",
     "RefuseSignal",
+    "RunDecision",
+    "Suspend",
     "TakeSignal",
 ]
 
@@ -138,7 +138,7 @@ class Record:
 
 
 @dataclass(frozen=True)
-class Park:
+class Suspend:
     """Suspend at (step, scope) until ``wake_at`` (None: only a signal or a cancel wakes
     it), waiting for ``kind``.
 
@@ -215,7 +215,15 @@ class Finish:
     notes: tuple[Note, ...] = field(default=())
 
 
-Decision = (
-    Execute | Record | Park | ReadMailbox | TakeSignal | RefuseSignal | Emit | BeginEnding | Finish
+RunDecision = (
+    Execute
+    | Record
+    | Suspend
+    | ReadMailbox
+    | TakeSignal
+    | RefuseSignal
+    | Emit
+    | BeginEnding
+    | Finish
 )
 """One of the decisions above."""

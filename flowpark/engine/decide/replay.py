@@ -17,7 +17,7 @@ from flowpark.engine.decide.deadlines import ends_at
 from flowpark.engine.decide.decisions import (
     MailboxView,
     Note,
-    Park,
+    Suspend,
 )
 from flowpark.engine.records import (
     InstanceRecord,
@@ -191,12 +191,12 @@ class Replay:
         accept: str | None,
         kind: WakeKind,
         store_first: tuple[StepRow, ...] = (),
-    ) -> Park:
+    ) -> Suspend:
         """A park, capped by the flow deadline (then waiting for ``deadline``)."""
         deadline = self.instance.deadline_at
         if deadline is not None and (wake_at is None or deadline < wake_at):
             wake_at, kind = deadline, WakeKind.DEADLINE
-        return Park(wake_at, step, scope, kind, accept, store_first=store_first)
+        return Suspend(wake_at, step, scope, kind, accept, store_first=store_first)
 
     def decided(self, row: StepRow) -> Ending | None:
         """A Fail or Complete decision a capability returned (recorded in its row)."""

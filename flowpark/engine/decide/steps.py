@@ -18,14 +18,14 @@ from pydantic import BaseModel
 
 from flowpark.engine.decide.deadlines import POLL_BUDGET, SIGNAL_TIMEOUT, deadline_row, ends_at
 from flowpark.engine.decide.decisions import (
-    Decision,
     Emit,
     Execute,
     Note,
-    Park,
     ReadMailbox,
     Record,
     RefuseSignal,
+    RunDecision,
+    Suspend,
     TakeSignal,
 )
 from flowpark.engine.decide.replay import Ending, budget_used, evaluate
@@ -46,7 +46,7 @@ from flowpark.flows.plan import AwaitSignalStep, CapabilityStep, EmitStep, FailS
 
 __all__ = ["Ending", "Walk", "budget_used", "evaluate"]
 
-Next = int | Ending | Decision
+Next = int | Ending | RunDecision
 """What a step handler answers: the next step, an ending, or the frontier's decision."""
 
 
@@ -54,7 +54,7 @@ class Walk(TryWalk):
     """One walk over the plan, from step 0 to the frontier."""
 
     # -- the walk ------------------------------------------------------------------
-    def run(self) -> Ending | Decision:
+    def run(self) -> Ending | RunDecision:
         """Walk from step 0 to the frontier: its decision, or the walk's ending."""
         cursor = 0
         plan = self.plan
@@ -80,7 +80,7 @@ class Walk(TryWalk):
             cursor = following
         return self.interrupts() or Ending(InstanceState.COMPLETED)
 
-    def noted(self, decision: Decision) -> Decision:
+    def noted(self, decision: RunDecision) -> RunDecision:
         """``decision`` with what this walk noted (a poll that timed out now)."""
         if not self.notes:
             return decision
@@ -164,7 +164,7 @@ class Walk(TryWalk):
             if self.made_now(row):
                 self.notes.append(Note(step.index, "failed", attempt=scope))
             return self.step_failed(body, row)
-        if store and isinstance(row, Execute | Record | Park):
+        if store and isinstance(row, Execute | Record | Suspend):
             return replace(row, store_first=store + row.store_first)
         return row
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from flowpark.engine.decide.deadlines import RETRY_TOTAL, deadline_row
 from flowpark.engine.decide.decisions import (
-    Decision,
     Execute,
-    Park,
     Record,
+    RunDecision,
+    Suspend,
 )
 from flowpark.engine.decide.replay import Ending, Replay
 from flowpark.engine.decide.retries import failure_row, next_try_at, retry_start, window_ended_row
@@ -44,7 +44,7 @@ class TryWalk(Replay):
         budget_end: datetime | None = None,
         accept: str | None = None,
         poll: int | None = None,
-    ) -> StepRow | Ending | Decision:
+    ) -> StepRow | Ending | RunDecision:
         """Replay (step, scope): its deciding row (a success or a final failure), or the
         frontier's decision (the next try, a park until it is due), or an ending."""
         rows = self.found(step.index, scope)
@@ -188,7 +188,7 @@ class TryWalk(Replay):
             ),
         )
 
-    def compensate(self, step: CapabilityStep, scope: int) -> Decision | None:
+    def compensate(self, step: CapabilityStep, scope: int) -> RunDecision | None:
         """The compensation of (step, scope) while unwinding: its next try, a park until it
         is due, or None when it is done (succeeded, or failed for good). A compensation
         that failed for good runs once more when an operator's retry row (kind ``retry``,
@@ -203,7 +203,7 @@ class TryWalk(Replay):
                 return self.execute(step, scope, StepKind.COMPENSATION, last_try=True)
             return None  # failed for good (recorded, logged when it happened)
         if last is not None and last.next_try_at and self.now < last.next_try_at:
-            return Park(last.next_try_at, step.index, scope, WakeKind.RETRY, unwinding=True)
+            return Suspend(last.next_try_at, step.index, scope, WakeKind.RETRY, unwinding=True)
         return self.execute(step, scope, StepKind.COMPENSATION)
 
     def failed_compensations(self) -> list[dict[str, Any]]:

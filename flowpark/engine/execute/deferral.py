@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
-from flowpark.engine.decide.decisions import Execute, Park
+from flowpark.engine.decide.decisions import Execute, Suspend
 from flowpark.engine.execute.tries import PushedBack
 from flowpark.engine.records import InstanceRecord, StepKind, WakeKind
 from flowpark.flows.plan import CapabilityStep, Plan, PollStep
@@ -59,7 +59,7 @@ def deferral_park(
     until: datetime,
     now: datetime,
     kind: WakeKind,
-) -> Park:
+) -> Suspend:
     """The park of a deferred try: at ``until`` (at least :data:`MIN_DEFERRAL` from
     ``now``), capped at :func:`deferral_bound`, on the wait the try belongs to (a poll's
     attempt parks on the poll, accepting its signal; a compensation parks while
@@ -75,7 +75,7 @@ def deferral_park(
         poll = plan.steps[step]
         if isinstance(poll, PollStep) and poll.signal is not None:
             accept = poll.signal.name
-    return Park(
+    return Suspend(
         wake,
         step,
         decision.scope,

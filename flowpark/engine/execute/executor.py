@@ -18,16 +18,16 @@ from datetime import datetime
 
 from flowpark.engine.decide.decisions import (
     BeginEnding,
-    Decision,
     Emit,
     Execute,
     Finish,
     MailboxView,
     Note,
-    Park,
     ReadMailbox,
     Record,
     RefuseSignal,
+    RunDecision,
+    Suspend,
     TakeSignal,
 )
 from flowpark.engine.execute.budget import Deferred
@@ -35,7 +35,7 @@ from flowpark.engine.execute.deferral import deferral_park, pushback_reason, pus
 from flowpark.engine.execute.run_state import KeysRefused, RunState
 from flowpark.engine.execute.tries import PushedBack, make_try
 from flowpark.engine.outcomes import Halt
-from flowpark.engine.ports import Park as ParkAt
+from flowpark.engine.ports import Park
 from flowpark.engine.records import (
     Ack,
     EmittedEvent,
@@ -78,7 +78,7 @@ class Executor(RunState):
             if halt is not None:
                 return halt
 
-    def decide(self) -> Decision:
+    def decide(self) -> RunDecision:
         """The decider's next decision over what this run knows."""
         return self.decider.decide(
             self.instance,
@@ -89,7 +89,7 @@ class Executor(RunState):
             woken=self.woken,
         )
 
-    async def step(self, decision: Decision) -> Halt | None:
+    async def step(self, decision: RunDecision) -> Halt | None:
         """Carry out one decision; a :class:`Halt` when the run stops there (None: decide
         again, also when a step's correlation key was refused and its try failed)."""
         try:
@@ -97,14 +97,14 @@ class Executor(RunState):
         except KeysRefused:
             return None  # the journal now holds the try's failure: decide from it
 
-    async def _carry_out(self, decision: Decision) -> Halt | None:
+    async def _carry_out(self, decision: RunDecision) -> Halt | None:
         self.report(decision.notes)
         if isinstance(decision, Execute):
             return await self.execute(decision)
-        if isinstance(decision, Park):
+        if isinstance(decision, Suspend):
             return await self.park(decision)
         elif isinstance(decision, Record):
-            await self.store(decision.store_first)
+            await self.store_rows(decision.store_first)
             await self.flush()
             ack = await self.commit(decision.row)
             if decision.clears_try:
@@ -142,7 +142,7 @@ class Executor(RunState):
             assert isinstance(body, CapabilityStep)
             self.host.observer.attempted(self.plan.name, body.capability.id, note.how)
 
-    async def store(self, rows: tuple[StepRow, ...]) -> None:
+    async def store_rows(self, rows: tuple[StepRow, ...]) -> None:
         """Commit deadline rows now (the first with the deferred row)."""
         for row in rows:
             deferred, self.unflushed = self.unflushed, None
@@ -155,7 +155,7 @@ class Executor(RunState):
         of its provider's budget; without one, or when the provider pushes the call back,
         park instead (:mod:`flowpark.engine.execute.deferral`)."""
         cancelled = self.instance.cancel_requested
-        await self.store(decision.store_first)
+        await self.store_rows(decision.store_first)
         if self.instance.cancel_requested and not cancelled:
             return None  # learned with the deadline's write: decide again (the run unwinds)
         provider = None if self.ephemeral else self._provider(decision)
@@ -214,7 +214,7 @@ class Executor(RunState):
         return await self.park(park)
 
     # -- parks ------------------------------------------------------------------------
-    async def park(self, decision: Park) -> Halt | None:
+    async def park(self, decision: Suspend) -> Halt | None:
         """Suspend as ``decision`` says; None when the store refused (a signal waits, a
         cancel was requested) or an ephemeral run slept until the wake."""
         if self.ephemeral:
@@ -229,7 +229,7 @@ class Executor(RunState):
             row, store = store[0], ()  # the park carries the wait's deadline
         if store:
             self.unflushed = row
-            await self.store(store)
+            await self.store_rows(store)
             row = None
         ack = await self._write_park(decision, row)
         if row is not None and row.kind is StepKind.DEADLINE:
@@ -255,16 +255,16 @@ class Executor(RunState):
                 wake_scope=decision.scope,
             )
         if ack.signal_pending:
-            snapshot = await self.journal.runs.load(self.instance_id)
+            snapshot = await self.store.runs.load(self.instance_id)
             self.signals, self.read_at = tuple(snapshot.signals), len(self.steps)
         elif not ack.cancel_requested:  # pragma: no cover
             raise RuntimeError("park was refused for no stated reason")
         return None
 
-    async def _write_park(self, decision: Park, row: StepRow | None) -> Ack:
+    async def _write_park(self, decision: Suspend, row: StepRow | None) -> Ack:
         """The park's write: with the row it carries, if any, in the same statement (a
         carried row's park is refused under a cancel request, unwinding or not)."""
-        park = ParkAt(
+        park = Park(
             decision.wake_at,
             decision.step,
             decision.scope,
@@ -280,7 +280,7 @@ class Executor(RunState):
     # -- signals ------------------------------------------------------------------------
     async def read_mailbox(self) -> None:
         """Read the untaken signals again."""
-        self.signals = tuple(await self.journal.mailbox.pending_signals(self.instance_id))
+        self.signals = tuple(await self.store.mailbox.pending_signals(self.instance_id))
         self.read_at = len(self.steps)
 
     async def take(self, decision: TakeSignal) -> None:
@@ -299,7 +299,7 @@ class Executor(RunState):
         """Mark a signal the wait's match refuses (kept, out of the mailbox)."""
         await self.flush()
         signal, now = decision.signal, self.now()
-        ack = await self.journal.mailbox.refuse_signal(
+        ack = await self.store.mailbox.refuse_signal(
             self.instance_id, self.token, signal.id, decision.step, now
         )
         self.signals = tuple(s for s in self.signals if s.id != signal.id)
@@ -338,7 +338,7 @@ class Executor(RunState):
     async def begin_ending(self, ending: InstanceState, failure: FlowFailure | None) -> None:
         """Store that the instance unwinds towards ``ending``."""
         await self.flush()
-        await self.journal.runs.begin_ending(
+        await self.store.runs.begin_ending(
             self.instance_id, self.token, self.now(), ending, failure
         )
         self.instance = self.instance.evolve(ending=ending, failure=failure)
@@ -346,7 +346,7 @@ class Executor(RunState):
     async def finish(self, decision: Finish) -> Halt | None:
         """Write the final state; None when a completion was refused (a cancel came)."""
         await self.flush()
-        ack = await self.journal.runs.finish(
+        ack = await self.store.runs.finish(
             self.instance_id,
             self.token,
             self.now(),

@@ -46,7 +46,7 @@ async def fail_mismatch(host: RunHost, run: Executor, exc: JournalMismatch) -> H
     against this plan)."""
     log.error("instance %s: %s; failing it on node %s", run.instance_id, exc, host.config.node_id)
     failure = FlowFailure("flow.journal_mismatch", str(exc)[:2000], dict(exc.fields))
-    await run.journal.runs.finish(
+    await run.store.runs.finish(
         run.instance_id, run.token, host.clock.now(), InstanceState.FAILED, failure=failure
     )
     run.settle(state=InstanceState.FAILED, failure=failure, lease_owner=None)
@@ -70,7 +70,7 @@ async def fail_unreadable(
         f"stored input is unreadable: {type(exc).__name__}: {exc}"[:2000],
         {"error_type": type(exc).__name__},
     )
-    await host.journal.runs.finish(
+    await host.store.runs.finish(
         inst.id, claim.fencing_token, now, InstanceState.FAILED, failure=failure
     )
     host.observer.ended(inst.flow_name, inst.flow_version, "failed", failure.code)

@@ -13,7 +13,7 @@ from flowpark.engine.config import EngineConfig
 from flowpark.engine.execute.budget import ProviderBudget
 from flowpark.engine.execute.limits import CallLimits
 from flowpark.engine.observe import Observer
-from flowpark.engine.ports import Journal
+from flowpark.engine.ports import Store
 
 __all__ = ["RunHost"]
 
@@ -23,7 +23,7 @@ class RunHost(Protocol):
     stand-in over an in-memory journal)."""
 
     @property
-    def journal(self) -> Journal:
+    def store(self) -> Store:
         """Where the run's rows go."""
 
     @property

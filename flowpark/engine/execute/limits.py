@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from flowpark.engine.clock import Clock, Timer
 from flowpark.engine.context import ExecutionContext
-from flowpark.engine.ports import Journal
+from flowpark.engine.ports import Store
 from flowpark.engine.records import Ack
 from flowpark.errors import (
     StaleFencingToken,
@@ -42,7 +42,7 @@ class LeaseHolder(Protocol):
         """The claim's fencing token."""
 
     @property
-    def journal(self) -> Journal:
+    def store(self) -> Store:
         """The store (its claims role renews the lease)."""
 
     def now(self) -> datetime:
@@ -187,7 +187,7 @@ class CallLimits:
         """
         until = run.now() + self.lease
         try:
-            ack = await run.journal.runs.renew_lease(run.instance_id, run.token, until)
+            ack = await run.store.runs.renew_lease(run.instance_id, run.token, until)
         except StaleFencingToken:
             log.warning(
                 "instance %s: lease renewal refused on node %s (token %d): "

@@ -17,7 +17,7 @@ from flowpark.engine.context import Beat, ExecutionContext
 from flowpark.engine.decide.decider import Decider
 from flowpark.engine.decide.retries import failure_row
 from flowpark.engine.execute.host import RunHost
-from flowpark.engine.ports import Commit, Correlation, Journal, Park, StreamWrite
+from flowpark.engine.ports import Commit, Correlation, Park, Store, StreamWrite
 from flowpark.engine.records import (
     Ack,
     Claim,
@@ -69,7 +69,7 @@ class RunState:
         ephemeral: bool = False,
     ) -> None:
         self.host = host
-        self.journal: Journal = host.journal
+        self.store: Store = host.store
         self.plan = plan
         self.decider = Decider(plan, instance.input)
         self.input = self.decider.input
@@ -179,10 +179,10 @@ class RunState:
             keys,
         )
         if not keys:
-            return await self.journal.runs.commit(commit)
+            return await self.store.runs.commit(commit)
         self.keyed = None
         try:
-            return await self.journal.runs.commit(commit)
+            return await self.store.runs.commit(commit)
         except CorrelationKeyInUse as exc:
             assert keyed is not None
             await self._refused(keyed[0], exc)
@@ -205,7 +205,7 @@ class RunState:
             None,
         )
         log.info("instance %s: %s", self.instance_id, exc.message)
-        ack = await self.journal.runs.commit(
+        ack = await self.store.runs.commit(
             Commit(self.instance_id, self.token, now, self.lease_until(), (failed,))
         )
         if any(r is row for r in self.steps):
@@ -251,7 +251,7 @@ class RunState:
             last_value, written_at = self.heartbeat_written
             if last_value == value and now - written_at < cap_timeout / 3:
                 return Beat.GO_ON
-        ack = await self.journal.runs.record_heartbeat(
+        ack = await self.store.runs.record_heartbeat(
             self.instance_id, self.token, value, now, now + cap_timeout
         )
         self.heartbeat_written = (value, now)
@@ -280,6 +280,4 @@ class RunState:
         if self.ephemeral:
             return False
         message = StreamWrite(self.instance_id, stream.name, payload, size, self.now())
-        return await self.journal.streams.write_stream(
-            message, declared.max_bytes, token=self.token
-        )
+        return await self.store.streams.write_stream(message, declared.max_bytes, token=self.token)

@@ -233,7 +233,7 @@ async def _start_row(run: TryRun, decision: Execute, started: datetime) -> Any:
     assert isinstance(step, CapabilityStep)
     hb_timeout = step.capability.options.heartbeat_timeout
     assert hb_timeout is not None
-    runs = run.journal.runs
+    runs = run.store.runs
     beat = await runs.last_heartbeat(run.instance_id, decision.step, decision.scope)
     mark = TryMark(decision.step, decision.scope, decision.try_number, started)
     ack: Ack = await runs.start_try(run.instance_id, run.token, mark, run.now() + hb_timeout)

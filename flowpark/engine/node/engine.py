@@ -7,7 +7,6 @@ storage through :class:`flowpark.engine.records.Journal` and time through
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -20,30 +19,21 @@ from uuid6 import uuid7
 from flowpark.engine.clock import Clock
 from flowpark.engine.config import EngineConfig
 from flowpark.engine.execute.budget import ProviderBudget
-from flowpark.engine.execute.executor import Executor
-from flowpark.engine.execute.failures import fail_broken, fail_mismatch, fail_unreadable
 from flowpark.engine.execute.limits import CallLimits
 from flowpark.engine.node import outside, sweeps
 from flowpark.engine.node.ephemeral import run_ephemeral
 from flowpark.engine.node.outside import SignalDelivery
 from flowpark.engine.node.runs import RunTasks
 from flowpark.engine.node.sweeps import SweepReport
-from flowpark.engine.observe import LOG_CONTEXT, Observer
-from flowpark.engine.outcomes import Halt, RunOutcome, StartResult
-from flowpark.engine.ports import Journal
+from flowpark.engine.observe import Observer
+from flowpark.engine.outcomes import RunOutcome, StartResult
+from flowpark.engine.ports import Store
 from flowpark.engine.records import (
-    Claim,
     InstanceRecord,
-    InstanceState,
     SignalRecord,
-    Snapshot,
-    StepKind,
 )
 from flowpark.errors import (
-    FlowparkError,
     InputInvalid,
-    JournalMismatch,
-    StaleFencingToken,
 )
 from flowpark.flows.catalog import Catalog
 from flowpark.flows.plan import Plan, Profile
@@ -66,7 +56,7 @@ class Engine:
     signals and cancels from outside a run are :mod:`flowpark.engine.node.outside`.
 
     Args:
-        journal: the store (one implementation: ``flowpark.store.SqlJournal``).
+        store: the store (one implementation: ``flowpark.store.SqlStore``).
         catalog: registered plans.
         clock: the engine clock (``SystemClock``; ``VirtualClock`` in tests).
         config: :class:`EngineConfig`.
@@ -86,7 +76,7 @@ class Engine:
 
     def __init__(
         self,
-        journal: Journal,
+        store: Store,
         catalog: Catalog,
         clock: Clock,
         config: EngineConfig | None = None,
@@ -94,7 +84,7 @@ class Engine:
         observer: Observer | None = None,
     ) -> None:
         self.observer = observer or Observer()
-        self.journal = journal
+        self.store = store
         self.catalog = catalog
         self.clock = clock
         self.config = config or EngineConfig()
@@ -102,14 +92,9 @@ class Engine:
         self.new_id = id_factory or (lambda: str(uuid7()))
         self.limits = CallLimits(clock, self.lease, self.config.node_id)
         self.providers = ProviderBudget(
-            journal.providers, self.config.node_id, self.config.provider_limits, self.observer
+            store.providers, self.config.node_id, self.config.provider_limits, self.observer
         )
-        self.runs = RunTasks(
-            lambda claim, detach: self.advance(claim, detach=detach),
-            clock,
-            self.config.concurrency,
-            self.config.node_id,
-        )
+        self.runs = RunTasks(self, self.config.concurrency)
         self.wake_listeners: list[Callable[[str, datetime], None]] = []
         self.claiming = True
         self.not_runnable_counted_at: datetime | None = None
@@ -164,108 +149,6 @@ class Engine:
         with self.observer.start_span(plan.name, plan.version):
             return await outside.start(self, plan, data, idempotency_key, instance_key)
 
-    # -- advancing ---------------------------------------------------------------------
-    async def advance(
-        self, claim: Claim, *, detach: asyncio.Future[None] | None = None
-    ) -> RunOutcome:
-        """Advance a claimed instance until it parks or ends.
-
-        A stale fencing token (another node claimed it meanwhile) stops the run, logged;
-        nothing half-written remains because every write is one transaction.
-
-        Args:
-            claim: the lease this node holds.
-            detach: resolved by the run when it starts a try of a heartbeating capability
-                (a wait that may last minutes), so a caller can stop waiting for it.
-        """
-        snapshot = claim.snapshot or await self.journal.runs.load(claim.instance_id)
-        inst = snapshot.instance
-        LOG_CONTEXT.set({"instance_id": inst.id, "flow": inst.flow_name})
-        if claim.taken_over:
-            self.observer.taken_over(inst.flow_name)
-        with self.observer.run_span(inst.id, inst.flow_name, inst.flow_version, inst.trace_context):
-            return await self._advance(claim, inst, snapshot, detach)
-
-    async def _advance(
-        self,
-        claim: Claim,
-        inst: InstanceRecord,
-        snapshot: Snapshot,
-        detach: asyncio.Future[None] | None,
-    ) -> RunOutcome:
-        plan = self.catalog.find(inst.flow_name, inst.flow_version)
-        if plan is None:
-            log.warning(
-                "instance %s: flow %s@%s is not registered on node %s; left parked",
-                inst.id,
-                inst.flow_name,
-                inst.flow_version,
-                self.config.node_id,
-            )
-            await self.journal.runs.release(inst.id, claim.fencing_token, self.clock.now())
-            return RunOutcome(inst.id, InstanceState.SUSPENDED, inst.wake_at, runnable=False)
-        try:
-            run = Executor(self, plan, inst, claim, snapshot.steps, snapshot.signals)
-        except Exception as exc:  # noqa: BLE001 - stored input no longer fits its model
-            return await fail_unreadable(self, inst, claim, exc)
-        run.detach = detach
-        halt = await self._run(run, claim)
-        return self._outcome(run, halt)
-
-    async def _run(self, run: Executor, claim: Claim) -> Halt:
-        """Run until the instance parks or ends; a broken run (not a lost race) fails."""
-        try:
-            return await run.run()
-        except JournalMismatch as exc:
-            return await fail_mismatch(self, run, exc)
-        except StaleFencingToken:
-            self.observer.fencing_refused(run.instance.flow_name)
-            log.warning(
-                "instance %s: fencing token %d is stale on node %s; stopped",
-                run.instance_id,
-                claim.fencing_token,
-                self.config.node_id,
-            )
-            raise
-        except (FlowparkError, asyncio.CancelledError):
-            raise  # a lost race, the store unreachable, shutdown: a later claim retries
-        except Exception as exc:  # noqa: BLE001 - never re-claim a broken run forever
-            return await fail_broken(self, run, exc)
-
-    def _outcome(self, run: Executor, halt: Halt) -> RunOutcome:
-        """Report how ``run`` stopped (logs, observer, wake listeners) and answer it."""
-        inst = run.instance
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "instance %s: %s after %d tries on node %s (wake at %s)",
-                inst.id,
-                halt.state.value,
-                run.tries,
-                self.config.node_id,
-                halt.wake_at.isoformat() if halt.wake_at else "-",
-            )
-        # an instance that ends again after an operator's retry of its compensations
-        # (its journal holds a retry row) ended once already: it is not counted twice
-        if halt.state.ended and not any(r.kind is StepKind.RETRY for r in run.steps):
-            failure = inst.failure
-            self.observer.ended(
-                inst.flow_name,
-                inst.flow_version,
-                halt.state.value,
-                failure.code if failure is not None else None,
-            )
-        elif halt.state is InstanceState.SUSPENDED and halt.wake_at is not None:
-            for listener in self.wake_listeners:
-                listener(inst.id, halt.wake_at)
-        return RunOutcome(
-            inst.id,
-            halt.state,
-            halt.wake_at,
-            run.tries,
-            instance=inst if inst.state is halt.state else None,
-            signals_taken=tuple(run.taken),
-        )
-
     # -- sweeping ----------------------------------------------------------------------
     async def sweep(
         self, *, limit: int | None = None, again: Callable[[], bool] | None = None
@@ -287,7 +170,8 @@ class Engine:
 
         Returns:
             :class:`SweepReport`; runs refused on a stale fencing token count as
-            ``failed_runs`` (logged by :meth:`advance`), other run errors are logged here.
+            ``failed_runs`` (logged by :func:`~flowpark.engine.node.claimed.run_claim`),
+            other run errors are logged here.
 
         Raises:
             StoreUnavailable: a claim failed (the runs already started finish first).

@@ -1,5 +1,5 @@
 """Ephemeral runs: the same decider and executor, inside the caller, writing no rows: the
-run's store is the durable store's scratch twin (:meth:`flowpark.engine.ports.Journal.scratch`,
+run's store is the durable store's scratch twin (:meth:`flowpark.engine.ports.Store.scratch`,
 in memory), dropped when the call returns.
 
 An ephemeral flow cannot wait (definition rules refuse polls and awaits), so a run either
@@ -26,7 +26,7 @@ async def run_ephemeral(engine: RunHost, plan: Plan, data: dict[str, Any]) -> St
     """Run ``plan`` on ``data`` to its end in memory; returns a StartResult with no row."""
     now = engine.clock.now()
     # a store of its own for the length of the call (the durable store's scratch twin)
-    memory = engine.journal.scratch()
+    memory = engine.store.scratch()
     node, lease_until = engine.config.node_id, now + engine.lease
     start = NewInstance(
         engine.new_id(), plan.name, plan.version, data, now, None, node, lease_until
@@ -35,7 +35,7 @@ async def run_ephemeral(engine: RunHost, plan: Plan, data: dict[str, Any]) -> St
 
     class _View:
         # the engine as the run sees it, over the scratch store
-        journal = memory
+        store = memory
         clock = engine.clock
         lease = engine.lease
         new_id = staticmethod(engine.new_id)

@@ -33,7 +33,7 @@ from flowpark.engine.records import InstanceState, Outcome, StepKind, StepRow
 from flowpark.errors import CompensationNotFailed, InstanceBusy, NoBudget, StaleFencingToken
 from flowpark.flows.plan import CapabilityStep, PollStep
 
-__all__ = ["ACTION", "BudgetExtension", "CompensationRetry", "extend_budget", "retry_compensations"]
+__all__ = ["ACTION", "ExtendedBudget", "CompensationRetry", "extend_budget", "retry_compensations"]
 
 #: The key of a journal row's values naming the operator action that wrote it (an
 #: extension's ``deadline`` row, a retry's ``retry`` rows).
@@ -41,7 +41,7 @@ ACTION = "actionId"
 
 
 @dataclass(frozen=True)
-class BudgetExtension:
+class ExtendedBudget:
     """What an extension did.
 
     Attributes:
@@ -62,7 +62,7 @@ class BudgetExtension:
 
 async def extend_budget(
     engine: NodeEngine, instance_id: str, by: timedelta, action_id: str | None = None
-) -> BudgetExtension:
+) -> ExtendedBudget:
     """Extend the budget of the poll the instance is parked at by ``by`` (at most to the
     flow deadline), durably, then give the instance back parked as it was: its next
     decision (the sweep at its ``wake_at``) reads the new end.
@@ -77,7 +77,7 @@ async def extend_budget(
             that extension again instead of extending twice.
 
     Returns:
-        :class:`BudgetExtension`.
+        :class:`ExtendedBudget`.
 
     Raises:
         InstanceNotFound: no such instance (``instance_not_found``).
@@ -87,11 +87,11 @@ async def extend_budget(
     """
     if by <= timedelta(0):
         raise ValueError("an extension must be positive")
-    journal = engine.journal
+    store = engine.store
     now = engine.clock.now()
-    claim = await journal.runs.claim(instance_id, engine.config.node_id, now, now + engine.lease)
+    claim = await store.runs.claim(instance_id, engine.config.node_id, now, now + engine.lease)
     if claim is None:
-        inst = await journal.reads.get_instance(instance_id)
+        inst = await store.reads.get_instance(instance_id)
         if inst.state.ended:
             raise NoBudget(f"instance {instance_id} has ended", instance_id=instance_id)
         raise InstanceBusy(
@@ -99,7 +99,7 @@ async def extend_budget(
             instance_id=instance_id,
         )
     try:
-        snapshot = claim.snapshot or await journal.runs.load(instance_id)
+        snapshot = claim.snapshot or await store.runs.load(instance_id)
         inst = snapshot.instance
         plan = engine.catalog.find(inst.flow_name, inst.flow_version)
         node = (
@@ -137,7 +137,7 @@ async def extend_budget(
                 ends_at(max(before, key=lambda r: r.try_number)) if before else row.started_at
             )
             end = ends_at(row)
-            return BudgetExtension(
+            return ExtendedBudget(
                 True, row.started_at, previous, end, end < previous + by, node.index
             )
         last = max(stored, key=lambda r: r.try_number)
@@ -146,7 +146,7 @@ async def extend_budget(
         deadline = inst.deadline_at
         new_end = min(wanted, deadline) if deadline is not None else wanted
         if new_end <= previous:
-            return BudgetExtension(False, last.started_at, previous, previous, True, node.index)
+            return ExtendedBudget(False, last.started_at, previous, previous, True, node.index)
         row = deadline_row(
             instance_id,
             node.index,
@@ -159,14 +159,14 @@ async def extend_budget(
         )
         if action_id is not None:
             row = replace(row, values={**row.values, ACTION: action_id})
-        await journal.runs.commit(
+        await store.runs.commit(
             Commit(instance_id, claim.fencing_token, now, now + engine.lease, rows=(row,))
         )
-        return BudgetExtension(
+        return ExtendedBudget(
             True, last.started_at, previous, new_end, new_end < wanted, node.index
         )
     finally:
-        await journal.runs.release(instance_id, claim.fencing_token, engine.clock.now())
+        await store.runs.release(instance_id, claim.fencing_token, engine.clock.now())
 
 
 @dataclass(frozen=True)
@@ -232,8 +232,8 @@ async def retry_compensations(
         InstanceBusy: another retry of it runs now (``instance_busy``); try again.
         InstanceKeyInUse: a running instance of its flow holds its instance key.
     """
-    journal = engine.journal
-    snapshot = await journal.runs.load(instance_id)
+    store = engine.store
+    snapshot = await store.runs.load(instance_id)
     inst = snapshot.instance
     plan = engine.catalog.find(inst.flow_name, inst.flow_version)
     failed = failed_for_good(snapshot.steps)
@@ -278,7 +278,7 @@ async def retry_compensations(
         for key in [(row.step_id, row.scope)]
     )
     node = engine.config.node_id
-    claim = await journal.intake.reopen(Reopen(instance_id, node, now, now + engine.lease, rows))
+    claim = await store.intake.reopen(Reopen(instance_id, node, now, now + engine.lease, rows))
     if claim is None:
         raise InstanceBusy(
             f"instance {instance_id} is being retried or run elsewhere; try again",
@@ -287,7 +287,7 @@ async def retry_compensations(
     # another node that took the run over (logged by advance) finishes the retry
     with contextlib.suppress(StaleFencingToken):
         await engine.runs.advance(claim, gated=False)
-    after = await journal.runs.load(instance_id)
+    after = await store.runs.load(instance_id)
     return CompensationRetry(
         tuple((r.step_id, r.scope, r.capability_id) for r in rows),
         after.instance.state,

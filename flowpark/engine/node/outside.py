@@ -101,7 +101,7 @@ async def start(
         trace_context=engine.observer.trace_context(),
         steps=entry,
     )
-    record, created = await engine.journal.intake.create_instance(new)
+    record, created = await engine.store.intake.create_instance(new)
     if created:
         engine.observer.started(plan.name, plan.version, record.id)
         record = await _first_advance(engine, record, entry)
@@ -142,7 +142,7 @@ async def _first_advance(
         )
     if outcome is not None and outcome.instance is not None:
         return outcome.instance  # as the run left it: no read back
-    return await engine.journal.reads.get_instance(record.id)
+    return await engine.store.reads.get_instance(record.id)
 
 
 async def wake(engine: NodeEngine, instance_id: str, *, woken: bool = False) -> RunOutcome | None:
@@ -160,7 +160,7 @@ async def wake(engine: NodeEngine, instance_id: str, *, woken: bool = False) -> 
         The run's outcome; None when the instance was not claimable.
     """
     now = engine.clock.now()
-    claim = await engine.journal.runs.claim(
+    claim = await engine.store.runs.claim(
         instance_id, engine.config.node_id, now, now + engine.lease
     )
     if claim is None:
@@ -188,7 +188,7 @@ async def deliver(
     Raises:
         InstanceNotFound, SignalNotDeclared, InputInvalid, InstanceEnded.
     """
-    inst = await engine.journal.reads.get_instance(instance_id)
+    inst = await engine.store.reads.get_instance(instance_id)
     plan = engine.catalog.find(inst.flow_name, inst.flow_version)
     signal = plan.signals.get(name) if plan is not None else None
     if plan is None:
@@ -209,7 +209,7 @@ async def deliver(
     # the store decides "ended" atomically with the insert; a repeated key gets the
     # first answer even after the instance ended
     now = engine.clock.now()
-    delivered = await engine.journal.mailbox.deliver_and_claim(
+    delivered = await engine.store.mailbox.deliver_and_claim(
         NewSignal(instance_id, name, data, idempotency_key, now, engine.new_id()),
         WakeClaim(engine.config.node_id, now + engine.lease, tuple(_accepting(plan, name))),
     )
@@ -234,8 +234,8 @@ async def _continue(
     signal = answer.signal
     if outcome is None or outcome.instance is None:
         # another node holds it, or the run goes on in the background: read back
-        now_signal = await engine.journal.mailbox.get_signal(instance_id, signal.id)
-        state = (await engine.journal.reads.get_instance(instance_id)).state
+        now_signal = await engine.store.mailbox.get_signal(instance_id, signal.id)
+        state = (await engine.store.reads.get_instance(instance_id)).state
         return replace(answer, signal=now_signal or signal, state=state)
     taken = next((s for s in outcome.signals_taken if s.id == signal.id), signal)
     return replace(answer, signal=taken, state=outcome.state)
@@ -255,12 +255,12 @@ async def cancel(engine: NodeEngine, instance_id: str) -> InstanceRecord:
         InstanceNotFound, InstanceEnded (completion won the race).
     """
     now = engine.clock.now()
-    ack = await engine.journal.intake.request_cancel(
+    ack = await engine.store.intake.request_cancel(
         instance_id, engine.config.node_id, now, now + engine.lease
     )
     if ack.claim is not None:
         await engine.runs.advance(ack.claim, gated=False)
-    return await engine.journal.reads.get_instance(instance_id)
+    return await engine.store.reads.get_instance(instance_id)
 
 
 def _validated(model: type[BaseModel], name: str, payload: Any) -> Any:

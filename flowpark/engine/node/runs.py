@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from flowpark.engine.clock import Clock
+from flowpark.engine.node.claimed import ClaimHost, run_claim
 from flowpark.engine.outcomes import RunOutcome
 from flowpark.engine.records import Claim, InstanceState
 from flowpark.errors import StaleFencingToken, StoreUnavailable
@@ -27,28 +26,23 @@ Started = tuple[asyncio.Future[RunOutcome], asyncio.Future[None]]
 class RunTasks:
     """Runs advancing on this node.
 
+    Each run is one call of :func:`~flowpark.engine.node.claimed.run_claim` on the node's
+    engine: it advances the claimed instance until it parks or ends, resolving the run's
+    detach future when it detaches.
+
     Args:
-        advance: advances a claimed instance until it parks or ends, resolving the given
-            future when it detaches (:meth:`flowpark.engine.Engine.advance`).
-        clock: the engine clock.
+        host: the node's engine, as a claimed run uses it.
         concurrency: run slots: instances the sweep advances at once.
-        node_id: this node's name (logs).
 
     Attributes:
         gate: the run slots (a semaphore of ``concurrency``).
         background: the runs that detached and go on without a waiter.
     """
 
-    def __init__(
-        self,
-        advance: Callable[[Claim, asyncio.Future[None]], Awaitable[RunOutcome]],
-        clock: Clock,
-        concurrency: int,
-        node_id: str,
-    ) -> None:
-        self._advance = advance
-        self.clock = clock
-        self.node_id = node_id
+    def __init__(self, host: ClaimHost, concurrency: int) -> None:
+        self.host = host
+        self.clock = host.clock
+        self.node_id = host.config.node_id
         self.gate = asyncio.Semaphore(concurrency)
         self.background: set[asyncio.Future[RunOutcome]] = set()
 
@@ -66,9 +60,9 @@ class RunTasks:
 
         async def run() -> RunOutcome:
             if not gated:
-                return await self._advance(claim, detach)
+                return await run_claim(self.host, claim, detach)
             async with self.gate:
-                return await self._advance(claim, detach)
+                return await run_claim(self.host, claim, detach)
 
         return asyncio.ensure_future(run()), detach
 

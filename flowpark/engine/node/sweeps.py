@@ -91,7 +91,7 @@ async def sweep(
     counted = engine.not_runnable_counted_at
     if counted is None or now >= counted + NOT_RUNNABLE_EVERY or now < counted:
         engine.not_runnable_counted_at = now
-        report.not_runnable = await engine.journal.intake.count_not_runnable(now, runnable)
+        report.not_runnable = await engine.store.intake.count_not_runnable(now, runnable)
         if report.not_runnable:
             log.warning(
                 "%d due instances belong to flows not registered on node %s",
@@ -198,7 +198,7 @@ class SweepPass:
         for claim in claims:
             if claim.snapshot is None:
                 try:
-                    snapshot = await self.engine.journal.runs.load(claim.instance_id)
+                    snapshot = await self.engine.store.runs.load(claim.instance_id)
                 except FlowparkError:
                     loaded.append(claim)  # its run meets the error and reports it
                     continue
@@ -226,7 +226,7 @@ class SweepPass:
         try:
             if held and engine.claiming:
                 now = engine.clock.now()
-                claims = await engine.journal.intake.claim_due(
+                claims = await engine.store.intake.claim_due(
                     engine.config.node_id, now, now + engine.lease, held, self.runnable
                 )
         finally:

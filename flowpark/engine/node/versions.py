@@ -28,7 +28,7 @@ async def unfinished_by_version(reads: OperatorReads, now: datetime) -> dict[tup
     """Unfinished (running or suspended) instances per ``(flow, version)``.
 
     Args:
-        reads: the operator's queries (``engine.journal.operator``).
+        reads: the operator's queries (``engine.store.operator``).
         now: the engine-clock instant.
 
     Returns:

@@ -10,9 +10,9 @@
   operator and the console read.
 * :class:`Deliveries` and :class:`Retention` — the outbox's sends; purging ended instances.
 * :class:`ProviderLimits` — providers' shared limits (a token bucket per provider).
-* :class:`Journal` — all of them, composed: what a node's wiring builds.
+* :class:`Store` — all of them, composed: what a node's wiring builds.
 
-The engine imports these; the store implements them (:class:`flowpark.store.SqlJournal`, and
+The engine imports these; the store implements them (:class:`flowpark.store.SqlStore`, and
 :class:`flowpark.store.memory.MemoryStore` in memory). No port method takes more than six
 parameters: a wider call takes a value.
 """
@@ -30,7 +30,7 @@ from flowpark.engine.ports.providers import (
     ProviderState,
     PushbackReport,
 )
-from flowpark.engine.ports.reads import Journal, ReadModel
+from flowpark.engine.ports.reads import ReadModel, Store
 from flowpark.engine.ports.run import Intake, RunStore
 from flowpark.engine.ports.values import (
     Commit,
@@ -53,7 +53,6 @@ __all__ = [
     "Grant",
     "GrantRequest",
     "Intake",
-    "Journal",
     "LimitChange",
     "Mailbox",
     "NewSignal",
@@ -68,6 +67,7 @@ __all__ = [
     "Reopen",
     "Retention",
     "RunStore",
+    "Store",
     "StreamWrite",
     "Streams",
     "TryMark",

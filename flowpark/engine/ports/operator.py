@@ -24,15 +24,15 @@ __all__ = [
     "AttemptStart",
     "FlowActivity",
     "InstanceCount",
-    "InstanceCounts",
     "InstanceFilter",
     "InstancePage",
     "InstanceSummary",
-    "StepWaiting",
     "OperatorAction",
     "OperatorReads",
     "OverviewReads",
+    "StateCounts",
     "StepActivity",
+    "StepWaiting",
 ]
 
 
@@ -135,7 +135,7 @@ class InstanceCount:
 
 
 @dataclass(frozen=True)
-class InstanceCounts:
+class StateCounts:
     """Counts by flow, version and state, plus the overdue and stuck totals."""
 
     by_state: list[InstanceCount] = field(default_factory=list)
@@ -188,7 +188,7 @@ class OperatorReads(Protocol):
         """
         ...
 
-    async def count_instances_by(self, now: datetime, overdue_seconds: float) -> InstanceCounts:
+    async def count_instances_by(self, now: datetime, overdue_seconds: float) -> StateCounts:
         """Counts by flow, version and state; overdue (suspended, ``wake_at`` more than
         ``overdue_seconds`` before ``now``) and stuck (running, lease expired at ``now``)."""
         ...

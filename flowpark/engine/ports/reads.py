@@ -1,5 +1,5 @@
 """What the HTTP API reads of instances (:class:`ReadModel`), and the store a node runs on
-(:class:`Journal`: every port, composed).
+(:class:`Store`: every port, composed).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from flowpark.engine.ports.providers import ProviderLimits
 from flowpark.engine.ports.run import Intake, RunStore
 from flowpark.engine.records import InstanceRecord, InstanceState, SignalRecord, Snapshot
 
-__all__ = ["Journal", "ReadModel"]
+__all__ = ["Store", "ReadModel"]
 
 
 class ReadModel(Protocol):
@@ -72,9 +72,9 @@ class ReadModel(Protocol):
         ...
 
 
-class Journal(Protocol):
+class Store(Protocol):
     """The store a node runs on: each port a consumer is handed, composed (not
-    inherited). Implemented by :class:`flowpark.store.SqlJournal` and
+    inherited). Implemented by :class:`flowpark.store.SqlStore` and
     :class:`flowpark.store.memory.MemoryStore`.
 
     Attributes:
@@ -125,7 +125,7 @@ class Journal(Protocol):
     def providers(self) -> ProviderLimits:
         """The providers' shared limits and call tallies."""
 
-    def scratch(self) -> Journal:
+    def scratch(self) -> Store:
         """A new, empty store in memory with the same ports: where a run that writes no
         rows (an ephemeral flow) keeps its instance for the length of one call."""
         ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -45,11 +45,12 @@ from flowpark.engine.records import (
     StepRow,
 )
 from flowpark.errors import InstanceEnded, InstanceNotFound
-from flowpark.store.base import JournalConflict, const
+from flowpark.store.base import Dialect, JournalConflict, SqlContext, SqlRole, const
+from flowpark.store.batched import PgBatches
 from flowpark.store.claims import claim_due_pick_in_order, claim_due_update, claim_values
 from flowpark.store.db import READ_ONLY
-from flowpark.store.dialects import Dialect
 from flowpark.store.fencing import RUNNING, after_commit, fenced, why
+from flowpark.store.lanes import Lanes
 from flowpark.store.mapping import (
     INSTANCE,
     SIGNAL,
@@ -60,14 +61,9 @@ from flowpark.store.mapping import (
     snapshot_from_row,
     step_values,
 )
-from flowpark.store.signals import signal_not_waiting
+from flowpark.store.signals import repeat_after_race, signal_not_waiting
 from flowpark.store.tables import IDEMPOTENCY_DIGEST_SQL, idempotency_digest_sql
 from flowpark.store.types import UtcDateTime
-
-if TYPE_CHECKING:
-    from flowpark.store.base import SqlContext, SqlRole
-    from flowpark.store.batched import Lanes
-    from flowpark.store.signals import SqlMailbox
 
 __all__ = ["PostgresDialect"]
 
@@ -176,7 +172,7 @@ def _take_signal_statement() -> Any:
 
     The fenced UPDATE applies only while the signal waits untaken; the signal is marked
     and the row inserted only behind it. No result row: nothing was written (a stale
-    token, no instance, or the signal is unknown or taken: see :meth:`SqlJournal._why`).
+    token, no instance, or the signal is unknown or taken: see :meth:`SqlStore._why`).
     """
     instance_id = bindparam("f_id", type_=INSTANCE.c.id.type)
     signal_id = bindparam("t_signal", type_=String())
@@ -287,8 +283,6 @@ class PostgresDialect(Dialect):
     ) -> Lanes | None:
         """Group commit: concurrent starts, commits, parks and completions share one
         statement per batch (:mod:`flowpark.store.batched`)."""
-        from flowpark.store.batched import PgBatches
-
         return PgBatches(context).make_lanes(on_batch)
 
     def insert(self, table: Table) -> Any:
@@ -388,7 +382,7 @@ class PostgresDialect(Dialect):
         return Ack(applied=True, cancel_requested=found.cancel_requested)
 
     async def deliver(
-        self, store: SqlMailbox, signal: NewSignal, claim_for: WakeClaim | None
+        self, role: SqlRole, signal: NewSignal, claim_for: WakeClaim | None
     ) -> Delivery:
         """:meth:`~flowpark.store.signals.SqlMailbox.deliver_and_claim` as one statement in
         autocommit (the instance row locked ``FOR NO KEY UPDATE``: a concurrent park
@@ -415,7 +409,7 @@ class PostgresDialect(Dialect):
             "d_lease": lease_until,
             "d_steps": list(steps),
         }
-        async with store._single(write=True) as conn:
+        async with role._single(write=True) as conn:
             row = (await conn.execute(_deliver_statement(), params)).first()
         if row is None:
             raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
@@ -427,7 +421,7 @@ class PostgresDialect(Dialect):
                 raise _ended(instance_id, state.value)
             # a repeat of the key committed while this statement waited for the row: the
             # insert did nothing, and that repeat's signal is visible now
-            return await store._repeat_after_race(instance_id, idempotency_key, signal_id, None)
+            return await repeat_after_race(role, instance_id, idempotency_key, signal_id, None)
         record = signal_from_json(row.new_signal)
         if row.id is None:
             return Delivery(record, True, state)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Integer, Table, bindparam, insert, select, tuple_, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -17,9 +17,8 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from flowpark.engine.ports.values import NewSignal, WakeClaim
 from flowpark.engine.records import Claim, Delivery, InstanceState, Snapshot
 from flowpark.errors import InstanceEnded, InstanceNotFound
-from flowpark.store.base import const
+from flowpark.store.base import Dialect, SqlRole, const
 from flowpark.store.claims import claim_due_pick, claim_due_update, claim_values
-from flowpark.store.dialects import Dialect
 from flowpark.store.fencing import NEXT_SQLITE_SEQUENCE, RUNNING
 from flowpark.store.mapping import (
     INSTANCE,
@@ -29,11 +28,8 @@ from flowpark.store.mapping import (
     signal_from_row,
     step_from_row,
 )
+from flowpark.store.signals import signal_by_key
 from flowpark.store.types import UtcDateTime
-
-if TYPE_CHECKING:
-    from flowpark.store.base import SqlRole
-    from flowpark.store.signals import SqlMailbox
 
 __all__ = ["SqliteDialect"]
 
@@ -125,7 +121,7 @@ class SqliteDialect(Dialect):
             )
 
     async def deliver(
-        self, store: SqlMailbox, signal: NewSignal, claim_for: WakeClaim | None
+        self, role: SqlRole, signal: NewSignal, claim_for: WakeClaim | None
     ) -> Delivery:
         """:meth:`~flowpark.store.signals.SqlMailbox.deliver_and_claim` as one write transaction
         (one writer at a time: nothing can come between its reads and its writes)."""
@@ -135,7 +131,7 @@ class SqliteDialect(Dialect):
             signal.received_at,
             signal.signal_id,
         )
-        async with store._write() as conn:
+        async with role._write() as conn:
             found = (
                 await conn.execute(
                     select(INSTANCE.c.state, INSTANCE.c.wake_step_id).where(
@@ -146,7 +142,7 @@ class SqliteDialect(Dialect):
             if found is None:
                 raise InstanceNotFound(f"no instance {instance_id!r}", instance_id=instance_id)
             state = InstanceState(found.state)
-            first = await store._signal_by_key(conn, instance_id, idempotency_key)
+            first = await signal_by_key(conn, instance_id, idempotency_key)
             if first is not None:
                 return Delivery(first, False, state)
             if state.ended:

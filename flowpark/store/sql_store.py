@@ -1,5 +1,5 @@
-"""``SqlJournal``: the SQL implementation of the engine's ports
-(:class:`flowpark.engine.ports.Journal`).
+"""``SqlStore``: the SQL implementation of the engine's ports
+(:class:`flowpark.engine.ports.Store`).
 
 The ports are composed, each an object of its own over one shared context (engine,
 transactions, PostgreSQL group-commit lanes): a run's claims, commits and lease, with
@@ -16,21 +16,21 @@ from collections.abc import Callable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from flowpark.engine.ports import Journal
+from flowpark.engine.ports import Store
 from flowpark.store.actions import SqlOperatorActions
-from flowpark.store.base import SqlContext
-from flowpark.store.batched import Lanes
 from flowpark.store.correlations import SqlCorrelations
+from flowpark.store.lanes import Lanes
 from flowpark.store.listing import SqlOperatorReads
 from flowpark.store.memory import MemoryStore
 from flowpark.store.overview import SqlOverviewReads
+from flowpark.store.parts import context_for
 from flowpark.store.providers import SqlProviderLimits
 from flowpark.store.reads import SqlReads
 from flowpark.store.runs import SqlRuns
 from flowpark.store.signals import SqlMailbox
 from flowpark.store.streams import SqlStreams
 
-__all__ = ["SqlJournal", "SqlReadModel"]
+__all__ = ["SqlStore", "SqlReadModel"]
 
 
 class SqlReadModel(SqlReads, SqlOperatorReads, SqlOperatorActions, SqlOverviewReads):
@@ -40,8 +40,8 @@ class SqlReadModel(SqlReads, SqlOperatorReads, SqlOperatorActions, SqlOverviewRe
     object; its queries are grouped by module."""
 
 
-class SqlJournal:
-    """The store: the ports of :class:`flowpark.engine.ports.Journal` over one database.
+class SqlStore:
+    """The store: the ports of :class:`flowpark.engine.ports.Store` over one database.
 
     Args:
         engine: an engine from :func:`flowpark.store.db.make_async_engine`, migrated to head.
@@ -68,7 +68,7 @@ class SqlJournal:
     def __init__(
         self, engine: AsyncEngine, *, on_batch: Callable[[str, int], None] | None = None
     ) -> None:
-        context = SqlContext(engine)
+        context = context_for(engine)
         context.lanes = context.dialect.make_lanes(context, on_batch)
         self._context = context
         self.mailbox = SqlMailbox(context)
@@ -91,7 +91,7 @@ class SqlJournal:
         """Whether the store is PostgreSQL (claims use ``FOR UPDATE SKIP LOCKED``)."""
         return self._context.dialect.name == "postgresql"
 
-    def scratch(self) -> Journal:
+    def scratch(self) -> Store:
         """A new, empty :class:`~flowpark.store.memory.MemoryStore` (an ephemeral run's store)."""
         return MemoryStore()
 
