@@ -40,6 +40,9 @@ of a definition finding (``poll.requires_durable``).
     ├── DeliveryNotFound           delivery_not_found
     ├── DeliveryNotFailed          delivery_not_failed
     ├── CompensationNotFailed      compensation_not_failed
+    ├── ReviewNotFound             review_not_found
+    ├── ReviewClosed               review_closed; .fields["state"], ["closed_by"]
+    ├── ReviewClaimed              review_claimed; .fields["claimed_by"]
     ├── NotReady                   not_ready; .checks (what /readyz found)
     └── RequestRefused             an HTTP request refused before any flow is involved
         ├── Unauthorized           unauthorized
@@ -104,6 +107,9 @@ __all__ = [
     "RepeatedRefusal",
     "RequestMalformed",
     "RequestRefused",
+    "ReviewClaimed",
+    "ReviewClosed",
+    "ReviewNotFound",
     "RouteNotFound",
     "SchemaBehindHead",
     "SignalDeliveryReplayed",
@@ -340,6 +346,24 @@ class CompensationNotFailed(FlowparkError):
     """A retry of compensations asked of an instance with none that failed for good."""
 
     code = ErrorCode.COMPENSATION_NOT_FAILED
+
+
+class ReviewNotFound(FlowparkError):
+    """No review with that id."""
+
+    code = ErrorCode.REVIEW_NOT_FOUND
+
+
+class ReviewClosed(FlowparkError):
+    """An action on a review that is resolved or dismissed already."""
+
+    code = ErrorCode.REVIEW_CLOSED
+
+
+class ReviewClaimed(FlowparkError):
+    """A resolve, dismiss or claim of a review that another person has claimed."""
+
+    code = ErrorCode.REVIEW_CLAIMED
 
 
 class DeliveryNotFailed(FlowparkError):

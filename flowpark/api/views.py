@@ -45,6 +45,7 @@ from flowpark.engine.journal import (
     StreamMessage,
 )
 from flowpark.engine.ports.operator import OperatorAction
+from flowpark.engine.ports.reviews import ReviewRecord
 from flowpark.engine.try_walk import DETAIL_LIMIT
 from flowpark.engine.values import DECISION_KEY
 from flowpark.flows.plan import AwaitSignalStep, Plan, PollStep
@@ -172,16 +173,23 @@ def event_view(event: dict[str, Any]) -> EventView:
     )
 
 
-def review_view(item: dict[str, Any]) -> ReviewView:
-    """One review-queue item (``GET /api/v1/reviews``) from the store's read dict."""
+def review_view(item: ReviewRecord) -> ReviewView:
+    """One review-queue item (``GET /api/v1/reviews``) from the store's record."""
     return ReviewView(
-        sequence=item["sequence"],
-        id=item["id"],
-        instance_id=item["instance_id"],
-        subject=item["subject"],
-        reason=item["reason"],
-        details=item["details"],
-        created_at=item["created_at"],
+        sequence=item.sequence,
+        id=item.id,
+        instance_id=item.instance_id,
+        flow=item.flow,
+        subject=item.subject,
+        reason=item.reason,
+        details=item.details,
+        created_at=item.created_at,
+        state=item.state.value,
+        claimed_by=item.claimed_by,
+        claimed_at=item.claimed_at,
+        closed_by=item.closed_by,
+        closed_at=item.closed_at,
+        note=item.note,
     )
 
 

@@ -46,6 +46,7 @@ from flowpark.errors import (
     JournalConflict,
 )
 from flowpark.store.memory_reads import MemoryReads
+from flowpark.store.memory_reviews import MemoryReviews, add_reviews
 from flowpark.store.memory_state import (
     NO_LEASE,
     NO_TRY,
@@ -65,12 +66,14 @@ class MemoryStore(MemoryReads):
     Attributes:
         runs / intake / mailbox / streams / reads / operator / overview: this object (each
             port's methods have distinct names).
+        reviews: the review queue (:class:`~flowpark.store.memory_reviews.MemoryReviews`).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.runs = self.intake = self.mailbox = self.streams = self
         self.reads = self.operator = self.overview = self
+        self.reviews = MemoryReviews(self._s)
 
     # -- RunStore ----------------------------------------------------------------------
     async def claim(
@@ -115,18 +118,7 @@ class MemoryStore(MemoryReads):
                     "published_at": None,
                 }
             )
-        for review in commit.reviews:
-            self._s.reviews.append(
-                {
-                    "sequence": next(self._s.sequence),
-                    "id": review.id,
-                    "instance_id": row.instance_id,
-                    "subject": review.subject,
-                    "reason": review.reason,
-                    "details": copy_json(dict(review.details)),
-                    "created_at": row.committed_at,
-                }
-            )
+        add_reviews(self._s, row.instance_id, commit.reviews, row.committed_at)
 
     def _check(self, commit: Commit) -> None:
         """Refuse, before anything is written, what the commit would conflict on."""

@@ -24,6 +24,7 @@ from flowpark.store.listing import SqlOperatorReads
 from flowpark.store.memory import MemoryStore
 from flowpark.store.overview import SqlOverviewReads
 from flowpark.store.reads import SqlReads
+from flowpark.store.reviews import SqlReviews
 from flowpark.store.runs import SqlRuns
 from flowpark.store.signals import SqlMailbox
 from flowpark.store.streams import SqlStreams
@@ -54,6 +55,7 @@ class SqlJournal:
         reads: the HTTP API's reads (:class:`SqlReadModel`).
         operator / overview: the operator's queries and the console overview's counts
             (the same object as ``reads``).
+        reviews: the review queue (:class:`~flowpark.store.reviews.SqlReviews`).
 
     On PostgreSQL, concurrent starts, journal commits, parks and completions are grouped
     into one statement per batch (:mod:`flowpark.store.batched`); each keeps its own fence.
@@ -72,6 +74,7 @@ class SqlJournal:
         self.reads = SqlReadModel(context)
         self.operator = self.reads
         self.overview = self.reads
+        self.reviews = SqlReviews(context)
 
     @property
     def engine(self) -> AsyncEngine:

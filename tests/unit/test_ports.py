@@ -25,6 +25,7 @@ WIRED = {
     "reads": ports.ReadModel,
     "operator": ports.OperatorReads,
     "overview": ports.OverviewReads,
+    "reviews": ports.Reviews,
 }
 
 

@@ -7,6 +7,7 @@
 * :class:`Mailbox` and :class:`Streams` — signals; progress messages.
 * :class:`ReadModel`, :class:`OperatorReads`, :class:`OverviewReads` — what the API, the
   operator and the console read.
+* :class:`Reviews` — the review queue and people's actions on it.
 * :class:`Deliveries` and :class:`Retention` — the outbox's sends; purging ended instances.
 * :class:`Journal` — all of them, composed: what a node's wiring builds.
 
@@ -19,6 +20,14 @@ from flowpark.engine.ports.mailbox import Mailbox, Streams
 from flowpark.engine.ports.operator import OperatorReads, OverviewReads
 from flowpark.engine.ports.outbox import ClaimedDelivery, Deliveries, Retention
 from flowpark.engine.ports.reads import Journal, ReadModel
+from flowpark.engine.ports.reviews import (
+    ReviewAct,
+    ReviewFilter,
+    ReviewRecord,
+    Reviews,
+    ReviewState,
+    ReviewVerb,
+)
 from flowpark.engine.ports.run import Intake, RunStore
 from flowpark.engine.ports.values import (
     Commit,
@@ -44,6 +53,12 @@ __all__ = [
     "ReadModel",
     "Reopen",
     "Retention",
+    "ReviewAct",
+    "ReviewFilter",
+    "ReviewRecord",
+    "ReviewState",
+    "ReviewVerb",
+    "Reviews",
     "RunStore",
     "StreamWrite",
     "Streams",

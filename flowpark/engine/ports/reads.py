@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from flowpark.engine.journal import InstanceRecord, InstanceState, SignalRecord, Snapshot
 from flowpark.engine.ports.mailbox import Mailbox, Streams
 from flowpark.engine.ports.operator import OperatorReads, OverviewReads
+from flowpark.engine.ports.reviews import Reviews
 from flowpark.engine.ports.run import Intake, RunStore
 
 __all__ = ["Journal", "ReadModel"]
@@ -82,6 +83,7 @@ class Journal(Protocol):
         reads: the HTTP API's reads.
         operator: the operator's list, counts and actions.
         overview: the console overview's counts.
+        reviews: the review queue.
     """
 
     @property
@@ -111,6 +113,10 @@ class Journal(Protocol):
     @property
     def overview(self) -> OverviewReads:
         """The console overview's counts."""
+
+    @property
+    def reviews(self) -> Reviews:
+        """The review queue."""
 
     def scratch(self) -> Journal:
         """A new, empty store in memory with the same ports: where a run that writes no
