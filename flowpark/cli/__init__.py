@@ -1,4 +1,5 @@
-"""The operator's CLI: ``flowpark instances ...``, ``flowpark nodes``, ``flowpark flows list|show``.
+"""The operator's CLI: ``flowpark instances ...``, ``flowpark reviews ...``, ``flowpark nodes``,
+``flowpark flows list|show``.
 
 Every command talks to a running node over its HTTP API (``--url`` / ``FLOWPARK_URL``,
 ``--token`` / ``FLOWPARK_TOKEN``; with no token, a loopback URL is sent the local trial's
@@ -13,8 +14,10 @@ Exit codes (scripts may rely on them):
 1     the node answered another error (4xx/5xx), or ``--watch`` saw it fail or be cancelled
 2     bad usage (an unknown option, a missing argument, an unreadable value)
 3     the node cannot be reached (connection refused, timeout)
-4     not found (``instance_not_found``, ``flow_not_found``, ``signal_not_declared``)
-5     conflict: the instance ended (``instance_ended``), is busy, or has no budget
+4     not found (``instance_not_found``, ``flow_not_found``, ``signal_not_declared``,
+      ``review_not_found``)
+5     conflict: the instance ended (``instance_ended``), is busy, or has no budget; the
+      review is closed (``review_closed``) or claimed by another (``review_claimed``)
 6     unauthorized or forbidden (no token, an unknown one, a missing scope)
 ====  =====================================================================
 """
@@ -33,6 +36,7 @@ from flowpark.cli._client import (
 from flowpark.cli.flows import flows_list, flows_show
 from flowpark.cli.instances import instances_app
 from flowpark.cli.nodes import nodes_list
+from flowpark.cli.reviews import reviews_app
 
 __all__ = [
     "EXIT_CONFLICT",
@@ -46,9 +50,10 @@ __all__ = [
 
 
 def add_operator_commands(app: typer.Typer, flows_app: typer.Typer) -> None:
-    """Mount ``instances`` and ``nodes`` on ``app`` and ``list``/``show`` on the ``flows``
-    group."""
+    """Mount ``instances``, ``reviews`` and ``nodes`` on ``app`` and ``list``/``show`` on the
+    ``flows`` group."""
     app.add_typer(instances_app, name="instances")
+    app.add_typer(reviews_app, name="reviews")
     app.command("nodes")(nodes_list)
     flows_app.command("list")(flows_list)
     flows_app.command("show")(flows_show)
