@@ -48,6 +48,7 @@ from flowpark.engine.journal import (
     WakeKind,
 )
 from flowpark.engine.ports.operator import InstanceFilter
+from flowpark.engine.ports.reviews import ReviewFilter
 from flowpark.errors import FlowparkError, StreamNotDeclared, shown
 from flowpark.flows.plan import AwaitSignalStep, Plan, PollStep
 from flowpark.ui.pages import ConsoleRoute, need_session, overdue_threshold, render
@@ -261,6 +262,7 @@ def build_instances_router() -> APIRouter:
                     "url": url + (f"?after={after}" if after is not None else ""),
                 }
             )
+        asked = await engine.journal.reviews.find_reviews(ReviewFilter(instance_id=inst.id))
         lease = None
         if inst.state is InstanceState.RUNNING and inst.lease_owner is not None:
             lease = {
@@ -296,6 +298,8 @@ def build_instances_router() -> APIRouter:
                 "budget": budget,
                 "streams": streams,
                 "lease": lease,
+                "reviews": asked,
+                "review_at": {r.created_at: r for r in asked},
                 "actions": available_actions(plan, inst),
                 "notices": _signed_notices(request),
                 "parse": parse_instant,

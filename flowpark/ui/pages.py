@@ -193,6 +193,7 @@ def build_console_router() -> APIRouter:
         overall, by_flow = lateness(engine.catalog, starts)
         rows = overview_rows(engine.catalog, activity, by_flow)
         nodes = await nodes_report(engine_of(request), nodes_of(request), settings_of(request))
+        review_counts = await engine.journal.reviews.count_reviews()
         totals = {
             key: sum(getattr(r, key) for r in rows)
             for key in (
@@ -217,6 +218,7 @@ def build_console_router() -> APIRouter:
                 "totals": totals,
                 "lateness": overall,
                 "nodes": nodes,
+                "reviews_waiting": sum(n for s, n in review_counts.items() if not s.closed),
                 "overdue_seconds": overdue.total_seconds(),
                 "recent_minutes": int(RECENT_WINDOW.total_seconds() // 60),
                 "lateness_minutes": int(LATENESS_WINDOW.total_seconds() // 60),
@@ -402,10 +404,12 @@ def install_console(app: FastAPI) -> None:
     app.mount("/ui/static", StaticFiles(directory=str(STATIC)), name="console-static")
     from flowpark.ui.actions import build_actions_router
     from flowpark.ui.instances import build_instances_router
+    from flowpark.ui.reviews import build_reviews_router
 
     app.include_router(build_console_router())
     app.include_router(build_instances_router())
     app.include_router(build_actions_router())
+    app.include_router(build_reviews_router())
     app.include_router(_fallback_router())
     app.include_router(_root_router())
 
