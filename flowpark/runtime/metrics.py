@@ -273,6 +273,19 @@ class Metrics:
             registry=r,
             multiprocess_mode="mostrecent",
         )
+        self.reviews_waiting = Gauge(
+            "flowpark_reviews_waiting",
+            "Review items waiting for a person, by state (open, claimed).",
+            ["state"],
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.review_oldest_age = Gauge(
+            "flowpark_review_oldest_waiting_age_seconds",
+            "Age of the oldest review item still open or claimed (0 when none), engine clock.",
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
         self.info = Gauge(
             "flowpark_node_info",
             "1 for each live node process.",

@@ -23,7 +23,7 @@ from flowpark.runtime import tracing
 from flowpark.runtime.metrics import Metrics, mark_process_dead
 from flowpark.runtime.observe import NodeObserver
 from flowpark.settings import Settings
-from flowpark.store.gauges import active_counts, pending_deliveries
+from flowpark.store.gauges import active_counts, pending_deliveries, waiting_reviews
 from flowpark.store.nodes import SqlNodes
 
 if TYPE_CHECKING:
@@ -141,6 +141,11 @@ class Telemetry:
                 for gauge in (metrics.parked, metrics.running, metrics.overdue, metrics.stuck):
                     gauge.labels(flow).set(0)
             metrics.flows_seen |= seen
+            reviews, oldest = await waiting_reviews(db)
+            for state, n in reviews.items():
+                metrics.reviews_waiting.labels(state).set(n)
+            age = (now - oldest).total_seconds() if oldest is not None else 0.0
+            metrics.review_oldest_age.set(max(0.0, age))
             if self.settings.subscribers:
                 configured = {s.name for s in self.settings.subscribers}
                 pending = dict.fromkeys(configured, 0)

@@ -12,11 +12,14 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from flowpark.store.db import READ_ONLY
 from flowpark.store.mapping import INSTANCE
-from flowpark.store.tables import ACTIVE_STATES, EventDeliveryRow
+from flowpark.store.tables import ACTIVE_STATES, EventDeliveryRow, ReviewItemRow
 
-__all__ = ["FlowCounts", "active_counts", "pending_deliveries"]
+__all__ = ["FlowCounts", "active_counts", "pending_deliveries", "waiting_reviews"]
 
 DELIVERY = EventDeliveryRow.__table__  # type: ignore[attr-defined]
+REVIEW = ReviewItemRow.__table__  # type: ignore[attr-defined]
+#: The review states that wait for a person.
+WAITING_REVIEW_STATES = ("open", "claimed")
 
 
 @dataclass(frozen=True)
@@ -104,3 +107,33 @@ async def pending_deliveries(engine: AsyncEngine) -> dict[str, int]:
     async with engine.execution_options(**READ_ONLY).connect() as conn:
         rows = (await conn.execute(query)).all()
     return {r.subscriber: int(r.pending) for r in rows}
+
+
+async def waiting_reviews(engine: AsyncEngine) -> tuple[dict[str, int], datetime | None]:
+    """Count the review items that wait for a person (``open``, ``claimed``) and find when
+    the oldest of them was asked for: one grouped query over those rows, through
+    ``ix_review_item_state``.
+
+    Args:
+        engine: the service's database engine.
+
+    Returns:
+        ``({"open": n, "claimed": n}, oldest created_at or None)``.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError / OSError: the database could not be read.
+    """
+    query = (
+        select(REVIEW.c.state, func.count().label("n"), func.min(REVIEW.c.created_at))
+        .where(REVIEW.c.state.in_(WAITING_REVIEW_STATES))
+        .group_by(REVIEW.c.state)
+    )
+    async with engine.execution_options(**READ_ONLY).connect() as conn:
+        rows = (await conn.execute(query)).all()
+    counts = dict.fromkeys(WAITING_REVIEW_STATES, 0)
+    oldest: datetime | None = None
+    for state, n, first in rows:
+        counts[str(state)] = int(n)
+        if first is not None and (oldest is None or first < oldest):
+            oldest = first
+    return counts, oldest
