@@ -221,6 +221,8 @@ def _budget_view(
         ends_at=budget.ends_at,
         used_ratio=round(budget.used_ratio(now), 4) if now is not None else None,
         extensions=budget.extensions,
+        warns_at=budget.warn_at,
+        warned=budget.warned,
     )
 
 

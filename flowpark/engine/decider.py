@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from flowpark.engine.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT
+from flowpark.engine.deadlines import BUDGET_WARNING, POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT
 from flowpark.engine.decisions import BeginEnding, Decision, Finish, MailboxView
 from flowpark.engine.journal import (
     COMPENSATION_FAILURES,
@@ -203,6 +203,8 @@ def _expected_name(step: object, kind: StepKind, name: str) -> str | None:
         return step.signal.name if step.signal is not None else None
     if kind is StepKind.EMIT and isinstance(step, EmitStep):
         return step.name
+    if kind is StepKind.EMIT and isinstance(step, PollStep | AwaitSignalStep):
+        return BUDGET_WARNING if step.warn_before is not None else None
     if kind is StepKind.DEADLINE:
         owner = _DEADLINE_NODES.get(name)
         return name if owner is not None and isinstance(step, owner) else None

@@ -37,6 +37,7 @@ from flowpark.engine.journal import (
     StepRow,
     WakeKind,
 )
+from flowpark.engine.observe import WARNED
 from flowpark.engine.outcomes import Halt
 from flowpark.engine.ports import Park as ParkAt
 from flowpark.engine.run_state import RunState
@@ -123,6 +124,9 @@ class Executor(RunState):
             if key in self.noted or self.ephemeral:
                 continue
             self.noted.add(key)
+            if note.how == WARNED:
+                self.host.observer.budget_warned(self.plan.name)
+                continue
             if note.attempt is None:
                 self.host.observer.poll_ended(self.plan.name, note.used, note.how)
                 continue

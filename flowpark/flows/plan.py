@@ -94,6 +94,7 @@ class PollStep:
             ``flow.poll_not_satisfied``.
         signal: a signal that ends the wait early, or None.
         match: which signals belong to the wait (``match(bag, payload)``), or None for all.
+        warn_before: how long before the budget's end its warning comes, or None.
     """
 
     index: int
@@ -104,6 +105,7 @@ class PollStep:
     timeout_target: int | None = None
     signal: Signal | None = None
     match: SignalMatch | None = None
+    warn_before: timedelta | None = None
 
     @property
     def body_index(self) -> int:
@@ -121,7 +123,8 @@ class AwaitSignalStep:
     """Park until ``signal`` arrives, or until ``timeout`` (from reaching the step) runs out.
 
     The arrival instant is recorded by the park; the budget end is stored as ``wake_at``.
-    ``match`` (``match(bag, payload)``, or None for all) says which signals belong to it.
+    ``match`` (``match(bag, payload)``, or None for all) says which signals belong to it;
+    ``warn_before``: how long before the timeout's end its warning comes, or None.
     """
 
     index: int
@@ -130,6 +133,7 @@ class AwaitSignalStep:
     satisfied_target: int
     timeout_target: int | None = None
     match: SignalMatch | None = None
+    warn_before: timedelta | None = None
 
     @property
     def label(self) -> str:

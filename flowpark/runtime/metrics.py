@@ -177,6 +177,12 @@ class Metrics:
             ["flow"],
             registry=r,
         )
+        self.budget_warnings = Counter(
+            "flowpark_budget_warnings",
+            "Waits (polls, await_signal) that reached their warning before the budget ends.",
+            ["flow"],
+            registry=r,
+        )
         self.signal_to_resume = Histogram(
             "flowpark_signal_to_resume_seconds",
             "From a signal's arrival to the wait taking it.",

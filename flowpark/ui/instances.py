@@ -168,6 +168,13 @@ def budget_view(inst: InstanceRecord, steps: list[StepRow], now: datetime) -> di
         "left": total - used,
         "used_ratio": min(1.0, budget.used_ratio(now)),
         "extensions": budget.extensions,
+        "warn_at": budget.warn_at,
+        "warned": budget.warned,
+        "warn_ratio": (
+            None
+            if budget.warn_at is None or not total
+            else max(0.0, min(1.0, (budget.warn_at - budget.started_at) / total))
+        ),
     }
 
 

@@ -48,7 +48,11 @@ ATTEMPT_NAMES: dict[str, set[str]] = {
         "attempt",
         "attempted",
     },  # the observer hears a poll attempt end
-    "flowpark/engine/steps.py": {"attempt", "attempts"},  # poll attempts (notes, the timeout)
+    "flowpark/engine/steps.py": {
+        "attempt",
+        "attempt_due",
+        "attempts",
+    },  # poll attempts (notes, the timeout)
     "flowpark/flows/durations.py": {"attempt"},  # Backoff: the wait after poll attempt n
     "flowpark/runtime/metrics.py": {"attempts"},  # flowpark_attempts: poll attempts
     "flowpark/runtime/observe.py": {"attempted", "attempts"},
