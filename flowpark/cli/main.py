@@ -13,7 +13,7 @@ import re
 from contextlib import ExitStack
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -53,7 +53,15 @@ class LogLevel(StrEnum):
 
 #: Options of several commands (each command gives its own default).
 HostOpt = Annotated[str, typer.Option("--host", metavar="HOST")]
-LogLevelOpt = Annotated[LogLevel, typer.Option("--log-level", case_sensitive=False)]
+LogLevelOpt = Annotated[
+    LogLevel,
+    typer.Option(
+        "--log-level",
+        case_sensitive=False,
+        metavar="LEVEL",
+        help="critical, error, warning, info or debug.",
+    ),
+]
 FlowsOpt = Annotated[list[str] | None, typer.Option("--flows", metavar="TARGET", help=FLOWS_HELP)]
 
 #: Help texts are Markdown: a docstring's paragraphs are wrapped to the terminal's width
@@ -559,22 +567,50 @@ def _settings_refusal(exc: Exception) -> str | None:
     return None
 
 
+def _click_exceptions() -> Any:
+    """The module of the command line parser's exceptions: typer's own copy of click in
+    the typer releases that carry one, else click's."""
+    import importlib
+
+    try:
+        return importlib.import_module("typer._click.exceptions")
+    except ImportError:  # an older typer, over click itself
+        return importlib.import_module("click.exceptions")
+
+
 def main() -> None:
     """The ``flowpark`` console script: run the typer app (exit codes as each command says).
 
     A ``FLOWPARK_*`` variable that does not validate is one line ``error: settings_invalid:
-    ...`` on stderr and exit code :data:`EXIT_SETTINGS`, never a traceback.
+    ...`` on stderr and exit code :data:`EXIT_SETTINGS`, never a traceback; a usage error
+    found by the command line's parser (an unknown option, a value not among the choices)
+    is one line ``error: usage: ...`` and exit code 2.
     """
+    from flowpark.errors import ErrorCode
+
+    click = _click_exceptions()
     try:
-        app()
+        code = app(standalone_mode=False)
+    except click.NoArgsIsHelpError:  # the help was printed
+        raise SystemExit(2) from None
+    except click.UsageError as exc:  # one line, as the commands' own usage errors
+        where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        message = _one_line(exc.format_message())
+        typer.echo(f"error: {ErrorCode.USAGE}: {message}{where}", err=True)
+        raise SystemExit(exc.exit_code) from None
+    except click.ClickException as exc:
+        typer.echo(f"error: {_one_line(exc.format_message())}", err=True)
+        raise SystemExit(exc.exit_code) from None
+    except click.Abort:
+        typer.echo("Aborted!", err=True)
+        raise SystemExit(1) from None
     except Exception as exc:
         refusal = _settings_refusal(exc)
         if refusal is None:
             raise
-        from flowpark.errors import ErrorCode
-
         typer.echo(f"error: {ErrorCode.SETTINGS_INVALID}: {refusal}", err=True)
         raise SystemExit(EXIT_SETTINGS) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 def _mount_operator_commands() -> None:
