@@ -601,7 +601,7 @@ def main() -> None:
     except click.ClickException as exc:
         typer.echo(f"error: {_one_line(exc.format_message())}", err=True)
         raise SystemExit(exc.exit_code) from None
-    except click.Abort:
+    except typer.Abort:
         typer.echo("Aborted!", err=True)
         raise SystemExit(1) from None
     except Exception as exc:
