@@ -13,9 +13,11 @@ import re
 from contextlib import ExitStack
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
+
+from flowpark.cli.parsing import one_line as _one_line
 
 __all__ = [
     "EXIT_FLOWS_INVALID",
@@ -116,10 +118,6 @@ def _logging(level: str) -> None:
     from flowpark.runtime.logs import configure_logging
 
     configure_logging(level)
-
-
-def _one_line(value: object) -> str:
-    return " ".join(str(value).split())
 
 
 def _refuse(exc: Exception) -> typer.Exit:
@@ -567,17 +565,6 @@ def _settings_refusal(exc: Exception) -> str | None:
     return None
 
 
-def _click_exceptions() -> Any:
-    """The module of the command line parser's exceptions: typer's own copy of click in
-    the typer releases that carry one, else click's."""
-    import importlib
-
-    try:
-        return importlib.import_module("typer._click.exceptions")
-    except ImportError:  # an older typer, over click itself
-        return importlib.import_module("click.exceptions")
-
-
 def main() -> None:
     """The ``flowpark`` console script: run the typer app (exit codes as each command says).
 
@@ -586,31 +573,18 @@ def main() -> None:
     found by the command line's parser (an unknown option, a value not among the choices)
     is one line ``error: usage: ...`` and exit code 2.
     """
+    from flowpark.cli.parsing import run_parsed
     from flowpark.errors import ErrorCode
 
-    click = _click_exceptions()
     try:
-        code = app(standalone_mode=False)
-    except click.NoArgsIsHelpError:  # the help was printed
-        raise SystemExit(2) from None
-    except click.UsageError as exc:  # one line, as the commands' own usage errors
-        where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
-        message = _one_line(exc.format_message())
-        typer.echo(f"error: {ErrorCode.USAGE}: {message}{where}", err=True)
-        raise SystemExit(exc.exit_code) from None
-    except click.ClickException as exc:
-        typer.echo(f"error: {_one_line(exc.format_message())}", err=True)
-        raise SystemExit(exc.exit_code) from None
-    except typer.Abort:
-        typer.echo("Aborted!", err=True)
-        raise SystemExit(1) from None
+        code = run_parsed(app)
     except Exception as exc:
         refusal = _settings_refusal(exc)
         if refusal is None:
             raise
         typer.echo(f"error: {ErrorCode.SETTINGS_INVALID}: {refusal}", err=True)
         raise SystemExit(EXIT_SETTINGS) from None
-    raise SystemExit(code if isinstance(code, int) else 0)
+    raise SystemExit(code)
 
 
 def _mount_operator_commands() -> None:
