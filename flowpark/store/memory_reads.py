@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from flowpark.engine.deadlines import POLL_BUDGET, ends_at
 from flowpark.engine.journal import (
     COMPENSATION_FAILURES,
     InstanceRecord,
@@ -330,6 +331,15 @@ class MemoryReads(MemoryBase):
                     None,
                 )
                 zero = firsts.get((step_id, 0))
+                budgets = [  # the poll's budget rows written by the previous attempt's end
+                    r
+                    for r in rows
+                    if r.kind == StepKind.DEADLINE
+                    and (r.step_id, r.scope, r.capability_id) == (step_id - 1, 0, POLL_BUDGET)
+                    and previous is not None
+                    and r.committed_at <= previous
+                ]
+                in_force = max(budgets, key=lambda r: r.try_number) if budgets else None
                 out.append(
                     AttemptStart(
                         instance_id,
@@ -340,6 +350,7 @@ class MemoryReads(MemoryBase):
                         first.started_at,
                         previous,
                         zero.started_at if zero is not None else None,
+                        ends_at(in_force) if in_force is not None else None,
                     )
                 )
         return sorted(out, key=lambda a: a.started_at, reverse=True)

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.sql.elements import ColumnElement
 
+from flowpark.engine.deadlines import POLL_BUDGET
 from flowpark.engine.journal import InstanceState, Outcome, StepKind
 from flowpark.engine.ports.operator import AttemptStart, FlowActivity, StepActivity, StepWaiting
 from flowpark.store.base import SqlRole, const
@@ -188,7 +189,22 @@ class SqlOverviewReads(SqlRole):
         s = STEP.alias("s")
         prev = STEP.alias("p")
         first = STEP.alias("f")
+        budget = STEP.alias("d")
         step = const(StepKind.STEP.value)
+        in_force = (  # the poll's budget end when the previous attempt was written
+            select(budget.c.ends_at)
+            .where(
+                budget.c.instance_id == s.c.instance_id,
+                budget.c.step_id == s.c.step_id - 1,
+                budget.c.scope == 0,
+                budget.c.kind == const(StepKind.DEADLINE.value),
+                budget.c.capability_id == const(POLL_BUDGET),
+                budget.c.committed_at <= prev.c.committed_at,
+            )
+            .order_by(budget.c.try_number.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
         query = (
             select(
                 s.c.instance_id,
@@ -199,6 +215,7 @@ class SqlOverviewReads(SqlRole):
                 s.c.started_at,
                 prev.c.committed_at,
                 first.c.started_at,
+                in_force,
             )
             .join(INSTANCE, INSTANCE.c.id == s.c.instance_id)
             .outerjoin(
