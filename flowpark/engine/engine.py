@@ -176,8 +176,16 @@ class Engine:
         snapshot = claim.snapshot or await self.journal.runs.load(claim.instance_id)
         inst = snapshot.instance
         LOG_CONTEXT.set({"instance_id": inst.id, "flow": inst.flow_name})
-        if claim.taken_over:
+        if claim.taken_over:  # not a wake: the node that ran it is gone
             self.observer.taken_over(inst.flow_name)
+            log.info(
+                "instance %s of %s@%s: taken over on node %s (the node running it let its "
+                "lease expire); resuming from its journal, the mailbox first",
+                inst.id,
+                inst.flow_name,
+                inst.flow_version,
+                self.config.node_id,
+            )
         with self.observer.run_span(inst.id, inst.flow_name, inst.flow_version, inst.trace_context):
             return await self._advance(claim, inst, snapshot, detach)
 
