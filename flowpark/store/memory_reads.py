@@ -31,6 +31,7 @@ from flowpark.engine.ports.operator import (
     StepActivity,
     StepWaiting,
 )
+from flowpark.store.failures import named_step
 from flowpark.store.memory_state import RUNNING, SUSPENDED, MemoryBase, copy_json
 
 __all__ = ["MemoryReads"]
@@ -301,8 +302,8 @@ class MemoryReads(MemoryBase):
             elif i.updated_at >= since and i.state is InstanceState.COMPLETED:
                 completed += 1
             elif i.updated_at >= since and i.state is InstanceState.FAILED:
-                node = i.failure.details.get("node") if i.failure is not None else None
-                if not isinstance(node, int) or isinstance(node, bool):
+                node = named_step(i.failure.details) if i.failure is not None else None
+                if node is None:
                     steps = [r for r in self._s.steps.get(i.id, []) if r.kind == StepKind.STEP]
                     node = steps[-1].step_id if steps else None
                 if node is not None:

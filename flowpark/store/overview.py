@@ -15,6 +15,7 @@ from flowpark.engine.deadlines import POLL_BUDGET
 from flowpark.engine.journal import InstanceState, Outcome, StepKind
 from flowpark.engine.ports.operator import AttemptStart, FlowActivity, StepActivity, StepWaiting
 from flowpark.store.base import SqlRole, const
+from flowpark.store.failures import named_step
 from flowpark.store.mapping import INSTANCE, STEP
 
 __all__ = ["SqlOverviewReads"]
@@ -157,8 +158,8 @@ class SqlOverviewReads(SqlRole):
             placed: dict[int, int] = {}
             unplaced = []
             for instance_id, details in failures:
-                node = (details or {}).get("node") if isinstance(details, dict) else None
-                if isinstance(node, int) and not isinstance(node, bool):
+                node = named_step(details)
+                if node is not None:
                     placed[node] = placed.get(node, 0) + 1
                 else:
                     unplaced.append(instance_id)

@@ -30,6 +30,7 @@ from flowpark.api.problems import status_of
 from flowpark.engine.engine import Engine
 from flowpark.errors import FlowparkError
 from flowpark.flows.plan import Plan
+from flowpark.settings import DEFAULT_API_TOKEN
 from flowpark.ui.graph import human_duration, layout
 from flowpark.ui.overview import lateness, overview_rows
 from flowpark.ui.session import (
@@ -101,7 +102,13 @@ def _seconds(value: float | None) -> str:
     return f"{value:.0f} s"
 
 
+def _default_token_in_use(request: Request) -> bool:
+    """Whether the node accepts the public default token ``dev-token`` (a local trial's)."""
+    return DEFAULT_API_TOKEN in settings_of(request).tokens
+
+
 templates.env.globals.update(
+    default_token_in_use=_default_token_in_use,
     fmt=_fmt,
     iso=_iso,
     seconds=_seconds,

@@ -142,3 +142,30 @@ def test_the_reviews_page_fits_a_phone_screen(
         )
     finally:
         phone.close()
+
+
+def test_the_timeline_and_the_graph_scroll_rather_than_shrink_at_390_px(
+    browser: Browser, reviewed: tuple[SubprocessServer, str]
+) -> None:
+    server, instance_id = reviewed
+    phone = browser.new_context(viewport={"width": 390, "height": 800}, locale="en-GB")
+    try:
+        page = phone.new_page()
+        _sign_in(page, server.base_url)
+        page.goto(f"{server.base_url}/ui/instances/{instance_id}")
+        timeline = page.get_by_test_id("timeline")
+        expect(timeline).to_be_visible()
+        box = timeline.bounding_box()
+        assert box is not None and box["width"] >= 640, box  # readable: not shrunk to 390
+        scroller = page.get_by_test_id("timeline-scroll")
+        assert scroller.evaluate("e => e.scrollWidth > e.clientWidth")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        page.goto(f"{server.base_url}/ui/flows/document.process/1.0.0")
+        graph = page.get_by_test_id("flow-graph")
+        declared = float(graph.get_attribute("width") or 0)
+        shown = graph.bounding_box()
+        assert shown is not None and abs(shown["width"] - declared) < 1, (shown, declared)
+        assert page.get_by_test_id("graph-scroll").evaluate("e => e.scrollWidth > e.clientWidth")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    finally:
+        phone.close()

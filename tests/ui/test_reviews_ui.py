@@ -66,6 +66,7 @@ async def test_the_queue_filters_by_query_string_and_acts_by_form_posts(op: Oper
         assert page.status_code == 200
         assert f'data-review="{first}"' in page.text and f'data-review="{second}"' not in page.text
         assert f'href="/ui/instances/{one}"' in page.text
+        assert 'data-testid="dev-token"' not in page.text  # the node does not accept it
         csrf = _csrf(page.text)
 
         no_csrf = await ops.post(f"/ui/reviews/{first}/claim", data={"csrf": "x"})
