@@ -31,8 +31,7 @@ from flowpark.engine.ports.operator import (
     StepActivity,
     StepWaiting,
 )
-from flowpark.store.failures import named_step
-from flowpark.store.memory_state import RUNNING, SUSPENDED, MemoryBase, copy_json
+from flowpark.store.memory_state import RUNNING, SUSPENDED, MemoryBase, copy_json, named_step
 
 __all__ = ["MemoryReads"]
 

@@ -15,8 +15,8 @@ from flowpark.engine.deadlines import POLL_BUDGET
 from flowpark.engine.journal import InstanceState, Outcome, StepKind
 from flowpark.engine.ports.operator import AttemptStart, FlowActivity, StepActivity, StepWaiting
 from flowpark.store.base import SqlRole, const
-from flowpark.store.failures import named_step
 from flowpark.store.mapping import INSTANCE, STEP
+from flowpark.store.memory_state import named_step
 
 __all__ = ["SqlOverviewReads"]
 
