@@ -45,9 +45,10 @@ __all__ = ["body_fields", "build_trigger_router", "check_body_fields"]
 
 def body_fields(model: type[BaseModel]) -> frozenset[str] | None:
     """The JSON names a start body may hold for ``model`` (its fields' aliases, every
-    choice of an ``AliasChoices``, and ``instanceKey``), or None when the model takes
-    unknown fields itself (``extra="allow"``)."""
-    if model.model_config.get("extra") == "allow":
+    choice of an ``AliasChoices``, and ``instanceKey``), or None when the model decides
+    itself: it takes unknown fields (``extra="allow"``) or refuses them in its own
+    validation (``extra="forbid"``)."""
+    if model.model_config.get("extra") in ("allow", "forbid"):
         return None
     names = {"instanceKey"}
     for name, field in model.model_fields.items():
@@ -77,11 +78,9 @@ def check_body_fields(plan: Plan, body: Any, known: frozenset[str] | None) -> No
             continue
         close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        errors.append(
-            {"loc": ["body", name], "msg": f"unknown field{hint}", "type": "extra_forbidden"}
-        )
+        errors.append({"loc": [name], "msg": f"unknown field{hint}", "type": "extra_forbidden"})
     if errors:
-        listed = ", ".join(shown(e["loc"][1], 40) for e in errors[:5])
+        listed = ", ".join(shown(e["loc"][0], 40) for e in errors[:5])
         raise InputInvalid(
             f"input of {plan.name} has unknown field(s): {listed}", errors=errors, flow=plan.name
         )
@@ -184,7 +183,7 @@ def _start_operation(plan: Plan) -> dict[str, Any]:
     if trigger.idempotent:
         codes.append(ErrorCode.IDEMPOTENCY_KEY_MISSING)
     schema, defs = request_schema(plan.input_model, {"instanceKey": INSTANCE_KEY_SCHEMA})
-    if body_fields(plan.input_model) is not None:  # unknown fields are refused (422)
+    if plan.input_model.model_config.get("extra") != "allow":  # unknown fields: 422
         schema["additionalProperties"] = False
     body: dict[str, Any] = {"schema": schema}
     examples = body_examples(plan.input_model)
