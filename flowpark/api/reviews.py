@@ -22,7 +22,7 @@ from flowpark.api.openapi import problem_responses
 from flowpark.api.views import API, review_view
 from flowpark.engine.engine import Engine
 from flowpark.engine.ports.reviews import ReviewAct, ReviewFilter, ReviewState, ReviewVerb
-from flowpark.errors import ErrorCode, FlowparkError, ReviewNotFound
+from flowpark.errors import ErrorCode, InstanceNotFound, ReviewNotFound
 
 __all__ = ["ReviewNote", "act_on_review", "build_reviews_router", "review_filter"]
 
@@ -112,13 +112,13 @@ def build_reviews_router() -> APIRouter:
         """The human review queue, oldest first: the items that flows' `request_review`
         wrote, with where each is (`state`) and who claimed or closed it, when. Page with
         `after` (the last item's `sequence`)."""
-        if instance_id:
-            try:  # an id that cannot name an instance names none of the items
-                check_instance_id(instance_id)
-            except FlowparkError:
-                return []
         where = review_filter(state, instance_id, flow, claimed_by)
-        items = await engine.journal.reviews.find_reviews(where, limit, after)
+        try:
+            if instance_id:
+                check_instance_id(instance_id)
+            items = await engine.journal.reviews.find_reviews(where, limit, after)
+        except InstanceNotFound:  # an id that cannot name an instance names no item
+            return []
         return [review_view(i) for i in items]
 
     @router.get(

@@ -20,7 +20,7 @@ from flowpark.api.deps import engine_of, settings_of
 from flowpark.api.inputs import check_instance_id
 from flowpark.api.reviews import NOTE_CHARS, act_on_review, review_filter
 from flowpark.engine.ports.reviews import ReviewState, ReviewVerb
-from flowpark.errors import FlowparkError, shown
+from flowpark.errors import FlowparkError, InstanceNotFound, shown
 from flowpark.ui.pages import ConsoleRoute, need_session, problem_page, render
 from flowpark.ui.session import check_csrf, notice_is_signed, notice_signature
 
@@ -81,7 +81,11 @@ def build_reviews_router() -> APIRouter:
         where = review_filter(
             states, instance, (q.get("flow") or "").strip(), (q.get("claimed_by") or "").strip()
         )
-        items = await engine.journal.reviews.find_reviews(where, limit=PAGE)
+        try:
+            items = await engine.journal.reviews.find_reviews(where, limit=PAGE)
+        except InstanceNotFound:  # an id no instance can have: no item has it
+            items = []
+            notices.append(f"instance {shown(instance or '', 40)!r} is not an instance id")
         notices += _signed_notices(request)
         return render(
             request,

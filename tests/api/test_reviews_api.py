@@ -86,5 +86,7 @@ async def test_actions_need_the_operate_scope_and_bodies_are_checked(op: Operate
         assert_problem(await reader.post(f"{REVIEWS}/{review_id}/claim"), 403, "forbidden")
         unknown = await ops.post(f"{REVIEWS}/{review_id}/dismiss", json={"nope": 1})
         assert_problem(unknown, 422, "input_invalid")
+        odd = await ops.get(REVIEWS, params={"instanceId": "d\\?ÇhW"})
+        assert (odd.status_code, odd.json()) == (200, [])  # names no instance: no item
         bogus = await ops.get(REVIEWS, params={"state": "bogus"})
         assert_problem(bogus, 422, "input_invalid")

@@ -107,5 +107,7 @@ async def test_a_read_only_token_sees_no_forms_and_cannot_post(op: Operated) -> 
             f"/ui/reviews/{review_id}/claim", data={"csrf": _csrf(page.text)}
         )
         assert refused.status_code == 403
+        odd = await viewer.get("/ui/reviews", params={"instance": "not-an-id"})
+        assert odd.status_code == 200 and "is not an instance id" in odd.text
         bogus = await viewer.get("/ui/reviews", params={"state": "bogus"})
         assert bogus.status_code == 200 and "is not a review state" in bogus.text
