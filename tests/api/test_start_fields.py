@@ -5,7 +5,9 @@ starts."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -17,8 +19,10 @@ ROUTE = "/api/v1/t-poll"
 
 
 @pytest.fixture
-async def op(store_url: str) -> AsyncIterator[Operated]:
-    async with operated(store_url, [poll_flow()]) as running:
+async def op(_sqlite_template: Path, tmp_path: Path) -> AsyncIterator[Operated]:
+    # the route's check, before any store: one store is enough
+    shutil.copyfile(_sqlite_template, tmp_path / "flowpark.db")
+    async with operated(f"sqlite:///{tmp_path / 'flowpark.db'}", [poll_flow()]) as running:
         yield running
 
 
