@@ -160,6 +160,17 @@ class ErrorCode(StrEnum):
         "a malformed request line or header): refused by the HTTP server before any route, "
         "the connection closed",
     )
+    REVIEW_CLAIMED = (
+        "review_claimed",
+        "the review is claimed by another person (`claimedBy` names them): only they can "
+        "resolve or dismiss it",
+    )
+    REVIEW_CLOSED = (
+        "review_closed",
+        "the review is resolved or dismissed already (`state`, `closedBy` say how and by "
+        "whom): nothing was changed",
+    )
+    REVIEW_NOT_FOUND = ("review_not_found", "no such review")
     SCHEMA_BEHIND_HEAD = (
         "schema_behind_head",
         "the database is not migrated to head (run `flowpark db upgrade`)",

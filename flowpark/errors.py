@@ -44,6 +44,9 @@ of a definition finding (``poll.requires_durable``).
     ├── CorrelationKeyInUse        correlation_key_in_use
     ├── CorrelationKeyUnknown      correlation_key_unknown
     ├── CorrelationKeyAmbiguous    correlation_key_ambiguous
+    ├── ReviewNotFound             review_not_found
+    ├── ReviewClosed               review_closed; .fields["state"], ["closed_by"]
+    ├── ReviewClaimed              review_claimed; .fields["claimed_by"]
     ├── NotReady                   not_ready; .checks (what /readyz found)
     └── RequestRefused             an HTTP request refused before any flow is involved
         ├── Unauthorized           unauthorized
@@ -112,6 +115,9 @@ __all__ = [
     "RepeatedRefusal",
     "RequestMalformed",
     "RequestRefused",
+    "ReviewClaimed",
+    "ReviewClosed",
+    "ReviewNotFound",
     "RouteNotFound",
     "SchemaBehindHead",
     "SignalDeliveryReplayed",
@@ -375,6 +381,24 @@ class CorrelationKeyAmbiguous(FlowparkError):
     flow hold."""
 
     code = ErrorCode.CORRELATION_KEY_AMBIGUOUS
+
+
+class ReviewNotFound(FlowparkError):
+    """No review with that id."""
+
+    code = ErrorCode.REVIEW_NOT_FOUND
+
+
+class ReviewClosed(FlowparkError):
+    """An action on a review that is resolved or dismissed already."""
+
+    code = ErrorCode.REVIEW_CLOSED
+
+
+class ReviewClaimed(FlowparkError):
+    """A resolve, dismiss or claim of a review that another person has claimed."""
+
+    code = ErrorCode.REVIEW_CLAIMED
 
 
 class DeliveryNotFailed(FlowparkError):

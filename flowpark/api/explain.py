@@ -26,6 +26,7 @@ from flowpark.api.models import (
     WaitingView,
 )
 from flowpark.api.values import shown_values
+from flowpark.engine.decide.deadlines import POLL_BUDGET, ends_at
 from flowpark.engine.ports import operator as ports
 from flowpark.engine.ports.operator import InstanceSummary, OperatorAction
 from flowpark.engine.records import InstanceRecord, Outcome, StepKind, StepRow, WakeKind
@@ -249,7 +250,7 @@ def attempts_view(
     asked for; it is read from the committed rows: the park wrote ``wake_at`` on the
     instance row only, so earlier wakes are reconstructed as the interval schedule from the
     plan (the same jitter function as the engine's) after attempt *n-1*'s commit, capped by
-    the budget's end.
+    the budget's end in force at that commit (an extension moves it from then on).
     """
     step = _current_poll(plan, inst, steps)
     if step is None:
@@ -262,6 +263,15 @@ def attempts_view(
     signal_rows = [r for r in steps if r.step_id == step.index and r.kind is StepKind.SIGNAL]
     out: list[AttemptView] = []
     first_start = min((r.started_at for r in by_scope.get(0, [])), default=None)
+    budgets = sorted(
+        (
+            r
+            for r in steps
+            if r.kind is StepKind.DEADLINE
+            and (r.step_id, r.scope, r.capability_id) == (step.index, 0, POLL_BUDGET)
+        ),
+        key=lambda r: r.try_number,
+    )
     previous_commit: datetime | None = None
     for scope in sorted(by_scope):
         tries = sorted(by_scope[scope], key=lambda r: r.try_number)
@@ -272,7 +282,10 @@ def attempts_view(
             scheduled = started
         elif previous_commit is not None:
             scheduled = previous_commit + step.interval.delay(scope - 1, inst.id)
-            if first_start is not None:
+            written = [r for r in budgets if r.committed_at <= previous_commit]
+            if written:  # the end in force when the park was asked for (extended or not)
+                scheduled = min(scheduled, ends_at(written[-1]))
+            elif first_start is not None:
                 scheduled = min(scheduled, first_start + step.timeout)
         success = any(t.outcome is Outcome.SUCCESS for t in tries)
         last = tries[-1]

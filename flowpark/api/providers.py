@@ -1,6 +1,6 @@
 """Provider routes: the declared providers, their limits and load (``GET /api/v1/providers``,
-``GET /api/v1/providers/{name}``) and an operator's live change of a limit (``PUT`` /
-``PATCH /api/v1/providers/{name}/limit``).
+``GET /api/v1/providers/{name}``) and an operator's live change of a limit (``PUT
+/api/v1/providers/{name}/limit``).
 
 A provider's figures come from three reads: its row of the shared limits (the limit, the
 effective rate, why it was lowered), its per-minute call tallies, and the parked instances
@@ -216,15 +216,8 @@ def _view(
 
 
 async def _change(
-    engine: Engine, waits: ProviderWaits, name: str, body: LimitChangeBody, by: str, *, put: bool
+    engine: Engine, waits: ProviderWaits, name: str, body: LimitChangeBody, by: str
 ) -> ProviderView:
-    if put and body.rate_per_second is None:
-        raise InputInvalid(
-            "PUT needs ratePerSecond (PATCH changes only the fields given)",
-            [{"loc": ["body", "ratePerSecond"], "msg": "Field required", "type": "missing"}],
-        )
-    if body.rate_per_second is None and body.burst is None and body.max_in_flight is None:
-        raise InputInvalid("give ratePerSecond, burst or maxInFlight")
     change = LimitChange(
         name=name,
         by=by,
@@ -255,7 +248,7 @@ async def _change(
 
 
 def build_providers_router() -> APIRouter:
-    """``GET /api/v1/providers``, ``GET /api/v1/providers/{name}`` and ``PUT``/``PATCH
+    """``GET /api/v1/providers``, ``GET /api/v1/providers/{name}`` and ``PUT
     /api/v1/providers/{name}/limit``."""
     router = APIRouter(prefix=API, route_class=JsonBodyRoute, tags=["providers"])
 
@@ -303,24 +296,11 @@ def build_providers_router() -> APIRouter:
         body: LimitChangeBody,
     ) -> ProviderView:
         """Set a provider's limit live, for every node (`ratePerSecond` required; `burst`
-        and `maxInFlight`, 0 removing the cap, when given): recorded with the token's name
-        and the instant (`updatedBy`, `updatedAt`); a later declaration or setting never
-        replaces it. The effective rate becomes the new limit unless a pushback holds it
-        lower. 404 `provider_not_found`; 422 `input_invalid` for a rate <= 0, a burst < 1.
-        Needs the `operate` scope."""
-        return await _change(engine, waits, name, body, token.name, put=True)
-
-    @router.patch(
-        "/providers/{name}/limit", operation_id="change_provider_limit", responses=limit_responses
-    )
-    async def patch_limit(
-        token: OperateToken,
-        engine: EngineDep,
-        waits: ProviderWaitsDep,
-        name: ProviderName,
-        body: LimitChangeBody,
-    ) -> ProviderView:
-        """Change only the fields given of a provider's limit (as `PUT`; at least one)."""
-        return await _change(engine, waits, name, body, token.name, put=False)
+        and `maxInFlight`, 0 removing the cap, replaced when given, kept when left out):
+        recorded with the token's name and the instant (`updatedBy`, `updatedAt`); a later
+        declaration or setting never replaces it. The effective rate becomes the new limit
+        unless a pushback holds it lower. 404 `provider_not_found`; 422 `input_invalid` for
+        a rate <= 0, a burst < 1. Needs the `operate` scope."""
+        return await _change(engine, waits, name, body, token.name)
 
     return router

@@ -37,6 +37,7 @@ from flowpark.api.instances import build_instances_router
 from flowpark.api.nodes import build_nodes_router
 from flowpark.api.operate import build_operator_router
 from flowpark.api.providers import build_providers_router
+from flowpark.api.reviews import build_reviews_router
 from flowpark.api.signals import build_signals_router
 from flowpark.api.starts import build_trigger_router
 from flowpark.api.streams import build_streams_router
@@ -61,6 +62,7 @@ def include_api_routes(app: FastAPI, plans: list[Plan]) -> None:
     app.include_router(build_flows_router())
     app.include_router(build_signals_router())
     app.include_router(build_events_router())
+    app.include_router(build_reviews_router())
     app.include_router(build_delivery_router())
     app.include_router(build_streams_router())
     app.include_router(build_nodes_router())

@@ -8,10 +8,12 @@ dict); the status (202 durable, 200 ephemeral) is the route's own.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Header, Request, Response
+from pydantic import AliasChoices, BaseModel
 
 from flowpark.api.deps import EngineDep, StartToken
 from flowpark.api.inputs import (
@@ -34,14 +36,59 @@ from flowpark.api.openapi import (
 from flowpark.api.signals import BODY_CODES, add_signal_routes, body_examples
 from flowpark.api.views import API, awaiting
 from flowpark.engine.records import InstanceState
-from flowpark.errors import ErrorCode, InputInvalid
+from flowpark.errors import ErrorCode, InputInvalid, shown
 from flowpark.flows.catalog import version_key
 from flowpark.flows.plan import Plan, Profile
 
-__all__ = ["build_trigger_router"]
+__all__ = ["body_fields", "build_trigger_router", "check_body_fields"]
+
+
+def body_fields(model: type[BaseModel]) -> frozenset[str] | None:
+    """The JSON names a start body may hold for ``model`` (its fields' aliases, every
+    choice of an ``AliasChoices``, and ``instanceKey``), or None when the model decides
+    itself: it takes unknown fields (``extra="allow"``) or refuses them in its own
+    validation (``extra="forbid"``)."""
+    if model.model_config.get("extra") in ("allow", "forbid"):
+        return None
+    names = {"instanceKey"}
+    for name, field in model.model_fields.items():
+        alias = field.validation_alias
+        if isinstance(alias, str):
+            names.add(alias)
+        elif isinstance(alias, AliasChoices):
+            names.update(c for c in alias.choices if isinstance(c, str))
+        else:
+            names.add(field.alias or name)
+    return frozenset(names)
+
+
+def check_body_fields(plan: Plan, body: Any, known: frozenset[str] | None) -> None:
+    """Refuse a start body that names a field its flow's input does not have (a misspelt
+    ``instance_key`` would else be dropped without a word).
+
+    Raises:
+        InputInvalid: 422 ``input_invalid``, one error per unknown field, with the closest
+            known name when there is one.
+    """
+    if known is None or not isinstance(body, dict):
+        return
+    errors = []
+    for name in body:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        errors.append({"loc": [name], "msg": f"unknown field{hint}", "type": "extra_forbidden"})
+    if errors:
+        listed = ", ".join(shown(e["loc"][0], 40) for e in errors[:5])
+        raise InputInvalid(
+            f"input of {plan.name} has unknown field(s): {listed}", errors=errors, flow=plan.name
+        )
 
 
 def _start_handler(plan: Plan) -> Callable[..., Awaitable[StartAnswer]]:
+    known = body_fields(plan.input_model)
+
     async def start(
         token: StartToken,
         engine: EngineDep,
@@ -55,6 +102,7 @@ def _start_handler(plan: Plan) -> Callable[..., Awaitable[StartAnswer]]:
             idempotency_key, required=bool(plan.trigger and plan.trigger.idempotent)
         )
         body = await _json_body(request)
+        check_body_fields(plan, body, known)
         instance_key = None
         if isinstance(body, dict) and "instanceKey" in body:
             body = dict(body)
@@ -97,7 +145,8 @@ def _start_handler(plan: Plan) -> Callable[..., Awaitable[StartAnswer]]:
             "on on the node (follow `Location`). A replay with the same `Idempotency-Key` "
             "answers the same instance with its state now."
         )
-        + " The body is the flow's input, plus an optional `instanceKey` (a business id "
+        + " The body is the flow's input (a field the input does not have is 422 "
+        "`input_invalid`, naming it), plus an optional `instanceKey` (a business id "
         "unique among the flow's running instances: 409 `instance_key_in_use` when one holds "
         "it)." + _BODY_DOC
     )
@@ -134,6 +183,8 @@ def _start_operation(plan: Plan) -> dict[str, Any]:
     if trigger.idempotent:
         codes.append(ErrorCode.IDEMPOTENCY_KEY_MISSING)
     schema, defs = request_schema(plan.input_model, {"instanceKey": INSTANCE_KEY_SCHEMA})
+    if plan.input_model.model_config.get("extra") != "allow":  # unknown fields: 422
+        schema["additionalProperties"] = False
     body: dict[str, Any] = {"schema": schema}
     examples = body_examples(plan.input_model)
     if examples:

@@ -36,6 +36,7 @@ from flowpark.api.values import shown_values
 from flowpark.engine.decide.deadlines import open_budget
 from flowpark.engine.decide.try_walk import DETAIL_LIMIT
 from flowpark.engine.ports.operator import OperatorAction
+from flowpark.engine.ports.reviews import ReviewRecord
 from flowpark.engine.records import (
     COMPENSATION_FAILURES,
     InstanceRecord,
@@ -172,16 +173,23 @@ def event_view(event: dict[str, Any]) -> EventView:
     )
 
 
-def review_view(item: dict[str, Any]) -> ReviewView:
-    """One review-queue item (``GET /api/v1/reviews``) from the store's read dict."""
+def review_view(item: ReviewRecord) -> ReviewView:
+    """One review-queue item (``GET /api/v1/reviews``) from the store's record."""
     return ReviewView(
-        sequence=item["sequence"],
-        id=item["id"],
-        instance_id=item["instance_id"],
-        subject=item["subject"],
-        reason=item["reason"],
-        details=item["details"],
-        created_at=item["created_at"],
+        sequence=item.sequence,
+        id=item.id,
+        instance_id=item.instance_id,
+        flow=item.flow,
+        subject=item.subject,
+        reason=item.reason,
+        details=item.details,
+        created_at=item.created_at,
+        state=item.state.value,
+        claimed_by=item.claimed_by,
+        claimed_at=item.claimed_at,
+        closed_by=item.closed_by,
+        closed_at=item.closed_at,
+        note=item.note,
     )
 
 
@@ -213,6 +221,8 @@ def _budget_view(
         ends_at=budget.ends_at,
         used_ratio=round(budget.used_ratio(now), 4) if now is not None else None,
         extensions=budget.extensions,
+        warns_at=budget.warn_at,
+        warned=budget.warned,
     )
 
 

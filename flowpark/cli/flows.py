@@ -86,6 +86,8 @@ def _describe(plan: dict[str, Any], step: dict[str, Any]) -> str:
         text = f"poll every {_seconds(interval['initialSeconds'])}"
         if interval["multiplier"] != 1:
             text += f" x{interval['multiplier']:g} up to {_seconds(interval['maximumSeconds'])}"
+        if interval.get("jitter"):  # each wait cut by up to this share, at random
+            text += f" (jitter {interval['jitter']:.0%})"
         text += f", budget {_seconds(step['timeoutSeconds'])}"
         if step.get("signal"):
             text += f", or signal {step['signal']}"

@@ -82,13 +82,14 @@ def list_instances(
         return
     table = Table(box=None, header_style="bold")
     table.add_column("INSTANCE", no_wrap=True)  # whole on one line: it is copied into commands
-    table.add_column("KEY", overflow="fold")
-    for column in ("FLOW", "STATE", "WAITING", "WAKE AT", "BUDGET ENDS", "ERROR"):
+    table.add_column("KEY", overflow="fold")  # the instanceKey a start gave
+    for column in ("DISPLAY", "FLOW", "STATE", "WAITING", "WAKE AT", "BUDGET ENDS", "ERROR"):
         table.add_column(column, overflow="fold")
     for r in rows:
         table.add_row(
             shown_id(r["instanceId"]),
-            Text(r.get("displayKey") or r.get("instanceKey") or "-"),
+            Text(r.get("instanceKey") or "-"),
+            Text(r.get("displayKey") or "-"),
             f"{r['flow']}@{r['version']}",
             r["state"],
             _waiting(r),
@@ -366,6 +367,12 @@ def _act(
                 out.print(
                     f"{instance_id}: not woken: {answer.get('reason')}",
                     markup=False,
+                    soft_wrap=True,
+                )
+            elif action == "cancel" and answer.get("state") not in _ENDED:
+                out.print(
+                    f"{instance_id}: cancel requested; it takes effect when the call in flight "
+                    f"ends (its compensations then run; state now {answer.get('state')})",
                     soft_wrap=True,
                 )
             else:

@@ -17,6 +17,8 @@ from typing import Annotated
 
 import typer
 
+from flowpark.cli.parsing import one_line as _one_line
+
 __all__ = [
     "EXIT_FLOWS_INVALID",
     "EXIT_FLOWS_UNLOADABLE",
@@ -53,7 +55,15 @@ class LogLevel(StrEnum):
 
 #: Options of several commands (each command gives its own default).
 HostOpt = Annotated[str, typer.Option("--host", metavar="HOST")]
-LogLevelOpt = Annotated[LogLevel, typer.Option("--log-level", case_sensitive=False)]
+LogLevelOpt = Annotated[
+    LogLevel,
+    typer.Option(
+        "--log-level",
+        case_sensitive=False,
+        metavar="LEVEL",
+        help="critical, error, warning, info or debug.",
+    ),
+]
 FlowsOpt = Annotated[list[str] | None, typer.Option("--flows", metavar="TARGET", help=FLOWS_HELP)]
 
 #: Help texts are Markdown: a docstring's paragraphs are wrapped to the terminal's width
@@ -108,10 +118,6 @@ def _logging(level: str) -> None:
     from flowpark.runtime.logs import configure_logging
 
     configure_logging(level)
-
-
-def _one_line(value: object) -> str:
-    return " ".join(str(value).split())
 
 
 def _refuse(exc: Exception) -> typer.Exit:
@@ -423,39 +429,10 @@ def fakes(
     whichever node sweeps the instance next. The fake OCR counts its calls per 100 ms and
     can refuse calls (a rate, a pushback window): see docs/providers.md.
     """
-    import uvicorn
-    from pydantic import SecretStr
+    from flowpark.cli.serving import serve_fakes
 
-    from flowpark.cli.serving import tcp_socket
-    from flowpark.runtime.forwarded import forwarded_options
-    from flowpark.runtime.logs import log_config, set_node_id
-    from flowpark.samples.fakes.server import create_fakes_server
-    from flowpark.samples.settings import SampleSettings
-    from flowpark.settings import Settings
-
-    set_node_id(f"fakes-{port}")
-    sock = tcp_socket(host, port)  # a port in use: one line, exit 1
     _logging(log_level)
-    node_settings = Settings()
-    token = SecretStr(callback_token) if callback_token else None
-    given = {"sample_callback_token": token, "ocr_rate_limit": rate_limit}
-    overrides = {k: v for k, v in given.items() if v}
-    config = uvicorn.Config(
-        create_fakes_server(
-            sample=SampleSettings(**overrides),  # type: ignore[arg-type]
-            per_page=per_page,
-        ),
-        host=host,
-        port=port,
-        log_level=log_level,
-        log_config=log_config(log_level),
-        timeout_keep_alive=node_settings.keep_alive_seconds,
-        **forwarded_options(node_settings),
-    )
-    server = uvicorn.Server(config)
-    server.run(sockets=[sock])
-    if not server.started:
-        raise typer.Exit(3)
+    serve_fakes(host, port, log_level, per_page, callback_token, rate_limit)
 
 
 @flows_app.command("check")
@@ -571,18 +548,22 @@ def main() -> None:
     """The ``flowpark`` console script: run the typer app (exit codes as each command says).
 
     A ``FLOWPARK_*`` variable that does not validate is one line ``error: settings_invalid:
-    ...`` on stderr and exit code :data:`EXIT_SETTINGS`, never a traceback.
+    ...`` on stderr and exit code :data:`EXIT_SETTINGS`, never a traceback; a usage error
+    found by the command line's parser (an unknown option, a value not among the choices)
+    is one line ``error: usage: ...`` and exit code 2.
     """
+    from flowpark.cli.parsing import run_parsed
+    from flowpark.errors import ErrorCode
+
     try:
-        app()
+        code = run_parsed(app)
     except Exception as exc:
         refusal = _settings_refusal(exc)
         if refusal is None:
             raise
-        from flowpark.errors import ErrorCode
-
         typer.echo(f"error: {ErrorCode.SETTINGS_INVALID}: {refusal}", err=True)
         raise SystemExit(EXIT_SETTINGS) from None
+    raise SystemExit(code)
 
 
 def _mount_operator_commands() -> None:

@@ -172,8 +172,11 @@ def providers_set(
         )
         if value is not None
     }
+    path = f"/api/v1/providers/{segment(name)}"
     with _api(url, token) as api:
-        provider = api.call("PATCH", f"/api/v1/providers/{segment(name)}/limit", body=body)
+        if rate is None:  # the limit's rate is required: keep the one in force
+            body["ratePerSecond"] = api.call("GET", path)["ratePerSecond"]
+        provider = api.call("PUT", f"{path}/limit", body=body)
     if as_json:
         _json(provider)
         return

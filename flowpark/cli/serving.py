@@ -209,3 +209,57 @@ def check_database(url: str) -> None:
         raise StoreUnavailable(f"cannot use the database at {shown}: {exc.orig}") from exc
     except (OSError, SQLAlchemyError) as exc:
         raise StoreUnavailable(f"cannot use the database at {shown}: {exc}") from exc
+
+
+def serve_fakes(
+    host: str,
+    port: int,
+    log_level: str,
+    per_page: float | None,
+    callback_token: str | None,
+    rate_limit: float | None,
+) -> None:
+    """Serve the sample's fake providers on ``host:port`` until stopped (``flowpark fakes``).
+
+    Args:
+        host / port: where to listen (port 0: any free port).
+        log_level: uvicorn's log level.
+        per_page: seconds the fake OCR takes per page (None: the sample setting).
+        callback_token: the key of the OCR callbacks' tokens (None: the sample setting).
+        rate_limit: calls/s the fake OCR admits (None: the sample setting).
+
+    Raises:
+        typer.Exit: code 1 when the port is in use, 3 when the server did not start.
+    """
+    import uvicorn
+    from pydantic import SecretStr
+
+    from flowpark.cli.serving import tcp_socket
+    from flowpark.runtime.forwarded import forwarded_options
+    from flowpark.runtime.logs import log_config, set_node_id
+    from flowpark.samples.fakes.server import create_fakes_server
+    from flowpark.samples.settings import SampleSettings
+    from flowpark.settings import Settings
+
+    set_node_id(f"fakes-{port}")
+    sock = tcp_socket(host, port)  # a port in use: one line, exit 1
+    node_settings = Settings()
+    token = SecretStr(callback_token) if callback_token else None
+    given = {"sample_callback_token": token, "ocr_rate_limit": rate_limit}
+    overrides = {k: v for k, v in given.items() if v}
+    config = uvicorn.Config(
+        create_fakes_server(
+            sample=SampleSettings(**overrides),  # type: ignore[arg-type]
+            per_page=per_page,
+        ),
+        host=host,
+        port=port,
+        log_level=log_level,
+        log_config=log_config(log_level),
+        timeout_keep_alive=node_settings.keep_alive_seconds,
+        **forwarded_options(node_settings),
+    )
+    server = uvicorn.Server(config)
+    server.run(sockets=[sock])
+    if not server.started:
+        raise typer.Exit(3)

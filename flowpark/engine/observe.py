@@ -33,6 +33,10 @@ def log_context() -> Mapping[str, Any]:
     return LOG_CONTEXT.get() or {}
 
 
+#: The note of a wait's warning before its budget ends (:meth:`Observer.budget_warned`).
+WARNED = "warned"
+
+
 class PollEnd:
     """How a parked poll ended (the ``how`` of :meth:`Observer.poll_ended`)."""
 
@@ -73,6 +77,9 @@ class Observer:
     def poll_ended(self, flow: str, used_ratio: float, how: str) -> None:
         """A parked poll ended (:class:`PollEnd`) after using ``used_ratio`` of its budget
         (elapsed since the poll was entered / the timeout)."""
+
+    def budget_warned(self, flow: str) -> None:
+        """A wait of ``flow`` reached its warning before its budget ends."""
 
     def signal_taken(self, flow: str, seconds: float) -> None:
         """A wait took a signal ``seconds`` after it was delivered."""

@@ -54,6 +54,7 @@ class PollItem:
     on_timeout: list[Item] | None = None
     compensation: Capability | None = None
     match: SignalMatch | None = None
+    warn_before: timedelta | None = None
 
 
 @dataclass
@@ -62,6 +63,35 @@ class AwaitItem:
     timeout: timedelta | None
     on_timeout: list[Item] | None = None
     match: SignalMatch | None = None
+    warn_before: timedelta | None = None
+
+
+def warning_lead(warn_before: DurationLike | float | None, timeout: timedelta) -> timedelta | None:
+    """How long before a wait's end its warning comes, from ``warn_before``: a duration
+    (``timedelta`` or ISO-8601, e.g. ``"PT10M"``) or a fraction of ``timeout`` (``0.25``: when
+    a quarter of the budget is left); None for no warning.
+
+    Raises:
+        ValueError: the lead is not strictly between 0 and ``timeout`` (a fraction not
+            strictly between 0 and 1, a duration as long as the budget or longer).
+    """
+    if warn_before is None:
+        return None
+    if isinstance(warn_before, bool) or not isinstance(warn_before, timedelta | str | float):
+        raise ValueError(
+            f"warn_before must be a duration (timedelta or ISO-8601) or a fraction of the "
+            f"budget (a float between 0 and 1), got {warn_before!r}"
+        )
+    if isinstance(warn_before, float):
+        if not 0.0 < warn_before < 1.0:
+            raise ValueError(f"warn_before {warn_before!r}: a fraction must be between 0 and 1")
+        return timeout * warn_before
+    lead = to_timedelta(warn_before, name="warn_before")
+    if not timedelta(0) < lead < timeout:
+        raise ValueError(
+            f"warn_before {lead} must be positive and shorter than the timeout {timeout}"
+        )
+    return lead
 
 
 @dataclass
@@ -113,6 +143,7 @@ class Block:
         interval: Backoff,
         timeout: DurationLike,
         reads: tuple[type[BaseModel], ...] = (),
+        warn_before: DurationLike | float | None = None,
     ) -> Self:
         """Run ``capability`` until ``until`` holds, parking between attempts.
 
@@ -122,18 +153,23 @@ class Block:
             interval: the :class:`Backoff` between attempts (jittered when it says so).
             timeout: budget from attempt 0's start (``timedelta`` or ISO-8601).
             reads: bag types ``until`` reads (checked against earlier puts).
+            warn_before: a warning this long before the budget ends (a duration, e.g.
+                ``"PT10M"``, or a fraction of ``timeout``, e.g. ``0.25``): at that instant,
+                stored with the budget, the event ``budget.warning`` is written to the
+                outbox once and the wait goes on. None (default): no warning.
 
         Raises:
             TypeError: ``interval`` is not a :class:`Backoff`.
+            ValueError: ``warn_before`` is not strictly between 0 and ``timeout``.
         """
         if not isinstance(interval, Backoff):
             raise TypeError(
                 f"interval must be a Backoff (e.g. Backoff.exponential('PT5S', 'PT5M')), "
                 f"got {type(interval).__name__}"
             )
-        self.items.append(
-            PollItem(capability, until, interval, to_timedelta(timeout, name="timeout"), reads)
-        )
+        budget = to_timedelta(timeout, name="timeout")
+        lead = warning_lead(warn_before, budget)
+        self.items.append(PollItem(capability, until, interval, budget, reads, warn_before=lead))
         return self
 
     def await_signal(
@@ -142,6 +178,7 @@ class Block:
         *,
         timeout: DurationLike | None = None,
         match: SignalMatch | None = None,
+        warn_before: DurationLike | float | None = None,
     ) -> Self:
         """Park until ``signal`` is delivered (its payload goes into the bag), or ``timeout``
         from reaching this step runs out (then ``on_timeout``, else
@@ -154,9 +191,19 @@ class Block:
                 this wait (``payload`` is the validated signal model). A signal it
                 refuses is kept, marked ``matched: false``, and ends nothing; None
                 accepts every signal of the name. A match that raises refuses.
+            warn_before: a warning this long before ``timeout`` ends (a duration or a
+                fraction of it; as :meth:`poll_until`'s): the event ``budget.warning``,
+                once, without ending the wait.
+
+        Raises:
+            ValueError: ``warn_before`` without a ``timeout``, or not strictly between 0
+                and it.
         """
         limit = None if timeout is None else to_timedelta(timeout, name="timeout")
-        self.items.append(AwaitItem(signal, limit, match=match))
+        if warn_before is not None and limit is None:
+            raise ValueError("warn_before needs a timeout: a wait without one never ends")
+        lead = warning_lead(warn_before, limit) if limit is not None else None
+        self.items.append(AwaitItem(signal, limit, match=match, warn_before=lead))
         return self
 
     def fail(self, code: str, message: str = "") -> Self:

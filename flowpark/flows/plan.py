@@ -95,6 +95,7 @@ class PollStep:
             ``flow.poll_not_satisfied``.
         signal: a signal that ends the wait early, or None.
         match: which signals belong to the wait (``match(bag, payload)``), or None for all.
+        warn_before: how long before the budget's end its warning comes, or None.
     """
 
     index: int
@@ -105,6 +106,7 @@ class PollStep:
     timeout_target: int | None = None
     signal: Signal | None = None
     match: SignalMatch | None = None
+    warn_before: timedelta | None = None
 
     @property
     def body_index(self) -> int:
@@ -122,7 +124,8 @@ class AwaitSignalStep:
     """Park until ``signal`` arrives, or until ``timeout`` (from reaching the step) runs out.
 
     The arrival instant is recorded by the park; the budget end is stored as ``wake_at``.
-    ``match`` (``match(bag, payload)``, or None for all) says which signals belong to it.
+    ``match`` (``match(bag, payload)``, or None for all) says which signals belong to it;
+    ``warn_before``: how long before the timeout's end its warning comes, or None.
     """
 
     index: int
@@ -131,6 +134,7 @@ class AwaitSignalStep:
     satisfied_target: int
     timeout_target: int | None = None
     match: SignalMatch | None = None
+    warn_before: timedelta | None = None
 
     @property
     def label(self) -> str:

@@ -423,6 +423,7 @@ def _flatten(items: list[Item], start: int) -> list[Step]:
                     timeout_target=None if item.on_timeout is None else idx + 2,
                     signal=item.signal,
                     match=item.match,
+                    warn_before=item.warn_before,
                 )
             )
             steps.append(CapabilityStep(idx + 1, item.body, None, next=None, poll_index=idx))
@@ -437,6 +438,7 @@ def _flatten(items: list[Item], start: int) -> list[Step]:
                     satisfied_target=idx + 1 + len(block),
                     timeout_target=None if item.on_timeout is None else idx + 1,
                     match=item.match,
+                    warn_before=item.warn_before,
                 )
             )
             steps.extend(block)

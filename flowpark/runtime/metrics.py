@@ -183,6 +183,12 @@ class Metrics:
             ["flow"],
             registry=r,
         )
+        self.budget_warnings = Counter(
+            "flowpark_budget_warnings",
+            "Waits (polls, await_signal) that reached their warning before the budget ends.",
+            ["flow"],
+            registry=r,
+        )
         self.signal_to_resume = Histogram(
             "flowpark_signal_to_resume_seconds",
             "From a signal's arrival to the wait taking it.",
@@ -304,6 +310,19 @@ class Metrics:
             "The provider's effective rate, calls per second: the limit, lowered by "
             "pushback and recovering after a clean interval.",
             **provider,  # type: ignore[arg-type]
+        )
+        self.reviews_waiting = Gauge(
+            "flowpark_reviews_waiting",
+            "Review items waiting for a person, by state (open, claimed).",
+            ["state"],
+            registry=r,
+            multiprocess_mode="mostrecent",
+        )
+        self.review_oldest_age = Gauge(
+            "flowpark_review_oldest_waiting_age_seconds",
+            "Age of the oldest review item still open or claimed (0 when none), engine clock.",
+            registry=r,
+            multiprocess_mode="mostrecent",
         )
         self.info = Gauge(
             "flowpark_node_info",

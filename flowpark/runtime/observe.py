@@ -76,6 +76,10 @@ class NodeObserver(Observer):
             if how == PollEnd.TIMED_OUT:
                 self._child(self.metrics.timeouts, flow).inc()
 
+    def budget_warned(self, flow: str) -> None:
+        if self.metrics is not None:
+            self._child(self.metrics.budget_warnings, flow).inc()
+
     def signal_taken(self, flow: str, seconds: float) -> None:
         if self.metrics is not None:
             self._child(self.metrics.signal_to_resume, flow).observe(max(seconds, 0.0))

@@ -23,7 +23,12 @@ from flowpark.runtime import tracing
 from flowpark.runtime.metrics import Metrics, mark_process_dead
 from flowpark.runtime.observe import NodeObserver
 from flowpark.settings import Settings
-from flowpark.store.gauges import active_counts, pending_deliveries, provider_rates
+from flowpark.store.gauges import (
+    active_counts,
+    pending_deliveries,
+    provider_rates,
+    waiting_reviews,
+)
 from flowpark.store.nodes import SqlNodes
 
 if TYPE_CHECKING:
@@ -149,6 +154,11 @@ class Telemetry:
                 if name not in self._providers_seen:
                     self.observer.providers_declared([name])
                     self._providers_seen.add(name)
+            reviews, oldest = await waiting_reviews(db)
+            for state, n in reviews.items():
+                metrics.reviews_waiting.labels(state).set(n)
+            age = (now - oldest).total_seconds() if oldest is not None else 0.0
+            metrics.review_oldest_age.set(max(0.0, age))
             if self.settings.subscribers:
                 configured = {s.name for s in self.settings.subscribers}
                 pending = dict.fromkeys(configured, 0)

@@ -13,9 +13,19 @@ from sqlalchemy.sql.elements import ColumnElement
 from flowpark.store.db import READ_ONLY
 from flowpark.store.mapping import INSTANCE
 from flowpark.store.provider_tables import PROVIDER
-from flowpark.store.tables import ACTIVE_STATES, EventDeliveryRow
+from flowpark.store.tables import ACTIVE_STATES, EventDeliveryRow, ReviewItemRow
 
-__all__ = ["FlowCounts", "active_counts", "pending_deliveries", "provider_rates"]
+__all__ = [
+    "FlowCounts",
+    "active_counts",
+    "pending_deliveries",
+    "provider_rates",
+    "waiting_reviews",
+]
+
+REVIEW = ReviewItemRow.__table__  # type: ignore[attr-defined]
+#: The review states that wait for a person.
+WAITING_REVIEW_STATES = ("open", "claimed")
 
 DELIVERY = EventDeliveryRow.__table__  # type: ignore[attr-defined]
 
@@ -127,3 +137,33 @@ async def provider_rates(engine: AsyncEngine) -> list[tuple[str, float, float]]:
     async with engine.execution_options(**READ_ONLY).connect() as conn:
         rows = (await conn.execute(query)).all()
     return [(r.name, float(r.rate_per_second), float(r.effective_rate)) for r in rows]
+
+
+async def waiting_reviews(engine: AsyncEngine) -> tuple[dict[str, int], datetime | None]:
+    """Count the review items that wait for a person (``open``, ``claimed``) and find when
+    the oldest of them was asked for: one grouped query over those rows, through
+    ``ix_review_item_state``.
+
+    Args:
+        engine: the service's database engine.
+
+    Returns:
+        ``({"open": n, "claimed": n}, oldest created_at or None)``.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError / OSError: the database could not be read.
+    """
+    query = (
+        select(REVIEW.c.state, func.count().label("n"), func.min(REVIEW.c.created_at))
+        .where(REVIEW.c.state.in_(WAITING_REVIEW_STATES))
+        .group_by(REVIEW.c.state)
+    )
+    async with engine.execution_options(**READ_ONLY).connect() as conn:
+        rows = (await conn.execute(query)).all()
+    counts = dict.fromkeys(WAITING_REVIEW_STATES, 0)
+    oldest: datetime | None = None
+    for state, n, first in rows:
+        counts[str(state)] = int(n)
+        if first is not None and (oldest is None or first < oldest):
+            oldest = first
+    return counts, oldest

@@ -194,7 +194,7 @@ def _stored_values(row: StepRow) -> tuple[dict[str, Any] | None, datetime | None
     header). A deadline's end is moved only when its text is what ``ends_at`` gives back
     (aware UTC, ``isoformat``), so reading the row returns the same values."""
     values = row.values
-    if StepKind(row.kind) is StepKind.DEADLINE and set(values) == {DEADLINE_END_KEY}:
+    if StepKind(row.kind) is StepKind.DEADLINE and DEADLINE_END_KEY in values:
         text = values[DEADLINE_END_KEY]
         if isinstance(text, str):
             try:
@@ -203,8 +203,9 @@ def _stored_values(row: StepRow) -> tuple[dict[str, Any] | None, datetime | None
                 ends = None
             if ends is not None and ends.tzinfo is not None:
                 ends = ends.astimezone(UTC)
-                if ends.isoformat() == text:
-                    return None, ends
+                if ends.isoformat() == text:  # the rest (an extension's action) stays
+                    rest = {k: v for k, v in values.items() if k != DEADLINE_END_KEY}
+                    return rest or None, ends
     return (dict(values) or None), None
 
 

@@ -50,6 +50,7 @@ from flowpark.store.memory_node import MemoryConsoleSessions, MemoryNodes, Memor
 from flowpark.store.memory_outbox import MemoryDeliveries, MemoryRetention
 from flowpark.store.memory_providers import MemoryProviderLimits
 from flowpark.store.memory_reads import MemoryReads
+from flowpark.store.memory_reviews import MemoryReviews
 from flowpark.store.memory_state import (
     NO_LEASE,
     NO_TRY,
@@ -75,6 +76,7 @@ class MemoryStore(MemoryBase):
             :mod:`flowpark.store.memory_outbox`, :mod:`flowpark.store.memory_node`).
         correlations: the correlation keys (:class:`MemoryCorrelations`).
         providers: the providers' shared limits (:class:`MemoryProviderLimits`).
+        reviews: the review queue (:class:`~flowpark.store.memory_reviews.MemoryReviews`).
     """
 
     def __init__(self) -> None:
@@ -88,6 +90,7 @@ class MemoryStore(MemoryBase):
         self.schema = MemorySchema()
         self.correlations = MemoryCorrelations(self._s)
         self.providers = MemoryProviderLimits()
+        self.reviews = MemoryReviews(self._s)
 
     # -- RunStore ----------------------------------------------------------------------
     async def claim(

@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from flowpark.engine.decide.deadlines import POLL_BUDGET, ends_at
 from flowpark.engine.ports.operator import (
     AttemptStart,
     FlowActivity,
@@ -31,7 +32,7 @@ from flowpark.engine.records import (
     StepKind,
     StepRow,
 )
-from flowpark.store.memory_state import RUNNING, SUSPENDED, MemoryBase, copy_json
+from flowpark.store.memory_state import RUNNING, SUSPENDED, MemoryBase, copy_json, named_step
 
 __all__ = ["MemoryReads"]
 
@@ -316,8 +317,8 @@ class MemoryReads:
             elif i.updated_at >= since and i.state is InstanceState.COMPLETED:
                 completed += 1
             elif i.updated_at >= since and i.state is InstanceState.FAILED:
-                node = i.failure.details.get("node") if i.failure is not None else None
-                if not isinstance(node, int) or isinstance(node, bool):
+                node = named_step(i.failure.details) if i.failure is not None else None
+                if node is None:
                     steps = [r for r in self._s.steps.get(i.id, []) if r.kind == StepKind.STEP]
                     node = steps[-1].step_id if steps else None
                 if node is not None:
@@ -346,6 +347,15 @@ class MemoryReads:
                     None,
                 )
                 zero = firsts.get((step_id, 0))
+                budgets = [  # the poll's budget rows written by the previous attempt's end
+                    r
+                    for r in rows
+                    if r.kind == StepKind.DEADLINE
+                    and (r.step_id, r.scope, r.capability_id) == (step_id - 1, 0, POLL_BUDGET)
+                    and previous is not None
+                    and r.committed_at <= previous
+                ]
+                in_force = max(budgets, key=lambda r: r.try_number) if budgets else None
                 out.append(
                     AttemptStart(
                         instance_id,
@@ -356,6 +366,7 @@ class MemoryReads:
                         first.started_at,
                         previous,
                         zero.started_at if zero is not None else None,
+                        ends_at(in_force) if in_force is not None else None,
                     )
                 )
         return sorted(out, key=lambda a: a.started_at, reverse=True)

@@ -24,15 +24,16 @@ from flowpark.engine.records import (
 from flowpark.errors import InstanceNotFound, JournalConflict, StaleFencingToken
 
 __all__ = [
+    "MemoryBase",
+    "MemoryState",
     "NO_LEASE",
     "NO_TRY",
     "RUNNING",
     "SUSPENDED",
-    "MemoryBase",
-    "MemoryState",
     "append_row",
     "append_stream",
     "copy_json",
+    "named_step",
     "require_aware",
 ]
 
@@ -198,6 +199,12 @@ def append_row(state: MemoryState, row: StepRow, commit: Commit, last: bool) -> 
                 "reason": review.reason,
                 "details": copy_json(dict(review.details)),
                 "created_at": row.committed_at,
+                "state": "open",
+                "claimed_by": None,
+                "claimed_at": None,
+                "closed_by": None,
+                "closed_at": None,
+                "note": None,
             }
         )
 
@@ -222,3 +229,16 @@ def append_stream(state: MemoryState, message: StreamWrite, max_bytes: int) -> b
     )
     state.sizes[(*key, sequence)] = message.size
     return True
+
+
+def named_step(details: object) -> int | None:
+    """The step a failure's details name (``step_id``; ``step`` or ``node`` in failures
+    stored by earlier releases), as the instance view reads it, or None. Both stores' read
+    models place failed instances with it (kept here, where no SQL is imported)."""
+    if not isinstance(details, dict):
+        return None
+    for key in ("step_id", "step", "node"):
+        value = details.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None

@@ -11,10 +11,12 @@ from datetime import datetime, timedelta
 from sqlalchemy import and_, case, func, select
 from sqlalchemy.sql.elements import ColumnElement
 
+from flowpark.engine.decide.deadlines import POLL_BUDGET
 from flowpark.engine.ports.operator import AttemptStart, FlowActivity, StepActivity, StepWaiting
 from flowpark.engine.records import InstanceState, Outcome, StepKind
 from flowpark.store.base import SqlRole, const
 from flowpark.store.mapping import INSTANCE, STEP
+from flowpark.store.memory_state import named_step
 
 __all__ = ["SqlOverviewReads"]
 
@@ -156,8 +158,8 @@ class SqlOverviewReads(SqlRole):
             placed: dict[int, int] = {}
             unplaced = []
             for instance_id, details in failures:
-                node = (details or {}).get("node") if isinstance(details, dict) else None
-                if isinstance(node, int) and not isinstance(node, bool):
+                node = named_step(details)
+                if node is not None:
                     placed[node] = placed.get(node, 0) + 1
                 else:
                     unplaced.append(instance_id)
@@ -188,7 +190,22 @@ class SqlOverviewReads(SqlRole):
         s = STEP.alias("s")
         prev = STEP.alias("p")
         first = STEP.alias("f")
+        budget = STEP.alias("d")
         step = const(StepKind.STEP.value)
+        in_force = (  # the poll's budget end when the previous attempt was written
+            select(budget.c.ends_at)
+            .where(
+                budget.c.instance_id == s.c.instance_id,
+                budget.c.step_id == s.c.step_id - 1,
+                budget.c.scope == 0,
+                budget.c.kind == const(StepKind.DEADLINE.value),
+                budget.c.capability_id == const(POLL_BUDGET),
+                budget.c.committed_at <= prev.c.committed_at,
+            )
+            .order_by(budget.c.try_number.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
         query = (
             select(
                 s.c.instance_id,
@@ -199,6 +216,7 @@ class SqlOverviewReads(SqlRole):
                 s.c.started_at,
                 prev.c.committed_at,
                 first.c.started_at,
+                in_force,
             )
             .join(INSTANCE, INSTANCE.c.id == s.c.instance_id)
             .outerjoin(

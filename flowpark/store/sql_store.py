@@ -26,6 +26,7 @@ from flowpark.store.overview import SqlOverviewReads
 from flowpark.store.parts import context_for
 from flowpark.store.providers import SqlProviderLimits
 from flowpark.store.reads import SqlReads
+from flowpark.store.reviews import SqlReviews
 from flowpark.store.runs import SqlRuns
 from flowpark.store.signals import SqlMailbox
 from flowpark.store.streams import SqlStreams
@@ -60,6 +61,7 @@ class SqlStore:
             (:class:`~flowpark.store.correlations.SqlCorrelations`).
         providers: the providers' shared limits
             (:class:`~flowpark.store.providers.SqlProviderLimits`).
+        reviews: the review queue (:class:`~flowpark.store.reviews.SqlReviews`).
 
     On PostgreSQL, concurrent starts, journal commits, parks and completions are grouped
     into one statement per batch (:mod:`flowpark.store.batched`); each keeps its own fence.
@@ -80,6 +82,7 @@ class SqlStore:
         self.overview = self.reads
         self.correlations = SqlCorrelations(context)
         self.providers = SqlProviderLimits(context)
+        self.reviews = SqlReviews(context)
 
     @property
     def engine(self) -> AsyncEngine:

@@ -482,13 +482,15 @@ class EventDeliveryRow(SQLModel, table=True):
 
 
 class ReviewItemRow(SQLModel, table=True):
-    """``review_item``: the human review queue."""
+    """``review_item``: the human review queue; ``state`` is ``open``, ``claimed``,
+    ``resolved`` or ``dismissed``, with who claimed and who closed an item, and when."""
 
     model_config = _TABLE
     __tablename__ = "review_item"
     __table_args__ = (
         UniqueConstraint("id", name="uq_review_item_id"),
         Index("ix_review_item_instance", "instance_id"),
+        Index("ix_review_item_state", "state", "sequence"),
     )
 
     sequence: int | None = _sequence()
@@ -498,6 +500,15 @@ class ReviewItemRow(SQLModel, table=True):
     reason: str = Field(default=None, sa_column=Column("reason", Text(), nullable=False))
     details: dict[str, Any] | None = _json("details")
     created_at: datetime = _instant("created_at", nullable=False)
+    state: str = Field(
+        default="open",
+        sa_column=Column("state", String(), nullable=False, server_default=text("'open'")),
+    )
+    claimed_by: str | None = _str("claimed_by")
+    claimed_at: datetime | None = _instant("claimed_at")
+    closed_by: str | None = _str("closed_by")
+    closed_at: datetime | None = _instant("closed_at")
+    note: str | None = Field(default=None, sa_column=Column("note", Text()))
 
 
 class FlowHeartbeatRow(SQLModel, table=True):

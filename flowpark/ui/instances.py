@@ -41,6 +41,7 @@ from flowpark.api.views import (
 from flowpark.engine.decide.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT, open_budget
 from flowpark.engine.node.engine import Engine
 from flowpark.engine.ports.operator import InstanceFilter
+from flowpark.engine.ports.reviews import ReviewFilter
 from flowpark.engine.records import (
     COMPENSATION_FAILURES,
     InstanceRecord,
@@ -49,7 +50,7 @@ from flowpark.engine.records import (
     WakeKind,
 )
 from flowpark.errors import FlowparkError, StreamNotDeclared, shown
-from flowpark.flows.plan import AwaitSignalStep, Plan, PollStep
+from flowpark.flows.plan import AwaitSignalStep, FailStep, Plan, PollStep
 from flowpark.ui.pages import ConsoleRoute, need_session, overdue_threshold, render
 from flowpark.ui.session import notice_is_signed
 from flowpark.ui.timeline import build_timeline, parse_instant
@@ -167,6 +168,13 @@ def budget_view(inst: InstanceRecord, steps: list[StepRow], now: datetime) -> di
         "left": total - used,
         "used_ratio": min(1.0, budget.used_ratio(now)),
         "extensions": budget.extensions,
+        "warn_at": budget.warn_at,
+        "warned": budget.warned,
+        "warn_ratio": (
+            None
+            if budget.warn_at is None or not total
+            else max(0.0, min(1.0, (budget.warn_at - budget.started_at) / total))
+        ),
     }
 
 
@@ -261,6 +269,7 @@ def build_instances_router() -> APIRouter:
                     "url": url + (f"?after={after}" if after is not None else ""),
                 }
             )
+        asked = await engine.store.reviews.find_reviews(ReviewFilter(instance_id=inst.id))
         lease = None
         if inst.state is InstanceState.RUNNING and inst.lease_owner is not None:
             lease = {
@@ -296,7 +305,10 @@ def build_instances_router() -> APIRouter:
                 "budget": budget,
                 "streams": streams,
                 "lease": lease,
+                "reviews": asked,
+                "review_at": {r.created_at: r for r in asked},
                 "actions": available_actions(plan, inst),
+                "budget_outcome": budget_outcome(plan, inst),
                 "notices": _signed_notices(request),
                 "parse": parse_instant,
                 "pretty": lambda value, indent=2: json.dumps(
@@ -327,6 +339,37 @@ def build_instances_router() -> APIRouter:
         )
 
     return router
+
+
+def budget_outcome(plan: Plan | None, inst: InstanceRecord) -> str | None:
+    """What happens when the budget of the wait the instance is parked at runs out, in one
+    sentence (its ``on_timeout`` block's steps, then a failure or the rest of the flow), or
+    None when it is parked at no bounded wait."""
+    if plan is None or inst.state.ended or inst.wake_step_id is None:
+        return None
+    if not 0 <= inst.wake_step_id < len(plan.steps):
+        return None
+    step = plan.steps[inst.wake_step_id]
+    if isinstance(step, AwaitSignalStep) and step.timeout is None:
+        return None
+    if not isinstance(step, PollStep | AwaitSignalStep):
+        return None
+    if step.timeout_target is None:
+        code = (
+            "flow.poll_not_satisfied" if isinstance(step, PollStep) else "flow.signal_not_received"
+        )
+        return f"the instance fails with {code} (no on_timeout block), and compensations run."
+    block = plan.steps[step.timeout_target : step.satisfied_target]
+    labels = [b.label for b in block if not isinstance(b, FailStep)]
+    fail = next((b for b in block if isinstance(b, FailStep)), None)
+    ran = (
+        f"its on_timeout block runs ({', '.join(labels)})"
+        if labels
+        else "its on_timeout block runs"
+    )
+    if fail is not None:
+        return f"{ran}, then the instance fails with {fail.code} and compensations run."
+    return f"{ran}, then the flow goes on after the wait."
 
 
 def available_actions(plan: Plan | None, inst: InstanceRecord) -> list[dict[str, str]]:
@@ -378,8 +421,20 @@ def action_summary(action: dict[str, Any]) -> str:
     if not isinstance(answer, dict):
         return ""
     return ", ".join(
-        f"{name} {answer[name]}" for name in _ANSWER_FIELDS if answer.get(name) is not None
+        f"{name}: {_shown_value(answer[name])}"
+        for name in _ANSWER_FIELDS
+        if answer.get(name) is not None
     )
+
+
+def _shown_value(value: Any) -> str:
+    """A recorded answer's value as a person reads it: ``yes``/``no`` for a boolean,
+    JSON for anything else but a string (never Python's ``True`` or ``None``)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _signed_notices(request: Request) -> list[str]:

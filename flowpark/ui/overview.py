@@ -3,7 +3,8 @@
 Wake lateness is how long after its scheduled instant a poll attempt started. The scheduled
 instant of attempt *n* is what the park after attempt *n - 1* asked for: that attempt's
 commit plus the poll's interval for *n - 1* (the same seeded jitter as the engine's), never
-past the budget's end. Only attempts started in the window count.
+past the budget's end in force then (an extension counts from when it was written). Only
+attempts started in the window count.
 """
 
 from __future__ import annotations
@@ -69,7 +70,9 @@ def lateness(
         scheduled = start.previous_committed_at + poll.interval.delay(
             start.scope - 1, start.instance_id
         )
-        if start.first_started_at is not None:
+        if start.budget_ends_at is not None:  # the end in force then (extended or not)
+            scheduled = min(scheduled, start.budget_ends_at)
+        elif start.first_started_at is not None:
             scheduled = min(scheduled, start.first_started_at + poll.timeout)
         late = max(0.0, (start.started_at - scheduled).total_seconds())
         overall.append(late)

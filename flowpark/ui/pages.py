@@ -28,6 +28,7 @@ from flowpark.api.problems import status_of
 from flowpark.engine.node.engine import Engine
 from flowpark.errors import FlowparkError
 from flowpark.flows.plan import Plan
+from flowpark.settings import DEFAULT_API_TOKEN
 from flowpark.ui.graph import human_duration, layout
 from flowpark.ui.overview import lateness, overview_rows
 from flowpark.ui.session import (
@@ -98,7 +99,13 @@ def _seconds(value: float | None) -> str:
     return f"{value:.0f} s"
 
 
+def _default_token_in_use(request: Request) -> bool:
+    """Whether the node accepts the public default token ``dev-token`` (a local trial's)."""
+    return DEFAULT_API_TOKEN in settings_of(request).tokens
+
+
 templates.env.globals.update(
+    default_token_in_use=_default_token_in_use,
     fmt=_fmt,
     iso=_iso,
     seconds=_seconds,
@@ -190,6 +197,7 @@ def build_console_router() -> APIRouter:
         overall, by_flow = lateness(engine.catalog, starts)
         rows = overview_rows(engine.catalog, activity, by_flow)
         nodes = await nodes_report(engine_of(request), nodes_of(request), settings_of(request))
+        review_counts = await engine.store.reviews.count_reviews()
         totals = {
             key: sum(getattr(r, key) for r in rows)
             for key in (
@@ -214,6 +222,7 @@ def build_console_router() -> APIRouter:
                 "totals": totals,
                 "lateness": overall,
                 "nodes": nodes,
+                "reviews_waiting": sum(n for s, n in review_counts.items() if not s.closed),
                 "overdue_seconds": overdue.total_seconds(),
                 "recent_minutes": int(RECENT_WINDOW.total_seconds() // 60),
                 "lateness_minutes": int(LATENESS_WINDOW.total_seconds() // 60),

@@ -9,7 +9,7 @@ outcome. A parked instance's next attempt is a hollow mark at its wake; a line m
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,6 +21,8 @@ RIGHT = 20.0
 ROW_H = 26.0
 TOP = 16.0
 AXIS_H = 28.0
+LANE_H = 14.0  # one lane of operator-action labels
+CHAR_W = 6.4  # the width of a label's character at 11 px, about
 _ANCHORS = {0: "start", 5: "end"}
 
 
@@ -55,6 +57,12 @@ class ActionMark:
     x: float
     tip: str
     outcome: str = "done"  # done, refused or pending (the history's ``outcome``)
+    label_y: float = 0.0  # its label's baseline, in a lane below the axis (no overlap)
+
+    @property
+    def label(self) -> str:
+        """The label drawn at the mark: the action and who did it."""
+        return f"{self.action} · {self.actor}"
 
 
 @dataclass(frozen=True)
@@ -194,5 +202,25 @@ def build_timeline(
         for a, at in acted
         if (x := x_of(at)) is not None
     ]
+    marks, lanes = _in_lanes(marks, axis_y + AXIS_H + LANE_H)
     now_x = None if ended_at is not None else x_of(now)
-    return Timeline(rows, ticks, now_x, WIDTH, axis_y + AXIS_H, axis_y, marks)
+    height = axis_y + AXIS_H + lanes * LANE_H + (6 if lanes else 0)
+    return Timeline(rows, ticks, now_x, WIDTH, height, axis_y, marks)
+
+
+def _in_lanes(marks: list[ActionMark], top: float) -> tuple[list[ActionMark], int]:
+    """The marks with their labels placed in lanes below the axis, left to right, each in
+    the first lane where it does not overlap the label before it (about :data:`CHAR_W`
+    units a character): actions seconds apart stack instead of overprinting. Returns the
+    marks and the number of lanes used."""
+    ends: list[float] = []
+    placed = []
+    for mark in sorted(marks, key=lambda m: m.x):
+        lane = next((i for i, end in enumerate(ends) if end < mark.x), len(ends))
+        right = mark.x + 3 + CHAR_W * len(mark.label) + 6
+        if lane == len(ends):
+            ends.append(right)
+        else:
+            ends[lane] = right
+        placed.append(replace(mark, label_y=top + lane * LANE_H))
+    return placed, len(ends)

@@ -89,12 +89,17 @@ class Operated:
 
 @asynccontextmanager
 async def operated(
-    store_url: str, flow_list: Iterable[Flow] | None = None, **settings: Any
+    store_url: str,
+    flow_list: Iterable[Flow] | None = None,
+    substitutes: dict[str, Scripted] | None = None,
+    **settings: Any,
 ) -> AsyncIterator[Operated]:
-    """A harness on ``store_url`` (migrated) and a server over it sharing its clock."""
+    """A harness on ``store_url`` (migrated) and a server over it sharing its clock
+    (``substitutes``: stand-ins over :func:`provider`'s)."""
     chosen = list(flow_list) if flow_list is not None else flows()
+    subs = {**provider(), **(substitutes or {})}
     async with FlowHarness.open(
-        chosen, database_url=store_url, migrate=False, substitutes=provider()
+        chosen, database_url=store_url, migrate=False, substitutes=subs
     ) as h:
 
         def factory(s: Settings) -> FastAPI:

@@ -83,6 +83,8 @@ async def test_a_document_id_with_a_control_character_is_refused(
 #: JSON, none is refused as input_invalid (the instance ids name no instance: 404).
 VALID_BODIES: dict[str, Callable[[], dict[str, Any]]] = {
     "act_on_instances": lambda: {"action": "wake", "filter": {"flow": "none"}, "dryRun": True},
+    "dismiss_review": lambda: {"note": "nothing to do"},
+    "resolve_review": lambda: {"note": "done by hand"},
     "extend_instance_budget": lambda: {"extendBy": 60},
     "signal_instance": lambda: {"jobId": "job-1", "status": "completed"},
     "signal_document_process_ocr_completed": lambda: {"jobId": "job-1", "status": "completed"},

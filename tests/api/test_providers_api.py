@@ -153,16 +153,19 @@ async def test_an_operator_changes_a_limit_live(store_url: str) -> None:
             assert body["updatedAt"].startswith(now.isoformat()[:19])
 
             assert body["maxInFlight"] is None
-            patched = await client.patch(f"{LIST}/ocr/limit", json={"maxInFlight": 8})
+            patched = await client.put(
+                f"{LIST}/ocr/limit", json={"ratePerSecond": 20, "maxInFlight": 8}
+            )
             assert patched.status_code == 200, patched.text
-            assert (patched.json()["ratePerSecond"], patched.json()["maxInFlight"]) == (20, 8)
+            # burst left out: kept
+            assert (patched.json()["burst"], patched.json()["maxInFlight"]) == (4, 8)
             # a declaration after the operator's change does not replace it
             await h.store.providers.declare([state], now + timedelta(seconds=1))
             again = (await client.get(f"{LIST}/ocr")).json()
             assert again["ratePerSecond"] == 20
 
             for bad in ({"ratePerSecond": 0}, {"ratePerSecond": -1}, {"burst": 0}, {}):
-                refused = await client.patch(f"{LIST}/ocr/limit", json=bad)
+                refused = await client.put(f"{LIST}/ocr/limit", json=bad)
                 assert refused.status_code == 422, bad
                 assert refused.json()["code"] == "input_invalid"
             no_rate = await client.put(f"{LIST}/ocr/limit", json={"burst": 3})

@@ -108,7 +108,7 @@ def test_the_operator_history_is_on_the_instance_page_and_its_timeline(
     row = page.get_by_test_id("history").locator('tr[data-action="wake"]')
     expect(row).to_have_count(1)
     expect(row.get_by_test_id("actor")).to_have_text("token-1")
-    expect(row).to_contain_text("woken True")
+    expect(row).to_contain_text("woken: yes")
     mark = page.locator('svg.timeline g.action-mark[data-action="wake"]')
     expect(mark).to_have_count(1)
     expect(mark.locator("text")).to_contain_text("wake · token-1")

@@ -61,10 +61,13 @@ def node(
         yield server
 
 
-def start_document(node: SubprocessServer) -> str:
+def start_document(node: SubprocessServer, instance_key: str | None = None) -> str:
+    body: dict[str, Any] = {"documentId": f"doc-{uuid.uuid4().hex[:8]}", "pages": 1}
+    if instance_key is not None:
+        body["instanceKey"] = instance_key
     resp = httpx.post(
         f"{node.base_url}/api/v1/documents",
-        json={"documentId": f"doc-{uuid.uuid4().hex[:8]}", "pages": 1},
+        json=body,
         headers={"Authorization": f"Bearer {TOKEN}", "Idempotency-Key": uuid.uuid4().hex},
         timeout=30,
     )
@@ -235,6 +238,7 @@ def test_flows_list_and_the_plan_as_a_tree(node: SubprocessServer) -> None:
         "document.process@1.0.0",
         "step ocr.upload",
         "poll every 5s",
+        "(jitter 50%)",
         "budget 4h",
         "or signal ocr.completed",
         "body: [",
@@ -325,14 +329,16 @@ def test_show_prints_each_execution_with_what_it_put(node: SubprocessServer) -> 
 def test_list_shows_the_display_key_and_an_id_prefix_names_an_instance(
     node: SubprocessServer,
 ) -> None:
-    first, second = start_document(node), start_document(node)
+    first, second = start_document(node, instance_key="batch-7"), start_document(node)
     listed = cli(node, "instances", "list", "--json")
     keys = {r["instanceId"]: r["displayKey"] for r in json.loads(listed.stdout)["instances"]}
     assert keys[first].startswith("doc-") and keys[first] != keys[second]
     table = cli(node, "instances", "list")
-    assert table.stdout.splitlines()[0].split()[:2] == ["INSTANCE", "KEY"]
+    assert table.stdout.splitlines()[0].split()[:3] == ["INSTANCE", "KEY", "DISPLAY"]
     row = next(line for line in table.stdout.splitlines() if first in line)
-    assert row.split()[1] == keys[first]
+    assert row.split()[1:3] == ["batch-7", keys[first]]  # KEY is the instanceKey
+    row = next(line for line in table.stdout.splitlines() if second in line)
+    assert row.split()[1:3] == ["-", keys[second]]
     found = cli(node, "instances", "list", "--display-key", keys[second], "--json")
     assert [r["instanceId"] for r in json.loads(found.stdout)["instances"]] == [second]
 

@@ -1,28 +1,31 @@
 """Counts of ``/metrics`` fed by the engine and the database (SQLite and PostgreSQL): an
 ephemeral run counts in ``flowpark_instances_started`` / ``_ended`` as a durable instance
-does; ``flowpark_deliveries_pending`` counts the pending deliveries by subscriber."""
+does; ``flowpark_deliveries_pending`` counts the pending deliveries by subscriber; the review
+gauges count the items waiting for a person and the oldest one's age."""
 
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from prometheus_client import generate_latest
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from flowpark.engine.clock import SystemClock
-from flowpark.engine.records import InstanceState
+from flowpark.engine.clock import SystemClock, VirtualClock
+from flowpark.engine.ports import Commit, ReviewAct, ReviewVerb
+from flowpark.engine.records import InstanceState, ReviewRequest
 from flowpark.runtime.metrics import Metrics
 from flowpark.runtime.observe import NodeObserver
 from flowpark.runtime.telemetry import Telemetry
 from flowpark.settings import Settings, Subscriber
+from flowpark.store import SqlStore
 from flowpark.store.deliveries import DELIVERY, SqlDeliveries
-from flowpark.store.sql_store import SqlStore
 from flowpark.testing import FlowHarness, Scripted
 from tests.e2e.test_delivery import SECRET, emit_events
 from tests.engine.flows import Job, ephemeral_flow
+from tests.support.journal import at, new_instance, step
 from tests.support.scrape import Scrape
 
 ORDER = {"order_id": "o-1"}
@@ -156,3 +159,37 @@ async def test_provider_calls_and_deferrals_count_by_provider(store_url: str) ->
     deferred = scrape.value("flowpark_provider_deferrals_total", provider="ocr", reason="budget")
     assert ok == OCR.burst and deferred >= 1
     assert scrape.value("flowpark_provider_limit", provider="ocr") == OCR.rate_per_second
+
+
+async def test_the_review_gauges_count_waiting_items_and_the_oldest_age(
+    sql_engine: AsyncEngine,
+) -> None:
+    journal = SqlStore(sql_engine)
+    record, _ = await journal.intake.create_instance(new_instance())
+    asked = tuple(ReviewRequest(f"r-{n}", "doc", "late") for n in range(3))
+    row = step(record.id, step_id=1, committed_at=at(2))
+    await journal.runs.commit(Commit(record.id, 1, at(2), at(32), rows=(row,), reviews=asked))
+    await journal.reviews.act_on_review(ReviewAct("r-1", ReviewVerb.CLAIM, "ana", at(5)))
+    await journal.reviews.act_on_review(ReviewAct("r-2", ReviewVerb.DISMISS, "ana", at(5)))
+    telemetry = Telemetry(Settings())
+    assert telemetry.metrics is not None
+
+    def gauges() -> dict[str, float]:
+        scrape = Scrape(generate_latest(telemetry.metrics.registry).decode())  # type: ignore[union-attr]
+        return {
+            s.labels.get("state", s.name): s.value
+            for s in scrape.samples
+            if s.name.startswith(("flowpark_reviews_waiting", "flowpark_review_oldest"))
+        }
+
+    clock = VirtualClock(at(2) + timedelta(hours=2))
+    await telemetry.refresh(sql_engine, clock)
+    assert gauges() == {
+        "open": 1,
+        "claimed": 1,
+        "flowpark_review_oldest_waiting_age_seconds": 7200,
+    }
+    await journal.reviews.act_on_review(ReviewAct("r-0", ReviewVerb.RESOLVE, "bo", at(9)))
+    await journal.reviews.act_on_review(ReviewAct("r-1", ReviewVerb.RESOLVE, "ana", at(9)))
+    await telemetry.refresh(sql_engine, clock)
+    assert gauges() == {"open": 0, "claimed": 0, "flowpark_review_oldest_waiting_age_seconds": 0}

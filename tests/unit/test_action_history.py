@@ -63,7 +63,32 @@ def test_the_console_says_what_was_refused_and_what_has_no_outcome() -> None:
     assert refused == "refused, no_budget: it does not wait in a poll with a budget"
     assert "no outcome recorded" in action_summary(history("pending", None, {"pending": True}))
     done = history("done", None, {"answer": {"endsAt": "2026-12-02T12:00:00Z"}, "status": 200})
-    assert action_summary(done) == "endsAt 2026-12-02T12:00:00Z"
+    assert action_summary(done) == "endsAt: 2026-12-02T12:00:00Z"
+
+
+def test_the_console_prints_json_words_not_python_values() -> None:
+    answer = {"woken": True, "state": "suspended", "cappedByDeadline": False, "extendedBy": 600}
+    line = action_summary(history("done", None, {"answer": answer, "status": 200}))
+    assert line == "woken: yes, state: suspended, extendedBy: 600, cappedByDeadline: no"
+    assert "True" not in line and "False" not in line and "None" not in line
+
+
+def test_action_labels_seconds_apart_do_not_overlap() -> None:
+    attempt = {"attempt": 0, "outcome": "success", "startedAt": "2026-12-02T10:00:00Z"}
+    now = datetime(2026, 12, 2, 11, 0, tzinfo=UTC)
+    acted = [
+        {**history("done", None, {}), "action": name, "actedAt": f"2026-12-02T10:30:0{n}Z"}
+        for n, name in enumerate(("wake", "extend_budget", "cancel"))
+    ]
+    far = {**history("done", None, {}), "action": "wake", "actedAt": "2026-12-02T10:55:00Z"}
+    chart = build_timeline([attempt], now, None, None, actions=[*acted, far])
+    assert chart is not None
+    marks = sorted(chart.actions, key=lambda m: m.x)
+    close = marks[:3]
+    assert len({m.label_y for m in close}) == 3  # one lane each
+    assert marks[3].label_y == close[0].label_y  # far enough: back in the first lane
+    assert all(m.label_y > chart.axis_y for m in marks)  # below the axis, not on the rows
+    assert chart.height >= max(m.label_y for m in marks)
 
 
 def test_the_timeline_marks_a_refused_action_as_refused() -> None:

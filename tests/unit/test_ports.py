@@ -27,6 +27,7 @@ WIRED = {
     "overview": ports.OverviewReads,
     "correlations": ports.Correlations,
     "providers": ports.ProviderLimits,
+    "reviews": ports.Reviews,
 }
 
 
@@ -109,7 +110,7 @@ def test_the_sql_store_composes_its_ports_as_objects_of_their_own() -> None:
         assert not issubclass(SqlStore, type(getattr(journal, attribute))), attribute
 
 
-@pytest.mark.parametrize("module", ["memory", "memory_reads", "memory_state"])
+@pytest.mark.parametrize("module", ["memory", "memory_reads", "memory_reviews", "memory_state"])
 def test_the_memory_store_imports_no_sql(module: str) -> None:
     path = Path(__file__).resolve().parents[2] / "flowpark" / "store" / f"{module}.py"
     tree = ast.parse(path.read_text())

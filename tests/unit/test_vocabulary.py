@@ -52,6 +52,7 @@ ATTEMPT_NAMES: dict[str, set[str]] = {
     },  # the observer hears a poll attempt end
     "flowpark/engine/decide/steps.py": {
         "attempt",
+        "attempt_due",
         "attempts",
     },  # poll attempts (notes, the timeout)
     "flowpark/flows/durations.py": {"attempt"},  # Backoff: the wait after poll attempt n

@@ -230,6 +230,12 @@ class BudgetView(ApiModel):
     ends_at: datetime | None
     used_ratio: float | None = Field(description="the share spent now (engine clock)")
     extensions: int
+    warns_at: datetime | None = Field(
+        None,
+        description="the stored instant of its warning before the end (`warn_before`), or "
+        "null when it declares none; an extension moves it with the end",
+    )
+    warned: bool = Field(False, description="whether that warning was given")
 
 
 class TryError(ApiModel):

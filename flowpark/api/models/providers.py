@@ -129,14 +129,13 @@ class ProviderDetail(ProviderView):
 
 
 class LimitChangeBody(ApiModel):
-    """An operator's change of a provider's limit: each field given replaces the one in
-    force; a field left out is kept (``PUT`` needs ``ratePerSecond``)."""
+    """An operator's change of a provider's limit: ``ratePerSecond`` replaces the one in
+    force; ``burst`` and ``maxInFlight`` replace theirs when given and are kept when left
+    out."""
 
     model_config = _examples({"ratePerSecond": 20, "burst": 2})
 
-    rate_per_second: float | None = Field(
-        default=None, gt=0, allow_inf_nan=False, description="Calls per second (> 0)."
-    )
+    rate_per_second: float = Field(gt=0, allow_inf_nan=False, description="Calls per second (> 0).")
     burst: Annotated[int | None, JSON_INTEGER] = Field(
         default=None, ge=1, le=1_000_000, description="Calls at once above the rate (>= 1)."
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -66,27 +66,43 @@ class EventView(ApiModel):
 
 
 class ReviewView(ApiModel):
-    """One item of the human review queue."""
+    """One item of the human review queue: what the instance asked (``subject``,
+    ``reason``, ``details``), where the item is (``state``: ``open``, ``claimed``,
+    ``resolved``, ``dismissed``) and who did what with it, when."""
 
     model_config = _examples(
         {
             "sequence": 3,
             "id": "01936b2e-a033-7f4c-92d6-20b17e8f9a03",
             "instanceId": _ID,
+            "flow": "document.process",
             "subject": "invoice-42",
             "reason": "the OCR did not finish within the budget",
             "details": {},
             "createdAt": _AT,
+            "state": "claimed",
+            "claimedBy": "ops-alice",
+            "claimedAt": _AT,
+            "closedBy": None,
+            "closedAt": None,
+            "note": None,
         }
     )
 
     sequence: int
     id: str
     instance_id: str
+    flow: str = Field(description="The instance's flow name (empty once it was purged).")
     subject: str
     reason: str
     details: Any
     created_at: datetime | None
+    state: Literal["open", "claimed", "resolved", "dismissed"]
+    claimed_by: str | None = Field(description="Who claimed it (the token's name).")
+    claimed_at: datetime | None
+    closed_by: str | None = Field(description="Who resolved or dismissed it.")
+    closed_at: datetime | None
+    note: str | None = Field(description="The note it was resolved or dismissed with.")
 
 
 class FlowView(ApiModel):

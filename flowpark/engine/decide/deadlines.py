@@ -12,11 +12,15 @@ A deadline is a journal row of kind ``deadline`` (:class:`~flowpark.engine.recor
 =====================  ====================  =================================================
 
 ``started_at`` is the engine-clock instant the wait began and ``values["endsAt"]`` its end
-(ISO 8601, UTC). The row is written (with any row the run deferred) before the first call
-the deadline bounds starts, so a crash, a retry, a restart or another node reads the same
-end back from the journal: nothing moves it. An explicit extension appends a row at the
-same ``(step_id, scope)`` with the next ``try_number`` and a later ``endsAt`` (the same
-``started_at``); the row with the highest ``try_number`` is in force.
+(ISO 8601, UTC); a wait that warns before its end (``warn_before``) stores the warning's
+instant beside it, ``values["warnAt"]``, in the same row. The warning, once reached, is an
+``emit`` row at the wait's step named :data:`BUDGET_WARNING` with its outbox event. The
+row is written (with any row the run deferred) before the first call the deadline bounds
+starts, so a crash, a retry, a restart or another node reads the same end back from the
+journal: nothing moves it. An explicit extension appends a row at the same
+``(step_id, scope)`` with the next ``try_number`` and a later ``endsAt`` (the same
+``started_at``; a ``warnAt`` moved by as much); the row with the highest ``try_number`` is
+in force.
 
 A heartbeating try's ``execute_timeout`` ends at the try's start instant, which
 ``start_try`` stores (``try_started_at``) before the call, plus the timeout. The
@@ -31,6 +35,7 @@ from datetime import datetime
 from flowpark.engine.records import InstanceState, Outcome, StepKind, StepRow
 
 __all__ = [
+    "BUDGET_WARNING",
     "POLL_BUDGET",
     "RETRY_TOTAL",
     "SIGNAL_TIMEOUT",
@@ -38,6 +43,7 @@ __all__ = [
     "deadline_row",
     "ends_at",
     "open_budget",
+    "warns_at",
 ]
 
 #: A poll's budget (entry instant + ``timeout``).
@@ -47,7 +53,11 @@ SIGNAL_TIMEOUT = "signal.timeout"
 #: The retry window of one execution (first try's start + ``total_duration``).
 RETRY_TOTAL = "retry.total"
 
+#: The event (and ``emit`` row) of a wait's warning before its end.
+BUDGET_WARNING = "budget.warning"
+
 _KEY = "endsAt"
+_WARN_KEY = "warnAt"
 
 
 def deadline_row(
@@ -60,6 +70,7 @@ def deadline_row(
     *,
     committed_at: datetime | None = None,
     try_number: int = 1,
+    warn_at: datetime | None = None,
 ) -> StepRow:
     """The journal row that stores a deadline.
 
@@ -72,6 +83,7 @@ def deadline_row(
         ends: the end instant (aware UTC).
         committed_at: the write's instant (default ``started_at``).
         try_number: 1 for the first; an extension takes the next number.
+        warn_at: the instant of the wait's warning before its end, or None.
 
     Returns:
         A :class:`StepRow` of kind ``deadline``.
@@ -86,7 +98,8 @@ def deadline_row(
         started_at,
         committed_at or started_at,
         try_number=try_number,
-        values={_KEY: ends.isoformat()},
+        values={_KEY: ends.isoformat()}
+        | ({} if warn_at is None else {_WARN_KEY: warn_at.isoformat()}),
     )
 
 
@@ -99,6 +112,12 @@ def ends_at(row: StepRow) -> datetime:
     return datetime.fromisoformat(row.values[_KEY])
 
 
+def warns_at(row: StepRow) -> datetime | None:
+    """The warning instant a deadline row stores (aware UTC), or None when it has none."""
+    value = row.values.get(_WARN_KEY)
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
+
+
 @dataclass(frozen=True)
 class Budget:
     """A running wait's bound, as the instance view shows it (``budget``).
@@ -108,6 +127,8 @@ class Budget:
         step_id: the step it bounds; scope: the attempt or 0.
         started_at: when the wait began; ends_at: its end (aware UTC).
         extensions: how many times it was extended (0 for none).
+        warn_at: the instant of its warning before the end (None: it has none).
+        warned: whether that warning was given.
     """
 
     name: str
@@ -116,6 +137,8 @@ class Budget:
     started_at: datetime
     ends_at: datetime
     extensions: int = 0
+    warn_at: datetime | None = None
+    warned: bool = False
 
     def used_ratio(self, now: datetime) -> float:
         """The share of the budget spent at ``now`` (0.0 at the start, 1.0 at the end; more
@@ -176,4 +199,11 @@ def open_budget(state: InstanceState, steps: list[StepRow]) -> Budget | None:
         first.started_at,
         ends_at(last),
         extensions=last.try_number - 1,
+        warn_at=warns_at(last),
+        warned=any(
+            r.kind is StepKind.EMIT
+            and r.step_id == first.step_id
+            and r.capability_id == BUDGET_WARNING
+            for r in steps[first_index + 1 :]
+        ),
     )

@@ -26,7 +26,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from flowpark.engine.decide.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT
+from flowpark.engine.decide.deadlines import (
+    BUDGET_WARNING,
+    POLL_BUDGET,
+    RETRY_TOTAL,
+    SIGNAL_TIMEOUT,
+)
 from flowpark.engine.decide.decisions import BeginEnding, Finish, MailboxView, RunDecision
 from flowpark.engine.decide.steps import Ending, Walk, evaluate
 from flowpark.engine.records import (
@@ -205,6 +210,8 @@ def _expected_name(step: object, kind: StepKind, name: str) -> str | None:
         return step.signal.name if step.signal is not None else None
     if kind is StepKind.EMIT and isinstance(step, EmitStep):
         return step.name
+    if kind is StepKind.EMIT and isinstance(step, PollStep | AwaitSignalStep):
+        return BUDGET_WARNING if step.warn_before is not None else None
     if kind is StepKind.DEADLINE:
         owner = _DEADLINE_NODES.get(name)
         return name if owner is not None and isinstance(step, owner) else None

@@ -16,7 +16,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from flowpark.engine.decide.deadlines import POLL_BUDGET, SIGNAL_TIMEOUT, deadline_row, ends_at
+from flowpark.engine.decide.deadlines import (
+    BUDGET_WARNING,
+    POLL_BUDGET,
+    SIGNAL_TIMEOUT,
+    deadline_row,
+    ends_at,
+    warns_at,
+)
 from flowpark.engine.decide.decisions import (
     Emit,
     Execute,
@@ -30,7 +37,7 @@ from flowpark.engine.decide.decisions import (
 )
 from flowpark.engine.decide.replay import Ending, budget_used, evaluate
 from flowpark.engine.decide.try_walk import TryWalk
-from flowpark.engine.observe import PollEnd
+from flowpark.engine.observe import WARNED, PollEnd
 from flowpark.engine.records import (
     InstanceState,
     Outcome,
@@ -129,11 +136,14 @@ class Walk(TryWalk):
             return step.timeout_target  # type: ignore[return-value]
         accept = step.signal.name if step.signal is not None else None
         end = self.budget_end(step, body)
+        warn = self.warning(step.index, self.deadline(step.index, 0))
         if scope > 0 and end is not None and not self.wake_for(step.index, scope)[0]:
             last = [r for r in self.found(body.index, scope - 1) if r.outcome is Outcome.SUCCESS]
-            if last and self.made_now(last[0]):  # just made: report it, wait the interval
+            # just made: report it, wait the interval (or until the warning, if sooner)
+            if last and self.made_now(last[0]) and (warn is None or warn > self.now):
                 self.notes.append(Note(step.index, "unsatisfied", attempt=scope - 1))
                 wake_at = min(self.now + step.interval.delay(scope - 1, self.instance.id), end)
+                wake_at = wake_at if warn is None else min(wake_at, warn)
                 return self.park(wake_at, step.index, scope, accept, WakeKind.POLL)
         if step.signal is not None and self.stale({step.index, body.index}):
             return ReadMailbox(step.index)
@@ -147,10 +157,19 @@ class Walk(TryWalk):
                     used = budget_used(self.steps, step.index, self.now)
                     self.notes.append(Note(step.index, PollEnd.SIGNALLED, used))
                 return taken
+        if warn is not None and end is not None and warn <= self.now < end:
+            return self.warn(step.index, warn, end)
+        if step.warn_before is not None and end is not None and self.now < end:
+            due = self.attempt_due(step, body, scope)  # woken for the warning: not due yet
+            if due is not None and self.now < due and not self.woken:
+                return self.park(min(due, end), step.index, scope, accept, WakeKind.POLL)
         store: tuple[StepRow, ...] = ()
         if end is None:  # entering the poll: its budget is stored before attempt 0
             end = self.now + step.timeout
-            budget = deadline_row(self.instance.id, step.index, 0, POLL_BUDGET, self.now, end)
+            warn_at = None if step.warn_before is None else end - step.warn_before
+            budget = deadline_row(
+                self.instance.id, step.index, 0, POLL_BUDGET, self.now, end, warn_at=warn_at
+            )
             store = (budget,)
         if self.now >= end:
             self.notes.append(
@@ -195,6 +214,37 @@ class Walk(TryWalk):
                     self.notes.append(Note(step.index, PollEnd.SATISFIED, used))
                 return -1
             scope += 1
+
+    def warning(self, step: int, stored: StepRow | None) -> datetime | None:
+        """The warning instant ``stored`` (the wait's deadline row) holds while the warning
+        was not given yet (no ``emit`` row at the wait's step), else None."""
+        if stored is None or self.found(step, 0, StepKind.EMIT):
+            return None
+        return warns_at(stored)
+
+    def warn(self, step: int, warn_at: datetime, end: datetime) -> Emit:
+        """The wait's warning: its event, with an ``emit`` row at its step (once)."""
+        self.notes.append(Note(step, WARNED))
+        plan = self.plan
+        payload = {
+            "instanceId": self.instance.id,
+            "flow": plan.name,
+            "version": plan.version,
+            "stepId": step,
+            "wait": plan.steps[step].label,
+            "warnAt": warn_at.isoformat(),
+            "endsAt": end.isoformat(),
+        }
+        return Emit(step, BUDGET_WARNING, payload)
+
+    def attempt_due(self, step: PollStep, body: CapabilityStep, scope: int) -> datetime | None:
+        """When attempt ``scope`` is due: the commit of the attempt before it plus the
+        interval for it (None for attempt 0, without that row, or when this run made it:
+        the walk parks for the interval itself)."""
+        last = [r for r in self.found(body.index, scope - 1) if r.outcome is Outcome.SUCCESS]
+        if scope == 0 or not last or self.made_now(last[0]):
+            return None
+        return last[0].committed_at + step.interval.delay(scope - 1, self.instance.id)
 
     def budget_end(self, step: PollStep, body: CapabilityStep) -> datetime | None:
         """The poll's budget end: the stored instant (as extended), or None before it is."""
@@ -268,7 +318,7 @@ class Walk(TryWalk):
         signal = self.take(step.index, 0, step.signal.name, step.signal.model, step.match)
         if signal is not None:
             return signal
-        wake = None
+        wake = warn = None
         store: tuple[StepRow, ...] = ()
         if step.timeout is not None:  # stored when the wait begins (the park carries it)
             stored = self.deadline(step.index, 0)
@@ -276,12 +326,22 @@ class Walk(TryWalk):
                 parked, wake = self.wake_for(step.index, 0)
                 if not parked:  # (parked with none: a journal from before they were)
                     end = self.now + step.timeout
+                    lead = step.warn_before
                     stored = deadline_row(
-                        self.instance.id, step.index, 0, SIGNAL_TIMEOUT, self.now, end
+                        self.instance.id,
+                        step.index,
+                        0,
+                        SIGNAL_TIMEOUT,
+                        self.now,
+                        end,
+                        warn_at=None if lead is None else end - lead,
                     )
                     store = (stored,)
             if stored is not None:
                 wake = ends_at(stored)
+                warn = self.warning(step.index, stored)
+        if warn is not None and wake is not None and warn <= self.now < wake:
+            return self.warn(step.index, warn, wake)
         if wake is not None and self.now >= wake:
             return self.timed_out(
                 step.timeout_target,
@@ -291,6 +351,8 @@ class Walk(TryWalk):
                     {"step_id": step.index},
                 ),
             )
+        if warn is not None and wake is not None and warn > self.now:
+            wake = min(warn, wake)  # woken for the warning first
         return self.park(wake, step.index, 0, step.signal.name, WakeKind.SIGNAL, store)
 
     def emit(self, step: EmitStep) -> Next:

@@ -34,6 +34,7 @@ from flowpark.engine.execute.budget import Deferred
 from flowpark.engine.execute.deferral import deferral_park, pushback_reason, pushback_until
 from flowpark.engine.execute.run_state import KeysRefused, RunState
 from flowpark.engine.execute.tries import PushedBack, make_try
+from flowpark.engine.observe import WARNED
 from flowpark.engine.outcomes import Halt
 from flowpark.engine.ports import Park
 from flowpark.engine.records import (
@@ -135,6 +136,9 @@ class Executor(RunState):
             if key in self.noted or self.ephemeral:
                 continue
             self.noted.add(key)
+            if note.how == WARNED:
+                self.host.observer.budget_warned(self.plan.name)
+                continue
             if note.attempt is None:
                 self.host.observer.poll_ended(self.plan.name, note.used, note.how)
                 continue

@@ -54,8 +54,16 @@ async def run_claim(
     snapshot = claim.snapshot or await host.store.runs.load(claim.instance_id)
     inst = snapshot.instance
     LOG_CONTEXT.set({"instance_id": inst.id, "flow": inst.flow_name})
-    if claim.taken_over:
+    if claim.taken_over:  # not a wake: the node that ran it is gone
         host.observer.taken_over(inst.flow_name)
+        log.info(
+            "instance %s of %s@%s: taken over on node %s (the node running it let its "
+            "lease expire); resuming from its journal, the mailbox first",
+            inst.id,
+            inst.flow_name,
+            inst.flow_version,
+            host.config.node_id,
+        )
     with host.observer.run_span(inst.id, inst.flow_name, inst.flow_version, inst.trace_context):
         return await _advance(host, claim, inst, snapshot, detach)
 

@@ -26,7 +26,7 @@ import contextlib
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from flowpark.engine.decide.deadlines import POLL_BUDGET, deadline_row, ends_at
+from flowpark.engine.decide.deadlines import POLL_BUDGET, deadline_row, ends_at, warns_at
 from flowpark.engine.node.host import NodeEngine
 from flowpark.engine.ports import Commit, Reopen
 from flowpark.engine.records import InstanceState, Outcome, StepKind, StepRow
@@ -147,6 +147,7 @@ async def extend_budget(
         new_end = min(wanted, deadline) if deadline is not None else wanted
         if new_end <= previous:
             return ExtendedBudget(False, last.started_at, previous, previous, True, node.index)
+        warned = warns_at(last)  # the warning moves with the end
         row = deadline_row(
             instance_id,
             node.index,
@@ -156,6 +157,7 @@ async def extend_budget(
             new_end,
             committed_at=now,
             try_number=last.try_number + 1,
+            warn_at=None if warned is None else warned + (new_end - previous),
         )
         if action_id is not None:
             row = replace(row, values={**row.values, ACTION: action_id})

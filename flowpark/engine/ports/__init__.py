@@ -8,6 +8,7 @@
 * :class:`Correlations` — which live instance holds a provider's id (:class:`Correlation`).
 * :class:`ReadModel`, :class:`OperatorReads`, :class:`OverviewReads` — what the API, the
   operator and the console read.
+* :class:`Reviews` — the review queue and people's actions on it.
 * :class:`Deliveries` and :class:`Retention` — the outbox's sends; purging ended instances.
 * :class:`ProviderLimits` — providers' shared limits (a token bucket per provider).
 * :class:`Store` — all of them, composed: what a node's wiring builds.
@@ -31,6 +32,14 @@ from flowpark.engine.ports.providers import (
     PushbackReport,
 )
 from flowpark.engine.ports.reads import ReadModel, Store
+from flowpark.engine.ports.reviews import (
+    ReviewAct,
+    ReviewFilter,
+    ReviewRecord,
+    Reviews,
+    ReviewState,
+    ReviewVerb,
+)
 from flowpark.engine.ports.run import Intake, RunStore
 from flowpark.engine.ports.values import (
     Commit,
@@ -66,6 +75,12 @@ __all__ = [
     "ReadModel",
     "Reopen",
     "Retention",
+    "ReviewAct",
+    "ReviewFilter",
+    "ReviewRecord",
+    "ReviewState",
+    "ReviewVerb",
+    "Reviews",
     "RunStore",
     "Store",
     "StreamWrite",

@@ -309,6 +309,9 @@ class AttemptStart:
         previous_committed_at: when the previous attempt's successful row was written (the
             park after it asked for this attempt), or None when it is not in the journal.
         first_started_at: when attempt 0 started (the poll's budget starts there), or None.
+        budget_ends_at: the poll's budget end in force when the previous attempt was
+            written (an extension written later does not move the park it asked for), or
+            None when no stored end is known.
     """
 
     instance_id: str
@@ -319,6 +322,7 @@ class AttemptStart:
     started_at: datetime
     previous_committed_at: datetime | None
     first_started_at: datetime | None
+    budget_ends_at: datetime | None = None
 
 
 class OverviewReads(Protocol):

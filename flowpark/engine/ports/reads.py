@@ -11,6 +11,7 @@ from flowpark.engine.ports.correlations import Correlations
 from flowpark.engine.ports.mailbox import Mailbox, Streams
 from flowpark.engine.ports.operator import OperatorReads, OverviewReads
 from flowpark.engine.ports.providers import ProviderLimits
+from flowpark.engine.ports.reviews import Reviews
 from flowpark.engine.ports.run import Intake, RunStore
 from flowpark.engine.records import InstanceRecord, InstanceState, SignalRecord, Snapshot
 
@@ -87,6 +88,7 @@ class Store(Protocol):
         overview: the console overview's counts.
         correlations: which live instance holds a provider's id.
         providers: the providers' shared limits.
+        reviews: the review queue.
     """
 
     @property
@@ -124,6 +126,10 @@ class Store(Protocol):
     @property
     def providers(self) -> ProviderLimits:
         """The providers' shared limits and call tallies."""
+
+    @property
+    def reviews(self) -> Reviews:
+        """The review queue."""
 
     def scratch(self) -> Store:
         """A new, empty store in memory with the same ports: where a run that writes no
