@@ -329,10 +329,10 @@ class ProviderBudget:
             local.next_at = local.ask_at = None
         else:
             # short of the batch (other nodes reserved up to the horizon): asked again when
-            # half a batch of slots has come within it, not once per slot as they do
+            # the batch's slots have come within it, not once per slot as they do
             local.next_at = grant.next_at
-            half = timedelta(seconds=wanted / 2 / max(state.effective_rate, 1e-6))
-            local.ask_at = grant.next_at - reach + min(half, reach)
+            batch_time = timedelta(seconds=wanted / max(state.effective_rate, 1e-6))
+            local.ask_at = grant.next_at - reach + min(batch_time, reach)
         paused = state.paused_until
         if paused is not None and paused > now:
             if local.paused_until is None or local.paused_until <= now:
