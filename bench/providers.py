@@ -18,8 +18,11 @@ to a job's first status read and ``completed`` after), and stops; every parked i
 Figures per run: ``limit_per_s``; ``peak_per_s`` (the most calls the provider saw in any
 1 s window); ``mean_per_s_backlog`` (calls per second from the first call once due to the
 last call); ``failed`` (documents not completed); ``calls_during_pushback``; ``recovered_s``
-(from the pushback's end to the end of the first 1 s window at >= 90 % of the limit; null
-when it never was, ``drained_after_pushback_s`` then says when the backlog ended);
+(from the pushback's end until the provider's effective rate, sampled from
+``GET /api/v1/providers/ocr`` every half second, was back at the limit; null when it never
+was); ``recovered_calls_s`` (from the pushback's end to the end of the first 1 s window of
+calls at >= 90 % of the limit; null when the backlog drained first,
+``drained_after_pushback_s`` then says when it did);
 ``extra_statements_per_call`` (PostgreSQL: statements that wrote the provider's
 ``flow_provider`` row, grants and pushbacks, per call the provider served).
 """
@@ -118,6 +121,26 @@ async def _set_limit(base_url: str, rate: float, burst: int) -> None:
             resp.raise_for_status()
 
 
+async def _effective_rate(base_url: str) -> tuple[float, float]:
+    """(now, the ``ocr`` provider's effective rate as the API shows it)."""
+    async with api_client(base_url) as client:
+        resp = await client.get("/api/v1/providers/ocr")
+        resp.raise_for_status()
+        return time.time(), float(resp.json()["effectiveRate"])
+
+
+def _recovered(
+    rates: list[tuple[float, float]], limit: float, lowered_after: float, end: float
+) -> float | None:
+    """Seconds from ``end`` (the pushback's) until the effective rate, lowered after
+    ``lowered_after``, was back at ``limit``; None when it never was."""
+    lowered = [t for t, rate in rates if t >= lowered_after and rate < limit * 0.999]
+    if not lowered:
+        return None
+    back = next((t for t, rate in rates if t > lowered[0] and rate >= limit * 0.999), None)
+    return None if back is None else round(max(back - end, 0.0), 1)
+
+
 async def _setup(store: BenchStore, ocr_url: str, n: int, run_id: str, concurrency: int) -> None:
     env = {
         "FLOWPARK_NODE_ID": f"bench-setup-{run_id}",
@@ -186,7 +209,10 @@ async def _one(
             _move_wakes(store, datetime.fromtimestamp(due, UTC))
             pushed: tuple[float, float] | None = None
             deadline = due + timeout_s
+            rates: list[tuple[float, float]] = []  # (instant, the provider's effective rate)
             while True:
+                if pushback is not None:
+                    rates.append(await _effective_rate(servers[0].base_url))
                 now = time.time()
                 if pushback is not None and pushed is None and now >= due + pushback[0]:
                     body = {"status": 429, "retryAfterSeconds": 5, "durationSeconds": pushback[1]}
@@ -198,6 +224,13 @@ async def _one(
                     break
                 await asyncio.sleep(0.5)
             load = (await fake.get("/fake/ocr/admin/load")).json()
+            # the backlog may drain before the shared limit recovered: the API shows the
+            # effective rate recovered by its now, so it is followed on (at most 90 s)
+            while pushed is not None and time.time() < pushed[1] + 90:
+                if _recovered(rates, limit or 0.0, pushed[0], pushed[1]) is not None:
+                    break
+                await asyncio.sleep(0.5)
+                rates.append(await _effective_rate(servers[0].base_url))
         writes_after = _provider_writes(store)
     states = _states(store, since)
     buckets = {b["startMs"] // 100: (int(b["served"]), int(b["refused"])) for b in load["buckets"]}
@@ -231,14 +264,23 @@ async def _one(
             (s, sum(buckets.get(b, (0, 0))[0] for b in range(s, s + 10)))
             for s in range(end_b, last + 1)
         ]
+        # the observed calls: the end of the first 1 s window at >= 90 % of the limit (only
+        # while a backlog remains: null when it drained first)
         back = next((s + 10 for s, calls in after if calls >= target), None)
-        figures["recovered_s"] = None if back is None else round((back - end_b) * BUCKET_S, 1)
+        observed = None if back is None else round((back - end_b) * BUCKET_S, 1)
+        figures["recovered_calls_s"] = observed
+        # the shared limit: when the effective rate was back at the limit
+        figures["recovered_s"] = _recovered(rates, limit or 0.0, pushed[0], pushed[1])
         # when the rate never got back to the limit: how long the backlog lasted after it
         figures["drained_after_pushback_s"] = round(max(last + 1 - end_b, 0) * BUCKET_S, 1)
+        figures["effective_rate_per_s"] = [
+            (round(t - due, 1), round(rate, 1)) for t, rate in rates[::2]
+        ]
     if writes_before is not None and writes_after is not None and served:
         figures["extra_statements_per_call"] = round((writes_after - writes_before) / served, 4)
     err_console.print(f"{label}: {figures}")
     # calls the provider saw in each whole second from the first call once due (details)
+    figures.setdefault("effective_rate_per_s", None)
     figures["calls_per_s"] = [
         sum(sum(buckets.get(b, (0, 0))) for b in range(start, start + 10))
         for start in range(begun, last + 1, 10)
@@ -300,7 +342,7 @@ async def run(
         f"{name}_{key}": value
         for name, fig in runs.items()
         for key, value in fig.items()
-        if key != "calls_per_s"
+        if key not in ("calls_per_s", "effective_rate_per_s")
     }
     return Result(
         "providers",

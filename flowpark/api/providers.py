@@ -135,7 +135,7 @@ async def provider_views(
         StoreUnavailable: the database could not be reached.
     """
     now = engine.clock.now()
-    stored = {s.name: s for s in await engine.store.providers.states()}
+    stored = {s.name: s for s in await engine.store.providers.states(now)}
     for provider in engine.catalog.providers():  # declared here, not yet called: no row
         if provider.name not in stored:
             stored[provider.name] = _declared(engine, provider.name, now)

@@ -29,6 +29,9 @@ class EngineConfig:
             ``FLOWPARK_START_WAIT_SECONDS`` (2 s).
         provider_limits: overrides of declared provider limits by provider name
             (``{"ocr": {"rate_per_second": 20}}``, from ``FLOWPARK_PROVIDER_LIMITS``).
+        provider_wait: a try waits in process (on the engine clock) for its provider's
+            call slot at most this far ahead; a later slot defers it (parked). None
+            (default): 1 s, or zero under a :class:`~flowpark.engine.clock.VirtualClock`.
     """
 
     node_id: str = "node-1"
@@ -37,3 +40,4 @@ class EngineConfig:
     concurrency: int = 32
     start_wait: timedelta | None = None
     provider_limits: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
+    provider_wait: timedelta | None = None

@@ -170,6 +170,37 @@ _COMMIT_EVENTS_SQL = (
     "FROM fence"
 )
 
+# A commit recording correlation keys: each key goes in with its fenced item's rows (a key
+# the instance holds already is kept; one another instance holds violates the key's
+# uniqueness and refuses the batch: each item then goes alone, which says which key).
+_KEY_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("flow_name", "text"),
+    ("provider", "text"),
+    ("key", "text"),
+    ("instance_id", dict(_STEP_COLUMNS)["instance_id"]),
+    ("token", "bigint"),
+    ("created_at", "timestamptz"),
+)
+_KEYS_CTE = (
+    ", keys AS (INSERT INTO flow_correlation (flow_name, provider, key, instance_id, "
+    "created_at) SELECT k.flow_name, k.provider, k.key, k.instance_id, k.created_at FROM "
+    f"{_recordset(_KEY_COLUMNS, param='keys', alias='k')} "
+    "JOIN fence ON fence.id = k.instance_id AND fence.token = k.token "
+    "WHERE NOT EXISTS (SELECT 1 FROM flow_correlation c WHERE c.flow_name = k.flow_name "
+    "AND c.provider = k.provider AND c.key = k.key AND c.instance_id = k.instance_id) "
+    "RETURNING 1)"
+)
+
+
+def _with_keys(sql: str) -> str:
+    """``sql`` (a commit batch) with the ``keys`` insert after its ``WITH`` list."""
+    head, select = sql.rsplit(" SELECT fence.id::text AS id", 1)
+    return f"{head}{_KEYS_CTE} SELECT fence.id::text AS id{select}"
+
+
+_COMMIT_KEYS_SQL = _with_keys(_COMMIT_SQL)
+_COMMIT_EVENTS_KEYS_SQL = _with_keys(_COMMIT_EVENTS_SQL)
+
 _PARK_COLUMNS = (
     _STEP_COLUMNS
     + _FENCE_COLUMNS
@@ -308,9 +339,9 @@ class PgBatches(SqlRole):
         return answers
 
     async def _batch_commit(self, items: Sequence[CommitItem]) -> list[CommitAnswer | None]:
-        """Commit journal rows (no park) with their deferred rows and outbox events; None:
-        the fence matched nothing, or the batch was refused (a row or an event id exists
-        already)."""
+        """Commit journal rows (no park) with their deferred rows, outbox events and
+        correlation keys; None: the fence matched nothing, or the batch was refused (a row
+        or an event id exists already, a key another instance holds)."""
         rows = []
         events: list[dict[str, Any]] = []
         for item in items:
@@ -330,16 +361,29 @@ class PgBatches(SqlRole):
                 }
                 for e in item.events
             )
+        keys = [
+            {
+                "flow_name": c.flow_name,
+                "provider": c.provider,
+                "key": c.key,
+                "instance_id": item.row.instance_id,
+                "token": item.token,
+                "created_at": item.row.committed_at,
+            }
+            for item in items
+            for c in item.correlations
+        ]
+        sql = _COMMIT_EVENTS_SQL if events else _COMMIT_SQL
+        if keys:
+            sql = _COMMIT_EVENTS_KEYS_SQL if events else _COMMIT_KEYS_SQL
         try:
             params = _rows(_COMMIT_COLUMNS, rows)
             if events:
                 params.update(_rows(_EVENT_COLUMNS, events, param="events"))
+            if keys:
+                params.update(_rows(_KEY_COLUMNS, keys, param="keys"))
             async with self._single(write=True) as conn:
-                result = (
-                    await conn.exec_driver_sql(
-                        _COMMIT_EVENTS_SQL if events else _COMMIT_SQL, params
-                    )
-                ).all()
+                result = (await conn.exec_driver_sql(sql, params)).all()
         except (IntegrityError, DataError, PydanticSerializationError):
             return [None] * len(items)  # one row exists already: each goes alone
         fenced = {(r.id, r.token): bool(r.cancel_requested) for r in result}

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from flowpark.engine.ports.values import Correlation
 from flowpark.engine.records import EmittedEvent, NewInstance, StepRow
 
 __all__ = ["CommitAnswer", "CommitItem", "FinishItem", "Lane", "Lanes"]
@@ -134,6 +135,7 @@ class CommitItem:
         events: outbox events written with the row (an emit's commit; not with ``park``).
         deferred: a row of the same instance committed before ``row``, with it (not with
             ``park``).
+        correlations: correlation keys recorded with the row (not with ``park``).
     """
 
     token: int
@@ -142,6 +144,7 @@ class CommitItem:
     park: tuple[datetime, datetime | None, int, int, str | None, str, str | None] | None = None
     events: tuple[EmittedEvent, ...] = ()
     deferred: StepRow | None = None
+    correlations: tuple[Correlation, ...] = ()
 
 
 @dataclass(frozen=True)

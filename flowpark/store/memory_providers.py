@@ -8,12 +8,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from flowpark.engine.ports.providers import (
     CLEAN_INTERVAL,
     DECREASE,
-    GRANT_SPAN,
     RECOVERY_SHARE,
     Grant,
     GrantRequest,
@@ -29,15 +28,17 @@ __all__ = [
     "EPSILON",
     "MemoryProviderLimits",
     "check_change",
+    "grant_slots",
     "minute_of",
-    "next_token_at",
+    "recovered_rate",
     "replaces",
 ]
 
-#: Float slack: a bucket refilled to 0.9999999 token at exactly one token's time has one.
-EPSILON = 1e-9
+#: Float slack, seconds: a slot at the horizon (give or take a float's rounding of an
+#: instant in seconds since the epoch) is within it.
+EPSILON = 1e-6
 #: Recovery per second, as a share of the limit.
-RECOVERY_PER_SECOND = RECOVERY_SHARE / CLEAN_INTERVAL.total_seconds()
+RECOVERY_PER_SECOND = RECOVERY_SHARE
 
 
 def minute_of(now: datetime) -> datetime:
@@ -45,15 +46,32 @@ def minute_of(now: datetime) -> datetime:
     return now.astimezone(UTC).replace(second=0, microsecond=0)
 
 
-def next_token_at(
-    now: datetime, tokens: float, rate: float, paused_until: datetime | None
-) -> datetime:
-    """When the bucket holds its next whole token: the end of a pause, else ``now`` plus
-    the time the missing fraction takes at ``rate``."""
-    if paused_until is not None and paused_until > now:
-        return paused_until
-    missing = max(0.0, 1.0 - tokens)
-    return now + timedelta(seconds=missing / rate)
+def grant_slots(
+    now: datetime, granted: int, next_slot_s: float, rate: float, paused_until: datetime | None
+) -> tuple[tuple[datetime, ...], datetime]:
+    """The instants of ``granted`` slots that end just before ``next_slot_s`` (seconds since
+    the epoch), one every ``1 / rate`` seconds, none before ``now``; and the grant's
+    ``next_at`` (the first slot not granted, or the end of a pause when later)."""
+    spacing = 1.0 / rate
+    first = next_slot_s - granted * spacing
+    slots = tuple(
+        max(now, datetime.fromtimestamp(first + i * spacing, UTC)) for i in range(granted)
+    )
+    next_at = max(now, datetime.fromtimestamp(next_slot_s, UTC))
+    if paused_until is not None and paused_until > next_at:
+        next_at = paused_until
+    return slots, next_at
+
+
+def recovered_rate(
+    state: ProviderState, refilled_s: float, lowered_s: float | None, now_s: float
+) -> float:
+    """The effective rate of ``state`` recovered by ``now_s`` (seconds since the epoch):
+    :data:`RECOVERY_PER_SECOND` of the limit per second from :data:`CLEAN_INTERVAL` after
+    the last decrease (``lowered_s``), counted from the last grant (``refilled_s``)."""
+    start = max(refilled_s, (lowered_s or 0.0) + CLEAN_INTERVAL.total_seconds())
+    recovered = state.rate_per_second * RECOVERY_PER_SECOND * max(0.0, now_s - start)
+    return min(state.rate_per_second, state.effective_rate + recovered)
 
 
 def replaces(stored_by: str | None, new_by: str | None) -> bool:
@@ -67,7 +85,7 @@ def replaces(stored_by: str | None, new_by: str | None) -> bool:
 @dataclass
 class _Row:
     state: ProviderState
-    tokens: float
+    next_slot_s: float
     refilled_s: float
     lowered_s: float | None
 
@@ -92,7 +110,7 @@ class MemoryProviderLimits:
             row = self._rows.get(new.name)
             if row is None:
                 state = replace(new, effective_rate=new.rate_per_second, updated_at=now)
-                self._rows[new.name] = _Row(state, float(new.burst), now.timestamp(), None)
+                self._rows[new.name] = _Row(state, 0.0, now.timestamp(), None)
             elif replaces(row.state.updated_by, new.updated_by):
                 row.state = replace(
                     row.state,
@@ -112,24 +130,21 @@ class MemoryProviderLimits:
         require_aware(request.now)
         row = self._row(request.name)
         state, now_s = row.state, request.now.timestamp()
-        elapsed = max(0.0, now_s - row.refilled_s)
-        capacity = max(float(state.burst), state.rate_per_second * GRANT_SPAN.total_seconds())
-        available = min(capacity, row.tokens + elapsed * state.effective_rate)
-        start = max(row.refilled_s, (row.lowered_s or 0.0) + CLEAN_INTERVAL.total_seconds())
-        recovered = state.rate_per_second * RECOVERY_PER_SECOND * max(0.0, now_s - start)
-        effective = min(state.rate_per_second, state.effective_rate + recovered)
+        rate = recovered_rate(state, row.refilled_s, row.lowered_s, now_s)
         paused = state.paused_until is not None and state.paused_until > request.now
-        if paused:
-            granted, tokens = 0, 0.0
-        else:
-            whole = math.floor(available + EPSILON)
-            granted = request.wanted if whole >= request.wanted else whole
-            tokens = max(0.0, available - granted)
-        row.tokens, row.refilled_s = tokens, max(row.refilled_s, now_s)
-        row.state = replace(state, effective_rate=effective)
+        first = max(row.next_slot_s, now_s - (state.burst - 1) / rate)
+        ahead = now_s + request.horizon.total_seconds() + EPSILON - first
+        room = math.floor(ahead * rate) + 1 if ahead >= 0 else 0
+        granted = 0 if paused else min(request.wanted, room)
+        if not paused:
+            row.next_slot_s = first + granted / rate
+        row.refilled_s = max(row.refilled_s, now_s)
+        row.state = replace(state, effective_rate=rate)
         self._tally(request)
-        next_at = next_token_at(request.now, tokens, state.effective_rate, state.paused_until)
-        return Grant(granted, next_at, row.state)
+        slots, next_at = grant_slots(
+            request.now, granted, row.next_slot_s, rate, state.paused_until
+        )
+        return Grant(granted, next_at, row.state, slots)
 
     def _tally(self, request: GrantRequest) -> None:
         counts = (request.ok, request.pushback, request.failed, request.deferred)
@@ -179,9 +194,20 @@ class MemoryProviderLimits:
         )
         return row.state
 
-    async def states(self) -> list[ProviderState]:
+    async def states(self, now: datetime | None = None) -> list[ProviderState]:
         """See :meth:`flowpark.engine.ports.providers.ProviderLimits.states`."""
-        return [self._rows[name].state for name in sorted(self._rows)]
+        rows = [self._rows[name] for name in sorted(self._rows)]
+        if now is None:
+            return [row.state for row in rows]
+        require_aware(now)
+        now_s = now.timestamp()
+        return [
+            replace(
+                row.state,
+                effective_rate=recovered_rate(row.state, row.refilled_s, row.lowered_s, now_s),
+            )
+            for row in rows
+        ]
 
     async def tallies(self, name: str, since: datetime) -> list[ProviderMinute]:
         """See :meth:`flowpark.engine.ports.providers.ProviderLimits.tallies`."""

@@ -1,11 +1,11 @@
 """The providers' tables: ``flow_provider`` (one row per provider: its limit, its shared
-token bucket, its pushback state), ``flow_provider_minute`` (call outcomes per provider
+schedule of call slots, its pushback state), ``flow_provider_minute`` (call outcomes per provider
 and minute) and ``flow_correlation`` (a provider's id a live instance's step recorded:
 unique per flow and provider, written with the step's row, deleted when the instance
 finishes). Registered on :data:`flowpark.store.tables.metadata` by importing
 :mod:`flowpark.store.tables`.
 
-The bucket's instants that SQL does arithmetic on (``refilled_s``, ``lowered_s``) are
+The instants that SQL does arithmetic on (``next_slot_s``, ``refilled_s``, ``lowered_s``) are
 engine-clock instants in seconds since the epoch (float), so one portable ``UPDATE`` can
 refill, grant and recover on SQLite and PostgreSQL alike; every ``*_at`` column is a
 :class:`~flowpark.store.types.UtcDateTime` as elsewhere.
@@ -37,7 +37,7 @@ PROVIDER = Table(
     Column("max_in_flight", Integer(), nullable=True),
     Column("floor_ratio", Float(), nullable=False),
     Column("effective_rate", Float(), nullable=False),
-    Column("tokens", Float(), nullable=False),
+    Column("next_slot_s", Float(), nullable=False),
     Column("refilled_s", Float(), nullable=False),
     Column("lowered_s", Float(), nullable=True),
     Column("last_granted", Integer(), nullable=False),

@@ -1,10 +1,10 @@
 """``SqlProviderLimits``: the providers' shared limits in ``flow_provider`` and their call
 tallies in ``flow_provider_minute`` (:class:`flowpark.engine.ports.providers.ProviderLimits`).
 
-A grant is one ``UPDATE ... RETURNING`` over the provider's row: refill the bucket for the
-time elapsed since its last refill, take up to the tokens wanted, recover the effective rate
-additively (see :mod:`flowpark.engine.ports.providers` for the arithmetic, which
-:mod:`flowpark.store.memory_providers` follows in Python). A node asks for a batch of tokens
+A grant is one ``UPDATE ... RETURNING`` over the provider's row: recover the effective rate
+additively, reserve up to the call slots wanted from the provider's next free slot and move
+it past them (see :mod:`flowpark.engine.ports.providers` for the arithmetic, which
+:mod:`flowpark.store.memory_providers` follows in Python). A node reserves a batch of slots
 at a time, so the statement is paid once per batch, not per call. The outcome counts the
 request carries go into the minute's row: on PostgreSQL in the same statement (an upsert in
 a data-modifying CTE), on SQLite in the same transaction. Every instant is the engine
@@ -15,6 +15,7 @@ once make one row (PostgreSQL: ``ON CONFLICT DO NOTHING``; SQLite: one writer at
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -26,7 +27,6 @@ from sqlalchemy.sql.elements import ColumnElement
 from flowpark.engine.ports.providers import (
     CLEAN_INTERVAL,
     DECREASE,
-    GRANT_SPAN,
     Grant,
     GrantRequest,
     LimitChange,
@@ -40,8 +40,9 @@ from flowpark.store.memory_providers import (
     EPSILON,
     RECOVERY_PER_SECOND,
     check_change,
+    grant_slots,
     minute_of,
-    next_token_at,
+    recovered_rate,
     replaces,
 )
 from flowpark.store.provider_tables import PROVIDER, PROVIDER_MINUTE
@@ -152,10 +153,6 @@ class SqlProviderLimits(SqlRole):
         """See :meth:`flowpark.engine.ports.providers.ProviderLimits.grant`."""
         now_s = literal(request.now.timestamp(), Float())
         wanted = literal(request.wanted, Integer())
-        elapsed = _greatest(now_s - P.refilled_s, literal(0.0, Float()))
-        capacity = _greatest(cast(P.burst, Float), P.rate_per_second * GRANT_SPAN.total_seconds())
-        available = _least(capacity, P.tokens + elapsed * P.effective_rate)
-        whole = self._floor(available + EPSILON)
         start = _greatest(
             P.refilled_s,
             func.coalesce(P.lowered_s, 0.0) + CLEAN_INTERVAL.total_seconds(),
@@ -165,25 +162,26 @@ class SqlProviderLimits(SqlRole):
             * RECOVERY_PER_SECOND
             * _greatest(now_s - start, literal(0.0, Float()))
         )
+        rate = _least(P.rate_per_second, P.effective_rate + recovered)
+        first = _greatest(P.next_slot_s, now_s - (P.burst - 1) / rate)
+        ahead = now_s + (request.horizon.total_seconds() + EPSILON) - first
+        room = case((ahead >= 0.0, self._floor(ahead * rate) + 1), else_=literal(0, Integer()))
         paused = P.paused_until.is_not(None) & (P.paused_until > instant(request.now))
         granted = case(
             (paused, literal(0, Integer())),
-            (whole >= wanted, wanted),
-            else_=whole,
+            (room >= wanted, wanted),
+            else_=room,
         )
         statement = (
             update(PROVIDER)
             .where(P.name == request.name)
             .values(
                 last_granted=granted,
-                tokens=case(
-                    (paused, literal(0.0, Float())),
-                    else_=_greatest(available - granted, literal(0.0, Float())),
-                ),
+                next_slot_s=case((paused, P.next_slot_s), else_=first + granted / rate),
                 refilled_s=_greatest(P.refilled_s, now_s),
-                effective_rate=_least(P.rate_per_second, P.effective_rate + recovered),
+                effective_rate=rate,
             )
-            .returning(P.last_granted, P.tokens, *_STATE_COLUMNS)
+            .returning(P.last_granted, P.next_slot_s, *_STATE_COLUMNS)
         )
         counts = (request.ok, request.pushback, request.failed, request.deferred)
         if any(counts) and self._dialect.name == "postgresql":
@@ -201,12 +199,11 @@ class SqlProviderLimits(SqlRole):
                 row = (await conn.execute(statement)).first()
         if row is None:
             raise _missing(request.name)
-        state = _state(row)
-        # the bucket filled at the rate in force before this grant's recovery
-        next_at = next_token_at(
-            request.now, float(row.tokens), state.effective_rate, state.paused_until
+        state, count = _state(row), int(row.last_granted)
+        slots, next_at = grant_slots(
+            request.now, count, float(row.next_slot_s), state.effective_rate, state.paused_until
         )
-        return Grant(int(row.last_granted), next_at, state)
+        return Grant(count, next_at, state, slots)
 
     async def _tally(
         self, conn: AsyncConnection, name: str, now: datetime, counts: tuple[int, int, int, int]
@@ -294,11 +291,22 @@ class SqlProviderLimits(SqlRole):
             raise _missing(change.name)
         return _state(row)
 
-    async def states(self) -> list[ProviderState]:
+    async def states(self, now: datetime | None = None) -> list[ProviderState]:
         """See :meth:`flowpark.engine.ports.providers.ProviderLimits.states`."""
+        query = select(*_STATE_COLUMNS, P.refilled_s, P.lowered_s).order_by(P.name)
         async with self._read() as conn:
-            rows = (await conn.execute(select(*_STATE_COLUMNS).order_by(P.name))).all()
-        return [_state(row) for row in rows]
+            rows = (await conn.execute(query)).all()
+        states = [_state(row) for row in rows]
+        if now is None:
+            return states
+        now_s = now.timestamp()
+        return [
+            replace(
+                state,
+                effective_rate=recovered_rate(state, row.refilled_s, row.lowered_s, now_s),
+            )
+            for state, row in zip(states, rows, strict=True)
+        ]
 
     async def tallies(self, name: str, since: datetime) -> list[ProviderMinute]:
         """See :meth:`flowpark.engine.ports.providers.ProviderLimits.tallies`."""
@@ -348,7 +356,7 @@ def _new_row(new: ProviderState, now: datetime) -> dict[str, Any]:
         "max_in_flight": new.max_in_flight,
         "floor_ratio": new.floor_ratio,
         "effective_rate": new.rate_per_second,
-        "tokens": float(new.burst),
+        "next_slot_s": 0.0,
         "refilled_s": now.timestamp(),
         "lowered_s": None,
         "last_granted": 0,

@@ -16,9 +16,11 @@ from sqlalchemy import update
 from flowpark.engine.ports.values import Commit
 from flowpark.engine.records import Ack, StepKind
 from flowpark.store.base import SqlContext, instant
+from flowpark.store.batched import require_aware
 from flowpark.store.claims import SqlClaims
 from flowpark.store.correlations import record_correlations
 from flowpark.store.fencing import after_commit, fenced, insert_step
+from flowpark.store.lanes import CommitItem
 from flowpark.store.mapping import SIGNAL
 from flowpark.store.signals import SqlMailbox, signal_not_waiting
 from flowpark.store.writes import SqlJournalWrites, park_values
@@ -46,8 +48,9 @@ class SqlRuns(SqlClaims, SqlJournalWrites):
         Returns / Raises: as :meth:`flowpark.engine.ports.RunStore.commit`.
         """
         rows, park = commit.rows, commit.park
-        if commit.correlations:  # rare: the general transaction writes the keys too
-            return await self._commit_transaction(commit)
+        if commit.correlations:  # batched with the row's commit where it can be
+            ack = await self._commit_keys_batched(commit)
+            return ack if ack is not None else await self._commit_transaction(commit)
         plain = not commit.events and not commit.reviews
         if commit.take_signal is not None:
             if park is None and len(rows) == 1 and plain:
@@ -73,6 +76,35 @@ class SqlRuns(SqlClaims, SqlJournalWrites):
                 commit.token, rows[0], commit.lease_until, park, commit.at
             )
         return await self._commit_transaction(commit)
+
+    async def _commit_keys_batched(self, commit: Commit) -> Ack | None:
+        """A row (with a deferred one before it) and its correlation keys through the
+        group commit (PostgreSQL), one extra insert in the batch's statement; None: not
+        that shape, no group commit, or the batch did not take it (the transaction then
+        writes it, or says why not)."""
+        rows = commit.rows
+        if (
+            self._lanes is None
+            or commit.park is not None
+            or commit.take_signal is not None
+            or commit.reviews
+            or len(rows) not in (1, 2)
+        ):
+            return None
+        require_aware(*(r.started_at for r in rows), *(r.committed_at for r in rows))
+        require_aware(*(r.next_try_at for r in rows), commit.lease_until)
+        item = CommitItem(
+            commit.token,
+            rows[-1],
+            commit.lease_until,
+            events=tuple(commit.events),
+            deferred=rows[0] if len(rows) == 2 else None,
+            correlations=tuple(commit.correlations),
+        )
+        answer = await self._lanes.commit.submit(item)
+        if answer is None:
+            return None
+        return Ack(applied=True, cancel_requested=answer.cancel_requested)
 
     async def _commit_transaction(self, commit: Commit) -> Ack:
         """Any shape of commit as one write transaction: the fence (clearing a try in

@@ -17,6 +17,7 @@ from flowpark.flows import (
     Backoff,
     Bag,
     Capability,
+    Correlate,
     Decision,
     Flow,
     HttpTrigger,
@@ -47,7 +48,12 @@ __all__ = [
 ]
 
 NOT_READ_IN_TIME = "document.not_read_in_time"
-OCR_COMPLETED = Signal("ocr.completed", OcrCompleted)
+#: The provider's webhook: on the instance's route (the job's callback URL names the
+#: instance), or on the one provider route ``/api/v1/providers/ocr/signals/ocr.completed``,
+#: which finds the instance by the job id its upload recorded (``ctx.correlate``).
+OCR_COMPLETED = Signal(
+    "ocr.completed", OcrCompleted, correlate=Correlate("ocr", key=lambda done: done.job_id)
+)
 ROUTE = "/api/v1/documents"
 #: The OCR vendor every capability of the flow calls: 100 calls/s of all nodes together,
 #: 50 at once above it. A deployment sets its contract's figure with
@@ -156,7 +162,8 @@ class OcrClient:
 
 
 class UploadToOcr(Capability):
-    """``ocr.upload``: send the document to the provider; puts :class:`OcrJob`.
+    """``ocr.upload``: send the document to the provider; puts :class:`OcrJob` and records
+    the job id as the instance's ``ocr`` correlation key (a webhook naming the job finds it).
 
     Creating a job is not idempotent by itself: the call carries the execution key as the
     provider's idempotency key, so its tries (a stalled provider, a crash after the call)
@@ -176,6 +183,7 @@ class UploadToOcr(Capability):
         job_id = await self.ocr.upload(
             doc.document_id, doc.pages, ctx.instance_id, ctx.execution_key
         )
+        ctx.correlate("ocr", job_id)
         ctx.put(OcrJob(job_id=job_id))
 
 

@@ -40,6 +40,7 @@ NEEDS: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/documents"): "start",
     ("POST", "/api/v1/jobs"): "start",
     ("POST", "/api/v1/documents/{instance_id}/signals/ocr.completed"): "signal",
+    ("POST", "/api/v1/providers/ocr/signals/ocr.completed"): "signal",
     ("POST", "/api/v1/instances/{instance_id}/signals/{name}"): "signal",
     ("POST", "/api/v1/instances/{instance_id}/wake"): "operate",
     ("POST", "/api/v1/instances/{instance_id}/cancel"): "operate",

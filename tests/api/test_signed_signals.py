@@ -124,3 +124,23 @@ async def test_a_bad_signature_is_401_signature_invalid_and_stores_nothing(
         assert await _signals(client, instance_id) == []
         view = (await client.get(f"/api/v1/instances/{instance_id}")).json()
         assert view["state"] == "suspended"
+
+
+async def test_the_provider_route_finds_a_document_by_the_job_id_its_upload_recorded(
+    signed: LiveServer,
+) -> None:
+    async with signed.client() as client, httpx.AsyncClient(base_url=signed.base_url) as hook:
+        instance_id, job_id = await _parked_document(client)
+        url = "/api/v1/providers/ocr/signals/ocr.completed"
+        unknown = json.dumps({"jobId": f"{job_id}-not-ours", "status": "completed"})
+        resp = await hook.post(url, content=unknown, headers=signed_headers(unknown))
+        assert resp.status_code == 404, resp.text
+        assert resp.json()["code"] == "correlation_key_unknown"
+        assert await _signals(client, instance_id) == []
+
+        body = json.dumps({"jobId": job_id, "status": "completed"})
+        resp = await hook.post(url, content=body, headers=signed_headers(body))
+        assert resp.status_code == 202, resp.text
+        assert resp.json()["instanceId"] == instance_id
+        view = await wait_for_state(client, instance_id, timeout=10)
+        assert view["state"] == "completed", view["error"]

@@ -5,7 +5,7 @@ memory, on SQLite and on PostgreSQL (the ``journal`` fixture)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -21,26 +21,38 @@ def declared(
     return ProviderState(name, rate, burst, None, rate, None, None, 0, T0, by)
 
 
-async def test_a_declared_provider_grants_its_burst_then_at_its_rate(store: Store) -> None:
+async def test_a_grant_reserves_the_burst_now_then_slots_at_the_rate(store: Store) -> None:
     limits = store.providers
     await limits.declare([declared()], T0)
     first = await limits.grant(GrantRequest("ocr", "n1", 5, T0))
-    assert first.granted == 2  # the full bucket: the burst
-    assert first.next_at == T0 + timedelta(seconds=0.1)  # one token at 10/s
-    assert (await limits.grant(GrantRequest("ocr", "n1", 5, T0))).granted == 0
-    later = await limits.grant(GrantRequest("ocr", "n1", 5, at(0.35)))
-    assert later.granted == 2  # 3.5 tokens refilled, capped at the burst of 2
-    assert later.state.effective_rate == 10.0
+    assert first.granted == 5
+    # the burst of 2 due now, then one slot per 0.1 s at 10/s
+    assert first.slots == (T0, T0, at(0.1), at(0.2), at(0.3))
+    assert first.next_at == at(0.4)
+    second = await limits.grant(GrantRequest("ocr", "n2", 3, at(0.05)))
+    assert second.slots == (at(0.4), at(0.5), at(0.6))  # after the first node's
+    assert second.state.effective_rate == 10.0
+    # no slot further than the horizon (1 s) ahead: 0.7 .. 1.1 s from 0.1 s on
+    far = await limits.grant(GrantRequest("ocr", "n1", 20, at(0.1)))
+    assert far.slots == tuple(at(0.7 + 0.1 * i) for i in range(5))
+    none = await limits.grant(GrantRequest("ocr", "n1", 20, at(0.1)))
+    assert (none.granted, none.slots, none.next_at) == (0, (), at(1.2))
+    idle = await limits.grant(GrantRequest("ocr", "n1", 5, at(10), horizon=timedelta(0)))
+    assert idle.slots == (at(10), at(10))  # after an idle time: the burst, due now
+    assert idle.next_at == at(10.1)
 
 
 async def test_grants_add_up_to_the_rate_whoever_asks(store: Store) -> None:
     limits = store.providers
     await limits.declare([declared(rate=20.0, burst=1)], T0)
-    total = 0
+    slots: list[datetime] = []
     for tick in range(1, 201):  # 10 s in 50 ms steps, two nodes asking in turn
         node = f"n{tick % 2}"
-        total += (await limits.grant(GrantRequest("ocr", node, 4, at(tick * 0.05)))).granted
-    assert 199 <= total <= 201  # 20/s for 10 s (+ the initial burst)
+        slots += (await limits.grant(GrantRequest("ocr", node, 4, at(tick * 0.05)))).slots
+    slots.sort()
+    assert 200 <= len(slots) <= 221  # 20/s for 10 s, reserved up to 1 s ahead
+    for first in slots:  # in any 1 s window: the rate, however the batches fell
+        assert sum(1 for s in slots if first <= s < first + timedelta(seconds=1)) <= 20 + 1
 
 
 async def test_pushback_pauses_halves_once_per_interval_and_floors(store: Store) -> None:
@@ -69,10 +81,13 @@ async def test_the_effective_rate_recovers_additively_after_a_clean_interval(
     await limits.declare([declared(rate=10.0, burst=1)], T0)
     await limits.pushback(PushbackReport("ocr", T0, at(1), "429"))
     assert (await limits.grant(GrantRequest("ocr", "n1", 1, at(4)))).state.effective_rate == 5.0
-    # clean from 5 s on: +10 % of the limit per 5 s
-    grant = await limits.grant(GrantRequest("ocr", "n1", 1, at(15)))
-    assert grant.state.effective_rate == pytest.approx(7.0)
-    grant = await limits.grant(GrantRequest("ocr", "n1", 1, at(60)))
+    # clean from 5 s on: +5 % of the limit per second, shown as of an instant before a grant
+    assert [s.effective_rate for s in await limits.states(at(8))] == [pytest.approx(6.5)]
+    assert [s.effective_rate for s in await limits.states()] == [5.0]  # as stored
+    grant = await limits.grant(GrantRequest("ocr", "n1", 1, at(8)))
+    assert grant.state.effective_rate == pytest.approx(6.5)
+    assert grant.slots == (at(8),)
+    grant = await limits.grant(GrantRequest("ocr", "n1", 1, at(30)))
     assert grant.state.effective_rate == 10.0
 
 
@@ -121,7 +136,7 @@ async def test_outcome_counts_are_tallied_per_minute(store: Store) -> None:
     assert replace(minutes[1]).ok == 1
 
 
-async def test_concurrent_grants_never_take_more_than_the_bucket_holds(store: Store) -> None:
+async def test_concurrent_grants_never_reserve_one_slot_twice(store: Store) -> None:
     import asyncio
 
     limits = store.providers
@@ -129,7 +144,10 @@ async def test_concurrent_grants_never_take_more_than_the_bucket_holds(store: St
     grants = await asyncio.gather(
         *(limits.grant(GrantRequest("ocr", f"n{i}", 3, at(0.5))) for i in range(6))
     )
-    assert sum(g.granted for g in grants) == 4  # the full bucket, once, whoever asked
+    # from 0.2 s (the burst of 4 before 0.5 s) to the horizon 1.5 s: 14 slots, each once
+    assert sum(g.granted for g in grants) == 14
+    slots = sorted(s for g in grants for s in g.slots)
+    assert slots == sorted([at(0.5)] * 4 + [at(0.5 + 0.1 * i) for i in range(1, 11)])
 
 
 async def test_nodes_declaring_one_provider_at_once_make_one_row(store: Store) -> None:

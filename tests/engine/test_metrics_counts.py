@@ -151,7 +151,7 @@ async def test_provider_calls_and_deferrals_count_by_provider(store_url: str) ->
 
     metrics = Metrics("n")
     async with FlowHarness.open([flow()], database_url=store_url, migrate=False) as h:
-        h.engine.observer = h.engine.providers.observer = NodeObserver(metrics)
+        h.engine.observer = NodeObserver(metrics)  # the budget reads the engine's
         for n in range(11):  # 2 calls each (upload, check 0): a burst of 20, then deferral
             await h.start("p.poll", {"order_id": f"o-{n}"})
     scrape = Scrape(generate_latest(metrics.registry).decode())

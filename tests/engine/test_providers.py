@@ -393,3 +393,25 @@ async def test_overdue_instances_after_a_restart_go_out_at_the_providers_pace() 
         assert starts[0] == T0 + 300 * S  # the first goes at once
         gaps = [(b - a).total_seconds() for a, b in zip(starts, starts[1:], strict=False)]
         assert all(gap >= 0.24 for gap in gaps), gaps  # then one per 1/4 s, not all at once
+
+
+async def test_a_try_whose_slot_is_near_waits_for_it_in_process_not_parked() -> None:
+    import asyncio
+
+    from flowpark.engine.config import EngineConfig
+    from tests.support.eventually import eventually
+
+    config = EngineConfig(node_id="harness", provider_wait=S)  # as on a real clock
+    async with FlowHarness.open([call_flow()], start=T0, config=config) as h:
+        first = await h.start("p.calls", {})
+        assert first.instance.state == "completed"  # the slot due now
+        waiting = asyncio.create_task(h.start("p.calls", {}))
+        # the next slot is 1 s ahead (1 call/s): the run waits on the engine clock for it
+        await eventually(lambda: h.clock.next_sleeper_due() == T0 + S, timeout=10)
+        assert not waiting.done()
+        h.clock.set(T0 + S)
+        second = await waiting
+        snap = await h.snapshot(second.instance.id)
+        assert snap.instance.state == "completed"  # never parked: no deferral
+        (row,) = snap.steps
+        assert row.started_at == T0 + S  # the call went out at its slot, not before

@@ -1,13 +1,20 @@
-"""A node's provider budget over the memory twin of the store: tokens come in batches (one
-grant per batch), unused ones lapse, deferrals are handed out at the provider's pace, a
-pushback pauses the provider with one probe per interval and is reported once, and
-``max_in_flight`` caps this node's calls in flight."""
+"""A node's provider budget over the memory twin of the store: call slots come in batches
+(one grant per batch, as large as the tries asking lately), each at its own instant (waited
+for when near, else deferred to), unused ones lapse, deferrals are handed out at the
+provider's pace, a pushback pauses the provider with one probe per interval and is reported
+once, and ``max_in_flight`` caps this node's calls in flight."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from flowpark.engine.execute.budget import TOKEN_LIFE, Deferred, Granted, ProviderBudget
+from flowpark.engine.execute.budget import (
+    FLUSH_EVERY,
+    SLOT_LAPSE,
+    Deferred,
+    Granted,
+    ProviderBudget,
+)
 from flowpark.engine.observe import Observer
 from flowpark.engine.ports import Grant, GrantRequest, PushbackReport
 from flowpark.engine.ports.providers import ProviderState
@@ -49,38 +56,53 @@ class Heard(Observer):
         self.limits.append((provider, limit, effective_rate))
 
 
-async def test_tokens_come_in_batches_and_deferrals_at_the_providers_pace() -> None:
+async def test_slots_come_in_batches_each_at_its_instant() -> None:
     store, heard = Counting(), Heard()
     budget = ProviderBudget(store, "n1", observer=heard)
     fast = Provider("fast", rate_per_second=100.0, burst=10)
     verdicts = [await budget.acquire(fast, T0) for _ in range(14)]
-    assert verdicts[:10] == [Granted()] * 10  # a batch of 100 * 0.1 s
-    assert store.grants[0].wanted == 10
-    deferred = verdicts[10:]
-    assert all(isinstance(v, Deferred) and v.reason == "budget" for v in deferred)
-    instants = [v.until for v in deferred if isinstance(v, Deferred)]
-    # from when a whole batch is expected again, one token's time apart
-    assert instants == [T0 + 100 * MS + 10 * MS * n for n in (0, 1, 2, 3)]
-    assert len(store.grants) == 2  # the batch, one more ask; none before the instant it named
-    assert heard.deferrals == [("fast", "budget")] * 4
-    for _ in range(10):
+    assert verdicts[:10] == [Granted()] * 10  # the burst, due now
+    # then one slot per 10 ms at 100/s: near, so the try waits for it in process
+    assert verdicts[10:] == [Granted(at=T0 + 10 * MS * n) for n in (1, 2, 3, 4)]
+    # batches as large as the tries asking lately: 1, 2, 4, 8 slots
+    assert [g.wanted for g in store.grants] == [1, 2, 4, 8]
+    for _ in range(14):
         budget.release(fast, "ok")
-    assert heard.calls == [("fast", "ok")] * 10
+    assert heard.calls == [("fast", "ok")] * 14
     later = await budget.acquire(fast, T0 + timedelta(seconds=1))
     assert later == Granted()
     counted = store.grants[-1]
-    assert (counted.ok, counted.deferred) == (10, 4)  # the outcomes ride on the next grant
+    assert (counted.ok, counted.deferred) == (14, 0)  # the outcomes ride on the next grant
     assert heard.limits[-1] == ("fast", 100.0, 100.0)
 
 
-async def test_unused_tokens_lapse() -> None:
+async def test_without_waiting_a_try_defers_to_the_next_slot_at_the_providers_pace() -> None:
+    store, heard = Counting(), Heard()
+    budget = ProviderBudget(store, "n1", observer=heard, wait=timedelta(0))
+    fast = Provider("fast", rate_per_second=100.0, burst=10)
+    verdicts = [await budget.acquire(fast, T0) for _ in range(14)]
+    assert verdicts[:10] == [Granted()] * 10
+    deferred = verdicts[10:]
+    assert all(isinstance(v, Deferred) and v.reason == "budget" for v in deferred)
+    # to the next free slot, then one slot's time apart (the store not asked before)
+    assert [v.until for v in deferred if isinstance(v, Deferred)] == [
+        T0 + 10 * MS * n for n in (1, 2, 3, 4)
+    ]
+    assert heard.deferrals == [("fast", "budget")] * 4
+    assert await budget.acquire(fast, T0 + 10 * MS) == Granted()  # the slot, now due
+
+
+async def test_unused_slots_lapse() -> None:
     store = Counting()
     budget = ProviderBudget(store, "n1")
-    provider = Provider("p", rate_per_second=50.0, burst=5)
-    assert await budget.acquire(provider, T0) == Granted()
-    assert len(store.grants) == 1
-    assert await budget.acquire(provider, T0 + TOKEN_LIFE) == Granted()
-    assert len(store.grants) == 2  # the batch's four left were dropped
+    provider = Provider("p", rate_per_second=50.0, burst=1)
+    verdicts = [await budget.acquire(provider, T0) for _ in range(4)]
+    assert verdicts[-1] == Granted(at=T0 + 60 * MS)
+    assert store.grants[-1].wanted == 4  # slots at 60 .. 120 ms: three not taken
+    grants = len(store.grants)
+    late = T0 + 120 * MS + SLOT_LAPSE + MS
+    assert await budget.acquire(provider, late) == Granted()
+    assert len(store.grants) == grants + 1  # the held slots lapsed: a new grant
 
 
 async def test_a_pushback_pauses_with_one_probe_per_interval_and_is_reported_once() -> None:
@@ -134,30 +156,35 @@ async def test_a_setting_overrides_the_declared_limit() -> None:
     assert state.updated_by == "setting"
 
 
-async def test_a_flush_sends_the_counts_without_taking_a_token() -> None:
+async def test_a_flush_sends_the_counts_without_taking_a_slot() -> None:
     store = Counting()
     budget = ProviderBudget(store, "n1")
     provider = Provider("p", rate_per_second=10.0, burst=1)
     assert await budget.acquire(provider, T0) == Granted()
     budget.release(provider, "ok")
-    await budget.flush(T0 + MS)
+    await budget.flush(T0 + MS)  # a grant sent counts just now: the next one carries them
+    assert len(store.grants) == 1
+    await budget.flush(T0 + FLUSH_EVERY)
     assert (store.grants[-1].wanted, store.grants[-1].ok) == (0, 1)
     (minute,) = await store.tallies("p", T0)
     assert minute.ok == 1
-    await budget.flush(T0 + 2 * MS)  # nothing new: no statement
+    await budget.flush(T0 + 2 * FLUSH_EVERY)  # nothing new: no statement
     assert len(store.grants) == 2
-    assert await budget.acquire(provider, T0 + timedelta(seconds=1)) == Granted()
+    assert await budget.acquire(provider, T0 + timedelta(seconds=11)) == Granted()
 
 
-async def test_a_backlog_pays_about_one_grant_per_batch_not_one_per_call() -> None:
+async def test_a_backlog_pays_far_less_than_one_grant_per_call() -> None:
     store = Counting()
     budget = ProviderBudget(store, "n1")
     provider = Provider("p", rate_per_second=100.0, burst=1)
-    calls = 0
+    calls: list[datetime] = []
     for tick in range(1000):  # 5 s of work always waiting, asked every 5 ms
         now = T0 + 5 * MS * tick
-        while isinstance(await budget.acquire(provider, now), Granted):
-            calls += 1
+        while isinstance(verdict := await budget.acquire(provider, now), Granted):
+            calls.append(verdict.at or now)
             budget.release(provider, "ok")
-    assert 480 <= calls <= 511  # the rate (and the first bucket), no more
-    assert len(store.grants) / calls < 0.3  # a batch is 100 * 0.1 s = 10 tokens
+    assert 480 <= len(calls) <= 601  # the rate, and slots reserved up to 1 s ahead
+    calls.sort()
+    for first in calls:  # in any 1 s window: the rate
+        assert sum(1 for c in calls if first <= c < first + timedelta(seconds=1)) <= 100 + 1
+    assert len(store.grants) / len(calls) < 0.05  # a batch is up to 100 * 0.5 s = 50 slots

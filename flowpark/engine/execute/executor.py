@@ -30,7 +30,7 @@ from flowpark.engine.decide.decisions import (
     Suspend,
     TakeSignal,
 )
-from flowpark.engine.execute.budget import Deferred
+from flowpark.engine.execute.budget import SLOT_LAPSE, Deferred, Granted
 from flowpark.engine.execute.deferral import deferral_park, pushback_reason, pushback_until
 from flowpark.engine.execute.run_state import KeysRefused, RunState
 from flowpark.engine.execute.tries import PushedBack, make_try
@@ -165,7 +165,7 @@ class Executor(RunState):
         provider = None if self.ephemeral else self._provider(decision)
         budget = self.host.providers
         if provider is not None:
-            verdict = await budget.acquire(provider, self.now())
+            verdict = await self._slot(provider)
             if isinstance(verdict, Deferred):
                 pushed = verdict.reason == "pushback"
                 kind = WakeKind.PROVIDER_PUSHBACK if pushed else WakeKind.PROVIDER_BUDGET
@@ -203,6 +203,24 @@ class Executor(RunState):
             until.isoformat(),
         )
         return await self.postpone(decision, until, WakeKind.PROVIDER_PUSHBACK)
+
+    async def _slot(self, provider: Provider) -> Granted | Deferred:
+        """A call slot of ``provider``, waited for on the engine clock when near; one the
+        wait overran by more than :data:`SLOT_LAPSE` (a busy node) is not used: another is
+        taken, so late calls never bunch up above the rate."""
+        budget = self.host.providers
+        while True:
+            verdict = await budget.acquire(provider, self.now())
+            if isinstance(verdict, Deferred) or verdict.at is None:
+                return verdict
+            try:
+                await self.sleep(verdict.at - self.now())
+            except BaseException:
+                budget.release(provider, "none")
+                raise
+            if self.now() <= verdict.at + SLOT_LAPSE:
+                return verdict
+            budget.release(provider, "none")
 
     def _provider(self, decision: Execute) -> Provider | None:
         """The provider the try's capability calls, or None."""

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 from uuid6 import uuid7
 
-from flowpark.engine.clock import Clock
+from flowpark.engine.clock import Clock, VirtualClock
 from flowpark.engine.config import EngineConfig
-from flowpark.engine.execute.budget import ProviderBudget
+from flowpark.engine.execute.budget import WAIT, ProviderBudget
 from flowpark.engine.execute.limits import CallLimits
 from flowpark.engine.node import outside, sweeps
 from flowpark.engine.node.ephemeral import run_ephemeral
@@ -91,8 +91,18 @@ class Engine:
         self.lease = self.config.lease
         self.new_id = id_factory or (lambda: str(uuid7()))
         self.limits = CallLimits(clock, self.lease, self.config.node_id)
+        # the budget reads the engine's observer, so replacing it later reaches the budget;
+        # under a virtual clock a try never waits in process for a slot (nobody would move
+        # the clock while it waits): a slot not yet due defers it
+        wait = self.config.provider_wait
+        if wait is None:
+            wait = timedelta(0) if isinstance(clock, VirtualClock) else WAIT
         self.providers = ProviderBudget(
-            store.providers, self.config.node_id, self.config.provider_limits, self.observer
+            store.providers,
+            self.config.node_id,
+            self.config.provider_limits,
+            lambda: self.observer,
+            wait,
         )
         self.runs = RunTasks(self, self.config.concurrency)
         self.wake_listeners: list[Callable[[str, datetime], None]] = []

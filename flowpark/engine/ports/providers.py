@@ -1,20 +1,27 @@
-"""Providers' shared limits (:class:`ProviderLimits`): one token bucket per provider in the
-store, granted to nodes in batches, lowered by pushback and recovered additively.
+"""Providers' shared limits (:class:`ProviderLimits`): one schedule of call slots per
+provider in the store (a GCRA: generic cell rate algorithm), reserved by nodes in batches,
+lowered by pushback and recovered additively.
 
 The arithmetic every implementation follows (the SQL store in one statement per grant, the
-memory twin in Python), with ``now`` the engine-clock instant passed in:
+memory twin in Python), with ``now`` the engine-clock instant passed in and ``r`` the
+effective rate after recovery:
 
-* **Refill.** ``tokens = min(capacity, tokens + elapsed * effective_rate)`` where
-  ``elapsed`` is the time since the last refill (never negative: a node whose clock is
-  behind refills nothing) and ``capacity = max(burst, rate_per_second * GRANT_SPAN)``: the
-  bucket holds at least :data:`GRANT_SPAN` of the rate, so a node's batch fits in it.
-* **Grant.** ``min(wanted, floor(tokens + 1e-9))`` tokens; none while ``paused_until`` is after
-  ``now`` (then the bucket is emptied, so the pause ends without a burst).
+* **Slots.** The provider's row holds ``next_slot_s``: the instant (seconds since the epoch)
+  of the first call slot nobody reserved (its theoretical arrival time). A grant reserves
+  up to ``wanted`` consecutive slots from ``start = max(next_slot_s, now - (burst - 1) / r)``,
+  one every ``1 / r`` seconds, but only those at most the request's ``horizon``
+  (:data:`HORIZON` by default) after ``now``, and
+  moves ``next_slot_s`` past them: one ``UPDATE ... RETURNING``. Slots before ``now`` (the
+  burst) are due at ``now``. The node spends slot ``i`` at its own instant, so the calls of
+  all nodes together never exceed the rate, whatever the batch. Slots a node does not use
+  lapse (they are not given back).
+* **Pause.** No slot while ``paused_until`` is after ``now``.
 * **Decrease.** A pushback halves the effective rate, at most once per its ``Retry-After``
   interval (:data:`DECREASE`), never below ``rate_per_second * floor_ratio``; it sets
   ``paused_until`` to the later of the current one and the pushback's.
-* **Recovery.** After :data:`CLEAN_INTERVAL` without a pushback the effective rate grows by
-  :data:`RECOVERY_SHARE` of the limit per clean interval (continuously), up to the limit.
+* **Recovery.** From :data:`CLEAN_INTERVAL` after the last decrease, the effective rate
+  grows by :data:`RECOVERY_SHARE` of the limit per second (continuously), up to the limit:
+  from the floor (10 %) back to the limit in 18 s.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ __all__ = [
     "CLEAN_INTERVAL",
     "DECREASE",
     "GRANT_SPAN",
+    "HORIZON",
     "RECOVERY_SHARE",
     "Grant",
     "GrantRequest",
@@ -38,15 +46,16 @@ __all__ = [
     "PushbackReport",
 ]
 
-#: A node asks for the tokens of this span of the rate at once (at least one); the bucket
-#: holds at least that many.
-GRANT_SPAN = timedelta(milliseconds=100)
+#: A node reserves at most the slots of this span of the rate at once (at least one).
+GRANT_SPAN = timedelta(milliseconds=500)
+#: A grant reserves no slot further than this after its ``now``.
+HORIZON = timedelta(seconds=1)
 #: Multiplicative decrease of the effective rate on a pushback.
 DECREASE = 0.5
 #: A clean interval: recovery starts this long after the last decrease.
 CLEAN_INTERVAL = timedelta(seconds=5)
-#: Additive recovery: this share of the limit per clean interval.
-RECOVERY_SHARE = 0.1
+#: Additive recovery: this share of the limit per second once clean.
+RECOVERY_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -60,7 +69,7 @@ class ProviderState:
         burst: calls allowed at once above the rate.
         max_in_flight: cap on calls in flight on each node, or None.
         effective_rate: the rate granted now (calls per second, <= ``rate_per_second``):
-            lowered by pushback, recovered additively.
+            lowered by pushback, recovered additively (as of the last grant or pushback).
         lowered_reason: why the effective rate is lowered (the last pushback), or None.
         paused_until: no call before this instant (a pushback's ``Retry-After``), or None.
         pushbacks: pushbacks reported in all.
@@ -85,15 +94,17 @@ class ProviderState:
 
 @dataclass(frozen=True)
 class GrantRequest:
-    """A node asks for tokens of one provider.
+    """A node asks for call slots of one provider.
 
     Attributes:
         name: the provider.
         node_id: the asking node (logs).
-        wanted: tokens wanted (0: only report the outcome counts).
+        wanted: call slots wanted (0: only report the outcome counts).
         now: the engine-clock instant (aware UTC).
         ok / pushback / failed / deferred: the node's outcome counts of this provider's
             calls since its last grant, added to the minute of ``now``.
+        horizon: no slot reserved further than this after ``now`` (zero: only slots
+            due now, the burst).
     """
 
     name: str
@@ -104,6 +115,7 @@ class GrantRequest:
     pushback: int = 0
     failed: int = 0
     deferred: int = 0
+    horizon: timedelta = HORIZON
 
 
 @dataclass(frozen=True)
@@ -111,15 +123,18 @@ class Grant:
     """The store's answer to a :class:`GrantRequest`.
 
     Attributes:
-        granted: tokens granted (0 to ``wanted``).
-        next_at: when the next token is expected (aware UTC): ``now`` plus the time one
-            token takes at the effective rate, or the end of a pause.
+        granted: call slots reserved (0 to ``wanted``).
+        next_at: the instant of the first slot not reserved (aware UTC): the slot after
+            the last granted one, or the end of a pause.
         state: the provider's state after the grant.
+        slots: the instants of the reserved slots (aware UTC, ascending, ``len ==
+            granted``, none before ``now``): a call may go out at or after its slot.
     """
 
     granted: int
     next_at: datetime
     state: ProviderState
+    slots: tuple[datetime, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -189,7 +204,7 @@ class ProviderLimits(Protocol):
         ...
 
     async def grant(self, request: GrantRequest) -> Grant:
-        """Take up to ``request.wanted`` tokens (one statement; see the module docstring)
+        """Reserve up to ``request.wanted`` call slots (one statement; see the module docstring)
         and add the request's outcome counts to the minute's tally.
 
         Raises:
@@ -215,8 +230,9 @@ class ProviderLimits(Protocol):
         """
         ...
 
-    async def states(self) -> list[ProviderState]:
-        """Every provider's state, by name."""
+    async def states(self, now: datetime | None = None) -> list[ProviderState]:
+        """Every provider's state, by name; with ``now`` (aware UTC), each effective rate as
+        recovered by then (nothing is written: the row keeps the last grant's)."""
         ...
 
     async def tallies(self, name: str, since: datetime) -> list[ProviderMinute]:
