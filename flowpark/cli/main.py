@@ -416,8 +416,8 @@ def fakes(
     rate_limit: float = typer.Option(
         None,
         min=0.001,
-        metavar="CALLS_PER_S",
-        help="Calls/s the fake OCR admits; beyond it, 429 with Retry-After (default: "
+        metavar="N",
+        help="Calls per second the fake OCR admits; beyond it, 429 with Retry-After (default: "
         "FLOWPARK_OCR_RATE_LIMIT, else none; burst: FLOWPARK_OCR_RATE_BURST).",
     ),
     log_level: LogLevelOpt = LogLevel.INFO,

@@ -30,7 +30,7 @@ def _promtool(*args: str) -> str:
 
 
 def test_alert_rules_pass_promtool_check() -> None:
-    assert "SUCCESS: 14 rules found" in _promtool("check", "rules", "flowpark-alerts.yml")
+    assert "SUCCESS: 15 rules found" in _promtool("check", "rules", "flowpark-alerts.yml")
 
 
 def test_alert_rules_unit_tests_pass() -> None:

@@ -44,7 +44,7 @@ async def test_json_lines_carry_context_and_no_secret(pg_url: str, tmp_path: Pat
                 assert resp.status_code == 200, resp.text
 
             await eventually(ready, timeout=60, interval=0.1)
-            resp = await client.post("/api/v1/obs/poll", json={"orderId": "log-1"})
+            resp = await client.post("/api/v1/obs/poll", json={"order_id": "log-1"})
             instance_id = resp.json()["instanceId"]
             wrong = await client.get(
                 f"/api/v1/instances/{instance_id}",

@@ -74,7 +74,7 @@ async def test_metrics_count_a_known_scenario_exactly(pg_url: str, tmp_path: Pat
             id=str(uuid7()),
             flow_name="obs.poll",
             flow_version="1.0.0",
-            input={"orderId": "orphan"},
+            input={"order_id": "orphan"},
             created_at=now - timedelta(minutes=2),
             deadline_at=None,
             lease_owner="dead-node",
@@ -91,12 +91,12 @@ async def test_metrics_count_a_known_scenario_exactly(pg_url: str, tmp_path: Pat
             await _up(client, log)
             polls = []
             for i in range(POLLS):
-                resp = await client.post("/api/v1/obs/poll", json={"orderId": f"p-{i}"})
+                resp = await client.post("/api/v1/obs/poll", json={"order_id": f"p-{i}"})
                 assert resp.status_code in (200, 202), resp.text
                 polls.append(resp.json()["instanceId"])
-            resp = await client.post("/api/v1/obs/timeout", json={"orderId": "t"})
+            resp = await client.post("/api/v1/obs/timeout", json={"order_id": "t"})
             timeout_id = resp.json()["instanceId"]
-            resp = await client.post("/api/v1/obs/signal", json={"orderId": "s"})
+            resp = await client.post("/api/v1/obs/signal", json={"order_id": "s"})
             signal_id = resp.json()["instanceId"]
             assert await _state(client, signal_id) == "suspended"
 

@@ -58,7 +58,7 @@ async def test_one_trace_from_start_through_wakes_on_another_node(
             live_server(url, app_factory=node, node_id="node-b", timer_scan_interval=0.1) as b,
         ):
             async with a.client() as client:
-                resp = await client.post("/api/v1/obs/poll", json={"orderId": "traced"})
+                resp = await client.post("/api/v1/obs/poll", json={"order_id": "traced"})
                 assert resp.status_code == 202, resp.text
                 instance_id = resp.json()["instanceId"]
 

@@ -56,7 +56,9 @@ async def test_a_sweep_claims_each_wake_near_its_own_instant(tmp_path: Path) -> 
             return lateness
 
         lateness = await eventually(each_made_attempt_one, timeout=10, interval=0.05)
-        assert all(0.0 <= late < 0.5 for late in lateness), lateness
+        # never early; late by at most a loaded machine's scheduling (the scan is 600 s away:
+        # claimed at the next scan, each would be minutes late)
+        assert all(0.0 <= late < 2.0 for late in lateness), lateness
     finally:
         await sweeper.stop()
         await db.dispose()
