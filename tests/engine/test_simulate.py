@@ -130,3 +130,19 @@ def test_the_command_prints_the_figures_of_the_sample_at_100000_instances() -> N
     assert bad.exit_code == 2 and "--script" in bad.output
     unknown = runner.invoke(app, ["flows", "simulate", "no.such", "--instances", "3"])
     assert unknown.exit_code == 2 and "no flow no.such" in unknown.output
+
+
+@pytest.mark.timeout(60)
+def test_a_pushback_outlasting_the_flow_deadline_fails_it_and_defers_its_undo() -> None:
+    # document.process: a 429 asking for 20,000 s outlasts the OCR budget and the flow
+    # deadline; the undo (ocr.cancel) calls the same paused provider after the deadline
+    # passed: it parks until the provider's instant, not at the passed deadline again and
+    # again (the virtual clock never moved on, and the run never ended)
+    from flowpark.cli.main import app
+
+    args = ["flows", "simulate", "document.process", "--instances", "2"]
+    done = CliRunner().invoke(app, [*args, "--script", "429:20000,done", "--json"])
+    assert done.exit_code == 0, done.output
+    figures = json.loads(done.output)
+    assert "flow.deadline_exceeded" in json.dumps(figures["ends"])
+    assert figures["compensations"]["ocr.cancel"]

@@ -38,9 +38,14 @@ PUSHBACK_JITTER = 0.2
 MAX_PUSHBACK_JITTER = timedelta(seconds=10)
 
 
-def deferral_bound(plan: Plan, instance: InstanceRecord, decision: Execute) -> datetime | None:
-    """The earliest deadline bounding the try ``decision`` names: the poll's budget end,
-    the retry window's end (for a retry of a step), the flow deadline; None when none."""
+def deferral_bound(
+    plan: Plan, instance: InstanceRecord, decision: Execute, now: datetime
+) -> datetime | None:
+    """The earliest deadline after ``now`` bounding the try ``decision`` names: the poll's
+    budget end, the retry window's end (for a retry of a step), the flow deadline; None when
+    none is ahead. A deadline already past bounds nothing more: the decider has acted on it
+    (a compensation deferred while the flow unwinds after its deadline parks until its
+    provider's instant, not at the passed deadline again and again)."""
     bounds = [decision.budget_ends_at, instance.deadline_at]
     step = plan.steps[decision.step]
     if isinstance(step, CapabilityStep) and decision.kind is StepKind.STEP:
@@ -48,8 +53,8 @@ def deferral_bound(plan: Plan, instance: InstanceRecord, decision: Execute) -> d
         total = retry.total_duration if retry is not None else None
         if total is not None and decision.try_number > 1 and decision.retry_from is not None:
             bounds.append(decision.retry_from + total)
-    present = [b for b in bounds if b is not None]
-    return min(present) if present else None
+    ahead = [b for b in bounds if b is not None and b > now]
+    return min(ahead) if ahead else None
 
 
 def deferral_park(
@@ -65,9 +70,9 @@ def deferral_park(
     attempt parks on the poll, accepting its signal; a compensation parks while
     unwinding)."""
     wake = max(until, now + MIN_DEFERRAL)
-    bound = deferral_bound(plan, instance, decision)
+    bound = deferral_bound(plan, instance, decision, now)
     if bound is not None:
-        wake = min(wake, max(bound, now))
+        wake = min(wake, bound)
     accept = None
     step = decision.step
     if decision.poll is not None:
