@@ -37,7 +37,7 @@ from flowpark.engine.observe import Observer, PollEnd
 from flowpark.flows.builder import AwaitItem, Flow, Item, PollItem, StepItem
 from flowpark.flows.capability import Bag, Capability, Decision, StepContext
 from flowpark.flows.catalog import Catalog
-from flowpark.flows.providers import Provider
+from flowpark.flows.providers import MAX_BURST, MAX_RATE, Provider
 from flowpark.store.memory import MemoryStore
 
 __all__ = [
@@ -173,7 +173,9 @@ def _unbounded(provider: Provider) -> Provider:
     pauses the provider for every sampled instance, as it does for every instance."""
     key = f"{provider.name}:{provider.floor_ratio}"
     if key not in _UNBOUNDED:
-        _UNBOUNDED[key] = replace(provider, rate_per_second=1e9, burst=10**9, max_in_flight=None)
+        _UNBOUNDED[key] = replace(
+            provider, rate_per_second=MAX_RATE, burst=MAX_BURST, max_in_flight=None
+        )
     return _UNBOUNDED[key]
 
 

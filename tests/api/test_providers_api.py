@@ -161,7 +161,13 @@ async def test_an_operator_changes_a_limit_live(store_url: str) -> None:
             again = (await client.get(f"{LIST}/ocr")).json()
             assert again["ratePerSecond"] == 20
 
-            for bad in ({"ratePerSecond": 0}, {"ratePerSecond": -1}, {"burst": 0}, {}):
+            for bad in (
+                {"ratePerSecond": 0},
+                {"ratePerSecond": -1},
+                {"ratePerSecond": 1e300},  # accepted, it failed every call of the provider
+                {"burst": 0},
+                {},
+            ):
                 refused = await client.patch(f"{LIST}/ocr/limit", json=bad)
                 assert refused.status_code == 422, bad
                 assert refused.json()["code"] == "input_invalid"

@@ -38,7 +38,7 @@ from flowpark.engine.ports.providers import (
     ProviderState,
     PushbackReport,
 )
-from flowpark.flows.providers import Provider
+from flowpark.flows.providers import MAX_BURST, Provider
 
 __all__ = ["TOKEN_LIFE", "Deferred", "Granted", "ProviderBudget", "declared_state"]
 
@@ -230,7 +230,9 @@ class ProviderBudget:
             override = self.overrides.get(provider.name)
             await self.limits.declare([declared_state(provider, now, override)], now)
             local.declared = True
-        wanted = max(1, math.floor(local.rate * GRANT_SPAN.total_seconds()))
+        # never more than a bucket holds: a grant is at most the burst, and a huge rate must
+        # not become a count no column can keep
+        wanted = min(MAX_BURST, max(1, math.floor(local.rate * GRANT_SPAN.total_seconds())))
         counts, local.counts = local.counts, dict.fromkeys(OUTCOMES, 0)
         grant = await self.limits.grant(
             GrantRequest(provider.name, self.node_id, wanted, now, **counts)
