@@ -361,16 +361,22 @@ class Second:
     backlog: float
 
 
-def queue_load(demand: Mapping[int, float], limit: float | None) -> list[Second]:
+def queue_load(
+    demand: Mapping[int, float], limit: float | None, *, until: int | None = None
+) -> list[Second]:
     """Apply ``limit`` (calls/s; None: none) to the calls due per second as a deferral
     queue: each second serves up to the limit, the oldest deferred first; the rest waits.
 
     Args:
         demand: calls due per second offset (seconds without calls may be absent).
         limit: calls per second (> 0), or None.
+        until: the offset (s) where the seconds stop even with a backlog left (the last
+            one's ``backlog`` is then what remains), or None: until the backlog is empty.
+            A fleet far above a low limit drains for years: this bounds the list.
 
     Returns:
-        One :class:`Second` per second from the first call until the backlog is empty.
+        One :class:`Second` per second from the first call until the backlog is empty
+        (or ``until``).
     """
     if not demand:
         return []
@@ -378,7 +384,7 @@ def queue_load(demand: Mapping[int, float], limit: float | None) -> list[Second]
     backlog = 0.0
     at = min(demand)
     last = max(demand)
-    while at <= last or backlog > 1e-9:
+    while (at <= last or backlog > 1e-9) and (until is None or at < until):
         due = demand.get(at, 0.0)
         waiting = backlog + due
         served = waiting if limit is None else min(limit, waiting)
@@ -416,7 +422,7 @@ class Simulation:
     limit: float | None
     calls_per_instance: list[int]
     calls_by_capability: dict[str, float]
-    seconds: list[Second]
+    seconds: list[Second] = field(repr=False)  # up to 7 days of seconds: no repr
     timeouts: list[float]
     ends: dict[tuple[str, str], tuple[int, float, float]]
     compensations: dict[str, list[float]]
@@ -534,7 +540,7 @@ async def simulate(
         await engine.drain()
     finally:
         await engine.close()
-    return _figures(flow, instances, runs, scripted, counted, limit, record, compensations)
+    return _figures(flow, instances, runs, scripted, counted, limit, record, compensations, horizon)
 
 
 def _figures(
@@ -546,6 +552,7 @@ def _figures(
     limit: float | None,
     record: _Record,
     compensations: list[str],
+    horizon: timedelta,
 ) -> Simulation:
     scale = instances / runs
     per_instance: Counter[str] = Counter()
@@ -574,7 +581,7 @@ def _figures(
         limit=limit,
         calls_per_instance=sorted(calls),
         calls_by_capability={k: v / runs for k, v in sorted(by_capability.items())},
-        seconds=queue_load(demand, limit),
+        seconds=queue_load(demand, limit, until=math.ceil(horizon.total_seconds())),
         timeouts=sorted(record.timeouts),
         ends=ends,
         compensations={k: v for k, v in comp_calls.items() if v},

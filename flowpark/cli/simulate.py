@@ -162,6 +162,13 @@ def _print(sim: Any) -> None:
             "they come later, and budgets or deadlines shorter than the wait run out "
             "(the engine defers a call, never past its deadline).[/yellow]"
         )
+    left = sim.seconds[-1].backlog if sim.seconds else 0.0
+    if left > 1e-9:
+        out.print(
+            f"[yellow]{left:,.0f} calls are still deferred where the figures stop, "
+            f"{_duration(len(sim.seconds))[1:]} after the first call: the limit is far "
+            "below what this fleet asks.[/yellow]"
+        )
     out.print(
         f"[dim]The calls per second are the sample's scaled by {sim.scale:,.4g}, the limit "
         "applied as a deferral queue (a deferred call does not move its instance's later "

@@ -38,6 +38,21 @@ def test_the_queue_serves_the_oldest_first_within_the_limit() -> None:
     assert queue_load({3: 12}, None) == [Second(3, 12, 12, 0)]
 
 
+def test_the_queue_stops_at_its_bound_with_the_backlog_left() -> None:
+    assert queue_load({0: 12}, 5, until=2) == [Second(0, 12, 5, 7), Second(1, 0, 5, 2)]
+
+
+def test_a_fleet_far_above_a_low_limit_ends_in_seconds_with_the_backlog_left() -> None:
+    from flowpark.cli.main import app
+
+    # 10^12 instances at 1 call/s drain for 2.5 * 10^5 years: the figures stop at the run's
+    # horizon (7 days) and say what is left, rather than filling memory second by second
+    args = ["flows", "simulate", "document.process", "--instances", str(10**12)]
+    done = CliRunner().invoke(app, [*args, "--limit", "1", "--sample", "5"])
+    assert done.exit_code == 0, done.output
+    assert "still deferred where the figures stop, 7d after" in " ".join(done.output.split())
+
+
 async def test_a_poll_done_on_its_third_check_at_a_thousand_instances() -> None:
     # per instance: t.start and check 0 at +0 s, check 1 (pending) at +60 s, check 2 (done)
     # at +120 s: 4 provider calls. Ten instances stand for 1,000 (x100): 2,000 calls due
