@@ -127,6 +127,11 @@ async def test_a_provider_shows_its_limit_load_and_waits(store_url: str) -> None
             current = minutes.get(now.isoformat()[:16])
             assert current is None or current["ok"] <= 6
 
+            # once the pause is over it is not shown as if it still held
+            h.clock.advance(timedelta(seconds=6))
+            later = (await client.get(f"{LIST}/ocr")).json()
+            assert later["pausedUntil"] is None and later["loweredReason"] == reason
+
             missing = await client.get(f"{LIST}/nope")
             assert missing.status_code == 404
             assert missing.headers["content-type"] == "application/problem+json"

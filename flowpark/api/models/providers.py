@@ -94,7 +94,9 @@ class ProviderView(ApiModel):
     )
     lowered: bool = Field(description="The effective rate is below the limit.")
     lowered_reason: str | None = Field(description="Why the rate was last lowered.")
-    paused_until: datetime | None = Field(description="No call before this instant.")
+    paused_until: datetime | None = Field(
+        description="No call before this instant (null when the provider is not paused now)."
+    )
     pushbacks: int = Field(description="Pushbacks seen in total.")
     updated_at: datetime
     updated_by: str | None = Field(
