@@ -56,6 +56,8 @@ __all__ = [
 DEFAULT_SAMPLE = 200
 #: The virtual instant a simulation starts at.
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+#: The most answers a script may name (its counts summed): the last one repeats anyway.
+MAX_SCRIPT_ANSWERS = 10_000
 _TOKEN = re.compile(r"^(pending|done|fail|429|503)(?::(\d+(?:\.\d+)?))?(?:\*(\d+))?$")
 
 
@@ -76,7 +78,8 @@ def parse_script(text: str) -> list[ScriptStep]:
     repeats.
 
     Raises:
-        ValueError: an answer that is none of these, or a count of 0.
+        ValueError: an answer that is none of these, a count of 0, or more than
+            :data:`MAX_SCRIPT_ANSWERS` answers in all.
     """
     steps: list[ScriptStep] = []
     for raw in text.split(","):
@@ -93,6 +96,11 @@ def parse_script(text: str) -> list[ScriptStep]:
         times = int(count) if count is not None else 1
         if times < 1:
             raise ValueError(f"{token!r}: the count must be at least 1")
+        if len(steps) + times > MAX_SCRIPT_ANSWERS:
+            raise ValueError(
+                f"{token!r}: a script names at most {MAX_SCRIPT_ANSWERS:,} answers "
+                "(the last one repeats)"
+            )
         steps += [ScriptStep(answer, float(seconds) if seconds is not None else None)] * times
     return steps
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from typing import Annotated, Any
 
 import typer
@@ -277,6 +278,8 @@ def flows_simulate(
             limit = float(override.get("rate_per_second") or declared[1])
     if no_limit:
         limit = None
+    if limit is not None and not math.isfinite(limit):
+        usage_error(f"--limit {limit} is not a number of calls per second")
     try:
         data = json.loads(payload) if payload is not None else None
         sim = asyncio.run(

@@ -24,7 +24,7 @@ def test_scripts_parse_and_bad_ones_are_refused() -> None:
         ("503", None),
         ("done", None),
     ]
-    for bad in ("", "pending*0", "maybe", "done:5", "429:x", "pending*"):
+    for bad in ("", "pending*0", "maybe", "done:5", "429:x", "pending*", "pending*99999999999999"):
         with pytest.raises(ValueError):
             parse_script(bad)
 
@@ -143,5 +143,7 @@ def test_the_command_prints_the_figures_of_the_sample_at_100000_instances() -> N
     assert "deferral queue" in text.output
     bad = runner.invoke(app, [*args, "--script", "pending*0"])
     assert bad.exit_code == 2 and "--script" in bad.output
+    endless = runner.invoke(app, [*args, "--limit", "nan"])  # ran with no limit at all
+    assert endless.exit_code == 2 and "is not a number of calls per second" in endless.output
     unknown = runner.invoke(app, ["flows", "simulate", "no.such", "--instances", "3"])
     assert unknown.exit_code == 2 and "no flow no.such" in unknown.output
