@@ -37,7 +37,7 @@ from flowpark.engine.observe import Observer, PollEnd
 from flowpark.flows.builder import AwaitItem, Flow, Item, PollItem, StepItem
 from flowpark.flows.capability import Bag, Capability, Decision, StepContext
 from flowpark.flows.catalog import Catalog
-from flowpark.flows.providers import Provider
+from flowpark.flows.providers import MAX_BURST, MAX_RATE, Provider
 from flowpark.store.memory import MemoryStore
 
 __all__ = [
@@ -56,6 +56,8 @@ __all__ = [
 DEFAULT_SAMPLE = 200
 #: The virtual instant a simulation starts at.
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+#: The most answers a script may name (its counts summed): the last one repeats anyway.
+MAX_SCRIPT_ANSWERS = 10_000
 _TOKEN = re.compile(r"^(pending|done|fail|429|503)(?::(\d+(?:\.\d+)?))?(?:\*(\d+))?$")
 
 
@@ -76,7 +78,8 @@ def parse_script(text: str) -> list[ScriptStep]:
     repeats.
 
     Raises:
-        ValueError: an answer that is none of these, or a count of 0.
+        ValueError: an answer that is none of these, a count of 0, or more than
+            :data:`MAX_SCRIPT_ANSWERS` answers in all.
     """
     steps: list[ScriptStep] = []
     for raw in text.split(","):
@@ -93,6 +96,11 @@ def parse_script(text: str) -> list[ScriptStep]:
         times = int(count) if count is not None else 1
         if times < 1:
             raise ValueError(f"{token!r}: the count must be at least 1")
+        if len(steps) + times > MAX_SCRIPT_ANSWERS:
+            raise ValueError(
+                f"{token!r}: a script names at most {MAX_SCRIPT_ANSWERS:,} answers "
+                "(the last one repeats)"
+            )
         steps += [ScriptStep(answer, float(seconds) if seconds is not None else None)] * times
     return steps
 
@@ -173,7 +181,9 @@ def _unbounded(provider: Provider) -> Provider:
     pauses the provider for every sampled instance, as it does for every instance."""
     key = f"{provider.name}:{provider.floor_ratio}"
     if key not in _UNBOUNDED:
-        _UNBOUNDED[key] = replace(provider, rate_per_second=1e9, burst=10**9, max_in_flight=None)
+        _UNBOUNDED[key] = replace(
+            provider, rate_per_second=MAX_RATE, burst=MAX_BURST, max_in_flight=None
+        )
     return _UNBOUNDED[key]
 
 
@@ -359,16 +369,22 @@ class Second:
     backlog: float
 
 
-def queue_load(demand: Mapping[int, float], limit: float | None) -> list[Second]:
+def queue_load(
+    demand: Mapping[int, float], limit: float | None, *, until: int | None = None
+) -> list[Second]:
     """Apply ``limit`` (calls/s; None: none) to the calls due per second as a deferral
     queue: each second serves up to the limit, the oldest deferred first; the rest waits.
 
     Args:
         demand: calls due per second offset (seconds without calls may be absent).
         limit: calls per second (> 0), or None.
+        until: the offset (s) where the seconds stop even with a backlog left (the last
+            one's ``backlog`` is then what remains), or None: until the backlog is empty.
+            A fleet far above a low limit drains for years: this bounds the list.
 
     Returns:
-        One :class:`Second` per second from the first call until the backlog is empty.
+        One :class:`Second` per second from the first call until the backlog is empty
+        (or ``until``).
     """
     if not demand:
         return []
@@ -376,7 +392,7 @@ def queue_load(demand: Mapping[int, float], limit: float | None) -> list[Second]
     backlog = 0.0
     at = min(demand)
     last = max(demand)
-    while at <= last or backlog > 1e-9:
+    while (at <= last or backlog > 1e-9) and (until is None or at < until):
         due = demand.get(at, 0.0)
         waiting = backlog + due
         served = waiting if limit is None else min(limit, waiting)
@@ -414,7 +430,7 @@ class Simulation:
     limit: float | None
     calls_per_instance: list[int]
     calls_by_capability: dict[str, float]
-    seconds: list[Second]
+    seconds: list[Second] = field(repr=False)  # up to 7 days of seconds: no repr
     timeouts: list[float]
     ends: dict[tuple[str, str], tuple[int, float, float]]
     compensations: dict[str, list[float]]
@@ -532,7 +548,7 @@ async def simulate(
         await engine.drain()
     finally:
         await engine.close()
-    return _figures(flow, instances, runs, scripted, counted, limit, record, compensations)
+    return _figures(flow, instances, runs, scripted, counted, limit, record, compensations, horizon)
 
 
 def _figures(
@@ -544,6 +560,7 @@ def _figures(
     limit: float | None,
     record: _Record,
     compensations: list[str],
+    horizon: timedelta,
 ) -> Simulation:
     scale = instances / runs
     per_instance: Counter[str] = Counter()
@@ -572,7 +589,7 @@ def _figures(
         limit=limit,
         calls_per_instance=sorted(calls),
         calls_by_capability={k: v / runs for k, v in sorted(by_capability.items())},
-        seconds=queue_load(demand, limit),
+        seconds=queue_load(demand, limit, until=math.ceil(horizon.total_seconds())),
         timeouts=sorted(record.timeouts),
         ends=ends,
         compensations={k: v for k, v in comp_calls.items() if v},

@@ -157,7 +157,10 @@ async def provider_views(
         minutes = await engine.store.providers.tallies(state.name, now - HOUR)
         previous = next((m for m in minutes if m.minute == last_minute), None)
         views.append(
-            (_view(state, flows[state.name], load, previous, await _oldest(waits, load)), minutes)
+            (
+                _view(state, flows[state.name], load, previous, await _oldest(waits, load), now),
+                minutes,
+            )
         )
     return views
 
@@ -192,7 +195,10 @@ def _view(
     load: _Load,
     previous: ProviderMinute | None,
     oldest: OldestDeferralView | None,
+    now: datetime,
 ) -> ProviderView:
+    paused = state.paused_until
+
     return ProviderView(
         name=state.name,
         rate_per_second=state.rate_per_second,
@@ -202,7 +208,7 @@ def _view(
         effective_rate=state.effective_rate,
         lowered=state.effective_rate < state.rate_per_second,
         lowered_reason=state.lowered_reason,
-        paused_until=state.paused_until,
+        paused_until=paused if paused is not None and paused > now else None,
         pushbacks=state.pushbacks,
         updated_at=state.updated_at,
         updated_by=state.updated_by,

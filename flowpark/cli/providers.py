@@ -3,6 +3,7 @@ operator's live change of a limit (``/api/v1/providers``)."""
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 import typer
@@ -21,6 +22,7 @@ from flowpark.cli._client import (
     segment,
     usage_error,
 )
+from flowpark.flows.providers import PROVIDER_NAME
 
 __all__ = ["providers_app"]
 
@@ -30,6 +32,16 @@ providers_app = typer.Typer(
 )
 
 Name = Annotated[str, typer.Argument(metavar="PROVIDER", help="The provider's name.")]
+
+
+def _checked(name: str) -> str:
+    """``name``, or a usage error (exit 2) when no provider can have it."""
+    if not PROVIDER_NAME.fullmatch(name):
+        usage_error(
+            f"{name[:80]!r} is not a provider's name (1 to 64 of a-z 0-9 _ . -, "
+            "starting with a letter or digit)"
+        )
+    return name
 
 
 def _rate(value: float) -> str:
@@ -114,7 +126,7 @@ def providers_show(
 ) -> None:
     """Show one provider, with its calls per minute by outcome over the last hour."""
     with _api(url, token) as api:
-        provider = api.call("GET", f"/api/v1/providers/{segment(name)}")
+        provider = api.call("GET", f"/api/v1/providers/{segment(_checked(name))}")
     if as_json:
         _json(provider)
         return
@@ -163,6 +175,9 @@ def providers_set(
     the instant; a later declaration or setting never replaces it."""
     if rate is None and burst is None and max_in_flight is None:
         usage_error("give --rate, --burst or --max-in-flight")
+    _checked(name)
+    if rate is not None and not math.isfinite(rate):
+        usage_error(f"--rate {rate} is not a number of calls per second")
     body = {
         key: value
         for key, value in (

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from typing import Annotated, Any
 
 import typer
@@ -162,6 +163,13 @@ def _print(sim: Any) -> None:
             "they come later, and budgets or deadlines shorter than the wait run out "
             "(the engine defers a call, never past its deadline).[/yellow]"
         )
+    left = sim.seconds[-1].backlog if sim.seconds else 0.0
+    if left > 1e-9:
+        out.print(
+            f"[yellow]{left:,.0f} calls are still deferred where the figures stop, "
+            f"{_duration(len(sim.seconds))[1:]} after the first call: the limit is far "
+            "below what this fleet asks.[/yellow]"
+        )
     out.print(
         f"[dim]The calls per second are the sample's scaled by {sim.scale:,.4g}, the limit "
         "applied as a deferral queue (a deferred call does not move its instance's later "
@@ -270,6 +278,8 @@ def flows_simulate(
             limit = float(override.get("rate_per_second") or declared[1])
     if no_limit:
         limit = None
+    if limit is not None and not math.isfinite(limit):
+        usage_error(f"--limit {limit} is not a number of calls per second")
     try:
         data = json.loads(payload) if payload is not None else None
         sim = asyncio.run(

@@ -22,6 +22,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 __all__ = [
+    "MAX_BURST",
+    "MAX_RATE",
     "PUSHBACK_STATUSES",
     "PROVIDER_NAME",
     "Provider",
@@ -33,6 +35,11 @@ __all__ = [
 #: The format of a provider's name (rule ``provider.name_invalid``): 1 to 64 of
 #: ``a-z 0-9 _ . -``, starting with a letter or digit (it is a URL segment and a label).
 PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+#: The highest rate a provider's limit may name, calls per second (declared, set or changed
+#: live): a limit is a vendor's contract, and no vendor takes more than this from one account.
+MAX_RATE = 1_000_000.0
+#: The highest burst (and per-node in-flight cap) a provider's limit may name, calls.
+MAX_BURST = 1_000_000
 #: HTTP statuses that are a provider's pushback (not a failed try).
 PUSHBACK_STATUSES = frozenset({429, 503})
 
@@ -55,10 +62,12 @@ class Provider:
             different declarations under one name are a definition error
             (``provider.conflicting_declaration``); a malformed one too
             (``provider.name_invalid``).
-        rate_per_second: calls per second of all nodes together (> 0). A deployment may
+        rate_per_second: calls per second of all nodes together (> 0, at most
+            :data:`MAX_RATE`). A deployment may
             override it (``FLOWPARK_PROVIDER_LIMITS``) and an operator may change it live.
-        burst: calls allowed at once above the rate (>= 1).
-        max_in_flight: cap on calls in flight at once on each node (None: no cap).
+        burst: calls allowed at once above the rate (1 to :data:`MAX_BURST`).
+        max_in_flight: cap on calls in flight at once on each node (1 to
+            :data:`MAX_BURST`; None: no cap).
         floor_ratio: pushback never lowers the effective rate below
             ``rate_per_second * floor_ratio`` (0 < floor_ratio <= 1).
 
@@ -73,12 +82,14 @@ class Provider:
     floor_ratio: float = 0.1
 
     def __post_init__(self) -> None:
-        if not (self.rate_per_second > 0 and math.isfinite(self.rate_per_second)):
-            raise ValueError(f"provider {self.name!r}: rate_per_second must be positive")
-        if self.burst < 1:
-            raise ValueError(f"provider {self.name!r}: burst must be at least 1")
-        if self.max_in_flight is not None and self.max_in_flight < 1:
-            raise ValueError(f"provider {self.name!r}: max_in_flight must be at least 1")
+        if not (0 < self.rate_per_second <= MAX_RATE and math.isfinite(self.rate_per_second)):
+            raise ValueError(
+                f"provider {self.name!r}: rate_per_second must be positive, at most {MAX_RATE:g}"
+            )
+        if not 1 <= self.burst <= MAX_BURST:
+            raise ValueError(f"provider {self.name!r}: burst must be 1 to {MAX_BURST}")
+        if self.max_in_flight is not None and not 1 <= self.max_in_flight <= MAX_BURST:
+            raise ValueError(f"provider {self.name!r}: max_in_flight must be 1 to {MAX_BURST}")
         if not 0.0 < self.floor_ratio <= 1.0:
             raise ValueError(f"provider {self.name!r}: floor_ratio must be in (0, 1]")
 

@@ -2,10 +2,14 @@
 
 A *target* is one of:
 
-* a module path (``mycompany.flows``), imported with the normal import system;
+* a module path (``mycompany.flows``), imported with the normal import system, or from the
+  working directory when its package (or module) is there (``app.flows`` beside
+  ``app/__init__.py``), as ``python -m`` finds it;
 * a ``.py`` file: its folder goes first on ``sys.path`` and the file is imported as a
   top-level module named after it (``ci_build.py`` -> ``ci_build``), so it can import the
-  modules beside it;
+  modules beside it; a file inside a package (``app/flows.py`` beside ``app/__init__.py``)
+  is imported by its dotted name (``app.flows``), the package's parent folder first on
+  ``sys.path`` too, so it imports ``app.clients`` as well;
 * a folder: it goes first on ``sys.path`` and each ``*.py`` file in it is imported the same
   way, by name order, except ``conftest.py``, ``test_*.py``, ``*_test.py`` and names
   starting with ``_`` (tests and helpers may sit beside the flows).
@@ -152,17 +156,32 @@ def _where(exc: BaseException) -> str | None:
     return None
 
 
+def _dotted_name(path: Path) -> tuple[str, Path]:
+    """The module name of the file ``path`` and the folder it is imported from: inside a
+    package (folders holding ``__init__.py``), ``app/flows.py`` is ``app.flows`` from the
+    package's parent folder; elsewhere it is its stem from its own folder."""
+    parts = [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file() and folder.name.isidentifier():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts), folder
+
+
 def _import_beside(path: Path, target: str) -> ModuleType:
-    """Import the file ``path`` as the top-level module named after it, its folder first on
-    ``sys.path`` (so its sibling imports work)."""
-    folder = str(path.parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    module = importlib.import_module(path.stem)
+    """Import the file ``path``, its folder first on ``sys.path`` (so its sibling imports
+    work): as the top-level module named after it, or, inside a package, by its dotted name
+    with the package's parent folder on ``sys.path`` too (so ``app/flows.py`` may import
+    ``app.clients`` and use relative imports)."""
+    name, root = _dotted_name(path)
+    for folder in (str(root), str(path.parent)):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    module = importlib.import_module(name)
     origin = getattr(module, "__file__", None)
     if origin is None or Path(origin).resolve() != path:
         raise FlowsUnloadable(
-            f"cannot load {target}: the module name {path.stem!r} is already taken by "
+            f"cannot load {target}: the module name {name!r} is already taken by "
             f"{origin or 'a built-in module'}; rename the file",
             target=target,
         )
@@ -209,8 +228,11 @@ def resolve_target(target: str) -> list[ModuleType]:
             try:
                 return [importlib.import_module(target)]
             except ModuleNotFoundError as exc:
-                if exc.name != target.split(".")[0]:
+                top = target.split(".")[0]
+                if exc.name != top:
                     raise
+                if not Path(target).exists() and _in_working_directory(top):
+                    return [importlib.import_module(target)]
                 if not Path(target).exists():
                     raise FlowsUnloadable(
                         f"cannot load {target}: no module, .py file or folder of that name",
@@ -223,6 +245,18 @@ def resolve_target(target: str) -> list[ModuleType]:
         if isinstance(exc, KeyboardInterrupt):
             raise
         raise FlowsUnloadable(f"cannot load {target}: {_why(exc)}", target=target) from exc
+
+
+def _in_working_directory(top: str) -> bool:
+    """Whether the working directory holds the package or module ``top`` (as ``python -m``
+    and uvicorn find it); if so, the working directory goes first on ``sys.path``."""
+    here = Path.cwd()
+    if not ((here / top / "__init__.py").is_file() or (here / f"{top}.py").is_file()):
+        return False
+    if str(here) not in sys.path:
+        sys.path.insert(0, str(here))
+    importlib.invalidate_caches()
+    return True
 
 
 def _import_path(target: str) -> list[ModuleType]:

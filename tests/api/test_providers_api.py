@@ -127,6 +127,11 @@ async def test_a_provider_shows_its_limit_load_and_waits(store_url: str) -> None
             current = minutes.get(now.isoformat()[:16])
             assert current is None or current["ok"] <= 6
 
+            # once the pause is over it is not shown as if it still held
+            h.clock.advance(timedelta(seconds=6))
+            later = (await client.get(f"{LIST}/ocr")).json()
+            assert later["pausedUntil"] is None and later["loweredReason"] == reason
+
             missing = await client.get(f"{LIST}/nope")
             assert missing.status_code == 404
             assert missing.headers["content-type"] == "application/problem+json"
@@ -164,7 +169,13 @@ async def test_an_operator_changes_a_limit_live(store_url: str) -> None:
             again = (await client.get(f"{LIST}/ocr")).json()
             assert again["ratePerSecond"] == 20
 
-            for bad in ({"ratePerSecond": 0}, {"ratePerSecond": -1}, {"burst": 0}, {}):
+            for bad in (
+                {"ratePerSecond": 0},
+                {"ratePerSecond": -1},
+                {"ratePerSecond": 1e300},  # accepted, it failed every call of the provider
+                {"burst": 0},
+                {},
+            ):
                 refused = await client.put(f"{LIST}/ocr/limit", json=bad)
                 assert refused.status_code == 422, bad
                 assert refused.json()["code"] == "input_invalid"

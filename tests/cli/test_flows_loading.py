@@ -235,6 +235,48 @@ def test_flows_check_takes_a_folder_named_bare_with_sibling_imports(tmp_path: Pa
     assert done.stdout.strip().splitlines() == ["ok: greet@1.0.0"]
 
 
+OWN_APP_FLOWS = """
+from pydantic import BaseModel
+
+from app.clients import GREETING
+from flowpark import Capability, Flow, HttpTrigger, StepContext
+
+from .clients import GREETING as SAME
+
+
+class Name(BaseModel):
+    name: str
+
+
+class Greet(Capability):
+    id = "greet.say"
+    idempotent = True
+
+    async def execute(self, ctx: StepContext) -> None:
+        return None
+
+
+assert GREETING is SAME
+FLOW = Flow("greet", "1.0.0", input=Name, trigger=HttpTrigger("POST", "/api/v1/greetings")).step(
+    Greet()
+)
+"""
+
+
+@pytest.mark.parametrize("target", ["app.flows", "app/flows.py", "./app"])
+def test_a_project_of_its_own_app_package_loads_from_its_folder(
+    tmp_path: Path, target: str
+) -> None:
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "clients.py").write_text('GREETING = "hello"\n')
+    (app / "flows.py").write_text(OWN_APP_FLOWS)
+    done = _run(["flows", "check", "--flows", target], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines() == ["ok: greet@1.0.0"]
+
+
 def test_the_node_settings_hold_no_sample_setting() -> None:
     fields = set(Settings.model_fields)
     assert "flows" in fields

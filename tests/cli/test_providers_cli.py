@@ -60,6 +60,14 @@ async def test_list_show_and_set_a_limit(_sqlite_template: Path, tmp_path: Path)
         assert bad.exit_code == 1 and "input_invalid" in bad.output
         nothing = runner.invoke(app, ["providers", "set", "ocr", *common])
         assert nothing.exit_code == 2
+        for args in (["show", ""], ["show", "OCR!"], ["set", "", "--rate", "1"]):
+            misnamed = runner.invoke(app, ["providers", *args, *common])
+            assert misnamed.exit_code == 2, misnamed.output  # was 4 "no route", 1
+            assert "is not a provider's name" in misnamed.output
+        for rate in ("nan", "inf"):
+            endless = runner.invoke(app, ["providers", "set", "ocr", "--rate", rate, *common])
+            assert endless.exit_code == 2, endless.output  # was 1 "the body is not JSON"
+            assert "is not a number of calls per second" in endless.output
         unknown = runner.invoke(app, ["providers", "show", "nope", *common])
         assert unknown.exit_code == 4 and "provider_not_found" in unknown.output
         anonymous = runner.invoke(

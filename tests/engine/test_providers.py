@@ -8,10 +8,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from types import SimpleNamespace
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from pydantic import BaseModel
 
+from flowpark.engine.decide.decisions import Execute
+from flowpark.engine.execute.deferral import pushback_reason
+from flowpark.engine.execute.tries import PushedBack
 from flowpark.engine.records import InstanceState, Outcome, StepKind, WakeKind
 from flowpark.flows import (
     Backoff,
@@ -150,7 +153,8 @@ async def test_a_429_with_retry_after_seconds_parks_until_then_and_spends_no_try
         (state,) = await h.store.providers.states()
         assert (state.effective_rate, state.pushbacks) == (5.0, 1)
         assert state.paused_until == T0 + 30 * S
-        assert state.lowered_reason == f"429 from p.ocr at {T0.isoformat()}; Retry-After 30 s"
+        stamp = T0.isoformat(timespec="seconds")
+        assert state.lowered_reason == f"429 from p.ocr at {stamp}; Retry-After 30 s"
         # the 503 after it parks again: still no row, the retry policy (2 tries) unspent
         await h.advance_to_next_wake(started.instance.id)
         assert (await h.instance(started.instance.id)).wake_kind == "provider_pushback"
@@ -415,3 +419,13 @@ async def test_a_try_whose_slot_is_near_waits_for_it_in_process_not_parked() -> 
         assert snap.instance.state == "completed"  # never parked: no deferral
         (row,) = snap.steps
         assert row.started_at == T0 + S  # the call went out at its slot, not before
+
+
+def test_a_lowered_reason_reads_for_people_when_the_retry_after_was_parsed_a_moment_ago() -> None:
+    # the engine's clock moved on between parsing the header (Retry-After: 2) and writing the
+    # reason: the seconds are the provider's, not 1.99991; the instant is to the second
+    now = T0 + timedelta(microseconds=761_480)
+    pushed = PushedBack(now + timedelta(seconds=1.99991), 429, "HTTP 429")
+    decision = cast(Execute, SimpleNamespace(capability_id="p.ocr"))
+    reason = pushback_reason(pushed, decision, now)
+    assert reason == f"429 from p.ocr at {T0.isoformat(timespec='seconds')}; Retry-After 2 s"

@@ -24,7 +24,7 @@ def test_scripts_parse_and_bad_ones_are_refused() -> None:
         ("503", None),
         ("done", None),
     ]
-    for bad in ("", "pending*0", "maybe", "done:5", "429:x", "pending*"):
+    for bad in ("", "pending*0", "maybe", "done:5", "429:x", "pending*", "pending*99999999999999"):
         with pytest.raises(ValueError):
             parse_script(bad)
 
@@ -36,6 +36,21 @@ def test_the_queue_serves_the_oldest_first_within_the_limit() -> None:
         Second(2, 1, 3, 0),
     ]
     assert queue_load({3: 12}, None) == [Second(3, 12, 12, 0)]
+
+
+def test_the_queue_stops_at_its_bound_with_the_backlog_left() -> None:
+    assert queue_load({0: 12}, 5, until=2) == [Second(0, 12, 5, 7), Second(1, 0, 5, 2)]
+
+
+def test_a_fleet_far_above_a_low_limit_ends_in_seconds_with_the_backlog_left() -> None:
+    from flowpark.cli.main import app
+
+    # 10^12 instances at 1 call/s drain for 2.5 * 10^5 years: the figures stop at the run's
+    # horizon (7 days) and say what is left, rather than filling memory second by second
+    args = ["flows", "simulate", "document.process", "--instances", str(10**12)]
+    done = CliRunner().invoke(app, [*args, "--limit", "1", "--sample", "5"])
+    assert done.exit_code == 0, done.output
+    assert "still deferred where the figures stop, 7d after" in " ".join(done.output.split())
 
 
 async def test_a_poll_done_on_its_third_check_at_a_thousand_instances() -> None:
@@ -128,6 +143,8 @@ def test_the_command_prints_the_figures_of_the_sample_at_100000_instances() -> N
     assert "deferral queue" in text.output
     bad = runner.invoke(app, [*args, "--script", "pending*0"])
     assert bad.exit_code == 2 and "--script" in bad.output
+    endless = runner.invoke(app, [*args, "--limit", "nan"])  # ran with no limit at all
+    assert endless.exit_code == 2 and "is not a number of calls per second" in endless.output
     unknown = runner.invoke(app, ["flows", "simulate", "no.such", "--instances", "3"])
     assert unknown.exit_code == 2 and "no flow no.such" in unknown.output
 

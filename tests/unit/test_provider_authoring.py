@@ -95,7 +95,14 @@ def test_a_clash_across_the_flows_of_a_node_is_refused() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"rate_per_second": 0}, {"burst": 0}, {"max_in_flight": 0}, {"floor_ratio": 0.0}],
+    [
+        {"rate_per_second": 0},
+        {"rate_per_second": 1e300},  # a grant of a tenth of a second of it fits no column
+        {"burst": 0},
+        {"burst": 10**12},
+        {"max_in_flight": 0},
+        {"floor_ratio": 0.0},
+    ],
 )
 def test_a_limit_out_of_range_is_refused(kwargs: dict[str, Any]) -> None:
     args: dict[str, Any] = {"name": "p", "rate_per_second": 1.0, **kwargs}

@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import Field
 
 from flowpark.api.models._base import _AT, _ID, _LATER, JSON_INTEGER, ApiModel, _examples
+from flowpark.flows.providers import MAX_BURST, MAX_RATE
 
 __all__ = [
     "LimitChangeBody",
@@ -93,7 +94,9 @@ class ProviderView(ApiModel):
     )
     lowered: bool = Field(description="The effective rate is below the limit.")
     lowered_reason: str | None = Field(description="Why the rate was last lowered.")
-    paused_until: datetime | None = Field(description="No call before this instant.")
+    paused_until: datetime | None = Field(
+        description="No call before this instant (null when the provider is not paused now)."
+    )
     pushbacks: int = Field(description="Pushbacks seen in total.")
     updated_at: datetime
     updated_by: str | None = Field(
@@ -135,13 +138,18 @@ class LimitChangeBody(ApiModel):
 
     model_config = _examples({"ratePerSecond": 20, "burst": 2})
 
-    rate_per_second: float = Field(gt=0, allow_inf_nan=False, description="Calls per second (> 0).")
+    rate_per_second: float = Field(
+        gt=0,
+        le=MAX_RATE,
+        allow_inf_nan=False,
+        description=f"Calls per second (> 0, at most {MAX_RATE:g}).",
+    )
     burst: Annotated[int | None, JSON_INTEGER] = Field(
-        default=None, ge=1, le=1_000_000, description="Calls at once above the rate (>= 1)."
+        default=None, ge=1, le=MAX_BURST, description="Calls at once above the rate (>= 1)."
     )
     max_in_flight: Annotated[int | None, JSON_INTEGER] = Field(
         default=None,
         ge=0,
-        le=1_000_000,
+        le=MAX_BURST,
         description="Calls in flight on each node; 0 removes the cap.",
     )

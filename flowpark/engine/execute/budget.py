@@ -46,7 +46,7 @@ from flowpark.engine.ports.providers import (
     ProviderState,
     PushbackReport,
 )
-from flowpark.flows.providers import Provider
+from flowpark.flows.providers import MAX_BURST, Provider
 
 __all__ = [
     "FLUSH_EVERY",
@@ -316,7 +316,9 @@ class ProviderBudget:
     async def _grant(self, local: _Local, now: datetime) -> None:
         provider = local.provider
         await self._declare(local, now)
-        batch = max(1, math.floor(local.rate * GRANT_SPAN.total_seconds()))
+        # never more than a bucket holds, and a huge rate must not become a count no
+        # column can keep
+        batch = min(MAX_BURST, max(1, math.floor(local.rate * GRANT_SPAN.total_seconds())))
         wanted = min(batch, max(1, local.asked + local.asked_before))
         counts, local.counts = local.counts, dict.fromkeys(OUTCOMES, 0)
         reach = min(self.wait, HORIZON)  # only slots this node will wait for

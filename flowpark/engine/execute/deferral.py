@@ -103,13 +103,15 @@ def pushback_until(until: datetime | None, now: datetime, seed: str) -> datetime
 
 def pushback_reason(pushed: PushedBack, decision: Execute, now: datetime) -> str:
     """Why the provider's effective rate is lowered, for people: ``"429 from ocr.status at
-    2026-12-06T10:00:00+00:00; Retry-After 5 s"`` (at most 500 characters)."""
+    2026-12-06T10:00:00+00:00; Retry-After 5 s"`` (at most 500 characters): the instant to
+    the second, the delay to a tenth of a second (the header's ``2``, read a moment ago, is not
+    ``1.99991``)."""
     what = str(pushed.status) if pushed.status is not None else "pushback"
-    text = f"{what} from {decision.capability_id} at {now.isoformat()}; "
+    text = f"{what} from {decision.capability_id} at {now.isoformat(timespec='seconds')}; "
     if pushed.until is None:
         text += f"no Retry-After (backoff {DEFAULT_PUSHBACK.total_seconds():g} s)"
     else:
-        text += f"Retry-After {(pushed.until - now).total_seconds():g} s"
+        text += f"Retry-After {round((pushed.until - now).total_seconds(), 1):g} s"
     if pushed.detail and pushed.detail != f"HTTP {pushed.status}":
         text += f"; {pushed.detail}"
     return text[:500]
