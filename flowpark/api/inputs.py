@@ -16,7 +16,7 @@ import math
 import re
 import types
 import unicodedata
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Union, get_args, get_origin
 
 from fastapi import Depends, Request
@@ -242,7 +242,7 @@ class JsonBodyRoute(APIRoute):
     digits only: ``after=0.0`` is 422 ``input_invalid`` (pydantic alone would read it as 0).
     """
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         """The route's handler, checking its integer query parameters first."""
         handler = super().get_route_handler()
         names = _integer_queries(self.dependant)
