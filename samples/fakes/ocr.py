@@ -492,7 +492,8 @@ class FakeOcrService:
             ``min(callback_backoff_cap, callback_backoff * 2 ** (try_number - 1))``, jittered
             to between half of it and all of it.
         """
-        full = min(self.callback_backoff_cap, self.callback_backoff * 2 ** (try_number - 1))
+        doubled: timedelta = self.callback_backoff * 2 ** (try_number - 1)
+        full = min(self.callback_backoff_cap, doubled)
         return full * (0.5 + random.random() / 2)
 
     async def _send_callback(self, job_id: str, url: str, token: str | None) -> None:

@@ -275,7 +275,13 @@ async def test_ocr_callback_outlasts_a_crash_loop_of_its_receiver(
     client: httpx.AsyncClient, ocr: FakeOcrService, sink: CallbackSink
 ) -> None:
     # a node dying and restarting: refused connections and 503s for a while, then 200
-    sink.statuses = [httpx.ConnectError("refused"), 503, 503, httpx.ConnectError("x")] * 2 + [503]
+    crash: list[int | Exception] = [
+        httpx.ConnectError("refused"),
+        503,
+        503,
+        httpx.ConnectError("x"),
+    ]
+    sink.statuses = [*crash, *crash, 503]
     job_id = (await upload(client, 1, callbackUrl=CALLBACK_URL))["jobId"]
     await client.post(f"/fake/ocr/jobs/{job_id}/complete")
     await ocr.drain()
