@@ -31,6 +31,7 @@ from flowpark.errors import (
     SignalNotDeclared,
     StaleFencingToken,
     StoreUnavailable,
+    VersionNotServed,
     shown,
 )
 from flowpark.flows.plan import AwaitSignalStep, Plan, PollStep
@@ -158,7 +159,21 @@ async def wake(engine: NodeEngine, instance_id: str, *, woken: bool = False) -> 
 
     Returns:
         The run's outcome; None when the instance was not claimable.
+
+    Raises:
+        InstanceNotFound: ``woken`` and no such instance (``instance_not_found``).
+        VersionNotServed: ``woken`` and this node does not serve the instance's flow
+            version (``version_not_served``): nothing was claimed or run.
     """
+    if woken:
+        inst = await engine.store.reads.get_instance(instance_id)
+        if engine.catalog.find(inst.flow_name, inst.flow_version) is None:
+            raise VersionNotServed(
+                f"this node does not serve flow {inst.flow_name}@{inst.flow_version}, so "
+                "nothing can advance the instance here: wake it on a node that serves that "
+                "version",
+                instance_id=instance_id,
+            )
     now = engine.clock.now()
     claim = await engine.store.runs.claim(
         instance_id, engine.config.node_id, now, now + engine.lease
