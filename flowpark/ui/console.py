@@ -12,6 +12,7 @@ from flowpark.ui.actions import build_actions_router
 from flowpark.ui.instances import build_instances_router
 from flowpark.ui.pages import STATIC, ConsoleRoute, build_console_router, problem_page
 from flowpark.ui.providers import build_providers_router
+from flowpark.ui.reviews import build_reviews_router
 
 __all__ = ["install_console"]
 
@@ -23,6 +24,7 @@ def install_console(app: FastAPI) -> None:
     app.include_router(build_instances_router())
     app.include_router(build_providers_router())
     app.include_router(build_actions_router())
+    app.include_router(build_reviews_router())
     app.include_router(_fallback_router())
     app.include_router(_root_router())
 
