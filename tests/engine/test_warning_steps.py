@@ -168,3 +168,33 @@ def test_on_warning_needs_a_warning_instant() -> None:
         Flow("t.x", "1.0.0", input=Order).await_signal(
             READY, timeout="PT1H", on_warning=AskForReview()
         )
+
+
+async def test_a_poll_that_is_the_first_step_stores_and_gives_its_warning() -> None:
+    from flowpark.flows import Backoff
+
+    class Looks(Capability):
+        id = "t.check"
+        idempotent = True
+        puts = (Status,)
+
+        async def execute(self, ctx: StepContext) -> None:
+            return None
+
+    ask = AskForReview()
+    flow = Flow("t.first", "1.0.0", input=Order).poll_until(
+        Looks(),
+        until=done,
+        interval=Backoff.fixed(timedelta(minutes=1)),
+        timeout=timedelta(minutes=10),
+        reads=(Status,),
+        warn_before="PT2M",
+        on_warning=ask,
+    )
+    async with FlowHarness.open([flow], substitutes=_subs()) as h:
+        inst = (await h.start("t.first", {})).instance  # the budget row comes with the start
+        entered = h.clock.now()
+        final = await h.wait_until(lambda i: i.state.ended, inst.id)
+        assert final.state is InstanceState.FAILED
+        assert await _warned_at(h) == [entered + timedelta(minutes=8)]
+        assert ask.tries == 1

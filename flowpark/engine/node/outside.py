@@ -111,12 +111,15 @@ async def start(
 
 def _entry_rows(plan: Plan, instance_id: str, now: datetime) -> tuple[StepRow, ...]:
     """What a start stores with the instance: the budget of a poll that is the flow's
-    first node, entered at the start's instant (the row the poll would store before
-    attempt 0, in the start's one statement instead of a write of its own)."""
+    first step, entered at the start's instant (the row the poll would store before
+    attempt 0, with its warning's instant, in the start's one statement instead of a
+    write of its own)."""
     first = plan.steps[0] if plan.steps else None
     if not isinstance(first, PollStep):
         return ()
-    return (deadline_row(instance_id, first.index, 0, POLL_BUDGET, now, now + first.timeout),)
+    end = now + first.timeout
+    warn_at = None if first.warn_before is None else end - first.warn_before
+    return (deadline_row(instance_id, first.index, 0, POLL_BUDGET, now, end, warn_at=warn_at),)
 
 
 async def _first_advance(
