@@ -198,3 +198,26 @@ async def test_a_poll_that_is_the_first_step_stores_and_gives_its_warning() -> N
         assert final.state is InstanceState.FAILED
         assert await _warned_at(h) == [entered + timedelta(minutes=8)]
         assert ask.tries == 1
+
+
+async def test_an_await_signal_takes_its_signal_while_its_warning_capability_waits_to_retry(
+    store_url: str,
+) -> None:
+    ask = AskForReview(failures=1)
+    flow = Flow("t.ladder-retry", "1.0.0", input=Order)
+    flow.step(Start())
+    flow.await_signal(READY, timeout=timedelta(hours=1), warn_before=0.25, on_warning=ask)
+    async with FlowHarness.open(
+        [flow], database_url=store_url, migrate=False, substitutes=_subs()
+    ) as h:
+        inst = (await h.start("t.ladder-retry", {})).instance
+        await h.advance_to_next_wake(inst.id)  # the warning: its capability fails once
+        assert ask.tries == 1
+        parked = await h.instance(inst.id)
+        assert parked.state is InstanceState.SUSPENDED
+        h.clock.advance(timedelta(seconds=5))  # before the retry is due
+        answer = await h.signal(inst.id, READY.name, {"job_id": "j"})
+        assert answer["matched"] is True
+        final = await h.wait_until(lambda i: i.state.ended, inst.id)
+        assert final.state is InstanceState.COMPLETED
+        assert ask.tries == 1 and await _reviews(h) == []

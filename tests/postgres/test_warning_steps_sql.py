@@ -22,3 +22,11 @@ async def test_an_extension_moves_the_warning_capability_on_sql(store_url: str) 
 
 async def test_an_await_signals_warning_capability_on_sql(store_url: str) -> None:
     await ladder.test_an_await_signals_warning_capability_runs_then_the_signal_ends_it(store_url)
+
+
+async def test_an_await_signal_takes_its_signal_during_a_warning_retry_on_sql(
+    store_url: str,
+) -> None:
+    await ladder.test_an_await_signal_takes_its_signal_while_its_warning_capability_waits_to_retry(
+        store_url
+    )

@@ -263,7 +263,8 @@ class Walk(TryWalk):
         assert isinstance(body, CapabilityStep)
         if end is not None and self.now >= end and not self.found(target, 0):
             return None  # the end came first: the wait's timeout, not its warning
-        row = self.replay_execution(body, 0, target, budget_end=end, accept=accept)
+        # parked on the wait's own step: a signal that ends the wait still claims it
+        row = self.replay_execution(body, 0, step, budget_end=end, accept=accept)
         if isinstance(row, StepRow):
             if row.outcome is Outcome.SUCCESS:
                 stop = self.decided(row)
