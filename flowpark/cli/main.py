@@ -416,7 +416,7 @@ def fakes(
     rate_limit: float = typer.Option(
         None,
         min=0.001,
-        metavar="CALLS_PER_S",
+        metavar="RATE",
         help="Calls/s the fake OCR admits; beyond it, 429 with Retry-After (default: "
         "FLOWPARK_OCR_RATE_LIMIT, else none; burst: FLOWPARK_OCR_RATE_BURST).",
     ),
