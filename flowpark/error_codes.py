@@ -218,6 +218,11 @@ class ErrorCode(StrEnum):
         "usage",
         "the CLI: a bad option or argument (no node answers it)",
     )
+    VERSION_NOT_SERVED = (
+        "version_not_served",
+        "an operator's wake of an instance whose flow version this node does not serve "
+        "(nothing was done: wake it on a node that serves that version)",
+    )
 
 
 #: The codes only the CLI prints (a node never answers them), with the CLI's exit code.

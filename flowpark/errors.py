@@ -26,6 +26,7 @@ of a definition finding (``poll.requires_durable``).
     ├── InstanceEnded              instance_ended
     ├── InstanceBusy               instance_busy
     ├── NoBudget                   no_budget
+    ├── VersionNotServed           version_not_served
     ├── SignalNotDeclared          signal_not_declared
     ├── SignalDeliveryReplayed     signal_delivery_replayed
     ├── SignalPayloadInvalid       signal_payload_invalid
@@ -109,6 +110,7 @@ __all__ = [
     "JournalMismatch",
     "MethodNotAllowed",
     "NoBudget",
+    "VersionNotServed",
     "MetricsForbidden",
     "NotReady",
     "ProviderNotFound",
@@ -262,6 +264,13 @@ class NoBudget(FlowparkError):
     """An extension asked of an instance that does not wait in a poll with a budget."""
 
     code = ErrorCode.NO_BUDGET
+
+
+class VersionNotServed(FlowparkError):
+    """An operator's wake of an instance whose flow version this node does not serve:
+    nothing can advance it here, and nothing was done."""
+
+    code = ErrorCode.VERSION_NOT_SERVED
 
 
 class SignalNotDeclared(FlowparkError):

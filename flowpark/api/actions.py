@@ -56,6 +56,7 @@ from flowpark.errors import (
     FlowparkError,
     InstanceEnded,
     RepeatedRefusal,
+    VersionNotServed,
 )
 
 __all__ = [
@@ -288,11 +289,19 @@ async def wake(
         ``(status, answer)``: 200 and the :class:`~flowpark.api.models.WakeAnswer`.
 
     Raises:
-        InstanceNotFound: 404. InstanceEnded, ActionInProgress: 409. RepeatedRefusal.
+        InstanceNotFound: 404. InstanceEnded, ActionInProgress, VersionNotServed: 409.
+        RepeatedRefusal.
     """
 
     async def run(inst: InstanceRecord, action: OperatorAction) -> tuple[int, WakeAnswer]:
         done: dict[str, Any] = {}
+        if engine.catalog.find(inst.flow_name, inst.flow_version) is None:
+            raise VersionNotServed(
+                f"this node does not serve flow {inst.flow_name}@{inst.flow_version}, so "
+                "nothing can advance the instance here: wake it on a node that serves that "
+                "version",
+                instance_id=instance_id,
+            )
         if inst.state is not InstanceState.SUSPENDED:
             done.update(state=inst.state, reason=f"not parked: the instance is {inst.state}")
         elif inst.wake_kind is WakeKind.SIGNAL:

@@ -40,9 +40,10 @@ def build_flows_router() -> APIRouter:
         ] = None,
     ) -> PlanView:
         """One flow's compiled plan (`version`, default the latest registered on this
-        step): `steps`, each with `index`, `kind` (`capability`, `poll`, `await`, `fail`,
+        node): `steps`, each with `index`, `kind` (`capability`, `poll`, `await`, `fail`,
         `emit`) and its fields (capability, retry policy, compensation, poll interval and
-        `timeoutSeconds`, signal, `satisfied`/`onTimeout`/`onFailure`/`next` targets;
+        `timeoutSeconds`, signal, `satisfied`/`onTimeout`/`onWarning`/`onFailure`/`next`
+        targets;
         `end` is the index that completes the flow) and the `providers` its capabilities
         call. 404 `flow_not_found`."""
         plan = catalog.get(name, version) if version else catalog.latest(name)

@@ -1,6 +1,7 @@
 """Input hygiene of the request line and headers, before any route (and so any store) sees
 the request: a path, a query parameter (name or value) or a header value that holds a
-character no store can keep or no log can show is answered 422 ``input_invalid``.
+control character or a lone surrogate is answered 422 ``input_invalid`` (U+0000 and a lone
+surrogate no store can keep; the other control characters no log or id can show).
 
 Refused, once percent-decoded and read as UTF-8:
 
@@ -30,7 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from flowpark.api.problems import problem
 from flowpark.errors import ErrorCode
 
-__all__ = ["InputHygiene", "unreadable"]
+__all__ = ["RULE", "InputHygiene", "unreadable"]
 
 #: Unicode categories refused: control characters and surrogates.
 _REFUSED = frozenset({"Cc", "Cs"})
@@ -38,6 +39,11 @@ _REFUSED = frozenset({"Cc", "Cs"})
 #: a header value may hold a tab.
 _ASCII_REFUSED = re.compile(rb"[\x00-\x1f\x7f]")
 _ASCII_HEADER_REFUSED = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+#: The rule, as the problem's detail and the OpenAPI document state it.
+RULE = (
+    "a path, query parameter or header value may hold no control character "
+    "(U+0000-U+001F, U+007F-U+009F; a header value may hold a tab) and no lone surrogate"
+)
 #: Longest name of a query parameter or header shown in a problem's ``loc``.
 _SHOWN = 80
 
@@ -137,7 +143,7 @@ class InputHygiene:
         loc, why = found
         response = problem(
             ErrorCode.INPUT_INVALID,
-            f"{why}, which no store can keep",
+            f"{why}: {RULE}",
             errors=[{"loc": loc, "msg": why, "type": "string_unstorable"}],
         )
         await response(scope, receive, send)

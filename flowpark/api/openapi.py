@@ -35,6 +35,7 @@ from fastapi.responses import HTMLResponse, Response
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel
 
+from flowpark.api.hygiene import RULE
 from flowpark.api.inputs import MAX_KEY
 from flowpark.api.problems import PROBLEM_JSON, STATUS, status_of
 from flowpark.errors import ErrorCode
@@ -60,6 +61,8 @@ DEFS_KEY = "x-flowpark-defs"
 #: them as optional (so a missing one answers its own problem code, not a generic 422).
 REQUIRED_HEADERS_KEY = "x-flowpark-required-headers"
 _REF = "#/components/schemas/{model}"
+#: Added to every operation's 422 description (:mod:`flowpark.api.hygiene`).
+_HYGIENE = f". Before routing: {RULE}"
 #: An ``Idempotency-Key``: visible ASCII with inner spaces, at least one visible character
 #: when required (the HTTP server strips spaces around a header value). A header value
 #: is never null: the anyOf FastAPI writes for an optional one is replaced.
@@ -228,6 +231,9 @@ def _complete(doc: dict[str, Any]) -> dict[str, Any]:
                 responses["422"] = invalid
             # any request line or header may be refused so (flowpark.api.hygiene)
             responses.setdefault("422", invalid)
+            described = str(responses["422"].get("description", ""))
+            if _HYGIENE not in described:
+                responses["422"] = {**responses["422"], "description": described + _HYGIENE}
             if _uses_bearer(operation):
                 for status, response in refusals.items():
                     responses.setdefault(str(status), response)
@@ -296,7 +302,10 @@ page at `/docs` and enter the token once under its Authorize button; ReDoc at `/
 read-only reference. Bodies are JSON with camelCase names, sent with
 `Content-Type: application/json`. Every error is `application/problem+json` with a stable
 `code`; each operation lists its codes by status. A path with a trailing slash names no route
-(404 `not_found`); nothing redirects.
+(404 `not_found`); nothing redirects. Every operation refuses, before routing, a path, query
+parameter or header value that holds a control character (U+0000-U+001F, U+007F-U+009F; a
+header value may hold a tab) or a lone surrogate: 422 `input_invalid`. A query parameter typed
+`integer` takes decimal digits only (`after=0.0` is 422 `input_invalid`).
 """
 
 

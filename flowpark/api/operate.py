@@ -70,7 +70,12 @@ _BODY_CODES = (
 )
 #: What a bulk action skips an instance for (an error code in its result).
 _SKIPPED = frozenset(
-    {ErrorCode.INSTANCE_ENDED, ErrorCode.INSTANCE_NOT_FOUND, ErrorCode.ACTION_IN_PROGRESS}
+    {
+        ErrorCode.INSTANCE_ENDED,
+        ErrorCode.INSTANCE_NOT_FOUND,
+        ErrorCode.ACTION_IN_PROGRESS,
+        ErrorCode.VERSION_NOT_SERVED,
+    }
 )
 _KEY_DOC = (
     "Repeats with the same key answer the first request's answer: the same status and "
@@ -169,7 +174,7 @@ def build_operator_router() -> APIRouter:
     @router.post(
         "/instances/{instance_id}/wake",
         operation_id="wake_instance",
-        responses=problem_responses(*_ACTION_CODES),
+        responses=problem_responses(*_ACTION_CODES, ErrorCode.VERSION_NOT_SERVED),
     )
     async def wake_instance(
         token: OperateToken,
@@ -185,7 +190,8 @@ def build_operator_router() -> APIRouter:
         the sweep would have continued it. The answer: `woken`, the `state` and `wakeAt`
         after, and the recorded action (`actionId`, `actor`, `actedAt`). Not parked (running)
         or waiting for a signal: `woken: false` with the `reason`, nothing done. 409
-        `instance_ended` once ended. Idempotent by `Idempotency-Key`."""
+        `instance_ended` once ended; 409 `version_not_served` when this node does not serve
+        the instance's flow version (nothing done). Idempotent by `Idempotency-Key`."""
         check_instance_id(instance_id)
         key = idempotency_header(idempotency_key, required=False)
         status, answer = await wake(engine, token, instance_id, key)

@@ -69,6 +69,7 @@ def _step(step: Step) -> dict[str, Any]:
             "signal": step.signal.name if step.signal is not None else None,
             "satisfied": step.satisfied_target,
             "onTimeout": step.timeout_target,
+            "onWarning": step.warning_target,
         }
     if isinstance(step, AwaitSignalStep):
         return {
@@ -78,6 +79,7 @@ def _step(step: Step) -> dict[str, Any]:
             "timeoutSeconds": _seconds(step.timeout),
             "satisfied": step.satisfied_target,
             "onTimeout": step.timeout_target,
+            "onWarning": step.warning_target,
         }
     if isinstance(step, FailStep):
         return {"index": step.index, "kind": "fail", "code": step.code, "message": step.message}

@@ -55,6 +55,7 @@ class PollItem:
     compensation: Capability | None = None
     match: SignalMatch | None = None
     warn_before: timedelta | None = None
+    on_warning: Any = None
 
 
 @dataclass
@@ -64,6 +65,7 @@ class AwaitItem:
     on_timeout: list[Item] | None = None
     match: SignalMatch | None = None
     warn_before: timedelta | None = None
+    on_warning: Any = None
 
 
 def warning_lead(warn_before: DurationLike | float | None, timeout: timedelta) -> timedelta | None:
@@ -144,6 +146,7 @@ class Block:
         timeout: DurationLike,
         reads: tuple[type[BaseModel], ...] = (),
         warn_before: DurationLike | float | None = None,
+        on_warning: Capability | None = None,
     ) -> Self:
         """Run ``capability`` until ``until`` holds, parking between attempts.
 
@@ -157,10 +160,16 @@ class Block:
                 ``"PT10M"``, or a fraction of ``timeout``, e.g. ``0.25``): at that instant,
                 stored with the budget, the event ``budget.warning`` is written to the
                 outbox once and the wait goes on. None (default): no warning.
+            on_warning: a capability run once at the warning (after its event), e.g. one
+                that requests a review or notifies someone; its own retry policy retries
+                it while the wait goes on, and the wait neither ends nor moves for it (a
+                try that fails for good is recorded, and the wait goes on). None
+                (default): the event only.
 
         Raises:
             TypeError: ``interval`` is not a :class:`Backoff`.
-            ValueError: ``warn_before`` is not strictly between 0 and ``timeout``.
+            ValueError: ``warn_before`` is not strictly between 0 and ``timeout``, or
+                ``on_warning`` without ``warn_before``.
         """
         if not isinstance(interval, Backoff):
             raise TypeError(
@@ -169,7 +178,13 @@ class Block:
             )
         budget = to_timedelta(timeout, name="timeout")
         lead = warning_lead(warn_before, budget)
-        self.items.append(PollItem(capability, until, interval, budget, reads, warn_before=lead))
+        if on_warning is not None and lead is None:
+            raise ValueError("on_warning needs warn_before: the instant it runs at")
+        self.items.append(
+            PollItem(
+                capability, until, interval, budget, reads, warn_before=lead, on_warning=on_warning
+            )
+        )
         return self
 
     def await_signal(
@@ -179,6 +194,7 @@ class Block:
         timeout: DurationLike | None = None,
         match: SignalMatch | None = None,
         warn_before: DurationLike | float | None = None,
+        on_warning: Capability | None = None,
     ) -> Self:
         """Park until ``signal`` is delivered (its payload goes into the bag), or ``timeout``
         from reaching this step runs out (then ``on_timeout``, else
@@ -194,16 +210,22 @@ class Block:
             warn_before: a warning this long before ``timeout`` ends (a duration or a
                 fraction of it; as :meth:`poll_until`'s): the event ``budget.warning``,
                 once, without ending the wait.
+            on_warning: a capability run once at the warning, as :meth:`poll_until`'s;
+                the wait takes its signal meanwhile.
 
         Raises:
             ValueError: ``warn_before`` without a ``timeout``, or not strictly between 0
-                and it.
+                and it; ``on_warning`` without ``warn_before``.
         """
         limit = None if timeout is None else to_timedelta(timeout, name="timeout")
         if warn_before is not None and limit is None:
             raise ValueError("warn_before needs a timeout: a wait without one never ends")
         lead = warning_lead(warn_before, limit) if limit is not None else None
-        self.items.append(AwaitItem(signal, limit, match=match, warn_before=lead))
+        if on_warning is not None and lead is None:
+            raise ValueError("on_warning needs warn_before: the instant it runs at")
+        self.items.append(
+            AwaitItem(signal, limit, match=match, warn_before=lead, on_warning=on_warning)
+        )
         return self
 
     def fail(self, code: str, message: str = "") -> Self:

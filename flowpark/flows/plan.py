@@ -96,6 +96,8 @@ class PollStep:
         signal: a signal that ends the wait early, or None.
         match: which signals belong to the wait (``match(bag, payload)``), or None for all.
         warn_before: how long before the budget's end its warning comes, or None.
+        warning_target: the capability step run once at the warning (``on_warning``, at
+            ``index + 2``), or None.
     """
 
     index: int
@@ -107,6 +109,7 @@ class PollStep:
     signal: Signal | None = None
     match: SignalMatch | None = None
     warn_before: timedelta | None = None
+    warning_target: int | None = None
 
     @property
     def body_index(self) -> int:
@@ -125,7 +128,9 @@ class AwaitSignalStep:
 
     The arrival instant is recorded by the park; the budget end is stored as ``wake_at``.
     ``match`` (``match(bag, payload)``, or None for all) says which signals belong to it;
-    ``warn_before``: how long before the timeout's end its warning comes, or None.
+    ``warn_before``: how long before the timeout's end its warning comes, or None;
+    ``warning_target``: the capability step run once at the warning (``on_warning``, at
+    ``index + 1``), or None.
     """
 
     index: int
@@ -135,6 +140,7 @@ class AwaitSignalStep:
     timeout_target: int | None = None
     match: SignalMatch | None = None
     warn_before: timedelta | None = None
+    warning_target: int | None = None
 
     @property
     def label(self) -> str:

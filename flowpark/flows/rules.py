@@ -412,35 +412,45 @@ def _flatten(items: list[Item], start: int) -> list[Step]:
                 )
                 steps.extend(block)
         elif isinstance(item, PollItem):
-            block = _flatten(item.on_timeout or [], idx + 2)
+            warns = item.on_warning is not None  # its capability at idx + 2, the block after
+            first = idx + 2 + warns
+            block = _flatten(item.on_timeout or [], first)
             steps.append(
                 PollStep(
                     idx,
                     item.until,
                     item.interval,
                     item.timeout,
-                    satisfied_target=idx + 2 + len(block),
-                    timeout_target=None if item.on_timeout is None else idx + 2,
+                    satisfied_target=first + len(block),
+                    timeout_target=None if item.on_timeout is None else first,
                     signal=item.signal,
                     match=item.match,
                     warn_before=item.warn_before,
+                    warning_target=idx + 2 if warns else None,
                 )
             )
             steps.append(CapabilityStep(idx + 1, item.body, None, next=None, poll_index=idx))
+            if warns:
+                steps.append(CapabilityStep(idx + 2, item.on_warning, None, next=None))
             steps.extend(block)
         elif isinstance(item, AwaitItem):
-            block = _flatten(item.on_timeout or [], idx + 1)
+            warns = item.on_warning is not None  # its capability at idx + 1, the block after
+            first = idx + 1 + warns
+            block = _flatten(item.on_timeout or [], first)
             steps.append(
                 AwaitSignalStep(
                     idx,
                     item.signal,
                     item.timeout,
-                    satisfied_target=idx + 1 + len(block),
-                    timeout_target=None if item.on_timeout is None else idx + 1,
+                    satisfied_target=first + len(block),
+                    timeout_target=None if item.on_timeout is None else first,
                     match=item.match,
                     warn_before=item.warn_before,
+                    warning_target=idx + 1 if warns else None,
                 )
             )
+            if warns:
+                steps.append(CapabilityStep(idx + 1, item.on_warning, None, next=None))
             steps.extend(block)
         elif isinstance(item, FailItem):
             steps.append(FailStep(idx, item.code, item.message))

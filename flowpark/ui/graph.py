@@ -231,9 +231,11 @@ def _columns(plan: Plan) -> dict[int, int]:
             column[step.body_index] = col - 1
             reach(step.satisfied_target, col)
             reach(step.timeout_target, col + 1)
+            reach(step.warning_target, col + 1)
         elif isinstance(step, AwaitSignalStep):
             reach(step.satisfied_target, col)
             reach(step.timeout_target, col + 1)
+            reach(step.warning_target, col + 1)
         elif isinstance(step, EmitStep):
             reach(step.next, col)
     column.setdefault(plan.end, 0)
@@ -275,6 +277,7 @@ def _rows(plan: Plan, column: dict[int, int]) -> dict[int, int]:
         elif isinstance(step, PollStep | AwaitSignalStep):
             below(step.satisfied_target, at)
             below(step.timeout_target, at)
+            below(step.warning_target, at - 1)  # beside its wait, right of it
         elif isinstance(step, EmitStep):
             below(step.next, at)
     return row
@@ -491,12 +494,16 @@ def _edges(plan: Plan, boxes: dict[str, GraphBox]) -> list[GraphEdge]:
             budget = f"on_timeout ({human_duration(step.timeout)})"
             target = key_of(step.timeout_target) if step.timeout_target is not None else None
             connect(here, target or f"timeout-{step.index}", "timeout", budget)
+            if step.warning_target is not None:  # run once at the warning, then the wait
+                connect(here, str(step.warning_target), "attempt", "on warning", 1)
         elif isinstance(step, AwaitSignalStep):
             connect(here, key_of(step.satisfied_target), "signal", step.signal.name, 1)
             if step.timeout_target is not None:
                 connect(here, key_of(step.timeout_target), "timeout", "on_timeout")
             elif step.timeout is not None:
                 connect(here, f"timeout-{step.index}", "timeout", "timeout")
+            if step.warning_target is not None:
+                connect(here, str(step.warning_target), "attempt", "on warning")
         elif isinstance(step, EmitStep):
             connect(here, key_of(step.next), "next")
     return edges

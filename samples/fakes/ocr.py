@@ -39,6 +39,7 @@ client, or one with the admin token, else 403 ``{"code": "fake.admin_only"}``
 import asyncio
 import json
 import logging
+import random
 import uuid
 from collections import Counter
 from collections.abc import Callable, Coroutine
@@ -83,6 +84,14 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _RETRYABLE_STATUSES = frozenset({408, 425, 429})
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """The seconds a ``Retry-After`` header asks for (0 when absent or not a number)."""
+    try:
+        return max(0.0, float(response.headers.get("Retry-After", "0")))
+    except ValueError:
+        return 0.0
 
 
 def _system_utc_now() -> datetime:
@@ -130,9 +139,14 @@ class FakeOcrService:
             client with a 10 s timeout.
         callback_token: sent as ``Authorization: Bearer <token>`` on the callbacks of a job
             whose upload gave no ``callbackToken`` (no header when None).
-        callback_tries: tries per callback (default 3).
-        callback_backoff: real-time wait before retry n is ``n * callback_backoff``
-            (default 200 ms).
+        callback_tries: tries per callback (default 12: with the default backoff a
+            callback is retried for about half a minute to a minute, which outlasts a
+            node's restart or a takeover, as a real provider's retries would).
+        callback_backoff: real-time wait before the first retry (default 200 ms); each
+            next wait doubles, up to ``callback_backoff_cap``, and is jittered (half to all
+            of it, so callbacks failed together do not come back together); a
+            ``Retry-After`` of a few seconds on a 429 or 503 is honoured up to the cap.
+        callback_backoff_cap: longest wait between two tries (default 10 s).
         callback_bases: the only URL prefixes a ``callbackUrl`` may start with (same
             scheme, host and port, path below): flowpark's own base URL. Empty (default):
             no callback is accepted. The token goes nowhere else.
@@ -163,8 +177,9 @@ class FakeOcrService:
         callback_client_factory: Callable[[], httpx.AsyncClient] | None = None,
         callback_token: str | None = None,
         *,
-        callback_tries: int = 3,
+        callback_tries: int = 12,
         callback_backoff: timedelta = timedelta(milliseconds=200),
+        callback_backoff_cap: timedelta = timedelta(seconds=10),
         callback_bases: tuple[str, ...] = (),
         state_file: Path | None = None,
         gate: RateGate | None = None,
@@ -179,6 +194,7 @@ class FakeOcrService:
         self.callback_token = callback_token
         self.callback_tries = callback_tries
         self.callback_backoff = callback_backoff
+        self.callback_backoff_cap = callback_backoff_cap
         self.calls: Counter[str] = Counter()
         self.callback_outcomes: Counter[str] = Counter()
         self._jobs: dict[str, _OcrJob] = {}
@@ -469,6 +485,17 @@ class FakeOcrService:
             self._callback_client = self._callback_client_factory()
         return self._callback_client
 
+    def callback_delay(self, try_number: int) -> timedelta:
+        """The real-time wait after failed try ``try_number`` (1-based) of a callback.
+
+        Returns:
+            ``min(callback_backoff_cap, callback_backoff * 2 ** (try_number - 1))``, jittered
+            to between half of it and all of it.
+        """
+        doubled: timedelta = self.callback_backoff * 2 ** (try_number - 1)
+        full = min(self.callback_backoff_cap, doubled)
+        return full * (0.5 + random.random() / 2)
+
     async def _send_callback(self, job_id: str, url: str, token: str | None) -> None:
         headers = {"Idempotency-Key": f"ocr-{job_id}"}
         if token is not None:
@@ -476,6 +503,7 @@ class FakeOcrService:
         payload = {"jobId": job_id, "status": "completed"}
         for try_number in range(1, self.callback_tries + 1):
             retryable = True
+            asked = 0.0  # a Retry-After the answer gave, in seconds
             try:
                 response = await self._client().post(url, json=payload, headers=headers)
             except Exception as exc:  # a callback must never raise: log and maybe retry
@@ -495,6 +523,7 @@ class FakeOcrService:
                 retryable = response.status_code >= 500 or (
                     response.status_code in _RETRYABLE_STATUSES
                 )
+                asked = _retry_after(response)
                 logger.warning(
                     "OCR callback for job %s to %s answered %d (try %d/%d)",
                     job_id,
@@ -506,6 +535,8 @@ class FakeOcrService:
             if not retryable:
                 break
             if try_number < self.callback_tries:
-                await asyncio.sleep(self.callback_backoff.total_seconds() * try_number)
+                wait = self.callback_delay(try_number).total_seconds()
+                cap = self.callback_backoff_cap.total_seconds()
+                await asyncio.sleep(max(wait, min(asked, cap)))
         self.callback_outcomes["failed"] += 1
         logger.error("OCR callback for job %s to %s given up", job_id, url)

@@ -152,6 +152,23 @@ async def test_a_ping_is_204_and_a_replay_after_the_end_answers_the_first(
         assert len(await signals(http, instance_id)) == 1
 
 
+async def test_a_signed_delivery_without_its_delivery_id_is_401_as_documented(
+    node: LiveServer,
+) -> None:
+    run_id = uuid.uuid4().int % 10**9
+    async with node.client() as http, httpx.AsyncClient(base_url=node.base_url) as hook:
+        instance_id = await started(http, "/api/v1/builds", {"run_id": run_id})
+        body = workflow_run(run_id)
+        headers = github(body, "unused")
+        del headers["X-GitHub-Delivery"]  # the signature is right; the delivery id is gone
+        problem(await hook.post(CI, content=body, headers=headers), 401, "signature_invalid")
+        assert await signals(http, instance_id) == []
+    # docs/clients.md says so, in its table of answers
+    page = (Path(__file__).resolve().parents[2] / "docs" / "clients.md").read_text()
+    row = next(line for line in page.splitlines() if "missing delivery id" in line)
+    assert "`X-GitHub-Delivery`" in row and "`401 signature_invalid`" in row
+
+
 async def test_the_openapi_documents_each_provider_signal_route(node: LiveServer) -> None:
     async with node.client() as http:
         paths = (await http.get("/openapi.json")).json()["paths"]

@@ -271,12 +271,41 @@ async def test_ocr_callback_retries_then_delivers(
     assert ocr.callback_outcomes == {"delivered": 1}
 
 
+async def test_ocr_callback_outlasts_a_crash_loop_of_its_receiver(
+    client: httpx.AsyncClient, ocr: FakeOcrService, sink: CallbackSink
+) -> None:
+    # a node dying and restarting: refused connections and 503s for a while, then 200
+    crash: list[int | Exception] = [
+        httpx.ConnectError("refused"),
+        503,
+        503,
+        httpx.ConnectError("x"),
+    ]
+    sink.statuses = [*crash, *crash, 503]
+    job_id = (await upload(client, 1, callbackUrl=CALLBACK_URL))["jobId"]
+    await client.post(f"/fake/ocr/jobs/{job_id}/complete")
+    await ocr.drain()
+    assert len(sink.requests) == 10
+    assert ocr.callback_outcomes == {"delivered": 1}
+
+
+def test_ocr_callback_retries_span_a_window_with_growing_jittered_waits() -> None:
+    service = FakeOcrService()
+    waits = [service.callback_delay(n) for n in range(1, service.callback_tries)]
+    assert waits[0] <= timedelta(milliseconds=200)
+    assert all(w <= timedelta(seconds=10) for w in waits)
+    # the shortest window (all jitter at its low end) still outlasts a node's restart
+    assert sum(waits, timedelta(0)) >= timedelta(seconds=30)
+    assert waits[-1] >= timedelta(seconds=5) > waits[0] * 4
+
+
 async def test_ocr_callback_gives_up_after_three_tries_and_logs(
     client: httpx.AsyncClient,
     ocr: FakeOcrService,
     sink: CallbackSink,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    ocr.callback_tries = 3
     sink.statuses = [500, 500, 500, 500]
     job_id = (await upload(client, 1, callbackUrl=CALLBACK_URL))["jobId"]
     with caplog.at_level(logging.WARNING, logger="flowpark.samples.fakes.ocr"):

@@ -86,10 +86,22 @@ async def test_parked_v1_finishes_on_v1_while_new_starts_take_v2(
             # v1's signal and budget are refused here, saying why (v1 does declare ``go``)
             signal = await http.post(f"/api/v1/instances/{old}/signals/go", json={})
             budget = await http.post(f"/api/v1/instances/{old}/budget", json={"extendBy": "PT1H"})
+            # nor can it be woken here: 409, for one instance and in a bulk action
+            wake = await http.post(f"/api/v1/instances/{old}/wake")
+            bulk = await http.post(
+                "/api/v1/instances/actions",
+                json={"action": "wake", "all": True},
+                headers={"Idempotency-Key": "bulk-wake"},
+            )
     assert (signal.status_code, signal.json()["code"]) == (404, "signal_not_declared")
     assert "does not serve flow versioned@1.0.0" in signal.json()["detail"], signal.text
     assert (budget.status_code, budget.json()["code"]) == (409, "no_budget")
     assert "does not serve flow versioned@1.0.0" in budget.json()["detail"], budget.text
+    assert (wake.status_code, wake.json()["code"]) == (409, "version_not_served"), wake.text
+    assert "does not serve flow versioned@1.0.0" in wake.json()["detail"], wake.text
+    assert bulk.status_code == 200, bulk.text
+    assert (bulk.json()["acted"], bulk.json()["skipped"]) == (0, 1), bulk.text
+    assert bulk.json()["results"][0]["code"] == "version_not_served", bulk.text
     lines = [r.getMessage() for r in caplog.records if "does not serve" in r.getMessage()]
     assert lines == [
         "1 unfinished instance(s) of flow versions this node does not serve: "

@@ -56,3 +56,38 @@ async def test_the_guides_harness_tests_pass(guide_folder: Path) -> None:
     assert len(tests) == 2
     for test in tests:
         await test()  # type: ignore[operator]
+
+
+async def test_the_guides_webhook_finds_its_instance_by_the_run_id_not_the_commit(
+    guide_folder: Path,
+) -> None:
+    import httpx
+
+    from flowpark.testing import FlowHarness
+
+    sys.path.insert(0, str(guide_folder / "flows"))
+    import ci_build
+
+    runs = iter(("r-1", "r-2"))
+
+    def ci(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            return httpx.Response(201, json={"id": next(runs)})
+        return httpx.Response(200, json={"state": "running"})
+
+    http = httpx.AsyncClient(transport=httpx.MockTransport(ci))
+    signal = ci_build.BUILD_FINISHED
+    assert signal.correlate is not None and signal.correlate.provider == "ci"
+    assert signal.instance_key is None  # a commit names no instance
+    async with FlowHarness.open([ci_build.build_flow(ci_build.CiClient(http, "http://ci"))]) as h:
+        first = (await h.start("ci.build", {"repo": "shop", "commit": "abc"})).instance
+        rerun = (await h.start("ci.build", {"repo": "shop", "commit": "abc"})).instance
+        held = [
+            [(c.provider, c.key) for c in await h.store.correlations.held(i.id)]
+            for i in (first, rerun)
+        ]
+        assert held == [[("ci", "r-1")], [("ci", "r-2")]]
+        # the re-run's webhook (its own run id) is no match for the first instance's wait
+        answer = await h.signal(first.id, "ci.finished", {"build": "r-2", "state": "passed"})
+        assert answer["matched"] is False and answer["state"] == "suspended"
+    await http.aclose()

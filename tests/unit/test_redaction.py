@@ -43,6 +43,26 @@ def test_urls_lose_their_passwords(url: str, shown: str) -> None:
     assert redact_url(url) == shown
 
 
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        (
+            "cannot reach postgresql://db/fp?password=pw1: connection refused",
+            f"cannot reach postgresql://db/fp?password={MASK}: connection refused",
+        ),
+        ("store postgresql://db/fp?password=pw1:", f"store postgresql://db/fp?password={MASK}:"),
+        ("(postgresql://db/fp?password=pw1), then", f"(postgresql://db/fp?password={MASK}), then"),
+        (
+            "postgresql://db/fp?password=p:w@1&sslmode=x",
+            f"postgresql://db/fp?password={MASK}&sslmode=x",
+        ),
+        ("dsn password=a:b: refused", f"dsn password={MASK}: refused"),
+    ],
+)
+def test_a_secret_parameter_keeps_the_punctuation_after_it(line: str, shown: str) -> None:
+    assert redact(line) == shown
+
+
 def test_registered_secrets_are_masked_in_any_text_and_log_line() -> None:
     register_secrets(["tok-1234567", None, "", "abc"])  # "abc": too short to mask in text
     assert redact("Bearer tok-1234567 for abc") == f"Bearer {MASK} for abc"

@@ -110,6 +110,8 @@ RETIRED_NAMES = {
 #: Phrases no text says (docs, docstrings, console templates): each used one word for another.
 FORBIDDEN_PHRASES = (
     r"\bplan nodes?\b",
+    r"\bplan of nodes\b",
+    r"\bearlier nodes? puts?\b",
     r"\b(?:poll|await|emit|fail|step|signal|wait)(?:'s)? nodes?\b",
     r"\bnode (?:list|index|kinds?)\b",
     r"\b(?:at|of) node \d",

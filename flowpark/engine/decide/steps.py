@@ -131,8 +131,10 @@ class Walk(TryWalk):
         assert isinstance(body, CapabilityStep)
         scope = self.replay_poll(step, body)
         if not isinstance(scope, int) or scope < 0:
+            self.replay_warning(step.warning_target)
             return scope if isinstance(scope, Ending) else step.satisfied_target
         if self.block_taken(step.timeout_target, step.satisfied_target):
+            self.replay_warning(step.warning_target)
             return step.timeout_target  # type: ignore[return-value]
         accept = step.signal.name if step.signal is not None else None
         end = self.budget_end(step, body)
@@ -159,6 +161,9 @@ class Walk(TryWalk):
                 return taken
         if warn is not None and end is not None and warn <= self.now < end:
             return self.warn(step.index, warn, end)
+        warning = self.on_warning(step.index, step.warning_target, end, accept)
+        if warning is not None:
+            return warning
         if step.warn_before is not None and end is not None and self.now < end:
             due = self.attempt_due(step, body, scope)  # woken for the warning: not due yet
             if due is not None and self.now < due and not self.woken:
@@ -237,6 +242,39 @@ class Walk(TryWalk):
         }
         return Emit(step, BUDGET_WARNING, payload)
 
+    def replay_warning(self, target: int | None) -> None:
+        """Apply the ``on_warning`` capability's success to the bag, if it ran (a wait
+        that ended replays it as it ran)."""
+        if target is not None:
+            done = [r for r in self.found(target, 0) if r.outcome is Outcome.SUCCESS]
+            if done:
+                self.apply(done[0])
+
+    def on_warning(
+        self, step: int, target: int | None, end: datetime | None, accept: str | None
+    ) -> Next | None:
+        """The wait's ``on_warning`` capability, once its warning was given: replayed (its
+        row applied to the bag), else its next try while the wait's end is ahead (a park
+        for a retry keeps accepting ``accept``); None when there is none or it is done (a
+        try that failed for good too: the wait goes on)."""
+        if target is None or not self.found(step, 0, StepKind.EMIT):
+            return None
+        body = self.plan.steps[target]
+        assert isinstance(body, CapabilityStep)
+        if end is not None and self.now >= end and not self.found(target, 0):
+            return None  # the end came first: the wait's timeout, not its warning
+        # parked on the wait's own step: a signal that ends the wait still claims it
+        row = self.replay_execution(body, 0, step, budget_end=end, accept=accept)
+        if isinstance(row, StepRow):
+            if row.outcome is Outcome.SUCCESS:
+                stop = self.decided(row)
+                if stop is not None:
+                    return stop
+            return None
+        if end is not None and self.now >= end:
+            return None  # a retry the end overtook: the timeout decides
+        return row
+
     def attempt_due(self, step: PollStep, body: CapabilityStep, scope: int) -> datetime | None:
         """When attempt ``scope`` is due: the commit of the attempt before it plus the
         interval for it (None for attempt 0, without that row, or when this run made it:
@@ -306,9 +344,11 @@ class Walk(TryWalk):
         begins the wait), or a park until either."""
         taken = self.found(step.index, 0, StepKind.SIGNAL)
         if taken:
+            self.replay_warning(step.warning_target)
             self.apply(taken[0])
             return step.satisfied_target
         if self.block_taken(step.timeout_target, step.satisfied_target):
+            self.replay_warning(step.warning_target)
             return step.timeout_target  # type: ignore[return-value]
         if self.stale({step.index}):
             return ReadMailbox(step.index)
@@ -342,6 +382,9 @@ class Walk(TryWalk):
                 warn = self.warning(step.index, stored)
         if warn is not None and wake is not None and warn <= self.now < wake:
             return self.warn(step.index, warn, wake)
+        warning = self.on_warning(step.index, step.warning_target, wake, step.signal.name)
+        if warning is not None:
+            return warning
         if wake is not None and self.now >= wake:
             return self.timed_out(
                 step.timeout_target,

@@ -223,6 +223,8 @@ class Engine:
 
         Raises:
             InstanceNotFound: no such instance (``instance_not_found``).
+            VersionNotServed: this node does not serve the instance's flow version
+                (``version_not_served``): nothing was done.
         """
         return await outside.wake(self, instance_id, woken=True)
 

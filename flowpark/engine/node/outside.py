@@ -31,6 +31,7 @@ from flowpark.errors import (
     SignalNotDeclared,
     StaleFencingToken,
     StoreUnavailable,
+    VersionNotServed,
     shown,
 )
 from flowpark.flows.plan import AwaitSignalStep, Plan, PollStep
@@ -110,12 +111,15 @@ async def start(
 
 def _entry_rows(plan: Plan, instance_id: str, now: datetime) -> tuple[StepRow, ...]:
     """What a start stores with the instance: the budget of a poll that is the flow's
-    first node, entered at the start's instant (the row the poll would store before
-    attempt 0, in the start's one statement instead of a write of its own)."""
+    first step, entered at the start's instant (the row the poll would store before
+    attempt 0, with its warning's instant, in the start's one statement instead of a
+    write of its own)."""
     first = plan.steps[0] if plan.steps else None
     if not isinstance(first, PollStep):
         return ()
-    return (deadline_row(instance_id, first.index, 0, POLL_BUDGET, now, now + first.timeout),)
+    end = now + first.timeout
+    warn_at = None if first.warn_before is None else end - first.warn_before
+    return (deadline_row(instance_id, first.index, 0, POLL_BUDGET, now, end, warn_at=warn_at),)
 
 
 async def _first_advance(
@@ -158,7 +162,21 @@ async def wake(engine: NodeEngine, instance_id: str, *, woken: bool = False) -> 
 
     Returns:
         The run's outcome; None when the instance was not claimable.
+
+    Raises:
+        InstanceNotFound: ``woken`` and no such instance (``instance_not_found``).
+        VersionNotServed: ``woken`` and this node does not serve the instance's flow
+            version (``version_not_served``): nothing was claimed or run.
     """
+    if woken:
+        inst = await engine.store.reads.get_instance(instance_id)
+        if engine.catalog.find(inst.flow_name, inst.flow_version) is None:
+            raise VersionNotServed(
+                f"this node does not serve flow {inst.flow_name}@{inst.flow_version}, so "
+                "nothing can advance the instance here: wake it on a node that serves that "
+                "version",
+                instance_id=instance_id,
+            )
     now = engine.clock.now()
     claim = await engine.store.runs.claim(
         instance_id, engine.config.node_id, now, now + engine.lease
