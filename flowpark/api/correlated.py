@@ -95,8 +95,8 @@ def _reads(
         signal = plan.signals[name]
         try:
             payload_json = body if delivery is None else _payload(signal, delivery, plan)
-            if payload_json is None:
-                continue
+            if payload_json is None and delivery is not None:
+                continue  # the flow's adapt: not this signal (a bearer's null is no payload)
             key = _key(signal, plan, typed_payload(signal, payload_json))
         except FlowparkError as exc:
             refused.append(exc)

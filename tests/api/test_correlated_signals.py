@@ -77,6 +77,9 @@ def workflow_run(run_id: int) -> bytes:
     return json.dumps({"action": "completed", "workflow_run": run}).encode()
 
 
+JSON = {"Content-Type": "application/json"}
+
+
 async def test_a_bearer_provider_signal_ends_the_wait_of_the_key_holder(node: LiveServer) -> None:
     async with node.client() as http:
         tracking = f"TRK-{uuid.uuid4().hex[:8]}"
@@ -105,6 +108,8 @@ async def test_an_unknown_key_stores_nothing_and_no_key_is_204(node: LiveServer)
         assert empty.status_code == 204, empty.text
         invalid = await http.post(PARCELS, json={"tracking": 7})
         problem(invalid, 422, "input_invalid")
+        no_payload = await http.post(PARCELS, content=b"null", headers=JSON)  # was 204
+        problem(no_payload, 422, "input_invalid")
         assert await signals(http, waiting) == []
     async with httpx.AsyncClient(base_url=node.base_url) as anonymous:
         refused = await anonymous.post(PARCELS, json={"tracking": "T", "signed_by": "x"})

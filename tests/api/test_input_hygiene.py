@@ -88,6 +88,7 @@ VALID_BODIES: dict[str, Callable[[], dict[str, Any]]] = {
     "extend_instance_budget": lambda: {"extendBy": 60},
     "signal_instance": lambda: {"jobId": "job-1", "status": "completed"},
     "signal_document_process_ocr_completed": lambda: {"jobId": "job-1", "status": "completed"},
+    "signal_ocr_ocr_completed_by_correlation": lambda: {"jobId": "job-1", "status": "completed"},
     "start_document_process": lambda: {"documentId": f"body-{uuid.uuid4().hex[:8]}", "pages": 1},
     "start_job_await": lambda: {"instanceKey": f"body-{uuid.uuid4().hex[:8]}"},
 }
