@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -139,11 +140,19 @@ async def node_engine(
     # keyword arguments only when set, so the harness also drives older revisions of the
     # engine (``bench compare --against REV``)
     journal = SqlStore(db, on_batch=telemetry.observer.batched) if telemetry else SqlStore(db)
+    config: dict[str, Any] = {
+        "node_id": node_id,
+        "sweep_batch": sweep_batch,
+        "concurrency": concurrency,
+    }
+    if "provider_limits" in getattr(EngineConfig, "__dataclass_fields__", {}):
+        # the engine's cost, not the sample's declared OCR limit (100 calls/s): lifted here
+        config["provider_limits"] = {"ocr": {"rate_per_second": 1_000_000, "burst": 1_000_000}}
     engine = Engine(
         journal,
         catalog,
         SystemClock(),
-        EngineConfig(node_id=node_id, sweep_batch=sweep_batch, concurrency=concurrency),
+        EngineConfig(**config),
         **({"observer": telemetry.observer} if telemetry else {}),
     )
     if telemetry is not None:
