@@ -34,6 +34,7 @@ from flowpark.api.views import API
 from flowpark.api.webhooks import (
     adapted,
     claim_delivery_id,
+    signed_route_extra,
     typed_payload,
     unreadable,
     verified_webhook,
@@ -261,16 +262,7 @@ def _add_signed_route(router: APIRouter, provider: str, name: str, plans: list[P
             204: {"description": "Not this signal, or no key named: nothing stored"},
             **problem_responses(*_CODES, ErrorCode.SIGNATURE_INVALID, auth=False),
         },
-        openapi_extra={
-            "security": [],
-            "requestBody": {
-                "content": {
-                    "application/json": {
-                        "schema": {"type": "object", "description": "the provider's payload"}
-                    }
-                }
-            },
-        },
+        openapi_extra=signed_route_extra(),
     )
 
 

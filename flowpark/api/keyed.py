@@ -12,7 +12,13 @@ from flowpark.api.deps import DeliveryIdsDep, EngineDep, SettingsDep, SignalToke
 from flowpark.api.inputs import _BODY_DOC, IDEMPOTENCY_KEY_DOC, _json_body, idempotency_header
 from flowpark.api.models import SignalAnswer
 from flowpark.api.openapi import DEFS_KEY, operation_slug, problem_responses, request_schema
-from flowpark.api.webhooks import Deliver, claim_delivery_id, keyed_target, verified_delivery
+from flowpark.api.webhooks import (
+    Deliver,
+    claim_delivery_id,
+    keyed_target,
+    signed_route_extra,
+    verified_delivery,
+)
 from flowpark.errors import ErrorCode, SignalNotDeclared, shown
 from flowpark.flows.capability import Signal
 from flowpark.flows.plan import Plan
@@ -105,16 +111,7 @@ def add_keyed_signal_route(
             204: {"description": "Not this signal, or no instance named: nothing stored"},
             **problem_responses(*_KEYED_CODES, ErrorCode.SIGNATURE_INVALID, auth=False),
         },
-        openapi_extra={
-            "security": [],
-            "requestBody": {
-                "content": {
-                    "application/json": {
-                        "schema": {"type": "object", "description": "the provider's payload"}
-                    }
-                }
-            },
-        },
+        openapi_extra=signed_route_extra(),
     )
 
 

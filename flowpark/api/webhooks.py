@@ -49,6 +49,7 @@ __all__ = [
     "claim_delivery_id",
     "keyed_instance",
     "keyed_target",
+    "signed_route_extra",
     "typed_payload",
     "unreadable",
     "verified_delivery",
@@ -56,6 +57,21 @@ __all__ = [
 ]
 
 log = logging.getLogger("flowpark.api")
+
+
+def signed_route_extra() -> dict[str, Any]:
+    """The OpenAPI additions of a route a provider calls with a signed delivery: no bearer
+    token (``security: []``) and a JSON object body, the provider's own payload."""
+    return {
+        "security": [],
+        "requestBody": {
+            "content": {
+                "application/json": {
+                    "schema": {"type": "object", "description": "the provider's payload"}
+                }
+            }
+        },
+    }
 
 
 @dataclass(frozen=True)
