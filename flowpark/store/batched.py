@@ -47,6 +47,7 @@ _STEP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("started_at", "timestamptz"),
     ("committed_at", "timestamptz"),
     ("ends_at", "timestamptz"),
+    ("carried", "json"),
 )
 _STEP_NAMES = ", ".join(f'"{name}"' for name, _ in _STEP_COLUMNS)
 _STEP_FROM_T = ", ".join(f't."{name}"' for name, _ in _STEP_COLUMNS)

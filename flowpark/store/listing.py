@@ -26,7 +26,7 @@ from flowpark.engine.ports.operator import (
 )
 from flowpark.engine.records import InstanceState, StepKind, StepRow, WakeKind
 from flowpark.store.base import SqlRole, const
-from flowpark.store.mapping import DEADLINE_END_KEY, INSTANCE, STEP, step_from_row
+from flowpark.store.mapping import DEADLINE_END_KEY, INSTANCE, STEP, journal_from_rows
 
 __all__ = ["SqlOperatorReads", "display_expression", "filter_clauses"]
 
@@ -234,9 +234,10 @@ class SqlOperatorReads(SqlRole):
     async def poll_budget_ends(
         self, pairs: Sequence[tuple[str, int]]
     ) -> dict[tuple[str, int], datetime]:
-        """The stored budget end of each poll: ``ends_at`` (or ``values["endsAt"]``) of the
-        deadline row in force (highest try) at ``(instance_id, poll_step_id)``, scope 0,
-        per pair that has one (see :mod:`flowpark.engine.decide.deadlines`).
+        """The stored budget end of each poll: the end of the deadline row in force
+        (highest try) at ``(instance_id, poll_step_id)``, scope 0, per pair that has one,
+        whether a row of its own or carried by another row (see
+        :mod:`flowpark.engine.decide.deadlines`, :mod:`flowpark.store.carried`).
 
         Args:
             pairs: ``(instance_id, poll_step_id)`` (at most a page's worth).
@@ -244,28 +245,29 @@ class SqlOperatorReads(SqlRole):
         if not pairs:
             return {}
         s = STEP.c
-        query = (
-            select(s.instance_id, s.step_id, s.try_number, s["values"], s.ends_at)
-            .where(
-                or_(*(and_(s.instance_id == i, s.step_id == step) for i, step in pairs)),
-                s.scope == 0,
-                s.kind == StepKind.DEADLINE.value,
-            )
-            .order_by(s.instance_id, s.step_id, s.try_number)
+        wanted = set(pairs)
+        query = select(STEP).where(
+            s.instance_id.in_(sorted({i for i, _ in pairs})),
+            or_(
+                and_(s.kind == StepKind.DEADLINE.value, s.scope == 0),
+                s.carried.is_not(None),
+            ),
         )
-        ends: dict[tuple[str, int], datetime] = {}
+        found: dict[tuple[str, int], tuple[int, datetime]] = {}
         async with self._read() as conn:
-            for row in await conn.execute(query):
-                if row[4] is not None:  # as flow_step stores it (migration 0019)
-                    ends[(row[0], row[1])] = row[4]
-                    continue
-                value = (row[3] or {}).get(DEADLINE_END_KEY)
-                if isinstance(value, str):
-                    ends[(row[0], row[1])] = datetime.fromisoformat(value)
-        return ends
+            rows = journal_from_rows(await conn.execute(query))
+        for row in rows:
+            key = (row.instance_id, row.step_id)
+            if row.kind is not StepKind.DEADLINE or row.scope != 0 or key not in wanted:
+                continue
+            value = row.values.get(DEADLINE_END_KEY)
+            held = found.get(key)
+            if isinstance(value, str) and (held is None or row.try_number >= held[0]):
+                found[key] = (row.try_number, datetime.fromisoformat(value))
+        return {key: end for key, (_, end) in found.items()}
 
     async def journal_of(self, instance_id: str) -> list[StepRow]:
         """Every journal row of the instance in commit order (empty when unknown)."""
         query = select(STEP).where(STEP.c.instance_id == instance_id).order_by(STEP.c.sequence)
         async with self._read() as conn:
-            return [step_from_row(r) for r in await conn.execute(query)]
+            return journal_from_rows(await conn.execute(query))

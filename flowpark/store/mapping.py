@@ -38,6 +38,7 @@ from flowpark.engine.records import (
     WakeKind,
 )
 from flowpark.errors import FlowFailure
+from flowpark.store.carried import carried_column, unpack
 from flowpark.store.tables import (
     FlowHeartbeatRow,
     FlowInstanceRow,
@@ -63,6 +64,8 @@ __all__ = [
     "instance_from_row",
     "instance_values",
     "journal_aggregates",
+    "journal_from_json",
+    "journal_from_rows",
     "journal_insert",
     "signal_from_json",
     "signal_from_row",
@@ -235,11 +238,30 @@ def step_values(row: StepRow) -> dict[str, Any]:
         "next_try_at": row.next_try_at,
         "started_at": row.started_at,
         "committed_at": row.committed_at,
+        "carried": carried_column(row),
     }
 
 
+def journal_from_rows(rows: Any) -> list[StepRow]:
+    """An instance's journal from its ``flow_step`` rows in commit order: each row, with
+    the deadline rows it carries where they were written (:mod:`flowpark.store.carried`)."""
+    steps: list[StepRow] = []
+    for row in rows:
+        steps.extend(unpack(step_from_row(row), row._mapping["carried"]))
+    return steps
+
+
+def journal_from_json(items: Any) -> list[StepRow]:
+    """As :func:`journal_from_rows`, from rows aggregated as JSON (PostgreSQL)."""
+    steps: list[StepRow] = []
+    for m in items or ():
+        steps.extend(unpack(step_from_json(m), m.get("carried")))
+    return steps
+
+
 def step_from_row(row: Row[Any]) -> StepRow:
-    """Build a :class:`StepRow` from a ``flow_step`` row."""
+    """Build a :class:`StepRow` from a ``flow_step`` row (without what it carries: see
+    :func:`journal_from_rows`)."""
     m = row._mapping
     return StepRow(
         instance_id=m["instance_id"],
@@ -290,7 +312,7 @@ def snapshot_from_row(row: Row[Any]) -> Snapshot:
     ``j_signals`` columns of :func:`journal_aggregates`."""
     return Snapshot(
         instance=instance_from_row(row),
-        steps=[step_from_json(d) for d in row.j_steps or ()],
+        steps=journal_from_json(row.j_steps),
         signals=[signal_from_json(d) for d in row.j_signals or ()],
     )
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, case, func, select
+from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from flowpark.engine.decide.deadlines import POLL_BUDGET
 from flowpark.engine.ports.operator import AttemptStart, FlowActivity, StepActivity, StepWaiting
-from flowpark.engine.records import InstanceState, Outcome, StepKind
+from flowpark.engine.records import InstanceState, Outcome, StepKind, StepRow
 from flowpark.store.base import SqlRole, const
-from flowpark.store.mapping import INSTANCE, STEP
+from flowpark.store.mapping import INSTANCE, STEP, journal_from_rows
 from flowpark.store.memory_state import named_step
 
 __all__ = ["SqlOverviewReads"]
@@ -190,22 +190,7 @@ class SqlOverviewReads(SqlRole):
         s = STEP.alias("s")
         prev = STEP.alias("p")
         first = STEP.alias("f")
-        budget = STEP.alias("d")
         step = const(StepKind.STEP.value)
-        in_force = (  # the poll's budget end when the previous attempt was written
-            select(budget.c.ends_at)
-            .where(
-                budget.c.instance_id == s.c.instance_id,
-                budget.c.step_id == s.c.step_id - 1,
-                budget.c.scope == 0,
-                budget.c.kind == const(StepKind.DEADLINE.value),
-                budget.c.capability_id == const(POLL_BUDGET),
-                budget.c.committed_at <= prev.c.committed_at,
-            )
-            .order_by(budget.c.try_number.desc())
-            .limit(1)
-            .scalar_subquery()
-        )
         query = (
             select(
                 s.c.instance_id,
@@ -216,7 +201,6 @@ class SqlOverviewReads(SqlRole):
                 s.c.started_at,
                 prev.c.committed_at,
                 first.c.started_at,
-                in_force,
             )
             .join(INSTANCE, INSTANCE.c.id == s.c.instance_id)
             .outerjoin(
@@ -245,4 +229,35 @@ class SqlOverviewReads(SqlRole):
         )
         async with self._read() as conn:
             rows = (await conn.execute(query)).all()
-        return [AttemptStart(*r) for r in rows]
+        ends = await self._poll_budgets(sorted({r[0] for r in rows}))
+        return [AttemptStart(*r, _in_force(ends, r[0], r[3] - 1, r[6])) for r in rows]
+
+    async def _poll_budgets(self, ids: list[str]) -> dict[tuple[str, int], list[StepRow]]:
+        """The poll budget rows of ``ids`` (rows of their own or carried), by
+        ``(instance_id, poll step)``."""
+        if not ids:
+            return {}
+        query = select(STEP).where(
+            STEP.c.instance_id.in_(ids),
+            or_(STEP.c.kind == const(StepKind.DEADLINE.value), STEP.c.carried.is_not(None)),
+        )
+        found: dict[tuple[str, int], list[StepRow]] = {}
+        async with self._read() as conn:
+            for row in journal_from_rows(await conn.execute(query)):
+                poll_budget = row.kind is StepKind.DEADLINE and row.capability_id == POLL_BUDGET
+                if poll_budget and row.scope == 0:
+                    found.setdefault((row.instance_id, row.step_id), []).append(row)
+        return found
+
+
+def _in_force(
+    ends: dict[tuple[str, int], list[StepRow]], instance_id: str, poll: int, at: datetime | None
+) -> datetime | None:
+    """The poll's budget end in force at ``at`` (the row with the highest try committed
+    by then), or None."""
+    if at is None:
+        return None
+    held = [r for r in ends.get((instance_id, poll), ()) if r.committed_at <= at]
+    if not held:
+        return None
+    return datetime.fromisoformat(max(held, key=lambda r: r.try_number).values["endsAt"])

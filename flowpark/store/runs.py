@@ -11,12 +11,15 @@ transaction that does each part in turn.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sqlalchemy import update
 
 from flowpark.engine.ports.values import Commit
 from flowpark.engine.records import Ack, StepKind
 from flowpark.store.base import SqlContext, instant
 from flowpark.store.batched import require_aware
+from flowpark.store.carried import pack
 from flowpark.store.claims import SqlClaims
 from flowpark.store.correlations import record_correlations
 from flowpark.store.fencing import after_commit, fenced, insert_step
@@ -45,8 +48,14 @@ class SqlRuns(SqlClaims, SqlJournalWrites):
         """Write ``commit`` (rows, events, reviews, the signal taken, the park) in one
         transaction behind its fence.
 
+        A deadline row written with another row goes inside it (:mod:`flowpark.store.carried`),
+        so the shapes below see the rows as ``flow_step`` stores them.
+
         Returns / Raises: as :meth:`flowpark.engine.ports.RunStore.commit`.
         """
+        packed = pack(commit.rows)
+        if len(packed) != len(commit.rows):
+            commit = replace(commit, rows=packed)
         rows, park = commit.rows, commit.park
         if commit.correlations:  # batched with the row's commit where it can be
             ack = await self._commit_keys_batched(commit)

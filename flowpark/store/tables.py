@@ -263,8 +263,7 @@ class FlowInstanceRow(SQLModel, table=True):
     wake_at: datetime | None = _instant("wake_at")
     wake_step_id: int | None = _int("wake_step_id")
     wake_scope: int | None = _int("wake_scope")
-    # what a suspended instance waits for: poll, retry, signal, deadline, provider_budget or
-    # provider_pushback (WakeKind)
+    # what a suspended instance waits for (WakeKind)
     wake_kind: str | None = _str("wake_kind")
     lease_owner: str | None = _str("lease_owner")
     lease_expires_at: datetime | None = _instant("lease_expires_at")
@@ -314,11 +313,11 @@ class FlowStepRow(SQLModel, table=True):
 
     Keyed by the execution's name ``(instance_id, step_id, scope, kind, try_number)``: one
     row per execution, and the key serves every read (an instance's rows, then ordered by
-    ``sequence``). A deadline row keeps its end instant in ``ends_at`` and a row that
-    puts no values has ``values`` NULL (:func:`flowpark.store.mapping.step_values`).
-    ``sequence`` is the commit order without an index of its own: an
-    identity column on PostgreSQL; on SQLite the store writes the next rowid into it
-    (``max(rowid) + 1`` inside the file's one write transaction), so it equals the rowid.
+    ``sequence``). A deadline row keeps its end in ``ends_at``, or goes inside the row
+    written with it (``carried``); a row that puts no values has ``values`` NULL
+    (:func:`flowpark.store.mapping.step_values`). ``sequence`` is the commit order, no
+    index of its own: an identity column on PostgreSQL; on SQLite the store writes the
+    next rowid into it (``max(rowid) + 1`` in the file's one write transaction).
     """
 
     model_config = _TABLE
@@ -350,8 +349,9 @@ class FlowStepRow(SQLModel, table=True):
     next_try_at: datetime | None = _instant("next_try_at")
     started_at: datetime = _instant("started_at", nullable=False)
     committed_at: datetime = _instant("committed_at", nullable=False)
-    # a deadline row's end instant (its ``values`` then NULL; migration 0019)
+    # a deadline row's end (``values`` then NULL; 0019); the deadlines written with a row
     ends_at: datetime | None = _instant("ends_at")
+    carried: list[Any] | None = _json("carried")
 
 
 class FlowSignalRow(SQLModel, table=True):

@@ -281,6 +281,45 @@ async def test_deadline_rows_and_rows_without_values_read_back_as_written(
     assert ends == {(instance_id, 1): at(4 * 3600 + 0.5)}
 
 
+async def test_a_carried_poll_budget_is_the_one_in_force_for_the_next_attempt(
+    store: Store,
+) -> None:
+    """The poll's budget written with the upload (carried inside its row on SQL stores)
+    is what the overview reads for the next attempt; an extension written after that
+    attempt was asked for does not move it, and the list reads the extended end."""
+    instance_id = await started(store)
+    upload = step(instance_id, step_id=0, committed_at=at(2))
+    budget = deadline_row(instance_id, 1, 0, POLL_BUDGET, at(2), at(3600))
+    window = deadline_row(instance_id, 2, 0, RETRY_TOTAL, at(2), at(182))
+    await store.runs.commit(Commit(instance_id, 1, at(2), at(32), rows=(upload, budget, window)))
+    attempt0 = step(instance_id, step_id=2, scope=0, started_at=at(2), committed_at=at(3))
+    wait = park(at(10), 1, kind=WakeKind.POLL)
+    await store.runs.commit(Commit(instance_id, 1, at(3), at(33), rows=(attempt0,), park=wait))
+    claim = await store.runs.claim(instance_id, "node-b", at(4), at(34))
+    assert claim is not None
+    extended = deadline_row(
+        instance_id, 1, 0, POLL_BUDGET, at(2), at(7200), committed_at=at(4), try_number=2
+    )
+    attempt1 = step(instance_id, step_id=2, scope=1, started_at=at(10), committed_at=at(11))
+    await store.runs.commit(
+        Commit(instance_id, claim.fencing_token, at(4), at(34), rows=(extended,))
+    )
+    await store.runs.commit(Commit(instance_id, claim.fencing_token, at(11), at(41), (attempt1,)))
+    starts = await store.overview.attempt_starts(at(5))
+    assert [(s.step_id, s.scope, s.budget_ends_at) for s in starts] == [(2, 1, at(3600))]
+    ends = await store.operator.poll_budget_ends([(instance_id, 1)])
+    assert ends == {(instance_id, 1): at(7200)}
+    kinds = [(r.kind, r.step_id, r.try_number) for r in (await store.runs.load(instance_id)).steps]
+    assert kinds == [
+        (StepKind.STEP, 0, 1),
+        (StepKind.DEADLINE, 1, 1),
+        (StepKind.DEADLINE, 2, 1),
+        (StepKind.STEP, 2, 1),
+        (StepKind.DEADLINE, 1, 2),
+        (StepKind.STEP, 2, 1),
+    ]
+
+
 async def test_a_commit_with_its_park_suspends_the_instance(store: Store) -> None:
     instance_id = await started(store)
     row = step(instance_id, step_id=2, committed_at=at(4))

@@ -96,11 +96,12 @@ async def test_the_emit_writes_the_extract_row_with_its_own(sql_store_url: str) 
         runs.commit_step = spied  # type: ignore[method-assign]
         await h.advance_to_next_wake(inst.id)
         assert (await h.instance(inst.id)).state is InstanceState.COMPLETED
-        # the status row before the extract runs (with the extract's retry window, stored
-        # before its first try), then the emit with the extract row
+        # the status row before the extract runs, carrying the extract's retry window
+        # (stored before its first try, inside the row written with it), then the emit
+        # with the extract row
         assert commits == [
-            ("retry.total", None),  # the status attempt's retry window
-            ("retry.total", "ocr.status"),
+            ("retry.total", None),  # the status attempt's retry window, a write of its own
+            ("ocr.status", None),
             ("document.processed", "document.extract"),
         ]
         steps = (await h.snapshot(inst.id)).steps

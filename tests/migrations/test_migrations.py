@@ -8,7 +8,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Index, MetaData, create_engine, inspect, text
 from sqlalchemy.engine import Engine
 
+from flowpark.engine.decide.deadlines import RETRY_TOTAL, deadline_row
+from flowpark.engine.ports import Commit
 from flowpark.engine.records import Outcome, StepKind, StepRow
 from flowpark.errors import SchemaBehindHead
 from flowpark.store.db import make_async_engine, sync_url
@@ -522,6 +524,60 @@ async def test_0019_moves_each_deadline_end_into_ends_at_and_back(
     assert _stored_steps(sync_engine, ends=False) == before
     upgrade(empty_url)
     assert _diff(sync_engine, metadata) == []
+
+
+async def test_0024_an_instance_parked_with_deadline_rows_resumes_with_the_same_budget(
+    empty_url: str, sync_engine: Engine
+) -> None:
+    """An instance parked mid-poll before 0024 (each deadline a row of its own) reads the
+    same journal and budget end after it; a new write then carries its deadline inside its
+    row, and the downgrade refuses while such a row exists."""
+    upgrade(empty_url, "0023")
+    instance_id = _KEYED[0][0]
+    _insert_0003_rows_at_head_shape(sync_engine, instance_id)
+    _insert_0018_deadlines(sync_engine, instance_id)
+    before = _stored_steps(sync_engine, ends=False)
+    upgrade(empty_url)
+    if sync_engine.dialect.name == "postgresql":  # the rows above were given sequences
+        with sync_engine.begin() as conn:
+            conn.execute(text("ALTER TABLE flow_step ALTER COLUMN sequence RESTART WITH 100"))
+    engine = make_async_engine(empty_url)
+    try:
+        store = SqlStore(engine)
+        after = (await store.runs.load(instance_id)).steps
+        ends = await store.operator.poll_budget_ends([(instance_id, 1)])
+        claim = await store.runs.claim(instance_id, "node-a", _T, _T + timedelta(seconds=30))
+        assert claim is not None
+        attempt = StepRow(instance_id, 2, 1, StepKind.STEP, "ocr.status", Outcome.SUCCESS, _T, _T)
+        window = deadline_row(instance_id, 2, 2, RETRY_TOTAL, _T, _T + timedelta(minutes=3))
+        await store.runs.commit(
+            Commit(
+                instance_id, claim.fencing_token, _T, _T + timedelta(seconds=30), (attempt, window)
+            )
+        )
+        resumed = (await store.runs.load(instance_id)).steps
+    finally:
+        await engine.dispose()
+    assert [(r.capability_id, r.try_number, dict(r.values)) for r in after] == before
+    assert ends == {(instance_id, 1): datetime(2026, 1, 1, 5, 0, 0, 1, tzinfo=UTC)}
+    assert resumed[: len(before)] == after
+    assert [(r.kind, r.scope) for r in resumed[len(before) :]] == [
+        (StepKind.STEP, 1),
+        (StepKind.DEADLINE, 2),
+    ]
+    with sync_engine.connect() as conn:
+        stored = conn.execute(text("SELECT count(*) FROM flow_step")).scalar_one()
+    assert stored == len(before) + 1  # the window went inside the attempt's row
+    with pytest.raises(RuntimeError, match="carry deadlines"):
+        downgrade(empty_url, "0023")
+    with sync_engine.begin() as conn:
+        conn.execute(text("DELETE FROM flow_step WHERE carried IS NOT NULL"))
+    downgrade(empty_url, "0023")
+    upgrade(empty_url)
+    assert _diff(sync_engine, metadata) == []
+
+
+_T = datetime(2026, 1, 1, 1, tzinfo=UTC)
 
 
 def _insert_0003_rows_at_head_shape(engine: Engine, instance_id: str) -> None:

@@ -147,12 +147,14 @@ class Executor(RunState):
             self.host.observer.attempted(self.plan.name, body.capability.id, note.how)
 
     async def store_rows(self, rows: tuple[StepRow, ...]) -> None:
-        """Commit deadline rows now (the first with the deferred row)."""
-        for row in rows:
-            deferred, self.unflushed = self.unflushed, None
-            ack = await self.commit(*((row,) if deferred is None else (deferred, row)))
-            self.steps.append(row)  # no action: the wake the claim found stays
-            self.after_ack(ack)
+        """Commit deadline rows now, in one write with the deferred row (the store keeps
+        them inside it)."""
+        if not rows:
+            return
+        deferred, self.unflushed = self.unflushed, None
+        ack = await self.commit(*(() if deferred is None else (deferred,)), *rows)
+        self.steps.extend(rows)  # no action: the wake the claim found stays
+        self.after_ack(ack)
 
     async def execute(self, decision: Execute) -> Halt | None:
         """Make the try (a poll's attempt is judged for the observer), after taking a token

@@ -25,8 +25,8 @@ from flowpark.store.mapping import (
     SIGNAL,
     STEP,
     instance_from_row,
+    journal_from_rows,
     signal_from_row,
-    step_from_row,
 )
 from flowpark.store.signals import signal_by_key
 from flowpark.store.types import UtcDateTime
@@ -116,7 +116,7 @@ class SqliteDialect(Dialect):
             )
             return Snapshot(
                 instance=instance_from_row(instance),
-                steps=[step_from_row(r) for r in steps],
+                steps=journal_from_rows(steps),
                 signals=[signal_from_row(r) for r in signals],
             )
 
@@ -190,7 +190,7 @@ class SqliteDialect(Dialect):
             )
             snapshot = Snapshot(
                 instance_from_row(claimed),
-                [step_from_row(r) for r in steps],
+                journal_from_rows(steps),
                 [signal_from_row(r) for r in mailbox],
             )
         return Delivery(record, True, state, Claim(instance_id, claimed.fencing_token, snapshot))
