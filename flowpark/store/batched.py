@@ -26,6 +26,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 
 from flowpark.engine.records import NewInstance
 from flowpark.store.base import SqlRole
+from flowpark.store.carried import start_carried, start_step_rows
 from flowpark.store.lanes import CommitAnswer, CommitItem, FinishItem, Lane, Lanes
 from flowpark.store.mapping import step_values
 
@@ -105,16 +106,17 @@ _CREATE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("instance_key", "text"),
     ("idempotency_key", "text"),
     ("trace_context", "json"),
+    ("carried", "json"),
 )
 # ON CONFLICT DO NOTHING: a repeated idempotency key, an instance key in use (or an id that
 # exists) skips that row only; its caller then reads what holds the key
 _CREATE_SQL = (
     "INSERT INTO flow_instance (id, flow_name, flow_version, state, input, created_at, "
     "updated_at, deadline_at, lease_owner, lease_expires_at, fencing_token, "
-    "cancel_requested, instance_key, idempotency_key, trace_context) "
+    "cancel_requested, instance_key, idempotency_key, trace_context, carried) "
     "SELECT t.id, t.flow_name, t.flow_version, 'running', t.input, t.created_at, "
     "t.created_at, t.deadline_at, t.lease_owner, t.lease_expires_at, 1, false, "
-    "t.instance_key, t.idempotency_key, t.trace_context "
+    "t.instance_key, t.idempotency_key, t.trace_context, t.carried "
     f"FROM {_recordset(_CREATE_COLUMNS)} ON CONFLICT DO NOTHING RETURNING id::text"
 )
 # the same with the journal rows a start stores with its instance (a first node's poll
@@ -318,10 +320,11 @@ class PgBatches(SqlRole):
                 "instance_key": n.instance_key,
                 "idempotency_key": n.idempotency_key,
                 "trace_context": n.trace_context,
+                "carried": start_carried(n),
             }
             for n in items
         ]
-        steps = [step_values(row) for n in items for row in n.steps]
+        steps = [step_values(row) for n in items for row in start_step_rows(n)]
         try:
             async with self._single(write=True) as conn:
                 if steps:

@@ -5,13 +5,15 @@ and most often in the same write as the row the run deferred (a poll's budget an
 attempt's retry window go with the row of the step before the poll). Such a deadline needs
 no ``flow_step`` row of its own: the row written with it carries it in its ``carried``
 column, a JSON array (migration 0024), and reading the row gives back the deadline rows
-where they were, in the same order. A parked ``document.process`` has three ``flow_step``
-rows instead of five; see BENCHMARKS.md.
+where they were, in the same order. The deadlines a start stores with its instance (a
+first poll's budget, the first call's retry window) go inside the instance row
+(``flow_instance.carried``) and read back first, with ``sequence`` 0. A parked
+``document.process`` has two ``flow_step`` rows instead of five; see BENCHMARKS.md.
 
 Rules (:func:`pack`): in one write's rows, a deadline row is carried by the nearest
 non-deadline row before it, or, when none comes before, by the first one after it; a
-write of deadline rows only (a start's first retry window, an extension, a wait's timeout
-carried by its park) stores them as rows of their own. A carried deadline keeps every field
+write of deadline rows only (an extension, a wait's timeout carried by its park) stores
+them as rows of their own. A carried deadline keeps every field
 but ``sequence``: it reads back with its carrier's (one write, one place in commit order),
 which is also what orders it against other rows. A deadline whose values the compact form
 cannot give back exactly (an end that is not the aware UTC ISO text the engine writes)
@@ -20,7 +22,8 @@ is stored as a row of its own. Rows of earlier releases (deadlines as rows) read
 One carried deadline is ``[step_id, scope, name, try_number, started, committed, length,
 before]``, then ``warn`` and ``rest`` when it has them: ``name`` a one-letter code
 (``p`` poll budget, ``s`` signal timeout, ``r`` retry window), ``started`` and
-``committed`` microseconds from the carrier's ``committed_at``, ``length`` the
+``committed`` microseconds from the carrier's ``committed_at`` (an instance's
+``created_at``), ``length`` the
 microseconds from ``started`` to the end, ``before`` 1 when it comes before its carrier,
 ``warn`` the microseconds from ``started`` to the warning (null for none), ``rest`` the
 row's other values (an extension's ``actionId``). About 30 bytes each.
@@ -33,9 +36,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from flowpark.engine.records import Outcome, StepKind, StepRow
+from flowpark.engine.records import NewInstance, Outcome, StepKind, StepRow
 
-__all__ = ["CarryingRow", "carried_column", "pack", "unpack"]
+__all__ = [
+    "CarryingRow",
+    "carried_column",
+    "pack",
+    "start_carried",
+    "start_rows",
+    "start_step_rows",
+    "unpack",
+]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _END = "endsAt"
@@ -176,9 +187,51 @@ def unpack(row: StepRow, carried: Iterable[Sequence[Any]] | None) -> list[StepRo
     """
     if not carried:
         return [row]
+    head, tail = _expand(row.instance_id, row.committed_at, carried, row.sequence)
+    return [*head, row, *tail]
+
+
+def start_carried(new: NewInstance) -> list[list[Any]] | None:
+    """The ``flow_instance.carried`` column of a start: the deadline rows it stores with
+    the instance (``new.steps``: a first poll's budget, the first call's retry window) in
+    the compact form against ``created_at``; None when it has none or one cannot be given
+    back exactly (then every one is a row of its own, :func:`start_rows`)."""
+    if not new.steps:
+        return None
+    entries = [
+        _entry(r, new.created_at, True) if r.kind is StepKind.DEADLINE else None for r in new.steps
+    ]
+    if any(e is None for e in entries):
+        return None
+    return [e for e in entries if e is not None]
+
+
+def start_step_rows(new: NewInstance) -> tuple[StepRow, ...]:
+    """The rows of ``new.steps`` a start inserts into ``flow_step``: none when the
+    instance row carries them (:func:`start_carried`)."""
+    return () if start_carried(new) is not None else new.steps
+
+
+def start_rows(instance_id: str, created_at: datetime, carried: Any) -> list[StepRow]:
+    """The journal rows a start stored inside its instance row (``sequence`` 0: before
+    every row of the journal).
+
+    Raises:
+        ValueError: an entry is not in the compact form.
+    """
+    if not carried:
+        return []
+    head, tail = _expand(instance_id, created_at, carried, 0)
+    return [*head, *tail]
+
+
+def _expand(
+    instance_id: str, at: datetime, carried: Iterable[Sequence[Any]], sequence: int | None
+) -> tuple[list[StepRow], list[StepRow]]:
+    """The carried deadlines against ``at``: (those before, those after) their carrier."""
     head: list[StepRow] = []
     tail: list[StepRow] = []
-    base = _us(row.committed_at)
+    base = _us(at)
     for entry in carried:
         if not 8 <= len(entry) <= 10 or entry[2] not in _NAMES:
             raise ValueError(f"not a carried deadline: {entry!r}")
@@ -191,7 +244,7 @@ def unpack(row: StepRow, carried: Iterable[Sequence[Any]] | None) -> list[StepRo
             values[_WARN] = _instant(begin + warn).isoformat()
         values.update(rest or {})
         deadline = StepRow(
-            row.instance_id,
+            instance_id,
             step_id,
             scope,
             StepKind.DEADLINE,
@@ -201,7 +254,7 @@ def unpack(row: StepRow, carried: Iterable[Sequence[Any]] | None) -> list[StepRo
             _instant(base + committed),
             try_number=try_number,
             values=values,
-            sequence=row.sequence,
+            sequence=sequence,
         )
         (head if first else tail).append(deadline)
-    return [*head, row, *tail]
+    return head, tail

@@ -26,7 +26,13 @@ from flowpark.engine.ports.operator import (
 )
 from flowpark.engine.records import InstanceState, StepKind, StepRow, WakeKind
 from flowpark.store.base import SqlRole, const
-from flowpark.store.mapping import DEADLINE_END_KEY, INSTANCE, STEP, journal_from_rows
+from flowpark.store.mapping import (
+    DEADLINE_END_KEY,
+    INSTANCE,
+    STEP,
+    carried_by,
+    journal_from_rows,
+)
 
 __all__ = ["SqlOperatorReads", "display_expression", "filter_clauses"]
 
@@ -253,9 +259,14 @@ class SqlOperatorReads(SqlRole):
                 s.carried.is_not(None),
             ),
         )
+        starts = select(INSTANCE.c.id, INSTANCE.c.created_at, INSTANCE.c.carried).where(
+            INSTANCE.c.id.in_(sorted({i for i, _ in pairs})), INSTANCE.c.carried.is_not(None)
+        )
         found: dict[tuple[str, int], tuple[int, datetime]] = {}
         async with self._read() as conn:
             rows = journal_from_rows(await conn.execute(query))
+            for instance in await conn.execute(starts):
+                rows.extend(carried_by(instance))
         for row in rows:
             key = (row.instance_id, row.step_id)
             if row.kind is not StepKind.DEADLINE or row.scope != 0 or key not in wanted:
@@ -269,5 +280,11 @@ class SqlOperatorReads(SqlRole):
     async def journal_of(self, instance_id: str) -> list[StepRow]:
         """Every journal row of the instance in commit order (empty when unknown)."""
         query = select(STEP).where(STEP.c.instance_id == instance_id).order_by(STEP.c.sequence)
+        start = select(INSTANCE.c.id, INSTANCE.c.created_at, INSTANCE.c.carried).where(
+            INSTANCE.c.id == instance_id
+        )
         async with self._read() as conn:
-            return journal_from_rows(await conn.execute(query))
+            instance = (await conn.execute(start)).first()
+            if instance is None:
+                return []
+            return journal_from_rows(await conn.execute(query), instance)

@@ -38,7 +38,7 @@ from flowpark.engine.records import (
     WakeKind,
 )
 from flowpark.errors import FlowFailure
-from flowpark.store.carried import carried_column, unpack
+from flowpark.store.carried import carried_column, start_carried, start_rows, unpack
 from flowpark.store.tables import (
     FlowHeartbeatRow,
     FlowInstanceRow,
@@ -64,6 +64,7 @@ __all__ = [
     "instance_from_row",
     "instance_values",
     "journal_aggregates",
+    "carried_by",
     "journal_from_json",
     "journal_from_rows",
     "journal_insert",
@@ -108,6 +109,7 @@ def instance_values(new: NewInstance) -> dict[str, Any]:
         "instance_key": new.instance_key,
         "idempotency_key": new.idempotency_key,
         "trace_context": new.trace_context,
+        "carried": start_carried(new),
     }
 
 
@@ -242,18 +244,26 @@ def step_values(row: StepRow) -> dict[str, Any]:
     }
 
 
-def journal_from_rows(rows: Any) -> list[StepRow]:
+def journal_from_rows(rows: Any, instance: Any = None) -> list[StepRow]:
     """An instance's journal from its ``flow_step`` rows in commit order: each row, with
-    the deadline rows it carries where they were written (:mod:`flowpark.store.carried`)."""
-    steps: list[StepRow] = []
+    the deadline rows it carries where they were written (:mod:`flowpark.store.carried`),
+    after those its ``flow_instance`` row (``instance``, when given) carries."""
+    steps = [] if instance is None else carried_by(instance)
     for row in rows:
         steps.extend(unpack(step_from_row(row), row._mapping["carried"]))
     return steps
 
 
-def journal_from_json(items: Any) -> list[StepRow]:
+def carried_by(instance: Any) -> list[StepRow]:
+    """The deadline rows a ``flow_instance`` row (with ``id``, ``created_at`` and
+    ``carried``) carries from its start."""
+    m = instance._mapping
+    return start_rows(m["id"], m["created_at"], m["carried"])
+
+
+def journal_from_json(items: Any, instance: Any = None) -> list[StepRow]:
     """As :func:`journal_from_rows`, from rows aggregated as JSON (PostgreSQL)."""
-    steps: list[StepRow] = []
+    steps = [] if instance is None else carried_by(instance)
     for m in items or ():
         steps.extend(unpack(step_from_json(m), m.get("carried")))
     return steps
@@ -312,7 +322,7 @@ def snapshot_from_row(row: Row[Any]) -> Snapshot:
     ``j_signals`` columns of :func:`journal_aggregates`."""
     return Snapshot(
         instance=instance_from_row(row),
-        steps=journal_from_json(row.j_steps),
+        steps=journal_from_json(row.j_steps, row),
         signals=[signal_from_json(d) for d in row.j_signals or ()],
     )
 

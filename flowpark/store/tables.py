@@ -263,7 +263,6 @@ class FlowInstanceRow(SQLModel, table=True):
     wake_at: datetime | None = _instant("wake_at")
     wake_step_id: int | None = _int("wake_step_id")
     wake_scope: int | None = _int("wake_scope")
-    # what a suspended instance waits for (WakeKind)
     wake_kind: str | None = _str("wake_kind")
     lease_owner: str | None = _str("lease_owner")
     lease_expires_at: datetime | None = _instant("lease_expires_at")
@@ -284,7 +283,7 @@ class FlowInstanceRow(SQLModel, table=True):
     error_code: str | None = _str("error_code")
     error_message: str | None = Field(default=None, sa_column=Column("error_message", Text()))
     error_details: dict[str, Any] | None = _json("error_details")
-    # ended with a compensation that failed for good (error_details lists it)
+    # ended with a compensation that failed for good (listed in error_details)
     compensation_failed: bool = Field(
         default=False,
         sa_column=Column(
@@ -304,8 +303,9 @@ class FlowInstanceRow(SQLModel, table=True):
     heartbeat_value: Any = _json("heartbeat_value")
     # the request of a start with this key is the row's input and instance_key
     idempotency_key: str | None = _str("idempotency_key")
-    # the start's W3C trace context (traceparent, tracestate), when it was traced
+    # the start's W3C trace context; the deadlines stored with it (flowpark.store.carried)
     trace_context: dict[str, Any] | None = _json("trace_context")
+    carried: list[Any] | None = _json("carried")
 
 
 class FlowStepRow(SQLModel, table=True):

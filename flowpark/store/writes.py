@@ -30,6 +30,7 @@ from flowpark.engine.records import (
 from flowpark.errors import FlowFailure, IdempotencyKeyReused, InstanceKeyInUse
 from flowpark.store.base import JournalConflict, SqlRole, const, instant
 from flowpark.store.batched import require_aware
+from flowpark.store.carried import start_step_rows
 from flowpark.store.correlations import release_correlations
 from flowpark.store.fencing import (
     NO_LEASE,
@@ -120,7 +121,7 @@ class SqlJournalWrites(SqlRole):
                         .returning(INSTANCE.c.id)
                     )
                     created = inserted.first() is not None
-                    for row in new.steps if created else ():
+                    for row in start_step_rows(new) if created else ():
                         await insert_step(conn, row, extra=self._dialect.sequence_values())
             if created:
                 return instance_from_new(new), True

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
-from flowpark.engine.decide.deadlines import POLL_BUDGET, deadline_row
+from flowpark.engine.decide.deadlines import POLL_BUDGET, RETRY_TOTAL, deadline_row
 from flowpark.engine.node.host import NodeEngine
 from flowpark.engine.outcomes import RunOutcome, StartResult
 from flowpark.engine.ports import NewSignal, WakeClaim
@@ -34,7 +34,7 @@ from flowpark.errors import (
     VersionNotServed,
     shown,
 )
-from flowpark.flows.plan import AwaitSignalStep, Plan, PollStep
+from flowpark.flows.plan import AwaitSignalStep, CapabilityStep, Plan, PollStep
 from flowpark.outages import OUTAGES
 
 __all__ = ["SignalDelivery", "StartResult", "cancel", "deliver", "start", "wake"]
@@ -110,16 +110,26 @@ async def start(
 
 
 def _entry_rows(plan: Plan, instance_id: str, now: datetime) -> tuple[StepRow, ...]:
-    """What a start stores with the instance: the budget of a poll that is the flow's
-    first step, entered at the start's instant (the row the poll would store before
-    attempt 0, with its warning's instant, in the start's one statement instead of a
-    write of its own)."""
+    """What a start stores with the instance, entered at the start's instant: the budget
+    of a poll that is the flow's first step (with its warning's instant), and the retry
+    window of the first call (the first step's, or the poll's body's attempt 0) when its
+    retry policy has a ``total_duration``: the rows the run would store before that call,
+    in the start's one statement instead of a write of their own."""
     first = plan.steps[0] if plan.steps else None
-    if not isinstance(first, PollStep):
-        return ()
-    end = now + first.timeout
-    warn_at = None if first.warn_before is None else end - first.warn_before
-    return (deadline_row(instance_id, first.index, 0, POLL_BUDGET, now, end, warn_at=warn_at),)
+    rows: list[StepRow] = []
+    if isinstance(first, PollStep):
+        end = now + first.timeout
+        warn_at = None if first.warn_before is None else end - first.warn_before
+        rows.append(
+            deadline_row(instance_id, first.index, 0, POLL_BUDGET, now, end, warn_at=warn_at)
+        )
+        first = plan.steps[first.index + 1]
+    if isinstance(first, CapabilityStep):
+        retry = first.capability.options.retry
+        total = retry.total_duration if retry is not None else None
+        if total is not None:
+            rows.append(deadline_row(instance_id, first.index, 0, RETRY_TOTAL, now, now + total))
+    return tuple(rows)
 
 
 async def _first_advance(

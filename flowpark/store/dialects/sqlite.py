@@ -116,7 +116,7 @@ class SqliteDialect(Dialect):
             )
             return Snapshot(
                 instance=instance_from_row(instance),
-                steps=journal_from_rows(steps),
+                steps=journal_from_rows(steps, instance),
                 signals=[signal_from_row(r) for r in signals],
             )
 
@@ -190,7 +190,7 @@ class SqliteDialect(Dialect):
             )
             snapshot = Snapshot(
                 instance_from_row(claimed),
-                journal_from_rows(steps),
+                journal_from_rows(steps, claimed),
                 [signal_from_row(r) for r in mailbox],
             )
         return Delivery(record, True, state, Claim(instance_id, claimed.fencing_token, snapshot))
