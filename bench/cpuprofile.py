@@ -151,11 +151,11 @@ def layer_table(folded: str, cpu_ms: float) -> list[tuple[str, float, float]]:
 
 
 async def _profile(n: int, folded_out: str | None) -> None:
-    from bench.common import CpuMeter, bench_store, spawn_fake_ocr, spawn_server
+    from bench.common import LIFTED_OCR_LIMIT, CpuMeter, bench_store, spawn_fake_ocr, spawn_server
     from bench.rawclient import drive
 
     out = str(Path(tempfile.mkdtemp(prefix="flowpark-cpuprofile-")) / "stacks")
-    env = {"FLOWPARK_BENCH_CPUPROFILE": out}
+    env = {"FLOWPARK_BENCH_CPUPROFILE": out, **LIFTED_OCR_LIMIT}
     with (
         bench_store("postgres") as store,
         spawn_fake_ocr() as ocr,

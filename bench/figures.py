@@ -190,7 +190,7 @@ async def group_park(store: BenchStore, n: int, **_: Any) -> dict[str, Any]:
 
 async def group_http(store: BenchStore, n: int, **_: Any) -> dict[str, Any]:
     from bench.ceiling import spawn_ceiling
-    from bench.common import CpuMeter, spawn_fake_ocr, spawn_server
+    from bench.common import LIFTED_OCR_LIMIT, CpuMeter, spawn_fake_ocr, spawn_server
     from bench.rawclient import drive
 
     async def measure(server: Any, helpers: dict[str, int]) -> dict[str, float]:
@@ -206,7 +206,10 @@ async def group_http(store: BenchStore, n: int, **_: Any) -> dict[str, Any]:
             "requests_per_s": n / wall,
         }
 
-    with spawn_fake_ocr() as ocr, spawn_server(store.url, ocr.base_url) as server:
+    with (
+        spawn_fake_ocr() as ocr,
+        spawn_server(store.url, ocr.base_url, extra_env=LIFTED_OCR_LIMIT) as server,
+    ):
         flowpark = await measure(server, {"server": server.pid})
     with spawn_ceiling() as bare:
         ceiling = await measure(bare, {"server": bare.pid})  # type: ignore[attr-defined]

@@ -17,9 +17,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Float, Integer, case, cast, func, insert, literal, select, update
+from sqlalchemy import (
+    Float,
+    Integer,
+    String,
+    bindparam,
+    case,
+    cast,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
@@ -46,6 +59,7 @@ from flowpark.store.memory_providers import (
     replaces,
 )
 from flowpark.store.provider_tables import PROVIDER, PROVIDER_MINUTE
+from flowpark.store.types import UtcDateTime
 
 __all__ = ["SqlProviderLimits"]
 
@@ -103,13 +117,6 @@ class SqlProviderLimits(SqlRole):
         context: the store's context (:class:`flowpark.store.base.SqlContext`).
     """
 
-    def _floor(self, value: ColumnElement[Any]) -> ColumnElement[Any]:
-        """``floor`` of a non-negative float, as an integer (SQLite's cast truncates;
-        PostgreSQL's rounds, so it floors first)."""
-        if self._dialect.name == "postgresql":
-            return cast(func.floor(value), Integer)
-        return cast(value, Integer)
-
     async def declare(self, providers: Sequence[ProviderState], now: datetime) -> None:
         """See :meth:`flowpark.engine.ports.providers.ProviderLimits.declare`."""
         if not providers:
@@ -151,52 +158,29 @@ class SqlProviderLimits(SqlRole):
 
     async def grant(self, request: GrantRequest) -> Grant:
         """See :meth:`flowpark.engine.ports.providers.ProviderLimits.grant`."""
-        now_s = literal(request.now.timestamp(), Float())
-        wanted = literal(request.wanted, Integer())
-        start = _greatest(
-            P.refilled_s,
-            func.coalesce(P.lowered_s, 0.0) + CLEAN_INTERVAL.total_seconds(),
-        )
-        recovered = (
-            P.rate_per_second
-            * RECOVERY_PER_SECOND
-            * _greatest(now_s - start, literal(0.0, Float()))
-        )
-        rate = _least(P.rate_per_second, P.effective_rate + recovered)
-        first = _greatest(P.next_slot_s, now_s - (P.burst - 1) / rate)
-        ahead = now_s + (request.horizon.total_seconds() + EPSILON) - first
-        room = case((ahead >= 0.0, self._floor(ahead * rate) + 1), else_=literal(0, Integer()))
-        paused = P.paused_until.is_not(None) & (P.paused_until > instant(request.now))
-        granted = case(
-            (paused, literal(0, Integer())),
-            (room >= wanted, wanted),
-            else_=room,
-        )
-        statement = (
-            update(PROVIDER)
-            .where(P.name == request.name)
-            .values(
-                last_granted=granted,
-                next_slot_s=case((paused, P.next_slot_s), else_=first + granted / rate),
-                refilled_s=_greatest(P.refilled_s, now_s),
-                effective_rate=rate,
-            )
-            .returning(P.last_granted, P.next_slot_s, *_STATE_COLUMNS)
-        )
+        params: dict[str, Any] = {
+            "g_name": request.name,
+            "g_now": request.now,
+            "g_now_s": request.now.timestamp(),
+            "g_reach_s": request.horizon.total_seconds() + EPSILON,
+            "g_wanted": request.wanted,
+        }
         counts = (request.ok, request.pushback, request.failed, request.deferred)
-        if any(counts) and self._dialect.name == "postgresql":
+        dialect = self._dialect.name
+        if any(counts) and dialect == "postgresql":
             # one statement: the tally's upsert rides on the grant as a data-modifying CTE
-            statement = _with_tally(statement, request, counts)
+            params["g_minute"] = minute_of(request.now)
+            params.update(zip(_COUNT_PARAMS, counts, strict=True))
             async with self._single(write=True) as conn:
-                row = (await conn.execute(statement)).first()
+                row = (await conn.execute(_grant_statement(dialect, tally=True), params)).first()
         elif any(counts):
             async with self._write() as conn:
-                row = (await conn.execute(statement)).first()
+                row = (await conn.execute(_grant_statement(dialect), params)).first()
                 if row is not None:
                     await self._tally(conn, request.name, request.now, counts)
         else:
             async with self._single(write=True) as conn:
-                row = (await conn.execute(statement)).first()
+                row = (await conn.execute(_grant_statement(dialect), params)).first()
         if row is None:
             raise _missing(request.name)
         state, count = _state(row), int(row.last_granted)
@@ -320,20 +304,114 @@ class SqlProviderLimits(SqlRole):
         return [ProviderMinute(*row) for row in rows]
 
 
-def _with_tally(grant: Any, request: GrantRequest, counts: tuple[int, int, int, int]) -> Any:
+#: The bound names of a grant's outcome counts (ok, pushback, failed, deferred).
+_COUNT_PARAMS = ("g_ok", "g_pushback", "g_failed", "g_deferred")
+
+
+def _max(dialect: str, a: Any, b: Any, kind: Any = Float) -> ColumnElement[Any]:
+    """The larger of two values never NULL, each written once in the SQL (PostgreSQL's
+    ``greatest``, SQLite's two-argument ``max``), typed ``kind``."""
+    made: ColumnElement[Any] = getattr(func, "greatest" if dialect == "postgresql" else "max")(
+        a, b, type_=kind()
+    )
+    return made
+
+
+def _min(dialect: str, a: Any, b: Any, kind: Any = Float) -> ColumnElement[Any]:
+    """The smaller of two values never NULL (``least``, SQLite's ``min``)."""
+    made: ColumnElement[Any] = getattr(func, "least" if dialect == "postgresql" else "min")(
+        a, b, type_=kind()
+    )
+    return made
+
+
+@lru_cache(maxsize=8)
+def _grant_statement(dialect: str, tally: bool = False) -> Any:
+    """The grant's ``UPDATE ... RETURNING`` for ``dialect`` (built once; its values are
+    bound: ``g_name``, ``g_now``, ``g_now_s``, ``g_reach_s`` (the horizon plus
+    :data:`EPSILON`, seconds), ``g_wanted``; with ``tally`` also ``g_minute`` and the
+    counts, see :func:`_with_tally`).
+
+    Its arithmetic is staged in CTEs, so each value is written once in the SQL (inline,
+    the nested expressions repeated one another: 35 kB of SQL, too long for the driver's
+    cache of parsed statements): ``rated`` reads the provider's row (PostgreSQL: ``FOR
+    UPDATE``, so a grant that waited for another's lock computes from the row that grant
+    wrote) and recovers the effective rate; ``placed`` finds the first slot and whether a
+    pause holds; ``counted`` the slots granted; the ``UPDATE`` writes them.
+    """
+    now_s = bindparam("g_now_s", type_=Float())
+    start = _max(
+        dialect, P.refilled_s, func.coalesce(P.lowered_s, 0.0) + CLEAN_INTERVAL.total_seconds()
+    )
+    recovered = (
+        P.rate_per_second
+        * RECOVERY_PER_SECOND
+        * _max(dialect, now_s - start, literal(0.0, Float()))
+    )
+    rated = (
+        select(
+            P.name,
+            P.next_slot_s,
+            P.burst,
+            P.paused_until,
+            _min(dialect, P.rate_per_second, P.effective_rate + recovered).label("rate"),
+        )
+        .where(P.name == bindparam("g_name", type_=String()))
+        .with_for_update()
+        .cte("rated")
+    )
+    r = rated.c
+    now = bindparam("g_now", type_=UtcDateTime())
+    placed = select(
+        r.name,
+        r.rate,
+        _max(dialect, r.next_slot_s, now_s - (r.burst - 1) / r.rate).label("first"),
+        case((r.paused_until.is_not(None) & (r.paused_until > now), 1), else_=0).label("paused"),
+    ).cte("placed")
+    q = placed.c
+    ahead = now_s + bindparam("g_reach_s", type_=Float()) - q.first
+    room = case((ahead >= 0.0, _floor(dialect, ahead * q.rate) + 1), else_=literal(0, Integer()))
+    wanted = bindparam("g_wanted", type_=Integer())
+    counted = select(
+        q.name,
+        q.rate,
+        q.first,
+        q.paused,
+        case((q.paused == 1, 0), else_=_min(dialect, room, wanted, Integer)).label("granted"),
+    ).cte("counted")
+    c = counted.c
+    statement = (
+        update(PROVIDER)
+        .where(P.name == c.name)
+        .values(
+            last_granted=c.granted,
+            next_slot_s=case((c.paused == 1, P.next_slot_s), else_=c.first + c.granted / c.rate),
+            refilled_s=_max(dialect, P.refilled_s, now_s),
+            effective_rate=c.rate,
+        )
+        .returning(P.last_granted, P.next_slot_s, *_STATE_COLUMNS)
+    )
+    return _with_tally(statement) if tally else statement
+
+
+def _floor(dialect: str, value: ColumnElement[Any]) -> ColumnElement[Any]:
+    """``floor`` of a non-negative float, as an integer (SQLite's cast truncates;
+    PostgreSQL's rounds, so it floors first)."""
+    if dialect == "postgresql":
+        return cast(func.floor(value), Integer)
+    return cast(value, Integer)
+
+
+def _with_tally(grant: Any) -> Any:
     """PostgreSQL: ``grant`` (an ``UPDATE ... RETURNING``) with the minute's tally upserted in
-    the same statement, answering the grant's row."""
+    the same statement (``g_minute`` and the counts bound), answering the grant's row."""
     granted = grant.cte("granted")
-    ok, pushback, failed, deferred = counts
     upsert = pg_insert(PROVIDER_MINUTE).from_select(
         ["provider", "minute", "ok", "pushback", "failed", "deferred"],
         select(
             granted.c.name,
-            instant(minute_of(request.now)),
-            literal(ok, Integer()),
-            literal(pushback, Integer()),
-            literal(failed, Integer()),
-            literal(deferred, Integer()),
+            bindparam("g_minute", type_=UtcDateTime()),
+            *(bindparam(name, type_=Integer()) for name in _COUNT_PARAMS),
         ),
     )
     upsert = upsert.on_conflict_do_update(

@@ -142,12 +142,14 @@ async def test_concurrent_grants_never_reserve_one_slot_twice(store: Store) -> N
     limits = store.providers
     await limits.declare([declared(rate=10.0, burst=4)], T0)
     grants = await asyncio.gather(
-        *(limits.grant(GrantRequest("ocr", f"n{i}", 3, at(0.5))) for i in range(6))
+        *(limits.grant(GrantRequest("ocr", f"n{i}", 3, at(0.5), ok=i % 2)) for i in range(6))
     )
     # from 0.2 s (the burst of 4 before 0.5 s) to the horizon 1.5 s: 14 slots, each once
     assert sum(g.granted for g in grants) == 14
     slots = sorted(s for g in grants for s in g.slots)
     assert slots == sorted([at(0.5)] * 4 + [at(0.5 + 0.1 * i) for i in range(1, 11)])
+    # the grants that carried counts (PostgreSQL: the tally in the grant's statement)
+    assert [m.ok for m in await limits.tallies("ocr", T0)] == [3]
 
 
 async def test_nodes_declaring_one_provider_at_once_make_one_row(store: Store) -> None:
