@@ -4,6 +4,7 @@ after the wake window (printed as tables on stderr)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.console import Console
@@ -32,7 +33,19 @@ _STATS = (
 
 def table_stats(store: BenchStore) -> dict[str, dict[str, int]]:
     """Per flowpark table: its ``pg_stat_user_tables`` counters and ``bytes``
-    (``pg_total_relation_size``: heap, TOAST and indexes)."""
+    (``pg_total_relation_size``: heap, TOAST and indexes), once no other session is
+    connected to the database: a backend flushes its counters as it exits, before it
+    leaves ``pg_stat_activity`` (up to 30 s; then as they are)."""
+    end = time.monotonic() + 30
+    while (
+        time.monotonic() < end
+        and sql(
+            store,
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )[0][0]
+    ):
+        time.sleep(0.1)
     rows = sql(
         store,
         f"SELECT relname, {', '.join(_STATS)}, pg_total_relation_size(relid) "
