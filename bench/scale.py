@@ -5,7 +5,9 @@ Phases (each timed, in ``details.phases_s``; progress on stderr):
 
 1. **Load.** A few instances are parked through the engine (:mod:`bench.scaleload`) and
    cloned with SQL into N parked instances of exactly their shape (100,000 per statement),
-   created over the 50 minutes before, due 1 to 3 hours after; then ``ANALYZE``. Figures:
+   created over the 50 minutes before, due 1 to 3 hours after; the journal's key index is
+   rebuilt at the leaf density the engine's concurrent starts leave; then ``ANALYZE``.
+   Figures:
    ``bytes_per_parked`` (``pg_relation_size`` of every table, TOAST table and index of the
    schema / N; ``details.bytes_by_relation`` per relation).
 2. **Claims.** The K = min(N/4, 60,000) instances due first are moved into the past, then
@@ -34,7 +36,8 @@ Phases (each timed, in ``details.phases_s``; progress on stderr):
    before the window and after its drain, with the nodes stopped (their statistics
    flushed): ``dead_tuples``, ``live_tuples``, ``autovacuum_runs``, ``autoanalyze_runs``,
    ``growth_bytes``; per table in ``details.tables``. ``autovacuum`` is the server's
-   setting (``SHOW autovacuum``); the scenario changes no table's autovacuum option.
+   setting (``SHOW autovacuum``); the scenario leaves no storage option on any table or
+   index (``details.relation_options`` lists any found at the end).
 
 The hardware is the JSON's ``machine``. ``--quick``: at most 20,000 parked and a 30 s
 window, a check that it works, not a figure.
@@ -72,7 +75,14 @@ from bench.compat import name_of
 from bench.figures import relation_sizes
 from bench.flows import document_input
 from bench.scaleload import WAKE_FROM, WAKE_SPAN, Template, check_shape, clone, park_templates
-from bench.scalestats import autovacuum, print_relations, print_tables, table_stats, tables_detail
+from bench.scalestats import (
+    autovacuum,
+    print_relations,
+    print_tables,
+    relation_options,
+    table_stats,
+    tables_detail,
+)
 
 make_async_engine = name_of("flowpark.store", "make_async_engine")
 
@@ -433,7 +443,7 @@ async def run(
     duration = duration or (QUICK_DURATION if quick else 300.0)
     scan_interval = scan_interval or 10.0
     err_console.print(f"{parked:,} parked, a {duration:g} s window; machine: {machine(store)}")
-    setting, overrides = autovacuum(store)
+    setting = autovacuum(store)
     if setting != "on":
         err_console.print(
             f"[yellow]the server's autovacuum is {setting}: the dead tuples below are "
@@ -449,6 +459,7 @@ async def run(
         _phase("templates (engine)", time.perf_counter() - t, phases)
         loaded = clone(store, template, parked, now)
         _phase("load (SQL)", loaded["load_s"], phases)
+        _phase("reindex journal key", loaded["reindex_s"], phases)
         _phase("analyze", loaded["analyze_s"], phases)
         t = time.perf_counter()
         checked = check_shape(store, template)
@@ -525,7 +536,7 @@ async def run(
     details = {
         "phases_s": phases,
         "load_s_per_100k": round(loaded["load_s"] * 100_000 / max(parked, 1), 1),
-        "autovacuum_table_options": overrides,
+        "relation_options": relation_options(store),
     }
     data = {
         "load_chunks_s": loaded["chunks"],

@@ -12,7 +12,7 @@ rows, each row of the same size, and rows in no other table).
 three tables (``TRUNCATE``: the templates' ids are newer than every clone's, and index
 entries of newer ids at the right edge would make each clone's insert split a page in two
 halves) and writes N clones of it with ``generate_series``, 100,000 instances per statement
-(one statement writes the three tables through data-modifying CTEs), in id order, every column
+(one statement writes the three tables through data-modifying CTEs), every column
 built from the column list of the live schema: the instance id (a uuid7 of the clone's
 ``created_at``, as the engine makes them), every instant moved by the clone's
 ``created_at`` minus the template's (so the poll budget, the flow deadline and the retry
@@ -20,17 +20,22 @@ windows keep their distance to the start), and every text or JSON value that hol
 template's job id, document id, idempotency key or instance id rewritten with the clone's own
 (of the same length: the job id is 32 hex digits, as the fake's, and the document id and key
 keep their 7-digit counter). Everything else is the template's value. Clones are created
-over the 50 minutes before the load and parked until 1 to 3 hours after it (spread by a
-multiplicative hash of their number, so due order is not heap order), before every poll
+over the 50 minutes before the load and parked until 1 to 3 hours after it (each at an
+instant drawn from a hash of its number, so due order is not heap order), before every poll
 budget's end (4 hours after each start). :func:`check_shape` compares the size of sampled
 clone rows (``pg_column_size``) with the template's.
 
-What a bulk load cannot copy: a parked instance written by the engine leaves a dead version
-of its row (the park updates the row the start inserted) until vacuum, and the engine's
-journal rows of concurrent instances interleave, so ``pk_flow_step`` splits pages in the
-middle (about 70 % full); a load in id order leaves no dead row and fills the pages of the
-id-ordered indexes as appends do (about 90 %). The indexes whose keys come in no order (the
-idempotency digest, the job id, ``wake_at``) fill as the engine's do.
+Clones are written in id order, so an index ordered by id or time is about 90 % full, as
+the engine leaves it, and one keyed by a digest, a job id or ``wake_at`` (which come in no
+order) about 70 %, as the engine's. The journal's key index is the exception: the engine's
+concurrent starts interleave their journal rows (an instance's rows arrive over ~100 ms
+among other instances' rows), so its pages split in the middle and end ~64 % full, where an
+ordered load packs them to 90 %; a bulk order that splits them alike swung between 54 and
+99 % with small changes (btree's split heuristics), so the load rebuilds that index at
+:data:`JOURNAL_KEY_FILL` instead (``fillfactor``, reset right after: the schema ends as it
+was). What the load leaves out is the dead version of each instance row the engine's park
+leaves (it updates the row the start inserted, with an entry in each of its indexes) until
+vacuum removes it.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from bench.common import BenchStore, progress, run_concurrently
 from bench.compat import name_of
@@ -63,8 +68,10 @@ CREATED_SPAN = timedelta(minutes=50)
 #: ... and parked until this span after it, from its start
 WAKE_FROM = timedelta(hours=1)
 WAKE_SPAN = timedelta(hours=2)
-#: a prime: clone i's place in the wake order is (i * WAKE_HASH) mod N
-WAKE_HASH = 7919
+#: leaf density (%) the journal's key index is rebuilt at after the load: what the engine's
+#: concurrent starts leave (BENCHMARKS.md, "Bytes by relation": ~64 %; 65.8 % measured
+#: after 10,000 parked by ``bench park`` with 32 callers)
+JOURNAL_KEY_FILL = 64
 #: the schema the template's rows are set aside in
 _ASIDE = "bench_scale"
 
@@ -268,10 +275,14 @@ def _clone_statement(conn: Connection, template: Template) -> str:
     parts = []
     for table, id_column in TABLES.items():
         names, exprs = _select_list(conn, table, id_column, template)
-        order = "g.i, t.sequence" if table == "flow_step" else "g.i"
+        rows = f"{_ASIDE}.{table}"
+        order = "g.i"
+        if table == "flow_step":
+            rows = f"(SELECT *, row_number() OVER (ORDER BY sequence) - 1 AS k FROM {rows})"
+            order = "g.i, t.k"
         parts.append(
             f"INSERT INTO {table} ({names}) SELECT {exprs} FROM g "
-            f"CROSS JOIN {_ASIDE}.{table} AS t ORDER BY {order}"
+            f"CROSS JOIN {rows} AS t ORDER BY {order}"
         )
     return f"""
 WITH s AS MATERIALIZED (
@@ -279,7 +290,8 @@ WITH s AS MATERIALIZED (
         CAST(:created_from AS timestamptz)
             + make_interval(secs => i * CAST(:created_step AS float8)) AS created,
         CAST(:wake_from AS timestamptz) + make_interval(
-            secs => ((i * {WAKE_HASH}) % CAST(:n AS bigint)) * CAST(:wake_step AS float8)) AS wake,
+            secs => ('x' || substr(md5('wake:' || i), 1, 8))::bit(32)::bigint
+                * CAST(:wake_step AS float8)) AS wake,
         md5(CAST(:run AS text) || ':' || i) AS job,
         'doc-' || CAST(:run AS text) || '-' || lpad(i::text, 7, '0') AS doc,
         CAST(:run AS text) || '-' || lpad(i::text, 7, '0') AS key
@@ -305,20 +317,35 @@ def _set_aside(conn: Connection, template: Template) -> None:
     conn.execute(text(f"TRUNCATE {', '.join(TABLES)}"))
 
 
+def _rebuild_journal_key(eng: Engine) -> None:
+    """Rebuild ``flow_step``'s primary key index at :data:`JOURNAL_KEY_FILL` % leaf density;
+    its ``fillfactor`` is reset afterwards."""
+    with eng.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        name = conn.execute(
+            text(
+                "SELECT c.relname FROM pg_constraint k JOIN pg_class c ON c.oid = k.conindid "
+                "WHERE k.conrelid = 'flow_step'::regclass AND k.contype = 'p'"
+            )
+        ).scalar_one()
+        conn.execute(text(f'ALTER INDEX "{name}" SET (fillfactor = {JOURNAL_KEY_FILL})'))
+        conn.execute(text(f'REINDEX INDEX "{name}"'))
+        conn.execute(text(f'ALTER INDEX "{name}" RESET (fillfactor)'))
+
+
 def clone(store: BenchStore, template: Template, n: int, now: datetime) -> dict[str, Any]:
     """Set the first template's rows aside, empty the three tables and write clones
-    ``0``..``n-1`` of it (100,000 per statement, a progress bar on stderr); ``ANALYZE``.
+    ``0``..``n-1`` of it (100,000 per statement, a progress bar on stderr); rebuild the
+    journal's key index (:func:`_rebuild_journal_key`); ``ANALYZE``.
 
     Returns:
-        ``load_s``, ``analyze_s``, ``chunks`` (seconds per statement) and
-        ``max_loaded_sequence`` (the last journal row written by the load).
+        ``load_s`` (the statements), ``reindex_s``, ``analyze_s``, ``chunks`` (seconds per
+        statement) and ``max_loaded_sequence`` (the last journal row written by the load).
     """
     params: dict[str, Any] = {
         "created_from": now - CREATED_SPAN,
         "created_step": CREATED_SPAN.total_seconds() / n,
         "wake_from": now + WAKE_FROM,
-        "wake_step": WAKE_SPAN.total_seconds() / n,
-        "n": n,
+        "wake_step": WAKE_SPAN.total_seconds() / 2**32,
         "run": template.run,
         "tcreated": template.created_at,
     }
@@ -339,6 +366,9 @@ def clone(store: BenchStore, template: Template, n: int, now: datetime) -> dict[
                 chunks.append(time.perf_counter() - c0)
                 bar.update(task, completed=last + 1)
         load_s = time.perf_counter() - t0
+        r0 = time.perf_counter()
+        _rebuild_journal_key(eng)
+        reindex_s = time.perf_counter() - r0
         a0 = time.perf_counter()
         with eng.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.execute(text("ANALYZE"))
@@ -349,6 +379,7 @@ def clone(store: BenchStore, template: Template, n: int, now: datetime) -> dict[
         eng.dispose()
     return {
         "load_s": load_s,
+        "reindex_s": reindex_s,
         "analyze_s": analyze_s,
         "chunks": [round(c, 2) for c in chunks],
         "max_loaded_sequence": int(top),

@@ -12,7 +12,14 @@ from rich.table import Table
 
 from bench.common import BenchStore, err_console, flowpark_tables, sql
 
-__all__ = ["autovacuum", "print_relations", "print_tables", "table_stats", "tables_detail"]
+__all__ = [
+    "autovacuum",
+    "print_relations",
+    "print_tables",
+    "relation_options",
+    "table_stats",
+    "tables_detail",
+]
 
 PAGE = 8192
 #: the tables are wider than the 80 columns rich gives a stderr that is not a terminal
@@ -62,21 +69,21 @@ def table_stats(store: BenchStore) -> dict[str, dict[str, int]]:
     return out
 
 
-def autovacuum(store: BenchStore) -> tuple[str, dict[str, list[str]]]:
-    """The server's ``autovacuum`` and any flowpark table's own autovacuum options."""
-    setting = str(sql(store, "SHOW autovacuum")[0][0])
+def autovacuum(store: BenchStore) -> str:
+    """The server's ``autovacuum`` setting (``on`` or ``off``)."""
+    return str(sql(store, "SHOW autovacuum")[0][0])
+
+
+def relation_options(store: BenchStore) -> dict[str, list[str]]:
+    """Storage options (``reloptions``: autovacuum, fillfactor ...) set on any table or index
+    of the schema, by name: none unless a migration or an operator set one."""
     rows = sql(
         store,
         "SELECT c.relname, c.reloptions FROM pg_class c JOIN pg_namespace n "
-        "ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind = 'r' "
+        "ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i') "
         "AND c.reloptions IS NOT NULL",
     )
-    overrides = {
-        name: [o for o in opts if o.startswith("autovacuum")]
-        for name, opts in rows
-        if any(o.startswith("autovacuum") for o in opts)
-    }
-    return setting, overrides
+    return {name: list(opts) for name, opts in rows}
 
 
 def tables_detail(
