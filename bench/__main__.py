@@ -171,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     module_name, default_n = SCENARIOS[args.scenario]
     module = importlib.import_module(module_name)
     n = args.n or default_n
+    if args.quick and hasattr(module, "QUICK_N"):  # the scenario's size for --quick
+        n = min(n, module.QUICK_N)
     options = {
         k: v
         for k, v in vars(args).items()

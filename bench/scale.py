@@ -96,7 +96,8 @@ MARKER = datetime(2001, 1, 1, tzinfo=UTC)
 #: seconds at least from moving the wakes of phase 3 to its first one (the nodes start
 #: meanwhile: the lead is also twice the time phase 2's nodes took to answer, plus 2 s)
 LEAD_S = 4.0
-QUICK_PARKED = 20_000
+#: at most this many parked with ``--quick`` (``python -m bench`` reads it too)
+QUICK_N = 20_000
 QUICK_DURATION = 30.0
 UNLIMITED = 1_000_000.0
 
@@ -439,7 +440,7 @@ async def run(
 ) -> Result:
     if store.kind != "postgres":
         raise SystemExit("the scale scenario bulk-loads with PostgreSQL SQL: --store postgres")
-    parked = min(n, QUICK_PARKED) if quick else n
+    parked = min(n, QUICK_N) if quick else n
     duration = duration or (QUICK_DURATION if quick else 300.0)
     scan_interval = scan_interval or 10.0
     err_console.print(f"{parked:,} parked, a {duration:g} s window; machine: {machine(store)}")
