@@ -1,8 +1,9 @@
 """``python -m bench <scenario> --store sqlite|postgres --n N [--json]``, or
 ``python -m bench compare --against REV [--scenarios ...] [--rounds N]`` (see bench/compare.py).
 
-Scenarios: park, sweep, start, lateness, signal, peers, console, list, retention, providers (see
-BENCHMARKS.md).
+Scenarios: park, sweep, start, lateness, signal, peers, console, list, retention, providers,
+scale (see BENCHMARKS.md). ``scale`` runs on PostgreSQL only (its default store):
+``python -m bench scale --parked 1000000 --json`` (``--parked`` is ``--n``).
 Each run makes a fresh database (PostgreSQL: ``flowpark_bench_<random>`` on
 ``FLOWPARK_BENCH_PG_URL``, default the local server; SQLite: a temporary file), runs,
 prints a table, and with
@@ -33,7 +34,10 @@ SCENARIOS = {
     "list": ("bench.listing", 1_000_000),
     "retention": ("bench.retention", 2_000),
     "providers": ("bench.providers", 2_000),
+    "scale": ("bench.scale", 1_000_000),
 }
+#: scenarios that run on one store only (their default)
+DEFAULT_STORE = {"scale": "postgres"}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -43,8 +47,20 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("scenario", choices=sorted(SCENARIOS))
-    parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
-    parser.add_argument("--n", type=int, default=None, help="instances (default per scenario)")
+    parser.add_argument(
+        "--store",
+        choices=["sqlite", "postgres"],
+        default=None,
+        help="sqlite (default) or postgres (scale: postgres only)",
+    )
+    parser.add_argument(
+        "--n",
+        "--parked",
+        dest="n",
+        type=int,
+        default=None,
+        help="instances (default per scenario); scale: parked instances (1,000,000)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument(
         "--via",
@@ -74,7 +90,33 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=None,
         help="lateness: starts per second (default 25); peers: starts per "
-        "second of the lag phase (default 1000); providers: the limit (default 50)",
+        "second of the lag phase (default 1000); providers: the limit (default 50); "
+        "scale: instances falling due per second in the window (default half the claims/s)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="scale: seconds of the wake window (default 300)",
+    )
+    parser.add_argument(
+        "--start-rate",
+        type=float,
+        default=None,
+        help="scale: starts per second of the callers in the window (default a tenth "
+        "of the due rate)",
+    )
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        help="scale: flowpark servers that sweep and answer the starts (default 1)",
+    )
+    parser.add_argument(
+        "--claim-seconds",
+        type=float,
+        default=None,
+        help="scale: longest claims/s measurement (default 25)",
     )
     parser.add_argument(
         "--engine-concurrency",
@@ -107,7 +149,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="providers: 200 documents and a 10 s pushback (a check that it works)",
+        help="providers: 200 documents and a 10 s pushback; scale: at most 20,000 parked "
+        "and a 30 s window (a check that it works)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     return parser.parse_args(argv)
@@ -128,13 +171,16 @@ def main(argv: list[str] | None = None) -> int:
     module_name, default_n = SCENARIOS[args.scenario]
     module = importlib.import_module(module_name)
     n = args.n or default_n
+    if args.quick and hasattr(module, "QUICK_N"):  # the scenario's size for --quick
+        n = min(n, module.QUICK_N)
     options = {
         k: v
         for k, v in vars(args).items()
         if k not in ("scenario", "store", "n", "json", "keep") and v is not None
     }
-    with bench_store(args.store, keep=args.keep) as store:
-        err_console.print(f"[bold]{args.scenario}[/bold] on {args.store}, n={n}")
+    kind = args.store or DEFAULT_STORE.get(args.scenario, "sqlite")
+    with bench_store(kind, keep=args.keep) as store:
+        err_console.print(f"[bold]{args.scenario}[/bold] on {kind}, n={n}")
         result = run(module.run(store, n, **options))
         result.machine = machine(store)
     result.emit(as_json=args.json)

@@ -234,17 +234,23 @@ def _log_file(name: str) -> Path:
 
 
 @contextmanager
-def spawn_fake_ocr(*, pending_reads: int | None = None) -> Iterator[Server]:
+def spawn_fake_ocr(
+    *, pending_reads: int | None = None, unknown_completed: bool = False
+) -> Iterator[Server]:
     """The fake OCR provider (``flowpark.samples.fakes``) in its own uvicorn process on loopback.
 
     ``pending_reads``: a job answers ``pending`` to that many status reads, then
     ``completed`` (None: pending until completed by the ``complete`` route).
+    ``unknown_completed``: a job id it never made answers as a completed job, not 404
+    (:mod:`bench.fakeocr`).
     """
     port = free_port()
     log = _log_file("ocr")
     cmd = [sys.executable, "-m", "bench.serve", "--fake-ocr", "--port", str(port)]
     if pending_reads is not None:
         cmd += ["--pending-reads", str(pending_reads)]
+    if unknown_completed:
+        cmd.append("--unknown-completed")
     env = dict(os.environ)
     provider = os.environ.get("FLOWPARK_BENCH_PROVIDER_PATH")
     if provider:  # bench compare: the same provider (the newest samples) for both sides
@@ -376,7 +382,8 @@ def machine(store: BenchStore | None = None) -> dict[str, Any]:
 
 @dataclass
 class Result:
-    """One scenario's outcome: ``figures`` (the JSON keys), plus notes for the table."""
+    """One scenario's outcome: ``figures`` (the JSON keys), plus notes for the table;
+    ``data``: more of ``details`` for the JSON only (too long for the table's caption)."""
 
     scenario: str
     store: str
@@ -386,6 +393,7 @@ class Result:
     machine: dict[str, Any] = field(default_factory=dict)
     targets: dict[str, tuple[str, bool]] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -394,7 +402,7 @@ class Result:
             "n": self.n,
             **self.figures,
             "params": self.params,
-            "details": self.details,
+            "details": {**self.details, **self.data},
             "machine": self.machine,
             "targets": {k: {"target": t, "met": met} for k, (t, met) in self.targets.items()},
         }

@@ -18,6 +18,10 @@ from bench.compat import name_of
 
 FakeOcrService = name_of("flowpark.samples.fakes", "FakeOcrService")
 OcrJobView = name_of("flowpark.samples.fakes.ocr", "OcrJobView")
+ocr_text = name_of("flowpark.samples.fakes.ocr", "ocr_text")
+
+#: pages of the completed job an unknown job id answers as (``--unknown-completed``)
+CLONED_PAGES = 3
 
 
 __all__ = ["CountingOcr"]
@@ -26,12 +30,21 @@ __all__ = ["CountingOcr"]
 class CountingOcr(FakeOcrService):
     """A fake OCR whose jobs complete on their (K+1)-th status read."""
 
-    def __init__(self, pending_reads: int | None) -> None:
+    def __init__(self, pending_reads: int | None, *, unknown_completed: bool = False) -> None:
         super().__init__(per_page=timedelta(days=3650))
         self.pending_reads = pending_reads
+        self.unknown_completed = unknown_completed
         self.reads: Counter[str] = Counter()
 
     def get(self, job_id: str) -> OcrJobView:
+        if self.unknown_completed and job_id not in self._jobs:
+            return OcrJobView(
+                job_id=job_id,
+                document_id=f"cloned-{job_id}",
+                pages=CLONED_PAGES,
+                status="completed",
+                text=ocr_text(CLONED_PAGES),
+            )
         if self.pending_reads is not None:
             self.reads[job_id] += 1
             if self.reads[job_id] > self.pending_reads:

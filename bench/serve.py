@@ -1,5 +1,6 @@
-"""``python -m bench.serve --port P (--app | --fake-ocr [--pending-reads K])``: uvicorn on
-loopback for the benchmarks, on a socket bound with ``IPPROTO_TCP``.
+"""``python -m bench.serve --port P (--app | --fake-ocr [--pending-reads K]
+[--unknown-completed])``: uvicorn on loopback for the benchmarks, on a socket bound with
+``IPPROTO_TCP``.
 
 asyncio sets ``TCP_NODELAY`` only on sockets whose protocol is ``IPPROTO_TCP``; uvicorn's
 own ``--host/--port`` binding makes a protocol-0 socket, so every keep-alive response
@@ -39,6 +40,7 @@ def main() -> None:
     what.add_argument("--app", action="store_true")
     what.add_argument("--fake-ocr", action="store_true")
     parser.add_argument("--pending-reads", type=int, default=None)
+    parser.add_argument("--unknown-completed", action="store_true")
     args = parser.parse_args()
     if os.environ.get("FLOWPARK_BENCH_CPUPROFILE"):  # python -m bench.cpuprofile
         from bench.cpuprofile import install
@@ -57,7 +59,8 @@ def main() -> None:
         FakeJobService = name_of("flowpark.samples.fakes", "FakeJobService")
         create_fakes_app = name_of("flowpark.samples.fakes", "create_fakes_app")
 
-        app = create_fakes_app(CountingOcr(args.pending_reads), FakeJobService())
+        ocr = CountingOcr(args.pending_reads, unknown_completed=args.unknown_completed)
+        app = create_fakes_app(ocr, FakeJobService())
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
     uvicorn.Server(config).run(sockets=[bound_socket(args.port)])
 
