@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
+from contextlib import ExitStack
 
 from bench.common import bench_store, err_console, machine
 from bench.compat import name_of
@@ -38,6 +40,8 @@ SCENARIOS = {
 }
 #: scenarios that run on one store only (their default)
 DEFAULT_STORE = {"scale": "postgres"}
+#: scenarios that run on a PostgreSQL server of their own unless --server shared
+OWN_SERVER = {"scale": "own"}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -152,6 +156,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="providers: 200 documents and a 10 s pushback; scale: at most 20,000 parked "
         "and a 30 s window (a check that it works)",
     )
+    parser.add_argument(
+        "--server",
+        choices=["own", "shared"],
+        default=None,
+        help="scale: a PostgreSQL server of the bench's own with the default settings "
+        "(own, the default: autovacuum on) or FLOWPARK_BENCH_PG_URL's (shared)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     return parser.parse_args(argv)
 
@@ -176,13 +187,21 @@ def main(argv: list[str] | None = None) -> int:
     options = {
         k: v
         for k, v in vars(args).items()
-        if k not in ("scenario", "store", "n", "json", "keep") and v is not None
+        if k not in ("scenario", "store", "n", "json", "keep", "server") and v is not None
     }
     kind = args.store or DEFAULT_STORE.get(args.scenario, "sqlite")
-    with bench_store(kind, keep=args.keep) as store:
-        err_console.print(f"[bold]{args.scenario}[/bold] on {kind}, n={n}")
-        result = run(module.run(store, n, **options))
-        result.machine = machine(store)
+    own = kind == "postgres" and (args.server or OWN_SERVER.get(args.scenario)) == "own"
+    with ExitStack() as stack:
+        if own:
+            from bench.ownserver import own_server
+
+            os.environ["FLOWPARK_BENCH_PG_URL"] = stack.enter_context(own_server())
+            err_console.print(f"[dim]own server: {os.environ['FLOWPARK_BENCH_PG_URL']}[/dim]")
+        with bench_store(kind, keep=args.keep) as store:
+            err_console.print(f"[bold]{args.scenario}[/bold] on {kind}, n={n}")
+            result = run(module.run(store, n, **options))
+            result.machine = machine(store)
+            result.params["server"] = "own (default settings)" if own else "shared"
     result.emit(as_json=args.json)
     return 0
 

@@ -53,12 +53,13 @@ def test_bytes_per_parked_instance_by_relation(result: dict[str, Any]) -> None:
     by_relation = result["details"]["bytes_by_relation"]
     for relation in ("flow_instance", "flow_step", "pk_flow_step", "flow_correlation"):
         assert by_relation[relation] > 0, relation
-    # a parked document.process is five journal rows, an instance row and a correlation
-    assert by_relation["flow_step"] > by_relation["flow_instance"]
+    # a parked document.process is an instance row (carrying the upload's retry window),
+    # two journal rows (the upload, carrying the poll's budget and attempt 0's retry
+    # window, and attempt 0) and a correlation key
     assert result["bytes_per_parked"] == pytest.approx(sum(by_relation.values()), rel=0.01)
     assert result["details"]["template"]["rows"] == {
         "flow_instance": 1,
-        "flow_step": 5,
+        "flow_step": 2,
         "flow_correlation": 1,
     }
     assert all(n > 0 for n in result["details"]["shape_rows_checked"].values())
@@ -93,7 +94,9 @@ def test_start_latency_meanwhile(result: dict[str, Any]) -> None:
 
 
 def test_dead_tuples_and_growth(result: dict[str, Any]) -> None:
-    assert result["autovacuum"] in ("on", "off")
+    # on a server of the bench's own with the default settings: autovacuum on
+    assert result["params"]["server"].startswith("own")
+    assert result["autovacuum"] == "on"
     # no table's autovacuum turned off, and the load's rebuild of the journal's key index
     # left no fillfactor behind
     assert result["details"]["relation_options"] == {}
