@@ -119,12 +119,16 @@ _CREATE_SQL = (
     "t.instance_key, t.idempotency_key, t.trace_context, t.carried "
     f"FROM {_recordset(_CREATE_COLUMNS)} ON CONFLICT DO NOTHING RETURNING id::text"
 )
-# the same with the journal rows a start stores with its instance (a first node's poll
-# budget): inserted for the instances the statement created only
+# the same with the journal rows a start stores with its instance (deadlines the instance
+# row cannot carry): inserted for the instances the statement created only, in the order
+# given (``n``: the join alone may hand them to the insert in another, and their sequences
+# are the journal's order)
+_START_STEP_COLUMNS = (*_STEP_COLUMNS, ("n", "int"))
 _CREATE_WITH_STEPS_SQL = (
     f"WITH ins AS ({_CREATE_SQL.removesuffix('::text')}), "
     f"st AS (INSERT INTO flow_step ({_STEP_NAMES}) SELECT {_STEP_FROM_T} "
-    f"FROM {_recordset(_STEP_COLUMNS, param='steps')} JOIN ins ON ins.id = t.instance_id) "
+    f"FROM {_recordset(_START_STEP_COLUMNS, param='steps')} JOIN ins ON ins.id = t.instance_id "
+    "ORDER BY t.n) "
     "SELECT id::text FROM ins"
 )
 
@@ -324,12 +328,15 @@ class PgBatches(SqlRole):
             }
             for n in items
         ]
-        steps = [step_values(row) for n in items for row in start_step_rows(n)]
+        steps = [
+            {**step_values(row), "n": k}
+            for k, row in enumerate(row for n in items for row in start_step_rows(n))
+        ]
         try:
             async with self._single(write=True) as conn:
                 if steps:
                     params = _rows(_CREATE_COLUMNS, rows)
-                    params.update(_rows(_STEP_COLUMNS, steps, param="steps"))
+                    params.update(_rows(_START_STEP_COLUMNS, steps, param="steps"))
                     result = await conn.exec_driver_sql(_CREATE_WITH_STEPS_SQL, params)
                 else:
                     result = await conn.exec_driver_sql(_CREATE_SQL, _rows(_CREATE_COLUMNS, rows))

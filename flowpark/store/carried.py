@@ -13,11 +13,13 @@ first poll's budget, the first call's retry window) go inside the instance row
 Rules (:func:`pack`): in one write's rows, a deadline row is carried by the nearest
 non-deadline row before it, or, when none comes before, by the first one after it; a
 write of deadline rows only (an extension, a wait's timeout carried by its park) stores
-them as rows of their own. A carried deadline keeps every field
-but ``sequence``: it reads back with its carrier's (one write, one place in commit order),
-which is also what orders it against other rows. A deadline whose values the compact form
-cannot give back exactly (an end that is not the aware UTC ISO text the engine writes)
-is stored as a row of its own. Rows of earlier releases (deadlines as rows) read as before.
+them as rows of their own, and so does one whose carrier is on the other side of a
+deadline stored as a row of its own (reading back keeps the write's order). A carried
+deadline keeps every field but ``sequence``: it reads back with its carrier's (one write,
+one place in commit order), which is also what orders it against other rows. A deadline
+whose values the compact form cannot give back exactly (an end that is not the aware UTC
+ISO text the engine writes) is stored as a row of its own. Rows of earlier releases
+(deadlines as rows) read as before.
 
 One carried deadline is ``[step_id, scope, name, try_number, started, committed, length,
 before]``, then ``warn`` and ``rest`` when it has them: ``name`` a one-letter code
@@ -145,6 +147,7 @@ def pack(rows: Sequence[StepRow]) -> tuple[StepRow, ...]:
     before: dict[int, list[StepRow]] = {}
     after: dict[int, list[StepRow]] = {}
     own: set[int] = set()
+    placed: dict[int, tuple[int, bool]] = {}
     for i, row in enumerate(rows):
         if row.kind is not StepKind.DEADLINE:
             continue
@@ -152,8 +155,17 @@ def pack(rows: Sequence[StepRow]) -> tuple[StepRow, ...]:
         carrier, first = (earlier[-1], False) if earlier else (carriers[0], True)
         if _entry(row, rows[carrier].committed_at, first) is None:
             own.add(i)
-            continue
-        (before if first else after).setdefault(carrier, []).append(row)
+        else:
+            placed[i] = (carrier, first)
+    # a row of its own keeps its place: a deadline between it and its carrier would read
+    # back on the other side of it, so it stays a row of its own too
+    for i, (carrier, first) in placed.items():
+        between = range(i + 1, carrier) if first else range(carrier + 1, i)
+        if any(j in own for j in between):
+            own.add(i)
+    for i, (carrier, first) in placed.items():
+        if i not in own:
+            (before if first else after).setdefault(carrier, []).append(rows[i])
     out: list[StepRow] = []
     for i, row in enumerate(rows):
         if row.kind is StepKind.DEADLINE:

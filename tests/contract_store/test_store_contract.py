@@ -281,6 +281,47 @@ async def test_deadline_rows_and_rows_without_values_read_back_as_written(
     assert ends == {(instance_id, 1): at(4 * 3600 + 0.5)}
 
 
+def _uncarriable(row: StepRow) -> StepRow:
+    """``row`` with an end the compact form cannot give back (stored as a row of its own)."""
+    return replace(row, values={"endsAt": ends_at(row).isoformat().replace("+00:00", "Z")})
+
+
+async def test_deadlines_a_start_stores_as_rows_read_back_in_the_order_written(
+    store: Store,
+) -> None:
+    """A start's deadlines that its instance row cannot carry are journal rows, in the
+    order given (the decider reads the journal's order: the last row of a wait is the one
+    in force)."""
+    new = new_instance()
+    rows = tuple(
+        _uncarriable(deadline_row(new.id, n, 0, RETRY_TOTAL, T0, at(60 * (n + 1))))
+        for n in (3, 1, 2, 0)
+    )
+    await store.intake.create_instance(replace(new, steps=rows))
+    back = [replace(r, sequence=None) for r in (await store.runs.load(new.id)).steps]
+    assert back == list(rows)
+
+
+async def test_a_deadline_stored_as_a_row_keeps_its_place_among_carried_ones(
+    store: Store,
+) -> None:
+    """A write whose deadlines are partly carried, partly rows of their own reads back in
+    the write's order."""
+    instance_id = await started(store)
+    budget = deadline_row(instance_id, 1, 0, POLL_BUDGET, at(2), at(3600))
+    odd = _uncarriable(deadline_row(instance_id, 2, 0, RETRY_TOTAL, at(2), at(182)))
+    upload = step(instance_id, step_id=0, committed_at=at(2))
+    window = deadline_row(instance_id, 4, 0, RETRY_TOTAL, at(2), at(182))
+    odd_after = _uncarriable(deadline_row(instance_id, 5, 0, RETRY_TOTAL, at(2), at(182)))
+    last = deadline_row(instance_id, 6, 0, RETRY_TOTAL, at(2), at(182))
+    rows = (budget, odd, upload, window, odd_after, last)
+    await store.runs.commit(Commit(instance_id, 1, at(2), at(32), rows=rows))
+    back = [replace(r, sequence=None) for r in (await store.runs.load(instance_id)).steps]
+    assert back == list(rows)
+    journal = [replace(r, sequence=None) for r in await store.operator.journal_of(instance_id)]
+    assert journal == list(rows)
+
+
 async def test_a_carried_poll_budget_is_the_one_in_force_for_the_next_attempt(
     store: Store,
 ) -> None:

@@ -117,3 +117,32 @@ def test_instants_before_and_after_the_carriers_commit_read_back_exactly() -> No
 def test_a_deadline_of_an_unknown_name_stays_a_row() -> None:
     odd = StepRow(**{**_deadline(1).__dict__, "capability_id": "custom.window"})
     assert pack((_step(0), odd)) == (_step(0), odd)
+
+
+def _odd(step_id: int) -> StepRow:
+    """A deadline the compact form cannot give back (stored as a row of its own)."""
+    row = _deadline(step_id)
+    return StepRow(**{**row.__dict__, "values": {"endsAt": "2026-03-01T12:03:00Z"}})
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        (_deadline(1), _odd(2), _step(0)),  # carried before: the row of its own is between
+        (_step(0), _odd(2), _deadline(1)),  # carried after: the same
+        (_deadline(1), _deadline(3), _odd(2), _step(0), _odd(4), _deadline(5), _step(6)),
+    ],
+)
+def test_a_deadline_stored_as_a_row_keeps_its_place_among_carried_ones(
+    rows: tuple[StepRow, ...],
+) -> None:
+    """Reading back gives the write's order: the decider takes the last deadline row of a
+    (step, scope) as the one in force, and the open budget by the rows' order."""
+    assert _without_sequence(_stored(pack(rows))) == list(rows)
+
+
+def test_deadlines_on_the_far_side_of_a_row_of_their_own_stay_carried() -> None:
+    rows = (_odd(2), _deadline(1), _step(0), _deadline(3), _odd(4))
+    packed = pack(rows)
+    assert [type(r) for r in packed] == [StepRow, CarryingRow, StepRow]
+    assert _without_sequence(_stored(packed)) == list(rows)
