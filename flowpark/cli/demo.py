@@ -255,7 +255,10 @@ async def _document(
             print("gave up after 120 s")
             return False
         await asyncio.sleep(0.25)
-    print("journal (what the engine stored, in commit order):")
+    print(
+        "journal (what the engine stored, in commit order; #n is the write: rows written"
+        " together share it, #0 is the start's):"
+    )
     for sentence in journal_lines(view["journal"]):
         print(f"  {sentence}")
     ended = (

@@ -137,6 +137,14 @@ class RetryPolicy:
         maximum_interval: cap on a delay (default 100 s).
         maximum_tries: tries in all, or None for no count limit.
         total_duration: bound on when a try may start, or None.
+
+    The three durations may also be given as ISO-8601 strings (``"PT2M"``), as a flow's
+    other durations are; they are stored as ``timedelta``.
+
+    Raises:
+        ValueError: a duration is not a ``timedelta`` or an ISO-8601 duration, or is
+            negative; ``jitter``, ``maximum_tries`` or ``backoff_coefficient`` is out of
+            range.
         non_retryable: error type names (``"ValueError"``) that fail at once.
         jitter: fraction of each delay that may be cut away at random (0 = none, < 1), as
             :class:`Backoff` does: the draw is seeded by the execution and the try, so one
@@ -153,6 +161,11 @@ class RetryPolicy:
     jitter: float = 0.0
 
     def __post_init__(self) -> None:
+        # an ISO-8601 string ("PT2M") is taken as every other duration of a flow is
+        for name in ("initial_interval", "maximum_interval", "total_duration"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, to_timedelta(value, name=f"RetryPolicy.{name}"))
         if not 0.0 <= self.jitter < 1.0:
             raise ValueError("RetryPolicy.jitter must be in [0, 1)")
         if self.maximum_tries is not None and self.maximum_tries < 1:

@@ -62,3 +62,18 @@ def test_retry_waits_double_from_the_initial_interval_up_to_the_maximum() -> Non
         100,
         100,
     ]
+
+
+def test_a_retry_policy_takes_iso_durations_as_a_flows_other_durations() -> None:
+    policy = RetryPolicy(initial_interval="PT2S", maximum_interval="PT1M", total_duration="PT2M")  # type: ignore[arg-type]
+    assert policy.initial_interval == timedelta(seconds=2)
+    assert policy.maximum_interval == timedelta(minutes=1)
+    assert policy.total_duration == timedelta(minutes=2)
+    assert policy.delay_after(2) == timedelta(seconds=4)
+    for bad in ("2 minutes", "-PT1S", 120):
+        try:
+            RetryPolicy(total_duration=bad)  # type: ignore[arg-type]
+        except ValueError as exc:
+            assert "RetryPolicy.total_duration" in str(exc)
+        else:
+            raise AssertionError(f"{bad!r} was taken")

@@ -118,7 +118,11 @@ class JournalRow(ApiModel):
         }
     )
 
-    sequence: int
+    sequence: int = Field(
+        description="the write that stored the row, in commit order: rows written together "
+        "share it (a deadline kept inside the row it was written with), 0 for the deadlines "
+        "a start stores with the instance"
+    )
     step_id: int = Field(description="the plan step (its index)")
     scope: int = Field(description="the attempt number inside a poll, 0 elsewhere")
     kind: StepKind
