@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import String, and_, case, cast, func, literal, or_, select, true, tuple_
+from sqlalchemy import String, and_, case, cast, func, literal, select, true, tuple_
 from sqlalchemy.sql.elements import ColumnElement
 
 from flowpark.engine.ports.operator import (
@@ -24,14 +24,14 @@ from flowpark.engine.ports.operator import (
     InstanceSummary,
     StateCounts,
 )
-from flowpark.engine.records import InstanceState, StepKind, StepRow, WakeKind
+from flowpark.engine.records import InstanceState, StepRow, WakeKind
 from flowpark.store.base import SqlRole, const
 from flowpark.store.mapping import (
     DEADLINE_END_KEY,
     INSTANCE,
     STEP,
-    carried_by,
     journal_from_rows,
+    stored_deadlines,
 )
 
 __all__ = ["SqlOperatorReads", "display_expression", "filter_clauses"]
@@ -248,28 +248,13 @@ class SqlOperatorReads(SqlRole):
         Args:
             pairs: ``(instance_id, poll_step_id)`` (at most a page's worth).
         """
-        if not pairs:
-            return {}
-        s = STEP.c
         wanted = set(pairs)
-        query = select(STEP).where(
-            s.instance_id.in_(sorted({i for i, _ in pairs})),
-            or_(
-                and_(s.kind == StepKind.DEADLINE.value, s.scope == 0),
-                s.carried.is_not(None),
-            ),
-        )
-        starts = select(INSTANCE.c.id, INSTANCE.c.created_at, INSTANCE.c.carried).where(
-            INSTANCE.c.id.in_(sorted({i for i, _ in pairs})), INSTANCE.c.carried.is_not(None)
-        )
         found: dict[tuple[str, int], tuple[int, datetime]] = {}
         async with self._read() as conn:
-            rows = journal_from_rows(await conn.execute(query))
-            for instance in await conn.execute(starts):
-                rows.extend(carried_by(instance))
+            rows = await stored_deadlines(conn, [i for i, _ in pairs])
         for row in rows:
             key = (row.instance_id, row.step_id)
-            if row.kind is not StepKind.DEADLINE or row.scope != 0 or key not in wanted:
+            if key not in wanted:
                 continue
             value = row.values.get(DEADLINE_END_KEY)
             held = found.get(key)

@@ -14,13 +14,15 @@ for a :class:`StepRow`, so speed is not what keeps them; the per-column rules ar
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
 from pydantic import TypeAdapter
-from sqlalchemy import JSON, Row, Table, bindparam, func, insert, select
+from sqlalchemy import JSON, Row, Table, and_, bindparam, func, insert, or_, select
 from sqlalchemy.dialects.postgresql import aggregate_order_by
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import CTE
 
 from flowpark.engine.records import (
@@ -74,6 +76,7 @@ __all__ = [
     "step_from_json",
     "step_from_row",
     "step_values",
+    "stored_deadlines",
     "stream_from_row",
 ]
 
@@ -259,6 +262,34 @@ def carried_by(instance: Any) -> list[StepRow]:
     ``carried``) carries from its start."""
     m = instance._mapping
     return start_rows(m["id"], m["created_at"], m["carried"])
+
+
+async def stored_deadlines(conn: AsyncConnection, ids: Sequence[str]) -> list[StepRow]:
+    """The deadline rows at scope 0 of the instances ``ids`` (a page's worth), rows of
+    their own and those carried by a journal row or the instance row, in no set order.
+
+    Raises:
+        sqlalchemy.exc.DBAPIError: the reads failed (the caller's role maps it).
+    """
+    if not ids:
+        return []
+    wanted = sorted(set(ids))
+    rows = await conn.execute(
+        select(STEP).where(
+            STEP.c.instance_id.in_(wanted),
+            or_(
+                and_(STEP.c.kind == StepKind.DEADLINE.value, STEP.c.scope == 0),
+                STEP.c.carried.is_not(None),
+            ),
+        )
+    )
+    found = journal_from_rows(rows)
+    starts = select(INSTANCE.c.id, INSTANCE.c.created_at, INSTANCE.c.carried).where(
+        INSTANCE.c.id.in_(wanted), INSTANCE.c.carried.is_not(None)
+    )
+    for instance in await conn.execute(starts):
+        found.extend(carried_by(instance))
+    return [r for r in found if r.kind is StepKind.DEADLINE and r.scope == 0]
 
 
 def journal_from_json(items: Any, instance: Any = None) -> list[StepRow]:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy import and_, case, func, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from flowpark.engine.decide.deadlines import POLL_BUDGET
 from flowpark.engine.ports.operator import AttemptStart, FlowActivity, StepActivity, StepWaiting
 from flowpark.engine.records import InstanceState, Outcome, StepKind, StepRow
 from flowpark.store.base import SqlRole, const
-from flowpark.store.mapping import INSTANCE, STEP, carried_by, journal_from_rows
+from flowpark.store.mapping import INSTANCE, STEP, stored_deadlines
 from flowpark.store.memory_state import named_step
 
 __all__ = ["SqlOverviewReads"]
@@ -235,23 +235,10 @@ class SqlOverviewReads(SqlRole):
     async def _poll_budgets(self, ids: list[str]) -> dict[tuple[str, int], list[StepRow]]:
         """The poll budget rows of ``ids`` (rows of their own or carried), by
         ``(instance_id, poll step)``."""
-        if not ids:
-            return {}
-        query = select(STEP).where(
-            STEP.c.instance_id.in_(ids),
-            or_(STEP.c.kind == const(StepKind.DEADLINE.value), STEP.c.carried.is_not(None)),
-        )
-        starts = select(INSTANCE.c.id, INSTANCE.c.created_at, INSTANCE.c.carried).where(
-            INSTANCE.c.id.in_(ids), INSTANCE.c.carried.is_not(None)
-        )
         found: dict[tuple[str, int], list[StepRow]] = {}
         async with self._read() as conn:
-            rows = journal_from_rows(await conn.execute(query))
-            for instance in await conn.execute(starts):
-                rows.extend(carried_by(instance))
-            for row in rows:
-                poll_budget = row.kind is StepKind.DEADLINE and row.capability_id == POLL_BUDGET
-                if poll_budget and row.scope == 0:
+            for row in await stored_deadlines(conn, ids):
+                if row.capability_id == POLL_BUDGET:
                     found.setdefault((row.instance_id, row.step_id), []).append(row)
         return found
 
