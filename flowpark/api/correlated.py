@@ -249,20 +249,14 @@ def _add_signed_route(router: APIRouter, provider: str, name: str, plans: list[P
         "signal, or names no key, is 204; one the flow's `adapt` or key function cannot "
         "read is 422 `signal_payload_invalid`." + _BODY_DOC
     )
-    router.add_api_route(
-        _path(provider, name),
+    _register(
+        router,
+        provider,
+        name,
         deliver_by_correlation,
-        methods=["POST"],
-        tags=["signals"],
-        status_code=202,
-        name=f"provider signal {provider}/{name}",
-        operation_id=f"signal_{operation_slug(provider)}_{operation_slug(name)}_by_correlation",
-        response_model=SignalAnswer,
-        responses={
-            204: {"description": "Not this signal, or no key named: nothing stored"},
-            **problem_responses(*_CODES, ErrorCode.SIGNATURE_INVALID, auth=False),
-        },
-        openapi_extra=signed_route_extra(),
+        nothing="Not this signal, or no key named: nothing stored",
+        problems=problem_responses(*_CODES, ErrorCode.SIGNATURE_INVALID, auth=False),
+        extra=signed_route_extra(),
     )
 
 
@@ -294,26 +288,46 @@ def _add_bearer_route(router: APIRouter, provider: str, name: str, plans: list[P
         "is 204; one the key function cannot read is 422 `signal_payload_invalid`." + _BODY_DOC
     )
     schema, defs = request_schema(signal.model)
-    router.add_api_route(
-        _path(provider, name),
+    _register(
+        router,
+        provider,
+        name,
         deliver_by_correlation,
-        methods=["POST"],
-        tags=["signals"],
-        status_code=202,
-        name=f"provider signal {provider}/{name}",
-        operation_id=f"signal_{operation_slug(provider)}_{operation_slug(name)}_by_correlation",
-        response_model=SignalAnswer,
-        responses={
-            204: {"description": "No key named: nothing stored"},
-            **problem_responses(*_CODES),
-        },
-        openapi_extra={
+        nothing="No key named: nothing stored",
+        problems=problem_responses(*_CODES),
+        extra={
             "requestBody": {
                 "required": bool(schema.get("required")),
                 "content": {"application/json": {"schema": schema}},
             },
             DEFS_KEY: defs,
         },
+    )
+
+
+def _register(
+    router: APIRouter,
+    provider: str,
+    name: str,
+    endpoint: Any,
+    *,
+    nothing: str,
+    problems: dict[int | str, Any],
+    extra: dict[str, Any],
+) -> None:
+    """Add a correlated signal route: ``POST`` at its path, 202 with the signal, 204 with
+    ``nothing`` (what a delivery that stores nothing means), the ``problems`` answers."""
+    router.add_api_route(
+        _path(provider, name),
+        endpoint,
+        methods=["POST"],
+        tags=["signals"],
+        status_code=202,
+        name=f"provider signal {provider}/{name}",
+        operation_id=f"signal_{operation_slug(provider)}_{operation_slug(name)}_by_correlation",
+        response_model=SignalAnswer,
+        responses={204: {"description": nothing}, **problems},
+        openapi_extra=extra,
     )
 
 
