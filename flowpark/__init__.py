@@ -52,6 +52,7 @@ from flowpark.runtime.loading import Deps
 
 if TYPE_CHECKING:  # loaded on first use: a flows module's import loads no HTTP client
     from flowpark.client import AsyncClient, Client
+    from flowpark.embedding import Flowpark, LocalClient
 
 __all__ = [
     "AsyncClient",
@@ -70,10 +71,12 @@ __all__ = [
     "Finding",
     "Flow",
     "FlowFailure",
+    "Flowpark",
     "FlowsUnloadable",
     "GitHubWebhook",
     "HmacWebhook",
     "HttpTrigger",
+    "LocalClient",
     "Profile",
     "Provider",
     "ProviderPushback",
@@ -94,9 +97,14 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """``Client`` and ``AsyncClient`` (:mod:`flowpark.client`), imported on first use."""
+    """``Client`` and ``AsyncClient`` (:mod:`flowpark.client`), ``Flowpark`` and
+    ``LocalClient`` (:mod:`flowpark.embedding`), imported on first use."""
     if name in ("AsyncClient", "Client"):
         from flowpark import client
 
         return getattr(client, name)
+    if name in ("Flowpark", "LocalClient"):
+        from flowpark import embedding
+
+        return getattr(embedding, name)
     raise AttributeError(f"module 'flowpark' has no attribute {name!r}")

@@ -144,6 +144,11 @@ class ErrorCode(StrEnum):
         "metrics_forbidden",
         "`/metrics` asked from off loopback while `FLOWPARK_METRICS_ACCESS=loopback`",
     )
+    EMBEDDING_INVALID = (
+        "embedding_invalid",
+        "a host application: flowpark included twice in one application, or under a prefix "
+        "that is not a path (raised while the application is built; no node answers it)",
+    )
     NOT_FOUND = ("not_found", "no route at that path")
     NOT_READY = (
         "not_ready",
@@ -204,6 +209,12 @@ class ErrorCode(StrEnum):
     STREAM_NOT_DECLARED = (
         "stream_not_declared",
         "the instance's flow declares no stream of that name",
+    )
+    TRANSACTION_NOT_SHARED = (
+        "transaction_not_shared",
+        "an in-process start in the caller's transaction that cannot be: the caller's "
+        "session or connection is on another database than flowpark's, or the flow is "
+        "ephemeral (it writes no row)",
     )
     UNAUTHORIZED = ("unauthorized", "missing or unknown bearer token")
     UNREACHABLE = (

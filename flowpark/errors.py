@@ -49,6 +49,8 @@ of a definition finding (``poll.requires_durable``).
     ├── ReviewClosed               review_closed; .fields["state"], ["closed_by"]
     ├── ReviewClaimed              review_claimed; .fields["claimed_by"]
     ├── NotReady                   not_ready; .checks (what /readyz found)
+    ├── EmbeddingInvalid           embedding_invalid (a host application's wiring)
+    ├── TransactionNotShared       transaction_not_shared
     └── RequestRefused             an HTTP request refused before any flow is involved
         ├── Unauthorized           unauthorized
         ├── Forbidden              forbidden; missing_scope
@@ -79,18 +81,18 @@ from typing import Any, ClassVar
 from flowpark.error_codes import CLI_EXIT, ErrorCode
 
 __all__ = [
-    "CLI_EXIT",
-    "SHOWN_CHARS",
     "ActionInProgress",
     "BodyTooLarge",
     "BulkFilterMissing",
-    "DefinitionError",
+    "CLI_EXIT",
     "CompensationNotFailed",
     "CorrelationKeyAmbiguous",
     "CorrelationKeyInUse",
     "CorrelationKeyUnknown",
+    "DefinitionError",
     "DeliveryNotFailed",
     "DeliveryNotFound",
+    "EmbeddingInvalid",
     "ErrorCode",
     "FlowFailure",
     "FlowNotFound",
@@ -109,9 +111,8 @@ __all__ = [
     "JournalConflict",
     "JournalMismatch",
     "MethodNotAllowed",
-    "NoBudget",
-    "VersionNotServed",
     "MetricsForbidden",
+    "NoBudget",
     "NotReady",
     "ProviderNotFound",
     "RepeatedRefusal",
@@ -121,6 +122,7 @@ __all__ = [
     "ReviewClosed",
     "ReviewNotFound",
     "RouteNotFound",
+    "SHOWN_CHARS",
     "SchemaBehindHead",
     "SignalDeliveryReplayed",
     "SignalNotDeclared",
@@ -129,8 +131,10 @@ __all__ = [
     "StaleFencingToken",
     "StoreUnavailable",
     "StreamNotDeclared",
+    "TransactionNotShared",
     "Unauthorized",
     "UnsupportedMediaType",
+    "VersionNotServed",
     "shown",
 ]
 
@@ -455,6 +459,22 @@ class NotReady(FlowparkError):
     """The node is not ready to serve (``/readyz``); field ``checks`` says what failed."""
 
     code = ErrorCode.NOT_READY
+
+
+class EmbeddingInvalid(FlowparkError):
+    """flowpark cannot be embedded so in a host application: included twice in one
+    application, or under a prefix that is not a path (raised while the application is
+    built, never answered)."""
+
+    code = ErrorCode.EMBEDDING_INVALID
+
+
+class TransactionNotShared(FlowparkError):
+    """A start in the caller's transaction that cannot be: the caller's session or
+    connection is on another database than flowpark's (field ``database``: the caller's
+    database, without credentials), or the flow is ephemeral (it writes no row)."""
+
+    code = ErrorCode.TRANSACTION_NOT_SHARED
 
 
 class IdempotencyKeyMissing(RequestRefused):

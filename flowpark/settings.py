@@ -180,6 +180,14 @@ class Settings(BaseSettings):
         "the run goes on on the node.",
     )
     run_sweeper: bool = Field(default=True, description="Run the sweep job in this process.")
+    shutdown_grace_seconds: float = Field(
+        default=8.0,
+        gt=0,
+        le=300,
+        description="How long a stopping node lets its runs in flight finish (seconds, default "
+        "8: within a platform's usual 10 s stop limit); the runs still going then are cancelled "
+        "and their leases released, so the next sweep on any node continues them at once.",
+    )
     http_timeout_seconds: float = Field(default=10.0, gt=0, description="Outbound call timeout.")
     max_body_bytes: int = Field(
         default=1 << 20,

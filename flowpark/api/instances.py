@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Request
 
 from flowpark.api.deps import EngineDep, OperatorReadsDep, ReadToken
 from flowpark.api.explain import counts_view, decode_cursor, encode_cursor, poll_of, summary_view
@@ -242,7 +242,7 @@ def build_instances_router() -> APIRouter:
         responses=problem_responses(ErrorCode.INSTANCE_NOT_FOUND),
     )
     async def get_instance(
-        token: ReadToken, engine: EngineDep, instance_id: str = _INSTANCE_ID
+        token: ReadToken, engine: EngineDep, request: Request, instance_id: str = _INSTANCE_ID
     ) -> InstanceView:
         """One instance: state, wake (``wakeAt``, ``wakeStepId``, ``wakeScope``), result or
         error (``code``, ``message``), lease, journal rows, signals, and what explains its
@@ -260,6 +260,7 @@ def build_instances_router() -> APIRouter:
         actions = await engine.store.operator.actions_of(instance_id)
         plan = engine.catalog.find(snap.instance.flow_name, snap.instance.flow_version)
         now = engine.clock.now()
-        return instance_view(snap.instance, snap.steps, signals, plan, now, actions)
+        root = request.scope.get("root_path", "")  # a host application's prefix
+        return instance_view(snap.instance, snap.steps, signals, plan, now, actions, root)
 
     return router

@@ -80,6 +80,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.SCHEMA_BEHIND_HEAD: 503,
     ErrorCode.STORE_UNAVAILABLE: 503,
     ErrorCode.NOT_READY: 503,
+    ErrorCode.TRANSACTION_NOT_SHARED: 422,
 }
 
 #: Starlette's own refusals (routing, form parsing) by their status.

@@ -52,7 +52,7 @@ _INSTANCE_ID = Path(description="the instance's id (a lowercase, dashed UUID)")
 
 async def deliver(
     engine: Engine,
-    request: Request,
+    request: Request | None,
     instance_id: str,
     name: str,
     key: str | None,
@@ -63,7 +63,7 @@ async def deliver(
     Args:
         engine: the node's engine.
         request: the route's request (its JSON body is the payload unless ``body`` is
-            given).
+            given); None with ``body`` (an in-process delivery).
         instance_id: the instance's id, as the path names it.
         name: the signal's name.
         key: the ``Idempotency-Key`` header's value (None: none sent).
@@ -81,6 +81,8 @@ async def deliver(
     check_instance_id(instance_id)
     idempotency_key = idempotency_header(key, required=False)
     if body is _READ:
+        if request is None:
+            raise TypeError("deliver() needs the request or the body")
         body = await _json_body(request)
     # the answer comes from the delivery: the signal as the run it started left it (taken
     # when the instance took it) and the state after that run, with nothing read back

@@ -35,12 +35,12 @@ from flowpark.api.openapi import (
 )
 from flowpark.api.signals import BODY_CODES, add_signal_routes, body_examples
 from flowpark.api.views import API, awaiting
-from flowpark.engine.records import InstanceState
+from flowpark.engine.records import InstanceRecord, InstanceState
 from flowpark.errors import ErrorCode, InputInvalid, shown
 from flowpark.flows.catalog import version_key
 from flowpark.flows.plan import Plan, Profile
 
-__all__ = ["body_fields", "build_trigger_router", "check_body_fields"]
+__all__ = ["body_fields", "build_trigger_router", "check_body_fields", "start_answer"]
 
 
 def body_fields(model: type[BaseModel]) -> frozenset[str] | None:
@@ -86,6 +86,35 @@ def check_body_fields(plan: Plan, body: Any, known: frozenset[str] | None) -> No
         )
 
 
+def start_answer(plan: Plan, inst: InstanceRecord, root: str = "") -> StartAnswer:
+    """A start's answer: the instance as its first advance left it.
+
+    Args:
+        plan: the flow version started.
+        inst: the instance as the start's first advance left it (or as stored, for an
+            idempotent repeat).
+        root: the path the API is served under (a host application's prefix; empty at the
+            root), which the ``awaiting`` signals' ``href`` start with.
+
+    Returns:
+        :class:`~flowpark.api.models.StartAnswer`: for an ephemeral flow the ``result`` or
+        ``error``; for a durable one the ``result`` once completed and the signals it
+        ``awaiting`` now.
+    """
+    if plan.profile is Profile.EPHEMERAL:
+        if inst.failure is None:
+            return StartAnswer(instance_id=inst.id, status=inst.state, result=inst.result)
+        error = FlowError(code=inst.failure.code, message=inst.failure.message)
+        return StartAnswer(instance_id=inst.id, status=inst.state, result=inst.result, error=error)
+    fields: dict[str, Any] = {}
+    if inst.state is InstanceState.COMPLETED:
+        fields["result"] = inst.result
+    waits = awaiting(plan, inst, root)
+    if waits:
+        fields["awaiting"] = waits
+    return StartAnswer(instance_id=inst.id, status=inst.state, **fields)
+
+
 def _start_handler(plan: Plan) -> Callable[..., Awaitable[StartAnswer]]:
     known = body_fields(plan.input_model)
 
@@ -112,22 +141,11 @@ def _start_handler(plan: Plan) -> Callable[..., Awaitable[StartAnswer]]:
                     f"instanceKey must be a non-empty string of at most {MAX_KEY} characters"
                 )
         started = await engine.start(plan, body, idempotency_key=key, instance_key=instance_key)
-        inst = started.instance
-        if plan.profile is Profile.EPHEMERAL:  # 200, the route's status
-            if inst.failure is None:
-                return StartAnswer(instance_id=inst.id, status=inst.state, result=inst.result)
-            error = FlowError(code=inst.failure.code, message=inst.failure.message)
-            return StartAnswer(
-                instance_id=inst.id, status=inst.state, result=inst.result, error=error
-            )
-        response.headers["Location"] = f"{API}/instances/{inst.id}"  # 202, the route's status
-        fields: dict[str, Any] = {}
-        if inst.state is InstanceState.COMPLETED:
-            fields["result"] = inst.result
-        waits = awaiting(plan, inst)
-        if waits:
-            fields["awaiting"] = waits
-        return StartAnswer(instance_id=inst.id, status=inst.state, **fields)
+        root = request.scope.get("root_path", "")  # a host application's prefix
+        answer = start_answer(plan, started.instance, root)
+        if plan.profile is not Profile.EPHEMERAL:  # 202, the route's status
+            response.headers["Location"] = f"{root}{API}/instances/{answer.instance_id}"
+        return answer
 
     start.__doc__ = (
         f"Start `{plan.name}` {plan.version}. Requires a bearer token"

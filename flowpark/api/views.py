@@ -193,8 +193,15 @@ def review_view(item: ReviewRecord) -> ReviewView:
     )
 
 
-def awaiting(plan: Plan | None, inst: InstanceRecord) -> list[Awaiting]:
-    """The signals a caller can deliver to continue ``inst`` now (empty when none)."""
+def awaiting(plan: Plan | None, inst: InstanceRecord, root: str = "") -> list[Awaiting]:
+    """The signals a caller can deliver to continue ``inst`` now (empty when none).
+
+    Args:
+        plan: the instance's flow version (None: not served here, no signal listed).
+        inst: the instance.
+        root: the path the API is served under (a host application's prefix, the ASGI
+            ``root_path``; empty when served at the root): each ``href`` starts with it.
+    """
     if plan is None or inst.state.ended or inst.wake_step_id is None:
         return []
     if inst.wake_step_id >= plan.end:
@@ -204,7 +211,7 @@ def awaiting(plan: Plan | None, inst: InstanceRecord) -> list[Awaiting]:
         return []
     base = plan.trigger.route if plan.trigger is not None else f"{API}/instances"
     name = step.signal.name
-    return [Awaiting(signal=name, href=f"{base}/{inst.id}/signals/{name}")]
+    return [Awaiting(signal=name, href=f"{root}{base}/{inst.id}/signals/{name}")]
 
 
 def _budget_view(
@@ -344,6 +351,7 @@ def instance_view(
     plan: Plan | None = None,
     now: datetime | None = None,
     actions: Sequence[OperatorAction] = (),
+    root: str = "",
 ) -> InstanceView:
     """The full view of one instance (``GET /api/v1/instances/{id}``).
 
@@ -354,6 +362,8 @@ def instance_view(
         plan: its flow version's plan (None: this node does not serve it).
         now: the engine clock's now (None: ``budget.usedRatio`` is null).
         actions: its operator history, oldest first.
+        root: the path the API is served under (a host application's prefix; empty at the
+            root): the ``awaiting`` signals' ``href`` start with it.
 
     ``budget`` is the bound of the wait the instance is in (None when none): ``kind``
     (``poll.budget``, ``signal.timeout`` or ``retry.total``), ``stepId``, ``scope``,
@@ -365,7 +375,7 @@ def instance_view(
     optional: dict[str, Any] = {}
     if signals is not None:
         optional["signals"] = [signal_view(s) for s in signals]
-    waits = awaiting(plan, inst)
+    waits = awaiting(plan, inst, root)
     if waits:
         optional["awaiting"] = waits
     return InstanceView(

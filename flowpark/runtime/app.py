@@ -4,6 +4,7 @@ HTTP client and the sweep scheduler in the lifespan, never at import time."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -216,17 +217,28 @@ class _Workers:
     purger: Purger | None = None
     beat: NodeBeat | None = None
 
-    async def stop(self) -> None:
-        """Stop the background jobs, then close the engine; the liveness row is marked
-        stopped last."""
+    async def stop(self, grace_seconds: float) -> None:
+        """Stop the background jobs, then close the engine, all within ``grace_seconds``:
+        the sweep claims nothing more, runs in flight may park or end until then, those
+        still going are cancelled and their leases released (logged: the next sweep on any
+        node continues them); the liveness row is marked stopped last."""
+        deadline = time.monotonic() + grace_seconds
         if self.purger is not None:
             await self.purger.stop()
         if self.deliverer is not None:
             await self.deliverer.stop()
         if self.sweeper is not None:
-            await self.sweeper.stop()
-        if self.engine is not None:  # in-process waits stop; their heartbeat timeout hands
-            await self.engine.close()  # them to another node, from their checkpoints
+            await self.sweeper.stop(grace_seconds=max(0.0, deadline - time.monotonic()))
+        if self.engine is not None:
+            left = await self.engine.close(max(0.0, deadline - time.monotonic()))
+            if left:
+                log.warning(
+                    "node stopped with %d run(s) unfinished after its %.1f s grace; their "
+                    "leases are released and the next sweep continues them: %s",
+                    len(left),
+                    grace_seconds,
+                    ", ".join(left[:20]) + (" ..." if len(left) > 20 else ""),
+                )
         if self.beat is not None:
             await self.beat.stop()
 
@@ -273,7 +285,7 @@ def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManage
             )
             yield
         finally:
-            await workers.stop()
+            await workers.stop(settings.shutdown_grace_seconds)
             await wiring.telemetry.stop()
             for close in reversed(wiring.deps.closers):
                 await close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -114,8 +115,18 @@ async def run_worker(
             await purger.stop()
         if deliverer is not None:
             await deliverer.stop()
-        await sweeper.stop()
-        await engine.close()  # in-process waits stop; another node resumes them
+        grace = settings.shutdown_grace_seconds
+        deadline = time.monotonic() + grace
+        await sweeper.stop(grace_seconds=grace)
+        left = await engine.close(max(0.0, deadline - time.monotonic()))
+        if left:  # their leases are released: another node resumes them at once
+            log.warning(
+                "worker stopped with %d run(s) unfinished after its %.1f s grace; the next "
+                "sweep continues them: %s",
+                len(left),
+                grace,
+                ", ".join(left[:20]),
+            )
         await beat.stop()
     finally:
         if listener is not None:

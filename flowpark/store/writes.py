@@ -27,9 +27,10 @@ from flowpark.engine.records import (
     Snapshot,
     StepRow,
 )
-from flowpark.errors import FlowFailure, IdempotencyKeyReused, InstanceKeyInUse
-from flowpark.store.base import JournalConflict, SqlRole, const, instant
+from flowpark.errors import FlowFailure
+from flowpark.store.base import JournalConflict, SqlRole, instant
 from flowpark.store.batched import require_aware
+from flowpark.store.caller_tx import conflict_queries, resolve_conflict
 from flowpark.store.carried import start_step_rows
 from flowpark.store.correlations import release_correlations
 from flowpark.store.fencing import (
@@ -48,11 +49,9 @@ from flowpark.store.mapping import (
     failure_columns,
     heartbeat_from_row,
     instance_from_new,
-    instance_from_row,
     instance_values,
 )
 from flowpark.store.reads import load_snapshot
-from flowpark.store.tables import ACTIVE_STATES
 from flowpark.store.types import is_instance_id
 
 __all__ = ["SqlJournalWrites"]
@@ -155,43 +154,10 @@ class SqlJournalWrites(SqlRole):
             InstanceKeyInUse: an active instance holds the key and the idempotency key does
                 not name it.
         """
-        holder = None
-        if new.instance_key is not None:
-            holder = (
-                await conn.execute(
-                    select(INSTANCE.c.id).where(
-                        INSTANCE.c.flow_name == new.flow_name,
-                        INSTANCE.c.instance_key == new.instance_key,
-                        INSTANCE.c.state.in_([const(s) for s in ACTIVE_STATES]),
-                    )
-                )
-            ).first()
-        if new.idempotency_key is not None:
-            stmt = select(INSTANCE).where(
-                INSTANCE.c.flow_name == new.flow_name,
-                INSTANCE.c.idempotency_key == new.idempotency_key,
-            )
-            stmt = self._dialect.by_idempotency_key(stmt, new)
-            record = (await conn.execute(stmt)).first()
-            if record is not None:
-                if not new.repeats(record.input, record.instance_key):
-                    raise IdempotencyKeyReused(
-                        f"idempotency key {new.idempotency_key!r} of flow {new.flow_name!r} "
-                        "was used with a different request",
-                        flow=new.flow_name,
-                        idempotency_key=new.idempotency_key,
-                        instance_id=record.id,
-                    ) from cause
-                return instance_from_row(record)
-        if holder is not None:
-            raise InstanceKeyInUse(
-                f"instance key {new.instance_key!r} of flow {new.flow_name!r} is held by "
-                f"instance {holder.id!r}",
-                flow=new.flow_name,
-                instance_key=new.instance_key,
-                instance_id=holder.id,
-            ) from cause
-        return None
+        holder_q, first_q = conflict_queries(self._dialect, new)
+        holder = None if holder_q is None else (await conn.execute(holder_q)).first()
+        first = None if first_q is None else (await conn.execute(first_q)).first()
+        return resolve_conflict(new, holder, first, cause)
 
     async def load(self, instance_id: str) -> Snapshot:
         """Read the instance, its journal (commit order) and its untaken signals (arrival

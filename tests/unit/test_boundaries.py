@@ -54,6 +54,7 @@ def test_core_imports_no_framework_or_driver(package: str) -> None:
 
 
 EXPORTS = {
+    "flowpark.embedding": ["Flowpark", "LocalClient", "Role", "Transaction", "client_error"],
     "flowpark.flows": [
         "Backoff",
         "Bag",
@@ -109,10 +110,12 @@ EXPORTS = {
         "Finding",
         "Flow",
         "FlowFailure",
+        "Flowpark",
         "FlowsUnloadable",
         "GitHubWebhook",
         "HmacWebhook",
         "HttpTrigger",
+        "LocalClient",
         "Profile",
         "Provider",
         "ProviderPushback",

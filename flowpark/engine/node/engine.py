@@ -30,6 +30,7 @@ from flowpark.engine.outcomes import RunOutcome, StartResult
 from flowpark.engine.ports import Store
 from flowpark.engine.records import (
     InstanceRecord,
+    NewInstance,
     SignalRecord,
 )
 from flowpark.errors import (
@@ -159,6 +160,40 @@ class Engine:
         with self.observer.start_span(plan.name, plan.version):
             return await outside.start(self, plan, data, idempotency_key, instance_key)
 
+    def prepare_start(
+        self,
+        plan: Plan,
+        payload: Any,
+        *,
+        idempotency_key: str | None = None,
+        instance_key: str | None = None,
+    ) -> NewInstance:
+        """What a start of ``plan`` writes when someone else's transaction writes it (the
+        caller's own, see :mod:`flowpark.embedding`): the instance row with the deadlines
+        its start stores, its lease born expired, so that the first claim after the
+        caller's commit runs it (:meth:`wake` on this node, or any node's sweep).
+
+        Args:
+            plan: the flow version to run (durable profile).
+            payload: the input (validated against ``plan.input_model``).
+            idempotency_key: repeats with the same key and body name the first instance.
+            instance_key: a business id unique among the flow's non-ended instances.
+
+        Returns:
+            The :class:`~flowpark.engine.records.NewInstance` to insert.
+
+        Raises:
+            InputInvalid: the payload is not the flow's input (``input_invalid``).
+            ValueError: ``plan`` is ephemeral (it writes no row).
+        """
+        if plan.profile is Profile.EPHEMERAL:
+            raise ValueError(
+                f"{plan.name} is ephemeral: it writes no row to start in a transaction"
+            )
+        model = self.validate_input(plan, payload)
+        data = model.model_dump(mode="json", by_alias=True)
+        return outside.new_instance(self, plan, data, idempotency_key, instance_key, leased=False)
+
     # -- sweeping ----------------------------------------------------------------------
     async def sweep(
         self, *, limit: int | None = None, again: Callable[[], bool] | None = None
@@ -199,10 +234,21 @@ class Engine:
         ended (their errors are logged, not raised)."""
         await self.runs.drain()
 
-    async def close(self) -> None:
-        """Cancel the runs continued in the background (node shutdown). A cancelled try
-        commits nothing: its heartbeat timeout lets any node retry it from its checkpoint."""
-        await self.runs.close()
+    async def close(self, grace_seconds: float = 0.0) -> list[str]:
+        """Node shutdown: the runs in flight may park or end within ``grace_seconds``; those
+        still going are cancelled and their leases released, so the next sweep on any node
+        continues them (a cancelled try commits nothing: it runs again from its last
+        checkpoint).
+
+        Args:
+            grace_seconds: how long runs in flight may take (seconds; default 0: cancel
+                them at once).
+
+        Returns:
+            The ids of the instances left to the next sweep.
+        """
+        self.claiming = False
+        return await self.runs.close(grace_seconds)
 
     async def wake(self, instance_id: str) -> RunOutcome | None:
         """Claim one instance now (if nobody holds it) and advance it.

@@ -37,7 +37,15 @@ from flowpark.errors import (
 from flowpark.flows.plan import AwaitSignalStep, CapabilityStep, Plan, PollStep
 from flowpark.outages import OUTAGES
 
-__all__ = ["SignalDelivery", "StartResult", "cancel", "deliver", "start", "wake"]
+__all__ = [
+    "SignalDelivery",
+    "StartResult",
+    "cancel",
+    "deliver",
+    "new_instance",
+    "start",
+    "wake",
+]
 
 log = logging.getLogger("flowpark.engine")
 
@@ -85,10 +93,42 @@ async def start(
     Raises:
         IdempotencyKeyReused, InstanceKeyInUse.
     """
+    new = new_instance(engine, plan, data, idempotency_key, instance_key)
+    record, created = await engine.store.intake.create_instance(new)
+    if created:
+        engine.observer.started(plan.name, plan.version, record.id)
+        record = await _first_advance(engine, record, new.steps)
+    return StartResult(record, created, record.result)
+
+
+def new_instance(
+    engine: NodeEngine,
+    plan: Plan,
+    data: dict[str, Any],
+    idempotency_key: str | None,
+    instance_key: str | None,
+    *,
+    leased: bool = True,
+) -> NewInstance:
+    """What a start of ``plan`` writes, entered at the engine clock's now.
+
+    Args:
+        engine: the node's engine (its clock, id factory, node id and lease).
+        plan: the flow version (durable profile).
+        data: the validated input, as JSON data.
+        idempotency_key: the start's idempotency key, if any.
+        instance_key: the start's instance key, if any.
+        leased: True: this node holds the new instance's lease (it runs it now); False:
+            the lease is born expired, so whichever node claims it first runs it (a start
+            written in a caller's transaction: this node claims it once the caller
+            committed, any node's sweep if this node is gone by then).
+
+    Returns:
+        The :class:`NewInstance`, with the deadlines its start stores.
+    """
     now = engine.clock.now()
     instance_id = engine.new_id()
-    entry = _entry_rows(plan, instance_id, now)
-    new = NewInstance(
+    return NewInstance(
         id=instance_id,
         flow_name=plan.name,
         flow_version=plan.version,
@@ -96,17 +136,12 @@ async def start(
         created_at=now,
         deadline_at=(now + plan.deadline) if plan.deadline else None,
         lease_owner=engine.config.node_id,
-        lease_expires_at=now + engine.lease,
+        lease_expires_at=(now + engine.lease) if leased else now,
         idempotency_key=idempotency_key,
         instance_key=instance_key,
         trace_context=engine.observer.trace_context(),
-        steps=entry,
+        steps=_entry_rows(plan, instance_id, now),
     )
-    record, created = await engine.store.intake.create_instance(new)
-    if created:
-        engine.observer.started(plan.name, plan.version, record.id)
-        record = await _first_advance(engine, record, entry)
-    return StartResult(record, created, record.result)
 
 
 def _entry_rows(plan: Plan, instance_id: str, now: datetime) -> tuple[StepRow, ...]:

@@ -45,6 +45,10 @@ class RunTasks:
         self.node_id = host.config.node_id
         self.gate = asyncio.Semaphore(concurrency)
         self.background: set[asyncio.Future[RunOutcome]] = set()
+        #: every run begun and not yet ended, with the lease it holds
+        self.in_flight: dict[asyncio.Future[RunOutcome], Claim] = {}
+        #: the leases of runs cancelled before they parked or ended (released on close)
+        self.abandoned: list[Claim] = []
 
     def begin(self, claim: Claim, *, gated: bool) -> Started:
         """Start advancing ``claim`` in a task (taking a run slot first when ``gated``).
@@ -64,7 +68,15 @@ class RunTasks:
             async with self.gate:
                 return await run_claim(self.host, claim, detach)
 
-        return asyncio.ensure_future(run()), detach
+        task = asyncio.ensure_future(run())
+        self.in_flight[task] = claim
+        task.add_done_callback(self._ended)
+        return task, detach
+
+    def _ended(self, task: asyncio.Future[RunOutcome]) -> None:
+        claim = self.in_flight.pop(task, None)
+        if claim is not None and task.cancelled():
+            self.abandoned.append(claim)
 
     async def advance(
         self, claim: Claim, *, gated: bool, started: Started | None = None
@@ -173,8 +185,41 @@ class RunTasks:
         while self.background:
             await asyncio.gather(*list(self.background), return_exceptions=True)
 
-    async def close(self) -> None:
-        """Cancel the runs continued in the background and wait for them."""
-        for task in list(self.background):
+    async def close(self, grace_seconds: float = 0.0) -> list[str]:
+        """Node shutdown: let the runs in flight go on for up to ``grace_seconds``, cancel
+        those still going, and give up the leases of every run cancelled before it parked
+        or ended, so that the next sweep on any node continues them at once instead of
+        after their lease's expiry.
+
+        A cancelled try commits nothing: it runs again from its last checkpoint.
+
+        Args:
+            grace_seconds: how long the runs in flight may take to park or end (seconds).
+
+        Returns:
+            The ids of the instances left to the next sweep (their leases released, or
+            left to expire when the store could not be reached).
+        """
+        running = list(self.in_flight)
+        if running and grace_seconds > 0:
+            await asyncio.wait(running, timeout=grace_seconds)
+        for task in list(self.in_flight):
             task.cancel()
-        await asyncio.gather(*list(self.background), return_exceptions=True)
+        await asyncio.gather(*list(self.in_flight), return_exceptions=True)
+        left: list[str] = []
+        now = self.clock.now()
+        for claim in self.abandoned:
+            try:
+                await self.host.store.runs.release(claim.instance_id, claim.fencing_token, now)
+            except StaleFencingToken:
+                continue  # parked, ended or taken over meanwhile: nothing of ours to give up
+            except Exception as exc:  # the store is gone: the lease expires by itself
+                log.warning(
+                    "could not release the lease of instance %s on node %s: %s",
+                    claim.instance_id,
+                    self.node_id,
+                    exc,
+                )
+            left.append(claim.instance_id)
+        self.abandoned.clear()
+        return left
