@@ -1,0 +1,126 @@
+"""The in-process client (:class:`flowpark.embedding.LocalClient`) of a running embedded
+flowpark, on both stores: the HTTP API's answers and the HTTP client's error classes,
+without HTTP; and what each role runs."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from flowpark import Flow, Signal
+from flowpark.client.errors import (
+    IdempotencyKeyReused,
+    InstanceEnded,
+    InstanceKeyInUse,
+    InstanceNotFound,
+    InvalidRequest,
+    NotFound,
+)
+from flowpark.embedding import Flowpark, Role
+from flowpark.runtime.loading import Deps
+from flowpark.settings import Settings
+
+
+class Item(BaseModel):
+    """The flow's input."""
+
+    item_id: str
+
+
+class Approved(BaseModel):
+    """The signal that ends its wait."""
+
+    by: str
+
+
+def flows(deps: Deps) -> list[Flow]:
+    """A flow that waits for one signal, then returns who approved it."""
+    return [
+        Flow("item.approve", "1.0.0", input=Item)
+        .await_signal(Signal("approved", Approved), timeout="PT1H")
+        .returns(lambda bag: {"by": bag.get(Approved).by}, reads=(Approved,))
+    ]
+
+
+@pytest.fixture
+async def fp(store_url: str) -> AsyncIterator[Flowpark]:
+    embedded = Flowpark(Settings(database_url=store_url, timer_scan_interval=60.0), flows=[flows])
+    async with embedded.running():
+        yield embedded
+
+
+def _id() -> str:
+    return f"item-{uuid.uuid4().hex[:8]}"
+
+
+async def test_start_signal_get_and_list_answer_the_apis_models(fp: Flowpark) -> None:
+    client = fp.client
+    item = _id()
+    started = await client.start("item.approve", {"item_id": item}, instance_key=item)
+    assert started.status == "suspended"
+    assert [a.signal for a in started.awaiting or []] == ["approved"]
+    listed = await client.list(flow="item.approve", state="suspended", instance_key=item)
+    assert [row.instance_id for row in listed.instances] == [started.instance_id]
+    answer = await client.signal(started.instance_id, "approved", Approved(by="ana"))
+    assert answer.created and answer.state == "completed"
+    view = await client.get(started.instance_id)
+    assert view.state == "completed" and view.result == {"by": "ana"}
+    with pytest.raises(InstanceEnded) as ended:
+        await client.cancel(started.instance_id)
+    assert ended.value.code == "instance_ended"
+
+
+async def test_errors_are_the_http_clients_classes_with_their_codes(fp: Flowpark) -> None:
+    client = fp.client
+    with pytest.raises(InstanceNotFound) as missing:
+        await client.get(str(uuid.uuid4()))
+    assert missing.value.status == 404
+    with pytest.raises(NotFound) as no_flow:
+        await client.start("no.such.flow", {})
+    assert no_flow.value.code == "flow_not_found"
+    with pytest.raises(InvalidRequest) as invalid:
+        await client.start("item.approve", {"itemId": "x", "colour": "red"})
+    assert invalid.value.code == "input_invalid"
+    assert invalid.value.problem.errors
+    item = _id()
+    await client.start("item.approve", {"item_id": item}, idempotency_key=item, instance_key=item)
+    again = await client.start(
+        "item.approve", {"item_id": item}, idempotency_key=item, instance_key=item
+    )
+    assert again.status == "suspended"
+    with pytest.raises(IdempotencyKeyReused):
+        await client.start("item.approve", {"item_id": "other"}, idempotency_key=item)
+    with pytest.raises(InstanceKeyInUse):
+        await client.start("item.approve", {"item_id": item}, instance_key=item)
+
+
+async def test_cancel_and_wake_are_recorded_with_the_clients_actor(fp: Flowpark) -> None:
+    client = fp.client
+    started = await client.start("item.approve", {"item_id": _id()})
+    woken = await client.wake(started.instance_id)
+    assert not woken.woken and woken.reason  # waits for a signal: nothing to run now
+    cancelled = await client.cancel(started.instance_id)
+    assert cancelled.state == "cancelled"
+    view = await client.get(started.instance_id)
+    assert [a.actor for a in view.actions or []][-1] == "in-process"
+
+
+async def test_roles_api_runs_no_sweep_and_worker_serves_no_routes(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/roles.db"
+    api = Flowpark(Settings(database_url=url), flows=[flows], role=Role.API)
+    host = FastAPI()
+    api.include_in(host, prefix="/flowpark")
+    assert any(getattr(r, "path", "") == "/flowpark" for r in host.router.routes)
+    assert api.app.state.settings.run_sweeper is False
+    worker = Flowpark(Settings(database_url=url), flows=[flows], role="worker")
+    other = FastAPI()
+    worker.include_in(other, prefix="/flowpark")
+    assert not any(getattr(r, "path", "") == "/flowpark" for r in other.router.routes)
+    assert worker.app.state.settings.run_sweeper is True
+    with pytest.raises(ValueError):
+        Flowpark(Settings(database_url=url), flows=[flows], role="sweeper")
