@@ -33,6 +33,7 @@ from flowpark.errors import InputInvalid, shown
 from flowpark.flows.capability import Signal
 from flowpark.flows.plan import AwaitSignalStep, PollStep
 from flowpark.ui.pages import ConsoleRoute, need_session, problem_page, render
+from flowpark.ui.paths import ui_root
 from flowpark.ui.session import Session, check_csrf, notice_signature
 
 __all__ = ["ACTIONS", "Action", "build_actions_router"]
@@ -198,7 +199,7 @@ def build_actions_router() -> APIRouter:
         else:
             done = await _act(request, session, name, instance_id, _key(key), extend_by)
         signature = notice_signature(settings_of(request), done)
-        target = f"/ui/instances/{instance_id}?done={quote(done)}&ds={signature}"
+        target = f"{ui_root(request)}/instances/{instance_id}?done={quote(done)}&ds={signature}"
         return RedirectResponse(target, status_code=303)
 
     return router

@@ -1,5 +1,6 @@
 """The console put together: its pages' routers, its static files, and the redirects that
-send a browser at the node's root to ``/ui`` and a trailing slash to the page without it."""
+send a browser at the node's root to ``/ui`` and a trailing slash to the page without it
+(each under a host application's prefix when one mounts flowpark)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from flowpark.ui.actions import build_actions_router
 from flowpark.ui.instances import build_instances_router
 from flowpark.ui.pages import STATIC, ConsoleRoute, build_console_router, problem_page
+from flowpark.ui.paths import ui_root
 from flowpark.ui.providers import build_providers_router
 from flowpark.ui.reviews import build_reviews_router
 
@@ -37,7 +39,7 @@ def _root_router() -> APIRouter:
     @router.get("/")
     async def root(request: Request) -> Response:
         if "text/html" in request.headers.get("accept", ""):
-            return RedirectResponse("/ui", status_code=307)
+            return RedirectResponse(ui_root(request), status_code=307)
         raise StarletteHTTPException(404)
 
     return router
@@ -51,7 +53,8 @@ def _fallback_router() -> APIRouter:
     @router.get("/{rest:path}", response_class=HTMLResponse)
     async def elsewhere(request: Request, rest: str) -> Response:
         if rest.endswith("/") or rest == "":
-            target = "/ui/" + rest.strip("/") if rest.strip("/") else "/ui"
+            root = ui_root(request)
+            target = f"{root}/{rest.strip('/')}" if rest.strip("/") else root
             query = f"?{request.url.query}" if request.url.query else ""
             return RedirectResponse(target.rstrip("/") + query, status_code=308)
         return problem_page(

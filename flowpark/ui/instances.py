@@ -52,6 +52,7 @@ from flowpark.engine.records import (
 from flowpark.errors import FlowparkError, StreamNotDeclared, shown
 from flowpark.flows.plan import AwaitSignalStep, FailStep, Plan, PollStep
 from flowpark.ui.pages import ConsoleRoute, need_session, overdue_threshold, render
+from flowpark.ui.paths import ui_root
 from flowpark.ui.session import notice_is_signed
 from flowpark.ui.timeline import build_timeline, parse_instant
 
@@ -261,7 +262,7 @@ def build_instances_router() -> APIRouter:
         for name in sorted(plan.streams) if plan is not None else []:
             messages = await engine.store.streams.read_stream(instance_id, name)
             after = messages[-1].sequence if messages else None
-            url = f"/ui/instances/{instance_id}/streams/{name}"
+            url = f"{ui_root(request)}/instances/{instance_id}/streams/{name}"
             streams.append(
                 {
                     "name": name,

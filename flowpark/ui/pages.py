@@ -4,6 +4,10 @@ Pages are rendered on the server (Jinja2) and read the same without JavaScript; 
 is reachable by a URL whose query string holds its filters. Routes know nothing of SQL: they
 read through the store's read model and act through the engine, as the API does.
 
+Every console URL is written from :func:`~flowpark.ui.paths.ui_root` (``{{ ui }}`` in the
+templates): ``/ui`` when the node serves flowpark at its root, ``/flowpark/ui`` when a host
+application mounts flowpark under ``/flowpark`` (the ASGI ``root_path``).
+
 A request without a session is sent to ``/ui/sign-in`` (303). Every ``POST`` carries the
 session's CSRF token. A flowpark error on a page (an unknown instance, an unreachable
 database) is answered with a page naming its code and the error's status, never a 500.
@@ -21,6 +25,8 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
+from jinja2 import pass_context
+from jinja2.runtime import Context
 
 from flowpark.api.deps import engine_of, nodes_of, settings_of
 from flowpark.api.nodes import nodes_report
@@ -31,6 +37,7 @@ from flowpark.flows.plan import Plan
 from flowpark.settings import DEFAULT_API_TOKEN
 from flowpark.ui.graph import human_duration, layout
 from flowpark.ui.overview import lateness, overview_rows
+from flowpark.ui.paths import inside, ui_root
 from flowpark.ui.session import (
     Session,
     check_csrf,
@@ -104,13 +111,19 @@ def _default_token_in_use(request: Request) -> bool:
     return DEFAULT_API_TOKEN in settings_of(request).tokens
 
 
+@pass_context
+def _static(context: Context, name: str) -> str:
+    """The URL of the console's static file ``name`` (``{{ static('console.css') }}``)."""
+    return f"{context.get('ui', '/ui')}/static/{quote(name)}"
+
+
 templates.env.globals.update(
     default_token_in_use=_default_token_in_use,
     fmt=_fmt,
     iso=_iso,
     seconds=_seconds,
     duration=human_duration,
-    static=lambda name: f"/ui/static/{quote(name)}",
+    static=_static,
 )
 
 
@@ -147,17 +160,19 @@ def need_session(request: Request) -> Session:
     return session
 
 
-def _safe_next(value: str | None) -> str:
-    """A post-sign-in target inside the console only (no other host, no scheme)."""
-    if value and value.startswith("/ui") and not value.startswith("//") and "\\" not in value:
-        return value
-    return "/ui"
+def _safe_next(request: Request, value: str | None) -> str:
+    """A post-sign-in target inside the console only (no other host, no scheme); the
+    console's overview otherwise."""
+    root = ui_root(request)
+    return value if value is not None and inside(root, value) else root
 
 
 def render(
     request: Request, name: str, context: dict[str, Any], status_code: int = 200
 ) -> HTMLResponse:
-    """Render template ``name`` with ``context`` (plus ``request``)."""
+    """Render template ``name`` with ``context`` (plus ``request`` and ``ui``, the console's
+    root path: :func:`~flowpark.ui.paths.ui_root`)."""
+    context = {"ui": ui_root(request), **context}
     response = templates.TemplateResponse(request, name, context, status_code=status_code)
     response.headers.update(PAGE_HEADERS)
     return response
@@ -232,16 +247,16 @@ def build_console_router() -> APIRouter:
     @router.get("/sign-in", response_class=HTMLResponse)
     async def sign_in_page(request: Request, next: str | None = None) -> Response:
         if current_session(request) is not None:
-            return RedirectResponse(_safe_next(next), status_code=303)
+            return RedirectResponse(_safe_next(request, next), status_code=303)
         return render(
             request,
             "sign_in.html",
-            {"session": None, "next": _safe_next(next), "error": None, "section": ""},
+            {"session": None, "next": _safe_next(request, next), "error": None, "section": ""},
         )
 
     @router.post("/sign-in", response_class=HTMLResponse)
     async def sign_in_submit(
-        request: Request, token: str = Form(""), next: str = Form("/ui")
+        request: Request, token: str = Form(""), next: str = Form("")
     ) -> Response:
         settings = settings_of(request)
         principal = sign_in(settings, token) if token.strip() else None
@@ -251,13 +266,13 @@ def build_console_router() -> APIRouter:
                 "sign_in.html",
                 {
                     "session": None,
-                    "next": _safe_next(next),
+                    "next": _safe_next(request, next),
                     "error": "That token is not one of this node's API tokens with the read scope.",
                     "section": "",
                 },
                 status_code=401,
             )
-        response = RedirectResponse(_safe_next(next), status_code=303)
+        response = RedirectResponse(_safe_next(request, next), status_code=303)
         await open_session(response, request, settings, token)
         return response
 
@@ -273,8 +288,8 @@ def build_console_router() -> APIRouter:
                 "The form's CSRF token is not this session's.",
             )
         await end_session(request)  # on every node: a copy of the cookie opens nothing
-        response = RedirectResponse("/ui/sign-in", status_code=303)
-        clear_session(response)
+        response = RedirectResponse(f"{ui_root(request)}/sign-in", status_code=303)
+        clear_session(response, request)
         return response
 
     @router.get("/flows", response_class=HTMLResponse)
@@ -393,7 +408,8 @@ class ConsoleRoute(APIRoute):
                 return await handler(request)
             except SignInRequired as exc:
                 return RedirectResponse(
-                    f"/ui/sign-in?{urlencode({'next': exc.next_url})}", status_code=303
+                    f"{ui_root(request)}/sign-in?{urlencode({'next': exc.next_url})}",
+                    status_code=303,
                 )
             except FlowparkError as exc:
                 status = status_of(exc.code)

@@ -22,6 +22,7 @@ from flowpark.api.reviews import NOTE_CHARS, act_on_review, review_filter
 from flowpark.engine.ports.reviews import ReviewState, ReviewVerb
 from flowpark.errors import FlowparkError, InstanceNotFound, shown
 from flowpark.ui.pages import ConsoleRoute, need_session, problem_page, render
+from flowpark.ui.paths import inside, ui_root
 from flowpark.ui.session import check_csrf, notice_is_signed, notice_signature
 
 __all__ = ["WAITING_STATES", "build_reviews_router"]
@@ -53,11 +54,10 @@ def _states(request: Request, notices: list[str]) -> tuple[list[ReviewState], bo
     return chosen, True
 
 
-def _back(value: str) -> str:
-    """Where a form post returns: a review page of this console only."""
-    if value.startswith("/ui/reviews") and not value.startswith("//") and "\\" not in value:
-        return value
-    return "/ui/reviews"
+def _back(request: Request, value: str) -> str:
+    """Where a form post returns: a review page of this console only (the queue otherwise)."""
+    queue = f"{ui_root(request)}/reviews"
+    return value if inside(queue, value) else queue
 
 
 def build_reviews_router() -> APIRouter:
@@ -123,7 +123,7 @@ def build_reviews_router() -> APIRouter:
                 "r": item,
                 "instance": instance,
                 "notices": _signed_notices(request),
-                "here": f"/ui/reviews/{quote(item.id)}",
+                "here": f"{ui_root(request)}/reviews/{quote(item.id)}",
                 "note_chars": NOTE_CHARS,
             },
         )
@@ -135,7 +135,7 @@ def build_reviews_router() -> APIRouter:
         verb: str,
         csrf: str = Form(""),
         note: str = Form(""),
-        back: str = Form("/ui/reviews"),
+        back: str = Form(""),
     ) -> Response:
         session = need_session(request)
         if verb not in {v.value for v in ReviewVerb}:
@@ -167,7 +167,7 @@ def build_reviews_router() -> APIRouter:
         )
         text = f"{_DONE[ReviewVerb(verb)]} by {session.principal.name}: {done.subject}."
         signature = notice_signature(settings_of(request), text)
-        target = _back(back)
+        target = _back(request, back)
         joiner = "&" if "?" in target else "?"
         query = urlencode({"done": text, "ds": signature})
         return RedirectResponse(f"{target}{joiner}{query}", status_code=303)

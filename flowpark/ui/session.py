@@ -2,8 +2,9 @@
 a signed cookie, and CSRF tokens.
 
 Each sign-in writes a ``console_session`` row (:mod:`flowpark.store.console_sessions`); the
-cookie (``flowpark_session``, ``HttpOnly``, ``SameSite=Strict``, path ``/ui``, ``Secure``
-over HTTPS) holds, signed with itsdangerous and timestamped:
+cookie (``flowpark_session``, ``HttpOnly``, ``SameSite=Strict``, path ``/ui`` or, under a
+host application's prefix, ``/flowpark/ui``; ``Secure`` over HTTPS) holds, signed with
+itsdangerous and timestamped:
 
 * ``s``: the row's id. Every console request reads the row back (:func:`load_session`,
   once per request): sign-out ends it, and a session not seen for
@@ -38,6 +39,7 @@ from flowpark.api.auth import Principal
 from flowpark.api.deps import engine_of, settings_of
 from flowpark.engine.ports.nodes import ConsoleSessions
 from flowpark.settings import Settings
+from flowpark.ui.paths import ui_root
 
 __all__ = [
     "COOKIE",
@@ -137,16 +139,16 @@ async def open_session(
         COOKIE,
         value,
         max_age=int(settings.console_session_seconds),
-        path="/ui",
+        path=ui_root(request),
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
     )
 
 
-def clear_session(response: Response) -> None:
-    """Expire the session cookie on ``response`` (sign-out)."""
-    response.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")
+def clear_session(response: Response, request: Request) -> None:
+    """Expire the session cookie on ``response`` (sign-out from ``request``)."""
+    response.delete_cookie(COOKIE, path=ui_root(request), httponly=True, samesite="strict")
 
 
 async def end_session(request: Request) -> None:
