@@ -4,6 +4,11 @@ Migrates the database, serves flowpark (samples + fake OCR) on loopback with uvi
 a demo document over HTTP with a bearer token and an idempotency key, and prints its state
 and journal until it completes. Then a second document shows the webhook path: the fake
 OCR's complete-now route calls the ``ocr.completed`` signal, which ends the wait at once.
+
+``flowpark demo --embedded`` serves the shop sample instead (:mod:`flowpark.samples.shop`:
+flowpark inside a FastAPI app of its own): an order and its payment's start written in one
+transaction, followed until the order is paid, then an order the shop refuses after the
+start, which leaves no instance and calls no provider.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import socket
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,7 +30,7 @@ import httpx
 from flowpark.engine.decide.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT
 from flowpark.settings import DEFAULT_API_TOKEN, Settings
 
-__all__ = ["journal_lines", "listening_socket", "port_refused", "run_demo"]
+__all__ = ["journal_lines", "listening_socket", "port_refused", "run_demo", "run_embedded_demo"]
 
 
 def run_demo(
@@ -53,6 +60,26 @@ def run_demo(
         return 2
     with sock:
         return asyncio.run(_demo(sock, host, pages, per_page, scan_interval, database_url))
+
+
+def run_embedded_demo(*, host: str, port: int, scan_interval: float, database_url: str) -> int:
+    """Run the embedded demo (the shop sample); returns the process exit code.
+
+    Returns:
+        0 when the order was paid and the refused order left nothing behind; 1 when not;
+        2 and 3 as :func:`run_demo`.
+    """
+    try:
+        sock = listening_socket(host, port)
+    except OSError as exc:
+        print(
+            f"error: cannot serve the demo on {host}:{port}: {_reason(exc)} "
+            "(choose another with --port, or --port 0 for any free port)",
+            file=sys.stderr,
+        )
+        return 2
+    with sock:
+        return asyncio.run(_shop_demo(sock, host, scan_interval, database_url))
 
 
 def _store_unavailable(detail: str) -> int:
@@ -121,59 +148,20 @@ async def _demo(
     scan_interval: float,
     database_url: str,
 ) -> int:
-    import uvicorn  # here: the worker imports this module for port_refused alone
-    from sqlalchemy.exc import ArgumentError, DBAPIError
-
-    from flowpark.redaction import redact_url
     from flowpark.runtime.app import create_app
-    from flowpark.runtime.forwarded import forwarded_options
-    from flowpark.runtime.protocol import BoundedHttpToolsProtocol
     from flowpark.samples.registry import sample_flows
     from flowpark.samples.settings import SampleSettings
-    from flowpark.store.db import sync_url
-    from flowpark.store.migrate import upgrade
 
-    port = sock.getsockname()[1]
-    base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-    settings = Settings(
-        database_url=database_url,
-        self_url=base,
-        flows="samples",
-        timer_scan_interval=scan_interval,
-        api_tokens=os.environ.get("FLOWPARK_API_TOKENS", DEFAULT_API_TOKEN),
-    )
+    base = _base_url(sock, host)
+    settings = _demo_settings(database_url, base, scan_interval, flows="samples")
     token = sorted(settings.tokens)[0]
-    print(f"flowpark demo: migrating {redact_url(database_url)}")
-    try:
-        sync_url(database_url)
-    except (ValueError, ArgumentError) as exc:  # not a database URL: one line
-        return _store_unavailable(f"invalid database URL: {exc}")
-    try:
-        await asyncio.to_thread(upgrade, database_url)
-    except DBAPIError as exc:  # unreachable: one line
-        return _store_unavailable(f"cannot migrate the database at {database_url}: {exc.orig}")
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(
-                settings, flows=[sample_flows(SampleSettings(sample_ocr_per_page=per_page))]
-            ),
-            host=host,
-            port=port,
-            log_level="warning",
-            lifespan="on",
-            # the head and time bounds, and problem+json refusals, of flowpark serve
-            http=BoundedHttpToolsProtocol,
-            timeout_keep_alive=settings.keep_alive_seconds,
-            **forwarded_options(settings),
-        )
-    )
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            if serving.done():
-                serving.result()
-                return 1
-            await asyncio.sleep(0.05)
+    failed = await _migrate(database_url)
+    if failed is not None:
+        return failed
+    app = create_app(settings, flows=[sample_flows(SampleSettings(sample_ocr_per_page=per_page))])
+    async with _serving(app, sock, host, settings) as started:
+        if not started:
+            return 1
         print(
             f"flowpark serving on {base} (sweep every {scan_interval}s, fake OCR "
             f"{per_page}s/page); OpenAPI at {base}/docs, console at {base}/ui"
@@ -192,6 +180,197 @@ async def _demo(
                 "serves yours"
             )
         return 0 if ok else 1
+
+
+async def _shop_demo(
+    sock: socket.socket, host: str, scan_interval: float, database_url: str
+) -> int:
+    from flowpark.samples.shop.app import ShopSettings, create_app
+
+    base = _base_url(sock, host)
+    settings = _demo_settings(database_url, base, scan_interval)
+    token = sorted(settings.tokens)[0]
+    failed = await _migrate(database_url)
+    if failed is not None:
+        return failed
+    shop = ShopSettings(base_url=base)
+    async with _serving(create_app(shop, settings), sock, host, settings) as started:
+        if not started:
+            return 1
+        print(
+            f"shop serving on {base}, flowpark included at /flowpark (sweep every "
+            f"{scan_interval}s; the fake payment provider takes {shop.fake_payment_seconds}s)"
+        )
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
+            paid = await _paid_order(client)
+            refused = await _refused_order(client)
+        where = f"FLOWPARK_DATABASE_URL={database_url} uvicorn flowpark.samples.shop.app:app"
+        print(
+            f"\nnext: serve the shop and keep it up ({where}), then look at /docs (the "
+            "shop's routes and flowpark's, tagged 'flowpark: ...'), GET /orders/{id}, and "
+            "the payments at /flowpark/api/v1/instances?flow=payment.await (with "
+            f"'Authorization: Bearer {token}'); docs/embedding.md explains the code"
+        )
+        return 0 if paid and refused else 1
+
+
+async def _paid_order(client: httpx.AsyncClient) -> bool:
+    """An order saved with its payment's start in one transaction, followed until paid."""
+    body = {"sku": "tea", "quantity": 2}
+    print(f"\n== an order: POST /orders {json.dumps(body)}")
+    resp = await client.post("/orders", json=body)
+    print(f"POST /orders -> {resp.status_code} {json.dumps(resp.json())}")
+    if resp.status_code != 201:
+        return False
+    order = resp.json()
+    instance_id = order["payment"]["instance_id"]
+    print(
+        "  the order's row and its payment's start (one INSERT into flow_instance) were "
+        "written in one transaction; on its commit the payment runs at once"
+    )
+    started, last = time.monotonic(), None
+    while True:
+        order = (await client.get(f"/orders/{order['id']}")).json()
+        payment = order["payment"]
+        line = (order["status"], payment["state"], payment["next_check_at"])
+        if line != last:
+            last = line
+            waits = ""
+            if payment["state"] == "suspended":
+                webhook = " or ".join(payment["awaiting"]) or "nothing"
+                waits = f"  waits for {webhook}, next status check {_instant(line[2])}"
+            print(
+                f"t+{time.monotonic() - started:5.1f}s order={order['status']:<16} "
+                f"payment={payment['state']:<9}{waits}"
+            )
+        if payment["state"] in ("completed", "failed", "cancelled"):
+            break
+        if time.monotonic() - started > 120:
+            print("gave up after 120 s")
+            return False
+        await asyncio.sleep(0.25)
+    view = (await client.get(f"/flowpark/api/v1/instances/{instance_id}")).json()
+    print(f"journal of payment.await {instance_id} (GET /flowpark/api/v1/instances/{{id}}):")
+    for sentence in journal_lines(view["journal"]):
+        print(f"  {sentence}")
+    ended = view["result"] if view["error"] is None else view["error"]
+    print(f"{'result' if view['error'] is None else 'error'}: {json.dumps(ended)}")
+    intents = await _intents(client, order["id"])
+    print(f"the fake provider's intents for {order['id']}: {len(intents)}")
+    return bool(order["status"] == "paid" and view["state"] == "completed" and len(intents) == 1)
+
+
+async def _refused_order(client: httpx.AsyncClient) -> bool:
+    """An order the shop's table refuses after its payment's start: nothing is left."""
+    body = {"sku": "tea", "quantity": 50}
+    print(f"\n== an order the shop refuses: POST /orders {json.dumps(body)}")
+    before = await _payments(client)
+    resp = await client.post("/orders", json=body)
+    print(f"POST /orders -> {resp.status_code} {json.dumps(resp.json())}")
+    if resp.status_code != 422:
+        return False
+    order_id = resp.json()["detail"]["orderId"]
+    print(
+        "  the payment was started first, then the shop's table refused the order (its "
+        "CHECK: 1 to 10 of an item): the transaction rolled back, the start with it"
+    )
+    after = await _payments(client)
+    intents = await _intents(client, order_id)
+    read = await client.get(f"/orders/{order_id}")
+    print(
+        f"payment.await instances: {len(before)} before, {len(after)} after (no instance "
+        f"for {order_id})"
+    )
+    print(f"the fake provider's intents for {order_id}: {len(intents)} (nothing was called)")
+    print(f"GET /orders/{order_id} -> {read.status_code}")
+    return before == after and not intents and read.status_code == 404
+
+
+async def _intents(client: httpx.AsyncClient, order_id: str) -> list[dict[str, Any]]:
+    """The fake payment provider's intents made for ``order_id``."""
+    answer = await client.get("/fake/payments/intents", params={"reference": order_id})
+    return list(answer.json())
+
+
+async def _payments(client: httpx.AsyncClient) -> list[str]:
+    """The ids of the ``payment.await`` instances (the newest 1,000)."""
+    params: dict[str, str | int] = {"flow": "payment.await", "limit": 1000}
+    listed = (await client.get("/flowpark/api/v1/instances", params=params)).json()
+    return [row["instanceId"] for row in listed["instances"]]
+
+
+def _base_url(sock: socket.socket, host: str) -> str:
+    port = sock.getsockname()[1]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _demo_settings(database_url: str, base: str, scan_interval: float, **more: Any) -> Settings:
+    """The demo node's settings: the database, its own URL, the sweep's interval and the
+    API tokens (``FLOWPARK_API_TOKENS``, else the default), the rest from ``FLOWPARK_*``."""
+    return Settings(
+        database_url=database_url,
+        self_url=base,
+        timer_scan_interval=scan_interval,
+        api_tokens=os.environ.get("FLOWPARK_API_TOKENS", DEFAULT_API_TOKEN),
+        **more,
+    )
+
+
+async def _migrate(database_url: str) -> int | None:
+    """Migrate the demo's database to head (as ``flowpark db upgrade``); None when done,
+    else the exit code 3, after one line on stderr."""
+    from sqlalchemy.exc import ArgumentError, DBAPIError
+
+    from flowpark.redaction import redact_url
+    from flowpark.store.db import sync_url
+    from flowpark.store.migrate import upgrade
+
+    print(f"flowpark demo: migrating {redact_url(database_url)}")
+    try:
+        sync_url(database_url)
+    except (ValueError, ArgumentError) as exc:  # not a database URL: one line
+        return _store_unavailable(f"invalid database URL: {exc}")
+    try:
+        await asyncio.to_thread(upgrade, database_url)
+    except DBAPIError as exc:  # unreachable: one line
+        return _store_unavailable(f"cannot migrate the database at {database_url}: {exc.orig}")
+    return None
+
+
+@asynccontextmanager
+async def _serving(
+    app: Any, sock: socket.socket, host: str, settings: Settings
+) -> AsyncIterator[bool]:
+    """Serve ``app`` with uvicorn on ``sock`` (as ``flowpark serve`` does: the head and time
+    bounds, and the problem+json refusals); yields True once serving, False when the server
+    stopped first; stops it when the block ends."""
+    import uvicorn  # here: the worker imports this module for port_refused alone
+
+    from flowpark.runtime.forwarded import forwarded_options
+    from flowpark.runtime.protocol import BoundedHttpToolsProtocol
+
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=sock.getsockname()[1],
+            log_level="warning",
+            lifespan="on",
+            http=BoundedHttpToolsProtocol,
+            timeout_keep_alive=settings.keep_alive_seconds,
+            **forwarded_options(settings),
+        )
+    )
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if serving.done():
+                serving.result()
+                yield False
+                return
+            await asyncio.sleep(0.05)
+        yield True
     finally:
         server.should_exit = True
         await serving

@@ -493,20 +493,38 @@ def demo(
         metavar="SECONDS",
         help="Seconds between two sweeps (> 0).",
     ),
-    database_url: str = typer.Option("sqlite:///flowpark.db", metavar="URL"),
+    database_url: str | None = typer.Option(
+        None,
+        metavar="URL",
+        help="The database (default sqlite:///flowpark.db; with --embedded sqlite:///shop.db).",
+    ),
+    embedded: bool = typer.Option(
+        False,
+        "--embedded",
+        help="Serve the shop sample instead: flowpark inside a FastAPI app of its own, an "
+        "order and its payment's start in one transaction (--pages and --per-page unused).",
+    ),
 ) -> None:
     """Run the demo: migrate, serve the samples, send documents and print their progress.
 
     It sends a demo document and prints its progress until it completes, then a second one
-    that the fake OCR's webhook ends at once, then stops the server.
+    that the fake OCR's webhook ends at once, then stops the server. ``--embedded``: the
+    shop's order until its payment flow paid it, then an order refused after its start.
 
     Exit codes: 2 when the port cannot be listened on (one line: which port, and how to
     choose another) or an option is out of its range (before anything is served); 3 when
-    the database cannot be migrated; 1 when a document did not complete.
+    the database cannot be migrated; 1 when a document did not complete (with
+    ``--embedded``: the order was not paid, or the refused order left something behind).
     """
-    from flowpark.cli.demo import run_demo
+    from flowpark.cli.demo import run_demo, run_embedded_demo
 
     _logging("warning")
+    if embedded:
+        url = database_url or "sqlite:///shop.db"
+        raise typer.Exit(
+            run_embedded_demo(host=host, port=port, scan_interval=scan_interval, database_url=url)
+        )
+    url = database_url or "sqlite:///flowpark.db"
     raise typer.Exit(
         run_demo(
             host=host,
@@ -514,7 +532,7 @@ def demo(
             pages=pages,
             per_page=per_page,
             scan_interval=scan_interval,
-            database_url=database_url,
+            database_url=url,
         )
     )
 
