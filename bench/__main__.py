@@ -2,8 +2,8 @@
 ``python -m bench compare --against REV [--scenarios ...] [--rounds N]`` (see bench/compare.py).
 
 Scenarios: park, sweep, start, lateness, signal, peers, console, list, retention, providers,
-scale (see BENCHMARKS.md). ``scale`` runs on PostgreSQL only (its default store):
-``python -m bench scale --parked 1000000 --json`` (``--parked`` is ``--n``).
+scale, embedded (see BENCHMARKS.md). ``scale`` and ``embedded`` run on PostgreSQL only (their
+default store): ``python -m bench scale --parked 1000000 --json`` (``--parked`` is ``--n``).
 Each run makes a fresh database (PostgreSQL: ``flowpark_bench_<random>`` on
 ``FLOWPARK_BENCH_PG_URL``, default the local server; SQLite: a temporary file), runs,
 prints a table, and with
@@ -37,9 +37,10 @@ SCENARIOS = {
     "retention": ("bench.retention", 2_000),
     "providers": ("bench.providers", 2_000),
     "scale": ("bench.scale", 1_000_000),
+    "embedded": ("bench.embedded", 2_000),
 }
 #: scenarios that run on one store only (their default)
-DEFAULT_STORE = {"scale": "postgres"}
+DEFAULT_STORE = {"scale": "postgres", "embedded": "postgres"}
 #: scenarios that run on a PostgreSQL server of their own unless --server shared
 OWN_SERVER = {"scale": "own"}
 
@@ -154,7 +155,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--quick",
         action="store_true",
         help="providers: 200 documents and a 10 s pushback; scale: at most 20,000 parked "
-        "and a 30 s window (a check that it works)",
+        "and a 30 s window; embedded: 100 requests per path (a check that it works)",
     )
     parser.add_argument(
         "--server",
