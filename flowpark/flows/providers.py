@@ -53,9 +53,10 @@ MAX_RATE = 1_000_000.0
 MAX_WINDOW = timedelta(days=1)
 #: The spare time a limit declared as ``limit`` calls ``per`` window keeps in each window:
 #: its schedule spreads the ``limit`` calls over ``per`` plus this, so a call that reaches
-#: the vendor up to this much later than its slot (network, a busy node) still leaves at
-#: most ``limit`` calls in any window of ``per`` as the vendor counts them.
-WINDOW_MARGIN = timedelta(milliseconds=50)
+#: the vendor up to this much later than its slot (a slot is used up to 50 ms after its
+#: instant, then the call's own way: a busy node, the network) still leaves at most
+#: ``limit`` calls in any window of ``per`` as the vendor counts them.
+WINDOW_MARGIN = timedelta(milliseconds=100)
 #: The highest burst (and per-node in-flight cap) a provider's limit may name, calls.
 MAX_BURST = 1_000_000
 #: HTTP statuses that are a provider's pushback (not a failed try).
