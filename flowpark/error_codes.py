@@ -229,6 +229,11 @@ class ErrorCode(StrEnum):
         "usage",
         "the CLI: a bad option or argument (no node answers it)",
     )
+    WAITS_FOR_SIGNAL = (
+        "waits_for_signal",
+        "a bulk wake skipped an instance that waits for a signal (a wake does not end a "
+        "signal wait: send the signal)",
+    )
     VERSION_NOT_SERVED = (
         "version_not_served",
         "an operator's wake of an instance whose flow version this node does not serve "

@@ -27,6 +27,7 @@ of a definition finding (``poll.requires_durable``).
     ├── InstanceBusy               instance_busy
     ├── NoBudget                   no_budget
     ├── VersionNotServed           version_not_served
+    ├── WaitsForSignal             waits_for_signal
     ├── SignalNotDeclared          signal_not_declared
     ├── SignalDeliveryReplayed     signal_delivery_replayed
     ├── SignalPayloadInvalid       signal_payload_invalid
@@ -135,6 +136,7 @@ __all__ = [
     "Unauthorized",
     "UnsupportedMediaType",
     "VersionNotServed",
+    "WaitsForSignal",
     "shown",
 ]
 
@@ -275,6 +277,13 @@ class VersionNotServed(FlowparkError):
     nothing can advance it here, and nothing was done."""
 
     code = ErrorCode.VERSION_NOT_SERVED
+
+
+class WaitsForSignal(FlowparkError):
+    """A wake of an instance that waits for a signal: a wake does not end a signal wait (a
+    bulk wake skips it with this code)."""
+
+    code = ErrorCode.WAITS_FOR_SIGNAL
 
 
 class SignalNotDeclared(FlowparkError):

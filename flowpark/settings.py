@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from flowpark.flows.durations import to_timedelta
+from flowpark.flows.providers import check_limit
 
 __all__ = [
     "DEFAULT_API_TOKEN",
@@ -29,6 +30,7 @@ __all__ = [
     "ApiToken",
     "Settings",
     "Subscriber",
+    "check_provider_limits",
     "overdue_before",
     "parse_api_tokens",
     "unknown_names",
@@ -93,6 +95,39 @@ def parse_api_tokens(spec: str) -> list[ApiToken]:
             raise ValueError(f"FLOWPARK_API_TOKENS names two tokens {name!r}")
         tokens.append(ApiToken(name, value, scopes))
     return tokens
+
+
+#: The keys an entry of ``FLOWPARK_PROVIDER_LIMITS`` may name.
+PROVIDER_LIMIT_KEYS = ("rate_per_second", "burst", "max_in_flight", "floor_ratio")
+
+
+def check_provider_limits(limits: Mapping[str, Mapping[str, float | None]]) -> None:
+    """Refuse a ``FLOWPARK_PROVIDER_LIMITS`` entry out of range, as a declaration is
+    refused (:func:`flowpark.flows.providers.check_limit`): a rate from 0.001 to 1,000,000
+    calls per second, a burst and a cap that are whole numbers from 1, a floor ratio in
+    (0, 1], and no other key.
+
+    Raises:
+        ValueError: names the provider, the key and the range.
+    """
+    for name, entry in limits.items():
+        unknown = sorted(set(entry) - set(PROVIDER_LIMIT_KEYS))
+        if unknown:
+            raise ValueError(
+                f"provider {name!r}: unknown key(s) {', '.join(unknown)} (the keys are "
+                f"{', '.join(PROVIDER_LIMIT_KEYS)})"
+            )
+        whole: dict[str, int | None] = {}
+        for key in ("burst", "max_in_flight"):
+            value = entry.get(key)
+            if value is not None and not float(value).is_integer():
+                raise ValueError(f"provider {name!r}: {key} must be a whole number")
+            whole[key] = None if value is None else int(value)
+        rate = entry.get("rate_per_second", 1.0)
+        if rate is None:
+            raise ValueError(f"provider {name!r}: rate_per_second must be a number")
+        floor = entry.get("floor_ratio")
+        check_limit(name, float(rate), whole["burst"], whole["max_in_flight"], floor)
 
 
 def _default_node_id() -> str:
@@ -351,9 +386,19 @@ class Settings(BaseSettings):
     provider_limits: dict[str, dict[str, float | None]] = Field(
         default_factory=dict,
         description="Overrides of declared provider limits by provider name, as JSON: "
-        '{"ocr": {"rate_per_second": 20, "burst": 2}} (keys rate_per_second, burst, '
-        "max_in_flight, floor_ratio). An operator's live change is kept over it.",
+        '{"ocr": {"rate_per_second": 20, "burst": 2}} (keys rate_per_second, 0.001 to '
+        "1000000; burst and max_in_flight, whole numbers from 1; floor_ratio, in (0, 1]). "
+        "A value out of range stops the node at start; a name no flow of the node declares "
+        "is logged as a warning. An operator's live change is kept over it.",
     )
+
+    @field_validator("provider_limits")
+    @classmethod
+    def _provider_limits_in_range(
+        cls, value: dict[str, dict[str, float | None]]
+    ) -> dict[str, dict[str, float | None]]:
+        check_provider_limits(value)  # a rate of 0 would start a node no call can use
+        return value
 
     @cached_property
     def api_credentials(self) -> tuple[ApiToken, ...]:

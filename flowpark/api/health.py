@@ -8,6 +8,7 @@ They need no token: an orchestrator's probes call them. ``/metrics`` is the runt
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any
 
@@ -50,7 +51,8 @@ def build_health_router() -> APIRouter:
         (on a node that sweeps) a sweep ended without error within the last three scan
         intervals. 200 ``{"status": "ready", "checks": {...}}``, else 503 problem
         ``not_ready`` with the same ``checks`` (each ``ok`` or what failed; an unreachable
-        database is ``store_unavailable``, its cause in the node's log only)."""
+        database is ``store_unavailable``, its cause in the node's log only), with
+        ``Retry-After`` (the scan interval, whole seconds, at least 1)."""
         checks: dict[str, str] = {}
         schema = parts.schema
         try:
@@ -85,7 +87,16 @@ def build_health_router() -> APIRouter:
                 return Readiness(status="ready", checks=checks, warnings=warnings)
             return Readiness(status="ready", checks=checks)
         extra: dict[str, Any] = {"warnings": warnings} if warnings else {}
-        return problem(ErrorCode.NOT_READY, "the node is not ready", checks=checks, **extra)
+        # a load balancer or a probe asks again after the scan interval, when a sweep may
+        # have ended
+        retry = str(max(1, math.ceil(settings.timer_scan_interval)))
+        return problem(
+            ErrorCode.NOT_READY,
+            "the node is not ready",
+            headers={"Retry-After": retry},
+            checks=checks,
+            **extra,
+        )
 
     return router
 

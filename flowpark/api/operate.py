@@ -85,6 +85,17 @@ _KEY_DOC = (
 _CANCEL_REF = "#/components/schemas/CancelAnswer"
 
 
+def _not_woken(state: InstanceState | None, reason: str | None) -> str:
+    """The code of a wake that did nothing: the instance waits for a signal
+    (``waits_for_signal``), has ended since it was listed (``instance_ended``), or a node
+    runs it now (``instance_busy``: the sweep took it between the list and the wake)."""
+    if state is not None and state.ended:
+        return ErrorCode.INSTANCE_ENDED
+    if state is InstanceState.SUSPENDED and reason is not None and "signal" in reason:
+        return ErrorCode.WAITS_FOR_SIGNAL
+    return ErrorCode.INSTANCE_BUSY
+
+
 def build_operator_router() -> APIRouter:
     """``POST /api/v1/instances/actions`` (bulk), and ``/instances/{instance_id}/wake``,
     ``/budget``, ``/cancel`` and ``/compensations/retry``."""
@@ -159,6 +170,11 @@ def build_operator_router() -> APIRouter:
                     outcome="acted" if done else "skipped",
                     state=answer.state,
                     status=status,
+                    # every skip says why: the sweep took it since it was listed (running),
+                    # or it waits for a signal
+                    code=None
+                    if done
+                    else _not_woken(answer.state, getattr(answer, "reason", None)),
                 )
             )
         return BulkAnswer(

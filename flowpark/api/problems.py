@@ -66,6 +66,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.INSTANCE_KEY_IN_USE: 409,
     ErrorCode.NO_BUDGET: 409,
     ErrorCode.VERSION_NOT_SERVED: 409,
+    ErrorCode.WAITS_FOR_SIGNAL: 409,
     ErrorCode.SIGNAL_DELIVERY_REPLAYED: 409,
     ErrorCode.REVIEW_CLAIMED: 409,
     ErrorCode.REVIEW_CLOSED: 409,

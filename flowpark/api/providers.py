@@ -241,6 +241,7 @@ async def _change(
         state = await limits.set_limit(change)
     except ValueError as exc:
         raise InputInvalid(str(exc)) from exc
+    engine.providers.limit_changed(name)
     log.info(
         "provider %s: limit set to %g calls/s (burst %d, in flight %s) by %s",
         name,
@@ -304,9 +305,11 @@ def build_providers_router() -> APIRouter:
         """Set a provider's limit live, for every node (`ratePerSecond` required; `burst`
         and `maxInFlight`, 0 removing the cap, replaced when given, kept when left out):
         recorded with the token's name and the instant (`updatedBy`, `updatedAt`); a later
-        declaration or setting never replaces it. The effective rate becomes the new limit
-        unless a pushback holds it lower. 404 `provider_not_found`; 422 `input_invalid` for
-        a rate <= 0, a burst < 1. Needs the `operate` scope."""
+        declaration or setting never replaces it. The new limit takes effect from now (no
+        slot the old one placed ahead is kept; every node asks the store again within a
+        second). The effective rate becomes the new limit unless a pushback holds it lower.
+        404 `provider_not_found`; 422 `input_invalid` for a rate that is not a JSON number
+        from 0.001 to 1000000, a burst outside 1 to 1000000. Needs the `operate` scope."""
         return await _change(engine, waits, name, body, token.name)
 
     return router

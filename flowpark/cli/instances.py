@@ -304,6 +304,9 @@ def _bulk(
     if dry_run or actionable == 0:
         totals["dryRun"] = dry_run
         return totals
+    # once acting, "matched" counts what the batches matched: each acted on or skipped
+    # (the dry run's count is kept as "counted"; instances move between the two reads)
+    totals["counted"], totals["matched"] = matched, 0
     asks = action == "cancel" and not yes and _interactive()
     if asks and not typer.confirm(
         f"Cancel {actionable} instance(s)? Their compensations run; this cannot be undone",
@@ -328,6 +331,7 @@ def _bulk(
                 body={**body, "limit": batch, "cursor": cursor},
                 key=key,
             )
+            totals["matched"] += page["matched"]
             totals["acted"] += page["acted"]
             totals["skipped"] += page["skipped"]
             progress.update(task, advance=page["acted"])
@@ -395,7 +399,7 @@ def _act(
             f"({totals['matched']} match the filter); nothing done (--dry-run)"
         )
     else:
-        left = totals["matched"] - totals["actionable"]
+        left = totals.get("counted", totals["matched"]) - totals["actionable"]
         out.print(
             f"{action}: {totals['acted']} acted on, {totals['skipped']} skipped "
             f"of {totals['matched']} matching"

@@ -22,14 +22,19 @@ from flowpark.engine.ports.providers import (
     PushbackReport,
 )
 from flowpark.errors import ProviderNotFound
+from flowpark.flows.providers import MIN_RATE, check_limit
 from flowpark.store.memory_state import require_aware
 
 __all__ = [
     "EPSILON",
+    "LAST_INSTANT_S",
     "MemoryProviderLimits",
+    "SLOT_EPSILON",
     "check_change",
     "grant_slots",
     "minute_of",
+    "placement",
+    "pushback_floor",
     "recovered_rate",
     "replaces",
 ]
@@ -37,6 +42,11 @@ __all__ = [
 #: Float slack, seconds: a slot at the horizon (give or take a float's rounding of an
 #: instant in seconds since the epoch) is within it.
 EPSILON = 1e-6
+#: Float slack, slots: a quiet time a float's rounding of an instant leaves a hair short of
+#: a whole number of slots counts as that number.
+SLOT_EPSILON = 1e-3
+#: The latest instant a slot may name (seconds since the epoch): the year 9000.
+LAST_INSTANT_S = datetime(9000, 1, 1, tzinfo=UTC).timestamp()
 #: Recovery per second, as a share of the limit.
 RECOVERY_PER_SECOND = RECOVERY_SHARE
 
@@ -46,21 +56,47 @@ def minute_of(now: datetime) -> datetime:
     return now.astimezone(UTC).replace(second=0, microsecond=0)
 
 
+def placement(next_slot_s: float, now_s: float, rate: float, burst: int) -> tuple[float, int]:
+    """Where a grant at ``now_s`` places its slots: the first slot's instant (seconds since
+    the epoch: the provider's next free slot, or now when that has passed) and the burst
+    credit (how many slots may be due at once now: one per slot's time of quiet before now,
+    counting the one due now, at most ``burst``; 0 while the next free slot is ahead)."""
+    first = max(next_slot_s, now_s - (burst - 1) / rate)
+    credit = math.floor((now_s - first) * rate + SLOT_EPSILON) + 1 if first <= now_s else 0
+    return max(next_slot_s, now_s), credit
+
+
 def grant_slots(
-    now: datetime, granted: int, next_slot_s: float, rate: float, paused_until: datetime | None
+    now: datetime,
+    granted: int,
+    base_s: float,
+    credit: int,
+    rate: float,
+    paused_until: datetime | None,
 ) -> tuple[tuple[datetime, ...], datetime]:
-    """The instants of ``granted`` slots that end just before ``next_slot_s`` (seconds since
-    the epoch), one every ``1 / rate`` seconds, none before ``now``; and the grant's
-    ``next_at`` (the first slot not granted, or the end of a pause when later)."""
+    """The instants of ``granted`` slots placed from ``base_s`` (see :func:`placement`),
+    and the grant's ``next_at`` (the first slot not granted, or the end of a pause when
+    later).
+
+    Slot ``i`` is at ``base_s + i / rate``, except the first ``credit`` ones (the burst),
+    which are due at ``now``: the slots after a burst keep their places, so a burst of
+    ``k`` calls is followed by ``k`` slots' time without one, and no window of ``W``
+    seconds holds more than ``rate * W`` calls (``W >= burst / rate``)."""
     spacing = 1.0 / rate
-    first = next_slot_s - granted * spacing
+    early = min(granted, credit)
     slots = tuple(
-        max(now, datetime.fromtimestamp(first + i * spacing, UTC)) for i in range(granted)
+        now if i < early else max(now, _instant(base_s + i * spacing)) for i in range(granted)
     )
-    next_at = max(now, datetime.fromtimestamp(next_slot_s, UTC))
+    next_at = max(now, _instant(base_s + granted * spacing))
     if paused_until is not None and paused_until > next_at:
         next_at = paused_until
     return slots, next_at
+
+
+def _instant(seconds: float) -> datetime:
+    """An instant from seconds since the epoch, held within the range of an instant (a row
+    a release before the rate's floor left far ahead reads as the last instant)."""
+    return datetime.fromtimestamp(min(seconds, LAST_INSTANT_S), UTC)
 
 
 def recovered_rate(
@@ -112,13 +148,17 @@ class MemoryProviderLimits:
                 state = replace(new, effective_rate=new.rate_per_second, updated_at=now)
                 self._rows[new.name] = _Row(state, 0.0, now.timestamp(), None)
             elif replaces(row.state.updated_by, new.updated_by):
+                row.next_slot_s = min(row.next_slot_s, now.timestamp())
                 row.state = replace(
                     row.state,
                     rate_per_second=new.rate_per_second,
                     burst=new.burst,
                     max_in_flight=new.max_in_flight,
                     floor_ratio=new.floor_ratio,
-                    effective_rate=min(row.state.effective_rate, new.rate_per_second)
+                    effective_rate=max(
+                        min(row.state.effective_rate, new.rate_per_second),
+                        max(new.rate_per_second * new.floor_ratio, MIN_RATE),
+                    )
                     if row.lowered_s is not None
                     else new.rate_per_second,
                     updated_at=now,
@@ -130,20 +170,24 @@ class MemoryProviderLimits:
         require_aware(request.now)
         row = self._row(request.name)
         state, now_s = row.state, request.now.timestamp()
-        rate = recovered_rate(state, row.refilled_s, row.lowered_s, now_s)
+        # never below the floor: a row an older release let sink below it heals here
+        rate = max(
+            recovered_rate(state, row.refilled_s, row.lowered_s, now_s), pushback_floor(state)
+        )
         paused = state.paused_until is not None and state.paused_until > request.now
-        first = max(row.next_slot_s, now_s - (state.burst - 1) / rate)
-        ahead = now_s + request.horizon.total_seconds() + EPSILON - first
-        room = math.floor(ahead * rate) + 1 if ahead >= 0 else 0
-        granted = 0 if paused else min(request.wanted, room)
-        if not paused:
-            row.next_slot_s = first + granted / rate
+        base, credit = placement(row.next_slot_s, now_s, rate, state.burst)
+        ahead = now_s + request.horizon.total_seconds() + EPSILON - base
+        room = max(credit, math.floor(ahead * rate) + 1 if ahead >= 0 else 0)
+        # the burst goes whole to the grant that finds it (what its node does not use
+        # lapses): a burst split between grants would need a second cursor to pay it back
+        wanted = request.wanted
+        granted = 0 if paused or wanted == 0 else max(min(wanted, room), credit)
+        if granted:
+            row.next_slot_s = base + granted / rate
         row.refilled_s = max(row.refilled_s, now_s)
         row.state = replace(state, effective_rate=rate)
         self._tally(request)
-        slots, next_at = grant_slots(
-            request.now, granted, row.next_slot_s, rate, state.paused_until
-        )
+        slots, next_at = grant_slots(request.now, granted, base, credit, rate, state.paused_until)
         return Grant(granted, next_at, row.state, slots)
 
     def _tally(self, request: GrantRequest) -> None:
@@ -164,7 +208,7 @@ class MemoryProviderLimits:
         paused = state.paused_until
         effective = state.effective_rate
         if row.lowered_s is None or now_s - row.lowered_s >= interval:
-            effective = max(state.rate_per_second * state.floor_ratio, effective * DECREASE)
+            effective = max(pushback_floor(state), effective * DECREASE)
             row.lowered_s = now_s
         row.state = replace(
             state,
@@ -181,14 +225,19 @@ class MemoryProviderLimits:
         check_change(change)
         row = self._row(change.name)
         state = row.state
+        # a new limit takes effect from now: no slot the old one placed ahead is kept
+        row.next_slot_s = min(row.next_slot_s, change.at.timestamp())
         rate = change.rate_per_second or state.rate_per_second
         cap = state.max_in_flight if change.max_in_flight is None else change.max_in_flight
+        floor = max(rate * state.floor_ratio, MIN_RATE)
         row.state = replace(
             state,
             rate_per_second=rate,
             burst=change.burst or state.burst,
             max_in_flight=cap or None,
-            effective_rate=min(state.effective_rate, rate) if row.lowered_s is not None else rate,
+            effective_rate=max(min(state.effective_rate, rate), floor)
+            if row.lowered_s is not None
+            else rate,
             updated_at=change.at,
             updated_by=change.by,
         )
@@ -220,15 +269,22 @@ class MemoryProviderLimits:
 
 
 def check_change(change: LimitChange) -> None:
-    """Refuse a limit out of range.
+    """Refuse a limit out of range (the rule of a declaration,
+    :func:`flowpark.flows.providers.check_limit`).
 
     Raises:
-        ValueError: a rate <= 0, a burst < 1 or a negative cap.
+        ValueError: a rate outside :data:`~flowpark.flows.providers.MIN_RATE` to
+            :data:`~flowpark.flows.providers.MAX_RATE`, a burst outside 1 to
+            :data:`~flowpark.flows.providers.MAX_BURST`, or a negative cap (0 removes it).
     """
     rate = change.rate_per_second
-    if rate is not None and not (rate > 0 and math.isfinite(rate)):
-        raise ValueError("rate_per_second must be positive")
-    if change.burst is not None and change.burst < 1:
-        raise ValueError("burst must be at least 1")
-    if change.max_in_flight is not None and change.max_in_flight < 0:
+    cap = change.max_in_flight
+    if cap is not None and cap < 0:
         raise ValueError("max_in_flight must not be negative")
+    check_limit(change.name, MIN_RATE if rate is None else rate, change.burst, cap or None)
+
+
+def pushback_floor(state: ProviderState) -> float:
+    """The lowest effective rate a pushback leaves: the limit times its floor ratio, and
+    never below :data:`~flowpark.flows.providers.MIN_RATE`."""
+    return max(state.rate_per_second * state.floor_ratio, MIN_RATE)

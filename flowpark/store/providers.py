@@ -48,13 +48,16 @@ from flowpark.engine.ports.providers import (
     PushbackReport,
 )
 from flowpark.errors import ProviderNotFound
+from flowpark.flows.providers import MIN_RATE
 from flowpark.store.base import SqlRole, instant
 from flowpark.store.memory_providers import (
     EPSILON,
     RECOVERY_PER_SECOND,
+    SLOT_EPSILON,
     check_change,
     grant_slots,
     minute_of,
+    placement,
     recovered_rate,
     replaces,
 )
@@ -137,8 +140,9 @@ class SqlProviderLimits(SqlRole):
                     await conn.execute(adding)
                 elif replaces(row.updated_by, new.updated_by):
                     lowered = row.lowered_s is not None
+                    floor = max(new.rate_per_second * new.floor_ratio, MIN_RATE)
                     effective = (
-                        min(float(row.effective_rate), new.rate_per_second)
+                        max(min(float(row.effective_rate), new.rate_per_second), floor)
                         if lowered
                         else new.rate_per_second
                     )
@@ -151,6 +155,8 @@ class SqlProviderLimits(SqlRole):
                             max_in_flight=new.max_in_flight,
                             floor_ratio=new.floor_ratio,
                             effective_rate=effective,
+                            # the new limit takes effect from now
+                            next_slot_s=min(float(row.next_slot_s), now.timestamp()),
                             updated_at=now,
                             updated_by=new.updated_by,
                         )
@@ -167,25 +173,34 @@ class SqlProviderLimits(SqlRole):
         }
         counts = (request.ok, request.pushback, request.failed, request.deferred)
         dialect = self._dialect.name
-        if any(counts) and dialect == "postgresql":
-            # one statement: the tally's upsert rides on the grant as a data-modifying CTE
-            params["g_minute"] = minute_of(request.now)
-            params.update(zip(_COUNT_PARAMS, counts, strict=True))
+        before: float | None = None
+        if dialect == "postgresql":
+            tally = any(counts)
+            if tally:
+                # one statement: the tally's upsert rides on the grant as a data-modifying CTE
+                params["g_minute"] = minute_of(request.now)
+                params.update(zip(_COUNT_PARAMS, counts, strict=True))
             async with self._single(write=True) as conn:
-                row = (await conn.execute(_grant_statement(dialect, tally=True), params)).first()
-        elif any(counts):
-            async with self._write() as conn:
-                row = (await conn.execute(_grant_statement(dialect), params)).first()
-                if row is not None:
-                    await self._tally(conn, request.name, request.now, counts)
+                statement = _grant_statement(dialect, tally=tally)
+                row = (await conn.execute(statement, params)).first()
         else:
-            async with self._single(write=True) as conn:
+            # one writer at a time: the slot cursor read before the grant is the one it moved
+            async with self._write() as conn:
+                read = select(P.next_slot_s).where(P.name == request.name)
+                before = (await conn.execute(read)).scalar()
                 row = (await conn.execute(_grant_statement(dialect), params)).first()
+                if row is not None and any(counts):
+                    await self._tally(conn, request.name, request.now, counts)
         if row is None:
             raise _missing(request.name)
         state, count = _state(row), int(row.last_granted)
+        if before is None:
+            base, credit = float(row.base_s), int(row.credit)
+        else:
+            now_s = request.now.timestamp()
+            base, credit = placement(before, now_s, state.effective_rate, state.burst)
         slots, next_at = grant_slots(
-            request.now, count, float(row.next_slot_s), state.effective_rate, state.paused_until
+            request.now, count, base, credit, state.effective_rate, state.paused_until
         )
         return Grant(count, next_at, state, slots)
 
@@ -229,7 +244,10 @@ class SqlProviderLimits(SqlRole):
                 effective_rate=case(
                     (
                         lower,
-                        _greatest(P.rate_per_second * P.floor_ratio, P.effective_rate * DECREASE),
+                        _greatest(
+                            _greatest(P.rate_per_second * P.floor_ratio, MIN_RATE),
+                            P.effective_rate * DECREASE,
+                        ),
                     ),
                     else_=P.effective_rate,
                 ),
@@ -252,12 +270,20 @@ class SqlProviderLimits(SqlRole):
     async def set_limit(self, change: LimitChange) -> ProviderState:
         """See :meth:`flowpark.engine.ports.providers.ProviderLimits.set_limit`."""
         check_change(change)
-        values: dict[str, Any] = {"updated_at": change.at, "updated_by": change.by}
+        at_s = literal(change.at.timestamp(), Float())
+        values: dict[str, Any] = {
+            "updated_at": change.at,
+            "updated_by": change.by,
+            # a new limit takes effect from now: no slot the old one placed ahead is kept
+            "next_slot_s": _least(P.next_slot_s, at_s),
+        }
         if change.rate_per_second is not None:
             rate = literal(change.rate_per_second, Float())
+            floor = _greatest(rate * P.floor_ratio, MIN_RATE)
             values["rate_per_second"] = rate
             values["effective_rate"] = case(
-                (P.lowered_s.is_(None), rate), else_=_least(P.effective_rate, rate)
+                (P.lowered_s.is_(None), rate),
+                else_=_greatest(_least(P.effective_rate, rate), floor),
             )
         if change.burst is not None:
             values["burst"] = change.burst
@@ -348,13 +374,17 @@ def _grant_statement(dialect: str, tally: bool = False) -> Any:
         * RECOVERY_PER_SECOND
         * _max(dialect, now_s - start, literal(0.0, Float()))
     )
+    floor = _max(dialect, P.rate_per_second * P.floor_ratio, literal(MIN_RATE, Float()))
     rated = (
         select(
             P.name,
             P.next_slot_s,
             P.burst,
             P.paused_until,
-            _min(dialect, P.rate_per_second, P.effective_rate + recovered).label("rate"),
+            # never below the floor: a row an older release let sink below it heals here
+            _max(
+                dialect, _min(dialect, P.rate_per_second, P.effective_rate + recovered), floor
+            ).label("rate"),
         )
         .where(P.name == bindparam("g_name", type_=String()))
         .with_for_update()
@@ -366,30 +396,48 @@ def _grant_statement(dialect: str, tally: bool = False) -> Any:
         r.name,
         r.rate,
         _max(dialect, r.next_slot_s, now_s - (r.burst - 1) / r.rate).label("first"),
+        _max(dialect, r.next_slot_s, now_s).label("base_s"),
         case((r.paused_until.is_not(None) & (r.paused_until > now), 1), else_=0).label("paused"),
     ).cte("placed")
     q = placed.c
-    ahead = now_s + bindparam("g_reach_s", type_=Float()) - q.first
+    credit = case(
+        (q.first <= now_s, _floor(dialect, (now_s - q.first) * q.rate + SLOT_EPSILON) + 1),
+        else_=literal(0, Integer()),
+    )
+    ahead = now_s + bindparam("g_reach_s", type_=Float()) - q.base_s
     room = case((ahead >= 0.0, _floor(dialect, ahead * q.rate) + 1), else_=literal(0, Integer()))
     wanted = bindparam("g_wanted", type_=Integer())
     counted = select(
         q.name,
         q.rate,
-        q.first,
-        q.paused,
-        case((q.paused == 1, 0), else_=_min(dialect, room, wanted, Integer)).label("granted"),
+        q.base_s,
+        credit.label("credit"),
+        case(
+            (q.paused == 1, 0),
+            (wanted == 0, 0),
+            # the burst goes whole to the grant that finds it (see the memory twin)
+            else_=_max(
+                dialect,
+                _min(dialect, _max(dialect, credit, room, Integer), wanted, Integer),
+                credit,
+                Integer,
+            ),
+        ).label("granted"),
     ).cte("counted")
     c = counted.c
+    returned: list[Any] = [P.last_granted, P.next_slot_s]
+    if dialect == "postgresql":  # SQLite's RETURNING names the updated table only
+        returned += [c.base_s, c.credit]
     statement = (
         update(PROVIDER)
         .where(P.name == c.name)
         .values(
             last_granted=c.granted,
-            next_slot_s=case((c.paused == 1, P.next_slot_s), else_=c.first + c.granted / c.rate),
+            next_slot_s=case((c.granted > 0, c.base_s + c.granted / c.rate), else_=P.next_slot_s),
             refilled_s=_max(dialect, P.refilled_s, now_s),
             effective_rate=c.rate,
         )
-        .returning(P.last_granted, P.next_slot_s, *_STATE_COLUMNS)
+        .returning(*returned, *_STATE_COLUMNS)
     )
     return _with_tally(statement) if tally else statement
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -53,6 +54,8 @@ __all__ = [
 BUCKET_MS = 100
 #: Buckets kept (one hour).
 _KEPT_BUCKETS = 36_000
+#: Instants of served calls kept.
+_KEPT_INSTANTS = 100_000
 #: The body code of a call refused by the rate.
 RATE_LIMITED = "ocr.rate_limited"
 
@@ -86,6 +89,11 @@ class LoadView(GateView):
     buckets: list[LoadBucket]
     served: int = Field(description="Calls served since the counts were cleared.")
     refused: int = Field(description="Calls refused since the counts were cleared.")
+    served_ms: list[int] = Field(
+        default_factory=list,
+        description="The instant (epoch ms) of each call served from `since`, oldest first "
+        "(the last 100,000): a vendor's sliding window is counted on these.",
+    )
 
 
 class RateChange(_Camel):
@@ -147,6 +155,7 @@ class RateGate:
     ) -> None:
         self.clock = clock or time.time
         self._counts: dict[int, list[int]] = {}
+        self._served_ms: deque[int] = deque(maxlen=_KEPT_INSTANTS)
         self._pushback: tuple[int, int, float] | None = None  # status, retry after, until
         self.set_rate(rate_per_second, burst)
 
@@ -195,6 +204,8 @@ class RateGate:
         refusal = self._decide(now)
         bucket = self._counts.setdefault(int(now * 1000) // BUCKET_MS, [0, 0])
         bucket[0 if refusal is None else 1] += 1
+        if refusal is None:
+            self._served_ms.append(int(now * 1000))
         if len(self._counts) > _KEPT_BUCKETS:
             oldest = min(self._counts)
             del self._counts[oldest]
@@ -238,11 +249,13 @@ class RateGate:
             buckets=buckets,
             served=sum(b.served for b in buckets),
             refused=sum(b.refused for b in buckets),
+            served_ms=[ms for ms in self._served_ms if since_ms is None or ms >= since_ms],
         )
 
     def clear(self) -> None:
         """Forget every count."""
         self._counts.clear()
+        self._served_ms.clear()
 
 
 def create_gate_router(gate: RateGate, admin_token: str | None = None) -> APIRouter:

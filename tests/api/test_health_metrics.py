@@ -86,6 +86,7 @@ async def test_readyz_checks_database_schema_and_sweep(db_copy: str) -> None:
             assert stale.status_code == 503
             assert stale.headers["content-type"] == "application/problem+json"
             assert stale.json()["code"] == "not_ready"
+            assert int(stale.headers["retry-after"]) >= 1  # when to ask again
             assert stale.json()["checks"]["sweep"].startswith("last sweep ended")
             sweeper.scheduler.resume()
             await eventually(ready, timeout=20, what="ready again after a sweep")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from flowpark.engine.records import NewInstance
 from tests.api.operator_support import FAILING, Operated, operated
 from tests.support.api import assert_problem, instant
 from tests.support.server import TOKEN
@@ -364,3 +365,43 @@ async def test_a_bulk_action_refuses_a_cursor_it_never_gave_out_dry_run_or_not(
     for answer in answers:
         problem = assert_problem(answer, 422, "input_invalid")
         assert [e["loc"] for e in problem["errors"]] == [["body", "cursor"]]
+
+
+async def test_every_instance_a_bulk_wake_matches_is_acted_on_or_skipped_with_a_code(
+    op: Operated,
+) -> None:
+    """A bulk wake lists, then wakes: an instance a node runs meanwhile (here: under a live
+    lease) or one that waits for a signal is skipped with a code, never left without one
+    (a skip's code was null) and never in neither count."""
+    h = op.h
+    parked = (await h.start("t.poll", {"order_id": "o-p"}, version="1.0.0")).instance.id
+    awaiting = (await h.start("t.await", {"order_id": "o-a"})).instance.id
+    now = h.clock.now()
+    running, _ = await h.store.intake.create_instance(
+        NewInstance(
+            id=h.engine.new_id(),
+            flow_name="t.poll",
+            flow_version="1.0.0",
+            input={"order_id": "o-r"},
+            created_at=now,
+            deadline_at=None,
+            lease_owner="other-node",
+            lease_expires_at=now + timedelta(seconds=30),
+        )
+    )
+    async with op.client(OPS) as client:
+        resp = await client.post(ACTIONS, json={"action": "wake", "all": True})
+    assert resp.status_code == 200, resp.text
+    answer = resp.json()
+    assert answer["matched"] == 3 and answer["acted"] + answer["skipped"] == 3, answer
+    by_id = {r["instanceId"]: r for r in answer["results"]}
+    assert by_id[parked]["outcome"] == "acted"
+    assert (by_id[running.id]["outcome"], by_id[running.id]["code"]) == (
+        "skipped",
+        "instance_busy",
+    )
+    assert (by_id[awaiting]["outcome"], by_id[awaiting]["code"]) == (
+        "skipped",
+        "waits_for_signal",
+    )
+    assert all(r["outcome"] == "acted" or r["code"] for r in answer["results"])

@@ -173,6 +173,11 @@ async def test_an_operator_changes_a_limit_live(store_url: str) -> None:
                 {"ratePerSecond": 0},
                 {"ratePerSecond": -1},
                 {"ratePerSecond": 1e300},  # accepted, it failed every call of the provider
+                {"ratePerSecond": 1e-300},  # accepted, an overflow in every grant after it
+                {"ratePerSecond": 5e-324},  # accepted, an underflow on PostgreSQL
+                {"ratePerSecond": 0.0009},  # below the floor
+                {"ratePerSecond": True},  # JSON true is not a number
+                {"ratePerSecond": "1e3"},  # nor is a string
                 {"burst": 0},
                 {},
             ):
@@ -204,3 +209,38 @@ async def test_a_provider_not_called_yet_shows_its_declaration_and_takes_a_chang
             assert (put.json()["ratePerSecond"], put.json()["updatedBy"]) == (5, "token-1")
         [state] = await op.h.store.providers.states()
         assert (state.rate_per_second, state.burst, state.updated_by) == (5, 20, "token-1")
+
+
+async def test_a_limit_at_the_floor_then_restored_holds_from_now(store_url: str) -> None:
+    """A live limit at the floor then 100/s: nothing fails, and a document started just
+    after the restore is called within a second (the schedule the floor placed ahead is
+    dropped, and the nodes ask the store again)."""
+    async with operated(store_url, [flow()]) as op:
+        h = op.h
+        first = (await h.start("p.poll", {"order_id": "o-first"})).instance
+        h.clock.advance(timedelta(seconds=2))  # the slots the node holds lapse
+        async with op.client() as client:
+            floor = {"ratePerSecond": 0.001, "burst": 1}
+            put = await client.put(f"{LIST}/ocr/limit", json=floor)
+            assert put.status_code == 200, put.text
+            slow = [(await h.start("p.poll", {"order_id": f"o-{n}"})).instance for n in range(3)]
+            assert all(i.state == "suspended" for i in slow)
+            # at the floor: a call every 1,000 s, the others deferred a call's time apart
+            assert sum([await h.calls(i.id, "p.upload") for i in slow]) <= 1
+            assert max(i.wake_at for i in slow if i.wake_at) >= h.clock.now() + timedelta(
+                seconds=999
+            )
+            await h.advance(timedelta(seconds=10))
+            restore = await client.put(f"{LIST}/ocr/limit", json={"ratePerSecond": 100})
+            assert restore.status_code == 200, restore.text
+        h.clock.advance(timedelta(milliseconds=11))
+        after = (await h.start("p.poll", {"order_id": "o-after"})).instance
+        restored_at = h.clock.now()
+        if after.wake_kind is WakeKind.PROVIDER_BUDGET:  # deferred: not past a second
+            assert after.wake_at is not None
+            assert after.wake_at <= restored_at + timedelta(seconds=1), after.wake_at
+            await h.advance_to_next_wake(after.id)
+        assert await h.calls(after.id, "p.upload") == 1
+        assert h.clock.now() <= restored_at + timedelta(seconds=1)
+        for inst in [first, *slow, after]:
+            assert (await h.instance(inst.id)).state == "suspended", inst.id

@@ -29,6 +29,15 @@ CASES = {
         {"FLOWPARK_SUBSCRIBERS": f'[{{"name": "a", "secret": "{SECRET}"'},
         "FLOWPARK_SUBSCRIBERS cannot be parsed: ",
     ),
+    "a provider rate of 0": (
+        {"FLOWPARK_PROVIDER_LIMITS": '{"ocr": {"rate_per_second": 0}}'},
+        "FLOWPARK_PROVIDER_LIMITS: Value error, provider 'ocr': rate_per_second must be a "
+        "number from 0.001 to 1e+06",
+    ),
+    "a negative provider rate": (
+        {"FLOWPARK_PROVIDER_LIMITS": '{"ocr": {"rate_per_second": -5, "burst": 2}}'},
+        "FLOWPARK_PROVIDER_LIMITS: Value error, provider 'ocr': rate_per_second must be",
+    ),
     "two tokens with one name": (
         {"FLOWPARK_API_TOKENS": "ops:ops-token-1:read,ops:ops-token-2:operate"},
         "FLOWPARK_API_TOKENS: Value error, FLOWPARK_API_TOKENS names two tokens 'ops'",

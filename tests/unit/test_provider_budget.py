@@ -61,11 +61,12 @@ async def test_slots_come_in_batches_each_at_its_instant() -> None:
     budget = ProviderBudget(store, "n1", observer=heard)
     fast = Provider("fast", rate_per_second=100.0, burst=10)
     verdicts = [await budget.acquire(fast, T0) for _ in range(14)]
-    assert verdicts[:10] == [Granted()] * 10  # the burst, due now
-    # then one slot per 10 ms at 100/s: near, so the try waits for it in process
-    assert verdicts[10:] == [Granted(at=T0 + 10 * MS * n) for n in (1, 2, 3, 4)]
-    # batches as large as the tries asking lately: 1, 2, 4, 8 slots
-    assert [g.wanted for g in store.grants] == [1, 2, 4, 8]
+    assert verdicts[:10] == [Granted()] * 10  # the burst, due now (all of it, at once)
+    # then one slot per 10 ms at 100/s after the burst's own slots' time (so no second
+    # holds more than 100): near, so the try waits for it in process
+    assert verdicts[10:] == [Granted(at=T0 + 10 * MS * n) for n in (10, 11, 12, 13)]
+    # batches as large as the tries asking lately: the burst, then the 11 asking since
+    assert [g.wanted for g in store.grants] == [1, 11]
     for _ in range(14):
         budget.release(fast, "ok")
     assert heard.calls == [("fast", "ok")] * 14
@@ -84,12 +85,13 @@ async def test_without_waiting_a_try_defers_to_the_next_slot_at_the_providers_pa
     assert verdicts[:10] == [Granted()] * 10
     deferred = verdicts[10:]
     assert all(isinstance(v, Deferred) and v.reason == "budget" for v in deferred)
-    # to the next free slot, then one slot's time apart (the store not asked before)
+    # to the next free slot (after the burst's own slots' time), then one slot's time
+    # apart (the store not asked before)
     assert [v.until for v in deferred if isinstance(v, Deferred)] == [
-        T0 + 10 * MS * n for n in (1, 2, 3, 4)
+        T0 + 10 * MS * n for n in (10, 11, 12, 13)
     ]
     assert heard.deferrals == [("fast", "budget")] * 4
-    assert await budget.acquire(fast, T0 + 10 * MS) == Granted()  # the slot, now due
+    assert await budget.acquire(fast, T0 + 100 * MS) == Granted()  # the slot, now due
 
 
 async def test_unused_slots_lapse() -> None:

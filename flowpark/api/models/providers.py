@@ -9,7 +9,7 @@ from typing import Annotated
 from pydantic import Field
 
 from flowpark.api.models._base import _AT, _ID, _LATER, JSON_INTEGER, ApiModel, _examples
-from flowpark.flows.providers import MAX_BURST, MAX_RATE
+from flowpark.flows.providers import MAX_BURST, MAX_RATE, MIN_RATE
 
 __all__ = [
     "LimitChangeBody",
@@ -138,11 +138,14 @@ class LimitChangeBody(ApiModel):
 
     model_config = _examples({"ratePerSecond": 20, "burst": 2})
 
-    rate_per_second: float = Field(
-        gt=0,
+    # a JSON number: a string ("1e3") or a boolean is refused, not read as one
+    rate_per_second: Annotated[float, JSON_INTEGER] = Field(
+        ge=MIN_RATE,
         le=MAX_RATE,
         allow_inf_nan=False,
-        description=f"Calls per second (> 0, at most {MAX_RATE:g}).",
+        description=f"Calls per second of all nodes together, a JSON number from {MIN_RATE:g} "
+        f"to {MAX_RATE:g}. It takes effect from now: slots the old limit placed ahead are "
+        "not kept.",
     )
     burst: Annotated[int | None, JSON_INTEGER] = Field(
         default=None, ge=1, le=MAX_BURST, description="Calls at once above the rate (>= 1)."

@@ -46,10 +46,11 @@ from flowpark.engine.ports.providers import (
     ProviderState,
     PushbackReport,
 )
-from flowpark.flows.providers import MAX_BURST, Provider
+from flowpark.flows.providers import MAX_BURST, MIN_RATE, Provider
 
 __all__ = [
     "FLUSH_EVERY",
+    "REFRESH",
     "SLOT_LAPSE",
     "WAIT",
     "Deferred",
@@ -64,6 +65,10 @@ SLOT_LAPSE = timedelta(milliseconds=50)
 WAIT = timedelta(seconds=1)
 #: Outcome counts wait at most this long for a grant to carry them (then a flush sends them).
 FLUSH_EVERY = timedelta(seconds=5)
+#: A node trusts what the store last told it of a provider (its next free slot) at most
+#: this long: a try after that asks again, so a limit changed meanwhile (by an operator,
+#: on any node) reaches this node's next try within this.
+REFRESH = timedelta(seconds=1)
 #: A pause reported to the store again only when it ends this much later than the last one.
 REPORT_SLACK = timedelta(seconds=1)
 #: The outcomes a call ends with.
@@ -139,10 +144,12 @@ def declared_state(
     """
     by = "declared"
     if override:
-        changes: dict[str, Any] = {}
+        # the rate in force stays (a window declaration's, computed); the window is the
+        # declaration's, not the setting's
+        changes: dict[str, Any] = {"limit": None, "per": None}
         for key, value in override.items():
             if key in ("rate_per_second", "floor_ratio"):
-                changes[key] = float(value)
+                changes[key] = float(value) if value is not None else None
             elif key in ("burst", "max_in_flight"):
                 changes[key] = None if value is None else int(value)
         provider = replace(provider, **changes)
@@ -274,14 +281,21 @@ class ProviderBudget:
             if slots[0] - now <= self.wait:
                 return Granted(at=slots.popleft())
             return self._defer(local, slots[0], "budget")
-        if local.ask_at is not None and now < local.ask_at:
-            return self._defer(local, local.next_at or local.ask_at, "budget")
+        fresh = local.reported_at is not None and local.reported_at <= now < (
+            local.reported_at + REFRESH
+        )
+        if local.ask_at is not None and now < local.ask_at and fresh:
+            at = local.next_at or local.ask_at
+            if at - now <= HORIZON + REFRESH:
+                return self._defer(local, at, "budget")
+            # the store's next slot is far: what it says now decides (a limit changed since
+            # the last grant takes effect for this try)
         return None
 
     def _defer(self, local: _Local, at: datetime, reason: str) -> Deferred:
         """A deferral to ``at`` or, when earlier deferrals of the provider took it, one
         slot's time after the last of them."""
-        spacing = timedelta(seconds=1.0 / max(local.rate, 1e-6))
+        spacing = timedelta(seconds=1.0 / max(local.rate, MIN_RATE))
         cursor = local.cursor
         until = at if cursor is None or cursor + spacing <= at else cursor + spacing
         local.cursor = until
@@ -325,7 +339,15 @@ class ProviderBudget:
         request = self._request(local, wanted, now, counts, reach)
         grant = await self.limits.grant(request)
         local.reported_at = now
+        known = local.state
         state = local.state = grant.state
+        if known is not None and (known.updated_at, known.updated_by) != (
+            state.updated_at,
+            state.updated_by,
+        ):
+            # a new limit takes effect from now: deferrals handed out under the old one
+            # set no pace for the next
+            local.cursor = None
         local.slots.extend(grant.slots)
         if grant.granted >= wanted:
             local.next_at = local.ask_at = None
@@ -363,6 +385,16 @@ class ProviderBudget:
                 request = self._request(local, 0, now, counts)
                 local.state = (await self.limits.grant(request)).state
                 local.reported_at = now
+
+    def limit_changed(self, name: str) -> None:
+        """The limit of provider ``name`` was changed (on this node): forget what the store
+        last said of its schedule, so this node's next try asks it again. (Other nodes
+        ask again within :data:`REFRESH`.)"""
+        local = self._local.get(name)
+        if local is not None:
+            local.slots.clear()
+            local.next_at = local.ask_at = local.cursor = None
+            local.reported_at = None
 
     def release(self, provider: Provider, outcome: str) -> None:
         """A granted call ended: ``ok``, ``failed`` or ``pushback`` (counted for the tally
