@@ -182,13 +182,9 @@ def _unbounded(provider: Provider) -> Provider:
     key = f"{provider.name}:{provider.floor_ratio}"
     if key not in _UNBOUNDED:
         _UNBOUNDED[key] = replace(
-            provider,
-            rate_per_second=MAX_RATE,
-            burst=MAX_BURST,
-            max_in_flight=None,
-            limit=None,
-            per=None,
+            provider, rate_per_second=MAX_RATE, burst=MAX_BURST, max_in_flight=None
         )
+        _UNBOUNDED[key] = replace(_UNBOUNDED[key], limit=None, per=None)
     return _UNBOUNDED[key]
 
 

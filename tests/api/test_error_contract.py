@@ -19,6 +19,7 @@ from flowpark.errors import CLI_EXIT, ErrorCode, FlowparkError
 ROOT = Path(__file__).resolve().parents[2]
 #: Codes that are never answered as themselves: an API answer is 500 internal_error.
 INTERNAL = {
+    ErrorCode.EMBEDDING_INVALID,
     ErrorCode.DEFINITION_INVALID,
     ErrorCode.FLOWS_UNLOADABLE,
     ErrorCode.JOURNAL_CONFLICT,
