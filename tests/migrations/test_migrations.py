@@ -39,15 +39,15 @@ TABLES = {
     "flow_instance",
     "flow_step",
     "flow_signal",
-    "outbox_event",
-    "review_item",
+    "flow_outbox_event",
+    "flow_review_item",
     "flow_heartbeat",
     "flow_stream",
     "flow_action",
-    "event_delivery",
+    "flow_event_delivery",
     "flow_node",
-    "signal_delivery",
-    "console_session",
+    "flow_signal_delivery",
+    "flow_console_session",
     "flow_correlation",
     "flow_provider",
     "flow_provider_minute",
@@ -309,11 +309,13 @@ _ID_COLUMNS = [("flow_instance", "id")] + [
 ]
 
 
-def _ids_and_types(engine: Engine) -> dict[str, tuple[list[str], str]]:
-    """Per table: its instance ids (as text, sorted) and the column's type name."""
+def _ids_and_types(engine: Engine, *, at_head: bool = False) -> dict[str, tuple[list[str], str]]:
+    """Per table (by its name before 0025): its instance ids (as text, sorted) and the
+    column's type name; ``at_head`` reads the tables under their names from 0025 on."""
     found = {}
     with engine.connect() as conn:
-        for table, column in _ID_COLUMNS:
+        for name, column in _ID_COLUMNS:
+            table = name if not at_head or name.startswith("flow_") else f"flow_{name}"
             ids = (
                 conn.execute(text(f"SELECT CAST({column} AS VARCHAR) FROM {table} ORDER BY 1"))
                 .scalars()
@@ -322,7 +324,7 @@ def _ids_and_types(engine: Engine) -> dict[str, tuple[list[str], str]]:
             kind = next(
                 str(c["type"]) for c in inspect(conn).get_columns(table) if c["name"] == column
             )
-            found[table] = (list(ids), kind)
+            found[name] = (list(ids), kind)
     return found
 
 
@@ -338,7 +340,7 @@ def test_0004_makes_ids_uuid_on_postgresql_and_drops_the_request_hash(
     assert all(found == (ids, "VARCHAR") for found in before.values())
     upgrade(empty_url)
     postgres = sync_engine.dialect.name == "postgresql"
-    after = _ids_and_types(sync_engine)
+    after = _ids_and_types(sync_engine, at_head=True)
     assert all(found == (ids, "UUID" if postgres else "VARCHAR") for found in after.values())
     columns = {c["name"] for c in inspect(sync_engine).get_columns("flow_instance")}
     assert "request_hash" not in columns and "idempotency_key" in columns
