@@ -43,7 +43,7 @@ class _Renamed(NamedTuple):
     #: suffix -> (columns, partial index condition or None)
     indexes: dict[str, tuple[tuple[str, ...], str | None]]
     #: suffix -> columns
-    uniques: dict[str, tuple[str, ...]] = {}  # noqa: RUF012 - read only
+    uniques: dict[str, tuple[str, ...]] = {}
     #: a ``sequence`` column fed by a PostgreSQL sequence (``<table>_sequence_seq``)
     serial: bool = False
 

@@ -149,7 +149,7 @@ async def _demo(
     except (ValueError, ArgumentError) as exc:  # not a database URL: one line
         return _store_unavailable(f"invalid database URL: {exc}")
     try:
-        await asyncio.to_thread(upgrade, database_url)
+        await asyncio.to_thread(upgrade, database_url, schema=settings.database_schema)
     except DBAPIError as exc:  # unreachable: one line
         return _store_unavailable(f"cannot migrate the database at {database_url}: {exc.orig}")
     server = uvicorn.Server(

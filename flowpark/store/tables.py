@@ -263,7 +263,6 @@ class FlowInstanceRow(SQLModel, table=True):
     wake_at: datetime | None = _instant("wake_at")
     wake_step_id: int | None = _int("wake_step_id")
     wake_scope: int | None = _int("wake_scope")
-    wake_kind: str | None = _str("wake_kind")
     lease_owner: str | None = _str("lease_owner")
     lease_expires_at: datetime | None = _instant("lease_expires_at")
     fencing_token: int = Field(
@@ -283,17 +282,6 @@ class FlowInstanceRow(SQLModel, table=True):
     error_code: str | None = _str("error_code")
     error_message: str | None = Field(default=None, sa_column=Column("error_message", Text()))
     error_details: dict[str, Any] | None = _json("error_details")
-    # ended with a compensation that failed for good (listed in error_details)
-    compensation_failed: bool = Field(
-        default=False,
-        sa_column=Column(
-            "compensation_failed",
-            Boolean(),
-            nullable=False,
-            default=False,
-            server_default=false(),
-        ),
-    )
     instance_key: str | None = _str("instance_key")
     try_step_id: int | None = _int("try_step_id")
     try_scope: int | None = _int("try_scope")
@@ -303,8 +291,17 @@ class FlowInstanceRow(SQLModel, table=True):
     heartbeat_value: Any = _json("heartbeat_value")
     # the request of a start with this key is the row's input and instance_key
     idempotency_key: str | None = _str("idempotency_key")
+    # columns in the order the migrations added them (a new database is made from here)
+    wake_kind: str | None = _str("wake_kind")
     # the start's W3C trace context; the deadlines stored with it (flowpark.store.carried)
     trace_context: dict[str, Any] | None = _json("trace_context")
+    # ended with a compensation that failed for good (listed in error_details)
+    compensation_failed: bool = Field(
+        default=False,
+        sa_column=Column(
+            "compensation_failed", Boolean(), nullable=False, default=False, server_default=false()
+        ),
+    )
     carried: list[Any] | None = _json("carried")
 
 
