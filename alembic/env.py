@@ -9,7 +9,7 @@ attribute): one in a transaction is migrated in it, and committed by its owner.
 The PostgreSQL schema of flowpark's tables is, in order: ``-x schema=...``, the ``schema``
 config attribute (None there: the connection's default schema), ``FLOWPARK_DATABASE_SCHEMA``,
 or none. The schema is created when missing, and the run works with it alone on its
-``search_path`` (the tables are defined without a schema).
+``search_path`` (the tables are defined without a schema); ``--sql`` writes the same.
 
 The revision is recorded in ``flow_alembic_version``, never in ``alembic_version`` (an
 application's own Alembic may use that one). A run that moves the revision (upgrade,
@@ -35,7 +35,7 @@ from alembic import context
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 
-from flowpark.store.db import is_sqlite, make_sync_engine, sync_url
+from flowpark.store.db import is_sqlite, make_sync_engine, schema_connect_args, sync_url
 from flowpark.store.migrate import current_revision, in_schema
 from flowpark.store.tables import include_in_compare, metadata
 from flowpark.store.version_table import (
@@ -96,8 +96,14 @@ def _configure(connection: Connection | None = None, url: str | None = None) -> 
 
 def run_migrations_offline() -> None:
     """Emit the migration SQL without a database (``alembic upgrade head --sql``)."""
-    _configure(url=database_url())
+    url = database_url()
+    schema = database_schema()
+    _configure(url=url)
     with context.begin_transaction():
+        if schema is not None:  # as an online run: made when missing, the one path
+            schema_connect_args(url, schema)  # a plain name, and PostgreSQL
+            context.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            context.execute(f"SET search_path TO {schema}")
         context.run_migrations()
 
 

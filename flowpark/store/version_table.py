@@ -15,7 +15,9 @@ migration run (``alembic/env.py``) that moves revisions therefore:
   runs in the migration's transaction: a run that fails leaves the row where it was. Any
   other row of ``alembic_version`` belongs to someone else and is never touched;
 * after a downgrade below 0025, puts the revision back where those releases read it
-  (:func:`restore_legacy_revision`), so an earlier release runs on the database again.
+  (:func:`restore_legacy_revision`), so an earlier release runs on the database again;
+  not beside another history's row (that release could not run beside it either, and the
+  other history would find a revision it does not know).
 
 Every name is looked up in ``schema`` when one is given, else through the connection's
 ``search_path``. No Alembic import: the node's start-up check reads these tables too.
@@ -170,13 +172,16 @@ def restore_legacy_revision(connection: Connection, schema: str | None = None) -
     Returns:
         The revision moved into ``alembic_version`` (``flow_alembic_version`` is then
         dropped), or None when ``flow_alembic_version`` holds no revision of
-        :data:`LEGACY_REVISIONS`.
+        :data:`LEGACY_REVISIONS` or ``alembic_version`` holds a row (another history's:
+        the revision stays in ``flow_alembic_version``).
     """
     own = version_table(schema=schema)
     revisions = _revisions(connection, own)
     if not revisions or len(revisions) > 1 or revisions[0] not in LEGACY_REVISIONS:
         return None
     legacy = version_table(LEGACY_VERSION_TABLE, schema)
+    if _revisions(connection, legacy):
+        return None
     connection.execute(delete(own))
     legacy.create(connection, checkfirst=True)
     connection.execute(insert(legacy).values(version_num=revisions[0]))

@@ -158,8 +158,9 @@ def test_an_application_row_of_alembic_version_is_never_touched(
         conn.execute(text("INSERT INTO alembic_version (version_num) VALUES ('a1b2c3d4')"))
     upgrade(empty_url)
     assert versions(engine) == {"alembic_version": ["a1b2c3d4"], VERSION_TABLE: [head_revision()]}
-    downgrade(empty_url, "0024")
-    assert versions(engine) == {"alembic_version": ["0024", "a1b2c3d4"]}
+    downgrade(empty_url, "0024")  # not back beside the other history's row
+    assert versions(engine) == {"alembic_version": ["a1b2c3d4"], VERSION_TABLE: ["0024"]}
+    assert current_revision(empty_url) == "0024"
     upgrade(empty_url)
     assert versions(engine) == {"alembic_version": ["a1b2c3d4"], VERSION_TABLE: [head_revision()]}
 
