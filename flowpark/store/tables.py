@@ -5,6 +5,8 @@ Every ``*_at`` column is a :class:`~flowpark.store.types.UtcDateTime` (aware UTC
 :class:`~flowpark.store.types.InstanceId` (a canonical UUID string in Python; ``uuid`` on
 PostgreSQL, text on SQLite). Signal, event and review ids are text. JSON columns store SQL
 NULL for ``None``. Constraint and index names are explicit (migrations and autogenerate agree).
+Every table is named ``flow_*`` and every index and constraint after its table: they share
+a database (and a PostgreSQL schema's namespace) with an application's own.
 """
 
 from datetime import datetime
@@ -291,7 +293,7 @@ class FlowInstanceRow(SQLModel, table=True):
     heartbeat_value: Any = _json("heartbeat_value")
     # the request of a start with this key is the row's input and instance_key
     idempotency_key: str | None = _str("idempotency_key")
-    # columns in the order the migrations added them (a new database is made from here)
+    # in the order the migrations added them: a new database is made from these models
     wake_kind: str | None = _str("wake_kind")
     # the start's W3C trace context; the deadlines stored with it (flowpark.store.carried)
     trace_context: dict[str, Any] | None = _json("trace_context")
