@@ -69,9 +69,14 @@ def side() -> dict[str, Any]:
     return {"commit": commit + ("+dirty" if dirty else ""), "tree": str(root)}
 
 
+#: the tables that record the schema's revision (flowpark's own; ``alembic_version`` before
+#: migration 0025): left out of the figures
+VERSION_TABLES = frozenset({"flow_alembic_version", "alembic_version"})
+
+
 def relation_sizes(store: BenchStore) -> dict[str, int]:
     """``pg_relation_size`` of every relation of the public schema (tables, their TOAST
-    tables and indexes), by name; the Alembic version table left out."""
+    tables and indexes), by name; the Alembic version tables left out."""
     rows = sql(
         store,
         "SELECT c.relname, pg_relation_size(c.oid), t.relname "
@@ -89,9 +94,9 @@ def relation_sizes(store: BenchStore) -> dict[str, int]:
         "JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE n.nspname = 'public' AND c.relkind = 'r' AND c.reltoastrelid <> 0",
     )
-    sizes = {name: int(size) for name, size, owner in rows if (owner or name) != "alembic_version"}
+    sizes = {name: int(size) for name, size, owner in rows if (owner or name) not in VERSION_TABLES}
     for table, size in toast:
-        if size and table != "alembic_version":
+        if size and table not in VERSION_TABLES:
             sizes[f"{table} (TOAST)"] = int(size)
     return {k: v for k, v in sizes.items() if v}
 
@@ -319,7 +324,7 @@ async def group_sql(store: BenchStore, n: int, **_: Any) -> dict[str, Any]:
             "deleted": round(dele / started, 2),
         }
         for name, ins, upd, hot, dele in rows
-        if name != "alembic_version"
+        if name not in VERSION_TABLES
     }
     return out
 

@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from flowpark.flows.durations import to_timedelta
@@ -162,6 +162,13 @@ class Settings(BaseSettings):
         description="SQLAlchemy-style URL: sqlite:///file.db or postgresql://user@host/db; "
         "several PostgreSQL hosts as libpq takes them (postgresql://user@h1:5432,h2:5432/db) "
         "reach whichever is the primary (target_session_attrs=read-write is added).",
+    )
+    database_schema: str | None = Field(
+        default=None,
+        description="PostgreSQL only: the schema that holds every flowpark table (and "
+        "flowpark's version table, flow_alembic_version), created by `flowpark db upgrade` "
+        "when missing; a plain SQL identifier (lowercase letters, digits, _; at most 63 "
+        "characters). Unset: the connection's default schema (public). Refused on SQLite.",
     )
     api_tokens: str = Field(
         default=DEFAULT_API_TOKEN,
@@ -422,6 +429,27 @@ class Settings(BaseSettings):
     def _api_tokens_parse(cls, value: str) -> str:
         parse_api_tokens(value)  # two entries with one name: refused when the node starts
         return value
+
+    @field_validator("database_schema")
+    @classmethod
+    def _schema_of_postgresql(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None or not value.strip():
+            return None
+        from sqlalchemy.exc import ArgumentError
+
+        from flowpark.store.db import check_schema_name, is_sqlite
+
+        check_schema_name(value.strip())
+        try:
+            sqlite = is_sqlite(info.data.get("database_url", ""))
+        except (ArgumentError, ValueError):  # no URL flowpark reads: refused where it is used
+            sqlite = False
+        if sqlite:
+            raise ValueError(
+                "SQLite has no schemas: a database schema applies to PostgreSQL only (on "
+                "SQLite flowpark's tables are told apart by their flow_ names); unset it"
+            )
+        return value.strip()
 
     @field_validator("self_url", "public_base_url")
     @classmethod

@@ -155,7 +155,7 @@ async def _demo(
     base = _base_url(sock, host)
     settings = _demo_settings(database_url, base, scan_interval, flows="samples")
     token = sorted(settings.tokens)[0]
-    failed = await _migrate(database_url)
+    failed = await _migrate(database_url, settings.database_schema)
     if failed is not None:
         return failed
     app = create_app(settings, flows=[sample_flows(SampleSettings(sample_ocr_per_page=per_page))])
@@ -190,7 +190,7 @@ async def _shop_demo(
     base = _base_url(sock, host)
     settings = _demo_settings(database_url, base, scan_interval)
     token = sorted(settings.tokens)[0]
-    failed = await _migrate(database_url)
+    failed = await _migrate(database_url, settings.database_schema)
     if failed is not None:
         return failed
     shop = ShopSettings(base_url=base)
@@ -317,7 +317,7 @@ def _demo_settings(database_url: str, base: str, scan_interval: float, **more: A
     )
 
 
-async def _migrate(database_url: str) -> int | None:
+async def _migrate(database_url: str, schema: str | None = None) -> int | None:
     """Migrate the demo's database to head (as ``flowpark db upgrade``); None when done,
     else the exit code 3, after one line on stderr."""
     from sqlalchemy.exc import ArgumentError, DBAPIError
@@ -332,7 +332,7 @@ async def _migrate(database_url: str) -> int | None:
     except (ValueError, ArgumentError) as exc:  # not a database URL: one line
         return _store_unavailable(f"invalid database URL: {exc}")
     try:
-        await asyncio.to_thread(upgrade, database_url)
+        await asyncio.to_thread(upgrade, database_url, schema=schema)
     except DBAPIError as exc:  # unreachable: one line
         return _store_unavailable(f"cannot migrate the database at {database_url}: {exc.orig}")
     return None

@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+from flowpark.cli.database import schema_name
 from flowpark.cli.parsing import one_line as _one_line
 
 __all__ = [
@@ -187,12 +188,12 @@ def _warn_unknown_settings(targets: list[str]) -> None:
         )
 
 
-def _database_or_exit(url: str) -> None:
+def _database_or_exit(url: str, schema: str | None) -> None:
     from flowpark.cli.serving import check_database
     from flowpark.errors import FlowparkError
 
     try:
-        check_database(url)
+        check_database(url, schema)
     except FlowparkError as exc:
         raise _refuse(exc) from None
 
@@ -205,31 +206,27 @@ def db_upgrade(
         metavar="URL",
         help="Database URL (default: FLOWPARK_DATABASE_URL or sqlite:///flowpark.db)",
     ),
+    schema: str = typer.Option(
+        None,
+        "--schema",
+        metavar="NAME",
+        callback=schema_name,
+        help="PostgreSQL schema of flowpark's tables, created when missing (default: "
+        "FLOWPARK_DATABASE_SCHEMA, else the connection's default schema)",
+    ),
 ) -> None:
-    """Migrate the database to the latest schema (Alembic upgrade head)."""
-    from sqlalchemy.exc import ArgumentError, DBAPIError
+    """Migrate the database to the latest schema (Alembic upgrade head).
 
-    from flowpark.errors import StoreUnavailable
-    from flowpark.redaction import redact_url, register_secrets
-    from flowpark.settings import Settings
-    from flowpark.store.db import parse_url, sync_url
-    from flowpark.store.migrate import upgrade
+    flowpark records its revision in its own table, flow_alembic_version; a database a
+    release before 0025 migrated (its revision in alembic_version) is taken over in place.
+    """
+    from flowpark.cli.database import upgrade_database
+    from flowpark.errors import FlowparkError
 
-    settings = Settings()
-    target = url or settings.database_url
-    register_secrets(settings.secret_values())
     try:
-        sync_url(target)
-    except (ValueError, ArgumentError) as exc:  # not a database URL: one line
-        raise _refuse(StoreUnavailable(f"invalid database URL: {exc}")) from None
-    try:
-        upgrade(target)
-    except DBAPIError as exc:  # unreachable: one line, no traceback
-        shown = parse_url(target).render_as_string(hide_password=True)
-        raise _refuse(
-            StoreUnavailable(f"cannot migrate the database at {shown}: {exc.orig}")
-        ) from None
-    typer.echo(f"database at head: {redact_url(target)}")
+        typer.echo(upgrade_database(url, schema))
+    except FlowparkError as exc:  # unreachable, not a URL: one line, no traceback
+        raise _refuse(exc) from None
 
 
 @app.command()
@@ -278,7 +275,8 @@ def _serve(host: str, port: int, workers: int, log_level: str, flows: list[str] 
 
     targets = _flows_or_exit(flows)
     _warn_unknown_settings(targets)
-    _database_or_exit(Settings().database_url)
+    settings = Settings()
+    _database_or_exit(settings.database_url, settings.database_schema)
     os.environ.setdefault("FLOWPARK_SELF_URL", f"http://{host}:{port}")
     os.environ.setdefault("FLOWPARK_GC_FREEZE", "true")  # a node process: see flowpark.runtime.heap
     ocr_set = bool(os.environ.get("FLOWPARK_OCR_BASE_URL"))
@@ -379,7 +377,7 @@ def _worker(log_level: str, flows: list[str] | None, metrics_port: int | None) -
     if metrics_port is not None:
         os.environ["FLOWPARK_METRICS_PORT"] = str(metrics_port)
     settings = Settings()
-    _database_or_exit(settings.database_url)
+    _database_or_exit(settings.database_url, settings.database_schema)
     if settings.metrics_enabled and settings.metrics_port is not None:
         host, port = settings.metrics_host, settings.metrics_port
         refused = port_refused(host, port)

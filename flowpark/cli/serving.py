@@ -150,11 +150,15 @@ def tcp_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def check_database(url: str) -> None:
+def check_database(url: str, schema: str | None = None) -> None:
     """Refuse a database the service cannot run on, before anything starts.
 
     A SQLite file that does not exist is not created (the service would otherwise leave
     an empty file behind).
+
+    Args:
+        url: the database's URL (``FLOWPARK_DATABASE_URL``).
+        schema: the PostgreSQL schema of flowpark's tables (``FLOWPARK_DATABASE_SCHEMA``).
 
     Raises:
         SchemaBehindHead: not migrated to head (or a SQLite file that does not exist).
@@ -189,9 +193,9 @@ def check_database(url: str) -> None:
             )
 
     async def check() -> None:
-        engine = make_async_engine(url, pool_size=1)
+        engine = make_async_engine(url, pool_size=1, schema=schema)
         try:
-            await asyncio.wait_for(check_schema_at_head(engine), DB_CHECK_TIMEOUT)
+            await asyncio.wait_for(check_schema_at_head(engine, schema), DB_CHECK_TIMEOUT)
         finally:
             await engine.dispose()
 

@@ -55,6 +55,7 @@ from flowpark.errors import EmbeddingInvalid, NotReady
 from flowpark.runtime.app import create_app
 from flowpark.runtime.loading import FlowSource
 from flowpark.settings import Settings
+from flowpark.store.db import schema_translate_map
 
 __all__ = ["Flowpark", "LocalClient", "Role", "Transaction", "client_error"]
 
@@ -155,8 +156,7 @@ class Flowpark:
         """``{None: schema}`` when flowpark's tables live in a PostgreSQL schema of their
         own (``FLOWPARK_DATABASE_SCHEMA``), else None: the statements flowpark runs on a
         caller's connection name that schema, leaving the connection's own untouched."""
-        schema = getattr(self.settings, "database_schema", None)
-        return {None: schema} if schema else None
+        return schema_translate_map(self.settings.database_schema)
 
     # -- joining the host --------------------------------------------------------------
     def include_in(self, app: FastAPI, *, prefix: str = "/flowpark", console: bool = False) -> None:

@@ -250,10 +250,13 @@ def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManage
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        db = make_async_engine(settings.database_url, pool_size=settings.db_pool_size)
+        schema = settings.database_schema
+        db = make_async_engine(
+            settings.database_url, pool_size=settings.db_pool_size, schema=schema
+        )
         workers = _Workers()
         try:
-            await check_schema_at_head(db)
+            await check_schema_at_head(db, schema)
             _warn_about_tokens(settings)
             _warn_about_signal_secrets(settings, wiring.catalog.plans())
             workers.engine = engine = _build_engine(wiring, db)
@@ -268,7 +271,7 @@ def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManage
             app.state.nodes = nodes = SqlNodes(db)
             app.state.provider_waits = SqlProviderWaits(db)
             app.state.console_sessions = SqlConsoleSessions(db)
-            app.state.schema = SqlSchema(db)
+            app.state.schema = SqlSchema(db, schema)
             workers.beat = NodeBeat(
                 nodes, wiring.clock, settings, wiring.catalog, "serve", workers.sweeper
             )

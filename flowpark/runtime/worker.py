@@ -54,7 +54,9 @@ async def run_worker(
     settings = settings or Settings()
     set_node_id(settings.node_id)
     register_secrets(settings.secret_values())
-    db = make_async_engine(settings.database_url, pool_size=settings.db_pool_size)
+    db = make_async_engine(
+        settings.database_url, pool_size=settings.db_pool_size, schema=settings.database_schema
+    )
     http = outbound_client(settings.http_timeout_seconds)
     telemetry = Telemetry(settings)
     telemetry.instrument_client(http)
@@ -67,7 +69,7 @@ async def run_worker(
     try:
         catalog = Catalog()
         register_flows(catalog, load_flows(settings.flow_targets if flows is None else flows, deps))
-        await check_schema_at_head(db)
+        await check_schema_at_head(db, settings.database_schema)
         engine = node_engine(settings, db, catalog, SystemClock(), telemetry.observer)
         await log_unserved(engine.store.operator, catalog, engine.clock.now())
         clock = engine.clock

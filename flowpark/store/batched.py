@@ -168,7 +168,7 @@ _EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("created_at", "timestamptz"),
 )
 _COMMIT_EVENTS_SQL = (
-    f"{_COMMIT_WITH}, ev AS (INSERT INTO outbox_event (id, instance_id, name, payload, "
+    f"{_COMMIT_WITH}, ev AS (INSERT INTO flow_outbox_event (id, instance_id, name, payload, "
     "created_at) SELECT e.id, e.instance_id, e.name, e.payload, e.created_at FROM "
     f"{_recordset(_EVENT_COLUMNS, param='events', alias='e')} "
     "JOIN fence ON fence.id = e.instance_id AND fence.token = e.token RETURNING 1) "

@@ -10,7 +10,10 @@ SQLite's busy handler (``busy_timeout``) instead of failing with "database is lo
 deferred transaction tries to upgrade its lock. Read-only transactions (connections carrying
 :data:`READ_ONLY`) start with a plain ``BEGIN``.
 
-PostgreSQL sessions use the UTC time zone. A PostgreSQL URL may name several hosts, as libpq
+PostgreSQL sessions use the UTC time zone. With a schema of flowpark's own (the setting
+``database_schema``), every PostgreSQL connection starts with ``search_path`` set to it (libpq's
+``options``), so the tables (defined without a schema) and the store's raw SQL resolve
+there; SQLite has no schemas and refuses one. A PostgreSQL URL may name several hosts, as libpq
 does (``postgresql://user@h1:5432,h2:5432/db``), or as SQLAlchemy does
 (``?host=h1:5432&host=h2:5432`` or ``?host=h1,h2&port=5432,5432``); with several hosts and no
 ``target_session_attrs`` of its own, ``target_session_attrs=read-write`` is added, so a new
@@ -25,8 +28,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sqlalchemy import event
-from sqlalchemy.engine import URL, Connection, ExceptionContext, make_url
+from sqlalchemy import create_engine, event, pool
+from sqlalchemy.engine import URL, Connection, Engine, ExceptionContext, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -38,9 +41,13 @@ __all__ = [
     "STANDBY_SQLSTATES",
     "STORE_WAIT_SECONDS",
     "async_url",
+    "check_schema_name",
     "is_sqlite",
     "make_async_engine",
+    "make_sync_engine",
     "parse_url",
+    "schema_connect_args",
+    "schema_translate_map",
     "sync_url",
 ]
 
@@ -71,6 +78,9 @@ CONNECT_ARGS: dict[str, int] = {
 }
 
 SQLITE_BUSY_TIMEOUT_MS = int(STORE_WAIT_SECONDS * 1000)
+
+#: A schema name flowpark takes: a plain (unquoted) SQL identifier PostgreSQL keeps as written.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 #: SQLSTATEs saying the connection is on a server that takes no writes (now): a standby,
 #: or a primary being demoted. ``25006`` read_only_sql_transaction ("cannot execute INSERT
@@ -197,6 +207,120 @@ def is_sqlite(url: str | URL) -> bool:
     return _backend(parse_url(url)) == "sqlite"
 
 
+def check_schema_name(schema: str) -> str:
+    """Check a PostgreSQL schema name for flowpark's tables.
+
+    Args:
+        schema: the name (``flowpark``).
+
+    Returns:
+        ``schema`` unchanged.
+
+    Raises:
+        ValueError: it is not a plain SQL identifier (lowercase letters, digits and
+            underscores, starting with a letter or an underscore, at most 63 characters) or
+            it begins with ``pg_`` (PostgreSQL's own); the message does not repeat it.
+    """
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise ValueError(
+            "a schema name is a plain SQL identifier: lowercase letters, digits and "
+            "underscores, starting with a letter or an underscore, at most 63 characters"
+        )
+    if schema.startswith("pg_"):
+        raise ValueError("a schema name may not begin with pg_ (PostgreSQL's own schemas)")
+    return schema
+
+
+def schema_translate_map(schema: str | None) -> dict[str | None, str] | None:
+    """The ``schema_translate_map`` that puts flowpark's tables in ``schema``.
+
+    flowpark's tables are defined without a schema; its own engine reaches them through
+    the connection's ``search_path`` (:func:`make_async_engine`). A statement built from
+    those tables on another connection (an application's, inside its own transaction)
+    reaches them with ``connection.execution_options(schema_translate_map=...)`` (or the
+    same execution option on the statement). It translates SQLAlchemy Core statements,
+    not raw SQL text.
+
+    Args:
+        schema: the setting ``database_schema``; None: the connection's default schema.
+
+    Returns:
+        ``{None: schema}``, or None when ``schema`` is None (nothing to translate).
+
+    Raises:
+        ValueError: ``schema`` is no name :func:`check_schema_name` takes.
+    """
+    if schema is None:
+        return None
+    return {None: check_schema_name(schema)}
+
+
+def schema_connect_args(url: str | URL, schema: str | None) -> dict[str, Any]:
+    """The connection arguments that put a PostgreSQL connection in ``schema``.
+
+    Args:
+        url: the database's URL (its own ``options`` query parameter, if any, is kept).
+        schema: the schema; None: none needed.
+
+    Returns:
+        ``{"options": "-c search_path=<schema>"}`` (after the URL's own ``options``), or
+        ``{}`` when ``schema`` is None.
+
+    Raises:
+        ValueError: ``schema`` is no name :func:`check_schema_name` takes, or the URL names
+            a SQLite database (SQLite has no schemas) or another database.
+    """
+    if schema is None:
+        return {}
+    check_schema_name(schema)
+    parsed = parse_url(url)
+    if _backend(parsed) != "postgresql":
+        raise ValueError(
+            "SQLite has no schemas: a database schema applies to PostgreSQL only (on SQLite "
+            "flowpark's tables are told apart by their flow_ names)"
+        )
+    given = parsed.query.get("options")
+    own = " ".join(given) if isinstance(given, tuple) else given
+    option = f"-c search_path={schema}"
+    return {"options": f"{own} {option}" if own else option}
+
+
+def make_sync_engine(url: str | URL, *, schema: str | None = None) -> Engine:
+    """Create the synchronous engine migrations run on (no pool).
+
+    Args:
+        url: any URL :func:`make_async_engine` accepts.
+        schema: the PostgreSQL schema of flowpark's tables (see
+            :func:`schema_connect_args`); None: the connection's default schema.
+
+    Returns:
+        An engine whose PostgreSQL connections use ``schema`` and whose SQLite
+        transactions are SQLite's own (``BEGIN IMMEDIATE``, or ``BEGIN`` with
+        :data:`READ_ONLY`, issued by SQLAlchemy rather than by the driver, which would
+        leave DDL outside them): a migration run inside one transaction is whole or
+        nothing on both databases.
+
+    Raises:
+        ValueError: as :func:`sync_url` and :func:`schema_connect_args`.
+    """
+    target = _normalise(url, async_driver=False)
+    engine = create_engine(
+        target, poolclass=pool.NullPool, connect_args=schema_connect_args(target, schema)
+    )
+    if _backend(target) == "sqlite":
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            read_only = conn.get_execution_options().get(READ_ONLY_OPTION)
+            conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+    return engine
+
+
 def _setup_sqlite(engine: AsyncEngine) -> None:
     sync_engine = engine.sync_engine
 
@@ -252,7 +376,9 @@ def _setup_postgresql(engine: AsyncEngine) -> None:
         dbapi_connection.autocommit = autocommit
 
 
-def make_async_engine(url: str | URL, *, pool_size: int = 20, **kwargs: Any) -> AsyncEngine:
+def make_async_engine(
+    url: str | URL, *, pool_size: int = 20, schema: str | None = None, **kwargs: Any
+) -> AsyncEngine:
     """Create the service's async engine for ``url``.
 
     Args:
@@ -264,6 +390,9 @@ def make_async_engine(url: str | URL, *, pool_size: int = 20, **kwargs: Any) -> 
             start, and each new backend begins its inserts on a fresh heap page, leaving
             the previous backend's page partly filled; 384 connections were opened during
             3,000 parked starts with 10 + 10 overflow, and the heap grew ~40% over its rows).
+        schema: PostgreSQL only: the schema of flowpark's tables (the setting
+            ``database_schema``), which every connection's ``search_path`` names; None:
+            the connection's default schema.
         **kwargs: passed to :func:`sqlalchemy.ext.asyncio.create_async_engine`.
 
     Returns:
@@ -279,9 +408,11 @@ def make_async_engine(url: str | URL, *, pool_size: int = 20, **kwargs: Any) -> 
 
     Raises:
         ValueError: the URL names another database, or an in-memory SQLite database (each
-            connection would get its own empty database), or a host list it cannot read.
+            connection would get its own empty database), or a host list it cannot read;
+            or ``schema`` is given for SQLite or is no name :func:`check_schema_name` takes.
     """
     target = _normalise(url, async_driver=True)
+    in_schema = schema_connect_args(target, schema)
     if _backend(target) == "sqlite" and target.database in (None, "", ":memory:"):
         raise ValueError("flowpark needs a SQLite file, not an in-memory database")
     kwargs.setdefault("max_overflow", 0)
@@ -297,6 +428,9 @@ def make_async_engine(url: str | URL, *, pool_size: int = 20, **kwargs: Any) -> 
         for name, value in CONNECT_ARGS.items():
             if name not in target.query:  # the URL's own setting wins
                 connect_args.setdefault(name, value)
+        if in_schema and connect_args.get("options"):  # the caller's own options first
+            in_schema = {"options": f"{connect_args['options']} {in_schema['options']}"}
+        connect_args.update(in_schema)
         kwargs["connect_args"] = connect_args
     engine = create_async_engine(target, pool_size=pool_size, **kwargs)
     if _backend(target) == "sqlite":

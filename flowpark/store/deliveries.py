@@ -1,6 +1,6 @@
 """Event deliveries: the outbox relayed to subscribers, claimed atomically by nodes.
 
-* :meth:`SqlDeliveries.relay` writes one ``event_delivery`` row per subscriber for each
+* :meth:`SqlDeliveries.relay` writes one ``flow_event_delivery`` row per subscriber for each
   outbox event not relayed yet (``published_at`` null) and marks the event relayed, in one
   transaction, in event order; one node at a time (a transaction-scoped advisory lock on
   PostgreSQL; SQLite has one writer).
@@ -36,7 +36,7 @@ _RELAY_LOCK = 0x666C6F7770726B01
 
 
 class SqlDeliveries(SqlPart):
-    """The ``event_delivery`` table's writes and reads (see the module docstring)."""
+    """The ``flow_event_delivery`` table's writes and reads (see the module docstring)."""
 
     async def relay(self, subscribers: Sequence[str], now: datetime, limit: int = 500) -> int:
         """Write the deliveries of up to ``limit`` events not relayed yet, oldest first.
@@ -248,7 +248,7 @@ class SqlDeliveries(SqlPart):
         """Deliveries in creation order, with their event's name.
 
         Returns:
-            Dicts of the ``event_delivery`` columns plus ``event_name``.
+            Dicts of the ``flow_event_delivery`` columns plus ``event_name``.
         """
         query = select(DELIVERY, EVENT.c.name.label("event_name")).join(
             EVENT, EVENT.c.id == DELIVERY.c.event_id, isouter=True

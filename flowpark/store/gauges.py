@@ -95,7 +95,7 @@ async def active_counts(
 async def pending_deliveries(engine: AsyncEngine) -> dict[str, int]:
     """Count the pending event deliveries (due or waiting for their next send), by
     subscriber: one grouped query that reads the pending rows only, through an index (the
-    partial ``ix_event_delivery_due`` on PostgreSQL, ``ix_event_delivery_state`` on
+    partial ``ix_flow_event_delivery_due`` on PostgreSQL, ``ix_flow_event_delivery_state`` on
     SQLite), as :func:`active_counts` reads the instances that have not ended.
 
     Args:
@@ -142,7 +142,7 @@ async def provider_rates(engine: AsyncEngine) -> list[tuple[str, float, float]]:
 async def waiting_reviews(engine: AsyncEngine) -> tuple[dict[str, int], datetime | None]:
     """Count the review items that wait for a person (``open``, ``claimed``) and find when
     the oldest of them was asked for: one grouped query over those rows, through
-    ``ix_review_item_state``.
+    ``ix_flow_review_item_state``.
 
     Args:
         engine: the service's database engine.

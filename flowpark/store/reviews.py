@@ -1,4 +1,4 @@
-"""SQL of the review queue (``review_item``): lists, reads and people's actions on items
+"""SQL of the review queue (``flow_review_item``): lists, reads and people's actions on items
 (:class:`flowpark.engine.ports.reviews.Reviews`)."""
 
 from __future__ import annotations

@@ -4,11 +4,12 @@ A node refuses to run on a schema other than its migrations' head
 (:func:`check_schema_at_head`). Importing Alembic's runtime (its dialect implementations,
 Mako and their highlighting) costs a node several percent of its start-up, so the check
 reads the two revisions directly first: the head from the migration scripts' own
-``revision`` / ``down_revision`` lines, the database's from ``alembic_version``. When both
-are plain and equal, the node starts without importing Alembic. Anything else (no table, a
-different revision, several heads, a script this reader cannot follow) goes through
-:func:`flowpark.store.migrate.check_schema_at_head`, which answers with Alembic's own reading and
-raises the same ``SchemaBehindHead`` it always did.
+``revision`` / ``down_revision`` lines, the database's from flowpark's own version table
+(``flow_alembic_version``). When both are plain and equal, the node starts without importing
+Alembic. Anything else (no table, a different revision, several heads, a script this reader
+cannot follow, a revision still recorded in ``alembic_version`` by a release before 0025)
+goes through :func:`flowpark.store.migrate.check_schema_at_head`, which answers with
+Alembic's own reading and raises the same ``SchemaBehindHead`` it always did.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from flowpark.store.db import READ_ONLY
+from flowpark.store.db import READ_ONLY, check_schema_name
+from flowpark.store.version_table import VERSION_TABLE
 
 __all__ = ["SqlSchema", "check_schema_at_head", "script_head"]
 
@@ -56,11 +58,13 @@ def script_head() -> str | None:
     return heads.pop() if len(heads) == 1 and parents <= revisions else None
 
 
-async def check_schema_at_head(engine: AsyncEngine) -> None:
+async def check_schema_at_head(engine: AsyncEngine, schema: str | None = None) -> None:
     """Refuse to run on a schema other than the code's head revision.
 
     Args:
         engine: the service's engine (:func:`flowpark.store.db.make_async_engine`).
+        schema: the PostgreSQL schema of flowpark's tables (the setting
+            ``database_schema``); None: the engine's ``search_path``.
 
     Raises:
         SchemaBehindHead: the database is unmigrated or at another revision (code
@@ -68,16 +72,17 @@ async def check_schema_at_head(engine: AsyncEngine) -> None:
     """
     head = script_head()
     if head is not None:
+        table = VERSION_TABLE if schema is None else f"{check_schema_name(schema)}.{VERSION_TABLE}"
         try:
             async with engine.execution_options(**READ_ONLY).connect() as conn:
-                rows = (await conn.execute(text("SELECT version_num FROM alembic_version"))).all()
+                rows = (await conn.execute(text(f"SELECT version_num FROM {table}"))).all()
         except Exception:  # noqa: BLE001 - no table, or unreachable: Alembic's check says
             rows = []
         if [tuple(r) for r in rows] == [(head,)]:
             return
     from flowpark.store.migrate import check_schema_at_head as alembic_check
 
-    await alembic_check(engine)
+    await alembic_check(engine, schema)
 
 
 class SqlSchema:
@@ -85,10 +90,13 @@ class SqlSchema:
 
     Args:
         engine: the service's engine (:func:`flowpark.store.db.make_async_engine`).
+        schema: the PostgreSQL schema of flowpark's tables; None: the engine's
+            ``search_path``.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, schema: str | None = None) -> None:
         self._engine = engine
+        self._schema = schema
 
     async def check_at_head(self) -> None:
         """See :func:`check_schema_at_head`.
@@ -96,4 +104,4 @@ class SqlSchema:
         Raises:
             SchemaBehindHead: the schema is at another revision (``schema_behind_head``).
         """
-        await check_schema_at_head(self._engine)
+        await check_schema_at_head(self._engine, self._schema)

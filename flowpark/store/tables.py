@@ -5,6 +5,8 @@ Every ``*_at`` column is a :class:`~flowpark.store.types.UtcDateTime` (aware UTC
 :class:`~flowpark.store.types.InstanceId` (a canonical UUID string in Python; ``uuid`` on
 PostgreSQL, text on SQLite). Signal, event and review ids are text. JSON columns store SQL
 NULL for ``None``. Constraint and index names are explicit (migrations and autogenerate agree).
+Every table is named ``flow_*`` and every index and constraint after its table: they share
+a database (and a PostgreSQL schema's namespace) with an application's own.
 """
 
 from datetime import datetime
@@ -263,7 +265,6 @@ class FlowInstanceRow(SQLModel, table=True):
     wake_at: datetime | None = _instant("wake_at")
     wake_step_id: int | None = _int("wake_step_id")
     wake_scope: int | None = _int("wake_scope")
-    wake_kind: str | None = _str("wake_kind")
     lease_owner: str | None = _str("lease_owner")
     lease_expires_at: datetime | None = _instant("lease_expires_at")
     fencing_token: int = Field(
@@ -283,17 +284,6 @@ class FlowInstanceRow(SQLModel, table=True):
     error_code: str | None = _str("error_code")
     error_message: str | None = Field(default=None, sa_column=Column("error_message", Text()))
     error_details: dict[str, Any] | None = _json("error_details")
-    # ended with a compensation that failed for good (listed in error_details)
-    compensation_failed: bool = Field(
-        default=False,
-        sa_column=Column(
-            "compensation_failed",
-            Boolean(),
-            nullable=False,
-            default=False,
-            server_default=false(),
-        ),
-    )
     instance_key: str | None = _str("instance_key")
     try_step_id: int | None = _int("try_step_id")
     try_scope: int | None = _int("try_scope")
@@ -303,8 +293,17 @@ class FlowInstanceRow(SQLModel, table=True):
     heartbeat_value: Any = _json("heartbeat_value")
     # the request of a start with this key is the row's input and instance_key
     idempotency_key: str | None = _str("idempotency_key")
+    # in the order the migrations added them: a new database is made from these models
+    wake_kind: str | None = _str("wake_kind")
     # the start's W3C trace context; the deadlines stored with it (flowpark.store.carried)
     trace_context: dict[str, Any] | None = _json("trace_context")
+    # ended with a compensation that failed for good (listed in error_details)
+    compensation_failed: bool = Field(
+        default=False,
+        sa_column=Column(
+            "compensation_failed", Boolean(), nullable=False, default=False, server_default=false()
+        ),
+    )
     carried: list[Any] | None = _json("carried")
 
 
@@ -382,12 +381,12 @@ class FlowSignalRow(SQLModel, table=True):
 
 
 class SignalDeliveryRow(SQLModel, table=True):
-    """``signal_delivery``: the instance a signed signal's delivery id reached first; the
+    """``flow_signal_delivery``: the instance a signed signal's delivery id reached first; the
     id is unique per flow and signal across instances (a replay elsewhere is refused)."""
 
     model_config = _TABLE
-    __tablename__ = "signal_delivery"
-    __table_args__ = (Index("ix_signal_delivery_instance", "instance_id"),)
+    __tablename__ = "flow_signal_delivery"
+    __table_args__ = (Index("ix_flow_signal_delivery_instance", "instance_id"),)
 
     flow_name: str = _str("flow_name", nullable=False, primary_key=True)
     signal_name: str = _str("signal_name", nullable=False, primary_key=True)
@@ -397,12 +396,12 @@ class SignalDeliveryRow(SQLModel, table=True):
 
 
 class ConsoleSessionRow(SQLModel, table=True):
-    """``console_session``: one console sign-in. It opens the console while not ended
+    """``flow_console_session``: one console sign-in. It opens the console while not ended
     (sign-out), seen within the idle timeout, and its token (by fingerprint) configured."""
 
     model_config = _TABLE
-    __tablename__ = "console_session"
-    __table_args__ = (Index("ix_console_session_last_seen", "last_seen_at"),)
+    __tablename__ = "flow_console_session"
+    __table_args__ = (Index("ix_flow_console_session_last_seen", "last_seen_at"),)
 
     id: str = _str("id", nullable=False, primary_key=True)
     token_fingerprint: str = _str("token_fingerprint", nullable=False)
@@ -412,20 +411,20 @@ class ConsoleSessionRow(SQLModel, table=True):
 
 
 class OutboxEventRow(SQLModel, table=True):
-    """``outbox_event``: domain events written by emit steps, for a publisher to relay."""
+    """``flow_outbox_event``: domain events written by emit steps, for a publisher to relay."""
 
     model_config = _TABLE
-    __tablename__ = "outbox_event"
+    __tablename__ = "flow_outbox_event"
     __table_args__ = (
-        UniqueConstraint("id", name="uq_outbox_event_id"),
+        UniqueConstraint("id", name="uq_flow_outbox_event_id"),
         # events not yet relayed to the subscribers' deliveries (``published_at`` null)
         Index(
-            "ix_outbox_event_unpublished",
+            "ix_flow_outbox_event_unpublished",
             "sequence",
             sqlite_where=text("published_at IS NULL"),
             postgresql_where=text("published_at IS NULL"),
         ),
-        Index("ix_outbox_event_instance", "instance_id"),
+        Index("ix_flow_outbox_event_instance", "instance_id"),
     )
 
     sequence: int | None = _sequence()
@@ -438,7 +437,7 @@ class OutboxEventRow(SQLModel, table=True):
 
 
 class EventDeliveryRow(SQLModel, table=True):
-    """``event_delivery``: one outbox event's delivery to one subscriber.
+    """``flow_event_delivery``: one outbox event's delivery to one subscriber.
 
     ``state`` is ``pending`` (due at ``next_try_at``), ``delivered`` or ``failed`` (its
     tries ran out). A node holds a pending delivery while it sends it (``claimed_by``,
@@ -447,17 +446,17 @@ class EventDeliveryRow(SQLModel, table=True):
     """
 
     model_config = _TABLE
-    __tablename__ = "event_delivery"
+    __tablename__ = "flow_event_delivery"
     __table_args__ = (
-        UniqueConstraint("subscriber", "event_id", name="uq_event_delivery_event"),
+        UniqueConstraint("subscriber", "event_id", name="uq_flow_event_delivery_event"),
         Index(
-            "ix_event_delivery_due",
+            "ix_flow_event_delivery_due",
             "next_try_at",
             sqlite_where=text("state = 'pending'"),
             postgresql_where=text("state = 'pending'"),
         ),
-        Index("ix_event_delivery_instance", "instance_id", "subscriber", "event_sequence"),
-        Index("ix_event_delivery_state", "state", "sequence"),
+        Index("ix_flow_event_delivery_instance", "instance_id", "subscriber", "event_sequence"),
+        Index("ix_flow_event_delivery_state", "state", "sequence"),
     )
 
     sequence: int | None = _sequence()
@@ -482,15 +481,15 @@ class EventDeliveryRow(SQLModel, table=True):
 
 
 class ReviewItemRow(SQLModel, table=True):
-    """``review_item``: the human review queue; ``state`` is ``open``, ``claimed``,
+    """``flow_review_item``: the human review queue; ``state`` is ``open``, ``claimed``,
     ``resolved`` or ``dismissed``, with who claimed and who closed an item, and when."""
 
     model_config = _TABLE
-    __tablename__ = "review_item"
+    __tablename__ = "flow_review_item"
     __table_args__ = (
-        UniqueConstraint("id", name="uq_review_item_id"),
-        Index("ix_review_item_instance", "instance_id"),
-        Index("ix_review_item_state", "state", "sequence"),
+        UniqueConstraint("id", name="uq_flow_review_item_id"),
+        Index("ix_flow_review_item_instance", "instance_id"),
+        Index("ix_flow_review_item_state", "state", "sequence"),
     )
 
     sequence: int | None = _sequence()

@@ -1,7 +1,7 @@
 """Console sign-in: an API token exchanged for a session, kept in the store and named by
 a signed cookie, and CSRF tokens.
 
-Each sign-in writes a ``console_session`` row (:mod:`flowpark.store.console_sessions`); the
+Each sign-in writes a ``flow_console_session`` row (:mod:`flowpark.store.console_sessions`); the
 cookie (``flowpark_session``, ``HttpOnly``, ``SameSite=Strict``, path ``/ui`` or, under a
 host application's prefix, ``/flowpark/ui``; ``Secure`` over HTTPS) holds, signed with
 itsdangerous and timestamped:

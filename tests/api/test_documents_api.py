@@ -224,7 +224,7 @@ async def test_reviews_use_camel_case_fields(
     review_id = uuid.uuid4().hex
     with closing(sqlite3.connect(sqlite_path(live.database_url), timeout=30)) as conn:
         conn.execute(
-            "INSERT INTO review_item (id, instance_id, subject, reason, details, "
+            "INSERT INTO flow_review_item (id, instance_id, subject, reason, details, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?)",
             (
                 review_id,

@@ -42,6 +42,14 @@ CASES = {
         {"FLOWPARK_API_TOKENS": "ops:ops-token-1:read,ops:ops-token-2:operate"},
         "FLOWPARK_API_TOKENS: Value error, FLOWPARK_API_TOKENS names two tokens 'ops'",
     ),
+    "a schema name that is no plain identifier": (
+        {"FLOWPARK_DATABASE_SCHEMA": "Flow-Park"},
+        "FLOWPARK_DATABASE_SCHEMA: Value error, a schema name is a plain SQL identifier",
+    ),
+    "a schema on SQLite": (  # the database URL of every case is a SQLite file
+        {"FLOWPARK_DATABASE_SCHEMA": "flowpark"},
+        "FLOWPARK_DATABASE_SCHEMA: Value error, SQLite has no schemas",
+    ),
 }
 
 

@@ -295,7 +295,7 @@ async def assert_exactly_once(db: AsyncEngine, n: int) -> Counter[str]:
     assert wrong == [], wrong[:10]
     events = await rows(
         db,
-        "SELECT instance_id, count(*) FROM outbox_event "
+        "SELECT instance_id, count(*) FROM flow_outbox_event "
         "WHERE name = 'document.processed' GROUP BY instance_id",
     )
     assert len(events) == n and all(count == 1 for _, count in events)
@@ -413,7 +413,8 @@ async def no_duplicate_rows(db: AsyncEngine) -> None:
     assert repeated == [], repeated[:10]
     events = await rows(
         db,
-        "SELECT instance_id, count(*) FROM outbox_event GROUP BY instance_id HAVING count(*) > 1",
+        "SELECT instance_id, count(*) FROM flow_outbox_event GROUP BY instance_id "
+        "HAVING count(*) > 1",
     )
     assert events == [], events[:10]
 

@@ -34,20 +34,21 @@ from flowpark.store.schema import check_schema_at_head as startup_check
 from flowpark.store.schema import script_head
 from flowpark.store.sql_store import SqlStore
 from flowpark.store.tables import IDEMPOTENCY_DIGEST_SQL, include_in_compare, metadata
+from flowpark.store.version_table import VERSION_TABLE
 
 TABLES = {
     "flow_instance",
     "flow_step",
     "flow_signal",
-    "outbox_event",
-    "review_item",
+    "flow_outbox_event",
+    "flow_review_item",
     "flow_heartbeat",
     "flow_stream",
     "flow_action",
-    "event_delivery",
+    "flow_event_delivery",
     "flow_node",
-    "signal_delivery",
-    "console_session",
+    "flow_signal_delivery",
+    "flow_console_session",
     "flow_correlation",
     "flow_provider",
     "flow_provider_minute",
@@ -73,13 +74,17 @@ def _diff(engine: Engine, target: MetaData) -> list[Any]:
     with engine.connect() as conn:
         context = MigrationContext.configure(
             conn,
-            opts={"compare_type": True, "include_object": include_in_compare(engine.dialect.name)},
+            opts={
+                "compare_type": True,
+                "include_object": include_in_compare(engine.dialect.name),
+                "version_table": VERSION_TABLE,
+            },
         )
         return list(compare_metadata(context, target))
 
 
 def _user_tables(engine: Engine) -> set[str]:
-    return set(inspect(engine).get_table_names()) - {"alembic_version"}
+    return set(inspect(engine).get_table_names()) - {VERSION_TABLE, "alembic_version"}
 
 
 def test_upgrade_head_on_an_empty_database_matches_the_models(
@@ -90,6 +95,50 @@ def test_upgrade_head_on_an_empty_database_matches_the_models(
     assert current_revision(empty_url) == head_revision()
     assert _user_tables(sync_engine) == TABLES
     assert _diff(sync_engine, metadata) == []
+
+
+def _layout(engine: Engine) -> dict[str, Any]:
+    """Every table's columns in order (type, nullability, default), primary key, unique
+    constraints and indexes; on PostgreSQL the sequences too."""
+    insp = inspect(engine)
+    found: dict[str, Any] = {}
+    for table in sorted(_user_tables(engine)):
+        found[table] = {
+            "columns": [
+                (c["name"], str(c["type"]), c["nullable"], str(c.get("default")))
+                for c in insp.get_columns(table)
+            ],
+            "primary_key": insp.get_pk_constraint(table),
+            "unique": sorted(
+                (u["name"], tuple(u["column_names"])) for u in insp.get_unique_constraints(table)
+            ),
+            "indexes": sorted(
+                (ix["name"], str(ix["column_names"]), str(ix.get("expressions")), ix["unique"])
+                + tuple(sorted(f"{k}={v}" for k, v in ix.get("dialect_options", {}).items()))
+                for ix in insp.get_indexes(table)
+            ),
+        }
+    if engine.dialect.name == "postgresql":
+        found["sequences"] = sorted(insp.get_sequence_names())
+    return found
+
+
+def test_the_migrations_one_by_one_make_what_the_models_make(
+    empty_url: str, sync_engine: Engine
+) -> None:
+    """A new database is made from the models at once (``upgrade`` to head of an empty
+    one); a database migrated revision by revision is the same, columns in the same order,
+    and autogenerate finds no difference between the migrations and the models."""
+    upgrade(empty_url, "0001")
+    upgrade(empty_url)
+    assert current_revision(empty_url) == head_revision()
+    assert _user_tables(sync_engine) == TABLES
+    assert _diff(sync_engine, metadata) == []
+    one_by_one = _layout(sync_engine)
+    downgrade(empty_url, "base")
+    assert _user_tables(sync_engine) == set()
+    upgrade(empty_url)
+    assert _layout(sync_engine) == one_by_one
 
 
 def _shape(index: Index) -> tuple[str | None, tuple[str, ...]]:
@@ -309,11 +358,13 @@ _ID_COLUMNS = [("flow_instance", "id")] + [
 ]
 
 
-def _ids_and_types(engine: Engine) -> dict[str, tuple[list[str], str]]:
-    """Per table: its instance ids (as text, sorted) and the column's type name."""
+def _ids_and_types(engine: Engine, *, at_head: bool = False) -> dict[str, tuple[list[str], str]]:
+    """Per table (by its name before 0025): its instance ids (as text, sorted) and the
+    column's type name; ``at_head`` reads the tables under their names from 0025 on."""
     found = {}
     with engine.connect() as conn:
-        for table, column in _ID_COLUMNS:
+        for name, column in _ID_COLUMNS:
+            table = name if not at_head or name.startswith("flow_") else f"flow_{name}"
             ids = (
                 conn.execute(text(f"SELECT CAST({column} AS VARCHAR) FROM {table} ORDER BY 1"))
                 .scalars()
@@ -322,7 +373,7 @@ def _ids_and_types(engine: Engine) -> dict[str, tuple[list[str], str]]:
             kind = next(
                 str(c["type"]) for c in inspect(conn).get_columns(table) if c["name"] == column
             )
-            found[table] = (list(ids), kind)
+            found[name] = (list(ids), kind)
     return found
 
 
@@ -338,7 +389,7 @@ def test_0004_makes_ids_uuid_on_postgresql_and_drops_the_request_hash(
     assert all(found == (ids, "VARCHAR") for found in before.values())
     upgrade(empty_url)
     postgres = sync_engine.dialect.name == "postgresql"
-    after = _ids_and_types(sync_engine)
+    after = _ids_and_types(sync_engine, at_head=True)
     assert all(found == (ids, "UUID" if postgres else "VARCHAR") for found in after.values())
     columns = {c["name"] for c in inspect(sync_engine).get_columns("flow_instance")}
     assert "request_hash" not in columns and "idempotency_key" in columns

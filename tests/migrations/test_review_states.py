@@ -33,8 +33,8 @@ def engine(empty_url: str) -> Iterator[Engine]:
         made.dispose()
 
 
-def _columns(engine: Engine) -> set[str]:
-    return {c["name"] for c in inspect(engine).get_columns("review_item")}
+def _columns(engine: Engine, table: str = "flow_review_item") -> set[str]:
+    return {c["name"] for c in inspect(engine).get_columns(table)}
 
 
 async def test_0022_opens_the_items_written_before_it(empty_url: str, engine: Engine) -> None:
@@ -56,7 +56,7 @@ async def test_0022_opens_the_items_written_before_it(empty_url: str, engine: En
             ),
             {"id": instance_id, "at": at},
         )
-    assert not _COLUMNS & _columns(engine)
+    assert not _COLUMNS & _columns(engine, "review_item")
     upgrade(empty_url)
     assert _columns(engine) >= _COLUMNS
     store = make_async_engine(empty_url)
@@ -69,7 +69,7 @@ async def test_0022_opens_the_items_written_before_it(empty_url: str, engine: En
     finally:
         await store.dispose()
     downgrade(empty_url, "0019")
-    assert not _COLUMNS & _columns(engine)
+    assert not _COLUMNS & _columns(engine, "review_item")
     with engine.connect() as conn:
         assert conn.execute(text("SELECT id FROM review_item")).scalars().all() == ["r-1"]
     upgrade(empty_url)

@@ -93,6 +93,15 @@ EXPORTS = {
         "to_timedelta",
     ],
     "flowpark.testing": ["FlowHarness", "Scripted", "substitute"],
+    "flowpark.migrations": [
+        "TABLES",
+        "VERSION_TABLE",
+        "current_revision",
+        "downgrade",
+        "head_revision",
+        "include_name",
+        "upgrade",
+    ],
     "flowpark": [
         "AsyncClient",
         "Backoff",
