@@ -22,15 +22,15 @@ from sqlalchemy import (
     Table,
     Text,
 )
-from sqlmodel import SQLModel
 
+from flowpark.store.table_base import metadata
 from flowpark.store.types import InstanceId, UtcDateTime
 
 __all__ = ["CORRELATION", "PROVIDER", "PROVIDER_MINUTE"]
 
 PROVIDER = Table(
     "flow_provider",
-    SQLModel.metadata,
+    metadata,
     Column("name", String(), primary_key=True),
     Column("rate_per_second", Float(), nullable=False),
     Column("burst", Integer(), nullable=False),
@@ -50,7 +50,7 @@ PROVIDER = Table(
 
 PROVIDER_MINUTE = Table(
     "flow_provider_minute",
-    SQLModel.metadata,
+    metadata,
     Column("provider", String(), nullable=False),
     Column("minute", UtcDateTime(), nullable=False),
     Column("ok", Integer(), nullable=False),
@@ -62,7 +62,7 @@ PROVIDER_MINUTE = Table(
 
 CORRELATION = Table(
     "flow_correlation",
-    SQLModel.metadata,
+    metadata,
     Column("flow_name", String(), nullable=False, primary_key=True),
     Column("provider", String(), nullable=False, primary_key=True),
     Column("key", String(), nullable=False, primary_key=True),

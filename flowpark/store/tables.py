@@ -12,29 +12,37 @@ a database (and a PostgreSQL schema's namespace) with an application's own.
 from datetime import datetime
 from typing import Any
 
-from pydantic import ConfigDict
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Boolean,
     Column,
     Float,
     Identity,
     Index,
-    Integer,
     PrimaryKeyConstraint,
-    String,
     Text,
     UniqueConstraint,
     false,
     text,
 )
-from sqlmodel import Field, SQLModel
+from sqlmodel import Field
 
-from flowpark.store.types import InstanceId, UtcDateTime
+from flowpark.store.table_base import (
+    TABLE_CONFIG,
+    FlowparkTable,
+    Sequence64,
+    instance_id_field,
+    instant_field,
+    int_field,
+    json_field,
+    metadata,
+    sequence_field,
+    str_field,
+)
 
 __all__ = [
     "ACTIVE_STATES",
+    "FlowparkTable",
     "ConsoleSessionRow",
     "ENDED_WHERE",
     "IDEMPOTENCY_DIGEST_SQL",
@@ -62,14 +70,6 @@ ACTIVE_STATES = ("running", "suspended")
 ENDED_WHERE = "state IN ('completed', 'failed', 'cancelled')"
 #: The partial index of suspended instances waiting for anything but a poll's next attempt.
 WAITING_WHERE = "state = 'suspended' AND wake_kind <> 'poll'"
-
-metadata = SQLModel.metadata
-
-#: Every table's pydantic config. The store uses the tables' Core ``__table__`` only, so
-#: their validators and serializers are built on first use (``defer_build``), not at import.
-#: No ``from __future__ import annotations``: pydantic and SQLAlchemy's declarative scan
-#: would each evaluate every annotation string again (a quarter of this module's ~0.1 s).
-_TABLE: Any = ConfigDict(defer_build=True)  # SQLModel types it as its own TypedDict
 
 
 def idempotency_digest_sql(flow_name: str, key: str) -> str:
@@ -118,47 +118,10 @@ def include_in_compare(dialect: str) -> Any:
     return include
 
 
-# A 64-bit sequence that is still SQLite's INTEGER PRIMARY KEY (rowid alias, autoincrement).
-Sequence64 = BigInteger().with_variant(Integer(), "sqlite")
-
-
-def _json(name: str, *, nullable: bool = True) -> Any:
-    return Field(default=None, sa_column=Column(name, JSON(none_as_null=True), nullable=nullable))
-
-
-def _instant(name: str, *, nullable: bool = True) -> Any:
-    return Field(default=None, sa_column=Column(name, UtcDateTime(), nullable=nullable))
-
-
-def _str(name: str, *, nullable: bool = True, primary_key: bool = False) -> Any:
-    return Field(
-        default=None,
-        sa_column=Column(name, String(), nullable=nullable, primary_key=primary_key),
-    )
-
-
-def _instance_id(name: str, *, primary_key: bool = False) -> Any:
-    return Field(
-        default=None,
-        sa_column=Column(name, InstanceId(), nullable=False, primary_key=primary_key),
-    )
-
-
-def _int(name: str, *, nullable: bool = True) -> Any:
-    return Field(default=None, sa_column=Column(name, Integer(), nullable=nullable))
-
-
-def _sequence() -> Any:
-    return Field(
-        default=None,
-        sa_column=Column("sequence", Sequence64, primary_key=True, autoincrement=True),
-    )
-
-
-class FlowInstanceRow(SQLModel, table=True):
+class FlowInstanceRow(FlowparkTable, table=True):
     """``flow_instance``: one row per instance (see ``InstanceRecord`` for the meaning)."""
 
-    model_config = _TABLE
+    model_config = TABLE_CONFIG
     __tablename__ = "flow_instance"
     __table_args__ = (
         Index(
@@ -254,49 +217,49 @@ class FlowInstanceRow(SQLModel, table=True):
         ),
     )
 
-    id: str = _instance_id("id", primary_key=True)
-    flow_name: str = _str("flow_name", nullable=False)
-    flow_version: str = _str("flow_version", nullable=False)
-    state: str = _str("state", nullable=False)
-    input: dict[str, Any] | None = _json("input")
-    created_at: datetime = _instant("created_at", nullable=False)
-    updated_at: datetime = _instant("updated_at", nullable=False)
-    deadline_at: datetime | None = _instant("deadline_at")
-    wake_at: datetime | None = _instant("wake_at")
-    wake_step_id: int | None = _int("wake_step_id")
-    wake_scope: int | None = _int("wake_scope")
-    lease_owner: str | None = _str("lease_owner")
-    lease_expires_at: datetime | None = _instant("lease_expires_at")
+    id: str = instance_id_field("id", primary_key=True)
+    flow_name: str = str_field("flow_name", nullable=False)
+    flow_version: str = str_field("flow_version", nullable=False)
+    state: str = str_field("state", nullable=False)
+    input: dict[str, Any] | None = json_field("input")
+    created_at: datetime = instant_field("created_at", nullable=False)
+    updated_at: datetime = instant_field("updated_at", nullable=False)
+    deadline_at: datetime | None = instant_field("deadline_at")
+    wake_at: datetime | None = instant_field("wake_at")
+    wake_step_id: int | None = int_field("wake_step_id")
+    wake_scope: int | None = int_field("wake_scope")
+    lease_owner: str | None = str_field("lease_owner")
+    lease_expires_at: datetime | None = instant_field("lease_expires_at")
     fencing_token: int = Field(
         default=0,
         sa_column=Column(
             "fencing_token", BigInteger(), nullable=False, default=0, server_default=text("0")
         ),
     )
-    ending: str | None = _str("ending")
+    ending: str | None = str_field("ending")
     cancel_requested: bool = Field(
         default=False,
         sa_column=Column(
             "cancel_requested", Boolean(), nullable=False, default=False, server_default=false()
         ),
     )
-    result: Any = _json("result")
-    error_code: str | None = _str("error_code")
+    result: Any = json_field("result")
+    error_code: str | None = str_field("error_code")
     error_message: str | None = Field(default=None, sa_column=Column("error_message", Text()))
-    error_details: dict[str, Any] | None = _json("error_details")
-    instance_key: str | None = _str("instance_key")
-    try_step_id: int | None = _int("try_step_id")
-    try_scope: int | None = _int("try_scope")
-    try_number: int | None = _int("try_number")
-    try_started_at: datetime | None = _instant("try_started_at")
-    heartbeat_at: datetime | None = _instant("heartbeat_at")
-    heartbeat_value: Any = _json("heartbeat_value")
+    error_details: dict[str, Any] | None = json_field("error_details")
+    instance_key: str | None = str_field("instance_key")
+    try_step_id: int | None = int_field("try_step_id")
+    try_scope: int | None = int_field("try_scope")
+    try_number: int | None = int_field("try_number")
+    try_started_at: datetime | None = instant_field("try_started_at")
+    heartbeat_at: datetime | None = instant_field("heartbeat_at")
+    heartbeat_value: Any = json_field("heartbeat_value")
     # the request of a start with this key is the row's input and instance_key
-    idempotency_key: str | None = _str("idempotency_key")
+    idempotency_key: str | None = str_field("idempotency_key")
     # in the order the migrations added them: a new database is made from these models
-    wake_kind: str | None = _str("wake_kind")
+    wake_kind: str | None = str_field("wake_kind")
     # the start's W3C trace context; the deadlines stored with it (flowpark.store.carried)
-    trace_context: dict[str, Any] | None = _json("trace_context")
+    trace_context: dict[str, Any] | None = json_field("trace_context")
     # ended with a compensation that failed for good (listed in error_details)
     compensation_failed: bool = Field(
         default=False,
@@ -304,10 +267,10 @@ class FlowInstanceRow(SQLModel, table=True):
             "compensation_failed", Boolean(), nullable=False, default=False, server_default=false()
         ),
     )
-    carried: list[Any] | None = _json("carried")
+    carried: list[Any] | None = json_field("carried")
 
 
-class FlowStepRow(SQLModel, table=True):
+class FlowStepRow(FlowparkTable, table=True):
     """``flow_step``: the append-only journal (see ``StepRow``).
 
     Keyed by the execution's name ``(instance_id, step_id, scope, kind, try_number)``: one
@@ -319,7 +282,7 @@ class FlowStepRow(SQLModel, table=True):
     next rowid into it (``max(rowid) + 1`` in the file's one write transaction).
     """
 
-    model_config = _TABLE
+    model_config = TABLE_CONFIG
     __tablename__ = "flow_step"
     __table_args__ = (
         PrimaryKeyConstraint(
@@ -331,32 +294,32 @@ class FlowStepRow(SQLModel, table=True):
         default=None,
         sa_column=Column("sequence", Sequence64, Identity(), nullable=False),
     )
-    instance_id: str = _instance_id("instance_id")
-    step_id: int = _int("step_id", nullable=False)
-    scope: int = _int("scope", nullable=False)
-    kind: str = _str("kind", nullable=False)
-    capability_id: str = _str("capability_id", nullable=False)
-    outcome: str = _str("outcome", nullable=False)
-    try_number: int = _int("try_number", nullable=False)
-    step_values: dict[str, Any] | None = _json("values")
-    error_type: str | None = _str("error_type")
+    instance_id: str = instance_id_field("instance_id")
+    step_id: int = int_field("step_id", nullable=False)
+    scope: int = int_field("scope", nullable=False)
+    kind: str = str_field("kind", nullable=False)
+    capability_id: str = str_field("capability_id", nullable=False)
+    outcome: str = str_field("outcome", nullable=False)
+    try_number: int = int_field("try_number", nullable=False)
+    step_values: dict[str, Any] | None = json_field("values")
+    error_type: str | None = str_field("error_type")
     error_detail: str | None = Field(default=None, sa_column=Column("error_detail", Text()))
     final: bool = Field(
         default=False,
         sa_column=Column("final", Boolean(), nullable=False, default=False, server_default=false()),
     )
-    next_try_at: datetime | None = _instant("next_try_at")
-    started_at: datetime = _instant("started_at", nullable=False)
-    committed_at: datetime = _instant("committed_at", nullable=False)
+    next_try_at: datetime | None = instant_field("next_try_at")
+    started_at: datetime = instant_field("started_at", nullable=False)
+    committed_at: datetime = instant_field("committed_at", nullable=False)
     # a deadline row's end (``values`` then NULL; 0019); the deadlines written with a row
-    ends_at: datetime | None = _instant("ends_at")
-    carried: list[Any] | None = _json("carried")
+    ends_at: datetime | None = instant_field("ends_at")
+    carried: list[Any] | None = json_field("carried")
 
 
-class FlowSignalRow(SQLModel, table=True):
+class FlowSignalRow(FlowparkTable, table=True):
     """``flow_signal``: delivered signals; ``sequence`` is the arrival order."""
 
-    model_config = _TABLE
+    model_config = TABLE_CONFIG
     __tablename__ = "flow_signal"
     __table_args__ = (
         UniqueConstraint("id", name="uq_flow_signal_id"),
@@ -364,175 +327,75 @@ class FlowSignalRow(SQLModel, table=True):
         Index("ix_flow_signal_instance_id", "instance_id"),
     )
 
-    sequence: int | None = _sequence()
-    id: str = _str("id", nullable=False)
-    instance_id: str = _instance_id("instance_id")
-    name: str = _str("name", nullable=False)
-    payload: dict[str, Any] | None = _json("payload")
-    idempotency_key: str | None = _str("idempotency_key")
-    received_at: datetime = _instant("received_at", nullable=False)
-    taken_at: datetime | None = _instant("taken_at")
-    taken_step_id: int | None = _int("taken_step_id")
+    sequence: int | None = sequence_field()
+    id: str = str_field("id", nullable=False)
+    instance_id: str = instance_id_field("instance_id")
+    name: str = str_field("name", nullable=False)
+    payload: dict[str, Any] | None = json_field("payload")
+    idempotency_key: str | None = str_field("idempotency_key")
+    received_at: datetime = instant_field("received_at", nullable=False)
+    taken_at: datetime | None = instant_field("taken_at")
+    taken_step_id: int | None = int_field("taken_step_id")
     # false: the wait at ``taken_step_id`` refused it (its match did not hold); else null
     matched: bool | None = Field(default=None, sa_column=Column("matched", Boolean()))
     # set when the instance ended while the signal waited untaken: it will never be taken
-    discarded_at: datetime | None = _instant("discarded_at")
-    discarded_reason: str | None = _str("discarded_reason")
+    discarded_at: datetime | None = instant_field("discarded_at")
+    discarded_reason: str | None = str_field("discarded_reason")
 
 
-class SignalDeliveryRow(SQLModel, table=True):
+class SignalDeliveryRow(FlowparkTable, table=True):
     """``flow_signal_delivery``: the instance a signed signal's delivery id reached first; the
     id is unique per flow and signal across instances (a replay elsewhere is refused)."""
 
-    model_config = _TABLE
+    model_config = TABLE_CONFIG
     __tablename__ = "flow_signal_delivery"
     __table_args__ = (Index("ix_flow_signal_delivery_instance", "instance_id"),)
 
-    flow_name: str = _str("flow_name", nullable=False, primary_key=True)
-    signal_name: str = _str("signal_name", nullable=False, primary_key=True)
-    delivery_id: str = _str("delivery_id", nullable=False, primary_key=True)
-    instance_id: str = _instance_id("instance_id")
-    received_at: datetime = _instant("received_at", nullable=False)
+    flow_name: str = str_field("flow_name", nullable=False, primary_key=True)
+    signal_name: str = str_field("signal_name", nullable=False, primary_key=True)
+    delivery_id: str = str_field("delivery_id", nullable=False, primary_key=True)
+    instance_id: str = instance_id_field("instance_id")
+    received_at: datetime = instant_field("received_at", nullable=False)
 
 
-class ConsoleSessionRow(SQLModel, table=True):
+class ConsoleSessionRow(FlowparkTable, table=True):
     """``flow_console_session``: one console sign-in. It opens the console while not ended
     (sign-out), seen within the idle timeout, and its token (by fingerprint) configured."""
 
-    model_config = _TABLE
+    model_config = TABLE_CONFIG
     __tablename__ = "flow_console_session"
     __table_args__ = (Index("ix_flow_console_session_last_seen", "last_seen_at"),)
 
-    id: str = _str("id", nullable=False, primary_key=True)
-    token_fingerprint: str = _str("token_fingerprint", nullable=False)
-    created_at: datetime = _instant("created_at", nullable=False)
-    last_seen_at: datetime = _instant("last_seen_at", nullable=False)
-    ended_at: datetime | None = _instant("ended_at")
+    id: str = str_field("id", nullable=False, primary_key=True)
+    token_fingerprint: str = str_field("token_fingerprint", nullable=False)
+    created_at: datetime = instant_field("created_at", nullable=False)
+    last_seen_at: datetime = instant_field("last_seen_at", nullable=False)
+    ended_at: datetime | None = instant_field("ended_at")
 
 
-class OutboxEventRow(SQLModel, table=True):
-    """``flow_outbox_event``: domain events written by emit steps, for a publisher to relay."""
-
-    model_config = _TABLE
-    __tablename__ = "flow_outbox_event"
-    __table_args__ = (
-        UniqueConstraint("id", name="uq_flow_outbox_event_id"),
-        # events not yet relayed to the subscribers' deliveries (``published_at`` null)
-        Index(
-            "ix_flow_outbox_event_unpublished",
-            "sequence",
-            sqlite_where=text("published_at IS NULL"),
-            postgresql_where=text("published_at IS NULL"),
-        ),
-        Index("ix_flow_outbox_event_instance", "instance_id"),
-    )
-
-    sequence: int | None = _sequence()
-    id: str = _str("id", nullable=False)
-    instance_id: str = _instance_id("instance_id")
-    name: str = _str("name", nullable=False)
-    payload: dict[str, Any] | None = _json("payload")
-    created_at: datetime = _instant("created_at", nullable=False)
-    published_at: datetime | None = _instant("published_at")
-
-
-class EventDeliveryRow(SQLModel, table=True):
-    """``flow_event_delivery``: one outbox event's delivery to one subscriber.
-
-    ``state`` is ``pending`` (due at ``next_try_at``), ``delivered`` or ``failed`` (its
-    tries ran out). A node holds a pending delivery while it sends it (``claimed_by``,
-    until ``claimed_until``). ``event_sequence`` orders an instance's events: a delivery is
-    sent only once no earlier event of its instance is pending for the same subscriber.
-    """
-
-    model_config = _TABLE
-    __tablename__ = "flow_event_delivery"
-    __table_args__ = (
-        UniqueConstraint("subscriber", "event_id", name="uq_flow_event_delivery_event"),
-        Index(
-            "ix_flow_event_delivery_due",
-            "next_try_at",
-            sqlite_where=text("state = 'pending'"),
-            postgresql_where=text("state = 'pending'"),
-        ),
-        Index("ix_flow_event_delivery_instance", "instance_id", "subscriber", "event_sequence"),
-        Index("ix_flow_event_delivery_state", "state", "sequence"),
-    )
-
-    sequence: int | None = _sequence()
-    event_id: str = _str("event_id", nullable=False)
-    event_sequence: int = Field(
-        default=None, sa_column=Column("event_sequence", BigInteger(), nullable=False)
-    )
-    instance_id: str = _instance_id("instance_id")
-    subscriber: str = _str("subscriber", nullable=False)
-    state: str = _str("state", nullable=False)
-    tries: int = Field(
-        default=0,
-        sa_column=Column("tries", Integer(), nullable=False, server_default=text("0")),
-    )
-    next_try_at: datetime | None = _instant("next_try_at")
-    last_error: str | None = Field(default=None, sa_column=Column("last_error", Text()))
-    last_status: int | None = _int("last_status")
-    delivered_at: datetime | None = _instant("delivered_at")
-    claimed_by: str | None = _str("claimed_by")
-    claimed_until: datetime | None = _instant("claimed_until")
-    created_at: datetime = _instant("created_at", nullable=False)
-
-
-class ReviewItemRow(SQLModel, table=True):
-    """``flow_review_item``: the human review queue; ``state`` is ``open``, ``claimed``,
-    ``resolved`` or ``dismissed``, with who claimed and who closed an item, and when."""
-
-    model_config = _TABLE
-    __tablename__ = "flow_review_item"
-    __table_args__ = (
-        UniqueConstraint("id", name="uq_flow_review_item_id"),
-        Index("ix_flow_review_item_instance", "instance_id"),
-        Index("ix_flow_review_item_state", "state", "sequence"),
-    )
-
-    sequence: int | None = _sequence()
-    id: str = _str("id", nullable=False)
-    instance_id: str = _instance_id("instance_id")
-    subject: str = _str("subject", nullable=False)
-    reason: str = Field(default=None, sa_column=Column("reason", Text(), nullable=False))
-    details: dict[str, Any] | None = _json("details")
-    created_at: datetime = _instant("created_at", nullable=False)
-    state: str = Field(
-        default="open",
-        sa_column=Column("state", String(), nullable=False, server_default=text("'open'")),
-    )
-    claimed_by: str | None = _str("claimed_by")
-    claimed_at: datetime | None = _instant("claimed_at")
-    closed_by: str | None = _str("closed_by")
-    closed_at: datetime | None = _instant("closed_at")
-    note: str | None = Field(default=None, sa_column=Column("note", Text()))
-
-
-class FlowHeartbeatRow(SQLModel, table=True):
+class FlowHeartbeatRow(FlowparkTable, table=True):
     """``flow_heartbeat``: the latest checkpoint of each (instance, step, scope)."""
 
-    model_config = _TABLE
+    model_config = TABLE_CONFIG
     __tablename__ = "flow_heartbeat"
     __table_args__ = (
         PrimaryKeyConstraint("instance_id", "step_id", "scope", name="pk_flow_heartbeat"),
     )
 
-    instance_id: str = _instance_id("instance_id")
-    step_id: int = _int("step_id", nullable=False)
-    scope: int = _int("scope", nullable=False)
-    try_number: int = _int("try_number", nullable=False)
-    value: Any = _json("value")
-    recorded_at: datetime = _instant("recorded_at", nullable=False)
+    instance_id: str = instance_id_field("instance_id")
+    step_id: int = int_field("step_id", nullable=False)
+    scope: int = int_field("scope", nullable=False)
+    try_number: int = int_field("try_number", nullable=False)
+    value: Any = json_field("value")
+    recorded_at: datetime = instant_field("recorded_at", nullable=False)
 
 
-class FlowActionRow(SQLModel, table=True):
+class FlowActionRow(FlowparkTable, table=True):
     """``flow_action``: operator actions (wake, extend budget, cancel) in an instance's
     history, with the acting token's name and the engine-clock instant; a repeat of an
     action's ``Idempotency-Key`` on the same instance finds the first."""
 
-    model_config = _TABLE
+    model_config = TABLE_CONFIG
     __tablename__ = "flow_action"
     __table_args__ = (
         UniqueConstraint("id", name="uq_flow_action_id"),
@@ -542,43 +405,43 @@ class FlowActionRow(SQLModel, table=True):
         Index("ix_flow_action_instance", "instance_id", "sequence"),
     )
 
-    sequence: int | None = _sequence()
-    id: str = _str("id", nullable=False)
-    instance_id: str = _instance_id("instance_id")
-    action: str = _str("action", nullable=False)
-    actor: str = _str("actor", nullable=False)
-    acted_at: datetime = _instant("acted_at", nullable=False)
-    details: dict[str, Any] | None = _json("details")
-    idempotency_key: str | None = _str("idempotency_key")
+    sequence: int | None = sequence_field()
+    id: str = str_field("id", nullable=False)
+    instance_id: str = instance_id_field("instance_id")
+    action: str = str_field("action", nullable=False)
+    actor: str = str_field("actor", nullable=False)
+    acted_at: datetime = instant_field("acted_at", nullable=False)
+    details: dict[str, Any] | None = json_field("details")
+    idempotency_key: str | None = str_field("idempotency_key")
 
 
-class FlowStreamRow(SQLModel, table=True):
+class FlowStreamRow(FlowparkTable, table=True):
     """``flow_stream``: best-effort, size-bounded progress messages."""
 
-    model_config = _TABLE
+    model_config = TABLE_CONFIG
     __tablename__ = "flow_stream"
     __table_args__ = (Index("ix_flow_stream_read", "instance_id", "stream", "sequence"),)
 
-    sequence: int | None = _sequence()
-    instance_id: str = _instance_id("instance_id")
-    stream: str = _str("stream", nullable=False)
-    payload: Any = _json("payload")
-    size: int = _int("size", nullable=False)
-    created_at: datetime = _instant("created_at", nullable=False)
+    sequence: int | None = sequence_field()
+    instance_id: str = instance_id_field("instance_id")
+    stream: str = str_field("stream", nullable=False)
+    payload: Any = json_field("payload")
+    size: int = int_field("size", nullable=False)
+    created_at: datetime = instant_field("created_at", nullable=False)
 
 
-class FlowNodeRow(SQLModel, table=True):
+class FlowNodeRow(FlowparkTable, table=True):
     """``flow_node``: one liveness row per node process, written by the node itself every
     beat (``beat_seconds``): what it is and serves, and how its sweep went. A row not
     written for three beats, or marked ``stopped_at``, is a node that is not live."""
 
-    model_config = _TABLE
+    model_config = TABLE_CONFIG
     __tablename__ = "flow_node"
 
-    id: str = _str("id", nullable=False, primary_key=True)
-    role: str = _str("role", nullable=False)
-    version: str = _str("version", nullable=False)
-    flows: list[str] | None = _json("flows")
+    id: str = str_field("id", nullable=False, primary_key=True)
+    role: str = str_field("role", nullable=False)
+    version: str = str_field("version", nullable=False)
+    flows: list[str] | None = json_field("flows")
     sweeps: bool = Field(
         default=False,
         sa_column=Column(
@@ -588,12 +451,17 @@ class FlowNodeRow(SQLModel, table=True):
     beat_seconds: float = Field(
         default=10.0, sa_column=Column("beat_seconds", Float(), nullable=False)
     )
-    started_at: datetime = _instant("started_at", nullable=False)
-    seen_at: datetime = _instant("seen_at", nullable=False)
-    stopped_at: datetime | None = _instant("stopped_at")
-    last_sweep_at: datetime | None = _instant("last_sweep_at")
-    last_claimed: int | None = _int("last_claimed")
+    started_at: datetime = instant_field("started_at", nullable=False)
+    seen_at: datetime = instant_field("seen_at", nullable=False)
+    stopped_at: datetime | None = instant_field("stopped_at")
+    last_sweep_at: datetime | None = instant_field("last_sweep_at")
+    last_claimed: int | None = int_field("last_claimed")
 
 
 # the providers' tables (limits, tallies, correlation keys) register on the same metadata
+from flowpark.store.outbox_tables import (  # noqa: E402 - exported here too
+    EventDeliveryRow,
+    OutboxEventRow,
+    ReviewItemRow,
+)
 from flowpark.store.provider_tables import PROVIDER as _PROVIDER  # noqa: E402,F401

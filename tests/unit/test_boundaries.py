@@ -522,3 +522,15 @@ def test_the_api_and_the_console_import_ports_and_models_never_a_store_module(
         if name == "flowpark.store" or name.startswith("flowpark.store.")
     ]
     assert found == []
+
+
+def test_flowparks_tables_are_not_on_the_applications_sqlmodel_metadata() -> None:
+    """A host's ``SQLModel.metadata`` (its ``create_all``, its Alembic autogenerate) holds
+    its own tables only, with flowpark and its store imported."""
+    import sqlmodel
+
+    import flowpark.store.sql_store  # noqa: F401 - every table of flowpark's
+    from flowpark.store.tables import metadata
+
+    assert "flow_instance" in metadata.tables
+    assert not any(name.startswith("flow_") for name in sqlmodel.SQLModel.metadata.tables)

@@ -22,10 +22,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sqlmodel import SQLModel
-
-import flowpark.store.tables  # noqa: F401 - registers every table on SQLModel.metadata
+import flowpark.store.provider_tables  # noqa: F401 - registers the providers' tables
 from flowpark.settings import Settings
+from flowpark.store.tables import metadata
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("app", "flowpark")
@@ -292,7 +291,7 @@ def test_api_fields_say_attempt_for_polls_and_node_for_the_process() -> None:
 def test_columns_and_settings_never_say_attempt_and_node_only_for_the_process() -> None:
     columns = {
         f"{table.name}.{column.name}"
-        for table in SQLModel.metadata.tables.values()
+        for table in metadata.tables.values()
         for column in table.columns
         if _WORDS & set(column.name.split("_"))
     }
