@@ -304,3 +304,39 @@ async def test_two_uvicorn_workers_run_each_instance_once(store_url: str, tmp_pa
                 await eventually(done, timeout=60)
             for order in orders:
                 assert await _charges(http, order) == 1
+
+
+@pytest.mark.postgres
+async def test_a_start_in_the_hosts_transaction_lands_in_flowparks_own_schema(
+    pg_url: str,
+) -> None:
+    from sqlalchemy import create_engine, text
+
+    from flowpark.migrations import upgrade
+    from flowpark.store.db import sync_url
+
+    upgrade(pg_url, schema="flowpark")
+    order = _order()
+    with live_server(pg_url, app_factory=create_host, database_schema="flowpark") as server:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
+            started = (await http.post(f"/orders/{order}")).json()
+            await eventually(lambda: _completed(http, started["instanceId"]), timeout=30)
+            assert await _charges(http, order) == 1
+    engine = create_engine(sync_url(pg_url))
+    with engine.connect() as conn:
+        where = dict(
+            conn.execute(
+                text(
+                    "SELECT table_name, table_schema FROM information_schema.tables "
+                    "WHERE table_name IN ('flow_instance', 'test_order', 'outbox_event')"
+                )
+            ).all()
+        )
+        ours = conn.execute(
+            text("SELECT count(*) FROM flowpark.flow_instance WHERE id = :id"),
+            {"id": started["instanceId"]},
+        ).scalar_one()
+    engine.dispose()
+    # the team's tables in its schema, flowpark's in its own (a team's outbox_event beside)
+    assert where == {"flow_instance": "flowpark", "test_order": "public", "outbox_event": "public"}
+    assert ours == 1
