@@ -324,7 +324,7 @@ async def test_a_start_in_the_hosts_transaction_lands_in_flowparks_own_schema(
             assert await _charges(http, order) == 1
     engine = create_engine(sync_url(pg_url))
     with engine.connect() as conn:
-        where = dict(
+        where: dict[str, str] = dict(
             conn.execute(
                 text(
                     "SELECT table_name, table_schema FROM information_schema.tables "
