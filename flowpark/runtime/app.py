@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -29,6 +29,7 @@ from flowpark.redaction import register_secrets
 from flowpark.runtime.delivery import Deliverer
 from flowpark.runtime.heap import release_collector, settle_heap
 from flowpark.runtime.http import outbound_client
+from flowpark.runtime.jobs import NodeJobs
 from flowpark.runtime.liveness import NodeBeat
 from flowpark.runtime.loading import Deps, FlowSource, load_flows, register_flows
 from flowpark.runtime.logs import set_node_id
@@ -211,6 +212,8 @@ class _Workers:
     """The lifespan's running parts, each None until started; :meth:`stop` stops those
     started, the newest first."""
 
+    #: the node's one scheduler: every periodic job below is a job of it
+    jobs: NodeJobs = field(default_factory=NodeJobs)
     engine: Engine | None = None
     sweeper: Sweeper | None = None
     deliverer: Deliverer | None = None
@@ -241,6 +244,7 @@ class _Workers:
                 )
         if self.beat is not None:
             await self.beat.stop()
+        self.jobs.shutdown()
 
 
 def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
@@ -263,7 +267,7 @@ def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManage
             app.state.engine = engine
             app.state.db = db
             await log_unserved(engine.store.operator, wiring.catalog, wiring.clock.now())
-            wiring.telemetry.start(db, wiring.clock)
+            wiring.telemetry.start(db, wiring.clock, workers.jobs)
             app.state.deliveries = SqlDeliveries(db)
             app.state.delivery_ids = SqlDeliveryIds(db)
             _start_jobs(wiring, workers, db, app.state.deliveries)
@@ -273,7 +277,13 @@ def _lifespan(wiring: _Wiring) -> Callable[[FastAPI], AbstractAsyncContextManage
             app.state.console_sessions = SqlConsoleSessions(db)
             app.state.schema = SqlSchema(db, schema)
             workers.beat = NodeBeat(
-                nodes, wiring.clock, settings, wiring.catalog, "serve", workers.sweeper
+                nodes,
+                wiring.clock,
+                settings,
+                wiring.catalog,
+                "serve",
+                workers.sweeper,
+                jobs=workers.jobs,
             )
             await workers.beat.start()
             if settings.gc_freeze:
@@ -347,7 +357,7 @@ def _start_jobs(
     if not settings.run_sweeper:
         return
     assert workers.engine is not None
-    workers.sweeper = Sweeper(workers.engine, settings.timer_scan_interval)
+    workers.sweeper = Sweeper(workers.engine, settings.timer_scan_interval, jobs=workers.jobs)
     workers.sweeper.start()
     if settings.subscribers:
         workers.deliverer = Deliverer(
@@ -358,6 +368,7 @@ def _start_jobs(
             settings.node_id,
             settings,
             observer=wiring.telemetry.observer,
+            jobs=workers.jobs,
         )
         workers.deliverer.start()
     if settings.retention_period is not None:
@@ -367,6 +378,7 @@ def _start_jobs(
             settings.retention_period,
             batch=settings.retention_batch,
             interval_seconds=settings.retention_scan_seconds,
+            jobs=workers.jobs,
         )
         workers.purger.start()
 

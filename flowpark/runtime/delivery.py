@@ -31,13 +31,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from standardwebhooks.webhooks import Webhook
 
 from flowpark.engine.clock import Clock
 from flowpark.engine.ports.outbox import ClaimedDelivery, Deliveries
 from flowpark.flows.durations import RetryPolicy
 from flowpark.outages import OUTAGES, store_outage
+from flowpark.runtime.jobs import NodeJobs
 from flowpark.runtime.observe import NodeObserver
 from flowpark.settings import Settings, Subscriber
 
@@ -91,6 +91,7 @@ class Deliverer:
         *,
         batch: int = 50,
         observer: NodeObserver | None = None,
+        jobs: NodeJobs | None = None,
     ) -> None:
         self.store = store
         self.http = http
@@ -111,7 +112,9 @@ class Deliverer:
         self.observer = observer
         if observer is not None:
             observer.delivery_subscribers(self._names)
-        self.scheduler = AsyncIOScheduler(timezone=UTC)
+        #: the node's one scheduler (a scheduler of its own when built alone)
+        self.jobs = jobs or NodeJobs()
+        self._own_jobs = jobs is None
         self._running: set[asyncio.Task[Any]] = set()
         self._stopping = False  # stop() began: a run not yet begun never begins
 
@@ -215,7 +218,7 @@ class Deliverer:
 
     def start(self) -> None:
         """Run :meth:`run_once` every ``delivery_scan_seconds`` (one at a time)."""
-        self.scheduler.add_job(
+        self.jobs.add(
             self._tick,
             "interval",
             seconds=self.interval,
@@ -225,16 +228,16 @@ class Deliverer:
             misfire_grace_time=None,
             next_run_time=datetime.now(UTC),
         )
-        self.scheduler.start()
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
         """Stop: no new run; an in-flight one finishes (up to ``grace_seconds``)."""
         self._stopping = True
-        if self.scheduler.running:
-            self.scheduler.pause()
+        self.jobs.remove("flowpark.delivery")
         running = list(self._running)
         if running:
             await asyncio.wait(running, timeout=grace_seconds)
-        self.scheduler.shutdown(wait=False)
-        if running:
+            for task in running:  # what outlived the grace
+                task.cancel()
             await asyncio.gather(*running, return_exceptions=True)
+        if self._own_jobs:
+            self.jobs.shutdown()

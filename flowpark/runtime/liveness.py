@@ -11,11 +11,10 @@ from __future__ import annotations
 import logging
 from importlib.metadata import PackageNotFoundError, version
 
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
-
 from flowpark.engine.clock import Clock
 from flowpark.engine.ports.nodes import NodeRecord
 from flowpark.flows import Catalog
+from flowpark.runtime.jobs import NodeJobs
 from flowpark.runtime.scheduler import Sweeper
 from flowpark.settings import Settings
 from flowpark.store.nodes import SqlNodes
@@ -58,6 +57,7 @@ class NodeBeat:
         catalog: Catalog,
         role: str,
         sweeper: Sweeper | None,
+        jobs: NodeJobs | None = None,
     ) -> None:
         self.nodes = nodes
         self.clock = clock
@@ -68,7 +68,9 @@ class NodeBeat:
         self.version = flowpark_version()
         self.started_at = clock.now()
         self.interval = beat_seconds(settings)
-        self._scheduler: AsyncIOScheduler | None = None
+        #: the node's one scheduler (a scheduler of its own when built alone)
+        self.jobs = jobs or NodeJobs()
+        self._own_jobs = jobs is None
 
     def record(self, *, stopped: bool = False) -> NodeRecord:
         """This node's row as of now."""
@@ -98,8 +100,7 @@ class NodeBeat:
     async def start(self) -> None:
         """Write the row, then every :attr:`interval` seconds (on the running loop)."""
         await self.beat()
-        self._scheduler = AsyncIOScheduler(timezone="UTC")
-        self._scheduler.add_job(
+        self.jobs.add(
             self.beat,
             "interval",
             seconds=self.interval,
@@ -107,11 +108,10 @@ class NodeBeat:
             max_instances=1,
             coalesce=True,
         )
-        self._scheduler.start()
 
     async def stop(self) -> None:
         """Stop beating and mark the row stopped."""
-        if self._scheduler is not None and self._scheduler.running:
-            self._scheduler.shutdown(wait=False)
-        self._scheduler = None
+        self.jobs.remove("flowpark.liveness")
+        if self._own_jobs:
+            self.jobs.shutdown()
         await self.beat(stopped=True)

@@ -13,11 +13,10 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
-
 from flowpark.engine.clock import Clock
 from flowpark.engine.ports.outbox import Retention
 from flowpark.outages import OUTAGES, store_outage
+from flowpark.runtime.jobs import NodeJobs
 
 __all__ = ["Purger"]
 
@@ -43,13 +42,16 @@ class Purger:
         *,
         batch: int = 500,
         interval_seconds: float = 600.0,
+        jobs: NodeJobs | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.retention = retention
         self.batch = batch
         self.interval = interval_seconds
-        self.scheduler = AsyncIOScheduler(timezone=UTC)
+        #: the node's one scheduler (a scheduler of its own when built alone)
+        self.jobs = jobs or NodeJobs()
+        self._own_jobs = jobs is None
         self._running: set[asyncio.Task[Any]] = set()
         self._stopping = False  # stop() began: a run not yet begun never begins
 
@@ -86,7 +88,7 @@ class Purger:
     def start(self) -> None:
         """Run :meth:`run_once` every ``interval_seconds``, the first a minute after start
         (spread over the interval so that nodes started together do not all try at once)."""
-        self.scheduler.add_job(
+        self.jobs.add(
             self._tick,
             "interval",
             seconds=self.interval,
@@ -97,16 +99,16 @@ class Purger:
             misfire_grace_time=None,
             next_run_time=datetime.now(UTC) + timedelta(seconds=min(60.0, self.interval)),
         )
-        self.scheduler.start()
 
     async def stop(self, grace_seconds: float = 10.0) -> None:
         """Stop: no new run; a batch in flight finishes (up to ``grace_seconds``)."""
         self._stopping = True
-        if self.scheduler.running:
-            self.scheduler.pause()
+        self.jobs.remove("flowpark.retention")
         running = list(self._running)
         if running:
             await asyncio.wait(running, timeout=grace_seconds)
-        self.scheduler.shutdown(wait=False)
-        if running:
+            for task in running:  # what outlived the grace
+                task.cancel()
             await asyncio.gather(*running, return_exceptions=True)
+        if self._own_jobs:
+            self.jobs.shutdown()

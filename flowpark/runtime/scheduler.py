@@ -21,12 +21,14 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
-
 from flowpark.engine.node.engine import Engine
 from flowpark.outages import OUTAGES, store_outage
+from flowpark.runtime.jobs import NodeJobs
 
-__all__ = ["WAKE_GRANULARITY", "Sweeper"]
+__all__ = ["SWEEP_JOB", "WAKE_GRANULARITY", "Sweeper"]
+
+#: The sweep's job id (its in-process wakes are ``flowpark.sweep.wake.<instant>``).
+SWEEP_JOB = "flowpark.sweep"
 
 log = logging.getLogger("flowpark.sweep")
 
@@ -54,12 +56,20 @@ class Sweeper:
     """
 
     def __init__(
-        self, engine: Engine, interval_seconds: float, *, short_wakes: bool = True
+        self,
+        engine: Engine,
+        interval_seconds: float,
+        *,
+        short_wakes: bool = True,
+        jobs: NodeJobs | None = None,
     ) -> None:
         self.engine = engine
         self.interval = interval_seconds
         self.short_wakes = short_wakes
-        self.scheduler = AsyncIOScheduler(timezone="UTC")
+        #: the node's one scheduler (a scheduler of its own when built alone)
+        self.jobs = jobs or NodeJobs()
+        self._own_jobs = jobs is None
+        self.scheduler = self.jobs.scheduler
         self._slots: set[datetime] = set()
         self.wakes_scheduled = 0
         self._running: set[asyncio.Task[Any]] = set()
@@ -133,9 +143,9 @@ class Sweeper:
         after ``wake_at`` is near: an instance due just after the next scan would
         otherwise wait for the scan after it, so wakes before the scan after next (next
         scan + the interval with its jitter) are scheduled too."""
-        if not self.scheduler.running:
+        if not self.jobs.running or self._stopping:
             return
-        job = self.scheduler.get_job("flowpark.sweep")
+        job = self.jobs.get(SWEEP_JOB)
         next_scan = job.next_run_time if job is not None else None
         if (
             next_scan is not None
@@ -148,19 +158,24 @@ class Sweeper:
             return
         self._slots.add(slot)
         self.wakes_scheduled += 1
-        self.scheduler.add_job(
-            self._wake, "date", run_date=slot, args=[slot], misfire_grace_time=None
+        self.jobs.add(
+            self._wake,
+            "date",
+            run_date=slot,
+            args=[slot],
+            id=f"{SWEEP_JOB}.wake.{slot.timestamp():.3f}",
+            misfire_grace_time=None,
         )
 
     def start(self) -> None:
         """Start the sweep (and other periodic jobs) on the running event loop."""
         # the first sweep runs at once: a restarted node resumes overdue instances now
-        self.scheduler.add_job(
+        self.jobs.add(
             self.run_once,
             "interval",
             seconds=self.interval,
             jitter=max(self.interval * 0.1, 0.0),
-            id="flowpark.sweep",
+            id=SWEEP_JOB,
             max_instances=1,
             coalesce=True,
             misfire_grace_time=None,
@@ -168,7 +183,6 @@ class Sweeper:
         )
         if self.short_wakes and self._parked not in self.engine.wake_listeners:
             self.engine.wake_listeners.append(self._parked)
-        self.scheduler.start()
 
     async def stop(self, grace_seconds: float = STOP_GRACE_SECONDS) -> None:
         """Stop sweeping. Runs no new sweep, lets an in-flight one finish (up to
@@ -177,13 +191,14 @@ class Sweeper:
         if self._parked in self.engine.wake_listeners:
             self.engine.wake_listeners.remove(self._parked)
         self._stopping = True
-        if self.scheduler.running:
-            self.scheduler.pause()
+        self.jobs.remove(SWEEP_JOB)  # the sweep and its wakes: the node's other jobs go on
         self.engine.stop_claiming()  # a sweep in flight finishes what it started, no more
         running = [t for t in self._running if t is not asyncio.current_task()]
         if running:
             await asyncio.wait(running, timeout=grace_seconds)
-        self.scheduler.shutdown(wait=False)  # cancels whatever outlived the grace
-        if running:
+            for task in running:  # what outlived the grace
+                task.cancel()
             await asyncio.gather(*running, return_exceptions=True)
+        if self._own_jobs:
+            self.jobs.shutdown()
         self._slots.clear()

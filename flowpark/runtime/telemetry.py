@@ -14,12 +14,12 @@ import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from flowpark.engine.clock import Clock
 from flowpark.outages import OUTAGES, READY_TIMEOUT_SECONDS, store_outage
 from flowpark.runtime import tracing
+from flowpark.runtime.jobs import NodeJobs
 from flowpark.runtime.metrics import Metrics, mark_process_dead
 from flowpark.runtime.observe import NodeObserver
 from flowpark.settings import Settings
@@ -55,7 +55,8 @@ class Telemetry:
         provider = tracer_provider or tracing.provider_from_env(settings.node_id)
         self.tracing = tracing.Tracing(provider, settings.node_id) if provider else None
         self.observer = NodeObserver(self.metrics, self.tracing)
-        self._scheduler: AsyncIOScheduler | None = None
+        self._jobs: NodeJobs | None = None
+        self._own_jobs = False
         self._refreshing: asyncio.Future[None] | None = None
         self._first: asyncio.Future[None] | None = None
         self._unconfigured_seen = False  # pending deliveries of a subscriber now unknown
@@ -71,12 +72,14 @@ class Telemetry:
         if self.tracing is not None:
             self.tracing.instrument_app(app)
 
-    def start(self, db: AsyncEngine, clock: Clock) -> None:
-        """Refresh the gauges now and every ``metrics_refresh_seconds`` (APScheduler)."""
+    def start(self, db: AsyncEngine, clock: Clock, jobs: NodeJobs | None = None) -> None:
+        """Refresh the gauges now and every ``metrics_refresh_seconds``, a job of ``jobs``
+        (the node's one scheduler; default: one of its own)."""
         if self.metrics is None:
             return
-        self._scheduler = AsyncIOScheduler(timezone="UTC")
-        self._scheduler.add_job(
+        self._own_jobs = jobs is None
+        self._jobs = jobs or NodeJobs()
+        self._jobs.add(
             self.refresh,
             "interval",
             args=[db, clock],
@@ -85,7 +88,6 @@ class Telemetry:
             max_instances=1,
             coalesce=True,
         )
-        self._scheduler.start()
         # kept, so that stop() waits for it: a stop right after the start would otherwise
         # leave it to run after the database is disposed, on a connection nobody closes
         self._first = asyncio.ensure_future(self.refresh(db, clock))
@@ -94,8 +96,10 @@ class Telemetry:
         """Stop the refresh job (a refresh in flight or about to start ends first, or is
         cancelled after ``READY_TIMEOUT_SECONDS``: the database is disposed next); in
         multiprocess mode drop this process's live gauges."""
-        if self._scheduler is not None and self._scheduler.running:
-            self._scheduler.shutdown(wait=False)
+        if self._jobs is not None:
+            self._jobs.remove("flowpark.metrics")
+            if self._own_jobs:
+                self._jobs.shutdown()
         if pending := self._pending():
             await asyncio.wait(pending, timeout=READY_TIMEOUT_SECONDS)
             if late := self._pending():

@@ -16,6 +16,7 @@ from flowpark.redaction import register_secrets
 from flowpark.runtime.delivery import Deliverer
 from flowpark.runtime.heap import release_collector, settle_heap
 from flowpark.runtime.http import outbound_client
+from flowpark.runtime.jobs import NodeJobs
 from flowpark.runtime.liveness import NodeBeat
 from flowpark.runtime.loading import Deps, FlowSource, load_flows, register_flows
 from flowpark.runtime.logs import set_node_id
@@ -66,6 +67,7 @@ async def run_worker(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     deps = Deps(http, settings)
+    jobs = NodeJobs()  # the worker's one scheduler: every periodic job is a job of it
     try:
         catalog = Catalog()
         register_flows(catalog, load_flows(settings.flow_targets if flows is None else flows, deps))
@@ -73,12 +75,12 @@ async def run_worker(
         engine = node_engine(settings, db, catalog, SystemClock(), telemetry.observer)
         await log_unserved(engine.store.operator, catalog, engine.clock.now())
         clock = engine.clock
-        telemetry.start(db, clock)
+        telemetry.start(db, clock, jobs)
         if telemetry.metrics is not None and settings.metrics_port is not None:
             listener = _serve_metrics(telemetry, settings)
-        sweeper = Sweeper(engine, settings.timer_scan_interval)
+        sweeper = Sweeper(engine, settings.timer_scan_interval, jobs=jobs)
         sweeper.start()
-        beat = NodeBeat(SqlNodes(db), clock, settings, catalog, "worker", sweeper)
+        beat = NodeBeat(SqlNodes(db), clock, settings, catalog, "worker", sweeper, jobs=jobs)
         await beat.start()
         deliverer = None
         if settings.subscribers:
@@ -90,6 +92,7 @@ async def run_worker(
                 settings.node_id,
                 settings,
                 observer=telemetry.observer,
+                jobs=jobs,
             )
             deliverer.start()
         purger = None
@@ -101,6 +104,7 @@ async def run_worker(
                 retention,
                 batch=settings.retention_batch,
                 interval_seconds=settings.retention_scan_seconds,
+                jobs=jobs,
             )
             purger.start()
         if settings.gc_freeze:
@@ -131,6 +135,7 @@ async def run_worker(
             )
         await beat.stop()
     finally:
+        jobs.shutdown()
         if listener is not None:
             listener.shutdown()
             listener.server_close()

@@ -121,3 +121,37 @@ async def test_a_lifespan_ended_right_after_its_start_leaves_no_task_behind(
     # e.g. the gauges' first refresh, started with the telemetry: it must not run after the
     # lifespan disposed the database (a new pool and connection nobody closes)
     assert asyncio.all_tasks() - before == set()
+
+
+async def test_a_node_runs_every_periodic_job_on_one_scheduler(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+    started: list[AsyncIOScheduler] = []
+    start = AsyncIOScheduler.start
+
+    def counted(self: AsyncIOScheduler, *args: Any, **kwargs: Any) -> None:
+        started.append(self)
+        start(self, *args, **kwargs)
+
+    monkeypatch.setattr(AsyncIOScheduler, "start", counted)
+    settings = server_settings(
+        store_url,
+        "http://127.0.0.1:9",
+        retention="P30D",
+        subscribers=[
+            {"name": "audit", "url": "http://127.0.0.1:9/hook", "secret": "whsec_" + "A" * 32}
+        ],
+    )
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        jobs = {job.id for job in started[0].get_jobs()}
+    assert len(started) == 1, started
+    assert {"flowpark.sweep", "flowpark.delivery", "flowpark.retention"} <= jobs
+    assert "flowpark.liveness" in jobs
+    assert "flowpark.metrics" in jobs
+    assert started[0].get_jobs() == []  # each part removed its jobs as it stopped
+    # shut down with the node (APScheduler shuts an asyncio scheduler down on the loop's
+    # next turn)
+    await eventually(lambda: not started[0].running, timeout=5, what="the scheduler shut down")
