@@ -51,6 +51,7 @@ from flowpark.embedding.client import LocalClient, Transaction, client_error
 from flowpark.embedding.openapi import merge_openapi
 from flowpark.engine.clock import Clock
 from flowpark.engine.node.engine import Engine
+from flowpark.engine.records import NewInstance
 from flowpark.errors import EmbeddingInvalid, NotReady
 from flowpark.runtime.app import create_app
 from flowpark.runtime.loading import FlowSource
@@ -291,24 +292,24 @@ class Flowpark:
         (``client: Annotated[LocalClient, Depends(fp.get_client)]``)."""
         return self.client
 
-    def run_soon(self, instance_id: str) -> None:
+    def run_soon(self, new: NewInstance) -> None:
         """Run an instance started in a caller's transaction once it committed: claim it
         and advance it on this node (from any thread; a no-op when flowpark is not running:
         the sweep runs it then)."""
         loop = self._loop
         if loop is None or loop.is_closed():
             return
-        loop.call_soon_threadsafe(self._spawn, instance_id)
+        loop.call_soon_threadsafe(self._spawn, new)
 
-    def _spawn(self, instance_id: str) -> None:
+    def _spawn(self, new: NewInstance) -> None:
         if self._loop is None:
             return
-        task = asyncio.ensure_future(self._run_started(instance_id))
+        task = asyncio.ensure_future(self._run_committed(new))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run_started(self, instance_id: str) -> None:
+    async def _run_committed(self, new: NewInstance) -> None:
         try:
-            await self.engine().wake(instance_id)
+            await self.engine().run_committed(new)
         except Exception:  # the sweep runs it: it is durable and its lease expired
-            log.exception("instance %s started in a transaction did not run now", instance_id)
+            log.exception("instance %s started in a transaction did not run now", new.id)

@@ -46,7 +46,7 @@ from flowpark.api.views import instance_view
 from flowpark.client.errors import ProblemError, problem_error
 from flowpark.engine.node.engine import Engine
 from flowpark.engine.ports.operator import InstanceFilter
-from flowpark.engine.records import InstanceState
+from flowpark.engine.records import InstanceState, NewInstance
 from flowpark.errors import (
     FlowNotFound,
     FlowparkError,
@@ -74,7 +74,7 @@ class Owner(Protocol):
         """The running engine. Raises NotReady (``not_ready``) before the start."""
         ...
 
-    def run_soon(self, instance_id: str) -> None:
+    def run_soon(self, new: NewInstance) -> None:
         """Run an instance started in a caller's transaction once it committed."""
         ...
 
@@ -227,7 +227,7 @@ class LocalClient:
             self._check_database(conn.engine.url)
             record, created = await insert_in(conn, new, self._owner.schema_map)
             if created and isinstance(session, AsyncSession):
-                self._wake_after_commit(session.sync_session, record.id)
+                self._wake_after_commit(session.sync_session, new)
             return start_answer(plan, record, self._owner.prefix)
 
     def start_sync(
@@ -264,7 +264,7 @@ class LocalClient:
             self._check_database(conn.engine.url)
             record, created = insert_in_sync(conn, new, self._owner.schema_map)
             if created and isinstance(session, Session):
-                self._wake_after_commit(session, record.id)
+                self._wake_after_commit(session, new)
             return start_answer(plan, record, self._owner.prefix)
 
     def _prepare(
@@ -274,7 +274,7 @@ class LocalClient:
         body: Any,
         idempotency_key: str | None,
         instance_key: str | None,
-    ) -> Any:
+    ) -> NewInstance:
         if plan.profile is Profile.EPHEMERAL:
             raise TransactionNotShared(
                 f"{plan.name} is ephemeral: it writes no row, so it cannot start in a "
@@ -296,10 +296,10 @@ class LocalClient:
                 database=shown,
             )
 
-    def _wake_after_commit(self, session: Session, instance_id: str) -> None:
-        """Run ``instance_id`` on this node once ``session``'s transaction commits; forget
-        it on rollback (nothing was written)."""
-        session.info.setdefault(_PENDING, []).append(instance_id)
+    def _wake_after_commit(self, session: Session, new: NewInstance) -> None:
+        """Run ``new`` on this node once ``session``'s transaction commits; forget it on
+        rollback (nothing was written)."""
+        session.info.setdefault(_PENDING, []).append(new)
         if session.info.get(_HOOKED):
             return
         session.info[_HOOKED] = True

@@ -194,6 +194,16 @@ class Engine:
         data = model.model_dump(mode="json", by_alias=True)
         return outside.new_instance(self, plan, data, idempotency_key, instance_key, leased=False)
 
+    async def run_committed(self, new: NewInstance) -> RunOutcome | None:
+        """Run an instance a caller's transaction wrote (:meth:`prepare_start`) once it
+        committed: claim it and advance it until it parks or ends.
+
+        Returns:
+            The run's outcome; None when it was not claimable (another node's sweep took it
+            first, or it was never committed).
+        """
+        return await outside.run_committed(self, new)
+
     # -- sweeping ----------------------------------------------------------------------
     async def sweep(
         self, *, limit: int | None = None, again: Callable[[], bool] | None = None

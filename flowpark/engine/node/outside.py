@@ -43,6 +43,7 @@ __all__ = [
     "cancel",
     "deliver",
     "new_instance",
+    "run_committed",
     "start",
     "wake",
 ]
@@ -192,6 +193,40 @@ async def _first_advance(
     if outcome is not None and outcome.instance is not None:
         return outcome.instance  # as the run left it: no read back
     return await engine.store.reads.get_instance(record.id)
+
+
+async def run_committed(engine: NodeEngine, new: NewInstance) -> RunOutcome | None:
+    """Claim and advance an instance a caller's transaction wrote and committed
+    (:meth:`flowpark.engine.Engine.prepare_start`): one claim, and no load (the run starts
+    from what the start wrote, as a start's own first advance does; a signal sent meanwhile
+    is read by the walk before it waits).
+
+    Returns:
+        The run's outcome; None when the instance was not claimable (another node's sweep
+        took it first, or the transaction never committed it).
+    """
+    now = engine.clock.now()
+    owner, lease_until = engine.config.node_id, now + engine.lease
+    claim = await engine.store.runs.claim(new.id, owner, now, lease_until)
+    if claim is None:
+        return None
+    record = InstanceRecord(  # as the claim left the row the start wrote: no read back
+        id=new.id,
+        flow_name=new.flow_name,
+        flow_version=new.flow_version,
+        state=InstanceState.RUNNING,
+        input=new.input,
+        created_at=new.created_at,
+        updated_at=new.created_at,
+        deadline_at=new.deadline_at,
+        lease_owner=owner,
+        lease_expires_at=lease_until,
+        fencing_token=claim.fencing_token,
+        instance_key=new.instance_key,
+        trace_context=new.trace_context,
+    )
+    claim = Claim(new.id, claim.fencing_token, Snapshot(record, list(new.steps), []))
+    return await engine.runs.advance(claim, gated=False)
 
 
 async def wake(engine: NodeEngine, instance_id: str, *, woken: bool = False) -> RunOutcome | None:
