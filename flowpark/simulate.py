@@ -181,14 +181,8 @@ def _unbounded(provider: Provider) -> Provider:
     pauses the provider for every sampled instance, as it does for every instance."""
     key = f"{provider.name}:{provider.floor_ratio}"
     if key not in _UNBOUNDED:
-        _UNBOUNDED[key] = replace(
-            provider,
-            rate_per_second=MAX_RATE,
-            burst=MAX_BURST,
-            max_in_flight=None,
-            limit=None,
-            per=None,
-        )
+        unbounded: dict[str, Any] = {"rate_per_second": MAX_RATE, "burst": MAX_BURST}
+        _UNBOUNDED[key] = replace(provider, **unbounded, max_in_flight=None, limit=None, per=None)
     return _UNBOUNDED[key]
 
 
