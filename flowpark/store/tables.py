@@ -146,6 +146,14 @@ def _int(name: str, *, nullable: bool = True) -> Any:
     return Field(default=None, sa_column=Column(name, Integer(), nullable=nullable))
 
 
+def _flag(name: str) -> Any:
+    """A boolean, false unless set."""
+    column: Column[bool] = Column(
+        name, Boolean(), nullable=False, default=False, server_default=false()
+    )
+    return Field(default=False, sa_column=column)
+
+
 def _sequence() -> Any:
     return Field(
         default=None,
@@ -273,27 +281,13 @@ class FlowInstanceRow(SQLModel, table=True):
         ),
     )
     ending: str | None = _str("ending")
-    cancel_requested: bool = Field(
-        default=False,
-        sa_column=Column(
-            "cancel_requested", Boolean(), nullable=False, default=False, server_default=false()
-        ),
-    )
+    cancel_requested: bool = _flag("cancel_requested")
     result: Any = _json("result")
     error_code: str | None = _str("error_code")
     error_message: str | None = Field(default=None, sa_column=Column("error_message", Text()))
     error_details: dict[str, Any] | None = _json("error_details")
     # ended with a compensation that failed for good (listed in error_details)
-    compensation_failed: bool = Field(
-        default=False,
-        sa_column=Column(
-            "compensation_failed",
-            Boolean(),
-            nullable=False,
-            default=False,
-            server_default=false(),
-        ),
-    )
+    compensation_failed: bool = _flag("compensation_failed")
     instance_key: str | None = _str("instance_key")
     try_step_id: int | None = _int("try_step_id")
     try_scope: int | None = _int("try_scope")
@@ -306,6 +300,9 @@ class FlowInstanceRow(SQLModel, table=True):
     # the start's W3C trace context; the deadlines stored with it (flowpark.store.carried)
     trace_context: dict[str, Any] | None = _json("trace_context")
     carried: list[Any] | None = _json("carried")
+    # an operator woke it: its next claim runs the wait it is parked on now (a bulk wake
+    # writes it; a park clears it, unless it defers the woken try; migration 0025)
+    woken: bool = _flag("woken")
 
 
 class FlowStepRow(SQLModel, table=True):
