@@ -334,6 +334,8 @@ def _bulk(
             totals["matched"] += page["matched"]
             totals["acted"] += page["acted"]
             totals["skipped"] += page["skipped"]
+            if page.get("queued"):  # wakes recorded: the sweep runs them
+                totals["queued"] = True
             progress.update(task, advance=page["acted"])
             cursor = page["nextCursor"]
             if cursor is None:
@@ -400,10 +402,16 @@ def _act(
         )
     else:
         left = totals.get("counted", totals["matched"]) - totals["actionable"]
+        queued = totals.get("queued") and totals["acted"]
         out.print(
             f"{action}: {totals['acted']} acted on, {totals['skipped']} skipped "
             f"of {totals['matched']} matching"
             + (f"; {left} in a state {action} does not act on" if left > 0 else "")
+            + (
+                "; the wakes are recorded: the sweep runs them at each provider's pace"
+                if queued
+                else ""
+            )
         )
 
 
@@ -438,8 +446,9 @@ def wake(
     as_json: AsJson = False,
 ) -> None:
     """Wake one parked instance now (its next attempt runs at once), or every instance the
-    filters select (a progress bar; --dry-run counts them); --all, and no filter, selects
-    every instance."""
+    filters select (a progress bar; --dry-run counts them): their wakes are recorded at once
+    and the sweep runs them at each provider's pace; --all, and no filter, selects every
+    instance."""
     _act("wake", instance_id, url, token, filters, every, batch, dry_run, key, as_json)
 
 
