@@ -35,6 +35,7 @@ from flowpark.cli._client import (
     usage_error,
     with_filters,
 )
+from flowpark.cli.consoles import json_text
 from flowpark.cli.times import DURATION_HELP, duration_seconds
 
 __all__ = ["instances_app"]
@@ -258,7 +259,7 @@ def show(
             if now != seen:
                 seen = now
                 if as_json:
-                    typer.echo(json.dumps(view, ensure_ascii=False))
+                    typer.echo(json_text(view, indent=None))
                 else:
                     out.print(
                         f"{_short(view['updatedAt'])}  {view['state']}  {_waiting(view)}  "
