@@ -18,20 +18,45 @@ Refused, once percent-decoded and read as UTF-8:
 The problem's ``errors`` say where: ``{"loc": ["query", "flow"], "msg": ..., "type":
 "string_unstorable"}`` (``["path"]``, ``["header", "<name>"]``), the same ``type`` a body's
 unstorable string gets.
+
+The same rule holds for the free text a request stores (a review's note, an instance key):
+it may hold no control character - C0 (U+0000-U+001F), DEL (U+007F), C1 (U+0080-U+009F) -
+which a terminal reads as a command (ESC and U+009B begin escape sequences; OSC can set a
+window title or a clipboard), except a tab and a line feed in text made of lines (a note).
+:func:`control_in` finds one, :func:`controls_pattern` states the rule as the JSON-schema
+``pattern`` the OpenAPI document gives those fields (both from one list of code points), and
+:data:`NoteText` and :data:`LineText` apply it to a request model's field (422
+``input_invalid``).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
+from dataclasses import dataclass
+from typing import Annotated, Any
 from urllib.parse import unquote_to_bytes
 
+from pydantic import AfterValidator, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flowpark.api.problems import problem
 from flowpark.errors import ErrorCode
 
-__all__ = ["RULE", "InputHygiene", "unreadable"]
+__all__ = [
+    "LINES",
+    "RULE",
+    "TEXT_RULE",
+    "InputHygiene",
+    "LineText",
+    "NoteText",
+    "control_in",
+    "controls_pattern",
+    "unreadable",
+]
 
 #: Unicode categories refused: control characters and surrogates.
 _REFUSED = frozenset({"Cc", "Cs"})
@@ -46,6 +71,78 @@ RULE = (
 )
 #: Longest name of a query parameter or header shown in a problem's ``loc``.
 _SHOWN = 80
+#: The control characters text made of lines (a note) may hold: a tab and a line feed.
+LINES = "\t\n"
+#: The rule for stored free text, as a refusal states it.
+TEXT_RULE = (
+    "stored text may hold no control character (U+0000-U+001F, U+007F-U+009F; a note may "
+    "hold a tab and a line feed)"
+)
+#: Every control character (Unicode category Cc): C0, DEL and C1.
+_CONTROLS = tuple(c for c in range(0xA0) if unicodedata.category(chr(c)) == "Cc")
+
+
+@functools.cache
+def _refused_class(allowed: str) -> str:
+    """The regex class body of the control characters not in ``allowed``, as ranges of
+    ``\\xHH`` escapes (read alike by Python's ``re`` and ECMA-262, JSON Schema's dialect)."""
+    codes = [c for c in _CONTROLS if chr(c) not in allowed]
+    ranges: list[list[int]] = []
+    for code in codes:
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1][1] = code
+        else:
+            ranges.append([code, code])
+    return "".join(f"\\x{a:02x}" if a == b else f"\\x{a:02x}-\\x{b:02x}" for a, b in ranges)
+
+
+def controls_pattern(allowed: str = "") -> str:
+    """The JSON-schema ``pattern`` of text with no control character but those in
+    ``allowed`` (e.g. ``^[^\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f]*$`` for :data:`LINES`)."""
+    return f"^[^{_refused_class(allowed)}]*$"
+
+
+@functools.cache
+def _finder(allowed: str) -> re.Pattern[str]:
+    return re.compile(f"[{_refused_class(allowed)}]")
+
+
+def control_in(text: str, allowed: str = "") -> str | None:
+    """The first control character of ``text`` not in ``allowed``, or None (the rule
+    :func:`controls_pattern` states)."""
+    found = _finder(allowed).search(text)
+    return None if found is None else found.group()
+
+
+def _checked(allowed: str) -> Any:
+    def check(value: str) -> str:
+        found = control_in(value, allowed)
+        if found is not None:
+            raise ValueError(f"holds U+{ord(found):04X} (a control character): {TEXT_RULE}")
+        return value
+
+    return check
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    """Gives a string's JSON schema the ``pattern`` of its rule."""
+
+    pattern: str
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        schema = handler(core_schema)
+        schema["pattern"] = self.pattern
+        return schema
+
+
+#: A request's stored text made of lines (a note): no control character but a tab and a
+#: line feed (422 ``input_invalid``), stated as its schema's ``pattern``.
+NoteText = Annotated[str, AfterValidator(_checked(LINES)), _Pattern(controls_pattern(LINES))]
+#: A request's stored one-line text (a key): no control character at all.
+LineText = Annotated[str, AfterValidator(_checked("")), _Pattern(controls_pattern())]
 
 
 def unreadable(raw: bytes, *, header: bool = False) -> str | None:

@@ -25,6 +25,7 @@ from fastapi.routing import APIRoute
 from starlette.responses import Response
 
 from flowpark.api.auth import is_token_check
+from flowpark.api.hygiene import controls_pattern
 from flowpark.errors import (
     IdempotencyKeyInvalid,
     IdempotencyKeyMissing,
@@ -362,9 +363,11 @@ INSTANCE_KEY_SCHEMA: dict[str, Any] = {
     "type": "string",
     "minLength": 1,
     "maxLength": MAX_KEY,
+    "pattern": controls_pattern(),
     "description": (
         "A business id unique per flow among its running and suspended instances: a start "
         "with a key that one of them holds answers 409 `instance_key_in_use` (or that "
-        "instance, when the Idempotency-Key and body match). Not part of the flow's input."
+        "instance, when the Idempotency-Key and body match). No control character. Not "
+        "part of the flow's input."
     ),
 }

@@ -304,8 +304,11 @@ read-only reference. Bodies are JSON with camelCase names, sent with
 `code`; each operation lists its codes by status. A path with a trailing slash names no route
 (404 `not_found`); nothing redirects. Every operation refuses, before routing, a path, query
 parameter or header value that holds a control character (U+0000-U+001F, U+007F-U+009F; a
-header value may hold a tab) or a lone surrogate: 422 `input_invalid`. A query parameter typed
-`integer` takes decimal digits only (`after=0.0` is 422 `input_invalid`).
+header value may hold a tab) or a lone surrogate: 422 `input_invalid`. The free text a body
+gives to be stored (a review's `note`, a start's `instanceKey`) holds no control character
+either (a note may hold a tab and a line feed): 422 `input_invalid`; each such field's schema
+states the rule as its `pattern`. A query parameter typed `integer` takes decimal digits only
+(`after=0.0` is 422 `input_invalid`).
 """
 
 

@@ -32,6 +32,7 @@ from flowpark.api.models import (
 )
 from flowpark.api.openapi import problem_responses
 from flowpark.api.views import API
+from flowpark.api.wakes import record_wakes
 from flowpark.engine.ports.operator import InstanceFilter, OperatorReads
 from flowpark.engine.records import InstanceState, WakeKind
 from flowpark.errors import BulkFilterMissing, ErrorCode, FlowparkError
@@ -85,17 +86,6 @@ _KEY_DOC = (
 _CANCEL_REF = "#/components/schemas/CancelAnswer"
 
 
-def _not_woken(state: InstanceState | None, reason: str | None) -> str:
-    """The code of a wake that did nothing: the instance waits for a signal
-    (``waits_for_signal``), has ended since it was listed (``instance_ended``), or a node
-    runs it now (``instance_busy``: the sweep took it between the list and the wake)."""
-    if state is not None and state.ended:
-        return ErrorCode.INSTANCE_ENDED
-    if state is InstanceState.SUSPENDED and reason is not None and "signal" in reason:
-        return ErrorCode.WAITS_FOR_SIGNAL
-    return ErrorCode.INSTANCE_BUSY
-
-
 def build_operator_router() -> APIRouter:
     """``POST /api/v1/instances/actions`` (bulk), and ``/instances/{instance_id}/wake``,
     ``/budget``, ``/cancel`` and ``/compensations/retry``."""
@@ -122,12 +112,17 @@ def build_operator_router() -> APIRouter:
         `bulk_filter_missing`, unless the body says `"all": true`. `dryRun: true` acts on
         none and answers how many match (`matched`). Otherwise at most `limit` instances
         (1-1000, default 100) are taken in the list's order, from `cursor` on, and each is
-        acted on as by its own route (recorded in its history; ended ones and ones not
+        acted on (recorded in its history with who and when; ended ones and ones not
         parked are skipped); the answer counts them (`acted`, `skipped`), lists each
         (`results`) and gives `nextCursor` to continue with (null once the filter's
-        instances are all visited). With an `Idempotency-Key`, each instance's action is
-        idempotent by that key, so a retried batch acts on none twice (an instance the
-        first batch still acts on is skipped with code `action_in_progress`)."""
+        instances are all visited). A cancel acts as its own route does. A wake is
+        recorded and answered at once (`queued: true`, each acted one with status 202):
+        the instance is marked woken and due now, and the sweep runs the wait it is parked
+        on (a poll's next attempt, a retry's next try) at its next pass, at its provider's
+        pace, so a batch of a limited provider's instances answers without waiting for
+        the provider. With an `Idempotency-Key`, each instance's action is idempotent by
+        that key, so a retried batch acts on none twice (an instance the first batch still
+        acts on is skipped with code `action_in_progress`)."""
         key = idempotency_header(idempotency_key, required=False)
         if body.filter.is_empty() and not body.all_:
             raise BulkFilterMissing(
@@ -145,13 +140,26 @@ def build_operator_router() -> APIRouter:
                 action=body.action, dry_run=True, matched=matched, actionable=actionable, acted=0
             )
         page = await reads.list_instances(where, limit=body.limit, after=after)
+        next_cursor = encode_cursor(page.after) if page.after else None
+        if body.action == "wake":
+            woken = await record_wakes(engine, token, page.rows, key)
+            acted = sum(1 for r in woken if r.outcome == "acted")
+            return BulkAnswer(
+                action=body.action,
+                dry_run=False,
+                matched=len(page.rows),
+                acted=acted,
+                skipped=len(woken) - acted,
+                queued=True,
+                results=woken,
+                next_cursor=next_cursor,
+            )
         results: list[BulkResult] = []
         acted = skipped = 0
-        act = wake if body.action == "wake" else cancel
         for row in page.rows:
             per_key = f"bulk:{key}" if key else None
             try:
-                status, answer = await act(engine, token, row.id, per_key)
+                status, answer = await cancel(engine, token, row.id, per_key)
             except FlowparkError as exc:
                 # ended or gone since it was listed (a repeat of the batch's key answers
                 # the first refusal again), or the first batch still acts on it
@@ -160,22 +168,9 @@ def build_operator_router() -> APIRouter:
                 skipped += 1
                 results.append(BulkResult(instance_id=row.id, outcome="skipped", code=exc.code))
                 continue
-            woken = getattr(answer, "woken", True)
-            done = True if woken is None else woken
-            acted += 1 if done else 0
-            skipped += 0 if done else 1
+            acted += 1
             results.append(
-                BulkResult(
-                    instance_id=row.id,
-                    outcome="acted" if done else "skipped",
-                    state=answer.state,
-                    status=status,
-                    # every skip says why: the sweep took it since it was listed (running),
-                    # or it waits for a signal
-                    code=None
-                    if done
-                    else _not_woken(answer.state, getattr(answer, "reason", None)),
-                )
+                BulkResult(instance_id=row.id, outcome="acted", state=answer.state, status=status)
             )
         return BulkAnswer(
             action=body.action,
@@ -184,7 +179,7 @@ def build_operator_router() -> APIRouter:
             acted=acted,
             skipped=skipped,
             results=results,
-            next_cursor=encode_cursor(page.after) if page.after else None,
+            next_cursor=next_cursor,
         )
 
     @router.post(

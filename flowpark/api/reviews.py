@@ -16,13 +16,14 @@ from fastapi import APIRouter, Body, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from flowpark.api.deps import EngineDep, OperateToken, ReadToken
+from flowpark.api.hygiene import LINES, TEXT_RULE, NoteText, control_in
 from flowpark.api.inputs import MAX_SEQUENCE, JsonBodyRoute, check_instance_id
 from flowpark.api.models import ReviewView
 from flowpark.api.openapi import problem_responses
 from flowpark.api.views import API, review_view
 from flowpark.engine.node.engine import Engine
 from flowpark.engine.ports.reviews import ReviewAct, ReviewFilter, ReviewState, ReviewVerb
-from flowpark.errors import ErrorCode, InstanceNotFound, ReviewNotFound
+from flowpark.errors import ErrorCode, InputInvalid, InstanceNotFound, ReviewNotFound
 
 __all__ = ["ReviewNote", "act_on_review", "build_reviews_router", "review_filter"]
 
@@ -45,7 +46,12 @@ class ReviewNote(BaseModel):
         extra="forbid", json_schema_extra={"examples": [{"note": "re-ran the OCR by hand"}]}
     )
 
-    note: str | None = Field(None, max_length=NOTE_CHARS, description="What was done, and why.")
+    note: NoteText | None = Field(
+        None,
+        max_length=NOTE_CHARS,
+        description="What was done, and why: text of lines, with no control character but "
+        "a tab and a line feed.",
+    )
 
 
 _NO_NOTE = ReviewNote(note=None)
@@ -73,9 +79,18 @@ async def act_on_review(
 
     Raises:
         ReviewNotFound, ReviewClosed, ReviewClaimed: see the module docstring.
+        InputInvalid: the note holds a control character other than a tab or a line feed
+            (422; the console's form posts here as the API does).
     """
     if len(review_id) > _TEXT:
         raise ReviewNotFound("no review with such an id", review_id=review_id[:_TEXT])
+    found = control_in(note or "", LINES)
+    if found is not None:
+        why = f"holds U+{ord(found):04X} (a control character)"
+        raise InputInvalid(
+            f"the note {why}: {TEXT_RULE}",
+            errors=[{"loc": ["body", "note"], "msg": why, "type": "value_error"}],
+        )
     act = ReviewAct(review_id, verb, actor, engine.clock.now(), (note or "").strip() or None)
     return review_view(await engine.store.reviews.act_on_review(act))
 

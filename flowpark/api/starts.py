@@ -16,6 +16,7 @@ from fastapi import APIRouter, Header, Request, Response
 from pydantic import AliasChoices, BaseModel
 
 from flowpark.api.deps import EngineDep, StartToken
+from flowpark.api.hygiene import TEXT_RULE, control_in
 from flowpark.api.inputs import (
     _BODY_DOC,
     IDEMPOTENCY_KEY_DOC,
@@ -139,6 +140,13 @@ def _start_handler(plan: Plan) -> Callable[..., Awaitable[StartAnswer]]:
             if not isinstance(instance_key, str) or not 0 < len(instance_key) <= MAX_KEY:
                 raise InputInvalid(
                     f"instanceKey must be a non-empty string of at most {MAX_KEY} characters"
+                )
+            found = control_in(instance_key)
+            if found is not None:
+                why = f"holds U+{ord(found):04X} (a control character)"
+                raise InputInvalid(
+                    f"instanceKey {why}: {TEXT_RULE}",
+                    errors=[{"loc": ["body", "instanceKey"], "msg": why, "type": "value_error"}],
                 )
         started = await engine.start(plan, body, idempotency_key=key, instance_key=instance_key)
         root = request.scope.get("root_path", "")  # a host application's prefix

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import inspect
 import ipaddress
-import json
 import os
 import re
 import socket
@@ -19,10 +18,9 @@ from urllib.parse import quote
 
 import httpx
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from flowpark.cli.consoles import err, out
+from flowpark.cli.consoles import SafeConsole, err, json_text, out
 from flowpark.cli.times import duration_seconds, instant_text
 from flowpark.errors import ErrorCode
 from flowpark.redaction import redact
@@ -106,7 +104,7 @@ def print_table(table: Table) -> None:
     if out.is_terminal or "COLUMNS" in os.environ:
         out.print(table)
     else:  # rich caps a print's width at its console's: print through a wide one
-        Console(file=out.file, highlight=False, width=_PIPED_WIDTH).print(table)
+        SafeConsole(file=out.file, highlight=False, width=_PIPED_WIDTH).print(table)
 
 
 class State(StrEnum):
@@ -480,7 +478,7 @@ def _api(url: str, token: str | None) -> Iterator[_Api]:
 
 
 def _json(value: Any) -> None:
-    typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
+    typer.echo(json_text(value))
 
 
 def _short(instant: str | None) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from flowpark.cli.consoles import printable
 from flowpark.engine.decide.deadlines import POLL_BUDGET, RETRY_TOTAL, SIGNAL_TIMEOUT
 from flowpark.settings import DEFAULT_API_TOKEN, Settings
 
@@ -439,7 +440,7 @@ async def _document(
         " together share it, #0 is the start's):"
     )
     for sentence in journal_lines(view["journal"]):
-        print(f"  {sentence}")
+        print(f"  {printable(sentence)}")
     ended = (
         f"result: {json.dumps(view['result'])}"
         if view["error"] is None

@@ -35,6 +35,7 @@ from flowpark.cli._client import (
     usage_error,
     with_filters,
 )
+from flowpark.cli.consoles import json_text
 from flowpark.cli.times import DURATION_HELP, duration_seconds
 
 __all__ = ["instances_app"]
@@ -258,7 +259,7 @@ def show(
             if now != seen:
                 seen = now
                 if as_json:
-                    typer.echo(json.dumps(view, ensure_ascii=False))
+                    typer.echo(json_text(view, indent=None))
                 else:
                     out.print(
                         f"{_short(view['updatedAt'])}  {view['state']}  {_waiting(view)}  "
@@ -334,6 +335,8 @@ def _bulk(
             totals["matched"] += page["matched"]
             totals["acted"] += page["acted"]
             totals["skipped"] += page["skipped"]
+            if page.get("queued"):  # wakes recorded: the sweep runs them
+                totals["queued"] = True
             progress.update(task, advance=page["acted"])
             cursor = page["nextCursor"]
             if cursor is None:
@@ -400,10 +403,16 @@ def _act(
         )
     else:
         left = totals.get("counted", totals["matched"]) - totals["actionable"]
+        queued = totals.get("queued") and totals["acted"]
         out.print(
             f"{action}: {totals['acted']} acted on, {totals['skipped']} skipped "
             f"of {totals['matched']} matching"
             + (f"; {left} in a state {action} does not act on" if left > 0 else "")
+            + (
+                "; the wakes are recorded: the sweep runs them at each provider's pace"
+                if queued
+                else ""
+            )
         )
 
 
@@ -438,8 +447,9 @@ def wake(
     as_json: AsJson = False,
 ) -> None:
     """Wake one parked instance now (its next attempt runs at once), or every instance the
-    filters select (a progress bar; --dry-run counts them); --all, and no filter, selects
-    every instance."""
+    filters select (a progress bar; --dry-run counts them): their wakes are recorded at once
+    and the sweep runs them at each provider's pace; --all, and no filter, selects every
+    instance."""
     _act("wake", instance_id, url, token, filters, every, batch, dry_run, key, as_json)
 
 

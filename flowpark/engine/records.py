@@ -159,6 +159,10 @@ class InstanceRecord:
     heartbeat_value: Any = None
     # the W3C trace context of the start (``traceparent``/``tracestate``), when traced
     trace_context: dict[str, str] | None = None
+    # an operator woke it (a bulk wake, or a wake whose try was deferred): the next claim
+    # that finds it parked runs the wait it is parked on now, whatever its schedule says;
+    # the park that ends the woken try clears it, a deferral of that try keeps it
+    woken: bool = False
 
     def evolve(self, **changes: Any) -> InstanceRecord:
         """A copy with ``changes``: what :func:`dataclasses.replace` makes, without its walk

@@ -219,6 +219,7 @@ _PARK_COLUMNS = (
         ("accept", "text"),
         ("owner", "text"),
         ("wake_kind", "text"),
+        ("woken", "boolean"),
     )
 )
 # One UPDATE per instance parks it (or, when a cancel was requested, only clears the
@@ -232,6 +233,7 @@ _PARK_SQL = (
     "ELSE t.wake_step_id END, "
     "wake_scope = CASE WHEN i.cancel_requested THEN i.wake_scope ELSE t.wake_scope END, "
     "wake_kind = CASE WHEN i.cancel_requested THEN i.wake_kind ELSE t.wake_kind END, "
+    "woken = CASE WHEN i.cancel_requested THEN i.woken ELSE t.woken END, "
     "lease_owner = CASE WHEN i.cancel_requested THEN i.lease_owner END, "
     "lease_expires_at = CASE WHEN i.cancel_requested THEN t.lease_until END, "
     f"{_CLEAR_TRY}, updated_at = t.now "
@@ -274,7 +276,7 @@ _FINISH_COLUMNS: tuple[tuple[str, str], ...] = (
 _FINISH_SQL = (
     "WITH done AS (UPDATE flow_instance i SET state = 'completed', updated_at = t.now, "
     "ending = NULL, wake_at = NULL, wake_step_id = NULL, wake_scope = NULL, "
-    "wake_kind = NULL, lease_owner = NULL, "
+    "wake_kind = NULL, woken = false, lease_owner = NULL, "
     f"lease_expires_at = NULL, {_CLEAR_TRY}, result = t.result "
     f"FROM {_recordset(_FINISH_COLUMNS)} "
     "WHERE i.id = t.id AND i.fencing_token = t.token AND i.state = 'running' "
@@ -410,9 +412,10 @@ class PgBatches(SqlRole):
         for item in items:
             assert item.park is not None and item.deferred is None
             values = step_values(item.row)
-            now, wake_at, step_id, scope, accept, owner, wake_kind = item.park
+            now, wake_at, step_id, scope, accept, owner, wake_kind, woken = item.park
             values.update(
                 wake_kind=wake_kind,
+                woken=woken,
                 token=item.token,
                 lease_until=item.lease_until,
                 now=now,

@@ -130,8 +130,8 @@ class CommitItem:
     """A journal row to commit under ``token``, optionally parking the instance with it.
 
     Attributes:
-        park: ``(now, wake_at, wake_step_id, wake_scope, accept_signal, owner, wake_kind)``
-            or None.
+        park: ``(now, wake_at, wake_step_id, wake_scope, accept_signal, owner, wake_kind,
+            woken)`` or None.
         events: outbox events written with the row (an emit's commit; not with ``park``).
         deferred: a row of the same instance committed before ``row``, with it (not with
             ``park``).
@@ -141,7 +141,9 @@ class CommitItem:
     token: int
     row: StepRow
     lease_until: datetime
-    park: tuple[datetime, datetime | None, int, int, str | None, str, str | None] | None = None
+    park: tuple[datetime, datetime | None, int, int, str | None, str, str | None, bool] | None = (
+        None
+    )
     events: tuple[EmittedEvent, ...] = ()
     deferred: StepRow | None = None
     correlations: tuple[Correlation, ...] = ()

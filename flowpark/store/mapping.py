@@ -187,6 +187,7 @@ def instance_from_row(row: Row[Any]) -> InstanceRecord:
         heartbeat_at=m["heartbeat_at"],
         heartbeat_value=m["heartbeat_value"],
         trace_context=m["trace_context"],
+        woken=bool(m.get("woken")),
     )
 
 

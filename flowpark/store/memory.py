@@ -195,6 +195,7 @@ class MemoryStore(MemoryBase):
             wake_step_id=park.step_id,
             wake_scope=park.scope,
             wake_kind=park.kind,
+            woken=park.woken,
             updated_at=at,
             **NO_LEASE,
             **NO_TRY,
@@ -296,6 +297,7 @@ class MemoryStore(MemoryBase):
             "wake_step_id": None,
             "wake_scope": None,
             "wake_kind": None,
+            "woken": False,
             **NO_LEASE,
             **NO_TRY,
         }

@@ -18,9 +18,12 @@ from flowpark.engine.ports.operator import (
     InstancePage,
     InstanceSummary,
     OperatorAction,
+    RecordedWake,
     StateCounts,
     StepActivity,
     StepWaiting,
+    WakeBatch,
+    WakeMark,
 )
 from flowpark.engine.records import (
     COMPENSATION_FAILURES,
@@ -31,6 +34,7 @@ from flowpark.engine.records import (
     Snapshot,
     StepKind,
     StepRow,
+    WakeKind,
 )
 from flowpark.store.memory_state import RUNNING, SUSPENDED, MemoryBase, copy_json, named_step
 
@@ -235,6 +239,36 @@ class MemoryReads:
             ),
             None,
         )
+
+    async def record_wakes(self, batch: WakeBatch) -> list[RecordedWake]:
+        """See :meth:`flowpark.engine.ports.OperatorReads.record_wakes` (no other
+        transaction holds a row here)."""
+        done: list[RecordedWake] = []
+        for action in batch.actions:
+            key = action.idempotency_key
+            first = await self.find_action(action.instance_id, "wake", key) if key else None
+            if first is not None:
+                done.append(RecordedWake(action.instance_id, None, first))
+                continue
+            inst = self._s.instances.get(action.instance_id)
+            mark = WakeMark(action.instance_id, None)
+            if inst is not None:
+                mark = WakeMark(inst.id, inst.state, inst.wake_kind)
+                if (
+                    inst.id not in batch.unmarked
+                    and inst.state is SUSPENDED
+                    and inst.wake_kind is not WakeKind.SIGNAL
+                ):
+                    due = batch.at if inst.wake_at is None else min(inst.wake_at, batch.at)
+                    self._base._put(inst, woken=True, wake_at=due, updated_at=batch.at)
+                    mark = replace(mark, marked=True, wake_at=due)
+            details = batch.details(mark)
+            record = None
+            if details is not None:
+                record = replace(action, details=copy_json(dict(details)))
+                self._s.actions.append(record)
+            done.append(RecordedWake(action.instance_id, mark, record))
+        return done
 
     async def actions_of(self, instance_id: str) -> list[OperatorAction]:
         """See :meth:`flowpark.engine.ports.OperatorReads.actions_of` (in the order recorded,

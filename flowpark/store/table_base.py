@@ -7,7 +7,7 @@ the column helpers. The tables themselves are in :mod:`flowpark.store.tables`,
 from typing import Any
 
 from pydantic import ConfigDict
-from sqlalchemy import JSON, BigInteger, Column, Integer, String
+from sqlalchemy import JSON, BigInteger, Boolean, Column, Integer, String, false
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
@@ -17,6 +17,7 @@ __all__ = [
     "TABLE_CONFIG",
     "FlowparkTable",
     "Sequence64",
+    "flag_field",
     "instance_id_field",
     "instant_field",
     "int_field",
@@ -76,6 +77,14 @@ def instance_id_field(name: str, *, primary_key: bool = False) -> Any:
 def int_field(name: str, *, nullable: bool = True) -> Any:
     """An integer column."""
     return Field(default=None, sa_column=Column(name, Integer(), nullable=nullable))
+
+
+def flag_field(name: str) -> Any:
+    """A boolean column, false unless set."""
+    column: Column[bool] = Column(
+        name, Boolean(), nullable=False, default=False, server_default=false()
+    )
+    return Field(default=False, sa_column=column)
 
 
 def sequence_field() -> Any:

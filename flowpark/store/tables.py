@@ -31,6 +31,7 @@ from flowpark.store.table_base import (
     TABLE_CONFIG,
     FlowparkTable,
     Sequence64,
+    flag_field,
     instance_id_field,
     instant_field,
     int_field,
@@ -268,6 +269,9 @@ class FlowInstanceRow(FlowparkTable, table=True):
         ),
     )
     carried: list[Any] | None = json_field("carried")
+    # an operator woke it: its next claim runs the wait it is parked on now (a bulk wake
+    # writes it; a park clears it, unless it defers the woken try; migration 0026)
+    woken: bool = flag_field("woken")
 
 
 class FlowStepRow(FlowparkTable, table=True):

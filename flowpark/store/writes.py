@@ -73,6 +73,7 @@ def park_values(park: Park, at: datetime) -> dict[str, Any]:
         "wake_step_id": park.step_id,
         "wake_scope": park.scope,
         "wake_kind": park.kind.value if park.kind is not None else None,
+        "woken": park.woken,
         "updated_at": at,
         **NO_LEASE,
         **NO_TRY,
@@ -267,6 +268,7 @@ class SqlJournalWrites(SqlRole):
                 park.accept_signal,
                 park.owner,
                 park.kind.value if park.kind is not None else None,
+                park.woken,
             )
             answer = await self._lanes.park.submit(CommitItem(token, row, lease_until, parking))
             if answer is not None:
@@ -364,11 +366,11 @@ class SqlJournalWrites(SqlRole):
         result: Any = None,
         failure: FlowFailure | None = None,
     ) -> Ack:
-        """Write a final state, ``result`` (COMPLETED) or ``failure``; clear the wake, the
-        lease, the try and ``ending``. In the same transaction, every signal still
-        waiting untaken in the mailbox is marked discarded (``discarded_at`` = ``now``,
-        ``discarded_reason`` = ``instance_<state>``): it will never be taken; and the
-        correlation keys the instance holds are released.
+        """Write a final state, ``result`` (COMPLETED) or ``failure``; clear the wake (and an
+        operator's mark), the lease, the try and ``ending``. In the same transaction, every
+        signal still waiting untaken in the mailbox is marked discarded (``discarded_at`` =
+        ``now``, ``discarded_reason`` = ``instance_<state>``): it will never be taken; and
+        the correlation keys the instance holds are released.
 
         Returns:
             For COMPLETED, ``Ack(applied=False, cancel_requested=True)`` and nothing changed
@@ -390,6 +392,7 @@ class SqlJournalWrites(SqlRole):
             "wake_step_id": None,
             "wake_scope": None,
             "wake_kind": None,
+            "woken": False,
             **NO_LEASE,
             **NO_TRY,
             **failure_columns(failure),

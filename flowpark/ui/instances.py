@@ -404,7 +404,16 @@ def available_actions(plan: Plan | None, inst: InstanceRecord) -> list[dict[str,
 
 
 #: What the history shows of an action's answer, in this order.
-_ANSWER_FIELDS = ("woken", "reason", "state", "extendedBy", "endsAt", "cappedByDeadline", "wakeAt")
+_ANSWER_FIELDS = (
+    "woken",
+    "queued",
+    "reason",
+    "state",
+    "extendedBy",
+    "endsAt",
+    "cappedByDeadline",
+    "wakeAt",
+)
 
 
 def action_summary(action: dict[str, Any]) -> str:

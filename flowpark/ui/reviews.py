@@ -163,7 +163,8 @@ def build_reviews_router() -> APIRouter:
             session.principal.name,
             review_id,
             ReviewVerb(verb),
-            note[:NOTE_CHARS],
+            # a browser sends a textarea's line breaks as CR LF: a note's lines end in LF
+            note.replace("\r\n", "\n")[:NOTE_CHARS],
         )
         text = f"{_DONE[ReviewVerb(verb)]} by {session.principal.name}: {done.subject}."
         signature = notice_signature(settings_of(request), text)

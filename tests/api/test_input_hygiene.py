@@ -79,6 +79,18 @@ async def test_a_document_id_with_a_control_character_is_refused(
     assert_problem(resp, 422, "input_invalid")
 
 
+@pytest.mark.parametrize(
+    "key", ["osc\x1b]0;owned\x07", "csi\x1b[2J", "c1\x9b31m", "del\x7f", "tab\t", "lf\n"]
+)
+async def test_an_instance_key_with_a_control_character_is_refused(
+    client: httpx.AsyncClient, key: str
+) -> None:
+    """An instance key is stored and shown (the list, the CLI): no control character."""
+    resp = await start_document(client, document_id=f"key-{uuid.uuid4().hex[:8]}", instanceKey=key)
+    problem = assert_problem(resp, 422, "input_invalid")
+    assert [e["loc"] for e in problem["errors"]] == [["body", "instanceKey"]]
+
+
 #: A valid body of each operation that takes a JSON body, by operation id: sent as UTF-8
 #: JSON, none is refused as input_invalid (the instance ids name no instance: 404).
 VALID_BODIES: dict[str, Callable[[], dict[str, Any]]] = {

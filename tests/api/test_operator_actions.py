@@ -118,7 +118,9 @@ async def test_cancel_is_idempotent_by_key_and_recorded_with_the_token_name(
     assert view["error"]["code"] == "flow.cancelled"
 
 
-async def test_bulk_wake_dry_run_counts_then_acts_in_bounded_batches(op: Operated) -> None:
+async def test_bulk_wake_dry_run_counts_then_records_in_bounded_batches_the_sweep_runs(
+    op: Operated,
+) -> None:
     h = op.h
     polls = [
         (await h.start("t.poll", {"order_id": f"o-b{i}"}, version="1.0.0")).instance.id
@@ -151,11 +153,22 @@ async def test_bulk_wake_dry_run_counts_then_acts_in_bounded_batches(op: Operate
     assert (dry["matched"], dry["acted"]) == (3, 0)
     assert first.json()["acted"] == 2 and cursor is not None
     assert second["acted"] == 1 and second["nextCursor"] is None
-    acted = [r["instanceId"] for r in first.json()["results"] + second["results"]]
-    assert sorted(acted) == sorted(polls)
-    for instance_id in polls:  # each woken once: attempt 0 at start, attempt 1 by the wake
+    assert first.json()["queued"] is True and second["queued"] is True
+    results = first.json()["results"] + second["results"]
+    assert sorted(r["instanceId"] for r in results) == sorted(polls)
+    assert {(r["outcome"], r["state"], r["status"]) for r in results} == {
+        ("acted", "suspended", 202)
+    }
+    for instance_id in polls:  # recorded, not run: the answer waited for no call
+        assert await h.calls(instance_id, "t.check") == 1
+        inst = await h.instance(instance_id)
+        assert inst.woken and inst.wake_at == h.clock.now()
+    await h.sweep()
+    for instance_id in polls:  # each woken once: attempt 0 at start, attempt 1 by the sweep
         assert await h.calls(instance_id, "t.check") == 2
-    assert retried["acted"] == 2  # the same key: the first answers, nothing runs again
+        assert not (await h.instance(instance_id)).woken  # the park after it cleared it
+    assert retried["acted"] == 2  # the same key: the first answers, nothing recorded again
+    await h.sweep()
     for instance_id in polls:
         assert await h.calls(instance_id, "t.check") == 2
     assert_problem(bad, 422, "input_invalid")

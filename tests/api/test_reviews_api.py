@@ -90,3 +90,20 @@ async def test_actions_need_the_operate_scope_and_bodies_are_checked(op: Operate
         assert (odd.status_code, odd.json()) == (200, [])  # names no instance: no item
         bogus = await ops.get(REVIEWS, params={"state": "bogus"})
         assert_problem(bogus, 422, "input_invalid")
+
+
+async def test_a_note_holds_no_control_character_but_a_tab_and_a_line_feed(op: Operated) -> None:
+    """A note is shown to other operators, in their terminals too: ESC (an OSC title, a
+    CSI), a C1 control, DEL or a carriage return in it is refused, and nothing is done."""
+    instance_id = await _timed_out(op, "o-note")
+    async with op.client(OPS) as ops:
+        review_id = (await ops.get(REVIEWS, params={"instanceId": instance_id})).json()[0]["id"]
+        for note in ("\x1b]0;owned\x07", "red \x1b[31m", "csi \x9b2J", "del \x7f", "a\r\nb"):
+            refused = await ops.post(f"{REVIEWS}/{review_id}/resolve", json={"note": note})
+            problem = assert_problem(refused, 422, "input_invalid")
+            assert [e["loc"] for e in problem["errors"]] == [["body", "note"]], problem
+        assert (await ops.get(f"{REVIEWS}/{review_id}")).json()["state"] == "open"
+        note = "re-ran the OCR:\n\tpage 1 by hand"
+        done = await ops.post(f"{REVIEWS}/{review_id}/resolve", json={"note": note})
+        assert done.status_code == 200, done.text
+        assert done.json()["note"] == note

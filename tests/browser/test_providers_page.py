@@ -1,62 +1,83 @@
-"""The console's providers page in a real browser (Debian's Chromium, headless) against
-``flowpark serve`` in a child process: a provider's limit, its rate lowered by a pushback and
-why, and the chart of its calls per second against the limit over the last hour."""
+"""The console's providers page in a real browser (Debian's Chromium, headless) against a
+node served in a thread on a fixed engine clock: a provider's limit, its rate lowered by a
+pushback and why, and the chart of its calls per second against the limit over the last
+hour.
+
+The page reads "the last complete minute" and the last hour from the engine clock, so the
+node's clock stands still at :data:`NOW` and the tallies are seeded relative to it: what the
+page shows does not depend on the wall clock's minute or on how long a loaded machine takes
+between the seeding and the reading.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI
 from playwright.sync_api import Page, expect
 
+from flowpark.engine.clock import VirtualClock
 from flowpark.engine.ports import GrantRequest, PushbackReport
 from flowpark.engine.ports.providers import ProviderState
+from flowpark.runtime.app import create_app
+from flowpark.samples.registry import sample_flows
+from flowpark.samples.settings import SampleSettings
+from flowpark.settings import Settings
 from flowpark.store import SqlStore, make_async_engine
-from tests.browser.conftest import start_server
-from tests.support.server import TOKEN, SubprocessServer
+from tests.support.server import TOKEN, LiveServer, live_server
 
 REASON = "429 from ocr.status; Retry-After 30 s"
+#: The node's engine clock, which stands still: 30 s into a minute.
+NOW = datetime(2026, 12, 6, 10, 0, 30, tzinfo=UTC)
 
 
 async def _seed(database: Path) -> None:
-    """The ocr provider at 50 calls/s: 40/s three minutes ago, 50/s two minutes ago, 20/s
-    and a pushback in the last minute (the effective rate halves)."""
+    """The ocr provider at 50 calls/s: 40/s three minutes before :data:`NOW`, 50/s two
+    minutes before, 20/s and a pushback in the last complete minute (the effective rate
+    halves)."""
     engine = make_async_engine(f"sqlite:///{database}")
     try:
         limits = SqlStore(engine).providers
-        now = datetime.now(UTC)
-        minute = now.replace(second=0, microsecond=0)
-        state = ProviderState("ocr", 50, 5, None, 50, None, None, 0, now, "declared")
-        await limits.declare([state], now)
+        minute = NOW.replace(second=0, microsecond=0)
+        state = ProviderState("ocr", 50, 5, None, 50, None, None, 0, NOW, "declared")
+        await limits.declare([state], NOW)
         for back, ok, pushback in ((3, 2400, 0), (2, 3000, 0), (1, 1170, 30)):
             at = minute - timedelta(minutes=back) + timedelta(seconds=1)
             await limits.grant(GrantRequest("ocr", "n-1", 1, at, ok=ok, pushback=pushback))
-        await limits.pushback(PushbackReport("ocr", now, now + timedelta(seconds=30), REASON))
+        await limits.pushback(PushbackReport("ocr", NOW, NOW + timedelta(seconds=30), REASON))
     finally:
         await engine.dispose()
+
+
+def _on_the_fixed_clock(settings: Settings, sample: SampleSettings) -> FastAPI:
+    """The samples' node with its engine clock standing at :data:`NOW`."""
+    return create_app(settings, clock=VirtualClock(NOW), flows=[sample_flows(sample)])
 
 
 @pytest.fixture(scope="module")
 def seeded(
     tmp_path_factory: pytest.TempPathFactory, _sqlite_template: Path
-) -> Iterator[SubprocessServer]:
-    folder = tmp_path_factory.mktemp("providers-browser")
-    with start_server(
-        folder / "flowpark.db", folder / "server.log", _sqlite_template, run_sweeper="false"
+) -> Iterator[LiveServer]:
+    database = tmp_path_factory.mktemp("providers-browser") / "flowpark.db"
+    shutil.copyfile(_sqlite_template, database)
+    with live_server(
+        f"sqlite:///{database}", app_factory=_on_the_fixed_clock, run_sweeper=False
     ) as server:
         with ThreadPoolExecutor(1) as seeding:  # a loop of its own, off the fixture's
-            seeding.submit(asyncio.run, _seed(folder / "flowpark.db")).result()
+            seeding.submit(asyncio.run, _seed(database)).result()
         yield server
 
 
 @pytest.mark.slow
 def test_an_operator_sees_the_calls_against_the_limit_and_why_it_was_lowered(
-    page: Page, seeded: SubprocessServer
+    page: Page, seeded: LiveServer
 ) -> None:
     base = seeded.base_url
     page.goto(f"{base}/ui/providers")

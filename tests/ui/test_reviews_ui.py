@@ -111,3 +111,21 @@ async def test_a_read_only_token_sees_no_forms_and_cannot_post(op: Operated) -> 
         assert odd.status_code == 200 and "is not an instance id" in odd.text
         bogus = await viewer.get("/ui/reviews", params={"state": "bogus"})
         assert bogus.status_code == 200 and "is not a review state" in bogus.text
+
+
+async def test_a_forms_note_keeps_its_lines_and_refuses_control_characters(op: Operated) -> None:
+    """A browser sends a textarea's lines with CR LF: stored with LF; an ESC in a note is an
+    error page naming input_invalid, and the review is left as it was."""
+    _, review = await _review(op, "o-form-note")
+    async with _signed_in(op, OPS) as ops:
+        csrf = _csrf((await ops.get("/ui/reviews")).text)
+        evil = await ops.post(
+            f"/ui/reviews/{review}/resolve", data={"csrf": csrf, "note": "x\x1b]0;owned\x07"}
+        )
+        assert evil.status_code == 422 and "input_invalid" in evil.text
+        assert (await op.h.store.reviews.get_review(review)).state == "open"
+        done = await ops.post(
+            f"/ui/reviews/{review}/resolve", data={"csrf": csrf, "note": "one\r\ntwo"}
+        )
+        assert done.status_code == 303
+    assert (await op.h.store.reviews.get_review(review)).note == "one\ntwo"

@@ -65,6 +65,12 @@ class WakeAnswer(ApiModel):
 
     instance_id: str
     woken: bool | None = None
+    queued: bool | None = Field(
+        default=None,
+        description="`true`: the wake is recorded, not run yet (a bulk wake): the instance "
+        "is marked woken and due at `wakeAt`, and the sweep runs the wait it is parked on "
+        "at its next pass, at its provider's pace; `state` is the instance's as recorded",
+    )
     state: InstanceState | None = None
     wake_at: datetime | None = None
     reason: str | None = Field(default=None, description="why nothing was done (`woken: false`)")
@@ -199,7 +205,11 @@ class BulkResult(ApiModel):
     instance_id: str
     outcome: str = Field(description="`acted` or `skipped`")
     state: InstanceState | None = None
-    status: int | None = None
+    status: int | None = Field(
+        default=None,
+        description="the status its own route answers: 200 done; 202 a wake recorded for "
+        "the sweep to run, or a cancel another node finishes",
+    )
     code: str | None = Field(default=None, description="why it was skipped (an error code)")
 
 
@@ -217,15 +227,36 @@ class BulkAnswer(ApiModel):
             "skipped": 0,
             "results": [{"instanceId": _ID, "outcome": "acted", "state": "cancelled"}],
             "nextCursor": None,
-        }
+        },
+        {
+            "action": "wake",
+            "dryRun": False,
+            "matched": 1,
+            "acted": 1,
+            "skipped": 0,
+            "queued": True,
+            "results": [
+                {"instanceId": _ID, "outcome": "acted", "state": "suspended", "status": 202}
+            ],
+            "nextCursor": None,
+        },
     )
 
     action: str
     dry_run: bool
     matched: int
     actionable: int | None = None
-    acted: int
+    acted: int = Field(
+        description="instances acted on: a cancel done or requested; a wake recorded (see `queued`)"
+    )
     skipped: int | None = None
+    queued: bool | None = Field(
+        default=None,
+        description="A wake that is not a dry run: `true`. Each wake counted in `acted` is "
+        "recorded (in the instance's history, status 202 in `results`) and the instance "
+        "marked woken and due now; the sweep runs them at its next pass, at each provider's "
+        "pace. The answer does not wait for them.",
+    )
     results: list[BulkResult] | None = None
     next_cursor: str | None = None
 

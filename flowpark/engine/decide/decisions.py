@@ -147,6 +147,8 @@ class Suspend:
             waits untaken (the executor reads the mailbox and asks again).
         unwinding: a compensation's next try: parks whatever the instance unwinds for.
         store_first: a deadline row to write with the park (an ``await_signal`` timeout).
+        woken: keep the operator's wake the run was claimed for (a deferral of the woken
+            try: the next claim runs it, whatever its schedule says).
     """
 
     wake_at: datetime | None
@@ -157,6 +159,7 @@ class Suspend:
     unwinding: bool = False
     store_first: tuple[StepRow, ...] = ()
     notes: tuple[Note, ...] = ()
+    woken: bool = False
 
 
 @dataclass(frozen=True)

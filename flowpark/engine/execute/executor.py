@@ -233,8 +233,13 @@ class Executor(RunState):
 
     async def postpone(self, decision: Execute, until: datetime, kind: WakeKind) -> Halt | None:
         """Park the try ``decision`` names until ``until`` (capped at its bounding
-        deadline); no row, not a try. An ephemeral run sleeps and decides again."""
+        deadline); no row, not a try. An ephemeral run sleeps and decides again. The
+        deferral of a try an operator woke keeps the wake (no row consumed the wait the
+        claim found): the claim that finds it due runs it, whatever its schedule says."""
         park = deferral_park(self.plan, self.instance, decision, until, self.now(), kind)
+        inst = self.instance
+        if self.woken and (inst.wake_step_id, inst.wake_scope) == (park.step, park.scope):
+            park = replace(park, woken=True)
         return await self.park(park)
 
     # -- parks ------------------------------------------------------------------------
@@ -267,6 +272,7 @@ class Executor(RunState):
                 wake_kind=decision.kind,
                 lease_owner=None,
                 lease_expires_at=None,
+                woken=decision.woken,
             )
             return Halt(InstanceState.SUSPENDED, decision.wake_at)
         self.after_ack(ack)
@@ -296,6 +302,7 @@ class Executor(RunState):
             decision.kind,
             decision.accept_signal,
             decision.unwinding and row is None,
+            decision.woken,
         )
         if row is not None:
             return await self.commit(row, park=park, at=row.committed_at)
@@ -392,5 +399,6 @@ class Executor(RunState):
             wake_kind=None,
             lease_owner=None,
             lease_expires_at=None,
+            woken=False,
         )
         return Halt(decision.state)

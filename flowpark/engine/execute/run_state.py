@@ -75,7 +75,10 @@ class RunState:
         self.input = self.decider.input
         self.instance = instance
         self.token = claim.fencing_token
-        self.woken = claim.woken
+        # an operator's wake: this request's (a wake now), or the one the row keeps (a bulk
+        # wake, a woken try deferred); not across a takeover: the run that held it may have
+        # made the woken try already
+        self.woken = claim.woken or (instance.woken and not claim.taken_over)
         self.ephemeral = ephemeral
         self.steps = list(steps)
         self.claimed = len(self.steps)

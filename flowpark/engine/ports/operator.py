@@ -13,7 +13,7 @@ journal row's *scope*; a *try* is one execution of a capability under its retry 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -30,9 +30,12 @@ __all__ = [
     "OperatorAction",
     "OperatorReads",
     "OverviewReads",
+    "RecordedWake",
     "StateCounts",
     "StepActivity",
     "StepWaiting",
+    "WakeBatch",
+    "WakeMark",
 ]
 
 
@@ -164,6 +167,64 @@ class OperatorAction:
     idempotency_key: str | None = None
 
 
+@dataclass(frozen=True)
+class WakeMark:
+    """What a bulk wake found of one instance as it marked it (:class:`WakeBatch`).
+
+    Attributes:
+        instance_id: the instance.
+        state: its state as found (the marked ones: suspended); None: no such instance.
+        wake_kind: what it waited for as found, or None.
+        marked: it was parked on a wait other than a signal's: it is now marked woken
+            (``flow_instance.woken``) and due at ``wake_at``.
+        wake_at: a marked instance's due instant (the batch's, or an earlier one it had).
+    """
+
+    instance_id: str
+    state: InstanceState | None
+    wake_kind: WakeKind | None = None
+    marked: bool = False
+    wake_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class WakeBatch:
+    """One batch of a bulk wake, recorded in one transaction (:meth:`OperatorReads.record_wakes`).
+
+    Attributes:
+        actions: one record per instance (action ``wake``, the actor, ``acted_at`` the
+            batch's instant, the idempotency key if any); its ``details`` come from
+            ``details``.
+        at: the engine-clock instant (aware UTC) a marked instance is due at (an earlier
+            due instant it had is kept).
+        details: what an instance's record keeps, given what its mark found; None records
+            nothing for it (no such instance, or it ended).
+        unmarked: instances to record without marking them (this node does not serve
+            their flow version: the record says so).
+    """
+
+    actions: tuple[OperatorAction, ...]
+    at: datetime
+    details: Callable[[WakeMark], dict[str, Any] | None]
+    unmarked: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class RecordedWake:
+    """What :meth:`OperatorReads.record_wakes` did for one instance of its batch.
+
+    Attributes:
+        mark: what its mark found; None for a repeat of its idempotency key (nothing
+            marked or recorded again).
+        action: its record as stored (for a repeat, the first request's); None when
+            nothing was recorded (``details`` gave None).
+    """
+
+    instance_id: str
+    mark: WakeMark | None
+    action: OperatorAction | None
+
+
 class OperatorReads(Protocol):
     """What the operator surfaces (HTTP API, console) read; each call is one snapshot."""
 
@@ -230,6 +291,23 @@ class OperatorReads(Protocol):
         self, instance_id: str, action: str, idempotency_key: str
     ) -> OperatorAction | None:
         """The action recorded with ``idempotency_key``, or None."""
+        ...
+
+    async def record_wakes(self, batch: WakeBatch) -> list[RecordedWake]:
+        """Record a bulk wake's batch at once, in one transaction of a few statements
+        whatever its size: the sweep runs the wakes, not the caller.
+
+        An instance whose record of a wake with the same idempotency key exists is a
+        repeat (nothing marked or recorded again). Each other instance not in
+        ``batch.unmarked`` that is suspended on a wait other than a signal's (and not
+        held by another transaction at that moment) is marked woken and made due at
+        ``batch.at``: the next claim runs the wait it is parked on now
+        (:attr:`flowpark.engine.records.InstanceRecord.woken`). Then each gets the record
+        ``batch.details`` gives for what its mark found.
+
+        Returns:
+            One :class:`RecordedWake` per action, in ``batch.actions``' order.
+        """
         ...
 
     async def actions_of(self, instance_id: str) -> list[OperatorAction]:

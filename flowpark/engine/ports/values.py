@@ -60,6 +60,9 @@ class Park:
         accept_signal: the signal the parked step waits for; when one waits untaken in
             the mailbox the park is refused (``Ack.signal_pending``) and the run takes it.
         unwinding: a compensation's next try: parks even when a cancel was requested.
+        woken: the park keeps an operator's wake (``flow_instance.woken``): the try it
+            defers is the one an operator asked for, so the claim that finds it due runs
+            it whatever its schedule says; False (every other park) clears the mark.
     """
 
     wake_at: datetime | None
@@ -69,6 +72,7 @@ class Park:
     kind: WakeKind | None = None
     accept_signal: str | None = None
     unwinding: bool = False
+    woken: bool = False
 
 
 @dataclass(frozen=True)
