@@ -212,7 +212,7 @@ def db_upgrade(
     from flowpark.errors import StoreUnavailable
     from flowpark.redaction import redact_url, register_secrets
     from flowpark.settings import Settings
-    from flowpark.store.db import parse_url, sync_url
+    from flowpark.store.db import parse_url, sqlite_folder_missing, sync_url
     from flowpark.store.migrate import upgrade
 
     settings = Settings()
@@ -220,8 +220,16 @@ def db_upgrade(
     register_secrets(settings.secret_values())
     try:
         sync_url(target)
+        folder = sqlite_folder_missing(target)
     except (ValueError, ArgumentError) as exc:  # not a database URL: one line
         raise _refuse(StoreUnavailable(f"invalid database URL: {exc}")) from None
+    if folder is not None:  # SQLite would say only "unable to open database file"
+        raise _refuse(
+            StoreUnavailable(
+                f"cannot create the SQLite database at {redact_url(target)}: directory "
+                f"{folder} does not exist (create it first, or name another path)"
+            )
+        )
     try:
         upgrade(target)
     except DBAPIError as exc:  # unreachable: one line, no traceback
