@@ -30,13 +30,13 @@ from flowpark.engine.ports.operator import InstanceFilter, OperatorReads
 from flowpark.engine.records import InstanceState
 from flowpark.errors import (
     IdempotencyKeyInvalid,
-    InputInvalid,
     InstanceNotFound,
     SignalDeliveryReplayed,
     SignalPayloadInvalid,
     SignatureInvalid,
 )
 from flowpark.flows.capability import Signal
+from flowpark.flows.hints import invalid_signal_payload
 from flowpark.flows.plan import Plan
 from flowpark.flows.webhooks import WebhookDelivery
 from flowpark.redaction import redact
@@ -275,10 +275,7 @@ def typed_payload(signal: Signal, body: Any) -> Any:
     try:
         return signal.model.model_validate_json(json.dumps(body), by_alias=True, by_name=False)
     except ValidationError as exc:
-        raise InputInvalid(
-            f"payload of signal {signal.name} is invalid",
-            errors=exc.errors(include_url=False, include_context=False),
-        ) from None
+        raise invalid_signal_payload(signal.model, signal.name, body, exc) from None
 
 
 async def claim_delivery_id(
