@@ -31,6 +31,7 @@ __all__ = [
     "grant_slots",
     "minute_of",
     "recovered_rate",
+    "recovered_state",
     "replaces",
 ]
 
@@ -72,6 +73,16 @@ def recovered_rate(
     start = max(refilled_s, (lowered_s or 0.0) + CLEAN_INTERVAL.total_seconds())
     recovered = state.rate_per_second * RECOVERY_PER_SECOND * max(0.0, now_s - start)
     return min(state.rate_per_second, state.effective_rate + recovered)
+
+
+def recovered_state(
+    state: ProviderState, refilled_s: float, lowered_s: float | None, now_s: float
+) -> ProviderState:
+    """``state`` as of ``now_s``: its effective rate recovered (:func:`recovered_rate`),
+    and no reason for a lowered rate once it is back at the limit."""
+    rate = recovered_rate(state, refilled_s, lowered_s, now_s)
+    reason = None if rate >= state.rate_per_second else state.lowered_reason
+    return replace(state, effective_rate=rate, lowered_reason=reason)
 
 
 def replaces(stored_by: str | None, new_by: str | None) -> bool:
@@ -140,6 +151,9 @@ class MemoryProviderLimits:
             row.next_slot_s = first + granted / rate
         row.refilled_s = max(row.refilled_s, now_s)
         row.state = replace(state, effective_rate=rate)
+        if rate >= state.rate_per_second:  # recovered: lowered no more, for no reason
+            row.lowered_s = None
+            row.state = replace(row.state, lowered_reason=None)
         self._tally(request)
         slots, next_at = grant_slots(
             request.now, granted, row.next_slot_s, rate, state.paused_until
@@ -183,12 +197,16 @@ class MemoryProviderLimits:
         state = row.state
         rate = change.rate_per_second or state.rate_per_second
         cap = state.max_in_flight if change.max_in_flight is None else change.max_in_flight
+        effective = min(state.effective_rate, rate) if row.lowered_s is not None else rate
+        if effective >= rate:  # the new limit is at or below the lowered rate: not lowered
+            row.lowered_s = None
         row.state = replace(
             state,
             rate_per_second=rate,
             burst=change.burst or state.burst,
             max_in_flight=cap or None,
-            effective_rate=min(state.effective_rate, rate) if row.lowered_s is not None else rate,
+            effective_rate=effective,
+            lowered_reason=state.lowered_reason if row.lowered_s is not None else None,
             updated_at=change.at,
             updated_by=change.by,
         )
@@ -201,13 +219,7 @@ class MemoryProviderLimits:
             return [row.state for row in rows]
         require_aware(now)
         now_s = now.timestamp()
-        return [
-            replace(
-                row.state,
-                effective_rate=recovered_rate(row.state, row.refilled_s, row.lowered_s, now_s),
-            )
-            for row in rows
-        ]
+        return [recovered_state(row.state, row.refilled_s, row.lowered_s, now_s) for row in rows]
 
     async def tallies(self, name: str, since: datetime) -> list[ProviderMinute]:
         """See :meth:`flowpark.engine.ports.providers.ProviderLimits.tallies`."""

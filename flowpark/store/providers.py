@@ -15,7 +15,6 @@ once make one row (PostgreSQL: ``ON CONFLICT DO NOTHING``; SQLite: one writer at
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -30,6 +29,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    null,
     select,
     update,
 )
@@ -55,7 +55,7 @@ from flowpark.store.memory_providers import (
     check_change,
     grant_slots,
     minute_of,
-    recovered_rate,
+    recovered_state,
     replaces,
 )
 from flowpark.store.provider_tables import PROVIDER, PROVIDER_MINUTE
@@ -259,6 +259,10 @@ class SqlProviderLimits(SqlRole):
             values["effective_rate"] = case(
                 (P.lowered_s.is_(None), rate), else_=_least(P.effective_rate, rate)
             )
+            # a limit at or below the lowered rate: the rate is lowered no more
+            recovered = P.lowered_s.is_(None) | (P.effective_rate >= rate)
+            values["lowered_s"] = case((recovered, null()), else_=P.lowered_s)
+            values["lowered_reason"] = case((recovered, null()), else_=P.lowered_reason)
         if change.burst is not None:
             values["burst"] = change.burst
         if change.max_in_flight is not None:
@@ -285,10 +289,7 @@ class SqlProviderLimits(SqlRole):
             return states
         now_s = now.timestamp()
         return [
-            replace(
-                state,
-                effective_rate=recovered_rate(state, row.refilled_s, row.lowered_s, now_s),
-            )
+            recovered_state(state, row.refilled_s, row.lowered_s, now_s)
             for state, row in zip(states, rows, strict=True)
         ]
 
@@ -388,6 +389,9 @@ def _grant_statement(dialect: str, tally: bool = False) -> Any:
             next_slot_s=case((c.paused == 1, P.next_slot_s), else_=c.first + c.granted / c.rate),
             refilled_s=_max(dialect, P.refilled_s, now_s),
             effective_rate=c.rate,
+            # back at the limit: lowered no more, for no reason
+            lowered_s=case((c.rate >= P.rate_per_second, null()), else_=P.lowered_s),
+            lowered_reason=case((c.rate >= P.rate_per_second, null()), else_=P.lowered_reason),
         )
         .returning(P.last_granted, P.next_slot_s, *_STATE_COLUMNS)
     )

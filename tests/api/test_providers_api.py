@@ -131,6 +131,11 @@ async def test_a_provider_shows_its_limit_load_and_waits(store_url: str) -> None
             h.clock.advance(timedelta(seconds=6))
             later = (await client.get(f"{LIST}/ocr")).json()
             assert later["pausedUntil"] is None and later["loweredReason"] == reason
+            # back at the limit (5 s clean, then 5 % of it per second): no reason is left
+            h.clock.advance(timedelta(seconds=30))
+            recovered = (await client.get(f"{LIST}/ocr")).json()
+            assert (recovered["effectiveRate"], recovered["lowered"]) == (10, False)
+            assert recovered["loweredReason"] is None  # it stayed after the rate recovered
 
             missing = await client.get(f"{LIST}/nope")
             assert missing.status_code == 404
