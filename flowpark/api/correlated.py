@@ -13,31 +13,33 @@ delivery (even once its instance has ended and released the key).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Header, Request, Response
 from fastapi import Path as FastApiPath
+from pydantic import SecretStr
 
 from flowpark.api.deps import DeliveryIds, DeliveryIdsDep, EngineDep, SettingsDep, SignalToken
 from flowpark.api.inputs import (
     _BODY_DOC,
     IDEMPOTENCY_KEY_DOC,
     JsonBodyRoute,
-    _json_body,
     idempotency_header,
+    json_body,
 )
 from flowpark.api.models import SignalAnswer
 from flowpark.api.openapi import DEFS_KEY, operation_slug, problem_responses, request_schema
-from flowpark.api.signals import deliver
+from flowpark.api.signals import deliver_payload
 from flowpark.api.views import API
 from flowpark.api.webhooks import (
     adapted,
     claim_delivery_id,
+    read_webhook,
     signed_route_extra,
     typed_payload,
     unreadable,
-    verified_webhook,
 )
 from flowpark.engine.node.engine import Engine
 from flowpark.errors import (
@@ -53,7 +55,7 @@ from flowpark.flows.correlation import check_correlation_key
 from flowpark.flows.plan import Plan
 from flowpark.flows.webhooks import WebhookDelivery
 
-__all__ = ["build_provider_signals_router"]
+__all__ = ["build_provider_signals_router", "deliver_provider_signal", "provider_signal_groups"]
 
 #: What a provider signal route may answer besides its authentication's codes.
 _CODES = (
@@ -127,23 +129,83 @@ def _key(signal: Signal, plan: Plan, payload: Any) -> str | None:
     return None if key is None else str(key)
 
 
+def provider_signal_groups(plans: list[Plan]) -> dict[tuple[str, str], list[Plan]]:
+    """The provider signals ``plans`` declare (``correlate=``), by ``(provider, name)``:
+    the plans declaring each, newest version first (its route's verifier is the first's)."""
+    groups: dict[tuple[str, str], list[Plan]] = defaultdict(list)
+    for plan in sorted(plans, key=lambda p: (p.name, p.version), reverse=True):
+        for signal in plan.signals.values():
+            if signal.correlate is not None:
+                groups[(signal.correlate.provider, signal.name)].append(plan)
+    return dict(sorted(groups.items()))
+
+
+async def deliver_provider_signal(
+    engine: Engine,
+    secrets: Mapping[str, SecretStr],
+    delivery_ids: DeliveryIds,
+    plans: list[Plan],
+    provider: str,
+    name: str,
+    raw: bytes,
+    headers: Mapping[str, str],
+) -> SignalAnswer | None:
+    """What ``POST /api/v1/providers/{provider}/signals/{name}`` does with a delivery, from
+    its bytes and headers (its bearer token, for a signal with no verifier, checked by the
+    route before): verified by the signal's verifier (else the typed payload and an optional
+    ``Idempotency-Key``), read by each declaring version's ``adapt``, model and key
+    function, and delivered to the one live instance holding the key. The route answers
+    this; the harness delivers a provider's webhook through it.
+
+    Args:
+        engine: the node's engine (its clock judges a signature's age).
+        secrets: ``FLOWPARK_SIGNAL_SECRETS``.
+        delivery_ids: the first instance each delivery id reached.
+        plans: the plans declaring the signal (:func:`provider_signal_groups`).
+        provider: the provider's name.
+        name: the signal's name.
+        raw: the body, as received.
+        headers: the headers, names in lower case.
+
+    Returns:
+        The delivered signal's answer, or None when the delivery is not this signal or
+        names no key (the route's 204; nothing stored).
+
+    Raises:
+        SignatureInvalid: 401. CorrelationKeyUnknown: 404. CorrelationKeyAmbiguous,
+            InstanceEnded: 409. InputInvalid, SignalPayloadInvalid,
+            IdempotencyKeyReused: 422. IdempotencyKeyInvalid: 400. UnsupportedMediaType:
+            415 (see the route's table in docs/correlation.md).
+    """
+    signal = plans[0].signals[name]
+    if signal.verify is not None:
+        where = f"provider {provider}"
+        delivery = read_webhook(raw, headers, engine.clock.now(), secrets, where, signal)
+        reads = _reads(plans, name, delivery, None)
+        delivery_id = delivery.delivery_id
+    else:
+        delivery_id = idempotency_header(headers.get("idempotency-key"), required=False)
+        reads = _reads(plans, name, None, json_body(raw, headers.get("content-type")))
+    return await _route(engine, delivery_ids, provider, name, reads, delivery_id)
+
+
 async def _route(
     engine: Engine,
-    request: Request,
     delivery_ids: DeliveryIds,
     provider: str,
     name: str,
     reads: list[_Read],
     delivery_id: str | None,
-) -> SignalAnswer | Response:
-    """Deliver what ``reads`` name to the one live instance holding the key."""
+) -> SignalAnswer | None:
+    """Deliver what ``reads`` name to the one live instance holding the key (None: not
+    this signal, or no key named)."""
     if not reads:  # not this signal, or no key named: nothing to store
-        return Response(status_code=204)
+        return None
     if delivery_id is not None:
         repeat = await _repeat(engine, delivery_ids, name, reads, delivery_id)
         if repeat is not None:
             instance_id, body = repeat
-            return await deliver(engine, request, instance_id, name, delivery_id, body)
+            return await deliver_payload(engine, instance_id, name, delivery_id, body)
     found: dict[str, tuple[str, Any]] = {}
     for read in reads:
         try:
@@ -176,7 +238,7 @@ async def _route(
     ((instance_id, (flow, body)),) = found.items()
     if delivery_id is not None:
         await claim_delivery_id(delivery_ids, engine, flow, name, delivery_id, instance_id)
-    return await deliver(engine, request, instance_id, name, delivery_id, body)
+    return await deliver_payload(engine, instance_id, name, delivery_id, body)
 
 
 async def _repeat(
@@ -199,13 +261,8 @@ def build_provider_signals_router(plans: list[Plan]) -> APIRouter:
     ``plans`` declare (newest version first), then the answer to any other name (404
     ``signal_not_declared`` listing the node's provider signals; not in the OpenAPI)."""
     router = APIRouter(prefix=API, route_class=JsonBodyRoute)
-    groups: dict[tuple[str, str], list[Plan]] = defaultdict(list)
-    ordered = sorted(plans, key=lambda p: (p.name, p.version), reverse=True)
-    for plan in ordered:
-        for signal in plan.signals.values():
-            if signal.correlate is not None:
-                groups[(signal.correlate.provider, signal.name)].append(plan)
-    for (provider, name), declaring in sorted(groups.items()):
+    groups = provider_signal_groups(plans)
+    for (provider, name), declaring in groups.items():
         signal = declaring[0].signals[name]
         if signal.verify is None:
             _add_bearer_route(router, provider, name, declaring)
@@ -213,6 +270,11 @@ def build_provider_signals_router(plans: list[Plan]) -> APIRouter:
             _add_signed_route(router, provider, name, declaring)
     _add_unknown_route(router, sorted(groups))
     return router
+
+
+def _headers(request: Request) -> dict[str, str]:
+    """The request's headers, names in lower case."""
+    return {name.lower(): value for name, value in request.headers.items()}
 
 
 def _path(provider: str, name: str) -> str:
@@ -231,11 +293,17 @@ def _add_signed_route(router: APIRouter, provider: str, name: str, plans: list[P
     async def deliver_by_correlation(
         engine: EngineDep, settings: SettingsDep, delivery_ids: DeliveryIdsDep, request: Request
     ) -> SignalAnswer | Response:
-        delivery = await verified_webhook(request, engine, settings, f"provider {provider}", signal)
-        reads = _reads(plans, name, delivery, None)
-        return await _route(
-            engine, request, delivery_ids, provider, name, reads, delivery.delivery_id
+        answer = await deliver_provider_signal(
+            engine,
+            settings.signal_secrets,
+            delivery_ids,
+            plans,
+            provider,
+            name,
+            await request.body(),
+            _headers(request),
         )
+        return Response(status_code=204) if answer is None else answer
 
     deliver_by_correlation.__doc__ = (
         f"Deliver the `{name}` signal to the live instance (of {_flows(plans)}) holding the "
@@ -274,9 +342,11 @@ def _add_bearer_route(router: APIRouter, provider: str, name: str, plans: list[P
             default=None, alias="Idempotency-Key", description=IDEMPOTENCY_KEY_DOC
         ),
     ) -> SignalAnswer | Response:
-        key = idempotency_header(idempotency_key, required=False)
-        reads = _reads(plans, name, None, await _json_body(request))
-        return await _route(engine, request, delivery_ids, provider, name, reads, key)
+        idempotency_header(idempotency_key, required=False)  # declared for the OpenAPI
+        answer = await deliver_provider_signal(
+            engine, {}, delivery_ids, plans, provider, name, await request.body(), _headers(request)
+        )
+        return Response(status_code=204) if answer is None else answer
 
     deliver_by_correlation.__doc__ = (
         f"Deliver the `{name}` signal to the live instance (of {_flows(plans)}) holding the "

@@ -91,7 +91,13 @@ EXPORTS = {
         "retry_after_instant",
         "to_timedelta",
     ],
-    "flowpark.testing": ["FlowHarness", "Scripted", "substitute"],
+    "flowpark.testing": [
+        "FlowHarness",
+        "Scripted",
+        "substitute",
+        "webhook_body",
+        "webhook_headers",
+    ],
     "flowpark": [
         "AsyncClient",
         "Backoff",
