@@ -352,8 +352,8 @@ class FlowHarness:
                 ``provider``/``name`` (404).
             SignatureInvalid: 401 ``signature_invalid``; CorrelationKeyUnknown: 404
                 ``correlation_key_unknown`` (no live instance holds the key: a capability
-                that forgot ``ctx.correlate``); CorrelationKeyAmbiguous, InstanceEnded:
-                409; InputInvalid, SignalPayloadInvalid: 422: as the
+                that forgot ``ctx.correlate``); CorrelationKeyAmbiguous, InstanceEnded,
+                DeliveryIdReused: 409; InputInvalid, SignalPayloadInvalid: 422: as the
                 route answers them (each error's ``code``; ``flowpark.api.problems
                 .status_of(code)`` is the route's status).
         """

@@ -7,11 +7,15 @@ of the ``signal`` scope), mapped by each declaring version's ``adapt``, its corr
 read by the signal's ``key`` function, and delivered to the one live instance holding that
 key (:class:`~flowpark.engine.ports.Correlations`). A key no live instance holds is 404
 ``correlation_key_unknown`` and stores nothing; a replayed delivery id answers the first
-delivery (even once its instance has ended and released the key).
+delivery (even once its instance has ended and released the key), unless the key it names
+is held now by another live instance than the one the id reached: a provider that reuses
+its ids (after a restart) is refused with 409 ``delivery_id_reused``, logged and counted
+(``flowpark_webhook_delivery_ids_reused_total``), rather than answered a quiet success.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +49,7 @@ from flowpark.engine.node.engine import Engine
 from flowpark.errors import (
     CorrelationKeyAmbiguous,
     CorrelationKeyUnknown,
+    DeliveryIdReused,
     ErrorCode,
     FlowparkError,
     SignalNotDeclared,
@@ -57,6 +62,8 @@ from flowpark.flows.webhooks import WebhookDelivery
 
 __all__ = ["build_provider_signals_router", "deliver_provider_signal", "provider_signal_groups"]
 
+log = logging.getLogger("flowpark.api")
+
 #: What a provider signal route may answer besides its authentication's codes.
 _CODES = (
     ErrorCode.INPUT_INVALID,
@@ -66,6 +73,7 @@ _CODES = (
     ErrorCode.IDEMPOTENCY_KEY_REUSED,
     ErrorCode.CORRELATION_KEY_UNKNOWN,
     ErrorCode.CORRELATION_KEY_AMBIGUOUS,
+    ErrorCode.DELIVERY_ID_REUSED,
     ErrorCode.INSTANCE_ENDED,
     ErrorCode.SIGNAL_DELIVERY_REPLAYED,
     ErrorCode.SIGNAL_PAYLOAD_INVALID,
@@ -173,7 +181,7 @@ async def deliver_provider_signal(
 
     Raises:
         SignatureInvalid: 401. CorrelationKeyUnknown: 404. CorrelationKeyAmbiguous,
-            InstanceEnded: 409. InputInvalid, SignalPayloadInvalid,
+            InstanceEnded, DeliveryIdReused: 409. InputInvalid, SignalPayloadInvalid,
             IdempotencyKeyReused: 422. IdempotencyKeyInvalid: 400. UnsupportedMediaType:
             415 (see the route's table in docs/correlation.md).
     """
@@ -205,18 +213,9 @@ async def _route(
         repeat = await _repeat(engine, delivery_ids, name, reads, delivery_id)
         if repeat is not None:
             instance_id, body = repeat
+            await _not_reused(engine, provider, name, reads, delivery_id, instance_id)
             return await deliver_payload(engine, instance_id, name, delivery_id, body)
-    found: dict[str, tuple[str, Any]] = {}
-    for read in reads:
-        try:
-            check_correlation_key(read.key)
-        except ValueError:
-            continue  # no step records such a key
-        holder = await engine.store.correlations.holder(read.plan.name, provider, read.key)
-        if holder is None:
-            continue
-        if holder.instance_id not in found or read.plan.version == holder.flow_version:
-            found[holder.instance_id] = (holder.flow_name, read.body)
+    found = await _holders(engine, provider, reads)
     keys = sorted({shown(read.key) for read in reads})
     if not found:
         raise CorrelationKeyUnknown(
@@ -239,6 +238,64 @@ async def _route(
     if delivery_id is not None:
         await claim_delivery_id(delivery_ids, engine, flow, name, delivery_id, instance_id)
     return await deliver_payload(engine, instance_id, name, delivery_id, body)
+
+
+async def _holders(engine: Engine, provider: str, reads: list[_Read]) -> dict[str, tuple[str, Any]]:
+    """The live instances holding the keys ``reads`` name: instance id -> (its flow, the
+    payload as its version reads it)."""
+    found: dict[str, tuple[str, Any]] = {}
+    for read in reads:
+        try:
+            check_correlation_key(read.key)
+        except ValueError:
+            continue  # no step records such a key
+        holder = await engine.store.correlations.holder(read.plan.name, provider, read.key)
+        if holder is None:
+            continue
+        if holder.instance_id not in found or read.plan.version == holder.flow_version:
+            found[holder.instance_id] = (holder.flow_name, read.body)
+    return found
+
+
+async def _not_reused(
+    engine: Engine,
+    provider: str,
+    name: str,
+    reads: list[_Read],
+    delivery_id: str,
+    first: str,
+) -> None:
+    """A delivery id seen before answers its first signal (a provider's retry) unless the
+    key this delivery names is held now by another live instance than ``first``, the one
+    the id reached: then the provider reused its id for another event (after a restart),
+    which would else go, quietly, nowhere.
+
+    Raises:
+        DeliveryIdReused: 409 ``delivery_id_reused`` (logged and counted).
+    """
+    others = sorted(i for i in await _holders(engine, provider, reads) if i != first)
+    if not others:
+        return
+    engine.observer.delivery_id_reused(provider, name)
+    log.warning(
+        "provider %s signal %s: delivery id %r reached instance %s first, but this delivery "
+        "names a key live instance %s holds: refused as a reused delivery id (409 "
+        "delivery_id_reused); the provider must send it with a new id",
+        provider,
+        name,
+        shown(delivery_id),
+        first,
+        others[0],
+    )
+    raise DeliveryIdReused(
+        f"delivery id {shown(delivery_id)!r} of the {provider} signal {name} was delivered "
+        "before, about another instance than the one holding the key this delivery names "
+        "now: the provider reuses its delivery ids; send it with a new one (nothing was "
+        "stored)",
+        provider=provider,
+        signal=name,
+        delivery_id=shown(delivery_id),
+    )
 
 
 async def _repeat(
@@ -313,7 +370,10 @@ def _add_signed_route(router: APIRouter, provider: str, name: str, plans: list[P
         "token; a missing, stale or wrong signature is 401 `signature_invalid` (nothing "
         "stored). A key no live instance holds is 404 `correlation_key_unknown` (nothing "
         "stored: the provider may retry once the key is recorded). A replay of a delivery "
-        "id answers the first signal (`created: false`). A delivery that is not this "
+        "id answers the first signal (`created: false`), unless the key it names is held "
+        "now by another live instance than the one the id reached: 409 "
+        "`delivery_id_reused` (a provider reusing its ids; nothing stored). A delivery "
+        "that is not this "
         "signal, or names no key, is 204; one the flow's `adapt` or key function cannot "
         "read is 422 `signal_payload_invalid`." + _BODY_DOC
     )
@@ -354,7 +414,8 @@ def _add_bearer_route(router: APIRouter, provider: str, name: str, plans: list[P
         f'`ctx.correlate("{provider}", key)`. A bearer token of the `signal` scope; the '
         "body is the signal's payload. A key no live instance holds is 404 "
         "`correlation_key_unknown` (nothing stored). Idempotent by `Idempotency-Key`: a "
-        "repeat answers the first signal (`created: false`). A payload that names no key "
+        "repeat answers the first signal (`created: false`); one whose key is held now by "
+        "another live instance is 409 `delivery_id_reused`. A payload that names no key "
         "is 204; one the key function cannot read is 422 `signal_payload_invalid`." + _BODY_DOC
     )
     schema, defs = request_schema(signal.model)

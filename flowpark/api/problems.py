@@ -63,6 +63,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.DELIVERY_NOT_FAILED: 409,
     ErrorCode.COMPENSATION_NOT_FAILED: 409,
     ErrorCode.CORRELATION_KEY_AMBIGUOUS: 409,
+    ErrorCode.DELIVERY_ID_REUSED: 409,
     ErrorCode.CORRELATION_KEY_IN_USE: 409,
     ErrorCode.INSTANCE_KEY_IN_USE: 409,
     ErrorCode.NO_BUDGET: 409,

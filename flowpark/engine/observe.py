@@ -103,6 +103,11 @@ class Observer:
         """A try of a capability calling ``provider`` was deferred: ``budget`` (no token)
         or ``pushback`` (the provider is paused after a pushback)."""
 
+    def delivery_id_reused(self, provider: str, signal: str) -> None:
+        """A delivery of ``provider``'s ``signal`` came with a delivery id seen before, for
+        another instance than the live one its correlation key names: refused (the API's
+        ``delivery_id_reused``)."""
+
     def provider_limit(self, provider: str, limit: float, effective_rate: float) -> None:
         """The store told ``provider``'s limit and effective rate (calls per second), at a
         grant or a pushback of this node."""

@@ -299,6 +299,14 @@ class Metrics:
             ["provider", "reason"],
             registry=r,
         )
+        self.delivery_ids_reused = Counter(
+            "flowpark_webhook_delivery_ids_reused",
+            "Provider signal deliveries refused because their delivery id was seen before "
+            "for another instance than the live one their correlation key names (409 "
+            "delivery_id_reused): a provider reusing its delivery ids.",
+            ["provider", "signal"],
+            registry=r,
+        )
         provider = {"registry": r, "multiprocess_mode": "mostrecent", "labelnames": ["provider"]}
         self.provider_limit = Gauge(
             "flowpark_provider_limit",

@@ -142,6 +142,11 @@ class NodeObserver(Observer):
         if self.metrics is not None:
             self._child(self.metrics.provider_deferrals, provider, reason).inc()
 
+    def delivery_id_reused(self, provider: str, signal: str) -> None:
+        """A provider signal's delivery id was refused as reused (``delivery_id_reused``)."""
+        if self.metrics is not None:
+            self._child(self.metrics.delivery_ids_reused, provider, signal).inc()
+
     def provider_limit(self, provider: str, limit: float, effective_rate: float) -> None:
         """The store told ``provider``'s limit and effective rate (calls/s)."""
         if self.metrics is not None:

@@ -30,6 +30,7 @@ from flowpark.api.models import SignalAnswer
 from flowpark.api.problems import status_of
 from flowpark.errors import (
     CorrelationKeyUnknown,
+    DeliveryIdReused,
     FlowparkError,
     InputInvalid,
     SignalNotDeclared,
@@ -232,3 +233,17 @@ async def test_no_secret_to_sign_with_says_so() -> None:
         with pytest.raises(FlowparkError) as refused:
             await h.provider_signal("jobs", "job.gh", body=body, headers=headers)
         assert refused.value.code == "signature_invalid"
+
+
+async def test_a_reused_delivery_id_is_refused_in_the_harness_as_by_the_route() -> None:
+    subs = {"job.start": recording()}
+    async with FlowHarness.open([job_flow("gh")], substitutes=subs, signal_secrets=SECRETS) as h:
+        payload, event = PAYLOADS["gh"]
+        first = (await h.start("job.gh.wait", {"job_id": "x"})).instance
+        await h.provider_signal("jobs", "job.gh", payload, event=event, delivery_id="d-1")
+        assert (await h.instance(first.id)).state == "completed"  # the key is released
+        live = (await h.start("job.gh.wait", {"job_id": "x"})).instance  # holds job-17 now
+        with pytest.raises(DeliveryIdReused) as refused:
+            await h.provider_signal("jobs", "job.gh", payload, event=event, delivery_id="d-1")
+        assert (refused.value.code, status_of(refused.value.code)) == ("delivery_id_reused", 409)
+        assert (await h.snapshot(live.id)).signals == []
