@@ -165,9 +165,18 @@ class Metrics:
         )
         self.lateness = Histogram(
             "flowpark_wake_lateness_seconds",
-            "Start of a parked attempt minus its wake_at.",
+            "The sweep's own lateness: a parked try woken (a poll's attempt, a retry; "
+            "one its provider defers again too) minus its wake_at.",
             ["flow"],
             buckets=SECONDS,
+            registry=r,
+        )
+        self.provider_held = Histogram(
+            "flowpark_provider_deferral_seconds",
+            "How long a due try was parked for its provider, apart from wake lateness: "
+            "reason budget (the limit had none) or pushback (until its Retry-After).",
+            ["flow", "provider", "reason"],
+            buckets=LAG,
             registry=r,
         )
         self.budget = Histogram(

@@ -137,6 +137,11 @@ class NodeObserver(Observer):
         if self.metrics is not None:
             self._child(self.metrics.provider_calls, provider, outcome).inc()
 
+    def provider_held(self, flow: str, provider: str, reason: str, seconds: float) -> None:
+        """A due try of ``flow`` parked ``seconds`` for ``provider`` (budget, pushback)."""
+        if self.metrics is not None:
+            self._child(self.metrics.provider_held, flow, provider, reason).observe(seconds)
+
     def provider_deferred(self, provider: str, reason: str) -> None:
         """A due call to ``provider`` was parked again (reason budget or pushback)."""
         if self.metrics is not None:

@@ -129,17 +129,13 @@ def _instant(name: str, *, nullable: bool = True) -> Any:
 
 
 def _str(name: str, *, nullable: bool = True, primary_key: bool = False) -> Any:
-    return Field(
-        default=None,
-        sa_column=Column(name, String(), nullable=nullable, primary_key=primary_key),
-    )
+    column = Column(name, String(), nullable=nullable, primary_key=primary_key)
+    return Field(default=None, sa_column=column)
 
 
 def _instance_id(name: str, *, primary_key: bool = False) -> Any:
-    return Field(
-        default=None,
-        sa_column=Column(name, InstanceId(), nullable=False, primary_key=primary_key),
-    )
+    column: Column[str] = Column(name, InstanceId(), nullable=False, primary_key=primary_key)
+    return Field(default=None, sa_column=column)
 
 
 def _int(name: str, *, nullable: bool = True) -> Any:
@@ -147,10 +143,8 @@ def _int(name: str, *, nullable: bool = True) -> Any:
 
 
 def _sequence() -> Any:
-    return Field(
-        default=None,
-        sa_column=Column("sequence", Sequence64, primary_key=True, autoincrement=True),
-    )
+    column = Column("sequence", Sequence64, primary_key=True, autoincrement=True)
+    return Field(default=None, sa_column=column)
 
 
 class FlowInstanceRow(SQLModel, table=True):
@@ -352,6 +346,8 @@ class FlowStepRow(SQLModel, table=True):
     # a deadline row's end (``values`` then NULL; 0019); the deadlines written with a row
     ends_at: datetime | None = _instant("ends_at")
     carried: list[Any] | None = _json("carried")
+    deferred_until: datetime | None = _instant("deferred_until")  # its provider's deferral
+    deferred_by: str | None = _str("deferred_by")  # (0025): its last wake, and why
 
 
 class FlowSignalRow(SQLModel, table=True):
