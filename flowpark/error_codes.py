@@ -112,7 +112,8 @@ class ErrorCode(StrEnum):
     )
     INPUT_INVALID = (
         "input_invalid",
-        "malformed JSON, or a body, payload, parameter or header that does not validate",
+        "malformed JSON, or a body, payload, parameter or header that does not validate "
+        "(an unknown field close to a known one is named: `did you mean jobId?`)",
     )
     INSTANCE_BUSY = (
         "instance_busy",
