@@ -65,6 +65,13 @@ class ErrorCode(StrEnum):
         "a provider signal's delivery names a correlation key that no live instance holds "
         "(never recorded, or released when its instance ended): nothing stored",
     )
+    DELIVERY_ID_REUSED = (
+        "delivery_id_reused",
+        "a provider signal's delivery id was seen before, but the correlation key this "
+        "delivery names is held now by another live instance than the one the id reached "
+        "first (a provider reusing its delivery ids, e.g. after a restart): refused and "
+        "logged, nothing stored; the provider must send it with a new delivery id",
+    )
     DELIVERY_NOT_FAILED = (
         "delivery_not_failed",
         "only a failed event delivery can be retried (it is pending or delivered)",
@@ -105,7 +112,8 @@ class ErrorCode(StrEnum):
     )
     INPUT_INVALID = (
         "input_invalid",
-        "malformed JSON, or a body, payload, parameter or header that does not validate",
+        "malformed JSON, or a body, payload, parameter or header that does not validate "
+        "(an unknown field close to a known one is named: `did you mean jobId?`)",
     )
     INSTANCE_BUSY = (
         "instance_busy",

@@ -46,6 +46,7 @@ of a definition finding (``poll.requires_durable``).
     ├── CorrelationKeyInUse        correlation_key_in_use
     ├── CorrelationKeyUnknown      correlation_key_unknown
     ├── CorrelationKeyAmbiguous    correlation_key_ambiguous
+    ├── DeliveryIdReused           delivery_id_reused
     ├── ReviewNotFound             review_not_found
     ├── ReviewClosed               review_closed; .fields["state"], ["closed_by"]
     ├── ReviewClaimed              review_claimed; .fields["claimed_by"]
@@ -91,6 +92,7 @@ __all__ = [
     "CorrelationKeyInUse",
     "CorrelationKeyUnknown",
     "DefinitionError",
+    "DeliveryIdReused",
     "DeliveryNotFailed",
     "DeliveryNotFound",
     "EmbeddingInvalid",
@@ -403,6 +405,13 @@ class CorrelationKeyAmbiguous(FlowparkError):
     flow hold."""
 
     code = ErrorCode.CORRELATION_KEY_AMBIGUOUS
+
+
+class DeliveryIdReused(FlowparkError):
+    """A provider signal's delivery id was seen before, for another instance than the live
+    one holding the correlation key this delivery names (a provider reusing its ids)."""
+
+    code = ErrorCode.DELIVERY_ID_REUSED
 
 
 class ReviewNotFound(FlowparkError):

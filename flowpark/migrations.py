@@ -146,7 +146,7 @@ def head_revision() -> str:
     """The newest revision this flowpark's migrations reach.
 
     Returns:
-        Its id (``"0026"``): what :func:`upgrade` reaches by default and what a node
+        Its id (``"0027"``): what :func:`upgrade` reaches by default and what a node
         requires before it starts.
     """
     from flowpark.store import migrate

@@ -24,13 +24,14 @@ test computes, so jittered schedules need no copy of the random draw.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
 from flowpark.engine.clock import VirtualClock
 from flowpark.engine.node.engine import Engine, EngineConfig, StartResult, SweepReport
@@ -39,11 +40,17 @@ from flowpark.flows.builder import AwaitItem, Flow, Item, PollItem, StepItem
 from flowpark.flows.capability import Capability, Decision, StepContext
 from flowpark.flows.catalog import Catalog
 from flowpark.store.db import make_async_engine
+from flowpark.store.delivery_ids import SqlDeliveryIds
 from flowpark.store.memory import MemoryStore
+from flowpark.store.memory_delivery_ids import MemoryDeliveryIds
 from flowpark.store.migrate import upgrade
 from flowpark.store.sql_store import SqlStore
+from flowpark.testing_webhooks import webhook_body, webhook_headers
 
-__all__ = ["FlowHarness", "Scripted", "substitute"]
+if TYPE_CHECKING:
+    from flowpark.api.models import SignalAnswer
+
+__all__ = ["FlowHarness", "Scripted", "substitute", "webhook_body", "webhook_headers"]
 
 
 class Scripted(Capability):
@@ -54,14 +61,27 @@ class Scripted(Capability):
     callable ``f(ctx)`` (sync or async) whose return value is treated the same way. The
     last outcome repeats when the script runs out.
 
+    ``correlate`` records correlation keys as the stood-in capability does with
+    ``ctx.correlate(provider, key)``, on each call whose outcome is not an exception: a
+    mapping ``{provider: key}`` (``{"ci": "b-7"}``), or a function of the step's context
+    giving one, asked once the outcome was put (``lambda ctx: {"ci":
+    ctx.get(BuildStarted).build}``). Without it a stand-in records no key: a provider's
+    webhook then finds no instance (``correlation_key_unknown``), as it would if the
+    capability forgot to record it.
+
     Attributes:
         calls: how many times it ran.
     """
 
-    def __init__(self, *outcomes: Any) -> None:
+    def __init__(
+        self,
+        *outcomes: Any,
+        correlate: Mapping[str, str] | Callable[[StepContext], Mapping[str, str]] | None = None,
+    ) -> None:
         if not outcomes:
             raise ValueError("Scripted needs at least one outcome")
         self.outcomes = list(outcomes)
+        self.correlate = correlate
         self.calls = 0
 
     def bind(self, original: Capability) -> Scripted:
@@ -93,7 +113,10 @@ class Scripted(Capability):
             raise outcome
         if isinstance(outcome, BaseModel):
             ctx.put(outcome)
-            return None
+            outcome = None
+        keys = self.correlate(ctx) if callable(self.correlate) else self.correlate
+        for provider, key in (keys or {}).items():
+            ctx.correlate(provider, key)
         return outcome  # type: ignore[no-any-return]
 
 
@@ -157,16 +180,27 @@ class FlowHarness:
 
     Build with :meth:`open` (an async context manager). Attributes: ``clock``
     (:class:`VirtualClock`), ``engine``, ``store`` (a :class:`MemoryStore`, or a
-    :class:`SqlStore` when opened with a ``database_url``), ``catalog``.
+    :class:`SqlStore` when opened with a ``database_url``), ``catalog``, ``secrets`` (the
+    signal secrets a node would hold in ``FLOWPARK_SIGNAL_SECRETS``) and ``delivery_ids``
+    (the first instance each signed delivery id reached).
     """
 
     def __init__(
-        self, engine: Engine, store: SqlStore | MemoryStore, clock: VirtualClock, db: Any
+        self,
+        engine: Engine,
+        store: SqlStore | MemoryStore,
+        clock: VirtualClock,
+        db: Any,
+        secrets: Mapping[str, str] | None = None,
     ) -> None:
         self.engine = engine
         self.store = store
         self.clock = clock
         self.catalog = engine.catalog
+        self.secrets = {name: SecretStr(value) for name, value in (secrets or {}).items()}
+        self.delivery_ids: MemoryDeliveryIds | SqlDeliveryIds = (
+            store.delivery_ids if isinstance(store, MemoryStore) else SqlDeliveryIds(db)
+        )
         self._db = db
 
     @classmethod
@@ -180,6 +214,7 @@ class FlowHarness:
         start: datetime | None = None,
         config: EngineConfig | None = None,
         migrate: bool = True,
+        signal_secrets: Mapping[str, str] | None = None,
     ) -> AsyncIterator[FlowHarness]:
         """Open a harness.
 
@@ -192,6 +227,9 @@ class FlowHarness:
             start: the virtual clock's first instant (aware UTC).
             config: engine config (default node ``harness``, 30 s lease).
             migrate: run ``alembic upgrade head`` on ``database_url`` first.
+            signal_secrets: secret name -> value, as ``FLOWPARK_SIGNAL_SECRETS`` holds them
+                on a node: :meth:`provider_signal` verifies (and signs) a signal's
+                deliveries with them.
         """
         if database_url is not None and migrate:
             upgrade(database_url)
@@ -207,7 +245,7 @@ class FlowHarness:
         store = SqlStore(db) if db is not None else MemoryStore()
         engine = Engine(store, catalog, clock, config or EngineConfig(node_id="harness"))
         try:
-            yield cls(engine, store, clock, db)
+            yield cls(engine, store, clock, db, signal_secrets)
         finally:
             # runs still going in the background (a test that failed before draining) are
             # cancelled first: a run left going would use the pool after its disposal and
@@ -250,23 +288,121 @@ class FlowHarness:
         payload: Any,
         *,
         idempotency_key: str | None = None,
-    ) -> dict[str, Any]:
-        """Deliver signal ``name`` to the instance as its HTTP route does, and answer what
-        the route answers (its JSON body): ``signalId``, ``name``, ``payload``,
-        ``receivedAt``, ``takenAt``, ``takenStepId``, ``matched`` (true: a wait took it;
-        false: the wait's ``match`` refused it, kept and ending nothing; null: it waits in
-        the mailbox), ``instanceId``, ``created`` (false for a repeat of
-        ``idempotency_key``) and the instance's ``state`` after the run it started.
+    ) -> SignalAnswer:
+        """Deliver signal ``name`` to the instance as its HTTP route does (the same code
+        once the route has the payload), and answer what the route answers, typed (the
+        API's :class:`~flowpark.api.models.SignalAnswer`, as the client's ``signal``):
+        ``signal_id``, ``name``, ``payload``, ``received_at``, ``taken_at``,
+        ``taken_step_id``, ``matched`` (True: a wait took it; False: the wait's ``match``
+        refused it, kept and ending nothing; None: it waits in the mailbox),
+        ``instance_id``, ``created`` (False for a repeat of ``idempotency_key``) and the
+        instance's ``state`` after the run it started.
 
         Raises:
             InstanceNotFound, SignalNotDeclared, InputInvalid (the payload does not
-            validate), InstanceEnded: as the route answers them (404, 404, 422, 409).
+            validate), InstanceEnded, IdempotencyKeyReused: as the route answers them (404,
+            404, 422, 409, 422).
         """
-        from flowpark.api.views import signal_answer
+        from flowpark.api.signals import deliver_payload
 
-        delivery = await self.engine.deliver(instance_id, name, payload, idempotency_key)
-        answer = signal_answer(delivery.signal, instance_id, delivery.created, delivery.state)
-        return answer.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        return await deliver_payload(self.engine, instance_id, name, idempotency_key, payload)
+
+    async def provider_signal(
+        self,
+        provider: str,
+        name: str,
+        payload: Any = None,
+        *,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        delivery_id: str | None = None,
+        event: str | None = None,
+    ) -> SignalAnswer | None:
+        """Deliver a provider's webhook to ``POST /api/v1/providers/{provider}/signals/{name}``
+        as the route does, through the route's own code: the signal's verifier checks the
+        signature on the virtual clock, each declaring version's ``adapt``, payload model
+        and key function read it, and the one live instance holding the correlation key
+        the delivery names takes it (a delivery id already seen answers its first signal).
+
+        A verified signal's delivery is signed here, as its provider signs it, with the
+        secret ``signal_secrets`` holds under the verifier's name
+        (:func:`flowpark.testing_webhooks.webhook_headers`), unless ``headers`` are given
+        (to test a refusal, or a verifier of the flow's own). A signal with no verifier
+        takes the typed payload, ``delivery_id`` as its ``Idempotency-Key`` (the route's
+        bearer token is the API's, not the delivery's: not asked for here).
+
+        Args:
+            provider: the provider's name (the route's ``{provider}``).
+            name: the signal's name.
+            payload: the provider's JSON (GitHub's ``workflow_run`` event, a Stripe
+                event), sent as JSON; or ``body``, the raw bytes.
+            body: the raw body, instead of ``payload``.
+            headers: the delivery's headers as sent (not signed here).
+            delivery_id: the delivery's id (``X-GitHub-Delivery``, ``webhook-id``, an
+                ``HmacWebhook``'s ``id_header``; the ``Idempotency-Key`` of a signal with
+                no verifier); default a new one for a format that requires one.
+            event: GitHub's event type (``X-GitHub-Event``).
+
+        Returns:
+            The route's answer (as :meth:`signal`'s), or None when the route answers 204:
+            ``adapt`` or the key function said it is not this signal (GitHub's ``ping``).
+
+        Raises:
+            SignalNotDeclared: no registered flow declares a provider signal
+                ``provider``/``name`` (404).
+            SignatureInvalid: 401 ``signature_invalid``; CorrelationKeyUnknown: 404
+                ``correlation_key_unknown`` (no live instance holds the key: a capability
+                that forgot ``ctx.correlate``); CorrelationKeyAmbiguous, InstanceEnded,
+                DeliveryIdReused: 409; InputInvalid, SignalPayloadInvalid: 422: as the
+                route answers them (each error's ``code``; ``flowpark.api.problems
+                .status_of(code)`` is the route's status).
+        """
+        from flowpark.api.correlated import deliver_provider_signal, provider_signal_groups
+        from flowpark.errors import SignalNotDeclared
+
+        groups = provider_signal_groups(self.catalog.plans())
+        plans = groups.get((provider, name))
+        if plans is None:
+            declared = [f"{p}/{n}" for p, n in groups]
+            raise SignalNotDeclared(
+                f"no registered flow declares the provider signal {provider}/{name}; its "
+                f"provider signals: {', '.join(declared) or 'none'}",
+                provider=provider,
+                signal=name,
+                provider_signals=declared,
+            )
+        raw = body if body is not None else webhook_body(payload)
+        verifier = plans[0].signals[name].verify
+        if headers is None:
+            if verifier is None:
+                headers = {"content-type": "application/json"}
+                if delivery_id is not None:
+                    headers["idempotency-key"] = delivery_id
+            else:
+                headers = self._signed(verifier, raw, delivery_id, event)
+        lowered = {key.lower(): value for key, value in headers.items()}
+        return await deliver_provider_signal(
+            self.engine, self.secrets, self.delivery_ids, plans, provider, name, raw, lowered
+        )
+
+    def _signed(
+        self, verifier: Any, raw: bytes, delivery_id: str | None, event: str | None
+    ) -> dict[str, str]:
+        """The headers the provider signs ``raw`` with (:func:`webhook_headers`)."""
+        secret = self.secrets.get(verifier.secret)
+        if secret is None:
+            raise ValueError(
+                f"FlowHarness.open(signal_secrets=...) holds no secret {verifier.secret!r} to "
+                "sign the delivery with (pass headers= to send one unsigned)"
+            )
+        return webhook_headers(
+            verifier,
+            secret.get_secret_value(),
+            raw,
+            at=self.clock.now(),
+            delivery_id=delivery_id or f"delivery-{uuid.uuid4().hex}",
+            event=event,
+        )
 
     async def instance(self, instance_id: str) -> InstanceRecord:
         """The instance row as stored now."""

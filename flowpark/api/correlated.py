@@ -7,42 +7,49 @@ of the ``signal`` scope), mapped by each declaring version's ``adapt``, its corr
 read by the signal's ``key`` function, and delivered to the one live instance holding that
 key (:class:`~flowpark.engine.ports.Correlations`). A key no live instance holds is 404
 ``correlation_key_unknown`` and stores nothing; a replayed delivery id answers the first
-delivery (even once its instance has ended and released the key).
+delivery (even once its instance has ended and released the key), unless the key it names
+is held now by another live instance than the one the id reached: a provider that reuses
+its ids (after a restart) is refused with 409 ``delivery_id_reused``, logged and counted
+(``flowpark_webhook_delivery_ids_reused_total``), rather than answered a quiet success.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Header, Request, Response
 from fastapi import Path as FastApiPath
+from pydantic import SecretStr
 
 from flowpark.api.deps import DeliveryIds, DeliveryIdsDep, EngineDep, SettingsDep, SignalToken
 from flowpark.api.inputs import (
     _BODY_DOC,
     IDEMPOTENCY_KEY_DOC,
     JsonBodyRoute,
-    _json_body,
     idempotency_header,
+    json_body,
 )
 from flowpark.api.models import SignalAnswer
 from flowpark.api.openapi import DEFS_KEY, operation_slug, problem_responses, request_schema
-from flowpark.api.signals import deliver
+from flowpark.api.signals import deliver_payload
 from flowpark.api.views import API
 from flowpark.api.webhooks import (
     adapted,
     claim_delivery_id,
+    read_webhook,
     signed_route_extra,
     typed_payload,
     unreadable,
-    verified_webhook,
 )
 from flowpark.engine.node.engine import Engine
 from flowpark.errors import (
     CorrelationKeyAmbiguous,
     CorrelationKeyUnknown,
+    DeliveryIdReused,
     ErrorCode,
     FlowparkError,
     SignalNotDeclared,
@@ -53,7 +60,9 @@ from flowpark.flows.correlation import check_correlation_key
 from flowpark.flows.plan import Plan
 from flowpark.flows.webhooks import WebhookDelivery
 
-__all__ = ["build_provider_signals_router"]
+__all__ = ["build_provider_signals_router", "deliver_provider_signal", "provider_signal_groups"]
+
+log = logging.getLogger("flowpark.api")
 
 #: What a provider signal route may answer besides its authentication's codes.
 _CODES = (
@@ -64,6 +73,7 @@ _CODES = (
     ErrorCode.IDEMPOTENCY_KEY_REUSED,
     ErrorCode.CORRELATION_KEY_UNKNOWN,
     ErrorCode.CORRELATION_KEY_AMBIGUOUS,
+    ErrorCode.DELIVERY_ID_REUSED,
     ErrorCode.INSTANCE_ENDED,
     ErrorCode.SIGNAL_DELIVERY_REPLAYED,
     ErrorCode.SIGNAL_PAYLOAD_INVALID,
@@ -127,34 +137,85 @@ def _key(signal: Signal, plan: Plan, payload: Any) -> str | None:
     return None if key is None else str(key)
 
 
+def provider_signal_groups(plans: list[Plan]) -> dict[tuple[str, str], list[Plan]]:
+    """The provider signals ``plans`` declare (``correlate=``), by ``(provider, name)``:
+    the plans declaring each, newest version first (its route's verifier is the first's)."""
+    groups: dict[tuple[str, str], list[Plan]] = defaultdict(list)
+    for plan in sorted(plans, key=lambda p: (p.name, p.version), reverse=True):
+        for signal in plan.signals.values():
+            if signal.correlate is not None:
+                groups[(signal.correlate.provider, signal.name)].append(plan)
+    return dict(sorted(groups.items()))
+
+
+async def deliver_provider_signal(
+    engine: Engine,
+    secrets: Mapping[str, SecretStr],
+    delivery_ids: DeliveryIds,
+    plans: list[Plan],
+    provider: str,
+    name: str,
+    raw: bytes,
+    headers: Mapping[str, str],
+) -> SignalAnswer | None:
+    """What ``POST /api/v1/providers/{provider}/signals/{name}`` does with a delivery, from
+    its bytes and headers (its bearer token, for a signal with no verifier, checked by the
+    route before): verified by the signal's verifier (else the typed payload and an optional
+    ``Idempotency-Key``), read by each declaring version's ``adapt``, model and key
+    function, and delivered to the one live instance holding the key. The route answers
+    this; the harness delivers a provider's webhook through it.
+
+    Args:
+        engine: the node's engine (its clock judges a signature's age).
+        secrets: ``FLOWPARK_SIGNAL_SECRETS``.
+        delivery_ids: the first instance each delivery id reached.
+        plans: the plans declaring the signal (:func:`provider_signal_groups`).
+        provider: the provider's name.
+        name: the signal's name.
+        raw: the body, as received.
+        headers: the headers, names in lower case.
+
+    Returns:
+        The delivered signal's answer, or None when the delivery is not this signal or
+        names no key (the route's 204; nothing stored).
+
+    Raises:
+        SignatureInvalid: 401. CorrelationKeyUnknown: 404. CorrelationKeyAmbiguous,
+            InstanceEnded, DeliveryIdReused: 409. InputInvalid, SignalPayloadInvalid,
+            IdempotencyKeyReused: 422. IdempotencyKeyInvalid: 400. UnsupportedMediaType:
+            415 (see the route's table in docs/correlation.md).
+    """
+    signal = plans[0].signals[name]
+    if signal.verify is not None:
+        where = f"provider {provider}"
+        delivery = read_webhook(raw, headers, engine.clock.now(), secrets, where, signal)
+        reads = _reads(plans, name, delivery, None)
+        delivery_id = delivery.delivery_id
+    else:
+        delivery_id = idempotency_header(headers.get("idempotency-key"), required=False)
+        reads = _reads(plans, name, None, json_body(raw, headers.get("content-type")))
+    return await _route(engine, delivery_ids, provider, name, reads, delivery_id)
+
+
 async def _route(
     engine: Engine,
-    request: Request,
     delivery_ids: DeliveryIds,
     provider: str,
     name: str,
     reads: list[_Read],
     delivery_id: str | None,
-) -> SignalAnswer | Response:
-    """Deliver what ``reads`` name to the one live instance holding the key."""
+) -> SignalAnswer | None:
+    """Deliver what ``reads`` name to the one live instance holding the key (None: not
+    this signal, or no key named)."""
     if not reads:  # not this signal, or no key named: nothing to store
-        return Response(status_code=204)
+        return None
     if delivery_id is not None:
         repeat = await _repeat(engine, delivery_ids, name, reads, delivery_id)
         if repeat is not None:
             instance_id, body = repeat
-            return await deliver(engine, request, instance_id, name, delivery_id, body)
-    found: dict[str, tuple[str, Any]] = {}
-    for read in reads:
-        try:
-            check_correlation_key(read.key)
-        except ValueError:
-            continue  # no step records such a key
-        holder = await engine.store.correlations.holder(read.plan.name, provider, read.key)
-        if holder is None:
-            continue
-        if holder.instance_id not in found or read.plan.version == holder.flow_version:
-            found[holder.instance_id] = (holder.flow_name, read.body)
+            await _not_reused(engine, provider, name, reads, delivery_id, instance_id)
+            return await deliver_payload(engine, instance_id, name, delivery_id, body)
+    found = await _holders(engine, provider, reads)
     keys = sorted({shown(read.key) for read in reads})
     if not found:
         raise CorrelationKeyUnknown(
@@ -176,7 +237,65 @@ async def _route(
     ((instance_id, (flow, body)),) = found.items()
     if delivery_id is not None:
         await claim_delivery_id(delivery_ids, engine, flow, name, delivery_id, instance_id)
-    return await deliver(engine, request, instance_id, name, delivery_id, body)
+    return await deliver_payload(engine, instance_id, name, delivery_id, body)
+
+
+async def _holders(engine: Engine, provider: str, reads: list[_Read]) -> dict[str, tuple[str, Any]]:
+    """The live instances holding the keys ``reads`` name: instance id -> (its flow, the
+    payload as its version reads it)."""
+    found: dict[str, tuple[str, Any]] = {}
+    for read in reads:
+        try:
+            check_correlation_key(read.key)
+        except ValueError:
+            continue  # no step records such a key
+        holder = await engine.store.correlations.holder(read.plan.name, provider, read.key)
+        if holder is None:
+            continue
+        if holder.instance_id not in found or read.plan.version == holder.flow_version:
+            found[holder.instance_id] = (holder.flow_name, read.body)
+    return found
+
+
+async def _not_reused(
+    engine: Engine,
+    provider: str,
+    name: str,
+    reads: list[_Read],
+    delivery_id: str,
+    first: str,
+) -> None:
+    """A delivery id seen before answers its first signal (a provider's retry) unless the
+    key this delivery names is held now by another live instance than ``first``, the one
+    the id reached: then the provider reused its id for another event (after a restart),
+    which would else go, quietly, nowhere.
+
+    Raises:
+        DeliveryIdReused: 409 ``delivery_id_reused`` (logged and counted).
+    """
+    others = sorted(i for i in await _holders(engine, provider, reads) if i != first)
+    if not others:
+        return
+    engine.observer.delivery_id_reused(provider, name)
+    log.warning(
+        "provider %s signal %s: delivery id %r reached instance %s first, but this delivery "
+        "names a key live instance %s holds: refused as a reused delivery id (409 "
+        "delivery_id_reused); the provider must send it with a new id",
+        provider,
+        name,
+        shown(delivery_id),
+        first,
+        others[0],
+    )
+    raise DeliveryIdReused(
+        f"delivery id {shown(delivery_id)!r} of the {provider} signal {name} was delivered "
+        "before, about another instance than the one holding the key this delivery names "
+        "now: the provider reuses its delivery ids; send it with a new one (nothing was "
+        "stored)",
+        provider=provider,
+        signal=name,
+        delivery_id=shown(delivery_id),
+    )
 
 
 async def _repeat(
@@ -199,13 +318,8 @@ def build_provider_signals_router(plans: list[Plan]) -> APIRouter:
     ``plans`` declare (newest version first), then the answer to any other name (404
     ``signal_not_declared`` listing the node's provider signals; not in the OpenAPI)."""
     router = APIRouter(prefix=API, route_class=JsonBodyRoute)
-    groups: dict[tuple[str, str], list[Plan]] = defaultdict(list)
-    ordered = sorted(plans, key=lambda p: (p.name, p.version), reverse=True)
-    for plan in ordered:
-        for signal in plan.signals.values():
-            if signal.correlate is not None:
-                groups[(signal.correlate.provider, signal.name)].append(plan)
-    for (provider, name), declaring in sorted(groups.items()):
+    groups = provider_signal_groups(plans)
+    for (provider, name), declaring in groups.items():
         signal = declaring[0].signals[name]
         if signal.verify is None:
             _add_bearer_route(router, provider, name, declaring)
@@ -213,6 +327,11 @@ def build_provider_signals_router(plans: list[Plan]) -> APIRouter:
             _add_signed_route(router, provider, name, declaring)
     _add_unknown_route(router, sorted(groups))
     return router
+
+
+def _headers(request: Request) -> dict[str, str]:
+    """The request's headers, names in lower case."""
+    return {name.lower(): value for name, value in request.headers.items()}
 
 
 def _path(provider: str, name: str) -> str:
@@ -231,11 +350,17 @@ def _add_signed_route(router: APIRouter, provider: str, name: str, plans: list[P
     async def deliver_by_correlation(
         engine: EngineDep, settings: SettingsDep, delivery_ids: DeliveryIdsDep, request: Request
     ) -> SignalAnswer | Response:
-        delivery = await verified_webhook(request, engine, settings, f"provider {provider}", signal)
-        reads = _reads(plans, name, delivery, None)
-        return await _route(
-            engine, request, delivery_ids, provider, name, reads, delivery.delivery_id
+        answer = await deliver_provider_signal(
+            engine,
+            settings.signal_secrets,
+            delivery_ids,
+            plans,
+            provider,
+            name,
+            await request.body(),
+            _headers(request),
         )
+        return Response(status_code=204) if answer is None else answer
 
     deliver_by_correlation.__doc__ = (
         f"Deliver the `{name}` signal to the live instance (of {_flows(plans)}) holding the "
@@ -245,7 +370,10 @@ def _add_signed_route(router: APIRouter, provider: str, name: str, plans: list[P
         "token; a missing, stale or wrong signature is 401 `signature_invalid` (nothing "
         "stored). A key no live instance holds is 404 `correlation_key_unknown` (nothing "
         "stored: the provider may retry once the key is recorded). A replay of a delivery "
-        "id answers the first signal (`created: false`). A delivery that is not this "
+        "id answers the first signal (`created: false`), unless the key it names is held "
+        "now by another live instance than the one the id reached: 409 "
+        "`delivery_id_reused` (a provider reusing its ids; nothing stored). A delivery "
+        "that is not this "
         "signal, or names no key, is 204; one the flow's `adapt` or key function cannot "
         "read is 422 `signal_payload_invalid`." + _BODY_DOC
     )
@@ -274,9 +402,11 @@ def _add_bearer_route(router: APIRouter, provider: str, name: str, plans: list[P
             default=None, alias="Idempotency-Key", description=IDEMPOTENCY_KEY_DOC
         ),
     ) -> SignalAnswer | Response:
-        key = idempotency_header(idempotency_key, required=False)
-        reads = _reads(plans, name, None, await _json_body(request))
-        return await _route(engine, request, delivery_ids, provider, name, reads, key)
+        idempotency_header(idempotency_key, required=False)  # declared for the OpenAPI
+        answer = await deliver_provider_signal(
+            engine, {}, delivery_ids, plans, provider, name, await request.body(), _headers(request)
+        )
+        return Response(status_code=204) if answer is None else answer
 
     deliver_by_correlation.__doc__ = (
         f"Deliver the `{name}` signal to the live instance (of {_flows(plans)}) holding the "
@@ -284,7 +414,8 @@ def _add_bearer_route(router: APIRouter, provider: str, name: str, plans: list[P
         f'`ctx.correlate("{provider}", key)`. A bearer token of the `signal` scope; the '
         "body is the signal's payload. A key no live instance holds is 404 "
         "`correlation_key_unknown` (nothing stored). Idempotent by `Idempotency-Key`: a "
-        "repeat answers the first signal (`created: false`). A payload that names no key "
+        "repeat answers the first signal (`created: false`); one whose key is held now by "
+        "another live instance is 409 `delivery_id_reused`. A payload that names no key "
         "is 204; one the key function cannot read is 422 `signal_payload_invalid`." + _BODY_DOC
     )
     schema, defs = request_schema(signal.model)

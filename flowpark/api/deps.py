@@ -24,6 +24,7 @@ same objects to code that holds a request but is no route (the console's helpers
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Protocol, cast
 
 from fastapi import Depends, Request
@@ -63,7 +64,7 @@ class DeliveryIds(Protocol):
     """Which instance a signed delivery id reached first (``flowpark.store.delivery_ids``)."""
 
     async def claim(
-        self, flow: str, signal: str, delivery_id: str, instance_id: str, now: object
+        self, flow: str, signal: str, delivery_id: str, instance_id: str, now: datetime
     ) -> str | None:
         """Record ``instance_id`` as the first owner of the id unless one is; returns the
         owner recorded first (None when this call recorded it)."""

@@ -273,13 +273,15 @@ def attempts_view(
         key=lambda r: r.try_number,
     )
     previous_commit: datetime | None = None
+    provider = _provider_of(plan, body)
     for scope in sorted(by_scope):
         tries = sorted(by_scope[scope], key=lambda r: r.try_number)
         started = tries[0].started_at
         ended = tries[-1].committed_at
         scheduled: datetime | None = None
-        if scope == 0:
-            scheduled = started
+        held = tries[0].deferred_until
+        if scope == 0:  # due when the poll was entered (its budget's start)
+            scheduled = budgets[0].started_at if budgets and held is not None else started
         elif previous_commit is not None:
             scheduled = previous_commit + step.interval.delay(scope - 1, inst.id)
             written = [r for r in budgets if r.committed_at <= previous_commit]
@@ -290,14 +292,21 @@ def attempts_view(
         success = any(t.outcome is Outcome.SUCCESS for t in tries)
         last = tries[-1]
         outcome = "success" if success else ("failure" if last.final else "retrying")
+        deferred = held is not None and scheduled is not None and held > scheduled
+        woke = held if deferred else scheduled  # the sweep is late from the deferral's end
         out.append(
             AttemptView(
                 attempt=scope,
                 scheduled_at=scheduled,
                 started_at=started,
-                lateness_seconds=(
-                    round((started - scheduled).total_seconds(), 3) if scheduled else None
+                lateness_seconds=(round((started - woke).total_seconds(), 3) if woke else None),
+                deferred_seconds=(
+                    round((held - scheduled).total_seconds(), 3)
+                    if deferred and held is not None and scheduled is not None
+                    else None
                 ),
+                deferred_by=tries[0].deferred_by if deferred else None,
+                provider=provider if deferred else None,
                 duration_seconds=round((ended - started).total_seconds(), 3),
                 outcome=outcome,
                 tries=[
@@ -335,6 +344,13 @@ def attempts_view(
             )
         )
     return out
+
+
+def _provider_of(plan: Plan | None, step_id: int) -> str | None:
+    """The name of the provider the capability of step ``step_id`` calls, or None."""
+    step = _step(plan, step_id)
+    provider = getattr(getattr(step, "capability", None), "provider", None)
+    return provider.name if provider is not None else None
 
 
 def _current_poll(plan: Plan | None, inst: InstanceRecord, steps: list[StepRow]) -> PollStep | None:

@@ -46,6 +46,7 @@ __all__ = [
     "check_instance_id",
     "check_storable",
     "idempotency_header",
+    "json_body",
     "well_formed",
 ]
 
@@ -105,10 +106,21 @@ async def _json_body(request: Request) -> Any:
             without a ``Content-Type``, or with one that is not JSON.
         InputInvalid: 422: not JSON, too deep, or a string no store can keep.
     """
-    raw = await request.body()
+    return json_body(await request.body(), request.headers.get("content-type"))
+
+
+def json_body(raw: bytes, content_type: str | None) -> Any:
+    """A body's JSON by the rules of every route (``{}`` when empty), from its bytes and
+    its ``Content-Type``: what :func:`_json_body` reads of a request, for a caller that
+    holds the bytes (the harness's provider webhook).
+
+    Raises:
+        UnsupportedMediaType: ``unsupported_media_type`` (415): a non-empty body sent
+            without a ``Content-Type``, or with one that is not JSON.
+        InputInvalid: 422: not JSON, too deep, or a string no store can keep.
+    """
     if not raw:
         return {}
-    content_type = request.headers.get("content-type")
     if not _json_media_type(content_type):
         sent = "no Content-Type" if content_type is None else repr(content_type)
         raise UnsupportedMediaType(

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic.alias_generators import to_camel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
@@ -62,6 +63,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.DELIVERY_NOT_FAILED: 409,
     ErrorCode.COMPENSATION_NOT_FAILED: 409,
     ErrorCode.CORRELATION_KEY_AMBIGUOUS: 409,
+    ErrorCode.DELIVERY_ID_REUSED: 409,
     ErrorCode.CORRELATION_KEY_IN_USE: 409,
     ErrorCode.INSTANCE_KEY_IN_USE: 409,
     ErrorCode.NO_BUDGET: 409,
@@ -223,7 +225,7 @@ def install_problem_handlers(app: FastAPI) -> None:
         return problem(
             ErrorCode.INPUT_INVALID,
             "the request is malformed or ill-typed",
-            errors=_clean(list(exc.errors())),
+            errors=_clean([_camel_hint(e) for e in exc.errors()]),
         )
 
     @app.exception_handler(StarletteHTTPException)
@@ -313,6 +315,21 @@ A *failed instance* is not an HTTP error: its `error.code` says why, in dotted
 `flow.cancelled`, or a business code of the flow such as `document.not_read_in_time`. Rule
 codes of a definition finding are dotted too (`poll.requires_durable`).
 """
+
+
+def _camel_hint(error: Any) -> Any:
+    """A body's unknown field in snake_case, hinted with its camelCase name (the API's
+    JSON names are camelCase): ``Extra inputs are not permitted (did you mean
+    ratePerSecond?)``."""
+    if not isinstance(error, dict) or error.get("type") != "extra_forbidden":
+        return error
+    loc = tuple(error.get("loc", ()))
+    if len(loc) != 2 or loc[0] != "body" or not isinstance(loc[1], str):
+        return error
+    camel = to_camel(loc[1])
+    if camel == loc[1]:
+        return error
+    return {**error, "msg": f"{error.get('msg', '')} (did you mean {camel}?)"}
 
 
 def _clean(errors: list[Any]) -> list[dict[str, Any]]:

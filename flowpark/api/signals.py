@@ -43,6 +43,7 @@ __all__ = [
     "body_examples",
     "build_signals_router",
     "deliver",
+    "deliver_payload",
 ]
 
 #: ``deliver``'s default body: the request's JSON body.
@@ -78,12 +79,36 @@ async def deliver(
         IdempotencyKeyReused: 422, the key was used with another signal (another name, or
             another payload once validated). IdempotencyKeyInvalid: 400.
     """
-    check_instance_id(instance_id)
-    idempotency_key = idempotency_header(key, required=False)
     if body is _READ:
         if request is None:
             raise TypeError("deliver() needs the request or the body")
+        check_instance_id(instance_id)
+        idempotency_header(key, required=False)
         body = await _json_body(request)
+    return await deliver_payload(engine, instance_id, name, key, body)
+
+
+async def deliver_payload(
+    engine: Engine, instance_id: str, name: str, key: str | None, body: Any
+) -> SignalAnswer:
+    """Deliver signal ``name`` with payload ``body`` (JSON) to an instance: what every
+    signal route does once it has the payload (the harness delivers through it too).
+
+    Args:
+        engine: the node's engine.
+        instance_id: the instance's id, as the path names it.
+        name: the signal's name.
+        key: the ``Idempotency-Key`` (or the delivery's id); None: none.
+        body: the payload, JSON.
+
+    Returns:
+        The answer :func:`deliver` describes.
+
+    Raises:
+        As :func:`deliver`.
+    """
+    check_instance_id(instance_id)
+    idempotency_key = idempotency_header(key, required=False)
     # the answer comes from the delivery: the signal as the run it started left it (taken
     # when the instance took it) and the state after that run, with nothing read back
     delivery = await engine.deliver(instance_id, name, body, idempotency_key)

@@ -8,12 +8,11 @@ dict); the status (202 durable, 200 ephemeral) is the route's own.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Header, Request, Response
-from pydantic import AliasChoices, BaseModel
+from pydantic import BaseModel
 
 from flowpark.api.deps import EngineDep, StartToken
 from flowpark.api.hygiene import TEXT_RULE, control_in
@@ -39,6 +38,7 @@ from flowpark.api.views import API, awaiting
 from flowpark.engine.records import InstanceRecord, InstanceState
 from flowpark.errors import ErrorCode, InputInvalid, shown
 from flowpark.flows.catalog import version_key
+from flowpark.flows.hints import closest_name, json_names
 from flowpark.flows.plan import Plan, Profile
 
 __all__ = ["body_fields", "build_trigger_router", "check_body_fields", "start_answer"]
@@ -51,16 +51,7 @@ def body_fields(model: type[BaseModel]) -> frozenset[str] | None:
     validation (``extra="forbid"``)."""
     if model.model_config.get("extra") in ("allow", "forbid"):
         return None
-    names = {"instanceKey"}
-    for name, field in model.model_fields.items():
-        alias = field.validation_alias
-        if isinstance(alias, str):
-            names.add(alias)
-        elif isinstance(alias, AliasChoices):
-            names.update(c for c in alias.choices if isinstance(c, str))
-        else:
-            names.add(field.alias or name)
-    return frozenset(names)
+    return json_names(model) | {"instanceKey"}
 
 
 def check_body_fields(plan: Plan, body: Any, known: frozenset[str] | None) -> None:
@@ -77,8 +68,8 @@ def check_body_fields(plan: Plan, body: Any, known: frozenset[str] | None) -> No
     for name in body:
         if name in known:
             continue
-        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]}?)" if close else ""
+        close = closest_name(name, known)
+        hint = f" (did you mean {close}?)" if close else ""
         errors.append({"loc": [name], "msg": f"unknown field{hint}", "type": "extra_forbidden"})
     if errors:
         listed = ", ".join(shown(e["loc"][0], 40) for e in errors[:5])

@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from fastapi import Request
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 
 from flowpark.api.deps import DeliveryIds
 from flowpark.api.inputs import (
     MAX_KEY,
-    _json_body,
     idempotency_header,
+    json_body,
 )
 from flowpark.api.models import SignalAnswer
 from flowpark.engine.node.engine import Engine
@@ -30,13 +31,13 @@ from flowpark.engine.ports.operator import InstanceFilter, OperatorReads
 from flowpark.engine.records import InstanceState
 from flowpark.errors import (
     IdempotencyKeyInvalid,
-    InputInvalid,
     InstanceNotFound,
     SignalDeliveryReplayed,
     SignalPayloadInvalid,
     SignatureInvalid,
 )
 from flowpark.flows.capability import Signal
+from flowpark.flows.hints import invalid_signal_payload
 from flowpark.flows.plan import Plan
 from flowpark.flows.webhooks import WebhookDelivery
 from flowpark.redaction import redact
@@ -49,6 +50,7 @@ __all__ = [
     "claim_delivery_id",
     "keyed_instance",
     "keyed_target",
+    "read_webhook",
     "signed_route_extra",
     "typed_payload",
     "unreadable",
@@ -139,9 +141,41 @@ async def verified_webhook(
         IdempotencyKeyInvalid: 400 ``idempotency_key_invalid``: the delivery's id (e.g.
             ``X-GitHub-Delivery``) is over 200 characters or not visible ASCII.
     """
+    headers = {name.lower(): value for name, value in request.headers.items()}
+    raw = await request.body()
+    return read_webhook(raw, headers, engine.clock.now(), settings.signal_secrets, flow, signal)
+
+
+def read_webhook(
+    raw: bytes,
+    headers: Mapping[str, str],
+    now: datetime,
+    secrets: Mapping[str, SecretStr],
+    flow: str,
+    signal: Signal,
+) -> WebhookDelivery:
+    """Verify a delivery of ``signal`` from its bytes and headers, then read it (not yet
+    mapped by ``adapt``): :func:`verified_webhook` without the request, for a caller that
+    holds them (the harness delivers a provider's webhook through it).
+
+    Args:
+        raw: the body, as received.
+        headers: the headers, names in lower case.
+        now: the engine clock's now (a signature's age is judged by it).
+        secrets: ``FLOWPARK_SIGNAL_SECRETS`` (a secret's name -> its value).
+        flow: the flow's name, or what the log line of a missing secret names.
+        signal: the declared signal; its ``verify`` is not None.
+
+    Returns:
+        The verified delivery, as :func:`verified_webhook`.
+
+    Raises:
+        SignatureInvalid, InputInvalid, UnsupportedMediaType, IdempotencyKeyInvalid: as
+            :func:`verified_webhook`.
+    """
     verifier = signal.verify
     assert verifier is not None
-    secret = settings.signal_secrets.get(verifier.secret)
+    secret = secrets.get(verifier.secret)
     if secret is None:
         log.error(
             "signal %s of %s is signed with the secret %r, which FLOWPARK_SIGNAL_SECRETS "
@@ -153,14 +187,11 @@ async def verified_webhook(
         raise SignatureInvalid(
             f"signal {signal.name} cannot be verified on this node", signal=signal.name
         )
-    raw = await request.body()
-    headers = {name.lower(): value for name, value in request.headers.items()}
-    now = engine.clock.now()
     try:
         verifier.verify(raw, headers, secret.get_secret_value(), now)
     except SignatureInvalid as exc:
         raise SignatureInvalid(f"signal {signal.name}: {exc.message}", signal=signal.name) from None
-    delivery = verifier.delivery(await _json_body(request), headers)
+    delivery = verifier.delivery(json_body(raw, headers.get("content-type")), headers)
     key = delivery.delivery_id
     if key is not None:  # it keys the delivery as an Idempotency-Key would, by its rules
         try:
@@ -275,10 +306,7 @@ def typed_payload(signal: Signal, body: Any) -> Any:
     try:
         return signal.model.model_validate_json(json.dumps(body), by_alias=True, by_name=False)
     except ValidationError as exc:
-        raise InputInvalid(
-            f"payload of signal {signal.name} is invalid",
-            errors=exc.errors(include_url=False, include_context=False),
-        ) from None
+        raise invalid_signal_payload(signal.model, signal.name, body, exc) from None
 
 
 async def claim_delivery_id(

@@ -47,7 +47,7 @@ def upgrade_database(url: str | None, schema: str | None) -> str:
     from flowpark.errors import StoreUnavailable
     from flowpark.redaction import redact_url, register_secrets
     from flowpark.settings import Settings
-    from flowpark.store.db import parse_url, sync_url
+    from flowpark.store.db import parse_url, sqlite_folder_missing, sync_url
     from flowpark.store.migrate import upgrade
 
     given: dict[str, Any] = {"database_url": url, "database_schema": schema}
@@ -62,8 +62,14 @@ def upgrade_database(url: str | None, schema: str | None) -> str:
     register_secrets(settings.secret_values())
     try:
         sync_url(target)
+        folder = sqlite_folder_missing(target)
     except (ValueError, ArgumentError) as exc:  # not a database URL: one line
         raise StoreUnavailable(f"invalid database URL: {exc}") from None
+    if folder is not None:  # SQLite would say only "unable to open database file"
+        raise StoreUnavailable(
+            f"cannot create the SQLite database at {redact_url(target)}: directory "
+            f"{folder} does not exist (create it first, or name another path)"
+        )
     try:
         upgrade(target, schema=settings.database_schema)
     except DBAPIError as exc:  # unreachable: one line, no traceback

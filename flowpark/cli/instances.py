@@ -141,6 +141,15 @@ def _lateness(seconds: float | None) -> str:
     return f"{-seconds:g} early" if seconds < 0 else f"{seconds:g}"
 
 
+def _deferred(attempt: dict[str, Any]) -> str:
+    """How long the attempt's provider deferred it and why (``13 (ocr limit)``), or ``-``."""
+    held = attempt.get("deferredSeconds")
+    if held is None:
+        return "-"
+    why = "pushback" if attempt.get("deferredBy") == "pushback" else "limit"
+    return f"{held:g} ({attempt.get('provider') or 'provider'} {why})"
+
+
 def _print_instance(view: dict[str, Any]) -> None:
     out.print(f"[bold]{view['instanceId']}[/bold]  {view['flow']}@{view['version']}")
     out.print(f"state: [bold]{view['state']}[/bold]  created: {_short(view['createdAt'])}")
@@ -172,7 +181,8 @@ def _print_instance(view: dict[str, Any]) -> None:
     attempts = view.get("attempts") or []
     if attempts:
         table = Table(title="attempts", box=None, header_style="bold")
-        for column in ("#", "SCHEDULED", "STARTED", "LATE s", "TOOK s", "OUTCOME", "TRIES"):
+        columns = ("#", "SCHEDULED", "DEFERRED s", "STARTED", "LATE s", "TOOK s", "OUTCOME")
+        for column in (*columns, "TRIES"):
             table.add_column(column, overflow="fold")
         for a in attempts:
             tries = "; ".join(
@@ -184,6 +194,7 @@ def _print_instance(view: dict[str, Any]) -> None:
             table.add_row(
                 str(a["attempt"]),
                 _short(a.get("scheduledAt")),
+                _deferred(a),
                 _short(a.get("startedAt")),
                 _lateness(a.get("latenessSeconds")),
                 f"{a.get('durationSeconds', 0):g}",

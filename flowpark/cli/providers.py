@@ -27,8 +27,9 @@ from flowpark.flows.providers import PROVIDER_NAME
 __all__ = ["providers_app"]
 
 providers_app = typer.Typer(
-    help="Providers: their shared limits, effective rates and what waits on them.",
-    no_args_is_help=True,
+    help="Providers: their shared limits, effective rates and what waits on them. "
+    "`flowpark providers` alone lists them, as `flowpark providers list` does.",
+    invoke_without_command=True,
 )
 
 Name = Annotated[str, typer.Argument(metavar="PROVIDER", help="The provider's name.")]
@@ -58,6 +59,26 @@ def _calls(calls: dict[str, Any]) -> str:
         f"{calls['ok']} ok, {calls['pushback']} pushback, {calls['failed']} failed, "
         f"{calls['deferred']} deferred"
     )
+
+
+@providers_app.callback()
+def providers_group(
+    ctx: typer.Context, url: Url = DEFAULT_URL, token: Token = None, as_json: AsJson = False
+) -> None:
+    """List the providers when no command is given (``flowpark providers``)."""
+    if ctx.invoked_subcommand is None:
+        providers_list(url, token, as_json)
+        return
+    given = [
+        f"--{name.replace('as_', '')}"
+        for name in ("url", "token", "as_json")
+        if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"
+    ]
+    if given:  # the command would not see them: say where they go
+        usage_error(
+            f"give {', '.join(given)} after the command: flowpark providers "
+            f"{ctx.invoked_subcommand} {' '.join(given)} ..."
+        )
 
 
 @providers_app.command("list")

@@ -72,7 +72,9 @@ class Observer:
         ``unsatisfied`` (the instance parks for the next) or ``failed``."""
 
     def woke(self, flow: str, lateness_seconds: float) -> None:
-        """A parked attempt started ``lateness_seconds`` after its ``wake_at``."""
+        """A parked try (a poll's attempt, a retry) was woken ``lateness_seconds`` after its
+        ``wake_at``: the sweep's own lateness (each wake counts, one whose provider then
+        defers it again too; the deferral's time is :meth:`provider_held`'s)."""
 
     def poll_ended(self, flow: str, used_ratio: float, how: str) -> None:
         """A parked poll ended (:class:`PollEnd`) after using ``used_ratio`` of its budget
@@ -99,9 +101,19 @@ class Observer:
         ``pushback`` (the provider answered 429/503 or the capability raised
         ``ProviderPushback``)."""
 
+    def provider_held(self, flow: str, provider: str, reason: str, seconds: float) -> None:
+        """A due try of ``flow`` was parked ``seconds`` for ``provider``: ``budget`` (its
+        limit had none) or ``pushback`` (until its ``Retry-After``). Apart from a wake's
+        lateness: the time a provider holds a try back is not the sweep's."""
+
     def provider_deferred(self, provider: str, reason: str) -> None:
         """A try of a capability calling ``provider`` was deferred: ``budget`` (no token)
         or ``pushback`` (the provider is paused after a pushback)."""
+
+    def delivery_id_reused(self, provider: str, signal: str) -> None:
+        """A delivery of ``provider``'s ``signal`` came with a delivery id seen before, for
+        another instance than the live one its correlation key names: refused (the API's
+        ``delivery_id_reused``)."""
 
     def provider_limit(self, provider: str, limit: float, effective_rate: float) -> None:
         """The store told ``provider``'s limit and effective rate (calls per second), at a

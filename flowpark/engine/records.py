@@ -107,6 +107,9 @@ class StepRow:
         started_at: engine-clock instant the execution started (aware UTC).
         committed_at: engine-clock instant the row was written (aware UTC).
         sequence: store-assigned order of commits (None before commit).
+        deferred_until: the try was deferred by its provider first (parked, not a try):
+            the wake of the last deferral, when the provider let it run (aware UTC).
+        deferred_by: why: ``budget`` (the provider's limit) or ``pushback``.
     """
 
     instance_id: str
@@ -124,6 +127,8 @@ class StepRow:
     final: bool = False
     next_try_at: datetime | None = None
     sequence: int | None = None
+    deferred_until: datetime | None = None
+    deferred_by: str | None = None
 
 
 @dataclass(frozen=True)

@@ -135,9 +135,33 @@ def _one_line(value: object) -> str:
     return " ".join(str(value).split())
 
 
-def _why(exc: BaseException) -> str:
+def _why(exc: BaseException, target: str | None = None) -> str:
     where = _where(exc)
-    return _one_line(f"{type(exc).__name__}: {exc}" + (f" (at {where})" if where else ""))
+    text = f"{type(exc).__name__}: {exc}" + (f" (at {where})" if where else "")
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        text += f"; {_import_hint(exc.name.split('.')[0], target)}"
+    return _one_line(text)
+
+
+def _import_hint(top: str, target: str | None) -> str:
+    """What to do about a module ``top`` the flows import but Python cannot find: name the
+    folder holding a package or module of that name near the target (its folder and the
+    folders above it, then the working directory), which is not on the import path."""
+    places: list[Path] = []
+    if target is not None and is_path(target):
+        start = Path(target).expanduser().resolve()
+        places.extend(start.parents if start.suffix == ".py" else (start, *start.parents))
+    places.append(Path.cwd())
+    for folder in places:
+        if (folder / top / "__init__.py").is_file() or (folder / f"{top}.py").is_file():
+            return (
+                f"hint: {top} is in {folder}, which is not on the import path: set "
+                f"PYTHONPATH={folder} (or install {top})"
+            )
+    return (
+        f"hint: install {top}, or run from the folder holding the package {top} with "
+        "PYTHONPATH set to that folder"
+    )
 
 
 def _where(exc: BaseException) -> str | None:
@@ -226,7 +250,11 @@ def resolve_target(target: str) -> list[ModuleType]:
     try:
         if not is_path(target):
             try:
-                return [importlib.import_module(target)]
+                module = importlib.import_module(target)
+                if getattr(module, "__file__", None) is not None or not Path(target).is_dir():
+                    return [module]
+                # a folder of flows found as a namespace package (its parent folder on
+                # PYTHONPATH): it holds no code of its own; load its files, as a folder
             except ModuleNotFoundError as exc:
                 top = target.split(".")[0]
                 if exc.name != top:
@@ -244,7 +272,7 @@ def resolve_target(target: str) -> list[ModuleType]:
     except BaseException as exc:  # noqa: BLE001 - any failure to import is the user's to see
         if isinstance(exc, KeyboardInterrupt):
             raise
-        raise FlowsUnloadable(f"cannot load {target}: {_why(exc)}", target=target) from exc
+        raise FlowsUnloadable(f"cannot load {target}: {_why(exc, target)}", target=target) from exc
 
 
 def _in_working_directory(top: str) -> bool:
@@ -317,7 +345,8 @@ def load_flows(targets: Sequence[str | FlowSource], deps: Deps) -> list[Flow]:
         except FlowsUnloadable:
             raise
         except Exception as exc:  # noqa: BLE001 - building a flow raised: the user's to see
-            raise FlowsUnloadable(f"cannot load {name}: {_why(exc)}", target=name) from exc
+            why = _why(exc, name if isinstance(target, str) else None)
+            raise FlowsUnloadable(f"cannot load {name}: {why}", target=name) from exc
         if not found:
             raise FlowsUnloadable(
                 f"cannot load {name}: it defines no flow (module-level Flow objects or a "

@@ -165,9 +165,18 @@ class Metrics:
         )
         self.lateness = Histogram(
             "flowpark_wake_lateness_seconds",
-            "Start of a parked attempt minus its wake_at.",
+            "The sweep's own lateness: a parked try woken (a poll's attempt, a retry; "
+            "one its provider defers again too) minus its wake_at.",
             ["flow"],
             buckets=SECONDS,
+            registry=r,
+        )
+        self.provider_held = Histogram(
+            "flowpark_provider_deferral_seconds",
+            "How long a due try was parked for its provider, apart from wake lateness: "
+            "reason budget (the limit had none) or pushback (until its Retry-After).",
+            ["flow", "provider", "reason"],
+            buckets=LAG,
             registry=r,
         )
         self.budget = Histogram(
@@ -297,6 +306,14 @@ class Metrics:
             "Due calls parked again instead of run, by reason: budget (the provider's "
             "limit had none) or pushback (until the provider's Retry-After).",
             ["provider", "reason"],
+            registry=r,
+        )
+        self.delivery_ids_reused = Counter(
+            "flowpark_webhook_delivery_ids_reused",
+            "Provider signal deliveries refused because their delivery id was seen before "
+            "for another instance than the live one their correlation key names (409 "
+            "delivery_id_reused): a provider reusing its delivery ids.",
+            ["provider", "signal"],
             registry=r,
         )
         provider = {"registry": r, "multiprocess_mode": "mostrecent", "labelnames": ["provider"]}

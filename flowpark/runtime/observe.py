@@ -137,10 +137,20 @@ class NodeObserver(Observer):
         if self.metrics is not None:
             self._child(self.metrics.provider_calls, provider, outcome).inc()
 
+    def provider_held(self, flow: str, provider: str, reason: str, seconds: float) -> None:
+        """A due try of ``flow`` parked ``seconds`` for ``provider`` (budget, pushback)."""
+        if self.metrics is not None:
+            self._child(self.metrics.provider_held, flow, provider, reason).observe(seconds)
+
     def provider_deferred(self, provider: str, reason: str) -> None:
         """A due call to ``provider`` was parked again (reason budget or pushback)."""
         if self.metrics is not None:
             self._child(self.metrics.provider_deferrals, provider, reason).inc()
+
+    def delivery_id_reused(self, provider: str, signal: str) -> None:
+        """A provider signal's delivery id was refused as reused (``delivery_id_reused``)."""
+        if self.metrics is not None:
+            self._child(self.metrics.delivery_ids_reused, provider, signal).inc()
 
     def provider_limit(self, provider: str, limit: float, effective_rate: float) -> None:
         """The store told ``provider``'s limit and effective rate (calls/s)."""

@@ -49,6 +49,8 @@ _STEP_COLUMNS: tuple[tuple[str, str], ...] = (
     ("committed_at", "timestamptz"),
     ("ends_at", "timestamptz"),
     ("carried", "json"),
+    ("deferred_until", "timestamptz"),
+    ("deferred_by", "text"),
 )
 _STEP_NAMES = ", ".join(f'"{name}"' for name, _ in _STEP_COLUMNS)
 _STEP_FROM_T = ", ".join(f't."{name}"' for name, _ in _STEP_COLUMNS)

@@ -26,6 +26,7 @@ outage (``store_unavailable``), and the next checkout connects anew.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, event, pool
@@ -48,6 +49,7 @@ __all__ = [
     "parse_url",
     "schema_connect_args",
     "schema_translate_map",
+    "sqlite_folder_missing",
     "sync_url",
 ]
 
@@ -131,7 +133,9 @@ def parse_url(url: str | URL) -> URL:
 
     Raises:
         ValueError: the host list has an entry that is not ``host``, ``host:port`` or
-            ``[v6]:port``, or names hosts both before the path and in ``host=``.
+            ``[v6]:port``, or names hosts both before the path and in ``host=``; or a
+            SQLite URL with a host (``sqlite://flowpark.db``, two slashes: SQLite has no
+            host, its path follows a third slash).
         sqlalchemy.exc.ArgumentError: not a URL at all.
     """
     if isinstance(url, str):
@@ -149,9 +153,46 @@ def parse_url(url: str | URL) -> URL:
             parsed = parsed.update_query_dict(query)
     else:
         parsed = url
+    if parsed.get_backend_name() == "sqlite" and (parsed.host or parsed.port):
+        raise ValueError(
+            f"{_shown(url)} is a malformed SQLite URL (two slashes name a host, and SQLite "
+            f"has none): {SQLITE_URL_FORMS}"
+        )
     if _several_hosts(parsed) and "target_session_attrs" not in parsed.query:
         parsed = parsed.update_query_dict({"target_session_attrs": "read-write"})
     return parsed
+
+
+#: What a SQLite URL looks like, for the message that refuses a malformed one.
+SQLITE_URL_FORMS = (
+    "write sqlite:///relative.db (three slashes: a path from the working directory) or "
+    "sqlite:////abs/path.db (four slashes: an absolute path)"
+)
+
+
+def _shown(url: str | URL) -> str:
+    """``url`` as a message may show it (no password)."""
+    if isinstance(url, URL):
+        return url.render_as_string(hide_password=True)
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def sqlite_folder_missing(url: str | URL) -> str | None:
+    """The folder a SQLite file URL names that does not exist (SQLite would say only
+    "unable to open database file"), else None (also for any other database).
+
+    Args:
+        url: a database URL (:func:`parse_url` reads it).
+
+    Raises:
+        ValueError: as :func:`parse_url`.
+        sqlalchemy.exc.ArgumentError: not a URL at all.
+    """
+    parsed = parse_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    folder = Path(parsed.database).parent
+    return None if folder.is_dir() else str(folder)
 
 
 def _backend(url: URL) -> str:

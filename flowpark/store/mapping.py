@@ -245,6 +245,8 @@ def step_values(row: StepRow) -> dict[str, Any]:
         "started_at": row.started_at,
         "committed_at": row.committed_at,
         "carried": carried_column(row),
+        "deferred_until": row.deferred_until,
+        "deferred_by": row.deferred_by,
     }
 
 
@@ -321,6 +323,8 @@ def step_from_row(row: Row[Any]) -> StepRow:
         final=bool(m["final"]),
         next_try_at=m["next_try_at"],
         sequence=m["sequence"],
+        deferred_until=m.get("deferred_until"),
+        deferred_by=m.get("deferred_by"),
     )
 
 
@@ -380,6 +384,8 @@ def step_from_json(m: dict[str, Any]) -> StepRow:
         final=bool(m["final"]),
         next_try_at=_instant(m["next_try_at"]),
         sequence=m["sequence"],
+        deferred_until=_instant(m.get("deferred_until")),
+        deferred_by=m.get("deferred_by"),
     )
 
 

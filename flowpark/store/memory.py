@@ -46,6 +46,7 @@ from flowpark.errors import (
     JournalConflict,
 )
 from flowpark.store.memory_correlations import MemoryCorrelations
+from flowpark.store.memory_delivery_ids import MemoryDeliveryIds
 from flowpark.store.memory_node import MemoryConsoleSessions, MemoryNodes, MemorySchema
 from flowpark.store.memory_outbox import MemoryDeliveries, MemoryRetention
 from flowpark.store.memory_providers import MemoryProviderLimits
@@ -77,6 +78,8 @@ class MemoryStore(MemoryBase):
         correlations: the correlation keys (:class:`MemoryCorrelations`).
         providers: the providers' shared limits (:class:`MemoryProviderLimits`).
         reviews: the review queue (:class:`~flowpark.store.memory_reviews.MemoryReviews`).
+        delivery_ids: the first instance each signed delivery id reached
+            (:class:`~flowpark.store.memory_delivery_ids.MemoryDeliveryIds`).
     """
 
     def __init__(self) -> None:
@@ -91,6 +94,7 @@ class MemoryStore(MemoryBase):
         self.correlations = MemoryCorrelations(self._s)
         self.providers = MemoryProviderLimits()
         self.reviews = MemoryReviews(self._s)
+        self.delivery_ids = MemoryDeliveryIds(self._s)
 
     # -- RunStore ----------------------------------------------------------------------
     async def claim(

@@ -214,6 +214,7 @@ class MemoryRetention:
         s.deliveries = [d for d in s.deliveries if d["instance_id"] not in gone]
         s.reviews = [r for r in s.reviews if r.get("instance_id") not in gone]
         s.actions = [a for a in s.actions if a.instance_id not in gone]
+        s.delivery_ids = {k: v for k, v in s.delivery_ids.items() if v not in gone}
         return len(ids)
 
     async def purge(self, cutoff: datetime, limit: int = 500, *, most: int | None = None) -> int:

@@ -36,6 +36,7 @@ __all__ = [
     "placement",
     "pushback_floor",
     "recovered_rate",
+    "recovered_state",
     "replaces",
 ]
 
@@ -108,6 +109,16 @@ def recovered_rate(
     start = max(refilled_s, (lowered_s or 0.0) + CLEAN_INTERVAL.total_seconds())
     recovered = state.rate_per_second * RECOVERY_PER_SECOND * max(0.0, now_s - start)
     return min(state.rate_per_second, state.effective_rate + recovered)
+
+
+def recovered_state(
+    state: ProviderState, refilled_s: float, lowered_s: float | None, now_s: float
+) -> ProviderState:
+    """``state`` as of ``now_s``: its effective rate recovered (:func:`recovered_rate`),
+    and no reason for a lowered rate once it is back at the limit."""
+    rate = recovered_rate(state, refilled_s, lowered_s, now_s)
+    reason = None if rate >= state.rate_per_second else state.lowered_reason
+    return replace(state, effective_rate=rate, lowered_reason=reason)
 
 
 def replaces(stored_by: str | None, new_by: str | None) -> bool:
@@ -186,6 +197,9 @@ class MemoryProviderLimits:
             row.next_slot_s = base + granted / rate
         row.refilled_s = max(row.refilled_s, now_s)
         row.state = replace(state, effective_rate=rate)
+        if rate >= state.rate_per_second:  # recovered: lowered no more, for no reason
+            row.lowered_s = None
+            row.state = replace(row.state, lowered_reason=None)
         self._tally(request)
         slots, next_at = grant_slots(request.now, granted, base, credit, rate, state.paused_until)
         return Grant(granted, next_at, row.state, slots)
@@ -230,14 +244,17 @@ class MemoryProviderLimits:
         rate = change.rate_per_second or state.rate_per_second
         cap = state.max_in_flight if change.max_in_flight is None else change.max_in_flight
         floor = max(rate * state.floor_ratio, MIN_RATE)
+        lowered = row.lowered_s is not None
+        effective = max(min(state.effective_rate, rate), floor) if lowered else rate
+        if effective >= rate:  # the new limit is at or below the lowered rate: not lowered
+            row.lowered_s = None
         row.state = replace(
             state,
             rate_per_second=rate,
             burst=change.burst or state.burst,
             max_in_flight=cap or None,
-            effective_rate=max(min(state.effective_rate, rate), floor)
-            if row.lowered_s is not None
-            else rate,
+            effective_rate=effective,
+            lowered_reason=state.lowered_reason if row.lowered_s is not None else None,
             updated_at=change.at,
             updated_by=change.by,
         )
@@ -250,13 +267,7 @@ class MemoryProviderLimits:
             return [row.state for row in rows]
         require_aware(now)
         now_s = now.timestamp()
-        return [
-            replace(
-                row.state,
-                effective_rate=recovered_rate(row.state, row.refilled_s, row.lowered_s, now_s),
-            )
-            for row in rows
-        ]
+        return [recovered_state(row.state, row.refilled_s, row.lowered_s, now_s) for row in rows]
 
     async def tallies(self, name: str, since: datetime) -> list[ProviderMinute]:
         """See :meth:`flowpark.engine.ports.providers.ProviderLimits.tallies`."""

@@ -401,6 +401,8 @@ class MemoryReads:
                         previous,
                         zero.started_at if zero is not None else None,
                         ends_at(in_force) if in_force is not None else None,
+                        first.deferred_until,
+                        first.deferred_by,
                     )
                 )
         return sorted(out, key=lambda a: a.started_at, reverse=True)

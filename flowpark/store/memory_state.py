@@ -82,6 +82,8 @@ class MemoryState:
     sizes: dict[tuple[str, str, int], int] = field(default_factory=dict)  # stream messages
     # (flow, provider, key) -> (the instance holding it, when it was recorded)
     correlations: dict[tuple[str, str, str], tuple[str, datetime]] = field(default_factory=dict)
+    # (flow, signal, delivery id) -> the instance a signed delivery id reached first
+    delivery_ids: dict[tuple[str, str, str], str] = field(default_factory=dict)
     sequence: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
 

@@ -201,6 +201,8 @@ class SqlOverviewReads(SqlRole):
                 s.c.started_at,
                 prev.c.committed_at,
                 first.c.started_at,
+                s.c.deferred_until,
+                s.c.deferred_by,
             )
             .join(INSTANCE, INSTANCE.c.id == s.c.instance_id)
             .outerjoin(
@@ -230,7 +232,15 @@ class SqlOverviewReads(SqlRole):
         async with self._read() as conn:
             rows = (await conn.execute(query)).all()
         ends = await self._poll_budgets(sorted({r[0] for r in rows}))
-        return [AttemptStart(*r, _in_force(ends, r[0], r[3] - 1, r[6])) for r in rows]
+        return [
+            AttemptStart(
+                *r[:8],
+                budget_ends_at=_in_force(ends, r[0], r[3] - 1, r[6]),
+                deferred_until=r[8],
+                deferred_by=r[9],
+            )
+            for r in rows
+        ]
 
     async def _poll_budgets(self, ids: list[str]) -> dict[tuple[str, int], list[StepRow]]:
         """The poll budget rows of ``ids`` (rows of their own or carried), by

@@ -15,7 +15,6 @@ once make one row (PostgreSQL: ``ON CONFLICT DO NOTHING``; SQLite: one writer at
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -30,6 +29,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    null,
     select,
     update,
 )
@@ -58,7 +58,7 @@ from flowpark.store.memory_providers import (
     grant_slots,
     minute_of,
     placement,
-    recovered_rate,
+    recovered_state,
     replaces,
 )
 from flowpark.store.provider_tables import PROVIDER, PROVIDER_MINUTE
@@ -285,6 +285,10 @@ class SqlProviderLimits(SqlRole):
                 (P.lowered_s.is_(None), rate),
                 else_=_greatest(_least(P.effective_rate, rate), floor),
             )
+            # a limit at or below the lowered rate: the rate is lowered no more
+            recovered = P.lowered_s.is_(None) | (P.effective_rate >= rate)
+            values["lowered_s"] = case((recovered, null()), else_=P.lowered_s)
+            values["lowered_reason"] = case((recovered, null()), else_=P.lowered_reason)
         if change.burst is not None:
             values["burst"] = change.burst
         if change.max_in_flight is not None:
@@ -311,10 +315,7 @@ class SqlProviderLimits(SqlRole):
             return states
         now_s = now.timestamp()
         return [
-            replace(
-                state,
-                effective_rate=recovered_rate(state, row.refilled_s, row.lowered_s, now_s),
-            )
+            recovered_state(state, row.refilled_s, row.lowered_s, now_s)
             for state, row in zip(states, rows, strict=True)
         ]
 
@@ -436,6 +437,9 @@ def _grant_statement(dialect: str, tally: bool = False) -> Any:
             next_slot_s=case((c.granted > 0, c.base_s + c.granted / c.rate), else_=P.next_slot_s),
             refilled_s=_max(dialect, P.refilled_s, now_s),
             effective_rate=c.rate,
+            # back at the limit: lowered no more, for no reason
+            lowered_s=case((c.rate >= P.rate_per_second, null()), else_=P.lowered_s),
+            lowered_reason=case((c.rate >= P.rate_per_second, null()), else_=P.lowered_reason),
         )
         .returning(*returned, *_STATE_COLUMNS)
     )

@@ -318,6 +318,8 @@ class FlowStepRow(FlowparkTable, table=True):
     # a deadline row's end (``values`` then NULL; 0019); the deadlines written with a row
     ends_at: datetime | None = instant_field("ends_at")
     carried: list[Any] | None = json_field("carried")
+    deferred_until: datetime | None = instant_field("deferred_until")  # its provider's deferral
+    deferred_by: str | None = str_field("deferred_by")  # (0027): its last wake, and why
 
 
 class FlowSignalRow(FlowparkTable, table=True):

@@ -71,6 +71,7 @@ class GraphBox:
         details: smaller lines under the title (schedule, budget, message), in full.
         x, y, w, h: the box's rectangle (SVG user units).
         waiting: suspended instances waiting at this box (plan boxes only).
+        provider: the provider its capability calls (``ocr``; drawn as ``calls ocr``).
     """
 
     key: str
@@ -83,6 +84,7 @@ class GraphBox:
     w: float = MIN_BOX_W
     h: float = BOX_H
     waiting: int = 0
+    provider: str | None = None
 
     @property
     def cx(self) -> float:
@@ -97,9 +99,17 @@ class GraphBox:
 
     @property
     def lines(self) -> tuple[str, ...]:
-        """The detail lines as drawn (at most two): a fail box's message wrapped onto two
-        lines, each line cut to the box's width."""
-        return tuple(_fit(line, (self.w - 2 * PAD_X) / TEXT_PX) for line in _detail_lines(self))
+        """The detail lines as drawn (at most two, one when the provider's line is drawn
+        under them): a fail box's message wrapped onto two lines, each line cut to the box's
+        width."""
+        shown = _detail_lines(self)[: 1 if self.provider else 2]
+        return tuple(_fit(line, (self.w - 2 * PAD_X) / TEXT_PX) for line in shown)
+
+    @property
+    def provider_line(self) -> str | None:
+        """The provider's line as drawn (``calls ocr``), or None."""
+        line = f"calls {self.provider}" if self.provider else None
+        return _fit(line, (self.w - 2 * PAD_X) / TEXT_PX) if line else None
 
 
 @dataclass(frozen=True)
@@ -175,14 +185,18 @@ def _detail_lines(box: GraphBox) -> tuple[str, ...]:
     return box.details[:2]
 
 
-def _needed_width(kind: str, title: str, details: tuple[str, ...], note: str = "") -> float:
+def _needed_width(
+    kind: str, title: str, details: tuple[str, ...], note: str = "", provider: str | None = None
+) -> float:
     """The width a box of these texts needs, between :data:`MIN_BOX_W` and
-    :data:`MAX_BOX_W` (``note``: the counts line drawn in it)."""
+    :data:`MAX_BOX_W` (``note``: the counts line drawn in it; ``provider``: the provider it
+    calls)."""
     probe = GraphBox("", None, kind, title, details, 0, 0)
+    calls = f"calls {provider}" if provider else ""
     text = max(
         [len(title) * TITLE_PX]
         + [len(line) * TEXT_PX for line in _detail_lines(probe)]
-        + [len(note) * TEXT_PX]
+        + [len(note) * TEXT_PX, len(calls) * TEXT_PX]
     )
     return min(max(text + 2 * PAD_X, MIN_BOX_W), MAX_BOX_W)
 
@@ -335,6 +349,14 @@ class _Spec:
     details: tuple[str, ...]
     row: int
     col: int
+    provider: str | None = None
+
+
+def _provider(step: Step, compensation: bool = False) -> str | None:
+    """The name of the provider the step's capability (or its compensation) calls."""
+    capability = getattr(step, "compensation" if compensation else "capability", None)
+    provider = getattr(capability, "provider", None)
+    return provider.name if provider is not None else None
 
 
 def layout(
@@ -371,6 +393,7 @@ def layout(
                 details,
                 row[step.index],
                 column[step.index],
+                _provider(step),
             )
         )
     specs.append(
@@ -421,13 +444,16 @@ def layout(
                     ("runs on failure or cancel",),
                     row[step.index],
                     comp_col,
+                    _provider(step, compensation=True),
                 )
             )
     # each column as wide as its widest box needs; the columns from left to right
     first = min(spec.col for spec in specs)
     widths: dict[int, float] = {}
     for spec in specs:
-        need = _needed_width(spec.kind, spec.title, spec.details, _note(counts.get(spec.key)))
+        need = _needed_width(
+            spec.kind, spec.title, spec.details, _note(counts.get(spec.key)), spec.provider
+        )
         widths[spec.col] = max(widths.get(spec.col, MIN_BOX_W), need)
     left: dict[int, float] = {}
     x = 0.0
@@ -447,6 +473,7 @@ def layout(
                 y=MARGIN_Y + spec.row * ROW_H,
                 w=widths[spec.col],
                 waiting=waiting.get(spec.index, 0) if spec.index is not None else 0,
+                provider=spec.provider,
             )
             for spec in specs
         }

@@ -54,7 +54,7 @@ from flowpark.flows.plan import AwaitSignalStep, FailStep, Plan, PollStep
 from flowpark.ui.pages import ConsoleRoute, need_session, overdue_threshold, render
 from flowpark.ui.paths import ui_root
 from flowpark.ui.session import notice_is_signed
-from flowpark.ui.timeline import build_timeline, parse_instant
+from flowpark.ui.timeline import build_timeline, held_by, parse_instant
 
 __all__ = ["PAGE_SIZES", "build_instances_router"]
 
@@ -312,6 +312,7 @@ def build_instances_router() -> APIRouter:
                 "budget_outcome": budget_outcome(plan, inst),
                 "notices": _signed_notices(request),
                 "parse": parse_instant,
+                "held_by": held_by,
                 "pretty": lambda value, indent=2: json.dumps(
                     value, indent=indent or None, ensure_ascii=False, sort_keys=True
                 ),

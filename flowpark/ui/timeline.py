@@ -4,7 +4,9 @@ Input is the operator read model's attempts (:func:`flowpark.api.explain.attempt
 entry per poll attempt with its scheduled and actual instants, lateness, duration, outcome
 and tries). Each attempt is one row: a hollow mark at the instant it was scheduled, a dashed
 line to the instant it started (its lateness), and a bar as long as it ran, coloured by its
-outcome. A parked instance's next attempt is a hollow mark at its wake; a line marks now.
+outcome; an attempt its provider deferred has a solid amber line first, from its scheduled
+instant to the end of the deferral (the provider's time, not the sweep's). A parked
+instance's next attempt is a hollow mark at its wake; a line marks now.
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-__all__ = ["ActionMark", "Timeline", "TimelineRow", "build_timeline", "parse_instant"]
+__all__ = [
+    "ActionMark",
+    "Timeline",
+    "TimelineRow",
+    "build_timeline",
+    "held_by",
+    "parse_instant",
+]
 
 WIDTH = 1000.0
 LEFT = 90.0  # room for the row labels
@@ -46,6 +55,7 @@ class TimelineRow:
     tip: str
     tries: list[dict[str, Any]] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
+    deferred_x: float | None = None  # where its provider's deferral ended
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,8 @@ def _tip(attempt: dict[str, Any]) -> str:
     if attempt.get("scheduledAt"):
         lines.append(f"scheduled {attempt['scheduledAt']}")
     lines.append(f"started {attempt.get('startedAt')}")
+    if attempt.get("deferredSeconds") is not None:
+        lines.append(f"deferred {_seconds(attempt['deferredSeconds'])} by {held_by(attempt)}")
     lines.append(f"lateness {_seconds(attempt.get('latenessSeconds'))}")
     lines.append(f"duration {_seconds(attempt.get('durationSeconds'))}")
     if attempt.get("signal"):
@@ -97,6 +109,13 @@ def _tip(attempt: dict[str, Any]) -> str:
         text = f"{error['type']}: {error['detail']}" if error else t.get("outcome", "")
         lines.append(f"try {t['try']}: {text}")
     return "\n".join(lines)
+
+
+def held_by(attempt: dict[str, Any]) -> str:
+    """What deferred the attempt, for people: ``provider ocr's limit``, ``provider ocr's
+    pushback`` (``its provider's`` when the attempt names none)."""
+    who = f"provider {attempt['provider']}'s" if attempt.get("provider") else "its provider's"
+    return f"{who} {'pushback' if attempt.get('deferredBy') == 'pushback' else 'limit'}"
 
 
 def _fate(action: dict[str, Any]) -> str:
@@ -171,6 +190,7 @@ def build_timeline(
                 tip=_tip(a),
                 tries=list(a.get("tries") or ()),
                 data=a,
+                deferred_x=x_of(_deferral_end(a)),
             )
         )
     if next_wake is not None and next_attempt is not None:
@@ -206,6 +226,16 @@ def build_timeline(
     now_x = None if ended_at is not None else x_of(now)
     height = axis_y + AXIS_H + lanes * LANE_H + (6 if lanes else 0)
     return Timeline(rows, ticks, now_x, WIDTH, height, axis_y, marks)
+
+
+def _deferral_end(attempt: dict[str, Any]) -> datetime | None:
+    """When the provider's deferral of ``attempt`` ended (its scheduled instant plus the
+    deferral), or None when it was not deferred."""
+    scheduled = parse_instant(attempt.get("scheduledAt"))
+    held = attempt.get("deferredSeconds")
+    if scheduled is None or held is None:
+        return None
+    return scheduled + timedelta(seconds=float(held))
 
 
 def _in_lanes(marks: list[ActionMark], top: float) -> tuple[list[ActionMark], int]:

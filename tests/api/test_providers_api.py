@@ -131,6 +131,11 @@ async def test_a_provider_shows_its_limit_load_and_waits(store_url: str) -> None
             h.clock.advance(timedelta(seconds=6))
             later = (await client.get(f"{LIST}/ocr")).json()
             assert later["pausedUntil"] is None and later["loweredReason"] == reason
+            # back at the limit (5 s clean, then 5 % of it per second): no reason is left
+            h.clock.advance(timedelta(seconds=30))
+            recovered = (await client.get(f"{LIST}/ocr")).json()
+            assert (recovered["effectiveRate"], recovered["lowered"]) == (10, False)
+            assert recovered["loweredReason"] is None  # it stayed after the rate recovered
 
             missing = await client.get(f"{LIST}/nope")
             assert missing.status_code == 404
@@ -186,6 +191,26 @@ async def test_an_operator_changes_a_limit_live(store_url: str) -> None:
                 assert refused.json()["code"] == "input_invalid"
             no_rate = await client.put(f"{LIST}/ocr/limit", json={"burst": 3})
             assert no_rate.status_code == 422 and no_rate.json()["code"] == "input_invalid"
+            # snake_case is an unknown field, as in every body (it was taken as the field)
+            for snake in (
+                {"rate_per_second": 3},
+                {"ratePerSecond": 3, "max_in_flight": 2},
+            ):
+                refused = await client.put(f"{LIST}/ocr/limit", json=snake)
+                assert refused.status_code == 422, (snake, refused.text)
+                assert refused.headers["content-type"].startswith("application/problem+json")
+                problem = refused.json()
+                assert problem["code"] == "input_invalid"
+                unknown_fields = {
+                    e["loc"][-1]: e["msg"]
+                    for e in problem["errors"]
+                    if e["type"] == "extra_forbidden"
+                }
+                (name,) = [k for k in snake if "_" in k]
+                assert (
+                    "did you mean " + {"rate_per_second": "ratePerSecond"}.get(name, "maxInFlight")
+                    in unknown_fields[name]
+                )
             unknown = await client.put(f"{LIST}/nope/limit", json={"ratePerSecond": 1})
             assert unknown.status_code == 404 and unknown.json()["code"] == "provider_not_found"
             assert (await client.get(f"{LIST}/ocr")).json()["burst"] == 4

@@ -79,6 +79,14 @@ async def test_signal_answers_404_409_422_and_store_nothing(client: httpx.AsyncC
         "signal_not_declared",
     )
     assert_problem(await client.post(route, json={"jobId": 7}), 422, "input_invalid")
+    # a misnamed field: the problem says which name was meant (detail and errors)
+    for misnamed, meant in (({"jobid": "x"}), "jobId"), (({"job_id": "x"}), "jobId"):
+        problem = assert_problem(await client.post(route, json=misnamed), 422, "input_invalid")
+        (name,) = misnamed
+        assert f"unknown field {name} (did you mean {meant}?)" in problem["detail"], problem
+        assert {"loc": [name], "msg": f"unknown field (did you mean {meant}?)"} in [
+            {"loc": e["loc"], "msg": e["msg"]} for e in problem["errors"]
+        ], problem
     assert_problem(
         await client.post(route, content=b"{not json", headers=JSON), 422, "input_invalid"
     )

@@ -107,6 +107,17 @@ def test_an_operator_sees_the_calls_against_the_limit_and_why_it_was_lowered(
     box = chart.bounding_box()
     assert box is not None and box["width"] > 300 and box["height"] > 60
     assert "calls per second" in (chart.get_attribute("aria-label") or "")
+    # the legend says what the amber bars are, drawn in the bars' own colour
+    legend = ocr.get_by_test_id("calls-legend")
+    expect(legend).to_be_visible()
+    pushback = legend.get_by_test_id("legend-pushback")
+    expect(pushback).to_be_visible()
+    expect(pushback).to_contain_text("pushback")
+    amber = chart.locator("rect.bar.pushback").evaluate("e => getComputedStyle(e).fill")
+    swatch = pushback.locator(".swatch").evaluate("e => getComputedStyle(e).backgroundColor")
+    assert amber == swatch, (amber, swatch)
+    expect(legend).to_contain_text("limit")
+    expect(legend).to_contain_text("effective rate")
 
     # the flows page names each flow's providers, linked to this page
     page.get_by_role("link", name="Flows").click()

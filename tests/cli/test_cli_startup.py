@@ -74,10 +74,25 @@ def test_an_unsupported_url_is_refused(tmp_path: Path) -> None:
     _refused(_run(["worker"], "mysql://x@127.0.0.1/db", tmp_path), "store_unavailable")
 
 
-def test_db_upgrade_on_an_unreachable_database_is_one_line(tmp_path: Path) -> None:
+def test_db_upgrade_in_a_missing_folder_names_the_folder(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/missing/flowpark.db"
     line = _refused(_run(["db", "upgrade"], url, tmp_path), "store_unavailable")
-    assert "cannot migrate" in line
+    assert f"directory {tmp_path}/missing does not exist" in line, line
+    assert "unable to open database file" not in line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "command", [*COMMANDS, ["db", "upgrade"]], ids=["serve", "worker", "db upgrade"]
+)
+def test_a_sqlite_url_with_two_slashes_names_the_forms_expected(
+    command: list[str], tmp_path: Path
+) -> None:
+    line = _refused(_run(command, "sqlite://flowpark.db", tmp_path), "store_unavailable")
+    assert "sqlite://flowpark.db is a malformed SQLite URL" in line, line
+    assert "sqlite:///relative.db" in line and "sqlite:////abs/path.db" in line
+    assert "in-memory" not in line
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_migrated_database_passes_the_check(_sqlite_template: Path, tmp_path: Path) -> None:

@@ -59,9 +59,9 @@ def test_the_port_is_held_from_the_check_to_the_serving(
 
     upgrade = migrate.upgrade
 
-    def upgrade_while_another_tries(url: str) -> None:
+    def upgrade_while_another_tries(url: str, schema: str | None = None) -> None:
         taken.append(port_refused("127.0.0.1", port))
-        upgrade(url)
+        upgrade(url, schema=schema)
 
     monkeypatch.setattr(migrate, "upgrade", upgrade_while_another_tries)
     code = run_demo(

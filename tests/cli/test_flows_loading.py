@@ -291,3 +291,54 @@ def test_a_flows_module_reads_its_own_settings_without_the_node_knowing_them() -
         """
     )
     exec(compile(source, "<sample settings>", "exec"), {})
+
+
+def _team_project(tmp_path: Path) -> Path:
+    """A team's project: its package ``shopapp`` beside a ``team_flows`` folder whose
+    module imports it (``from shopapp.clients import GREETING``). (Not ``flows``: a module
+    of that name on the test run's path, ``tests/engine/flows.py``, would be found first.)"""
+    project = tmp_path / "project"
+    (project / "shopapp").mkdir(parents=True)
+    (project / "shopapp" / "__init__.py").write_text("")
+    (project / "shopapp" / "clients.py").write_text(PROVIDER)
+    (project / "team_flows").mkdir()
+    (project / "team_flows" / "greet.py").write_text(
+        GREET.replace("from provider import", "from shopapp.clients import")
+    )
+    return project
+
+
+def test_a_flows_file_importing_the_package_beside_it_names_the_folder_to_add(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = _team_project(tmp_path)
+    monkeypatch.chdir(tmp_path)  # not the project: its folder is on no import path
+    with pytest.raises(FlowsUnloadable) as raised:
+        load_flows([str(project / "team_flows")], _deps())
+    message = raised.value.message
+    assert "No module named 'shopapp'" in message, message
+    assert f"hint: shopapp is in {project}, which is not on the import path" in message
+    assert f"PYTHONPATH={project}" in message and "\n" not in message
+    # as the hint says: with the project's folder on the path, the flows load (the folder
+    # is then a namespace package too: it is still loaded as the folder of flows)
+    monkeypatch.chdir(project)
+    monkeypatch.syspath_prepend(str(project))
+    assert [f.name for f in load_flows(["team_flows"], _deps())] == ["greet"]
+
+
+def test_serve_says_where_the_missing_package_is_in_one_line(tmp_path: Path) -> None:
+    project = _team_project(tmp_path)
+    done = _run(["serve", "--port", "9", "--flows", "team_flows"], project)
+    assert done.returncode == EXIT_FLOWS_UNLOADABLE, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "No module named 'shopapp'" in line
+    assert f"PYTHONPATH={project}" in line
+
+
+def test_a_module_found_nowhere_gets_the_generic_hint(tmp_path: Path) -> None:
+    (tmp_path / "needs_more.py").write_text("import not_installed_anywhere\n")
+    with pytest.raises(FlowsUnloadable) as raised:
+        load_flows([str(tmp_path / "needs_more.py")], _deps())
+    assert "hint: install not_installed_anywhere, or run from the folder holding" in (
+        raised.value.message
+    )

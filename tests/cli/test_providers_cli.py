@@ -46,6 +46,18 @@ async def test_list_show_and_set_a_limit(_sqlite_template: Path, tmp_path: Path)
         as_json = runner.invoke(app, ["providers", "list", *common, "--json"])
         assert json.loads(as_json.output)[0]["deferred"] == 1
 
+        # docs/providers.md watches them with the bare group: the same table (was exit 2)
+        bare = runner.invoke(app, ["providers", *common])
+        assert bare.exit_code == 0, bare.output
+        assert bare.output == listed.output
+        bare_json = runner.invoke(app, ["providers", *common, "--json"])
+        assert bare_json.exit_code == 0 and json.loads(bare_json.output) == json.loads(
+            as_json.output
+        )
+        misplaced = runner.invoke(app, ["providers", *common, "show", "ocr"])
+        assert misplaced.exit_code == 2, misplaced.output  # the command would not see them
+        assert "give --url, --token after the command" in misplaced.output
+
         shown = runner.invoke(app, ["providers", "show", "ocr", *common])
         assert shown.exit_code == 0, shown.output
         assert "deferred now" in shown.output and waiting in shown.output

@@ -119,8 +119,30 @@ async def test_the_effective_rate_recovers_additively_after_a_clean_interval(
     grant = await limits.grant(GrantRequest("ocr", "n1", 1, at(8)))
     assert grant.state.effective_rate == pytest.approx(6.5)
     assert grant.slots == (at(8),)
+    assert grant.state.lowered_reason == "429"  # still lowered: the reason stays
+    assert [s.lowered_reason for s in await limits.states(at(12))] == ["429"]  # 8.5/s
+    # back at the limit: the reason is gone, read as of an instant and once granted
+    assert [s.lowered_reason for s in await limits.states(at(30))] == [None]
     grant = await limits.grant(GrantRequest("ocr", "n1", 1, at(30)))
-    assert grant.state.effective_rate == 10.0
+    assert (grant.state.effective_rate, grant.state.lowered_reason) == (10.0, None)
+    assert [s.lowered_reason for s in await limits.states()] == [None]  # as stored
+    # a later pushback lowers it again from the limit, with its own reason
+    again = await limits.pushback(PushbackReport("ocr", at(31), at(32), "503"))
+    assert (again.effective_rate, again.lowered_reason) == (5.0, "503")
+
+
+async def test_a_limit_set_at_or_below_the_lowered_rate_clears_the_reason(
+    store: Store,
+) -> None:
+    limits = store.providers
+    await limits.declare([declared(rate=10.0, burst=1)], T0)
+    await limits.pushback(PushbackReport("ocr", T0, at(1), "429"))
+    kept = await limits.set_limit(LimitChange("ocr", "ops", at(2), rate_per_second=8.0))
+    assert (kept.effective_rate, kept.lowered_reason) == (5.0, "429")  # still below it
+    lowered = await limits.set_limit(LimitChange("ocr", "ops", at(3), rate_per_second=4.0))
+    assert (lowered.effective_rate, lowered.lowered_reason) == (4.0, None)
+    raised = await limits.set_limit(LimitChange("ocr", "ops", at(4), rate_per_second=6.0))
+    assert (raised.effective_rate, raised.lowered_reason) == (6.0, None)  # not lowered now
 
 
 async def test_an_operator_change_is_kept_and_a_setting_replaces_a_declaration(

@@ -281,6 +281,37 @@ async def test_deadline_rows_and_rows_without_values_read_back_as_written(
     assert ends == {(instance_id, 1): at(4 * 3600 + 0.5)}
 
 
+async def test_a_deferred_try_row_reads_back_its_deferral(store: Store) -> None:
+    """A try its provider deferred says so on its row (when the last deferral woke it and
+    why), through a commit, a park's row and every read; other rows say nothing."""
+    instance_id = await started(store)
+    deferred = step(
+        instance_id, step_id=1, deferred_until=at(1.5), deferred_by="budget", committed_at=at(2)
+    )
+    pushed = step(
+        instance_id, step_id=2, deferred_until=at(2.5), deferred_by="pushback", committed_at=at(3)
+    )
+    plain = step(instance_id, step_id=3, committed_at=at(4))
+    await store.runs.commit(Commit(instance_id, 1, at(2), at(32), rows=(deferred,)))
+    await store.runs.commit(Commit(instance_id, 1, at(3), at(33), rows=(pushed, plain)))
+    wait = park(at(60), 3, kind=WakeKind.POLL)
+    later = step(instance_id, step_id=4, deferred_until=at(4), deferred_by="budget")
+    await store.runs.commit(
+        Commit(instance_id, 1, at(4), at(34), rows=(replace(later, committed_at=at(5)),), park=wait)
+    )
+
+    def shape(rows: Sequence[StepRow]) -> list[tuple[Any, ...]]:
+        return [(r.step_id, r.deferred_until, r.deferred_by) for r in rows]
+
+    expected = [(1, at(1.5), "budget"), (2, at(2.5), "pushback"), (3, None, None)]
+    expected.append((4, at(4), "budget"))
+    assert shape((await store.runs.load(instance_id)).steps) == expected
+    assert shape(await store.operator.journal_of(instance_id)) == expected
+    claims = await store.intake.claim_due("node-b", at(100), at(130), 10, RUNNABLE)
+    snapshot = claims[0].snapshot or await store.runs.load(instance_id)
+    assert shape(snapshot.steps) == expected
+
+
 def _uncarriable(row: StepRow) -> StepRow:
     """``row`` with an end the compact form cannot give back (stored as a row of its own)."""
     return replace(row, values={"endsAt": ends_at(row).isoformat().replace("+00:00", "Z")})

@@ -174,12 +174,15 @@ async def test_metrics_count_a_known_scenario_exactly(pg_url: str, tmp_path: Pat
     for name in scrape.histograms():
         if name == "flowpark_delivery_lag_seconds":
             continue  # no subscriber here: see tests/e2e/test_delivery_metrics.py
+        if name == "flowpark_provider_deferral_seconds":
+            continue  # no provider here: see tests/api/test_provider_pushback_live.py
         assert scrape.value(f"{name}_count") > 0, f"{name} has no observations"
     assert scrape.histograms() == [
         "flowpark_capability_duration_seconds",
         "flowpark_delivery_lag_seconds",
         "flowpark_group_commit_batch_size",
         "flowpark_poll_budget_used_ratio",
+        "flowpark_provider_deferral_seconds",
         "flowpark_signal_to_resume_seconds",
         "flowpark_sweep_claimed",
         "flowpark_sweep_duration_seconds",

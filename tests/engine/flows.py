@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
@@ -12,9 +12,12 @@ from flowpark.flows import (
     Bag,
     Capability,
     CapabilityOptions,
+    Correlate,
     Flow,
+    HmacWebhook,
     HttpTrigger,
     Profile,
+    Provider,
     RetryPolicy,
     Signal,
     StepContext,
@@ -86,6 +89,13 @@ class After(_Nothing):
 
 
 READY = Signal("t.ready", Ready)
+#: the provider's signed webhook, routed by the job id ``t.start`` records for ``t.vendor``
+DONE = Signal(
+    "t.done",
+    Ready,
+    verify=HmacWebhook("t.hooks", "X-Signature", id_header="X-Delivery"),
+    correlate=Correlate("t.vendor", key=lambda ready: ready.job_id),
+)
 INTERVAL = Backoff.fixed(timedelta(minutes=1))
 BUDGET = timedelta(minutes=10)
 
@@ -103,11 +113,19 @@ def poll_flow(
     version: str = "1.0.0",
     interval: Backoff = INTERVAL,
     budget: timedelta = BUDGET,
+    warn_before: Any = None,
+    provider_every: float | None = None,
 ) -> Flow:
     """start (undo) -> poll check until done, every minute, 10 min budget -> after.
 
     on_timeout: "fail" (escalate + fail), "rejoin" (escalate, then after), "none".
+    warn_before: the poll's warning before its budget ends (``budget.warning``).
+    provider_every: the check calls the provider ``t.vendor``, one call every so many
+        seconds (burst 1): an attempt falling due sooner is deferred.
     """
+    check: Capability = CheckWithRetry() if retry else Check()
+    if provider_every is not None:
+        check = _with_provider(check, Provider("t.vendor", 1 / provider_every, burst=1))
     flow = Flow(
         "t.poll",
         version,
@@ -117,11 +135,12 @@ def poll_flow(
     )
     flow.step(Start()).compensate_with(Undo())
     flow.poll_until(
-        CheckWithRetry() if retry else Check(),
+        check,
         until=done,
         interval=interval,
         timeout=budget,
         reads=(Status,),
+        warn_before=warn_before,
     )
     if signal:
         flow.or_signal(READY)
@@ -131,6 +150,23 @@ def poll_flow(
         flow.on_timeout(lambda b: b.step(Escalate()))
     flow.step(After())
     flow.returns(lambda bag: {"done": (bag.find(Status) or Status()).done})
+    return flow
+
+
+def _with_provider(capability: Capability, provider: Provider) -> Capability:
+    """``capability`` (a fresh one of its class) calling ``provider``."""
+    capability.provider = provider  # type: ignore[misc]
+    return capability
+
+
+def correlated_flow() -> Flow:
+    """start (it records the job id for ``t.vendor``) -> await the provider's signed
+    webhook ``t.done`` (one hour), found by that id -> after."""
+    flow = Flow("t.correlated", "1.0.0", input=Order)
+    flow.step(Start())
+    flow.await_signal(DONE, timeout=timedelta(hours=1))
+    flow.step(After())
+    flow.returns(lambda bag: bag.get(Ready).model_dump())
     return flow
 
 

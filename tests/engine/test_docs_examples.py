@@ -6,10 +6,13 @@ that the page shows exactly its text); the README's flow example is executed fro
 
 import inspect
 import re
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from flowpark.flows import Flow
 from flowpark.samples.document_processing import (
@@ -20,6 +23,7 @@ from flowpark.samples.document_processing import (
     build_document_flow,
 )
 from flowpark.testing import FlowHarness, Scripted
+from tests.support.guide import guide_blocks, write_files
 
 
 async def test_a_document_waits_in_one_row_then_completes() -> None:
@@ -62,9 +66,10 @@ def test_the_testing_page_shows_the_harness_test_verbatim() -> None:
 
 async def test_the_testing_pages_review_and_business_failure_tests_pass() -> None:
     blocks = _python_blocks(ROOT / "docs" / "testing-flows.md")
-    assert len(blocks) == 2
+    assert len(blocks) == 3
+    (block,) = [b for b in blocks if "request_review" in b or "never_read" in b]
     namespace: dict[str, Any] = {"__name__": "testing_page"}
-    exec(compile(blocks[1], "docs/testing-flows.md", "exec"), namespace)
+    exec(compile(block, "docs/testing-flows.md", "exec"), namespace)
     tests = [v for k, v in namespace.items() if k.startswith("test_")]
     assert len(tests) == 2
     for test in tests:
@@ -103,3 +108,30 @@ async def test_the_readme_flow_parks_between_checks_then_returns_the_build_state
         assert done.state == "completed"
         assert done.result == {"state": "passed"}
         assert ci.asked == ["b-7", "b-7", "b-7"]
+
+
+@pytest.fixture
+def guide_flows(tmp_path: Path) -> Iterator[Path]:
+    """``docs/writing-flows.md``'s files, written out; its ``flows`` folder on the path."""
+    write_files(tmp_path, guide_blocks())
+    modules, path = set(sys.modules), list(sys.path)
+    sys.path.insert(0, str(tmp_path / "flows"))
+    yield tmp_path / "flows"
+    for name in set(sys.modules) - modules:
+        del sys.modules[name]
+    sys.path[:] = path
+
+
+async def test_the_testing_pages_provider_webhook_tests_pass(guide_flows: Path) -> None:
+    """The page's webhook block, beside the guide's ``ci_build``: a signed GitHub delivery
+    ends the CI-wait; with a start step that records no run id it finds no instance."""
+    (block,) = [b for b in _python_blocks(ROOT / "docs" / "testing-flows.md") if "ci_build" in b]
+    namespace: dict[str, Any] = {"__name__": "testing_page_webhooks"}
+    exec(compile(block, "docs/testing-flows.md", "exec"), namespace)
+    tests = {k: v for k, v in namespace.items() if k.startswith("test_")}
+    assert sorted(tests) == [
+        "test_a_start_step_that_forgets_the_run_id_leaves_the_webhook_no_instance",
+        "test_the_ci_webhook_finds_the_build_by_its_run_id_and_ends_the_wait",
+    ]
+    for test in tests.values():
+        await test()

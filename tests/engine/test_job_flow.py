@@ -203,7 +203,7 @@ async def test_a_try_lost_with_its_node_is_retried_from_the_checkpoint_on_anothe
         inst_id = (await h.start("job.await", {}, instance_key=JOB)).instance.id
         await paced.held.wait()
         assert await progress(h, inst_id) == ["QUEUED", "RUNNING"]
-        await h.engine.close()  # node a dies: its try commits nothing
+        await h.engine.close(release=False)  # node a dies: its try commits nothing
         dead = await h.instance(inst_id)
         assert dead.state is InstanceState.RUNNING and dead.try_number == 1
         assert dead.heartbeat_value == "RUNNING"

@@ -15,6 +15,7 @@ import pytest
 from flowpark.engine.decide.decider import Decider
 from flowpark.engine.decide.decisions import (
     BeginEnding,
+    Emit,
     Execute,
     Finish,
     MailboxView,
@@ -28,7 +29,7 @@ from flowpark.engine.records import StepKind
 from flowpark.errors import JournalMismatch
 from flowpark.testing import FlowHarness
 from tests.golden.record import observed, resume
-from tests.golden.stored import fixture_names, load_fixture, resumed_harness
+from tests.golden.stored import fixture_names, journal_rows, load_fixture, resumed_harness
 
 
 @pytest.mark.parametrize("name", fixture_names())
@@ -36,7 +37,7 @@ async def test_a_stored_journal_resumes_as_recorded(name: str, tmp_path: Path) -
     fixture = load_fixture(name)
     instance_id = fixture["instanceId"]
     async with resumed_harness(fixture, tmp_path) as h:
-        before = len(fixture["stored"]["flow_step"])
+        before = journal_rows(fixture)
         assert len((await h.snapshot(instance_id)).steps) == before
         await resume(h, instance_id, fixture["resume"])
         await h.engine.drain()
@@ -47,8 +48,8 @@ async def _decide(h: FlowHarness, fixture: dict[str, Any]) -> RunDecision:
     """The decider's first decision on resuming the fixture's instance as recorded."""
     instance_id, how = fixture["instanceId"], fixture["resume"]
     point = datetime.fromisoformat(fixture["point"])
-    if how["via"] == "signal":  # the signal is stored first, as a delivery does
-        now = point + timedelta(seconds=how["afterSeconds"])
+    if how["via"] in ("signal", "webhook"):  # stored first, as a delivery does (a webhook:
+        now = point + timedelta(seconds=how["afterSeconds"])  # its payload is the signal's)
         await h.store.mailbox.deliver_signal(
             NewSignal(instance_id, how["name"], how["payload"], None, now, h.engine.new_id())
         )
@@ -73,6 +74,8 @@ def _recorded_form(decision: RunDecision) -> dict[str, Any]:
     """A decision in the fixture's terms: the row it writes first, or the park or end."""
     if isinstance(decision, Execute):
         return {"row": [decision.step, decision.scope, str(decision.kind), decision.try_number]}
+    if isinstance(decision, Emit):  # a wait's budget warning: the emit row at the wait
+        return {"row": [decision.step, 0, str(StepKind.EMIT), 1]}
     if isinstance(decision, Record):
         row = decision.row
         return {"row": [row.step_id, row.scope, str(row.kind), row.try_number]}
@@ -126,7 +129,7 @@ async def test_a_journal_whose_plan_changed_fails_to_resume_with_a_stable_code(
         assert info.value.code == expected["error"]["code"]
         assert info.value.fields["step_id"] == expected["error"]["step_id"]
         assert info.value.fields["instance_id"] == instance_id
-        before = len(fixture["stored"]["flow_step"])
+        before = journal_rows(fixture)
         await resume(h, instance_id, fixture["resume"])
         seen = await observed(h, instance_id, before)
         assert seen["rows"] == []  # nothing ran, nothing was compensated
@@ -143,3 +146,47 @@ def test_the_fixtures_cover_the_recorded_scenarios() -> None:
         fixture = load_fixture(name)
         assert fixture["stored"]["flow_instance"], name
         assert fixture["next"]["rows"] or fixture["next"]["instance"]["state"], name
+
+
+#: the fixtures of what providers added: a deferral, a pushback, a correlated webhook, a
+#: budget warning and an extension after it (each also replayed by the tests above)
+PROVIDER_FIXTURES = {
+    "provider_deferred_attempt": ("budget", None),
+    "provider_pushed_back_attempt": ("pushback", None),
+    "correlated_webhook_taken": (None, "t.done"),
+    "poll_budget_warning_reached": (None, "budget.warning"),
+    "poll_extended_after_warning": (None, "t.check"),  # not the timeout's t.escalate
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROVIDER_FIXTURES))
+async def test_a_provider_fixture_pins_what_a_change_would_alter(name: str, tmp_path: Path) -> None:
+    """Each provider fixture is replayed above; here the replay is shown able to fail: the
+    recorded next with the deferral's reason, its instant, or the row a provider's webhook,
+    warning or extension wrote changed is not what today's code does."""
+    fixture = load_fixture(name)
+    reason, row_name = PROVIDER_FIXTURES[name]
+    instance_id = fixture["instanceId"]
+    async with resumed_harness(fixture, tmp_path) as h:
+        await resume(h, instance_id, fixture["resume"])
+        await h.engine.drain()
+        seen = await observed(h, instance_id, journal_rows(fixture))
+    assert seen == fixture["next"]
+    tampered = []
+    rows = fixture["next"]["rows"]
+    if reason is not None:
+        (held,) = [r for r in rows if "deferredBy" in r]
+        assert held["deferredBy"] == reason
+        flipped = "pushback" if reason == "budget" else "budget"
+        tampered.append(_with_row(fixture["next"], held, deferredBy=flipped))
+        tampered.append(_with_row(fixture["next"], held, deferredUntil=fixture["point"]))
+        undeferred = {k: v for k, v in held.items() if k not in ("deferredBy", "deferredUntil")}
+        tampered.append({**fixture["next"], "rows": [undeferred if r is held else r for r in rows]})
+    if row_name is not None:
+        assert any(r["name"] == row_name for r in rows), rows
+        tampered.append({**fixture["next"], "rows": [r for r in rows if r["name"] != row_name]})
+    assert tampered and all(t != seen for t in tampered)
+
+
+def _with_row(nxt: dict[str, Any], row: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    return {**nxt, "rows": [{**r, **changes} if r is row else r for r in nxt["rows"]]}

@@ -217,7 +217,7 @@ async def test_an_await_signal_takes_its_signal_while_its_warning_capability_wai
         assert parked.state is InstanceState.SUSPENDED
         h.clock.advance(timedelta(seconds=5))  # before the retry is due
         answer = await h.signal(inst.id, READY.name, {"job_id": "j"})
-        assert answer["matched"] is True
+        assert answer.matched is True
         final = await h.wait_until(lambda i: i.state.ended, inst.id)
         assert final.state is InstanceState.COMPLETED
         assert ask.tries == 1 and await _reviews(h) == []

@@ -89,5 +89,5 @@ async def test_the_guides_webhook_finds_its_instance_by_the_run_id_not_the_commi
         assert held == [[("ci", "r-1")], [("ci", "r-2")]]
         # the re-run's webhook (its own run id) is no match for the first instance's wait
         answer = await h.signal(first.id, "ci.finished", {"build": "r-2", "state": "passed"})
-        assert answer["matched"] is False and answer["state"] == "suspended"
+        assert answer.matched is False and answer.state == "suspended"
     await http.aclose()

@@ -46,29 +46,50 @@ from flowpark.engine.node.operator import extend_budget, failed_for_good
 from flowpark.engine.ports import Reopen
 from flowpark.engine.ports.operator import OperatorAction
 from flowpark.engine.records import Outcome, StepKind, StepRow
+from flowpark.flows import ProviderPushback
 from flowpark.store.migrate import head_revision
 from flowpark.testing import FlowHarness, Scripted, substitute
-from tests.engine.flows import Check, Job, Ready, Status, await_flow, poll_flow
+from tests.engine.flows import Check, Job, Ready, Status, await_flow, correlated_flow, poll_flow
 from tests.support.harness import sql_of
 
 STORED = Path(__file__).resolve().parent / "stored"
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 ORDER = {"order_id": "o-1"}
-TABLES = ("flow_instance", "flow_step", "flow_signal", "flow_action", "flow_heartbeat")
+#: the stored tables of an instance (a fixture recorded before ``flow_correlation`` has none)
+TABLES = (
+    "flow_instance",
+    "flow_step",
+    "flow_signal",
+    "flow_action",
+    "flow_heartbeat",
+    "flow_correlation",
+)
+#: the signal secrets of the recording and resuming harness (``FLOWPARK_SIGNAL_SECRETS``)
+SECRETS = {"t.hooks": "golden-journal-secret"}
+#: the flows by a scenario's ``flow``, and each one's name
+FLOW_NAMES = {"poll": "t.poll", "await": "t.await", "correlated": "t.correlated"}
 
 
 def outcomes(script: list[Any]) -> list[Any]:
     """A JSON script as :class:`Scripted` outcomes: true/false a :class:`Status`, a string
-    an error (a failed try), null nothing."""
+    an error (a failed try), ``{"pushback": seconds}`` the provider's pushback
+    (``ProviderPushback``, Retry-After that long: not a try), null nothing."""
     return [
-        Status(done=x) if isinstance(x, bool) else RuntimeError(x) if isinstance(x, str) else None
+        Status(done=x)
+        if isinstance(x, bool)
+        else RuntimeError(x)
+        if isinstance(x, str)
+        else ProviderPushback(timedelta(seconds=x["pushback"]), status=429, detail="HTTP 429")
+        if isinstance(x, dict)
+        else None
         for x in script
     ]
 
 
 def stand_ins(scripts: dict[str, list[Any]]) -> dict[str, Scripted]:
-    """The scenario flows' capabilities, scripted (``t.start`` puts a job)."""
-    subs: dict[str, Scripted] = {"t.start": Scripted(Job(job_id="j"))}
+    """The scenario flows' capabilities, scripted (``t.start`` puts a job and records its id
+    for the provider ``t.vendor``, as a step that started a provider's job does)."""
+    subs: dict[str, Scripted] = {"t.start": Scripted(Job(job_id="j"), correlate={"t.vendor": "j"})}
     for cap in ("t.check", "t.undo", "t.escalate", "t.after"):
         subs[cap] = Scripted(*outcomes(scripts.get(cap, [None])))
     return subs
@@ -86,10 +107,13 @@ class CheckRenamed(Check):
 
 
 def flows_of(scenario: dict[str, Any]) -> list[Any]:
-    """The flow a scenario runs (``poll`` with options, or ``await``); ``change``
-    ``body_renamed``: the poll's body calls another capability id under the same version."""
+    """The flow a scenario runs (``poll`` with options, ``await`` or ``correlated``);
+    ``change`` ``body_renamed``: the poll's body calls another capability id under the same
+    version."""
     if scenario["flow"] == "await":
         return [await_flow()]
+    if scenario["flow"] == "correlated":
+        return [correlated_flow()]
     flow = poll_flow(**scenario.get("options", {}))
     if scenario.get("change") == "body_renamed":
         substitute(flow, {"t.check": CheckRenamed()})
@@ -128,6 +152,24 @@ async def extended(h: FlowHarness, instance_id: str) -> None:
     await h.store.reads.record_action(
         OperatorAction(
             id="0190a000-0000-7000-8000-000000000001",
+            instance_id=instance_id,
+            action="extend_budget",
+            actor="operator",
+            acted_at=h.clock.now(),
+            details={"extendBy": "PT5M"},
+        )
+    )
+    await extend_budget(h.engine, instance_id, timedelta(minutes=5))
+
+
+async def warned_then_extended(h: FlowHarness, instance_id: str) -> None:
+    """Ten wakes (the eighth the budget's warning, ``budget.warning``; after the tenth the
+    instance is parked at the budget's end), then an operator extends the budget by 5 min:
+    the next wake runs an attempt, not the timeout's escalation."""
+    await wakes(h, instance_id, 10)
+    await h.store.reads.record_action(
+        OperatorAction(
+            id="0190a000-0000-7000-8000-000000000002",
             instance_id=instance_id,
             action="extend_budget",
             actor="operator",
@@ -222,6 +264,53 @@ SCENARIOS = [
         retry_reopened,
         {"via": "takeover", "afterSeconds": 31},
     ),
+    Scenario(  # attempt 1 falls due before the provider's next slot: deferred for budget
+        "provider_deferred_attempt",
+        {"flow": "poll", "options": {"provider_every": 120}, "scripts": {"t.check": [False, True]}},
+        lambda h, i: wakes(h, i, 1),
+    ),
+    Scenario(  # attempt 1: the provider answers 429, Retry-After 30 s
+        "provider_pushed_back_attempt",
+        {"flow": "poll", "scripts": {"t.check": [False, {"pushback": 30}, True]}},
+        lambda h, i: wakes(h, i, 1),
+    ),
+    Scenario(  # the provider's signed webhook, found by the job id t.start recorded
+        "correlated_webhook_taken",
+        {"flow": "correlated"},
+        noop,
+        {
+            "via": "webhook",
+            "provider": "t.vendor",
+            "name": "t.done",
+            "payload": {"job_id": "j"},
+            "deliveryId": "delivery-1",
+            "afterSeconds": 90,
+        },
+    ),
+    Scenario(  # parked for the wake at the poll's warning (2 min 30 s before its end)
+        "poll_budget_warning_reached",
+        {"flow": "poll", "options": {"warn_before": "PT2M30S"}, "scripts": {"t.check": [False]}},
+        lambda h, i: wakes(h, i, 7),
+    ),
+    Scenario(  # warned, then extended at the end by an operator: an attempt, no escalation
+        "poll_extended_after_warning",
+        {"flow": "poll", "options": {"warn_before": "PT2M30S"}, "scripts": {"t.check": [False]}},
+        warned_then_extended,
+    ),
+    Scenario(
+        "must_fail_deferred_body_renamed",
+        {"flow": "poll", "options": {"provider_every": 120}, "scripts": {"t.check": [False, True]}},
+        lambda h, i: wakes(h, i, 1),
+        must_fail={
+            "changedFlow": {
+                "flow": "poll",
+                "options": {"provider_every": 120},
+                "change": "body_renamed",
+            },
+            "error": {"code": "journal_mismatch", "step_id": 2},
+            "instance": {"state": "failed", "failureCode": "flow.journal_mismatch"},
+        },
+    ),
     Scenario(
         "must_fail_body_renamed",
         {"flow": "poll", "scripts": {"t.check": [False, False, True]}},
@@ -260,8 +349,9 @@ async def dump(h: FlowHarness, instance_id: str) -> dict[str, list[dict[str, Any
 
 
 def row_form(row: Any) -> dict[str, Any]:
-    """A journal row as the fixture names it (no code's names)."""
-    return {
+    """A journal row as the fixture names it (no code's names); a try its provider deferred
+    also says until when and why (rows of earlier releases never were)."""
+    form = {
         "node": row.step_id,
         "scope": row.scope,
         "kind": str(row.kind),
@@ -272,6 +362,10 @@ def row_form(row: Any) -> dict[str, Any]:
         "nextTryAt": row.next_try_at.isoformat() if row.next_try_at else None,
         "values": {k: v for k, v in row.values.items() if k != "event_id"},
     }
+    if row.deferred_until is not None:
+        form["deferredUntil"] = row.deferred_until.isoformat()
+        form["deferredBy"] = row.deferred_by
+    return form
 
 
 async def observed(h: FlowHarness, instance_id: str, before: int) -> dict[str, Any]:
@@ -301,14 +395,19 @@ async def observed(h: FlowHarness, instance_id: str, before: int) -> dict[str, A
 
 async def resume(h: FlowHarness, instance_id: str, how: dict[str, Any]) -> None:
     """Resume the instance as ``how`` says: ``sweep`` at its recorded wake, a ``signal``
-    delivered ``afterSeconds`` after the point, an operator's ``wake_now`` then, or a
-    ``takeover``: a sweep then, of a lease that expired."""
+    delivered ``afterSeconds`` after the point, a provider's signed ``webhook`` then (to its
+    provider signal route, found by its correlation key), an operator's ``wake_now`` then,
+    or a ``takeover``: a sweep then, of a lease that expired."""
     if how["via"] == "sweep":
         await h.advance_to_next_wake(instance_id)
         return
     h.clock.advance(timedelta(seconds=how["afterSeconds"]))
     if how["via"] == "signal":
         await h.engine.deliver(instance_id, how["name"], how["payload"])
+    elif how["via"] == "webhook":
+        await h.provider_signal(
+            how["provider"], how["name"], how["payload"], delivery_id=how["deliveryId"]
+        )
     elif how["via"] == "wake_now":
         await h.engine.wake_now(instance_id)
     elif how["via"] == "takeover":  # the sweep takes over a lease that expired
@@ -326,17 +425,21 @@ async def record(scenario: Scenario) -> dict[str, Any]:
         tempfile.mkdtemp(prefix="flowpark-record-")
     )  # the rows are dumped as SQLite holds them
     url = f"sqlite:///{folder / 'record.db'}"
-    async with FlowHarness.open(flows_of(spec), database_url=url, substitutes=subs, start=T0) as h:
-        flow = "t.await" if spec["flow"] == "await" else "t.poll"
-        instance_id = (await h.start(flow, ORDER)).instance.id
+    async with FlowHarness.open(
+        flows_of(spec), database_url=url, substitutes=subs, start=T0, signal_secrets=SECRETS
+    ) as h:
+        instance_id = (await h.start(FLOW_NAMES[spec["flow"]], ORDER)).instance.id
         await scenario.to_point(h, instance_id)
         point = h.clock.now()
         stored = await dump(h, instance_id)
+        # the journal as read back (a deadline carried inside a row, or inside the instance
+        # row, is a row of the journal but not of flow_step)
+        journal = len((await h.snapshot(instance_id)).steps)
         scripts_after = {cap: remaining(s, subs[cap].calls) for cap, s in scripts.items()}
         if scenario.must_fail is None:
             await resume(h, instance_id, scenario.resume)
             await h.engine.drain()
-            nxt = await observed(h, instance_id, len(stored["flow_step"]))
+            nxt = await observed(h, instance_id, journal)
     outcome = {"mustFail": scenario.must_fail} if scenario.must_fail else {"next": nxt}
     return {
         "about": __doc__.splitlines()[0] if __doc__ else "",
@@ -346,6 +449,7 @@ async def record(scenario: Scenario) -> dict[str, Any]:
         "scriptsAfter": scripts_after,
         "point": point.isoformat(),
         "resume": scenario.resume,
+        "journalRows": journal,
         "stored": stored,
         **outcome,
     }

@@ -105,6 +105,12 @@ async def test_the_flow_page_draws_the_waiting_counts(
         f'data-box="1" data-kind="poll" data-title="poll ocr.status" data-waiting="{parked}"'
         in page.text
     )
+    # the steps that call a provider say which, on the box
+    for box in ("0", "2", "5", "comp-0"):
+        assert re.search(rf'data-box="{box}"[^>]*data-provider="ocr"', page.text), box
+        assert f'data-testid="provider-{box}"' in page.text
+    assert page.text.count(">calls ocr</text>") == 4
+    assert not re.search(r'data-box="1"[^>]*data-provider=', page.text)  # the poll itself
     missing = await signed_in.get("/ui/flows/document.process/0.1.0")
     assert missing.status_code == 404 and 'data-code="flow_not_found"' in missing.text
 

@@ -92,7 +92,13 @@ EXPORTS = {
         "retry_after_instant",
         "to_timedelta",
     ],
-    "flowpark.testing": ["FlowHarness", "Scripted", "substitute"],
+    "flowpark.testing": [
+        "FlowHarness",
+        "Scripted",
+        "substitute",
+        "webhook_body",
+        "webhook_headers",
+    ],
     "flowpark.migrations": [
         "TABLES",
         "VERSION_TABLE",

@@ -12,7 +12,14 @@ import pytest
 from flowpark.flows import Capability, Catalog, Flow, StepContext
 from flowpark.flows.plan import CapabilityStep, Plan
 from flowpark.samples.document_processing import OcrClient, build_document_flow
-from flowpark.ui.graph import Graph, GraphEdge, describe_backoff, human_duration, layout
+from flowpark.ui.graph import (
+    Graph,
+    GraphBox,
+    GraphEdge,
+    describe_backoff,
+    human_duration,
+    layout,
+)
 from tests.engine.flows import (
     BUDGET,
     INTERVAL,
@@ -216,3 +223,23 @@ def test_durations_and_schedules_read_as_people_write_them() -> None:
     assert human_duration(timedelta(seconds=90)) == "1m30s"
     assert human_duration(timedelta(milliseconds=250)) == "250ms"
     assert describe_backoff(INTERVAL) == "every 1m"
+
+
+def test_the_steps_that_call_a_provider_name_it(document_plan: Plan) -> None:
+    graph = layout(document_plan)
+    drawn = {n.key: n for n in graph.boxes}
+    # the sample's OCR calls (the upload, each status attempt, the extraction that reads the
+    # text back, the cancel) go to provider ocr
+    calling = {key for key, n in drawn.items() if n.provider is not None}
+    assert calling == {"0", "2", "5", "comp-0"}, calling
+    assert {drawn[key].provider for key in calling} == {"ocr"}
+    assert drawn["2"].provider_line == "calls ocr"
+    # drawn under the box's detail, inside the box
+    assert drawn["2"].lines == ("one attempt, tries for 3m",)
+    assert _needed(drawn["2"]) <= drawn["2"].w
+    assert drawn["1"].provider is None and drawn["end"].provider is None  # the poll calls none
+
+
+def _needed(box: GraphBox) -> float:
+    line = box.provider_line or ""
+    return len(line) * 6.4 + 24

@@ -35,7 +35,7 @@ ATTEMPT_NAMES: dict[str, set[str]] = {
     "flowpark/api/models/__init__.py": {"AttemptView"},
     "flowpark/api/models/instances.py": {"AttemptView", "attempt", "attempts"},
     "flowpark/api/models/operator.py": {"attempt"},
-    "flowpark/cli/instances.py": {"attempts"},
+    "flowpark/cli/instances.py": {"attempt", "attempts"},  # the attempts table
     "flowpark/cli/demo.py": {
         "_last_attempt",
         "attempt",

@@ -170,3 +170,45 @@ def test_the_clients_pages_bearer_keyed_example_names_its_instance_key() -> None
     signal = namespace["ORDER_PAID"]
     assert signal.verify is None
     assert signal.instance_key(namespace["OrderPaid"](order_id="1234", amount=1)) == "order-1234"
+
+
+# Standard Webhooks: a secret and a signature made by the standardwebhooks library's signer
+STANDARD_SECRET = "whsec_" + base64.b64encode(b"standard-webhooks-test-secret-24").decode()
+
+
+def standard(at: datetime, body: bytes = b'{"a": 1}', msg_id: str = "msg_1") -> dict[str, str]:
+    from standardwebhooks.webhooks import Webhook
+
+    signature = Webhook(STANDARD_SECRET).sign(msg_id, at, body)
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(at.timestamp())),
+        "webhook-signature": f"v1,bm90LXRoaXMtb25l {signature}",  # a rolled secret's first
+    }
+
+
+def test_standard_webhooks_are_judged_by_the_nodes_clock_not_the_machines() -> None:
+    from flowpark import SignedWebhook
+
+    verifier = SignedWebhook("hooks")
+    # ten months from the machine's now: the engine's clock (a virtual one in the harness)
+    # is what a signature's age is judged by, as Stripe's is
+    at = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+    verifier.verify(b'{"a": 1}', standard(at), STANDARD_SECRET, at + timedelta(minutes=4))
+    verifier.verify(b'{"a": 1}', standard(at), STANDARD_SECRET, at - timedelta(minutes=4))
+    refusals = [
+        (b'{"a": 1}', standard(at), STANDARD_SECRET, at + timedelta(minutes=6)),  # stale
+        (b'{"a": 1}', standard(at), STANDARD_SECRET, at - timedelta(minutes=6)),  # too new
+        (b'{"a": 2}', standard(at), STANDARD_SECRET, at),  # another body
+        (b'{"a": 1}', standard(at), "whsec_" + base64.b64encode(b"x" * 24).decode(), at),
+        (b'{"a": 1}', standard(at), "", at),  # no secret: refused, never a 500
+        (b'{"a": 1}', standard(at) | {"webhook-timestamp": "soon"}, STANDARD_SECRET, at),
+    ]
+    for body, headers, secret, now in refusals:
+        with pytest.raises(SignatureInvalid) as refused:
+            verifier.verify(body, headers, secret, now)
+        assert STANDARD_SECRET not in refused.value.message
+    for name in ("webhook-id", "webhook-timestamp", "webhook-signature"):
+        missing = {k: v for k, v in standard(at).items() if k != name}
+        with pytest.raises(SignatureInvalid, match=name):
+            verifier.verify(b'{"a": 1}', missing, STANDARD_SECRET, at)

@@ -295,7 +295,22 @@ class AttemptView(ApiModel):
     attempt: int = Field(description="the attempt number (scope)")
     scheduled_at: datetime | None
     started_at: datetime | None
-    lateness_seconds: float | None
+    lateness_seconds: float | None = Field(
+        description="how late the sweep started it: after its scheduled instant, or, when "
+        "its provider deferred it, after the deferral's end (negative: woken early)"
+    )
+    deferred_seconds: float | None = Field(
+        default=None,
+        description="how long its provider held it back after its scheduled instant (no "
+        "budget under its limit, or a pushback), apart from the lateness; null when not "
+        "deferred",
+    )
+    deferred_by: str | None = Field(
+        default=None, description="why it was deferred: `budget` (the limit) or `pushback`"
+    )
+    provider: str | None = Field(
+        default=None, description="the provider that deferred it (its capability's)"
+    )
     duration_seconds: float | None
     outcome: str = Field(description="`success`, `failure`, `retrying` or `signal`")
     signal: str | None = Field(default=None, description="the signal that ended the wait")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from flowpark.api.models._base import _AT, _ID, _LATER, JSON_INTEGER, ApiModel, _examples
 from flowpark.flows.providers import MAX_BURST, MAX_RATE, MIN_RATE
@@ -136,7 +136,11 @@ class LimitChangeBody(ApiModel):
     force; ``burst`` and ``maxInFlight`` replace theirs when given and are kept when left
     out."""
 
-    model_config = _examples({"ratePerSecond": 20, "burst": 2})
+    # JSON names only, as every body: ``rate_per_second`` is an unknown field (422
+    # ``input_invalid``), not a second name of ``ratePerSecond``
+    model_config = _examples({"ratePerSecond": 20, "burst": 2}) | ConfigDict(
+        validate_by_name=False, validate_by_alias=True
+    )
 
     # a JSON number: a string ("1e3") or a boolean is refused, not read as one
     rate_per_second: Annotated[float, JSON_INTEGER] = Field(

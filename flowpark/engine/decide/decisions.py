@@ -103,6 +103,8 @@ class Execute:
         budget_ends_at: the poll budget's end, for a poll's attempt.
         recovery: the error of the failed step whose failure route this is.
         late_by: how late the wake this try runs at is (a parked wait's lateness).
+        deferred: the try's provider deferred it: ``(the last deferral's wake, "budget"
+            or "pushback")``, recorded on its row; None when it was not.
         poll: the poll step this try is an attempt of.
         last_try: an operator's retry of a compensation that failed for good: one try,
             whose failure is final (the retry policy's tries were spent).
@@ -120,6 +122,7 @@ class Execute:
     budget_ends_at: datetime | None = None
     recovery: RecoveryError | None = None
     late_by: timedelta | None = None
+    deferred: tuple[datetime, str] | None = None
     poll: int | None = None
     notes: tuple[Note, ...] = ()
     last_try: bool = False

@@ -27,9 +27,14 @@ from flowpark.engine.values import execution_key
 from flowpark.errors import FlowFailure
 from flowpark.flows.plan import CapabilityStep
 
-__all__ = ["DETAIL_LIMIT", "TryWalk"]
+__all__ = ["DEFERRED_BY", "DETAIL_LIMIT", "TryWalk"]
 #: Most characters of a failed compensation's last error message kept in the details.
 DETAIL_LIMIT = 500
+#: The wakes of a deferral (a park with its provider's reason), by what deferred it.
+DEFERRED_BY: dict[WakeKind | None, str] = {
+    WakeKind.PROVIDER_BUDGET: "budget",
+    WakeKind.PROVIDER_PUSHBACK: "pushback",
+}
 
 
 class TryWalk(Replay):
@@ -73,7 +78,11 @@ class TryWalk(Replay):
             wake = min(due, budget_end) if budget_end is not None else due
             return self.park(wake, wake_step, scope, accept, kind)
         late = self.now - wake_at if parked and wake_at is not None else None
-        return self.execute(step, scope, StepKind.STEP, late, budget_end, poll)
+        deferred = None
+        reason = DEFERRED_BY.get(self.instance.wake_kind) if parked else None
+        if reason is not None and wake_at is not None:  # an operator's wake: now
+            deferred = (min(wake_at, self.now), reason)
+        return self.execute(step, scope, StepKind.STEP, late, budget_end, poll, deferred=deferred)
 
     def execute(
         self,
@@ -85,6 +94,7 @@ class TryWalk(Replay):
         poll: int | None = None,
         *,
         last_try: bool = False,
+        deferred: tuple[datetime, str] | None = None,
     ) -> Execute | Record:
         """The next try of (step, scope) of ``kind``: its retry window stored first before
         the first try; no try when the window ended (a final failure row instead)."""
@@ -129,6 +139,7 @@ class TryWalk(Replay):
             budget_ends_at=budget_end,
             recovery=self.recovery if kind is StepKind.STEP else None,
             late_by=late,
+            deferred=deferred,
             poll=poll,
             last_try=last_try,
         )

@@ -164,6 +164,8 @@ class Executor(RunState):
         await self.store_rows(decision.store_first)
         if self.instance.cancel_requested and not cancelled:
             return None  # learned with the deadline's write: decide again (the run unwinds)
+        if decision.late_by is not None and not self.ephemeral:  # every wake, deferred too
+            self.host.observer.woke(self.plan.name, decision.late_by.total_seconds())
         provider = None if self.ephemeral else self._provider(decision)
         budget = self.host.providers
         if provider is not None:
@@ -171,9 +173,7 @@ class Executor(RunState):
             if isinstance(verdict, Deferred):
                 pushed = verdict.reason == "pushback"
                 kind = WakeKind.PROVIDER_PUSHBACK if pushed else WakeKind.PROVIDER_BUDGET
-                return await self.postpone(decision, verdict.until, kind)
-        if decision.late_by is not None and not self.ephemeral:
-            self.host.observer.woke(self.plan.name, decision.late_by.total_seconds())
+                return await self.postpone(decision, verdict.until, kind, provider.name)
         outcome = "none"
         try:
             made = await make_try(self, decision)
@@ -204,7 +204,8 @@ class Executor(RunState):
             made.detail,
             until.isoformat(),
         )
-        return await self.postpone(decision, until, WakeKind.PROVIDER_PUSHBACK)
+        name = provider.name if provider is not None else decision.capability_id
+        return await self.postpone(decision, until, WakeKind.PROVIDER_PUSHBACK, name)
 
     async def _slot(self, provider: Provider) -> Granted | Deferred:
         """A call slot of ``provider``, waited for on the engine clock when near; one the
@@ -231,15 +232,24 @@ class Executor(RunState):
         capability = step.capability if decision.kind is StepKind.STEP else step.compensation
         return capability.provider if capability is not None else None
 
-    async def postpone(self, decision: Execute, until: datetime, kind: WakeKind) -> Halt | None:
+    async def postpone(
+        self, decision: Execute, until: datetime, kind: WakeKind, provider: str
+    ) -> Halt | None:
         """Park the try ``decision`` names until ``until`` (capped at its bounding
-        deadline); no row, not a try. An ephemeral run sleeps and decides again. The
-        deferral of a try an operator woke keeps the wake (no row consumed the wait the
-        claim found): the claim that finds it due runs it, whatever its schedule says."""
-        park = deferral_park(self.plan, self.instance, decision, until, self.now(), kind)
+        deadline), held back by ``provider``; no row, not a try (how long it is held back
+        is the observer's, apart from the sweep's lateness). An ephemeral run sleeps and
+        decides again. The deferral of a try an operator woke keeps the wake (no row
+        consumed the wait the claim found): the claim that finds it due runs it, whatever
+        its schedule says."""
+        now = self.now()
+        park = deferral_park(self.plan, self.instance, decision, until, now, kind)
         inst = self.instance
         if self.woken and (inst.wake_step_id, inst.wake_scope) == (park.step, park.scope):
             park = replace(park, woken=True)
+        if park.wake_at is not None and not self.ephemeral:
+            reason = "pushback" if kind is WakeKind.PROVIDER_PUSHBACK else "budget"
+            held = (park.wake_at - now).total_seconds()
+            self.host.observer.provider_held(self.plan.name, provider, reason, held)
         return await self.park(park)
 
     # -- parks ------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -196,6 +196,9 @@ async def make_try(run: TryRun, decision: Execute) -> StepRow | PushedBack | Non
         )
     if not is_step and row.final and not run.ephemeral:
         run.host.observer.compensation_failed(run.plan.name, capability.id)
+    if decision.deferred is not None:  # the provider held it back: said on its row
+        until, reason = decision.deferred
+        row = replace(row, deferred_until=until, deferred_by=reason)
     keys = _correlations(run, ctx, row)
     if is_step and not ctx.reviews:
         run.defer(row, keys)  # the keys go with the row, in whichever write carries it

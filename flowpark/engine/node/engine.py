@@ -244,7 +244,7 @@ class Engine:
         ended (their errors are logged, not raised)."""
         await self.runs.drain()
 
-    async def close(self, grace_seconds: float = 0.0) -> list[str]:
+    async def close(self, grace_seconds: float = 0.0, *, release: bool = True) -> list[str]:
         """Node shutdown: the runs in flight may park or end within ``grace_seconds``; those
         still going are cancelled and their leases released, so the next sweep on any node
         continues them (a cancelled try commits nothing: it runs again from its last
@@ -253,12 +253,15 @@ class Engine:
         Args:
             grace_seconds: how long runs in flight may take (seconds; default 0: cancel
                 them at once).
+            release: give up the cancelled runs' leases (default); False leaves them to
+                expire, as a node that dies does (a claim after that records a heartbeating
+                try as lost, and it runs again from its checkpoint).
 
         Returns:
             The ids of the instances left to the next sweep.
         """
         self.claiming = False
-        return await self.runs.close(grace_seconds)
+        return await self.runs.close(grace_seconds, release=release)
 
     async def wake(self, instance_id: str) -> RunOutcome | None:
         """Claim one instance now (if nobody holds it) and advance it.

@@ -34,6 +34,7 @@ from flowpark.errors import (
     VersionNotServed,
     shown,
 )
+from flowpark.flows.hints import invalid_signal_payload
 from flowpark.flows.plan import AwaitSignalStep, CapabilityStep, Plan, PollStep
 from flowpark.outages import OUTAGES
 
@@ -368,11 +369,7 @@ def _validated(model: type[BaseModel], name: str, payload: Any) -> Any:
             mode="json", by_alias=True
         )
     except ValidationError as exc:
-        raise InputInvalid(
-            f"payload of signal {name} is invalid",
-            errors=exc.errors(include_url=False, include_context=False),
-            signal=name,
-        ) from None
+        raise invalid_signal_payload(model, name, payload, exc) from None
     except (ValueError, RecursionError) as exc:  # e.g. nesting too deep to serialise
         raise InputInvalid(
             f"payload of signal {name} cannot be stored: {exc}", signal=name

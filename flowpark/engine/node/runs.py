@@ -185,7 +185,7 @@ class RunTasks:
         while self.background:
             await asyncio.gather(*list(self.background), return_exceptions=True)
 
-    async def close(self, grace_seconds: float = 0.0) -> list[str]:
+    async def close(self, grace_seconds: float = 0.0, *, release: bool = True) -> list[str]:
         """Node shutdown: let the runs in flight go on for up to ``grace_seconds``, cancel
         those still going, and give up the leases of every run cancelled before it parked
         or ended, so that the next sweep on any node continues them at once instead of
@@ -195,6 +195,8 @@ class RunTasks:
 
         Args:
             grace_seconds: how long the runs in flight may take to park or end (seconds).
+            release: give up the cancelled runs' leases (False: leave them to expire, as
+                a node that dies does).
 
         Returns:
             The ids of the instances left to the next sweep (their leases released, or
@@ -208,7 +210,7 @@ class RunTasks:
         await asyncio.gather(*list(self.in_flight), return_exceptions=True)
         left: list[str] = []
         now = self.clock.now()
-        for claim in self.abandoned:
+        for claim in self.abandoned if release else ():
             try:
                 await self.host.store.runs.release(claim.instance_id, claim.fencing_token, now)
             except StaleFencingToken:
@@ -221,5 +223,7 @@ class RunTasks:
                     exc,
                 )
             left.append(claim.instance_id)
+        if not release:
+            left = [claim.instance_id for claim in self.abandoned]
         self.abandoned.clear()
         return left

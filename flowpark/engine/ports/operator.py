@@ -390,6 +390,8 @@ class AttemptStart:
         budget_ends_at: the poll's budget end in force when the previous attempt was
             written (an extension written later does not move the park it asked for), or
             None when no stored end is known.
+        deferred_until / deferred_by: its first try's provider deferral (the last
+            deferral's wake, ``budget`` or ``pushback``), or None.
     """
 
     instance_id: str
@@ -401,6 +403,8 @@ class AttemptStart:
     previous_committed_at: datetime | None
     first_started_at: datetime | None
     budget_ends_at: datetime | None = None
+    deferred_until: datetime | None = None
+    deferred_by: str | None = None
 
 
 class OverviewReads(Protocol):

@@ -45,12 +45,31 @@
     source.addEventListener("end", function () { source.close(); });
   }
 
+  // a box that scrolls sideways (a wide table on a phone, the timeline, the graph) gets a
+  // line above it saying so, shown only while its content is wider than the box
+  function hintScrolling() {
+    document.querySelectorAll("main table, main .scroll, main [data-testid$='-scroll']").forEach(function (box) {
+      if (getComputedStyle(box).overflowX !== "auto") return;
+      let hint = box.previousElementSibling;
+      if (!hint || !hint.classList.contains("scroll-hint")) {
+        hint = document.createElement("p");
+        hint.className = "scroll-hint";
+        hint.setAttribute("data-testid", "scroll-hint");
+        hint.textContent = "\u2194 wider than the screen: scroll sideways for more";
+        box.parentNode.insertBefore(hint, box);
+      }
+      hint.hidden = box.scrollWidth <= box.clientWidth + 1;
+    });
+  }
+
   function start() {
     tick();
+    hintScrolling();
     document.querySelectorAll("ol[data-stream-url]").forEach(follow);
   }
 
   setInterval(tick, 1000);
+  window.addEventListener("resize", hintScrolling);
   document.addEventListener("DOMContentLoaded", start);
   document.addEventListener("htmx:afterSettle", start);
 })();
