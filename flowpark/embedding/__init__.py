@@ -253,19 +253,25 @@ class Flowpark:
             raise EmbeddingInvalid("this Flowpark is running already")
         self._running = True
         try:
-            async with self.app.router.lifespan_context(self.app):
-                self._loop = asyncio.get_running_loop()
-                try:
-                    yield self
-                finally:
-                    self._loop = None
-                    await self._settle()
+            try:
+                async with self.app.router.lifespan_context(self.app):
+                    self._loop = asyncio.get_running_loop()
+                    try:
+                        yield self
+                    finally:
+                        self._loop = None  # no after-commit run begins from now on
+            finally:
+                await self._settle()
         finally:
             self._running = False
 
     async def _settle(self) -> None:
-        """Wait for the after-commit runs begun here (their own runs are bounded by the
-        engine's shutdown)."""
+        """End the after-commit runs begun here, once the lifespan has stopped the engine:
+        its shutdown gave their runs the grace, then cut off and released those still
+        going, so what is left of them is cancelled (a claim not yet run keeps its lease
+        until it expires: the next sweep continues it)."""
+        for task in list(self._tasks):
+            task.cancel()
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 

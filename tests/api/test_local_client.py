@@ -4,6 +4,8 @@ without HTTP; and what each role runs."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,8 +13,10 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 from pydantic import BaseModel
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-from flowpark import Flow, Signal
+from flowpark import Capability, Flow, Signal, StepContext
 from flowpark.client.errors import (
     IdempotencyKeyReused,
     InstanceEnded,
@@ -24,6 +28,7 @@ from flowpark.client.errors import (
 from flowpark.embedding import Flowpark, Role
 from flowpark.runtime.loading import Deps
 from flowpark.settings import Settings
+from flowpark.store.db import async_url
 
 
 class Item(BaseModel):
@@ -45,6 +50,22 @@ def flows(deps: Deps) -> list[Flow]:
         .await_signal(Signal("approved", Approved), timeout="PT1H")
         .returns(lambda bag: {"by": bag.get(Approved).by}, reads=(Approved,))
     ]
+
+
+class Hang(Capability):
+    """A call that outlasts any shutdown grace."""
+
+    id = "test.hang"
+    idempotent = True
+
+    async def execute(self, ctx: StepContext) -> None:
+        """Wait for an event nobody sets."""
+        await asyncio.Event().wait()
+
+
+def hanging(deps: Deps) -> list[Flow]:
+    """A flow whose one step never ends by itself."""
+    return [Flow("item.hang", "1.0.0", input=Item).step(Hang())]
 
 
 @pytest.fixture
@@ -124,3 +145,34 @@ async def test_roles_api_runs_no_sweep_and_worker_serves_no_routes(tmp_path: Pat
     assert worker.app.state.settings.run_sweeper is True
     with pytest.raises(ValueError):
         Flowpark(Settings(database_url=url), flows=[flows], role="sweeper")
+
+
+async def test_shutdown_cuts_a_run_started_in_a_transaction_off_within_the_grace(
+    store_url: str,
+) -> None:
+    settings = Settings(
+        database_url=store_url, timer_scan_interval=60.0, shutdown_grace_seconds=0.5
+    )
+    embedded = Flowpark(settings, flows=[hanging])
+    db = create_async_engine(async_url(store_url))
+    read = text("SELECT state, lease_owner FROM flow_instance WHERE id = :id")
+    try:
+        async with embedded.running():
+            async with async_sessionmaker(db)() as session, session.begin():
+                started = await embedded.client.start(
+                    "item.hang", {"item_id": _id()}, session=session
+                )
+            runs = embedded.engine().runs
+            for _ in range(200):  # claimed after the commit: its run is in flight here
+                if runs.in_flight:
+                    break
+                await asyncio.sleep(0.05)
+            assert [c.instance_id for c in runs.in_flight.values()] == [started.instance_id]
+            stopping = time.monotonic()
+        took = time.monotonic() - stopping
+        async with db.connect() as conn:
+            row = (await conn.execute(read, {"id": started.instance_id})).one()
+    finally:
+        await db.dispose()
+    assert took < 0.5 + 3.0, took  # the grace, not the step's own timeout
+    assert row.state == "suspended" and row.lease_owner is None  # left to the next sweep
