@@ -120,6 +120,38 @@ async def test_errors_are_the_http_clients_classes_with_their_codes(fp: Flowpark
         await client.start("item.approve", {"item_id": item}, instance_key=item)
 
 
+async def test_bad_keys_inputs_and_filters_are_refused_as_the_http_api_refuses_them(
+    fp: Flowpark,
+) -> None:
+    client = fp.client
+    item = {"item_id": _id()}
+    for key in (5, "k" * 201, "a\nb", "a\x00b", "clé"):
+        with pytest.raises(InvalidRequest) as bad_key:
+            await client.start("item.approve", item, idempotency_key=key)  # type: ignore[arg-type]
+        assert bad_key.value.code == "idempotency_key_invalid", key
+    for instance_key in (5, "a\x00b", "\ud800"):
+        with pytest.raises(InvalidRequest) as bad_instance_key:
+            await client.start("item.approve", item, instance_key=instance_key)  # type: ignore[arg-type]
+        assert bad_instance_key.value.code == "input_invalid", instance_key
+    with pytest.raises(InvalidRequest) as unstorable:
+        await client.start("item.approve", {"item_id": "a\x00b"})
+    assert unstorable.value.code == "input_invalid"
+    with pytest.raises(InvalidRequest) as bad_filter:
+        await client.list(flow="item.approve\x00")
+    assert bad_filter.value.code == "input_invalid"
+    with pytest.raises(InstanceNotFound):
+        await client.get(5)  # type: ignore[arg-type]
+    started = await client.start("item.approve", item, idempotency_key=" ")  # blank: no key
+    again = await client.start("item.approve", item, idempotency_key="")
+    assert again.instance_id != started.instance_id
+    with pytest.raises(InvalidRequest) as bad_payload:
+        await client.signal(started.instance_id, "approved", {"by": "a\x00"})
+    assert bad_payload.value.code == "input_invalid"
+    with pytest.raises(InvalidRequest) as bad_action_key:
+        await client.cancel(started.instance_id, idempotency_key="x" * 201)
+    assert bad_action_key.value.code == "idempotency_key_invalid"
+
+
 async def test_cancel_and_wake_are_recorded_with_the_clients_actor(fp: Flowpark) -> None:
     client = fp.client
     started = await client.start("item.approve", {"item_id": _id()})
