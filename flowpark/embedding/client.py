@@ -342,7 +342,9 @@ class LocalClient:
     def _check_database(self, theirs: Any) -> None:
         ours = make_url(self._owner.settings.database_url)
         if not same_database(ours, theirs):
-            shown = theirs.render_as_string(hide_password=True)
+            # what is compared, never a secret: no password, and no query (libpq takes a
+            # password, an sslpassword ... there too)
+            shown = theirs.set(query={}).render_as_string(hide_password=True)
             raise TransactionNotShared(
                 f"the transaction is on {shown}, not on flowpark's database: a start in the "
                 "caller's transaction needs a session of flowpark's database "

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 from pydantic import BaseModel
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from flowpark import Capability, Flow, Signal, StepContext
@@ -29,6 +29,7 @@ from flowpark.embedding import Flowpark, Role
 from flowpark.runtime.loading import Deps
 from flowpark.settings import Settings
 from flowpark.store.db import async_url
+from tests.conftest import pg_admin_url
 
 
 class Item(BaseModel):
@@ -150,6 +151,28 @@ async def test_bad_keys_inputs_and_filters_are_refused_as_the_http_api_refuses_t
     with pytest.raises(InvalidRequest) as bad_action_key:
         await client.cancel(started.instance_id, idempotency_key="x" * 201)
     assert bad_action_key.value.code == "idempotency_key_invalid"
+
+
+async def test_a_session_of_another_database_is_refused_without_showing_its_password(
+    fp: Flowpark,
+) -> None:
+    admin = make_url(pg_admin_url())
+    secret = admin.password or "a-password-of-the-query"
+    theirs = (
+        admin.set(drivername="postgresql+psycopg", password=None, database="postgres")
+        .update_query_dict({"password": secret})
+        .render_as_string(hide_password=False)
+    )
+    db = create_async_engine(theirs)
+    try:
+        async with async_sessionmaker(db)() as session, session.begin():
+            with pytest.raises(InvalidRequest) as refused:
+                await fp.client.start("item.approve", {"item_id": _id()}, session=session)
+    finally:
+        await db.dispose()
+    assert refused.value.code == "transaction_not_shared"
+    assert "/postgres" in str(refused.value) and secret not in str(refused.value)
+    assert secret not in refused.value.problem.model_dump_json()
 
 
 async def test_cancel_and_wake_are_recorded_with_the_clients_actor(fp: Flowpark) -> None:
