@@ -90,6 +90,10 @@ async def test_the_hosts_lifespan_state_routes_and_handlers_work_beside_flowpark
         assert ours.status_code == 404
         assert ours.headers["content-type"] == "application/problem+json"
         assert ours.json()["code"] == "instance_not_found"
+        no_route = await http.get("/flowpark/api/v1/no-such-route", headers=AUTH)
+        assert no_route.headers["content-type"] == "application/problem+json"
+        assert no_route.json()["flows"] == "/flowpark/api/v1/flows"  # under the prefix
+        assert "GET /flowpark/api/v1/flows lists" in no_route.json()["detail"]
         ready = await http.get("/flowpark/readyz")
         assert ready.status_code == 200, ready.text
         spec = (await http.get("/openapi.json")).json()
