@@ -314,6 +314,11 @@ class LocalClient:
             plan = self._plan(engine, flow, version)
             body = self._body(plan, input, instance_key)
             new = self._prepare(engine, plan, body, _key(idempotency_key), instance_key)
+            if not isinstance(session, Session | Connection):
+                raise TypeError(
+                    "start_sync(session=...) takes a Session or Connection; for an "
+                    f"AsyncSession or AsyncConnection await start, not {type(session)!r}"
+                )
             conn = session.connection() if isinstance(session, Session) else session
             self._check_database(conn.engine.url)
             record, created = insert_in_sync(conn, new, self._owner.schema_map)

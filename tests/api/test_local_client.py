@@ -175,6 +175,18 @@ async def test_a_session_of_another_database_is_refused_without_showing_its_pass
     assert secret not in refused.value.problem.model_dump_json()
 
 
+async def test_a_session_of_the_other_kind_is_a_type_error_naming_the_right_call(
+    fp: Flowpark, store_url: str
+) -> None:
+    db = create_async_engine(async_url(store_url))
+    try:
+        async with async_sessionmaker(db)() as session, session.begin():
+            with pytest.raises(TypeError, match="await start"):
+                fp.client.start_sync("item.approve", {"item_id": _id()}, session=session)  # type: ignore[arg-type]
+    finally:
+        await db.dispose()
+
+
 async def test_cancel_and_wake_are_recorded_with_the_clients_actor(fp: Flowpark) -> None:
     client = fp.client
     started = await client.start("item.approve", {"item_id": _id()})
