@@ -243,3 +243,32 @@ async def test_shutdown_cuts_a_run_started_in_a_transaction_off_within_the_grace
         await db.dispose()
     assert took < 0.5 + 3.0, took  # the grace, not the step's own timeout
     assert row.state == "suspended" and row.lease_owner is None  # left to the next sweep
+
+
+@pytest.mark.postgres
+async def test_a_hosts_schema_translate_map_does_not_send_the_start_elsewhere(
+    pg_url: str,
+) -> None:
+    from flowpark.migrations import upgrade
+
+    upgrade(pg_url)  # flowpark's tables in public, the connection's default schema
+    db = create_async_engine(async_url(pg_url))
+    async with db.begin() as conn:  # a tenant's schema, with a table of the same name
+        await conn.execute(text("CREATE SCHEMA tenant"))
+        await conn.execute(
+            text("CREATE TABLE tenant.flow_instance (LIKE public.flow_instance INCLUDING ALL)")
+        )
+    tenant = db.execution_options(schema_translate_map={None: "tenant"})
+    embedded = Flowpark(Settings(database_url=pg_url, timer_scan_interval=60.0), flows=[flows])
+    try:
+        async with embedded.running():
+            async with async_sessionmaker(tenant)() as session, session.begin():
+                started = await embedded.client.start(
+                    "item.approve", {"item_id": _id()}, session=session
+                )
+            view = await embedded.client.get(started.instance_id)  # where flowpark reads
+            async with db.connect() as conn:
+                strays = (await conn.execute(text("SELECT id FROM tenant.flow_instance"))).all()
+    finally:
+        await db.dispose()
+    assert view.instance_id == started.instance_id and strays == []
