@@ -10,13 +10,14 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi import FastAPI
 from pydantic import BaseModel
 from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-from flowpark import Capability, Flow, Signal, StepContext
+from flowpark import Backoff, Capability, Flow, Signal, StepContext
 from flowpark.client.errors import (
     IdempotencyKeyReused,
     InstanceEnded,
@@ -62,6 +63,32 @@ class Hang(Capability):
     async def execute(self, ctx: StepContext) -> None:
         """Wait for an event nobody sets."""
         await asyncio.Event().wait()
+
+
+class Refused(Capability):
+    """A call its vendor refuses, the refusal naming the URL with its key."""
+
+    id = "test.refused"
+    idempotent = True
+
+    async def execute(self, ctx: StepContext) -> None:
+        """Fail as httpx does on a 401 (its message holds the URL, query and all)."""
+        url = f"https://vendor.test/v1/charge?api_key={VENDOR_KEY}"
+        httpx.Response(401, request=httpx.Request("GET", url)).raise_for_status()
+
+
+#: The vendor key in the URL a failed call names.
+VENDOR_KEY = f"key-{uuid.uuid4().hex}"
+
+
+def refused(deps: Deps) -> list[Flow]:
+    """A flow whose one step fails for good, naming a secret in its error."""
+    return [
+        Flow("item.refused", "1.0.0", input=Item).step(Refused()),
+        Flow("item.refused_poll", "1.0.0", input=Item).poll_until(
+            Refused(), until=lambda bag: True, interval=Backoff.fixed("PT1M"), timeout="PT1H"
+        ),
+    ]
 
 
 def hanging(deps: Deps) -> list[Flow]:
@@ -272,3 +299,33 @@ async def test_a_hosts_schema_translate_map_does_not_send_the_start_elsewhere(
     finally:
         await db.dispose()
     assert view.instance_id == started.instance_id and strays == []
+
+
+async def test_a_failure_naming_a_secret_is_shown_masked_by_the_client_and_the_console(
+    tmp_path: Path,
+) -> None:
+    from flowpark.migrations import upgrade
+
+    url = f"sqlite:///{tmp_path}/secret.db"
+    upgrade(url)
+    embedded = Flowpark(Settings(database_url=url, api_tokens="ops-token"), flows=[refused])
+    host = FastAPI()
+    embedded.include_in(host, prefix="/flowpark", console=True)
+    async with embedded.running():
+        started = await embedded.client.start("item.refused", {"item_id": _id()})
+        view = await embedded.client.get(started.instance_id)
+        polled = await embedded.client.start("item.refused_poll", {"item_id": _id()})
+        poll_view = await embedded.client.get(polled.instance_id)
+        transport = httpx.ASGITransport(app=host)
+        async with httpx.AsyncClient(transport=transport, base_url="http://host") as http:
+            signed = await http.post("/flowpark/ui/sign-in", data={"token": "ops-token"})
+            assert signed.status_code == 303, signed.text
+            page = await http.get(f"/flowpark/ui/instances/{started.instance_id}")
+    assert view.state == "failed" and view.error is not None
+    assert "api_key=***" in view.error.message
+    assert VENDOR_KEY not in view.model_dump_json()
+    tries = [t for a in poll_view.attempts or [] for t in a.tries or []]
+    assert tries and all(t.error and "api_key=***" in (t.error.detail or "") for t in tries)
+    assert VENDOR_KEY not in poll_view.model_dump_json()
+    assert page.status_code == 200 and "api_key=***" in page.text
+    assert VENDOR_KEY not in page.text
