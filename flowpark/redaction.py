@@ -38,11 +38,12 @@ MIN_SECRET_LENGTH = 4
 # query, and ``8443`` a port, not a password (left as it is).
 _USERINFO = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@#?]*:)(?P<pw>[^\s@/]*)@")
 _PORT_THEN_REST = re.compile(r"\d*[#?]")
-# ?password=...&token=... in a URL's query, or key=value in a libpq DSN. The value ends
+# ?password=...&token=... in a URL's query, or key=value in a libpq DSN (sslpassword: the
+# passphrase of the client's SSL key). The value ends
 # before the punctuation that closes a URL in a sentence (``...?password=pw: refused``,
 # ``(...?token=t)``): a colon, comma, period or parenthesis followed by a space or the end.
 _PARAM = re.compile(
-    r"(?P<head>\b(?:password|passwd|pwd|token|secret|api_key|apikey|access_token)=)"
+    r"(?P<head>\b(?:password|sslpassword|passwd|pwd|token|secret|api_key|apikey|access_token)=)"
     r"(?P<value>[^\s&;'\"]+?)(?=[:,.)]*(?:[\s&;'\"]|$))",
     re.IGNORECASE,
 )

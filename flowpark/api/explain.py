@@ -40,6 +40,7 @@ from flowpark.flows.plan import (
     PollStep,
     Step,
 )
+from flowpark.redaction import redact
 
 __all__ = [
     "action_outcome",
@@ -316,7 +317,10 @@ def attempts_view(
                         committed_at=t.committed_at,
                         outcome=t.outcome,
                         error=(
-                            TryError(type=t.error_type, detail=t.error_detail)
+                            TryError(
+                                type=t.error_type,
+                                detail=redact(t.error_detail) if t.error_detail else t.error_detail,
+                            )
                             if t.outcome is Outcome.FAILURE
                             else None
                         ),

@@ -236,12 +236,13 @@ def install_problem_handlers(app: FastAPI) -> None:
             return problem(ErrorCode.INTERNAL_ERROR, _INTERNAL_DETAIL)
         if exc.status_code == 404 and exc.detail == "Not Found":
             path = shown(request.url.path)
+            root = request.scope.get("root_path", "")  # a host application's prefix
             return problem(
                 code,
-                f"no route {request.method} {path}: GET /api/v1/flows lists the flows' "
-                "routes, /docs the whole API",
+                f"no route {request.method} {path}: GET {root}/api/v1/flows lists the flows' "
+                f"routes, {root}/docs the whole API",
                 headers=exc.headers,
-                flows="/api/v1/flows",
+                flows=f"{root}/api/v1/flows",
             )
         return problem(code, str(exc.detail), headers=exc.headers)
 

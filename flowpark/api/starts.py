@@ -40,6 +40,7 @@ from flowpark.errors import ErrorCode, InputInvalid, shown
 from flowpark.flows.catalog import version_key
 from flowpark.flows.hints import closest_name, json_names
 from flowpark.flows.plan import Plan, Profile
+from flowpark.redaction import redact
 
 __all__ = ["body_fields", "build_trigger_router", "check_body_fields", "start_answer"]
 
@@ -96,7 +97,7 @@ def start_answer(plan: Plan, inst: InstanceRecord, root: str = "") -> StartAnswe
     if plan.profile is Profile.EPHEMERAL:
         if inst.failure is None:
             return StartAnswer(instance_id=inst.id, status=inst.state, result=inst.result)
-        error = FlowError(code=inst.failure.code, message=inst.failure.message)
+        error = FlowError(code=inst.failure.code, message=redact(inst.failure.message))
         return StartAnswer(instance_id=inst.id, status=inst.state, result=inst.result, error=error)
     fields: dict[str, Any] = {}
     if inst.state is InstanceState.COMPLETED:

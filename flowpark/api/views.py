@@ -332,8 +332,10 @@ def compensation_failures(
 
 
 def shown_details(details: dict[str, Any]) -> dict[str, Any]:
-    """A failure's details as shown: the compensation failures' texts with secrets
-    masked."""
+    """A failure's details as shown: its texts (the failed try's ``detail``, the
+    compensation failures') with secrets masked."""
+    if isinstance(details.get("detail"), str):
+        details = {**details, "detail": redact(details["detail"])}
     failed = details.get(COMPENSATION_FAILURES)
     if not isinstance(failed, list):
         return details
@@ -406,7 +408,7 @@ def instance_view(
         error=(
             FlowError(
                 code=inst.failure.code,
-                message=inst.failure.message,
+                message=redact(inst.failure.message),
                 details=shown_details(inst.failure.details),
                 step=failed_step(plan, inst, steps),
             )

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from enum import StrEnum
@@ -63,6 +64,14 @@ __all__ = ["Flowpark", "LocalClient", "Role", "Transaction", "client_error"]
 log = logging.getLogger("flowpark.embedding")
 
 Lifespan = Callable[[Any], AbstractAsyncContextManager[Any]]
+
+#: A prefix: one or more ``/segment``, none holding a query, a fragment, a percent-escape,
+#: white space or a control character (a request's path could never reach it).
+_PREFIX = re.compile(r"(?:/[^/?#%\s\x00-\x1f\x7f]+)+")
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + "/")
 
 
 class Role(StrEnum):
@@ -169,28 +178,34 @@ class Flowpark:
             app: the host's FastAPI application (its routes, middleware, exception handlers
                 and lifespan stay as they are).
             prefix: the path flowpark's routes are served under: it starts with ``/``,
-                does not end with one, and no route of the host uses it (default
-                ``/flowpark``: the API at ``/flowpark/api/v1/...``).
+                does not end with one, and no route of the host is at it or under it
+                (default ``/flowpark``: the API at ``/flowpark/api/v1/...``). A host
+                route added under it later stops the startup (``embedding_invalid``).
             console: also serve the web console at ``{prefix}/ui``.
 
         Raises:
             EmbeddingInvalid: code ``embedding_invalid``: this flowpark was included
-                already (in this or another application), or ``prefix`` is not a path.
+                already (in this or another application), ``prefix`` is not a path, or
+                the host serves a route at or under it.
         """
         if self._host is not None:
             raise EmbeddingInvalid(
                 "this Flowpark is included in an application already: include it once, "
                 "in one application (several apps: one Flowpark each)",
             )
-        if not prefix.startswith("/") or prefix.endswith("/") or "//" in prefix:
+        segments = prefix.split("/")
+        if not _PREFIX.fullmatch(prefix) or "." in segments or ".." in segments:
             raise EmbeddingInvalid(
-                f"prefix {prefix!r} is not a path such as /flowpark (a leading /, no trailing /)",
+                f"prefix {prefix!r} is not a path such as /flowpark (a leading /, no trailing "
+                "/, no '.' or '..' segment, no ?, #, %, white space or control character)",
                 prefix=prefix,
             )
-        taken = [r for r in app.router.routes if getattr(r, "path", None) == prefix]
+        paths = [str(getattr(r, "path", "")) for r in app.router.routes]
+        taken = [path for path in paths if _under(path, prefix)]
         if taken:
             raise EmbeddingInvalid(
-                f"the host already serves {prefix}: choose another prefix", prefix=prefix
+                f"the host already serves {taken[0]} under {prefix}: choose another prefix",
+                prefix=prefix,
             )
         self._host = app
         self.prefix = prefix if self.role is not Role.WORKER else ""
@@ -232,6 +247,7 @@ class Flowpark:
 
         @asynccontextmanager
         async def wrapped(app: Any) -> AsyncIterator[Any]:
+            self._check_shadowed(app)
             if host is None:
                 async with self.running():
                     yield None
@@ -240,6 +256,27 @@ class Flowpark:
                 yield state
 
         return wrapped
+
+    def _check_shadowed(self, app: Any) -> None:
+        """Refuse a host route added after :meth:`include_in` under its prefix: flowpark's
+        mount, before it, would answer its every request with a 404.
+
+        Raises:
+            EmbeddingInvalid: code ``embedding_invalid``, naming the route.
+        """
+        routes = list(getattr(getattr(app, "router", None), "routes", []))
+        mounts = [i for i, r in enumerate(routes) if getattr(r, "app", None) is self._app]
+        if not mounts or not self.prefix:
+            return
+        after = routes[mounts[0] + 1 :]
+        hidden = [str(r.path) for r in after if _under(getattr(r, "path", ""), self.prefix)]
+        if hidden:
+            raise EmbeddingInvalid(
+                f"the host's route {hidden[0]} is under flowpark's prefix {self.prefix}, "
+                "which answers every path under it: move the route, or include flowpark "
+                "under another prefix",
+                prefix=self.prefix,
+            )
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Flowpark]:
@@ -254,19 +291,25 @@ class Flowpark:
             raise EmbeddingInvalid("this Flowpark is running already")
         self._running = True
         try:
-            async with self.app.router.lifespan_context(self.app):
-                self._loop = asyncio.get_running_loop()
-                try:
-                    yield self
-                finally:
-                    self._loop = None
-                    await self._settle()
+            try:
+                async with self.app.router.lifespan_context(self.app):
+                    self._loop = asyncio.get_running_loop()
+                    try:
+                        yield self
+                    finally:
+                        self._loop = None  # no after-commit run begins from now on
+            finally:
+                await self._settle()
         finally:
             self._running = False
 
     async def _settle(self) -> None:
-        """Wait for the after-commit runs begun here (their own runs are bounded by the
-        engine's shutdown)."""
+        """End the after-commit runs begun here, once the lifespan has stopped the engine:
+        its shutdown gave their runs the grace, then cut off and released those still
+        going, so what is left of them is cancelled (a claim not yet run keeps its lease
+        until it expires: the next sweep continues it)."""
+        for task in list(self._tasks):
+            task.cancel()
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 

@@ -29,7 +29,13 @@ from flowpark.api.actions import cancel as cancel_action
 from flowpark.api.actions import wake as wake_action
 from flowpark.api.auth import Principal
 from flowpark.api.explain import decode_cursor, encode_cursor
-from flowpark.api.inputs import MAX_KEY
+from flowpark.api.inputs import (
+    MAX_KEY,
+    check_instance_id,
+    check_storable,
+    idempotency_header,
+    well_formed,
+)
 from flowpark.api.instances import display_fields, summaries
 from flowpark.api.models import (
     CancelAnswer,
@@ -50,7 +56,9 @@ from flowpark.engine.records import InstanceState, NewInstance
 from flowpark.errors import (
     FlowNotFound,
     FlowparkError,
+    IdempotencyKeyInvalid,
     InputInvalid,
+    InstanceNotFound,
     TransactionNotShared,
 )
 from flowpark.flows.plan import Plan, Profile
@@ -118,9 +126,45 @@ def _translated() -> Iterator[None]:
 
 
 def _json(value: Any) -> Any:
+    """A start's input or a signal's payload as JSON data, held to the body's rules of the
+    HTTP API (no U+0000 or lone surrogate in a string, a bounded depth: ``input_invalid``).
+    """
     if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", by_alias=True)
-    return {} if value is None else value
+        value = value.model_dump(mode="json", by_alias=True)
+    value = {} if value is None else value
+    check_storable(value)
+    return value
+
+
+def _key(value: Any) -> str | None:
+    """An ``idempotency_key`` as the HTTP API takes its ``Idempotency-Key`` header: at most
+    ``MAX_KEY`` visible ASCII characters, stripped; blank is none.
+
+    Raises:
+        IdempotencyKeyInvalid: not a string, too long, or not visible ASCII.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise IdempotencyKeyInvalid(f"idempotency_key must be a string, not {type(value).__name__}")
+    return idempotency_header(value, required=False)
+
+
+def _instance_id(value: Any) -> str:
+    """An instance id as a path would name it (else ``instance_not_found``, no look-up)."""
+    if not isinstance(value, str):
+        raise InstanceNotFound(f"no instance {value!r}"[:120], instance_id=repr(value)[:100])
+    check_instance_id(value)
+    return value
+
+
+def _text(name: str, value: Any) -> None:
+    """Refuse a filter the HTTP API's query would refuse (not text, longer than ``MAX_KEY``,
+    or holding a control character)."""
+    if value is not None and not (isinstance(value, str) and well_formed(value, MAX_KEY)):
+        raise InputInvalid(
+            f"{name} must be a string of at most {MAX_KEY} characters and no control character"
+        )
 
 
 class LocalClient:
@@ -153,10 +197,17 @@ class LocalClient:
     def _body(self, plan: Plan, input: Any, instance_key: str | None) -> Any:
         body = _json(input)
         check_body_fields(plan, body, body_fields(plan.input_model))
-        if instance_key is not None and not 0 < len(instance_key) <= MAX_KEY:
-            raise InputInvalid(
-                f"instance_key must be a non-empty string of at most {MAX_KEY} characters"
-            )
+        if instance_key is not None:
+            if not isinstance(instance_key, str) or not 0 < len(instance_key) <= MAX_KEY:
+                raise InputInvalid(
+                    f"instance_key must be a non-empty string of at most {MAX_KEY} characters"
+                )
+            if "\x00" in instance_key:  # as a start body's instanceKey is refused
+                raise InputInvalid("instance_key holds U+0000 (NUL), which cannot be stored")
+            try:
+                instance_key.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InputInvalid("instance_key holds a lone surrogate (not Unicode)") from None
         return body
 
     async def start(
@@ -197,9 +248,11 @@ class LocalClient:
             ``result`` once completed, ``awaiting`` signals).
 
         Raises:
-            InvalidRequest: ``input_invalid`` (with the field errors),
-                ``transaction_not_shared`` (``session`` is on another database, or the
-                flow is ephemeral); ``IdempotencyKeyReused``.
+            InvalidRequest: ``input_invalid`` (with the field errors; a bad
+                ``instance_key``), ``idempotency_key_invalid`` (not at most 200 visible
+                ASCII characters, as the HTTP header), ``transaction_not_shared``
+                (``session`` is on another database, or the flow is ephemeral);
+                ``IdempotencyKeyReused``.
             InstanceKeyInUse: ``instance_key_in_use``.
             NotFound: ``flow_not_found``.
             ServerError: ``not_ready`` (flowpark has not started: the host's lifespan did
@@ -209,6 +262,7 @@ class LocalClient:
             engine = self._owner.engine()
             plan = self._plan(engine, flow, version)
             body = self._body(plan, input, instance_key)
+            idempotency_key = _key(idempotency_key)
             if session is None:
                 started = await engine.start(
                     plan, body, idempotency_key=idempotency_key, instance_key=instance_key
@@ -259,7 +313,12 @@ class LocalClient:
             engine = self._owner.engine()
             plan = self._plan(engine, flow, version)
             body = self._body(plan, input, instance_key)
-            new = self._prepare(engine, plan, body, idempotency_key, instance_key)
+            new = self._prepare(engine, plan, body, _key(idempotency_key), instance_key)
+            if not isinstance(session, Session | Connection):
+                raise TypeError(
+                    "start_sync(session=...) takes a Session or Connection; for an "
+                    f"AsyncSession or AsyncConnection await start, not {type(session)!r}"
+                )
             conn = session.connection() if isinstance(session, Session) else session
             self._check_database(conn.engine.url)
             record, created = insert_in_sync(conn, new, self._owner.schema_map)
@@ -288,7 +347,9 @@ class LocalClient:
     def _check_database(self, theirs: Any) -> None:
         ours = make_url(self._owner.settings.database_url)
         if not same_database(ours, theirs):
-            shown = theirs.render_as_string(hide_password=True)
+            # what is compared, never a secret: no password, and no query (libpq takes a
+            # password, an sslpassword ... there too)
+            shown = theirs.set(query={}).render_as_string(hide_password=True)
             raise TransactionNotShared(
                 f"the transaction is on {shown}, not on flowpark's database: a start in the "
                 "caller's transaction needs a session of flowpark's database "
@@ -324,6 +385,7 @@ class LocalClient:
         """
         with _translated():
             engine = self._owner.engine()
+            instance_id = _instance_id(instance_id)
             snap = await engine.store.reads.load(instance_id)
             signals = await engine.store.reads.list_signals(instance_id)
             actions = await engine.store.operator.actions_of(instance_id)
@@ -366,6 +428,12 @@ class LocalClient:
             engine = self._owner.engine()
             if not 1 <= limit <= 1000:
                 raise InputInvalid(f"limit must be 1 to 1000, not {limit}")
+            for name, value in (
+                ("flow", flow),
+                ("version", version),
+                ("instance_key", instance_key),
+            ):
+                _text(name, value)
             given = [] if state is None else [state] if isinstance(state, str) else state
             try:
                 states = tuple(dict.fromkeys(InstanceState(s) for s in given))
@@ -408,7 +476,12 @@ class LocalClient:
         with _translated():
             engine = self._owner.engine()
             return await deliver(
-                engine, None, instance_id, name, idempotency_key, body=_json(payload)
+                engine,
+                None,
+                _instance_id(instance_id),
+                name,
+                _key(idempotency_key),
+                body=_json(payload),
             )
 
     async def cancel(self, instance_id: str, *, idempotency_key: str | None = None) -> CancelAnswer:
@@ -419,9 +492,9 @@ class LocalClient:
             InstanceNotFound; InstanceEnded (it had ended); Conflict (``action_in_progress``).
         """
         with _translated():
-            _, answer = await cancel_action(
-                self._owner.engine(), self._actor, instance_id, idempotency_key
-            )
+            engine = self._owner.engine()
+            instance_id = _instance_id(instance_id)
+            _, answer = await cancel_action(engine, self._actor, instance_id, _key(idempotency_key))
             return answer
 
     async def wake(self, instance_id: str, *, idempotency_key: str | None = None) -> WakeAnswer:
@@ -433,7 +506,7 @@ class LocalClient:
             ``action_in_progress``).
         """
         with _translated():
-            _, answer = await wake_action(
-                self._owner.engine(), self._actor, instance_id, idempotency_key
-            )
+            engine = self._owner.engine()
+            instance_id = _instance_id(instance_id)
+            _, answer = await wake_action(engine, self._actor, instance_id, _key(idempotency_key))
             return answer

@@ -91,7 +91,10 @@ def same_database(ours: URL, theirs: URL) -> bool:
 
 
 def _options(schema_map: dict[str | None, str] | None) -> dict[str, Any]:
-    return {"schema_translate_map": schema_map} if schema_map else {}
+    """The statements' options: flowpark's schema, or none, always stated, so a
+    ``schema_translate_map`` of the caller's connection (a tenant's schema ...) never sends
+    flowpark's rows into tables flowpark does not read."""
+    return {"schema_translate_map": schema_map or None}
 
 
 def _insert(new: NewInstance, dialect: Dialect) -> Any:

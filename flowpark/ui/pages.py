@@ -34,6 +34,7 @@ from flowpark.api.problems import status_of
 from flowpark.engine.node.engine import Engine
 from flowpark.errors import FlowparkError
 from flowpark.flows.plan import Plan
+from flowpark.redaction import redact
 from flowpark.settings import DEFAULT_API_TOKEN
 from flowpark.ui.graph import human_duration, layout
 from flowpark.ui.overview import lateness, overview_rows
@@ -117,6 +118,9 @@ def _static(context: Context, name: str) -> str:
     return f"{context.get('ui', '/ui')}/static/{quote(name)}"
 
 
+#: ``{{ text|redact }}``: a text from a run (an error's message or detail) with its secrets
+#: masked, as the API shows it.
+templates.env.filters["redact"] = redact
 templates.env.globals.update(
     default_token_in_use=_default_token_in_use,
     fmt=_fmt,

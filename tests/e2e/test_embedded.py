@@ -90,6 +90,10 @@ async def test_the_hosts_lifespan_state_routes_and_handlers_work_beside_flowpark
         assert ours.status_code == 404
         assert ours.headers["content-type"] == "application/problem+json"
         assert ours.json()["code"] == "instance_not_found"
+        no_route = await http.get("/flowpark/api/v1/no-such-route", headers=AUTH)
+        assert no_route.headers["content-type"] == "application/problem+json"
+        assert no_route.json()["flows"] == "/flowpark/api/v1/flows"  # under the prefix
+        assert "GET /flowpark/api/v1/flows lists" in no_route.json()["detail"]
         ready = await http.get("/flowpark/readyz")
         assert ready.status_code == 200, ready.text
         spec = (await http.get("/openapi.json")).json()
@@ -143,8 +147,38 @@ def test_including_twice_or_under_a_bad_prefix_is_a_clear_error(tmp_path: Path) 
         fp.include_in(FastAPI())
     assert info.value.code == "embedding_invalid"
     other = Flowpark(Settings(database_url=f"sqlite:///{tmp_path}/x.db"), flows=[flows])
-    with pytest.raises(EmbeddingInvalid, match="not a path"):
-        other.include_in(FastAPI(), prefix="flowpark/")
+    for bad in ("flowpark/", "/", "/a?b", "/a#b", "/a b", "/x/../y", "/%2e%2e", "/a\x00"):
+        with pytest.raises(EmbeddingInvalid, match="not a path"):
+            other.include_in(FastAPI(), prefix=bad)
+    served = FastAPI()
+
+    @served.get("/flowpark/mine")
+    def mine() -> None:
+        """A host route under the prefix."""
+
+    with pytest.raises(EmbeddingInvalid, match="/flowpark/mine under /flowpark"):
+        other.include_in(served)
+
+
+async def test_a_host_route_added_under_the_prefix_after_including_stops_the_startup(
+    tmp_path: Path,
+) -> None:
+    fp = Flowpark(Settings(database_url=f"sqlite:///{tmp_path}/x.db"), flows=[flows])
+    app = FastAPI()
+    fp.include_in(app, prefix="/flowpark")
+
+    @app.get("/flowpark-admin")  # beside the prefix, not under it: reached
+    def admin() -> None:
+        """A host route beside the prefix."""
+
+    @app.get("/flowpark/mine")  # flowpark's mount would answer it: never reached
+    def mine() -> None:
+        """A host route under the prefix."""
+
+    with pytest.raises(EmbeddingInvalid, match="route /flowpark/mine is under") as info:
+        async with app.router.lifespan_context(app):
+            pass
+    assert info.value.code == "embedding_invalid"
 
 
 async def test_the_client_before_the_lifespan_answers_not_ready_at_once(tmp_path: Path) -> None:

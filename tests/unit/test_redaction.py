@@ -30,6 +30,11 @@ def _fresh_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
         ("sqlite:///flowpark.db", "sqlite:///flowpark.db"),
         ("https://api.example/hook?token=abc123&x=1", f"https://api.example/hook?token={MASK}&x=1"),
         ("host=db password=hunter22 user=app", f"host=db password={MASK} user=app"),
+        # libpq's passphrase of the client's SSL key
+        (
+            "postgresql://app@db/fp?sslmode=verify-full&sslpassword=k3y-pass",
+            f"postgresql://app@db/fp?sslmode=verify-full&sslpassword={MASK}",
+        ),
         # '#' and '?' end the authority: the '@' after them is no userinfo's
         ("https://example.test:8443#@frag", "https://example.test:8443#@frag"),
         ("https://example.test:8443/#@frag", "https://example.test:8443/#@frag"),
