@@ -2,8 +2,9 @@
 ``python -m bench compare --against REV [--scenarios ...] [--rounds N]`` (see bench/compare.py).
 
 Scenarios: park, sweep, start, lateness, signal, peers, console, list, retention, providers,
-scale, embedded (see BENCHMARKS.md). ``scale`` and ``embedded`` run on PostgreSQL only (their
-default store): ``python -m bench scale --parked 1000000 --json`` (``--parked`` is ``--n``).
+scale, embedded, bulkwake (see BENCHMARKS.md). ``scale`` and ``embedded`` run on PostgreSQL
+only (their default store): ``python -m bench scale --parked 1000000 --json``
+(``--parked`` is ``--n``).
 Each run makes a fresh database (PostgreSQL: ``flowpark_bench_<random>`` on
 ``FLOWPARK_BENCH_PG_URL``, default the local server; SQLite: a temporary file), runs,
 prints a table, and with
@@ -38,6 +39,7 @@ SCENARIOS = {
     "providers": ("bench.providers", 2_000),
     "scale": ("bench.scale", 1_000_000),
     "embedded": ("bench.embedded", 2_000),
+    "bulkwake": ("bench.bulkwake", 1_000),
 }
 #: scenarios that run on one store only (their default)
 DEFAULT_STORE = {"scale": "postgres", "embedded": "postgres"}
