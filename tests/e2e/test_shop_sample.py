@@ -40,8 +40,11 @@ def shop(module_store_url: str) -> Iterator[LiveServer]:
 
 
 async def paid(http: httpx.AsyncClient, order_id: str) -> dict[str, Any]:
+    """The order once paid and its payment flow ended (the flow marks the order paid in its
+    last step, then completes: both must be seen)."""
     order: dict[str, Any] = (await http.get(f"/orders/{order_id}")).json()
     assert order["status"] == "paid", order
+    assert order["payment"]["state"] != "running", order
     return order
 
 
