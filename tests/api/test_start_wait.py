@@ -56,7 +56,7 @@ def provider(tmp_path: Path) -> Iterator[tuple[LiveServer, threading.Event, thre
         release.set()
 
 
-async def test_a_start_against_a_hanging_provider_answers_running_within_3s_and_continues(
+async def test_a_start_against_a_hanging_provider_answers_running_at_the_start_wait_and_continues(
     tmp_path: Path,
     _sqlite_template: Path,
     provider: tuple[LiveServer, threading.Event, threading.Event],
@@ -75,8 +75,10 @@ async def test_a_start_against_a_hanging_provider_answers_running_within_3s_and_
             took = time.monotonic() - began
             assert resp.status_code == 202, resp.text
             assert resp.json()["status"] == "running"
-            assert took < 3.0, took
-            assert entered.is_set() and not release.is_set()  # the upload is still held
+            # answered while the provider still holds the upload: the start waited its 2 s,
+            # not for the call (which hangs until released, past its 10 s timeout)
+            assert entered.is_set() and not release.is_set()
+            assert 2.0 <= took < 10.0, took
             instance_id = resp.json()["instanceId"]
             assert resp.headers["location"].endswith(f"/api/v1/instances/{instance_id}")
             view = (await http.get(f"/api/v1/instances/{instance_id}")).json()
